@@ -1,0 +1,266 @@
+/*
+ * seer.h: the one public header of libseer.
+ *
+ * Objects:
+ *   seer_model    weights, hyper-parameters and tokenizer; read-only, shared.
+ *   seer_context  a paged KV pool, the sequences living in it and the scratch memory of one
+ *                 backend; one forward call (seer_decode) runs a batch of tokens spread over
+ *                 several sequences.
+ *   seer_sampler  logits -> probabilities -> token, seedable.
+ *   seer_detok    streaming detokenizer that only ever emits complete UTF-8.
+ *
+ * Dimension letters used in comments: B batch (sequences), T tokens in a forward call,
+ * L cache length, D model dim, H / Hkv query / KV heads, Dh head dim, V vocabulary,
+ * K draft budget, G gamma (tokens speculated per round).
+ *
+ * Errors: every function that can fail returns a seer_status; on failure the state of the
+ * objects it was given is unchanged and seer_last_error() describes the problem. The
+ * library never exits or aborts on bad input.
+ */
+#ifndef SEER_H
+#define SEER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    SEER_OK = 0,
+    SEER_ERR_IO,          /* file could not be opened, read or mapped */
+    SEER_ERR_FORMAT,      /* malformed or corrupt input (GGUF, UTF-8, ...) */
+    SEER_ERR_UNSUPPORTED, /* well-formed but not supported (tensor type, architecture) */
+    SEER_ERR_INVALID_ARG, /* a parameter is out of range or inconsistent */
+    SEER_ERR_OOM,         /* memory allocation failed or would be absurd */
+    SEER_ERR_KV_FULL,     /* the KV page pool has no room for the request */
+    SEER_ERR_CONTEXT,     /* a sequence would grow past the context length */
+    SEER_ERR_BACKEND,     /* the compute backend failed (e.g. a CUDA error) */
+    SEER_ERR_INTERNAL,
+} seer_status;
+
+/* The message of the last error on this thread ("" if none). */
+const char *seer_last_error(void);
+/* A short constant name of a status ("SEER_ERR_IO", ...). */
+const char *seer_status_str(seer_status s);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Model                                                                                    */
+
+typedef struct seer_model seer_model;
+
+typedef enum { SEER_BACKEND_AUTO = 0, SEER_BACKEND_CPU, SEER_BACKEND_CUDA } seer_backend_kind;
+
+typedef struct {
+    seer_backend_kind backend; /* AUTO: CUDA when built with it and a GPU is present */
+    int n_threads;             /* CPU threads; 0 = all cores */
+    bool vocab_only;           /* read hyper-parameters and vocabulary only: no weights,
+                                  no backend (for inspection and tokenisation) */
+} seer_model_params;
+
+seer_model_params seer_model_default_params(void);
+
+/* Loads a GGUF model. Returns SEER_OK and sets *out, or an error and leaves *out NULL. */
+seer_status seer_model_load(const char *path, seer_model_params params, seer_model **out);
+void seer_model_free(seer_model *model);
+
+typedef struct {
+    char arch[32];        /* "llama", "qwen2" */
+    char name[128];       /* general.name, may be "" */
+    int n_vocab;          /* V */
+    int dim;              /* D */
+    int n_layers;
+    int n_heads;          /* H */
+    int n_kv_heads;       /* Hkv */
+    int head_dim;         /* Dh */
+    int ffn_dim;
+    int ctx_train;        /* trained context length */
+    float rope_base;
+    float norm_eps;
+    bool tied_output;     /* output projection shares the token embedding */
+    int rope_neox;        /* 1: half-split pairs (qwen2), 0: adjacent pairs (llama) */
+    char tokenizer[16];   /* "llama" (SentencePiece) or "gpt2" (byte-level BPE) */
+    int token_bos, token_eos; /* -1 when absent */
+    uint64_t n_params;
+    uint64_t file_size;
+    const char *backend;  /* "cpu" or "cuda" */
+} seer_model_info;
+
+void seer_model_get_info(const seer_model *model, seer_model_info *info);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Tokenizer                                                                                */
+
+/* Encodes UTF-8 text. add_bos prepends BOS when the vocabulary has one; parse_special lets
+ * control-token texts such as "<s>" in the input become those tokens. Writes at most cap ids
+ * to out and sets *n_out to the number the text needs (which may exceed cap: then
+ * SEER_ERR_INVALID_ARG). Invalid UTF-8 is rejected with SEER_ERR_FORMAT naming the offset. */
+seer_status seer_tokenize(const seer_model *model, const char *text, size_t len, bool add_bos,
+                          bool parse_special, int32_t *out, int cap, int *n_out);
+
+/* The raw piece of one token, as bytes (byte-fallback tokens give their byte, the
+ * SentencePiece space marker becomes ' '). Returns the piece length, or -1 for a bad id. */
+int seer_token_piece(const seer_model *model, int32_t token, char *buf, int cap);
+
+int seer_token_bos(const seer_model *model);
+int seer_token_eos(const seer_model *model);
+int seer_n_vocab(const seer_model *model);
+
+/* Streaming detokenizer: feed tokens one at a time, get back only complete UTF-8 (partial
+ * multi-byte sequences are held until completed; bytes that can never form valid UTF-8 are
+ * emitted as U+FFFD). */
+typedef struct seer_detok seer_detok;
+seer_status seer_detok_init(const seer_model *model, seer_detok **out);
+void seer_detok_free(seer_detok *d);
+/* Appends the text of token to buf (NUL-terminated, at most cap-1 bytes + NUL); returns the
+ * number of bytes written, or -1 if cap is too small (nothing is consumed then). */
+int seer_detok_push(seer_detok *d, int32_t token, char *buf, int cap);
+/* Emits whatever is held back (as U+FFFD where incomplete). */
+int seer_detok_flush(seer_detok *d, char *buf, int cap);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Context: KV pool, sequences, forward pass                                                */
+
+typedef struct seer_context seer_context;
+typedef int32_t seer_seq_id;
+
+typedef struct {
+    int n_ctx;       /* most tokens one sequence may hold; 0 = the model's trained context */
+    int n_seq_max;   /* most sequences alive at once */
+    int n_batch_max; /* most tokens in one seer_decode call */
+    int page_size;   /* tokens per KV page */
+    int n_pages;     /* pages in the pool; 0 = n_seq_max * ceil(n_ctx / page_size) */
+} seer_context_params;
+
+seer_context_params seer_context_default_params(void);
+
+seer_status seer_context_init(seer_model *model, seer_context_params params, seer_context **out);
+void seer_context_free(seer_context *ctx);
+const seer_model *seer_context_model(const seer_context *ctx);
+int seer_context_n_ctx(const seer_context *ctx);
+
+/* Sequences. A new sequence is empty. Fork makes dst share src's pages (copy-on-write).
+ * Rewind shortens a sequence to new_len tokens (speculation rollback). */
+seer_status seer_seq_new(seer_context *ctx, seer_seq_id *out);
+seer_status seer_seq_fork(seer_context *ctx, seer_seq_id src, seer_seq_id *out);
+seer_status seer_seq_rewind(seer_context *ctx, seer_seq_id seq, int new_len);
+void seer_seq_free(seer_context *ctx, seer_seq_id seq);
+/* Tokens in the cache of seq, or -1 if seq is not alive. */
+int seer_seq_len(const seer_context *ctx, seer_seq_id seq);
+/* Pages in the pool not used by any sequence. */
+int seer_kv_free_pages(const seer_context *ctx);
+
+/* A restricted attention view for a sequence (sparse self-drafts). While set, a token of
+ * this sequence attends to the cached slots listed in idx plus every slot >= tail_start, and
+ * to the new tokens of its own forward call under the batch's mask. Keys keep their absolute
+ * RoPE positions. idx is [n_layers_view][n_heads_view][n] sorted ascending slot indices,
+ * where n_layers_view is 1 (same for all layers) or the model's n_layers, and n_heads_view
+ * is 1 (same for all KV heads) or the model's n_kv_heads. The data is copied. */
+typedef struct {
+    const int32_t *idx;
+    int n;
+    int n_layers_view;
+    int n_heads_view;
+    int32_t tail_start;
+} seer_view;
+
+seer_status seer_seq_set_view(seer_context *ctx, seer_seq_id seq, const seer_view *view);
+void seer_seq_clear_view(seer_context *ctx, seer_seq_id seq);
+
+/* One forward call over T tokens spread over several sequences. The tokens of a sequence are
+ * appended to its cache in batch order (slot = length before the call + rank within the
+ * call); pos gives each token's RoPE position (normally its slot). Without a mask a new token
+ * attends to its sequence's cached slots (under its view) and to the new tokens of the same
+ * sequence up to itself. With mask ([T][T] bytes, mask[i*T+j] != 0: token i may attend new
+ * token j; only same-sequence pairs are honoured) the attention among new tokens follows the
+ * mask instead (tree verification). Each token must attend at least to itself. */
+typedef struct {
+    int n_tokens;            /* T */
+    const int32_t *token;    /* [T] */
+    const seer_seq_id *seq;  /* [T] */
+    const int32_t *pos;      /* [T] */
+    const uint8_t *logits;   /* [T] nonzero: return logits for this token; NULL: none */
+    const uint8_t *mask;     /* [T][T] or NULL (causal) */
+} seer_batch;
+
+/* Runs the batch. logits_out receives [n_out][V] floats in batch order of the flagged
+ * tokens, where n_out is the number of flagged tokens (logits_out may be NULL if none).
+ * On error no sequence changes length. */
+seer_status seer_decode(seer_context *ctx, const seer_batch *batch, float *logits_out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Sampling                                                                                 */
+
+typedef struct {
+    float temperature;    /* 0 = greedy (argmax, ties -> lowest id) */
+    int top_k;            /* 0 = off */
+    float top_p;          /* 1 = off */
+    float min_p;          /* 0 = off */
+    float repeat_penalty; /* 1 = off */
+    int repeat_last_n;    /* tokens of history the penalty looks at */
+    uint64_t seed;
+} seer_sampler_params;
+
+seer_sampler_params seer_sampler_default_params(void);
+
+typedef struct seer_sampler seer_sampler;
+seer_status seer_sampler_init(seer_sampler_params params, int n_vocab, seer_sampler **out);
+void seer_sampler_free(seer_sampler *s);
+/* Adds a token to the history the repetition penalty looks at. */
+void seer_sampler_accept(seer_sampler *s, int32_t token);
+void seer_sampler_reset(seer_sampler *s);
+
+/* Applies penalties, temperature and the truncations to logits [V] and writes the final
+ * probability vector to probs [V] (zeros outside the kept set; one-hot under greedy).
+ * logits is not modified. */
+void seer_sampler_probs(const seer_sampler *s, const float *logits, float *probs);
+/* Samples one token from logits; if probs is not NULL it receives the final distribution. */
+int32_t seer_sampler_sample(seer_sampler *s, const float *logits, float *probs);
+/* A uniform draw in [0, 1) from the sampler's generator. */
+double seer_sampler_uniform(seer_sampler *s);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Model files                                                                              */
+
+/* Inspection of a GGUF file's metadata and tensor table, without loading weights. */
+typedef struct seer_gguf seer_gguf;
+seer_status seer_gguf_open(const char *path, seer_gguf **out);
+void seer_gguf_close(seer_gguf *g);
+int seer_gguf_version(const seer_gguf *g);
+int seer_gguf_n_kv(const seer_gguf *g);
+const char *seer_gguf_key(const seer_gguf *g, int i);
+/* The value of metadata entry i as text (arrays summarised as "[type x n] first items"). */
+void seer_gguf_value_text(const seer_gguf *g, int i, char *buf, int cap);
+int seer_gguf_n_tensors(const seer_gguf *g);
+typedef struct {
+    const char *name;
+    const char *type; /* "f32", "q4_0", ... */
+    int n_dims;
+    uint64_t ne[4];
+    uint64_t nbytes;
+    uint64_t offset;
+} seer_tensor_info;
+void seer_gguf_tensor(const seer_gguf *g, int i, seer_tensor_info *out);
+
+/* Writes a GGUF file with random weights of a Llama-family shape (tests, benchmarks). */
+typedef struct {
+    const char *arch;  /* "llama" or "qwen2" */
+    int n_vocab, dim, n_layers, n_heads, n_kv_heads, ffn_dim, ctx;
+    int head_dim;      /* 0 = dim / n_heads */
+    float rope_base;
+    float norm_eps;
+    bool tied;         /* no output.weight: the output shares token_embd */
+    const char *dtype; /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1" for the linear weights */
+    uint64_t seed;
+    float scale;       /* std of the random weights; 0 = 1/sqrt(dim) */
+} seer_gen_params;
+
+seer_gen_params seer_gen_default_params(void);
+seer_status seer_gen_model(const seer_gen_params *p, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

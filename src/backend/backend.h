@@ -1,0 +1,119 @@
+/*
+ * backend.h: the op table the model code calls. A backend owns device memory (weights,
+ * activations, the KV page storage and its layout) and implements each op; the model code
+ * never touches a kernel directly. The CPU backend (src/backend/cpu/) is the reference
+ * every other backend is tested against.
+ *
+ * All float pointers passed to ops are backend memory (from alloc); small index arrays are
+ * host memory and the backend uploads them as needed. Ops run in order on one stream;
+ * download() synchronises.
+ */
+#ifndef SEER_BACKEND_H
+#define SEER_BACKEND_H
+
+#include "gguf/gguf.h"
+#include "kv/kv.h"
+#include "seer.h"
+
+#include <stdint.h>
+
+typedef struct seer_backend seer_backend;
+
+/* A linear layer's weight W[rows = out][cols = in] in the backend's preferred dtype. */
+typedef struct {
+    void *data;
+    int rows, cols;
+    int dtype;  /* ggml_type of data as the backend stores it */
+    bool owned; /* false: points into the GGUF mapping */
+} seer_weight;
+
+/* Geometry of the KV page storage. */
+typedef struct {
+    int n_pages, page_size, n_layers, n_kv_heads, head_dim;
+} seer_kv_geom;
+
+/* The view one sequence attends under (see seer_view in seer.h); NULL = full. */
+typedef struct {
+    const int32_t *idx; /* [n_layers_view][n_heads_view][n] */
+    int n, n_layers_view, n_heads_view;
+    int32_t tail_start;
+} seer_attn_view;
+
+/* Everything attention needs to know about a batch; host memory, built once per forward
+ * call and valid for every layer. Sequences are numbered 0..n_seq-1 within the batch. */
+typedef struct {
+    int T, n_heads, n_kv_heads, head_dim;
+    float scale;                 /* 1/sqrt(Dh) */
+    int page_size;
+    int n_seq;
+    int max_pages;               /* row stride of seq_pages */
+    const int32_t *seq_pages;    /* [n_seq][max_pages] physical page ids */
+    const int32_t *seq_len0;     /* [n_seq] cached slots before this call */
+    const int32_t *seq_tok_off;  /* [n_seq + 1] offsets into seq_toks */
+    const int32_t *seq_toks;     /* [T] token indices grouped by sequence, ascending slot */
+    const seer_attn_view *const *seq_view; /* [n_seq] NULL = full view */
+    const int32_t *tok_seq;      /* [T] batch sequence of each token */
+    const int32_t *tok_slot;     /* [T] slot each token's K/V was written to */
+    const uint8_t *mask;         /* [T][T] or NULL = causal by slot among new tokens */
+} seer_attn_batch;
+
+typedef struct {
+    const char *name;
+    void (*free)(seer_backend *be);
+
+    seer_status (*alloc)(seer_backend *be, size_t bytes, void **out);
+    void (*dealloc)(seer_backend *be, void *p);
+    seer_status (*upload)(seer_backend *be, void *dst, const void *src, size_t bytes);
+    seer_status (*download)(seer_backend *be, void *dst, const void *src, size_t bytes);
+
+    /* Binds a GGUF tensor of shape [rows][cols] as a weight (may convert/dequantise). */
+    seer_status (*weight_load)(seer_backend *be, const gguf_tensor *t, seer_weight *out);
+    void (*weight_free)(seer_backend *be, seer_weight *w);
+
+    /* KV storage: allocated per context; layout private to the backend. */
+    seer_status (*kv_alloc)(seer_backend *be, const seer_kv_geom *g, void **out);
+    void (*kv_free)(seer_backend *be, void *kv);
+    seer_status (*kv_copy_pages)(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                 const seer_kv_copy *copies, int n);
+    /* Writes k, v [T][Hkv*Dh] of layer into (page[t], row[t]). */
+    seer_status (*kv_store)(seer_backend *be, void *kv, const seer_kv_geom *g, int layer,
+                            const float *k, const float *v, const int32_t *page,
+                            const int32_t *row, int T);
+
+    /* y [T][D] = rows tokens[T] of the embedding weight (rows = V, cols = D). */
+    seer_status (*embed)(seer_backend *be, float *y, const seer_weight *emb,
+                         const int32_t *tokens, int T);
+    /* y [T][D] = x * w / rms(x); y may equal x. */
+    seer_status (*rmsnorm)(seer_backend *be, float *y, const float *x, const float *w, int T,
+                           int D, float eps);
+    /* y [T][rows] = x [T][cols] * W^T (+ bias [rows]). */
+    seer_status (*matmul)(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                          const float *bias, int T);
+    /* Rotates x [T][n_heads][Dh] in place at positions pos [T] with inv_freq [Dh/2];
+     * neox: pairs (i, i + Dh/2), else adjacent pairs (2i, 2i+1). */
+    seer_status (*rope)(seer_backend *be, float *x, const int32_t *pos, int T, int n_heads,
+                        int head_dim, const float *inv_freq, int neox);
+    /* out [T][H][Dh] = softmax(q K^T * scale) V over the slots each token may see. */
+    seer_status (*attention)(seer_backend *be, float *out, const float *q, const void *kv,
+                             const seer_kv_geom *g, int layer, const seer_attn_batch *ab);
+    /* y [n] = silu(g) * u */
+    seer_status (*swiglu)(seer_backend *be, float *y, const float *g, const float *u, size_t n);
+    /* y [n] += x */
+    seer_status (*add)(seer_backend *be, float *y, const float *x, size_t n);
+    /* y [n_rows][D] = x[rows[i]] */
+    seer_status (*gather_rows)(seer_backend *be, float *y, const float *x, const int32_t *rows,
+                               int n_rows, int D);
+} seer_backend_ops;
+
+struct seer_backend {
+    const seer_backend_ops *ops;
+    void *impl;
+};
+
+seer_status seer_backend_cpu_init(int n_threads, seer_backend **out);
+#ifdef SEER_HAVE_CUDA
+seer_status seer_backend_cuda_init(int device, seer_backend **out);
+bool seer_backend_cuda_available(void);
+#endif
+
+#endif

@@ -1,0 +1,212 @@
+/*
+ * cpu.c: the CPU backend's op table: memory, weights, KV storage and the elementwise ops.
+ * f32 compute, OpenMP threads. The reference every other backend is tested against.
+ * Not for: matmul and attention (cpu_matmul.c, cpu_attention.c).
+ */
+#include "backend/cpu/cpu.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void cpu_free(seer_backend *be) {
+    if (!be)
+        return;
+    free(be->impl);
+    free(be);
+}
+
+static seer_status cpu_alloc(seer_backend *be, size_t bytes, void **out) {
+    /* 64-byte alignment for vector loads; round the size up as aligned_alloc requires. */
+    size_t n = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (!p)
+        return seer_err(SEER_ERR_OOM, "cannot allocate %zu bytes of host memory", bytes);
+    *out = p;
+    return SEER_OK;
+}
+
+static void cpu_dealloc(seer_backend *be, void *p) { free(p); }
+
+static seer_status cpu_copy(seer_backend *be, void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+    return SEER_OK;
+}
+
+static seer_status cpu_weight_load(seer_backend *be, const gguf_tensor *t, seer_weight *out) {
+    uint64_t cols = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+    if (rows > INT32_MAX || cols > INT32_MAX)
+        return seer_err(SEER_ERR_UNSUPPORTED, "tensor %s is too large", t->name);
+    memset(out, 0, sizeof *out);
+    out->rows = (int)rows;
+    out->cols = (int)cols;
+    out->dtype = GGML_TYPE_F32;
+    if (t->type == GGML_TYPE_F32) {
+        out->data = (void *)t->data; /* straight from the mapping: no copy */
+        return SEER_OK;
+    }
+    void *buf = NULL;
+    SEER_TRY(cpu_alloc(be, rows * cols * sizeof(float), &buf));
+    seer_status s = gguf_dequant(t->type, t->data, buf, rows * cols);
+    if (s != SEER_OK) {
+        free(buf);
+        return seer_err(s, "tensor %s: %s", t->name, seer_last_error());
+    }
+    out->data = buf;
+    out->owned = true;
+    return SEER_OK;
+}
+
+static void cpu_weight_free(seer_backend *be, seer_weight *w) {
+    if (w->owned)
+        free(w->data);
+    memset(w, 0, sizeof *w);
+}
+
+static size_t kv_bytes(const seer_kv_geom *g) {
+    return (size_t)g->n_pages * g->n_layers * 2 * g->page_size * g->n_kv_heads * g->head_dim *
+           sizeof(float);
+}
+
+static seer_status cpu_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out) {
+    size_t n = kv_bytes(g);
+    void *p = NULL;
+    seer_status s = cpu_alloc(be, n, &p);
+    if (s != SEER_OK)
+        return seer_err(SEER_ERR_OOM, "KV cache: cannot allocate %.1f MiB for %d pages of %d tokens",
+                        n / 1048576.0, g->n_pages, g->page_size);
+    /* NaN-poisoned so that reading a slot nothing wrote shows up in tests. */
+    float *f = p;
+    for (size_t i = 0; i < n / sizeof(float); i++)
+        f[i] = NAN;
+    *out = p;
+    return SEER_OK;
+}
+
+static void cpu_kv_free(seer_backend *be, void *kv) { free(kv); }
+
+static seer_status cpu_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                     const seer_kv_copy *copies, int n) {
+    size_t page = kv_bytes(g) / g->n_pages;
+    for (int i = 0; i < n; i++)
+        memcpy((char *)kv + page * copies[i].dst, (char *)kv + page * copies[i].src, page);
+    return SEER_OK;
+}
+
+static seer_status cpu_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g, int layer,
+                                const float *k, const float *v, const int32_t *page,
+                                const int32_t *row, int T) {
+    size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
+    for (int t = 0; t < T; t++) {
+        memcpy(seer_cpu_kv_row(kv, g, page[t], layer, 0, row[t]), k + t * kvd, kvd * sizeof(float));
+        memcpy(seer_cpu_kv_row(kv, g, page[t], layer, 1, row[t]), v + t * kvd, kvd * sizeof(float));
+    }
+    return SEER_OK;
+}
+
+static seer_status cpu_embed(seer_backend *be, float *y, const seer_weight *emb,
+                             const int32_t *tokens, int T) {
+    for (int t = 0; t < T; t++)
+        memcpy(y + (size_t)t * emb->cols, (const float *)emb->data + (size_t)tokens[t] * emb->cols,
+               emb->cols * sizeof(float));
+    return SEER_OK;
+}
+
+static seer_status cpu_rmsnorm(seer_backend *be, float *y, const float *x, const float *w, int T,
+                               int D, float eps) {
+#pragma omp parallel for num_threads(seer_cpu_threads(be)) if (T > 8)
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * D;
+        float *yr = y + (size_t)t * D;
+        float ss = 0.f;
+        for (int i = 0; i < D; i++)
+            ss += xr[i] * xr[i];
+        float r = 1.f / sqrtf(ss / D + eps);
+        for (int i = 0; i < D; i++)
+            yr[i] = xr[i] * r * w[i];
+    }
+    return SEER_OK;
+}
+
+static seer_status cpu_rope(seer_backend *be, float *x, const int32_t *pos, int T, int n_heads,
+                            int head_dim, const float *inv_freq, int neox) {
+    const int half = head_dim / 2;
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            /* Angle in double: positions reach 128K and more, where f32 angles lose digits. */
+            double a = (double)pos[t] * inv_freq[i];
+            float c = (float)cos(a), s = (float)sin(a);
+            for (int h = 0; h < n_heads; h++) {
+                float *xh = x + ((size_t)t * n_heads + h) * head_dim;
+                int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+                float x0 = xh[i0], x1 = xh[i1];
+                xh[i0] = x0 * c - x1 * s;
+                xh[i1] = x0 * s + x1 * c;
+            }
+        }
+    }
+    return SEER_OK;
+}
+
+static seer_status cpu_swiglu(seer_backend *be, float *y, const float *g, const float *u,
+                              size_t n) {
+#pragma omp parallel for num_threads(seer_cpu_threads(be)) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        y[i] = g[i] / (1.f + expf(-g[i])) * u[i];
+    return SEER_OK;
+}
+
+static seer_status cpu_add(seer_backend *be, float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        y[i] += x[i];
+    return SEER_OK;
+}
+
+static seer_status cpu_gather_rows(seer_backend *be, float *y, const float *x, const int32_t *rows,
+                                   int n_rows, int D) {
+    for (int i = 0; i < n_rows; i++)
+        memmove(y + (size_t)i * D, x + (size_t)rows[i] * D, D * sizeof(float));
+    return SEER_OK;
+}
+
+static const seer_backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = cpu_free,
+    .alloc = cpu_alloc,
+    .dealloc = cpu_dealloc,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .weight_load = cpu_weight_load,
+    .weight_free = cpu_weight_free,
+    .kv_alloc = cpu_kv_alloc,
+    .kv_free = cpu_kv_free,
+    .kv_copy_pages = cpu_kv_copy_pages,
+    .kv_store = cpu_kv_store,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul = seer_cpu_matmul,
+    .rope = cpu_rope,
+    .attention = seer_cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .gather_rows = cpu_gather_rows,
+};
+
+seer_status seer_backend_cpu_init(int n_threads, seer_backend **out) {
+    seer_backend *be = calloc(1, sizeof *be);
+    seer_cpu *c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    }
+    if (n_threads <= 0)
+        n_threads = omp_get_num_procs();
+    c->n_threads = n_threads;
+    be->ops = &cpu_ops;
+    be->impl = c;
+    *out = be;
+    return SEER_OK;
+}

@@ -1,0 +1,110 @@
+/*
+ * cpu_attention.c: reference attention over the paged KV cache, with sparse views and
+ * explicit masks among the new tokens.
+ *
+ * Keys are visited in ascending slot order (the cached slots the view allows, then the new
+ * slots the mask allows) with a two-pass softmax, so a token's output depends only on the
+ * set of slots it sees, not on how the batch around it was formed.
+ */
+#include "backend/cpu/cpu.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Slots token i may see, in ascending order; returns the count. */
+static int visible_slots(const seer_attn_batch *ab, int i, int layer, int kvh, int32_t *out) {
+    int b = ab->tok_seq[i];
+    int len0 = ab->seq_len0[b];
+    const seer_attn_view *v = ab->seq_view ? ab->seq_view[b] : NULL;
+    int n = 0;
+    if (!v) {
+        for (int s = 0; s < len0; s++)
+            out[n++] = s;
+    } else {
+        int li = v->n_layers_view > 1 ? layer : 0;
+        int hi = v->n_heads_view > 1 ? kvh : 0;
+        const int32_t *idx = v->idx + ((size_t)li * v->n_heads_view + hi) * v->n;
+        int tail = v->tail_start < 0 ? 0 : v->tail_start;
+        for (int k = 0; k < v->n; k++)
+            if (idx[k] >= 0 && idx[k] < len0 && idx[k] < tail)
+                out[n++] = idx[k];
+        for (int s = tail; s < len0; s++)
+            out[n++] = s;
+    }
+    int slot_i = ab->tok_slot[i];
+    for (int k = ab->seq_tok_off[b]; k < ab->seq_tok_off[b + 1]; k++) {
+        int j = ab->seq_toks[k];
+        int ok = ab->mask ? ab->mask[(size_t)i * ab->T + j] != 0 : ab->tok_slot[j] <= slot_i;
+        if (ok)
+            out[n++] = ab->tok_slot[j];
+    }
+    return n;
+}
+
+seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, const void *kv,
+                               const seer_kv_geom *g, int layer, const seer_attn_batch *ab) {
+    const int T = ab->T, H = ab->n_heads, Hkv = ab->n_kv_heads, Dh = ab->head_dim;
+    const int group = H / Hkv;
+    int max_slots = 0;
+    for (int b = 0; b < ab->n_seq; b++) {
+        int m = ab->seq_len0[b] + (ab->seq_tok_off[b + 1] - ab->seq_tok_off[b]);
+        if (m > max_slots)
+            max_slots = m;
+    }
+    const int nt = seer_cpu_threads(be);
+    seer_status st = SEER_OK;
+#pragma omp parallel num_threads(nt) if (T * H > 1)
+    {
+        int32_t *slots = seer_malloc_array((size_t)max_slots + 1, sizeof *slots);
+        float *score = seer_malloc_array((size_t)max_slots + 1, sizeof *score);
+        if (!slots || !score) {
+#pragma omp critical
+            st = seer_err(SEER_ERR_OOM, "attention: out of memory for %d slots", max_slots);
+        }
+#pragma omp for schedule(dynamic, 1) collapse(2)
+        for (int i = 0; i < T; i++) {
+            for (int kvh = 0; kvh < Hkv; kvh++) {
+                if (!slots || !score)
+                    continue;
+                const int32_t *pages = ab->seq_pages + (size_t)ab->tok_seq[i] * ab->max_pages;
+                int n = visible_slots(ab, i, layer, kvh, slots);
+                for (int hq = 0; hq < group; hq++) {
+                    int h = kvh * group + hq;
+                    const float *qh = q + ((size_t)i * H + h) * Dh;
+                    float *oh = out + ((size_t)i * H + h) * Dh;
+                    float mx = -INFINITY;
+                    for (int k = 0; k < n; k++) {
+                        int s = slots[k];
+                        const float *kr = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer,
+                                                          0, s % ab->page_size) + (size_t)kvh * Dh;
+                        float d = 0.f;
+                        for (int e = 0; e < Dh; e++)
+                            d += qh[e] * kr[e];
+                        score[k] = d * ab->scale;
+                        if (score[k] > mx)
+                            mx = score[k];
+                    }
+                    float sum = 0.f;
+                    for (int k = 0; k < n; k++) {
+                        score[k] = expf(score[k] - mx);
+                        sum += score[k];
+                    }
+                    for (int e = 0; e < Dh; e++)
+                        oh[e] = 0.f;
+                    for (int k = 0; k < n; k++) {
+                        int s = slots[k];
+                        const float *vr = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer,
+                                                          1, s % ab->page_size) + (size_t)kvh * Dh;
+                        float p = score[k] / sum;
+                        for (int e = 0; e < Dh; e++)
+                            oh[e] += p * vr[e];
+                    }
+                }
+            }
+        }
+        free(slots);
+        free(score);
+    }
+    return st;
+}

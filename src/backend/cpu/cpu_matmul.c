@@ -1,0 +1,66 @@
+/*
+ * cpu_matmul.c: y = x W^T in f32 on the CPU.
+ *
+ * Every output element is computed by the same sequence of operations whatever T, the
+ * tile it lands in or the thread that runs it: 16 lane accumulators over the input in
+ * order, a fixed reduction tree, then the scalar tail. That makes the reference path
+ * batch-invariant: a token's logits are bit-identical whether it is decoded alone or
+ * verified among γ+1 others, which greedy speculative decoding relies on.
+ */
+#include "backend/cpu/cpu.h"
+
+#include <string.h>
+
+#define LANES 16
+#define ROWS 4
+
+static inline float reduce_lanes(const float *a) {
+    float s8[8], s4[4];
+    for (int l = 0; l < 8; l++)
+        s8[l] = a[l] + a[l + 8];
+    for (int l = 0; l < 4; l++)
+        s4[l] = s8[l] + s8[l + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+/* y[r] = dot(x[r], w) for ROWS rows of x (rows beyond nr repeat the last row). */
+static void dot_rows(float *y, const float *const *x, int nr, const float *w, int n) {
+    float acc[ROWS][LANES];
+    memset(acc, 0, sizeof acc);
+    int nv = n - n % LANES;
+    for (int i = 0; i < nv; i += LANES) {
+        for (int r = 0; r < ROWS; r++)
+            for (int l = 0; l < LANES; l++)
+                acc[r][l] += x[r][i + l] * w[i + l];
+    }
+    for (int r = 0; r < nr; r++) {
+        float s = reduce_lanes(acc[r]);
+        for (int i = nv; i < n; i++)
+            s += x[r][i] * w[i];
+        y[r] = s;
+    }
+}
+
+seer_status seer_cpu_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                            const float *bias, int T) {
+    const int rows = w->rows, cols = w->cols;
+    const float *W = (const float *)w->data;
+    const int nt = seer_cpu_threads(be);
+    /* Output rows outer so each weight row is read once per block of ROWS tokens; the
+     * weight is the big operand in decode. */
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)rows * cols * T > 65536)
+    for (int o = 0; o < rows; o++) {
+        const float *wr = W + (size_t)o * cols;
+        for (int t0 = 0; t0 < T; t0 += ROWS) {
+            int nr = T - t0 < ROWS ? T - t0 : ROWS;
+            const float *xr[ROWS];
+            for (int r = 0; r < ROWS; r++)
+                xr[r] = x + (size_t)(t0 + (r < nr ? r : nr - 1)) * cols;
+            float out[ROWS];
+            dot_rows(out, xr, nr, wr, cols);
+            for (int r = 0; r < nr; r++)
+                y[(size_t)(t0 + r) * rows + o] = out[r] + (bias ? bias[o] : 0.f);
+        }
+    }
+    return SEER_OK;
+}

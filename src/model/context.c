@@ -1,0 +1,309 @@
+/*
+ * context.c: a context owns the KV pool of one model on its backend, the sequences in it,
+ * their attention views and the activation scratch; seer_decode places a batch in the cache
+ * and runs the forward pass.
+ * Not for: the layers themselves (llama.c) or page bookkeeping (src/kv/).
+ */
+#include "model/model.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+seer_context_params seer_context_default_params(void) {
+    seer_context_params p = {.n_ctx = 0, .n_seq_max = 1, .n_batch_max = 512, .page_size = 16, .n_pages = 0};
+    return p;
+}
+
+static void free_scratch(seer_backend *be, seer_scratch *s) {
+    float *bufs[] = {s->x, s->h, s->q, s->att, s->k, s->v, s->g, s->u, s->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i])
+            be->ops->dealloc(be, bufs[i]);
+    memset(s, 0, sizeof *s);
+}
+
+static seer_status alloc_scratch(seer_backend *be, const seer_model_info *in, int T,
+                                 seer_scratch *s) {
+    const size_t qd = (size_t)in->n_heads * in->head_dim, kvd = (size_t)in->n_kv_heads * in->head_dim;
+    struct {
+        float **p;
+        size_t n;
+    } want[] = {
+        {&s->x, (size_t)T * in->dim}, {&s->h, T * ((size_t)in->dim > qd ? (size_t)in->dim : qd)},
+        {&s->q, T * qd},              {&s->att, T * qd},
+        {&s->k, T * kvd},             {&s->v, T * kvd},
+        {&s->g, (size_t)T * in->ffn_dim}, {&s->u, (size_t)T * in->ffn_dim},
+        {&s->logits, (size_t)T * in->n_vocab},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        SEER_TRY(be->ops->alloc(be, want[i].n * sizeof(float), (void **)want[i].p));
+    return SEER_OK;
+}
+
+void seer_context_free(seer_context *c) {
+    if (!c)
+        return;
+    seer_backend *be = c->model->be;
+    free_scratch(be, &c->s);
+    if (c->kv_data)
+        be->ops->kv_free(be, c->kv_data);
+    if (c->views)
+        for (int i = 0; i < c->params.n_seq_max; i++)
+            free(c->views[i].idx);
+    free(c->views);
+    seer_kv_free(c->kv);
+    void *host[] = {c->tok_seq, c->tok_slot, c->tok_page, c->tok_row, c->seq_toks, c->seq_tok_off,
+                    c->seq_len0, c->seq_ids, c->seq_ntok, c->seq_pages, c->out_rows,
+                    (void *)c->seq_view, c->copies};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++)
+        free(host[i]);
+    free(c);
+}
+
+seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context **out) {
+    *out = NULL;
+    if (!m->be)
+        return seer_err(SEER_ERR_INVALID_ARG, "the model was loaded with vocab_only: no weights");
+    if (p.n_ctx == 0)
+        p.n_ctx = m->info.ctx_train;
+    if (p.n_ctx < 1 || p.n_ctx > (1 << 24))
+        return seer_err(SEER_ERR_INVALID_ARG, "n_ctx %d is out of range [1, %d]", p.n_ctx, 1 << 24);
+    if (p.n_seq_max < 1 || p.n_seq_max > 65536)
+        return seer_err(SEER_ERR_INVALID_ARG, "n_seq_max %d is out of range [1, 65536]", p.n_seq_max);
+    if (p.n_batch_max < 1 || p.n_batch_max > 65536)
+        return seer_err(SEER_ERR_INVALID_ARG, "n_batch_max %d is out of range [1, 65536]", p.n_batch_max);
+    if (p.page_size < 1 || p.page_size > 4096)
+        return seer_err(SEER_ERR_INVALID_ARG, "page_size %d is out of range [1, 4096]", p.page_size);
+    long long pages_per_seq = (p.n_ctx + p.page_size - 1) / p.page_size;
+    if (p.n_pages == 0) {
+        long long need = pages_per_seq * p.n_seq_max;
+        if (need > (1 << 24))
+            return seer_err(SEER_ERR_INVALID_ARG, "%d sequences of %d tokens need %lld pages; set n_pages",
+                            p.n_seq_max, p.n_ctx, need);
+        p.n_pages = (int)need;
+    }
+    if (p.n_pages < 1 || p.n_pages > (1 << 24))
+        return seer_err(SEER_ERR_INVALID_ARG, "n_pages %d is out of range [1, %d]", p.n_pages, 1 << 24);
+
+    seer_context *c = calloc(1, sizeof *c);
+    if (!c)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    c->model = m;
+    c->params = p;
+    const seer_model_info *in = &m->info;
+    c->geom = (seer_kv_geom){.n_pages = p.n_pages, .page_size = p.page_size,
+                             .n_layers = in->n_layers, .n_kv_heads = in->n_kv_heads,
+                             .head_dim = in->head_dim};
+    seer_status s = seer_kv_init(p.n_pages, p.page_size, p.n_seq_max, p.n_ctx, &c->kv);
+    if (s == SEER_OK)
+        s = m->be->ops->kv_alloc(m->be, &c->geom, &c->kv_data);
+    if (s == SEER_OK)
+        s = alloc_scratch(m->be, in, p.n_batch_max, &c->s);
+    if (s == SEER_OK) {
+        int T = p.n_batch_max, B = p.n_seq_max < T ? p.n_seq_max : T;
+        c->views = seer_calloc_array(p.n_seq_max, sizeof *c->views);
+        c->tok_seq = seer_malloc_array(T, sizeof(int32_t));
+        c->tok_slot = seer_malloc_array(T, sizeof(int32_t));
+        c->tok_page = seer_malloc_array(T, sizeof(int32_t));
+        c->tok_row = seer_malloc_array(T, sizeof(int32_t));
+        c->seq_toks = seer_malloc_array(T, sizeof(int32_t));
+        c->out_rows = seer_malloc_array(T, sizeof(int32_t));
+        c->seq_tok_off = seer_malloc_array(B + 1, sizeof(int32_t));
+        c->seq_len0 = seer_malloc_array(B, sizeof(int32_t));
+        c->seq_ids = seer_malloc_array(B, sizeof(int32_t));
+        c->seq_ntok = seer_malloc_array(B, sizeof(int32_t));
+        c->seq_view = seer_malloc_array(B, sizeof(void *));
+        c->copies = seer_malloc_array(B, sizeof(seer_kv_copy));
+        c->seq_pages = seer_malloc_array((size_t)B * c->kv->max_pages_per_seq, sizeof(int32_t));
+        if (!c->views || !c->tok_seq || !c->tok_slot || !c->tok_page || !c->tok_row ||
+            !c->seq_toks || !c->out_rows || !c->seq_tok_off || !c->seq_len0 || !c->seq_ids ||
+            !c->seq_ntok || !c->seq_view || !c->copies || !c->seq_pages)
+            s = seer_err(SEER_ERR_OOM, "out of memory for context bookkeeping");
+    }
+    if (s != SEER_OK) {
+        seer_context_free(c);
+        return s;
+    }
+    *out = c;
+    return SEER_OK;
+}
+
+const seer_model *seer_context_model(const seer_context *c) { return c->model; }
+int seer_context_n_ctx(const seer_context *c) { return c->params.n_ctx; }
+
+static seer_status check_seq(const seer_context *c, seer_seq_id seq) {
+    if (seq < 0 || seq >= c->params.n_seq_max || !seer_kv_seq_alive(c->kv, seq))
+        return seer_err(SEER_ERR_INVALID_ARG, "sequence %d does not exist", (int)seq);
+    return SEER_OK;
+}
+
+seer_status seer_seq_new(seer_context *c, seer_seq_id *out) {
+    int id;
+    SEER_TRY(seer_kv_seq_new(c->kv, &id));
+    *out = id;
+    return SEER_OK;
+}
+
+seer_status seer_seq_fork(seer_context *c, seer_seq_id src, seer_seq_id *out) {
+    SEER_TRY(check_seq(c, src));
+    int id;
+    SEER_TRY(seer_kv_seq_fork(c->kv, src, &id));
+    *out = id;
+    return SEER_OK;
+}
+
+seer_status seer_seq_rewind(seer_context *c, seer_seq_id seq, int new_len) {
+    SEER_TRY(check_seq(c, seq));
+    return seer_kv_rewind(c->kv, seq, new_len);
+}
+
+void seer_seq_free(seer_context *c, seer_seq_id seq) {
+    if (check_seq(c, seq) != SEER_OK)
+        return;
+    seer_seq_clear_view(c, seq);
+    seer_kv_seq_free(c->kv, seq);
+}
+
+int seer_seq_len(const seer_context *c, seer_seq_id seq) {
+    if (seq < 0 || seq >= c->params.n_seq_max || !seer_kv_seq_alive(c->kv, seq))
+        return -1;
+    return c->kv->seqs[seq].len;
+}
+
+int seer_kv_free_pages(const seer_context *c) { return c->kv->n_free; }
+
+seer_status seer_seq_set_view(seer_context *c, seer_seq_id seq, const seer_view *v) {
+    SEER_TRY(check_seq(c, seq));
+    const seer_model_info *in = &c->model->info;
+    if (!v || v->n < 0 || (v->n > 0 && !v->idx))
+        return seer_err(SEER_ERR_INVALID_ARG, "view: need idx for n = %d", v ? v->n : -1);
+    if (v->n_layers_view != 1 && v->n_layers_view != in->n_layers)
+        return seer_err(SEER_ERR_INVALID_ARG, "view: n_layers_view %d must be 1 or %d",
+                        v->n_layers_view, in->n_layers);
+    if (v->n_heads_view != 1 && v->n_heads_view != in->n_kv_heads)
+        return seer_err(SEER_ERR_INVALID_ARG, "view: n_heads_view %d must be 1 or %d",
+                        v->n_heads_view, in->n_kv_heads);
+    if (v->tail_start < 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "view: tail_start %d is negative", v->tail_start);
+    size_t n = (size_t)v->n_layers_view * v->n_heads_view * v->n;
+    for (size_t r = 0; r < n / (v->n ? v->n : 1) && v->n; r++) {
+        const int32_t *row = v->idx + r * v->n;
+        for (int k = 0; k < v->n; k++)
+            if (row[k] < 0 || (k && row[k] <= row[k - 1]))
+                return seer_err(SEER_ERR_INVALID_ARG, "view: slot lists must be ascending and non-negative");
+    }
+    int32_t *idx = seer_malloc_array(n ? n : 1, sizeof *idx);
+    if (!idx)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    if (n)
+        memcpy(idx, v->idx, n * sizeof *idx);
+    seer_seq_view *sv = &c->views[seq];
+    free(sv->idx);
+    sv->set = true;
+    sv->idx = idx;
+    sv->n = v->n;
+    sv->n_layers_view = v->n_layers_view;
+    sv->n_heads_view = v->n_heads_view;
+    sv->tail_start = v->tail_start;
+    sv->av = (seer_attn_view){.idx = idx, .n = v->n, .n_layers_view = v->n_layers_view,
+                              .n_heads_view = v->n_heads_view, .tail_start = v->tail_start};
+    return SEER_OK;
+}
+
+void seer_seq_clear_view(seer_context *c, seer_seq_id seq) {
+    if (seq < 0 || seq >= c->params.n_seq_max)
+        return;
+    free(c->views[seq].idx);
+    memset(&c->views[seq], 0, sizeof c->views[seq]);
+}
+
+static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
+    if (!b || !b->token || !b->seq || !b->pos)
+        return seer_err(SEER_ERR_INVALID_ARG, "batch needs token, seq and pos arrays");
+    const int T = b->n_tokens;
+    if (T < 1 || T > c->params.n_batch_max)
+        return seer_err(SEER_ERR_INVALID_ARG, "batch of %d tokens; must be 1..%d (n_batch_max)", T,
+                        c->params.n_batch_max);
+    const int V = c->model->info.n_vocab;
+    for (int i = 0; i < T; i++) {
+        if (b->token[i] < 0 || b->token[i] >= V)
+            return seer_err(SEER_ERR_INVALID_ARG, "token %d at batch index %d is outside the vocabulary [0, %d)",
+                            b->token[i], i, V);
+        SEER_TRY(check_seq(c, b->seq[i]));
+        if (b->pos[i] < 0)
+            return seer_err(SEER_ERR_INVALID_ARG, "negative position %d at batch index %d", b->pos[i], i);
+        if (b->mask && !b->mask[(size_t)i * T + i])
+            return seer_err(SEER_ERR_INVALID_ARG, "mask: token %d must attend to itself", i);
+    }
+    return SEER_OK;
+}
+
+seer_status seer_decode(seer_context *c, const seer_batch *b, float *logits_out) {
+    SEER_TRY(validate_batch(c, b));
+    const int T = b->n_tokens;
+    seer_kv *kv = c->kv;
+
+    /* Group tokens by sequence, in order of first appearance. */
+    int n_seq = 0;
+    for (int i = 0; i < T; i++) {
+        int k = 0;
+        while (k < n_seq && c->seq_ids[k] != b->seq[i])
+            k++;
+        if (k == n_seq) {
+            c->seq_ids[n_seq] = b->seq[i];
+            c->seq_ntok[n_seq++] = 0;
+        }
+        c->tok_seq[i] = k;
+        c->tok_slot[i] = kv->seqs[b->seq[i]].len + c->seq_ntok[k]++;
+    }
+    int n_copies = 0;
+    SEER_TRY(seer_kv_prepare_append(kv, n_seq, c->seq_ids, c->seq_ntok, c->copies, &n_copies));
+
+    seer_backend *be = c->model->be;
+    seer_status s = be->ops->kv_copy_pages(be, c->kv_data, &c->geom, c->copies, n_copies);
+
+    const int mp = kv->max_pages_per_seq;
+    c->seq_tok_off[0] = 0;
+    for (int k = 0; k < n_seq; k++) {
+        const seer_kv_seq *sq = &kv->seqs[c->seq_ids[k]];
+        c->seq_len0[k] = sq->len;
+        c->seq_tok_off[k + 1] = c->seq_tok_off[k] + c->seq_ntok[k];
+        memcpy(c->seq_pages + (size_t)k * mp, sq->pages, sq->n_pages * sizeof(int32_t));
+        const seer_seq_view *v = &c->views[c->seq_ids[k]];
+        c->seq_view[k] = v->set ? &v->av : NULL;
+    }
+    int n_out = 0;
+    for (int k = 0; k < n_seq; k++)
+        c->seq_ntok[k] = 0; /* reused as a fill counter */
+    for (int i = 0; i < T; i++) {
+        int k = c->tok_seq[i];
+        c->seq_toks[c->seq_tok_off[k] + c->seq_ntok[k]++] = i;
+        const seer_kv_seq *sq = &kv->seqs[b->seq[i]];
+        c->tok_page[i] = sq->pages[c->tok_slot[i] / kv->page_size];
+        c->tok_row[i] = c->tok_slot[i] % kv->page_size;
+        if (b->logits && b->logits[i])
+            c->out_rows[n_out++] = i;
+    }
+    const seer_model_info *in = &c->model->info;
+    seer_attn_batch ab = {
+        .T = T, .n_heads = in->n_heads, .n_kv_heads = in->n_kv_heads, .head_dim = in->head_dim,
+        .scale = 1.f / sqrtf((float)in->head_dim), .page_size = kv->page_size, .n_seq = n_seq,
+        .max_pages = mp, .seq_pages = c->seq_pages, .seq_len0 = c->seq_len0,
+        .seq_tok_off = c->seq_tok_off, .seq_toks = c->seq_toks, .seq_view = c->seq_view,
+        .tok_seq = c->tok_seq, .tok_slot = c->tok_slot, .mask = b->mask,
+    };
+    if (s == SEER_OK)
+        s = seer_llama_forward(c, b->token, b->pos, &ab, c->out_rows, n_out);
+    if (s == SEER_OK && n_out && logits_out)
+        s = be->ops->download(be, logits_out, c->s.logits, (size_t)n_out * in->n_vocab * sizeof(float));
+    for (int k = 0; k < n_seq; k++) {
+        /* Pages gained for a failed call go back; lengths move only on success. */
+        if (s == SEER_OK)
+            seer_kv_commit_append(kv, c->seq_ids[k], c->seq_tok_off[k + 1] - c->seq_tok_off[k]);
+        else
+            seer_kv_trim(kv, c->seq_ids[k]);
+    }
+    return s;
+}

@@ -1,0 +1,51 @@
+/*
+ * llama.c: the Llama-family decoder (llama: Llama 2/3, SmolLM, Mistral without sliding
+ * window; qwen2: the same with QKV biases and half-split RoPE) as a sequence of backend ops.
+ *
+ *   x = embed(tokens)
+ *   per layer: x += Wo · attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))
+ *              x += Wdown · (silu(Wgate·n(x)) * Wup·n(x))
+ *   logits = Wout · n(x[rows asked for])
+ */
+#include "model/model.h"
+#include "util/error.h"
+
+seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const int32_t *pos,
+                               const seer_attn_batch *ab, const int32_t *out_rows, int n_out) {
+    const seer_model *m = ctx->model;
+    const seer_backend_ops *op = m->be->ops;
+    seer_backend *be = m->be;
+    const seer_model_info *in = &m->info;
+    const seer_scratch *s = &ctx->s;
+    const int T = ab->T, D = in->dim, F = in->ffn_dim;
+    const int H = in->n_heads, Hkv = in->n_kv_heads, Dh = in->head_dim;
+    const float eps = in->norm_eps;
+
+    SEER_TRY(op->embed(be, s->x, &m->tok_embd, tokens, T));
+    for (int l = 0; l < in->n_layers; l++) {
+        const seer_layer *L = &m->layers[l];
+        SEER_TRY(op->rmsnorm(be, s->h, s->x, L->attn_norm, T, D, eps));
+        SEER_TRY(op->matmul(be, s->q, s->h, &L->wq, L->bq, T));
+        SEER_TRY(op->matmul(be, s->k, s->h, &L->wk, L->bk, T));
+        SEER_TRY(op->matmul(be, s->v, s->h, &L->wv, L->bv, T));
+        SEER_TRY(op->rope(be, s->q, pos, T, H, Dh, m->inv_freq, in->rope_neox));
+        SEER_TRY(op->rope(be, s->k, pos, T, Hkv, Dh, m->inv_freq, in->rope_neox));
+        SEER_TRY(op->kv_store(be, ctx->kv_data, &ctx->geom, l, s->k, s->v, ctx->tok_page,
+                              ctx->tok_row, T));
+        SEER_TRY(op->attention(be, s->att, s->q, ctx->kv_data, &ctx->geom, l, ab));
+        SEER_TRY(op->matmul(be, s->h, s->att, &L->wo, NULL, T));
+        SEER_TRY(op->add(be, s->x, s->h, (size_t)T * D));
+
+        SEER_TRY(op->rmsnorm(be, s->h, s->x, L->ffn_norm, T, D, eps));
+        SEER_TRY(op->matmul(be, s->g, s->h, &L->w_gate, NULL, T));
+        SEER_TRY(op->matmul(be, s->u, s->h, &L->w_up, NULL, T));
+        SEER_TRY(op->swiglu(be, s->g, s->g, s->u, (size_t)T * F));
+        SEER_TRY(op->matmul(be, s->h, s->g, &L->w_down, NULL, T));
+        SEER_TRY(op->add(be, s->x, s->h, (size_t)T * D));
+    }
+    if (n_out == 0)
+        return SEER_OK;
+    SEER_TRY(op->gather_rows(be, s->h, s->x, out_rows, n_out, D));
+    SEER_TRY(op->rmsnorm(be, s->h, s->h, m->output_norm, n_out, D, eps));
+    return op->matmul(be, s->logits, s->h, &m->output, NULL, n_out);
+}

@@ -1,0 +1,361 @@
+/*
+ * model.c: loading a Llama-family model from GGUF: hyper-parameters, RoPE frequencies,
+ * weight binding on the chosen backend, the vocabulary; and the public accessors.
+ * Not for: the forward pass (llama.c) or the KV cache and batches (context.c).
+ */
+#include "model/model.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+seer_model_params seer_model_default_params(void) {
+    seer_model_params p = {.backend = SEER_BACKEND_AUTO, .n_threads = 0};
+    return p;
+}
+
+static seer_status get_u(const gguf_file *f, const char *arch, const char *key, int min, int max,
+                         int *out) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    int64_t v;
+    SEER_TRY(gguf_get_i64(f, k, &v));
+    if (v < min || v > max)
+        return seer_err(SEER_ERR_FORMAT, "metadata %s = %lld is out of range [%d, %d]", k,
+                        (long long)v, min, max);
+    *out = (int)v;
+    return SEER_OK;
+}
+
+static seer_status get_u_opt(const gguf_file *f, const char *arch, const char *key, int def,
+                             int min, int max, int *out) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    if (!gguf_find_kv(f, k)) {
+        *out = def;
+        return SEER_OK;
+    }
+    return get_u(f, arch, key, min, max, out);
+}
+
+static seer_status get_f_opt(const gguf_file *f, const char *arch, const char *key, float def,
+                             float *out) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    SEER_TRY(gguf_get_f32_opt(f, k, def, out));
+    if (!isfinite(*out))
+        return seer_err(SEER_ERR_FORMAT, "metadata %s is not finite", k);
+    return SEER_OK;
+}
+
+static seer_status read_hparams(seer_model *m) {
+    const gguf_file *f = m->gguf;
+    seer_model_info *in = &m->info;
+    SEER_TRY(gguf_get_str(f, "general.architecture", in->arch, sizeof in->arch));
+    if (!strcmp(in->arch, "llama"))
+        m->arch = SEER_ARCH_LLAMA;
+    else if (!strcmp(in->arch, "qwen2"))
+        m->arch = SEER_ARCH_QWEN2;
+    else
+        return seer_err(SEER_ERR_UNSUPPORTED, "unsupported architecture '%s' (supported: llama, qwen2)",
+                        in->arch);
+    SEER_TRY(gguf_get_str_opt(f, "general.name", "", in->name, sizeof in->name));
+    const char *a = in->arch;
+    const int big = 1 << 20;
+    SEER_TRY(get_u(f, a, "embedding_length", 1, big, &in->dim));
+    SEER_TRY(get_u(f, a, "block_count", 1, 4096, &in->n_layers));
+    SEER_TRY(get_u(f, a, "feed_forward_length", 1, big, &in->ffn_dim));
+    SEER_TRY(get_u(f, a, "attention.head_count", 1, 4096, &in->n_heads));
+    SEER_TRY(get_u_opt(f, a, "attention.head_count_kv", in->n_heads, 1, 4096, &in->n_kv_heads));
+    SEER_TRY(get_u_opt(f, a, "context_length", 2048, 1, 1 << 24, &in->ctx_train));
+    if (in->n_heads % in->n_kv_heads)
+        return seer_err(SEER_ERR_FORMAT, "head_count %d is not a multiple of head_count_kv %d",
+                        in->n_heads, in->n_kv_heads);
+    int dh_default = in->dim % in->n_heads ? 0 : in->dim / in->n_heads;
+    SEER_TRY(get_u_opt(f, a, "attention.key_length", dh_default, 0, 4096, &in->head_dim));
+    int vl;
+    SEER_TRY(get_u_opt(f, a, "attention.value_length", in->head_dim, 0, 4096, &vl));
+    if (in->head_dim <= 0 || in->head_dim % 2 || vl != in->head_dim)
+        return seer_err(SEER_ERR_UNSUPPORTED, "unsupported head dimension (key %d, value %d)",
+                        in->head_dim, vl);
+    int n_rot;
+    SEER_TRY(get_u_opt(f, a, "rope.dimension_count", in->head_dim, 0, 4096, &n_rot));
+    if (n_rot != in->head_dim)
+        return seer_err(SEER_ERR_UNSUPPORTED, "partial rotary embeddings (%d of %d dims) are not supported",
+                        n_rot, in->head_dim);
+    SEER_TRY(get_f_opt(f, a, "rope.freq_base", 10000.f, &in->rope_base));
+    SEER_TRY(get_f_opt(f, a, "attention.layer_norm_rms_epsilon", 1e-5f, &in->norm_eps));
+    if (in->rope_base <= 0 || in->norm_eps < 0)
+        return seer_err(SEER_ERR_FORMAT, "invalid rope.freq_base %g or rms epsilon %g",
+                        in->rope_base, in->norm_eps);
+    in->rope_neox = m->arch == SEER_ARCH_QWEN2;
+    return SEER_OK;
+}
+
+/* RoPE inverse frequencies, with Llama-3 or linear context scaling when the model has it. */
+static seer_status rope_freqs(seer_model *m) {
+    const gguf_file *f = m->gguf;
+    const seer_model_info *in = &m->info;
+    int half = in->head_dim / 2;
+    float *fr = seer_malloc_array(half, sizeof *fr);
+    if (!fr)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    m->inv_freq_host = fr;
+    for (int i = 0; i < half; i++)
+        fr[i] = (float)pow(in->rope_base, -2.0 * i / in->head_dim);
+
+    char key[128], type[32];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", in->arch);
+    SEER_TRY(gguf_get_str_opt(f, key, "none", type, sizeof type));
+    const gguf_tensor *ft = gguf_find_tensor(f, "rope_freqs.weight");
+    if (ft) {
+        /* llama.cpp's converters store Llama-3 scaling as per-frequency divisors. */
+        if (ft->ne[0] != (uint64_t)half || ft->n_dims != 1 || ft->type != GGML_TYPE_F32)
+            return seer_err(SEER_ERR_FORMAT, "rope_freqs.weight must be f32 [%d]", half);
+        for (int i = 0; i < half; i++) {
+            float d = ((const float *)ft->data)[i];
+            if (!(d > 0) || !isfinite(d))
+                return seer_err(SEER_ERR_FORMAT, "rope_freqs.weight[%d] = %g is not positive", i, d);
+            fr[i] /= d;
+        }
+    } else if (!strcmp(type, "llama3")) {
+        float factor, lo, hi;
+        int orig;
+        SEER_TRY(get_f_opt(f, in->arch, "rope.scaling.factor", 8.f, &factor));
+        SEER_TRY(get_f_opt(f, in->arch, "rope.scaling.low_freq_factor", 1.f, &lo));
+        SEER_TRY(get_f_opt(f, in->arch, "rope.scaling.high_freq_factor", 4.f, &hi));
+        SEER_TRY(get_u_opt(f, in->arch, "rope.scaling.original_context_length", 8192, 1, 1 << 24, &orig));
+        if (!(factor > 0) || !(hi > lo))
+            return seer_err(SEER_ERR_FORMAT, "invalid llama3 rope scaling (factor %g, low %g, high %g)",
+                            factor, lo, hi);
+        double lo_wl = orig / lo, hi_wl = orig / hi;
+        for (int i = 0; i < half; i++) {
+            double wl = 2 * M_PI / fr[i];
+            if (wl < hi_wl)
+                continue;
+            if (wl > lo_wl) {
+                fr[i] /= factor;
+            } else {
+                double smooth = (orig / wl - lo) / (hi - lo);
+                fr[i] = (float)((1 - smooth) * fr[i] / factor + smooth * fr[i]);
+            }
+        }
+    } else if (!strcmp(type, "linear")) {
+        float factor;
+        SEER_TRY(get_f_opt(f, in->arch, "rope.scaling.factor", 1.f, &factor));
+        if (!(factor > 0))
+            return seer_err(SEER_ERR_FORMAT, "invalid linear rope scaling factor %g", factor);
+        for (int i = 0; i < half; i++)
+            fr[i] /= factor;
+    } else if (strcmp(type, "none")) {
+        return seer_err(SEER_ERR_UNSUPPORTED, "unsupported rope scaling type '%s'", type);
+    }
+    SEER_TRY(m->be->ops->alloc(m->be, half * sizeof(float), (void **)&m->inv_freq));
+    return m->be->ops->upload(m->be, m->inv_freq, fr, half * sizeof(float));
+}
+
+static seer_status check_shape(const gguf_tensor *t, uint64_t ne0, uint64_t ne1) {
+    int nd = ne1 ? 2 : 1;
+    if (t->n_dims != nd || t->ne[0] != ne0 || (nd == 2 && t->ne[1] != ne1)) {
+        char want[64];
+        if (nd == 2)
+            snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)ne0, (unsigned long long)ne1);
+        else
+            snprintf(want, sizeof want, "[%llu]", (unsigned long long)ne0);
+        return seer_err(SEER_ERR_FORMAT, "tensor %s has shape [%llu, %llu] (%d dims), expected %s",
+                        t->name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                        t->n_dims, want);
+    }
+    return SEER_OK;
+}
+
+static seer_status find(const seer_model *m, const char *name, const gguf_tensor **out) {
+    *out = gguf_find_tensor(m->gguf, name);
+    if (!*out)
+        return seer_err(SEER_ERR_FORMAT, "missing tensor %s", name);
+    return SEER_OK;
+}
+
+static seer_status bind_weight(seer_model *m, const char *name, int rows, int cols, seer_weight *w) {
+    const gguf_tensor *t;
+    SEER_TRY(find(m, name, &t));
+    SEER_TRY(check_shape(t, (uint64_t)cols, (uint64_t)rows));
+    m->info.n_params += (uint64_t)rows * cols;
+    return m->be->ops->weight_load(m->be, t, w);
+}
+
+/* A small f32 vector (norm weight, bias) copied to the backend. */
+static seer_status bind_vec(seer_model *m, const char *name, int n, bool required, float **out) {
+    *out = NULL;
+    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    if (!t) {
+        if (required)
+            return seer_err(SEER_ERR_FORMAT, "missing tensor %s", name);
+        return SEER_OK;
+    }
+    SEER_TRY(check_shape(t, (uint64_t)n, 0));
+    float *host = seer_malloc_array(n, sizeof *host);
+    if (!host)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    seer_status s = gguf_dequant(t->type, t->data, host, (uint64_t)n);
+    if (s != SEER_OK) {
+        free(host);
+        return seer_err(s, "tensor %s: %s", name, seer_last_error());
+    }
+    s = m->be->ops->alloc(m->be, n * sizeof(float), (void **)out);
+    if (s == SEER_OK)
+        s = m->be->ops->upload(m->be, *out, host, n * sizeof(float));
+    free(host);
+    m->info.n_params += (uint64_t)n;
+    return s;
+}
+
+static seer_status bind_weights(seer_model *m) {
+    const seer_model_info *in = &m->info;
+    const int D = in->dim, F = in->ffn_dim, V = in->n_vocab;
+    const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
+    SEER_TRY(bind_weight(m, "token_embd.weight", V, D, &m->tok_embd));
+    SEER_TRY(bind_vec(m, "output_norm.weight", D, true, &m->output_norm));
+    if (gguf_find_tensor(m->gguf, "output.weight")) {
+        SEER_TRY(bind_weight(m, "output.weight", V, D, &m->output));
+    } else {
+        m->output = m->tok_embd;
+        m->output.owned = false;
+        m->info.tied_output = true;
+    }
+    m->layers = seer_calloc_array(in->n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    char n[96];
+#define NAME(fmt) (snprintf(n, sizeof n, "blk.%d." fmt, l), n)
+    for (int l = 0; l < in->n_layers; l++) {
+        seer_layer *L = &m->layers[l];
+        SEER_TRY(bind_vec(m, NAME("attn_norm.weight"), D, true, &L->attn_norm));
+        SEER_TRY(bind_vec(m, NAME("ffn_norm.weight"), D, true, &L->ffn_norm));
+        SEER_TRY(bind_weight(m, NAME("attn_q.weight"), qd, D, &L->wq));
+        SEER_TRY(bind_weight(m, NAME("attn_k.weight"), kvd, D, &L->wk));
+        SEER_TRY(bind_weight(m, NAME("attn_v.weight"), kvd, D, &L->wv));
+        SEER_TRY(bind_weight(m, NAME("attn_output.weight"), D, qd, &L->wo));
+        SEER_TRY(bind_weight(m, NAME("ffn_gate.weight"), F, D, &L->w_gate));
+        SEER_TRY(bind_weight(m, NAME("ffn_up.weight"), F, D, &L->w_up));
+        SEER_TRY(bind_weight(m, NAME("ffn_down.weight"), D, F, &L->w_down));
+        bool bias = m->arch == SEER_ARCH_QWEN2;
+        SEER_TRY(bind_vec(m, NAME("attn_q.bias"), qd, bias, &L->bq));
+        SEER_TRY(bind_vec(m, NAME("attn_k.bias"), kvd, bias, &L->bk));
+        SEER_TRY(bind_vec(m, NAME("attn_v.bias"), kvd, bias, &L->bv));
+    }
+#undef NAME
+    return SEER_OK;
+}
+
+static seer_status pick_backend(seer_model_params p, seer_backend **out) {
+    switch (p.backend) {
+    case SEER_BACKEND_CPU:
+        return seer_backend_cpu_init(p.n_threads, out);
+    case SEER_BACKEND_CUDA:
+#ifdef SEER_HAVE_CUDA
+        return seer_backend_cuda_init(0, out);
+#else
+        return seer_err(SEER_ERR_UNSUPPORTED, "this build of seer has no CUDA backend");
+#endif
+    case SEER_BACKEND_AUTO:
+#ifdef SEER_HAVE_CUDA
+        if (seer_backend_cuda_available())
+            return seer_backend_cuda_init(0, out);
+#endif
+        return seer_backend_cpu_init(p.n_threads, out);
+    }
+    return seer_err(SEER_ERR_INVALID_ARG, "unknown backend %d", (int)p.backend);
+}
+
+seer_status seer_model_load(const char *path, seer_model_params params, seer_model **out) {
+    *out = NULL;
+    if (!path)
+        return seer_err(SEER_ERR_INVALID_ARG, "no model path");
+    if (params.n_threads < 0 || params.n_threads > 1024)
+        return seer_err(SEER_ERR_INVALID_ARG, "n_threads %d is out of range [0, 1024]", params.n_threads);
+    seer_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    seer_status s = gguf_open(path, &m->gguf);
+    if (s == SEER_OK)
+        s = read_hparams(m);
+    if (s == SEER_OK)
+        s = seer_vocab_load(m->gguf, &m->vocab);
+    if (s == SEER_OK) {
+        m->info.n_vocab = seer_vocab_size(m->vocab);
+        m->info.token_bos = seer_vocab_bos(m->vocab);
+        m->info.token_eos = seer_vocab_eos(m->vocab);
+        snprintf(m->info.tokenizer, sizeof m->info.tokenizer, "%s", seer_vocab_model_name(m->vocab));
+        m->info.file_size = m->gguf->size;
+        m->info.backend = "none";
+        if (!params.vocab_only)
+            s = pick_backend(params, &m->be);
+    }
+    if (s == SEER_OK && m->be) {
+        m->info.backend = m->be->ops->name;
+        s = rope_freqs(m);
+        if (s == SEER_OK)
+            s = bind_weights(m);
+    }
+    if (s != SEER_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", seer_last_error());
+        seer_model_free(m);
+        return seer_err(s, "%s: %s", path, msg);
+    }
+    *out = m;
+    return SEER_OK;
+}
+
+void seer_model_free(seer_model *m) {
+    if (!m)
+        return;
+    seer_backend *be = m->be;
+    if (be) {
+        if (m->layers) {
+            for (int l = 0; l < m->info.n_layers; l++) {
+                seer_layer *L = &m->layers[l];
+                seer_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+                for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+                    be->ops->weight_free(be, ws[i]);
+                float *vs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv};
+                for (size_t i = 0; i < sizeof vs / sizeof *vs; i++)
+                    if (vs[i])
+                        be->ops->dealloc(be, vs[i]);
+            }
+        }
+        if (!m->info.tied_output)
+            be->ops->weight_free(be, &m->output);
+        be->ops->weight_free(be, &m->tok_embd);
+        if (m->output_norm)
+            be->ops->dealloc(be, m->output_norm);
+        if (m->inv_freq)
+            be->ops->dealloc(be, m->inv_freq);
+        be->ops->free(be);
+    }
+    free(m->layers);
+    free(m->inv_freq_host);
+    seer_vocab_free(m->vocab);
+    gguf_close(m->gguf);
+    free(m);
+}
+
+void seer_model_get_info(const seer_model *m, seer_model_info *info) { *info = m->info; }
+
+const seer_vocab *seer_model_vocab(const seer_model *m) { return m->vocab; }
+
+seer_status seer_tokenize(const seer_model *m, const char *text, size_t len, bool add_bos,
+                          bool parse_special, int32_t *out, int cap, int *n_out) {
+    return seer_vocab_encode(m->vocab, text, len, add_bos, parse_special, out, cap, n_out);
+}
+
+int seer_token_piece(const seer_model *m, int32_t token, char *buf, int cap) {
+    return seer_vocab_piece(m->vocab, token, buf, cap);
+}
+
+int seer_token_bos(const seer_model *m) { return m->info.token_bos; }
+int seer_token_eos(const seer_model *m) { return m->info.token_eos; }
+int seer_n_vocab(const seer_model *m) { return m->info.n_vocab; }

@@ -1,0 +1,76 @@
+/*
+ * model.h: the loaded model (hyper-parameters, weights bound on a backend, vocabulary) and
+ * the per-context state that the forward pass uses. Architectures are sequences of backend
+ * ops (llama.c); this header is what they share.
+ */
+#ifndef SEER_MODEL_H
+#define SEER_MODEL_H
+
+#include "backend/backend.h"
+#include "gguf/gguf.h"
+#include "kv/kv.h"
+#include "seer.h"
+#include "tokenizer/tokenizer.h"
+
+typedef enum { SEER_ARCH_LLAMA = 1, SEER_ARCH_QWEN2 } seer_arch;
+
+typedef struct {
+    float *attn_norm, *ffn_norm;          /* [D] backend memory */
+    seer_weight wq, wk, wv, wo;           /* [H*Dh][D], [Hkv*Dh][D] x2, [D][H*Dh] */
+    seer_weight w_gate, w_up, w_down;     /* [F][D], [F][D], [D][F] */
+    float *bq, *bk, *bv;                  /* qwen2 biases or NULL */
+} seer_layer;
+
+struct seer_model {
+    seer_model_info info;
+    seer_arch arch;
+    gguf_file *gguf;
+    seer_vocab *vocab;
+    seer_backend *be;
+    float *inv_freq;                      /* [Dh/2] backend memory, llama3 scaling applied */
+    float *inv_freq_host;                 /* [Dh/2] */
+    seer_weight tok_embd;                 /* [V][D] */
+    seer_weight output;                   /* [V][D]; same data as tok_embd when tied */
+    float *output_norm;                   /* [D] */
+    seer_layer *layers;                   /* [n_layers] */
+};
+
+/* Per-sequence attention view stored by the context. */
+typedef struct {
+    bool set;
+    int32_t *idx;
+    int n, n_layers_view, n_heads_view;
+    int32_t tail_start;
+    seer_attn_view av;
+} seer_seq_view;
+
+/* Activation scratch sized for n_batch_max tokens. Backend memory. */
+typedef struct {
+    float *x, *h;          /* [T][D] */
+    float *q, *att;        /* [T][H*Dh] */
+    float *k, *v;          /* [T][Hkv*Dh] */
+    float *g, *u;          /* [T][F] */
+    float *logits;         /* [T][V] */
+} seer_scratch;
+
+struct seer_context {
+    seer_model *model;
+    seer_context_params params;
+    seer_kv *kv;
+    seer_kv_geom geom;
+    void *kv_data;
+    seer_scratch s;
+    seer_seq_view *views; /* [n_seq_max] */
+    /* host scratch for building the attention batch, sized for n_batch_max */
+    int32_t *tok_seq, *tok_slot, *tok_page, *tok_row, *seq_toks, *seq_tok_off, *seq_len0;
+    int32_t *seq_ids, *seq_ntok, *seq_pages, *out_rows;
+    const seer_attn_view **seq_view;
+    seer_kv_copy *copies;
+};
+
+/* Runs the architecture's forward pass for a batch already placed in the KV cache
+ * (ab describes it). Writes logits of the rows out_rows[0..n_out) into ctx->s.logits. */
+seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const int32_t *pos,
+                               const seer_attn_batch *ab, const int32_t *out_rows, int n_out);
+
+#endif

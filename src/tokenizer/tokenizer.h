@@ -1,0 +1,136 @@
+/*
+ * tokenizer.h: vocabularies read from GGUF metadata, text -> ids and ids -> text.
+ *
+ * SentencePiece vocabularies (tokenizer.ggml.model = "llama"): score-driven BPE merges over
+ * UTF-8 characters, byte fallback <0xXX>, the dummy-prefix space, control tokens.
+ * Not for: chat templates (src/tokenizer/chat.c, later) or sampling.
+ */
+#ifndef SEER_TOKENIZER_H
+#define SEER_TOKENIZER_H
+
+#include "gguf/gguf.h"
+#include "seer.h"
+
+/* Token types, as numbered in tokenizer.ggml.token_type. */
+enum {
+    SEER_TOKEN_NORMAL = 1,
+    SEER_TOKEN_UNKNOWN = 2,
+    SEER_TOKEN_CONTROL = 3,
+    SEER_TOKEN_USER_DEFINED = 4,
+    SEER_TOKEN_UNUSED = 5,
+    SEER_TOKEN_BYTE = 6,
+};
+
+typedef enum { SEER_VOCAB_SPM = 1, SEER_VOCAB_BPE = 2 } seer_vocab_kind;
+
+typedef struct seer_vocab seer_vocab;
+
+/* Reads tokenizer.ggml.* from f. The vocabulary copies what it needs (f may be closed
+ * afterwards). Unknown tokenizer models give SEER_ERR_UNSUPPORTED naming the model. */
+seer_status seer_vocab_load(const gguf_file *f, seer_vocab **out);
+void seer_vocab_free(seer_vocab *v);
+
+seer_vocab_kind seer_vocab_kind_of(const seer_vocab *v);
+int seer_vocab_size(const seer_vocab *v);
+int seer_vocab_bos(const seer_vocab *v); /* -1 if none */
+int seer_vocab_eos(const seer_vocab *v); /* -1 if none */
+const char *seer_vocab_model_name(const seer_vocab *v); /* "llama", "gpt2" */
+/* The token's text as stored in the vocabulary (NUL-terminated), NULL for a bad id. */
+const char *seer_vocab_text(const seer_vocab *v, int32_t id);
+int seer_vocab_type(const seer_vocab *v, int32_t id);
+
+/* Same contract as seer_tokenize in seer.h. */
+seer_status seer_vocab_encode(const seer_vocab *v, const char *text, size_t len, bool add_bos,
+                              bool parse_special, int32_t *out, int cap, int *n_out);
+/* Same contract as seer_token_piece in seer.h. */
+int seer_vocab_piece(const seer_vocab *v, int32_t id, char *buf, int cap);
+
+/* Checks that [s, s+len) is valid UTF-8; on failure sets *bad_offset and returns false. */
+bool seer_utf8_valid(const char *s, size_t len, size_t *bad_offset);
+
+/* The model's vocabulary (defined by the model loader). */
+const seer_vocab *seer_model_vocab(const seer_model *m);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Building a vocabulary without a file, and the accessors the encoder and decoder use.      */
+
+/* Everything a vocabulary is made of. seer_vocab_load fills one from GGUF metadata; tests
+ * build small vocabularies by hand. All arrays are copied. */
+typedef struct {
+    seer_vocab_kind kind;
+    const char *model_name;     /* "llama"; NULL: "llama" */
+    int n;                      /* V, >= 1 */
+    const char *const *texts;   /* [V] token texts, "▁" (U+2581) standing for a space */
+    const size_t *text_lens;    /* [V] byte lengths, or NULL: texts are NUL-terminated */
+    const float *scores;        /* [V] merge priorities (higher merges first), or NULL: 0 */
+    const int32_t *types;       /* [V] SEER_TOKEN_*, or NULL: all normal */
+    int bos, eos, unk, pad;     /* -1 when absent; out-of-range ids count as absent */
+    bool add_bos;               /* the file's tokenizer.ggml.add_bos_token (advice only) */
+    bool add_space_prefix;      /* SentencePiece's add_dummy_prefix */
+} seer_vocab_desc;
+
+/* Builds a vocabulary. SEER_ERR_INVALID_ARG on inconsistent input, SEER_ERR_OOM. Token
+ * types outside 1..6 count as normal. When several tokens share a text, lookup by text finds
+ * the lowest id. Byte tokens are those of type SEER_TOKEN_BYTE spelled "<0xXX>" (when types
+ * is NULL, every token spelled so). */
+seer_status seer_vocab_from_arrays(const seer_vocab_desc *d, seer_vocab **out);
+
+int seer_vocab_unk(const seer_vocab *v);           /* -1 if none */
+int seer_vocab_pad(const seer_vocab *v);           /* -1 if none */
+bool seer_vocab_add_bos(const seer_vocab *v);
+bool seer_vocab_add_space_prefix(const seer_vocab *v);
+/* Length in bytes of the token's text (which may hold NUL bytes); -1 for a bad id. */
+int seer_vocab_text_len(const seer_vocab *v, int32_t id);
+float seer_vocab_score(const seer_vocab *v, int32_t id); /* 0 for a bad id */
+/* The id whose text is exactly s[0..len), or -1. Empty texts are never found. */
+int32_t seer_vocab_find(const seer_vocab *v, const char *s, size_t len);
+/* The byte-fallback token <0xXX> for byte b, or -1. */
+int32_t seer_vocab_byte_token(const seer_vocab *v, uint8_t b);
+/* The control and user-defined tokens with non-empty text, longest text first (ties: lower
+ * id first): the order in which parse_special looks for them. */
+int seer_vocab_n_special(const seer_vocab *v);
+int32_t seer_vocab_special(const seer_vocab *v, int i);
+/* The token's piece without copying: *len bytes at the returned pointer (not
+ * NUL-terminated); NULL and *len = 0 for a bad id. seer_vocab_piece copies this: it returns
+ * the full length and writes min(length, cap) bytes, plus a NUL when length < cap. */
+const char *seer_vocab_piece_ref(const seer_vocab *v, int32_t id, int *len);
+
+/* UTF-8 helpers (utf8.c). Byte length of a sequence from its lead byte (1..4), 0 when the
+ * byte cannot start a sequence. */
+int seer_utf8_len_from_lead(uint8_t lead);
+/* Classifies the sequence starting at s[0] among n available bytes:
+ *   k > 0   a complete valid sequence of k bytes;
+ *   0       the n bytes are a valid but unfinished prefix (or n == 0);
+ *   -k < 0  invalid: the first k bytes are the maximal ill-formed subpart (Unicode 3.9),
+ *           to be replaced by one U+FFFD; decoding resumes at s[k].
+ * seer_utf8_valid reports the offset of the first byte of the first ill-formed sequence
+ * (a truncated sequence at the end included). */
+int seer_utf8_next(const uint8_t *s, size_t n);
+
+/* Streaming detokenizer over a vocabulary (detok.c); seer_detok_* in seer.h wrap it.
+ * A piece's bytes are appended to what is held back; the longest prefix that is complete
+ * UTF-8 is emitted, ill-formed bytes become U+FFFD (EF BF BD, one per maximal subpart), an
+ * unfinished trailing sequence (at most 3 bytes) is held until a later token completes it.
+ *
+ * strip_leading_space: SentencePiece encodes a text with a dummy-prefix space, so the first
+ * piece after BOS normally starts with a space that is not part of the text; with this flag
+ * one leading ' ' of the first non-empty piece after each BOS is dropped (as SentencePiece's
+ * and llama2.c's decoders do). It is on by default for vocabularies with add_space_prefix.
+ * Pieces pushed before any BOS are never stripped, so a caller that streams only generated
+ * tokens after printing the prompt itself keeps every space. */
+typedef struct {
+    const seer_vocab *vocab;
+    bool strip_leading_space; /* option, see above */
+    bool strip_pending;       /* a BOS was seen and no non-empty piece since */
+    int n_held;
+    uint8_t held[4];          /* an unfinished UTF-8 sequence, n_held <= 3 */
+} seer_vocab_detok;
+
+void seer_vocab_detok_init(seer_vocab_detok *d, const seer_vocab *v);
+/* Same contract as seer_detok_push / seer_detok_flush: returns the bytes written to buf
+ * (NUL-terminated), or -1 when cap is too small, and then d is unchanged. An id outside the
+ * vocabulary emits nothing. Flush emits U+FFFD for held bytes and forgets them. */
+int seer_vocab_detok_push(seer_vocab_detok *d, int32_t token, char *buf, int cap);
+int seer_vocab_detok_flush(seer_vocab_detok *d, char *buf, int cap);
+
+#endif

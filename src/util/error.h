@@ -1,0 +1,28 @@
+/*
+ * error.h: per-thread error messages behind seer_last_error(), and small allocation
+ * helpers that turn failures into statuses. Not for logging.
+ */
+#ifndef SEER_UTIL_ERROR_H
+#define SEER_UTIL_ERROR_H
+
+#include "seer.h"
+
+#include <stddef.h>
+
+/* Records a formatted message for seer_last_error() and returns s. */
+seer_status seer_err(seer_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void seer_clear_error(void);
+
+/* malloc/calloc that fail on overflow of n*size; NULL on failure (caller reports OOM). */
+void *seer_malloc_array(size_t n, size_t size);
+void *seer_calloc_array(size_t n, size_t size);
+
+/* Propagate a non-OK status. */
+#define SEER_TRY(expr)                        \
+    do {                                      \
+        seer_status seer_try_s_ = (expr);     \
+        if (seer_try_s_ != SEER_OK)           \
+            return seer_try_s_;               \
+    } while (0)
+
+#endif

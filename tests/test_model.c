@@ -1,0 +1,750 @@
+/*
+ * test_model.c: the forward pass. The tiny real model reproduces the reference greedy ids;
+ * on random models of several shapes, one batched call equals token-by-token decoding and
+ * an independent naive implementation, whatever the batch mix, thread count, views, masks
+ * and forks.
+ */
+#include "testutil.h"
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers --------------------------------------------------------------------------- */
+
+static seer_model *load(const char *path, int threads) {
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    mp.n_threads = threads;
+    seer_model *m = NULL;
+    ASSERT_OK(seer_model_load(path, mp, &m));
+    return m;
+}
+
+static seer_context *mkctx(seer_model *m, int n_ctx, int n_seq, int page, int n_pages) {
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_seq_max = n_seq;
+    cp.n_batch_max = 256;
+    cp.page_size = page;
+    cp.n_pages = n_pages;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    return c;
+}
+
+/* Decodes toks[0..n) into seq one call at a time, logits of each into out[n][V]. */
+static void decode_one_by_one(seer_context *c, seer_seq_id seq, const int32_t *toks, int n,
+                              float *out, int V) {
+    for (int i = 0; i < n; i++) {
+        int32_t pos = seer_seq_len(c, seq);
+        uint8_t one = 1;
+        seer_batch b = {.n_tokens = 1, .token = &toks[i], .seq = &seq, .pos = &pos, .logits = &one};
+        ASSERT_OK(seer_decode(c, &b, out + (size_t)i * V));
+    }
+}
+
+typedef struct {
+    const char *arch;
+    int vocab, dim, layers, heads, kv_heads, ffn;
+    bool tied;
+    const char *dtype;
+} shape;
+
+static const shape SHAPES[] = {
+    {"llama", 300, 64, 2, 4, 4, 96, false, "f32"},  /* MHA, untied */
+    {"llama", 320, 64, 3, 8, 2, 128, true, "f32"},  /* GQA 4, tied */
+    {"qwen2", 280, 96, 2, 6, 2, 160, false, "f32"}, /* QKV bias, neox RoPE, GQA 3 */
+    {"qwen2", 300, 64, 2, 4, 1, 64, true, "q8_0"},  /* MQA, quantised weights */
+    {"llama", 290, 64, 2, 2, 2, 96, false, "q4_1"},
+};
+#define N_SHAPES ((int)(sizeof SHAPES / sizeof *SHAPES))
+
+static const char *gen(int k) {
+    char name[64];
+    snprintf(name, sizeof name, "model%d.gguf", k);
+    const char *path = tu_tmp_path(name);
+    static char keep[N_SHAPES][512];
+    snprintf(keep[k], sizeof keep[k], "%s", path);
+    seer_gen_params p = seer_gen_default_params();
+    const shape *s = &SHAPES[k];
+    p.arch = s->arch;
+    p.n_vocab = s->vocab;
+    p.dim = s->dim;
+    p.n_layers = s->layers;
+    p.n_heads = s->heads;
+    p.n_kv_heads = s->kv_heads;
+    p.ffn_dim = s->ffn;
+    p.tied = s->tied;
+    p.dtype = s->dtype;
+    p.ctx = 256;
+    p.seed = 100 + k;
+    p.scale = 0.15f; /* large enough that attention is far from uniform */
+    ASSERT_OK(seer_gen_model(&p, keep[k]));
+    return keep[k];
+}
+
+static void rand_tokens(int32_t *t, int n, int V, uint64_t *rng) {
+    for (int i = 0; i < n; i++)
+        t[i] = (int32_t)(tu_rand_u64(rng) % (uint64_t)V);
+}
+
+/* ---- an independent naive forward for one token with an explicit visible set ---------- */
+
+typedef struct {
+    seer_model_info in;
+    float *emb, *out, *onorm;
+    struct {
+        float *an, *fn, *q, *k, *v, *o, *g, *u, *d, *bq, *bk, *bv;
+    } L[8];
+    float *K, *V; /* [layers][maxlen][kvd] */
+    int maxlen;
+} naive;
+
+static float *deq(const gguf_file *f, const char *name, bool required) {
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) {
+        if (required)
+            fail_msg("missing %s", name);
+        return NULL;
+    }
+    uint64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    float *x = malloc(n * sizeof *x);
+    ASSERT_OK(gguf_dequant(t->type, t->data, x, n));
+    return x;
+}
+
+static void naive_init(naive *nv, const char *path, const seer_model *m, int maxlen) {
+    gguf_file *f;
+    ASSERT_OK(gguf_open(path, &f));
+    seer_model_get_info(m, &nv->in);
+    nv->emb = deq(f, "token_embd.weight", true);
+    nv->out = gguf_find_tensor(f, "output.weight") ? deq(f, "output.weight", true) : NULL;
+    nv->onorm = deq(f, "output_norm.weight", true);
+    char n[64];
+    for (int l = 0; l < nv->in.n_layers; l++) {
+#define W(field, nm, req) (snprintf(n, sizeof n, "blk.%d." nm, l), nv->L[l].field = deq(f, n, req))
+        W(an, "attn_norm.weight", true); W(fn, "ffn_norm.weight", true);
+        W(q, "attn_q.weight", true); W(k, "attn_k.weight", true); W(v, "attn_v.weight", true);
+        W(o, "attn_output.weight", true); W(g, "ffn_gate.weight", true);
+        W(u, "ffn_up.weight", true); W(d, "ffn_down.weight", true);
+        W(bq, "attn_q.bias", false); W(bk, "attn_k.bias", false); W(bv, "attn_v.bias", false);
+#undef W
+    }
+    gguf_close(f);
+    int kvd = nv->in.n_kv_heads * nv->in.head_dim;
+    nv->maxlen = maxlen;
+    nv->K = calloc((size_t)nv->in.n_layers * maxlen * kvd, sizeof(float));
+    nv->V = calloc((size_t)nv->in.n_layers * maxlen * kvd, sizeof(float));
+}
+
+static void naive_free(naive *nv) {
+    free(nv->emb), free(nv->out), free(nv->onorm), free(nv->K), free(nv->V);
+    for (int l = 0; l < nv->in.n_layers; l++) {
+        float *p[] = {nv->L[l].an, nv->L[l].fn, nv->L[l].q, nv->L[l].k, nv->L[l].v, nv->L[l].o,
+                      nv->L[l].g, nv->L[l].u, nv->L[l].d, nv->L[l].bq, nv->L[l].bk, nv->L[l].bv};
+        for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+            free(p[i]);
+    }
+}
+
+static void mv(double *y, const float *W, const double *x, const float *b, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        double s = b ? b[r] : 0;
+        for (int c = 0; c < cols; c++)
+            s += (double)W[(size_t)r * cols + c] * x[c];
+        y[r] = s;
+    }
+}
+
+static void rms(double *y, const double *x, const float *w, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    double r = 1 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++)
+        y[i] = x[i] * r * w[i];
+}
+
+static void rope(double *x, int nh, int dh, int pos, double base, bool neox) {
+    for (int h = 0; h < nh; h++)
+        for (int i = 0; i < dh / 2; i++) {
+            double a = pos * pow(base, -2.0 * i / dh);
+            int i0 = neox ? i : 2 * i, i1 = neox ? i + dh / 2 : 2 * i + 1;
+            double *p = x + h * dh, x0 = p[i0], x1 = p[i1];
+            p[i0] = x0 * cos(a) - x1 * sin(a);
+            p[i1] = x0 * sin(a) + x1 * cos(a);
+        }
+}
+
+/* Token tok at slot `slot` (RoPE position pos) attending to the slots with vis[s] != 0
+ * (vis[slot] must be set); writes its K/V at slot and logits [V]. */
+static void naive_step(naive *nv, int tok, int slot, int pos, const uint8_t *vis, float *logits) {
+    const seer_model_info *in = &nv->in;
+    int D = in->dim, H = in->n_heads, Hk = in->n_kv_heads, Dh = in->head_dim, F = in->ffn_dim;
+    int kvd = Hk * Dh;
+    double *x = calloc(D, 8), *h = calloc(D, 8), *q = calloc(H * Dh, 8), *k = calloc(kvd, 8),
+           *v = calloc(kvd, 8), *a = calloc(H * Dh, 8), *g = calloc(F, 8), *u = calloc(F, 8),
+           *sc = calloc(nv->maxlen, 8), *t = calloc(D > F ? D : F, 8);
+    for (int i = 0; i < D; i++)
+        x[i] = nv->emb[(size_t)tok * D + i];
+    for (int l = 0; l < in->n_layers; l++) {
+        rms(h, x, nv->L[l].an, D, in->norm_eps);
+        mv(q, nv->L[l].q, h, nv->L[l].bq, H * Dh, D);
+        mv(k, nv->L[l].k, h, nv->L[l].bk, kvd, D);
+        mv(v, nv->L[l].v, h, nv->L[l].bv, kvd, D);
+        rope(q, H, Dh, pos, in->rope_base, in->rope_neox);
+        rope(k, Hk, Dh, pos, in->rope_base, in->rope_neox);
+        float *Kl = nv->K + (size_t)l * nv->maxlen * kvd, *Vl = nv->V + (size_t)l * nv->maxlen * kvd;
+        for (int i = 0; i < kvd; i++) {
+            Kl[(size_t)slot * kvd + i] = (float)k[i];
+            Vl[(size_t)slot * kvd + i] = (float)v[i];
+        }
+        for (int hh = 0; hh < H; hh++) {
+            int kh = hh / (H / Hk);
+            double mx = -INFINITY, sum = 0;
+            for (int s = 0; s < nv->maxlen; s++) {
+                if (!vis[s])
+                    continue;
+                double d = 0;
+                for (int e = 0; e < Dh; e++)
+                    d += q[hh * Dh + e] * Kl[(size_t)s * kvd + kh * Dh + e];
+                sc[s] = d / sqrt(Dh);
+                if (sc[s] > mx)
+                    mx = sc[s];
+            }
+            for (int e = 0; e < Dh; e++)
+                a[hh * Dh + e] = 0;
+            for (int s = 0; s < nv->maxlen; s++)
+                if (vis[s])
+                    sum += exp(sc[s] - mx);
+            for (int s = 0; s < nv->maxlen; s++) {
+                if (!vis[s])
+                    continue;
+                double p = exp(sc[s] - mx) / sum;
+                for (int e = 0; e < Dh; e++)
+                    a[hh * Dh + e] += p * Vl[(size_t)s * kvd + kh * Dh + e];
+            }
+        }
+        mv(t, nv->L[l].o, a, NULL, D, H * Dh);
+        for (int i = 0; i < D; i++)
+            x[i] += t[i];
+        rms(h, x, nv->L[l].fn, D, in->norm_eps);
+        mv(g, nv->L[l].g, h, NULL, F, D);
+        mv(u, nv->L[l].u, h, NULL, F, D);
+        for (int i = 0; i < F; i++)
+            g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+        mv(t, nv->L[l].d, g, NULL, D, F);
+        for (int i = 0; i < D; i++)
+            x[i] += t[i];
+    }
+    rms(h, x, nv->onorm, D, in->norm_eps);
+    const float *Wo = nv->out ? nv->out : nv->emb;
+    for (int r = 0; r < in->n_vocab; r++) {
+        double s = 0;
+        for (int c = 0; c < D; c++)
+            s += (double)Wo[(size_t)r * D + c] * h[c];
+        logits[r] = (float)s;
+    }
+    free(x), free(h), free(q), free(k), free(v), free(a), free(g), free(u), free(sc), free(t);
+}
+
+/* ---- golden ids of the tiny real model -------------------------------------------------- */
+
+static int parse_ids(char *s, int32_t *out, int cap) {
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ","))
+        out[n++] = (int32_t)atoi(tok);
+    return n;
+}
+
+static void test_golden_stories(void **state) {
+    const char *path = tu_shared_path("models/stories260K.gguf");
+    seer_model *m = load(path, 0);
+    size_t sz;
+    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
+    assert_non_null(tsv);
+    tsv = realloc(tsv, sz + 1);
+    tsv[sz] = 0;
+    int V = seer_n_vocab(m), rows = 0;
+    float *logits = malloc(sizeof(float) * V);
+    char *save = NULL;
+    strtok_r(tsv, "\n", &save); /* header */
+    for (char *line = strtok_r(NULL, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *f[4] = {0};
+        char *p = line;
+        for (int k = 0; k < 4; k++) {
+            f[k] = p;
+            p = strchr(p, '\t');
+            if (!p)
+                break;
+            *p++ = 0;
+        }
+        assert_non_null(f[2]);
+        int32_t pids[300], gids[300], mine[600];
+        int np = parse_ids(f[1], pids, 300), ng = parse_ids(f[2], gids, 300), nm = 0;
+        ASSERT_OK(seer_tokenize(m, f[0], strlen(f[0]), true, false, mine, 600, &nm));
+        assert_int_equal(nm, np);
+        assert_memory_equal(mine, pids, np * sizeof(int32_t));
+
+        seer_context *c = mkctx(m, 512, 1, 16, 0);
+        seer_seq_id seq;
+        ASSERT_OK(seer_seq_new(c, &seq));
+        /* prompt in one batched call, then greedy one token at a time, as the reference. */
+        int32_t *sq = calloc(np, sizeof *sq), *pos = calloc(np, sizeof *pos);
+        uint8_t *want = calloc(np, 1);
+        for (int i = 0; i < np; i++)
+            sq[i] = seq, pos[i] = i;
+        want[np - 1] = 1;
+        seer_batch b = {.n_tokens = np, .token = pids, .seq = sq, .pos = pos, .logits = want};
+        ASSERT_OK(seer_decode(c, &b, logits));
+        int n = 0;
+        for (; n < ng; n++) {
+            int best = 0;
+            for (int v = 1; v < V; v++)
+                if (logits[v] > logits[best])
+                    best = v;
+            if (best != gids[n])
+                fail_msg("prompt '%s': token %d is %d, reference %d", f[0], n, best, gids[n]);
+            if (best == 1)
+                break;
+            int32_t p1 = np + n;
+            uint8_t one = 1;
+            seer_batch b1 = {.n_tokens = 1, .token = &best, .seq = &seq, .pos = &p1, .logits = &one};
+            ASSERT_OK(seer_decode(c, &b1, logits));
+        }
+        free(sq), free(pos), free(want);
+        seer_context_free(c);
+        rows++;
+    }
+    assert_int_equal(rows, 5);
+    free(logits);
+    free(tsv);
+    seer_model_free(m);
+}
+
+/* ---- random models ----------------------------------------------------------------------- */
+
+/* One batched call over three sequences with interleaved tokens equals one-by-one decoding
+ * of each sequence alone, and the naive reference. */
+static void test_batched_equals_sequential(void **state) {
+    uint64_t rng = 7;
+    for (int k = 0; k < N_SHAPES; k++) {
+        const char *path = gen(k);
+        seer_model *m = load(path, 2);
+        int V = seer_n_vocab(m);
+        enum { NS = 3, L = 21 };
+        int32_t toks[NS][L];
+        for (int s = 0; s < NS; s++)
+            rand_tokens(toks[s], L, V, &rng);
+        float *ref = malloc(sizeof(float) * NS * L * V), *got = malloc(sizeof(float) * NS * L * V);
+        /* reference: each sequence alone, token by token, in its own context */
+        for (int s = 0; s < NS; s++) {
+            seer_context *c = mkctx(m, 64, 1, 8, 0);
+            seer_seq_id q;
+            ASSERT_OK(seer_seq_new(c, &q));
+            decode_one_by_one(c, q, toks[s], L, ref + (size_t)s * L * V, V);
+            seer_context_free(c);
+        }
+        /* naive independent forward of sequence 0 */
+        naive nv;
+        naive_init(&nv, path, m, 64);
+        uint8_t vis[64] = {0};
+        float *nl = malloc(sizeof(float) * V);
+        for (int i = 0; i < L; i++) {
+            vis[i] = 1;
+            naive_step(&nv, toks[0][i], i, i, vis, nl);
+            double e = tu_rel_err(ref + (size_t)i * V, nl, V);
+            if (e > 1e-4)
+                fail_msg("shape %d token %d: engine vs naive rel err %g", k, i, e);
+        }
+        naive_free(&nv);
+        free(nl);
+        /* batched: sequences of different lengths, tokens interleaved, several chunk shapes */
+        seer_context *c = mkctx(m, 64, NS, 8, 0);
+        seer_seq_id q[NS];
+        for (int s = 0; s < NS; s++)
+            ASSERT_OK(seer_seq_new(c, &q[s]));
+        int done[NS] = {0};
+        const int chunks[][NS] = {{5, 1, 9}, {7, 13, 1}, {9, 7, 11}};
+        for (int r = 0; r < 3; r++) {
+            int32_t bt[64], bs[64], bp[64], owner[64], idx[64];
+            uint8_t want[64];
+            int T = 0, left[NS];
+            for (int s = 0; s < NS; s++)
+                left[s] = chunks[r][s] < L - done[s] ? chunks[r][s] : L - done[s];
+            for (int more = 1; more;) { /* round-robin interleave */
+                more = 0;
+                for (int s = 0; s < NS; s++)
+                    if (left[s] > 0) {
+                        int i = done[s]++;
+                        left[s]--;
+                        bt[T] = toks[s][i], bs[T] = q[s], bp[T] = i, want[T] = 1;
+                        owner[T] = s, idx[T++] = i;
+                        more = 1;
+                    }
+            }
+            if (!T)
+                continue;
+            float *lg = malloc(sizeof(float) * T * V);
+            seer_batch b = {.n_tokens = T, .token = bt, .seq = bs, .pos = bp, .logits = want};
+            ASSERT_OK(seer_decode(c, &b, lg));
+            for (int t = 0; t < T; t++)
+                memcpy(got + ((size_t)owner[t] * L + idx[t]) * V, lg + (size_t)t * V, sizeof(float) * V);
+            free(lg);
+        }
+        for (int s = 0; s < NS; s++) {
+            assert_int_equal(done[s], L);
+            double e = tu_rel_err(got + (size_t)s * L * V, ref + (size_t)s * L * V, (size_t)L * V);
+            if (e > 1e-5)
+                fail_msg("shape %d seq %d: batched vs sequential rel err %g", k, s, e);
+        }
+        seer_context_free(c);
+        free(ref), free(got);
+        seer_model_free(m);
+    }
+}
+
+/* Logits do not depend on the thread count. */
+static void test_thread_count_invariance(void **state) {
+    const char *path = gen(1);
+    uint64_t rng = 11;
+    int32_t toks[40];
+    float *l[3];
+    int threads[3] = {1, 2, 3};
+    int V = 0;
+    for (int r = 0; r < 3; r++) {
+        seer_model *m = load(path, threads[r]);
+        V = seer_n_vocab(m);
+        if (r == 0)
+            rand_tokens(toks, 40, V, &rng);
+        seer_context *c = mkctx(m, 64, 1, 16, 0);
+        seer_seq_id q;
+        ASSERT_OK(seer_seq_new(c, &q));
+        int32_t sq[40], pos[40];
+        uint8_t want[40];
+        for (int i = 0; i < 40; i++)
+            sq[i] = q, pos[i] = i, want[i] = 1;
+        l[r] = malloc(sizeof(float) * 40 * V);
+        seer_batch b = {.n_tokens = 40, .token = toks, .seq = sq, .pos = pos, .logits = want};
+        ASSERT_OK(seer_decode(c, &b, l[r]));
+        seer_context_free(c);
+        seer_model_free(m);
+    }
+    for (int r = 1; r < 3; r++)
+        assert_true(tu_rel_err(l[r], l[0], (size_t)40 * V) <= 1e-6);
+    for (int r = 0; r < 3; r++)
+        free(l[r]);
+}
+
+/* A sparse view (sinks + selected slots + recent tail) equals the naive model attending to
+ * exactly those slots, per KV head and per layer lists included. */
+static void test_sparse_view(void **state) {
+    const char *path = gen(1); /* 3 layers, 2 KV heads */
+    seer_model *m = load(path, 2);
+    int V = seer_n_vocab(m);
+    uint64_t rng = 5;
+    enum { L = 40 };
+    int32_t toks[L + 1];
+    rand_tokens(toks, L + 1, V, &rng);
+    seer_context *c = mkctx(m, 64, 1, 8, 0);
+    seer_seq_id q;
+    ASSERT_OK(seer_seq_new(c, &q));
+    float *lg = malloc(sizeof(float) * (L + 1) * V);
+    decode_one_by_one(c, q, toks, L, lg, V);
+
+    /* same list for all layers and heads: slots 0..3 (sinks), 10, 17, tail from 33 */
+    int32_t idx[] = {0, 1, 2, 3, 10, 17};
+    seer_view v = {.idx = idx, .n = 6, .n_layers_view = 1, .n_heads_view = 1, .tail_start = 33};
+    ASSERT_OK(seer_seq_set_view(c, q, &v));
+    int32_t pos = L;
+    uint8_t one = 1;
+    seer_batch b = {.n_tokens = 1, .token = &toks[L], .seq = &q, .pos = &pos, .logits = &one};
+    ASSERT_OK(seer_decode(c, &b, lg));
+
+    naive nv;
+    naive_init(&nv, path, m, 64);
+    uint8_t vis[64] = {0};
+    float *nl = malloc(sizeof(float) * V);
+    for (int i = 0; i < L; i++) { /* build the naive cache with full attention */
+        vis[i] = 1;
+        naive_step(&nv, toks[i], i, i, vis, nl);
+    }
+    memset(vis, 0, sizeof vis);
+    for (int i = 0; i < 6; i++)
+        vis[idx[i]] = 1;
+    for (int i = 33; i <= L; i++)
+        vis[i] = 1;
+    naive_step(&nv, toks[L], L, L, vis, nl);
+    double e = tu_rel_err(lg, nl, V);
+    if (e > 1e-4)
+        fail_msg("sparse view vs naive: rel err %g", e);
+
+    /* the view must change the result (else the test proves nothing) */
+    ASSERT_OK(seer_seq_rewind(c, q, L));
+    seer_seq_clear_view(c, q);
+    float *full = malloc(sizeof(float) * V);
+    ASSERT_OK(seer_decode(c, &b, full));
+    assert_true(tu_rel_err(full, lg, V) > 1e-3);
+
+    /* a view listing every slot equals the full view exactly */
+    int32_t all[L];
+    for (int i = 0; i < L; i++)
+        all[i] = i;
+    seer_view va = {.idx = all, .n = L, .n_layers_view = 1, .n_heads_view = 1, .tail_start = L};
+    ASSERT_OK(seer_seq_rewind(c, q, L));
+    ASSERT_OK(seer_seq_set_view(c, q, &va));
+    ASSERT_OK(seer_decode(c, &b, lg));
+    assert_memory_equal(lg, full, sizeof(float) * V);
+
+    /* per-layer, per-head lists: [3 layers][2 heads][4] */
+    int32_t ph[3][2][4] = {{{0, 5, 9, 30}, {1, 2, 3, 4}}, {{0, 1, 20, 21}, {7, 8, 9, 10}},
+                           {{2, 12, 22, 32}, {0, 11, 25, 31}}};
+    seer_view vp = {.idx = &ph[0][0][0], .n = 4, .n_layers_view = 3, .n_heads_view = 2, .tail_start = 36};
+    ASSERT_OK(seer_seq_rewind(c, q, L));
+    ASSERT_OK(seer_seq_set_view(c, q, &vp));
+    ASSERT_OK(seer_decode(c, &b, lg));
+    assert_true(tu_rel_err(lg, full, V) > 1e-4);
+    /* bad views are rejected and leave the old one in place */
+    int32_t bad[] = {5, 3};
+    seer_view vb = {.idx = bad, .n = 2, .n_layers_view = 1, .n_heads_view = 1, .tail_start = 0};
+    assert_int_equal(seer_seq_set_view(c, q, &vb), SEER_ERR_INVALID_ARG);
+    vb.n_heads_view = 3;
+    assert_int_equal(seer_seq_set_view(c, q, &vb), SEER_ERR_INVALID_ARG);
+    float *again = malloc(sizeof(float) * V);
+    ASSERT_OK(seer_seq_rewind(c, q, L));
+    ASSERT_OK(seer_decode(c, &b, again));
+    assert_memory_equal(again, lg, sizeof(float) * V);
+
+    naive_free(&nv);
+    free(nl), free(lg), free(full), free(again);
+    seer_context_free(c);
+    seer_model_free(m);
+}
+
+/* A tree of new tokens under an explicit mask: every branch's logits equal decoding that
+ * branch as a chain in a forked sequence. Also: a causal mask equals no mask. */
+static void test_tree_mask(void **state) {
+    const char *path = gen(2);
+    seer_model *m = load(path, 2);
+    int V = seer_n_vocab(m);
+    uint64_t rng = 9;
+    enum { P = 13 };
+    int32_t prompt[P];
+    rand_tokens(prompt, P, V, &rng);
+    seer_context *c = mkctx(m, 64, 4, 4, 0);
+    seer_seq_id q;
+    ASSERT_OK(seer_seq_new(c, &q));
+    float *tmp = malloc(sizeof(float) * P * V);
+    decode_one_by_one(c, q, prompt, P, tmp, V);
+
+    /* tree: node 0 (root, depth 0) -> children 1, 2 (depth 1); node 1 -> child 3 (depth 2) */
+    enum { N = 4 };
+    int32_t nt[N], parent[N] = {-1, 0, 0, 1}, depth[N] = {0, 1, 1, 2};
+    rand_tokens(nt, N, V, &rng);
+    uint8_t mask[N * N] = {0};
+    for (int i = 0; i < N; i++)
+        for (int j = i; j >= 0; j = parent[j])
+            mask[i * N + j] = 1;
+    int32_t sq[N], pos[N];
+    uint8_t want[N];
+    for (int i = 0; i < N; i++)
+        sq[i] = q, pos[i] = P + depth[i], want[i] = 1;
+    float *tree = malloc(sizeof(float) * N * V);
+    seer_batch b = {.n_tokens = N, .token = nt, .seq = sq, .pos = pos, .logits = want, .mask = mask};
+    ASSERT_OK(seer_decode(c, &b, tree));
+    assert_int_equal(seer_seq_len(c, q), P + N);
+    ASSERT_OK(seer_seq_rewind(c, q, P));
+
+    /* chains: [0,1,3] and [0,2] */
+    int paths[2][3] = {{0, 1, 3}, {0, 2, -1}};
+    for (int pth = 0; pth < 2; pth++) {
+        seer_seq_id f;
+        ASSERT_OK(seer_seq_fork(c, q, &f));
+        for (int d = 0; d < 3 && paths[pth][d] >= 0; d++) {
+            int node = paths[pth][d];
+            float *lg = malloc(sizeof(float) * V);
+            decode_one_by_one(c, f, &nt[node], 1, lg, V);
+            double e = tu_rel_err(lg, tree + (size_t)node * V, V);
+            if (e > 1e-5)
+                fail_msg("tree node %d vs chain: rel err %g", node, e);
+            free(lg);
+        }
+        seer_seq_free(c, f);
+    }
+    /* an explicit causal mask equals no mask */
+    uint8_t causal[N * N] = {0};
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j <= i; j++)
+            causal[i * N + j] = 1;
+    for (int i = 0; i < N; i++)
+        pos[i] = P + i;
+    float *a = malloc(sizeof(float) * N * V), *bb = malloc(sizeof(float) * N * V);
+    b.mask = causal;
+    ASSERT_OK(seer_decode(c, &b, a));
+    ASSERT_OK(seer_seq_rewind(c, q, P));
+    b.mask = NULL;
+    ASSERT_OK(seer_decode(c, &b, bb));
+    assert_memory_equal(a, bb, sizeof(float) * N * V);
+    /* a mask where a token does not see itself is rejected */
+    causal[2 * N + 2] = 0;
+    b.mask = causal;
+    int len = seer_seq_len(c, q);
+    assert_int_equal(seer_decode(c, &b, a), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_seq_len(c, q), len);
+    free(a), free(bb), free(tree), free(tmp);
+    seer_context_free(c);
+    seer_model_free(m);
+}
+
+/* Fork after a shared prefix (mid-page), continue both ways: each equals a fresh decode. */
+static void test_fork_and_rewind(void **state) {
+    const char *path = gen(0);
+    seer_model *m = load(path, 2);
+    int V = seer_n_vocab(m);
+    uint64_t rng = 3;
+    int32_t pre[10], a[7], bt[7];
+    rand_tokens(pre, 10, V, &rng);
+    rand_tokens(a, 7, V, &rng);
+    rand_tokens(bt, 7, V, &rng);
+    float *r1 = malloc(sizeof(float) * 17 * V), *r2 = malloc(sizeof(float) * 17 * V);
+    float *g1 = malloc(sizeof(float) * 17 * V), *g2 = malloc(sizeof(float) * 17 * V);
+    int32_t s1[17], s2[17];
+    memcpy(s1, pre, sizeof pre), memcpy(s1 + 10, a, sizeof a);
+    memcpy(s2, pre, sizeof pre), memcpy(s2 + 10, bt, sizeof bt);
+    seer_context *c = mkctx(m, 32, 3, 4, 0);
+    seer_seq_id q, f;
+    ASSERT_OK(seer_seq_new(c, &q));
+    decode_one_by_one(c, q, s1, 17, r1, V);
+    seer_seq_free(c, q);
+    ASSERT_OK(seer_seq_new(c, &q));
+    decode_one_by_one(c, q, s2, 17, r2, V);
+    seer_seq_free(c, q);
+    int free0 = seer_kv_free_pages(c);
+
+    ASSERT_OK(seer_seq_new(c, &q));
+    decode_one_by_one(c, q, pre, 10, g1, V);
+    ASSERT_OK(seer_seq_fork(c, q, &f));
+    decode_one_by_one(c, q, a, 7, g1 + 10 * V, V);
+    decode_one_by_one(c, f, bt, 7, g2 + 10 * V, V);
+    assert_true(tu_rel_err(g1 + 10 * V, r1 + 10 * V, 7 * V) <= 1e-6);
+    assert_true(tu_rel_err(g2 + 10 * V, r2 + 10 * V, 7 * V) <= 1e-6);
+    /* rewind q into the shared prefix and decode b's continuation: equals r2 */
+    ASSERT_OK(seer_seq_rewind(c, q, 10));
+    decode_one_by_one(c, q, bt, 7, g1 + 10 * V, V);
+    assert_true(tu_rel_err(g1 + 10 * V, r2 + 10 * V, 7 * V) <= 1e-6);
+    seer_seq_free(c, q);
+    seer_seq_free(c, f);
+    assert_int_equal(seer_kv_free_pages(c), free0);
+    free(r1), free(r2), free(g1), free(g2);
+    seer_context_free(c);
+    seer_model_free(m);
+}
+
+/* Bad batches, context overflow and pool exhaustion leave everything as it was. */
+static void test_errors_leave_state(void **state) {
+    const char *path = gen(0);
+    seer_model *m = load(path, 1);
+    int V = seer_n_vocab(m);
+    /* 6 pages of 4 tokens for 2 sequences of up to 16 tokens */
+    seer_context *c = mkctx(m, 16, 2, 4, 6);
+    seer_seq_id q, r;
+    ASSERT_OK(seer_seq_new(c, &q));
+    ASSERT_OK(seer_seq_new(c, &r));
+    int32_t toks[16];
+    uint64_t rng = 1;
+    rand_tokens(toks, 16, V, &rng);
+    float *lg = malloc(sizeof(float) * 16 * V), *lg2 = malloc(sizeof(float) * V);
+    decode_one_by_one(c, q, toks, 10, lg, V); /* 3 pages */
+    int free_before = seer_kv_free_pages(c);
+
+    int32_t sq[16], pos[16];
+    for (int i = 0; i < 16; i++)
+        sq[i] = r, pos[i] = i;
+    /* r needs 4 pages, 3 are free */
+    seer_batch b = {.n_tokens = 16, .token = toks, .seq = sq, .pos = pos};
+    assert_int_equal(seer_decode(c, &b, NULL), SEER_ERR_KV_FULL);
+    assert_non_null(strstr(seer_last_error(), "KV"));
+    assert_int_equal(seer_seq_len(c, r), 0);
+    assert_int_equal(seer_kv_free_pages(c), free_before);
+    /* q past its context */
+    for (int i = 0; i < 7; i++)
+        sq[i] = q, pos[i] = 10 + i;
+    b.n_tokens = 7;
+    assert_int_equal(seer_decode(c, &b, NULL), SEER_ERR_CONTEXT);
+    assert_int_equal(seer_seq_len(c, q), 10);
+    /* bad token, dead sequence, bad sizes, negative position */
+    int32_t bad = V;
+    int32_t p0 = 10;
+    seer_batch b1 = {.n_tokens = 1, .token = &bad, .seq = &q, .pos = &p0};
+    assert_int_equal(seer_decode(c, &b1, NULL), SEER_ERR_INVALID_ARG);
+    seer_seq_id dead = 1234;
+    b1.token = toks;
+    b1.seq = &dead;
+    assert_int_equal(seer_decode(c, &b1, NULL), SEER_ERR_INVALID_ARG);
+    b1.seq = &q;
+    b1.n_tokens = 0;
+    assert_int_equal(seer_decode(c, &b1, NULL), SEER_ERR_INVALID_ARG);
+    b1.n_tokens = 1;
+    int32_t neg = -1;
+    b1.pos = &neg;
+    assert_int_equal(seer_decode(c, &b1, NULL), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_seq_rewind(c, q, 11), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_seq_len(c, q), 10);
+    assert_int_equal(seer_kv_free_pages(c), free_before);
+    /* and the sequence still decodes exactly as before the failures */
+    ASSERT_OK(seer_seq_rewind(c, q, 9));
+    decode_one_by_one(c, q, &toks[9], 1, lg2, V);
+    assert_memory_equal(lg2, lg + 9 * V, sizeof(float) * V);
+    free(lg), free(lg2);
+    seer_context_free(c);
+
+    /* bad context parameters */
+    seer_context_params cp = seer_context_default_params();
+    cp.page_size = 0;
+    assert_int_equal(seer_context_init(m, cp, &c), SEER_ERR_INVALID_ARG);
+    cp = seer_context_default_params();
+    cp.n_ctx = -5;
+    assert_int_equal(seer_context_init(m, cp, &c), SEER_ERR_INVALID_ARG);
+    seer_model_free(m);
+}
+
+/* Corrupt model files: a clear error, never a crash. */
+static void test_bad_model_files(void **state) {
+    seer_model *m = NULL;
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    assert_int_equal(seer_model_load("/nonexistent/x.gguf", mp, &m), SEER_ERR_IO);
+    assert_null(m);
+    size_t sz;
+    uint8_t *buf = tu_read_file(tu_shared_path("models/stories260K.gguf"), &sz);
+    assert_non_null(buf);
+    const char *p = tu_tmp_path("trunc.gguf");
+    size_t cuts[] = {0, 3, 10, 100, 5000, sz / 2, sz - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
+        assert_int_equal(tu_write_file(p, buf, cuts[i]), 0);
+        seer_status s = seer_model_load(p, mp, &m);
+        assert_int_not_equal(s, SEER_OK);
+        assert_null(m);
+        assert_true(strlen(seer_last_error()) > 0);
+    }
+    free(buf);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_stories),
+        cmocka_unit_test(test_batched_equals_sequential),
+        cmocka_unit_test(test_thread_count_invariance),
+        cmocka_unit_test(test_sparse_view),
+        cmocka_unit_test(test_tree_mask),
+        cmocka_unit_test(test_fork_and_rewind),
+        cmocka_unit_test(test_errors_leave_state),
+        cmocka_unit_test(test_bad_model_files),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

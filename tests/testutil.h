@@ -1,0 +1,35 @@
+/* testutil.h: small helpers shared by the cmocka tests (paths, temp files, random data). */
+#ifndef SEER_TESTUTIL_H
+#define SEER_TESTUTIL_H
+
+#include <setjmp.h> /* cmocka needs these before its header */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "seer.h"
+
+/* ../shared/<rel> as an absolute path in a static buffer. */
+const char *tu_shared_path(const char *rel);
+/* A fresh path under a per-process temp directory, name given by the caller. */
+const char *tu_tmp_path(const char *name);
+/* Deterministic xorshift random numbers. */
+uint64_t tu_rand_u64(uint64_t *state);
+float tu_rand_uniform(uint64_t *state); /* [-1, 1) */
+void tu_fill_random(float *x, size_t n, uint64_t *state);
+/* Max |a-b| / max(1, max|b|) over n. */
+double tu_rel_err(const float *a, const float *b, size_t n);
+/* Reads a whole file; returns a malloc'd buffer or NULL. */
+uint8_t *tu_read_file(const char *path, size_t *size);
+int tu_write_file(const char *path, const void *data, size_t size);
+
+#define ASSERT_OK(expr)                                                                   \
+    do {                                                                                  \
+        seer_status s_ = (expr);                                                          \
+        if (s_ != SEER_OK)                                                                \
+            fail_msg("%s -> %s: %s", #expr, seer_status_str(s_), seer_last_error());      \
+    } while (0)
+
+#endif

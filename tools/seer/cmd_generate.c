@@ -1,0 +1,315 @@
+/* cmd_generate.c: `seer generate`: prompt in, streamed text out, stats to stderr. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: seer generate -m MODEL.gguf (-p PROMPT | -f FILE) [options]\n"
+            "  -n, --n-predict N     tokens to generate (default: until end of text or context)\n"
+            "      --temp T          temperature, 0 = greedy (default 0.8)\n"
+            "      --top-k K         keep the K most likely tokens, 0 = off (default 40)\n"
+            "      --top-p P         nucleus sampling, 1 = off (default 0.95)\n"
+            "      --min-p P         drop tokens below P * max prob, 0 = off (default 0.05)\n"
+            "      --repeat-penalty R  penalise the last --repeat-last-n tokens (default 1 = off)\n"
+            "      --repeat-last-n N (default 64)\n"
+            "      --seed S          random seed (default 0)\n"
+            "  -c, --ctx N           context length (default: the model's)\n"
+            "  -t, --threads N       CPU threads (default: all cores)\n"
+            "      --backend B       cpu, cuda or auto (default auto)\n"
+            "      --ignore-eos      keep going past end-of-text tokens\n"
+            "      --no-bos          do not prepend BOS to the prompt\n"
+            "      --json            print one JSON object instead of streaming text\n");
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    size_t r;
+    while (b && (r = fread(b + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (n + 1 == cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) {
+                free(b);
+                b = NULL;
+            }
+            b = nb;
+        }
+    }
+    fclose(f);
+    if (b)
+        b[n] = 0;
+    return b;
+}
+
+typedef struct {
+    const char *model, *prompt, *prompt_file;
+    long long n_predict, ctx, threads;
+    seer_sampler_params sp;
+    seer_backend_kind backend;
+    bool json, ignore_eos, no_bos;
+} gen_opts;
+
+static int parse(int argc, char **argv, gen_opts *o) {
+    enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_REP, O_REPN, O_SEED, O_BACKEND, O_JSON, O_IGN, O_NOBOS };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
+        {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
+        {"ctx", required_argument, 0, 'c'},      {"threads", required_argument, 0, 't'},
+        {"temp", required_argument, 0, O_TEMP},  {"top-k", required_argument, 0, O_TOPK},
+        {"top-p", required_argument, 0, O_TOPP}, {"min-p", required_argument, 0, O_MINP},
+        {"repeat-penalty", required_argument, 0, O_REP},
+        {"repeat-last-n", required_argument, 0, O_REPN},
+        {"seed", required_argument, 0, O_SEED},  {"backend", required_argument, 0, O_BACKEND},
+        {"json", no_argument, 0, O_JSON},        {"ignore-eos", no_argument, 0, O_IGN},
+        {"no-bos", no_argument, 0, O_NOBOS},     {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    int c;
+    long long v;
+    double d;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case 'f': o->prompt_file = optarg; break;
+        case 'n': if (!cli_int("--n-predict", optarg, -1, 1 << 24, &o->n_predict)) return 2; break;
+        case 'c': if (!cli_int("--ctx", optarg, 1, 1 << 24, &o->ctx)) return 2; break;
+        case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
+        case O_TEMP: if (!cli_float("--temp", optarg, 0, 100, &d)) return 2; o->sp.temperature = (float)d; break;
+        case O_TOPK: if (!cli_int("--top-k", optarg, 0, 1 << 24, &v)) return 2; o->sp.top_k = (int)v; break;
+        case O_TOPP: if (!cli_float("--top-p", optarg, 1e-9, 1, &d)) return 2; o->sp.top_p = (float)d; break;
+        case O_MINP: if (!cli_float("--min-p", optarg, 0, 1, &d)) return 2; o->sp.min_p = (float)d; break;
+        case O_REP: if (!cli_float("--repeat-penalty", optarg, 1e-3, 100, &d)) return 2; o->sp.repeat_penalty = (float)d; break;
+        case O_REPN: if (!cli_int("--repeat-last-n", optarg, 0, 1 << 20, &v)) return 2; o->sp.repeat_last_n = (int)v; break;
+        case O_SEED: if (!cli_int("--seed", optarg, 0, INT64_MAX, &v)) return 2; o->sp.seed = (uint64_t)v; break;
+        case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
+        case O_JSON: o->json = true; break;
+        case O_IGN: o->ignore_eos = true; break;
+        case O_NOBOS: o->no_bos = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "seer generate: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!o->model) {
+        fprintf(stderr, "seer generate: -m MODEL is required\n");
+        return 2;
+    }
+    if (!o->prompt == !o->prompt_file) {
+        fprintf(stderr, "seer generate: give exactly one of -p PROMPT or -f FILE\n");
+        return 2;
+    }
+    return -1;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_opts o = {.n_predict = -1, .sp = seer_sampler_default_params(), .backend = SEER_BACKEND_AUTO};
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+
+    char *file_text = NULL;
+    const char *prompt = o.prompt;
+    if (o.prompt_file) {
+        file_text = read_file(o.prompt_file);
+        if (!file_text) {
+            fprintf(stderr, "seer generate: cannot read prompt file '%s'\n", o.prompt_file);
+            return 1;
+        }
+        prompt = file_text;
+    }
+
+    seer_model *model = NULL;
+    seer_context *ctx = NULL;
+    seer_sampler *smp = NULL;
+    seer_detok *dt = NULL;
+    int32_t *ids = NULL, *gen = NULL;
+    float *logits = NULL;
+    json_t *out = NULL;
+    rc = 1;
+    seer_status s;
+
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = o.backend;
+    mp.n_threads = (int)o.threads;
+    if ((s = seer_model_load(o.model, mp, &model)) != SEER_OK) {
+        cli_error("loading model", s);
+        goto done;
+    }
+    seer_model_info info;
+    seer_model_get_info(model, &info);
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = o.ctx ? (int)o.ctx : info.ctx_train;
+    if ((s = seer_context_init(model, cp, &ctx)) != SEER_OK) {
+        cli_error("creating context", s);
+        goto done;
+    }
+    const int n_ctx = seer_context_n_ctx(ctx), V = info.n_vocab;
+    size_t plen = strlen(prompt);
+    int n_prompt = 0;
+    s = seer_tokenize(model, prompt, plen, !o.no_bos, false, NULL, 0, &n_prompt);
+    if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
+        cli_error("tokenizing prompt", s);
+        goto done;
+    }
+    ids = malloc(sizeof *ids * (n_prompt + 1));
+    gen = malloc(sizeof *gen * (n_ctx + 1));
+    logits = malloc(sizeof *logits * V);
+    if (!ids || !gen || !logits) {
+        fprintf(stderr, "seer generate: out of memory\n");
+        goto done;
+    }
+    if ((s = seer_tokenize(model, prompt, plen, !o.no_bos, false, ids, n_prompt, &n_prompt)) != SEER_OK) {
+        cli_error("tokenizing prompt", s);
+        goto done;
+    }
+    if (n_prompt == 0) {
+        fprintf(stderr, "seer generate: the prompt is empty (and no BOS token was added)\n");
+        goto done;
+    }
+    if (n_prompt >= n_ctx) {
+        fprintf(stderr, "seer generate: the prompt has %d tokens; the context holds %d (use --ctx)\n",
+                n_prompt, n_ctx);
+        goto done;
+    }
+    if ((s = seer_sampler_init(o.sp, V, &smp)) != SEER_OK || (s = seer_detok_init(model, &dt)) != SEER_OK) {
+        cli_error("sampler", s);
+        goto done;
+    }
+    seer_seq_id seq;
+    if ((s = seer_seq_new(ctx, &seq)) != SEER_OK) {
+        cli_error("sequence", s);
+        goto done;
+    }
+
+    /* Prefill in chunks of the context's batch limit; logits only for the last token. */
+    double t0 = now_s();
+    const int chunk = cp.n_batch_max;
+    int32_t *seqv = malloc(sizeof *seqv * chunk), *posv = malloc(sizeof *posv * chunk);
+    uint8_t *want = calloc(chunk, 1);
+    if (!seqv || !posv || !want) {
+        free(seqv), free(posv), free(want);
+        fprintf(stderr, "seer generate: out of memory\n");
+        goto done;
+    }
+    for (int i = 0; i < n_prompt && s == SEER_OK; i += chunk) {
+        int n = n_prompt - i < chunk ? n_prompt - i : chunk;
+        for (int j = 0; j < n; j++) {
+            seqv[j] = seq;
+            posv[j] = i + j;
+            want[j] = i + j == n_prompt - 1;
+        }
+        seer_batch b = {.n_tokens = n, .token = ids + i, .seq = seqv, .pos = posv, .logits = want};
+        s = seer_decode(ctx, &b, logits);
+    }
+    free(seqv), free(posv), free(want);
+    if (s != SEER_OK) {
+        cli_error("prefill", s);
+        goto done;
+    }
+    for (int i = 0; i < n_prompt; i++)
+        seer_sampler_accept(smp, ids[i]);
+    double t1 = now_s();
+
+    int n_gen = 0, budget = n_ctx - n_prompt;
+    if (o.n_predict >= 0 && o.n_predict < budget)
+        budget = (int)o.n_predict;
+    char piece[512];
+    while (n_gen < budget) {
+        int32_t tok = seer_sampler_sample(smp, logits, NULL);
+        seer_sampler_accept(smp, tok);
+        gen[n_gen++] = tok;
+        int np = seer_detok_push(dt, tok, piece, sizeof piece);
+        if (!o.json && np > 0) {
+            fwrite(piece, 1, np, stdout);
+            fflush(stdout);
+        }
+        bool stop = !o.ignore_eos && (tok == info.token_eos || tok == info.token_bos);
+        if (stop || n_gen == budget)
+            break;
+        int32_t pos = n_prompt + n_gen - 1;
+        uint8_t one = 1;
+        seer_batch b = {.n_tokens = 1, .token = &tok, .seq = &seq, .pos = &pos, .logits = &one};
+        if ((s = seer_decode(ctx, &b, logits)) != SEER_OK) {
+            cli_error("decode", s);
+            goto done;
+        }
+    }
+    double t2 = now_s();
+    int np = seer_detok_flush(dt, piece, sizeof piece);
+    if (!o.json && np > 0)
+        fwrite(piece, 1, np, stdout);
+    double pf_tps = n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9);
+    int n_steps = n_gen > 0 ? n_gen - 1 : 0; /* the first token comes from the prefill */
+    double dec_tps = n_steps / (t2 - t1 > 0 ? t2 - t1 : 1e-9);
+    if (o.json) {
+        /* Text of the generated tokens, decoded afresh (the stream above was not printed). */
+        seer_detok *d2 = NULL;
+        size_t cap = (size_t)n_gen * 64 + 64, len = 0;
+        char *text = malloc(cap);
+        if (!text || seer_detok_init(model, &d2) != SEER_OK) {
+            free(text);
+            fprintf(stderr, "seer generate: out of memory\n");
+            goto done;
+        }
+        for (int i = 0; i <= n_gen; i++) {
+            int k = i < n_gen ? seer_detok_push(d2, gen[i], text + len, (int)(cap - len))
+                              : seer_detok_flush(d2, text + len, (int)(cap - len));
+            if (k > 0)
+                len += k;
+        }
+        seer_detok_free(d2);
+        json_t *pids = json_array(), *gids = json_array();
+        for (int i = 0; i < n_prompt; i++)
+            json_array_append_new(pids, json_integer(ids[i]));
+        for (int i = 0; i < n_gen; i++)
+            json_array_append_new(gids, json_integer(gen[i]));
+        out = json_pack("{s:o, s:o, s:s%, s:{s:i, s:i, s:f, s:f, s:f, s:f}}", "prompt_ids", pids,
+                        "generated_ids", gids, "text", text, len, "stats", "prompt_tokens", n_prompt,
+                        "generated_tokens", n_gen, "prefill_tok_s", pf_tps, "decode_tok_s", dec_tps,
+                        "prefill_s", t1 - t0, "decode_s", t2 - t1);
+        free(text);
+        if (!out) {
+            fprintf(stderr, "seer generate: generated text is not valid UTF-8\n");
+            goto done;
+        }
+        char *js = json_dumps(out, JSON_COMPACT);
+        puts(js);
+        free(js);
+    } else {
+        printf("\n");
+    }
+    fprintf(stderr, "seer: prompt %d tokens, prefill %.1f tok/s; generated %d tokens, decode %.1f tok/s (%s)\n",
+            n_prompt, pf_tps, n_gen, dec_tps, info.backend);
+    rc = 0;
+done:
+    json_decref(out);
+    free(ids);
+    free(gen);
+    free(logits);
+    free(file_text);
+    seer_detok_free(dt);
+    seer_sampler_free(smp);
+    seer_context_free(ctx);
+    seer_model_free(model);
+    return rc;
+}

@@ -1,0 +1,89 @@
+/* main.c: the seer command-line tool: dispatch to subcommands and shared helpers. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno) {
+        fprintf(stderr, "seer: %s: '%s' is not an integer\n", flag, s);
+        return false;
+    }
+    if (v < lo || v > hi) {
+        fprintf(stderr, "seer: %s: %lld is out of range [%lld, %lld]\n", flag, v, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_float(const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v)) {
+        fprintf(stderr, "seer: %s: '%s' is not a number\n", flag, s);
+        return false;
+    }
+    if (v < lo || v > hi) {
+        fprintf(stderr, "seer: %s: %g is out of range [%g, %g]\n", flag, v, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+void cli_error(const char *what, seer_status s) {
+    fprintf(stderr, "seer: %s: %s (%s)\n", what, seer_last_error(), seer_status_str(s));
+}
+
+bool cli_backend(const char *s, seer_backend_kind *out) {
+    if (!strcmp(s, "cpu"))
+        *out = SEER_BACKEND_CPU;
+    else if (!strcmp(s, "cuda"))
+        *out = SEER_BACKEND_CUDA;
+    else if (!strcmp(s, "auto"))
+        *out = SEER_BACKEND_AUTO;
+    else {
+        fprintf(stderr, "seer: --backend: '%s' is not one of cpu, cuda, auto\n", s);
+        return false;
+    }
+    return true;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: seer <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  generate   generate text from a prompt (seer generate --help)\n"
+            "  info       describe a GGUF model file\n"
+            "  gen-model  write a GGUF model with random weights of a given shape\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "generate"))
+        return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info"))
+        return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gen-model"))
+        return cmd_gen_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "seer: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}
