@@ -222,6 +222,69 @@ int32_t seer_sampler_sample(seer_sampler *s, const float *logits, float *probs);
 double seer_sampler_uniform(seer_sampler *s);
 
 /* ---------------------------------------------------------------------------------------- */
+/* Generation with lossless speculative decoding                                            */
+
+/* Drafters. All are lossless: the target verifies every proposal (greedy: bit-identical to
+ * plain decoding; sampling: exact rejection sampling, identically distributed). */
+typedef enum {
+    SEER_SPEC_NONE = 0,  /* plain decoding */
+    SEER_SPEC_STREAMING, /* self-draft, sinks + recent window (MagicDec, StreamingLLM view) */
+    SEER_SPEC_RETRIEVAL, /* self-draft, top chunks by key-mean score per KV head (TriForce) */
+    SEER_SPEC_SNAPKV,    /* self-draft, positions chosen at prefill by the last queries (SnapKV) */
+    SEER_SPEC_DRAFT,     /* a standalone small draft model sharing the vocabulary */
+    SEER_SPEC_NGRAM,     /* prompt lookup: continue the latest earlier match of the last n tokens */
+} seer_spec_kind;
+
+typedef struct {
+    seer_spec_kind kind;
+    int gamma;             /* G: tokens drafted per round */
+    int budget;            /* K: KV slots a sparse self-draft reads (sinks/window/selection) */
+    int sinks;             /* first tokens always kept by the streaming view */
+    int chunk;             /* retrieval: tokens per chunk */
+    int refresh_every;     /* retrieval: rebuild the selection every N rounds (0 = never) */
+    float refresh_below;   /* retrieval: rebuild when the running acceptance drops below (0 = off) */
+    int snap_window;       /* snapkv: prompt queries that vote */
+    int snap_kernel;       /* snapkv: average-pooling width */
+    int ngram_max;         /* ngram: longest suffix tried */
+    int ngram_min;         /* ngram: shortest suffix accepted */
+    seer_model *draft_model; /* draft: the draft model (same vocabulary) */
+    int draft_budget;      /* draft: StreamingLLM budget of the draft's own cache (0 = full) */
+} seer_spec_params;
+
+seer_spec_params seer_spec_default_params(void);
+/* Parses "none", "streaming", "retrieval", "snapkv", "draft", "ngram". */
+seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out);
+const char *seer_spec_kind_name(seer_spec_kind k);
+
+typedef struct {
+    int64_t rounds;        /* verification passes */
+    int64_t drafted;       /* draft tokens proposed */
+    int64_t accepted;      /* draft tokens accepted */
+    int64_t emitted;       /* tokens emitted (accepted + one per round) */
+    double t_draft_s, t_verify_s, t_prefill_s;
+} seer_spec_stats;
+
+/* A generator: several sequences in one context decoding together, one speculation round
+ * (or one plain step) per seer_gen_step for every unfinished sequence. */
+typedef struct seer_gen seer_gen;
+
+seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **out);
+void seer_gen_free(seer_gen *g);
+/* Adds a sequence: prefills prompt (n >= 1 tokens), then generates up to max_new tokens
+ * (-1 = until the context is full) with its own sampler. Stops after an end-of-generation
+ * token (EOS or BOS, included in the output) unless ignore_eos. Returns a handle. */
+seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
+                         seer_sampler_params sp, bool ignore_eos, int *handle);
+/* Runs one round for every unfinished sequence. *n_active receives how many remain. */
+seer_status seer_gen_step(seer_gen *g, int *n_active);
+/* Tokens generated so far for a handle (valid until the next call on g). */
+int seer_gen_output(const seer_gen *g, int handle, const int32_t **ids);
+bool seer_gen_finished(const seer_gen *g, int handle);
+/* Releases a finished (or unwanted) sequence's KV pages; its output stays readable. */
+void seer_gen_release(seer_gen *g, int handle);
+void seer_gen_stats(const seer_gen *g, seer_spec_stats *out);
+
+/* ---------------------------------------------------------------------------------------- */
 /* Model files                                                                              */
 
 /* Inspection of a GGUF file's metadata and tensor table, without loading weights. */

@@ -732,27 +732,43 @@ static void test_sample_from_probs(void **state) {
     assert_true(sum_f(oh, 5) == 0.0);
 }
 
+/* seer_sampler_sample equals seer_sampler_probs followed by seer_sample_from_probs with the
+ * sampler's next uniform, whether it walks the kept ids (small kept set) or all of probs,
+ * and whether or not the caller takes the probs. */
 static void test_sample_probs_out(void **state) {
     (void)state;
-    const int V = 50;
-    float logits[50], probs_a[50], probs_b[50];
+    const int V = 500;
+    float *logits = malloc(V * sizeof *logits), *pa = malloc(V * sizeof *pa);
+    float *pb = malloc(V * sizeof *pb);
     uint64_t rs = 5;
-    tu_fill_random(logits, V, &rs);
-    seer_sampler_params p = seer_sampler_default_params();
-    p.top_k = 10;
-    seer_sampler *a = NULL, *b = NULL;
-    ASSERT_OK(seer_sampler_init(p, V, &a));
-    ASSERT_OK(seer_sampler_init(p, V, &b));
-    for (int i = 0; i < 50; i++) {
-        const int32_t ta = seer_sampler_sample(a, logits, probs_a);
-        const int32_t tb = seer_sampler_sample(b, logits, NULL);
-        assert_int_equal(ta, tb);
-        assert_true(probs_a[ta] > 0);
-        seer_sampler_probs(b, logits, probs_b);
-        assert_memory_equal(probs_a, probs_b, sizeof probs_a);
+    for (int i = 0; i < V; i++)
+        logits[i] = 3.0f * tu_rand_uniform(&rs);
+    const int ks[] = {10, 0};
+    for (int j = 0; j < 2; j++) {
+        seer_sampler_params p = seer_sampler_default_params();
+        p.top_k = ks[j];
+        p.min_p = 0.0f;
+        p.seed = 9;
+        seer_sampler *a = NULL, *b = NULL, *c = NULL;
+        ASSERT_OK(seer_sampler_init(p, V, &a));
+        ASSERT_OK(seer_sampler_init(p, V, &b));
+        ASSERT_OK(seer_sampler_init(p, V, &c));
+        for (int i = 0; i < 300; i++) {
+            const int32_t ta = seer_sampler_sample(a, logits, pa);
+            seer_sampler_probs(b, logits, pb);
+            assert_memory_equal(pa, pb, V * sizeof *pa);
+            const int32_t tb = seer_sample_from_probs(pb, V, seer_sampler_uniform(b));
+            assert_int_equal(ta, tb);
+            assert_int_equal(seer_sampler_sample(c, logits, NULL), ta);
+            assert_true(pa[ta] > 0);
+        }
+        seer_sampler_free(a);
+        seer_sampler_free(b);
+        seer_sampler_free(c);
     }
-    seer_sampler_free(a);
-    seer_sampler_free(b);
+    free(logits);
+    free(pa);
+    free(pb);
 }
 
 static void run_sequence(seer_sampler_params p, const float *logits, int V, int32_t *out, int n) {

@@ -75,10 +75,21 @@ typedef struct {
     void (*kv_free)(seer_backend *be, void *kv);
     seer_status (*kv_copy_pages)(seer_backend *be, void *kv, const seer_kv_geom *g,
                                  const seer_kv_copy *copies, int n);
+    /* Reads the keys (which = 0) or values (1) of layer at (page[i], row[i]) for i < n into
+     * host memory out [n][Hkv*Dh] as f32 (selection heuristics of the sparse drafts). */
+    seer_status (*kv_read)(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer,
+                           int which, const int32_t *page, const int32_t *row, int n, float *out);
     /* Writes k, v [T][Hkv*Dh] of layer into (page[t], row[t]). */
     seer_status (*kv_store)(seer_backend *be, void *kv, const seer_kv_geom *g, int layer,
                             const float *k, const float *v, const int32_t *page,
                             const int32_t *row, int T);
+
+    /* Called once per forward call before its first op. The index arrays later ops receive
+     * (tokens, pos, page/row, out_rows and everything in ab) are exactly these pointers, so
+     * a backend with its own memory uploads them once here and uses its copies. May be NULL. */
+    seer_status (*batch_begin)(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
+                               const int32_t *pos, const int32_t *page, const int32_t *row,
+                               const int32_t *out_rows, int n_out);
 
     /* y [T][D] = rows tokens[T] of the embedding weight (rows = V, cols = D). */
     seer_status (*embed)(seer_backend *be, float *y, const seer_weight *emb,

@@ -103,7 +103,11 @@ typedef struct {
     void *arena;
 } gguf_file;
 
-/* Maps and parses a file. */
+/* Maps and parses a file. On failure *out is NULL and the message names the problem (and
+ * the key or tensor). Tensor types whose block size is unknown fail here with
+ * SEER_ERR_UNSUPPORTED "unsupported tensor type T in tensor NAME"; types of known size
+ * without a dequantiser (q5_0, q8_1, the K-quants) open, and fail in gguf_tensor_dequant.
+ * Arrays may nest at most 8 deep; keys and tensor names must be unique and free of NUL. */
 seer_status gguf_open(const char *path, gguf_file **out);
 /* Parses a buffer the caller keeps alive until gguf_close (used by the fuzzer and tests). */
 seer_status gguf_open_memory(const void *data, size_t size, gguf_file **out);
@@ -115,7 +119,8 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 /* Typed getters. Integers of any width convert when the value fits; SEER_ERR_FORMAT if the
  * key exists with an incompatible type, SEER_ERR_FORMAT "missing required metadata KEY" if
  * absent. The _opt variants return the default when the key is absent (still an error on a
- * wrong type). */
+ * wrong type). gguf_get_f32 also takes integer values (some converters write e.g.
+ * rope.freq_base as one). On failure *out is unchanged. */
 seer_status gguf_get_i64(const gguf_file *f, const char *key, int64_t *out);
 seer_status gguf_get_i64_opt(const gguf_file *f, const char *key, int64_t def, int64_t *out);
 seer_status gguf_get_f32(const gguf_file *f, const char *key, float *out);

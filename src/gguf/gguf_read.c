@@ -15,6 +15,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -645,6 +647,9 @@ seer_status gguf_get_f32(const gguf_file *f, const char *key, float *out) {
         return missing(key);
     const gguf_value *v = &kv->val;
     /* integers are accepted too: some converters write e.g. rope.freq_base as one */
+    if (v->type == GGUF_TYPE_FLOAT64 && isfinite(v->f64) && fabs(v->f64) > FLT_MAX)
+        return seer_err(SEER_ERR_FORMAT, "metadata %s = %g does not fit a 32-bit float", key,
+                        v->f64);
     if (v->type == GGUF_TYPE_FLOAT32 || v->type == GGUF_TYPE_FLOAT64)
         *out = (float)v->f64;
     else if (is_signed(v->type))

@@ -11,6 +11,8 @@
 #include "util/error.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,7 +164,13 @@ static seer_status ser_payload(bytes *b, gguf_type t, const gguf_value *v, int d
     case GGUF_TYPE_INT16: { int16_t x = (int16_t)v->i64; ok = put(b, &x, 2); break; }
     case GGUF_TYPE_UINT32: ok = put_u32(b, (uint32_t)v->u64); break;
     case GGUF_TYPE_INT32: { int32_t x = (int32_t)v->i64; ok = put(b, &x, 4); break; }
-    case GGUF_TYPE_FLOAT32: { float x = (float)v->f64; ok = put(b, &x, 4); break; }
+    case GGUF_TYPE_FLOAT32: {
+        /* out-of-range doubles become inf rather than an undefined conversion */
+        double d = v->f64;
+        float x = d > FLT_MAX ? INFINITY : d < -FLT_MAX ? -INFINITY : (float)d;
+        ok = put(b, &x, 4);
+        break;
+    }
     case GGUF_TYPE_BOOL: { uint8_t x = v->b ? 1 : 0; ok = put(b, &x, 1); break; }
     case GGUF_TYPE_UINT64: ok = put_u64(b, v->u64); break;
     case GGUF_TYPE_INT64: ok = put(b, &v->i64, 8); break;

@@ -219,6 +219,34 @@ void seer_seq_clear_view(seer_context *c, seer_seq_id seq) {
     memset(&c->views[seq], 0, sizeof c->views[seq]);
 }
 
+void seer_context_capture_q(seer_context *c, const uint8_t *rows, float *out) {
+    c->cap_rows = rows;
+    c->cap_out = out;
+}
+
+seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, int which, int slot0,
+                                 int n, float *out) {
+    SEER_TRY(check_seq(c, seq));
+    const seer_kv_seq *sq = &c->kv->seqs[seq];
+    if (slot0 < 0 || n < 0 || slot0 + n > sq->len || layer < 0 || layer >= c->model->info.n_layers)
+        return seer_err(SEER_ERR_INVALID_ARG, "read_kv: slots [%d, %d) of a sequence of %d", slot0,
+                        slot0 + n, sq->len);
+    enum { CH = 256 };
+    int32_t page[CH], row[CH];
+    size_t kvd = (size_t)c->geom.n_kv_heads * c->geom.head_dim;
+    for (int i = 0; i < n; i += CH) {
+        int k = n - i < CH ? n - i : CH;
+        for (int j = 0; j < k; j++) {
+            int s = slot0 + i + j;
+            page[j] = sq->pages[s / c->kv->page_size];
+            row[j] = s % c->kv->page_size;
+        }
+        seer_backend *be = c->model->be;
+        SEER_TRY(be->ops->kv_read(be, c->kv_data, &c->geom, layer, which, page, row, k, out + i * kvd));
+    }
+    return SEER_OK;
+}
+
 static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
     if (!b || !b->token || !b->seq || !b->pos)
         return seer_err(SEER_ERR_INVALID_ARG, "batch needs token, seq and pos arrays");
@@ -296,6 +324,8 @@ seer_status seer_decode(seer_context *c, const seer_batch *b, float *logits_out)
     };
     if (s == SEER_OK)
         s = seer_llama_forward(c, b->token, b->pos, &ab, c->out_rows, n_out);
+    c->cap_rows = NULL;
+    c->cap_out = NULL;
     if (s == SEER_OK && n_out && logits_out)
         s = be->ops->download(be, logits_out, c->s.logits, (size_t)n_out * in->n_vocab * sizeof(float));
     for (int k = 0; k < n_seq; k++) {

@@ -25,7 +25,7 @@ seer_gen_params seer_gen_default_params(void) {
         .n_heads = 4,
         .n_kv_heads = 2,
         .ffn_dim = 192,
-        .ctx = 256,
+        .ctx = 2048,
         .head_dim = 0,
         .rope_base = 10000.f,
         .norm_eps = 1e-5f,
@@ -51,9 +51,14 @@ static double rng_uniform(uint64_t *s) { /* [-1, 1) */
     return (double)(rng_next(s) >> 11) * 0x1p-52 - 1.0;
 }
 
-/* Sum of four uniforms (Irwin-Hall), scaled to unit variance: bell-shaped and bounded. */
+/* Sum of four uniforms (Irwin-Hall), scaled to unit variance: bell-shaped and bounded.
+ * The four come from the 16-bit quarters of one draw; models have 10^9 weights. */
 static double rng_normalish(uint64_t *s) {
-    double x = rng_uniform(s) + rng_uniform(s) + rng_uniform(s) + rng_uniform(s);
+    uint64_t r = rng_next(s);
+    uint32_t sum = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) +
+                   (uint32_t)((r >> 32) & 0xffff) + (uint32_t)(r >> 48);
+    /* each quarter is uniform on [0, 65536): centre the sum and scale each to [-1, 1) */
+    double x = ((double)sum + 2.0 - 131072.0) / 32768.0;
     return x * 0.8660254037844386; /* sqrt(3)/2: each uniform has variance 1/3 */
 }
 

@@ -21,6 +21,8 @@ seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const i
     const int H = in->n_heads, Hkv = in->n_kv_heads, Dh = in->head_dim;
     const float eps = in->norm_eps;
 
+    if (op->batch_begin)
+        SEER_TRY(op->batch_begin(be, ab, tokens, pos, ctx->tok_page, ctx->tok_row, out_rows, n_out));
     SEER_TRY(op->embed(be, s->x, &m->tok_embd, tokens, T));
     for (int l = 0; l < in->n_layers; l++) {
         const seer_layer *L = &m->layers[l];
@@ -30,6 +32,16 @@ seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const i
         SEER_TRY(op->matmul(be, s->v, s->h, &L->wv, L->bv, T));
         SEER_TRY(op->rope(be, s->q, pos, T, H, Dh, m->inv_freq, in->rope_neox));
         SEER_TRY(op->rope(be, s->k, pos, T, Hkv, Dh, m->inv_freq, in->rope_neox));
+        if (ctx->cap_rows) {
+            size_t qd = (size_t)H * Dh;
+            int k = 0, n_cap = 0;
+            for (int i = 0; i < T; i++)
+                n_cap += ctx->cap_rows[i] != 0;
+            for (int i = 0; i < T; i++)
+                if (ctx->cap_rows[i])
+                    SEER_TRY(op->download(be, ctx->cap_out + ((size_t)l * n_cap + k++) * qd,
+                                          s->q + i * qd, qd * sizeof(float)));
+        }
         SEER_TRY(op->kv_store(be, ctx->kv_data, &ctx->geom, l, s->k, s->v, ctx->tok_page,
                               ctx->tok_row, T));
         SEER_TRY(op->attention(be, s->att, s->q, ctx->kv_data, &ctx->geom, l, ab));

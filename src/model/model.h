@@ -66,7 +66,20 @@ struct seer_context {
     int32_t *seq_ids, *seq_ntok, *seq_pages, *out_rows;
     const seer_attn_view **seq_view;
     seer_kv_copy *copies;
+    /* q capture for selection heuristics (seer_context_capture_q) */
+    const uint8_t *cap_rows;
+    float *cap_out;
 };
+
+/* Internal hooks for the speculative drafters (src/spec/). */
+
+/* For the next seer_decode only: copy the post-RoPE queries of the batch rows with
+ * rows[i] != 0 into out [n_layers][n_flagged][H*Dh] (host memory). */
+void seer_context_capture_q(seer_context *c, const uint8_t *rows, float *out);
+/* Keys (which = 0) or values (1) of layer for slots [slot0, slot0 + n) of seq, as f32 into
+ * out [n][Hkv*Dh]. */
+seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, int which, int slot0,
+                                 int n, float *out);
 
 /* Runs the architecture's forward pass for a batch already placed in the KV cache
  * (ab describes it). Writes logits of the rows out_rows[0..n_out) into ctx->s.logits. */

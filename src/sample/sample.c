@@ -9,7 +9,9 @@
  *
  * Cost for V tokens: O(V) to copy and penalise, O(V log k) for top-k, softmax only over the
  * top-k survivors, and top-p sorts only the tokens above a mass threshold (O(V log V) in the
- * worst case of a flat distribution). No allocation after seer_sampler_init.
+ * worst case of a flat distribution). With top-k off the V exponentials dominate (about a
+ * millisecond for 150K tokens); with a small top-k a draw is a few passes over memory. No
+ * allocation after seer_sampler_init.
  */
 #include "sample/sample.h"
 
@@ -114,12 +116,28 @@ static void select_top_k(const float *x, int n, int k, cand *c) {
     }
     for (int i = k / 2 - 1; i >= 0; i--)
         heap_sift_down(c, k, i);
-    for (int i = k; i < n; i++) {
-        /* i is above every id in the heap, so an equal value loses: strictly greater only */
-        if (x[i] > c[0].v) {
-            c[0].v = x[i];
-            c[0].id = i;
-            heap_sift_down(c, k, 0);
+    int i = k;
+    while (i < n) {
+        /* Once the heap holds good values almost nothing beats its root; a branch-free test
+         * of a whole block (which the compiler vectorises) skips those blocks cheaply. */
+        if (i + 32 <= n) {
+            const float thr = c[0].v;
+            int any = 0;
+            for (int j = 0; j < 32; j++)
+                any |= x[i + j] > thr;
+            if (!any) {
+                i += 32;
+                continue;
+            }
+        }
+        const int end = i + 32 < n ? i + 32 : n;
+        for (; i < end; i++) {
+            /* i is above every id in the heap, so an equal value loses: strictly greater */
+            if (x[i] > c[0].v) {
+                c[0].v = x[i];
+                c[0].id = i;
+                heap_sift_down(c, k, 0);
+            }
         }
     }
 }
@@ -182,18 +200,18 @@ static int top_p_filter(cand *c, int n, double z, float top_p) {
     return n;
 }
 
-void seer_sampler_probs_with_history(const seer_sampler_params *p, const int32_t *history,
-                                     int n_history, const float *logits, float *probs,
-                                     int n_vocab, void *scratch) {
-    const int V = n_vocab;
-    if (V <= 0)
-        return;
+/* The pipeline of seer_sampler_probs_with_history. Also leaves the kept set in the scratch's
+ * cand [0, n) (any order) and returns n, so that a draw need not scan all V probs. */
+static int probs_pipeline(const seer_sampler_params *p, const int32_t *history, int n_history,
+                          const float *logits, float *probs, int V, void *scratch) {
     cand *c = (cand *)scratch;
     float *work = (float *)(c + V);
     uint8_t *mark = (uint8_t *)(work + V);
 
-    for (int i = 0; i < V; i++)
-        work[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+    for (int i = 0; i < V; i++) {
+        const float x = logits[i];
+        work[i] = x == x ? x : -INFINITY; /* NaN; written so that it vectorises */
+    }
 
     /* Repetition penalty as in the CTRL paper (Keskar et al. 2019) and llama.cpp: each
      * distinct id once, however often it occurs in the window. Marks are cleared for the
@@ -214,8 +232,10 @@ void seer_sampler_probs_with_history(const seer_sampler_params *p, const int32_t
     }
 
     if (!(p->temperature > 0.0f)) {
-        seer_probs_one_hot(probs, V, seer_argmax(work, V));
-        return;
+        c[0].id = seer_argmax(work, V);
+        c[0].v = 1.0f;
+        seer_probs_one_hot(probs, V, c[0].id);
+        return 1;
     }
 
     int n;
@@ -262,6 +282,19 @@ void seer_sampler_probs_with_history(const seer_sampler_params *p, const int32_t
     const double inv_z = 1.0 / zk;
     for (int i = 0; i < n; i++)
         probs[c[i].id] = (float)((double)c[i].v * inv_z);
+    return n;
+}
+
+void seer_sampler_probs_with_history(const seer_sampler_params *p, const int32_t *history,
+                                     int n_history, const float *logits, float *probs,
+                                     int n_vocab, void *scratch) {
+    if (n_vocab > 0)
+        probs_pipeline(p, history, n_history, logits, probs, n_vocab, scratch);
+}
+
+static int cand_cmp_id(const void *pa, const void *pb) {
+    const cand *a = pa, *b = pb;
+    return (a->id > b->id) - (a->id < b->id);
 }
 
 /* ---- The sampler object ---------------------------------------------------------------- */
@@ -329,12 +362,29 @@ void seer_sampler_probs(const seer_sampler *s, const float *logits, float *probs
  * emit a different token) and calls seer_sampler_accept. */
 int32_t seer_sampler_sample(seer_sampler *s, const float *logits, float *probs) {
     float *out = probs ? probs : s->probs;
-    seer_sampler_probs(s, logits, out);
+    const int V = s->n_vocab;
+    int n = probs_pipeline(&s->params, s->hist, s->n_hist, logits, out, V, s->scratch);
+    cand *c = (cand *)s->scratch;
     if (!(s->params.temperature > 0.0f))
-        return seer_argmax(out, s->n_vocab);
-    const int32_t tok = seer_sample_from_probs(out, s->n_vocab, seer_rng_uniform(&s->rng));
-    /* cannot happen (the kept set has mass), but never hand back -1 as a token */
-    return tok >= 0 ? tok : seer_argmax(out, s->n_vocab);
+        return c[0].id;
+    const double u = seer_rng_uniform(&s->rng);
+    if (n > V / 16)
+        return seer_sample_from_probs(out, V, u);
+    /* The same walk as seer_sample_from_probs (id order, same sums, same fallback), over
+     * the kept ids only: every other entry of out is zero and adds nothing. */
+    qsort(c, (size_t)n, sizeof *c, cand_cmp_id);
+    double cum = 0;
+    int32_t last = c[0].id;
+    for (int i = 0; i < n; i++) {
+        const float x = out[c[i].id];
+        if (!(x > 0.0f))
+            continue;
+        cum += x;
+        last = c[i].id;
+        if (u < cum)
+            return last;
+    }
+    return last;
 }
 
 double seer_sampler_uniform(seer_sampler *s) { return seer_rng_uniform(&s->rng); }

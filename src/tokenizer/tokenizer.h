@@ -69,6 +69,14 @@ typedef struct {
     bool add_space_prefix;      /* SentencePiece's add_dummy_prefix */
 } seer_vocab_desc;
 
+/* Encoding details (spm.c) beyond the contract of seer_tokenize: the dummy-prefix "▁" goes
+ * only in front of the whole text, and only when it starts with plain text (not after each
+ * special token); with parse_special, control and user-defined token texts are found longest
+ * first (ties: lower id), each claiming its non-overlapping occurrences left to right in
+ * what longer ones left; plain text only ever becomes normal or user-defined tokens, then
+ * byte-fallback tokens, else one UNK per character that has no token (dropped if the
+ * vocabulary has no UNK either). */
+
 /* Builds a vocabulary. SEER_ERR_INVALID_ARG on inconsistent input, SEER_ERR_OOM. Token
  * types outside 1..6 count as normal. When several tokens share a text, lookup by text finds
  * the lowest id. Byte tokens are those of type SEER_TOKEN_BYTE spelled "<0xXX>" (when types

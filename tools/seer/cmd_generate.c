@@ -30,7 +30,18 @@ static void usage(FILE *f) {
             "      --backend B       cpu, cuda or auto (default auto)\n"
             "      --ignore-eos      keep going past end-of-text tokens\n"
             "      --no-bos          do not prepend BOS to the prompt\n"
-            "      --json            print one JSON object instead of streaming text\n");
+            "      --json            print one JSON object instead of streaming text\n"
+            "speculative decoding (lossless: same output as without):\n"
+            "      --spec KIND       none, streaming, retrieval, snapkv, draft, ngram (default none)\n"
+            "      --spec-gamma G    tokens drafted per round (default 4)\n"
+            "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
+            "      --spec-sinks S    first tokens the streaming view keeps (default 16)\n"
+            "      --spec-chunk C    retrieval chunk size (default 8)\n"
+            "      --spec-refresh N  retrieval: rebuild the selection every N rounds (default 0 = never)\n"
+            "      --spec-window W   snapkv observation window (default 32)\n"
+            "      --spec-ngram N    ngram: longest suffix to match (default 4)\n"
+            "      --draft-model M   draft model for --spec draft (same vocabulary)\n"
+            "      --draft-budget K  StreamingLLM budget of the draft model's own cache (default 0 = full)\n");
 }
 
 static char *read_file(const char *path) {
@@ -61,12 +72,15 @@ typedef struct {
     const char *model, *prompt, *prompt_file;
     long long n_predict, ctx, threads;
     seer_sampler_params sp;
+    seer_spec_params spec;
+    const char *draft_model;
     seer_backend_kind backend;
     bool json, ignore_eos, no_bos;
 } gen_opts;
 
 static int parse(int argc, char **argv, gen_opts *o) {
-    enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_REP, O_REPN, O_SEED, O_BACKEND, O_JSON, O_IGN, O_NOBOS };
+    enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_REP, O_REPN, O_SEED, O_BACKEND, O_JSON, O_IGN, O_NOBOS,
+           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
@@ -78,6 +92,11 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"seed", required_argument, 0, O_SEED},  {"backend", required_argument, 0, O_BACKEND},
         {"json", no_argument, 0, O_JSON},        {"ignore-eos", no_argument, 0, O_IGN},
         {"no-bos", no_argument, 0, O_NOBOS},     {"help", no_argument, 0, 'h'},
+        {"spec", required_argument, 0, O_SPEC},  {"spec-gamma", required_argument, 0, O_SG},
+        {"spec-budget", required_argument, 0, O_SK}, {"spec-sinks", required_argument, 0, O_SS},
+        {"spec-chunk", required_argument, 0, O_SC}, {"spec-refresh", required_argument, 0, O_SR},
+        {"spec-window", required_argument, 0, O_SW}, {"spec-ngram", required_argument, 0, O_SN},
+        {"draft-model", required_argument, 0, O_DM}, {"draft-budget", required_argument, 0, O_DB},
         {0, 0, 0, 0}};
     int c;
     long long v;
@@ -102,9 +121,28 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case O_JSON: o->json = true; break;
         case O_IGN: o->ignore_eos = true; break;
         case O_NOBOS: o->no_bos = true; break;
+        case O_SPEC:
+            if (seer_spec_kind_parse(optarg, &o->spec.kind) != SEER_OK) {
+                fprintf(stderr, "seer: --spec: %s\n", seer_last_error());
+                return 2;
+            }
+            break;
+        case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 64, &v)) return 2; o->spec.gamma = (int)v; break;
+        case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
+        case O_SS: if (!cli_int("--spec-sinks", optarg, 0, 1 << 24, &v)) return 2; o->spec.sinks = (int)v; break;
+        case O_SC: if (!cli_int("--spec-chunk", optarg, 1, 4096, &v)) return 2; o->spec.chunk = (int)v; break;
+        case O_SR: if (!cli_int("--spec-refresh", optarg, 0, 1 << 24, &v)) return 2; o->spec.refresh_every = (int)v; break;
+        case O_SW: if (!cli_int("--spec-window", optarg, 1, 4096, &v)) return 2; o->spec.snap_window = (int)v; break;
+        case O_SN: if (!cli_int("--spec-ngram", optarg, 1, 64, &v)) return 2; o->spec.ngram_max = (int)v; break;
+        case O_DM: o->draft_model = optarg; break;
+        case O_DB: if (!cli_int("--draft-budget", optarg, 0, 1 << 24, &v)) return 2; o->spec.draft_budget = (int)v; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
+    }
+    if (o->spec.kind == SEER_SPEC_DRAFT && !o->draft_model) {
+        fprintf(stderr, "seer generate: --spec draft needs --draft-model\n");
+        return 2;
     }
     if (optind < argc) {
         fprintf(stderr, "seer generate: unexpected argument '%s'\n", argv[optind]);
@@ -122,7 +160,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    gen_opts o = {.n_predict = -1, .sp = seer_sampler_default_params(), .backend = SEER_BACKEND_AUTO};
+    gen_opts o = {.n_predict = -1, .sp = seer_sampler_default_params(),
+                  .spec = seer_spec_default_params(), .backend = SEER_BACKEND_AUTO};
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
@@ -138,13 +177,13 @@ int cmd_generate(int argc, char **argv) {
         prompt = file_text;
     }
 
-    seer_model *model = NULL;
+    seer_model *model = NULL, *draft = NULL;
     seer_context *ctx = NULL;
-    seer_sampler *smp = NULL;
+    seer_gen *gen = NULL;
     seer_detok *dt = NULL;
-    int32_t *ids = NULL, *gen = NULL;
-    float *logits = NULL;
+    int32_t *ids = NULL;
     json_t *out = NULL;
+    char *text = NULL;
     rc = 1;
     seer_status s;
 
@@ -155,6 +194,11 @@ int cmd_generate(int argc, char **argv) {
         cli_error("loading model", s);
         goto done;
     }
+    if (o.draft_model && (s = seer_model_load(o.draft_model, mp, &draft)) != SEER_OK) {
+        cli_error("loading draft model", s);
+        goto done;
+    }
+    o.spec.draft_model = draft;
     seer_model_info info;
     seer_model_get_info(model, &info);
     seer_context_params cp = seer_context_default_params();
@@ -163,7 +207,7 @@ int cmd_generate(int argc, char **argv) {
         cli_error("creating context", s);
         goto done;
     }
-    const int n_ctx = seer_context_n_ctx(ctx), V = info.n_vocab;
+    const int n_ctx = seer_context_n_ctx(ctx);
     size_t plen = strlen(prompt);
     int n_prompt = 0;
     s = seer_tokenize(model, prompt, plen, !o.no_bos, false, NULL, 0, &n_prompt);
@@ -172,9 +216,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     ids = malloc(sizeof *ids * (n_prompt + 1));
-    gen = malloc(sizeof *gen * (n_ctx + 1));
-    logits = malloc(sizeof *logits * V);
-    if (!ids || !gen || !logits) {
+    if (!ids) {
         fprintf(stderr, "seer generate: out of memory\n");
         goto done;
     }
@@ -191,103 +233,88 @@ int cmd_generate(int argc, char **argv) {
                 n_prompt, n_ctx);
         goto done;
     }
-    if ((s = seer_sampler_init(o.sp, V, &smp)) != SEER_OK || (s = seer_detok_init(model, &dt)) != SEER_OK) {
-        cli_error("sampler", s);
+    if ((s = seer_gen_init(ctx, o.spec, &gen)) != SEER_OK) {
+        cli_error("speculation", s);
         goto done;
     }
-    seer_seq_id seq;
-    if ((s = seer_seq_new(ctx, &seq)) != SEER_OK) {
-        cli_error("sequence", s);
+    if ((s = seer_detok_init(model, &dt)) != SEER_OK) {
+        cli_error("detokenizer", s);
         goto done;
     }
-
-    /* Prefill in chunks of the context's batch limit; logits only for the last token. */
     double t0 = now_s();
-    const int chunk = cp.n_batch_max;
-    int32_t *seqv = malloc(sizeof *seqv * chunk), *posv = malloc(sizeof *posv * chunk);
-    uint8_t *want = calloc(chunk, 1);
-    if (!seqv || !posv || !want) {
-        free(seqv), free(posv), free(want);
-        fprintf(stderr, "seer generate: out of memory\n");
-        goto done;
-    }
-    for (int i = 0; i < n_prompt && s == SEER_OK; i += chunk) {
-        int n = n_prompt - i < chunk ? n_prompt - i : chunk;
-        for (int j = 0; j < n; j++) {
-            seqv[j] = seq;
-            posv[j] = i + j;
-            want[j] = i + j == n_prompt - 1;
-        }
-        seer_batch b = {.n_tokens = n, .token = ids + i, .seq = seqv, .pos = posv, .logits = want};
-        s = seer_decode(ctx, &b, logits);
-    }
-    free(seqv), free(posv), free(want);
-    if (s != SEER_OK) {
+    int h;
+    if ((s = seer_gen_add(gen, ids, n_prompt, (int)o.n_predict == 0 ? 1 : (int)o.n_predict, o.sp,
+                          o.ignore_eos, &h)) != SEER_OK) {
         cli_error("prefill", s);
         goto done;
     }
-    for (int i = 0; i < n_prompt; i++)
-        seer_sampler_accept(smp, ids[i]);
     double t1 = now_s();
-
-    int n_gen = 0, budget = n_ctx - n_prompt;
-    if (o.n_predict >= 0 && o.n_predict < budget)
-        budget = (int)o.n_predict;
-    char piece[512];
-    while (n_gen < budget) {
-        int32_t tok = seer_sampler_sample(smp, logits, NULL);
-        seer_sampler_accept(smp, tok);
-        gen[n_gen++] = tok;
-        int np = seer_detok_push(dt, tok, piece, sizeof piece);
-        if (!o.json && np > 0) {
-            fwrite(piece, 1, np, stdout);
-            fflush(stdout);
+    size_t cap = 4096, len = 0;
+    text = malloc(cap);
+    if (!text) {
+        fprintf(stderr, "seer generate: out of memory\n");
+        goto done;
+    }
+    int shown = 0, active = 1;
+    const int32_t *gen_ids;
+    for (;;) {
+        int n_gen = seer_gen_output(gen, h, &gen_ids);
+        for (; shown < n_gen; shown++) {
+            if (cap - len < 1024) {
+                char *nt = realloc(text, cap *= 2);
+                if (!nt) {
+                    fprintf(stderr, "seer generate: out of memory\n");
+                    goto done;
+                }
+                text = nt;
+            }
+            int k = seer_detok_push(dt, gen_ids[shown], text + len, (int)(cap - len));
+            if (k > 0) {
+                if (!o.json) {
+                    fwrite(text + len, 1, k, stdout);
+                    fflush(stdout);
+                }
+                len += k;
+            }
         }
-        bool stop = !o.ignore_eos && (tok == info.token_eos || tok == info.token_bos);
-        if (stop || n_gen == budget)
+        if (!active || seer_gen_finished(gen, h))
             break;
-        int32_t pos = n_prompt + n_gen - 1;
-        uint8_t one = 1;
-        seer_batch b = {.n_tokens = 1, .token = &tok, .seq = &seq, .pos = &pos, .logits = &one};
-        if ((s = seer_decode(ctx, &b, logits)) != SEER_OK) {
+        if ((s = seer_gen_step(gen, &active)) != SEER_OK) {
             cli_error("decode", s);
             goto done;
         }
     }
+    int k = seer_detok_flush(dt, text + len, (int)(cap - len));
+    if (k > 0) {
+        if (!o.json)
+            fwrite(text + len, 1, k, stdout);
+        len += k;
+    }
     double t2 = now_s();
-    int np = seer_detok_flush(dt, piece, sizeof piece);
-    if (!o.json && np > 0)
-        fwrite(piece, 1, np, stdout);
+    int n_gen = seer_gen_output(gen, h, &gen_ids);
+    seer_spec_stats st;
+    seer_gen_stats(gen, &st);
     double pf_tps = n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9);
     int n_steps = n_gen > 0 ? n_gen - 1 : 0; /* the first token comes from the prefill */
     double dec_tps = n_steps / (t2 - t1 > 0 ? t2 - t1 : 1e-9);
+    double acc_rate = st.drafted ? (double)st.accepted / st.drafted : 0;
+    double per_round = st.rounds ? (double)(st.emitted - 1) / st.rounds : 0;
     if (o.json) {
-        /* Text of the generated tokens, decoded afresh (the stream above was not printed). */
-        seer_detok *d2 = NULL;
-        size_t cap = (size_t)n_gen * 64 + 64, len = 0;
-        char *text = malloc(cap);
-        if (!text || seer_detok_init(model, &d2) != SEER_OK) {
-            free(text);
-            fprintf(stderr, "seer generate: out of memory\n");
-            goto done;
-        }
-        for (int i = 0; i <= n_gen; i++) {
-            int k = i < n_gen ? seer_detok_push(d2, gen[i], text + len, (int)(cap - len))
-                              : seer_detok_flush(d2, text + len, (int)(cap - len));
-            if (k > 0)
-                len += k;
-        }
-        seer_detok_free(d2);
         json_t *pids = json_array(), *gids = json_array();
         for (int i = 0; i < n_prompt; i++)
             json_array_append_new(pids, json_integer(ids[i]));
         for (int i = 0; i < n_gen; i++)
-            json_array_append_new(gids, json_integer(gen[i]));
-        out = json_pack("{s:o, s:o, s:s%, s:{s:i, s:i, s:f, s:f, s:f, s:f}}", "prompt_ids", pids,
-                        "generated_ids", gids, "text", text, len, "stats", "prompt_tokens", n_prompt,
-                        "generated_tokens", n_gen, "prefill_tok_s", pf_tps, "decode_tok_s", dec_tps,
-                        "prefill_s", t1 - t0, "decode_s", t2 - t1);
-        free(text);
+            json_array_append_new(gids, json_integer(gen_ids[i]));
+        out = json_pack("{s:o, s:o, s:s%, s:{s:i, s:i, s:f, s:f, s:f, s:f}, s:{s:s, s:i, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f}}",
+                        "prompt_ids", pids, "generated_ids", gids, "text", text, len,
+                        "stats", "prompt_tokens", n_prompt, "generated_tokens", n_gen,
+                        "prefill_tok_s", pf_tps, "decode_tok_s", dec_tps, "prefill_s", t1 - t0,
+                        "decode_s", t2 - t1,
+                        "spec", "kind", seer_spec_kind_name(o.spec.kind), "gamma", o.spec.gamma,
+                        "budget", o.spec.budget, "rounds", (json_int_t)st.rounds,
+                        "drafted", (json_int_t)st.drafted, "accepted", (json_int_t)st.accepted,
+                        "acceptance", acc_rate, "tokens_per_round", per_round,
+                        "draft_s", st.t_draft_s, "verify_s", st.t_verify_s);
         if (!out) {
             fprintf(stderr, "seer generate: generated text is not valid UTF-8\n");
             goto done;
@@ -300,16 +327,21 @@ int cmd_generate(int argc, char **argv) {
     }
     fprintf(stderr, "seer: prompt %d tokens, prefill %.1f tok/s; generated %d tokens, decode %.1f tok/s (%s)\n",
             n_prompt, pf_tps, n_gen, dec_tps, info.backend);
+    if (o.spec.kind != SEER_SPEC_NONE)
+        fprintf(stderr, "seer: spec %s: drafted %lld, accepted %lld (%.1f%%), %.2f tokens per verification, "
+                        "draft %.3f s, verify %.3f s\n",
+                seer_spec_kind_name(o.spec.kind), (long long)st.drafted, (long long)st.accepted,
+                100 * acc_rate, per_round, st.t_draft_s, st.t_verify_s);
     rc = 0;
 done:
     json_decref(out);
     free(ids);
-    free(gen);
-    free(logits);
+    free(text);
     free(file_text);
     seer_detok_free(dt);
-    seer_sampler_free(smp);
+    seer_gen_free(gen);
     seer_context_free(ctx);
+    seer_model_free(draft);
     seer_model_free(model);
     return rc;
 }

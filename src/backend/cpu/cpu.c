@@ -106,6 +106,14 @@ static seer_status cpu_kv_store(seer_backend *be, void *kv, const seer_kv_geom *
     return SEER_OK;
 }
 
+static seer_status cpu_kv_read(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer,
+                               int which, const int32_t *page, const int32_t *row, int n, float *out) {
+    size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
+    for (int i = 0; i < n; i++)
+        memcpy(out + i * kvd, seer_cpu_kv_row(kv, g, page[i], layer, which, row[i]), kvd * sizeof(float));
+    return SEER_OK;
+}
+
 static seer_status cpu_embed(seer_backend *be, float *y, const seer_weight *emb,
                              const int32_t *tokens, int T) {
     for (int t = 0; t < T; t++)
@@ -116,7 +124,7 @@ static seer_status cpu_embed(seer_backend *be, float *y, const seer_weight *emb,
 
 static seer_status cpu_rmsnorm(seer_backend *be, float *y, const float *x, const float *w, int T,
                                int D, float eps) {
-#pragma omp parallel for num_threads(seer_cpu_threads(be)) if (T > 8)
+#pragma omp parallel for num_threads(seer_cpu_threads(be)) if ((size_t)T * D > ((size_t)1 << 16))
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * D;
         float *yr = y + (size_t)t * D;
@@ -184,6 +192,7 @@ static const seer_backend_ops cpu_ops = {
     .kv_free = cpu_kv_free,
     .kv_copy_pages = cpu_kv_copy_pages,
     .kv_store = cpu_kv_store,
+    .kv_read = cpu_kv_read,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .matmul = seer_cpu_matmul,

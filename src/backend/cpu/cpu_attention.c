@@ -54,7 +54,7 @@ seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, con
     }
     const int nt = seer_cpu_threads(be);
     seer_status st = SEER_OK;
-#pragma omp parallel num_threads(nt) if (T * H > 1)
+#pragma omp parallel num_threads(nt) if ((size_t)T * H * max_slots * ab->head_dim > ((size_t)1 << 18))
     {
         int32_t *slots = seer_malloc_array((size_t)max_slots + 1, sizeof *slots);
         float *score = seer_malloc_array((size_t)max_slots + 1, sizeof *score);

@@ -48,7 +48,7 @@ seer_status seer_cpu_matmul(seer_backend *be, float *y, const float *x, const se
     const int nt = seer_cpu_threads(be);
     /* Output rows outer so each weight row is read once per block of ROWS tokens; the
      * weight is the big operand in decode. */
-#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)rows * cols * T > 65536)
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)rows * cols * T > ((size_t)1 << 20))
     for (int o = 0; o < rows; o++) {
         const float *wr = W + (size_t)o * cols;
         for (int t0 = 0; t0 < T; t0 += ROWS) {

@@ -1,0 +1,131 @@
+/*
+ * make_seeds.c: writes a small seed corpus for fuzz_gguf into the directory given as
+ * argv[1]: tiny random models in several dtypes, a file with every metadata value type and
+ * nested arrays, and files with unusual layouts (custom alignment, q5_0 / K-quant tensors,
+ * version 2). Each stays under the fuzzer's 64 KiB input limit.
+ * Not for: tests (tests/test_gguf.c builds its own files).
+ */
+#include "gguf/gguf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *g_dir;
+
+static const char *path_of(const char *name) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", g_dir, name);
+    return buf;
+}
+
+static int check(seer_status s, const char *what) {
+    if (s != SEER_OK) {
+        fprintf(stderr, "make_seeds: %s: %s\n", what, seer_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+static int gen_models(void) {
+    static const struct {
+        const char *arch, *dtype;
+        bool tied;
+    } v[] = {{"llama", "q8_0", false}, {"qwen2", "q4_0", true}, {"llama", "q4_1", true},
+             {"qwen2", "f16", true},   {"llama", "bf16", true}};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        seer_gen_params p = seer_gen_default_params();
+        p.arch = v[i].arch;
+        p.dtype = v[i].dtype;
+        p.tied = v[i].tied;
+        p.n_vocab = 259 + 16;
+        p.dim = 32;
+        p.n_heads = 2;
+        p.n_kv_heads = 1;
+        p.ffn_dim = 64;
+        p.n_layers = 1;
+        p.seed = i + 1;
+        char name[64];
+        snprintf(name, sizeof name, "gen-%s-%s.gguf", v[i].arch, v[i].dtype);
+        bad |= check(seer_gen_model(&p, path_of(name)), name);
+    }
+    return bad;
+}
+
+static int rich_file(void) {
+    gguf_writer *w = gguf_writer_init();
+    gguf_value v = {.type = GGUF_TYPE_UINT8, .u64 = 7};
+    gguf_writer_set_value(w, "u8", &v);
+    v = (gguf_value){.type = GGUF_TYPE_INT16, .i64 = -3};
+    gguf_writer_set_value(w, "i16", &v);
+    v = (gguf_value){.type = GGUF_TYPE_INT64, .i64 = -1};
+    gguf_writer_set_value(w, "i64", &v);
+    v = (gguf_value){.type = GGUF_TYPE_FLOAT64, .f64 = 0.25};
+    gguf_writer_set_value(w, "f64", &v);
+    gguf_writer_set_u64(w, "u64", 1ull << 40);
+    gguf_writer_set_bool(w, "b", true);
+    gguf_writer_set_f32(w, "f", 1.5f);
+    gguf_writer_set_str(w, "s", "text");
+    gguf_value s1[2], a1[2], a2[1];
+    s1[0] = (gguf_value){.type = GGUF_TYPE_STRING, .str = {"ab", 2}};
+    s1[1] = (gguf_value){.type = GGUF_TYPE_STRING, .str = {"", 0}};
+    a1[0] = (gguf_value){.type = GGUF_TYPE_ARRAY, .arr = {GGUF_TYPE_STRING, 2, s1}};
+    a1[1] = (gguf_value){.type = GGUF_TYPE_ARRAY, .arr = {GGUF_TYPE_STRING, 0, NULL}};
+    a2[0] = (gguf_value){.type = GGUF_TYPE_ARRAY, .arr = {GGUF_TYPE_ARRAY, 2, a1}};
+    v = (gguf_value){.type = GGUF_TYPE_ARRAY, .arr = {GGUF_TYPE_ARRAY, 1, a2}};
+    gguf_writer_set_value(w, "nested", &v);
+    const int32_t is[] = {1, 2, 3};
+    gguf_writer_set_arr_i32(w, "ints", is, 3);
+    float d[64];
+    for (int i = 0; i < 64; i++)
+        d[i] = (float)i * 0.5f - 8.f;
+    uint8_t q[64 * 4];
+    uint64_t ne2[2] = {32, 2};
+    int bad = check(gguf_quant(GGML_TYPE_Q4_1, d, q, 64), "quant");
+    bad |= check(gguf_writer_add_tensor(w, "q41", GGML_TYPE_Q4_1, 2, ne2, q), "q41");
+    uint64_t ne1 = 5;
+    bad |= check(gguf_writer_add_tensor(w, "f32", GGML_TYPE_F32, 1, &ne1, d), "f32");
+    bad |= check(gguf_writer_write(w, path_of("rich.gguf")), "rich.gguf");
+
+    /* the same, as version 2 */
+    uint8_t *buf;
+    size_t size;
+    if (gguf_writer_to_buffer(w, &buf, &size) == SEER_OK) {
+        buf[4] = 2;
+        FILE *fp = fopen(path_of("rich-v2.gguf"), "wb");
+        if (fp) {
+            fwrite(buf, 1, size, fp);
+            fclose(fp);
+        }
+        free(buf);
+    }
+    gguf_writer_free(w);
+    return bad;
+}
+
+static int odd_layouts(void) {
+    gguf_writer *w = gguf_writer_init();
+    gguf_writer_set_u32(w, "general.alignment", 8);
+    uint8_t zeros[1024] = {0};
+    uint64_t ne_k[1] = {256}, ne_5[2] = {32, 3}, ne_h[3] = {3, 1, 2};
+    int bad = check(gguf_writer_add_tensor(w, "k", GGML_TYPE_Q6_K, 1, ne_k, zeros), "q6_K");
+    bad |= check(gguf_writer_add_tensor(w, "q5", GGML_TYPE_Q5_0, 2, ne_5, zeros), "q5_0");
+    bad |= check(gguf_writer_add_tensor(w, "h", GGML_TYPE_F16, 3, ne_h, zeros), "f16");
+    bad |= check(gguf_writer_add_tensor(w, "b", GGML_TYPE_BF16, 1, ne_h, zeros), "bf16");
+    bad |= check(gguf_writer_write(w, path_of("odd.gguf")), "odd.gguf");
+    gguf_writer_free(w);
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: make_seeds DIR\n");
+        return 2;
+    }
+    g_dir = argv[1];
+    int bad = gen_models();
+    bad |= rich_file();
+    bad |= odd_layouts();
+    return bad ? 1 : 0;
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# gpu-check.sh: builds seer with the CUDA backend (sm_90, Release) into build-gpu on a GPU
+# machine and runs every test with its output; the log goes to $OUT/gpu-check.log when OUT is
+# set (else build-gpu/gpu-check.log), and a short table of the CUDA checks comes last.
+#
+#   scripts/gpu-check.sh stage   on a machine with the shared folder and the build deps:
+#                                copies models/ and golden/ into .gpu/shared and the cmocka and
+#                                jansson headers and libraries into .gpu/deps (both git-ignored)
+#   scripts/gpu-check.sh         on the GPU machine, from the repository root
+#
+# SEER_SHARED_DIR: the folder with models/ and golden/ (default ../shared; after `stage`,
+# use SEER_SHARED_DIR=$PWD/.gpu/shared). .gpu/deps, when present, is used for cmocka/jansson.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+
+stage() {
+  set -e
+  local src=${SEER_SHARED_DIR:-$root/../shared}
+  mkdir -p .gpu/shared/models .gpu/shared/golden .gpu/deps/include .gpu/deps/lib/pkgconfig
+  cp "$src/models/stories260K.gguf" .gpu/shared/models/
+  cp "$src"/golden/* .gpu/shared/golden/
+  local pkg hdrs h incdir libdir soname
+  for pkg in cmocka jansson; do
+    case $pkg in
+      cmocka) hdrs="cmocka.h cmocka_pbc.h" ;;
+      jansson) hdrs="jansson.h jansson_config.h" ;;
+    esac
+    # not every .pc file sets includedir/libdir: read them off the flags
+    incdir=$(pkg-config --cflags-only-I $pkg | tr ' ' '\n' | sed -n 's/^-I//p' | head -n 1)
+    libdir=$(pkg-config --libs-only-L $pkg | tr ' ' '\n' | sed -n 's/^-L//p' | head -n 1)
+    : "${incdir:=/usr/include}" "${libdir:=/usr/lib/$(gcc -print-multiarch)}"
+    for h in $hdrs; do
+      cp "$incdir/$h" .gpu/deps/include/
+    done
+    # real files, not links: the link name for linking, the soname for running
+    cp -L "$libdir/lib$pkg.so" .gpu/deps/lib/
+    soname=$(objdump -p "$libdir/lib$pkg.so" | awk '/SONAME/ {print $2}')
+    [ -n "$soname" ] && cp -L "$libdir/$soname" .gpu/deps/lib/
+    cat > .gpu/deps/lib/pkgconfig/$pkg.pc <<EOF
+prefix=\${pcfiledir}/../..
+includedir=\${prefix}/include
+libdir=\${prefix}/lib
+Name: $pkg
+Description: $pkg staged for the GPU machine
+Version: $(pkg-config --modversion $pkg)
+Cflags: -I\${includedir}
+Libs: -L\${libdir} -l$pkg
+EOF
+  done
+  echo "staged into $root/.gpu:"
+  find .gpu -type f | sort
+}
+
+if [ "${1:-}" = stage ]; then
+  stage
+  exit $?
+fi
+
+shared=${SEER_SHARED_DIR:-$root/../shared}
+mkdir -p build-gpu
+log=build-gpu/gpu-check.log
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  log=$OUT/gpu-check.log
+fi
+tests_log=build-gpu/ctest-output.log
+
+run_all() {
+  echo "== gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) in $root"
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    echo "== git: $(git rev-parse --short HEAD), $(git status --porcelain | wc -l) changed files"
+  fi
+  echo "== device"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi | head -n 4
+    nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+  else
+    echo "nvidia-smi not found"
+  fi
+  command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+  nvcc --version | tail -n 2
+  echo "shared folder: $shared"
+  [ -f "$shared/models/stories260K.gguf" ] || echo "WARNING: $shared/models/stories260K.gguf is missing"
+
+  if [ -d "$root/.gpu/deps" ]; then
+    export PKG_CONFIG_PATH=$root/.gpu/deps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+    export LD_LIBRARY_PATH=$root/.gpu/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    echo "using staged deps in .gpu/deps"
+  fi
+
+  echo "== configure"
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DSEER_SHARED_DIR="$shared" 2>&1 | tee build-gpu/configure.log || return 1
+  if ! grep -q "seer: CUDA backend enabled" build-gpu/configure.log; then
+    echo "FAIL: the CUDA backend was not enabled (nvcc not found?)"
+    return 1
+  fi
+  echo "== build"
+  cmake --build build-gpu -j"$(nproc)" || return 1
+
+  echo "== tests"
+  export SEER_SHARED_DIR=$shared
+  ctest --test-dir build-gpu -V --timeout 3000 2>&1 | tee "$tests_log"
+  local rc=${PIPESTATUS[0]}
+  if grep -q "skipped: no CUDA device" "$tests_log"; then
+    echo "FAIL: the CUDA tests skipped: no device visible to them"
+    rc=1
+  fi
+
+  echo
+  echo "== ctest"
+  grep -E '^[0-9]+/[0-9]+ Test +#' "$tests_log" || true
+  grep -E 'tests passed|tests failed' "$tests_log" || true
+  echo
+  echo "== CUDA checks (test_backend_ops: worst L2 rel err per op; test_gpu_model: logits)"
+  printf '%-14s %14s %10s %5s\n' op worst_rel_err tol pass
+  grep -E '^[0-9]+: summary: ' "$tests_log" | sed -E 's/^[0-9]+: summary: //' | grep -v '^op ' |
+    awk '{printf "%-14s %14s %10s %5s\n", $1, $3, $4, $5}'
+  grep -E '^[0-9]+: gpu_model: (golden total|golden:|random models)' "$tests_log" | sed -E 's/^[0-9]+: //'
+  return "$rc"
+}
+
+run_all 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+echo "gpu-check: exit $rc (log: $log)"
+exit "$rc"

@@ -1,0 +1,356 @@
+/*
+ * cuda_backend.cu: the CUDA backend's op table, its start-up and teardown, the accounting
+ * allocator that every device byte goes through, host<->device copies and the lookup of a
+ * forward call's uploaded index arrays.
+ * Not for: the ops themselves (weights.cu, embed.cu, norm.cu, rope.cu, matmul.cu,
+ * elementwise.cu, kv.cu, attention.cu).
+ *
+ * Everything runs in order on one non-blocking stream; download() synchronises it, which is
+ * also where a kernel fault of the forward pass surfaces.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- errors --------------------------------------------------------------------------- */
+
+seer_status seer_cuda_fail(cudaError_t e, const char *what, const char *file, int line) {
+    const char *f = strrchr(file, '/');
+    return seer_err(SEER_ERR_BACKEND, "CUDA error %s (%d: %s) in %s at %s:%d", cudaGetErrorName(e),
+                    (int)e, cudaGetErrorString(e), what, f ? f + 1 : file, line);
+}
+
+seer_status seer_cublas_fail(cublasStatus_t s, const char *what, const char *file, int line) {
+    const char *f = strrchr(file, '/');
+    return seer_err(SEER_ERR_BACKEND, "cuBLAS error %s (%d: %s) in %s at %s:%d",
+                    cublasGetStatusName(s), (int)s, cublasGetStatusString(s), what, f ? f + 1 : file,
+                    line);
+}
+
+/* ---- the accounting allocator ----------------------------------------------------------- */
+
+/* Open-addressing table from device pointer to size; key 0 is empty, 1 a tombstone (device
+ * pointers are never 0 or 1). */
+struct seer_cuda_alloc_rec {
+    uintptr_t key;
+    size_t bytes;
+};
+
+#define REC_EMPTY ((uintptr_t)0)
+#define REC_TOMB ((uintptr_t)1)
+
+static size_t rec_hash(uintptr_t k, size_t cap) {
+    uint64_t x = (uint64_t)k >> 8; /* cudaMalloc returns 256-byte aligned pointers */
+    x *= 0x9E3779B97F4A7C15ull;
+    return (size_t)(x >> 17) & (cap - 1);
+}
+
+/* The table is kept at most half used, so a free entry always exists. */
+static void rec_put(struct seer_cuda_alloc_rec *tab, size_t cap, uintptr_t k, size_t bytes) {
+    size_t i = rec_hash(k, cap);
+    while (tab[i].key != REC_EMPTY && tab[i].key != REC_TOMB)
+        i = (i + 1) & (cap - 1);
+    tab[i].key = k;
+    tab[i].bytes = bytes;
+}
+
+static seer_status rec_grow(seer_cuda *c) {
+    size_t cap = c->tab_cap ? c->tab_cap : 64;
+    while ((c->tab_live + 1) * 2 > cap)
+        cap *= 2;
+    struct seer_cuda_alloc_rec *t =
+        (struct seer_cuda_alloc_rec *)seer_calloc_array(cap, sizeof *t);
+    if (!t)
+        return seer_err(SEER_ERR_OOM, "CUDA: out of host memory for the allocation table");
+    for (size_t i = 0; i < c->tab_cap; i++)
+        if (c->tab[i].key != REC_EMPTY && c->tab[i].key != REC_TOMB)
+            rec_put(t, cap, c->tab[i].key, c->tab[i].bytes);
+    free(c->tab);
+    c->tab = t;
+    c->tab_cap = cap;
+    c->tab_used = c->tab_live;
+    return SEER_OK;
+}
+
+/* Returns the recorded size of p and forgets it; 0 if p is not ours. */
+static size_t rec_take(seer_cuda *c, void *p) {
+    if (!c->tab_cap)
+        return 0;
+    uintptr_t k = (uintptr_t)p;
+    for (size_t i = rec_hash(k, c->tab_cap), n = 0; n < c->tab_cap;
+         i = (i + 1) & (c->tab_cap - 1), n++) {
+        if (c->tab[i].key == REC_EMPTY)
+            return 0;
+        if (c->tab[i].key == k) {
+            c->tab[i].key = REC_TOMB;
+            c->tab_live--;
+            return c->tab[i].bytes;
+        }
+    }
+    return 0;
+}
+
+seer_status seer_cuda_malloc(seer_cuda *c, size_t bytes, const char *what, void **out) {
+    *out = NULL;
+    if ((c->tab_used + 1) * 2 > c->tab_cap)
+        SEER_TRY(rec_grow(c));
+    const size_t n = bytes ? (bytes + 255) / 256 * 256 : 256;
+    if (n < bytes)
+        return seer_err(SEER_ERR_OOM, "CUDA: cannot allocate %zu bytes for %s", bytes, what);
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+        size_t fr = 0, tot = 0;
+        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+            (void)cudaGetLastError();
+        if (e == cudaErrorMemoryAllocation)
+            return seer_err(SEER_ERR_OOM, "CUDA: cannot allocate %.1f MiB for %s: %.1f MiB free of %.1f MiB",
+                            n / 1048576.0, what, fr / 1048576.0, tot / 1048576.0);
+        return seer_err(SEER_ERR_BACKEND,
+                        "CUDA: cannot allocate %.1f MiB for %s: %s (%s); %.1f MiB free of %.1f MiB",
+                        n / 1048576.0, what, cudaGetErrorName(e), cudaGetErrorString(e),
+                        fr / 1048576.0, tot / 1048576.0);
+    }
+    rec_put(c->tab, c->tab_cap, (uintptr_t)p, n);
+    c->tab_live++;
+    c->tab_used++;
+    c->in_use += n;
+    if (c->in_use > c->peak)
+        c->peak = c->in_use;
+    *out = p;
+    return SEER_OK;
+}
+
+void seer_cuda_free(seer_cuda *c, void *p) {
+    if (!p)
+        return;
+    size_t n = rec_take(c, p);
+    if (!n)
+        return; /* not ours: freeing it could only do harm */
+    /* Work queued on the stream may still read p. */
+    if (cudaStreamSynchronize(c->stream) != cudaSuccess)
+        (void)cudaGetLastError();
+    if (cudaFree(p) != cudaSuccess)
+        (void)cudaGetLastError();
+    c->in_use -= n;
+}
+
+seer_status seer_cuda_reserve(seer_cuda *c, seer_cuda_buf *b, size_t bytes, const char *what) {
+    if (bytes <= b->cap && b->p)
+        return SEER_OK;
+    /* Grow by half again so that slowly growing batches do not reallocate every call. */
+    size_t want = bytes + bytes / 2;
+    if (want < bytes)
+        want = bytes;
+    /* The old buffer goes first: when memory is tight the new one may need its room. */
+    seer_cuda_buf_free(c, b);
+    void *p = NULL;
+    if (seer_cuda_malloc(c, want, what, &p) != SEER_OK) {
+        want = bytes;
+        SEER_TRY(seer_cuda_malloc(c, want, what, &p));
+    }
+    b->p = p;
+    b->cap = want;
+    return SEER_OK;
+}
+
+void seer_cuda_buf_free(seer_cuda *c, seer_cuda_buf *b) {
+    seer_cuda_free(c, b->p);
+    b->p = NULL;
+    b->cap = 0;
+}
+
+/* ---- index arrays ----------------------------------------------------------------------- */
+
+seer_status seer_cuda_index(seer_cuda *c, int which, const int32_t *host, int n, int slot,
+                            const int32_t **dev) {
+    *dev = NULL;
+    if (n <= 0)
+        return SEER_OK;
+    if (which >= 0 && which < SEER_IDX_COUNT) {
+        const seer_cuda_idx *e = &c->idx[which];
+        if (e->host == host && n <= e->n && !memcmp(host, e->staged, (size_t)n * sizeof *host)) {
+            *dev = e->dev;
+            return SEER_OK;
+        }
+    }
+    seer_cuda_buf *b = &c->fallback[slot];
+    SEER_TRY(seer_cuda_reserve(c, b, (size_t)n * sizeof *host, "an op's index array"));
+    /* From pageable memory the copy returns once the source is staged, so the caller may
+     * reuse its array at once; the stream orders it after earlier readers of b. */
+    CUDA_TRY(cudaMemcpyAsync(b->p, host, (size_t)n * sizeof *host, cudaMemcpyHostToDevice, c->stream));
+    *dev = (const int32_t *)b->p;
+    return SEER_OK;
+}
+
+/* ---- op table entries that live here ----------------------------------------------------- */
+
+static void cuda_free_be(seer_backend *be) {
+    if (!be)
+        return;
+    seer_cuda *c = seer_cuda_of(be);
+    if (c) {
+        if (c->stream && cudaStreamSynchronize(c->stream) != cudaSuccess)
+            (void)cudaGetLastError();
+        seer_cuda_buf *bufs[] = {&c->xbf16, &c->fallback[0], &c->fallback[1], &c->gather_tmp,
+                                 &c->attn_part, &c->kv_read, &c->batch};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            seer_cuda_buf_free(c, bufs[i]);
+        if (c->blas)
+            cublasDestroy(c->blas);
+        seer_cuda_free(c, c->blas_ws);
+        if (c->stage)
+            cudaFreeHost(c->stage);
+        if (c->stage_done)
+            cudaEventDestroy(c->stage_done);
+        if (c->stream)
+            cudaStreamDestroy(c->stream);
+        (void)cudaGetLastError();
+        free(c->tab);
+        free(c);
+    }
+    free(be);
+}
+
+static seer_status cuda_alloc(seer_backend *be, size_t bytes, void **out) {
+    return seer_cuda_malloc(seer_cuda_of(be), bytes, "a backend buffer", out);
+}
+
+static void cuda_dealloc(seer_backend *be, void *p) { seer_cuda_free(seer_cuda_of(be), p); }
+
+static seer_status cuda_upload(seer_backend *be, void *dst, const void *src, size_t bytes) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (!bytes)
+        return SEER_OK;
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    /* Synchronous, so that the caller may free or change src whatever memory it is in. */
+    CUDA_TRY(cudaStreamSynchronize(c->stream));
+    return SEER_OK;
+}
+
+static seer_status cuda_download(seer_backend *be, void *dst, const void *src, size_t bytes) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (bytes) {
+        cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream);
+        if (e != cudaSuccess)
+            return seer_cuda_fail(e, "download (cudaMemcpyAsync; an earlier kernel may have failed)",
+                                  __FILE__, __LINE__);
+    }
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess)
+        return seer_cuda_fail(e, "download (stream synchronise: a kernel queued earlier failed)",
+                              __FILE__, __LINE__);
+    return SEER_OK;
+}
+
+/* Filled by name, so that an op added to the table cannot land in the wrong field. */
+static seer_backend_ops cuda_ops_make(void) {
+    seer_backend_ops o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.free = cuda_free_be;
+    o.alloc = cuda_alloc;
+    o.dealloc = cuda_dealloc;
+    o.upload = cuda_upload;
+    o.download = cuda_download;
+    o.weight_load = seer_cuda_weight_load;
+    o.weight_free = seer_cuda_weight_free;
+    o.kv_alloc = seer_cuda_kv_alloc;
+    o.kv_free = seer_cuda_kv_free;
+    o.kv_copy_pages = seer_cuda_kv_copy_pages;
+    o.kv_read = seer_cuda_kv_read;
+    o.kv_store = seer_cuda_kv_store;
+    o.batch_begin = seer_cuda_batch_begin;
+    o.embed = seer_cuda_embed;
+    o.rmsnorm = seer_cuda_rmsnorm;
+    o.matmul = seer_cuda_matmul;
+    o.rope = seer_cuda_rope;
+    o.attention = seer_cuda_attention;
+    o.swiglu = seer_cuda_swiglu;
+    o.add = seer_cuda_add;
+    o.gather_rows = seer_cuda_gather_rows;
+    return o;
+}
+
+static const seer_backend_ops cuda_ops = cuda_ops_make();
+
+/* A kernel that does nothing: launching it proves the binary has code for this GPU. */
+__global__ void seer_cuda_probe_kernel(int *p) {
+    if (p)
+        *p = 1;
+}
+
+static seer_status cuda_start(seer_cuda *c, int device) {
+    CUDA_TRY(cudaSetDevice(device));
+    cudaDeviceProp prop;
+    CUDA_TRY(cudaGetDeviceProperties(&prop, device));
+    c->device = device;
+    c->n_sm = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    c->smem_optin = prop.sharedMemPerBlockOptin;
+    if (prop.major < 8)
+        return seer_err(SEER_ERR_UNSUPPORTED,
+                        "CUDA device %d (%s) has compute capability %d.%d; bf16 needs 8.0 or newer",
+                        device, prop.name, prop.major, prop.minor);
+    CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaEventCreateWithFlags(&c->stage_done, cudaEventDisableTiming));
+    seer_cuda_probe_kernel<<<1, 1, 0, c->stream>>>(NULL);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess)
+        return seer_err(SEER_ERR_UNSUPPORTED,
+                        "CUDA device %d (%s, compute capability %d.%d) cannot run this build's kernels: %s (%s)",
+                        device, prop.name, prop.major, prop.minor, cudaGetErrorName(e),
+                        cudaGetErrorString(e));
+    CUBLAS_TRY(cublasCreate(&c->blas));
+    CUBLAS_TRY(cublasSetStream(c->blas, c->stream));
+    /* Our own workspace: counted by the allocator, and fixed (as graph capture needs). */
+    const size_t ws = 32u << 20;
+    SEER_TRY(seer_cuda_malloc(c, ws, "the cuBLAS workspace", &c->blas_ws));
+    CUBLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, ws));
+    return seer_cuda_attention_init(c);
+}
+
+extern "C" seer_status seer_backend_cuda_init(int device, seer_backend **out) {
+    *out = NULL;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return seer_err(SEER_ERR_BACKEND, "no usable CUDA device: %s (%s)", cudaGetErrorName(e),
+                        cudaGetErrorString(e));
+    }
+    if (device < 0 || device >= n)
+        return seer_err(SEER_ERR_INVALID_ARG, "CUDA device %d does not exist (%d present)", device, n);
+    seer_backend *be = (seer_backend *)calloc(1, sizeof *be);
+    seer_cuda *c = (seer_cuda *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    }
+    be->ops = &cuda_ops;
+    be->impl = c;
+    seer_status s = cuda_start(c, device);
+    if (s != SEER_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", seer_last_error());
+        cuda_free_be(be);
+        return seer_err(s, "%s", msg);
+    }
+    *out = be;
+    return SEER_OK;
+}
+
+extern "C" bool seer_backend_cuda_available(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return n >= 1;
+}

@@ -1,0 +1,193 @@
+/*
+ * cuda_common.cuh: what the CUDA backend's files share: the backend state, the one accounting
+ * allocator every device byte goes through, error checks that turn into statuses, and the
+ * device copies of a forward call's index arrays.
+ * Not for: kernels (one op family per .cu file) or the op table (cuda_backend.cu).
+ *
+ * KV storage layout: [n_pages][n_layers][2 (K, V)][Hkv][page_size][Dh] bf16, so that the
+ * rows of one (page, layer, head) that attention reads are one contiguous block.
+ */
+#ifndef SEER_CUDA_COMMON_CUH
+#define SEER_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "util/error.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+/* ---- errors --------------------------------------------------------------------------- */
+
+/* SEER_ERR_BACKEND with the failing call, the CUDA error and where it happened. */
+seer_status seer_cuda_fail(cudaError_t e, const char *what, const char *file, int line);
+seer_status seer_cublas_fail(cublasStatus_t s, const char *what, const char *file, int line);
+
+#define CUDA_TRY(call)                                                      \
+    do {                                                                    \
+        cudaError_t cuda_try_e_ = (call);                                   \
+        if (cuda_try_e_ != cudaSuccess)                                     \
+            return seer_cuda_fail(cuda_try_e_, #call, __FILE__, __LINE__);  \
+    } while (0)
+
+#define CUBLAS_TRY(call)                                                      \
+    do {                                                                      \
+        cublasStatus_t cublas_try_s_ = (call);                                \
+        if (cublas_try_s_ != CUBLAS_STATUS_SUCCESS)                           \
+            return seer_cublas_fail(cublas_try_s_, #call, __FILE__, __LINE__); \
+    } while (0)
+
+/* After a kernel launch: a bad configuration (or an earlier asynchronous fault) shows up
+ * here; name is the kernel. */
+#define LAUNCH_TRY(name)                                                       \
+    do {                                                                       \
+        cudaError_t cuda_try_e_ = cudaGetLastError();                          \
+        if (cuda_try_e_ != cudaSuccess)                                        \
+            return seer_cuda_fail(cuda_try_e_, "launch of " name, __FILE__, __LINE__); \
+    } while (0)
+
+/* ---- state ---------------------------------------------------------------------------- */
+
+/* A grow-only device buffer owned by the backend. */
+typedef struct {
+    void *p;
+    size_t cap;
+} seer_cuda_buf;
+
+/* Which argument of the ops an uploaded index array is. */
+enum { SEER_IDX_TOKENS, SEER_IDX_POS, SEER_IDX_PAGE, SEER_IDX_ROW, SEER_IDX_OUT_ROWS, SEER_IDX_COUNT };
+
+typedef struct {
+    const int32_t *host;   /* the pointer batch_begin was given (NULL: none) */
+    int n;
+    const int32_t *dev;    /* its device copy */
+    const int32_t *staged; /* its copy in the pinned staging buffer, to detect reuse */
+} seer_cuda_idx;
+
+/* Attention's view of the batch, built on the host by batch_begin (see attention.cu). All
+ * pointers are device memory inside the batch buffer. */
+typedef struct {
+    bool valid;
+    const seer_attn_batch *ab_ptr;
+    seer_attn_batch ab;          /* the struct as batch_begin saw it */
+    /* staged copies, to check that a later attention call still describes the same batch */
+    const int32_t *h_tok_seq, *h_tok_slot, *h_seq_len0, *h_seq_toks, *h_page_off, *h_pages;
+    const uint8_t *h_mask;
+    int T, n_seq, max_vis;
+    int min_layers_view;         /* smallest n_layers_view > 1 of any view; INT32_MAX if none */
+    const int32_t *tok_seq;      /* [T] */
+    const int32_t *tok_slot;     /* [T] */
+    const int32_t *tok_ncand;    /* [T] candidates among the sequence's new tokens to scan */
+    const int32_t *seq_len0;     /* [n_seq] */
+    const int32_t *seq_tok_off;  /* [n_seq + 1] */
+    const int32_t *cand_tok;     /* [T] seq_toks: batch index of each candidate */
+    const int32_t *cand_slot;    /* [T] slot of each candidate */
+    const int32_t *seq_page_off; /* [n_seq + 1] offsets into pages */
+    const int32_t *pages;        /* physical pages each sequence needs, concatenated */
+    const int32_t *seq_view;     /* [n_seq][5]: has_view, tail, n_layers_view, n_heads_view, list base */
+    const int32_t *vlist;        /* [n_lists][2]: offset into vidx, count */
+    const int32_t *vidx;         /* view slots that survive the filter, concatenated */
+    const uint8_t *mask;         /* [T][T] or NULL */
+} seer_cuda_attn;
+
+typedef struct {
+    int device;
+    int n_sm;
+    size_t smem_optin;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;
+
+    /* the accounting allocator: every live device allocation and its size */
+    size_t in_use, peak;
+    struct seer_cuda_alloc_rec *tab;
+    size_t tab_cap, tab_live, tab_used; /* used counts tombstones too */
+
+    seer_cuda_buf xbf16;      /* matmul input converted to bf16 */
+    seer_cuda_buf fallback[2];/* index arrays an op uploads itself (no batch_begin copy) */
+    seer_cuda_buf gather_tmp; /* gather_rows when y overlaps x */
+    seer_cuda_buf attn_part;  /* flash-decoding partials */
+    seer_cuda_buf kv_read;    /* kv_read's rows in f32 before they go to the host */
+
+    /* batch_begin: one pinned staging buffer, one device buffer, both grow-only */
+    int32_t *stage;
+    size_t stage_cap;         /* bytes */
+    cudaEvent_t stage_done;
+    bool stage_pending;
+    seer_cuda_buf batch;
+    seer_cuda_idx idx[SEER_IDX_COUNT];
+    seer_cuda_attn att;
+} seer_cuda;
+
+static inline seer_cuda *seer_cuda_of(seer_backend *be) { return (seer_cuda *)be->impl; }
+
+/* ---- memory --------------------------------------------------------------------------- */
+
+/* Device memory through the accounting allocator. On failure: SEER_ERR_OOM with
+ * "CUDA: cannot allocate X MiB for WHAT: Y MiB free of Z MiB". */
+seer_status seer_cuda_malloc(seer_cuda *c, size_t bytes, const char *what, void **out);
+void seer_cuda_free(seer_cuda *c, void *p);
+/* Makes b hold at least bytes (contents are not kept when it grows). */
+seer_status seer_cuda_reserve(seer_cuda *c, seer_cuda_buf *b, size_t bytes, const char *what);
+void seer_cuda_buf_free(seer_cuda *c, seer_cuda_buf *b);
+
+/* The device copy of a host index array of n entries that an op received: batch_begin's
+ * copy when host is the array it was given for argument `which` and still holds the same
+ * values, else a fresh upload into fallback buffer `slot` (0 or 1). which < 0: always the
+ * upload. */
+seer_status seer_cuda_index(seer_cuda *c, int which, const int32_t *host, int n, int slot,
+                            const int32_t **dev);
+
+/* ---- ops (one family per file) -------------------------------------------------------- */
+
+seer_status seer_cuda_weight_load(seer_backend *be, const gguf_tensor *t, seer_weight *out);
+void seer_cuda_weight_free(seer_backend *be, seer_weight *w);
+
+seer_status seer_cuda_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out);
+void seer_cuda_kv_free(seer_backend *be, void *kv);
+seer_status seer_cuda_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                    const seer_kv_copy *copies, int n);
+seer_status seer_cuda_kv_read(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer,
+                              int which, const int32_t *page, const int32_t *row, int n, float *out);
+seer_status seer_cuda_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g, int layer,
+                               const float *k, const float *v, const int32_t *page,
+                               const int32_t *row, int T);
+
+seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
+                                  const int32_t *tokens, const int32_t *pos, const int32_t *page,
+                                  const int32_t *row, const int32_t *out_rows, int n_out);
+seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, const void *kv,
+                                const seer_kv_geom *g, int layer, const seer_attn_batch *ab);
+/* Largest dynamic shared memory the attention kernel asks for; init raises its limit. */
+size_t seer_cuda_attention_smem_max(void);
+seer_status seer_cuda_attention_init(seer_cuda *c);
+
+seer_status seer_cuda_embed(seer_backend *be, float *y, const seer_weight *emb,
+                            const int32_t *tokens, int T);
+seer_status seer_cuda_rmsnorm(seer_backend *be, float *y, const float *x, const float *w, int T,
+                              int D, float eps);
+seer_status seer_cuda_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                             const float *bias, int T);
+seer_status seer_cuda_rope(seer_backend *be, float *x, const int32_t *pos, int T, int n_heads,
+                           int head_dim, const float *inv_freq, int neox);
+seer_status seer_cuda_swiglu(seer_backend *be, float *y, const float *g, const float *u, size_t n);
+seer_status seer_cuda_add(seer_backend *be, float *y, const float *x, size_t n);
+seer_status seer_cuda_gather_rows(seer_backend *be, float *y, const float *x, const int32_t *rows,
+                                  int n_rows, int D);
+
+/* Grid size for a grid-stride loop over n elements. */
+static inline unsigned seer_cuda_grid(size_t n, int threads) {
+    size_t b = (n + threads - 1) / threads;
+    if (b > 65535u * 16u)
+        b = 65535u * 16u;
+    return (unsigned)(b ? b : 1);
+}
+
+#endif

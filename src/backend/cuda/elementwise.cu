@@ -1,0 +1,81 @@
+/*
+ * elementwise.cu: the f32 elementwise ops: SwiGLU (silu(g) * u), residual add, and gathering
+ * the rows whose logits are wanted. Full-precision expf and division, as the CPU reference.
+ * Not for: anything with a reduction (norm.cu) or a weight (matmul.cu).
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#define EW_THREADS 256
+
+/* y may equal g or u: each element is read and written by one thread. */
+__global__ void swiglu_kernel(float *y, const float *g, const float *u, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float a = g[i];
+        y[i] = a / (1.f + expf(-a)) * u[i];
+    }
+}
+
+__global__ void add_kernel(float *y, const float *x, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+/* One block per output row. */
+__global__ void gather_rows_kernel(float *y, const float *x, const int32_t *rows, int D) {
+    const float *src = x + (size_t)rows[blockIdx.x] * D;
+    float *dst = y + (size_t)blockIdx.x * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        dst[i] = src[i];
+}
+
+seer_status seer_cuda_swiglu(seer_backend *be, float *y, const float *g, const float *u, size_t n) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (!n)
+        return SEER_OK;
+    swiglu_kernel<<<seer_cuda_grid(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(y, g, u, n);
+    LAUNCH_TRY("swiglu_kernel");
+    return SEER_OK;
+}
+
+seer_status seer_cuda_add(seer_backend *be, float *y, const float *x, size_t n) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (!n)
+        return SEER_OK;
+    add_kernel<<<seer_cuda_grid(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(y, x, n);
+    LAUNCH_TRY("add_kernel");
+    return SEER_OK;
+}
+
+seer_status seer_cuda_gather_rows(seer_backend *be, float *y, const float *x, const int32_t *rows,
+                                  int n_rows, int D) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (n_rows <= 0 || D <= 0)
+        return SEER_OK;
+    int max_row = 0;
+    for (int i = 0; i < n_rows; i++) {
+        if (rows[i] < 0)
+            return seer_err(SEER_ERR_INVALID_ARG, "gather_rows: row %d at %d is negative", rows[i], i);
+        if (rows[i] > max_row)
+            max_row = rows[i];
+    }
+    const int32_t *dr;
+    SEER_TRY(seer_cuda_index(c, SEER_IDX_OUT_ROWS, rows, n_rows, 0, &dr));
+    const size_t out_bytes = (size_t)n_rows * D * sizeof(float);
+    const char *y0 = (const char *)y, *y1 = y0 + out_bytes;
+    const char *x0 = (const char *)x, *x1 = x0 + ((size_t)max_row + 1) * D * sizeof(float);
+    /* In place (the CPU reference allows it with memmove), rows would race: gather into
+     * scratch first. */
+    const bool overlap = y0 < x1 && x0 < y1;
+    float *dst = y;
+    if (overlap) {
+        SEER_TRY(seer_cuda_reserve(c, &c->gather_tmp, out_bytes, "gather_rows scratch"));
+        dst = (float *)c->gather_tmp.p;
+    }
+    gather_rows_kernel<<<(unsigned)n_rows, 128, 0, c->stream>>>(dst, x, dr, D);
+    LAUNCH_TRY("gather_rows_kernel");
+    if (overlap)
+        CUDA_TRY(cudaMemcpyAsync(y, dst, out_bytes, cudaMemcpyDeviceToDevice, c->stream));
+    return SEER_OK;
+}

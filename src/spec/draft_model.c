@@ -1,0 +1,193 @@
+/*
+ * draft_model.c: a standalone small draft model with the target's vocabulary, in a context
+ * of its own with one draft sequence per target sequence. Optionally the draft reads its
+ * own cache through a StreamingLLM view (TriForce drafts with budget 256).
+ *
+ * The draft cache lags the target's: before drafting it catches up on the tokens emitted
+ * since (the pending token and, after a fully accepted round, the last draft token), and
+ * after verification it is rewound to the accepted prefix of what it had seen.
+ */
+#include "spec/spec.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    bool has;
+    seer_seq_id dseq;
+    int dlen;     /* tokens[0..dlen) are in the draft cache */
+    int round_n;  /* n_tokens when this round's drafting began; 0 = not drafted */
+} dm_seq;
+
+typedef struct {
+    seer_context *dctx;
+    dm_seq *ds;
+    int32_t *view;
+} dm_impl;
+
+static seer_status check_vocab(const seer_model *t, const seer_model *d) {
+    const seer_vocab *a = seer_model_vocab(t), *b = seer_model_vocab(d);
+    if (seer_vocab_size(a) != seer_vocab_size(b))
+        return seer_err(SEER_ERR_INVALID_ARG, "draft model vocabulary has %d tokens, the target's %d",
+                        seer_vocab_size(b), seer_vocab_size(a));
+    for (int i = 0; i < seer_vocab_size(a); i++)
+        if (strcmp(seer_vocab_text(a, i), seer_vocab_text(b, i)))
+            return seer_err(SEER_ERR_INVALID_ARG,
+                            "draft model vocabulary differs from the target's at token %d ('%s' vs '%s')",
+                            i, seer_vocab_text(b, i), seer_vocab_text(a, i));
+    return SEER_OK;
+}
+
+static void dm_free(seer_gen *g, void *impl) {
+    dm_impl *im = impl;
+    if (!im)
+        return;
+    seer_context_free(im->dctx);
+    free(im->ds);
+    free(im->view);
+    free(im);
+}
+
+static seer_status dm_init(seer_gen *g, void **out) {
+    SEER_TRY(check_vocab(g->model, g->spec.draft_model));
+    dm_impl *im = calloc(1, sizeof *im);
+    if (!im)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    seer_context_params cp = g->ctx->params;
+    cp.n_pages = 0;
+    seer_status s = seer_context_init(g->spec.draft_model, cp, &im->dctx);
+    im->ds = calloc(cp.n_seq_max, sizeof *im->ds);
+    im->view = seer_malloc_array((size_t)g->spec.sinks + 1, sizeof(int32_t));
+    if (s == SEER_OK && (!im->ds || !im->view))
+        s = seer_err(SEER_ERR_OOM, "out of memory");
+    if (s != SEER_OK) {
+        dm_free(g, im);
+        return s;
+    }
+    *out = im;
+    return SEER_OK;
+}
+
+static seer_status dm_seq_added(seer_gen *g, void *impl, int h) {
+    dm_impl *im = impl;
+    dm_seq *d = &im->ds[h];
+    SEER_TRY(seer_seq_new(im->dctx, &d->dseq));
+    d->has = true;
+    d->dlen = 0;
+    d->round_n = 0;
+    return SEER_OK;
+}
+
+static void dm_seq_released(seer_gen *g, void *impl, int h) {
+    dm_impl *im = impl;
+    if (im->ds[h].has)
+        seer_seq_free(im->dctx, im->ds[h].dseq);
+    memset(&im->ds[h], 0, sizeof im->ds[h]);
+}
+
+/* Feeds tokens[from..to) of handle h into the draft cache, no logits. */
+static seer_status catch_up(seer_gen *g, dm_impl *im, int h, int from, int to) {
+    const int chunk = im->dctx->params.n_batch_max;
+    const seer_gen_seq *s = &g->seqs[h];
+    seer_seq_id sq[chunk];
+    int32_t pos[chunk];
+    for (int i = from; i < to; i += chunk) {
+        int k = to - i < chunk ? to - i : chunk;
+        for (int j = 0; j < k; j++)
+            sq[j] = im->ds[h].dseq, pos[j] = i + j;
+        seer_batch b = {.n_tokens = k, .token = s->tokens + i, .seq = sq, .pos = pos};
+        SEER_TRY(seer_decode(im->dctx, &b, NULL));
+    }
+    return SEER_OK;
+}
+
+static seer_status dm_propose(seer_gen *g, void *impl, int n, const int *hs, const int *gam,
+                              int32_t *draft, float *q, bool *onehot, int *nd) {
+    dm_impl *im = impl;
+    const int G = g->G, V = g->V, K = g->spec.draft_budget;
+    int maxg = 0;
+    for (int i = 0; i < n; i++) {
+        dm_seq *d = &im->ds[hs[i]];
+        const seer_gen_seq *s = &g->seqs[hs[i]];
+        onehot[i] = false;
+        d->round_n = 0;
+        if (gam[i] == 0)
+            continue;
+        maxg = gam[i] > maxg ? gam[i] : maxg;
+        SEER_TRY(catch_up(g, im, hs[i], d->dlen, s->n_tokens - 1));
+        d->dlen = s->n_tokens - 1;
+        d->round_n = s->n_tokens;
+        int L = d->dlen;
+        if (K > 0 && L > K) {
+            int sinks = g->spec.sinks < K ? g->spec.sinks : K / 2;
+            for (int k = 0; k < sinks; k++)
+                im->view[k] = k;
+            seer_view v = {.idx = im->view, .n = sinks, .n_layers_view = 1, .n_heads_view = 1,
+                           .tail_start = L - (K - sinks)};
+            SEER_TRY(seer_seq_set_view(im->dctx, d->dseq, &v));
+        }
+    }
+    int32_t tok[n], sq[n], pos[n], who[n];
+    uint8_t want[n];
+    seer_status st = SEER_OK;
+    for (int j = 0; j < maxg && st == SEER_OK; j++) {
+        int T = 0;
+        for (int i = 0; i < n; i++) {
+            if (j >= gam[i])
+                continue;
+            const seer_gen_seq *s = &g->seqs[hs[i]];
+            int L = s->n_tokens - 1;
+            tok[T] = j == 0 ? s->tokens[L] : draft[(size_t)i * G + j - 1];
+            sq[T] = im->ds[hs[i]].dseq;
+            pos[T] = L + j;
+            want[T] = 1;
+            who[T++] = i;
+        }
+        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
+        st = seer_decode(im->dctx, &b, g->logits);
+        for (int t = 0; t < T && st == SEER_OK; t++) {
+            int i = who[t];
+            seer_gen_seq *s = &g->seqs[hs[i]];
+            int nh = s->sp.repeat_penalty == 1.f ? 0
+                     : (s->sp.repeat_last_n < s->n_tokens ? s->sp.repeat_last_n : s->n_tokens);
+            memcpy(g->hist, s->tokens + s->n_tokens - nh, sizeof(int32_t) * nh);
+            memcpy(g->hist + nh, draft + (size_t)i * G, sizeof(int32_t) * j);
+            float *qi = q + ((size_t)i * G + j) * V;
+            seer_gen_probs(g, s, g->hist, nh + j, g->logits + (size_t)t * V, qi);
+            draft[(size_t)i * G + j] = s->sp.temperature <= 0
+                                           ? seer_argmax(qi, V)
+                                           : seer_sample_from_probs(qi, V, seer_sampler_uniform(s->smp));
+            nd[i] = j + 1;
+            im->ds[hs[i]].dlen = s->n_tokens + j; /* pending + drafts fed so far */
+        }
+    }
+    for (int i = 0; i < n; i++)
+        seer_seq_clear_view(im->dctx, im->ds[hs[i]].dseq);
+    return st;
+}
+
+static seer_status dm_verified(seer_gen *g, void *impl, int h, int n_acc, int nd) {
+    dm_impl *im = impl;
+    dm_seq *d = &im->ds[h];
+    if (!d->round_n)
+        return SEER_OK;
+    /* the draft saw pending + drafts[0..nd-1); keep what the target accepted of it */
+    int keep = d->round_n + (n_acc < nd - 1 ? n_acc : nd - 1);
+    if (keep < d->dlen) {
+        SEER_TRY(seer_seq_rewind(im->dctx, d->dseq, keep));
+        d->dlen = keep;
+    }
+    d->round_n = 0;
+    return SEER_OK;
+}
+
+const seer_drafter_ops seer_drafter_model = {
+    .name = "draft",
+    .init = dm_init,
+    .free = dm_free,
+    .seq_added = dm_seq_added,
+    .seq_released = dm_seq_released,
+    .propose = dm_propose,
+    .verified = dm_verified,
+};

@@ -1,0 +1,386 @@
+/*
+ * gen.c: the generation loop. Every round, for all unfinished sequences together: the
+ * drafter proposes up to G tokens each, one batched target call verifies pending + drafts,
+ * the verifier accepts a prefix and emits one more token, and each sequence's cache is
+ * rewound to what was accepted. Plain decoding is the same loop with G = 0, so greedy
+ * output does not depend on which path ran.
+ */
+#include "spec/spec.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+seer_spec_params seer_spec_default_params(void) {
+    seer_spec_params p = {
+        .kind = SEER_SPEC_NONE, .gamma = 4, .budget = 256, .sinks = 16, .chunk = 8,
+        .refresh_every = 0, .refresh_below = 0.f, .snap_window = 32, .snap_kernel = 5,
+        .ngram_max = 4, .ngram_min = 1, .draft_model = NULL, .draft_budget = 0,
+    };
+    return p;
+}
+
+static const char *const KIND_NAMES[] = {"none", "streaming", "retrieval", "snapkv", "draft", "ngram"};
+
+seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out) {
+    for (int k = 0; k < (int)(sizeof KIND_NAMES / sizeof *KIND_NAMES); k++)
+        if (name && !strcmp(name, KIND_NAMES[k])) {
+            *out = (seer_spec_kind)k;
+            return SEER_OK;
+        }
+    return seer_err(SEER_ERR_INVALID_ARG,
+                    "unknown speculation '%s' (none, streaming, retrieval, snapkv, draft, ngram)",
+                    name ? name : "(null)");
+}
+
+const char *seer_spec_kind_name(seer_spec_kind k) {
+    return (unsigned)k < sizeof KIND_NAMES / sizeof *KIND_NAMES ? KIND_NAMES[k] : "?";
+}
+
+static seer_status check_params(const seer_context *ctx, const seer_spec_params *p) {
+    if (p->kind < SEER_SPEC_NONE || p->kind > SEER_SPEC_NGRAM)
+        return seer_err(SEER_ERR_INVALID_ARG, "unknown speculation kind %d", (int)p->kind);
+    if (p->kind == SEER_SPEC_NONE)
+        return SEER_OK;
+    if (p->gamma < 1 || p->gamma > 64)
+        return seer_err(SEER_ERR_INVALID_ARG, "spec gamma %d is out of range [1, 64]", p->gamma);
+    if (p->budget < 1)
+        return seer_err(SEER_ERR_INVALID_ARG, "spec budget %d must be positive", p->budget);
+    if (p->sinks < 0 || p->sinks > p->budget)
+        return seer_err(SEER_ERR_INVALID_ARG, "spec sinks %d must be in [0, budget %d]", p->sinks, p->budget);
+    if (p->chunk < 1 || p->chunk > 4096)
+        return seer_err(SEER_ERR_INVALID_ARG, "spec chunk %d is out of range [1, 4096]", p->chunk);
+    if (p->refresh_every < 0 || !(p->refresh_below >= 0 && p->refresh_below <= 1))
+        return seer_err(SEER_ERR_INVALID_ARG, "spec refresh settings out of range");
+    if (p->snap_window < 1 || p->snap_window > ctx->params.n_batch_max || p->snap_kernel < 1 ||
+        p->snap_kernel % 2 == 0)
+        return seer_err(SEER_ERR_INVALID_ARG,
+                        "snapkv window %d must be in [1, n_batch_max %d], kernel %d odd and positive",
+                        p->snap_window, ctx->params.n_batch_max, p->snap_kernel);
+    if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > 64)
+        return seer_err(SEER_ERR_INVALID_ARG, "ngram sizes must satisfy 1 <= min %d <= max %d <= 64",
+                        p->ngram_min, p->ngram_max);
+    if (p->kind == SEER_SPEC_DRAFT && !p->draft_model)
+        return seer_err(SEER_ERR_INVALID_ARG, "speculation 'draft' needs a draft model");
+    if (p->draft_budget < 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "draft budget %d is negative", p->draft_budget);
+    if (p->gamma + 1 > ctx->params.n_batch_max)
+        return seer_err(SEER_ERR_INVALID_ARG, "gamma %d + 1 exceeds the context's batch limit %d",
+                        p->gamma, ctx->params.n_batch_max);
+    return SEER_OK;
+}
+
+void seer_gen_free(seer_gen *g) {
+    if (!g)
+        return;
+    for (int h = 0; h < g->n_seqs; h++) {
+        seer_gen_release(g, h);
+        free(g->seqs[h].tokens);
+    }
+    if (g->dops && g->dimpl)
+        g->dops->free(g, g->dimpl);
+    free(g->seqs), free(g->hs), free(g->gam), free(g->nd), free(g->draft), free(g->q);
+    free(g->onehot), free(g->logits), free(g->p), free(g->tmp), free(g->sscratch), free(g->hist);
+    free(g);
+}
+
+seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **out) {
+    *out = NULL;
+    SEER_TRY(check_params(ctx, &spec));
+    seer_gen *g = calloc(1, sizeof *g);
+    if (!g)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    g->ctx = ctx;
+    g->model = ctx->model;
+    g->V = ctx->model->info.n_vocab;
+    g->spec = spec;
+    g->G = spec.kind == SEER_SPEC_NONE ? 0 : spec.gamma;
+    const int B = ctx->params.n_seq_max, G = g->G, V = g->V;
+    g->seqs = calloc(B, sizeof *g->seqs);
+    g->hs = calloc(B, sizeof(int));
+    g->gam = calloc(B, sizeof(int));
+    g->nd = calloc(B, sizeof(int));
+    g->draft = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
+    g->q = seer_malloc_array((size_t)B * (G ? G : 1) * V, sizeof(float));
+    g->onehot = calloc(B, sizeof(bool));
+    g->logits = seer_malloc_array((size_t)B * (G + 1) * V, sizeof(float));
+    g->p = seer_malloc_array(V, sizeof(float));
+    g->tmp = seer_malloc_array(2 * (size_t)V, sizeof(float));
+    g->sscratch = malloc(seer_sampler_scratch_bytes(V));
+    g->hist = seer_malloc_array((size_t)ctx->params.n_ctx + G + 2, sizeof(int32_t));
+    if (!g->seqs || !g->hs || !g->gam || !g->nd || !g->draft || !g->q || !g->onehot ||
+        !g->logits || !g->p || !g->tmp || !g->sscratch || !g->hist) {
+        seer_gen_free(g);
+        return seer_err(SEER_ERR_OOM, "out of memory for %d sequences x %d draft tokens", B, G);
+    }
+    switch (spec.kind) {
+    case SEER_SPEC_STREAMING:
+    case SEER_SPEC_RETRIEVAL:
+    case SEER_SPEC_SNAPKV: g->dops = &seer_drafter_self; break;
+    case SEER_SPEC_DRAFT: g->dops = &seer_drafter_model; break;
+    case SEER_SPEC_NGRAM: g->dops = &seer_drafter_ngram; break;
+    default: g->dops = NULL;
+    }
+    if (g->dops) {
+        seer_status s = g->dops->init(g, &g->dimpl);
+        if (s != SEER_OK) {
+            g->dops = NULL;
+            seer_gen_free(g);
+            return s;
+        }
+    }
+    *out = g;
+    return SEER_OK;
+}
+
+static bool is_stop(const seer_gen *g, const seer_gen_seq *s, int32_t t) {
+    return !s->ignore_eos && (t == g->model->info.token_eos || t == g->model->info.token_bos);
+}
+
+static int n_generated(const seer_gen_seq *s) { return s->n_tokens - s->n_prompt; }
+
+/* Appends an emitted token and decides whether the sequence is done. */
+static void emit(seer_gen *g, seer_gen_seq *s, int32_t t) {
+    s->tokens[s->n_tokens++] = t;
+    if (is_stop(g, s, t) || (s->max_new >= 0 && n_generated(s) >= s->max_new) ||
+        s->n_tokens >= g->ctx->params.n_ctx)
+        s->finished = true;
+}
+
+/* Prefill in chunks; the last `tail` rows go in a call of their own so their queries can
+ * be captured for the drafter. Logits of the last row into out. */
+static seer_status prefill(seer_gen *g, seer_gen_seq *s, int tail, float *q_cap, float *out) {
+    seer_context *c = g->ctx;
+    const int n = s->n_prompt, chunk = c->params.n_batch_max;
+    int32_t *seq = malloc(sizeof(int32_t) * chunk), *pos = malloc(sizeof(int32_t) * chunk);
+    uint8_t *want = calloc(chunk, 1), *cap = calloc(chunk, 1);
+    seer_status st = SEER_OK;
+    if (!seq || !pos || !want || !cap)
+        st = seer_err(SEER_ERR_OOM, "out of memory");
+    for (int i = 0; i < n && st == SEER_OK;) {
+        int end = i + chunk < n ? i + chunk : n;
+        if (tail > 0 && i < n - tail && end > n - tail)
+            end = n - tail; /* stop before the captured tail */
+        int k = end - i;
+        for (int j = 0; j < k; j++) {
+            seq[j] = s->seq;
+            pos[j] = i + j;
+            want[j] = i + j == n - 1;
+            cap[j] = tail > 0 && i + j >= n - tail;
+        }
+        if (tail > 0 && i >= n - tail)
+            seer_context_capture_q(c, cap, q_cap);
+        seer_batch b = {.n_tokens = k, .token = s->tokens + i, .seq = seq, .pos = pos, .logits = want};
+        st = seer_decode(c, &b, want[k - 1] ? out : NULL);
+        i = end;
+    }
+    free(seq), free(pos), free(want), free(cap);
+    return st;
+}
+
+seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
+                         seer_sampler_params sp, bool ignore_eos, int *handle) {
+    seer_context *c = g->ctx;
+    const int n_ctx = c->params.n_ctx;
+    if (!prompt || n < 1)
+        return seer_err(SEER_ERR_INVALID_ARG, "the prompt must have at least one token");
+    if (n >= n_ctx)
+        return seer_err(SEER_ERR_CONTEXT, "the prompt has %d tokens; the context holds %d", n, n_ctx);
+    if (max_new < -1 || max_new == 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "max_new %d must be positive or -1", max_new);
+    for (int i = 0; i < n; i++)
+        if (prompt[i] < 0 || prompt[i] >= g->V)
+            return seer_err(SEER_ERR_INVALID_ARG, "prompt token %d is outside the vocabulary", prompt[i]);
+    int h = 0;
+    while (h < g->n_seqs && (g->seqs[h].alive || g->seqs[h].tokens))
+        h++;
+    if (h == c->params.n_seq_max)
+        return seer_err(SEER_ERR_INVALID_ARG, "generator is full (%d sequences)", h);
+    seer_gen_seq *s = &g->seqs[h];
+    memset(s, 0, sizeof *s);
+    s->cap = n_ctx + 1;
+    s->tokens = seer_malloc_array(s->cap, sizeof(int32_t));
+    if (!s->tokens)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    seer_status st = seer_sampler_init(sp, g->V, &s->smp);
+    if (st == SEER_OK)
+        st = seer_seq_new(c, &s->seq);
+    if (st != SEER_OK) {
+        seer_sampler_free(s->smp);
+        free(s->tokens);
+        memset(s, 0, sizeof *s);
+        return st;
+    }
+    memcpy(s->tokens, prompt, sizeof(int32_t) * n);
+    s->n_tokens = s->n_prompt = n;
+    s->max_new = max_new;
+    s->ignore_eos = ignore_eos;
+    s->sp = sp;
+    s->accept_avg = 1.f;
+    s->alive = true;
+    if (h == g->n_seqs)
+        g->n_seqs++;
+
+    int tail = g->dops && g->dops->prefill_q_rows ? g->dops->prefill_q_rows(g, g->dimpl, n) : 0;
+    float *qcap = NULL;
+    if (tail > 0) {
+        const seer_model_info *in = &g->model->info;
+        qcap = seer_malloc_array((size_t)in->n_layers * tail * in->n_heads * in->head_dim, sizeof(float));
+        if (!qcap)
+            st = seer_err(SEER_ERR_OOM, "out of memory for prefill queries");
+    }
+    double t0 = now_s();
+    if (st == SEER_OK)
+        st = prefill(g, s, tail, qcap, g->logits);
+    g->stats.t_prefill_s += now_s() - t0;
+    if (st == SEER_OK && g->dops) {
+        if (tail > 0)
+            st = g->dops->prefill_q(g, g->dimpl, h, qcap, tail);
+        if (st == SEER_OK)
+            st = g->dops->seq_added(g, g->dimpl, h);
+    }
+    free(qcap);
+    if (st != SEER_OK) {
+        seer_gen_release(g, h);
+        free(s->tokens);
+        s->tokens = NULL;
+        return st;
+    }
+    for (int i = 0; i < n; i++)
+        seer_sampler_accept(s->smp, prompt[i]);
+    /* The first token comes from the prefill's last logits, as a round with no drafts. */
+    int32_t next;
+    seer_verify_chain(g, s, g->logits, NULL, 0, NULL, true, &next);
+    emit(g, s, next);
+    seer_sampler_accept(s->smp, next);
+    g->stats.emitted++;
+    *handle = h;
+    return SEER_OK;
+}
+
+seer_status seer_gen_step(seer_gen *g, int *n_active) {
+    seer_context *c = g->ctx;
+    const int G = g->G, V = g->V, n_ctx = c->params.n_ctx;
+    int n = 0;
+    for (int h = 0; h < g->n_seqs; h++) {
+        seer_gen_seq *s = &g->seqs[h];
+        if (!s->alive || s->finished)
+            continue;
+        int room = n_ctx - s->n_tokens - 1;
+        int left = s->max_new < 0 ? room + 1 : s->max_new - n_generated(s) - 1;
+        int gm = G < room ? G : room;
+        g->hs[n] = h;
+        g->gam[n] = gm < left ? (gm > 0 ? gm : 0) : (left > 0 ? left : 0);
+        g->nd[n] = 0;
+        g->onehot[n] = false;
+        n++;
+    }
+    *n_active = n;
+    if (n == 0)
+        return SEER_OK;
+
+    double t0 = now_s();
+    bool any = false;
+    for (int i = 0; i < n; i++)
+        any |= g->gam[i] > 0;
+    if (g->dops && any) {
+        SEER_TRY(g->dops->propose(g, g->dimpl, n, g->hs, g->gam, g->draft, g->q, g->onehot, g->nd));
+        for (int i = 0; i < n; i++)
+            if (g->nd[i] < 0 || g->nd[i] > g->gam[i])
+                return seer_err(SEER_ERR_INTERNAL, "drafter proposed %d tokens, room for %d", g->nd[i], g->gam[i]);
+    }
+    double t1 = now_s();
+
+    /* Verification: pending + drafts of every sequence, in as few calls as the batch
+     * limit allows (one when B * (G + 1) fits). */
+    const int TB = c->params.n_batch_max;
+    int32_t *tok = malloc(sizeof(int32_t) * TB), *sq = malloc(sizeof(int32_t) * TB),
+            *pos = malloc(sizeof(int32_t) * TB);
+    uint8_t *want = malloc(TB);
+    int *row0 = malloc(sizeof(int) * n);
+    seer_status st = tok && sq && pos && want && row0 ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
+    for (int i0 = 0; i0 < n && st == SEER_OK;) {
+        int T = 0, i = i0;
+        for (; i < n && T + g->nd[i] + 1 <= TB; i++) {
+            seer_gen_seq *s = &g->seqs[g->hs[i]];
+            int L = s->n_tokens - 1;
+            row0[i] = T;
+            for (int j = 0; j <= g->nd[i]; j++) {
+                tok[T] = j == 0 ? s->tokens[L] : g->draft[(size_t)i * (G ? G : 1) + j - 1];
+                sq[T] = s->seq;
+                pos[T] = L + j;
+                want[T++] = 1;
+            }
+        }
+        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
+        st = seer_decode(c, &b, g->logits); /* row0[] counts from this group's start */
+        if (st != SEER_OK)
+            break;
+        for (int k = i0; k < i && st == SEER_OK; k++) {
+            seer_gen_seq *s = &g->seqs[g->hs[k]];
+            int L = s->n_tokens - 1, nd = g->nd[k];
+            int32_t next;
+            const float *q = g->q + (size_t)k * (G ? G : 1) * V;
+            const int32_t *d = g->draft + (size_t)k * (G ? G : 1);
+            int acc = seer_verify_chain(g, s, g->logits + (size_t)row0[k] * V, d, nd, q, g->onehot[k], &next);
+            st = seer_seq_rewind(c, s->seq, L + 1 + acc);
+            g->stats.rounds++;
+            g->stats.drafted += nd;
+            g->stats.accepted += acc;
+            if (nd > 0)
+                s->accept_avg = 0.8f * s->accept_avg + 0.2f * (float)acc / nd;
+            for (int j = 0; j <= acc && !s->finished; j++) {
+                int32_t t = j < acc ? d[j] : next;
+                emit(g, s, t);
+                seer_sampler_accept(s->smp, t);
+                g->stats.emitted++;
+            }
+            s->rounds++;
+            if (st == SEER_OK && g->dops)
+                st = g->dops->verified(g, g->dimpl, g->hs[k], acc, nd);
+        }
+        i0 = i;
+    }
+    free(tok), free(sq), free(pos), free(want), free(row0);
+    g->stats.t_draft_s += t1 - t0;
+    g->stats.t_verify_s += now_s() - t1;
+    for (int i = 0; i < n; i++)
+        if (g->seqs[g->hs[i]].finished)
+            (*n_active)--;
+    return st;
+}
+
+int seer_gen_output(const seer_gen *g, int h, const int32_t **ids) {
+    if (h < 0 || h >= g->n_seqs || !g->seqs[h].tokens) {
+        *ids = NULL;
+        return -1;
+    }
+    *ids = g->seqs[h].tokens + g->seqs[h].n_prompt;
+    return n_generated(&g->seqs[h]);
+}
+
+bool seer_gen_finished(const seer_gen *g, int h) {
+    return h < 0 || h >= g->n_seqs || !g->seqs[h].alive || g->seqs[h].finished;
+}
+
+void seer_gen_release(seer_gen *g, int h) {
+    if (h < 0 || h >= g->n_seqs || !g->seqs[h].alive)
+        return;
+    seer_gen_seq *s = &g->seqs[h];
+    if (g->dops && g->dops->seq_released)
+        g->dops->seq_released(g, g->dimpl, h);
+    seer_seq_free(g->ctx, s->seq);
+    seer_sampler_free(s->smp);
+    s->smp = NULL;
+    s->alive = false;
+    s->finished = true;
+}
+
+void seer_gen_stats(const seer_gen *g, seer_spec_stats *out) { *out = g->stats; }

@@ -1,0 +1,425 @@
+/*
+ * test_gpu_model.c: the forward pass on the CUDA backend.
+ *
+ * The tiny real model against its reference greedy ids: how many leading ids the CUDA argmax
+ * reproduces, per prompt and in total, and, decoding the reference ids teacher-forced, at how
+ * many steps it agrees. bf16 weights and activations flip near ties of the f32 reference, so
+ * the assertion is that disagreements are rare (>= 98% of steps agree) and only at near ties
+ * (the reference's margin there below NEAR_TIE of max |logit|).
+ *
+ * Random Llama and Qwen2 models (GQA, MHA, MQA; f32, bf16 and q8_0 weights): the logits of a
+ * batched prefill, a single-token decode, a gamma+1 = 5 token verification call with and
+ * without a tree mask, a mixed batch of two sequences and a sparse-view decode, CUDA against
+ * the CPU reference. Tolerance: max |cuda - cpu| <= 3e-2 * max |cpu| over the compared rows;
+ * the CUDA path rounds weights, matmul inputs and the KV cache to bf16 (relative 2^-9 each),
+ * which over two layers stays near 1e-2 of the logit scale.
+ *
+ * Skips (via cmocka's skip()) when built without CUDA or when no CUDA device is present.
+ */
+#include "testutil.h"
+
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_no_device(void **state) {
+    (void)state;
+#ifdef SEER_HAVE_CUDA
+    printf("skipped: no CUDA device\n");
+#else
+    printf("skipped: no CUDA device (built without CUDA)\n");
+#endif
+    skip();
+}
+
+#ifdef SEER_HAVE_CUDA
+
+#define LOGIT_TOL 3e-2
+/* A disagreement with the golden ids is a near tie when the reference's margin there is below
+ * this fraction of max |logit| (the bf16 path moves logits by up to ~2e-2 of it). */
+#define NEAR_TIE 1e-2
+
+static seer_model *load(const char *path, seer_backend_kind kind) {
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = kind;
+    seer_model *m = NULL;
+    ASSERT_OK(seer_model_load(path, mp, &m));
+    return m;
+}
+
+static seer_context *mkctx(seer_model *m, int n_ctx, int n_seq, int page) {
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_seq_max = n_seq;
+    cp.n_batch_max = 64;
+    cp.page_size = page;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    return c;
+}
+
+/* ---- golden ids of the tiny real model ------------------------------------------------- */
+
+static int parse_ids(char *s, int32_t *out, int cap) {
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ","))
+        out[n++] = (int32_t)atoi(tok);
+    return n;
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int v = 1; v < n; v++)
+        if (x[v] > x[best])
+            best = v;
+    return best;
+}
+
+/* Second-largest logit other than id. */
+static float best_other(const float *x, int n, int id) {
+    float m = -INFINITY;
+    for (int v = 0; v < n; v++)
+        if (v != id && x[v] > m)
+            m = x[v];
+    return m;
+}
+
+/* Both backends decode the reference ids teacher-forced (prompt in one batched call, then one
+ * token at a time), which up to the first mismatch is exactly greedy decoding. Reports the
+ * leading ids the CUDA argmax reproduces, how many steps agree in all, and at the first
+ * mismatch both logits and the reference backend's margin there: a near tie that bf16
+ * rounding flips reads very differently from a wrong result. */
+static void test_golden_stories(void **state) {
+    (void)state;
+    const char *path = tu_shared_path("models/stories260K.gguf");
+    printf("model: %s\n", path);
+    seer_model *m[2] = {load(path, SEER_BACKEND_CPU), load(path, SEER_BACKEND_CUDA)};
+    seer_model_info info;
+    seer_model_get_info(m[1], &info);
+    assert_string_equal(info.backend, "cuda");
+    size_t sz;
+    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
+    assert_non_null(tsv);
+    tsv = realloc(tsv, sz + 1);
+    tsv[sz] = 0;
+    int V = seer_n_vocab(m[1]), rows = 0, total = 0, total_ref = 0, total_agree = 0;
+    int total_steps = 0, cpu_off = 0;
+    double worst_margin = 0; /* the reference's margin where cuda disagrees, of max |logit| */
+    float *lg[2] = {malloc(sizeof(float) * V), malloc(sizeof(float) * V)};
+    int matched[16], lens[16];
+    double worst_err = 0;
+    char *save = NULL;
+    strtok_r(tsv, "\n", &save); /* header */
+    for (char *line = strtok_r(NULL, "\n", &save); line && rows < 16; line = strtok_r(NULL, "\n", &save)) {
+        char *f[4] = {0};
+        char *p = line;
+        for (int k = 0; k < 4; k++) {
+            f[k] = p;
+            p = strchr(p, '\t');
+            if (!p)
+                break;
+            *p++ = 0;
+        }
+        assert_non_null(f[2]);
+        int32_t pids[300], gids[300];
+        int np = parse_ids(f[1], pids, 300), ng = parse_ids(f[2], gids, 300);
+        seer_context *c[2];
+        seer_seq_id seq = 0;
+        int32_t *sq = calloc(np, sizeof *sq), *pos = calloc(np, sizeof *pos);
+        uint8_t *want = calloc(np, 1);
+        for (int k = 0; k < 2; k++) {
+            c[k] = mkctx(m[k], 512, 1, 16);
+            ASSERT_OK(seer_seq_new(c[k], &seq));
+        }
+        for (int i = 0; i < np; i++)
+            sq[i] = seq, pos[i] = i;
+        want[np - 1] = 1;
+        seer_batch b = {.n_tokens = np, .token = pids, .seq = sq, .pos = pos, .logits = want};
+        for (int k = 0; k < 2; k++)
+            ASSERT_OK(seer_decode(c[k], &b, lg[k]));
+        int lead = -1, agree = 0, steps = 0;
+        for (int n = 0; n < ng; n++) {
+            steps++;
+            const int ref = gids[n], got = argmax(lg[1], V);
+            double e = 0, mx = 0;
+            for (int v = 0; v < V; v++) {
+                e = fmax(e, fabs((double)lg[1][v] - lg[0][v]));
+                mx = fmax(mx, fabs(lg[0][v]));
+            }
+            worst_err = fmax(worst_err, mx > 0 ? e / mx : e);
+            agree += got == ref;
+            cpu_off += argmax(lg[0], V) != ref;
+            if (got != ref)
+                worst_margin = fmax(worst_margin, (lg[0][ref] - best_other(lg[0], V, ref)) / mx);
+            if (got != ref && lead < 0) {
+                lead = n;
+                printf("gpu_model: golden prompt %d '%s': id %d: cuda argmax %d (logit %.5f) over "
+                       "reference %d (%.5f); cpu argmax %d, its margin for the reference %.5f\n",
+                       rows, f[0], n, got, lg[1][got], ref, lg[1][ref], argmax(lg[0], V),
+                       lg[0][ref] - best_other(lg[0], V, ref));
+            }
+            if (ref == 1) /* the reference stops at BOS */
+                break;
+            int32_t p1 = np + n;
+            uint8_t one = 1;
+            seer_batch b1 = {.n_tokens = 1, .token = &gids[n], .seq = &seq, .pos = &p1, .logits = &one};
+            for (int k = 0; k < 2; k++)
+                ASSERT_OK(seer_decode(c[k], &b1, lg[k]));
+        }
+        if (lead < 0)
+            lead = steps;
+        printf("gpu_model: golden prompt %d '%s': %d of %d reference ids match; teacher-forced "
+               "%d of %d steps agree\n", rows, f[0], lead, ng, agree, steps);
+        matched[rows] = lead;
+        lens[rows] = ng;
+        total += lead;
+        total_ref += ng;
+        total_agree += agree;
+        total_steps += steps;
+        free(sq), free(pos), free(want);
+        for (int k = 0; k < 2; k++)
+            seer_context_free(c[k]);
+        rows++;
+    }
+    int worst = 1 << 30;
+    for (int r = 0; r < rows; r++)
+        worst = matched[r] < worst ? matched[r] : worst;
+    printf("gpu_model: golden total %d of %d reference ids match (worst prompt %d); teacher-forced "
+           "%d agree; logits max err %.3e of max |logit|\n", total, total_ref, worst, total_agree,
+           worst_err);
+    int short_lead = 0;
+    for (int r = 0; r < rows; r++)
+        short_lead += matched[r] < (lens[r] < 32 ? lens[r] : 32);
+    printf("gpu_model: golden: %d prompt(s) match fewer than 32 leading ids; steps where cuda "
+           "disagrees: %d, the reference's largest margin there %.2e of max |logit| (near-tie "
+           "bound %.0e)\n", short_lead, total_steps - total_agree, worst_margin, NEAR_TIE);
+    assert_int_equal(rows, 5);
+    if (cpu_off)
+        fail_msg("the CPU reference itself disagrees with the golden ids at %d steps: wrong files?", cpu_off);
+    /* bf16 weights and activations flip near ties of the f32 reference (seen: margins of
+     * 0.0035 on logits of 16.5 flipped at id 14 of 'Zoo'), so leading-id counts of a correct
+     * implementation vary; what must hold is that only near ties flip, and rarely. */
+    if (worst_margin > NEAR_TIE)
+        fail_msg("cuda disagrees with the reference where its margin is %.2e of max |logit| (> %.0e): "
+                 "not a near tie", worst_margin, NEAR_TIE);
+    if (total_agree < 0.98 * total_steps)
+        fail_msg("teacher-forced, cuda agrees with the reference at only %d of %d steps", total_agree,
+                 total_steps);
+    free(lg[0]), free(lg[1]);
+    free(tsv);
+    for (int k = 0; k < 2; k++)
+        seer_model_free(m[k]);
+}
+
+/* ---- random models: CUDA against the CPU reference -------------------------------------- */
+
+typedef struct {
+    const char *arch;
+    int vocab, dim, layers, heads, kv_heads, ffn;
+    bool tied;
+    const char *dtype;
+} shape;
+
+static const shape SHAPES[] = {
+    {"llama", 320, 128, 2, 8, 2, 256, false, "f32"},  /* GQA 4, Dh 16 */
+    {"llama", 300, 128, 2, 4, 4, 192, true, "f32"},   /* MHA, Dh 32, tied */
+    {"qwen2", 280, 128, 2, 4, 2, 160, false, "f32"},  /* GQA 2, biases, neox RoPE */
+    {"qwen2", 300, 256, 2, 2, 2, 128, false, "bf16"}, /* MHA, Dh 128 */
+    {"llama", 300, 512, 2, 4, 1, 384, false, "q8_0"}, /* MQA, Dh 128 */
+};
+#define N_SHAPES ((int)(sizeof SHAPES / sizeof *SHAPES))
+
+static const char *gen(int k) {
+    static char keep[N_SHAPES][512];
+    char name[64];
+    snprintf(name, sizeof name, "gpu_model%d.gguf", k);
+    snprintf(keep[k], sizeof keep[k], "%s", tu_tmp_path(name));
+    seer_gen_params p = seer_gen_default_params();
+    const shape *s = &SHAPES[k];
+    p.arch = s->arch;
+    p.n_vocab = s->vocab;
+    p.dim = s->dim;
+    p.n_layers = s->layers;
+    p.n_heads = s->heads;
+    p.n_kv_heads = s->kv_heads;
+    p.ffn_dim = s->ffn;
+    p.tied = s->tied;
+    p.dtype = s->dtype;
+    p.ctx = 256;
+    p.seed = 500 + k;
+    /* The generator's default scale, 1/sqrt(dim), as trained models are initialised. With
+     * test_model.c's 0.15 the softmaxes are so peaked that bf16 rounding of K and of the
+     * matmul inputs moves logits by up to 9e-2 of their scale (D=512, Dh=128). */
+    p.scale = 0.f;
+    ASSERT_OK(seer_gen_model(&p, keep[k]));
+    return keep[k];
+}
+
+/* max |a - b| / max |b| */
+static double logit_err(const float *a, const float *b, size_t n) {
+    double m = 0, e = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fabs(b[i]) > m)
+            m = fabs(b[i]);
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= e))
+            e = isnan(d) ? INFINITY : d;
+    }
+    return m > 0 ? e / m : e;
+}
+
+typedef struct {
+    seer_model *m[2];   /* 0 cpu, 1 cuda */
+    seer_context *c[2];
+    int V;
+    double worst;
+    int fails;
+    const char *label;
+} pair;
+
+/* Runs the same batch on both backends and compares the logits of the flagged rows. */
+static void both(pair *pr, const char *what, const seer_batch *b) {
+    int n_out = 0;
+    for (int i = 0; i < b->n_tokens; i++)
+        n_out += b->logits && b->logits[i];
+    float *l[2];
+    for (int k = 0; k < 2; k++) {
+        l[k] = malloc(sizeof(float) * (n_out ? n_out : 1) * pr->V);
+        ASSERT_OK(seer_decode(pr->c[k], b, l[k]));
+    }
+    double e = logit_err(l[1], l[0], (size_t)n_out * pr->V);
+    bool ok = e <= LOGIT_TOL;
+    printf("gpu_model: %-44s %-26s T=%-3d rows=%-3d err=%.3e tol=%.1e %s\n", pr->label, what,
+           b->n_tokens, n_out, e, LOGIT_TOL, ok ? "ok" : "FAIL");
+    if (e > pr->worst || isnan(e))
+        pr->worst = e;
+    pr->fails += !ok;
+    free(l[0]), free(l[1]);
+}
+
+static void rewind_both(pair *pr, seer_seq_id s, int len) {
+    for (int k = 0; k < 2; k++)
+        ASSERT_OK(seer_seq_rewind(pr->c[k], s, len));
+}
+
+static void test_random_models(void **state) {
+    (void)state;
+    double worst = 0;
+    int fails = 0;
+    for (int k = 0; k < N_SHAPES; k++) {
+        const char *path = gen(k);
+        const shape *sh = &SHAPES[k];
+        char label[128];
+        snprintf(label, sizeof label, "%s D=%d H=%d Hkv=%d L=%d %s", sh->arch, sh->dim, sh->heads,
+                 sh->kv_heads, sh->layers, sh->dtype);
+        pair pr = {.label = label};
+        pr.m[0] = load(path, SEER_BACKEND_CPU);
+        pr.m[1] = load(path, SEER_BACKEND_CUDA);
+        pr.V = seer_n_vocab(pr.m[0]);
+        seer_seq_id s0 = 0, s1 = 0;
+        for (int j = 0; j < 2; j++) {
+            pr.c[j] = mkctx(pr.m[j], 128, 2, 16);
+            ASSERT_OK(seer_seq_new(pr.c[j], &s0));
+            ASSERT_OK(seer_seq_new(pr.c[j], &s1));
+        }
+        uint64_t rng = 77 + k;
+        enum { P = 23, G = 5 };
+        int32_t tok[64], seq[64], pos[64];
+        uint8_t want[64];
+        for (int i = 0; i < 64; i++)
+            tok[i] = (int32_t)(tu_rand_u64(&rng) % (uint64_t)pr.V), want[i] = 1;
+
+        /* batched prefill, every row */
+        for (int i = 0; i < P; i++)
+            seq[i] = s0, pos[i] = i;
+        seer_batch b = {.n_tokens = P, .token = tok, .seq = seq, .pos = pos, .logits = want};
+        both(&pr, "prefill", &b);
+        /* single-token decode */
+        int32_t p1 = P;
+        b = (seer_batch){.n_tokens = 1, .token = &tok[P], .seq = &s0, .pos = &p1, .logits = want};
+        both(&pr, "decode", &b);
+        /* verification of gamma + 1 tokens, causal */
+        for (int i = 0; i < G; i++)
+            seq[i] = s0, pos[i] = P + 1 + i;
+        b = (seer_batch){.n_tokens = G, .token = &tok[P + 1], .seq = seq, .pos = pos, .logits = want};
+        both(&pr, "verify chain", &b);
+        rewind_both(&pr, s0, P + 1);
+        /* verification of a tree: 0 -> {1, 2}, 1 -> 3, 2 -> 4 */
+        const int parent[G] = {-1, 0, 0, 1, 2}, depth[G] = {0, 1, 1, 2, 2};
+        uint8_t mask[G * G] = {0};
+        for (int i = 0; i < G; i++) {
+            for (int j = i; j >= 0; j = parent[j])
+                mask[i * G + j] = 1;
+            pos[i] = P + 1 + depth[i];
+        }
+        b.mask = mask;
+        both(&pr, "verify tree", &b);
+        rewind_both(&pr, s0, P + 1);
+        /* two sequences in one call: a prompt for s1 and a tree for s0, interleaved */
+        const int T = 15; /* every third token is one of s0's G */
+        uint8_t mmask[T * T];
+        memset(mmask, 0, sizeof mmask);
+        for (int i = 0; i < T; i++)
+            seq[i] = i % 3 == 0 ? s0 : s1;
+        int n0 = 0, n1 = 0, idx0[G];
+        for (int i = 0; i < T; i++) {
+            if (seq[i] == s0 && n0 < G) {
+                idx0[n0] = i;
+                pos[i] = P + 1 + depth[n0];
+                n0++;
+            } else {
+                pos[i] = n1++;
+            }
+        }
+        assert_int_equal(n0, G);
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j <= i; j++)
+                mmask[i * T + j] = seq[i] == s1 && seq[j] == s1; /* causal within s1 */
+        for (int a = 0; a < n0; a++)
+            for (int j = a; j >= 0; j = parent[j])
+                mmask[idx0[a] * T + idx0[j]] = 1;
+        b = (seer_batch){.n_tokens = T, .token = &tok[30], .seq = seq, .pos = pos, .logits = want,
+                         .mask = mmask};
+        both(&pr, "two sequences, tree mask", &b);
+        rewind_both(&pr, s0, P + 1);
+        /* a sparse view on s0: sinks, a few slots, a tail */
+        int32_t idx[] = {0, 1, 2, 3, 9, 14};
+        seer_view v = {.idx = idx, .n = 6, .n_layers_view = 1, .n_heads_view = 1, .tail_start = 18};
+        for (int j = 0; j < 2; j++)
+            ASSERT_OK(seer_seq_set_view(pr.c[j], s0, &v));
+        p1 = P + 1;
+        b = (seer_batch){.n_tokens = 1, .token = &tok[50], .seq = &s0, .pos = &p1, .logits = want};
+        both(&pr, "decode under a view", &b);
+
+        for (int j = 0; j < 2; j++) {
+            seer_context_free(pr.c[j]);
+            seer_model_free(pr.m[j]);
+        }
+        if (pr.worst > worst || isnan(pr.worst))
+            worst = pr.worst;
+        fails += pr.fails;
+    }
+    printf("gpu_model: random models worst err=%.3e tol=%.1e %s\n", worst, LOGIT_TOL,
+           fails ? "FAIL" : "ok");
+    if (fails)
+        fail_msg("%d comparisons over tolerance (worst %.3e)", fails, worst);
+}
+
+#endif /* SEER_HAVE_CUDA */
+
+int main(void) {
+#ifdef SEER_HAVE_CUDA
+    if (seer_backend_cuda_available()) {
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_golden_stories),
+            cmocka_unit_test(test_random_models),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+    }
+#endif
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_device)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

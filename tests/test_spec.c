@@ -1,0 +1,461 @@
+/*
+ * test_spec.c: lossless speculative decoding. Greedy output with every drafter is
+ * bit-identical to plain greedy decoding (random models and the tiny real model's golden
+ * ids; single sequences and mixed batches); under sampling the emitted tokens follow the
+ * target distribution exactly (chi-square), and a deliberately wrong rule fails the same
+ * test; the edge cases of rollback and context limits hold.
+ */
+#include "testutil.h"
+
+#include "spec/spec.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static seer_model *load(const char *path) {
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    mp.n_threads = 2;
+    seer_model *m = NULL;
+    ASSERT_OK(seer_model_load(path, mp, &m));
+    return m;
+}
+
+static const char *gen_model(const char *name, const char *arch, int vocab, int dim, int layers,
+                             int heads, int kv, uint64_t seed, float scale) {
+    static char paths[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(paths[k], sizeof paths[k], "%s", tu_tmp_path(name));
+    seer_gen_params p = seer_gen_default_params();
+    p.arch = arch;
+    p.n_vocab = vocab;
+    p.dim = dim;
+    p.n_layers = layers;
+    p.n_heads = heads;
+    p.n_kv_heads = kv;
+    p.ffn_dim = dim * 2;
+    p.ctx = 512;
+    p.seed = seed;
+    p.scale = scale;
+    ASSERT_OK(seer_gen_model(&p, paths[k]));
+    return paths[k];
+}
+
+typedef struct {
+    int n;
+    int32_t ids[600];
+} output;
+
+/* Generates for n_prompts prompts together; returns stats. */
+static seer_spec_stats run(seer_model *m, seer_spec_params spec, int32_t prompts[][64],
+                           const int *plen, int n_prompts, int max_new, seer_sampler_params sp,
+                           int n_ctx, int page, output *out) {
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_seq_max = n_prompts;
+    cp.n_batch_max = 128;
+    cp.page_size = page;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_gen *g = NULL;
+    ASSERT_OK(seer_gen_init(c, spec, &g));
+    int h[8];
+    for (int i = 0; i < n_prompts; i++) {
+        seer_sampler_params spi = sp;
+        spi.seed = sp.seed + i;
+        ASSERT_OK(seer_gen_add(g, prompts[i], plen[i], max_new, spi, false, &h[i]));
+    }
+    int active = 1;
+    for (int it = 0; active && it < 10000; it++)
+        ASSERT_OK(seer_gen_step(g, &active));
+    assert_int_equal(active, 0);
+    for (int i = 0; i < n_prompts; i++) {
+        const int32_t *ids;
+        out[i].n = seer_gen_output(g, h[i], &ids);
+        assert_true(out[i].n > 0 && out[i].n <= 600);
+        memcpy(out[i].ids, ids, sizeof(int32_t) * out[i].n);
+        assert_true(seer_gen_finished(g, h[i]));
+    }
+    seer_spec_stats st;
+    seer_gen_stats(g, &st);
+    seer_gen_free(g);
+    assert_int_equal(seer_kv_free_pages(c), cp.n_seq_max * ((n_ctx + page - 1) / page));
+    seer_context_free(c);
+    return st;
+}
+
+static seer_sampler_params greedy(void) {
+    seer_sampler_params sp = seer_sampler_default_params();
+    sp.temperature = 0;
+    return sp;
+}
+
+static const seer_spec_kind KINDS[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV,
+                                       SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
+
+static seer_spec_params spec_of(seer_spec_kind k, seer_model *draft, int gamma, int budget) {
+    seer_spec_params sp = seer_spec_default_params();
+    sp.kind = k;
+    sp.gamma = gamma;
+    sp.budget = budget;
+    sp.sinks = 4;
+    sp.chunk = 4;
+    sp.snap_window = 4;
+    sp.refresh_every = 3;
+    sp.draft_model = draft;
+    sp.draft_budget = k == SEER_SPEC_DRAFT ? 24 : 0;
+    return sp;
+}
+
+static void assert_same(const output *a, const output *b, const char *what) {
+    if (a->n != b->n)
+        fail_msg("%s: %d tokens vs %d plain", what, a->n, b->n);
+    for (int i = 0; i < a->n; i++)
+        if (a->ids[i] != b->ids[i])
+            fail_msg("%s: token %d is %d, plain decoding gave %d", what, i, a->ids[i], b->ids[i]);
+}
+
+/* Random-weight models, one sequence and a ragged batch of three, every drafter, several
+ * gamma/budget settings, pages of 4 so that every rollback crosses page boundaries. */
+static void test_greedy_identical_random(void **state) {
+    const char *archs[2][2] = {{"llama", "t1.gguf"}, {"qwen2", "t2.gguf"}};
+    for (int a = 0; a < 2; a++) {
+        const char *path = gen_model(archs[a][1], archs[a][0], 300, 64, 2, 4, 2, 11 + a, 0.3f);
+        seer_model *m = load(path);
+        /* the draft model: the same weights read through a StreamingLLM view of its own
+         * cache, so that it agrees with the target often but not always */
+        seer_model *d = load(path);
+        uint64_t rng = 17 + a;
+        int32_t prompts[3][64];
+        int plen[3] = {40, 7, 23};
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < plen[i]; j++) /* repetitive prompts give n-gram matches */
+                prompts[i][j] = j >= 10 && (tu_rand_u64(&rng) & 1) ? prompts[i][j - 10]
+                                                                    : (int32_t)(tu_rand_u64(&rng) % 300);
+        output plain[3], got[3];
+        for (int i = 0; i < 3; i++)
+            run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 60, greedy(), 160, 4, &plain[i]);
+        const int settings[][2] = {{1, 8}, {4, 16}, {6, 24}};
+        for (size_t k = 0; k < sizeof KINDS / sizeof *KINDS; k++)
+            for (int s = 0; s < 3; s++) {
+                seer_spec_params sp = spec_of(KINDS[k], d, settings[s][0], settings[s][1]);
+                char what[128];
+                seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, greedy(), 160, 4, got);
+                for (int i = 0; i < 3; i++) {
+                    snprintf(what, sizeof what, "%s %s G=%d K=%d batch seq %d", archs[a][0],
+                             seer_spec_kind_name(KINDS[k]), sp.gamma, sp.budget, i);
+                    assert_same(&got[i], &plain[i], what);
+                }
+                assert_true(st.drafted > 0);
+                /* ragged acceptance: some but not all drafts accepted */
+                if (KINDS[k] != SEER_SPEC_NGRAM && !(st.accepted > 0 && st.accepted < st.drafted))
+                    fail_msg("%s: accepted %lld of %lld drafts; expected a ragged mix", what,
+                             (long long)st.accepted, (long long)st.drafted);
+                run(m, sp, &prompts[0], &plen[0], 1, 60, greedy(), 160, 4, got);
+                snprintf(what, sizeof what, "%s %s single", archs[a][0], seer_spec_kind_name(KINDS[k]));
+                assert_same(&got[0], &plain[0], what);
+            }
+        seer_model_free(d);
+        seer_model_free(m);
+    }
+}
+
+static int parse_ids(char *s, int32_t *out, int cap) {
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ","))
+        out[n++] = (int32_t)atoi(tok);
+    return n;
+}
+
+/* The tiny real model: every drafter reproduces the golden ids of every prompt (the story
+ * ends with BOS inside an accepted draft at some point, and generation stops there). */
+static void test_greedy_golden_stories(void **state) {
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *d = load(tu_shared_path("models/stories260K.gguf"));
+    size_t sz;
+    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
+    assert_non_null(tsv);
+    tsv = realloc(tsv, sz + 1);
+    tsv[sz] = 0;
+    int32_t prompts[5][64];
+    int plen[5], n = 0;
+    output gold[5], got[5];
+    char *save = NULL;
+    strtok_r(tsv, "\n", &save);
+    for (char *line = strtok_r(NULL, "\n", &save); line && n < 5; line = strtok_r(NULL, "\n", &save)) {
+        char *f1 = strchr(line, '\t') + 1;
+        char *f2 = strchr(f1, '\t');
+        *f2++ = 0;
+        char *f3 = strchr(f2, '\t');
+        *f3 = 0;
+        plen[n] = parse_ids(f1, prompts[n], 64);
+        gold[n].n = parse_ids(f2, gold[n].ids, 600);
+        n++;
+    }
+    assert_int_equal(n, 5);
+    for (size_t k = 0; k < sizeof KINDS / sizeof *KINDS; k++) {
+        for (int gm = 2; gm <= 6; gm += 4) {
+            seer_spec_params sp = spec_of(KINDS[k], d, gm, 48);
+            sp.draft_budget = 32;
+            /* budget 256 positions in total, as the reference: prompt + generated */
+            for (int i = 0; i < 5; i++) {
+                run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], greedy(), 512, 16, &got[i]);
+                char what[96];
+                snprintf(what, sizeof what, "stories %s G=%d prompt %d", seer_spec_kind_name(KINDS[k]), gm, i);
+                assert_same(&got[i], &gold[i], what);
+            }
+            /* all five together: a ragged batch, each stopping at its own BOS or budget;
+             * the longest budget is used and outputs are compared up to the reference's */
+            run(m, sp, prompts, plen, 5, 256, greedy(), 512, 16, got);
+            for (int i = 0; i < 5; i++) {
+                char what[96];
+                snprintf(what, sizeof what, "stories batch %s prompt %d", seer_spec_kind_name(KINDS[k]), i);
+                output g2 = got[i];
+                if (g2.n > gold[i].n)
+                    g2.n = gold[i].n;
+                assert_same(&g2, &gold[i], what);
+            }
+        }
+    }
+    free(tsv);
+    seer_model_free(d);
+    seer_model_free(m);
+}
+
+/* Budget >= context: the self-draft is the full model, so greedy accepts every draft. Also
+ * gamma larger than the room left, and a prompt of one token. */
+static void test_edge_cases(void **state) {
+    seer_model *m = load(gen_model("e.gguf", "llama", 300, 64, 2, 4, 2, 5, 0.3f));
+    int32_t prompts[1][64] = {{1}};
+    int plen[1] = {1};
+    output plain, got;
+    run(m, seer_spec_default_params(), prompts, plen, 1, -1, greedy(), 50, 4, &plain);
+    assert_int_equal(plain.n, 49); /* context of 50 filled: 1 prompt + 49 generated */
+    for (int kind = SEER_SPEC_STREAMING; kind <= SEER_SPEC_SNAPKV; kind++) {
+        seer_spec_params sp = spec_of((seer_spec_kind)kind, NULL, 8, 1000);
+        seer_spec_stats st = run(m, sp, prompts, plen, 1, -1, greedy(), 50, 4, &got);
+        assert_same(&got, &plain, "budget >= context");
+        assert_true(st.drafted > 0);
+        assert_int_equal(st.accepted, st.drafted);
+    }
+    /* gamma 16 near the end of a 50-token context: drafts shrink to the room left */
+    seer_spec_params sp = spec_of(SEER_SPEC_STREAMING, NULL, 16, 8);
+    run(m, sp, prompts, plen, 1, -1, greedy(), 50, 4, &got);
+    assert_same(&got, &plain, "gamma beyond the context");
+    /* max_new smaller than gamma */
+    run(m, sp, prompts, plen, 1, 3, greedy(), 50, 4, &got);
+    assert_int_equal(got.n, 3);
+    assert_memory_equal(got.ids, plain.ids, 3 * sizeof(int32_t));
+
+    /* bad arguments */
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 32;
+    seer_context *c;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_gen *g;
+    sp.gamma = 0;
+    assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
+    sp = spec_of(SEER_SPEC_DRAFT, NULL, 4, 8);
+    assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
+    ASSERT_OK(seer_gen_init(c, seer_spec_default_params(), &g));
+    int h;
+    assert_int_equal(seer_gen_add(g, prompts[0], 0, 5, greedy(), false, &h), SEER_ERR_INVALID_ARG);
+    int32_t longp[40] = {0};
+    assert_int_equal(seer_gen_add(g, longp, 40, 5, greedy(), false, &h), SEER_ERR_CONTEXT);
+    int32_t badtok = 300;
+    assert_int_equal(seer_gen_add(g, &badtok, 1, 5, greedy(), false, &h), SEER_ERR_INVALID_ARG);
+    seer_sampler_params bad = greedy();
+    bad.top_p = 2;
+    assert_int_not_equal(seer_gen_add(g, prompts[0], 1, 5, bad, false, &h), SEER_OK);
+    assert_int_equal(seer_kv_free_pages(c), 2);
+    seer_gen_free(g);
+    seer_context_free(c);
+    seer_model_free(m);
+}
+
+/* A draft model whose vocabulary differs is refused with a clear message. */
+static void test_vocab_mismatch(void **state) {
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *d = load(gen_model("v.gguf", "llama", 512, 32, 1, 2, 1, 3, 0.3f));
+    seer_context *c;
+    ASSERT_OK(seer_context_init(m, seer_context_default_params(), &c));
+    seer_gen *g;
+    seer_spec_params sp = spec_of(SEER_SPEC_DRAFT, d, 4, 16);
+    assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
+    assert_non_null(strstr(seer_last_error(), "vocabulary"));
+    seer_context_free(c);
+    seer_model_free(d);
+    seer_model_free(m);
+}
+
+/* ---- distribution ---------------------------------------------------------------------- */
+
+/* Upper critical value of chi-square with k degrees of freedom at tail probability 1e-6
+ * (Wilson-Hilferty; z = 4.753). */
+static double chi2_crit(int k) {
+    double z = 4.753, a = 2.0 / (9.0 * k);
+    double c = 1 - a + z * sqrt(a);
+    return k * c * c * c;
+}
+
+/* Exact joint distribution of the first three emitted tokens (the first from the prefill,
+ * the next two from the first speculation round), computed from the target alone. */
+typedef struct {
+    int32_t t[3];
+    double p;
+} cell;
+
+static int exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, cell *cells) {
+    int V = seer_n_vocab(m);
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 64;
+    seer_context *c;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_sampler *smp;
+    ASSERT_OK(seer_sampler_init(sp, V, &smp));
+    float *lg = malloc(sizeof(float) * V), *p0 = malloc(sizeof(float) * V), *p1 = malloc(sizeof(float) * V),
+          *p2 = malloc(sizeof(float) * V);
+    int nc = 0;
+    seer_seq_id q;
+    ASSERT_OK(seer_seq_new(c, &q));
+    int32_t toks[64];
+    memcpy(toks, prompt, sizeof(int32_t) * n);
+    /* probability vector after toks[0..len) */
+    #define PROBS(len, out)                                                                   \
+        do {                                                                                  \
+            ASSERT_OK(seer_seq_rewind(c, q, 0));                                              \
+            int32_t sq[64], pos[64];                                                          \
+            uint8_t w[64] = {0};                                                              \
+            for (int i_ = 0; i_ < (len); i_++)                                                \
+                sq[i_] = q, pos[i_] = i_;                                                     \
+            w[(len)-1] = 1;                                                                   \
+            seer_batch b_ = {.n_tokens = (len), .token = toks, .seq = sq, .pos = pos, .logits = w}; \
+            ASSERT_OK(seer_decode(c, &b_, lg));                                               \
+            seer_sampler_probs(smp, lg, out);                                                 \
+        } while (0)
+    PROBS(n, p0);
+    for (int a = 0; a < V; a++) {
+        if (p0[a] == 0)
+            continue;
+        toks[n] = a;
+        PROBS(n + 1, p1);
+        for (int b = 0; b < V; b++) {
+            if (p1[b] == 0)
+                continue;
+            toks[n + 1] = b;
+            PROBS(n + 2, p2);
+            for (int cc = 0; cc < V; cc++)
+                if (p2[cc] > 0) {
+                    cells[nc].t[0] = a, cells[nc].t[1] = b, cells[nc].t[2] = cc;
+                    cells[nc++].p = (double)p0[a] * p1[b] * p2[cc];
+                }
+        }
+    }
+    #undef PROBS
+    free(lg), free(p0), free(p1), free(p2);
+    seer_sampler_free(smp);
+    seer_context_free(c);
+    return nc;
+}
+
+/* Chi-square statistic of n_runs seeded generations of three tokens with speculation. */
+static double chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prompt, int n,
+                           seer_sampler_params sp, const cell *cells, int nc, int n_runs) {
+    long *count = calloc(nc, sizeof(long));
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 64;
+    seer_context *c;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    long other = 0;
+    for (int r = 0; r < n_runs; r++) {
+        seer_gen *g;
+        ASSERT_OK(seer_gen_init(c, spec, &g));
+        sp.seed = 1000 + (uint64_t)r;
+        int h, active = 1;
+        ASSERT_OK(seer_gen_add(g, prompt, n, 3, sp, true, &h));
+        while (active)
+            ASSERT_OK(seer_gen_step(g, &active));
+        const int32_t *ids;
+        assert_int_equal(seer_gen_output(g, h, &ids), 3);
+        int k = 0;
+        while (k < nc && memcmp(cells[k].t, ids, sizeof cells[k].t))
+            k++;
+        if (k < nc)
+            count[k]++;
+        else
+            other++;
+        seer_gen_free(g);
+    }
+    seer_context_free(c);
+    assert_int_equal(other, 0); /* nothing outside the target's support */
+    double chi = 0;
+    int used = 0;
+    double pool_e = 0, pool_o = 0;
+    for (int k = 0; k < nc; k++) { /* pool cells with small expectations */
+        double e = cells[k].p * n_runs;
+        if (e < 5) {
+            pool_e += e, pool_o += count[k];
+            continue;
+        }
+        chi += (count[k] - e) * (count[k] - e) / e;
+        used++;
+    }
+    if (pool_e > 0) {
+        chi += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 1 ? pool_e : 1);
+        used++;
+    }
+    free(count);
+    return chi / chi2_crit(used - 1); /* < 1 passes */
+}
+
+static void test_distribution(void **state) {
+    /* weights scaled up so the distributions are peaked but not degenerate */
+    seer_model *m = load(gen_model("dist.gguf", "llama", 260, 32, 2, 4, 2, 21, 0.6f));
+    seer_model *d = load(gen_model("distd.gguf", "llama", 260, 16, 1, 2, 1, 22, 0.6f));
+    int32_t prompt[24];
+    uint64_t rng = 4;
+    for (int i = 0; i < 24; i++)
+        prompt[i] = i >= 6 ? prompt[i - 6] : (int32_t)(tu_rand_u64(&rng) % 260);
+    seer_sampler_params sp = seer_sampler_default_params();
+    sp.temperature = 0.9f;
+    sp.top_k = 4;
+    sp.top_p = 0.9f;
+    sp.min_p = 0.02f;
+    cell *cells = malloc(sizeof(cell) * 64);
+    int nc = exact_cells(m, prompt, 24, sp, cells);
+    assert_true(nc >= 8);
+    const int runs = 6000;
+    seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
+    for (int k = 0; k < 3; k++) {
+        seer_spec_params spec = spec_of(kinds[k], d, 3, 6);
+        spec.sinks = 2;
+        double r = chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
+        print_message("distribution %s: chi2 / critical = %.3f over %d cells\n", seer_spec_kind_name(kinds[k]), r, nc);
+        assert_true(r < 1);
+    }
+    /* the same test rejects a wrong rule: resampling rejections from p, not the residual */
+    seer_verify_wrong_rule_for_tests = 1;
+    seer_spec_params spec = spec_of(SEER_SPEC_STREAMING, d, 3, 6);
+    spec.sinks = 2;
+    double r = chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
+    seer_verify_wrong_rule_for_tests = 0;
+    print_message("distribution with the wrong rule: chi2 / critical = %.3f\n", r);
+    assert_true(r > 1);
+    free(cells);
+    seer_model_free(d);
+    seer_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_identical_random),
+        cmocka_unit_test(test_greedy_golden_stories),
+        cmocka_unit_test(test_edge_cases),
+        cmocka_unit_test(test_vocab_mismatch),
+        cmocka_unit_test(test_distribution),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
