@@ -239,7 +239,7 @@ typedef struct {
     seer_spec_kind kind;
     int gamma;             /* G: tokens drafted per round */
     int budget;            /* K: KV slots a sparse self-draft reads (sinks/window/selection) */
-    int sinks;             /* first tokens always kept by the streaming view */
+    int sinks;             /* first tokens always kept by the streaming view (<= budget) */
     int chunk;             /* retrieval: tokens per chunk */
     int refresh_every;     /* retrieval: rebuild the selection every N rounds (0 = never) */
     float refresh_below;   /* retrieval: rebuild when the running acceptance drops below (0 = off) */

@@ -26,7 +26,7 @@ flags=(-std=c11 -g -O1 -Iinclude -Isrc)
 
 "$out/make_seeds" "$out/seeds"
 if [[ -f "$shared/models/stories260K.gguf" ]]; then
-  cp "$shared/models/stories260K.gguf" "$out/seeds/"
+  cp -f "$shared/models/stories260K.gguf" "$out/seeds/"
 else
   echo "fuzz.sh: $shared/models/stories260K.gguf not found; fuzzing without it" >&2
 fi

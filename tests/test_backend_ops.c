@@ -845,6 +845,9 @@ int main(void) {
             cmocka_unit_test(test_embed),       cmocka_unit_test(test_batch_index),
             cmocka_unit_test(test_matmul),      cmocka_unit_test(test_attention),
         };
+        /* e.g. SEER_TEST_FILTER=test_attention, to run one family under a sanitizer */
+        if (getenv("SEER_TEST_FILTER"))
+            cmocka_set_test_filter(getenv("SEER_TEST_FILTER"));
         int rc = cmocka_run_group_tests(tests, setup, teardown);
         print_summary();
         return rc;

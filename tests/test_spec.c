@@ -138,9 +138,9 @@ static void test_greedy_identical_random(void **state) {
         output plain[3], got[3];
         for (int i = 0; i < 3; i++)
             run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 60, greedy(), 160, 4, &plain[i]);
-        const int settings[][2] = {{1, 8}, {4, 16}, {6, 24}};
+        const int settings[][2] = {{1, 8}, {5, 20}};
         for (size_t k = 0; k < sizeof KINDS / sizeof *KINDS; k++)
-            for (int s = 0; s < 3; s++) {
+            for (int s = 0; s < 2; s++) {
                 seer_spec_params sp = spec_of(KINDS[k], d, settings[s][0], settings[s][1]);
                 char what[128];
                 seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, greedy(), 160, 4, got);
@@ -197,7 +197,7 @@ static void test_greedy_golden_stories(void **state) {
     }
     assert_int_equal(n, 5);
     for (size_t k = 0; k < sizeof KINDS / sizeof *KINDS; k++) {
-        for (int gm = 2; gm <= 6; gm += 4) {
+        for (int gm = 2 + 4 * (int)(k % 2); gm <= 6; gm += 8) { /* G = 2 or 6 by kind */
             seer_spec_params sp = spec_of(KINDS[k], d, gm, 48);
             sp.draft_budget = 32;
             /* budget 256 positions in total, as the reference: prompt + generated */
@@ -427,7 +427,7 @@ static void test_distribution(void **state) {
     cell *cells = malloc(sizeof(cell) * 64);
     int nc = exact_cells(m, prompt, 24, sp, cells);
     assert_true(nc >= 8);
-    const int runs = 6000;
+    const int runs = 4000;
     seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
     for (int k = 0; k < 3; k++) {
         seer_spec_params spec = spec_of(kinds[k], d, 3, 6);

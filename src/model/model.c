@@ -199,10 +199,10 @@ static seer_status bind_vec(seer_model *m, const char *name, int n, bool require
     float *host = seer_malloc_array(n, sizeof *host);
     if (!host)
         return seer_err(SEER_ERR_OOM, "out of memory");
-    seer_status s = gguf_dequant(t->type, t->data, host, (uint64_t)n);
+    seer_status s = gguf_tensor_dequant(t, host, (uint64_t)n);
     if (s != SEER_OK) {
         free(host);
-        return seer_err(s, "tensor %s: %s", name, seer_last_error());
+        return s;
     }
     s = m->be->ops->alloc(m->be, n * sizeof(float), (void **)out);
     if (s == SEER_OK)

@@ -53,8 +53,8 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
         return seer_err(SEER_ERR_INVALID_ARG, "spec gamma %d is out of range [1, 64]", p->gamma);
     if (p->budget < 1)
         return seer_err(SEER_ERR_INVALID_ARG, "spec budget %d must be positive", p->budget);
-    if (p->sinks < 0 || p->sinks > p->budget)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec sinks %d must be in [0, budget %d]", p->sinks, p->budget);
+    if (p->sinks < 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "spec sinks %d is negative", p->sinks);
     if (p->chunk < 1 || p->chunk > 4096)
         return seer_err(SEER_ERR_INVALID_ARG, "spec chunk %d is out of range [1, 4096]", p->chunk);
     if (p->refresh_every < 0 || !(p->refresh_below >= 0 && p->refresh_below <= 1))
@@ -100,6 +100,8 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->ctx = ctx;
     g->model = ctx->model;
     g->V = ctx->model->info.n_vocab;
+    if (spec.sinks > spec.budget)
+        spec.sinks = spec.budget;
     g->spec = spec;
     g->G = spec.kind == SEER_SPEC_NONE ? 0 : spec.gamma;
     const int B = ctx->params.n_seq_max, G = g->G, V = g->V;

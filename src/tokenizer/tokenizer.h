@@ -3,7 +3,10 @@
  *
  * SentencePiece vocabularies (tokenizer.ggml.model = "llama"): score-driven BPE merges over
  * UTF-8 characters, byte fallback <0xXX>, the dummy-prefix space, control tokens.
- * Not for: chat templates (src/tokenizer/chat.c, later) or sampling.
+ * Byte-level BPE vocabularies (tokenizer.ggml.model = "gpt2", GPT-2 / Llama 3 / Qwen2 /
+ * SmolLM2): a regex pre-tokenizer chosen by tokenizer.ggml.pre, the GPT-2 byte <-> unicode
+ * alphabet, rank-driven merges from tokenizer.ggml.merges, added tokens matched first.
+ * Not for: chat templates (chat.h) or sampling.
  */
 #ifndef SEER_TOKENIZER_H
 #define SEER_TOKENIZER_H
@@ -26,7 +29,9 @@ typedef enum { SEER_VOCAB_SPM = 1, SEER_VOCAB_BPE = 2 } seer_vocab_kind;
 typedef struct seer_vocab seer_vocab;
 
 /* Reads tokenizer.ggml.* from f. The vocabulary copies what it needs (f may be closed
- * afterwards). Unknown tokenizer models give SEER_ERR_UNSUPPORTED naming the model. */
+ * afterwards). Unknown tokenizer models and unknown BPE pre-tokenizers (tokenizer.ggml.pre)
+ * give SEER_ERR_UNSUPPORTED naming them; a BPE file without tokenizer.ggml.pre uses the
+ * "default" pre-tokenizer, as llama.cpp does. */
 seer_status seer_vocab_load(const gguf_file *f, seer_vocab **out);
 void seer_vocab_free(seer_vocab *v);
 
@@ -39,7 +44,11 @@ const char *seer_vocab_model_name(const seer_vocab *v); /* "llama", "gpt2" */
 const char *seer_vocab_text(const seer_vocab *v, int32_t id);
 int seer_vocab_type(const seer_vocab *v, int32_t id);
 
-/* Same contract as seer_tokenize in seer.h. */
+/* Same contract as seer_tokenize in seer.h, with these rules for BPE vocabularies (those of
+ * llama.cpp): BOS is prepended only when add_bos is set AND the vocabulary asks for it
+ * (seer_vocab_add_bos: tokenizer.ggml.add_bos_token, by default true only for the Llama 3
+ * pre-tokenizer family); user-defined tokens are matched in the text even without
+ * parse_special, control tokens only with it. */
 seer_status seer_vocab_encode(const seer_vocab *v, const char *text, size_t len, bool add_bos,
                               bool parse_special, int32_t *out, int cap, int *n_out);
 /* Same contract as seer_token_piece in seer.h. */
@@ -65,8 +74,14 @@ typedef struct {
     const float *scores;        /* [V] merge priorities (higher merges first), or NULL: 0 */
     const int32_t *types;       /* [V] SEER_TOKEN_*, or NULL: all normal */
     int bos, eos, unk, pad;     /* -1 when absent; out-of-range ids count as absent */
-    bool add_bos;               /* the file's tokenizer.ggml.add_bos_token (advice only) */
+    bool add_bos;               /* the file's tokenizer.ggml.add_bos_token (SPM: advice only;
+                                   BPE: whether encoding with add_bos adds BOS) */
     bool add_space_prefix;      /* SentencePiece's add_dummy_prefix */
+    /* Byte-level BPE only (kind SEER_VOCAB_BPE): */
+    const char *const *merges;  /* [n_merges] "left right", rank = index */
+    const size_t *merge_lens;   /* [n_merges] byte lengths, or NULL: NUL-terminated */
+    int n_merges;
+    const char *pre;            /* pre-tokenizer name (tokenizer.ggml.pre); NULL/"": "default" */
 } seer_vocab_desc;
 
 /* Encoding details (spm.c) beyond the contract of seer_tokenize: the dummy-prefix "▁" goes
@@ -77,8 +92,9 @@ typedef struct {
  * byte-fallback tokens, else one UNK per character that has no token (dropped if the
  * vocabulary has no UNK either). */
 
-/* Builds a vocabulary. SEER_ERR_INVALID_ARG on inconsistent input, SEER_ERR_OOM. Token
- * types outside 1..6 count as normal. When several tokens share a text, lookup by text finds
+/* Builds a vocabulary. SEER_ERR_INVALID_ARG on inconsistent input, SEER_ERR_OOM,
+ * SEER_ERR_UNSUPPORTED for an unknown BPE pre-tokenizer. Token types outside 1..6 count as
+ * normal. When several tokens share a text, lookup by text finds
  * the lowest id. Byte tokens are those of type SEER_TOKEN_BYTE spelled "<0xXX>" (when types
  * is NULL, every token spelled so). */
 seer_status seer_vocab_from_arrays(const seer_vocab_desc *d, seer_vocab **out);
@@ -102,6 +118,60 @@ int32_t seer_vocab_special(const seer_vocab *v, int i);
  * NUL-terminated); NULL and *len = 0 for a bad id. seer_vocab_piece copies this: it returns
  * the full length and writes min(length, cap) bytes, plus a NUL when length < cap. */
 const char *seer_vocab_piece_ref(const seer_vocab *v, int32_t id, int *len);
+
+/* End-of-generation tokens: EOS and the control or user-defined tokens spelled like an end
+ * of turn or text ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>",
+ * "<|end|>", "<|eom_id|>", "<end_of_turn>", "<EOT>"), the list llama.cpp uses. */
+bool seer_vocab_is_eog(const seer_vocab *v, int32_t id);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Encoding internals shared by encode.c, spm.c and bpe.c.                                  */
+
+typedef struct {
+    int32_t *ids;
+    size_t n, cap;
+} seer_id_vec;
+
+seer_status seer_id_vec_push(seer_id_vec *v, int32_t id);
+
+/* Encodes one stretch of plain text (no special tokens) and appends the ids. */
+seer_status seer_spm_encode_plain(const seer_vocab *v, const char *s, size_t n, bool prefix,
+                                  seer_id_vec *out);
+seer_status seer_bpe_encode_plain(const seer_vocab *v, const char *s, size_t n, seer_id_vec *out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Byte-level BPE (bpe.c)                                                                    */
+
+/* Merge table and pre-tokenizer of a BPE vocabulary. Immutable after seer_bpe_init, so one
+ * may be shared by threads. */
+typedef struct seer_bpe seer_bpe;
+
+/* merges[i] is "left right" (split at the first space after the first byte, as llama.cpp
+ * does), rank i. pre names the pre-tokenizer (NULL or "" = "default"). */
+seer_status seer_bpe_init(const char *pre, const char *const *merges, const size_t *merge_lens,
+                          int n_merges, seer_bpe **out);
+void seer_bpe_free(seer_bpe *b);
+const seer_bpe *seer_vocab_bpe(const seer_vocab *v); /* NULL for SPM vocabularies */
+/* The canonical name of the pre-tokenizer family ("gpt2", "llama3", "qwen2", "smollm",
+ * "default"). */
+const char *seer_bpe_pre_family(const seer_bpe *b);
+/* Whether pre (a tokenizer.ggml.pre value) is known, and the BOS default of its family. */
+bool seer_bpe_pre_known(const char *pre);
+bool seer_bpe_pre_add_bos(const char *pre);
+/* Rank of merging s[0..left_len) with s[left_len..len), or -1 when no such merge. */
+int seer_bpe_rank(const seer_bpe *b, const char *s, size_t left_len, size_t len);
+
+/* The GPT-2 byte <-> unicode alphabet: printable Latin-1 bytes stand for themselves, the
+ * other 68 bytes for U+0100.. in byte order. Writes the UTF-8 of byte b's character (1 or 2
+ * bytes) and returns its length. */
+int seer_bpe_byte_char(uint8_t b, char out[2]);
+/* Maps a token text in that alphabet back to raw bytes; characters outside the alphabet are
+ * copied unchanged. out needs room for n bytes; returns the length written. */
+size_t seer_bpe_decode_text(const char *s, size_t n, char *out);
+/* Splits valid UTF-8 s[0..n) into pre-tokenizer words; *ends receives the end offset of each
+ * word (malloc'd, caller frees), *n_words their count. */
+seer_status seer_bpe_pretokenize(const seer_bpe *b, const char *s, size_t n, size_t **ends,
+                                 size_t *n_words);
 
 /* UTF-8 helpers (utf8.c). Byte length of a sequence from its lead byte (1..4), 0 when the
  * byte cannot start a sequence. */

@@ -49,10 +49,10 @@ static seer_status cpu_weight_load(seer_backend *be, const gguf_tensor *t, seer_
     }
     void *buf = NULL;
     SEER_TRY(cpu_alloc(be, rows * cols * sizeof(float), &buf));
-    seer_status s = gguf_dequant(t->type, t->data, buf, rows * cols);
+    seer_status s = gguf_tensor_dequant(t, buf, rows * cols);
     if (s != SEER_OK) {
         free(buf);
-        return seer_err(s, "tensor %s: %s", t->name, seer_last_error());
+        return s;
     }
     out->data = buf;
     out->owned = true;

@@ -463,6 +463,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p
                 sum += __shfl_xor_sync(0xffffffffu, sum, o);
             ps[g * ATT_TK + lane] = p0;
             ps[g * ATT_TK + lane + 32] = p1;
+            __syncwarp(); /* every lane has read m_s[g] and l_s[g] before lane 0 writes them */
             if (lane == 0) {
                 m_s[g] = m_new;
                 l_s[g] = l_s[g] * alpha + sum;
@@ -668,7 +669,9 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
     attn_partial_kernel<<<(unsigned)blocks, ATT_THREADS, attn_smem_bytes(gb, Dh), c->stream>>>(p);
     LAUNCH_TRY("attn_partial_kernel");
     if (S > 1) {
-        attn_combine_kernel<<<(unsigned)((size_t)T * H), 128, (size_t)S * sizeof(float), c->stream>>>(
+        /* Padded: the compiler may merge the tail of the weight loop into one wider load. */
+        const size_t smem = (size_t)((S + 7) / 4 * 4) * sizeof(float);
+        attn_combine_kernel<<<(unsigned)((size_t)T * H), 128, smem, c->stream>>>(
             out, p.part_acc, p.part_ml, (int)S, Dh);
         LAUNCH_TRY("attn_combine_kernel");
     }

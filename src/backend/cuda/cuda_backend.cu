@@ -104,11 +104,17 @@ seer_status seer_cuda_malloc(seer_cuda *c, size_t bytes, const char *what, void 
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
         size_t fr = 0, tot = 0;
-        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+        const bool info = cudaMemGetInfo(&fr, &tot) == cudaSuccess;
+        if (!info)
             (void)cudaGetLastError();
         if (e == cudaErrorMemoryAllocation)
             return seer_err(SEER_ERR_OOM, "CUDA: cannot allocate %.1f MiB for %s: %.1f MiB free of %.1f MiB",
                             n / 1048576.0, what, fr / 1048576.0, tot / 1048576.0);
+        /* Anything else is the device failing, usually a fault left by an earlier kernel. */
+        if (!info)
+            return seer_err(SEER_ERR_BACKEND,
+                            "CUDA: cannot allocate %.1f MiB for %s: %s (%s); the device is in an error state",
+                            n / 1048576.0, what, cudaGetErrorName(e), cudaGetErrorString(e));
         return seer_err(SEER_ERR_BACKEND,
                         "CUDA: cannot allocate %.1f MiB for %s: %s (%s); %.1f MiB free of %.1f MiB",
                         n / 1048576.0, what, cudaGetErrorName(e), cudaGetErrorString(e),

@@ -1,0 +1,139 @@
+/*
+ * test_cli.c: the seer command-line tool end to end: golden greedy ids through
+ * `seer generate --json` (with and without speculation), `seer info`, `seer gen-model`,
+ * and clear failures with a non-zero exit on bad flags, files and prompts.
+ */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+/* Runs a shell command; captures stdout+stderr into out (NUL-terminated); returns the exit code. */
+static int sh(char *out, size_t cap, const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[4200];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char buf[1 << 20];
+
+static void test_generate_golden_json(void **state) {
+    const char *model = tu_shared_path("models/stories260K.gguf");
+    char m[1024];
+    snprintf(m, sizeof m, "%s", model);
+    const char *specs[] = {"none", "streaming --spec-budget 16", "ngram", "snapkv --spec-budget 24 --spec-window 4"};
+    for (int k = 0; k < 4; k++) {
+        int rc = sh(buf, sizeof buf,
+                    "%s generate -m %s -p 'Lily and Tom' --temp 0 -n 300 --json --backend cpu --spec %s",
+                    SEER_CLI, m, specs[k]);
+        if (rc != 0)
+            fail_msg("rc %d: %s", rc, buf);
+        /* golden row "Lily and Tom": prompt 1,317,269,274,287; ids start 382,276,337 and end in BOS */
+        assert_non_null(strstr(buf, "\"prompt_ids\":[1,317,269,274,287]"));
+        assert_non_null(strstr(buf, "\"generated_ids\":[382,276,337,299,322,265"));
+        assert_non_null(strstr(buf, "269,381,272,379,426,342,337,266,267,428,316,386,344,363,328,426,1]"));
+        assert_non_null(strstr(buf, "\"text\":\" were playing in the park."));
+    }
+}
+
+static void test_generate_stream_and_stats(void **state) {
+    int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 20 --spec streaming --spec-budget 8",
+                SEER_CLI, tu_shared_path("models/stories260K.gguf"));
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(buf, ", there was a little girl named Lily."));
+    assert_non_null(strstr(buf, "prefill"));
+    assert_non_null(strstr(buf, "decode"));
+    assert_non_null(strstr(buf, "tokens per verification"));
+}
+
+static void test_bad_input(void **state) {
+    char m[1024];
+    snprintf(m, sizeof m, "%s", tu_shared_path("models/stories260K.gguf"));
+    struct {
+        const char *args;
+        int rc;
+        const char *msg;
+    } cases[] = {
+        {"generate -m %s -p hi --temp abc", 2, "not a number"},
+        {"generate -m %s -p hi --top-p 1.5", 2, "out of range"},
+        {"generate -m %s -p hi -n -7", 2, "out of range"},
+        {"generate -m %s -p hi --spec magic", 2, "unknown speculation"},
+        {"generate -m %s -p hi --spec draft", 2, "--draft-model"},
+        {"generate -m %s -p hi --bogus", 2, "unrecognized"},
+        {"generate -m %s", 2, "-p PROMPT"},
+        {"generate -m %s -p 'Once upon a time there was a girl' --ctx 4", 1, "context"},
+        {"generate -m %s -p hi --backend tpu", 2, "not one of"},
+        {"generate -m /nonexistent/model.gguf -p hi%.0s", 1, "nonexistent"},
+        {"generate -m %s -p hi --spec draft --draft-model /nonexistent.gguf", 1, "draft"},
+        {"info %s extra", 2, "unexpected"},
+        {"frobnicate %s", 2, "unknown command"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char args[1200];
+        snprintf(args, sizeof args, cases[i].args, m);
+        int rc = sh(buf, sizeof buf, "%s %s", SEER_CLI, args);
+        if (rc != cases[i].rc || !strstr(buf, cases[i].msg))
+            fail_msg("'seer %s': rc %d (want %d), output: %s", args, rc, cases[i].rc, buf);
+    }
+    /* invalid UTF-8 in the prompt */
+    const char *bad = tu_tmp_path("bad.txt");
+    assert_int_equal(tu_write_file(bad, "ab\xff\xfe", 4), 0);
+    int rc = sh(buf, sizeof buf, "%s generate -m %s -f %s", SEER_CLI, m, bad);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(buf, "UTF-8"));
+    /* a truncated model file */
+    size_t sz;
+    uint8_t *data = tu_read_file(m, &sz);
+    const char *trunc = tu_tmp_path("trunc.gguf");
+    assert_int_equal(tu_write_file(trunc, data, sz / 3), 0);
+    free(data);
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p hi", SEER_CLI, trunc);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(buf, "loading model"));
+}
+
+static void test_info_and_gen_model(void **state) {
+    int rc = sh(buf, sizeof buf, "%s info %s", SEER_CLI, tu_shared_path("models/stories260K.gguf"));
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(buf, "architecture  llama"));
+    assert_non_null(strstr(buf, "8 query, 4 kv"));
+    assert_non_null(strstr(buf, "llama, 512 tokens"));
+    assert_non_null(strstr(buf, "blk.4.ffn_down.weight"));
+    const char *out = tu_tmp_path("g.gguf");
+    rc = sh(buf, sizeof buf, "%s gen-model --arch qwen2 --vocab 400 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --dtype q8_0 -o %s",
+            SEER_CLI, out);
+    if (rc != 0)
+        fail_msg("gen-model: %s", buf);
+    rc = sh(buf, sizeof buf, "%s info %s", SEER_CLI, out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(buf, "architecture  qwen2"));
+    assert_non_null(strstr(buf, "q8_0"));
+    assert_non_null(strstr(buf, "blk.1.attn_q.bias"));
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p 'hello world' -n 8 --seed 3 --json", SEER_CLI, out);
+    if (rc != 0)
+        fail_msg("generate on a generated model: %s", buf);
+    rc = sh(buf, sizeof buf, "%s gen-model --heads 3 --dim 64 -o %s", SEER_CLI, out);
+    assert_int_not_equal(rc, 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_generate_golden_json),
+        cmocka_unit_test(test_generate_stream_and_stats),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_info_and_gen_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
