@@ -282,6 +282,8 @@ int seer_gen_output(const seer_gen *g, int handle, const int32_t **ids);
 bool seer_gen_finished(const seer_gen *g, int handle);
 /* Releases a finished (or unwanted) sequence's KV pages; its output stays readable. */
 void seer_gen_release(seer_gen *g, int handle);
+/* Releases the sequence and forgets its output: the handle may be reused by seer_gen_add. */
+void seer_gen_remove(seer_gen *g, int handle);
 void seer_gen_stats(const seer_gen *g, seer_spec_stats *out);
 
 /* ---------------------------------------------------------------------------------------- */

@@ -21,14 +21,17 @@ stage() {
   cp "$src/models/stories260K.gguf" .gpu/shared/models/
   cp "$src"/golden/* .gpu/shared/golden/
   local pkg hdrs h incdir libdir soname
-  for pkg in cmocka jansson; do
+  for pkg in cmocka jansson pcre2-8; do
     case $pkg in
       cmocka) hdrs="cmocka.h cmocka_pbc.h" ;;
       jansson) hdrs="jansson.h jansson_config.h" ;;
+      pcre2-8) hdrs="pcre2.h" ;;
     esac
     # not every .pc file sets includedir/libdir: read them off the flags
-    incdir=$(pkg-config --cflags-only-I $pkg | tr ' ' '\n' | sed -n 's/^-I//p' | head -n 1)
-    libdir=$(pkg-config --libs-only-L $pkg | tr ' ' '\n' | sed -n 's/^-L//p' | head -n 1)
+    local pc=$pkg
+    [ $pkg = pcre2-8 ] && pc=libpcre2-8
+    incdir=$(pkg-config --cflags-only-I $pc | tr ' ' '\n' | sed -n 's/^-I//p' | head -n 1)
+    libdir=$(pkg-config --libs-only-L $pc | tr ' ' '\n' | sed -n 's/^-L//p' | head -n 1)
     : "${incdir:=/usr/include}" "${libdir:=/usr/lib/$(gcc -print-multiarch)}"
     for h in $hdrs; do
       cp "$incdir/$h" .gpu/deps/include/
@@ -37,13 +40,13 @@ stage() {
     cp -L "$libdir/lib$pkg.so" .gpu/deps/lib/
     soname=$(objdump -p "$libdir/lib$pkg.so" | awk '/SONAME/ {print $2}')
     [ -n "$soname" ] && cp -L "$libdir/$soname" .gpu/deps/lib/
-    cat > .gpu/deps/lib/pkgconfig/$pkg.pc <<EOF
+    cat > .gpu/deps/lib/pkgconfig/$pc.pc <<EOF
 prefix=\${pcfiledir}/../..
 includedir=\${prefix}/include
 libdir=\${prefix}/lib
-Name: $pkg
-Description: $pkg staged for the GPU machine
-Version: $(pkg-config --modversion $pkg)
+Name: $pc
+Description: $pc staged for the GPU machine
+Version: $(pkg-config --modversion $pc)
 Cflags: -I\${includedir}
 Libs: -L\${libdir} -l$pkg
 EOF
@@ -107,6 +110,22 @@ run_all() {
     echo "FAIL: the CUDA tests skipped: no device visible to them"
     rc=1
   fi
+
+  echo
+  echo "== speculation on vs off on the GPU (stories260K, greedy, 200 tokens)"
+  local m=$shared/models/stories260K.gguf ref="" ids k
+  printf '%-10s %-6s %10s %8s\n' spec same accepted tok/ver
+  for k in none streaming retrieval snapkv ngram draft; do
+    ids=$(build-gpu/seer generate -m "$m" -p "Once upon a time" --temp 0 -n 200 --backend cuda --json \
+          --spec $k --spec-budget 32 --spec-gamma 4 --draft-model "$m" --draft-budget 32 2>&1)
+    local gen=$(echo "$ids" | grep -o '"generated_ids":\[[0-9,]*\]')
+    [ -z "$ref" ] && ref=$gen
+    local same=no
+    [ "$gen" = "$ref" ] && same=yes
+    printf '%-10s %-6s %10s %8s\n' $k $same \
+      "$(echo "$ids" | grep -o '"acceptance":[0-9.e-]*' | cut -d: -f2 | cut -c1-6)" \
+      "$(echo "$ids" | grep -o '"tokens_per_round":[0-9.e-]*' | cut -d: -f2 | cut -c1-5)"
+  done
 
   echo
   echo "== ctest"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages seer builds and tests with (only those missing).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libcmocka-dev libjansson-dev clang libclang-rt-14-dev)
+pkgs=(build-essential cmake pkg-config libcmocka-dev libjansson-dev libpcre2-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

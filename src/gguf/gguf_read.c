@@ -172,8 +172,8 @@ static seer_status rd_str(reader *r, const char **s, uint64_t *len, const char *
 /* A NUL-terminated arena copy of a name (key or tensor name). Names holding NUL bytes are
  * rejected: they would compare equal to their prefix everywhere a C string is used. */
 static seer_status rd_name(reader *r, const char **out, const char *field) {
-    const char *s;
-    uint64_t len;
+    const char *s = NULL;
+    uint64_t len = 0;
     SEER_TRY(rd_str(r, &s, &len, field));
     if (len == 0)
         return seer_err(SEER_ERR_FORMAT, "empty %s in %s", field, r->what);

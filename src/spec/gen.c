@@ -385,4 +385,12 @@ void seer_gen_release(seer_gen *g, int h) {
     s->finished = true;
 }
 
+void seer_gen_remove(seer_gen *g, int h) {
+    if (h < 0 || h >= g->n_seqs)
+        return;
+    seer_gen_release(g, h);
+    free(g->seqs[h].tokens);
+    g->seqs[h].tokens = NULL;
+}
+
 void seer_gen_stats(const seer_gen *g, seer_spec_stats *out) { *out = g->stats; }

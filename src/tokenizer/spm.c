@@ -7,36 +7,13 @@
  * pair whose concatenation is the highest-scoring token is merged again and again (ties:
  * leftmost) until no pair is a token. Characters that are no token fall back to their bytes'
  * <0xXX> tokens. A heap of candidate pairs over a linked list of symbols keeps this
- * O(n log n). Not for: byte-level BPE (rank-driven merges over a pre-tokenised text).
+ * O(n log n). Not for: byte-level BPE (bpe.c) or special tokens and BOS (encode.c).
  */
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Texts longer than this are refused, which keeps every index in int32 range (the escaped
- * text is up to three times as long as the input). */
-#define MAX_TEXT_BYTES ((size_t)1 << 28)
-
-typedef struct {
-    int32_t *ids;
-    size_t n, cap;
-} id_vec;
-
-static seer_status vec_push(id_vec *v, int32_t id) {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 64;
-        int32_t *p = realloc(v->ids, cap * sizeof *p);
-        if (!p)
-            return seer_err(SEER_ERR_OOM, "out of memory for %zu token ids", cap);
-        v->ids = p;
-        v->cap = cap;
-    }
-    v->ids[v->n++] = id;
-    return SEER_OK;
-}
 
 typedef struct {
     int32_t prev, next; /* -1 at the ends */
@@ -128,10 +105,10 @@ static seer_status try_pair(merge_state *m, int32_t left, int32_t right) {
     return heap_push(&m->h, (bigram){seer_vocab_score(m->v, id), left, right, len});
 }
 
-static seer_status emit_symbol(const seer_vocab *v, const char *s, size_t n, id_vec *out) {
+static seer_status emit_symbol(const seer_vocab *v, const char *s, size_t n, seer_id_vec *out) {
     int32_t id = find_mergeable(v, s, n);
     if (id >= 0)
-        return vec_push(out, id);
+        return seer_id_vec_push(out, id);
     /* Byte fallback (SentencePiece byte_fallback): one <0xXX> per byte of the character.
      * Without byte tokens the character becomes UNK, and with neither it is dropped. */
     bool all = true;
@@ -139,15 +116,15 @@ static seer_status emit_symbol(const seer_vocab *v, const char *s, size_t n, id_
         all = seer_vocab_byte_token(v, (uint8_t)s[i]) >= 0;
     if (all) {
         for (size_t i = 0; i < n; i++)
-            SEER_TRY(vec_push(out, seer_vocab_byte_token(v, (uint8_t)s[i])));
+            SEER_TRY(seer_id_vec_push(out, seer_vocab_byte_token(v, (uint8_t)s[i])));
         return SEER_OK;
     }
     if (seer_vocab_unk(v) >= 0)
-        return vec_push(out, seer_vocab_unk(v));
+        return seer_id_vec_push(out, seer_vocab_unk(v));
     return SEER_OK;
 }
 
-static seer_status merge_and_emit(merge_state *m, int32_t n_sym, id_vec *out) {
+static seer_status merge_and_emit(merge_state *m, int32_t n_sym, seer_id_vec *out) {
     for (int32_t i = 0; i + 1 < n_sym; i++)
         SEER_TRY(try_pair(m, i, i + 1));
     while (m->h.n > 0) {
@@ -169,8 +146,8 @@ static seer_status merge_and_emit(merge_state *m, int32_t n_sym, id_vec *out) {
 }
 
 /* Encodes one stretch of plain text. prefix: put the dummy "▁" in front. */
-static seer_status encode_plain(const seer_vocab *v, const char *s, size_t n, bool prefix,
-                                id_vec *out) {
+seer_status seer_spm_encode_plain(const seer_vocab *v, const char *s, size_t n, bool prefix,
+                                  seer_id_vec *out) {
     if (n == 0)
         return SEER_OK;
     size_t cap = 3 * n + 3;
@@ -217,127 +194,5 @@ done:
     free(m.h.a);
     free(sym);
     free(buf);
-    return st;
-}
-
-typedef struct {
-    size_t pos, len;
-    int32_t id;
-} special_match;
-
-static int cmp_match(const void *a, const void *b) {
-    const special_match *x = a, *y = b;
-    return x->pos < y->pos ? -1 : x->pos > y->pos;
-}
-
-/* Finds the special tokens in the text the way llama.cpp partitions it: each special token,
- * longest first, claims its non-overlapping occurrences (left to right) in the parts no
- * longer token has claimed. Returns the matches sorted by position in *out. */
-static seer_status find_specials(const seer_vocab *v, const char *s, size_t n,
-                                 special_match **out, size_t *n_out) {
-    *out = NULL;
-    *n_out = 0;
-    uint8_t *claimed = calloc(n, 1);
-    special_match *mv = NULL;
-    size_t nm = 0, cm = 0;
-    if (!claimed)
-        return seer_err(SEER_ERR_OOM, "out of memory encoding %zu bytes", n);
-    for (int k = 0; k < seer_vocab_n_special(v); k++) {
-        int32_t id = seer_vocab_special(v, k);
-        const char *t = seer_vocab_text(v, id);
-        size_t L = (size_t)seer_vocab_text_len(v, id);
-        size_t i = 0;
-        while (L <= n && i <= n - L) {
-            const char *p = memchr(s + i, t[0], n - L + 1 - i);
-            if (!p)
-                break;
-            size_t at = (size_t)(p - s);
-            bool ok = memcmp(p, t, L) == 0;
-            for (size_t j = 0; ok && j < L; j++)
-                ok = !claimed[at + j];
-            if (!ok) {
-                i = at + 1;
-                continue;
-            }
-            if (nm == cm) {
-                size_t c2 = cm ? cm * 2 : 16;
-                special_match *q = realloc(mv, c2 * sizeof *q);
-                if (!q) {
-                    free(mv);
-                    free(claimed);
-                    return seer_err(SEER_ERR_OOM, "out of memory encoding %zu bytes", n);
-                }
-                mv = q;
-                cm = c2;
-            }
-            mv[nm++] = (special_match){at, L, id};
-            memset(claimed + at, 1, L);
-            i = at + L;
-        }
-    }
-    free(claimed);
-    if (nm > 1)
-        qsort(mv, nm, sizeof *mv, cmp_match);
-    *out = mv;
-    *n_out = nm;
-    return SEER_OK;
-}
-
-static seer_status encode_all(const seer_vocab *v, const char *text, size_t len, bool add_bos,
-                              bool parse_special, id_vec *ids) {
-    if (add_bos && seer_vocab_bos(v) >= 0)
-        SEER_TRY(vec_push(ids, seer_vocab_bos(v)));
-    if (len == 0)
-        return SEER_OK;
-    /* The dummy prefix goes only in front of the whole text (when it starts with plain
-     * text), not after each special token: the rule of llama.cpp's SPM tokenizer from its
-     * special-token parsing onwards, and what HF's non-legacy Llama tokenizer does. */
-    bool prefix = seer_vocab_add_space_prefix(v);
-    if (!parse_special || seer_vocab_n_special(v) == 0)
-        return encode_plain(v, text, len, prefix, ids);
-    special_match *mv;
-    size_t nm;
-    SEER_TRY(find_specials(v, text, len, &mv, &nm));
-    seer_status st = SEER_OK;
-    size_t at = 0;
-    for (size_t k = 0; k <= nm && st == SEER_OK; k++) {
-        size_t end = k < nm ? mv[k].pos : len;
-        if (end > at)
-            st = encode_plain(v, text + at, end - at, prefix && at == 0, ids);
-        if (st == SEER_OK && k < nm) {
-            st = vec_push(ids, mv[k].id);
-            at = mv[k].pos + mv[k].len;
-        }
-    }
-    free(mv);
-    return st;
-}
-
-seer_status seer_vocab_encode(const seer_vocab *v, const char *text, size_t len, bool add_bos,
-                              bool parse_special, int32_t *out, int cap, int *n_out) {
-    if (!v || !n_out || cap < 0 || (!text && len > 0) || (!out && cap > 0))
-        return seer_err(SEER_ERR_INVALID_ARG, "seer_tokenize: bad arguments");
-    if (seer_vocab_kind_of(v) != SEER_VOCAB_SPM)
-        return seer_err(SEER_ERR_UNSUPPORTED, "encoding with a %s vocabulary is not supported",
-                        seer_vocab_model_name(v));
-    if (len > MAX_TEXT_BYTES)
-        return seer_err(SEER_ERR_INVALID_ARG, "text of %zu bytes is too long to tokenize", len);
-    size_t bad;
-    if (!seer_utf8_valid(text, len, &bad))
-        return seer_err(SEER_ERR_FORMAT, "invalid UTF-8 at byte offset %zu", bad);
-    id_vec ids = {0};
-    seer_status st = encode_all(v, text, len, add_bos, parse_special, &ids);
-    if (st == SEER_OK && ids.n > (size_t)INT_MAX)
-        st = seer_err(SEER_ERR_INVALID_ARG, "text needs more than INT_MAX tokens");
-    if (st == SEER_OK) {
-        int n = (int)ids.n;
-        *n_out = n;
-        if (n > 0 && cap > 0)
-            memcpy(out, ids.ids, (size_t)(n < cap ? n : cap) * sizeof *out);
-        if (n > cap)
-            st = seer_err(SEER_ERR_INVALID_ARG, "the text needs %d tokens but the output holds %d",
-                          n, cap);
-    }
-    free(ids.ids);
     return st;
 }

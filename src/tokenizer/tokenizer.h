@@ -155,8 +155,9 @@ const seer_bpe *seer_vocab_bpe(const seer_vocab *v); /* NULL for SPM vocabularie
 /* The canonical name of the pre-tokenizer family ("gpt2", "llama3", "qwen2", "smollm",
  * "default"). */
 const char *seer_bpe_pre_family(const seer_bpe *b);
-/* Whether pre (a tokenizer.ggml.pre value) is known, and the BOS default of its family. */
-bool seer_bpe_pre_known(const char *pre);
+/* SEER_OK when pre (a tokenizer.ggml.pre value; NULL or "" = "default") is known, else
+ * SEER_ERR_UNSUPPORTED naming it; and the BOS default of its family. */
+seer_status seer_bpe_check_pre(const char *pre);
 bool seer_bpe_pre_add_bos(const char *pre);
 /* Rank of merging s[0..left_len) with s[left_len..len), or -1 when no such merge. */
 int seer_bpe_rank(const seer_bpe *b, const char *s, size_t left_len, size_t len);

@@ -2,8 +2,8 @@
  * vocab.c: the vocabulary object: token texts, scores and types, lookup by text, the piece
  * each token prints as, and reading all of it from GGUF tokenizer.ggml.* metadata.
  *
- * Not for: encoding (spm.c) or streaming decode (detok.c). Only SentencePiece vocabularies
- * (tokenizer.ggml.model = "llama") load; byte-level BPE ("gpt2") is refused for now.
+ * Not for: encoding (encode.c, spm.c, bpe.c) or streaming decode (detok.c). SentencePiece
+ * ("llama") and byte-level BPE ("gpt2") vocabularies load; others are refused.
  */
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -36,6 +36,9 @@ struct seer_vocab {
     int n_special;
     int bos, eos, unk, pad;
     bool add_bos, add_space_prefix;
+    seer_bpe *bpe;         /* merges and pre-tokenizer of a BPE vocabulary, else NULL */
+    int32_t eog[16];       /* end-of-generation ids */
+    int n_eog;
 };
 
 /* FNV-1a: token texts are short, so a simple byte hash is as fast as anything here. */
@@ -79,6 +82,7 @@ void seer_vocab_free(seer_vocab *v) {
     free(v->piece_len);
     free(v->hash);
     free(v->special);
+    seer_bpe_free(v->bpe);
     free(v);
 }
 
@@ -120,6 +124,12 @@ static seer_status build_pieces(seer_vocab *v, size_t pool_bytes) {
         size_t n = (size_t)v->text_len[i];
         v->piece_off[i] = o;
         int b = parse_byte_text(t, n);
+        if (v->kind == SEER_VOCAB_BPE && v->types[i] == SEER_TOKEN_NORMAL) {
+            /* Byte-level text: each character stands for one raw byte. */
+            o += seer_bpe_decode_text(t, n, v->piece_pool + o);
+            v->piece_len[i] = (int32_t)(o - v->piece_off[i]);
+            continue;
+        }
         switch (v->types[i]) {
         case SEER_TOKEN_CONTROL:
         case SEER_TOKEN_UNUSED:
@@ -136,7 +146,12 @@ static seer_status build_pieces(seer_vocab *v, size_t pool_bytes) {
             o += n;
             break;
         default:
-            o += unescape_spaces(t, n, v->piece_pool + o);
+            if (v->kind == SEER_VOCAB_BPE) {
+                memcpy(v->piece_pool + o, t, n);
+                o += n;
+            } else {
+                o += unescape_spaces(t, n, v->piece_pool + o);
+            }
             break;
         }
         v->piece_len[i] = (int32_t)(o - v->piece_off[i]);
@@ -200,6 +215,25 @@ static seer_status build_specials(seer_vocab *v) {
 
 static int id_or_none(int id, int n) { return id >= 0 && id < n ? id : -1; }
 
+/* The texts llama.cpp treats as ending a turn or a text (llama-vocab.cpp, special_eog_ids). */
+static const char *const k_eog_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+    "<|eom_id|>", "<EOT>", "<|end_of_text|>",
+};
+
+static void build_eog(seer_vocab *v) {
+    v->n_eog = 0;
+    if (v->eos >= 0)
+        v->eog[v->n_eog++] = v->eos;
+    for (size_t k = 0; k < sizeof k_eog_texts / sizeof *k_eog_texts; k++) {
+        int32_t id = seer_vocab_find(v, k_eog_texts[k], strlen(k_eog_texts[k]));
+        if (id < 0 || id == v->eos || v->n_eog == (int)(sizeof v->eog / sizeof *v->eog))
+            continue;
+        if (v->types[id] == SEER_TOKEN_CONTROL || v->types[id] == SEER_TOKEN_USER_DEFINED)
+            v->eog[v->n_eog++] = id;
+    }
+}
+
 static seer_status vocab_fill(seer_vocab *v, const seer_vocab_desc *d) {
     int n = d->n;
     size_t pool = 0;
@@ -254,9 +288,13 @@ static seer_status vocab_fill(seer_vocab *v, const seer_vocab_desc *d) {
         nl = sizeof v->model_name - 1;
     memcpy(v->model_name, name, nl);
     v->model_name[nl] = 0;
+    if (v->kind == SEER_VOCAB_BPE)
+        SEER_TRY(seer_bpe_init(d->pre, d->merges, d->merge_lens, d->n_merges, &v->bpe));
     SEER_TRY(build_pieces(v, pool));
     SEER_TRY(build_hash(v));
-    return build_specials(v);
+    SEER_TRY(build_specials(v));
+    build_eog(v);
+    return SEER_OK;
 }
 
 seer_status seer_vocab_from_arrays(const seer_vocab_desc *d, seer_vocab **out) {
@@ -321,7 +359,34 @@ typedef struct {
     size_t *lens;
     float *scores;
     int32_t *types;
+    const char **merges;
+    size_t *merge_lens;
+    int n_merges;
 } load_tmp;
+
+static seer_status load_merges(const gguf_file *f, load_tmp *t) {
+    const gguf_value *a;
+    if (!gguf_find_kv(f, "tokenizer.ggml.merges"))
+        return seer_err(SEER_ERR_FORMAT, "a BPE vocabulary needs tokenizer.ggml.merges");
+    SEER_TRY(gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_TYPE_STRING, &a));
+    if (a->arr.n > MAX_TOKENS)
+        return seer_err(SEER_ERR_FORMAT, "tokenizer.ggml.merges has %llu entries",
+                        (unsigned long long)a->arr.n);
+    int n = (int)a->arr.n;
+    t->merges = seer_malloc_array((size_t)n + 1, sizeof *t->merges);
+    t->merge_lens = seer_malloc_array((size_t)n + 1, sizeof *t->merge_lens);
+    if (!t->merges || !t->merge_lens)
+        return seer_err(SEER_ERR_OOM, "out of memory reading %d merges", n);
+    for (int i = 0; i < n; i++) {
+        const gguf_value *it = &a->arr.items[i];
+        if (it->type != GGUF_TYPE_STRING)
+            return seer_err(SEER_ERR_FORMAT, "tokenizer.ggml.merges[%d] is not a string", i);
+        t->merges[i] = it->str.s;
+        t->merge_lens[i] = (size_t)it->str.len;
+    }
+    t->n_merges = n;
+    return SEER_OK;
+}
 
 static seer_status load_arrays(const gguf_file *f, int n, const gguf_value *tok, load_tmp *t) {
     t->texts = seer_malloc_array((size_t)n, sizeof *t->texts);
@@ -383,10 +448,8 @@ seer_status seer_vocab_load(const gguf_file *f, seer_vocab **out) {
         return seer_err(SEER_ERR_FORMAT, "missing required metadata tokenizer.ggml.model");
     if (mkv->val.type != GGUF_TYPE_STRING)
         return seer_err(SEER_ERR_FORMAT, "tokenizer.ggml.model is not a string");
-    if (str_is(&mkv->val, "gpt2"))
-        return seer_err(SEER_ERR_UNSUPPORTED, "byte-level BPE vocabularies "
-                                              "(tokenizer.ggml.model=gpt2) are not supported yet");
-    if (!str_is(&mkv->val, "llama")) {
+    bool bpe = str_is(&mkv->val, "gpt2");
+    if (!bpe && !str_is(&mkv->val, "llama")) {
         char name[48];
         printable_name(mkv->val.str.s, mkv->val.str.len, name, sizeof name);
         return seer_err(SEER_ERR_UNSUPPORTED,
@@ -400,35 +463,56 @@ seer_status seer_vocab_load(const gguf_file *f, seer_vocab **out) {
                         (unsigned long long)tok->arr.n);
     int n = (int)tok->arr.n;
 
-    seer_vocab_desc d = {.kind = SEER_VOCAB_SPM, .model_name = "llama", .n = n};
-    /* The defaults are those of Llama-family SentencePiece models (and llama.cpp's). */
-    seer_status s = get_id(f, "tokenizer.ggml.bos_token_id", 1, n, &d.bos);
+    seer_vocab_desc d = {.kind = bpe ? SEER_VOCAB_BPE : SEER_VOCAB_SPM,
+                         .model_name = bpe ? "gpt2" : "llama", .n = n};
+    char pre[64] = "";
+    seer_status s = SEER_OK;
+    if (bpe) {
+        /* An unknown pre-tokenizer is refused before anything large is read. */
+        s = gguf_get_str_opt(f, "tokenizer.ggml.pre", "default", pre, sizeof pre);
+        if (s == SEER_OK)
+            s = seer_bpe_check_pre(pre);
+        d.pre = pre;
+    }
+    /* SentencePiece defaults are those of Llama-family models (and llama.cpp's); BPE files
+     * name their special tokens, and want BOS only when their pre-tokenizer family does
+     * (llama.cpp's rule) unless the file says otherwise. */
     if (s == SEER_OK)
-        s = get_id(f, "tokenizer.ggml.eos_token_id", 2, n, &d.eos);
+        s = get_id(f, "tokenizer.ggml.bos_token_id", bpe ? -1 : 1, n, &d.bos);
     if (s == SEER_OK)
-        s = get_id(f, "tokenizer.ggml.unknown_token_id", 0, n, &d.unk);
+        s = get_id(f, "tokenizer.ggml.eos_token_id", bpe ? -1 : 2, n, &d.eos);
+    if (s == SEER_OK)
+        s = get_id(f, "tokenizer.ggml.unknown_token_id", bpe ? -1 : 0, n, &d.unk);
     if (s == SEER_OK)
         s = get_id(f, "tokenizer.ggml.padding_token_id", -1, n, &d.pad);
     if (s == SEER_OK)
-        s = gguf_get_bool_opt(f, "tokenizer.ggml.add_bos_token", true, &d.add_bos);
+        s = gguf_get_bool_opt(f, "tokenizer.ggml.add_bos_token",
+                              bpe ? seer_bpe_pre_add_bos(pre) : true, &d.add_bos);
     if (s == SEER_OK)
-        s = gguf_get_bool_opt(f, "tokenizer.ggml.add_space_prefix", true, &d.add_space_prefix);
+        s = gguf_get_bool_opt(f, "tokenizer.ggml.add_space_prefix", !bpe, &d.add_space_prefix);
     if (s != SEER_OK)
         return s;
 
     load_tmp t = {0};
     s = load_arrays(f, n, tok, &t);
+    if (s == SEER_OK && bpe)
+        s = load_merges(f, &t);
     if (s == SEER_OK) {
         d.texts = t.texts;
         d.text_lens = t.lens;
         d.scores = t.scores;
         d.types = t.types;
+        d.merges = t.merges;
+        d.merge_lens = t.merge_lens;
+        d.n_merges = t.n_merges;
         s = seer_vocab_from_arrays(&d, out);
     }
     free(t.texts);
     free(t.lens);
     free(t.scores);
     free(t.types);
+    free(t.merges);
+    free(t.merge_lens);
     return s;
 }
 
@@ -446,6 +530,16 @@ int seer_vocab_pad(const seer_vocab *v) { return v ? v->pad : -1; }
 bool seer_vocab_add_bos(const seer_vocab *v) { return v && v->add_bos; }
 bool seer_vocab_add_space_prefix(const seer_vocab *v) { return v && v->add_space_prefix; }
 const char *seer_vocab_model_name(const seer_vocab *v) { return v ? v->model_name : ""; }
+const seer_bpe *seer_vocab_bpe(const seer_vocab *v) { return v ? v->bpe : NULL; }
+
+bool seer_vocab_is_eog(const seer_vocab *v, int32_t id) {
+    if (!v || id < 0)
+        return false;
+    for (int i = 0; i < v->n_eog; i++)
+        if (v->eog[i] == id)
+            return true;
+    return false;
+}
 
 const char *seer_vocab_text(const seer_vocab *v, int32_t id) {
     return valid_id(v, id) ? v->text_pool + v->text_off[id] : NULL;
