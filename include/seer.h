@@ -249,6 +249,9 @@ typedef struct {
     int ngram_min;         /* ngram: shortest suffix accepted */
     seer_model *draft_model; /* draft: the draft model (same vocabulary) */
     int draft_budget;      /* draft: StreamingLLM budget of the draft's own cache (0 = full) */
+    float synthetic_accept; /* benchmarks on random weights only: when > 0, each draft token is
+                               accepted independently with this probability instead of by
+                               the verification rule. NOT lossless; labelled in all output. */
 } seer_spec_params;
 
 seer_spec_params seer_spec_default_params(void);
@@ -275,6 +278,12 @@ void seer_gen_free(seer_gen *g);
  * token (EOS or BOS, included in the output) unless ignore_eos. Returns a handle. */
 seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
                          seer_sampler_params sp, bool ignore_eos, int *handle);
+/* Adds a sequence whose cache already holds tokens[0 .. n-1) (seer_seq_len(seq) == n - 1),
+ * e.g. filled by another generator or synthetically for a benchmark; tokens[n-1] is the
+ * pending token the next round starts from. The generator takes ownership of seq. Drafters
+ * that select at prefill (SnapKV, retrieval) start without a selection. */
+seer_status seer_gen_adopt(seer_gen *g, seer_seq_id seq, const int32_t *tokens, int n,
+                           int max_new, seer_sampler_params sp, bool ignore_eos, int *handle);
 /* Runs one round for every unfinished sequence. *n_active receives how many remain. */
 seer_status seer_gen_step(seer_gen *g, int *n_active);
 /* Tokens generated so far for a handle (valid until the next call on g). */

@@ -735,6 +735,34 @@ static void test_bad_model_files(void **state) {
     free(buf);
 }
 
+/* Llama-3.1 RoPE scaling (factor 8, low 1, high 4, original context 8192, base 500000,
+ * head dim 128): high frequencies unchanged, low ones divided by 8, a blend between. */
+static void test_rope_llama3(void **state) {
+    float fr[64], ref[64];
+    for (int i = 0; i < 64; i++)
+        fr[i] = ref[i] = (float)pow(500000.0, -2.0 * i / 128);
+    ASSERT_OK(seer_rope_llama3(fr, 64, 8, 1, 4, 8192));
+    int kept = 0, divided = 0, blended = 0;
+    for (int i = 0; i < 64; i++) {
+        double wl = 2 * M_PI / ref[i];
+        if (wl < 8192 / 4.0) {
+            assert_true(fr[i] == ref[i]);
+            kept++;
+        } else if (wl > 8192 / 1.0) {
+            assert_true(fabsf(fr[i] - ref[i] / 8) <= 1e-6f * ref[i]);
+            divided++;
+        } else {
+            double sm = (8192 / wl - 1) / 3;
+            double want = (1 - sm) * ref[i] / 8 + sm * ref[i];
+            assert_true(fabs(fr[i] - want) <= 1e-6 * want);
+            assert_true(fr[i] < ref[i] && fr[i] > ref[i] / 8);
+            blended++;
+        }
+    }
+    assert_true(kept > 0 && divided > 0 && blended > 0);
+    assert_int_equal(seer_rope_llama3(fr, 64, 8, 4, 1, 8192), SEER_ERR_FORMAT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_stories),
@@ -745,6 +773,7 @@ int main(void) {
         cmocka_unit_test(test_fork_and_rewind),
         cmocka_unit_test(test_errors_leave_state),
         cmocka_unit_test(test_bad_model_files),
+        cmocka_unit_test(test_rope_llama3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -250,6 +250,43 @@ static void test_edge_cases(void **state) {
     assert_int_equal(got.n, 3);
     assert_memory_equal(got.ids, plain.ids, 3 * sizeof(int32_t));
 
+    /* adopt: a sequence whose cache was filled outside the generator continues exactly */
+    {
+        int32_t pr[1][64];
+        int pl[1] = {12};
+        for (int i = 0; i < 12; i++)
+            pr[0][i] = (int32_t)(i * 37 % 300);
+        output ref;
+        run(m, seer_spec_default_params(), pr, pl, 1, 20, greedy(), 50, 4, &ref);
+        seer_context_params cp = seer_context_default_params();
+        cp.n_ctx = 50;
+        cp.page_size = 4;
+        seer_context *c;
+        ASSERT_OK(seer_context_init(m, cp, &c));
+        seer_seq_id q;
+        ASSERT_OK(seer_seq_new(c, &q));
+        int32_t sq[12], pos[12];
+        for (int i = 0; i < 12; i++)
+            sq[i] = q, pos[i] = i;
+        seer_batch b = {.n_tokens = 12, .token = pr[0], .seq = sq, .pos = pos};
+        ASSERT_OK(seer_decode(c, &b, NULL));
+        seer_gen *g;
+        ASSERT_OK(seer_gen_init(c, spec_of(SEER_SPEC_STREAMING, NULL, 3, 6), &g));
+        int32_t toks[13];
+        memcpy(toks, pr[0], sizeof(int32_t) * 12);
+        toks[12] = ref.ids[0];
+        int h, active = 1;
+        assert_int_equal(seer_gen_adopt(g, q, toks, 12, 19, greedy(), false, &h), SEER_ERR_INVALID_ARG);
+        ASSERT_OK(seer_gen_adopt(g, q, toks, 13, 19, greedy(), false, &h));
+        while (active)
+            ASSERT_OK(seer_gen_step(g, &active));
+        const int32_t *ids;
+        assert_int_equal(seer_gen_output(g, h, &ids), 19);
+        assert_memory_equal(ids, ref.ids + 1, 19 * sizeof(int32_t));
+        seer_gen_free(g);
+        seer_context_free(c);
+    }
+
     /* bad arguments */
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 32;

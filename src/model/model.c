@@ -94,6 +94,26 @@ static seer_status read_hparams(seer_model *m) {
     return SEER_OK;
 }
 
+seer_status seer_rope_llama3(float *fr, int half, float factor, float lo, float hi, int orig) {
+    if (!(factor > 0) || !(hi > lo) || !(lo > 0) || orig < 1)
+        return seer_err(SEER_ERR_FORMAT, "invalid llama3 rope scaling (factor %g, low %g, high %g)",
+                        factor, lo, hi);
+    /* Llama 3.1: long wavelengths are slowed by factor, short ones kept, a smooth blend between */
+    double lo_wl = orig / lo, hi_wl = orig / hi;
+    for (int i = 0; i < half; i++) {
+        double wl = 2 * M_PI / fr[i];
+        if (wl < hi_wl)
+            continue;
+        if (wl > lo_wl) {
+            fr[i] /= factor;
+        } else {
+            double smooth = (orig / wl - lo) / (hi - lo);
+            fr[i] = (float)((1 - smooth) * fr[i] / factor + smooth * fr[i]);
+        }
+    }
+    return SEER_OK;
+}
+
 /* RoPE inverse frequencies, with Llama-3 or linear context scaling when the model has it. */
 static seer_status rope_freqs(seer_model *m) {
     const gguf_file *f = m->gguf;
@@ -127,21 +147,7 @@ static seer_status rope_freqs(seer_model *m) {
         SEER_TRY(get_f_opt(f, in->arch, "rope.scaling.low_freq_factor", 1.f, &lo));
         SEER_TRY(get_f_opt(f, in->arch, "rope.scaling.high_freq_factor", 4.f, &hi));
         SEER_TRY(get_u_opt(f, in->arch, "rope.scaling.original_context_length", 8192, 1, 1 << 24, &orig));
-        if (!(factor > 0) || !(hi > lo))
-            return seer_err(SEER_ERR_FORMAT, "invalid llama3 rope scaling (factor %g, low %g, high %g)",
-                            factor, lo, hi);
-        double lo_wl = orig / lo, hi_wl = orig / hi;
-        for (int i = 0; i < half; i++) {
-            double wl = 2 * M_PI / fr[i];
-            if (wl < hi_wl)
-                continue;
-            if (wl > lo_wl) {
-                fr[i] /= factor;
-            } else {
-                double smooth = (orig / wl - lo) / (hi - lo);
-                fr[i] = (float)((1 - smooth) * fr[i] / factor + smooth * fr[i]);
-            }
-        }
+        SEER_TRY(seer_rope_llama3(fr, half, factor, lo, hi, orig));
     } else if (!strcmp(type, "linear")) {
         float factor;
         SEER_TRY(get_f_opt(f, in->arch, "rope.scaling.factor", 1.f, &factor));

@@ -71,6 +71,9 @@ struct seer_context {
     float *cap_out;
 };
 
+/* Applies Llama-3.1 RoPE scaling to inverse frequencies fr [half] in place. */
+seer_status seer_rope_llama3(float *fr, int half, float factor, float lo, float hi, int orig);
+
 /* Internal hooks for the speculative drafters (src/spec/). */
 
 /* For the next seer_decode only: copy the post-RoPE queries of the batch rows with

@@ -69,6 +69,8 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
                         p->ngram_min, p->ngram_max);
     if (p->kind == SEER_SPEC_DRAFT && !p->draft_model)
         return seer_err(SEER_ERR_INVALID_ARG, "speculation 'draft' needs a draft model");
+    if (!(p->synthetic_accept >= 0 && p->synthetic_accept < 1))
+        return seer_err(SEER_ERR_INVALID_ARG, "synthetic acceptance %g must be in [0, 1)", p->synthetic_accept);
     if (p->draft_budget < 0)
         return seer_err(SEER_ERR_INVALID_ARG, "draft budget %d is negative", p->draft_budget);
     if (p->gamma + 1 > ctx->params.n_batch_max)
@@ -187,8 +189,9 @@ static seer_status prefill(seer_gen *g, seer_gen_seq *s, int tail, float *q_cap,
     return st;
 }
 
-seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
-                         seer_sampler_params sp, bool ignore_eos, int *handle) {
+/* Claims a free handle and fills its bookkeeping (no cache work). */
+static seer_status claim(seer_gen *g, const int32_t *prompt, int n, int max_new,
+                         seer_sampler_params sp, bool ignore_eos, int *out) {
     seer_context *c = g->ctx;
     const int n_ctx = c->params.n_ctx;
     if (!prompt || n < 1)
@@ -212,10 +215,7 @@ seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
     if (!s->tokens)
         return seer_err(SEER_ERR_OOM, "out of memory");
     seer_status st = seer_sampler_init(sp, g->V, &s->smp);
-    if (st == SEER_OK)
-        st = seer_seq_new(c, &s->seq);
     if (st != SEER_OK) {
-        seer_sampler_free(s->smp);
         free(s->tokens);
         memset(s, 0, sizeof *s);
         return st;
@@ -226,10 +226,36 @@ seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
     s->ignore_eos = ignore_eos;
     s->sp = sp;
     s->accept_avg = 1.f;
-    s->alive = true;
     if (h == g->n_seqs)
         g->n_seqs++;
+    *out = h;
+    return SEER_OK;
+}
 
+/* Undoes claim() (and frees the sequence if it was attached). */
+static void unclaim(seer_gen *g, int h) {
+    seer_gen_seq *s = &g->seqs[h];
+    if (s->alive) {
+        seer_gen_release(g, h);
+    } else {
+        seer_sampler_free(s->smp);
+        s->smp = NULL;
+    }
+    free(s->tokens);
+    s->tokens = NULL;
+}
+
+seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
+                         seer_sampler_params sp, bool ignore_eos, int *handle) {
+    int h;
+    SEER_TRY(claim(g, prompt, n, max_new, sp, ignore_eos, &h));
+    seer_gen_seq *s = &g->seqs[h];
+    seer_status st = seer_seq_new(g->ctx, &s->seq);
+    if (st != SEER_OK) {
+        unclaim(g, h);
+        return st;
+    }
+    s->alive = true;
     int tail = g->dops && g->dops->prefill_q_rows ? g->dops->prefill_q_rows(g, g->dimpl, n) : 0;
     float *qcap = NULL;
     if (tail > 0) {
@@ -250,9 +276,7 @@ seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
     }
     free(qcap);
     if (st != SEER_OK) {
-        seer_gen_release(g, h);
-        free(s->tokens);
-        s->tokens = NULL;
+        unclaim(g, h);
         return st;
     }
     for (int i = 0; i < n; i++)
@@ -263,6 +287,31 @@ seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
     emit(g, s, next);
     seer_sampler_accept(s->smp, next);
     g->stats.emitted++;
+    *handle = h;
+    return SEER_OK;
+}
+
+seer_status seer_gen_adopt(seer_gen *g, seer_seq_id seq, const int32_t *tokens, int n,
+                           int max_new, seer_sampler_params sp, bool ignore_eos, int *handle) {
+    if (seer_seq_len(g->ctx, seq) != n - 1)
+        return seer_err(SEER_ERR_INVALID_ARG, "adopt: sequence %d holds %d tokens, expected %d",
+                        (int)seq, seer_seq_len(g->ctx, seq), n - 1);
+    int h;
+    SEER_TRY(claim(g, tokens, n, max_new, sp, ignore_eos, &h));
+    seer_gen_seq *s = &g->seqs[h];
+    s->seq = seq;
+    s->alive = true;
+    seer_status st = g->dops ? g->dops->seq_added(g, g->dimpl, h) : SEER_OK;
+    if (st != SEER_OK) {
+        /* the caller keeps its sequence on failure */
+        if (g->dops && g->dops->seq_released)
+            g->dops->seq_released(g, g->dimpl, h);
+        s->alive = false;
+        unclaim(g, h);
+        return st;
+    }
+    for (int i = 0; i < n; i++)
+        seer_sampler_accept(s->smp, tokens[i]);
     *handle = h;
     return SEER_OK;
 }

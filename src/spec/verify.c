@@ -37,6 +37,16 @@ int seer_verify_chain(seer_gen *g, seer_gen_seq *s, const float *p_logits, const
     for (int i = 0; i < nd; i++)
         g->hist[nh + i] = draft[i];
     const bool greedy = s->sp.temperature <= 0;
+    if (g->spec.synthetic_accept > 0) {
+        /* Timing runs on random weights, where real acceptance means nothing: the ragged
+         * batch machinery runs as it would at acceptance rate alpha. */
+        int i = 0;
+        while (i < nd && seer_sampler_uniform(s->smp) < g->spec.synthetic_accept)
+            i++;
+        seer_gen_probs(g, s, g->hist, nh + i, p_logits + (size_t)i * V, g->p);
+        *next = greedy ? seer_argmax(g->p, V) : seer_sample_from_probs(g->p, V, seer_sampler_uniform(s->smp));
+        return i;
+    }
     for (int i = 0; i <= nd; i++) {
         seer_gen_probs(g, s, g->hist, nh + i, p_logits + (size_t)i * V, g->p);
         if (greedy) {
