@@ -334,6 +334,91 @@ typedef struct {
 seer_gen_params seer_gen_default_params(void);
 seer_status seer_gen_model(const seer_gen_params *p, const char *path);
 
+/* ---------------------------------------------------------------------------------------- */
+/* Benchmarks                                                                               */
+
+/* A model with random weights of a Llama-family shape generated directly on the backend (no
+ * file), for timings at real shapes; what it computes is noise. shape names a preset (see
+ * seer_synthetic_shapes: "llama-3.1-8b", "llama-2-7b", "qwen2.5-7b", "tiny", ...); p may then
+ * be NULL or give the seed and scale (its other fields are ignored). With shape NULL, p gives
+ * the shape (p->dtype is ignored: weights take the backend's dtype, f32 on the CPU, bf16 on
+ * CUDA). Weights are uniform with standard deviation scale (0: 1/sqrt(input dim) of each
+ * weight), norm weights near 1, qwen2 biases small. The vocabulary is synthetic
+ * (SentencePiece-style: <unk>, <s>, </s>, 256 byte tokens, filler pieces). The same shape and
+ * seed give the same model on every backend, up to the rounding of its dtype. */
+seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p,
+                                 seer_model_params mp, seer_model **out);
+/* The preset names, NULL-terminated. */
+const char *const *seer_synthetic_shapes(void);
+
+/* Benchmark-only: appends len slots of random K/V (all layers, standard deviation 1, fixed
+ * by seed) to seq without computing them, as if len tokens had been decoded. Afterwards the
+ * sequence is len longer; its new slots hold no real tokens' KV. Errors as seer_decode
+ * (SEER_ERR_KV_FULL, SEER_ERR_CONTEXT), leaving the context unchanged. */
+seer_status seer_seq_fill_synthetic(seer_context *ctx, seer_seq_id seq, int len, uint64_t seed);
+
+/* What the decode floor of docs/performance.md is computed from. */
+typedef struct {
+    uint64_t weight_bytes;       /* W: all linear weights + the LM head as stored on the
+                                    backend (the embedding table, of which a step reads only
+                                    B rows, counts only when it is the tied LM head) */
+    uint64_t kv_bytes_per_token; /* c: 2 * layers * Hkv * Dh * bytes of a stored KV element */
+    int weight_elem_bytes;       /* bytes per stored weight element (4 f32, 2 bf16) */
+    int kv_elem_bytes;
+} seer_model_footprint;
+
+void seer_model_get_footprint(const seer_model *model, seer_model_footprint *out);
+/* Measures the copy bandwidth of the model's backend device (bytes read + written per
+ * second of a large copy, median of several; allocates and frees its buffers). */
+seer_status seer_model_measure_bandwidth(const seer_model *model, double *bytes_per_s);
+/* Waits until all work queued on the model's backend has finished. */
+seer_status seer_model_sync(const seer_model *model);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Chat templates (proposed; see src/tokenizer/chat.h)                                      */
+
+/* One message of a conversation. role is "system", "user" or "assistant". */
+typedef struct {
+    const char *role;
+    const char *content;
+} seer_chat_message;
+
+typedef enum {
+    SEER_CHAT_CHATML = 1, /* <|im_start|>ROLE\nTEXT<|im_end|>\n (Qwen2, SmolLM2) */
+    SEER_CHAT_LLAMA3,     /* <|start_header_id|>ROLE<|end_header_id|>\n\nTEXT<|eot_id|> */
+    SEER_CHAT_LLAMA2,     /* [INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nTEXT [/INST] ANSWER </s> */
+} seer_chat_kind;
+
+/* A recognised chat format. default_system is the system prompt the model's own template
+ * inserts when a conversation has none (Qwen2.5's "You are Qwen, ...", SmolLM2's "You are
+ * a helpful AI assistant named SmolLM, ..."), "" when it inserts none. */
+typedef struct {
+    seer_chat_kind kind;
+    char default_system[512];
+} seer_chat_template;
+
+/* Picks the chat format. name NULL: recognised from the model's tokenizer.chat_template by
+ * distinctive substrings; otherwise "chatml", "llama3" or "llama2" (a ChatML model's default
+ * system prompt is still taken from its template). SEER_ERR_UNSUPPORTED when the model has
+ * no template, the template is not recognised, or name is unknown: the message says to
+ * choose one with --chat-template. */
+seer_status seer_chat_template_init(const seer_model *model, const char *name,
+                                    seer_chat_template *out);
+/* "chatml", "llama3", "llama2". */
+const char *seer_chat_kind_name(seer_chat_kind kind);
+
+/* Renders n messages as the prompt text the model was trained on, to be tokenized with
+ * parse_special and add_bos (the BOS of Llama 2/3 comes from tokenization, not the text).
+ * add_assistant: end with the opening of the assistant's turn. Writes the text and a NUL to
+ * buf when it fits in cap and sets *len to the text's length; SEER_ERR_INVALID_ARG when it
+ * does not fit (*len still says how long it is) or a role is not one of the three. */
+seer_status seer_chat_render(const seer_chat_template *t, const seer_chat_message *msgs, int n,
+                             bool add_assistant, char *buf, size_t cap, size_t *len);
+
+/* Whether token ends a turn or a text: EOS and tokens such as <|im_end|>, <|eot_id|>,
+ * <|endoftext|> (the list llama.cpp uses). */
+bool seer_token_is_eog(const seer_model *model, int32_t token);
+
 #ifdef __cplusplus
 }
 #endif

@@ -225,6 +225,67 @@ static void test_greedy_golden_stories(void **state) {
     seer_model_free(m);
 }
 
+/* SnapKV's observation window straddling two prefill chunks selects exactly what it selects
+ * when the prompt fits one chunk: the drafts, and so the acceptance counts, are equal. */
+static void test_snapkv_window_across_chunks(void **state) {
+    seer_model *m = load(gen_model("sk.gguf", "llama", 300, 64, 2, 4, 2, 31, 0.3f));
+    int32_t prompt[150];
+    for (int i = 0; i < 150; i++)
+        prompt[i] = (int32_t)((i * 7919) % 300);
+    seer_spec_stats st[2];
+    const int32_t *ids[2];
+    int n[2];
+    seer_context *c[2];
+    seer_gen *g[2];
+    for (int r = 0; r < 2; r++) {
+        seer_context_params cp = seer_context_default_params();
+        cp.n_ctx = 256;
+        cp.n_batch_max = r == 0 ? 128 : 256; /* window rows 120..149: split, then whole */
+        ASSERT_OK(seer_context_init(m, cp, &c[r]));
+        seer_spec_params sp = spec_of(SEER_SPEC_SNAPKV, NULL, 4, 48);
+        sp.snap_window = 30;
+        ASSERT_OK(seer_gen_init(c[r], sp, &g[r]));
+        int h, active = 1;
+        ASSERT_OK(seer_gen_add(g[r], prompt, 150, 40, greedy(), true, &h));
+        while (active)
+            ASSERT_OK(seer_gen_step(g[r], &active));
+        n[r] = seer_gen_output(g[r], h, &ids[r]);
+        seer_gen_stats(g[r], &st[r]);
+    }
+    assert_int_equal(n[0], n[1]);
+    assert_memory_equal(ids[0], ids[1], sizeof(int32_t) * n[0]);
+    assert_int_equal(st[0].drafted, st[1].drafted);
+    assert_int_equal(st[0].accepted, st[1].accepted);
+    assert_true(st[0].accepted < st[0].drafted); /* the selection is really sparse */
+    for (int r = 0; r < 2; r++) {
+        seer_gen_free(g[r]);
+        seer_context_free(c[r]);
+    }
+    seer_model_free(m);
+}
+
+/* The story's closing BOS arrives inside an accepted draft: generation stops right there,
+ * the accepted tokens after it are dropped, and the output equals the reference. */
+static void test_stop_inside_draft(void **state) {
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    int32_t prompt[1][64] = {{1, 410, 469, 347}}; /* "Zoo": the reference ends with BOS */
+    int plen[1] = {4};
+    output plain, got;
+    run(m, seer_spec_default_params(), prompt, plen, 1, 400, greedy(), 512, 16, &plain);
+    assert_int_equal(plain.ids[plain.n - 1], 1);
+    int truncated = 0;
+    for (int gm = 3; gm <= 8; gm++) {
+        seer_spec_params sp = spec_of(SEER_SPEC_STREAMING, NULL, gm, 4096); /* draft == target */
+        seer_spec_stats st = run(m, sp, prompt, plen, 1, 400, greedy(), 512, 16, &got);
+        assert_same(&got, &plain, "stop inside a draft");
+        assert_int_equal(st.accepted, st.drafted);
+        /* without truncation every round emits accepted + 1 tokens (+1 from the prefill) */
+        truncated += st.emitted < st.accepted + st.rounds + 1;
+    }
+    assert_true(truncated > 0);
+    seer_model_free(m);
+}
+
 /* Budget >= context: the self-draft is the full model, so greedy accepts every draft. Also
  * gamma larger than the room left, and a prompt of one token. */
 static void test_edge_cases(void **state) {
@@ -493,6 +554,8 @@ int main(void) {
         cmocka_unit_test(test_greedy_identical_random),
         cmocka_unit_test(test_greedy_golden_stories),
         cmocka_unit_test(test_edge_cases),
+        cmocka_unit_test(test_stop_inside_draft),
+        cmocka_unit_test(test_snapkv_window_across_chunks),
         cmocka_unit_test(test_vocab_mismatch),
         cmocka_unit_test(test_distribution),
     };

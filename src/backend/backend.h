@@ -90,6 +90,19 @@ typedef struct {
     seer_status (*batch_begin)(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
                                const int32_t *pos, const int32_t *page, const int32_t *row,
                                const int32_t *out_rows, int n_out);
+    /* Optional pair around the ops of one forward call, after batch_begin (NULL: the caller
+     * issues the ops at the batch's own sizes). forward_begin lets a backend record the ops
+     * once per shape and replay the recording for later batches. *T and *n_out come in as
+     * the batch's sizes and go out as the sizes to issue the ops at: padded (at most T_cap,
+     * the rows the caller's buffers hold; padded rows are scratch the caller ignores). key
+     * identifies the caller's buffers: the same key promises the same buffers and, for the
+     * same sizes, the same sequence of ops. *done = true: the backend ran the whole forward
+     * itself and the caller skips the ops. forward_end follows, after the ops or the replay,
+     * with their status; *redo = true asks the caller to issue the ops again at the batch's
+     * own sizes (a recording failed; nothing of it ran) without calling forward_end again. */
+    seer_status (*forward_begin)(seer_backend *be, const void *key, int T_cap, int *T, int *n_out,
+                                 bool *done);
+    seer_status (*forward_end)(seer_backend *be, seer_status s, bool *redo);
 
     /* y [T][D] = rows tokens[T] of the embedding weight (rows = V, cols = D). */
     seer_status (*embed)(seer_backend *be, float *y, const seer_weight *emb,
@@ -114,6 +127,33 @@ typedef struct {
     /* y [n_rows][D] = x[rows[i]] */
     seer_status (*gather_rows)(seer_backend *be, float *y, const float *x, const int32_t *rows,
                                int n_rows, int D);
+    /* ids [n] (host) = argmax of each row of logits [n][V]: ties to the lowest id, NaN never
+     * wins (as seer_argmax). Lets greedy decoding move token ids, not logits, to the host.
+     * May be NULL: logits are then downloaded and reduced on the host. */
+    seer_status (*argmax_rows)(seer_backend *be, int32_t *ids, const float *logits, int n, int V);
+
+    /* Benchmarks at real shapes without a file (src/model/synthetic.c). */
+
+    /* A new owned weight [rows][cols] in the backend's dtype, generated where it lives:
+     * element i (row-major) is seer_synth_value(seed, i, seer_synth_mul(scale)) of
+     * backend/synth_hash.h, uniform with standard deviation scale, rounded to the dtype. */
+    seer_status (*weight_random)(seer_backend *be, int rows, int cols, uint64_t seed, float scale,
+                                 seer_weight *out);
+    /* Random K and V (standard deviation scale) of every layer for n consecutive slots: the
+     * first is row row0 of pages[0], the following ones continue through pages[1..n_pages).
+     * The value of (layer, which = K 0 / V 1, i-th slot, element e < Hkv*Dh) is
+     * seer_synth_value(seed, ((layer * 2 + which) * n + i) * Hkv*Dh + e, mul). Other rows
+     * are not touched. */
+    seer_status (*kv_fill_random)(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                  const int32_t *pages, int n_pages, int row0, int n,
+                                  uint64_t seed, float scale);
+    /* The device's copy bandwidth: bytes read + bytes written per second of a large copy
+     * within the backend's memory, the median of several. */
+    seer_status (*copy_bandwidth)(seer_backend *be, double *bytes_per_s);
+    /* Returns when all work queued so far has finished (for timing). */
+    seer_status (*sync)(seer_backend *be);
+    /* Bytes of one stored K or V element (the floor's c); 0 = sizeof(float). */
+    int kv_elem_bytes;
 } seer_backend_ops;
 
 struct seer_backend {
@@ -125,6 +165,10 @@ seer_status seer_backend_cpu_init(int n_threads, seer_backend **out);
 #ifdef SEER_HAVE_CUDA
 seer_status seer_backend_cuda_init(int device, seer_backend **out);
 bool seer_backend_cuda_available(void);
+/* Forward calls of a CUDA backend so far: run as recorded graph replays, recorded (captured),
+ * and run op by op (tests check that graphs are in use). */
+void seer_backend_cuda_graph_stats(const seer_backend *be, long *replayed, long *captured,
+                                   long *eager);
 #endif
 
 #endif

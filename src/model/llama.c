@@ -10,19 +10,19 @@
 #include "model/model.h"
 #include "util/error.h"
 
-seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const int32_t *pos,
-                               const seer_attn_batch *ab, const int32_t *out_rows, int n_out) {
+/* The ops of one forward call over T rows (>= ab->T when the backend pads to a recorded
+ * shape), logits for the first n_out gathered rows. */
+static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32_t *pos,
+                           const seer_attn_batch *ab, const int32_t *out_rows, int T, int n_out) {
     const seer_model *m = ctx->model;
     const seer_backend_ops *op = m->be->ops;
     seer_backend *be = m->be;
     const seer_model_info *in = &m->info;
     const seer_scratch *s = &ctx->s;
-    const int T = ab->T, D = in->dim, F = in->ffn_dim;
+    const int D = in->dim, F = in->ffn_dim;
     const int H = in->n_heads, Hkv = in->n_kv_heads, Dh = in->head_dim;
     const float eps = in->norm_eps;
 
-    if (op->batch_begin)
-        SEER_TRY(op->batch_begin(be, ab, tokens, pos, ctx->tok_page, ctx->tok_row, out_rows, n_out));
     SEER_TRY(op->embed(be, s->x, &m->tok_embd, tokens, T));
     for (int l = 0; l < in->n_layers; l++) {
         const seer_layer *L = &m->layers[l];
@@ -60,4 +60,21 @@ seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const i
     SEER_TRY(op->gather_rows(be, s->h, s->x, out_rows, n_out, D));
     SEER_TRY(op->rmsnorm(be, s->h, s->h, m->output_norm, n_out, D, eps));
     return op->matmul(be, s->logits, s->h, &m->output, NULL, n_out);
+}
+
+seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const int32_t *pos,
+                               const seer_attn_batch *ab, const int32_t *out_rows, int n_out) {
+    const seer_backend_ops *op = ctx->model->be->ops;
+    seer_backend *be = ctx->model->be;
+    if (op->batch_begin)
+        SEER_TRY(op->batch_begin(be, ab, tokens, pos, ctx->tok_page, ctx->tok_row, out_rows, n_out));
+    /* A q capture downloads mid-call: such calls always run op by op. */
+    if (!op->forward_begin || ctx->cap_rows)
+        return run_ops(ctx, tokens, pos, ab, out_rows, ab->T, n_out);
+    int T = ab->T, n = n_out;
+    bool done = false, redo = false;
+    SEER_TRY(op->forward_begin(be, ctx, ctx->params.n_batch_max, &T, &n, &done));
+    seer_status s = done ? SEER_OK : run_ops(ctx, tokens, pos, ab, out_rows, T, n);
+    s = op->forward_end(be, s, &redo);
+    return redo ? run_ops(ctx, tokens, pos, ab, out_rows, ab->T, n_out) : s;
 }

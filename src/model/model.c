@@ -256,7 +256,7 @@ static seer_status bind_weights(seer_model *m) {
     return SEER_OK;
 }
 
-static seer_status pick_backend(seer_model_params p, seer_backend **out) {
+seer_status seer_model_pick_backend(seer_model_params p, seer_backend **out) {
     switch (p.backend) {
     case SEER_BACKEND_CPU:
         return seer_backend_cpu_init(p.n_threads, out);
@@ -298,7 +298,7 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
         m->info.file_size = m->gguf->size;
         m->info.backend = "none";
         if (!params.vocab_only)
-            s = pick_backend(params, &m->be);
+            s = seer_model_pick_backend(params, &m->be);
     }
     if (s == SEER_OK && m->be) {
         m->info.backend = m->be->ops->name;

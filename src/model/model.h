@@ -71,6 +71,13 @@ struct seer_context {
     float *cap_out;
 };
 
+/* seer_decode that returns, instead of logits, the argmax id of each flagged token's logits
+ * (ties to the lowest id): only ids cross from the device. */
+seer_status seer_decode_argmax(seer_context *c, const seer_batch *b, int32_t *ids_out);
+
+/* The backend params ask for (AUTO: CUDA when built with it and a device is present). */
+seer_status seer_model_pick_backend(seer_model_params params, seer_backend **out);
+
 /* Applies Llama-3.1 RoPE scaling to inverse frequencies fr [half] in place. */
 seer_status seer_rope_llama3(float *fr, int half, float factor, float lo, float hi, int orig);
 

@@ -144,11 +144,20 @@ static seer_status dm_propose(seer_gen *g, void *impl, int n, const int *hs, con
             want[T] = 1;
             who[T++] = i;
         }
+        bool amax = true;
+        for (int t = 0; t < T; t++)
+            amax &= seer_gen_argmax_only(&g->seqs[hs[who[t]]]);
         seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
-        st = seer_decode(im->dctx, &b, g->logits);
+        st = amax ? seer_decode_argmax(im->dctx, &b, g->ids) : seer_decode(im->dctx, &b, g->logits);
         for (int t = 0; t < T && st == SEER_OK; t++) {
             int i = who[t];
             seer_gen_seq *s = &g->seqs[hs[i]];
+            if (amax) { /* greedy: the draft token is the argmax; q is never read */
+                draft[(size_t)i * G + j] = g->ids[t];
+                nd[i] = j + 1;
+                im->ds[hs[i]].dlen = s->n_tokens + j;
+                continue;
+            }
             int nh = s->sp.repeat_penalty == 1.f ? 0
                      : (s->sp.repeat_last_n < s->n_tokens ? s->sp.repeat_last_n : s->n_tokens);
             memcpy(g->hist, s->tokens + s->n_tokens - nh, sizeof(int32_t) * nh);

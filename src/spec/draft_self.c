@@ -319,8 +319,11 @@ static seer_status self_propose(seer_gen *g, void *impl, int n, const int *hs, c
         }
         if (n_cap)
             seer_context_capture_q(c, im->cap, im->qbuf);
+        bool amax = true;
+        for (int t = 0; t < T; t++)
+            amax &= seer_gen_argmax_only(&g->seqs[hs[who[t]]]);
         seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
-        st = seer_decode(c, &b, g->logits);
+        st = amax ? seer_decode_argmax(c, &b, g->ids) : seer_decode(c, &b, g->logits);
         for (int t = 0, k = 0; t < T && st == SEER_OK; t++) {
             int i = who[t];
             seer_gen_seq *s = &g->seqs[hs[i]];
@@ -335,6 +338,11 @@ static seer_status self_propose(seer_gen *g, void *impl, int n, const int *hs, c
                 for (int l = 0; l < in->n_layers; l++)
                     memcpy(ss->qcap + l * qd, im->qbuf + ((size_t)l * n_cap + k) * qd, qd * sizeof(float));
                 k++;
+            }
+            if (amax) { /* greedy: the draft token is the argmax; q is never read */
+                draft[(size_t)i * G + j] = g->ids[t];
+                nd[i] = j + 1;
+                continue;
             }
             /* the draft distribution, with the same history the verifier will use */
             int nh = s->sp.repeat_penalty == 1.f ? 0

@@ -90,6 +90,7 @@ void seer_gen_free(seer_gen *g) {
         g->dops->free(g, g->dimpl);
     free(g->seqs), free(g->hs), free(g->gam), free(g->nd), free(g->draft), free(g->q);
     free(g->onehot), free(g->logits), free(g->p), free(g->tmp), free(g->sscratch), free(g->hist);
+    free(g->ids);
     free(g);
 }
 
@@ -119,8 +120,9 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->tmp = seer_malloc_array(2 * (size_t)V, sizeof(float));
     g->sscratch = malloc(seer_sampler_scratch_bytes(V));
     g->hist = seer_malloc_array((size_t)ctx->params.n_ctx + G + 2, sizeof(int32_t));
+    g->ids = seer_malloc_array((size_t)B * (G + 1), sizeof(int32_t));
     if (!g->seqs || !g->hs || !g->gam || !g->nd || !g->draft || !g->q || !g->onehot ||
-        !g->logits || !g->p || !g->tmp || !g->sscratch || !g->hist) {
+        !g->logits || !g->p || !g->tmp || !g->sscratch || !g->hist || !g->ids) {
         seer_gen_free(g);
         return seer_err(SEER_ERR_OOM, "out of memory for %d sequences x %d draft tokens", B, G);
     }
@@ -158,34 +160,42 @@ static void emit(seer_gen *g, seer_gen_seq *s, int32_t t) {
         s->finished = true;
 }
 
-/* Prefill in chunks; the last `tail` rows go in a call of their own so their queries can
- * be captured for the drafter. Logits of the last row into out. */
+/* Prefill in chunks of the batch limit, the same chunks whichever drafter runs (so the
+ * target's numerics do not depend on it); the queries of the last `tail` rows are captured
+ * into q_cap [n_layers][tail][H*Dh] for the drafter. Logits of the last row into out. */
 static seer_status prefill(seer_gen *g, seer_gen_seq *s, int tail, float *q_cap, float *out) {
     seer_context *c = g->ctx;
+    const seer_model_info *in = &g->model->info;
+    const size_t qd = (size_t)in->n_heads * in->head_dim;
     const int n = s->n_prompt, chunk = c->params.n_batch_max;
     int32_t *seq = malloc(sizeof(int32_t) * chunk), *pos = malloc(sizeof(int32_t) * chunk);
     uint8_t *want = calloc(chunk, 1), *cap = calloc(chunk, 1);
+    int cap_rows = tail < chunk ? tail : chunk;
+    float *tmp = tail > 0 ? seer_malloc_array((size_t)in->n_layers * cap_rows * qd, sizeof(float)) : NULL;
     seer_status st = SEER_OK;
-    if (!seq || !pos || !want || !cap)
+    if (!seq || !pos || !want || !cap || (tail > 0 && !tmp))
         st = seer_err(SEER_ERR_OOM, "out of memory");
-    for (int i = 0; i < n && st == SEER_OK;) {
-        int end = i + chunk < n ? i + chunk : n;
-        if (tail > 0 && i < n - tail && end > n - tail)
-            end = n - tail; /* stop before the captured tail */
-        int k = end - i;
+    for (int i = 0; i < n && st == SEER_OK; i += chunk) {
+        int k = n - i < chunk ? n - i : chunk, first = -1, nc = 0;
         for (int j = 0; j < k; j++) {
             seq[j] = s->seq;
             pos[j] = i + j;
             want[j] = i + j == n - 1;
             cap[j] = tail > 0 && i + j >= n - tail;
+            if (cap[j] && first < 0)
+                first = j;
+            nc += cap[j];
         }
-        if (tail > 0 && i >= n - tail)
-            seer_context_capture_q(c, cap, q_cap);
+        if (nc)
+            seer_context_capture_q(c, cap, tmp);
         seer_batch b = {.n_tokens = k, .token = s->tokens + i, .seq = seq, .pos = pos, .logits = want};
         st = seer_decode(c, &b, want[k - 1] ? out : NULL);
-        i = end;
+        /* rows [i + first, i + first + nc) are tail rows (i + first) - (n - tail) onwards */
+        for (int l = 0; l < in->n_layers && nc && st == SEER_OK; l++)
+            memcpy(q_cap + ((size_t)l * tail + (i + first - (n - tail))) * qd, tmp + (size_t)l * nc * qd,
+                   (size_t)nc * qd * sizeof(float));
     }
-    free(seq), free(pos), free(want), free(cap);
+    free(seq), free(pos), free(want), free(cap), free(tmp);
     return st;
 }
 
@@ -370,8 +380,12 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
                 want[T++] = 1;
             }
         }
+        bool amax = true;
+        for (int k = i0; k < i; k++)
+            amax &= seer_gen_argmax_only(&g->seqs[g->hs[k]]);
         seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
-        st = seer_decode(c, &b, g->logits); /* row0[] counts from this group's start */
+        /* row0[] counts from this group's start */
+        st = amax ? seer_decode_argmax(c, &b, g->ids) : seer_decode(c, &b, g->logits);
         if (st != SEER_OK)
             break;
         for (int k = i0; k < i && st == SEER_OK; k++) {
@@ -380,7 +394,8 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
             int32_t next;
             const float *q = g->q + (size_t)k * (G ? G : 1) * V;
             const int32_t *d = g->draft + (size_t)k * (G ? G : 1);
-            int acc = seer_verify_chain(g, s, g->logits + (size_t)row0[k] * V, d, nd, q, g->onehot[k], &next);
+            int acc = amax ? seer_verify_chain_ids(g, s, g->ids + row0[k], d, nd, &next)
+                           : seer_verify_chain(g, s, g->logits + (size_t)row0[k] * V, d, nd, q, g->onehot[k], &next);
             st = seer_seq_rewind(c, s->seq, L + 1 + acc);
             g->stats.rounds++;
             g->stats.drafted += nd;

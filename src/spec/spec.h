@@ -48,7 +48,14 @@ struct seer_gen {
     float *p, *tmp;   /* [V] each */
     void *sscratch;   /* sampler scratch */
     int32_t *hist;    /* [n_ctx + G + 1] history for penalties */
+    int32_t *ids;     /* [B*(G+1)] argmax ids of a greedy call */
 };
+
+/* True when the sequence's sampler is plain argmax of the logits: then forward calls return
+ * ids (seer_decode_argmax) and no logits leave the device. */
+static inline bool seer_gen_argmax_only(const seer_gen_seq *s) {
+    return s->sp.temperature <= 0 && s->sp.repeat_penalty == 1.f;
+}
 
 /* A drafter proposes up to gam[i] tokens for each sequence hs[i] (i < n) whose pending token
  * is tokens[n_tokens-1], writing draft[i*G + j], nd[i] and either q[(i*G + j)*V ..] (the
@@ -83,6 +90,10 @@ void seer_gen_probs(seer_gen *g, const seer_gen_seq *s, const int32_t *hist, int
  * returns the accepted count and writes the emitted token to *next. */
 int seer_verify_chain(seer_gen *g, seer_gen_seq *s, const float *p_logits, const int32_t *draft,
                       int nd, const float *q, bool onehot, int32_t *next);
+
+/* seer_verify_chain for an argmax-only sequence, from the target's argmax ids [nd+1]. */
+int seer_verify_chain_ids(seer_gen *g, seer_gen_seq *s, const int32_t *amax, const int32_t *draft,
+                          int nd, int32_t *next);
 
 /* Test hook: when nonzero, a rejected draft token is replaced by a sample from p instead of
  * the residual, which is NOT exact; the distribution test uses it to show its power. */

@@ -30,6 +30,20 @@ static int history(seer_gen *g, const seer_gen_seq *s) {
 
 int seer_verify_wrong_rule_for_tests;
 
+int seer_verify_chain_ids(seer_gen *g, seer_gen_seq *s, const int32_t *amax, const int32_t *draft,
+                          int nd, int32_t *next) {
+    int i = 0;
+    if (g->spec.synthetic_accept > 0) {
+        while (i < nd && seer_sampler_uniform(s->smp) < g->spec.synthetic_accept)
+            i++;
+    } else {
+        while (i < nd && draft[i] == amax[i])
+            i++;
+    }
+    *next = amax[i];
+    return i;
+}
+
 int seer_verify_chain(seer_gen *g, seer_gen_seq *s, const float *p_logits, const int32_t *draft,
                       int nd, const float *q, bool onehot, int32_t *next) {
     const int V = g->V;

@@ -358,17 +358,22 @@ static seer_status push_gap(size_vec *out, const char *s, size_t from, size_t to
 
 /* One regex over each piece [prev end, end) of in; the results go to out. */
 static seer_status split_stage(const pcre2_code *re, bool per_char, pcre2_match_data *md,
-                               const char *s, const size_vec *in, size_vec *out) {
+                               pcre2_match_context *mc, const char *s, const size_vec *in,
+                               size_vec *out) {
     size_t start = 0;
     for (size_t w = 0; w < in->n; w++) {
         size_t end = in->a[w], off = 0, prev = 0, len = end - start;
         const char *sub = s + start;
         while (off < len) {
-            int rc = pcre2_match(re, (PCRE2_SPTR)sub, len, off, PCRE2_NO_UTF_CHECK, md, NULL);
+            int rc = pcre2_match(re, (PCRE2_SPTR)sub, len, off, PCRE2_NO_UTF_CHECK, md, mc);
             if (rc == PCRE2_ERROR_NOMATCH)
                 break;
-            if (rc < 0)
-                return seer_err(SEER_ERR_INTERNAL, "pre-tokenizer regex failed (%d)", rc);
+            if (rc < 0) {
+                PCRE2_UCHAR msg[128];
+                pcre2_get_error_message(rc, msg, sizeof msg);
+                return seer_err(SEER_ERR_INVALID_ARG, "pre-tokenizer regex failed on a word of "
+                                "%zu bytes: %s", len, (const char *)msg);
+            }
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
             size_t ms = ov[0], me = ov[1];
             if (me <= ms) {
@@ -396,15 +401,22 @@ seer_status seer_bpe_pretokenize(const seer_bpe *b, const char *s, size_t n, siz
         return SEER_OK;
     size_vec cur = {0}, next = {0};
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
-    seer_status st = md ? sv_push(&cur, n) : seer_err(SEER_ERR_OOM, "out of memory");
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    seer_status st = md && mc ? sv_push(&cur, n) : seer_err(SEER_ERR_OOM, "out of memory");
+    /* Every expression matches in time linear in the run it looks at (\s*[\r\n]+ scans a
+     * whitespace run and gives it back once), but a run of millions of spaces exceeds
+     * PCRE2's default step limit; the limit is only a guard against runaway patterns. */
+    if (mc)
+        pcre2_set_match_limit(mc, UINT32_MAX);
     for (int i = 0; st == SEER_OK && i < b->pre->n_re; i++) {
         next.n = 0;
-        st = split_stage(b->re[i], b->pre->re[i].gap_per_char, md, s, &cur, &next);
+        st = split_stage(b->re[i], b->pre->re[i].gap_per_char, md, mc, s, &cur, &next);
         size_vec t = cur;
         cur = next;
         next = t;
     }
     pcre2_match_data_free(md);
+    pcre2_match_context_free(mc);
     free(next.a);
     if (st != SEER_OK) {
         free(cur.a);

@@ -16,7 +16,9 @@ void cli_error(const char *what, seer_status s);
 bool cli_backend(const char *s, seer_backend_kind *out);
 
 int cmd_generate(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_gen_model(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

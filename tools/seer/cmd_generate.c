@@ -30,6 +30,9 @@ static void usage(FILE *f) {
             "      --backend B       cpu, cuda or auto (default auto)\n"
             "      --ignore-eos      keep going past end-of-text tokens\n"
             "      --no-bos          do not prepend BOS to the prompt\n"
+            "      --chat            wrap the prompt as one user message in the model's chat template\n"
+            "      --chat-template NAME  chatml, llama3 or llama2 instead of the model's (implies --chat)\n"
+            "      --system TEXT     a system message before the prompt (implies --chat)\n"
             "      --json            print one JSON object instead of streaming text\n"
             "speculative decoding (lossless: same output as without):\n"
             "      --spec KIND       none, streaming, retrieval, snapkv, draft, ngram (default none)\n"
@@ -73,14 +76,14 @@ typedef struct {
     long long n_predict, ctx, threads;
     seer_sampler_params sp;
     seer_spec_params spec;
-    const char *draft_model;
+    const char *draft_model, *chat_template, *system;
     seer_backend_kind backend;
-    bool json, ignore_eos, no_bos;
+    bool json, ignore_eos, no_bos, chat;
 } gen_opts;
 
 static int parse(int argc, char **argv, gen_opts *o) {
     enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_REP, O_REPN, O_SEED, O_BACKEND, O_JSON, O_IGN, O_NOBOS,
-           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB };
+           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
@@ -97,6 +100,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"spec-chunk", required_argument, 0, O_SC}, {"spec-refresh", required_argument, 0, O_SR},
         {"spec-window", required_argument, 0, O_SW}, {"spec-ngram", required_argument, 0, O_SN},
         {"draft-model", required_argument, 0, O_DM}, {"draft-budget", required_argument, 0, O_DB},
+        {"chat", no_argument, 0, O_CHAT},        {"chat-template", required_argument, 0, O_CTMPL},
+        {"system", required_argument, 0, O_SYS},
         {0, 0, 0, 0}};
     int c;
     long long v;
@@ -121,6 +126,9 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case O_JSON: o->json = true; break;
         case O_IGN: o->ignore_eos = true; break;
         case O_NOBOS: o->no_bos = true; break;
+        case O_CHAT: o->chat = true; break;
+        case O_CTMPL: o->chat = true; o->chat_template = optarg; break;
+        case O_SYS: o->chat = true; o->system = optarg; break;
         case O_SPEC:
             if (seer_spec_kind_parse(optarg, &o->spec.kind) != SEER_OK) {
                 fprintf(stderr, "seer: --spec: %s\n", seer_last_error());
@@ -183,7 +191,7 @@ int cmd_generate(int argc, char **argv) {
     seer_detok *dt = NULL;
     int32_t *ids = NULL;
     json_t *out = NULL;
-    char *text = NULL;
+    char *text = NULL, *chat_text = NULL;
     rc = 1;
     seer_status s;
 
@@ -208,9 +216,31 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     const int n_ctx = seer_context_n_ctx(ctx);
+    if (o.chat) {
+        /* The prompt becomes one user message (after an optional system message); the
+         * rendered text holds the template's special tokens, so it is parsed for them. */
+        seer_chat_template tmpl;
+        if ((s = seer_chat_template_init(model, o.chat_template, &tmpl)) != SEER_OK) {
+            cli_error("chat template", s);
+            goto done;
+        }
+        seer_chat_message msgs[2];
+        int nm = 0;
+        if (o.system)
+            msgs[nm++] = (seer_chat_message){"system", o.system};
+        msgs[nm++] = (seer_chat_message){"user", prompt};
+        size_t clen = 0;
+        seer_chat_render(&tmpl, msgs, nm, true, NULL, 0, &clen);
+        chat_text = malloc(clen + 1);
+        if (!chat_text || (s = seer_chat_render(&tmpl, msgs, nm, true, chat_text, clen + 1, &clen)) != SEER_OK) {
+            cli_error("chat template", chat_text ? s : SEER_ERR_OOM);
+            goto done;
+        }
+        prompt = chat_text;
+    }
     size_t plen = strlen(prompt);
     int n_prompt = 0;
-    s = seer_tokenize(model, prompt, plen, !o.no_bos, false, NULL, 0, &n_prompt);
+    s = seer_tokenize(model, prompt, plen, !o.no_bos, o.chat, NULL, 0, &n_prompt);
     if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
         cli_error("tokenizing prompt", s);
         goto done;
@@ -220,7 +250,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "seer generate: out of memory\n");
         goto done;
     }
-    if ((s = seer_tokenize(model, prompt, plen, !o.no_bos, false, ids, n_prompt, &n_prompt)) != SEER_OK) {
+    if ((s = seer_tokenize(model, prompt, plen, !o.no_bos, o.chat, ids, n_prompt, &n_prompt)) != SEER_OK) {
         cli_error("tokenizing prompt", s);
         goto done;
     }
@@ -338,6 +368,7 @@ done:
     free(ids);
     free(text);
     free(file_text);
+    free(chat_text);
     seer_detok_free(dt);
     seer_gen_free(gen);
     seer_context_free(ctx);

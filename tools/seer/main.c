@@ -63,8 +63,10 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  generate   generate text from a prompt (seer generate --help)\n"
+            "  chat       talk with an instruct model, one message per line (seer chat --help)\n"
             "  info       describe a GGUF model file\n"
-            "  gen-model  write a GGUF model with random weights of a given shape\n");
+            "  gen-model  write a GGUF model with random weights of a given shape\n"
+            "  bench      decode speed against the memory-bandwidth floor (seer bench --help)\n");
 }
 
 int main(int argc, char **argv) {
@@ -75,10 +77,14 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "generate"))
         return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat"))
+        return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "info"))
         return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen-model"))
         return cmd_gen_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench"))
+        return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

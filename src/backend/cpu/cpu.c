@@ -4,6 +4,7 @@
  * Not for: matmul and attention (cpu_matmul.c, cpu_attention.c).
  */
 #include "backend/cpu/cpu.h"
+#include "backend/synth_hash.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -179,6 +180,114 @@ static seer_status cpu_gather_rows(seer_backend *be, float *y, const float *x, c
     return SEER_OK;
 }
 
+static seer_status cpu_argmax_rows(seer_backend *be, int32_t *ids, const float *logits, int n, int V) {
+    for (int r = 0; r < n; r++) {
+        const float *x = logits + (size_t)r * V;
+        int best = -1;
+        for (int i = 0; i < V; i++)
+            if (!isnan(x[i]) && (best < 0 || x[i] > x[best]))
+                best = i;
+        ids[r] = best < 0 ? 0 : best;
+    }
+    return SEER_OK;
+}
+
+/* ---- synthetic models and the bandwidth probe (benchmarks) ------------------------------ */
+
+static seer_status cpu_weight_random(seer_backend *be, int rows, int cols, uint64_t seed,
+                                     float scale, seer_weight *out) {
+    if (rows < 1 || cols < 1)
+        return seer_err(SEER_ERR_INVALID_ARG, "weight_random: shape [%d][%d]", rows, cols);
+    const size_t n = (size_t)rows * cols;
+    void *buf = NULL;
+    SEER_TRY(cpu_alloc(be, n * sizeof(float), &buf));
+    float *w = buf;
+    const float mul = seer_synth_mul(scale);
+#pragma omp parallel for num_threads(seer_cpu_threads(be)) if (n > ((size_t)1 << 16))
+    for (size_t i = 0; i < n; i++)
+        w[i] = seer_synth_value(seed, i, mul);
+    memset(out, 0, sizeof *out);
+    out->data = buf;
+    out->rows = rows;
+    out->cols = cols;
+    out->dtype = GGML_TYPE_F32;
+    out->owned = true;
+    return SEER_OK;
+}
+
+static seer_status cpu_kv_fill_random(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                      const int32_t *pages, int n_pages, int row0, int n,
+                                      uint64_t seed, float scale) {
+    if (n <= 0)
+        return SEER_OK;
+    if (row0 < 0 || row0 >= g->page_size || (long long)row0 + n > (long long)n_pages * g->page_size)
+        return seer_err(SEER_ERR_INVALID_ARG, "kv_fill_random: %d slots from row %d need more than %d pages",
+                        n, row0, n_pages);
+    for (int p = 0; p < n_pages; p++)
+        if (pages[p] < 0 || pages[p] >= g->n_pages)
+            return seer_err(SEER_ERR_INVALID_ARG, "kv_fill_random: page %d outside the pool of %d",
+                            pages[p], g->n_pages);
+    const size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
+    const float mul = seer_synth_mul(scale);
+#pragma omp parallel for collapse(2) num_threads(seer_cpu_threads(be)) if ((size_t)n * kvd > ((size_t)1 << 14))
+    for (int lw = 0; lw < g->n_layers * 2; lw++)
+        for (int i = 0; i < n; i++) {
+            const int slot = row0 + i;
+            float *dst = seer_cpu_kv_row(kv, g, pages[slot / g->page_size], lw / 2, lw % 2,
+                                         slot % g->page_size);
+            const uint64_t base = ((uint64_t)lw * n + i) * kvd;
+            for (size_t e = 0; e < kvd; e++)
+                dst[e] = seer_synth_value(seed, base + e, mul);
+        }
+    return SEER_OK;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static seer_status cpu_copy_bandwidth(seer_backend *be, double *bytes_per_s) {
+    /* Far beyond the last-level cache; copied by all threads, as the ops read memory. */
+    size_t bytes = (size_t)256 << 20;
+    char *src = NULL, *dst = NULL;
+    while (bytes >= ((size_t)16 << 20)) {
+        src = malloc(bytes);
+        dst = malloc(bytes);
+        if (src && dst)
+            break;
+        free(src), free(dst);
+        src = dst = NULL;
+        bytes /= 2;
+    }
+    if (!src)
+        return seer_err(SEER_ERR_OOM, "copy_bandwidth: no memory for the probe buffers");
+    const int nt = seer_cpu_threads(be);
+    const size_t chunk = (bytes / (size_t)nt + 63) / 64 * 64;
+    memset(src, 1, bytes);
+    memset(dst, 0, bytes); /* touch the pages before timing */
+    enum { REPS = 7 };
+    double t[REPS];
+    for (int r = -1; r < REPS; r++) {
+        double t0 = omp_get_wtime();
+#pragma omp parallel for num_threads(nt)
+        for (int k = 0; k < nt; k++) {
+            size_t off = (size_t)k * chunk;
+            if (off < bytes)
+                memcpy(dst + off, src + off, bytes - off < chunk ? bytes - off : chunk);
+        }
+        if (r >= 0)
+            t[r] = omp_get_wtime() - t0;
+    }
+    free(src);
+    free(dst);
+    qsort(t, REPS, sizeof *t, cmp_double);
+    *bytes_per_s = t[REPS / 2] > 0 ? 2.0 * bytes / t[REPS / 2] : 0;
+    return SEER_OK;
+}
+
+static seer_status cpu_sync(seer_backend *be) { return SEER_OK; }
+
 static const seer_backend_ops cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
@@ -201,6 +310,12 @@ static const seer_backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .gather_rows = cpu_gather_rows,
+    .argmax_rows = cpu_argmax_rows,
+    .weight_random = cpu_weight_random,
+    .kv_fill_random = cpu_kv_fill_random,
+    .copy_bandwidth = cpu_copy_bandwidth,
+    .sync = cpu_sync,
+    .kv_elem_bytes = sizeof(float),
 };
 
 seer_status seer_backend_cpu_init(int n_threads, seer_backend **out) {

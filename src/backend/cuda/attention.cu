@@ -2,10 +2,10 @@
  * attention.cu: attention over the paged bf16 KV cache with sparse views and explicit masks
  * among the new tokens, as flash decoding (Dao et al., "Flash-Decoding for long-context
  * inference", 2023): the slots a token may see are split into chunks, one block per (token,
- * KV head, head chunk, split) runs an online softmax (Milakov & Gimelshein 2018) over its
- * chunk for all query heads of the GQA group it holds, and a second kernel merges the splits.
- * Also batch_begin: the upload, once per forward call, of every index array the ops use and
- * of the per-token descriptors the attention kernel reads.
+ * split, KV head, head chunk) item runs an online softmax (Milakov & Gimelshein 2018) over
+ * its chunk for all query heads of the GQA group it holds, and a second kernel merges the
+ * splits. Also batch_begin: the upload, once per forward call, of every index
+ * array the ops use and of the descriptors the attention kernels read.
  *
  * The visible set is exactly the CPU reference's (cpu_attention.c): token i of sequence b
  * sees, for every layer and KV head, the cached slots s < len0 its view allows (view entries
@@ -14,7 +14,19 @@
  * maps to a slot in O(1): k < C is a cached slot (C = len0 without a view, else the
  * surviving list entries plus the tail), k >= C is the (k - C)-th new token of b, kept or
  * masked out by the predicate. Only the summation order differs from the reference.
- * Not for: performance tuning (tile shapes, tensor cores, CUDA graphs come later).
+ *
+ * Batch invariance: the chunk size is a function of the token's own visible count (the
+ * smallest power-of-two multiple of ATT_TK that makes at most ATT_MAX_SPLITS splits), so a
+ * token's splits, the tiles inside each split and the order the combine merges them in
+ * depend on that count alone, never on the batch it is in. Without a mask a token at slot s sees visible indices 0..s mapped to
+ * slots 0..s whether its predecessors are cached or new in the same call, so a decode step
+ * and a verification call give it bit-identical outputs.
+ *
+ * Recorded calls (graph.cu): the kernels take one pointer to the batch descriptor and read
+ * the token count, the work count and every array's offset from its header, so their launch
+ * arguments stay the same from batch to batch; the partial kernel is persistent (its blocks
+ * stride over the work items) with a grid fixed per recording.
+ * Not for: performance tuning (tile shapes, tensor cores).
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -29,8 +41,38 @@
 #define ATT_GB 8           /* most query heads one block holds */
 #define ATT_MAX_DH 256
 #define ATT_PAIRS (ATT_GB * ATT_MAX_DH / 2 / ATT_THREADS) /* (head, dim pair)s per thread */
-#define ATT_SPLIT_SLOTS 256 /* aim: a split per this many visible slots ... */
-#define ATT_MAX_SPLITS 1024 /* ... but never more splits than this */
+/* Most splits of one token. With chunks of at least ATT_TK keys a 4K context still makes 63
+ * splits per (token, KV head), enough blocks for the GPU at one sequence; past 4K the chunk
+ * doubles instead, and the partials (2 * Dh * 4 bytes per query head and split) stay under
+ * 1% of the K and V they summarise. */
+#define ATT_MAX_SPLITS 64
+#define ATT_COMBINE_W 1024 /* split weights the combine holds in shared memory at a time */
+
+/* Header of the batch descriptor (int32 words); arrays follow at the offsets it gives. */
+enum {
+    D_T, D_NSEQ, D_NQ, D_NWORK, D_HAS_MASK,
+    D_TOK_SEQ, D_TOK_SLOT, D_NCAND, D_LEN0, D_TOK_OFF, D_CAND_TOK, D_CAND_SLOT, D_PAGE_OFF,
+    D_PAGES, D_VIEW, D_VLIST, D_VIDX, D_QOFF, D_MASK,
+    D_WORDS = 32
+};
+
+/* Keys per split of a token that sees n_vis slots. */
+static __host__ __device__ __forceinline__ long long att_chunk(long long n_vis) {
+    long long c = ATT_TK;
+    while (c * ATT_MAX_SPLITS < n_vis)
+        c *= 2;
+    return c;
+}
+
+static __host__ __device__ __forceinline__ int att_splits(long long n_vis) {
+    return n_vis > ATT_TK ? (int)((n_vis + att_chunk(n_vis) - 1) / att_chunk(n_vis)) : 1;
+}
+
+/* At least att_splits(n) for every n <= n_vis (att_splits itself is not monotonic). */
+static int att_splits_bound(long long n_vis) {
+    const long long b = (n_vis + ATT_TK - 1) / ATT_TK;
+    return b < 1 ? 1 : (int)(b < ATT_MAX_SPLITS ? b : ATT_MAX_SPLITS);
+}
 
 /* ---- batch_begin ---------------------------------------------------------------------- */
 
@@ -63,13 +105,58 @@ static seer_status stage_reserve(seer_cuda *c, size_t bytes) {
     return SEER_OK;
 }
 
+struct attn_params {
+    float *out;             /* [T][H][Dh] */
+    const float *q;         /* [T][H][Dh] */
+    const bf16 *kv;
+    float *part_acc;        /* [n_q][H][Dh] unnormalised, row (qoff[i] + split) */
+    float *part_ml;         /* [n_q][H][2] running max, sum */
+    const int32_t *desc;    /* the batch descriptor */
+    int H, Hkv, Dh, group, gb, n_hc, layer, page_size;
+    size_t page_stride, layer_off, kv_stride, head_stride; /* in bf16 elements */
+    float scale;
+};
+
+__global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p);
+
+/* Heads of the GQA group one block holds, and how many blocks a group takes. */
+static void head_chunks(int H, int Hkv, int *n_hc, int *gb) {
+    const int group = H / Hkv;
+    *n_hc = (group + ATT_GB - 1) / ATT_GB;
+    *gb = (group + *n_hc - 1) / *n_hc;
+}
+
+static size_t attn_smem_bytes(int gb, int Dh) {
+    const int W = (Dh / 2) | 1;
+    return ATT_TK * sizeof(long long) +
+           sizeof(float) * ((size_t)gb * Dh + 2 * (size_t)ATT_TK * W + (size_t)gb * ATT_TK + 3 * (size_t)gb);
+}
+
+/* Partial-kernel blocks the device holds at once for this head configuration. */
+static seer_status attn_capacity(seer_cuda *c, int gb, int Dh, int *out) {
+    const int key = gb * 4096 + Dh;
+    if (c->att_occ_key != key) {
+        int n = 0;
+        CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_partial_kernel, ATT_THREADS,
+                                                               attn_smem_bytes(gb, Dh)));
+        c->att_occ_key = key;
+        c->att_occ = n > 0 ? n : 1;
+    }
+    *out = c->att_occ * c->n_sm;
+    return SEER_OK;
+}
+
 seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                                   const int32_t *tokens, const int32_t *pos, const int32_t *page,
                                   const int32_t *row, const int32_t *out_rows, int n_out) {
     seer_cuda *c = seer_cuda_of(be);
+    if (c->fw.capturing)
+        return seer_err(SEER_ERR_INTERNAL, "CUDA: batch_begin during a graph capture");
     /* Forget the last call's copies first: whatever fails below, no op uses stale ones. */
     memset(c->idx, 0, sizeof c->idx);
     c->att.valid = false;
+    memset(&c->fw, 0, sizeof c->fw);
+    c->fw.entry = -1;
     if (!ab)
         return SEER_OK;
     const int T = ab->T, n_seq = ab->n_seq, ps = ab->page_size, Hkv = ab->n_kv_heads;
@@ -91,6 +178,10 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         if (ab->seq_toks[i] < 0 || ab->seq_toks[i] >= T)
             return bad_batch("seq_toks out of range at", i, ab->seq_toks[i]);
     }
+    /* gathered rows must be rows of this call: a padded gather reads them unchecked */
+    for (int i = 0; out_rows && i < n_out; i++)
+        if (out_rows[i] < 0 || out_rows[i] >= T)
+            return bad_batch("out_rows entry out of range at", i, out_rows[i]);
 
     /* Sizes: pages each sequence needs, view lists and their entries. */
     size_t n_pages_all = 0, n_lists = 0, n_entries = 0;
@@ -126,30 +217,43 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         return bad_batch("page tables or view lists too large", (int)(n_pages_all >> 31),
                          (int)(n_entries >> 31));
 
-    /* Layout of the staging buffer, in int32 words. */
+    /* Layout in int32 words: the header, the ops' index arrays padded to the bucket (their
+     * offsets depend on the bucket alone, so a recorded call finds them where it expects),
+     * then attention's arrays, found through the header. */
+    const int Tb = seer_cuda_bucket(T), nb = n_out ? seer_cuda_bucket(n_out) : 0;
     size_t off = 0;
     auto take = [&off](size_t words) {
         size_t o = off;
         off += words;
         return o;
     };
-    const size_t o_idx[SEER_IDX_COUNT] = {take(T), take(T), take(T), take(T), take((size_t)n_out)};
+    (void)take(D_WORDS);
+    const size_t o_idx[SEER_IDX_COUNT] = {take(Tb), take(Tb), take(Tb), take(Tb), take((size_t)nb)};
     const size_t o_tok_seq = take(T), o_tok_slot = take(T), o_ncand = take(T);
     const size_t o_len0 = take(n_seq), o_tok_off = take((size_t)n_seq + 1);
     const size_t o_cand_tok = take(T), o_cand_slot = take(T);
     const size_t o_page_off = take((size_t)n_seq + 1), o_pages = take(n_pages_all);
     const size_t o_view = take((size_t)n_seq * 5), o_vlist = take(n_lists * 2);
-    const size_t o_vidx = take(n_entries);
+    const size_t o_vidx = take(n_entries), o_qoff = take((size_t)T + 1);
     const size_t o_mask = take(ab->mask ? ((size_t)T * T + 3) / 4 : 0);
+    if (off > INT32_MAX)
+        return bad_batch("batch descriptor too large", (int)(off >> 31), 0);
     const size_t bytes = off * sizeof(int32_t);
     SEER_TRY(stage_reserve(c, bytes));
     int32_t *h = c->stage;
 
+    /* padding rows: token 0 at position 0, no KV write (page -1), gathering row 0 */
     const int32_t *src_idx[SEER_IDX_COUNT] = {tokens, pos, page, row, out_rows};
     const int n_idx[SEER_IDX_COUNT] = {T, T, T, T, n_out};
-    for (int k = 0; k < SEER_IDX_COUNT; k++)
-        if (src_idx[k] && n_idx[k])
-            memcpy(h + o_idx[k], src_idx[k], (size_t)n_idx[k] * sizeof(int32_t));
+    const int n_pad[SEER_IDX_COUNT] = {Tb, Tb, Tb, Tb, nb};
+    const int32_t pad_val[SEER_IDX_COUNT] = {0, 0, -1, 0, 0};
+    for (int k = 0; k < SEER_IDX_COUNT; k++) {
+        const int from = src_idx[k] ? n_idx[k] : 0;
+        if (from)
+            memcpy(h + o_idx[k], src_idx[k], (size_t)from * sizeof(int32_t));
+        for (int i = from; i < n_pad[k]; i++)
+            h[o_idx[k] + i] = pad_val[k];
+    }
     memcpy(h + o_tok_seq, ab->tok_seq, (size_t)T * sizeof(int32_t));
     memcpy(h + o_tok_slot, ab->tok_slot, (size_t)T * sizeof(int32_t));
     memcpy(h + o_len0, ab->seq_len0, (size_t)n_seq * sizeof(int32_t));
@@ -160,8 +264,9 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     if (ab->mask)
         memcpy(h + o_mask, ab->mask, (size_t)T * T);
 
-    /* Pages, views (filtered as the reference filters them) and the largest cached count. */
-    int32_t *maxC = (int32_t *)seer_malloc_array((size_t)n_seq, sizeof(int32_t));
+    /* Pages, views (filtered as the reference filters them) and the largest cached count
+     * (a view's per-list counts differ: has_view[b] then asks for a bound on the splits). */
+    int32_t *maxC = (int32_t *)seer_malloc_array((size_t)n_seq * 2, sizeof(int32_t));
     if (!maxC)
         return seer_err(SEER_ERR_OOM, "attention batch: out of host memory");
     size_t pg = 0, nl = 0, ne = 0;
@@ -177,6 +282,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         pg += np;
         int32_t *vw = h + o_view + 5 * (size_t)b;
         const seer_attn_view *v = ab->seq_view ? ab->seq_view[b] : NULL;
+        maxC[n_seq + b] = v != NULL;
         if (!v) {
             vw[0] = vw[1] = vw[2] = vw[3] = vw[4] = 0;
             maxC[b] = len0;
@@ -208,8 +314,8 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
 
     /* New-token candidates each token scans: with a mask all of its sequence's; without,
      * the prefix at slots <= its own when the sequence's slots ascend (they do: slot =
-     * len0 + rank), else all (the kernel's predicate then filters). */
-    long long max_vis = 0;
+     * len0 + rank), else all (the kernel's predicate then filters). Then each token's splits
+     * at most (over layers and heads) and their running sum: the work items. */
     for (int i = 0; i < T; i++)
         h[o_ncand + i] = -1;
     for (int b = 0; b < n_seq; b++) {
@@ -224,16 +330,58 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                 free(maxC);
                 return bad_batch("seq_toks lists a token twice", o + k, j);
             }
-            const int nc = ab->mask || !ascending ? n_b : k + 1;
-            h[o_ncand + j] = nc;
-            if ((long long)maxC[b] + nc > max_vis)
-                max_vis = (long long)maxC[b] + nc;
+            h[o_ncand + j] = ab->mask || !ascending ? n_b : k + 1;
         }
     }
+    long long n_q = 0;
+    bool split = false;
+    for (int i = 0; i < T; i++) {
+        const long long vis = (long long)maxC[ab->tok_seq[i]] + h[o_ncand + i];
+        const int S = maxC[n_seq + ab->tok_seq[i]] ? att_splits_bound(vis) : att_splits(vis);
+        h[o_qoff + i] = (int32_t)(n_q < INT32_MAX ? n_q : INT32_MAX);
+        n_q += S;
+        split |= S > 1;
+    }
     free(maxC);
-    if (max_vis > INT32_MAX / 2)
-        return seer_err(SEER_ERR_INVALID_ARG, "attention batch: %lld visible slots for one token",
-                        max_vis);
+    h[o_qoff + T] = (int32_t)(n_q < INT32_MAX ? n_q : INT32_MAX);
+
+    /* Items per (token, split): one per KV head and head chunk. */
+    const int H = ab->n_heads, Dh = ab->head_dim;
+    int n_hc = 0, gb = 0, cap = 1;
+    const bool heads_ok = Hkv >= 1 && H >= Hkv && H % Hkv == 0 && Dh >= 2 && Dh <= ATT_MAX_DH;
+    if (heads_ok) {
+        head_chunks(H, Hkv, &n_hc, &gb);
+        SEER_TRY(attn_capacity(c, gb, Dh, &cap));
+    }
+    const long long n_work = heads_ok ? n_q * Hkv * n_hc : 0;
+    if (n_work > INT32_MAX)
+        return seer_err(SEER_ERR_UNSUPPORTED, "attention batch: %lld work items", n_work);
+    if (split && heads_ok) {
+        const size_t n_part = (size_t)n_q * H * ((size_t)Dh + 2);
+        SEER_TRY(seer_cuda_reserve(c, &c->attn_part, n_part * sizeof(float), "attention partials"));
+    }
+
+    int32_t *hd = h;
+    memset(hd, 0, D_WORDS * sizeof(int32_t));
+    hd[D_T] = T;
+    hd[D_NSEQ] = n_seq;
+    hd[D_NQ] = (int32_t)n_q;
+    hd[D_NWORK] = (int32_t)n_work;
+    hd[D_HAS_MASK] = ab->mask != NULL;
+    hd[D_TOK_SEQ] = (int32_t)o_tok_seq;
+    hd[D_TOK_SLOT] = (int32_t)o_tok_slot;
+    hd[D_NCAND] = (int32_t)o_ncand;
+    hd[D_LEN0] = (int32_t)o_len0;
+    hd[D_TOK_OFF] = (int32_t)o_tok_off;
+    hd[D_CAND_TOK] = (int32_t)o_cand_tok;
+    hd[D_CAND_SLOT] = (int32_t)o_cand_slot;
+    hd[D_PAGE_OFF] = (int32_t)o_page_off;
+    hd[D_PAGES] = (int32_t)o_pages;
+    hd[D_VIEW] = (int32_t)o_view;
+    hd[D_VLIST] = (int32_t)o_vlist;
+    hd[D_VIDX] = (int32_t)o_vidx;
+    hd[D_QOFF] = (int32_t)o_qoff;
+    hd[D_MASK] = (int32_t)o_mask;
 
     SEER_TRY(seer_cuda_reserve(c, &c->batch, bytes, "the batch index arrays"));
     CUDA_TRY(cudaMemcpyAsync(c->batch.p, h, bytes, cudaMemcpyHostToDevice, c->stream));
@@ -243,7 +391,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     const int32_t *d = (const int32_t *)c->batch.p;
     for (int k = 0; k < SEER_IDX_COUNT; k++)
         if (src_idx[k])
-            c->idx[k] = seer_cuda_idx{src_idx[k], n_idx[k], d + o_idx[k], h + o_idx[k]};
+            c->idx[k] = seer_cuda_idx{src_idx[k], n_idx[k], n_pad[k], d + o_idx[k], h + o_idx[k]};
     seer_cuda_attn *a = &c->att;
     a->ab_ptr = ab;
     a->ab = *ab;
@@ -256,22 +404,20 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     a->h_mask = ab->mask ? (const uint8_t *)(h + o_mask) : NULL;
     a->T = T;
     a->n_seq = n_seq;
-    a->max_vis = (int)max_vis;
     a->min_layers_view = min_lv;
-    a->tok_seq = d + o_tok_seq;
-    a->tok_slot = d + o_tok_slot;
-    a->tok_ncand = d + o_ncand;
-    a->seq_len0 = d + o_len0;
-    a->seq_tok_off = d + o_tok_off;
-    a->cand_tok = d + o_cand_tok;
-    a->cand_slot = d + o_cand_slot;
-    a->seq_page_off = d + o_page_off;
-    a->pages = d + o_pages;
-    a->seq_view = d + o_view;
-    a->vlist = d + o_vlist;
-    a->vidx = d + o_vidx;
-    a->mask = ab->mask ? (const uint8_t *)(d + o_mask) : NULL;
+    a->desc = d;
+    a->n_work = n_work;
+    a->grid = (int)(n_work < cap ? (n_work > 0 ? n_work : 1) : cap);
+    int gbk = 1;
+    while (gbk < n_work && gbk < cap)
+        gbk *= 2;
+    a->grid_bucket = gbk < cap ? gbk : cap;
+    a->split = split;
     a->valid = true;
+    c->fw.T = T;
+    c->fw.n_out = n_out;
+    c->fw.T_pad = Tb;
+    c->fw.n_out_pad = nb;
     return SEER_OK;
 }
 
@@ -298,30 +444,75 @@ static bool att_matches(const seer_cuda *c, const seer_attn_batch *ab) {
 
 /* ---- kernels -------------------------------------------------------------------------- */
 
-typedef struct {
-    float *out;             /* [T][H][Dh] */
-    const float *q;         /* [T][H][Dh] */
-    const bf16 *kv;
-    float *part_acc;        /* [T][H][S][Dh] unnormalised */
-    float *part_ml;         /* [T][H][S][2] running max, sum */
-    int T, H, Hkv, Dh, group, gb, n_hc, S, chunk, layer, page_size;
-    size_t page_stride, layer_off, kv_stride, head_stride; /* in bf16 elements */
-    float scale;
-    const int32_t *tok_seq, *tok_slot, *tok_ncand, *seq_len0, *seq_tok_off, *cand_tok, *cand_slot;
-    const int32_t *seq_page_off, *pages, *seq_view, *vlist, *vidx;
-    const uint8_t *mask;
-} attn_params;
+
+/* The descriptor's arrays, located through its header. */
+struct att_desc {
+    int T, n_work;
+    const int32_t *tok_seq, *tok_slot, *ncand, *len0, *tok_off, *cand_tok, *cand_slot;
+    const int32_t *page_off, *pages, *view, *vlist, *vidx, *qoff;
+    const uint8_t *mask; /* NULL: causal among the new tokens */
+};
+
+static __device__ __forceinline__ att_desc att_desc_load(const int32_t *d) {
+    att_desc a;
+    a.T = d[D_T];
+    a.n_work = d[D_NWORK];
+    a.tok_seq = d + d[D_TOK_SEQ];
+    a.tok_slot = d + d[D_TOK_SLOT];
+    a.ncand = d + d[D_NCAND];
+    a.len0 = d + d[D_LEN0];
+    a.tok_off = d + d[D_TOK_OFF];
+    a.cand_tok = d + d[D_CAND_TOK];
+    a.cand_slot = d + d[D_CAND_SLOT];
+    a.page_off = d + d[D_PAGE_OFF];
+    a.pages = d + d[D_PAGES];
+    a.view = d + d[D_VIEW];
+    a.vlist = d + d[D_VLIST];
+    a.vidx = d + d[D_VIDX];
+    a.qoff = d + d[D_QOFF];
+    a.mask = d[D_HAS_MASK] ? (const uint8_t *)(d + d[D_MASK]) : NULL;
+    return a;
+}
+
+/* What token i sees in (layer, KV head kvh): C cached visible slots (the first vcnt from the
+ * view list vl, then the tail from slot `tail`), then its candidates: n_vis in all. */
+struct att_tok {
+    int b, slot, C, vcnt, tail, tok0, n_vis;
+    bool has_view;
+    const int32_t *vl;
+};
+
+static __device__ __forceinline__ att_tok att_token(const att_desc &a, int i, int layer, int kvh) {
+    att_tok t;
+    t.b = a.tok_seq[i];
+    t.slot = a.tok_slot[i];
+    t.tok0 = a.tok_off[t.b];
+    const int len0 = a.len0[t.b];
+    const int32_t *sv = a.view + 5 * t.b;
+    t.has_view = sv[0] != 0;
+    t.C = len0;
+    t.vcnt = 0;
+    t.tail = 0;
+    t.vl = NULL;
+    if (t.has_view) {
+        t.tail = sv[1];
+        const int nlv = sv[2], nhv = sv[3];
+        const int li = nlv > 1 ? layer : 0, hi = nhv > 1 ? kvh : 0;
+        const int32_t *e = a.vlist + 2 * ((size_t)sv[4] + (size_t)li * nhv + hi);
+        t.vl = a.vidx + e[0];
+        t.vcnt = e[1];
+        t.C = t.vcnt + max(0, len0 - t.tail);
+    }
+    t.n_vis = t.C + a.ncand[i];
+    return t;
+}
 
 static __device__ __forceinline__ float2 bf2_to_f2(uint32_t w) {
     return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
 }
 
-static __host__ __device__ size_t attn_smem_bytes(int gb, int Dh) {
-    const int W = (Dh / 2) | 1;
-    return ATT_TK * sizeof(long long) +
-           sizeof(float) * ((size_t)gb * Dh + 2 * (size_t)ATT_TK * W + (size_t)gb * ATT_TK + 3 * (size_t)gb);
-}
-
+/* Persistent: block b takes items b, b + gridDim.x, ... of the descriptor's n_work, item =
+ * (qoff[i] + split) * (Hkv * n_hc) + head chunk. */
 __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p) {
     extern __shared__ long long smem_ll[];
     const int Dh = p.Dh, D2 = Dh >> 1, W = D2 | 1, gb = p.gb;
@@ -334,230 +525,264 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p
     float *ps = (float *)(vs + ATT_TK * W);           /* [gb][TK] scores, then weights */
     float *m_s = ps + gb * ATT_TK, *l_s = m_s + gb, *al_s = l_s + gb;
 
-    size_t bid = blockIdx.x;
-    const int s = (int)(bid % (size_t)p.S);
-    bid /= (size_t)p.S;
-    const int hcs = p.Hkv * p.n_hc;
-    const int hc = (int)(bid % (size_t)hcs);
-    const int i = (int)(bid / (size_t)hcs);
-    const int kvh = hc / p.n_hc, g0 = (hc % p.n_hc) * gb;
-    const int ng = min(gb, p.group - g0);
-    const int h0 = kvh * p.group + g0;
+    const att_desc a = att_desc_load(p.desc);
+    const int HC = p.Hkv * p.n_hc;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-    const int b = p.tok_seq[i], len0 = p.seq_len0[b], slot_i = p.tok_slot[i];
-    const int32_t *sv = p.seq_view + 5 * b;
-    const bool has_view = sv[0] != 0;
-    int C = len0, vcnt = 0, tail = 0;
-    const int32_t *vl = NULL;
-    if (has_view) {
-        tail = sv[1];
-        const int nlv = sv[2], nhv = sv[3];
-        const int li = nlv > 1 ? p.layer : 0, hi = nhv > 1 ? kvh : 0;
-        const int32_t *e = p.vlist + 2 * ((size_t)sv[4] + (size_t)li * nhv + hi);
-        vl = p.vidx + e[0];
-        vcnt = e[1];
-        C = vcnt + max(0, len0 - tail);
-    }
-    const int tok0 = p.seq_tok_off[b];
-    const int n_vis = C + p.tok_ncand[i];
-    const int begin = s * p.chunk, end = min(begin + p.chunk, n_vis);
-    const int32_t *pages = p.pages + p.seq_page_off[b];
-    const size_t head_off = p.layer_off + (size_t)kvh * p.head_stride;
+    for (int item = blockIdx.x; item < a.n_work; item += gridDim.x) {
+        const int hc = item % HC, qi = item / HC;
+        int lo = 0, hi = a.T - 1; /* the token: the last i with qoff[i] <= qi */
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (a.qoff[mid] <= qi)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        const int i = lo, s = qi - a.qoff[i];
+        const int kvh = hc / p.n_hc, g0 = (hc % p.n_hc) * gb;
+        const int ng = min(gb, p.group - g0);
+        const int h0 = kvh * p.group + g0;
+        const att_tok tk = att_token(a, i, p.layer, kvh);
+        const int S = att_splits(tk.n_vis);
+        if (s >= S)
+            continue; /* this (layer, head) sees fewer slots than the token's most */
+        const int C = tk.C, vcnt = tk.vcnt, tail = tk.tail, tok0 = tk.tok0, slot_i = tk.slot;
+        const bool has_view = tk.has_view;
+        const int32_t *vl = tk.vl;
+        const long long chunk = att_chunk(tk.n_vis);
+        const int begin = (int)(s * chunk), end = (int)min((long long)begin + chunk, (long long)tk.n_vis);
+        const int32_t *pages = a.pages + a.page_off[tk.b];
+        const size_t head_off = p.layer_off + (size_t)kvh * p.head_stride;
 
-    const float *qg = p.q + ((size_t)i * p.H + h0) * Dh;
-    for (int e = tid; e < ng * Dh; e += ATT_THREADS)
-        qs[e] = qg[e];
-    if (tid < gb) {
-        m_s[tid] = -INFINITY;
-        l_s[tid] = 0.f;
-    }
-    float acc[2 * ATT_PAIRS];
+        const float *qg = p.q + ((size_t)i * p.H + h0) * Dh;
+        for (int e = tid; e < ng * Dh; e += ATT_THREADS)
+            qs[e] = qg[e];
+        if (tid < gb) {
+            m_s[tid] = -INFINITY;
+            l_s[tid] = 0.f;
+        }
+        float acc[2 * ATT_PAIRS];
 #pragma unroll
-    for (int r = 0; r < 2 * ATT_PAIRS; r++)
-        acc[r] = 0.f;
-    __syncthreads();
+        for (int r = 0; r < 2 * ATT_PAIRS; r++)
+            acc[r] = 0.f;
+        __syncthreads();
 
-    for (int t0 = begin; t0 < end; t0 += ATT_TK) {
-        /* 1: which slot each key of the tile is */
-        if (tid < ATT_TK) {
-            const int k = t0 + tid;
-            int slot = -1;
-            if (k < end) {
-                if (k < C) {
-                    slot = !has_view ? k : (k < vcnt ? vl[k] : tail + (k - vcnt));
-                } else {
-                    const int ci = tok0 + (k - C);
-                    const int cs = p.cand_slot[ci];
-                    const bool ok = p.mask ? p.mask[(size_t)i * p.T + p.cand_tok[ci]] != 0 : cs <= slot_i;
-                    slot = ok ? cs : -1;
+        for (int t0 = begin; t0 < end; t0 += ATT_TK) {
+            /* 1: which slot each key of the tile is */
+            if (tid < ATT_TK) {
+                const int k = t0 + tid;
+                int slot = -1;
+                if (k < end) {
+                    if (k < C) {
+                        slot = !has_view ? k : (k < vcnt ? vl[k] : tail + (k - vcnt));
+                    } else {
+                        const int ci = tok0 + (k - C);
+                        const int cs = a.cand_slot[ci];
+                        const bool ok = a.mask ? a.mask[(size_t)i * a.T + a.cand_tok[ci]] != 0 : cs <= slot_i;
+                        slot = ok ? cs : -1;
+                    }
+                }
+                off_s[tid] = slot < 0 ? -1
+                                      : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
+                                                    (size_t)(slot % p.page_size) * Dh);
+            }
+            __syncthreads();
+            /* 2: K and V rows into shared memory (zeros for keys not seen) */
+            if ((D2 & 3) == 0) {
+                const int q4 = D2 >> 2;
+                for (int w = tid; w < ATT_TK * q4; w += ATT_THREADS) {
+                    const int r = w / q4, e4 = w - r * q4;
+                    const long long o = off_s[r];
+                    uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
+                    if (o >= 0) {
+                        kw = ((const uint4 *)(p.kv + o))[e4];
+                        vw = ((const uint4 *)(p.kv + o + p.kv_stride))[e4];
+                    }
+                    uint32_t *kd = ks + r * W + 4 * e4, *vd = vs + r * W + 4 * e4;
+                    kd[0] = kw.x, kd[1] = kw.y, kd[2] = kw.z, kd[3] = kw.w;
+                    vd[0] = vw.x, vd[1] = vw.y, vd[2] = vw.z, vd[3] = vw.w;
+                }
+            } else {
+                for (int w = tid; w < ATT_TK * D2; w += ATT_THREADS) {
+                    const int r = w / D2, e2 = w - r * D2;
+                    const long long o = off_s[r];
+                    uint32_t kw = 0, vw = 0;
+                    if (o >= 0) {
+                        kw = ((const uint32_t *)(p.kv + o))[e2];
+                        vw = ((const uint32_t *)(p.kv + o + p.kv_stride))[e2];
+                    }
+                    ks[r * W + e2] = kw;
+                    vs[r * W + e2] = vw;
                 }
             }
-            off_s[tid] = slot < 0 ? -1
-                                  : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
-                                                (size_t)(slot % p.page_size) * Dh);
-        }
-        __syncthreads();
-        /* 2: K and V rows into shared memory (zeros for keys not seen) */
-        if ((D2 & 3) == 0) {
-            const int q4 = D2 >> 2;
-            for (int w = tid; w < ATT_TK * q4; w += ATT_THREADS) {
-                const int r = w / q4, e4 = w - r * q4;
-                const long long o = off_s[r];
-                uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
-                if (o >= 0) {
-                    kw = ((const uint4 *)(p.kv + o))[e4];
-                    vw = ((const uint4 *)(p.kv + o + p.kv_stride))[e4];
+            __syncthreads();
+            /* 3: scores, a warp per (head, 32 keys), a lane per key */
+            for (int pr = warp; pr < ng * (ATT_TK / 32); pr += ATT_WARPS) {
+                const int g = pr / (ATT_TK / 32), r = (pr % (ATT_TK / 32)) * 32 + lane;
+                float sc = -INFINITY;
+                if (off_s[r] >= 0) {
+                    const float2 *q2 = (const float2 *)(qs + (size_t)g * Dh);
+                    const uint32_t *kr = ks + r * W;
+                    float d = 0.f;
+                    for (int e2 = 0; e2 < D2; e2++) {
+                        const float2 kf = bf2_to_f2(kr[e2]), qf = q2[e2];
+                        d = fmaf(qf.x, kf.x, d);
+                        d = fmaf(qf.y, kf.y, d);
+                    }
+                    sc = d * p.scale;
                 }
-                uint32_t *kd = ks + r * W + 4 * e4, *vd = vs + r * W + 4 * e4;
-                kd[0] = kw.x, kd[1] = kw.y, kd[2] = kw.z, kd[3] = kw.w;
-                vd[0] = vw.x, vd[1] = vw.y, vd[2] = vw.z, vd[3] = vw.w;
+                ps[g * ATT_TK + r] = sc;
+            }
+            __syncthreads();
+            /* 4: online softmax step, a warp per head */
+            for (int g = warp; g < ng; g += ATT_WARPS) {
+                const float s0 = ps[g * ATT_TK + lane], s1 = ps[g * ATT_TK + lane + 32];
+                float mx = fmaxf(s0, s1);
+                for (int o = 16; o > 0; o >>= 1)
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                const float m_old = m_s[g], m_new = fmaxf(m_old, mx);
+                float p0 = 0.f, p1 = 0.f, alpha = 1.f;
+                if (m_new != -INFINITY) { /* else nothing seen yet: exp(-inf - -inf) would be NaN */
+                    p0 = expf(s0 - m_new);
+                    p1 = expf(s1 - m_new);
+                    alpha = expf(m_old - m_new);
+                }
+                float sum = p0 + p1;
+                for (int o = 16; o > 0; o >>= 1)
+                    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                ps[g * ATT_TK + lane] = p0;
+                ps[g * ATT_TK + lane + 32] = p1;
+                __syncwarp(); /* every lane has read m_s[g] and l_s[g] before lane 0 writes them */
+                if (lane == 0) {
+                    m_s[g] = m_new;
+                    l_s[g] = l_s[g] * alpha + sum;
+                    al_s[g] = alpha;
+                }
+            }
+            __syncthreads();
+            /* 5: acc = acc * alpha + P V, a thread per (head, dim pair) */
+#pragma unroll
+            for (int r = 0; r < ATT_PAIRS; r++) {
+                const int pi = tid + r * ATT_THREADS;
+                if (pi < ng * D2) {
+                    const int g = pi / D2, e2 = pi - g * D2;
+                    const float al = al_s[g];
+                    float a0 = acc[2 * r] * al, a1 = acc[2 * r + 1] * al;
+                    const float *pg = ps + g * ATT_TK;
+                    for (int k = 0; k < ATT_TK; k++) {
+                        const float pk = pg[k];
+                        const float2 vf = bf2_to_f2(vs[k * W + e2]);
+                        a0 = fmaf(pk, vf.x, a0);
+                        a1 = fmaf(pk, vf.y, a1);
+                    }
+                    acc[2 * r] = a0;
+                    acc[2 * r + 1] = a1;
+                }
+            }
+            __syncthreads();
+        }
+
+        if (S == 1) {
+#pragma unroll
+            for (int r = 0; r < ATT_PAIRS; r++) {
+                const int pi = tid + r * ATT_THREADS;
+                if (pi < ng * D2) {
+                    const int g = pi / D2, e2 = pi - g * D2;
+                    const float l = l_s[g];
+                    /* nothing visible: zeros, as the reference's empty sum gives */
+                    const float inv = l > 0.f ? 1.f / l : 0.f;
+                    float2 *o = (float2 *)(p.out + ((size_t)i * p.H + h0 + g) * Dh) + e2;
+                    *o = make_float2(acc[2 * r] * inv, acc[2 * r + 1] * inv);
+                }
             }
         } else {
-            for (int w = tid; w < ATT_TK * D2; w += ATT_THREADS) {
-                const int r = w / D2, e2 = w - r * D2;
-                const long long o = off_s[r];
-                uint32_t kw = 0, vw = 0;
-                if (o >= 0) {
-                    kw = ((const uint32_t *)(p.kv + o))[e2];
-                    vw = ((const uint32_t *)(p.kv + o + p.kv_stride))[e2];
-                }
-                ks[r * W + e2] = kw;
-                vs[r * W + e2] = vw;
-            }
-        }
-        __syncthreads();
-        /* 3: scores, a warp per (head, 32 keys), a lane per key */
-        for (int pr = warp; pr < ng * (ATT_TK / 32); pr += ATT_WARPS) {
-            const int g = pr / (ATT_TK / 32), r = (pr % (ATT_TK / 32)) * 32 + lane;
-            float sc = -INFINITY;
-            if (off_s[r] >= 0) {
-                const float2 *q2 = (const float2 *)(qs + (size_t)g * Dh);
-                const uint32_t *kr = ks + r * W;
-                float d = 0.f;
-                for (int e2 = 0; e2 < D2; e2++) {
-                    const float2 kf = bf2_to_f2(kr[e2]), qf = q2[e2];
-                    d = fmaf(qf.x, kf.x, d);
-                    d = fmaf(qf.y, kf.y, d);
-                }
-                sc = d * p.scale;
-            }
-            ps[g * ATT_TK + r] = sc;
-        }
-        __syncthreads();
-        /* 4: online softmax step, a warp per head */
-        for (int g = warp; g < ng; g += ATT_WARPS) {
-            const float s0 = ps[g * ATT_TK + lane], s1 = ps[g * ATT_TK + lane + 32];
-            float mx = fmaxf(s0, s1);
-            for (int o = 16; o > 0; o >>= 1)
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            const float m_old = m_s[g], m_new = fmaxf(m_old, mx);
-            float p0 = 0.f, p1 = 0.f, alpha = 1.f;
-            if (m_new != -INFINITY) { /* else nothing seen yet: exp(-inf - -inf) would be NaN */
-                p0 = expf(s0 - m_new);
-                p1 = expf(s1 - m_new);
-                alpha = expf(m_old - m_new);
-            }
-            float sum = p0 + p1;
-            for (int o = 16; o > 0; o >>= 1)
-                sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            ps[g * ATT_TK + lane] = p0;
-            ps[g * ATT_TK + lane + 32] = p1;
-            __syncwarp(); /* every lane has read m_s[g] and l_s[g] before lane 0 writes them */
-            if (lane == 0) {
-                m_s[g] = m_new;
-                l_s[g] = l_s[g] * alpha + sum;
-                al_s[g] = alpha;
-            }
-        }
-        __syncthreads();
-        /* 5: acc = acc * alpha + P V, a thread per (head, dim pair) */
+            const size_t prow = (size_t)(a.qoff[i] + s) * p.H + h0;
 #pragma unroll
-        for (int r = 0; r < ATT_PAIRS; r++) {
-            const int pi = tid + r * ATT_THREADS;
-            if (pi < ng * D2) {
-                const int g = pi / D2, e2 = pi - g * D2;
-                const float al = al_s[g];
-                float a0 = acc[2 * r] * al, a1 = acc[2 * r + 1] * al;
-                const float *pg = ps + g * ATT_TK;
-                for (int k = 0; k < ATT_TK; k++) {
-                    const float pk = pg[k];
-                    const float2 vf = bf2_to_f2(vs[k * W + e2]);
-                    a0 = fmaf(pk, vf.x, a0);
-                    a1 = fmaf(pk, vf.y, a1);
+            for (int r = 0; r < ATT_PAIRS; r++) {
+                const int pi = tid + r * ATT_THREADS;
+                if (pi < ng * D2) {
+                    const int g = pi / D2, e2 = pi - g * D2;
+                    float2 *o = (float2 *)(p.part_acc + (prow + g) * Dh) + e2;
+                    *o = make_float2(acc[2 * r], acc[2 * r + 1]);
                 }
-                acc[2 * r] = a0;
-                acc[2 * r + 1] = a1;
+            }
+            if (tid < ng) {
+                float *ml = p.part_ml + (prow + tid) * 2;
+                ml[0] = m_s[tid];
+                ml[1] = l_s[tid];
             }
         }
-        __syncthreads();
-    }
-
-    if (p.S == 1) {
-#pragma unroll
-        for (int r = 0; r < ATT_PAIRS; r++) {
-            const int pi = tid + r * ATT_THREADS;
-            if (pi < ng * D2) {
-                const int g = pi / D2, e2 = pi - g * D2;
-                const float l = l_s[g];
-                /* nothing visible: zeros, as the reference's empty sum gives */
-                const float inv = l > 0.f ? 1.f / l : 0.f;
-                float2 *o = (float2 *)(p.out + ((size_t)i * p.H + h0 + g) * Dh) + e2;
-                *o = make_float2(acc[2 * r] * inv, acc[2 * r + 1] * inv);
-            }
-        }
-        return;
-    }
-#pragma unroll
-    for (int r = 0; r < ATT_PAIRS; r++) {
-        const int pi = tid + r * ATT_THREADS;
-        if (pi < ng * D2) {
-            const int g = pi / D2, e2 = pi - g * D2;
-            float2 *o = (float2 *)(p.part_acc + (((size_t)i * p.H + h0 + g) * p.S + s) * Dh) + e2;
-            *o = make_float2(acc[2 * r], acc[2 * r + 1]);
-        }
-    }
-    if (tid < ng) {
-        float *ml = p.part_ml + (((size_t)i * p.H + h0 + tid) * p.S + s) * 2;
-        ml[0] = m_s[tid];
-        ml[1] = l_s[tid];
+        __syncthreads(); /* the next item overwrites shared memory */
     }
 }
 
-/* One block per (token, head): merges the S partial softmaxes. */
-__global__ void attn_combine_kernel(float *out, const float *part_acc, const float *part_ml, int S,
-                                    int Dh) {
-    extern __shared__ float wsm[]; /* [S] weight of each split */
-    __shared__ float L_s;
-    const size_t ih = blockIdx.x;
-    const float *ml = part_ml + ih * (size_t)S * 2;
+/* One block per (token, head) of the grid's rows; tokens past T and tokens with a single
+ * split (written by the partial kernel) leave at once. Merges the token's S splits in split
+ * order: the result depends on S and the partials alone. */
+__global__ void attn_combine_kernel(attn_params p) {
+    __shared__ float wsm[ATT_COMBINE_W];
+    __shared__ float M_s, L_s;
+    const att_desc a = att_desc_load(p.desc);
+    const int i = blockIdx.x / p.H, h = blockIdx.x % p.H;
+    if (i >= a.T)
+        return;
+    const att_tok tk = att_token(a, i, p.layer, h / p.group);
+    const int S = att_splits(tk.n_vis), Dh = p.Dh;
+    if (S == 1)
+        return;
+    const size_t row0 = (size_t)a.qoff[i] * p.H + h, rstride = (size_t)p.H;
+    const float *ml = p.part_ml + row0 * 2;
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
         float M = -INFINITY;
         for (int s = lane; s < S; s += 32)
-            M = fmaxf(M, ml[2 * s]);
+            M = fmaxf(M, ml[s * rstride * 2]);
         for (int o = 16; o > 0; o >>= 1)
             M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
         float L = 0.f;
         for (int s = lane; s < S; s += 32) {
-            const float m = ml[2 * s];
+            const float m = ml[s * rstride * 2];
             const float w = m == -INFINITY ? 0.f : expf(m - M);
-            wsm[s] = w;
-            L += ml[2 * s + 1] * w;
+            L += ml[s * rstride * 2 + 1] * w;
         }
         for (int o = 16; o > 0; o >>= 1)
             L += __shfl_xor_sync(0xffffffffu, L, o);
-        if (lane == 0)
+        if (lane == 0) {
+            M_s = M;
             L_s = L;
+        }
     }
     __syncthreads();
-    const float L = L_s, inv = L > 0.f ? 1.f / L : 0.f;
-    const float *pa = part_acc + ih * (size_t)S * Dh;
-    for (int e = threadIdx.x; e < Dh; e += blockDim.x) {
-        float o = 0.f;
-        for (int s = 0; s < S; s++)
-            o = fmaf(wsm[s], pa[(size_t)s * Dh + e], o);
-        out[ih * Dh + e] = o * inv;
+    const float M = M_s, L = L_s, inv = L > 0.f ? 1.f / L : 0.f;
+    const float *pa = p.part_acc + row0 * Dh;
+    float o[ATT_MAX_DH / 128 + 1];
+    for (int r = 0; r < ATT_MAX_DH / 128 + 1; r++)
+        o[r] = 0.f;
+    for (int s0 = 0; s0 < S; s0 += ATT_COMBINE_W) {
+        const int n = min(ATT_COMBINE_W, S - s0);
+        for (int k = threadIdx.x; k < n; k += blockDim.x) {
+            const float m = ml[(size_t)(s0 + k) * rstride * 2];
+            wsm[k] = m == -INFINITY ? 0.f : expf(m - M);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < ATT_MAX_DH / 128 + 1; r++) {
+            const int e = threadIdx.x + r * 128;
+            if (e < Dh) {
+                float v = o[r];
+                for (int k = 0; k < n; k++)
+                    v = fmaf(wsm[k], pa[(size_t)(s0 + k) * rstride * Dh + e], v);
+                o[r] = v;
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < ATT_MAX_DH / 128 + 1; r++) {
+        const int e = threadIdx.x + r * 128;
+        if (e < Dh)
+            p.out[((size_t)i * p.H + h) * Dh + e] = o[r] * inv;
     }
 }
 
@@ -573,6 +798,7 @@ seer_status seer_cuda_attention_init(seer_cuda *c) {
                         need, c->smem_optin);
     CUDA_TRY(cudaFuncSetAttribute(attn_partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)need));
+    c->att_occ_key = -1;
     return SEER_OK;
 }
 
@@ -591,60 +817,39 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
         return seer_err(SEER_ERR_INVALID_ARG, "attention: the batch does not match the KV geometry");
     if (layer < 0 || layer >= g->n_layers)
         return seer_err(SEER_ERR_INVALID_ARG, "attention: layer %d of %d", layer, g->n_layers);
-    if (!att_matches(c, ab))
+    if (!att_matches(c, ab)) {
+        /* a padded call's other ops rely on batch_begin's padded copies, which a rebuild drops */
+        if (c->fw.padded)
+            return seer_err(SEER_ERR_INTERNAL, "attention: the batch changed inside a padded forward call");
         SEER_TRY(seer_cuda_batch_begin(be, ab, NULL, NULL, NULL, NULL, NULL, 0));
+    }
     const seer_cuda_attn *a = &c->att;
     if (layer >= a->min_layers_view)
         return seer_err(SEER_ERR_INVALID_ARG, "attention: layer %d has no list in a view of %d layers",
                         layer, a->min_layers_view);
 
-    const int group = H / Hkv;
-    const int n_hc = (group + ATT_GB - 1) / ATT_GB;
-    const int gb = (group + n_hc - 1) / n_hc;
-    const long long base = (long long)T * Hkv * n_hc;
-    const int max_vis = a->max_vis;
-    /* Splits: about one per ATT_SPLIT_SLOTS visible slots, but only as many as it takes to
-     * give every multiprocessor a few blocks; a prefill has blocks enough without. */
-    long long S = (max_vis + ATT_SPLIT_SLOTS - 1) / ATT_SPLIT_SLOTS;
-    const long long want = (4LL * c->n_sm + base - 1) / base;
-    if (S > want)
-        S = want;
-    if (S > ATT_MAX_SPLITS)
-        S = ATT_MAX_SPLITS;
-    if (S < 1)
-        S = 1;
-    long long chunk = (max_vis + S - 1) / S;
-    chunk = (chunk + ATT_TK - 1) / ATT_TK * ATT_TK;
-    if (chunk < ATT_TK)
-        chunk = ATT_TK;
-    S = (max_vis + chunk - 1) / chunk;
-    if (S < 1)
-        S = 1;
-    const long long blocks = base * S;
-    if (blocks > INT32_MAX)
-        return seer_err(SEER_ERR_UNSUPPORTED, "attention: %lld blocks", blocks);
-
+    int n_hc, gb;
+    head_chunks(H, Hkv, &n_hc, &gb);
     attn_params p;
     p.out = out;
     p.q = q;
     p.kv = (const bf16 *)kv;
     p.part_acc = p.part_ml = NULL;
-    if (S > 1) {
-        const size_t n_acc = (size_t)T * H * S * Dh, n_ml = (size_t)T * H * S * 2;
-        SEER_TRY(seer_cuda_reserve(c, &c->attn_part, (n_acc + n_ml) * sizeof(float),
-                                   "attention partials"));
+    if (a->split) {
+        /* batch_begin reserved room for the accumulators of n_q (token, split) rows, then
+         * their (m, l): placed by the buffer's capacity, fixed until it is reallocated (which
+         * drops every recording), not by this call's n_q */
+        const size_t q_cap = c->attn_part.cap / (sizeof(float) * (size_t)H * ((size_t)Dh + 2));
         p.part_acc = (float *)c->attn_part.p;
-        p.part_ml = p.part_acc + n_acc;
+        p.part_ml = p.part_acc + q_cap * H * Dh;
     }
-    p.T = T;
+    p.desc = a->desc;
     p.H = H;
     p.Hkv = Hkv;
     p.Dh = Dh;
-    p.group = group;
+    p.group = H / Hkv;
     p.gb = gb;
     p.n_hc = n_hc;
-    p.S = (int)S;
-    p.chunk = (int)chunk;
     p.layer = layer;
     p.page_size = g->page_size;
     p.head_stride = (size_t)g->page_size * Dh;
@@ -652,27 +857,13 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
     p.layer_off = (size_t)layer * 2 * p.kv_stride;
     p.page_stride = (size_t)g->n_layers * 2 * p.kv_stride;
     p.scale = ab->scale;
-    p.tok_seq = a->tok_seq;
-    p.tok_slot = a->tok_slot;
-    p.tok_ncand = a->tok_ncand;
-    p.seq_len0 = a->seq_len0;
-    p.seq_tok_off = a->seq_tok_off;
-    p.cand_tok = a->cand_tok;
-    p.cand_slot = a->cand_slot;
-    p.seq_page_off = a->seq_page_off;
-    p.pages = a->pages;
-    p.seq_view = a->seq_view;
-    p.vlist = a->vlist;
-    p.vidx = a->vidx;
-    p.mask = a->mask;
 
-    attn_partial_kernel<<<(unsigned)blocks, ATT_THREADS, attn_smem_bytes(gb, Dh), c->stream>>>(p);
+    const int grid = c->fw.padded ? a->grid_bucket : a->grid;
+    attn_partial_kernel<<<(unsigned)grid, ATT_THREADS, attn_smem_bytes(gb, Dh), c->stream>>>(p);
     LAUNCH_TRY("attn_partial_kernel");
-    if (S > 1) {
-        /* Padded: the compiler may merge the tail of the weight loop into one wider load. */
-        const size_t smem = (size_t)((S + 7) / 4 * 4) * sizeof(float);
-        attn_combine_kernel<<<(unsigned)((size_t)T * H), 128, smem, c->stream>>>(
-            out, p.part_acc, p.part_ml, (int)S, Dh);
+    if (a->split) {
+        const int rows = c->fw.padded ? c->fw.T_pad : T;
+        attn_combine_kernel<<<(unsigned)((size_t)rows * H), 128, 0, c->stream>>>(p);
         LAUNCH_TRY("attn_combine_kernel");
     }
     return SEER_OK;

@@ -142,11 +142,14 @@ void seer_cuda_free(seer_cuda *c, void *p) {
     if (cudaFree(p) != cudaSuccess)
         (void)cudaGetLastError();
     c->in_use -= n;
+    c->gen++; /* a recorded forward call may hold p: recordings of older generations go */
 }
 
 seer_status seer_cuda_reserve(seer_cuda *c, seer_cuda_buf *b, size_t bytes, const char *what) {
     if (bytes <= b->cap && b->p)
         return SEER_OK;
+    if (c->fw.capturing) /* a recording cannot free or allocate: the forward call runs again op by op */
+        return seer_err(SEER_ERR_INTERNAL, "CUDA: %s would grow during a graph capture", what);
     /* Grow by half again so that slowly growing batches do not reallocate every call. */
     size_t want = bytes + bytes / 2;
     if (want < bytes)
@@ -177,12 +180,17 @@ seer_status seer_cuda_index(seer_cuda *c, int which, const int32_t *host, int n,
     if (n <= 0)
         return SEER_OK;
     if (which >= 0 && which < SEER_IDX_COUNT) {
+        /* In a padded forward call n may run past the caller's entries into the padding. */
         const seer_cuda_idx *e = &c->idx[which];
-        if (e->host == host && n <= e->n && !memcmp(host, e->staged, (size_t)n * sizeof *host)) {
+        const int cmp = n < e->n ? n : e->n;
+        if (e->host == host && (n <= e->n || (c->fw.padded && n <= e->n_pad)) &&
+            !memcmp(host, e->staged, (size_t)cmp * sizeof *host)) {
             *dev = e->dev;
             return SEER_OK;
         }
     }
+    if (c->fw.capturing) /* a recording would copy from host memory the caller reuses */
+        return seer_err(SEER_ERR_INTERNAL, "CUDA: an op's index array is not batch_begin's during a graph capture");
     seer_cuda_buf *b = &c->fallback[slot];
     SEER_TRY(seer_cuda_reserve(c, b, (size_t)n * sizeof *host, "an op's index array"));
     /* From pageable memory the copy returns once the source is staged, so the caller may
@@ -201,8 +209,10 @@ static void cuda_free_be(seer_backend *be) {
     if (c) {
         if (c->stream && cudaStreamSynchronize(c->stream) != cudaSuccess)
             (void)cudaGetLastError();
+        seer_cuda_graphs_free(c);
         seer_cuda_buf *bufs[] = {&c->xbf16, &c->fallback[0], &c->fallback[1], &c->gather_tmp,
-                                 &c->attn_part, &c->kv_read, &c->batch};
+                                 &c->attn_part, &c->kv_read, &c->batch, &c->argmax_ids,
+                                 &c->mm_part, &c->mm_cnt};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             seer_cuda_buf_free(c, bufs[i]);
         if (c->blas)
@@ -252,6 +262,15 @@ static seer_status cuda_download(seer_backend *be, void *dst, const void *src, s
     return SEER_OK;
 }
 
+/* Benchmark ops (synthetic.cu). */
+seer_status seer_cuda_weight_random(seer_backend *be, int rows, int cols, uint64_t seed,
+                                    float scale, seer_weight *out);
+seer_status seer_cuda_kv_fill_random(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                     const int32_t *pages, int n_pages, int row0, int n,
+                                     uint64_t seed, float scale);
+seer_status seer_cuda_copy_bandwidth(seer_backend *be, double *bytes_per_s);
+seer_status seer_cuda_sync(seer_backend *be);
+
 /* Filled by name, so that an op added to the table cannot land in the wrong field. */
 static seer_backend_ops cuda_ops_make(void) {
     seer_backend_ops o;
@@ -270,6 +289,8 @@ static seer_backend_ops cuda_ops_make(void) {
     o.kv_read = seer_cuda_kv_read;
     o.kv_store = seer_cuda_kv_store;
     o.batch_begin = seer_cuda_batch_begin;
+    o.forward_begin = seer_cuda_forward_begin;
+    o.forward_end = seer_cuda_forward_end;
     o.embed = seer_cuda_embed;
     o.rmsnorm = seer_cuda_rmsnorm;
     o.matmul = seer_cuda_matmul;
@@ -277,7 +298,13 @@ static seer_backend_ops cuda_ops_make(void) {
     o.attention = seer_cuda_attention;
     o.swiglu = seer_cuda_swiglu;
     o.add = seer_cuda_add;
-    o.gather_rows = seer_cuda_gather_rows;
+    o.gather_rows = seer_cuda_gather_rows_fw;
+    o.argmax_rows = seer_cuda_argmax_rows;
+    o.weight_random = seer_cuda_weight_random;
+    o.kv_fill_random = seer_cuda_kv_fill_random;
+    o.copy_bandwidth = seer_cuda_copy_bandwidth;
+    o.sync = seer_cuda_sync;
+    o.kv_elem_bytes = (int)sizeof(bf16);
     return o;
 }
 
@@ -301,6 +328,17 @@ static seer_status cuda_start(seer_cuda *c, int device) {
                         "CUDA device %d (%s) has compute capability %d.%d; bf16 needs 8.0 or newer",
                         device, prop.name, prop.major, prop.minor);
     CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    const char *env = getenv("SEER_CUDA_GRAPHS");
+    c->graphs = !(env && !strcmp(env, "0"));
+    env = getenv("SEER_CUDA_MATMUL");
+    c->mm_force_blas = env && !strcmp(env, "cublas");
+    env = getenv("SEER_CUDA_PDL");
+    c->mm_pdl = !(env && !strcmp(env, "0"));
+    env = getenv("SEER_CUDA_MM_TILE");
+    c->mm_tile = env ? atoi(env) / 8 * 8 : 32;
+    if (c->mm_tile < 8 || c->mm_tile > 64)
+        c->mm_tile = 32;
+    c->fw.entry = -1;
     CUDA_TRY(cudaEventCreateWithFlags(&c->stage_done, cudaEventDisableTiming));
     seer_cuda_probe_kernel<<<1, 1, 0, c->stream>>>(NULL);
     cudaError_t e = cudaGetLastError();
@@ -349,6 +387,14 @@ extern "C" seer_status seer_backend_cuda_init(int device, seer_backend **out) {
     }
     *out = be;
     return SEER_OK;
+}
+
+extern "C" void seer_backend_cuda_graph_stats(const seer_backend *be, long *replayed,
+                                              long *captured, long *eager) {
+    const seer_cuda *c = (const seer_cuda *)be->impl;
+    *replayed = c->n_replayed;
+    *captured = c->n_captured;
+    *eager = c->n_eager;
 }
 
 extern "C" bool seer_backend_cuda_available(void) {

@@ -53,6 +53,18 @@ seer_status seer_cublas_fail(cublasStatus_t s, const char *what, const char *fil
             return seer_cuda_fail(cuda_try_e_, "launch of " name, __FILE__, __LINE__); \
     } while (0)
 
+/* ---- batch invariance and recorded forward calls ------------------------------------- */
+
+/* Largest row count (tokens of a forward call, rows x of a matmul) for which a row's results
+ * do not depend on the other rows of the call: matmuls of up to this many rows run our own
+ * kernel with a fixed reduction order (matmul.cu), larger ones cuBLAS, whose kernel choice
+ * depends on the row count. Greedy speculation is bit-identical to plain decoding only while
+ * the decode (T = sequences) and verification (T = B * (G + 1)) calls stay within it. Forward
+ * calls of up to this many tokens are also the ones recorded as CUDA graphs (graph.cu). */
+#define SEER_CUDA_INVARIANT_MAX_T 256
+/* Recorded forward calls kept per backend (least recently used goes first). */
+#define SEER_CUDA_GRAPHS_MAX 24
+
 /* ---- state ---------------------------------------------------------------------------- */
 
 /* A grow-only device buffer owned by the backend. */
@@ -67,6 +79,7 @@ enum { SEER_IDX_TOKENS, SEER_IDX_POS, SEER_IDX_PAGE, SEER_IDX_ROW, SEER_IDX_OUT_
 typedef struct {
     const int32_t *host;   /* the pointer batch_begin was given (NULL: none) */
     int n;
+    int n_pad;             /* entries of the device copy: n, then padding up to the bucket */
     const int32_t *dev;    /* its device copy */
     const int32_t *staged; /* its copy in the pinned staging buffer, to detect reuse */
 } seer_cuda_idx;
@@ -80,22 +93,33 @@ typedef struct {
     /* staged copies, to check that a later attention call still describes the same batch */
     const int32_t *h_tok_seq, *h_tok_slot, *h_seq_len0, *h_seq_toks, *h_page_off, *h_pages;
     const uint8_t *h_mask;
-    int T, n_seq, max_vis;
+    int T, n_seq;
     int min_layers_view;         /* smallest n_layers_view > 1 of any view; INT32_MAX if none */
-    const int32_t *tok_seq;      /* [T] */
-    const int32_t *tok_slot;     /* [T] */
-    const int32_t *tok_ncand;    /* [T] candidates among the sequence's new tokens to scan */
-    const int32_t *seq_len0;     /* [n_seq] */
-    const int32_t *seq_tok_off;  /* [n_seq + 1] */
-    const int32_t *cand_tok;     /* [T] seq_toks: batch index of each candidate */
-    const int32_t *cand_slot;    /* [T] slot of each candidate */
-    const int32_t *seq_page_off; /* [n_seq + 1] offsets into pages */
-    const int32_t *pages;        /* physical pages each sequence needs, concatenated */
-    const int32_t *seq_view;     /* [n_seq][5]: has_view, tail, n_layers_view, n_heads_view, list base */
-    const int32_t *vlist;        /* [n_lists][2]: offset into vidx, count */
-    const int32_t *vidx;         /* view slots that survive the filter, concatenated */
-    const uint8_t *mask;         /* [T][T] or NULL */
+    const int32_t *desc;         /* device: the header and arrays the kernels read (attention.cu) */
+    long long n_work;            /* (token, split, head chunk) items of the partial kernel */
+    int grid;                    /* its blocks op by op: min(n_work, resident capacity) */
+    int grid_bucket;             /* its blocks in a recorded call: a power of two, capped */
+    bool split;                  /* some token has more than one split: the combine kernel runs */
 } seer_cuda_attn;
+
+/* How the ops of the current forward call run (graph.cu). batch_begin resets it. */
+typedef struct {
+    int T, n_out;          /* the batch's sizes */
+    int T_pad, n_out_pad;  /* the bucket the index arrays are padded to */
+    bool padded;           /* the ops are issued at the padded sizes */
+    bool capturing;        /* ... and recorded into a graph, not run */
+    int entry;             /* graph cache entry of this call; -1 none */
+} seer_cuda_fw;
+
+/* A recorded forward call: the key and sizes it was recorded for and the allocator generation
+ * its device pointers belong to. */
+typedef struct {
+    const void *key;
+    int T_pad, n_out_pad, att_grid;
+    bool att_split, warm, failed;
+    unsigned long gen, last_use;
+    cudaGraphExec_t exec;  /* NULL: seen (warm) but not recorded yet */
+} seer_cuda_graph;
 
 typedef struct {
     int device;
@@ -115,6 +139,7 @@ typedef struct {
     seer_cuda_buf gather_tmp; /* gather_rows when y overlaps x */
     seer_cuda_buf attn_part;  /* flash-decoding partials */
     seer_cuda_buf kv_read;    /* kv_read's rows in f32 before they go to the host */
+    seer_cuda_buf argmax_ids; /* argmax_rows results before they go to the host */
 
     /* batch_begin: one pinned staging buffer, one device buffer, both grow-only */
     int32_t *stage;
@@ -124,6 +149,21 @@ typedef struct {
     seer_cuda_buf batch;
     seer_cuda_idx idx[SEER_IDX_COUNT];
     seer_cuda_attn att;
+    int att_occ_key, att_occ; /* resident attention blocks per SM for (gb, Dh) = key */
+
+    /* matmul.cu: split-K partial sums and per-tile arrival counters (zero between calls) */
+    seer_cuda_buf mm_part, mm_cnt;
+    bool mm_force_blas;       /* SEER_CUDA_MATMUL=cublas: benchmarks only, not invariant */
+    bool mm_pdl;              /* programmatic dependent launch (SEER_CUDA_PDL=0: off) */
+    int mm_tile;              /* tokens per block, 8 to 64 (SEER_CUDA_MM_TILE) */
+
+    /* graph.cu: recorded forward calls */
+    bool graphs;              /* SEER_CUDA_GRAPHS=0 turns them off */
+    unsigned long gen;        /* bumped by every free: a recording holds device pointers */
+    unsigned long use_clock;
+    seer_cuda_fw fw;
+    seer_cuda_graph graph[SEER_CUDA_GRAPHS_MAX];
+    long n_replayed, n_captured, n_eager;
 } seer_cuda;
 
 static inline seer_cuda *seer_cuda_of(seer_backend *be) { return (seer_cuda *)be->impl; }
@@ -181,6 +221,19 @@ seer_status seer_cuda_swiglu(seer_backend *be, float *y, const float *g, const f
 seer_status seer_cuda_add(seer_backend *be, float *y, const float *x, size_t n);
 seer_status seer_cuda_gather_rows(seer_backend *be, float *y, const float *x, const int32_t *rows,
                                   int n_rows, int D);
+seer_status seer_cuda_argmax_rows(seer_backend *be, int32_t *ids, const float *logits, int n, int V);
+
+/* Forward calls (graph.cu). */
+seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap, int *T,
+                                    int *n_out, bool *done);
+seer_status seer_cuda_forward_end(seer_backend *be, seer_status s, bool *redo);
+/* gather_rows that, in a padded forward call, reads batch_begin's padded out_rows copy. */
+seer_status seer_cuda_gather_rows_fw(seer_backend *be, float *y, const float *x,
+                                     const int32_t *rows, int n_rows, int D);
+/* The padded size of a forward call of n rows: the graph bucket n falls in (n itself above
+ * SEER_CUDA_INVARIANT_MAX_T). */
+int seer_cuda_bucket(int n);
+void seer_cuda_graphs_free(seer_cuda *c);
 
 /* Grid size for a grid-stride loop over n elements. */
 static inline unsigned seer_cuda_grid(size_t n, int threads) {

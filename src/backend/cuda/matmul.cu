@@ -1,14 +1,37 @@
 /*
- * matmul.cu: y [T][rows] = x [T][cols] * W^T (+ bias) with cuBLAS: bf16 weights and bf16
- * inputs (x is rounded to bf16 into a scratch buffer first), f32 accumulation and f32 output.
- * Against the f32 CPU reference the result therefore differs by about the bf16 rounding of
- * the operands (~2^-9 relative per product, mostly cancelling in the sum).
- * Not for: quantised weights, or batch-invariant results (cuBLAS may pick different kernels
- * for different T).
+ * matmul.cu: y [T][rows] = x [T][cols] * W^T (+ bias) with bf16 weights and bf16-rounded
+ * inputs, f32 accumulation and f32 output. Against the f32 CPU reference the result differs
+ * by about the bf16 rounding of the operands (~2^-9 relative per product, mostly cancelling
+ * in the sum).
+ *
+ * Up to SEER_CUDA_INVARIANT_MAX_T rows (decode, verification, short prefill chunks): our own
+ * kernel, batch-invariant and built for the weight-streaming regime. Each warp holds 32 rows
+ * of W (two m16 tiles of the tensor cores' mma.m16n8k16) and a fixed slice of the K steps of
+ * 64 columns; a block is 8 such warps over the same rows, and a weight may further be split
+ * over KB blocks. Every element's sum runs the same way whatever T is: mma steps in K order
+ * within the slice (the tokens are the mma's n dimension; an element's result depends on its
+ * own row and column alone), the 8 warps' sums added in warp order, then the KB block sums
+ * in block order by whichever block finishes last. The split (KB, slices) depends on the
+ * weight's shape and the device alone, never on T or on the other rows. Tokens come in
+ * tiles (a grid dimension; weights are read once per tile, from L2 after the first).
+ * W is streamed with 16-byte loads that skip L1; x is read as f32, rounded to bf16 in
+ * registers, and kept in L1 for the other warps.
+ *
+ * Above it: cuBLAS (x rounded to bf16 into a scratch buffer first), whose kernel choice
+ * depends on T: prefill only.
+ * Not for: quantised weights.
  */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
 #define CVT_THREADS 256
+#define MM_WARPS 8        /* warps of a block: K slices of the same rows */
+#define MM_ROWS 32        /* rows of W per block */
+#define MM_KSTEP 64       /* columns per K step */
+#define MM_MAX_TILE 64    /* most tokens one block holds: 8 n8 tiles */
+#define MM_MAX_KB 16
 
 __global__ void f32_to_bf16_kernel(bf16 *y, const float *x, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -23,13 +46,288 @@ __global__ void add_bias_kernel(float *y, const float *bias, int rows, size_t n)
         y[i] += bias[i % (size_t)rows];
 }
 
-seer_status seer_cuda_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
-                             const float *bias, int T) {
-    seer_cuda *c = seer_cuda_of(be);
-    if (T <= 0)
-        return SEER_OK;
-    if (w->dtype != GGML_TYPE_BF16)
-        return seer_err(SEER_ERR_UNSUPPORTED, "matmul: CUDA weights are bf16, got type %d", w->dtype);
+/* ---- the batch-invariant kernel --------------------------------------------------------- */
+
+static __device__ __forceinline__ uint4 ld_stream(const bf16 *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+static __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b); /* a in the low half */
+    return *(uint32_t *)&h;
+}
+
+static __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Eight bf16 of row r of W from column col (zeros outside the matrix). VEC: 16-byte aligned
+ * rows, so the whole vector is in or out. */
+template <bool VEC>
+static __device__ __forceinline__ uint4 load_w(const bf16 *W, int rows, int cols, int r, int col) {
+    if (r >= rows || col >= cols)
+        return make_uint4(0, 0, 0, 0);
+    const bf16 *p = W + (size_t)r * cols + col;
+    if constexpr (VEC) {
+        return ld_stream(p);
+    } else {
+        uint32_t w[4];
+        const unsigned short *u = (const unsigned short *)p;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t lo = col + 2 * k < cols ? u[2 * k] : 0u;
+            const uint32_t hi = col + 2 * k + 1 < cols ? u[2 * k + 1] : 0u;
+            w[k] = lo | hi << 16;
+        }
+        return make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+/* Eight f32 of token t of x from column col, rounded to bf16 pairs (zeros outside). */
+template <bool VEC>
+static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, int t, int col) {
+    if (t >= T || col >= cols)
+        return make_uint4(0, 0, 0, 0);
+    const float *p = x + (size_t)t * cols + col;
+    if constexpr (VEC) {
+        const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
+        return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y),
+                          pack_bf16(b.z, b.w));
+    } else {
+        float f[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            f[k] = col + k < cols ? __ldg(p + k) : 0.f;
+        return make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]),
+                          pack_bf16(f[6], f[7]));
+    }
+}
+
+/*
+ * Lane (g = lane / 4, c = lane % 4) of a warp loads, per K step of 64 columns k0.., for each
+ * of its rows g, g + 8, g + 16, g + 24 the 16 bytes at columns k0 + h*32 + c*8 (h = 0, 1),
+ * and the same columns of token g of each n8 tile. Within each 32-column half, the 8 values
+ * are fed to two mma k16 steps (j = 0: values 0-3, j = 1: values 4-7), values 4j, 4j+1 as
+ * the fragment's k = 2c, 2c+1 and 4j+2, 4j+3 as k = 2c+8, 2c+9, for W and x alike: a
+ * permutation of K inside the step, the same for every row and token, so the sum is the
+ * matrix product. Loads are the rows' contiguous 64 bytes per 4 lanes, straight into the
+ * fragments, with no shared memory.
+ */
+template <int NT, bool VEC>
+__global__ void __launch_bounds__(MM_WARPS * 32, NT <= 4 ? 2 : 1)
+mm_inv_kernel(float *__restrict__ y, const bf16 *__restrict__ W, const float *__restrict__ x,
+              const float *__restrict__ bias, float *__restrict__ part, int *__restrict__ cnt,
+              int rows, int cols, int T, int kb_n, int n_steps, int nz, int tile) {
+    __shared__ float red[MM_WARPS][8][MM_ROWS + 1]; /* [warp][token of the n8 tile][row] */
+    __shared__ int s_last;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
+    int b = blockIdx.x;
+    const int z = b % nz;
+    b /= nz;
+    const int kb = b % kb_n, rg = b / kb_n;
+    const int row0 = rg * MM_ROWS, tok0 = z * tile;
+    const int KS = kb_n * MM_WARPS, ks = kb * MM_WARPS + warp;
+    const int s0 = (int)((long long)n_steps * ks / KS), s1 = (int)((long long)n_steps * (ks + 1) / KS);
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[m][n][e] = 0.f;
+
+    /* wv[m * 2 + r][h]: row row0 + m*16 + r*8 + g, half h of the step */
+    uint4 wa[4][2], wb[4][2];
+    auto load_step = [&](uint4 (&wv)[4][2], int s) {
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                wv[q][h] = load_w<VEC>(W, rows, cols, row0 + q * 8 + g, s * MM_KSTEP + h * 32 + c4 * 8);
+    };
+    auto compute_step = [&](const uint4 (&wv)[4][2], int s) {
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            const int t = tok0 + n * 8 + g;
+            const uint4 x0 = load_x<VEC>(x, T, cols, t, s * MM_KSTEP + c4 * 8);
+            const uint4 x1 = load_x<VEC>(x, T, cols, t, s * MM_KSTEP + 32 + c4 * 8);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint4 xv = h ? x1 : x0;
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    const uint4 lo = wv[m * 2][h], hi = wv[m * 2 + 1][h];
+                    mma_bf16(acc[m][n], lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);
+                    mma_bf16(acc[m][n], lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);
+                }
+            }
+        }
+    };
+    /* Programmatic dependent launch: the next matmul in the stream may start now and stream
+     * its own weights while this one runs. The first two steps' weights go in flight before
+     * waiting for the kernel that writes x (weights never change between kernels). Without
+     * the launch attribute both instructions do nothing. */
+    asm volatile("griddepcontrol.launch_dependents;");
+    if (s0 < s1)
+        load_step(wa, s0);
+    if (s0 + 1 < s1)
+        load_step(wb, s0 + 1);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    /* Two register stages: the next step's weights are in flight while this one computes. */
+    for (int s = s0; s < s1; s += 2) {
+        compute_step(wa, s);
+        if (s + 2 < s1)
+            load_step(wa, s + 2);
+        if (s + 1 < s1) {
+            compute_step(wb, s + 1);
+            if (s + 3 < s1)
+                load_step(wb, s + 3);
+        }
+    }
+
+    /* The warps' sums, in warp order; thread (tok = tid / 32, r = tid % 32) owns one element
+     * of each n8 tile. */
+    const int et = threadIdx.x >> 5, er = threadIdx.x & 31;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            red[warp][2 * c4][m * 16 + g] = acc[m][n][0];
+            red[warp][2 * c4 + 1][m * 16 + g] = acc[m][n][1];
+            red[warp][2 * c4][m * 16 + g + 8] = acc[m][n][2];
+            red[warp][2 * c4 + 1][m * 16 + g + 8] = acc[m][n][3];
+        }
+        __syncthreads();
+        float sum = red[0][et][er];
+#pragma unroll
+        for (int w = 1; w < MM_WARPS; w++)
+            sum += red[w][et][er];
+        const int t = tok0 + n * 8 + et, r = row0 + er;
+        if (t < T && r < rows) {
+            if (kb_n == 1)
+                y[(size_t)t * rows + r] = bias ? sum + bias[r] : sum;
+            else
+                part[((size_t)kb * T + t) * rows + r] = sum;
+        }
+        __syncthreads();
+    }
+    if (kb_n == 1)
+        return;
+
+    /* Split K over blocks: the last block of the tile to arrive adds the KB sums in block
+     * order (threadFenceReduction in the CUDA samples). */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        s_last = atomicAdd(&cnt[(size_t)rg * nz + z], 1) == kb_n - 1;
+    __syncthreads();
+    if (!s_last)
+        return;
+    __threadfence();
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        const int t = tok0 + n * 8 + et, r = row0 + er;
+        if (t < T && r < rows) {
+            float sum = __ldcg(&part[(size_t)t * rows + r]);
+            for (int k = 1; k < kb_n; k++)
+                sum += __ldcg(&part[((size_t)k * T + t) * rows + r]);
+            y[(size_t)t * rows + r] = bias ? sum + bias[r] : sum;
+        }
+    }
+    if (threadIdx.x == 0)
+        cnt[(size_t)rg * nz + z] = 0; /* ready for the next call */
+}
+
+typedef void (*mm_kernel_fn)(float *, const bf16 *, const float *, const float *, float *, int *,
+                             int, int, int, int, int, int, int);
+
+template <bool VEC>
+static mm_kernel_fn mm_pick(int nt) {
+    switch (nt) {
+    case 1: return mm_inv_kernel<1, VEC>;
+    case 2: return mm_inv_kernel<2, VEC>;
+    case 3: return mm_inv_kernel<3, VEC>;
+    case 4: return mm_inv_kernel<4, VEC>;
+    case 5: return mm_inv_kernel<5, VEC>;
+    case 6: return mm_inv_kernel<6, VEC>;
+    case 7: return mm_inv_kernel<7, VEC>;
+    default: return mm_inv_kernel<8, VEC>;
+    }
+}
+
+/* Blocks over K for a weight: enough blocks to cover the multiprocessors once, keeping at
+ * least two K steps per warp. A function of the shape and the device only. */
+static int mm_kb(int rows, int cols, int n_sm) {
+    const long long row_groups = (rows + MM_ROWS - 1) / MM_ROWS;
+    const long long n_steps = (cols + MM_KSTEP - 1) / MM_KSTEP;
+    int kb = 1;
+    while (kb < MM_MAX_KB && row_groups * kb < n_sm && n_steps >= 2LL * MM_WARPS * kb * 2)
+        kb *= 2;
+    return kb;
+}
+
+static seer_status matmul_invariant(seer_cuda *c, float *y, const float *x, const seer_weight *w,
+                                    const float *bias, int T) {
+    const int rows = w->rows, cols = w->cols;
+    const int kb = mm_kb(rows, cols, c->n_sm);
+    const int n_steps = (cols + MM_KSTEP - 1) / MM_KSTEP;
+    const long long row_groups = (rows + MM_ROWS - 1) / MM_ROWS;
+    /* Tokens per block: any split of the tokens over blocks gives every element the same
+     * sum, so this is tuned for speed alone. Larger tiles read the weights fewer times
+     * (from L2 after the first) but hold more accumulators: past 32 tokens a block no
+     * longer shares its SM (measured on the H200: 32 beats 16 and 64 from T = 32 up). The
+     * tiles are balanced: 40 tokens go as 24 + 16, not 32 + 8. */
+    const int nz = (T + c->mm_tile - 1) / c->mm_tile;
+    const int tile = ((T + nz - 1) / nz + 7) / 8 * 8;
+    const int nt = tile / 8;
+    const long long blocks = row_groups * kb * nz;
+    if (blocks > INT32_MAX)
+        return seer_err(SEER_ERR_UNSUPPORTED, "matmul: %d x %d weight at T = %d", rows, cols, T);
+    float *part = NULL;
+    int *cnt = NULL;
+    if (kb > 1) {
+        const size_t n_cnt = (size_t)row_groups * nz;
+        if (n_cnt * sizeof(int) > c->mm_cnt.cap) {
+            SEER_TRY(seer_cuda_reserve(c, &c->mm_cnt, n_cnt * sizeof(int), "matmul split counters"));
+            /* counters start at zero; the last block of each tile resets its own */
+            CUDA_TRY(cudaMemsetAsync(c->mm_cnt.p, 0, c->mm_cnt.cap, c->stream));
+        }
+        SEER_TRY(seer_cuda_reserve(c, &c->mm_part, (size_t)kb * T * rows * sizeof(float),
+                                   "matmul split partials"));
+        part = (float *)c->mm_part.p;
+        cnt = (int *)c->mm_cnt.p;
+    }
+    const bool vec = cols % 8 == 0 && (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0;
+    const mm_kernel_fn fn = vec ? mm_pick<true>(nt) : mm_pick<false>(nt);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)blocks);
+    cfg.blockDim = dim3(MM_WARPS * 32);
+    cfg.stream = c->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = c->mm_pdl ? 1 : 0;
+    CUDA_TRY(cudaLaunchKernelEx(&cfg, fn, y, (const bf16 *)w->data, x, bias, part, cnt, rows, cols,
+                                T, kb, n_steps, nz, tile));
+    LAUNCH_TRY("mm_inv_kernel");
+    return SEER_OK;
+}
+
+/* ---- cuBLAS, for prefill -------------------------------------------------------------- */
+
+static seer_status matmul_blas(seer_cuda *c, float *y, const float *x, const seer_weight *w,
+                               const float *bias, int T) {
     const int rows = w->rows, cols = w->cols;
     const size_t nx = (size_t)T * cols;
     SEER_TRY(seer_cuda_reserve(c, &c->xbf16, nx * sizeof(bf16), "matmul input in bf16"));
@@ -48,4 +346,16 @@ seer_status seer_cuda_matmul(seer_backend *be, float *y, const float *x, const s
         LAUNCH_TRY("add_bias_kernel");
     }
     return SEER_OK;
+}
+
+seer_status seer_cuda_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                             const float *bias, int T) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (T <= 0)
+        return SEER_OK;
+    if (w->dtype != GGML_TYPE_BF16)
+        return seer_err(SEER_ERR_UNSUPPORTED, "matmul: CUDA weights are bf16, got type %d", w->dtype);
+    if (T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas)
+        return matmul_invariant(c, y, x, w, bias, T);
+    return matmul_blas(c, y, x, w, bias, T);
 }

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# bench-gpu.sh: decode at real shapes in one call on a GPU machine. Builds the seer tool and
+# test_bench with CUDA into build-gpu, then runs the sections asked for, each bounded in time:
+#   plain   seer bench, synthetic Llama-3.1-8B (bf16), B = 1 at 4K and 32K, against the floor
+#   check   test_bench: the synthetic weights, KV fill and bandwidth probe on the GPU against
+#           the CPU reference
+#   depth   B = 1 at 4K .. 128K, with streaming self-speculation (K 512, G 4) under
+#           SYNTHETIC ACCEPTANCE 0.8
+#   batch   B = 4, 8 and 14 (about the H100's capacity at 32K) at 4K and 32K, the same
+#           speculation
+#   shapes  synthetic Llama-2-7B and Qwen2.5-7B, B = 1 at 4K and 32K, the same speculation
+#   gamma   Llama-3.1-8B at 32K, B = 1 and 8: G 1, 2, 4, 8 and K 512, 2048
+#   long    Llama-3.1-8B at 128K, B = 2 and 3, the same speculation as depth
+# The log goes to $OUT/bench-gpu.log when OUT is set (else build-gpu/bench/), with each
+# section's JSON (seer bench --json-out) beside it; the plain table comes last. Plot a JSON
+# where gnuplot is installed: seer bench --replot X.json --plot X.png.
+# Run `scripts/gpu-check.sh stage` once on a machine with the build deps first (.gpu/deps
+# holds the headers the GPU machine lacks).
+#   BENCH_SECTIONS="plain check depth batch"   the sections to run, in this order
+#   BENCH_DEADLINE=400                         seconds the whole script may take
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+out=${OUT:-$root/build-gpu/bench}
+mkdir -p "$out" build-gpu/bench-tmp
+tmp=build-gpu/bench-tmp
+sections=${BENCH_SECTIONS:-plain check depth batch}
+deadline=${BENCH_DEADLINE:-400}
+left() { echo $((deadline - SECONDS)); }
+
+bench() { # name, seconds, args...
+  local name=$1 secs=$2 l
+  shift 2
+  l=$(left)
+  [ "$l" -lt "$secs" ] && secs=$l
+  if [ "$secs" -lt 20 ]; then
+    echo "== $name: skipped, ${l}s left"
+    return
+  fi
+  echo "== $name (at most ${secs}s): seer bench $*"
+  timeout "$secs" build-gpu/seer bench --backend cuda --json-out "$out/$name.json" "$@" \
+    >"$tmp/$name.txt" 2>"$tmp/$name.err"
+  echo "exit $? after ${SECONDS}s"
+  cat "$tmp/$name.txt"
+  grep -v '^seer bench: L=' "$tmp/$name.err" | tail -n 5
+}
+
+run_all() {
+  echo "== bench-gpu $(date -u +%Y-%m-%dT%H:%M:%SZ), sections: $sections"
+  command -v nvidia-smi >/dev/null &&
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.memory --format=csv
+  command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+  nvcc --version | tail -n 1
+  if [ -d "$root/.gpu/deps" ]; then
+    export PKG_CONFIG_PATH=$root/.gpu/deps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+    export LD_LIBRARY_PATH=$root/.gpu/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  echo "== build"
+  if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+           -DSEER_SHARED_DIR="$root/.gpu/shared" >"$tmp/configure.log" 2>&1 &&
+         cmake --build build-gpu -j"$(nproc)" --target seer_cli test_bench >"$tmp/build.log" 2>&1; }; then
+    tail -n 40 "$tmp/configure.log" "$tmp/build.log"
+    echo "bench-gpu: build failed"
+    return 1
+  fi
+  echo "built in ${SECONDS}s"
+
+  spec="--spec streaming --spec-budget-list 512 --spec-gamma-list 4 --synthetic-accept 0.8"
+  for s in $sections; do
+    case $s in
+      plain) bench plain 90 --synthetic llama-3.1-8b --ctx-list 4096,32768 --batch-list 1 --steps 20 ;;
+      check)
+        echo "== check: test_bench"
+        timeout "$(( $(left) < 60 ? $(left) : 60 ))" build-gpu/test_bench 2>&1 |
+          grep -E 'bench_gpu|OK|FAIL|PASS|SKIP|ERROR' ;;
+      depth) bench depth 150 --synthetic llama-3.1-8b --ctx-list 4096,16384,32768,65536,131072 \
+               --batch-list 1 --steps 20 --prefill 0 $spec ;;
+      batch) bench batch 120 --synthetic llama-3.1-8b --ctx-list 4096,32768 --batch-list 4,8,14 \
+               --steps 20 --prefill 0 $spec ;;
+      shapes)
+        bench llama-2-7b 90 --synthetic llama-2-7b --ctx-list 4096,32768 --batch-list 1 --steps 20 $spec
+        bench qwen2.5-7b 90 --synthetic qwen2.5-7b --ctx-list 4096,32768 --batch-list 1 --steps 20 $spec ;;
+      gamma) bench gamma 150 --synthetic llama-3.1-8b --ctx-list 32768 --batch-list 1,8 --steps 20 \
+               --prefill 0 --spec streaming --spec-budget-list 512,2048 --spec-gamma-list 1,2,4,8 \
+               --synthetic-accept 0.8 ;;
+      long) bench long 120 --synthetic llama-3.1-8b --ctx-list 131072 --batch-list 2,3 --steps 20 \
+              --prefill 0 $spec ;;
+      *) echo "unknown section $s" ;;
+    esac
+  done
+
+  echo
+  echo "== summary (plain decode, synthetic Llama-3.1-8B bf16)"
+  [ -f "$tmp/plain.txt" ] && sed -n '/^ *L  *B  *ms\/step/,/^$/p' "$tmp/plain.txt"
+  echo "bench-gpu: done in ${SECONDS}s"
+}
+
+run_all 2>&1 | tee "$out/bench-gpu.log"
+exit "${PIPESTATUS[0]}"

@@ -1,0 +1,199 @@
+/*
+ * graph.cu: forward calls recorded as CUDA graphs and replayed. A forward call of T tokens
+ * (T <= SEER_CUDA_INVARIANT_MAX_T: decode, draft and verification steps) is issued at the
+ * sizes of its bucket: batch_begin pads the index arrays (padding rows write no KV and
+ * gather row 0), the model code calls every op at the padded sizes, and since every op of
+ * such a call gives a row results that do not depend on the other rows, the real rows come
+ * out bit-identical to a call at the batch's own sizes. Everything that changes from batch to
+ * batch lives in device memory that batch_begin writes outside the graph (the index arrays
+ * at offsets fixed by the bucket, attention's descriptor with its own header), so a
+ * recording stays valid for every later batch of the same key: the caller's buffers, the two
+ * bucket sizes, attention's grid bucket and whether attention merges splits.
+ *
+ * Policy: a key's first call runs op by op at the padded sizes (buffers grow to what the
+ * shape needs), its second is captured (then launched), later ones replay. Any free of device
+ * memory (a buffer growing, a context freed) bumps the allocator's generation and retires
+ * every recording made before it. A capture that fails is dropped and the call runs again op
+ * by op (forward_end's redo). SEER_CUDA_GRAPHS=0 turns recording off (calls then run at
+ * their own sizes).
+ * Not for: prefill (larger calls run op by op at their own sizes), or calls that download
+ * mid-forward (q capture for the drafters: the model code does not ask then).
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <string.h>
+
+int seer_cuda_bucket(int n) {
+    if (n <= 0)
+        return 0;
+    if (n > SEER_CUDA_INVARIANT_MAX_T)
+        return n;
+    if (n <= 8) { /* 1, 2, 4, 8 */
+        int b = 1;
+        while (b < n)
+            b *= 2;
+        return b;
+    }
+    if (n <= 64) /* multiples of 8: the matmul's token tiles */
+        return (n + 7) / 8 * 8;
+    return (n + 31) / 32 * 32;
+}
+
+static void entry_drop(seer_cuda_graph *e) {
+    if (e->exec && cudaGraphExecDestroy(e->exec) != cudaSuccess)
+        (void)cudaGetLastError();
+    memset(e, 0, sizeof *e);
+}
+
+void seer_cuda_graphs_free(seer_cuda *c) {
+    for (int i = 0; i < SEER_CUDA_GRAPHS_MAX; i++)
+        entry_drop(&c->graph[i]);
+}
+
+/* The entry for the current call's key, or a fresh one (evicting the least recently used). */
+static int entry_find(seer_cuda *c, const void *key) {
+    const seer_cuda_fw *f = &c->fw;
+    const seer_cuda_attn *a = &c->att;
+    int lru = -1;
+    for (int i = 0; i < SEER_CUDA_GRAPHS_MAX; i++) {
+        const seer_cuda_graph *e = &c->graph[i];
+        if (e->key == key && e->T_pad == f->T_pad && e->n_out_pad == f->n_out_pad &&
+            e->att_grid == a->grid_bucket && e->att_split == a->split)
+            return i;
+        const seer_cuda_graph *l = lru >= 0 ? &c->graph[lru] : NULL;
+        if (!l || (l->key && (!e->key || e->last_use < l->last_use)))
+            lru = i; /* an empty entry, else the least recently used */
+    }
+    seer_cuda_graph *e = &c->graph[lru];
+    entry_drop(e);
+    e->key = key;
+    e->T_pad = f->T_pad;
+    e->n_out_pad = f->n_out_pad;
+    e->att_grid = a->grid_bucket;
+    e->att_split = a->split;
+    e->gen = c->gen;
+    return lru;
+}
+
+seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap, int *T,
+                                    int *n_out, bool *done) {
+    seer_cuda *c = seer_cuda_of(be);
+    seer_cuda_fw *f = &c->fw;
+    *done = false;
+    f->padded = f->capturing = false;
+    f->entry = -1;
+    if (!c->graphs || !c->att.valid || f->T != *T || f->n_out != *n_out ||
+        f->T > SEER_CUDA_INVARIANT_MAX_T || f->T_pad > T_cap || f->n_out_pad > T_cap) {
+        c->n_eager++;
+        return SEER_OK;
+    }
+    const int i = entry_find(c, key);
+    seer_cuda_graph *e = &c->graph[i];
+    e->last_use = ++c->use_clock;
+    if (e->gen != c->gen) { /* its pointers may be stale: start over at this generation */
+        if (e->exec && cudaGraphExecDestroy(e->exec) != cudaSuccess)
+            (void)cudaGetLastError();
+        e->exec = NULL;
+        e->warm = e->failed = false;
+        e->gen = c->gen;
+    }
+    if (e->exec) {
+        CUDA_TRY(cudaGraphLaunch(e->exec, c->stream));
+        c->n_replayed++;
+        *done = true;
+        return SEER_OK;
+    }
+    f->padded = true;
+    f->entry = i;
+    *T = f->T_pad;
+    *n_out = f->n_out_pad;
+    if (e->warm && !e->failed) {
+        cudaError_t r = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+        if (r != cudaSuccess) {
+            (void)cudaGetLastError();
+            e->failed = true; /* run op by op, padded, from now on */
+        } else {
+            f->capturing = true;
+        }
+    }
+    return SEER_OK;
+}
+
+seer_status seer_cuda_forward_end(seer_backend *be, seer_status s, bool *redo) {
+    seer_cuda *c = seer_cuda_of(be);
+    seer_cuda_fw *f = &c->fw;
+    *redo = false;
+    const int i = f->entry;
+    seer_cuda_graph *e = i >= 0 ? &c->graph[i] : NULL;
+    if (!f->capturing) {
+        if (e && s == SEER_OK) {
+            e->warm = true;
+            e->gen = c->gen; /* the warm-up may have grown buffers: those pointers are current */
+        }
+        if (f->padded)
+            c->n_eager++;
+        f->padded = false;
+        f->entry = -1;
+        return s;
+    }
+    f->capturing = false;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t r = cudaStreamEndCapture(c->stream, &g);
+    if (r == cudaSuccess && s == SEER_OK && g)
+        r = cudaGraphInstantiate(&exec, g, 0);
+    if (g && cudaGraphDestroy(g) != cudaSuccess)
+        (void)cudaGetLastError();
+    if (r != cudaSuccess || s != SEER_OK || !exec || e->gen != c->gen) {
+        /* Nothing of the call ran: the caller issues it again, op by op at its own sizes. */
+        (void)cudaGetLastError();
+        if (exec && cudaGraphExecDestroy(exec) != cudaSuccess)
+            (void)cudaGetLastError();
+        e->failed = true;
+        f->padded = false;
+        f->entry = -1;
+        c->n_eager++;
+        *redo = true;
+        return SEER_OK;
+    }
+    e->exec = exec;
+    f->padded = false;
+    f->entry = -1;
+    c->n_captured++;
+    CUDA_TRY(cudaGraphLaunch(exec, c->stream));
+    return SEER_OK;
+}
+
+/* ---- gather_rows in a padded call ----------------------------------------------------- */
+
+__global__ void gather_rows_fw_kernel(float *y, const float *x, const int32_t *rows, int D) {
+    const float *src = x + (size_t)rows[blockIdx.x] * D;
+    float *dst = y + (size_t)blockIdx.x * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        dst[i] = src[i];
+}
+
+seer_status seer_cuda_gather_rows_fw(seer_backend *be, float *y, const float *x,
+                                     const int32_t *rows, int n_rows, int D) {
+    seer_cuda *c = seer_cuda_of(be);
+    const seer_cuda_idx *e = &c->idx[SEER_IDX_OUT_ROWS];
+    /* The op's own path reads every entry of rows on the host, which a padded call's host
+     * array does not have. batch_begin checked the real entries (< T); the padding is 0. */
+    if (!c->fw.padded || n_rows <= 0 || D <= 0 || rows != e->host || n_rows > e->n_pad ||
+        memcmp(rows, e->staged, (size_t)e->n * sizeof *rows))
+        return seer_cuda_gather_rows(be, y, x, rows, n_rows, D);
+    const size_t out_bytes = (size_t)n_rows * D * sizeof(float);
+    const char *y0 = (const char *)y, *y1 = y0 + out_bytes;
+    const char *x0 = (const char *)x, *x1 = x0 + (size_t)c->fw.T_pad * D * sizeof(float);
+    const bool overlap = y0 < x1 && x0 < y1;
+    float *dst = y;
+    if (overlap) {
+        SEER_TRY(seer_cuda_reserve(c, &c->gather_tmp, out_bytes, "gather_rows scratch"));
+        dst = (float *)c->gather_tmp.p;
+    }
+    gather_rows_fw_kernel<<<(unsigned)n_rows, 128, 0, c->stream>>>(dst, x, e->dev, D);
+    LAUNCH_TRY("gather_rows_fw_kernel");
+    if (overlap)
+        CUDA_TRY(cudaMemcpyAsync(y, dst, out_bytes, cudaMemcpyDeviceToDevice, c->stream));
+    return SEER_OK;
+}

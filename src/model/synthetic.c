@@ -1,0 +1,362 @@
+/*
+ * synthetic.c: what benchmarks at real shapes need from the library: models with random
+ * weights generated directly on the backend (named presets of real models' shapes, or any
+ * Llama-family shape), random KV appended to a sequence without computing it, and the
+ * numbers the decode floor is computed from (bytes of the weights and of a token's KV, the
+ * device's copy bandwidth, a synchronisation for timing).
+ * Not for: anything whose output should mean something: these models compute noise, and
+ * speculation on them accepts nothing unless the acceptance is synthetic (seer_spec_params).
+ */
+#include "backend/synth_hash.h"
+#include "model/model.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- presets ------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    const char *arch;
+    int n_vocab, dim, n_layers, n_heads, n_kv_heads, ffn_dim, ctx;
+    float rope_base, norm_eps;
+    bool tied;
+    bool llama3_rope; /* Llama 3.1's RoPE scaling: factor 8, low 1, high 4, original 8192 */
+} shape_preset;
+
+/* The published configurations of these models; the small ones are for tests and CPU runs. */
+static const shape_preset k_presets[] = {
+    {"llama-3.1-8b", "llama", 128256, 4096, 32, 32, 8, 14336, 131072, 500000.f, 1e-5f, false, true},
+    {"llama-2-7b", "llama", 32000, 4096, 32, 32, 32, 11008, 4096, 10000.f, 1e-5f, false, false},
+    {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 18944, 32768, 1000000.f, 1e-6f, false, false},
+    {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.f, 1e-5f, true, true},
+    {"small", "llama", 4096, 256, 4, 8, 2, 704, 32768, 10000.f, 1e-5f, false, false},
+    {"tiny", "llama", 512, 64, 2, 4, 2, 192, 4096, 10000.f, 1e-5f, false, false},
+    {"tiny-qwen2", "qwen2", 512, 64, 2, 4, 2, 160, 4096, 1000000.f, 1e-6f, true, false},
+};
+
+#define N_PRESETS ((int)(sizeof k_presets / sizeof *k_presets))
+
+const char *const *seer_synthetic_shapes(void) {
+    static const char *names[N_PRESETS + 1];
+    for (int i = 0; i < N_PRESETS; i++)
+        names[i] = k_presets[i].name;
+    names[N_PRESETS] = NULL;
+    return names;
+}
+
+static seer_status check_shape(const shape_preset *p, float scale) {
+#define BAD(...) return seer_err(SEER_ERR_INVALID_ARG, "synthetic model: " __VA_ARGS__)
+    if (!p->arch || (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2")))
+        BAD("unknown architecture %s (llama or qwen2)", p->arch ? p->arch : "(null)");
+    if (p->n_vocab < 259 + 1 || p->n_vocab > (1 << 22))
+        BAD("n_vocab %d out of range [260, %d] (3 specials and 256 byte tokens come first)",
+            p->n_vocab, 1 << 22);
+    if (p->dim < 2 || p->dim > (1 << 16) || p->n_layers < 1 || p->n_layers > 1024 ||
+        p->ffn_dim < 1 || p->ffn_dim > (1 << 18))
+        BAD("dim %d, n_layers %d or ffn_dim %d out of range", p->dim, p->n_layers, p->ffn_dim);
+    if (p->n_heads < 1 || p->n_kv_heads < 1 || p->n_heads > 1024 || p->n_heads % p->n_kv_heads)
+        BAD("n_kv_heads %d must divide n_heads %d", p->n_kv_heads, p->n_heads);
+    if (p->dim % p->n_heads || (p->dim / p->n_heads) % 2)
+        BAD("head_dim = dim %d / n_heads %d must be a whole even number", p->dim, p->n_heads);
+    if (p->ctx < 1 || p->ctx > (1 << 24))
+        BAD("ctx %d out of range", p->ctx);
+    if (!(p->rope_base > 0) || !isfinite(p->rope_base) || !(p->norm_eps > 0) || !isfinite(p->norm_eps))
+        BAD("rope_base %g and norm_eps %g must be positive", (double)p->rope_base, (double)p->norm_eps);
+    if (!(scale >= 0) || !isfinite(scale))
+        BAD("scale %g must be >= 0", (double)scale);
+#undef BAD
+    return SEER_OK;
+}
+
+/* ---- vocabulary ---------------------------------------------------------------------- */
+
+/* <unk>, <s>, </s>, the 256 byte-fallback tokens, then filler pieces "▁w<i>": enough for
+ * tokenising and detokenising to work (every text encodes through byte fallback). */
+static seer_status synthetic_vocab(int V, seer_vocab **out) {
+    char **texts = seer_calloc_array((size_t)V, sizeof *texts);
+    int32_t *types = seer_malloc_array((size_t)V, sizeof *types);
+    float *scores = seer_malloc_array((size_t)V, sizeof *scores);
+    char *store = seer_malloc_array((size_t)V, 16);
+    seer_status s = SEER_OK;
+    if (!texts || !types || !scores || !store)
+        s = seer_err(SEER_ERR_OOM, "out of memory for a vocabulary of %d tokens", V);
+    for (int i = 0; s == SEER_OK && i < V; i++) {
+        char *t = store + (size_t)i * 16;
+        if (i == 0)
+            snprintf(t, 16, "<unk>");
+        else if (i == 1)
+            snprintf(t, 16, "<s>");
+        else if (i == 2)
+            snprintf(t, 16, "</s>");
+        else if (i < 259)
+            snprintf(t, 16, "<0x%02X>", i - 3);
+        else
+            snprintf(t, 16, "\xe2\x96\x81w%d", i - 259);
+        texts[i] = t;
+        types[i] = i == 0 ? SEER_TOKEN_UNKNOWN : i < 3 ? SEER_TOKEN_CONTROL
+                 : i < 259 ? SEER_TOKEN_BYTE : SEER_TOKEN_NORMAL;
+        scores[i] = i < 259 ? 0.f : -(float)(i - 259);
+    }
+    if (s == SEER_OK) {
+        seer_vocab_desc d = {
+            .kind = SEER_VOCAB_SPM, .model_name = "llama", .n = V, .texts = (const char *const *)texts,
+            .scores = scores, .types = types, .bos = 1, .eos = 2, .unk = 0, .pad = -1,
+            .add_bos = true, .add_space_prefix = true,
+        };
+        s = seer_vocab_from_arrays(&d, out);
+    }
+    free(texts), free(types), free(scores), free(store);
+    return s;
+}
+
+/* ---- weights ------------------------------------------------------------------------- */
+
+/* Sub-streams of the seed: one per tensor. */
+enum { T_Q, T_K, T_V, T_O, T_GATE, T_UP, T_DOWN, T_ATTN_NORM, T_FFN_NORM, T_BQ, T_BK, T_BV, T_PER_LAYER };
+#define T_EMBD ((uint64_t)1 << 32)
+#define T_OUTPUT (T_EMBD + 1)
+#define T_OUT_NORM (T_EMBD + 2)
+
+typedef struct {
+    seer_model *m;
+    uint64_t seed;
+    float scale; /* 0: 1/sqrt(input dim) of each weight */
+} gen_ctx;
+
+static seer_status rand_weight(gen_ctx *g, uint64_t id, int rows, int cols, seer_weight *w) {
+    seer_backend *be = g->m->be;
+    float sc = g->scale > 0 ? g->scale : 1.f / sqrtf((float)cols);
+    g->m->info.n_params += (uint64_t)rows * cols;
+    return be->ops->weight_random(be, rows, cols, seer_synth_seed(g->seed, id), sc, w);
+}
+
+/* A small f32 vector: base + uniform noise of deviation dev, made on the host (D floats). */
+static seer_status rand_vec(gen_ctx *g, uint64_t id, int n, float base, float dev, float **out) {
+    seer_backend *be = g->m->be;
+    float *host = seer_malloc_array((size_t)n, sizeof *host);
+    if (!host)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    const uint64_t sd = seer_synth_seed(g->seed, id);
+    const float mul = seer_synth_mul(dev);
+    for (int i = 0; i < n; i++)
+        host[i] = base + seer_synth_value(sd, (uint64_t)i, mul);
+    seer_status s = be->ops->alloc(be, (size_t)n * sizeof(float), (void **)out);
+    if (s == SEER_OK)
+        s = be->ops->upload(be, *out, host, (size_t)n * sizeof(float));
+    free(host);
+    g->m->info.n_params += (uint64_t)n;
+    return s;
+}
+
+static seer_status make_weights(gen_ctx *g) {
+    seer_model *m = g->m;
+    const seer_model_info *in = &m->info;
+    const int D = in->dim, F = in->ffn_dim, V = in->n_vocab;
+    const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
+    /* Embedding rows go straight into the residual stream: unit-scale entries would swamp
+     * the first layers, so the table gets the linear weights' scale. */
+    SEER_TRY(rand_weight(g, T_EMBD, V, D, &m->tok_embd));
+    SEER_TRY(rand_vec(g, T_OUT_NORM, D, 1.f, 0.02f, &m->output_norm));
+    if (in->tied_output) {
+        m->output = m->tok_embd;
+        m->output.owned = false;
+    } else {
+        SEER_TRY(rand_weight(g, T_OUTPUT, V, D, &m->output));
+    }
+    m->layers = seer_calloc_array((size_t)in->n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    for (int l = 0; l < in->n_layers; l++) {
+        seer_layer *L = &m->layers[l];
+        const uint64_t b = (uint64_t)l * T_PER_LAYER;
+        SEER_TRY(rand_vec(g, b + T_ATTN_NORM, D, 1.f, 0.02f, &L->attn_norm));
+        SEER_TRY(rand_vec(g, b + T_FFN_NORM, D, 1.f, 0.02f, &L->ffn_norm));
+        SEER_TRY(rand_weight(g, b + T_Q, qd, D, &L->wq));
+        SEER_TRY(rand_weight(g, b + T_K, kvd, D, &L->wk));
+        SEER_TRY(rand_weight(g, b + T_V, kvd, D, &L->wv));
+        SEER_TRY(rand_weight(g, b + T_O, D, qd, &L->wo));
+        SEER_TRY(rand_weight(g, b + T_GATE, F, D, &L->w_gate));
+        SEER_TRY(rand_weight(g, b + T_UP, F, D, &L->w_up));
+        SEER_TRY(rand_weight(g, b + T_DOWN, D, F, &L->w_down));
+        if (m->arch == SEER_ARCH_QWEN2) {
+            SEER_TRY(rand_vec(g, b + T_BQ, qd, 0.f, 0.02f, &L->bq));
+            SEER_TRY(rand_vec(g, b + T_BK, kvd, 0.f, 0.02f, &L->bk));
+            SEER_TRY(rand_vec(g, b + T_BV, kvd, 0.f, 0.02f, &L->bv));
+        }
+    }
+    return SEER_OK;
+}
+
+static seer_status make_rope(seer_model *m, bool llama3) {
+    const seer_model_info *in = &m->info;
+    const int half = in->head_dim / 2;
+    float *fr = seer_malloc_array((size_t)half, sizeof *fr);
+    if (!fr)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    m->inv_freq_host = fr;
+    for (int i = 0; i < half; i++)
+        fr[i] = (float)pow(in->rope_base, -2.0 * i / in->head_dim);
+    if (llama3)
+        SEER_TRY(seer_rope_llama3(fr, half, 8.f, 1.f, 4.f, 8192));
+    SEER_TRY(m->be->ops->alloc(m->be, (size_t)half * sizeof(float), (void **)&m->inv_freq));
+    return m->be->ops->upload(m->be, m->inv_freq, fr, (size_t)half * sizeof(float));
+}
+
+seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, seer_model_params mp,
+                                 seer_model **out) {
+    if (!out)
+        return seer_err(SEER_ERR_INVALID_ARG, "seer_model_synthetic: out is NULL");
+    *out = NULL;
+    shape_preset ps;
+    if (shape) {
+        int k = 0;
+        while (k < N_PRESETS && strcmp(k_presets[k].name, shape))
+            k++;
+        if (k == N_PRESETS) {
+            char list[256] = "";
+            for (int i = 0; i < N_PRESETS; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                         k_presets[i].name);
+            return seer_err(SEER_ERR_INVALID_ARG, "unknown synthetic shape '%s' (%s)", shape, list);
+        }
+        ps = k_presets[k];
+    } else {
+        if (!p)
+            return seer_err(SEER_ERR_INVALID_ARG, "synthetic model: give a shape name or parameters");
+        if (p->head_dim && p->head_dim * p->n_heads != p->dim)
+            return seer_err(SEER_ERR_UNSUPPORTED, "synthetic model: head_dim %d * n_heads %d != dim %d",
+                            p->head_dim, p->n_heads, p->dim);
+        ps = (shape_preset){"custom", p->arch, p->n_vocab, p->dim, p->n_layers, p->n_heads,
+                            p->n_kv_heads, p->ffn_dim, p->ctx, p->rope_base, p->norm_eps, p->tied, false};
+    }
+    const uint64_t seed = p ? p->seed : 1;
+    const float scale = p ? p->scale : 0.f;
+    SEER_TRY(check_shape(&ps, scale));
+    if (mp.n_threads < 0 || mp.n_threads > 1024)
+        return seer_err(SEER_ERR_INVALID_ARG, "n_threads %d is out of range [0, 1024]", mp.n_threads);
+
+    seer_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    seer_model_info *in = &m->info;
+    snprintf(in->arch, sizeof in->arch, "%s", ps.arch);
+    snprintf(in->name, sizeof in->name, "synthetic %s", ps.name);
+    m->arch = strcmp(ps.arch, "qwen2") ? SEER_ARCH_LLAMA : SEER_ARCH_QWEN2;
+    in->n_vocab = ps.n_vocab;
+    in->dim = ps.dim;
+    in->n_layers = ps.n_layers;
+    in->n_heads = ps.n_heads;
+    in->n_kv_heads = ps.n_kv_heads;
+    in->head_dim = ps.dim / ps.n_heads;
+    in->ffn_dim = ps.ffn_dim;
+    in->ctx_train = ps.ctx;
+    in->rope_base = ps.rope_base;
+    in->norm_eps = ps.norm_eps;
+    in->tied_output = ps.tied;
+    in->rope_neox = m->arch == SEER_ARCH_QWEN2;
+    snprintf(in->tokenizer, sizeof in->tokenizer, "llama");
+    in->token_bos = 1;
+    in->token_eos = 2;
+    in->backend = "none";
+    seer_status s = synthetic_vocab(ps.n_vocab, &m->vocab);
+    if (s == SEER_OK && !mp.vocab_only)
+        s = seer_model_pick_backend(mp, &m->be);
+    if (s == SEER_OK && m->be) {
+        in->backend = m->be->ops->name;
+        if (!m->be->ops->weight_random)
+            s = seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot generate weights", in->backend);
+        if (s == SEER_OK)
+            s = make_rope(m, ps.llama3_rope);
+        gen_ctx g = {.m = m, .seed = seed, .scale = scale};
+        if (s == SEER_OK)
+            s = make_weights(&g);
+    }
+    if (s != SEER_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", seer_last_error());
+        seer_model_free(m);
+        return seer_err(s, "synthetic %s: %s", ps.name, msg);
+    }
+    *out = m;
+    return SEER_OK;
+}
+
+/* ---- KV without computing it --------------------------------------------------------- */
+
+seer_status seer_seq_fill_synthetic(seer_context *c, seer_seq_id seq, int len, uint64_t seed) {
+    if (!c)
+        return seer_err(SEER_ERR_INVALID_ARG, "fill_synthetic: no context");
+    if (seq < 0 || seq >= c->params.n_seq_max || !seer_kv_seq_alive(c->kv, seq))
+        return seer_err(SEER_ERR_INVALID_ARG, "sequence %d does not exist", (int)seq);
+    if (len < 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "fill_synthetic: negative length %d", len);
+    if (len == 0)
+        return SEER_OK;
+    seer_backend *be = c->model->be;
+    if (!be->ops->kv_fill_random)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot fill KV", be->ops->name);
+    int id = seq, n_new = len, n_copies = 0;
+    seer_kv_copy copy;
+    SEER_TRY(seer_kv_prepare_append(c->kv, 1, &id, &n_new, &copy, &n_copies));
+    seer_status s = be->ops->kv_copy_pages(be, c->kv_data, &c->geom, &copy, n_copies);
+    const seer_kv_seq *sq = &c->kv->seqs[seq];
+    const int ps = c->kv->page_size, p0 = sq->len / ps, row0 = sq->len % ps;
+    const int np = (row0 + len + ps - 1) / ps;
+    if (s == SEER_OK)
+        s = be->ops->kv_fill_random(be, c->kv_data, &c->geom, sq->pages + p0, np, row0, len,
+                                    seed, 1.f);
+    /* As seer_decode: pages gained for a failed fill go back; the length moves on success. */
+    if (s == SEER_OK)
+        seer_kv_commit_append(c->kv, seq, len);
+    else
+        seer_kv_trim(c->kv, seq);
+    return s;
+}
+
+/* ---- the floor ----------------------------------------------------------------------- */
+
+static uint64_t weight_bytes(const seer_weight *w) {
+    const int be = ggml_type_block_elems((ggml_type)w->dtype);
+    const int bb = ggml_type_block_bytes((ggml_type)w->dtype);
+    if (be <= 0 || bb <= 0)
+        return 0;
+    return (uint64_t)w->rows * w->cols / be * bb;
+}
+
+void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
+    memset(out, 0, sizeof *out);
+    if (!m->be || !m->layers)
+        return;
+    const seer_model_info *in = &m->info;
+    uint64_t w = weight_bytes(&m->output);
+    for (int l = 0; l < in->n_layers; l++) {
+        const seer_layer *L = &m->layers[l];
+        const seer_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+            w += weight_bytes(ws[i]);
+    }
+    out->weight_bytes = w;
+    const uint64_t n_out = (uint64_t)m->output.rows * m->output.cols;
+    out->weight_elem_bytes = n_out ? (int)(weight_bytes(&m->output) / n_out) : 0;
+    out->kv_elem_bytes = m->be->ops->kv_elem_bytes ? m->be->ops->kv_elem_bytes : (int)sizeof(float);
+    out->kv_bytes_per_token = 2ull * in->n_layers * in->n_kv_heads * in->head_dim * out->kv_elem_bytes;
+}
+
+seer_status seer_model_measure_bandwidth(const seer_model *m, double *bytes_per_s) {
+    *bytes_per_s = 0;
+    if (!m->be)
+        return seer_err(SEER_ERR_INVALID_ARG, "the model was loaded with vocab_only: no backend");
+    if (!m->be->ops->copy_bandwidth)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot measure bandwidth", m->be->ops->name);
+    return m->be->ops->copy_bandwidth(m->be, bytes_per_s);
+}
+
+seer_status seer_model_sync(const seer_model *m) {
+    if (!m->be || !m->be->ops->sync)
+        return SEER_OK;
+    return m->be->ops->sync(m->be);
+}

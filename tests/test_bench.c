@@ -1,0 +1,510 @@
+/*
+ * test_bench.c: what `seer bench` stands on: synthetic models generated on the backend
+ * (shapes, weight statistics, determinism, bad input), synthetic KV fill (the values the
+ * contract promises, lengths and pages, copy-on-write, the context left unchanged on
+ * failure), the floor's inputs (footprint, bandwidth probe), and the `seer bench` command
+ * itself (table, JSON fields, bad flags). With a CUDA device: the same synthetic model and
+ * KV on the GPU give the CPU's logits within the bf16 tolerance. No timing assertions.
+ */
+#include "testutil.h"
+
+#include "backend/synth_hash.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static seer_model *synth(const char *shape, seer_backend_kind kind, uint64_t seed) {
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = kind;
+    mp.n_threads = 2;
+    seer_gen_params gp = seer_gen_default_params();
+    gp.seed = seed;
+    seer_model *m = NULL;
+    ASSERT_OK(seer_model_synthetic(shape, &gp, mp, &m));
+    return m;
+}
+
+static seer_context *mkctx(seer_model *m, int n_ctx, int n_seq, int page, int n_pages) {
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_seq_max = n_seq;
+    cp.n_batch_max = 16;
+    cp.page_size = page;
+    cp.n_pages = n_pages;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    return c;
+}
+
+/* Decodes one token at the end of seq; logits into out [V]. */
+static void decode_one(seer_context *c, seer_seq_id seq, int32_t token, float *out) {
+    int32_t pos = seer_seq_len(c, seq);
+    uint8_t want = 1;
+    seer_batch b = {.n_tokens = 1, .token = &token, .seq = &seq, .pos = &pos, .logits = &want};
+    ASSERT_OK(seer_decode(c, &b, out));
+}
+
+static bool all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return false;
+    return true;
+}
+
+/* ---- synthetic models ------------------------------------------------------------------ */
+
+static void test_presets_and_footprint(void **state) {
+    const char *const *names = seer_synthetic_shapes();
+    const char *want[] = {"llama-3.1-8b", "llama-2-7b", "qwen2.5-7b", "tiny"};
+    for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
+        bool found = false;
+        for (int i = 0; names[i]; i++)
+            found |= !strcmp(names[i], want[k]);
+        assert_true(found);
+    }
+    /* The big shapes without weights: hyper-parameters as published. */
+    seer_model_params mp = seer_model_default_params();
+    mp.vocab_only = true;
+    seer_model *m = NULL;
+    ASSERT_OK(seer_model_synthetic("llama-3.1-8b", NULL, mp, &m));
+    seer_model_info in;
+    seer_model_get_info(m, &in);
+    assert_int_equal(in.dim, 4096);
+    assert_int_equal(in.n_layers, 32);
+    assert_int_equal(in.n_heads, 32);
+    assert_int_equal(in.n_kv_heads, 8);
+    assert_int_equal(in.head_dim, 128);
+    assert_int_equal(in.ffn_dim, 14336);
+    assert_int_equal(in.n_vocab, 128256);
+    assert_int_equal(in.ctx_train, 131072);
+    assert_true(in.rope_base == 500000.f);
+    assert_string_equal(in.arch, "llama");
+    seer_context *c = NULL;
+    seer_context_params cp = seer_context_default_params();
+    assert_int_equal(seer_context_init(m, cp, &c), SEER_ERR_INVALID_ARG); /* no weights */
+    seer_model_free(m);
+    ASSERT_OK(seer_model_synthetic("qwen2.5-7b", NULL, mp, &m));
+    seer_model_get_info(m, &in);
+    assert_int_equal(in.dim, 3584);
+    assert_int_equal(in.n_kv_heads, 4);
+    assert_int_equal(in.n_vocab, 152064);
+    assert_string_equal(in.arch, "qwen2");
+    assert_int_equal(in.rope_neox, 1);
+    seer_model_free(m);
+
+    /* The floor's inputs on the CPU (f32) for tiny: D 64, 2 layers, H 4, Hkv 2, Dh 16, F 192. */
+    m = synth("tiny", SEER_BACKEND_CPU, 1);
+    seer_model_footprint fp;
+    seer_model_get_footprint(m, &fp);
+    const uint64_t per_layer = 64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 192 * 64;
+    assert_int_equal(fp.weight_bytes, (2 * per_layer + 512 * 64) * 4);
+    assert_int_equal(fp.kv_bytes_per_token, 2 * 2 * 2 * 16 * 4);
+    assert_int_equal(fp.weight_elem_bytes, 4);
+    assert_int_equal(fp.kv_elem_bytes, 4);
+    seer_model_get_info(m, &in);
+    assert_string_equal(in.backend, "cpu");
+    assert_int_equal(in.file_size, 0);
+    /* The vocabulary works: text encodes (byte fallback) and the pieces come back. */
+    int32_t ids[64];
+    int n = 0;
+    ASSERT_OK(seer_tokenize(m, "hi!", 3, true, false, ids, 64, &n));
+    assert_true(n >= 2);
+    assert_int_equal(ids[0], seer_token_bos(m));
+    char buf[64] = "";
+    int len = 0;
+    for (int i = 1; i < n; i++)
+        len += seer_token_piece(m, ids[i], buf + len, (int)sizeof buf - len);
+    assert_non_null(strstr(buf, "hi!"));
+    seer_model_free(m);
+}
+
+static void test_weights_and_determinism(void **state) {
+    seer_model *a = synth("tiny", SEER_BACKEND_CPU, 7), *b = synth("tiny", SEER_BACKEND_CPU, 7),
+               *d = synth("tiny", SEER_BACKEND_CPU, 8);
+    /* Statistics of a linear weight: mean 0, deviation 1/sqrt(cols), uniform bounds. */
+    const seer_weight *w = &a->layers[1].w_gate;
+    const float *x = w->data;
+    const size_t n = (size_t)w->rows * w->cols;
+    double s1 = 0, s2 = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        s1 += x[i];
+        s2 += (double)x[i] * x[i];
+        mx = fmax(mx, fabs(x[i]));
+    }
+    const double sd = 1 / sqrt((double)w->cols), mean = s1 / n, dev = sqrt(s2 / n - mean * mean);
+    assert_true(fabs(mean) < 0.05 * sd);
+    assert_true(fabs(dev / sd - 1) < 0.05);
+    assert_true(mx <= sqrt(3.0) * sd * 1.0001 && mx > 1.6 * sd);
+    /* Norm weights near 1. */
+    float norm[64];
+    memcpy(norm, a->layers[0].attn_norm, sizeof norm);
+    for (int i = 0; i < 64; i++)
+        assert_true(fabsf(norm[i] - 1) < 0.05f);
+
+    const int V = a->info.n_vocab;
+    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V), *ld = malloc(sizeof(float) * V);
+    seer_model *ms[] = {a, b, d};
+    float *ls[] = {la, lb, ld};
+    for (int k = 0; k < 3; k++) {
+        seer_context *c = mkctx(ms[k], 256, 1, 16, 0);
+        seer_seq_id q;
+        ASSERT_OK(seer_seq_new(c, &q));
+        ASSERT_OK(seer_seq_fill_synthetic(c, q, 40, 3));
+        decode_one(c, q, 300, ls[k]);
+        assert_true(all_finite(ls[k], V));
+        seer_context_free(c);
+    }
+    assert_memory_equal(la, lb, sizeof(float) * V); /* same seed: the same model */
+    assert_memory_not_equal(la, ld, sizeof(float) * V);
+    free(la), free(lb), free(ld);
+    seer_model_free(a), seer_model_free(b), seer_model_free(d);
+
+    /* qwen2 (biases, tied output) and a custom shape decode too. */
+    seer_model *q2 = synth("tiny-qwen2", SEER_BACKEND_CPU, 1);
+    assert_non_null(q2->layers[0].bq);
+    assert_true(q2->info.tied_output);
+    seer_model_free(q2);
+    seer_gen_params gp = seer_gen_default_params();
+    gp.arch = "qwen2";
+    gp.n_vocab = 300;
+    gp.dim = 48;
+    gp.n_heads = 6;
+    gp.n_kv_heads = 3;
+    gp.ffn_dim = 40;
+    gp.n_layers = 3;
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    seer_model *cu = NULL;
+    ASSERT_OK(seer_model_synthetic(NULL, &gp, mp, &cu));
+    assert_int_equal(cu->info.head_dim, 8);
+    seer_context *c = mkctx(cu, 64, 1, 4, 0);
+    seer_seq_id sq;
+    ASSERT_OK(seer_seq_new(c, &sq));
+    ASSERT_OK(seer_seq_fill_synthetic(c, sq, 9, 1));
+    float lg[300];
+    decode_one(c, sq, 5, lg);
+    assert_true(all_finite(lg, 300));
+    seer_context_free(c);
+    seer_model_free(cu);
+}
+
+static void test_bad_shapes(void **state) {
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    seer_model *m = (seer_model *)0x1;
+    assert_int_equal(seer_model_synthetic("llama-9000", NULL, mp, &m), SEER_ERR_INVALID_ARG);
+    assert_null(m);
+    assert_non_null(strstr(seer_last_error(), "llama-3.1-8b"));
+    assert_int_equal(seer_model_synthetic(NULL, NULL, mp, &m), SEER_ERR_INVALID_ARG);
+    seer_gen_params gp = seer_gen_default_params();
+    gp.n_heads = 3; /* does not divide dim 64 */
+    assert_int_equal(seer_model_synthetic(NULL, &gp, mp, &m), SEER_ERR_INVALID_ARG);
+    gp = seer_gen_default_params();
+    gp.n_kv_heads = 3;
+    assert_int_equal(seer_model_synthetic(NULL, &gp, mp, &m), SEER_ERR_INVALID_ARG);
+    gp = seer_gen_default_params();
+    gp.n_vocab = 100; /* no room for the byte tokens */
+    assert_int_equal(seer_model_synthetic(NULL, &gp, mp, &m), SEER_ERR_INVALID_ARG);
+    gp = seer_gen_default_params();
+    gp.arch = "gpt-neox";
+    assert_int_equal(seer_model_synthetic(NULL, &gp, mp, &m), SEER_ERR_INVALID_ARG);
+    gp = seer_gen_default_params();
+    gp.scale = -1;
+    assert_int_equal(seer_model_synthetic(NULL, &gp, mp, &m), SEER_ERR_INVALID_ARG);
+    assert_null(m);
+}
+
+/* ---- synthetic KV ---------------------------------------------------------------------- */
+
+/* The value the contract promises for (layer, which, i-th slot of a fill of n, e). */
+static float expect_kv(uint64_t seed, int layer, int which, int i, int n, int e, int kvd) {
+    uint64_t idx = (((uint64_t)layer * 2 + which) * n + i) * kvd + e;
+    return seer_synth_value(seed, idx, seer_synth_mul(1.f));
+}
+
+static void test_fill(void **state) {
+    seer_model *m = synth("tiny", SEER_BACKEND_CPU, 1);
+    const int kvd = 2 * 16, V = m->info.n_vocab;
+    seer_context *c = mkctx(m, 200, 4, 16, 10);
+    seer_seq_id a;
+    ASSERT_OK(seer_seq_new(c, &a));
+    ASSERT_OK(seer_seq_fill_synthetic(c, a, 0, 1)); /* nothing */
+    assert_int_equal(seer_seq_len(c, a), 0);
+    assert_int_equal(seer_kv_free_pages(c), 10);
+    ASSERT_OK(seer_seq_fill_synthetic(c, a, 5, 11));
+    assert_int_equal(seer_seq_len(c, a), 5);
+    assert_int_equal(seer_kv_free_pages(c), 9);
+    ASSERT_OK(seer_seq_fill_synthetic(c, a, 20, 12)); /* continues in the partial page */
+    assert_int_equal(seer_seq_len(c, a), 25);
+    assert_int_equal(seer_kv_free_pages(c), 8);
+    /* The stored values are the contract's, on both sides of the page boundary. */
+    float *row = malloc(sizeof(float) * 25 * kvd);
+    for (int layer = 0; layer < 2; layer++)
+        for (int which = 0; which < 2; which++) {
+            ASSERT_OK(seer_context_read_kv(c, a, layer, which, 0, 25, row));
+            for (int s = 0; s < 25; s++)
+                for (int e = 0; e < kvd; e += 7) {
+                    float want = s < 5 ? expect_kv(11, layer, which, s, 5, e, kvd)
+                                       : expect_kv(12, layer, which, s - 5, 20, e, kvd);
+                    assert_true(row[s * kvd + e] == want);
+                }
+        }
+    float *lg = malloc(sizeof(float) * V);
+    decode_one(c, a, 77, lg);
+    assert_true(all_finite(lg, V));
+    assert_int_equal(seer_seq_len(c, a), 26);
+
+    /* Copy-on-write: filling a fork leaves the original's slots as they were. */
+    float *before = malloc(sizeof(float) * 26 * kvd), *after = malloc(sizeof(float) * 26 * kvd);
+    ASSERT_OK(seer_context_read_kv(c, a, 1, 1, 0, 26, before));
+    seer_seq_id f;
+    ASSERT_OK(seer_seq_fork(c, a, &f));
+    ASSERT_OK(seer_seq_fill_synthetic(c, f, 3, 99));
+    assert_int_equal(seer_seq_len(c, f), 29);
+    assert_int_equal(seer_seq_len(c, a), 26);
+    ASSERT_OK(seer_context_read_kv(c, a, 1, 1, 0, 26, after));
+    assert_memory_equal(before, after, sizeof(float) * 26 * kvd);
+    ASSERT_OK(seer_context_read_kv(c, f, 1, 1, 0, 26, after));
+    assert_memory_equal(before, after, sizeof(float) * 26 * kvd);
+    decode_one(c, f, 78, lg);
+    assert_true(all_finite(lg, V));
+
+    /* Exhaustion and the context limit leave everything as it was. */
+    int free0 = seer_kv_free_pages(c);
+    seer_seq_id e;
+    ASSERT_OK(seer_seq_new(c, &e));
+    assert_int_equal(seer_seq_fill_synthetic(c, e, free0 * 16 + 1, 5), SEER_ERR_KV_FULL);
+    assert_int_equal(seer_seq_len(c, e), 0);
+    assert_int_equal(seer_kv_free_pages(c), free0);
+    assert_int_equal(seer_seq_fill_synthetic(c, a, 175, 5), SEER_ERR_CONTEXT); /* 26 + 175 > 200 */
+    assert_int_equal(seer_seq_len(c, a), 26);
+    assert_int_equal(seer_kv_free_pages(c), free0);
+    assert_int_equal(seer_seq_fill_synthetic(c, a, -1, 5), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_seq_fill_synthetic(c, 3, 4, 5), SEER_ERR_INVALID_ARG); /* not alive */
+    assert_int_equal(seer_seq_fill_synthetic(c, 77, 4, 5), SEER_ERR_INVALID_ARG);
+    ASSERT_OK(seer_context_read_kv(c, a, 1, 1, 0, 26, after));
+    assert_memory_equal(before, after, sizeof(float) * 26 * kvd);
+    /* What fits still fits afterwards. */
+    ASSERT_OK(seer_seq_fill_synthetic(c, e, 2 * 16, 5));
+    assert_int_equal(seer_kv_free_pages(c), free0 - 2);
+    free(row), free(lg), free(before), free(after);
+    seer_context_free(c);
+    seer_model_free(m);
+}
+
+static void test_bandwidth_and_sync(void **state) {
+    seer_model *m = synth("tiny", SEER_BACKEND_CPU, 1);
+    double bw = 0;
+    ASSERT_OK(seer_model_measure_bandwidth(m, &bw));
+    assert_true(isfinite(bw) && bw > 1e6); /* any machine copies more than 1 MB/s */
+    ASSERT_OK(seer_model_sync(m));
+    seer_model_free(m);
+}
+
+/* ---- the command ----------------------------------------------------------------------- */
+
+/* Runs a shell command; captures its stdout (and its stderr unless the command redirects
+ * it) into out; returns the exit code. */
+static int sh(char *out, size_t cap, const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[4200];
+    snprintf(full, sizeof full, "%s%s", cmd, strstr(cmd, "2>") ? "" : " 2>&1");
+    FILE *p = popen(full, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char buf[1 << 20];
+
+static int count(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+static void test_bench_json(void **state) {
+    int rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 64,128 "
+                "--batch-list 1,2 --steps 3 --json --prefill 32 2>/dev/null", SEER_CLI);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    const char *fields[] = {"\"model\":{", "\"synthetic_weights\":true", "\"weight_bytes\":",
+                            "\"kv_bytes_per_token\":512", "\"bandwidth_bytes_per_s\":",
+                            "\"backend\":\"cpu\"", "\"prefill\":{\"tokens\":32", "\"points\":[",
+                            "\"ctx\":64", "\"ctx\":128", "\"batch\":2", "\"ms_per_step\":",
+                            "\"tok_per_s\":", "\"floor_ms\":", "\"fraction_of_floor\":",
+                            "\"logits_finite\":true", "\"steps\":3"};
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+        if (!strstr(buf, fields[i]))
+            fail_msg("no %s in: %s", fields[i], buf);
+    assert_int_equal(count(buf, "\"plain\":{"), 4);
+    assert_int_equal(count(buf, "\"error\""), 0);
+    assert_int_equal(buf[0], '{');
+
+    /* A speculative point: every number is labelled synthetic. */
+    rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 96 --batch-list 2 "
+            "--steps 4 --warmup 1 --prefill 0 --spec streaming --spec-budget-list 32 "
+            "--spec-gamma-list 2,3 --synthetic-accept 0.75 --json 2>/dev/null", SEER_CLI);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    const char *sf[] = {"\"kind\":\"streaming\"", "\"gamma\":3", "\"budget\":32",
+                        "\"synthetic_acceptance_alpha\":0.75", "SYNTHETIC ACCEPTANCE",
+                        "\"draft_step_ms\":", "\"verify_ms\":", "\"acceptance_synthetic\":",
+                        "\"speedup_measured_synthetic\":", "\"speedup_projected_at_alpha\":",
+                        "\"plain_gen_tok_per_s\":"};
+    for (size_t i = 0; i < sizeof sf / sizeof *sf; i++)
+        if (!strstr(buf, sf[i]))
+            fail_msg("no %s in: %s", sf[i], buf);
+    assert_int_equal(count(buf, "SYNTHETIC ACCEPTANCE"), 2);
+    assert_null(strstr(buf, "\"prefill\""));
+}
+
+/* --json-out writes what --json prints; --replot draws it (when gnuplot is installed). */
+static void test_bench_json_out_and_replot(void **state) {
+    char js[1024], png[1024];
+    snprintf(js, sizeof js, "%s", tu_tmp_path("run.json"));
+    snprintf(png, sizeof png, "%s", tu_tmp_path("run.png"));
+    int rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 40,80 --steps 2 "
+                "--prefill 0 --spec streaming --spec-budget-list 16 --spec-gamma-list 2 --json-out %s",
+                SEER_CLI, js);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    assert_non_null(strstr(buf, "of floor")); /* the table still goes to stdout */
+    size_t n = 0;
+    char *text = (char *)tu_read_file(js, &n);
+    assert_non_null(text);
+    assert_true(n > 100 && text[0] == '{' && text[n - 1] == '\n');
+    assert_non_null(strstr(text, "\"ctx\":80"));
+    assert_non_null(strstr(text, "\"speedup_measured_synthetic\":"));
+    free(text);
+    rc = sh(buf, sizeof buf, "%s bench --replot %s --plot %s", SEER_CLI, js, png);
+    if (strstr(buf, "gnuplot is not installed")) {
+        assert_int_equal(rc, 0);
+        return;
+    }
+    if (rc != 0)
+        fail_msg("replot rc %d: %s", rc, buf);
+    uint8_t *img = tu_read_file(png, &n);
+    assert_non_null(img);
+    assert_true(n > 8 && !memcmp(img, "\x89PNG", 4));
+    free(img);
+}
+
+static void test_bench_table_and_errors(void **state) {
+    int rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 32 --steps 2 "
+                "--prefill 16 --spec streaming --spec-budget-list 16 --spec-gamma-list 2", SEER_CLI);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    assert_non_null(strstr(buf, "of floor"));
+    assert_non_null(strstr(buf, "copy bandwidth"));
+    assert_non_null(strstr(buf, "prefill 16 tokens"));
+    assert_non_null(strstr(buf, "SYNTHETIC ACCEPTANCE"));
+    assert_non_null(strstr(buf, "SYNTHETIC 0.80"));
+    struct {
+        const char *args;
+        int rc;
+        const char *msg;
+    } cases[] = {
+        {"bench", 2, "--synthetic SHAPE or -m MODEL"},
+        {"bench --synthetic tiny -m x.gguf", 2, "exactly one"},
+        {"bench --synthetic nope --backend cpu", 1, "unknown synthetic shape"},
+        {"bench --synthetic tiny --synthetic-accept 1.5", 2, "out of range"},
+        {"bench --synthetic tiny --synthetic-accept 0", 2, "(0, 1)"},
+        {"bench --synthetic tiny --spec draft", 2, "draft model"},
+        {"bench --synthetic tiny --spec magic", 2, "unknown speculation"},
+        {"bench --synthetic tiny --ctx-list 64,,x", 2, "not an integer"},
+        {"bench --synthetic tiny --batch-list 0", 2, "out of range"},
+        {"bench --synthetic tiny --steps 0", 2, "out of range"},
+        {"bench -m /nonexistent.gguf --backend cpu", 1, "nonexistent"},
+        {"bench --replot x.json", 2, "--replot takes --plot"},
+        {"bench --replot /nonexistent.json --plot /nonexistent.png", 1, "nonexistent.json"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        rc = sh(buf, sizeof buf, "%s %s", SEER_CLI, cases[i].args);
+        if (rc != cases[i].rc || !strstr(buf, cases[i].msg))
+            fail_msg("'seer %s': rc %d (want %d), output: %s", cases[i].args, rc, cases[i].rc, buf);
+    }
+}
+
+/* ---- the GPU ----------------------------------------------------------------------------- */
+
+static void test_gpu_matches_cpu(void **state) {
+#ifdef SEER_HAVE_CUDA
+    if (!seer_backend_cuda_available()) {
+        printf("skipped: no CUDA device\n");
+        skip();
+    }
+    const char *shapes[] = {"tiny", "tiny-qwen2"};
+    for (int k = 0; k < 2; k++) {
+        seer_model *mc = synth(shapes[k], SEER_BACKEND_CPU, 5), *mg = synth(shapes[k], SEER_BACKEND_CUDA, 5);
+        const int V = mc->info.n_vocab, kvd = mc->info.n_kv_heads * mc->info.head_dim;
+        float *lc = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V);
+        float *kc = malloc(sizeof(float) * 70 * kvd), *kg = malloc(sizeof(float) * 70 * kvd);
+        seer_context *cc = mkctx(mc, 256, 1, 16, 0), *cg = mkctx(mg, 256, 1, 16, 0);
+        seer_seq_id a, b;
+        ASSERT_OK(seer_seq_new(cc, &a));
+        ASSERT_OK(seer_seq_new(cg, &b));
+        ASSERT_OK(seer_seq_fill_synthetic(cc, a, 37, 9));
+        ASSERT_OK(seer_seq_fill_synthetic(cg, b, 37, 9));
+        ASSERT_OK(seer_seq_fill_synthetic(cc, a, 33, 10));
+        ASSERT_OK(seer_seq_fill_synthetic(cg, b, 33, 10));
+        ASSERT_OK(seer_context_read_kv(cc, a, 1, 0, 0, 70, kc));
+        ASSERT_OK(seer_context_read_kv(cg, b, 1, 0, 0, 70, kg));
+        double kerr = 0;
+        for (int i = 0; i < 70 * kvd; i++)
+            kerr = fmax(kerr, fabs(kc[i] - kg[i]) / fmax(fabs(kc[i]), 1e-3));
+        printf("bench_gpu: %s kv fill max rel diff %.2e\n", shapes[k], kerr);
+        assert_true(kerr <= 1.0 / 256); /* bf16 rounding */
+        decode_one(cc, a, 300, lc);
+        decode_one(cg, b, 300, lg);
+        double mx = 0, d = 0;
+        for (int i = 0; i < V; i++) {
+            mx = fmax(mx, fabs(lc[i]));
+            d = fmax(d, fabs(lc[i] - lg[i]));
+        }
+        printf("bench_gpu: %s logits max |cuda - cpu| / max |cpu| = %.2e\n", shapes[k], d / mx);
+        assert_true(d <= 3e-2 * mx);
+        seer_model_footprint fp;
+        seer_model_get_footprint(mg, &fp);
+        assert_int_equal(fp.weight_elem_bytes, 2);
+        assert_int_equal(fp.kv_elem_bytes, 2);
+        double bw = 0;
+        ASSERT_OK(seer_model_measure_bandwidth(mg, &bw));
+        printf("bench_gpu: copy bandwidth %.3f TB/s\n", bw * 1e-12);
+        assert_true(bw > 1e10);
+        ASSERT_OK(seer_model_sync(mg));
+        seer_context_free(cc), seer_context_free(cg);
+        seer_model_free(mc), seer_model_free(mg);
+        free(lc), free(lg), free(kc), free(kg);
+    }
+#else
+    printf("skipped: no CUDA device (built without CUDA)\n");
+    skip();
+#endif
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_presets_and_footprint),
+        cmocka_unit_test(test_weights_and_determinism),
+        cmocka_unit_test(test_bad_shapes),
+        cmocka_unit_test(test_fill),
+        cmocka_unit_test(test_bandwidth_and_sync),
+        cmocka_unit_test(test_bench_json),
+        cmocka_unit_test(test_bench_json_out_and_replot),
+        cmocka_unit_test(test_bench_table_and_errors),
+        cmocka_unit_test(test_gpu_matches_cpu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

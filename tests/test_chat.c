@@ -1,0 +1,219 @@
+/*
+ * test_chat.c: chat templates (src/tokenizer/chat.c): recognising the families from the
+ * real templates of Qwen2.5-Coder and SmolLM2 (copied verbatim from their GGUF files) and
+ * from Meta's Llama 3 template and Llama 2 template (abridged), the default system prompts,
+ * and rendering compared with what those Jinja templates render (the expected strings were
+ * rendered from the full templates by jinja2; the leading BOS of Llama 2/3 is left to
+ * tokenization). Also errors: unknown templates, names and roles, a buffer too small.
+ */
+#include "testutil.h"
+
+#include "tokenizer/chat.h"
+
+#include <string.h>
+
+static const char k_smollm2[] =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n"
+    "' + message['content'] + '<|im_end|>' + '\n"
+    "'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n"
+    "' }}{% endif %}";
+static const char k_qwen25[] =
+    "{%- if tools %}\n"
+    "    {{- '<|im_start|>system\\n' }}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- messages[0]['content'] }}\n"
+    "    {%- else %}\n"
+    "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n"
+    "    {%- endif %}\n"
+    "    {{- \"\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
+    "    {%- for tool in tools %}\n"
+    "        {{- \"\\n\" }}\n"
+    "        {{- tool | tojson }}\n"
+    "    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n"
+    "{%- else %}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+    "    {%- else %}\n"
+    "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or (message.role == \"assistant\" and not message.tool_calls) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- elif message.role == \"assistant\" %}\n"
+    "        {{- '<|im_start|>' + message.role }}\n"
+    "        {%- if message.content %}\n"
+    "            {{- '\\n' + message.content }}\n"
+    "        {%- endif %}\n"
+    "        {%- for tool_call in message.tool_calls %}\n"
+    "            {%- if tool_call.function is defined %}\n"
+    "                {%- set tool_call = tool_call.function %}\n"
+    "            {%- endif %}\n"
+    "            {{- '\\n<tool_call>\\n{\"name\": \"' }}\n"
+    "            {{- tool_call.name }}\n"
+    "            {{- '\", \"arguments\": ' }}\n"
+    "            {{- tool_call.arguments | tojson }}\n"
+    "            {{- '}\\n</tool_call>' }}\n"
+    "        {%- endfor %}\n"
+    "        {{- '<|im_end|>\\n' }}\n"
+    "    {%- elif message.role == \"tool\" %}\n"
+    "        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\") %}\n"
+    "            {{- '<|im_start|>user' }}\n"
+    "        {%- endif %}\n"
+    "        {{- '\\n<tool_response>\\n' }}\n"
+    "        {{- message.content }}\n"
+    "        {{- '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n"
+    "            {{- '<|im_end|>\\n' }}\n"
+    "        {%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "{%- endif %}\n"
+    "";
+
+static const char k_llama3[] =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | "
+    "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
+    "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+
+static const char k_llama2[] =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "
+    "system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% "
+    "set system_message = false %}{% endif %}{% for message in loop_messages %}...{% if "
+    "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% "
+    "elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% "
+    "endif %}{% endfor %}";
+
+static const seer_chat_message k_one[] = {{"user", "Hello!"}};
+static const seer_chat_message k_sys[] = {{"system", "Be brief."}, {"user", "  Hi there \n"}};
+static const seer_chat_message k_multi[] = {
+    {"user", "What is 2+2?"}, {"assistant", " 4 "}, {"user", "And 3+3?"}};
+
+static const char *render(const seer_chat_template *t, const seer_chat_message *m, int n) {
+    static char buf[2048];
+    size_t len = 0;
+    ASSERT_OK(seer_chat_render(t, m, n, true, buf, sizeof buf, &len));
+    assert_int_equal(len, strlen(buf));
+    return buf;
+}
+
+#define R(t, conv) render(t, conv, (int)(sizeof conv / sizeof conv[0]))
+
+static void test_chatml_smollm2(void **state) {
+    (void)state;
+    seer_chat_template t;
+    ASSERT_OK(seer_chat_detect(k_smollm2, sizeof k_smollm2 - 1, NULL, &t));
+    assert_int_equal(t.kind, SEER_CHAT_CHATML);
+    assert_string_equal(seer_chat_kind_name(t.kind), "chatml");
+    assert_string_equal(t.default_system,
+                        "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+    assert_string_equal(R(&t, k_one),
+                        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained "
+                        "by Hugging Face<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n"
+                        "<|im_start|>assistant\n");
+    assert_string_equal(R(&t, k_sys), "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user"
+                                      "\n  Hi there \n<|im_end|>\n<|im_start|>assistant\n");
+}
+
+static void test_chatml_qwen25(void **state) {
+    (void)state;
+    seer_chat_template t;
+    ASSERT_OK(seer_chat_detect(k_qwen25, sizeof k_qwen25 - 1, NULL, &t));
+    assert_int_equal(t.kind, SEER_CHAT_CHATML);
+    /* the literal one, not the '+ messages[0]['content'] +' branch */
+    assert_string_equal(t.default_system,
+                        "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+    assert_string_equal(R(&t, k_multi),
+                        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
+                        "helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+                        "<|im_start|>assistant\n 4 <|im_end|>\n<|im_start|>user\nAnd 3+3?"
+                        "<|im_end|>\n<|im_start|>assistant\n");
+    assert_string_equal(R(&t, k_sys), "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user"
+                                      "\n  Hi there \n<|im_end|>\n<|im_start|>assistant\n");
+    /* without the generation prompt */
+    char buf[512];
+    size_t len;
+    ASSERT_OK(seer_chat_render(&t, k_sys, 2, false, buf, sizeof buf, &len));
+    assert_string_equal(buf, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n  Hi "
+                             "there \n<|im_end|>\n");
+}
+
+static void test_llama3(void **state) {
+    (void)state;
+    seer_chat_template t;
+    ASSERT_OK(seer_chat_detect(k_llama3, sizeof k_llama3 - 1, NULL, &t));
+    assert_int_equal(t.kind, SEER_CHAT_LLAMA3);
+    assert_string_equal(t.default_system, "");
+    assert_string_equal(R(&t, k_one), "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
+                                      "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    assert_string_equal(R(&t, k_sys),
+                        "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                        "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+                        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    assert_string_equal(R(&t, k_multi),
+                        "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+                        "<|start_header_id|>assistant<|end_header_id|>\n\n4<|eot_id|>"
+                        "<|start_header_id|>user<|end_header_id|>\n\nAnd 3+3?<|eot_id|>"
+                        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+static void test_llama2(void **state) {
+    (void)state;
+    seer_chat_template t;
+    ASSERT_OK(seer_chat_detect(k_llama2, sizeof k_llama2 - 1, NULL, &t));
+    assert_int_equal(t.kind, SEER_CHAT_LLAMA2);
+    assert_string_equal(R(&t, k_one), "[INST] Hello! [/INST]");
+    assert_string_equal(R(&t, k_sys), "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n  Hi there [/INST]");
+    assert_string_equal(R(&t, k_multi),
+                        "[INST] What is 2+2? [/INST] 4 </s><s>[INST] And 3+3? [/INST]");
+}
+
+static void test_override_and_errors(void **state) {
+    (void)state;
+    seer_chat_template t;
+    /* a name overrides the family; ChatML keeps the template's default system prompt */
+    ASSERT_OK(seer_chat_detect(k_qwen25, sizeof k_qwen25 - 1, "llama3", &t));
+    assert_int_equal(t.kind, SEER_CHAT_LLAMA3);
+    ASSERT_OK(seer_chat_detect(NULL, 0, "chatml", &t));
+    assert_int_equal(t.kind, SEER_CHAT_CHATML);
+    assert_string_equal(t.default_system, "");
+    assert_string_equal(R(&t, k_one), "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
+
+    assert_int_equal(seer_chat_detect(NULL, 0, NULL, &t), SEER_ERR_UNSUPPORTED);
+    assert_non_null(strstr(seer_last_error(), "--chat-template"));
+    static const char zephyr[] = "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}</s>";
+    assert_int_equal(seer_chat_detect(zephyr, sizeof zephyr - 1, NULL, &t), SEER_ERR_UNSUPPORTED);
+    assert_non_null(strstr(seer_last_error(), "--chat-template"));
+    assert_int_equal(seer_chat_detect(NULL, 0, "vicuna", &t), SEER_ERR_UNSUPPORTED);
+    assert_non_null(strstr(seer_last_error(), "'vicuna'"));
+
+    ASSERT_OK(seer_chat_detect(NULL, 0, "chatml", &t));
+    seer_chat_message bad[] = {{"tool", "x"}};
+    char buf[64];
+    size_t len = 0;
+    assert_int_equal(seer_chat_render(&t, bad, 1, true, buf, sizeof buf, &len),
+                     SEER_ERR_INVALID_ARG);
+    /* too small: the needed length is still reported */
+    assert_int_equal(seer_chat_render(&t, k_one, 1, true, buf, 10, &len), SEER_ERR_INVALID_ARG);
+    assert_int_equal(len, strlen("<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n"));
+    ASSERT_OK(seer_chat_render(&t, k_one, 1, true, buf, len + 1, &len));
+    /* an empty conversation renders only the generation prompt */
+    ASSERT_OK(seer_chat_render(&t, NULL, 0, true, buf, sizeof buf, &len));
+    assert_string_equal(buf, "<|im_start|>assistant\n");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chatml_smollm2), cmocka_unit_test(test_chatml_qwen25),
+        cmocka_unit_test(test_llama3),         cmocka_unit_test(test_llama2),
+        cmocka_unit_test(test_override_and_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,361 @@
+/*
+ * bench_out.c: what `seer bench` prints: the aligned table, the JSON object and the gnuplot
+ * PNG. Every speculative number is printed next to the words SYNTHETIC ACCEPTANCE: on random
+ * weights those runs accept each draft token with a chosen probability, not by verification.
+ * Not for: measuring (cmd_bench.c).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "bench.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *dtype_name(int bytes) {
+    return bytes == 2 ? "bf16" : bytes == 4 ? "f32" : bytes == 1 ? "8-bit" : "?";
+}
+
+static void print_header(FILE *f, const bench_opts *o, const bench_result *r) {
+    const seer_model_info *in = &r->info;
+    fprintf(f, "seer bench  %s  %s\n", r->date, o->synthetic ? "SYNTHETIC WEIGHTS (random, generated on the backend)" : o->model_path);
+    fprintf(f, "model   %s: %s, D %d, %d layers, H %d / Hkv %d x Dh %d, F %d, V %d\n", in->name,
+            in->arch, in->dim, in->n_layers, in->n_heads, in->n_kv_heads, in->head_dim, in->ffn_dim,
+            in->n_vocab);
+    fprintf(f, "backend %s; weights %s, W = %.3f GB (linear + LM head); KV %s, c = %.1f KiB/token\n",
+            in->backend, dtype_name(r->fp.weight_elem_bytes), r->fp.weight_bytes * 1e-9,
+            dtype_name(r->fp.kv_elem_bytes), r->fp.kv_bytes_per_token / 1024.0);
+    fprintf(f, "copy bandwidth BW = %.3f TB/s (device-to-device copy, read + write, median)\n",
+            r->bandwidth * 1e-12);
+    fprintf(f, "floor = (W + B*L*c) / BW; fraction = floor / measured\n");
+}
+
+void bench_print_table(const bench_opts *o, const bench_result *r) {
+    FILE *f = stdout;
+    print_header(f, o, r);
+    if (r->prefill_tokens)
+        fprintf(f, "prefill %d tokens: %.2f ms, %.0f tok/s, %.1f TFLOP/s (median of 3)\n",
+                r->prefill_tokens, r->prefill_ms, r->prefill_tok_s, r->prefill_tflops);
+    else if (r->prefill_err[0])
+        fprintf(f, "prefill: failed: %s\n", r->prefill_err);
+    fprintf(f, "\nplain decode: one token per sequence per step, logits of every sequence to the host;\n"
+               "median of %d steps after %d warm-up, page size %d\n",
+            o->steps, o->warmup, o->page_size);
+    fprintf(f, "%8s %5s %10s %10s %10s %10s %10s %11s %9s\n", "L", "B", "ms/step", "min ms",
+            "max ms", "tok/s", "floor ms", "floor tok/s", "of floor");
+    for (int i = 0; i < r->n_pts; i++) {
+        const bench_point *p = &r->pts[i];
+        if (!p->ok) {
+            fprintf(f, "%8d %5d  failed: %s\n", p->L, p->B, p->err);
+            continue;
+        }
+        fprintf(f, "%8d %5d %10.3f %10.3f %10.3f %10.1f %10.3f %11.1f %8.1f%%%s\n", p->L, p->B,
+                p->step_ms, p->step_min_ms, p->step_max_ms, p->tok_s, p->floor_ms, p->floor_tok_s,
+                100 * p->fraction, p->finite ? "" : "  NON-FINITE LOGITS");
+    }
+    bool any = false;
+    for (int i = 0; i < r->n_pts; i++)
+        any |= r->pts[i].n_spec > 0;
+    if (!any)
+        return;
+    fprintf(f, "\nspeculative decode with SYNTHETIC ACCEPTANCE: each draft token accepted independently\n"
+               "with probability alpha = %.2f (not lossless, timing only); %d generator rounds after %d\n"
+               "warm-up; plain = the same generator without drafts, run just before on the same caches;\n"
+               "T_T = plain ms/step above, T_D = one draft step, T_V = one verification;\n"
+               "acc = accepted / drafted (the chain stops at the first rejection: expected\n"
+               "(alpha + ... + alpha^G) / G), tok/ver = tokens per sequence per verification\n"
+               "(expected Omega(G, alpha) = (1 - alpha^(G+1)) / (1 - alpha));\n"
+               "projected = Omega(G, alpha) / (G T_D/T_T + T_V/T_T)\n",
+            o->alpha, o->steps, o->warmup);
+    fprintf(f, "%8s %5s %-9s %6s %3s %8s %8s %8s %6s %7s %10s %10s %8s %9s  %s\n", "L", "B", "spec",
+            "K", "G", "T_T ms", "T_D ms", "T_V ms", "acc", "tok/ver", "plain t/s", "spec t/s",
+            "speedup", "projected", "acceptance");
+    for (int i = 0; i < r->n_pts; i++) {
+        const bench_point *p = &r->pts[i];
+        for (int k = 0; k < p->n_spec && p->ok; k++) {
+            const bench_spec *s = &p->spec[k];
+            if (!s->ok) {
+                fprintf(f, "%8d %5d %-9s %6d %3d  failed: %s  (SYNTHETIC ACCEPTANCE %.2f)\n", p->L, p->B,
+                        seer_spec_kind_name(s->kind), s->budget, s->gamma, s->err, o->alpha);
+                continue;
+            }
+            fprintf(f, "%8d %5d %-9s %6d %3d %8.3f %8.3f %8.3f %6.3f %7.2f %10.1f %10.1f %7.3fx %8.3fx  SYNTHETIC %.2f\n",
+                    p->L, p->B, seer_spec_kind_name(s->kind), s->budget, s->gamma, p->step_ms,
+                    s->draft_step_ms, s->verify_ms, s->acceptance, s->tok_per_verify,
+                    s->gen_plain_tok_s, s->spec_tok_s, s->speedup, s->projected, o->alpha);
+        }
+    }
+}
+
+int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
+    const seer_model_info *in = &r->info;
+    json_t *root = json_object(), *pts = json_array();
+    if (!root || !pts)
+        return 1;
+    json_object_set_new(root, "date", json_string(r->date));
+    json_object_set_new(root, "model", json_pack(
+        "{s:s, s:b, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:s, s:s, s:I, s:I}",
+        "name", in->name, "synthetic_weights", o->synthetic != NULL, "arch", in->arch,
+        "dim", in->dim, "n_layers", in->n_layers, "n_heads", in->n_heads,
+        "n_kv_heads", in->n_kv_heads, "head_dim", in->head_dim, "ffn_dim", in->ffn_dim,
+        "n_vocab", in->n_vocab, "n_params", (json_int_t)in->n_params,
+        "weight_dtype", dtype_name(r->fp.weight_elem_bytes), "kv_dtype", dtype_name(r->fp.kv_elem_bytes),
+        "weight_bytes", (json_int_t)r->fp.weight_bytes,
+        "kv_bytes_per_token", (json_int_t)r->fp.kv_bytes_per_token));
+    json_object_set_new(root, "backend", json_string(in->backend));
+    json_object_set_new(root, "bandwidth_bytes_per_s", json_real(r->bandwidth));
+    json_object_set_new(root, "settings", json_pack("{s:i, s:i, s:i, s:I, s:s}", "steps", o->steps,
+        "warmup", o->warmup, "page_size", o->page_size, "seed", (json_int_t)o->seed,
+        "kv", "synthetic fill (random K/V, not computed)"));
+    if (r->prefill_tokens)
+        json_object_set_new(root, "prefill", json_pack("{s:i, s:f, s:f, s:f}", "tokens",
+            r->prefill_tokens, "ms", r->prefill_ms, "tok_per_s", r->prefill_tok_s,
+            "tflop_per_s", r->prefill_tflops));
+    else if (r->prefill_err[0])
+        json_object_set_new(root, "prefill", json_pack("{s:s}", "error", r->prefill_err));
+    for (int i = 0; i < r->n_pts; i++) {
+        const bench_point *p = &r->pts[i];
+        json_t *pt = json_pack("{s:i, s:i}", "ctx", p->L, "batch", p->B);
+        if (!p->ok) {
+            json_object_set_new(pt, "error", json_string(p->err));
+            json_array_append_new(pts, pt);
+            continue;
+        }
+        json_object_set_new(pt, "plain", json_pack(
+            "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}", "ms_per_step", p->step_ms,
+            "min_ms", p->step_min_ms, "max_ms", p->step_max_ms, "tok_per_s", p->tok_s,
+            "bytes_per_step", p->bytes, "floor_ms", p->floor_ms, "floor_tok_per_s", p->floor_tok_s,
+            "fraction_of_floor", p->fraction, "ms_per_token", p->step_ms / p->B,
+            "logits_finite", p->finite));
+        json_t *sa = json_array();
+        for (int k = 0; k < p->n_spec; k++) {
+            const bench_spec *s = &p->spec[k];
+            char label[160];
+            snprintf(label, sizeof label,
+                     "SYNTHETIC ACCEPTANCE: each draft token accepted independently with probability %.2f; "
+                     "not lossless; timing only", o->alpha);
+            json_t *e = json_pack("{s:s, s:i, s:i, s:f, s:s, s:f, s:f}", "kind",
+                                  seer_spec_kind_name(s->kind), "budget", s->budget, "gamma",
+                                  s->gamma, "synthetic_acceptance_alpha", o->alpha,
+                                  "acceptance_mode", label, "tokens_per_verification_expected",
+                                  bench_omega(s->gamma, o->alpha), "acceptance_expected",
+                                  (bench_omega(s->gamma, o->alpha) - 1) / s->gamma);
+            if (!s->ok) {
+                json_object_set_new(e, "error", json_string(s->err));
+            } else {
+                json_t *v = json_pack(
+                    "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+                    "target_step_ms", p->step_ms, "draft_step_ms", s->draft_step_ms,
+                    "verify_ms", s->verify_ms, "round_ms_synthetic", s->round_ms,
+                    "acceptance_synthetic", s->acceptance,
+                    "tokens_per_verification_synthetic", s->tok_per_verify,
+                    "plain_gen_tok_per_s", s->gen_plain_tok_s,
+                    "spec_tok_per_s_synthetic", s->spec_tok_s,
+                    "speedup_measured_synthetic", s->speedup,
+                    "speedup_projected_at_alpha", s->projected);
+                json_object_update(e, v);
+                json_decref(v);
+            }
+            json_array_append_new(sa, e);
+        }
+        json_object_set_new(pt, "spec", sa);
+        json_array_append_new(pts, pt);
+    }
+    json_object_set_new(root, "points", pts);
+    char *js = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!js)
+        return 1;
+    fprintf(f, "%s\n", js);
+    free(js);
+    return 0;
+}
+
+/* ---- reading results back (plots of a run made elsewhere) -------------------------------- */
+
+static double num(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : 0;
+}
+
+int bench_load_json(const char *path, bench_opts *o, bench_result *r) {
+    static char backend[32], model[160];
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) {
+        fprintf(stderr, "seer bench: %s:%d: %s\n", path, err.line, err.text);
+        return 1;
+    }
+    json_t *m = json_object_get(root, "model"), *pts = json_object_get(root, "points");
+    if (!json_is_object(m) || !json_is_array(pts)) {
+        fprintf(stderr, "seer bench: %s is not the JSON of seer bench\n", path);
+        json_decref(root);
+        return 1;
+    }
+    const char *name = json_string_value(json_object_get(m, "name"));
+    const char *be = json_string_value(json_object_get(root, "backend"));
+    const char *date = json_string_value(json_object_get(root, "date"));
+    snprintf(r->info.name, sizeof r->info.name, "%s", name ? name : "?");
+    snprintf(backend, sizeof backend, "%s", be ? be : "?");
+    r->info.backend = backend;
+    snprintf(r->date, sizeof r->date, "%s", date ? date : "?");
+    snprintf(model, sizeof model, "%s", path);
+    if (json_is_true(json_object_get(m, "synthetic_weights")))
+        o->synthetic = r->info.name;
+    else
+        o->model_path = model;
+    r->bandwidth = num(root, "bandwidth_bytes_per_s");
+    const size_t n = json_array_size(pts);
+    r->pts = calloc(n ? n : 1, sizeof *r->pts);
+    if (!r->pts) {
+        json_decref(root);
+        return 1;
+    }
+    o->n_batch = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(pts, i), *pl = json_object_get(p, "plain");
+        json_t *sp = json_object_get(p, "spec");
+        bench_point *pt = &r->pts[r->n_pts++];
+        pt->L = (int)num(p, "ctx");
+        pt->B = (int)num(p, "batch");
+        pt->ok = json_is_object(pl);
+        pt->tok_s = pt->ok ? num(pl, "tok_per_s") : 0;
+        pt->floor_tok_s = pt->ok ? num(pl, "floor_tok_per_s") : 0;
+        bool seen = false;
+        for (int b = 0; b < o->n_batch; b++)
+            seen |= o->batch[b] == pt->B;
+        if (!seen && o->n_batch < BENCH_MAX_LIST)
+            o->batch[o->n_batch++] = pt->B;
+        const size_t ns = json_array_size(sp);
+        pt->spec = ns ? calloc(ns, sizeof *pt->spec) : NULL;
+        for (size_t k = 0; k < ns && pt->spec; k++) {
+            json_t *e = json_array_get(sp, k);
+            bench_spec *bs = &pt->spec[pt->n_spec++];
+            const char *kind = json_string_value(json_object_get(e, "kind"));
+            if (!kind || seer_spec_kind_parse(kind, &bs->kind) != SEER_OK)
+                bs->kind = SEER_SPEC_NONE;
+            bs->budget = (int)num(e, "budget");
+            bs->gamma = (int)num(e, "gamma");
+            bs->ok = !json_object_get(e, "error");
+            bs->speedup = num(e, "speedup_measured_synthetic");
+            bs->projected = num(e, "speedup_projected_at_alpha");
+            o->alpha = num(e, "synthetic_acceptance_alpha");
+        }
+    }
+    json_decref(root);
+    return 0;
+}
+
+/* ---- plot ---------------------------------------------------------------------------- */
+
+static bool have_gnuplot(void) {
+    return system("command -v gnuplot >/dev/null 2>&1") == 0;
+}
+
+int bench_plot(const bench_opts *o, const bench_result *r) {
+    if (!have_gnuplot()) {
+        fprintf(stderr, "seer bench: --plot: gnuplot is not installed, so no plot was written "
+                        "(the table and --json have the numbers)\n");
+        return 0;
+    }
+    char dir[] = "/tmp/seer-bench-XXXXXX";
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "seer bench: --plot: cannot make a temporary folder\n");
+        return 1;
+    }
+    char dat[64], gp[64];
+    snprintf(dat, sizeof dat, "%s/points.dat", dir);
+    snprintf(gp, sizeof gp, "%s/plot.gp", dir);
+    FILE *d = fopen(dat, "w"), *g = fopen(gp, "w");
+    if (!d || !g) {
+        if (d)
+            fclose(d);
+        if (g)
+            fclose(g);
+        fprintf(stderr, "seer bench: --plot: cannot write in %s\n", dir);
+        return 1;
+    }
+    /* One gnuplot data block per series (blank-line separated, addressed by index): per
+     * batch size measured and floor tok/s; per (B, spec setting) measured and projected
+     * speedup. */
+    int n_blocks = 0;
+    char titles[2 * BENCH_MAX_LIST * (1 + BENCH_MAX_LIST)][96];
+    int kinds[2 * BENCH_MAX_LIST * (1 + BENCH_MAX_LIST)]; /* 0 tok/s, 1 speedup */
+    const int max_blocks = (int)(sizeof kinds / sizeof *kinds);
+    const int n_set = r->n_pts ? r->pts[0].n_spec : 0;
+    for (int bi = 0; bi < o->n_batch; bi++) {
+        for (int set = -1; set < n_set && n_blocks + 2 <= max_blocks; set++) {
+            for (int col = 0; col < 2; col++) {
+                int rows = 0;
+                for (int i = 0; i < r->n_pts; i++) {
+                    const bench_point *p = &r->pts[i];
+                    if (p->B != o->batch[bi] || !p->ok || (set >= 0 && !p->spec[set].ok))
+                        continue;
+                    double y = set < 0 ? (col ? p->floor_tok_s : p->tok_s)
+                                       : (col ? p->spec[set].projected : p->spec[set].speedup);
+                    fprintf(d, "%d %g\n", p->L, y);
+                    rows++;
+                }
+                if (!rows)
+                    fprintf(d, "nan nan\n");
+                fprintf(d, "\n\n");
+                if (set < 0)
+                    snprintf(titles[n_blocks], sizeof titles[0], "B=%d %s", o->batch[bi],
+                             col ? "floor" : "measured");
+                else
+                    snprintf(titles[n_blocks], sizeof titles[0], "B=%d %s K=%d G=%d %s", o->batch[bi],
+                             seer_spec_kind_name(r->pts[0].spec[set].kind), r->pts[0].spec[set].budget,
+                             r->pts[0].spec[set].gamma, col ? "projected" : "measured");
+                kinds[n_blocks++] = set < 0 ? 0 : 1;
+            }
+        }
+    }
+    fclose(d);
+    const seer_model_info *in = &r->info;
+    fprintf(g, "set terminal pngcairo size 1400,560 noenhanced\n");
+    fprintf(g, "set output '%s'\n", o->plot);
+    fprintf(g, "set multiplot layout 1,2 title '%s on %s (%s), BW %.2f TB/s, %s'\n", in->name,
+            in->backend, r->date, r->bandwidth * 1e-12,
+            o->synthetic ? "synthetic weights" : "GGUF weights");
+    fprintf(g, "set logscale x 2\nset grid\nset key outside bottom center font ',9'\n"
+               "set xlabel 'context length L (tokens)'\n");
+    fprintf(g, "set ylabel 'decode tok/s'\nset title 'plain decode vs floor'\nset yrange [0:*]\nplot ");
+    for (int i = 0, first = 1; i < n_blocks; i++)
+        if (kinds[i] == 0) {
+            fprintf(g, "%s'%s' index %d with linespoints %s lc %d title '%s'", first ? "" : ", ",
+                    dat, i, strstr(titles[i], "floor") ? "dt 2" : "lw 2", i / 2 + 1, titles[i]);
+            first = 0;
+        }
+    fprintf(g, "\nset ylabel 'speedup over plain'\nset title 'speculative, SYNTHETIC ACCEPTANCE alpha=%.2f'\n"
+               "set yrange [0:1.2<*]\n", o->alpha);
+    int n_sp = 0;
+    for (int i = 0; i < n_blocks; i++)
+        n_sp += kinds[i] == 1;
+    if (n_sp) {
+        fprintf(g, "plot 1 dt 3 lc 'black' notitle");
+        for (int i = 0; i < n_blocks; i++)
+            if (kinds[i] == 1)
+                fprintf(g, ", '%s' index %d with linespoints %s lc %d title '%s'", dat, i,
+                        strstr(titles[i], "projected") ? "dt 2" : "lw 2", i / 2 + 1, titles[i]);
+        fprintf(g, "\n");
+    } else {
+        fprintf(g, "set label 1 'no speculative runs (--spec)' at graph 0.3, graph 0.5\nplot [1:2] [0:1] NaN notitle\n");
+    }
+    fprintf(g, "unset multiplot\n");
+    fclose(g);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>&1", gp);
+    int st = system(cmd);
+    remove(dat);
+    remove(gp);
+    rmdir(dir);
+    if (st != 0 || access(o->plot, F_OK) != 0) {
+        fprintf(stderr, "seer bench: --plot: gnuplot failed (exit %d); no plot written\n",
+                WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        return 1;
+    }
+    fprintf(stderr, "seer bench: plot written to %s\n", o->plot);
+    return 0;
+}

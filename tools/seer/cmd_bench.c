@@ -1,0 +1,601 @@
+/*
+ * cmd_bench.c: `seer bench`: decode speed against the memory-bandwidth floor
+ * (docs/performance.md) over a sweep of context depth L, batch size B and speculation
+ * settings, on a synthetic model at a real shape (weights generated on the device) or a GGUF.
+ *
+ * Every point starts from B sequences whose caches hold L slots of synthetic KV (timing does
+ * not depend on the values, and filling 128K real tokens would take longer than the run).
+ * Plain decode: one token per sequence per step through seer_decode, the logits of every
+ * sequence downloaded (a step is not done before its logits are on the host), the sequences
+ * rewound after each step so every step sees exactly L cached slots; median over --steps
+ * after --warmup, the device synchronised before each clock reading.
+ * Speculation: on random weights real acceptance means nothing, so every speculative run
+ * uses the generator's SYNTHETIC ACCEPTANCE (each draft token accepted independently with
+ * probability alpha): the real drafting, ragged verification and rollback run, their speed
+ * is measured, and the output says so on every line. Plain decoding through the same
+ * generator runs right before it on forks of the same sequences, so the speedup compares
+ * like with like; the cost-model projection (§1 of the speculative-decoding reference) comes
+ * from the measured per-phase times.
+ * Not for: acceptance of real models (seer generate, scripts/spec-acceptance.sh).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "bench.h"
+#include "cli.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: seer bench (--synthetic SHAPE | -m MODEL.gguf) [options]\n"
+            "  --synthetic SHAPE        random weights of a real shape, generated on the device:\n"
+            "                           llama-3.1-8b, llama-2-7b, qwen2.5-7b, llama-3.2-1b, small, tiny, tiny-qwen2\n"
+            "  -m, --model FILE         a GGUF model (its KV is filled synthetically all the same)\n"
+            "  --backend B              cpu, cuda or auto (default auto)\n"
+            "  -t, --threads N          CPU threads (default: all cores)\n"
+            "  --ctx-list L,...         cached tokens per sequence (default 4096,32768)\n"
+            "  --batch-list B,...       sequences decoding together (default 1)\n"
+            "  --steps N                timed decode steps / generator rounds per point (default 20)\n"
+            "  --warmup N               untimed steps before them (default 3)\n"
+            "  --prefill N              prompt tokens for the prefill measurement, 0 = skip (default 2048)\n"
+            "  --page-size N            KV page size in tokens (default 16)\n"
+            "  --seed S                 weights, KV and tokens (default 1)\n"
+            "speculation (timed with SYNTHETIC ACCEPTANCE, labelled in all output):\n"
+            "  --spec KIND,...          none, streaming, retrieval, snapkv, ngram (default none)\n"
+            "  --spec-budget-list K,... KV slots the self-draft reads (default 512)\n"
+            "  --spec-gamma-list G,...  tokens drafted per round (default 4)\n"
+            "  --spec-sinks S           sinks of the streaming view (default 16)\n"
+            "  --synthetic-accept A     probability each draft token is accepted, in (0, 1) (default 0.8)\n"
+            "output:\n"
+            "  --json                   one JSON object on stdout instead of the table\n"
+            "  --json-out FILE          also write the JSON object to FILE\n"
+            "  --plot FILE.png          tok/s and speedup against context length (needs gnuplot)\n"
+            "  --replot RUN.json        with --plot: plot the --json-out of an earlier run (e.g. one\n"
+            "                           made on a machine without gnuplot) instead of measuring\n");
+}
+
+/* Parses "a,b,c" into out (at most BENCH_MAX_LIST values in [lo, hi]). */
+static bool parse_int_list(const char *flag, const char *s, long long lo, long long hi, int *out,
+                           int *n) {
+    char buf[1024];
+    if (strlen(s) >= sizeof buf) {
+        fprintf(stderr, "seer: %s: list too long\n", flag);
+        return false;
+    }
+    snprintf(buf, sizeof buf, "%s", s);
+    *n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long v;
+        if (*n == BENCH_MAX_LIST) {
+            fprintf(stderr, "seer: %s: at most %d values\n", flag, BENCH_MAX_LIST);
+            return false;
+        }
+        if (!cli_int(flag, tok, lo, hi, &v))
+            return false;
+        out[(*n)++] = (int)v;
+    }
+    if (*n == 0) {
+        fprintf(stderr, "seer: %s: empty list\n", flag);
+        return false;
+    }
+    return true;
+}
+
+static bool parse_spec_list(const char *s, bench_opts *o) {
+    char buf[1024];
+    if (strlen(s) >= sizeof buf) {
+        fprintf(stderr, "seer: --spec: list too long\n");
+        return false;
+    }
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_spec = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        seer_spec_kind k;
+        if (seer_spec_kind_parse(tok, &k) != SEER_OK) {
+            fprintf(stderr, "seer: --spec: %s\n", seer_last_error());
+            return false;
+        }
+        if (k == SEER_SPEC_DRAFT) {
+            fprintf(stderr, "seer: --spec: 'draft' needs a draft model, which seer bench does not load\n");
+            return false;
+        }
+        if (o->n_spec == BENCH_MAX_LIST) {
+            fprintf(stderr, "seer: --spec: at most %d values\n", BENCH_MAX_LIST);
+            return false;
+        }
+        if (k != SEER_SPEC_NONE) /* plain decoding is measured at every point anyway */
+            o->spec[o->n_spec++] = k;
+    }
+    return true;
+}
+
+static int parse(int argc, char **argv, bench_opts *o) {
+    enum { O_SYN = 256, O_BACKEND, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PAGE, O_SEED,
+           O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT };
+    static const struct option opts[] = {
+        {"synthetic", required_argument, 0, O_SYN},   {"model", required_argument, 0, 'm'},
+        {"backend", required_argument, 0, O_BACKEND}, {"threads", required_argument, 0, 't'},
+        {"ctx-list", required_argument, 0, O_CTX},    {"batch-list", required_argument, 0, O_BATCH},
+        {"steps", required_argument, 0, O_STEPS},     {"warmup", required_argument, 0, O_WARM},
+        {"prefill", required_argument, 0, O_PREFILL}, {"page-size", required_argument, 0, O_PAGE},
+        {"seed", required_argument, 0, O_SEED},       {"spec", required_argument, 0, O_SPEC},
+        {"spec-budget-list", required_argument, 0, O_BUDGET},
+        {"spec-gamma-list", required_argument, 0, O_GAMMA},
+        {"spec-sinks", required_argument, 0, O_SINKS},
+        {"synthetic-accept", required_argument, 0, O_ALPHA},
+        {"json", no_argument, 0, O_JSON},             {"plot", required_argument, 0, O_PLOT},
+        {"json-out", required_argument, 0, O_JSON_OUT}, {"replot", required_argument, 0, O_REPLOT},
+        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+    int c;
+    long long v;
+    double d;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_SYN: o->synthetic = optarg; break;
+        case 'm': o->model_path = optarg; break;
+        case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
+        case 't': if (!cli_int("--threads", optarg, 1, 1024, &v)) return 2; o->threads = (int)v; break;
+        case O_CTX: if (!parse_int_list("--ctx-list", optarg, 1, 1 << 22, o->ctx, &o->n_ctx)) return 2; break;
+        case O_BATCH: if (!parse_int_list("--batch-list", optarg, 1, 4096, o->batch, &o->n_batch)) return 2; break;
+        case O_STEPS: if (!cli_int("--steps", optarg, 1, 100000, &v)) return 2; o->steps = (int)v; break;
+        case O_WARM: if (!cli_int("--warmup", optarg, 0, 100000, &v)) return 2; o->warmup = (int)v; break;
+        case O_PREFILL: if (!cli_int("--prefill", optarg, 0, 1 << 20, &v)) return 2; o->prefill = (int)v; break;
+        case O_PAGE: if (!cli_int("--page-size", optarg, 1, 4096, &v)) return 2; o->page_size = (int)v; break;
+        case O_SEED: if (!cli_int("--seed", optarg, 0, INT64_MAX, &v)) return 2; o->seed = (uint64_t)v; break;
+        case O_SPEC: if (!parse_spec_list(optarg, o)) return 2; break;
+        case O_BUDGET: if (!parse_int_list("--spec-budget-list", optarg, 1, 1 << 22, o->budget, &o->n_budget)) return 2; break;
+        case O_GAMMA: if (!parse_int_list("--spec-gamma-list", optarg, 1, 64, o->gamma, &o->n_gamma)) return 2; break;
+        case O_SINKS: if (!cli_int("--spec-sinks", optarg, 0, 1 << 22, &v)) return 2; o->sinks = (int)v; break;
+        case O_ALPHA:
+            if (!cli_float("--synthetic-accept", optarg, 0, 1, &d))
+                return 2;
+            if (!(d > 0 && d < 1)) {
+                fprintf(stderr, "seer: --synthetic-accept: %g must be in (0, 1)\n", d);
+                return 2;
+            }
+            o->alpha = d;
+            break;
+        case O_JSON: o->json = true; break;
+        case O_JSON_OUT: o->json_out = optarg; break;
+        case O_REPLOT: o->replot = optarg; break;
+        case O_PLOT: o->plot = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "seer bench: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (o->replot) {
+        if (!o->plot || o->synthetic || o->model_path) {
+            fprintf(stderr, "seer bench: --replot takes --plot FILE.png and no model\n");
+            return 2;
+        }
+        return -1;
+    }
+    if (!o->synthetic == !o->model_path) {
+        fprintf(stderr, "seer bench: give exactly one of --synthetic SHAPE or -m MODEL\n");
+        return 2;
+    }
+    return -1;
+}
+
+static int max_of(const int *a, int n) {
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        m = a[i] > m ? a[i] : m;
+    return m;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Ordinary tokens (past the specials and the byte tokens when the vocabulary is that big). */
+static int32_t rand_token(uint64_t *s, int V) {
+    int lo = V > 1024 ? 259 : 3;
+    return lo + (int32_t)(rng_next(s) % (uint64_t)(V - lo));
+}
+
+double bench_omega(int gamma, double alpha) {
+    return (1 - pow(alpha, gamma + 1)) / (1 - alpha);
+}
+
+#define FAIL(buf, ...) snprintf((buf), sizeof(buf), __VA_ARGS__)
+
+/* ---- prefill ------------------------------------------------------------------------- */
+
+static void run_prefill(const bench_opts *o, seer_model *m, bench_result *r) {
+    const int P = o->prefill, chunk = P < 2048 ? P : 2048;
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = P + 1;
+    cp.n_seq_max = 1;
+    cp.n_batch_max = chunk;
+    cp.page_size = o->page_size;
+    seer_context *ctx = NULL;
+    int32_t *tok = malloc(sizeof *tok * P), *pos = malloc(sizeof *pos * chunk),
+            *seq = malloc(sizeof *seq * chunk);
+    uint8_t *want = calloc(chunk, 1);
+    float *logits = malloc(sizeof *logits * r->info.n_vocab);
+    seer_status s = SEER_OK;
+    if (!tok || !pos || !seq || !want || !logits) {
+        FAIL(r->prefill_err, "out of memory");
+        goto done;
+    }
+    if ((s = seer_context_init(m, cp, &ctx)) != SEER_OK) {
+        FAIL(r->prefill_err, "context: %s", seer_last_error());
+        goto done;
+    }
+    uint64_t rs = o->seed ^ 0x5EEDull;
+    for (int i = 0; i < P; i++)
+        tok[i] = rand_token(&rs, r->info.n_vocab);
+    enum { REPS = 3 };
+    double t[REPS];
+    for (int rep = -1; rep < REPS; rep++) { /* rep -1: warm-up */
+        seer_seq_id sq;
+        if ((s = seer_seq_new(ctx, &sq)) != SEER_OK)
+            break;
+        if ((s = seer_model_sync(m)) != SEER_OK)
+            break;
+        double t0 = now_s();
+        for (int i = 0; i < P && s == SEER_OK; i += chunk) {
+            int k = P - i < chunk ? P - i : chunk;
+            for (int j = 0; j < k; j++) {
+                pos[j] = i + j;
+                seq[j] = sq;
+                want[j] = i + j == P - 1;
+            }
+            seer_batch b = {.n_tokens = k, .token = tok + i, .seq = seq, .pos = pos, .logits = want};
+            s = seer_decode(ctx, &b, want[k - 1] ? logits : NULL);
+        }
+        if (s == SEER_OK)
+            s = seer_model_sync(m);
+        double t1 = now_s();
+        seer_seq_free(ctx, sq);
+        if (rep >= 0)
+            t[rep] = t1 - t0;
+    }
+    if (s != SEER_OK) {
+        FAIL(r->prefill_err, "%s", seer_last_error());
+        goto done;
+    }
+    qsort(t, REPS, sizeof *t, cmp_double);
+    const seer_model_info *in = &r->info;
+    /* The layers see every prompt token, the LM head only the last one. */
+    const double head = (double)in->n_vocab * in->dim;
+    double params = r->fp.weight_elem_bytes ? (double)r->fp.weight_bytes / r->fp.weight_elem_bytes : 0;
+    double flops = 2 * (params - head) * P + 2 * head +
+                   2.0 * in->n_layers * in->n_heads * in->head_dim * (double)P * P;
+    r->prefill_tokens = P;
+    r->prefill_ms = t[REPS / 2] * 1e3;
+    r->prefill_tok_s = P / t[REPS / 2];
+    r->prefill_tflops = flops / t[REPS / 2] * 1e-12;
+done:
+    seer_context_free(ctx);
+    free(tok), free(pos), free(seq), free(want), free(logits);
+}
+
+/* ---- one point ----------------------------------------------------------------------- */
+
+typedef struct {
+    seer_model *m;
+    seer_context *ctx;
+    seer_seq_id *base; /* [B] sequences holding L synthetic slots */
+    int L, B, V;
+    int32_t **toks;    /* [B][L + 1] token history the generator adopts */
+} point_state;
+
+typedef struct {
+    seer_spec_stats d; /* over the timed rounds */
+    double wall_s;
+} gen_run;
+
+/* A generator over forks of the base sequences: warm-up rounds, then timed rounds. On
+ * failure err gets the message and false comes back. */
+static bool run_gen(const bench_opts *o, point_state *ps, seer_spec_params sp, gen_run *out,
+                    char *err, size_t cap) {
+    seer_gen *g = NULL;
+    seer_status s = seer_gen_init(ps->ctx, sp, &g);
+    if (s != SEER_OK) {
+        snprintf(err, cap, "generator: %s", seer_last_error());
+        return false;
+    }
+    seer_sampler_params smp = seer_sampler_default_params();
+    smp.temperature = 0;
+    for (int b = 0; b < ps->B && s == SEER_OK; b++) {
+        seer_seq_id f;
+        if ((s = seer_seq_fork(ps->ctx, ps->base[b], &f)) != SEER_OK)
+            break;
+        int h;
+        smp.seed = o->seed * 7919u + (uint64_t)b; /* its own stream: acceptance is ragged */
+        s = seer_gen_adopt(g, f, ps->toks[b], ps->L + 1, -1, smp, true, &h);
+        if (s != SEER_OK)
+            seer_seq_free(ps->ctx, f); /* adopt leaves the sequence to us on failure */
+    }
+    int active = 0;
+    bool early = false;
+    for (int i = 0; i < o->warmup && s == SEER_OK; i++)
+        s = seer_gen_step(g, &active);
+    seer_spec_stats s0, s1;
+    seer_gen_stats(g, &s0);
+    double t0 = now_s();
+    for (int i = 0; i < o->steps && s == SEER_OK && !early; i++) {
+        s = seer_gen_step(g, &active);
+        early = active < ps->B;
+    }
+    double t1 = now_s();
+    seer_gen_stats(g, &s1);
+    if (s != SEER_OK)
+        snprintf(err, cap, "%s", seer_last_error());
+    else if (early)
+        snprintf(err, cap, "a sequence finished early (context too small)");
+    seer_gen_free(g); /* releases the forks */
+    if (s != SEER_OK || early)
+        return false;
+    out->wall_s = t1 - t0;
+    out->d = (seer_spec_stats){
+        .rounds = s1.rounds - s0.rounds, .drafted = s1.drafted - s0.drafted,
+        .accepted = s1.accepted - s0.accepted, .emitted = s1.emitted - s0.emitted,
+        .t_draft_s = s1.t_draft_s - s0.t_draft_s, .t_verify_s = s1.t_verify_s - s0.t_verify_s};
+    return true;
+}
+
+static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt, bench_spec *bs) {
+    seer_spec_params none = seer_spec_default_params();
+    seer_spec_params sp = seer_spec_default_params();
+    sp.kind = bs->kind;
+    sp.gamma = bs->gamma;
+    sp.budget = bs->budget;
+    sp.sinks = o->sinks;
+    sp.synthetic_accept = (float)o->alpha;
+    gen_run plain, spec;
+    if (!run_gen(o, ps, none, &plain, bs->err, sizeof bs->err) ||
+        !run_gen(o, ps, sp, &spec, bs->err, sizeof bs->err))
+        return;
+    const int steps = o->steps;
+    bs->gen_plain_tok_s = plain.d.emitted / plain.wall_s;
+    bs->spec_tok_s = spec.d.emitted / spec.wall_s;
+    bs->speedup = bs->spec_tok_s / bs->gen_plain_tok_s;
+    bs->round_ms = spec.wall_s / steps * 1e3;
+    bs->draft_step_ms = spec.d.t_draft_s / steps / bs->gamma * 1e3;
+    bs->verify_ms = spec.d.t_verify_s / steps * 1e3;
+    bs->acceptance = spec.d.drafted ? (double)spec.d.accepted / spec.d.drafted : 0;
+    bs->tok_per_verify = spec.d.rounds ? (double)spec.d.emitted / spec.d.rounds : 0;
+    const double tt = pt->step_ms;
+    bs->projected = bench_omega(bs->gamma, o->alpha) /
+                    (bs->gamma * bs->draft_step_ms / tt + bs->verify_ms / tt);
+    bs->ok = true;
+}
+
+static void run_point(const bench_opts *o, seer_model *m, const bench_result *r, bench_point *pt) {
+    const int L = pt->L, B = pt->B, V = r->info.n_vocab, ps_ = o->page_size;
+    const int gmax = o->n_spec ? max_of(o->gamma, o->n_gamma) : 0;
+    /* Room for the generator runs: warm-up and timed rounds of up to G+1 tokens each. */
+    const int margin = (o->warmup + o->steps + 2) * (gmax + 1) + 16;
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = L + margin;
+    cp.n_seq_max = 2 * B; /* the base sequences and the generator's forks of them */
+    /* The generator checks SnapKV's window against the batch limit whatever the drafter. */
+    cp.n_batch_max = B * (gmax + 1) > 64 ? B * (gmax + 1) : 64;
+    cp.page_size = ps_;
+    cp.n_pages = B * ((L + ps_ - 1) / ps_ + (margin + ps_ - 1) / ps_ + 4);
+    point_state st = {.m = m, .L = L, .B = B, .V = V};
+    int32_t *tok = malloc(sizeof *tok * B), *pos = malloc(sizeof *pos * B);
+    uint8_t *want = malloc(B);
+    float *logits = malloc(sizeof *logits * (size_t)B * V);
+    double *times = malloc(sizeof *times * o->steps);
+    st.base = malloc(sizeof *st.base * B);
+    st.toks = calloc(B, sizeof *st.toks);
+    int n_base = 0;
+    seer_status s = SEER_OK;
+    if (!tok || !pos || !want || !logits || !times || !st.base || !st.toks) {
+        FAIL(pt->err, "out of host memory");
+        goto done;
+    }
+    if ((s = seer_context_init(m, cp, &st.ctx)) != SEER_OK) {
+        FAIL(pt->err, "context for B=%d x L=%d: %s", B, L, seer_last_error());
+        goto done;
+    }
+    uint64_t rs = o->seed * 1000003u + (uint64_t)L * 31 + B;
+    for (; n_base < B; n_base++) {
+        if ((s = seer_seq_new(st.ctx, &st.base[n_base])) != SEER_OK ||
+            (s = seer_seq_fill_synthetic(st.ctx, st.base[n_base], L, o->seed + 7919u * n_base)) != SEER_OK) {
+            FAIL(pt->err, "filling sequence %d with %d slots: %s", n_base, L, seer_last_error());
+            goto done;
+        }
+        if (o->n_spec) {
+            st.toks[n_base] = malloc(sizeof(int32_t) * (L + 1));
+            if (!st.toks[n_base]) {
+                FAIL(pt->err, "out of host memory");
+                goto done;
+            }
+            for (int i = 0; i <= L; i++)
+                st.toks[n_base][i] = rand_token(&rs, V);
+        }
+    }
+    for (int b = 0; b < B; b++) {
+        tok[b] = rand_token(&rs, V);
+        pos[b] = L;
+        want[b] = 1;
+    }
+    seer_batch batch = {.n_tokens = B, .token = tok, .seq = st.base, .pos = pos, .logits = want};
+    for (int i = -o->warmup; i < o->steps; i++) {
+        if ((s = seer_model_sync(m)) != SEER_OK)
+            break;
+        double t0 = now_s();
+        if ((s = seer_decode(st.ctx, &batch, logits)) != SEER_OK)
+            break;
+        if ((s = seer_model_sync(m)) != SEER_OK)
+            break;
+        double t1 = now_s();
+        if (i == -o->warmup) {
+            pt->finite = true;
+            for (size_t k = 0; k < (size_t)B * V; k++)
+                pt->finite &= isfinite(logits[k]) != 0;
+        }
+        for (int b = 0; b < B && s == SEER_OK; b++)
+            s = seer_seq_rewind(st.ctx, st.base[b], L);
+        if (i >= 0)
+            times[i] = t1 - t0;
+    }
+    if (s != SEER_OK) {
+        FAIL(pt->err, "decode: %s", seer_last_error());
+        goto done;
+    }
+    qsort(times, o->steps, sizeof *times, cmp_double);
+    pt->step_ms = times[o->steps / 2] * 1e3;
+    pt->step_min_ms = times[0] * 1e3;
+    pt->step_max_ms = times[o->steps - 1] * 1e3;
+    pt->tok_s = B / (pt->step_ms * 1e-3);
+    pt->bytes = (double)r->fp.weight_bytes + (double)B * L * r->fp.kv_bytes_per_token;
+    pt->floor_ms = r->bandwidth > 0 ? pt->bytes / r->bandwidth * 1e3 : 0;
+    pt->floor_tok_s = pt->floor_ms > 0 ? B / (pt->floor_ms * 1e-3) : 0;
+    pt->fraction = pt->floor_ms / pt->step_ms;
+    pt->ok = true;
+    for (int k = 0; k < pt->n_spec; k++) {
+        fprintf(stderr, "seer bench: L=%d B=%d spec %s K=%d G=%d (synthetic acceptance %.2f)\n", L, B,
+                seer_spec_kind_name(pt->spec[k].kind), pt->spec[k].budget, pt->spec[k].gamma, o->alpha);
+        run_spec(o, &st, pt, &pt->spec[k]);
+    }
+done:
+    for (int b = 0; b < n_base && st.ctx; b++)
+        seer_seq_free(st.ctx, st.base[b]);
+    seer_context_free(st.ctx);
+    if (st.toks)
+        for (int b = 0; b < B; b++)
+            free(st.toks[b]);
+    free(st.toks), free(st.base), free(tok), free(pos), free(want), free(logits), free(times);
+}
+
+/* ---- the command --------------------------------------------------------------------- */
+
+int cmd_bench(int argc, char **argv) {
+    bench_opts o = {.backend = SEER_BACKEND_AUTO, .page_size = 16, .steps = 20, .warmup = 3,
+                    .prefill = 2048, .sinks = 16, .seed = 1, .alpha = 0.8,
+                    .ctx = {4096, 32768}, .n_ctx = 2, .batch = {1}, .n_batch = 1,
+                    .budget = {512}, .n_budget = 1, .gamma = {4}, .n_gamma = 1};
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    if (o.replot) {
+        bench_result rr;
+        memset(&rr, 0, sizeof rr);
+        rc = bench_load_json(o.replot, &o, &rr) || bench_plot(&o, &rr);
+        for (int i = 0; i < rr.n_pts; i++)
+            free(rr.pts[i].spec);
+        free(rr.pts);
+        return rc;
+    }
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = o.backend;
+    mp.n_threads = o.threads;
+    seer_model *m = NULL;
+    bench_result r;
+    memset(&r, 0, sizeof r);
+    seer_status s;
+    if (o.synthetic) {
+        seer_gen_params gp = seer_gen_default_params();
+        gp.seed = o.seed;
+        s = seer_model_synthetic(o.synthetic, &gp, mp, &m);
+    } else {
+        s = seer_model_load(o.model_path, mp, &m);
+    }
+    if (s != SEER_OK) {
+        cli_error(o.synthetic ? "synthetic model" : "loading model", s);
+        return 1;
+    }
+    seer_model_get_info(m, &r.info);
+    seer_model_get_footprint(m, &r.fp);
+    time_t now = time(NULL);
+    struct tm tmv;
+    gmtime_r(&now, &tmv);
+    strftime(r.date, sizeof r.date, "%Y-%m-%d", &tmv);
+    rc = 1;
+    if ((s = seer_model_measure_bandwidth(m, &r.bandwidth)) != SEER_OK) {
+        cli_error("measuring bandwidth", s);
+        goto done;
+    }
+    fprintf(stderr, "seer bench: %s on %s, copy bandwidth %.3f TB/s\n", r.info.name, r.info.backend,
+            r.bandwidth * 1e-12);
+    if (o.prefill > 0) {
+        fprintf(stderr, "seer bench: prefill of %d tokens\n", o.prefill);
+        run_prefill(&o, m, &r);
+    }
+    const int n_settings = o.n_spec * o.n_budget * o.n_gamma;
+    r.pts = calloc((size_t)o.n_ctx * o.n_batch, sizeof *r.pts);
+    if (!r.pts) {
+        fprintf(stderr, "seer bench: out of memory\n");
+        goto done;
+    }
+    for (int i = 0; i < o.n_ctx; i++)
+        for (int j = 0; j < o.n_batch; j++) {
+            bench_point *pt = &r.pts[r.n_pts++];
+            pt->L = o.ctx[i];
+            pt->B = o.batch[j];
+            if (n_settings) {
+                pt->spec = calloc(n_settings, sizeof *pt->spec);
+                if (!pt->spec) {
+                    fprintf(stderr, "seer bench: out of memory\n");
+                    goto done;
+                }
+                for (int a = 0; a < o.n_spec; a++)
+                    for (int k = 0; k < o.n_budget; k++)
+                        for (int g = 0; g < o.n_gamma; g++)
+                            pt->spec[pt->n_spec++] = (bench_spec){
+                                .kind = o.spec[a], .budget = o.budget[k], .gamma = o.gamma[g]};
+            }
+            fprintf(stderr, "seer bench: L=%d B=%d plain decode\n", pt->L, pt->B);
+            run_point(&o, m, &r, pt);
+            if (!pt->ok)
+                fprintf(stderr, "seer bench: L=%d B=%d: %s\n", pt->L, pt->B, pt->err);
+        }
+    rc = 0;
+    if (o.json)
+        rc = bench_print_json(stdout, &o, &r);
+    else
+        bench_print_table(&o, &r);
+    if (o.json_out) {
+        FILE *jf = fopen(o.json_out, "w");
+        if (!jf || bench_print_json(jf, &o, &r) != 0) {
+            fprintf(stderr, "seer bench: cannot write %s\n", o.json_out);
+            rc = 1;
+        }
+        if (jf && fclose(jf) != 0)
+            rc = 1;
+    }
+    if (o.plot && bench_plot(&o, &r) != 0)
+        rc = 1;
+    for (int i = 0; i < r.n_pts; i++) {
+        rc |= !r.pts[i].ok;
+        for (int k = 0; k < r.pts[i].n_spec && r.pts[i].ok; k++)
+            rc |= !r.pts[i].spec[k].ok;
+    }
+done:
+    for (int i = 0; i < r.n_pts; i++)
+        free(r.pts[i].spec);
+    free(r.pts);
+    seer_model_free(m);
+    return rc;
+}
