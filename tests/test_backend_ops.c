@@ -793,11 +793,11 @@ static void test_errors(void **state) {
 
     /* a weight of a type the dequantiser does not know */
     char junk[256] = {0};
-    gguf_tensor t = {.name = "blk.0.odd", .n_dims = 2, .ne = {256, 1, 1, 1}, .type = GGML_TYPE_Q4_K,
+    gguf_tensor t = {.name = "blk.0.odd", .n_dims = 2, .ne = {256, 1, 1, 1}, .type = GGML_TYPE_Q2_K,
                      .data = junk, .nbytes = sizeof junk};
     seer_weight w;
     assert_int_not_equal(gpu->ops->weight_load(gpu, &t, &w), SEER_OK);
-    printf("q4_K weight: %s\n", seer_last_error());
+    printf("q2_K weight: %s\n", seer_last_error());
     assert_non_null(strstr(seer_last_error(), "blk.0.odd"));
 
     /* a KV cache that cannot fit */

@@ -15,6 +15,10 @@
  * reference's by less than TIE is a tie that summation order decides (the two engines'
  * f32 logits differ by ~1e-3); it is reported, the reference's token is fed instead, and
  * the comparison goes on, so every later step is still checked.
+ *
+ * On the default model (SmolLM2) the CLI is checked too: `seer generate --chat` must render
+ * and tokenize a conversation as llama.cpp did and reply with the same ids, and `seer chat`
+ * must hold a two-turn conversation.
  */
 #include "testutil.h"
 
@@ -23,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #define MUST_AGREE 32
 #define TIE 0.01f
@@ -171,18 +176,37 @@ static void print_ids(const char *label, const int32_t *ids, int n) {
 /* ---------------------------------------------------------------------------------------- */
 /* Tokenizer agreement                                                                      */
 
+/* The vocabulary to tokenize with: the model when present, else its metadata-only fixture
+ * (tests/fixtures/NAME/vocab.gguf, made by scripts/make-vocab-fixture.sh), so that the
+ * tokenizer fixtures run everywhere. The two Qwen2.5-Coder models share one vocabulary
+ * (tokens, types and merges are identical; only the chat template text differs), so the
+ * 1.5B uses the 0.5B's fixture. */
+static const char *vocab_path(const char *name) {
+    static char buf[1024];
+    struct stat st;
+    if (stat(model_path(name), &st) == 0)
+        return model_path(name);
+    const char *fx = strcmp(name, "qwen2.5-coder-1.5b-instruct") ? name : "qwen2.5-coder-0.5b-instruct";
+    snprintf(buf, sizeof buf, "%s/tests/fixtures/%s/vocab.gguf", SEER_SOURCE_DIR, fx);
+    return stat(buf, &st) == 0 ? buf : NULL;
+}
+
 static void check_tokenize(const char *name) {
-    if (!model_present(name)) {
+    const char *only = getenv("SEER_TEST_MODELS");
+    const char *vp = only && !strstr(only, name) ? NULL : vocab_path(name);
+    if (!vp) {
+        printf("skipped: neither the model nor its vocabulary fixture is present (%s)\n", name);
         skip();
         return;
     }
-    seer_model_params mp = seer_model_default_params();
-    mp.vocab_only = true;
-    seer_model *m = NULL;
-    ASSERT_OK(seer_model_load(model_path(name), mp, &m));
+    printf("tokenizing with %s\n", vp);
     fixture fx;
     if (!fixture_load(name, "tokenize.tsv", &fx))
         return;
+    seer_model_params mp = seer_model_default_params();
+    mp.vocab_only = true;
+    seer_model *m = NULL;
+    ASSERT_OK(seer_model_load(vp, mp, &m));
     enum { CAP = 4096 };
     int32_t *want = malloc(CAP * sizeof *want), *got = malloc(CAP * sizeof *got);
     int bad = 0;
@@ -235,13 +259,13 @@ static void check_greedy(const char *name) {
         skip();
         return;
     }
+    fixture fx;
+    if (!fixture_load(name, "greedy.tsv", &fx))
+        return;
     seer_model_params mp = seer_model_default_params();
     mp.backend = SEER_BACKEND_CPU;
     seer_model *m = NULL;
     ASSERT_OK(seer_model_load(model_path(name), mp, &m));
-    fixture fx;
-    if (!fixture_load(name, "greedy.tsv", &fx))
-        return;
     const int V = seer_n_vocab(m);
     float *logits = malloc((size_t)V * sizeof *logits);
     int failures = 0;
@@ -328,6 +352,103 @@ static void check_greedy(const char *name) {
         fail_msg("%s: %d prompt(s) diverge within the first %d tokens", name, failures, MUST_AGREE);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* The CLI on the default model                                                             */
+
+/* Runs a shell command, returns its exit status and its standard output in out. */
+static int run(char *out, size_t cap, const char *cmd) {
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The ids of the JSON array after "key": in s. */
+static int json_ids(const char *s, const char *key, int32_t *ids, int cap) {
+    const char *p = strstr(s, key);
+    assert_non_null(p);
+    p = strchr(p, '[');
+    assert_non_null(p);
+    int n = 0;
+    for (p++; *p && *p != ']';) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            p++;
+            continue;
+        }
+        if (n < cap)
+            ids[n] = (int32_t)v;
+        n++;
+        p = end;
+    }
+    return n;
+}
+
+/* `seer generate --chat` renders the ChatML conversation of the third greedy fixture prompt
+ * (system "You are a helpful assistant.", one user message), so its prompt ids and its
+ * greedy reply (which ends with <|im_end|>, where generation stops) are llama.cpp's. */
+static void test_cli_generate_chat(void **state) {
+    (void)state;
+    const char *name = k_models[0];
+    if (!model_present(name)) {
+        skip();
+        return;
+    }
+    fixture fx;
+    if (!fixture_load(name, "greedy.tsv", &fx))
+        return;
+    char *f[4];
+    assert_true(fx.n >= 3);
+    assert_int_equal(split_tabs(fx.lines[2], f, 4), 4);
+    int32_t want_prompt[256], want[64], got[256];
+    int n_wp = parse_ids(f[1], want_prompt, 256), n_want = parse_ids(f[2], want, 64);
+    static char out[1 << 16];
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s --backend cpu --temp 0 -n 40 -c 256 --json --chat "
+             "--system 'You are a helpful assistant.' -p 'Write a haiku about the sea.' 2>/dev/null",
+             SEER_CLI, model_path(name));
+    assert_int_equal(run(out, sizeof out, cmd), 0);
+    int n = json_ids(out, "\"prompt_ids\"", got, 256);
+    assert_int_equal(n, n_wp);
+    assert_memory_equal(got, want_prompt, (size_t)n * sizeof *got);
+    n = json_ids(out, "\"generated_ids\"", got, 256);
+    /* the reply up to and including the first end-of-turn token */
+    int stop = 0;
+    while (stop < n_want && want[stop] != 2) /* SmolLM2's <|im_end|> */
+        stop++;
+    assert_true(stop < n_want);
+    assert_int_equal(n, stop + 1);
+    assert_memory_equal(got, want, (size_t)n * sizeof *got);
+    fixture_free(&fx);
+}
+
+/* `seer chat` holds a two-turn conversation on stdin and exits 0 at end of input. */
+static void test_cli_chat(void **state) {
+    (void)state;
+    const char *name = k_models[0];
+    if (!model_present(name)) {
+        skip();
+        return;
+    }
+    static char out[1 << 16];
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "printf 'Hi!\\nWhat is 2+2?\\n' | %s chat -m %s --backend cpu --temp 0 -n 24 -c 512 "
+             "2>/dev/null",
+             SEER_CLI, model_path(name));
+    assert_int_equal(run(out, sizeof out, cmd), 0);
+    int lines = 0;
+    for (char *p = out; *p; p++)
+        lines += *p == '\n';
+    printf("%s", out);
+    assert_true(lines >= 2);
+    assert_non_null(strstr(out, "4"));
+}
+
 static void test_tokenize_smollm2(void **state) { (void)state; check_tokenize(k_models[0]); }
 static void test_tokenize_qwen05(void **state) { (void)state; check_tokenize(k_models[1]); }
 static void test_tokenize_qwen15(void **state) { (void)state; check_tokenize(k_models[2]); }
@@ -340,6 +461,7 @@ int main(void) {
         cmocka_unit_test(test_tokenize_smollm2), cmocka_unit_test(test_tokenize_qwen05),
         cmocka_unit_test(test_tokenize_qwen15),  cmocka_unit_test(test_greedy_smollm2),
         cmocka_unit_test(test_greedy_qwen05),    cmocka_unit_test(test_greedy_qwen15),
+        cmocka_unit_test(test_cli_generate_chat), cmocka_unit_test(test_cli_chat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -106,7 +106,7 @@ typedef struct {
 /* Maps and parses a file. On failure *out is NULL and the message names the problem (and
  * the key or tensor). Tensor types whose block size is unknown fail here with
  * SEER_ERR_UNSUPPORTED "unsupported tensor type T in tensor NAME"; types of known size
- * without a dequantiser (q5_0, q8_1, the K-quants) open, and fail in gguf_tensor_dequant.
+ * without a dequantiser (q8_1, q2_K, q3_K, q8_K) open, and fail in gguf_tensor_dequant.
  * Arrays may nest at most 8 deep; keys and tensor names must be unique and free of NUL. */
 seer_status gguf_open(const char *path, gguf_file **out);
 /* Parses a buffer the caller keeps alive until gguf_close (used by the fuzzer and tests). */

@@ -5,10 +5,12 @@
  * The byte layouts and the rounding of the quantisers follow ggml's reference
  * implementations, so files written here load in other GGUF readers and files from ggml
  * converters dequantise to the same floats. Not for: fast kernels (the backends have those)
- * or the K-quant formats, whose sizes are known here so that files holding them can be
- * opened, but which cannot be dequantised.
+ * or the dequantisers of Q5_0, Q5_1 and the K-quants Q4_K/Q5_K/Q6_K (quant_k.c, dispatched
+ * from gguf_dequant); the other K formats' sizes are known here so that files holding them
+ * can be opened, but they cannot be dequantised.
  */
 #include "gguf/gguf.h"
+#include "gguf/quant_k.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -57,7 +59,7 @@ const char *ggml_type_name(ggml_type t) {
 
 bool ggml_type_supported(ggml_type t) {
     const type_info *ti = info_of(t);
-    return ti && ti->supported;
+    return ti && (ti->supported || seer_dequant_k_supported(t));
 }
 
 int ggml_type_block_elems(ggml_type t) {
@@ -257,6 +259,8 @@ static seer_status check_n(ggml_type t, uint64_t n, const char *what) {
 }
 
 seer_status gguf_dequant(ggml_type t, const void *src, float *dst, uint64_t n) {
+    if (seer_dequant_k_supported(t)) /* K-quants and Q5_0/Q5_1: quant_k.c */
+        return seer_dequant_k(t, src, dst, n);
     SEER_TRY(check_n(t, n, "dequantisation"));
     const uint8_t *s = src;
     switch (t) {

@@ -14,6 +14,7 @@
  * seer_bpe_decode_text).
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include "tokenizer/merge_queue.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -436,69 +437,12 @@ typedef struct {
 } symbol;
 
 typedef struct {
-    int rank;
-    int32_t left, right;
-    uint32_t len;
-} bigram;
-
-typedef struct {
-    bigram *a;
-    size_t n, cap;
-} heap;
-
-/* Min-heap order: lower rank first, then the leftmost pair. */
-static bool before(const bigram *x, const bigram *y) {
-    return x->rank < y->rank || (x->rank == y->rank && x->left < y->left);
-}
-
-static seer_status heap_push(heap *h, bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        bigram *p = realloc(h->a, cap * sizeof *p);
-        if (!p)
-            return seer_err(SEER_ERR_OOM, "out of memory while encoding");
-        h->a = p;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!before(&b, &h->a[parent]))
-            break;
-        h->a[i] = h->a[parent];
-        i = parent;
-    }
-    h->a[i] = b;
-    return SEER_OK;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->a[0];
-    bigram last = h->a[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && before(&h->a[c + 1], &h->a[c]))
-            c++;
-        if (!before(&h->a[c], &last))
-            break;
-        h->a[i] = h->a[c];
-        i = c;
-    }
-    if (h->n > 0)
-        h->a[i] = last;
-    return top;
-}
-
-typedef struct {
     const seer_vocab *v;
     const seer_bpe *b;
     char *buf;    /* the encoded word */
     symbol *sym;
     size_t cap;   /* bytes buf holds; sym holds cap / 1 entries at most */
-    heap h;
+    seer_merge_queue h;
 } word_state;
 
 static seer_status try_pair(word_state *w, int32_t left, int32_t right) {
@@ -509,7 +453,7 @@ static seer_status try_pair(word_state *w, int32_t left, int32_t right) {
     int rank = seer_bpe_rank(w->b, w->buf + l->off, l->len, len);
     if (rank < 0)
         return SEER_OK;
-    return heap_push(&w->h, (bigram){rank, left, right, len});
+    return seer_merge_push(&w->h, (seer_merge){-(double)rank, left, right, len});
 }
 
 /* Emits a final symbol: its token, else the token of each of its characters (every byte has
@@ -559,7 +503,7 @@ static seer_status encode_word(word_state *w, const char *s, size_t n, seer_id_v
     for (int32_t i = 0; i + 1 < n_sym; i++)
         SEER_TRY(try_pair(w, i, i + 1));
     while (w->h.n > 0) {
-        bigram b = heap_pop(&w->h);
+        seer_merge b = seer_merge_pop(&w->h);
         symbol *l = &w->sym[b.left], *r = &w->sym[b.right];
         if (l->len == 0 || r->len == 0 || l->len + r->len != b.len)
             continue; /* one side was merged elsewhere since this pair was queued */

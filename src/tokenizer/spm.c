@@ -9,6 +9,7 @@
  * <0xXX> tokens. A heap of candidate pairs over a linked list of symbols keeps this
  * O(n log n). Not for: byte-level BPE (bpe.c) or special tokens and BOS (encode.c).
  */
+#include "tokenizer/merge_queue.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -19,63 +20,6 @@ typedef struct {
     int32_t prev, next; /* -1 at the ends */
     uint32_t off, len;  /* bytes of the escaped text; len 0 once merged into its left */
 } symbol;
-
-typedef struct {
-    float score;
-    int32_t left, right;
-    uint32_t len; /* left.len + right.len when queued; a mismatch later means it is stale */
-} bigram;
-
-typedef struct {
-    bigram *a;
-    size_t n, cap;
-} heap;
-
-/* Max-heap order: higher score first, then the leftmost pair. */
-static bool before(const bigram *x, const bigram *y) {
-    return x->score > y->score || (x->score == y->score && x->left < y->left);
-}
-
-static seer_status heap_push(heap *h, bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        bigram *p = realloc(h->a, cap * sizeof *p);
-        if (!p)
-            return seer_err(SEER_ERR_OOM, "out of memory while encoding");
-        h->a = p;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!before(&b, &h->a[parent]))
-            break;
-        h->a[i] = h->a[parent];
-        i = parent;
-    }
-    h->a[i] = b;
-    return SEER_OK;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->a[0];
-    bigram last = h->a[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && before(&h->a[c + 1], &h->a[c]))
-            c++;
-        if (!before(&h->a[c], &last))
-            break;
-        h->a[i] = h->a[c];
-        i = c;
-    }
-    if (h->n > 0)
-        h->a[i] = last;
-    return top;
-}
 
 /* Raw text encodes only to normal and user-defined tokens, as in SentencePiece: control,
  * unknown, byte and unused tokens are reached by other routes or never. */
@@ -91,7 +35,7 @@ typedef struct {
     const seer_vocab *v;
     const char *buf;
     symbol *sym;
-    heap h;
+    seer_merge_queue h;
 } merge_state;
 
 static seer_status try_pair(merge_state *m, int32_t left, int32_t right) {
@@ -102,7 +46,7 @@ static seer_status try_pair(merge_state *m, int32_t left, int32_t right) {
     int32_t id = find_mergeable(m->v, m->buf + l->off, len);
     if (id < 0)
         return SEER_OK;
-    return heap_push(&m->h, (bigram){seer_vocab_score(m->v, id), left, right, len});
+    return seer_merge_push(&m->h, (seer_merge){seer_vocab_score(m->v, id), left, right, len});
 }
 
 static seer_status emit_symbol(const seer_vocab *v, const char *s, size_t n, seer_id_vec *out) {
@@ -128,7 +72,7 @@ static seer_status merge_and_emit(merge_state *m, int32_t n_sym, seer_id_vec *ou
     for (int32_t i = 0; i + 1 < n_sym; i++)
         SEER_TRY(try_pair(m, i, i + 1));
     while (m->h.n > 0) {
-        bigram b = heap_pop(&m->h);
+        seer_merge b = seer_merge_pop(&m->h);
         symbol *l = &m->sym[b.left], *r = &m->sym[b.right];
         if (l->len == 0 || r->len == 0 || l->len + r->len != b.len)
             continue; /* one side was merged elsewhere since this pair was queued */

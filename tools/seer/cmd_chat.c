@@ -109,6 +109,10 @@ static bool str_put(str *b, const char *s, size_t n) {
     return true;
 }
 
+static bool starts_with(const char *s, size_t n, const str *prefix) {
+    return prefix->n <= n && (prefix->n == 0 || memcmp(s, prefix->s, prefix->n) == 0);
+}
+
 typedef struct {
     seer_model *model;
     seer_context *ctx;
@@ -187,9 +191,9 @@ static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, 
         return 1;
     }
     size_t from;
-    if (cached->n <= flen && memcmp(full, cached->s, cached->n) == 0) {
+    if (starts_with(full, flen, cached)) {
         from = cached->n;
-    } else if (mark->n <= flen && memcmp(full, mark->s, mark->n) == 0) {
+    } else if (starts_with(full, flen, mark)) {
         /* The template wrote the last reply differently from how it was generated. */
         from = mark->n;
     } else {
