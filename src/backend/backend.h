@@ -128,8 +128,7 @@ typedef struct {
     seer_status (*gather_rows)(seer_backend *be, float *y, const float *x, const int32_t *rows,
                                int n_rows, int D);
     /* ids [n] (host) = argmax of each row of logits [n][V]: ties to the lowest id, NaN never
-     * wins (as seer_argmax). Lets greedy decoding move token ids, not logits, to the host.
-     * May be NULL: logits are then downloaded and reduced on the host. */
+     * wins (as seer_argmax). Lets greedy decoding move token ids, not logits, to the host. */
     seer_status (*argmax_rows)(seer_backend *be, int32_t *ids, const float *logits, int n, int V);
 
     /* Benchmarks at real shapes without a file (src/model/synthetic.c). */

@@ -278,27 +278,6 @@ seer_status seer_decode_argmax(seer_context *c, const seer_batch *b, int32_t *id
     return decode(c, b, NULL, ids_out);
 }
 
-static seer_status argmax_logits(seer_context *c, int n_out, int32_t *ids) {
-    seer_backend *be = c->model->be;
-    const int V = c->model->info.n_vocab;
-    if (be->ops->argmax_rows)
-        return be->ops->argmax_rows(be, ids, c->s.logits, n_out, V);
-    float *host = seer_malloc_array((size_t)n_out * V, sizeof(float));
-    if (!host)
-        return seer_err(SEER_ERR_OOM, "out of memory");
-    seer_status s = be->ops->download(be, host, c->s.logits, (size_t)n_out * V * sizeof(float));
-    for (int r = 0; r < n_out && s == SEER_OK; r++) {
-        const float *x = host + (size_t)r * V;
-        int best = -1;
-        for (int i = 0; i < V; i++)
-            if (!isnan(x[i]) && (best < 0 || x[i] > x[best]))
-                best = i;
-        ids[r] = best < 0 ? 0 : best;
-    }
-    free(host);
-    return s;
-}
-
 static seer_status decode(seer_context *c, const seer_batch *b, float *logits_out, int32_t *ids_out) {
     SEER_TRY(validate_batch(c, b));
     const int T = b->n_tokens;
@@ -360,7 +339,7 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
     if (s == SEER_OK && n_out && logits_out)
         s = be->ops->download(be, logits_out, c->s.logits, (size_t)n_out * in->n_vocab * sizeof(float));
     if (s == SEER_OK && n_out && ids_out)
-        s = argmax_logits(c, n_out, ids_out);
+        s = be->ops->argmax_rows(be, ids_out, c->s.logits, n_out, in->n_vocab);
     for (int k = 0; k < n_seq; k++) {
         /* Pages gained for a failed call go back; lengths move only on success. */
         if (s == SEER_OK)

@@ -158,15 +158,9 @@ static seer_status dm_propose(seer_gen *g, void *impl, int n, const int *hs, con
                 im->ds[hs[i]].dlen = s->n_tokens + j;
                 continue;
             }
-            int nh = s->sp.repeat_penalty == 1.f ? 0
-                     : (s->sp.repeat_last_n < s->n_tokens ? s->sp.repeat_last_n : s->n_tokens);
-            memcpy(g->hist, s->tokens + s->n_tokens - nh, sizeof(int32_t) * nh);
-            memcpy(g->hist + nh, draft + (size_t)i * G, sizeof(int32_t) * j);
-            float *qi = q + ((size_t)i * G + j) * V;
-            seer_gen_probs(g, s, g->hist, nh + j, g->logits + (size_t)t * V, qi);
-            draft[(size_t)i * G + j] = s->sp.temperature <= 0
-                                           ? seer_argmax(qi, V)
-                                           : seer_sample_from_probs(qi, V, seer_sampler_uniform(s->smp));
+            draft[(size_t)i * G + j] = seer_gen_draft_token(g, s, draft + (size_t)i * G, j,
+                                                            g->logits + (size_t)t * V,
+                                                            q + ((size_t)i * G + j) * V);
             nd[i] = j + 1;
             im->ds[hs[i]].dlen = s->n_tokens + j; /* pending + drafts fed so far */
         }

@@ -344,15 +344,8 @@ static seer_status self_propose(seer_gen *g, void *impl, int n, const int *hs, c
                 nd[i] = j + 1;
                 continue;
             }
-            /* the draft distribution, with the same history the verifier will use */
-            int nh = s->sp.repeat_penalty == 1.f ? 0
-                     : (s->sp.repeat_last_n < s->n_tokens ? s->sp.repeat_last_n : s->n_tokens);
-            memcpy(g->hist, s->tokens + s->n_tokens - nh, sizeof(int32_t) * nh);
-            memcpy(g->hist + nh, draft + (size_t)i * G, sizeof(int32_t) * j);
-            float *qi = q + ((size_t)i * G + j) * V;
-            seer_gen_probs(g, s, g->hist, nh + j, g->logits + (size_t)t * V, qi);
-            int32_t x = s->sp.temperature <= 0 ? seer_argmax(qi, V)
-                                               : seer_sample_from_probs(qi, V, seer_sampler_uniform(s->smp));
+            int32_t x = seer_gen_draft_token(g, s, draft + (size_t)i * G, j, g->logits + (size_t)t * V,
+                                             q + ((size_t)i * G + j) * V);
             draft[(size_t)i * G + j] = x;
             nd[i] = j + 1;
         }

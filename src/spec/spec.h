@@ -85,6 +85,12 @@ extern const seer_drafter_ops seer_drafter_ngram;
 void seer_gen_probs(seer_gen *g, const seer_gen_seq *s, const int32_t *hist, int n_hist,
                     const float *logits, float *probs);
 
+/* A draft token at draft position j of s from the drafter's logits: q [V] receives the
+ * sequence's sampler transform (with the history the verifier will use: the sequence's
+ * tokens, then drafts[0..j)), and the token is its argmax (greedy) or a sample from it. */
+int32_t seer_gen_draft_token(seer_gen *g, seer_gen_seq *s, const int32_t *drafts, int j,
+                             const float *logits, float *q);
+
 /* The verification rule (§3 of the speculative-decoding reference) for one chain.
  * p_logits [nd+1][V] are the target's logits at the pending token and each draft token;
  * returns the accepted count and writes the emitted token to *next. */

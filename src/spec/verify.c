@@ -28,6 +28,15 @@ static int history(seer_gen *g, const seer_gen_seq *s) {
     return k;
 }
 
+int32_t seer_gen_draft_token(seer_gen *g, seer_gen_seq *s, const int32_t *drafts, int j,
+                             const float *logits, float *q) {
+    int nh = history(g, s);
+    memcpy(g->hist + nh, drafts, sizeof(int32_t) * j);
+    seer_gen_probs(g, s, g->hist, nh + j, logits, q);
+    return s->sp.temperature <= 0 ? seer_argmax(q, g->V)
+                                  : seer_sample_from_probs(q, g->V, seer_sampler_uniform(s->smp));
+}
+
 int seer_verify_wrong_rule_for_tests;
 
 int seer_verify_chain_ids(seer_gen *g, seer_gen_seq *s, const int32_t *amax, const int32_t *draft,
