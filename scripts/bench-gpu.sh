@@ -11,6 +11,8 @@
 #   shapes  synthetic Llama-2-7B and Qwen2.5-7B, B = 1 at 4K and 32K, the same speculation
 #   gamma   Llama-3.1-8B at 32K, B = 1 and 8: G 1, 2, 4, 8 and K 512, 2048
 #   long    Llama-3.1-8B at 128K, B = 2 and 3, the same speculation as depth
+#   profile device time per op (SEER_CUDA_PROFILE) at 4K and 32K, B = 1 and 8, plain and
+#           streaming speculation
 # The log goes to $OUT/bench-gpu.log when OUT is set (else build-gpu/bench/), with each
 # section's JSON (seer bench --json-out) beside it; the plain table comes last. Plot a JSON
 # where gnuplot is installed: seer bench --replot X.json --plot X.png.
@@ -85,6 +87,15 @@ run_all() {
                --synthetic-accept 0.8 ;;
       long) bench long 120 --synthetic llama-3.1-8b --ctx-list 131072 --batch-list 2,3 --steps 20 \
               --prefill 0 $spec ;;
+      profile) # device time per op (SEER_CUDA_PROFILE: no graphs, an event after every op)
+        for pt in "4096 1 none" "32768 1 none" "32768 1 streaming" "32768 8 none"; do
+          set -- $pt
+          SEER_CUDA_PROFILE="$out/profile-$1-$2-$3.txt" bench "profile-$1-$2-$3" 60 \
+            --synthetic llama-3.1-8b --ctx-list "$1" --batch-list "$2" --steps 10 --warmup 1 \
+            --prefill 0 --spec "$3" --spec-budget-list 512 --spec-gamma-list 4 --synthetic-accept 0.8
+          echo "-- profile L=$1 B=$2 spec=$3 (all forward calls of the run)"
+          cat "$out/profile-$1-$2-$3.txt"
+        done ;;
       *) echo "unknown section $s" ;;
     esac
   done

@@ -558,6 +558,12 @@ static void fill_cache(void *kc, void *kg, const seer_kv_geom *g, const int32_t 
     free(page), free(row);
 }
 
+/* Head shapes the tensor-core kernel serves (attention_tc.cu): it rounds q and the softmax
+ * weights to bf16 for the products, so even with bf16-exact K, V and q ("attention-x") the
+ * weights carry a relative 2^-9 rounding each: about 1e-3 on outputs over few slots, less
+ * over many. */
+static bool attn_tc_shape(int Dh, int group) { return (Dh == 64 || Dh == 128) && group <= 16; }
+
 /* Tolerance 1e-2: the device cache holds K and V in bf16 (relative 2^-9 per value), which
  * moves scores by ~|q||k| 2^-9 scale and outputs by about the V rounding: ~3e-3.
  * With K and V bf16-exact ("attention-x") the cache is exact and only f32 summation order
@@ -690,6 +696,7 @@ static void run_attention_case(const attn_case *ac, bool exact, uint64_t seed) {
     float *q = rand_array((size_t)T * H * Dh, 3.f, &rng);
     float *k = rand_array((size_t)T * kvd, 1.f, &rng), *v = rand_array((size_t)T * kvd, 1.f, &rng);
     if (exact) {
+        to_bf16_exact(q, (size_t)T * H * Dh);
         to_bf16_exact(k, (size_t)T * kvd);
         to_bf16_exact(v, (size_t)T * kvd);
     }
@@ -710,7 +717,7 @@ static void run_attention_case(const attn_case *ac, bool exact, uint64_t seed) {
              Hkv, ac->group, Dh, ps, ac->layer, ac->n_layers, lens, ac->mask ? " mask" : "",
              ac->view ? " view" : "", ac->fork ? " fork" : "");
     record(exact ? "attention-x" : "attention", shape, out, ref, (size_t)T * H * Dh,
-           exact ? 1e-4 : 1e-2);
+           exact ? (attn_tc_shape(Dh, ac->group) ? 3e-3 : 1e-4) : 1e-2);
 
     /* kv_read of the rows just stored; tolerance 5e-3: the device holds them in bf16 (0
      * when they are bf16-exact) */
@@ -761,6 +768,14 @@ static const attn_case ATTN_CASES[] = {
     {"long-128k",   2, 4, 128, 16, 1, 0, 1, {131072},       {1},          0, 0, 0, 0},
     {"long-32k",    2, 4, 128, 16, 1, 0, 3, {32768, 20000, 32768}, {1, 5, 3}, 1, 0, 0, 1},
     {"long-view",   2, 4, 128, 16, 1, 0, 1, {32768},        {4},          0, 2, 0, 0},
+    /* more than 64 new tokens in a sequence: the tensor-core kernel's prefill kind */
+    {"prefill-tc",  8, 4, 128, 16, 1, 0, 1, {0},            {200},        0, 0, 0, 0},
+    {"prefill-tc",  2, 4, 64,  16, 1, 0, 3, {1000, 0, 7},   {130, 65, 1}, 0, 0, 0, 1},
+    {"prefill-mask", 1, 8, 128, 16, 1, 0, 1, {50},          {100},        1, 0, 0, 0},
+    {"prefill-view", 2, 4, 64, 16, 2, 1, 1, {300},          {80},         0, 2, 0, 0},
+    {"prefill-mha", 4, 1, 64,  16, 1, 0, 1, {33},           {150},        0, 0, 0, 0},
+    {"verify-8",    8, 4, 128, 16, 1, 0, 2, {5000, 4095},   {8, 8},       0, 0, 0, 1},
+    {"verify-g16",  2, 16, 64, 16, 1, 0, 1, {700},          {5},          0, 0, 0, 0},
 };
 
 static void test_attention(void **state) {

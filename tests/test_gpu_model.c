@@ -54,7 +54,7 @@ static seer_context *mkctx(seer_model *m, int n_ctx, int n_seq, int page) {
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_seq_max = n_seq;
-    cp.n_batch_max = 64;
+    cp.n_batch_max = 128;
     cp.page_size = page;
     seer_context *c = NULL;
     ASSERT_OK(seer_context_init(m, cp, &c));
@@ -327,9 +327,9 @@ static void test_random_models(void **state) {
         }
         uint64_t rng = 77 + k;
         enum { P = 23, G = 5 };
-        int32_t tok[64], seq[64], pos[64];
-        uint8_t want[64];
-        for (int i = 0; i < 64; i++)
+        int32_t tok[128], seq[128], pos[128];
+        uint8_t want[128];
+        for (int i = 0; i < 128; i++)
             tok[i] = (int32_t)(tu_rand_u64(&rng) % (uint64_t)pr.V), want[i] = 1;
 
         /* batched prefill, every row */
@@ -393,6 +393,20 @@ static void test_random_models(void **state) {
         p1 = P + 1;
         b = (seer_batch){.n_tokens = 1, .token = &tok[50], .seq = &s0, .pos = &p1, .logits = want};
         both(&pr, "decode under a view", &b);
+        /* a prompt long enough to be prefilled in one split per token (the tensor-core
+         * kernel's prefill kind), continuing s1's cache, then a decode step after it */
+        {
+            const int s1len = seer_seq_len(pr.c[0], s1);
+            assert_int_equal(s1len, seer_seq_len(pr.c[1], s1));
+            const int P2 = 90;
+            for (int i = 0; i < P2; i++)
+                seq[i] = s1, pos[i] = s1len + i;
+            b = (seer_batch){.n_tokens = P2, .token = tok, .seq = seq, .pos = pos, .logits = want};
+            both(&pr, "long prefill", &b);
+            p1 = s1len + P2;
+            b = (seer_batch){.n_tokens = 1, .token = &tok[100], .seq = &s1, .pos = &p1, .logits = want};
+            both(&pr, "decode after a long prefill", &b);
+        }
 
         for (int j = 0; j < 2; j++) {
             seer_context_free(pr.c[j]);

@@ -351,7 +351,7 @@ typedef struct {
     int32_t ids[600];
 } output;
 
-static void gen_run(seer_model *m, seer_spec_params spec, int32_t (*prompts)[64], const int *plen,
+static void gen_run(seer_model *m, seer_spec_params spec, int32_t (*prompts)[128], const int *plen,
                     int n, int max_new, int n_ctx, int page, output *out, seer_spec_stats *stats) {
     seer_context *c = mkctx(m, n_ctx, n, 64, page);
     seer_gen *g = NULL;
@@ -381,7 +381,7 @@ static const seer_spec_kind KINDS[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL,
 #define N_KINDS ((int)(sizeof KINDS / sizeof *KINDS))
 
 /* Runs none and every drafter on the prompts, alone and as one batch; returns mismatches. */
-static int spec_compare(const char *label, seer_model *m, seer_model *draft, int32_t (*prompts)[64],
+static int spec_compare(const char *label, seer_model *m, seer_model *draft, int32_t (*prompts)[128],
                         const int *plen, int n, int max_new, int n_ctx, int page, int gamma,
                         int budget) {
     output plain[8], got[8], one;
@@ -436,7 +436,7 @@ static void test_spec_identical(void **state) {
         assert_non_null(tsv);
         tsv = realloc(tsv, sz + 1);
         tsv[sz] = 0;
-        int32_t prompts[5][64];
+        int32_t prompts[5][128];
         int plen[5], n = 0;
         char *save = NULL;
         strtok_r(tsv, "\n", &save); /* header */
@@ -459,13 +459,13 @@ static void test_spec_identical(void **state) {
         seer_model_free(d);
     }
     /* random models: repetitive prompts (n-gram matches), pages of 4 */
-    for (int a = 0; a < 2; a++) {
+    for (int a = 0; a < 3; a++) {
         seer_gen_params p = seer_gen_default_params();
-        p.arch = a ? "qwen2" : "llama";
+        p.arch = a == 1 ? "qwen2" : "llama";
         p.n_vocab = 300;
-        p.dim = 64;
+        p.dim = a == 2 ? 512 : 64; /* a = 2: head size 64, GQA 4: the tensor-core attention */
         p.n_layers = 2;
-        p.n_heads = 4;
+        p.n_heads = a == 2 ? 8 : 4;
         p.n_kv_heads = 2;
         p.ffn_dim = 128;
         p.ctx = 512;
@@ -477,13 +477,13 @@ static void test_spec_identical(void **state) {
         ASSERT_OK(seer_gen_model(&p, path));
         seer_model *m = load_cuda(path, true), *d = load_cuda(path, true);
         uint64_t rng = 17 + a;
-        int32_t prompts[3][64];
-        int plen[3] = {40, 7, 23};
+        int32_t prompts[3][128];
+        int plen[3] = {a == 2 ? 100 : 40, 7, 23};
         for (int i = 0; i < 3; i++)
             for (int j = 0; j < plen[i]; j++)
                 prompts[i][j] = j >= 10 && (tu_rand_u64(&rng) & 1) ? prompts[i][j - 10]
                                                                     : (int32_t)(tu_rand_u64(&rng) % 300);
-        bad += spec_compare(a ? "random qwen2" : "random llama", m, d, prompts, plen, 3, 120, 256, 4,
+        bad += spec_compare(a == 1 ? "random qwen2" : a ? "random llama Dh 64" : "random llama", m, d, prompts, plen, 3, 120, 256, 4,
                             a ? 5 : 3, 20);
         seer_model_free(m);
         seer_model_free(d);

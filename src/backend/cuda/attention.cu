@@ -35,44 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ATT_TK 64          /* keys per tile; the softmax step assumes 2 per lane */
-#define ATT_THREADS 128
-#define ATT_WARPS (ATT_THREADS / 32)
-#define ATT_GB 8           /* most query heads one block holds */
-#define ATT_MAX_DH 256
-#define ATT_PAIRS (ATT_GB * ATT_MAX_DH / 2 / ATT_THREADS) /* (head, dim pair)s per thread */
-/* Most splits of one token. With chunks of at least ATT_TK keys a 4K context still makes 63
- * splits per (token, KV head), enough blocks for the GPU at one sequence; past 4K the chunk
- * doubles instead, and the partials (2 * Dh * 4 bytes per query head and split) stay under
- * 1% of the K and V they summarise. */
-#define ATT_MAX_SPLITS 64
-#define ATT_COMBINE_W 1024 /* split weights the combine holds in shared memory at a time */
-
-/* Header of the batch descriptor (int32 words); arrays follow at the offsets it gives. */
-enum {
-    D_T, D_NSEQ, D_NQ, D_NWORK, D_HAS_MASK,
-    D_TOK_SEQ, D_TOK_SLOT, D_NCAND, D_LEN0, D_TOK_OFF, D_CAND_TOK, D_CAND_SLOT, D_PAGE_OFF,
-    D_PAGES, D_VIEW, D_VLIST, D_VIDX, D_QOFF, D_MASK,
-    D_WORDS = 32
-};
-
-/* Keys per split of a token that sees n_vis slots. */
-static __host__ __device__ __forceinline__ long long att_chunk(long long n_vis) {
-    long long c = ATT_TK;
-    while (c * ATT_MAX_SPLITS < n_vis)
-        c *= 2;
-    return c;
-}
-
-static __host__ __device__ __forceinline__ int att_splits(long long n_vis) {
-    return n_vis > ATT_TK ? (int)((n_vis + att_chunk(n_vis) - 1) / att_chunk(n_vis)) : 1;
-}
-
-/* At least att_splits(n) for every n <= n_vis (att_splits itself is not monotonic). */
-static int att_splits_bound(long long n_vis) {
-    const long long b = (n_vis + ATT_TK - 1) / ATT_TK;
-    return b < 1 ? 1 : (int)(b < ATT_MAX_SPLITS ? b : ATT_MAX_SPLITS);
-}
+#include "backend/cuda/attention.cuh"
 
 /* ---- batch_begin ---------------------------------------------------------------------- */
 
@@ -105,17 +68,6 @@ static seer_status stage_reserve(seer_cuda *c, size_t bytes) {
     return SEER_OK;
 }
 
-struct attn_params {
-    float *out;             /* [T][H][Dh] */
-    const float *q;         /* [T][H][Dh] */
-    const bf16 *kv;
-    float *part_acc;        /* [n_q][H][Dh] unnormalised, row (qoff[i] + split) */
-    float *part_ml;         /* [n_q][H][2] running max, sum */
-    const int32_t *desc;    /* the batch descriptor */
-    int H, Hkv, Dh, group, gb, n_hc, layer, page_size;
-    size_t page_stride, layer_off, kv_stride, head_stride; /* in bf16 elements */
-    float scale;
-};
 
 __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p);
 
@@ -236,6 +188,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     const size_t o_view = take((size_t)n_seq * 5), o_vlist = take(n_lists * 2);
     const size_t o_vidx = take(n_entries), o_qoff = take((size_t)T + 1);
     const size_t o_mask = take(ab->mask ? ((size_t)T * T + 3) / 4 : 0);
+    const size_t o_grp = take((size_t)T * 4), o_gitem = take((size_t)T + 1), o_tmode = take(T);
     if (off > INT32_MAX)
         return bad_batch("batch descriptor too large", (int)(off >> 31), 0);
     const size_t bytes = off * sizeof(int32_t);
@@ -333,27 +286,87 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
             h[o_ncand + j] = ab->mask || !ascending ? n_b : k + 1;
         }
     }
+    /* Which kernel: the tensor-core one (attention_tc.cu) where it serves the head shape. */
+    const int H = ab->n_heads, Dh = ab->head_dim;
+    const bool heads_ok = Hkv >= 1 && H >= Hkv && H % Hkv == 0 && Dh >= 2 && Dh <= ATT_MAX_DH;
+    int cap_tc = 0;
+    if (heads_ok && attn_tc_eligible(H, Hkv, Dh)) {
+        const seer_status st = attn_tc_capacity(c, Dh, &cap_tc);
+        if (st != SEER_OK) {
+            free(maxC);
+            return st;
+        }
+    }
+    const bool tc = cap_tc > 0;
+    const int group = heads_ok ? H / Hkv : 1;
+
+    /* A sequence with more than SEER_ATT_TC_PREFILL_MIN new tokens is prefilled: one split
+     * per token (tensor cores only). Then each token's splits and their running sum. */
+    for (int b = 0; b < n_seq; b++) {
+        const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
+        for (int k = 0; k < n_b; k++)
+            h[o_tmode + ab->seq_toks[o + k]] = tc && n_b > SEER_ATT_TC_PREFILL_MIN;
+    }
     long long n_q = 0;
     bool split = false;
     for (int i = 0; i < T; i++) {
         const long long vis = (long long)maxC[ab->tok_seq[i]] + h[o_ncand + i];
-        const int S = maxC[n_seq + ab->tok_seq[i]] ? att_splits_bound(vis) : att_splits(vis);
+        const int S = h[o_tmode + i] ? 1 : maxC[n_seq + ab->tok_seq[i]] ? att_splits_bound(vis) : att_splits(vis);
         h[o_qoff + i] = (int32_t)(n_q < INT32_MAX ? n_q : INT32_MAX);
         n_q += S;
         split |= S > 1;
     }
-    free(maxC);
     h[o_qoff + T] = (int32_t)(n_q < INT32_MAX ? n_q : INT32_MAX);
 
-    /* Items per (token, split): one per KV head and head chunk. */
-    const int H = ab->n_heads, Dh = ab->head_dim;
+    /* Tensor-core items: groups of consecutive tokens of a sequence (in seq_toks order) whose
+     * rows share each K/V tile. A split group's tokens have one chunk size, so their splits
+     * start at the same visible index; a token under a view goes alone (its counts differ by
+     * layer and head). Items per group: its most splits, times the KV heads. */
+    int n_grp = 0;
+    long long n_work_tc = 0;
+    if (tc) {
+        for (int b = 0; b < n_seq; b++) {
+            const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
+            const bool pre = n_b > SEER_ATT_TC_PREFILL_MIN, view = maxC[n_seq + b] != 0;
+            const int cap_tok = view && !pre ? 1 : attn_tc_tokens(group, pre);
+            for (int k = 0; k < n_b;) {
+                const int i0 = ab->seq_toks[o + k];
+                const long long vis0 = (long long)maxC[b] + h[o_ncand + i0];
+                int n = 1, S = h[o_qoff + i0 + 1] - h[o_qoff + i0];
+                while (k + n < n_b && n < cap_tok) {
+                    const int j = ab->seq_toks[o + k + n];
+                    const long long vis = (long long)maxC[b] + h[o_ncand + j];
+                    if (!pre && att_chunk(vis) != att_chunk(vis0))
+                        break;
+                    const int Sj = h[o_qoff + j + 1] - h[o_qoff + j];
+                    S = Sj > S ? Sj : S;
+                    n++;
+                }
+                int32_t *gr = h + o_grp + 4 * (size_t)n_grp;
+                gr[0] = o + k;
+                gr[1] = n;
+                gr[2] = pre;
+                gr[3] = S;
+                h[o_gitem + n_grp] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
+                n_work_tc += (long long)S * Hkv;
+                n_grp++;
+                k += n;
+            }
+        }
+        h[o_gitem + n_grp] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
+    }
+    free(maxC);
+
+    /* Scalar items per (token, split): one per KV head and head chunk. */
     int n_hc = 0, gb = 0, cap = 1;
-    const bool heads_ok = Hkv >= 1 && H >= Hkv && H % Hkv == 0 && Dh >= 2 && Dh <= ATT_MAX_DH;
     if (heads_ok) {
         head_chunks(H, Hkv, &n_hc, &gb);
-        SEER_TRY(attn_capacity(c, gb, Dh, &cap));
+        if (tc)
+            cap = cap_tc;
+        else
+            SEER_TRY(attn_capacity(c, gb, Dh, &cap));
     }
-    const long long n_work = heads_ok ? n_q * Hkv * n_hc : 0;
+    const long long n_work = !heads_ok ? 0 : tc ? n_work_tc : n_q * Hkv * n_hc;
     if (n_work > INT32_MAX)
         return seer_err(SEER_ERR_UNSUPPORTED, "attention batch: %lld work items", n_work);
     if (split && heads_ok) {
@@ -382,6 +395,11 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     hd[D_VIDX] = (int32_t)o_vidx;
     hd[D_QOFF] = (int32_t)o_qoff;
     hd[D_MASK] = (int32_t)o_mask;
+    hd[D_NWORK_TC] = tc ? (int32_t)n_work_tc : 0;
+    hd[D_NGRP] = n_grp;
+    hd[D_GRP] = (int32_t)o_grp;
+    hd[D_GITEM] = (int32_t)o_gitem;
+    hd[D_TMODE] = (int32_t)o_tmode;
 
     SEER_TRY(seer_cuda_reserve(c, &c->batch, bytes, "the batch index arrays"));
     CUDA_TRY(cudaMemcpyAsync(c->batch.p, h, bytes, cudaMemcpyHostToDevice, c->stream));
@@ -413,6 +431,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         gbk *= 2;
     a->grid_bucket = gbk < cap ? gbk : cap;
     a->split = split;
+    a->tc = tc;
     a->valid = true;
     c->fw.T = T;
     c->fw.n_out = n_out;
@@ -444,72 +463,6 @@ static bool att_matches(const seer_cuda *c, const seer_attn_batch *ab) {
 
 /* ---- kernels -------------------------------------------------------------------------- */
 
-
-/* The descriptor's arrays, located through its header. */
-struct att_desc {
-    int T, n_work;
-    const int32_t *tok_seq, *tok_slot, *ncand, *len0, *tok_off, *cand_tok, *cand_slot;
-    const int32_t *page_off, *pages, *view, *vlist, *vidx, *qoff;
-    const uint8_t *mask; /* NULL: causal among the new tokens */
-};
-
-static __device__ __forceinline__ att_desc att_desc_load(const int32_t *d) {
-    att_desc a;
-    a.T = d[D_T];
-    a.n_work = d[D_NWORK];
-    a.tok_seq = d + d[D_TOK_SEQ];
-    a.tok_slot = d + d[D_TOK_SLOT];
-    a.ncand = d + d[D_NCAND];
-    a.len0 = d + d[D_LEN0];
-    a.tok_off = d + d[D_TOK_OFF];
-    a.cand_tok = d + d[D_CAND_TOK];
-    a.cand_slot = d + d[D_CAND_SLOT];
-    a.page_off = d + d[D_PAGE_OFF];
-    a.pages = d + d[D_PAGES];
-    a.view = d + d[D_VIEW];
-    a.vlist = d + d[D_VLIST];
-    a.vidx = d + d[D_VIDX];
-    a.qoff = d + d[D_QOFF];
-    a.mask = d[D_HAS_MASK] ? (const uint8_t *)(d + d[D_MASK]) : NULL;
-    return a;
-}
-
-/* What token i sees in (layer, KV head kvh): C cached visible slots (the first vcnt from the
- * view list vl, then the tail from slot `tail`), then its candidates: n_vis in all. */
-struct att_tok {
-    int b, slot, C, vcnt, tail, tok0, n_vis;
-    bool has_view;
-    const int32_t *vl;
-};
-
-static __device__ __forceinline__ att_tok att_token(const att_desc &a, int i, int layer, int kvh) {
-    att_tok t;
-    t.b = a.tok_seq[i];
-    t.slot = a.tok_slot[i];
-    t.tok0 = a.tok_off[t.b];
-    const int len0 = a.len0[t.b];
-    const int32_t *sv = a.view + 5 * t.b;
-    t.has_view = sv[0] != 0;
-    t.C = len0;
-    t.vcnt = 0;
-    t.tail = 0;
-    t.vl = NULL;
-    if (t.has_view) {
-        t.tail = sv[1];
-        const int nlv = sv[2], nhv = sv[3];
-        const int li = nlv > 1 ? layer : 0, hi = nhv > 1 ? kvh : 0;
-        const int32_t *e = a.vlist + 2 * ((size_t)sv[4] + (size_t)li * nhv + hi);
-        t.vl = a.vidx + e[0];
-        t.vcnt = e[1];
-        t.C = t.vcnt + max(0, len0 - t.tail);
-    }
-    t.n_vis = t.C + a.ncand[i];
-    return t;
-}
-
-static __device__ __forceinline__ float2 bf2_to_f2(uint32_t w) {
-    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
-}
 
 /* Persistent: block b takes items b, b + gridDim.x, ... of the descriptor's n_work, item =
  * (qoff[i] + split) * (Hkv * n_hc) + head chunk. */
@@ -725,7 +678,7 @@ __global__ void attn_combine_kernel(attn_params p) {
     __shared__ float M_s, L_s;
     const att_desc a = att_desc_load(p.desc);
     const int i = blockIdx.x / p.H, h = blockIdx.x % p.H;
-    if (i >= a.T)
+    if (i >= a.T || a.tmode[i])
         return;
     const att_tok tk = att_token(a, i, p.layer, h / p.group);
     const int S = att_splits(tk.n_vis), Dh = p.Dh;
@@ -799,7 +752,7 @@ seer_status seer_cuda_attention_init(seer_cuda *c) {
     CUDA_TRY(cudaFuncSetAttribute(attn_partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)need));
     c->att_occ_key = -1;
-    return SEER_OK;
+    return attn_tc_init(c);
 }
 
 seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, const void *kv,
@@ -859,8 +812,13 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
     p.scale = ab->scale;
 
     const int grid = c->fw.padded ? a->grid_bucket : a->grid;
-    attn_partial_kernel<<<(unsigned)grid, ATT_THREADS, attn_smem_bytes(gb, Dh), c->stream>>>(p);
-    LAUNCH_TRY("attn_partial_kernel");
+    if (a->tc) {
+        SEER_TRY(attn_tc_launch(c, p, grid));
+    } else {
+        attn_partial_kernel<<<(unsigned)grid, ATT_THREADS, attn_smem_bytes(gb, Dh), c->stream>>>(p);
+        LAUNCH_TRY("attn_partial_kernel");
+    }
+    seer_cuda_prof_mark(c, false, "attention (partials)");
     if (a->split) {
         const int rows = c->fw.padded ? c->fw.T_pad : T;
         attn_combine_kernel<<<(unsigned)((size_t)rows * H), 128, 0, c->stream>>>(p);

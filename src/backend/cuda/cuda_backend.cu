@@ -210,6 +210,7 @@ static void cuda_free_be(seer_backend *be) {
         if (c->stream && cudaStreamSynchronize(c->stream) != cudaSuccess)
             (void)cudaGetLastError();
         seer_cuda_graphs_free(c);
+        seer_cuda_prof_free(c);
         seer_cuda_buf *bufs[] = {&c->xbf16, &c->fallback[0], &c->fallback[1], &c->gather_tmp,
                                  &c->attn_part, &c->kv_read, &c->batch, &c->argmax_ids,
                                  &c->mm_part, &c->mm_cnt};
@@ -271,6 +272,57 @@ seer_status seer_cuda_kv_fill_random(seer_backend *be, void *kv, const seer_kv_g
 seer_status seer_cuda_copy_bandwidth(seer_backend *be, double *bytes_per_s);
 seer_status seer_cuda_sync(seer_backend *be);
 
+/* ---- profiling (profile.cu): the same ops, each followed by an event ------------------ */
+
+template <typename F> struct prof_wrap;
+template <typename... A> struct prof_wrap<seer_status (*)(seer_backend *, A...)> {
+    template <seer_status (*F)(seer_backend *, A...), const char *N>
+    static seer_status run(seer_backend *be, A... a) {
+        seer_status s = F(be, a...);
+        seer_cuda_prof_mark(seer_cuda_of(be), false, "%s", N);
+        return s;
+    }
+};
+#define PROF(field, fn)                                                       \
+    do {                                                                      \
+        static const char name_[] = #field;                                   \
+        o.field = prof_wrap<decltype(&fn)>::run<fn, name_>;                   \
+    } while (0)
+
+static seer_status prof_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                               const float *bias, int T) {
+    seer_status s = seer_cuda_matmul(be, y, x, w, bias, T);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul %dx%d", w->rows, w->cols);
+    return s;
+}
+
+static seer_status prof_batch_begin(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
+                                    const int32_t *pos, const int32_t *page, const int32_t *row,
+                                    const int32_t *out_rows, int n_out) {
+    seer_cuda_prof_mark(seer_cuda_of(be), true, "base");
+    seer_status s = seer_cuda_batch_begin(be, ab, tokens, pos, page, row, out_rows, n_out);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "batch_begin (index upload)");
+    return s;
+}
+
+static seer_backend_ops cuda_ops_make(void);
+
+static seer_backend_ops cuda_ops_prof_make(void) {
+    seer_backend_ops o = cuda_ops_make();
+    PROF(embed, seer_cuda_embed);
+    PROF(rmsnorm, seer_cuda_rmsnorm);
+    PROF(rope, seer_cuda_rope);
+    PROF(attention, seer_cuda_attention);
+    PROF(swiglu, seer_cuda_swiglu);
+    PROF(add, seer_cuda_add);
+    PROF(gather_rows, seer_cuda_gather_rows_fw);
+    PROF(argmax_rows, seer_cuda_argmax_rows);
+    PROF(kv_store, seer_cuda_kv_store);
+    o.matmul = prof_matmul;
+    o.batch_begin = prof_batch_begin;
+    return o;
+}
+
 /* Filled by name, so that an op added to the table cannot land in the wrong field. */
 static seer_backend_ops cuda_ops_make(void) {
     seer_backend_ops o;
@@ -309,6 +361,7 @@ static seer_backend_ops cuda_ops_make(void) {
 }
 
 static const seer_backend_ops cuda_ops = cuda_ops_make();
+static const seer_backend_ops cuda_ops_prof = cuda_ops_prof_make();
 
 /* A kernel that does nothing: launching it proves the binary has code for this GPU. */
 __global__ void seer_cuda_probe_kernel(int *p) {
@@ -330,6 +383,11 @@ static seer_status cuda_start(seer_cuda *c, int device) {
     CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     const char *env = getenv("SEER_CUDA_GRAPHS");
     c->graphs = !(env && !strcmp(env, "0"));
+    env = getenv("SEER_CUDA_PROFILE");
+    if (env && *env) {
+        SEER_TRY(seer_cuda_prof_init(c, env));
+        c->graphs = false; /* the events go between the ops */
+    }
     env = getenv("SEER_CUDA_MATMUL");
     c->mm_force_blas = env && !strcmp(env, "cublas");
     env = getenv("SEER_CUDA_PDL");
@@ -379,6 +437,8 @@ extern "C" seer_status seer_backend_cuda_init(int device, seer_backend **out) {
     be->ops = &cuda_ops;
     be->impl = c;
     seer_status s = cuda_start(c, device);
+    if (c->prof)
+        be->ops = &cuda_ops_prof;
     if (s != SEER_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", seer_last_error());

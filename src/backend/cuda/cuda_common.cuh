@@ -65,6 +65,21 @@ seer_status seer_cublas_fail(cublasStatus_t s, const char *what, const char *fil
 /* Recorded forward calls kept per backend (least recently used goes first). */
 #define SEER_CUDA_GRAPHS_MAX 24
 
+/* ---- tensor cores --------------------------------------------------------------------- */
+
+static __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b); /* a in the low half */
+    return *(uint32_t *)&h;
+}
+
+static __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 /* ---- state ---------------------------------------------------------------------------- */
 
 /* A grow-only device buffer owned by the backend. */
@@ -100,6 +115,7 @@ typedef struct {
     int grid;                    /* its blocks op by op: min(n_work, resident capacity) */
     int grid_bucket;             /* its blocks in a recorded call: a power of two, capped */
     bool split;                  /* some token has more than one split: the combine kernel runs */
+    bool tc;                     /* the tensor-core kernel serves this batch (attention_tc.cu) */
 } seer_cuda_attn;
 
 /* How the ops of the current forward call run (graph.cu). batch_begin resets it. */
@@ -164,7 +180,13 @@ typedef struct {
     seer_cuda_fw fw;
     seer_cuda_graph graph[SEER_CUDA_GRAPHS_MAX];
     long n_replayed, n_captured, n_eager;
+    struct seer_cuda_prof *prof; /* SEER_CUDA_PROFILE (profile.cu); NULL: off */
 } seer_cuda;
+
+typedef struct seer_cuda_prof seer_cuda_prof;
+seer_status seer_cuda_prof_init(seer_cuda *c, const char *path);
+void seer_cuda_prof_mark(seer_cuda *c, bool base, const char *fmt, ...);
+void seer_cuda_prof_free(seer_cuda *c);
 
 static inline seer_cuda *seer_cuda_of(seer_backend *be) { return (seer_cuda *)be->impl; }
 

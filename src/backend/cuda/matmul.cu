@@ -56,19 +56,6 @@ static __device__ __forceinline__ uint4 ld_stream(const bf16 *p) {
     return v;
 }
 
-static __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b); /* a in the low half */
-    return *(uint32_t *)&h;
-}
-
-static __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1,
-                                                uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* Eight bf16 of row r of W from column col (zeros outside the matrix). VEC: 16-byte aligned
  * rows, so the whole vector is in or out. */
 template <bool VEC>

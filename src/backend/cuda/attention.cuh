@@ -1,0 +1,154 @@
+/*
+ * attention.cuh: what the two attention kernels (attention.cu: scalar flash decoding for any
+ * head size; attention_tc.cu: tensor cores) share: the batch descriptor batch_begin writes,
+ * the visible set of a token, and the split rule that makes a token's result independent of
+ * its batch.
+ */
+#ifndef SEER_CUDA_ATTENTION_CUH
+#define SEER_CUDA_ATTENTION_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+#define ATT_TK 64          /* keys per tile; the softmax step assumes 2 per lane */
+#define ATT_THREADS 128
+#define ATT_WARPS (ATT_THREADS / 32)
+#define ATT_GB 8           /* most query heads one block holds */
+#define ATT_MAX_DH 256
+#define ATT_PAIRS (ATT_GB * ATT_MAX_DH / 2 / ATT_THREADS) /* (head, dim pair)s per thread */
+/* Most splits of one token. With chunks of at least ATT_TK keys a 4K context still makes 63
+ * splits per (token, KV head), enough blocks for the GPU at one sequence; past 4K the chunk
+ * doubles instead, and the partials (2 * Dh * 4 bytes per query head and split) stay under
+ * 1% of the K and V they summarise. */
+#define ATT_MAX_SPLITS 64
+#define ATT_COMBINE_W 1024
+/* New tokens of one sequence above which the tensor-core kernel prefills them (one split
+ * each, flash attention) instead of splitting their visible slots: verification chains and
+ * decode steps stay at or below it, and they are the calls that must be batch-invariant. */
+#define SEER_ATT_TC_PREFILL_MIN 64 /* split weights the combine holds in shared memory at a time */
+
+/* Header of the batch descriptor (int32 words); arrays follow at the offsets it gives. */
+enum {
+    D_T, D_NSEQ, D_NQ, D_NWORK, D_HAS_MASK,
+    D_TOK_SEQ, D_TOK_SLOT, D_NCAND, D_LEN0, D_TOK_OFF, D_CAND_TOK, D_CAND_SLOT, D_PAGE_OFF,
+    D_PAGES, D_VIEW, D_VLIST, D_VIDX, D_QOFF, D_MASK,
+    D_NWORK_TC, D_NGRP, D_GRP, D_GITEM, D_TMODE,
+    D_WORDS = 32
+};
+
+/* Keys per split of a token that sees n_vis slots. */
+static __host__ __device__ __forceinline__ long long att_chunk(long long n_vis) {
+    long long c = ATT_TK;
+    while (c * ATT_MAX_SPLITS < n_vis)
+        c *= 2;
+    return c;
+}
+
+static __host__ __device__ __forceinline__ int att_splits(long long n_vis) {
+    return n_vis > ATT_TK ? (int)((n_vis + att_chunk(n_vis) - 1) / att_chunk(n_vis)) : 1;
+}
+
+/* At least att_splits(n) for every n <= n_vis (att_splits itself is not monotonic). */
+static inline int att_splits_bound(long long n_vis) {
+    const long long b = (n_vis + ATT_TK - 1) / ATT_TK;
+    return b < 1 ? 1 : (int)(b < ATT_MAX_SPLITS ? b : ATT_MAX_SPLITS);
+}
+
+
+struct attn_params {
+    float *out;             /* [T][H][Dh] */
+    const float *q;         /* [T][H][Dh] */
+    const bf16 *kv;
+    float *part_acc;        /* [n_q][H][Dh] unnormalised, row (qoff[i] + split) */
+    float *part_ml;         /* [n_q][H][2] running max, sum */
+    const int32_t *desc;    /* the batch descriptor */
+    int H, Hkv, Dh, group, gb, n_hc, layer, page_size;
+    size_t page_stride, layer_off, kv_stride, head_stride; /* in bf16 elements */
+    float scale;
+};
+
+/* The descriptor's arrays, located through its header. */
+struct att_desc {
+    int T, n_work;
+    const int32_t *tok_seq, *tok_slot, *ncand, *len0, *tok_off, *cand_tok, *cand_slot;
+    const int32_t *page_off, *pages, *view, *vlist, *vidx, *qoff;
+    int n_work_tc, n_grp;
+    const int32_t *grp;   /* [n_grp][4]: first index into cand_tok, tokens, prefill, splits */
+    const int32_t *gitem; /* [n_grp + 1]: first work item of each group */
+    const int32_t *tmode; /* [T]: 1 = the token's sequence is prefilled in one split */
+    const uint8_t *mask; /* NULL: causal among the new tokens */
+};
+
+static __device__ __forceinline__ att_desc att_desc_load(const int32_t *d) {
+    att_desc a;
+    a.T = d[D_T];
+    a.n_work = d[D_NWORK];
+    a.tok_seq = d + d[D_TOK_SEQ];
+    a.tok_slot = d + d[D_TOK_SLOT];
+    a.ncand = d + d[D_NCAND];
+    a.len0 = d + d[D_LEN0];
+    a.tok_off = d + d[D_TOK_OFF];
+    a.cand_tok = d + d[D_CAND_TOK];
+    a.cand_slot = d + d[D_CAND_SLOT];
+    a.page_off = d + d[D_PAGE_OFF];
+    a.pages = d + d[D_PAGES];
+    a.view = d + d[D_VIEW];
+    a.vlist = d + d[D_VLIST];
+    a.vidx = d + d[D_VIDX];
+    a.qoff = d + d[D_QOFF];
+    a.mask = d[D_HAS_MASK] ? (const uint8_t *)(d + d[D_MASK]) : NULL;
+    a.n_work_tc = d[D_NWORK_TC];
+    a.n_grp = d[D_NGRP];
+    a.grp = d + d[D_GRP];
+    a.gitem = d + d[D_GITEM];
+    a.tmode = d + d[D_TMODE];
+    return a;
+}
+
+/* What token i sees in (layer, KV head kvh): C cached visible slots (the first vcnt from the
+ * view list vl, then the tail from slot `tail`), then its candidates: n_vis in all. */
+struct att_tok {
+    int b, slot, C, vcnt, tail, tok0, n_vis;
+    bool has_view;
+    const int32_t *vl;
+};
+
+static __device__ __forceinline__ att_tok att_token(const att_desc &a, int i, int layer, int kvh) {
+    att_tok t;
+    t.b = a.tok_seq[i];
+    t.slot = a.tok_slot[i];
+    t.tok0 = a.tok_off[t.b];
+    const int len0 = a.len0[t.b];
+    const int32_t *sv = a.view + 5 * t.b;
+    t.has_view = sv[0] != 0;
+    t.C = len0;
+    t.vcnt = 0;
+    t.tail = 0;
+    t.vl = NULL;
+    if (t.has_view) {
+        t.tail = sv[1];
+        const int nlv = sv[2], nhv = sv[3];
+        const int li = nlv > 1 ? layer : 0, hi = nhv > 1 ? kvh : 0;
+        const int32_t *e = a.vlist + 2 * ((size_t)sv[4] + (size_t)li * nhv + hi);
+        t.vl = a.vidx + e[0];
+        t.vcnt = e[1];
+        t.C = t.vcnt + max(0, len0 - t.tail);
+    }
+    t.n_vis = t.C + a.ncand[i];
+    return t;
+}
+
+static __device__ __forceinline__ float2 bf2_to_f2(uint32_t w) {
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
+
+/* Tensor-core kernel (attention_tc.cu): whether it serves this head shape, its shared memory,
+ * and the launch of its persistent grid over the descriptor's D_NWORK_TC items. */
+bool attn_tc_eligible(int H, int Hkv, int Dh);
+int attn_tc_tokens(int group, bool prefill);
+size_t attn_tc_smem_bytes(int Dh);
+seer_status attn_tc_init(seer_cuda *c);
+seer_status attn_tc_capacity(seer_cuda *c, int Dh, int *out);
+seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, int grid);
+
+#endif

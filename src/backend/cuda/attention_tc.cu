@@ -1,0 +1,450 @@
+/*
+ * attention_tc.cu: attention on the tensor cores for head sizes 64 and 128 and GQA groups up
+ * to 16, over the same descriptor and visible sets as attention.cu (batch_begin builds both).
+ *
+ * The rows of a work item are (token, query head) pairs of consecutive tokens of one
+ * sequence that share a KV head, so every K/V tile that goes to shared memory serves all of
+ * them: a verification of G + 1 tokens reads the cache once, not G + 1 times. Scores
+ * S = Q K^T and the update O += P V are mma.m16n8k16 products (Q and P rounded to bf16,
+ * f32 accumulation), with an online softmax per row in between (Milakov & Gimelshein 2018;
+ * the register layout of P as the next product's operand follows FlashAttention-2, Dao 2023).
+ * K/V tiles of 64 keys are double-buffered with cp.async.
+ *
+ * Two kinds of item:
+ *  - split (decode, verification, short chunks: at most SEER_ATT_TC_PREFILL_MIN new tokens in
+ *    the sequence): the token's visible slots are cut into chunks by att_chunk(n_vis) exactly
+ *    as in attention.cu; up to 32 rows; the four warps take fixed 16-key quarters of every
+ *    tile, each with its own softmax state, merged in warp order at the end. A row's result
+ *    depends on its own query, its visible set and that fixed order only: the other rows of
+ *    the item (one token alone in a decode step, or G + 1 of them in a verification) do not
+ *    change a bit of it, which greedy speculation relies on.
+ *  - prefill (longer runs of new tokens): flash attention proper, one split over all visible
+ *    slots, 64 rows, a warp per 16 rows over every key. Not batch-invariant with the split
+ *    kind (different summation order), and need not be: a prompt is prefilled the same way
+ *    whatever decodes after it.
+ * Not for: head sizes other than 64 and 128 or groups above 16 (attention.cu serves them).
+ */
+#include "backend/cuda/attention.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TC_THREADS 128
+#define TC_TK 64
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+static __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+/* 16 bytes global -> shared; n = 0 writes zeros without reading. */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(n)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+static __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+static __device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+static __device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/* Shared memory of a block, in the order the kernel carves it. */
+static __host__ __device__ constexpr size_t tc_smem(int dh) {
+    return (size_t)64 * (dh + 8) * 2        /* Q rows, bf16 */
+           + (size_t)4 * 64 * (dh + 8) * 2  /* two stages of K and V tiles */
+           + 2 * 64 * 8 + 2 * 64 * 4        /* key offsets, candidate of each key */
+           + 4 * 64 * 4                     /* token, visible count, slot, splits per row token */
+           + 4 * 32 * 2 * 4;                /* each warp's (m, l) per row for the merge */
+}
+
+/* What the rows of an item share, in shared memory. */
+struct tc_item {
+    int ntok, ng, rows;
+    const int *t_i, *t_nvis, *t_slot;
+};
+
+/* Whether row r sees the key at tile position kl (visible index kidx). */
+static __device__ __forceinline__ bool tc_visible(const att_desc &a, const tc_item &it,
+                                                  const long long *koff, const int *kcand, int r,
+                                                  int kl, int kidx) {
+    if (r >= it.rows || koff[kl] < 0)
+        return false;
+    const int tt = r / it.ng;
+    if (kidx >= it.t_nvis[tt])
+        return false;
+    const int ci = kcand[kl];
+    if (ci < 0)
+        return true;
+    return a.mask ? a.mask[(size_t)it.t_i[tt] * a.T + a.cand_tok[ci]] != 0 : a.cand_slot[ci] <= it.t_slot[tt];
+}
+
+/*
+ * One tile for m-tile rows [16 mt, 16 mt + 16) against NKT n8 key tiles starting at tile
+ * position kl0: scores, mask, online softmax (state m, l of rows g and g + 8), O update.
+ */
+template <int DH, int NKT>
+static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item &it,
+                                               const bf16 *qs, const bf16 *Ks, const bf16 *Vs,
+                                               const long long *koff, const int *kcand, int mt,
+                                               int kl0, int kbase, float scale, float (&m)[2],
+                                               float (&l)[2], float (&O)[DH / 8][4]) {
+    constexpr int LD = DH + 8;
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    float S[NKT][4];
+#pragma unroll
+    for (int n = 0; n < NKT; n++)
+        S[n][0] = S[n][1] = S[n][2] = S[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < DH / 16; kk++) {
+        uint32_t qa[4];
+        ldsm_x4(qa, qs + (size_t)(mt * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int n2 = 0; n2 < NKT / 2; n2++) {
+            uint32_t kb[4];
+            const int j = lane >> 3;
+            ldsm_x4(kb, Ks + (size_t)(kl0 + n2 * 16 + (j >> 1) * 8 + (lane & 7)) * LD + kk * 16 + (j & 1) * 8);
+            mma_bf16(S[2 * n2], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+            mma_bf16(S[2 * n2 + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
+        }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int r = mt * 16 + g + 8 * hr;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < NKT; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int kl = kl0 + n * 8 + 2 * c + e;
+                const float v = tc_visible(a, it, koff, kcand, r, kl, kbase + kl) ? S[n][2 * hr + e] * scale
+                                                                                  : -INFINITY;
+                S[n][2 * hr + e] = v;
+                mx = fmaxf(mx, v);
+            }
+        mx = quad_max(mx);
+        const float m_new = fmaxf(m[hr], mx);
+        float sum = 0.f;
+        if (m_new == -INFINITY) { /* nothing seen yet: exp(-inf - -inf) would be NaN */
+            alpha[hr] = 1.f;
+#pragma unroll
+            for (int n = 0; n < NKT; n++)
+                S[n][2 * hr] = S[n][2 * hr + 1] = 0.f;
+        } else {
+            alpha[hr] = expf(m[hr] - m_new);
+#pragma unroll
+            for (int n = 0; n < NKT; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float pv = expf(S[n][2 * hr + e] - m_new);
+                    S[n][2 * hr + e] = pv;
+                    sum += pv;
+                }
+        }
+        sum = quad_sum(sum);
+        m[hr] = m_new;
+        l[hr] = l[hr] * alpha[hr] + sum;
+    }
+#pragma unroll
+    for (int dn = 0; dn < DH / 8; dn++) {
+        O[dn][0] *= alpha[0];
+        O[dn][1] *= alpha[0];
+        O[dn][2] *= alpha[1];
+        O[dn][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int j = 0; j < NKT / 2; j++) {
+        const uint32_t p0 = pack_bf16(S[2 * j][0], S[2 * j][1]), p1 = pack_bf16(S[2 * j][2], S[2 * j][3]);
+        const uint32_t p2 = pack_bf16(S[2 * j + 1][0], S[2 * j + 1][1]),
+                       p3 = pack_bf16(S[2 * j + 1][2], S[2 * j + 1][3]);
+        const int jj = lane >> 3;
+        const bf16 *vrow = Vs + (size_t)(kl0 + j * 16 + (jj & 1) * 8 + (lane & 7)) * LD + (jj >> 1) * 8;
+#pragma unroll
+        for (int d2 = 0; d2 < DH / 16; d2++) {
+            uint32_t vb[4];
+            ldsm_x4_t(vb, vrow + d2 * 16);
+            mma_bf16(O[2 * d2], p0, p1, p2, p3, vb[0], vb[1]);
+            mma_bf16(O[2 * d2 + 1], p0, p1, p2, p3, vb[2], vb[3]);
+        }
+    }
+}
+
+/* Persistent: block b takes items b, b + gridDim.x, ... of the descriptor's tensor-core
+ * items; item = gitem[group] + split * Hkv + KV head. */
+template <int DH>
+__global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
+    constexpr int LD = DH + 8;
+    extern __shared__ __align__(16) unsigned char tc_sm[];
+    bf16 *qs = (bf16 *)tc_sm;
+    bf16 *kvs = qs + 64 * LD; /* [stage][K, V][64][LD] */
+    long long *koff = (long long *)(kvs + 4 * 64 * LD);
+    int *kcand = (int *)(koff + 2 * 64);
+    int *t_i = kcand + 2 * 64, *t_nvis = t_i + 64, *t_slot = t_nvis + 64, *t_S = t_slot + 64;
+    float *ml_s = (float *)(t_S + 64); /* [warp][32 rows][m, l] */
+    float *mrg = (float *)kvs;         /* [warp][32 rows][DH] after the tiles */
+
+    const att_desc a = att_desc_load(p.desc);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int ng = p.group;
+
+    for (int item = blockIdx.x; item < a.n_work_tc; item += gridDim.x) {
+        __syncthreads(); /* the previous item is done with shared memory */
+        int lo = 0, hi = a.n_grp - 1; /* the group: the last with gitem <= item */
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (a.gitem[mid] <= item)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        const int32_t *gr = a.grp + 4 * lo;
+        const int first = gr[0], ntok = gr[1];
+        const bool pre = gr[2] != 0;
+        const int local = item - a.gitem[lo], kvh = local % p.Hkv, s = local / p.Hkv;
+        const att_tok t0 = att_token(a, a.cand_tok[first], p.layer, kvh);
+        if (tid < ntok) {
+            const int i = a.cand_tok[first + tid];
+            const att_tok tk = tid ? att_token(a, i, p.layer, kvh) : t0;
+            t_i[tid] = i;
+            t_nvis[tid] = tk.n_vis;
+            t_slot[tid] = tk.slot;
+            t_S[tid] = pre ? 1 : att_splits(tk.n_vis);
+        }
+        __syncthreads();
+        int max_nvis = 0;
+        for (int k = 0; k < ntok; k++)
+            max_nvis = max(max_nvis, t_nvis[k]);
+        const long long chunk = pre ? (long long)max_nvis : att_chunk(t0.n_vis);
+        const int begin = (int)(pre ? 0 : s * chunk);
+        const int end = (int)min((long long)begin + chunk, (long long)max_nvis);
+        if (begin >= end)
+            continue;
+        const tc_item it = {ntok, ng, ntok * ng, t_i, t_nvis, t_slot};
+        const int n_mt = pre ? 4 : (it.rows <= 16 ? 1 : 2);
+
+        /* Q rows (token, head of the group) as bf16; rows past the item's are zeros */
+        for (int e = tid; e < n_mt * 16 * (DH / 8); e += TC_THREADS) {
+            const int r = e / (DH / 8), d8 = e % (DH / 8);
+            uint4 w = make_uint4(0, 0, 0, 0);
+            if (r < it.rows) {
+                const float *src = p.q + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + d8 * 8;
+                const float4 x0 = *(const float4 *)src, x1 = *(const float4 *)(src + 4);
+                w = make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
+                               pack_bf16(x1.z, x1.w));
+            }
+            *(uint4 *)(qs + (size_t)r * LD + d8 * 8) = w;
+        }
+
+        const int32_t *pages = a.pages + a.page_off[t0.b];
+        const size_t head_off = p.layer_off + (size_t)kvh * p.head_stride;
+        /* Where each key of the tile at visible index k0 lives; -1: none. */
+        auto prep = [&](int st, int k0) {
+            if (tid < TC_TK) {
+                const int k = k0 + tid;
+                int slot = -1, ci = -1;
+                if (k < end) {
+                    if (k < t0.C) {
+                        slot = !t0.has_view ? k : (k < t0.vcnt ? t0.vl[k] : t0.tail + (k - t0.vcnt));
+                    } else {
+                        ci = t0.tok0 + (k - t0.C);
+                        slot = a.cand_slot[ci];
+                    }
+                }
+                koff[st * TC_TK + tid] =
+                    slot < 0 ? -1
+                             : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
+                                           (size_t)(slot % p.page_size) * DH);
+                kcand[st * TC_TK + tid] = ci;
+            }
+        };
+        auto load = [&](int st) {
+            for (int e = tid; e < 2 * TC_TK * (DH / 8); e += TC_THREADS) {
+                const int which = e / (TC_TK * (DH / 8)), rem = e % (TC_TK * (DH / 8));
+                const int key = rem / (DH / 8), ch = rem % (DH / 8);
+                const long long o = koff[st * TC_TK + key];
+                const bf16 *src = o >= 0 ? p.kv + o + (size_t)which * p.kv_stride + ch * 8 : p.kv;
+                cp_async16(kvs + ((size_t)(st * 2 + which) * TC_TK + key) * LD + ch * 8, src, o >= 0 ? 16 : 0);
+            }
+        };
+
+        float m[2][2], l[2][2], O[2][DH / 8][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            m[mt][0] = m[mt][1] = -INFINITY;
+            l[mt][0] = l[mt][1] = 0.f;
+#pragma unroll
+            for (int dn = 0; dn < DH / 8; dn++)
+                O[mt][dn][0] = O[mt][dn][1] = O[mt][dn][2] = O[mt][dn][3] = 0.f;
+        }
+
+        const int n_tiles = (end - begin + TC_TK - 1) / TC_TK;
+        prep(0, begin);
+        __syncthreads();
+        load(0);
+        cp_async_commit();
+        for (int t = 0; t < n_tiles; t++) {
+            const int st = t & 1;
+            if (t + 1 < n_tiles) {
+                prep(st ^ 1, begin + (t + 1) * TC_TK);
+                __syncthreads();
+                load(st ^ 1);
+            }
+            cp_async_commit();
+            cp_async_wait1();
+            __syncthreads();
+            const bf16 *Ks = kvs + (size_t)(st * 2) * TC_TK * LD, *Vs = Ks + (size_t)TC_TK * LD;
+            const long long *ko = koff + st * TC_TK;
+            const int *kc = kcand + st * TC_TK;
+            const int kbase = begin + t * TC_TK;
+            if (pre) {
+                if (warp * 16 < it.rows)
+                    tc_tile<DH, 8>(a, it, qs, Ks, Vs, ko, kc, warp, 0, kbase, p.scale, m[0], l[0], O[0]);
+            } else {
+                tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 0, warp * 16, kbase, p.scale, m[0], l[0], O[0]);
+                if (n_mt == 2)
+                    tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 1, warp * 16, kbase, p.scale, m[1], l[1], O[1]);
+            }
+            __syncthreads();
+        }
+
+        if (pre) {
+            /* a warp holds its rows' whole softmax */
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int r = warp * 16 + g + 8 * hr;
+                if (r >= it.rows)
+                    continue;
+                const float inv = l[0][hr] > 0.f ? 1.f / l[0][hr] : 0.f;
+                float *o = p.out + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + 2 * c;
+#pragma unroll
+                for (int dn = 0; dn < DH / 8; dn++)
+                    *(float2 *)(o + dn * 8) = make_float2(O[0][dn][2 * hr] * inv, O[0][dn][2 * hr + 1] * inv);
+            }
+            continue;
+        }
+
+        /* Split item: merge the four warps' key quarters in warp order. */
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++)
+                if (mt < n_mt && c == 0) {
+                    const int r = mt * 16 + g + 8 * hr;
+                    ml_s[(warp * 32 + r) * 2] = m[mt][hr];
+                    ml_s[(warp * 32 + r) * 2 + 1] = l[mt][hr];
+                }
+        __syncthreads();
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            if (mt >= n_mt)
+                break;
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int r = mt * 16 + g + 8 * hr;
+                float M = -INFINITY;
+                for (int w = 0; w < 4; w++)
+                    M = fmaxf(M, ml_s[(w * 32 + r) * 2]);
+                const float ew = m[mt][hr] == -INFINITY ? 0.f : expf(m[mt][hr] - M);
+                float *dst = mrg + (size_t)(warp * 32 + r) * DH + 2 * c;
+#pragma unroll
+                for (int dn = 0; dn < DH / 8; dn++)
+                    *(float2 *)(dst + dn * 8) = make_float2(O[mt][dn][2 * hr] * ew, O[mt][dn][2 * hr + 1] * ew);
+            }
+        }
+        __syncthreads();
+        for (int e = tid; e < it.rows * DH; e += TC_THREADS) {
+            const int r = e / DH, d = e % DH, tt = r / ng;
+            const int S = t_S[tt];
+            if (s >= S)
+                continue;
+            float M = -INFINITY;
+            for (int w = 0; w < 4; w++)
+                M = fmaxf(M, ml_s[(w * 32 + r) * 2]);
+            float L = 0.f, acc = 0.f;
+            for (int w = 0; w < 4; w++) {
+                const float mw = ml_s[(w * 32 + r) * 2];
+                L += mw == -INFINITY ? 0.f : ml_s[(w * 32 + r) * 2 + 1] * expf(mw - M);
+                acc += mrg[(size_t)(w * 32 + r) * DH + d];
+            }
+            const int i = t_i[tt], h = kvh * ng + r % ng;
+            if (S == 1) {
+                p.out[((size_t)i * p.H + h) * DH + d] = L > 0.f ? acc * (1.f / L) : 0.f;
+            } else {
+                const size_t prow = (size_t)(a.qoff[i] + s) * p.H + h;
+                p.part_acc[prow * DH + d] = acc;
+                if (d == 0) {
+                    p.part_ml[prow * 2] = M;
+                    p.part_ml[prow * 2 + 1] = L;
+                }
+            }
+        }
+    }
+}
+
+/* ---- host side ------------------------------------------------------------------------ */
+
+bool attn_tc_eligible(int H, int Hkv, int Dh) {
+    static int forced = -1; /* SEER_CUDA_ATTN=scalar: the scalar kernel for every shape */
+    if (forced < 0) {
+        const char *e = getenv("SEER_CUDA_ATTN");
+        forced = e && !strcmp(e, "scalar");
+    }
+    if (forced || Hkv < 1 || H % Hkv)
+        return false;
+    return (Dh == 64 || Dh == 128) && H / Hkv <= 16;
+}
+
+int attn_tc_tokens(int group, bool prefill) { return (prefill ? 64 : 32) / group; }
+
+size_t attn_tc_smem_bytes(int Dh) { return tc_smem(Dh); }
+
+seer_status attn_tc_init(seer_cuda *c) {
+    if (tc_smem(128) > c->smem_optin)
+        return SEER_OK; /* attn_tc_capacity then says none: the scalar kernel runs */
+    CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)tc_smem(64)));
+    CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)tc_smem(128)));
+    return SEER_OK;
+}
+
+seer_status attn_tc_capacity(seer_cuda *c, int Dh, int *out) {
+    *out = 0;
+    if (tc_smem(Dh) > c->smem_optin)
+        return SEER_OK;
+    int n = 0;
+    if (Dh == 64)
+        CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<64>, TC_THREADS, tc_smem(64)));
+    else
+        CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<128>, TC_THREADS, tc_smem(128)));
+    *out = (n > 0 ? n : 1) * c->n_sm;
+    return SEER_OK;
+}
+
+seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, int grid) {
+    if (p.Dh == 64)
+        attn_tc_kernel<64><<<(unsigned)grid, TC_THREADS, tc_smem(64), c->stream>>>(p);
+    else
+        attn_tc_kernel<128><<<(unsigned)grid, TC_THREADS, tc_smem(128), c->stream>>>(p);
+    LAUNCH_TRY("attn_tc_kernel");
+    return SEER_OK;
+}
