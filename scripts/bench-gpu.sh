@@ -11,24 +11,33 @@
 #   shapes  synthetic Llama-2-7B and Qwen2.5-7B, B = 1 at 4K and 32K, the same speculation
 #   gamma   Llama-3.1-8B at 32K, B = 1 and 8: G 1, 2, 4, 8 and K 512, 2048
 #   long    Llama-3.1-8B at 128K, B = 2 and 3, the same speculation as depth
+#   peer    HF transformers at the plain section's points (scripts/hf_peer.py: the same
+#           synthetic shape, LlamaForCausalLM bf16, SDPA, DynamicCache, eager), then seer bench
+#           at the same points with --peer: the peer's ms/step and seer's speedup over it in
+#           the table, the JSON and the plot (needs python3 with torch and transformers)
 #   profile device time per op (SEER_CUDA_PROFILE) at 4K and 32K, B = 1 and 8, plain and
 #           streaming speculation
 # The log goes to $OUT/bench-gpu.log when OUT is set (else build-gpu/bench/), with each
-# section's JSON (seer bench --json-out) beside it; the plain table comes last. Plot a JSON
-# where gnuplot is installed: seer bench --replot X.json --plot X.png.
+# section's JSON (seer bench --json-out) beside it, and its plot (X.png) where gnuplot is
+# installed; the plain table comes last. Plot a JSON elsewhere: seer bench --replot X.json
+# --plot X.png.
 # Run `scripts/gpu-check.sh stage` once on a machine with the build deps first (.gpu/deps
 # holds the headers the GPU machine lacks).
 #   BENCH_SECTIONS="plain check depth batch"   the sections to run, in this order
 #   BENCH_DEADLINE=400                         seconds the whole script may take
+#   BENCH_PEER_CTX, BENCH_PEER_BATCH           the peer section's L and B lists (default: plain's)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 out=${OUT:-$root/build-gpu/bench}
 mkdir -p "$out" build-gpu/bench-tmp
 tmp=build-gpu/bench-tmp
+rm -f "$tmp"/*.txt "$tmp"/*.err # tables of an earlier call would pass for this one's
 sections=${BENCH_SECTIONS:-plain check depth batch}
 deadline=${BENCH_DEADLINE:-400}
 left() { echo $((deadline - SECONDS)); }
+# The plain section's points; the peer section measures the same ones unless told otherwise.
+plain_shape=llama-3.1-8b plain_ctx=4096,32768 plain_batch=1
 
 bench() { # name, seconds, args...
   local name=$1 secs=$2 l
@@ -39,12 +48,45 @@ bench() { # name, seconds, args...
     echo "== $name: skipped, ${l}s left"
     return
   fi
+  local plot=()
+  command -v gnuplot >/dev/null && plot=(--plot "$out/$name.png")
   echo "== $name (at most ${secs}s): seer bench $*"
-  timeout "$secs" build-gpu/seer bench --backend cuda --json-out "$out/$name.json" "$@" \
-    >"$tmp/$name.txt" 2>"$tmp/$name.err"
+  timeout "$secs" build-gpu/seer bench --backend cuda --json-out "$out/$name.json" \
+    ${plot[@]+"${plot[@]}"} "$@" >"$tmp/$name.txt" 2>"$tmp/$name.err"
   echo "exit $? after ${SECONDS}s"
   cat "$tmp/$name.txt"
   grep -v '^seer bench: L=' "$tmp/$name.err" | tail -n 5
+  [ ${#plot[@]} -eq 0 ] && echo "(no gnuplot here: seer bench --replot $name.json --plot $name.png elsewhere)"
+  return 0
+}
+
+# HF transformers at the plain section's points, then seer at the same points with --peer.
+# The peer runs first and exits, so the two never share the GPU's memory.
+peer() {
+  local ctx=${BENCH_PEER_CTX:-$plain_ctx} batch=${BENCH_PEER_BATCH:-$plain_batch} secs=150 l
+  l=$(left)
+  [ "$l" -lt "$secs" ] && secs=$l
+  if ! python3 -c 'import torch, transformers' 2>/dev/null; then
+    echo "== peer: skipped, python3 has no torch or transformers"
+    return
+  fi
+  if [ "$secs" -lt 60 ]; then
+    echo "== peer: skipped, ${l}s left"
+    return
+  fi
+  echo "== peer (at most ${secs}s): scripts/hf_peer.py --shape $plain_shape --depths $ctx --batches $batch"
+  rm -f "$out/hf-peer.json"
+  timeout "$secs" python3 scripts/hf_peer.py --shape "$plain_shape" --depths "$ctx" --batches "$batch" \
+    --steps 20 --warmup 3 --json-out "$out/hf-peer.json" >"$tmp/hf-peer.txt" 2>"$tmp/hf-peer.err"
+  echo "exit $? after ${SECONDS}s"
+  cat "$tmp/hf-peer.txt"
+  grep -v '^hf_peer: L=' "$tmp/hf-peer.err" | tail -n 5
+  if [ ! -s "$out/hf-peer.json" ]; then
+    echo "== peer: hf_peer.py wrote no points, so seer's run with --peer is skipped"
+    return
+  fi
+  bench peer 90 --synthetic "$plain_shape" --ctx-list "$ctx" --batch-list "$batch" --steps 20 \
+    --prefill 0 --peer "$out/hf-peer.json"
 }
 
 run_all() {
@@ -70,7 +112,9 @@ run_all() {
   spec="--spec streaming --spec-budget-list 512 --spec-gamma-list 4 --synthetic-accept 0.8"
   for s in $sections; do
     case $s in
-      plain) bench plain 90 --synthetic llama-3.1-8b --ctx-list 4096,32768 --batch-list 1 --steps 20 ;;
+      plain) bench plain 90 --synthetic "$plain_shape" --ctx-list "$plain_ctx" --batch-list "$plain_batch" \
+               --steps 20 ;;
+      peer) peer ;;
       check)
         echo "== check: test_bench"
         timeout "$(( $(left) < 60 ? $(left) : 60 ))" build-gpu/test_bench 2>&1 |
@@ -101,8 +145,15 @@ run_all() {
   done
 
   echo
-  echo "== summary (plain decode, synthetic Llama-3.1-8B bf16)"
-  [ -f "$tmp/plain.txt" ] && sed -n '/^ *L  *B  *ms\/step/,/^$/p' "$tmp/plain.txt"
+  if [ -f "$tmp/plain.txt" ]; then
+    echo "== summary (plain decode, synthetic Llama-3.1-8B bf16)"
+    sed -n '/^ *L  *B  *ms\/step/,/^$/p' "$tmp/plain.txt"
+  fi
+  if [ -f "$tmp/peer.txt" ]; then
+    echo "== summary (seer against the peer at the same L and B)"
+    grep '^peer ' "$tmp/peer.txt"
+    sed -n '/^ *L  *B  *ms\/step/,/^$/p' "$tmp/peer.txt"
+  fi
   echo "bench-gpu: done in ${SECONDS}s"
 }
 

@@ -234,6 +234,97 @@ static void test_matmul(void **state) {
     assert_op_passed("matmul");
 }
 
+/* The fused forms: weight_concat of 2-3 parts, matmul_split into one output per part (with
+ * and without biases) and matmul_add. Against the CPU reference within the matmul tolerance,
+ * and each part against the plain GPU matmul of that part alone (bf16-exact inputs, where both
+ * sums are exact products in f32: 1e-5), T on both sides of the cuBLAS switch. */
+static void test_matmul_fused(void **state) {
+    (void)state;
+    static const struct {
+        int T, n, rows[3], cols, bias;
+    } cases[] = {
+        {1, 3, {512, 128, 128}, 512, 0},   {5, 3, {300, 76, 76}, 200, 1},
+        {64, 2, {1000, 1000}, 256, 0},     {1, 2, {2048, 2048}, 1024, 0},
+        {300, 3, {256, 64, 64}, 128, 1},   {17, 2, {96, 40}, 64, 1},
+    };
+    if (!gpu->ops->weight_concat)
+        return;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        uint64_t rng = 5000 + k;
+        const int T = cases[k].T, n = cases[k].n, C = cases[k].cols;
+        host_tensor ht[3];
+        seer_weight wc[3], wg[3], parts[3], fused;
+        float *x = rand_array((size_t)T * C, 1.f, &rng);
+        to_bf16_exact(x, (size_t)T * C);
+        float *dx = dev_copy(x, (size_t)T * C);
+        float *ref[3], *dy[3], *db[3] = {NULL, NULL, NULL}, *bias[3] = {NULL, NULL, NULL};
+        for (int j = 0; j < n; j++) {
+            const int R = cases[k].rows[j];
+            make_tensor(&ht[j], "w", GGML_TYPE_BF16, R, C, &rng);
+            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, &wc[j]));
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, &wg[j]));
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, &parts[j]));
+            if (cases[k].bias) {
+                bias[j] = rand_array(R, 1.f, &rng);
+                db[j] = dev_copy(bias[j], R);
+            }
+            ref[j] = nan_array((size_t)T * R);
+            ASSERT_OK(cpu->ops->matmul(cpu, ref[j], x, &wc[j], bias[j], T));
+            dy[j] = dev_nan((size_t)T * R);
+        }
+        ASSERT_OK(gpu->ops->weight_concat(gpu, parts, n, &fused));
+        assert_int_equal(fused.n_seg, n);
+        ASSERT_OK(gpu->ops->matmul_split(gpu, dy, dx, &fused, (const float *const *)db, T));
+        for (int j = 0; j < n; j++) {
+            const int R = cases[k].rows[j];
+            float *out = dev_fetch(dy[j], (size_t)T * R);
+            char shape[128];
+            snprintf(shape, sizeof shape, "T=%d part %d/%d rows=%d cols=%d%s", T, j, n, R, C,
+                     bias[j] ? " bias" : "");
+            record("matmul_split", shape, out, ref[j], (size_t)T * R, 1e-2);
+            /* the plain GPU matmul of the part alone, and of its view in the fused weight */
+            float *dz = dev_nan((size_t)T * R);
+            ASSERT_OK(gpu->ops->matmul(gpu, dz, dx, &wg[j], db[j], T));
+            float *alone = dev_fetch(dz, (size_t)T * R);
+            record("matmul_split-vs-plain", shape, out, alone, (size_t)T * R, 1e-5);
+            ASSERT_OK(gpu->ops->matmul(gpu, dz, dx, &parts[j], db[j], T));
+            float *view = dev_fetch(dz, (size_t)T * R);
+            record("matmul_split-vs-plain", shape, view, alone, (size_t)T * R, 1e-5);
+            free(out), free(alone), free(view);
+            dev_free(dz);
+        }
+        /* matmul_add: y = r + x W0^T for a random r */
+        const int R0 = cases[k].rows[0];
+        float *r = rand_array((size_t)T * R0, 1.f, &rng), *sum = nan_array((size_t)T * R0);
+        ASSERT_OK(cpu->ops->matmul(cpu, sum, x, &wc[0], NULL, T));
+        for (size_t i = 0; i < (size_t)T * R0; i++)
+            sum[i] += r[i];
+        float *dr = dev_copy(r, (size_t)T * R0);
+        ASSERT_OK(gpu->ops->matmul_add(gpu, dr, dx, &wg[0], T));
+        float *got = dev_fetch(dr, (size_t)T * R0);
+        char shape[96];
+        snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d", T, R0, C);
+        record("matmul_add", shape, got, sum, (size_t)T * R0, 1e-2);
+        free(r), free(sum), free(got);
+        dev_free(dr);
+        for (int j = 0; j < n; j++) {
+            cpu->ops->weight_free(cpu, &wc[j]);
+            gpu->ops->weight_free(gpu, &wg[j]);
+            gpu->ops->weight_free(gpu, &parts[j]);
+            dev_free(dy[j]);
+            if (db[j])
+                dev_free(db[j]);
+            free(ref[j]), free(bias[j]), free(ht[j].data);
+        }
+        gpu->ops->weight_free(gpu, &fused);
+        dev_free(dx);
+        free(x);
+    }
+    assert_op_passed("matmul_split");
+    assert_op_passed("matmul_split-vs-plain");
+    assert_op_passed("matmul_add");
+}
+
 /* ---- embed -------------------------------------------------------------------------------- */
 
 /* Tolerance: an f32 table is rounded to bf16 on the device (relative 2^-9 per value, ~2e-3
@@ -858,7 +949,8 @@ int main(void) {
             cmocka_unit_test(test_errors),      cmocka_unit_test(test_elementwise),
             cmocka_unit_test(test_rmsnorm),     cmocka_unit_test(test_rope),
             cmocka_unit_test(test_embed),       cmocka_unit_test(test_batch_index),
-            cmocka_unit_test(test_matmul),      cmocka_unit_test(test_attention),
+            cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_fused),
+            cmocka_unit_test(test_attention),
         };
         /* e.g. SEER_TEST_FILTER=test_attention, to run one family under a sanitizer */
         if (getenv("SEER_TEST_FILTER"))

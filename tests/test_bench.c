@@ -3,7 +3,8 @@
  * (shapes, weight statistics, determinism, bad input), synthetic KV fill (the values the
  * contract promises, lengths and pages, copy-on-write, the context left unchanged on
  * failure), the floor's inputs (footprint, bandwidth probe), and the `seer bench` command
- * itself (table, JSON fields, bad flags). With a CUDA device: the same synthetic model and
+ * itself (table, JSON fields, bad flags, a peer's timings merged by (L, B) and malformed peer
+ * files refused). With a CUDA device: the same synthetic model and
  * KV on the GPU give the CPU's logits within the bf16 tolerance. No timing assertions.
  */
 #include "testutil.h"
@@ -437,6 +438,154 @@ static void test_bench_table_and_errors(void **state) {
     }
 }
 
+/* A number that follows key after from in s (0 and a failed test when it is not there). */
+static double num_after(const char *s, const char *from, const char *key) {
+    const char *p = strstr(s, from);
+    if (!p)
+        fail_msg("no %s in: %s", from, s);
+    p = strstr(p, key);
+    if (!p)
+        fail_msg("no %s after %s in: %s", key, from, s);
+    return strtod(p + strlen(key), NULL);
+}
+
+static const char k_peer_model[] =
+    "\"model\": {\"dim\": 64, \"n_layers\": 2, \"n_heads\": 4, \"n_kv_heads\": 2, \"ffn_dim\": 192, "
+    "\"n_vocab\": 512}";
+
+static void write_peer(const char *path, const char *model, const char *points) {
+    char text[2048];
+    snprintf(text, sizeof text, "{\"peer\": \"HF transformers\", \"description\": \"test peer\", %s, "
+             "\"points\": [%s]}\n", model, points);
+    assert_int_equal(tu_write_file(path, text, strlen(text)), 0);
+}
+
+/* --peer puts a hand-written peer's numbers beside the points with the same (L, B): in the
+ * JSON (speedup = peer ms / seer ms), the table and a replot; other points are left alone. */
+static void test_bench_peer(void **state) {
+    char peer[1024], js[1024], png[1024];
+    snprintf(peer, sizeof peer, "%s", tu_tmp_path("peer.json"));
+    snprintf(js, sizeof js, "%s", tu_tmp_path("peer-run.json"));
+    snprintf(png, sizeof png, "%s", tu_tmp_path("peer-run.png"));
+    write_peer(peer, k_peer_model,
+               "{\"ctx\": 40, \"batch\": 1, \"ms_per_step\": 1000.0, \"tok_per_s\": 1.0},"
+               "{\"ctx\": 80, \"batch\": 1, \"error\": \"oom\"},"
+               "{\"ctx\": 40, \"batch\": 4, \"ms_per_step\": 5.0}");
+    int rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 40,80,120 "
+                "--steps 2 --warmup 0 --prefill 0 --peer %s --json --json-out %s 2>/dev/null",
+                SEER_CLI, peer, js);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    assert_non_null(strstr(buf, "\"peer\":{\"label\":\"HF transformers\",\"description\":\"test peer\"}"));
+    assert_int_equal(count(buf, "\"peer\":{"), 3); /* the run, L=40 and L=80; none at 120 */
+    assert_non_null(strstr(buf, "\"ctx\":80,\"batch\":1,\"peer\":{\"error\":\"oom\"}"));
+    assert_null(strstr(buf, "\"batch\":4")); /* the peer's extra point is not a point of the run */
+    const double seer_ms = num_after(buf, "\"ctx\":40,", "\"plain\":{\"ms_per_step\":");
+    const double speedup = num_after(buf, "\"ctx\":40,", "\"speedup\":");
+    assert_true(seer_ms > 0);
+    assert_true(fabs(speedup * seer_ms / 1000.0 - 1) < 1e-9);
+    assert_true(num_after(buf, "\"ctx\":40,", "\"peer\":{\"ms_per_step\":") == 1000.0);
+    assert_true(num_after(buf, "\"ctx\":40,", "\"tok_per_s\":") == 1.0);
+
+    /* The table: the two columns, "oom" where the peer ran out of memory, "-" where it has no
+     * point; without --peer the table has no such columns. */
+    rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 40,80,120 --steps 2 "
+            "--warmup 0 --prefill 0 --peer %s 2>/dev/null", SEER_CLI, peer);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    assert_non_null(strstr(buf, "peer ms"));
+    assert_non_null(strstr(buf, "test peer"));
+    int L, B;
+    double ms, f[6], pms, sp;
+    const char *row = strstr(buf, "\n      40 ");
+    assert_non_null(row);
+    assert_int_equal(sscanf(row, "%d %d %lf %lf %lf %lf %lf %lf %lf%% %lf %lfx", &L, &B, &ms, &f[0],
+                            &f[1], &f[2], &f[3], &f[4], &f[5], &pms, &sp), 11);
+    assert_true(pms == 1000.0);
+    assert_true(fabs(sp - 1000.0 / ms) <= 0.01 * sp + 0.01); /* ms is printed to 3 decimals */
+    row = strstr(buf, "\n      80 ");
+    assert_non_null(row);
+    assert_non_null(strstr(row, " oom "));
+    row = strstr(buf, "\n     120 ");
+    assert_non_null(row);
+    assert_int_equal(count(row, " - "), 1);
+    rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 40 --steps 1 "
+            "--prefill 0 2>/dev/null", SEER_CLI);
+    assert_int_equal(rc, 0);
+    assert_null(strstr(buf, "peer"));
+
+    /* The run's JSON replots with the peer's line, and a run without one takes --peer then. */
+    rc = sh(buf, sizeof buf, "%s bench --replot %s --plot %s", SEER_CLI, js, png);
+    if (strstr(buf, "gnuplot is not installed")) {
+        assert_int_equal(rc, 0);
+    } else {
+        if (rc != 0)
+            fail_msg("replot rc %d: %s", rc, buf);
+        size_t n = 0;
+        uint8_t *img = tu_read_file(png, &n);
+        assert_non_null(img);
+        assert_true(n > 8 && !memcmp(img, "\x89PNG", 4));
+        free(img);
+    }
+    rc = sh(buf, sizeof buf, "%s bench --replot %s --peer %s --plot %s", SEER_CLI, js, peer, png);
+    assert_int_equal(rc, 0);
+}
+
+/* Malformed peer files: exit 1 with a message that names the file and the fault, before
+ * anything is measured; never a crash. */
+static void test_bench_peer_errors(void **state) {
+    char peer[1024];
+    snprintf(peer, sizeof peer, "%s", tu_tmp_path("bad-peer.json"));
+    const char *ok_pt = "{\"ctx\": 32, \"batch\": 1, \"ms_per_step\": 2.5}";
+    char other[512];
+    snprintf(other, sizeof other, "%s", k_peer_model);
+    memcpy(strstr(other, "\"dim\": 64"), "\"dim\": 96", strlen("\"dim\": 96"));
+    struct {
+        const char *text;   /* the whole file, or NULL: write_peer(model, points) */
+        const char *model, *points;
+        const char *msg;
+    } cases[] = {
+        {"{\"peer\": \"HF\", \"points\": [", NULL, NULL, "--peer"},
+        {"[1, 2, 3]\n", NULL, NULL, "is not a peer file"},
+        {"{\"points\": []}\n", NULL, NULL, "is not a peer file"},
+        {"", NULL, NULL, "--peer"},
+        {NULL, "\"model\": {\"dim\": 64}", "", "model.n_layers is missing"},
+        {NULL, "\"model\": {\"dim\": \"64\", \"n_layers\": 2}", "", "model.dim is missing"},
+        {NULL, k_peer_model, "{\"ctx\": 32, \"batch\": 1}", "neither"},
+        {NULL, k_peer_model, "{\"ctx\": 32, \"batch\": 1, \"ms_per_step\": \"fast\"}", "neither"},
+        {NULL, k_peer_model, "{\"ctx\": 32, \"batch\": 1, \"ms_per_step\": -3}", "neither"},
+        {NULL, k_peer_model, "{\"ctx\": -5, \"batch\": 1, \"ms_per_step\": 1}", "positive integers"},
+        {NULL, k_peer_model, "{\"ctx\": 32.5, \"batch\": 1, \"ms_per_step\": 1}", "positive integers"},
+        {NULL, k_peer_model, "7", "positive integers"},
+        {NULL, k_peer_model, "{\"ctx\": 32, \"batch\": 1, \"ms_per_step\": 2.5}, "
+                            "{\"ctx\": 32, \"batch\": 1, \"error\": \"oom\"}", "appears twice"},
+        {NULL, other, "", "ran another shape: D 96"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (cases[i].text)
+            assert_int_equal(tu_write_file(peer, cases[i].text, strlen(cases[i].text)), 0);
+        else
+            write_peer(peer, cases[i].model, cases[i].points);
+        int rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 32 --steps 1 "
+                    "--prefill 0 --peer %s", SEER_CLI, peer);
+        if (rc != 1 || !strstr(buf, cases[i].msg) || !strstr(buf, peer) || strstr(buf, "plain decode"))
+            fail_msg("case %zu: rc %d (want 1 and '%s'), output: %s", i, rc, cases[i].msg, buf);
+        rc = sh(buf, sizeof buf, "%s bench --replot /nonexistent.json --plot /nonexistent.png --peer %s",
+                SEER_CLI, peer);
+        assert_int_equal(rc, 1);
+    }
+    int rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --peer /nonexistent-peer.json",
+                SEER_CLI);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(buf, "/nonexistent-peer.json"));
+    /* A good file is still good after all that (the cases above failed for their own fault). */
+    write_peer(peer, k_peer_model, ok_pt);
+    rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 32 --steps 1 "
+            "--prefill 0 --peer %s", SEER_CLI, peer);
+    if (rc != 0 || !strstr(buf, "      2.500 "))
+        fail_msg("rc %d: %s", rc, buf);
+}
+
 /* ---- the GPU ----------------------------------------------------------------------------- */
 
 static void test_gpu_matches_cpu(void **state) {
@@ -504,6 +653,8 @@ int main(void) {
         cmocka_unit_test(test_bench_json),
         cmocka_unit_test(test_bench_json_out_and_replot),
         cmocka_unit_test(test_bench_table_and_errors),
+        cmocka_unit_test(test_bench_peer),
+        cmocka_unit_test(test_bench_peer_errors),
         cmocka_unit_test(test_gpu_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,12 +19,16 @@
 
 typedef struct seer_backend seer_backend;
 
+#define SEER_WEIGHT_MAX_SEG 4
+
 /* A linear layer's weight W[rows = out][cols = in] in the backend's preferred dtype. */
 typedef struct {
     void *data;
     int rows, cols;
     int dtype;  /* ggml_type of data as the backend stores it */
-    bool owned; /* false: points into the GGUF mapping */
+    bool owned; /* false: points into the GGUF mapping or into another weight */
+    int n_seg;  /* > 0: made by weight_concat of n_seg weights of seg_rows[j] rows each */
+    int seg_rows[SEER_WEIGHT_MAX_SEG];
 } seer_weight;
 
 /* Geometry of the KV page storage. */
@@ -56,6 +60,35 @@ typedef struct {
     const int32_t *tok_slot;     /* [T] slot each token's K/V was written to */
     const uint8_t *mask;         /* [T][T] or NULL = causal by slot among new tokens */
 } seer_attn_batch;
+
+/* One row of sample_rows: the sampler transform of src/sample/sample.h
+ * (seer_sampler_probs_with_history) of a row of logits, then a draw from it. */
+typedef struct {
+    const float *logits;           /* [V] backend memory */
+    float *probs;                  /* [V] backend memory receiving the probabilities (may be
+                                    * logits itself: in place), or NULL: not kept */
+    const seer_sampler_params *sp; /* host; must pass seer_sampler_params_check */
+    const int32_t *hist;           /* host [n_hist] tokens before this position, oldest first;
+                                    * the penalty uses the last repeat_last_n of them */
+    int n_hist;
+    double u;                      /* uniform in [0, 1) for the draw; < 0: no draw. Unused at
+                                    * temperature <= 0 (the argmax) */
+} seer_sample_row;
+
+/* One chain of accept_chains: speculative sampling's acceptance rule (Leviathan et al. 2023;
+ * Chen et al. 2023) over nd draft tokens, as src/spec/verify.c states it. */
+typedef struct {
+    int nd;               /* draft tokens, >= 0 */
+    const int32_t *draft; /* host [nd] */
+    const float *p;       /* [nd + 1][V] backend memory: target probabilities at the pending
+                           * token and after each draft token */
+    const float *q;       /* [nd][V] backend memory: the distributions the drafts were drawn
+                           * from, or NULL: one-hot at each draft token */
+    const double *u;      /* host [nd + 1] uniforms: u[i] tests draft i; the emitted token is
+                           * drawn with u[a + 1] after a rejection at a, u[nd] if all pass */
+    bool resample_from_p; /* test hook: a rejection's token comes from p, not the residual
+                           * (NOT exact; shows that the distribution tests have power) */
+} seer_accept_chain;
 
 typedef struct {
     const char *name;
@@ -120,6 +153,17 @@ typedef struct {
     /* out [T][H][Dh] = softmax(q K^T * scale) V over the slots each token may see. */
     seer_status (*attention)(seer_backend *be, float *out, const float *q, const void *kv,
                              const seer_kv_geom *g, int layer, const seer_attn_batch *ab);
+    /* Optional fused forms (NULL: the model issues the plain ops instead).
+     * weight_concat: one weight out of the rows of parts[0..n) (same cols, n <= 4), with
+     * out->n_seg = n; each part's storage is released and the part becomes a view (not owned)
+     * of its rows in out, usable as before. On failure the parts are unchanged.
+     * matmul_split: ys[j] [T][seg_rows[j]] = x * W_j^T (+ biases[j] unless NULL) for the
+     * segments of such a weight, in one pass over it.
+     * matmul_add: y [T][rows] += x * W^T (the residual connection). */
+    seer_status (*weight_concat)(seer_backend *be, seer_weight *parts, int n, seer_weight *out);
+    seer_status (*matmul_split)(seer_backend *be, float *const *ys, const float *x,
+                                const seer_weight *w, const float *const *biases, int T);
+    seer_status (*matmul_add)(seer_backend *be, float *y, const float *x, const seer_weight *w, int T);
     /* y [n] = silu(g) * u */
     seer_status (*swiglu)(seer_backend *be, float *y, const float *g, const float *u, size_t n);
     /* y [n] += x */
@@ -130,6 +174,19 @@ typedef struct {
     /* ids [n] (host) = argmax of each row of logits [n][V]: ties to the lowest id, NaN never
      * wins (as seer_argmax). Lets greedy decoding move token ids, not logits, to the host. */
     seer_status (*argmax_rows)(seer_backend *be, int32_t *ids, const float *logits, int n, int V);
+    /* For each of n rows: probabilities by the sampler transform (kept in rows[r].probs when
+     * given) and ids [n] (host, NULL: none wanted) = the argmax at temperature <= 0, else the
+     * inverse-CDF draw in id order with rows[r].u (seer_sample_from_probs), -1 when u < 0.
+     * Lets sampled decoding move ids, not logits, to the host. Other backends agree with the
+     * CPU except within float rounding of a boundary (a top-k/top-p cut or a CDF step). */
+    seer_status (*sample_rows)(seer_backend *be, const seer_sample_row *rows, int n, int V,
+                               int32_t *ids);
+    /* For each of n chains: n_acc [n] (host) = accepted draft tokens a, next [n] (host) = the
+     * token emitted after them: from norm(max(p_a - q_a, 0)) after a rejection (p_a if that is
+     * all zero), from p_nd if all are accepted (draft x_i passes when q_i(x) > 0 and
+     * u[i] q_i(x) < p_i(x)). Exactly the CPU's seer_sample_residual / seer_sample_from_probs. */
+    seer_status (*accept_chains)(seer_backend *be, const seer_accept_chain *chains, int n, int V,
+                                 int32_t *n_acc, int32_t *next);
 
     /* Benchmarks at real shapes without a file (src/model/synthetic.c). */
 

@@ -268,17 +268,35 @@ static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
     return SEER_OK;
 }
 
-static seer_status decode(seer_context *c, const seer_batch *b, float *logits_out, int32_t *ids_out);
+static seer_status decode(seer_context *c, const seer_batch *b, float *logits_out, int32_t *ids_out,
+                          float **dev_out);
 
 seer_status seer_decode(seer_context *c, const seer_batch *b, float *logits_out) {
-    return decode(c, b, logits_out, NULL);
+    return decode(c, b, logits_out, NULL, NULL);
 }
 
 seer_status seer_decode_argmax(seer_context *c, const seer_batch *b, int32_t *ids_out) {
-    return decode(c, b, NULL, ids_out);
+    return decode(c, b, NULL, ids_out, NULL);
 }
 
-static seer_status decode(seer_context *c, const seer_batch *b, float *logits_out, int32_t *ids_out) {
+seer_status seer_decode_keep(seer_context *c, const seer_batch *b, float **logits) {
+    *logits = NULL;
+    return decode(c, b, NULL, NULL, logits);
+}
+
+seer_status seer_context_sample(seer_context *c, const seer_sample_row *rows, int n, int32_t *ids) {
+    seer_backend *be = c->model->be;
+    return be->ops->sample_rows(be, rows, n, c->model->info.n_vocab, ids);
+}
+
+seer_status seer_context_accept(seer_context *c, const seer_accept_chain *chains, int n,
+                                int32_t *n_acc, int32_t *next) {
+    seer_backend *be = c->model->be;
+    return be->ops->accept_chains(be, chains, n, c->model->info.n_vocab, n_acc, next);
+}
+
+static seer_status decode(seer_context *c, const seer_batch *b, float *logits_out, int32_t *ids_out,
+                          float **dev_out) {
     SEER_TRY(validate_batch(c, b));
     const int T = b->n_tokens;
     seer_kv *kv = c->kv;
@@ -340,6 +358,8 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
         s = be->ops->download(be, logits_out, c->s.logits, (size_t)n_out * in->n_vocab * sizeof(float));
     if (s == SEER_OK && n_out && ids_out)
         s = be->ops->argmax_rows(be, ids_out, c->s.logits, n_out, in->n_vocab);
+    if (s == SEER_OK && dev_out)
+        *dev_out = c->s.logits;
     for (int k = 0; k < n_seq; k++) {
         /* Pages gained for a failed call go back; lengths move only on success. */
         if (s == SEER_OK)

@@ -10,6 +10,15 @@
 #include "model/model.h"
 #include "util/error.h"
 
+/* x += W in, fused where the backend can; tmp [T][D] is scratch otherwise. */
+static seer_status residual(seer_backend *be, const seer_backend_ops *op, float *x, const float *in,
+                            const seer_weight *w, float *tmp, int T, int D) {
+    if (op->matmul_add)
+        return op->matmul_add(be, x, in, w, T);
+    SEER_TRY(op->matmul(be, tmp, in, w, NULL, T));
+    return op->add(be, x, tmp, (size_t)T * D);
+}
+
 /* The ops of one forward call over T rows (>= ab->T when the backend pads to a recorded
  * shape), logits for the first n_out gathered rows. */
 static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32_t *pos,
@@ -27,9 +36,15 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
     for (int l = 0; l < in->n_layers; l++) {
         const seer_layer *L = &m->layers[l];
         SEER_TRY(op->rmsnorm(be, s->h, s->x, L->attn_norm, T, D, eps));
-        SEER_TRY(op->matmul(be, s->q, s->h, &L->wq, L->bq, T));
-        SEER_TRY(op->matmul(be, s->k, s->h, &L->wk, L->bk, T));
-        SEER_TRY(op->matmul(be, s->v, s->h, &L->wv, L->bv, T));
+        if (L->wqkv.data) {
+            float *const ys[3] = {s->q, s->k, s->v};
+            const float *const bs[3] = {L->bq, L->bk, L->bv};
+            SEER_TRY(op->matmul_split(be, ys, s->h, &L->wqkv, bs, T));
+        } else {
+            SEER_TRY(op->matmul(be, s->q, s->h, &L->wq, L->bq, T));
+            SEER_TRY(op->matmul(be, s->k, s->h, &L->wk, L->bk, T));
+            SEER_TRY(op->matmul(be, s->v, s->h, &L->wv, L->bv, T));
+        }
         SEER_TRY(op->rope(be, s->q, pos, T, H, Dh, m->inv_freq, in->rope_neox));
         SEER_TRY(op->rope(be, s->k, pos, T, Hkv, Dh, m->inv_freq, in->rope_neox));
         if (ctx->cap_rows) {
@@ -45,15 +60,18 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
         SEER_TRY(op->kv_store(be, ctx->kv_data, &ctx->geom, l, s->k, s->v, ctx->tok_page,
                               ctx->tok_row, T));
         SEER_TRY(op->attention(be, s->att, s->q, ctx->kv_data, &ctx->geom, l, ab));
-        SEER_TRY(op->matmul(be, s->h, s->att, &L->wo, NULL, T));
-        SEER_TRY(op->add(be, s->x, s->h, (size_t)T * D));
+        SEER_TRY(residual(be, op, s->x, s->att, &L->wo, s->h, T, D));
 
         SEER_TRY(op->rmsnorm(be, s->h, s->x, L->ffn_norm, T, D, eps));
-        SEER_TRY(op->matmul(be, s->g, s->h, &L->w_gate, NULL, T));
-        SEER_TRY(op->matmul(be, s->u, s->h, &L->w_up, NULL, T));
+        if (L->wgu.data) {
+            float *const ys[2] = {s->g, s->u};
+            SEER_TRY(op->matmul_split(be, ys, s->h, &L->wgu, NULL, T));
+        } else {
+            SEER_TRY(op->matmul(be, s->g, s->h, &L->w_gate, NULL, T));
+            SEER_TRY(op->matmul(be, s->u, s->h, &L->w_up, NULL, T));
+        }
         SEER_TRY(op->swiglu(be, s->g, s->g, s->u, (size_t)T * F));
-        SEER_TRY(op->matmul(be, s->h, s->g, &L->w_down, NULL, T));
-        SEER_TRY(op->add(be, s->x, s->h, (size_t)T * D));
+        SEER_TRY(residual(be, op, s->x, s->g, &L->w_down, s->h, T, D));
     }
     if (n_out == 0)
         return SEER_OK;

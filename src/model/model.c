@@ -276,6 +276,22 @@ seer_status seer_model_pick_backend(seer_model_params p, seer_backend **out) {
     return seer_err(SEER_ERR_INVALID_ARG, "unknown backend %d", (int)p.backend);
 }
 
+seer_status seer_model_fuse(seer_model *m) {
+    const seer_backend_ops *op = m->be->ops;
+    if (!op->weight_concat || !op->matmul_split)
+        return SEER_OK;
+    for (int l = 0; l < m->info.n_layers; l++) {
+        seer_layer *L = &m->layers[l];
+        seer_weight qkv[3] = {L->wq, L->wk, L->wv};
+        SEER_TRY(op->weight_concat(m->be, qkv, 3, &L->wqkv));
+        L->wq = qkv[0], L->wk = qkv[1], L->wv = qkv[2];
+        seer_weight gu[2] = {L->w_gate, L->w_up};
+        SEER_TRY(op->weight_concat(m->be, gu, 2, &L->wgu));
+        L->w_gate = gu[0], L->w_up = gu[1];
+    }
+    return SEER_OK;
+}
+
 seer_status seer_model_load(const char *path, seer_model_params params, seer_model **out) {
     *out = NULL;
     if (!path)
@@ -305,6 +321,8 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
         s = rope_freqs(m);
         if (s == SEER_OK)
             s = bind_weights(m);
+        if (s == SEER_OK)
+            s = seer_model_fuse(m);
     }
     if (s != SEER_OK) {
         char msg[1024];
@@ -324,7 +342,8 @@ void seer_model_free(seer_model *m) {
         if (m->layers) {
             for (int l = 0; l < m->info.n_layers; l++) {
                 seer_layer *L = &m->layers[l];
-                seer_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+                seer_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,     &L->wo,  &L->w_gate,
+                                     &L->w_up,   &L->w_down, &L->wqkv, &L->wgu};
                 for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
                     be->ops->weight_free(be, ws[i]);
                 float *vs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv};

@@ -19,6 +19,9 @@ typedef struct {
     seer_weight wq, wk, wv, wo;           /* [H*Dh][D], [Hkv*Dh][D] x2, [D][H*Dh] */
     seer_weight w_gate, w_up, w_down;     /* [F][D], [F][D], [D][F] */
     float *bq, *bk, *bv;                  /* qwen2 biases or NULL */
+    /* wq|wk|wv and w_gate|w_up joined (seer_model_fuse; then the parts are views of their
+     * rows in them); data NULL where the backend cannot */
+    seer_weight wqkv, wgu;
 } seer_layer;
 
 struct seer_model {
@@ -74,9 +77,22 @@ struct seer_context {
 /* seer_decode that returns, instead of logits, the argmax id of each flagged token's logits
  * (ties to the lowest id): only ids cross from the device. */
 seer_status seer_decode_argmax(seer_context *c, const seer_batch *b, int32_t *ids_out);
+/* seer_decode that leaves the logits of the flagged tokens where they are: *logits [n_out][V]
+ * backend memory (row r: the r-th flagged token), valid until the next decode on c. The
+ * sampling entry points below take them from there, so that only ids reach the host. */
+seer_status seer_decode_keep(seer_context *c, const seer_batch *b, float **logits);
+/* The backend's sample_rows over rows in c's backend memory (ids [n] host, may be NULL). */
+seer_status seer_context_sample(seer_context *c, const seer_sample_row *rows, int n, int32_t *ids);
+/* The backend's accept_chains: per chain the accepted count and the emitted token (host). */
+seer_status seer_context_accept(seer_context *c, const seer_accept_chain *chains, int n,
+                                int32_t *n_acc, int32_t *next);
 
 /* The backend params ask for (AUTO: CUDA when built with it and a device is present). */
 seer_status seer_model_pick_backend(seer_model_params params, seer_backend **out);
+/* After the weights are bound: joins the weights the forward pass multiplies by the same
+ * input (q, k, v; gate, up) into one each where the backend can (weight_concat), so that one
+ * pass over memory serves them. */
+seer_status seer_model_fuse(seer_model *m);
 
 /* Applies Llama-3.1 RoPE scaling to inverse frequencies fr [half] in place. */
 seer_status seer_rope_llama3(float *fr, int half, float factor, float lo, float hi, int orig);

@@ -274,6 +274,8 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
         gen_ctx g = {.m = m, .seed = seed, .scale = scale};
         if (s == SEER_OK)
             s = make_weights(&g);
+        if (s == SEER_OK)
+            s = seer_model_fuse(m);
     }
     if (s != SEER_OK) {
         char msg[1024];

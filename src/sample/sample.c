@@ -389,6 +389,8 @@ int32_t seer_sampler_sample(seer_sampler *s, const float *logits, float *probs) 
 
 double seer_sampler_uniform(seer_sampler *s) { return seer_rng_uniform(&s->rng); }
 
+seer_rng *seer_sampler_rng(seer_sampler *s) { return &s->rng; }
+
 const seer_sampler_params *seer_sampler_get_params(const seer_sampler *s) { return &s->params; }
 
 int seer_sampler_n_vocab(const seer_sampler *s) { return s->n_vocab; }

@@ -68,6 +68,10 @@ int seer_sampler_n_vocab(const seer_sampler *s);
 /* The penalty window: sets *tokens to the last accepted tokens, oldest first, and returns
  * their count (at most repeat_last_n). Valid until the next accept or reset. */
 int seer_sampler_history(const seer_sampler *s, const int32_t **tokens);
+/* The sampler's generator: the verifier draws a chain's uniforms ahead of the device call
+ * and gives back the ones the rule did not use by restoring a saved copy, so that the stream
+ * a sequence consumes does not depend on where the rule runs. */
+seer_rng *seer_sampler_rng(seer_sampler *s);
 
 /* ---- Helpers over probability vectors ----------------------------------------------------- */
 

@@ -24,6 +24,8 @@ typedef struct {
     seer_context *dctx;
     dm_seq *ds;
     int32_t *view;
+    float *qd; /* [B][G][V] on the draft's backend when it is not the target's kind, or NULL */
+    float *qh; /* [G][V] host staging for moving them */
 } dm_impl;
 
 static seer_status check_vocab(const seer_model *t, const seer_model *d) {
@@ -43,6 +45,9 @@ static void dm_free(seer_gen *g, void *impl) {
     dm_impl *im = impl;
     if (!im)
         return;
+    if (im->qd)
+        im->dctx->model->be->ops->dealloc(im->dctx->model->be, im->qd);
+    free(im->qh);
     seer_context_free(im->dctx);
     free(im->ds);
     free(im->view);
@@ -102,10 +107,40 @@ static seer_status catch_up(seer_gen *g, dm_impl *im, int h, int from, int to) {
     return SEER_OK;
 }
 
+/* The distributions of sampled drafts, drawn on the draft model's backend into im->qd, to
+ * q on the target's (backends of different kinds share no memory). */
+static seer_status move_q(seer_gen *g, dm_impl *im, int n, const int *hs, const int *gam, float *q) {
+    seer_backend *db = im->dctx->model->be, *tb = g->model->be;
+    const size_t row = (size_t)g->V;
+    for (int i = 0; i < n; i++) {
+        const seer_gen_seq *s = &g->seqs[hs[i]];
+        if (gam[i] == 0 || !(s->sp.temperature > 0))
+            continue;
+        const size_t off = (size_t)i * g->G * row, bytes = (size_t)gam[i] * row * sizeof(float);
+        SEER_TRY(db->ops->download(db, im->qh, im->qd + off, bytes));
+        SEER_TRY(tb->ops->upload(tb, q + off, im->qh, bytes));
+    }
+    return SEER_OK;
+}
+
 static seer_status dm_propose(seer_gen *g, void *impl, int n, const int *hs, const int *gam,
                               int32_t *draft, float *q, bool *onehot, int *nd) {
     dm_impl *im = impl;
-    const int G = g->G, V = g->V, K = g->spec.draft_budget;
+    const int G = g->G, K = g->spec.draft_budget;
+    /* Sampled drafts leave q on the draft model's backend: straight into the target's q when
+     * both are the same kind of backend (one address space), else via move_q. */
+    float *dq = q;
+    if (q && im->dctx->model->be->ops != g->model->be->ops) {
+        if (!im->qd) {
+            seer_backend *db = im->dctx->model->be;
+            const size_t n_q = (size_t)g->ctx->params.n_seq_max * G * g->V;
+            SEER_TRY(db->ops->alloc(db, n_q * sizeof(float), (void **)&im->qd));
+            im->qh = seer_malloc_array((size_t)G * g->V, sizeof(float));
+            if (!im->qh)
+                return seer_err(SEER_ERR_OOM, "out of memory for draft distributions");
+        }
+        dq = im->qd;
+    }
     int maxg = 0;
     for (int i = 0; i < n; i++) {
         dm_seq *d = &im->ds[hs[i]];
@@ -144,27 +179,16 @@ static seer_status dm_propose(seer_gen *g, void *impl, int n, const int *hs, con
             want[T] = 1;
             who[T++] = i;
         }
-        bool amax = true;
-        for (int t = 0; t < T; t++)
-            amax &= seer_gen_argmax_only(&g->seqs[hs[who[t]]]);
         seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
-        st = amax ? seer_decode_argmax(im->dctx, &b, g->ids) : seer_decode(im->dctx, &b, g->logits);
+        st = seer_gen_draft_step(g, im->dctx, &b, hs, who, j, draft, dq);
         for (int t = 0; t < T && st == SEER_OK; t++) {
             int i = who[t];
-            seer_gen_seq *s = &g->seqs[hs[i]];
-            if (amax) { /* greedy: the draft token is the argmax; q is never read */
-                draft[(size_t)i * G + j] = g->ids[t];
-                nd[i] = j + 1;
-                im->ds[hs[i]].dlen = s->n_tokens + j;
-                continue;
-            }
-            draft[(size_t)i * G + j] = seer_gen_draft_token(g, s, draft + (size_t)i * G, j,
-                                                            g->logits + (size_t)t * V,
-                                                            q + ((size_t)i * G + j) * V);
             nd[i] = j + 1;
-            im->ds[hs[i]].dlen = s->n_tokens + j; /* pending + drafts fed so far */
+            im->ds[hs[i]].dlen = g->seqs[hs[i]].n_tokens + j; /* pending + drafts fed so far */
         }
     }
+    if (st == SEER_OK && dq != q)
+        st = move_q(g, im, n, hs, gam, q);
     for (int i = 0; i < n; i++)
         seer_seq_clear_view(im->dctx, im->ds[hs[i]].dseq);
     return st;

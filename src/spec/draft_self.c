@@ -291,7 +291,7 @@ static seer_status self_propose(seer_gen *g, void *impl, int n, const int *hs, c
                                 int32_t *draft, float *q, bool *onehot, int *nd) {
     self_impl *im = impl;
     seer_context *c = g->ctx;
-    const int G = g->G, V = g->V;
+    const int G = g->G;
     const seer_model_info *in = &g->model->info;
     const size_t qd = (size_t)in->n_heads * in->head_dim;
     int maxg = 0;
@@ -319,35 +319,24 @@ static seer_status self_propose(seer_gen *g, void *impl, int n, const int *hs, c
         }
         if (n_cap)
             seer_context_capture_q(c, im->cap, im->qbuf);
-        bool amax = true;
-        for (int t = 0; t < T; t++)
-            amax &= seer_gen_argmax_only(&g->seqs[hs[who[t]]]);
         seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
-        st = amax ? seer_decode_argmax(c, &b, g->ids) : seer_decode(c, &b, g->logits);
+        st = seer_gen_draft_step(g, c, &b, hs, who, j, draft, q);
         for (int t = 0, k = 0; t < T && st == SEER_OK; t++) {
             int i = who[t];
-            seer_gen_seq *s = &g->seqs[hs[i]];
-            if (im->cap[t]) { /* keep this sequence's query for the rebuild below */
-                self_seq *ss = &im->ss[hs[i]];
-                if (!ss->qcap)
-                    ss->qcap = seer_malloc_array((size_t)in->n_layers * qd, sizeof(float));
-                if (!ss->qcap) {
-                    st = seer_err(SEER_ERR_OOM, "out of memory");
-                    break;
-                }
-                for (int l = 0; l < in->n_layers; l++)
-                    memcpy(ss->qcap + l * qd, im->qbuf + ((size_t)l * n_cap + k) * qd, qd * sizeof(float));
-                k++;
-            }
-            if (amax) { /* greedy: the draft token is the argmax; q is never read */
-                draft[(size_t)i * G + j] = g->ids[t];
-                nd[i] = j + 1;
-                continue;
-            }
-            int32_t x = seer_gen_draft_token(g, s, draft + (size_t)i * G, j, g->logits + (size_t)t * V,
-                                             q + ((size_t)i * G + j) * V);
-            draft[(size_t)i * G + j] = x;
             nd[i] = j + 1;
+            if (!im->cap[t])
+                continue;
+            /* keep this sequence's query for the rebuild in self_verified */
+            self_seq *ss = &im->ss[hs[i]];
+            if (!ss->qcap)
+                ss->qcap = seer_malloc_array((size_t)in->n_layers * qd, sizeof(float));
+            if (!ss->qcap) {
+                st = seer_err(SEER_ERR_OOM, "out of memory");
+                break;
+            }
+            for (int l = 0; l < in->n_layers; l++)
+                memcpy(ss->qcap + l * qd, im->qbuf + ((size_t)l * n_cap + k) * qd, qd * sizeof(float));
+            k++;
         }
     }
     for (int i = 0; i < n; i++) {

@@ -88,9 +88,11 @@ void seer_gen_free(seer_gen *g) {
     }
     if (g->dops && g->dimpl)
         g->dops->free(g, g->dimpl);
-    free(g->seqs), free(g->hs), free(g->gam), free(g->nd), free(g->draft), free(g->q);
-    free(g->onehot), free(g->logits), free(g->p), free(g->tmp), free(g->sscratch), free(g->hist);
-    free(g->ids);
+    if (g->qd)
+        g->model->be->ops->dealloc(g->model->be, g->qd);
+    free(g->seqs), free(g->hs), free(g->gam), free(g->nd), free(g->draft), free(g->onehot);
+    free(g->ids), free(g->rows), free(g->chains), free(g->u), free(g->rng0), free(g->first);
+    free(g->chain), free(g->acc), free(g->next), free(g->c_acc), free(g->c_next);
     free(g);
 }
 
@@ -107,22 +109,28 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
         spec.sinks = spec.budget;
     g->spec = spec;
     g->G = spec.kind == SEER_SPEC_NONE ? 0 : spec.gamma;
-    const int B = ctx->params.n_seq_max, G = g->G, V = g->V;
+    const int B = ctx->params.n_seq_max, G = g->G, TB = ctx->params.n_batch_max;
+    const size_t n_ids = (size_t)B * (G + 1) > (size_t)TB ? (size_t)B * (G + 1) : (size_t)TB;
     g->seqs = calloc(B, sizeof *g->seqs);
     g->hs = calloc(B, sizeof(int));
     g->gam = calloc(B, sizeof(int));
     g->nd = calloc(B, sizeof(int));
     g->draft = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
-    g->q = seer_malloc_array((size_t)B * (G ? G : 1) * V, sizeof(float));
     g->onehot = calloc(B, sizeof(bool));
-    g->logits = seer_malloc_array((size_t)B * (G + 1) * V, sizeof(float));
-    g->p = seer_malloc_array(V, sizeof(float));
-    g->tmp = seer_malloc_array(2 * (size_t)V, sizeof(float));
-    g->sscratch = malloc(seer_sampler_scratch_bytes(V));
-    g->hist = seer_malloc_array((size_t)ctx->params.n_ctx + G + 2, sizeof(int32_t));
-    g->ids = seer_malloc_array((size_t)B * (G + 1), sizeof(int32_t));
-    if (!g->seqs || !g->hs || !g->gam || !g->nd || !g->draft || !g->q || !g->onehot ||
-        !g->logits || !g->p || !g->tmp || !g->sscratch || !g->hist || !g->ids) {
+    g->ids = seer_malloc_array(n_ids, sizeof(int32_t));
+    g->rows = seer_malloc_array((size_t)TB + B, sizeof *g->rows);
+    g->chains = seer_malloc_array(B, sizeof *g->chains);
+    g->u = seer_malloc_array((size_t)TB + B, sizeof *g->u);
+    g->rng0 = seer_malloc_array(B, sizeof *g->rng0);
+    g->first = seer_malloc_array(B, sizeof(int));
+    g->chain = seer_malloc_array(B, sizeof(int));
+    g->acc = seer_malloc_array(B, sizeof(int32_t));
+    g->next = seer_malloc_array(B, sizeof(int32_t));
+    g->c_acc = seer_malloc_array(B, sizeof(int32_t));
+    g->c_next = seer_malloc_array(B, sizeof(int32_t));
+    if (!g->seqs || !g->hs || !g->gam || !g->nd || !g->draft || !g->onehot || !g->ids || !g->rows ||
+        !g->chains || !g->u || !g->rng0 || !g->first || !g->chain || !g->acc || !g->next ||
+        !g->c_acc || !g->c_next) {
         seer_gen_free(g);
         return seer_err(SEER_ERR_OOM, "out of memory for %d sequences x %d draft tokens", B, G);
     }
@@ -162,8 +170,9 @@ static void emit(seer_gen *g, seer_gen_seq *s, int32_t t) {
 
 /* Prefill in chunks of the batch limit, the same chunks whichever drafter runs (so the
  * target's numerics do not depend on it); the queries of the last `tail` rows are captured
- * into q_cap [n_layers][tail][H*Dh] for the drafter. Logits of the last row into out. */
-static seer_status prefill(seer_gen *g, seer_gen_seq *s, int tail, float *q_cap, float *out) {
+ * into q_cap [n_layers][tail][H*Dh] for the drafter. *out: the last row's logits, left in
+ * backend memory. */
+static seer_status prefill(seer_gen *g, seer_gen_seq *s, int tail, float *q_cap, float **out) {
     seer_context *c = g->ctx;
     const seer_model_info *in = &g->model->info;
     const size_t qd = (size_t)in->n_heads * in->head_dim;
@@ -189,7 +198,7 @@ static seer_status prefill(seer_gen *g, seer_gen_seq *s, int tail, float *q_cap,
         if (nc)
             seer_context_capture_q(c, cap, tmp);
         seer_batch b = {.n_tokens = k, .token = s->tokens + i, .seq = seq, .pos = pos, .logits = want};
-        st = seer_decode(c, &b, want[k - 1] ? out : NULL);
+        st = want[k - 1] ? seer_decode_keep(c, &b, out) : seer_decode(c, &b, NULL);
         /* rows [i + first, i + first + nc) are tail rows (i + first) - (n - tail) onwards */
         for (int l = 0; l < in->n_layers && nc && st == SEER_OK; l++)
             memcpy(q_cap + ((size_t)l * tail + (i + first - (n - tail))) * qd, tmp + (size_t)l * nc * qd,
@@ -275,8 +284,9 @@ seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
             st = seer_err(SEER_ERR_OOM, "out of memory for prefill queries");
     }
     double t0 = now_s();
+    float *last = NULL;
     if (st == SEER_OK)
-        st = prefill(g, s, tail, qcap, g->logits);
+        st = prefill(g, s, tail, qcap, &last);
     g->stats.t_prefill_s += now_s() - t0;
     if (st == SEER_OK && g->dops) {
         if (tail > 0)
@@ -285,15 +295,17 @@ seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
             st = g->dops->seq_added(g, g->dimpl, h);
     }
     free(qcap);
+    /* The first token comes from the prefill's last logits, as a round with no drafts. The
+     * drafter's work above ran no forward call on the target's context, so they are intact. */
+    int32_t next;
+    if (st == SEER_OK)
+        st = seer_gen_first_token(g, s, last, &next);
     if (st != SEER_OK) {
         unclaim(g, h);
         return st;
     }
     for (int i = 0; i < n; i++)
         seer_sampler_accept(s->smp, prompt[i]);
-    /* The first token comes from the prefill's last logits, as a round with no drafts. */
-    int32_t next;
-    seer_verify_chain(g, s, g->logits, NULL, 0, NULL, true, &next);
     emit(g, s, next);
     seer_sampler_accept(s->smp, next);
     g->stats.emitted++;
@@ -328,7 +340,7 @@ seer_status seer_gen_adopt(seer_gen *g, seer_seq_id seq, const int32_t *tokens, 
 
 seer_status seer_gen_step(seer_gen *g, int *n_active) {
     seer_context *c = g->ctx;
-    const int G = g->G, V = g->V, n_ctx = c->params.n_ctx;
+    const int G = g->G, n_ctx = c->params.n_ctx;
     int n = 0;
     for (int h = 0; h < g->n_seqs; h++) {
         seer_gen_seq *s = &g->seqs[h];
@@ -352,7 +364,12 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
     for (int i = 0; i < n; i++)
         any |= g->gam[i] > 0;
     if (g->dops && any) {
-        SEER_TRY(g->dops->propose(g, g->dimpl, n, g->hs, g->gam, g->draft, g->q, g->onehot, g->nd));
+        bool sampled = false;
+        for (int i = 0; i < n; i++)
+            sampled |= g->gam[i] > 0 && g->seqs[g->hs[i]].sp.temperature > 0;
+        if (sampled && g->dops != &seer_drafter_ngram)
+            SEER_TRY(seer_gen_need_q(g));
+        SEER_TRY(g->dops->propose(g, g->dimpl, n, g->hs, g->gam, g->draft, g->qd, g->onehot, g->nd));
         for (int i = 0; i < n; i++)
             if (g->nd[i] < 0 || g->nd[i] > g->gam[i])
                 return seer_err(SEER_ERR_INTERNAL, "drafter proposed %d tokens, room for %d", g->nd[i], g->gam[i]);
@@ -385,17 +402,26 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
             amax &= seer_gen_argmax_only(&g->seqs[g->hs[k]]);
         seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
         /* row0[] counts from this group's start */
-        st = amax ? seer_decode_argmax(c, &b, g->ids) : seer_decode(c, &b, g->logits);
+        if (amax) {
+            st = seer_decode_argmax(c, &b, g->ids);
+            for (int k = i0; k < i && st == SEER_OK; k++)
+                g->acc[k] = seer_verify_chain_ids(g, &g->seqs[g->hs[k]], g->ids + row0[k],
+                                                  g->draft + (size_t)k * (G ? G : 1), g->nd[k],
+                                                  &g->next[k]);
+        } else {
+            float *L = NULL;
+            st = seer_decode_keep(c, &b, &L);
+            if (st == SEER_OK)
+                st = seer_verify_group(g, i0, i, row0, L);
+        }
         if (st != SEER_OK)
             break;
         for (int k = i0; k < i && st == SEER_OK; k++) {
             seer_gen_seq *s = &g->seqs[g->hs[k]];
             int L = s->n_tokens - 1, nd = g->nd[k];
-            int32_t next;
-            const float *q = g->q + (size_t)k * (G ? G : 1) * V;
             const int32_t *d = g->draft + (size_t)k * (G ? G : 1);
-            int acc = amax ? seer_verify_chain_ids(g, s, g->ids + row0[k], d, nd, &next)
-                           : seer_verify_chain(g, s, g->logits + (size_t)row0[k] * V, d, nd, q, g->onehot[k], &next);
+            const int acc = g->acc[k];
+            const int32_t next = g->next[k];
             st = seer_seq_rewind(c, s->seq, L + 1 + acc);
             g->stats.rounds++;
             g->stats.drafted += nd;

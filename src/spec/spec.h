@@ -39,16 +39,20 @@ struct seer_gen {
     seer_gen_seq *seqs;
     int n_seqs;
     seer_spec_stats stats;
-    /* round scratch, sized for n_seq_max sequences */
+    /* round scratch, sized for n_seq_max sequences and n_batch_max rows */
     int *hs, *gam, *nd;
     int32_t *draft;   /* [B][G] */
-    float *q;         /* [B][G][V] draft distributions */
+    float *qd;        /* [B][G][V] draft distributions, target backend memory; allocated the
+                       * first time a sampled sequence drafts with a drafter that has them */
     bool *onehot;     /* [B] q is one-hot at the draft tokens */
-    float *logits;    /* [B*(G+1)][V] */
-    float *p, *tmp;   /* [V] each */
-    void *sscratch;   /* sampler scratch */
-    int32_t *hist;    /* [n_ctx + G + 1] history for penalties */
-    int32_t *ids;     /* [B*(G+1)] argmax ids of a greedy call */
+    int32_t *ids;     /* [max(B*(G+1), n_batch_max)] ids of one backend call */
+    seer_sample_row *rows;     /* [n_batch_max + B] */
+    seer_accept_chain *chains; /* [B] */
+    double *u;        /* [n_batch_max + B] uniforms of the chains */
+    seer_rng *rng0;   /* [B] generator states before a chain's uniforms were drawn */
+    int *first;       /* [B] first row of each sequence in rows */
+    int *chain;       /* [B] its chain, -1: none */
+    int32_t *acc, *next, *c_acc, *c_next; /* [B] results per sequence and per chain */
 };
 
 /* True when the sequence's sampler is plain argmax of the logits: then forward calls return
@@ -59,7 +63,8 @@ static inline bool seer_gen_argmax_only(const seer_gen_seq *s) {
 
 /* A drafter proposes up to gam[i] tokens for each sequence hs[i] (i < n) whose pending token
  * is tokens[n_tokens-1], writing draft[i*G + j], nd[i] and either q[(i*G + j)*V ..] (the
- * distribution each token was drawn from, after the sequence's sampler transform) or
+ * distribution each token was drawn from, after the sequence's sampler transform; the
+ * target's backend memory, g->qd, allocated when a sampled sequence drafts) or
  * onehot[i] = true. It must leave each target sequence's cache length as it found it. */
 struct seer_drafter_ops {
     const char *name;
@@ -81,23 +86,43 @@ extern const seer_drafter_ops seer_drafter_self;  /* streaming, retrieval, snapk
 extern const seer_drafter_ops seer_drafter_model; /* standalone draft model */
 extern const seer_drafter_ops seer_drafter_ngram;
 
-/* Sampler transform of logits at a position whose preceding tokens are hist[0..n_hist). */
-void seer_gen_probs(seer_gen *g, const seer_gen_seq *s, const int32_t *hist, int n_hist,
-                    const float *logits, float *probs);
+/* Writes this round's draft tokens after s's tokens (tokens[n_tokens + j] = draft[j]), so
+ * that the penalty history of draft position j is simply tokens[0 .. n_tokens + j). Those
+ * entries are scratch: emitted tokens overwrite them. Room: n_tokens + nd < cap always. */
+void seer_gen_stage_drafts(seer_gen_seq *s, const int32_t *draft, int nd);
 
-/* A draft token at draft position j of s from the drafter's logits: q [V] receives the
- * sequence's sampler transform (with the history the verifier will use: the sequence's
- * tokens, then drafts[0..j)), and the token is its argmax (greedy) or a sample from it. */
-int32_t seer_gen_draft_token(seer_gen *g, seer_gen_seq *s, const int32_t *drafts, int j,
-                             const float *logits, float *q);
+/* The sample row of s at draft position j (after the pending token and j drafts, staged). */
+seer_sample_row seer_gen_row(const seer_gen_seq *s, int j, const float *logits, float *probs,
+                             double u);
 
-/* The verification rule (§3 of the speculative-decoding reference) for one chain.
- * p_logits [nd+1][V] are the target's logits at the pending token and each draft token;
- * returns the accepted count and writes the emitted token to *next. */
-int seer_verify_chain(seer_gen *g, seer_gen_seq *s, const float *p_logits, const int32_t *draft,
-                      int nd, const float *q, bool onehot, int32_t *next);
+/* The uniform of a draw for s: one from its generator when it samples, else -1 (greedy
+ * draws none, so switching temperature does not shift other streams). */
+double seer_gen_draw(seer_gen_seq *s);
 
-/* seer_verify_chain for an argmax-only sequence, from the target's argmax ids [nd+1]. */
+/* Allocates g->qd if it is not yet there. */
+seer_status seer_gen_need_q(seer_gen *g);
+
+/* One drafting step on c (the target's context, or a draft model's with the target's
+ * vocabulary): b holds, for each token t, draft position j of sequence i = who[t] (handle
+ * hs[i]); every token's logits are flagged. Writes draft[i*G + j] and stages it; for sampled
+ * sequences q[(i*G + j)*V ..] (c's backend memory) receives the distribution it was drawn
+ * from. Greedy drafts move ids only; sampled ones ids and uniforms. */
+seer_status seer_gen_draft_step(seer_gen *g, seer_context *c, const seer_batch *b, const int *hs,
+                                const int *who, int j, int32_t *draft, float *q);
+
+/* The first token after a prefill whose last logits are logits [V] (backend memory). */
+seer_status seer_gen_first_token(seer_gen *g, seer_gen_seq *s, float *logits, int32_t *next);
+
+/* The verification rule (§3 of the speculative-decoding reference) for sequences k0..k1 of
+ * the round (handles g->hs[k], drafts g->draft + k*G, g->nd[k], g->qd, g->onehot[k]) whose
+ * target logits are logits [..][V] (backend memory) from row row0[k] on (pending, then each
+ * draft). Writes g->acc[k] (accepted drafts) and g->next[k] (the token emitted after them).
+ * The logits of sampled sequences are overwritten by their probabilities. */
+seer_status seer_verify_group(seer_gen *g, int k0, int k1, const int *row0, float *logits);
+
+/* The rule for a greedy sequence from the target's argmax ids [nd+1] (of the penalised logits
+ * when it has a penalty): accept while draft == argmax, emit the argmax at the first
+ * mismatch; under synthetic_accept, acceptance drawn at that rate. */
 int seer_verify_chain_ids(seer_gen *g, seer_gen_seq *s, const int32_t *amax, const int32_t *draft,
                           int nd, int32_t *next);
 

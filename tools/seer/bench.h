@@ -26,6 +26,7 @@ typedef struct {
     const char *json_out; /* also write the JSON object to this file */
     const char *plot;
     const char *replot;   /* plot this JSON of an earlier run instead of measuring */
+    const char *peer;     /* another implementation's plain decode at the same points (JSON) */
 } bench_opts;
 
 /* One speculative setting at one (L, B): measured back to back with plain decoding through
@@ -55,6 +56,10 @@ typedef struct {
     double bytes;            /* W + B*L*c */
     double floor_ms, floor_tok_s, fraction;
     bool finite;             /* the logits of the first step were all finite */
+    /* The peer's plain decode at this (L, B) (--peer), when its file has the point. */
+    bool peer_has, peer_ok;
+    char peer_err[64];       /* e.g. "oom" */
+    double peer_step_ms, peer_tok_s;
     bench_spec *spec;
     int n_spec;
 } bench_point;
@@ -69,7 +74,28 @@ typedef struct {
     char date[32];
     bench_point *pts;
     int n_pts;
+    bool has_peer;
+    char peer_label[64];     /* e.g. "HF transformers": the column, JSON and plot label */
+    char peer_desc[256];     /* versions, cache, device, as the peer's file says */
 } bench_result;
+
+/* Another implementation's plain decode of the same model shape (scripts/hf_peer.py writes
+ * it): {"peer": LABEL, "description": TEXT, "model": {"dim", "n_layers", "n_heads",
+ * "n_kv_heads", "ffn_dim", "n_vocab"}, "points": [{"ctx", "batch", "ms_per_step"} or
+ * {"ctx", "batch", "error"}]}. */
+typedef struct {
+    int L, B;
+    bool ok;
+    char err[64];
+    double step_ms;
+} bench_peer_point;
+
+typedef struct {
+    char label[64], desc[256];
+    int dim, n_layers, n_heads, n_kv_heads, ffn_dim, n_vocab;
+    bench_peer_point *pts;
+    int n_pts;
+} bench_peer;
 
 double bench_omega(int gamma, double alpha);
 
@@ -79,6 +105,14 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r);
 /* Reads what bench_print_json wrote, enough for bench_plot (allocates r->pts and their
  * spec arrays). Returns 0, or 1 with a message on stderr. */
 int bench_load_json(const char *path, bench_opts *o, bench_result *r);
+/* Reads a peer's JSON. Returns 0, or 1 with a message on stderr naming the file and what is
+ * wrong with it (p then holds nothing to free). */
+int bench_peer_load(const char *path, bench_peer *p);
+void bench_peer_free(bench_peer *p);
+/* Copies the peer's numbers into r's points of the same (L, B). The peer must have run the
+ * model r->info describes (same dimensions). Returns 0, or 1 with a message on stderr (r
+ * unchanged). */
+int bench_peer_merge(const char *path, const bench_peer *p, bench_result *r);
 /* Writes the PNG with gnuplot. Returns 0 on success, 1 on failure; when gnuplot is not
  * installed it says so on stderr and returns 0 (the table and JSON hold the numbers). */
 int bench_plot(const bench_opts *o, const bench_result *r);

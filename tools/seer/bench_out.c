@@ -1,8 +1,9 @@
 /*
  * bench_out.c: what `seer bench` prints: the aligned table, the JSON object and the gnuplot
- * PNG. Every speculative number is printed next to the words SYNTHETIC ACCEPTANCE: on random
- * weights those runs accept each draft token with a chosen probability, not by verification.
- * Not for: measuring (cmd_bench.c).
+ * PNG, with a peer's columns and line when --peer gave one. Every speculative number is
+ * printed next to the words SYNTHETIC ACCEPTANCE: on random weights those runs accept each
+ * draft token with a chosen probability, not by verification.
+ * Not for: measuring (cmd_bench.c), reading a peer's file (bench_peer.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
@@ -30,6 +31,19 @@ static void print_header(FILE *f, const bench_opts *o, const bench_result *r) {
     fprintf(f, "copy bandwidth BW = %.3f TB/s (device-to-device copy, read + write, median)\n",
             r->bandwidth * 1e-12);
     fprintf(f, "floor = (W + B*L*c) / BW; fraction = floor / measured\n");
+    if (r->has_peer)
+        fprintf(f, "peer    %s\n        peer ms = its ms/step at the same L and B; speedup = peer ms / ms/step\n",
+                r->peer_desc[0] ? r->peer_desc : r->peer_label);
+}
+
+/* The peer's two columns of a plain row: its ms/step and seer's speedup over it. */
+static void print_peer_cols(FILE *f, const bench_point *p) {
+    if (!p->peer_has)
+        fprintf(f, " %10s %8s", "-", "-");
+    else if (!p->peer_ok)
+        fprintf(f, " %10.10s %8s", p->peer_err, "-");
+    else
+        fprintf(f, " %10.3f %7.2fx", p->peer_step_ms, p->peer_step_ms / p->step_ms);
 }
 
 void bench_print_table(const bench_opts *o, const bench_result *r) {
@@ -43,17 +57,23 @@ void bench_print_table(const bench_opts *o, const bench_result *r) {
     fprintf(f, "\nplain decode: one token per sequence per step, logits of every sequence to the host;\n"
                "median of %d steps after %d warm-up, page size %d\n",
             o->steps, o->warmup, o->page_size);
-    fprintf(f, "%8s %5s %10s %10s %10s %10s %10s %11s %9s\n", "L", "B", "ms/step", "min ms",
+    fprintf(f, "%8s %5s %10s %10s %10s %10s %10s %11s %9s", "L", "B", "ms/step", "min ms",
             "max ms", "tok/s", "floor ms", "floor tok/s", "of floor");
+    if (r->has_peer)
+        fprintf(f, " %10s %8s", "peer ms", "speedup");
+    fprintf(f, "\n");
     for (int i = 0; i < r->n_pts; i++) {
         const bench_point *p = &r->pts[i];
         if (!p->ok) {
             fprintf(f, "%8d %5d  failed: %s\n", p->L, p->B, p->err);
             continue;
         }
-        fprintf(f, "%8d %5d %10.3f %10.3f %10.3f %10.1f %10.3f %11.1f %8.1f%%%s\n", p->L, p->B,
+        fprintf(f, "%8d %5d %10.3f %10.3f %10.3f %10.1f %10.3f %11.1f %8.1f%%", p->L, p->B,
                 p->step_ms, p->step_min_ms, p->step_max_ms, p->tok_s, p->floor_ms, p->floor_tok_s,
-                100 * p->fraction, p->finite ? "" : "  NON-FINITE LOGITS");
+                100 * p->fraction);
+        if (r->has_peer)
+            print_peer_cols(f, p);
+        fprintf(f, "%s\n", p->finite ? "" : "  NON-FINITE LOGITS");
     }
     bool any = false;
     for (int i = 0; i < r->n_pts; i++)
@@ -115,9 +135,20 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
             "tflop_per_s", r->prefill_tflops));
     else if (r->prefill_err[0])
         json_object_set_new(root, "prefill", json_pack("{s:s}", "error", r->prefill_err));
+    if (r->has_peer)
+        json_object_set_new(root, "peer", json_pack("{s:s, s:s}", "label", r->peer_label,
+                                                    "description", r->peer_desc));
     for (int i = 0; i < r->n_pts; i++) {
         const bench_point *p = &r->pts[i];
         json_t *pt = json_pack("{s:i, s:i}", "ctx", p->L, "batch", p->B);
+        if (p->peer_has && p->peer_ok) {
+            json_t *pe = json_pack("{s:f, s:f}", "ms_per_step", p->peer_step_ms, "tok_per_s", p->peer_tok_s);
+            if (p->ok) /* seer's tok/s over the peer's at this (L, B) */
+                json_object_set_new(pe, "speedup", json_real(p->peer_step_ms / p->step_ms));
+            json_object_set_new(pt, "peer", pe);
+        } else if (p->peer_has) {
+            json_object_set_new(pt, "peer", json_pack("{s:s}", "error", p->peer_err));
+        }
         if (!p->ok) {
             json_object_set_new(pt, "error", json_string(p->err));
             json_array_append_new(pts, pt);
@@ -207,6 +238,21 @@ int bench_load_json(const char *path, bench_opts *o, bench_result *r) {
     else
         o->model_path = model;
     r->bandwidth = num(root, "bandwidth_bytes_per_s");
+    /* The dimensions, so that --replot --peer can check the peer ran the same shape. */
+    r->info.dim = (int)num(m, "dim");
+    r->info.n_layers = (int)num(m, "n_layers");
+    r->info.n_heads = (int)num(m, "n_heads");
+    r->info.n_kv_heads = (int)num(m, "n_kv_heads");
+    r->info.ffn_dim = (int)num(m, "ffn_dim");
+    r->info.n_vocab = (int)num(m, "n_vocab");
+    json_t *peer = json_object_get(root, "peer");
+    if (json_is_object(peer)) {
+        const char *pl = json_string_value(json_object_get(peer, "label"));
+        const char *pd = json_string_value(json_object_get(peer, "description"));
+        r->has_peer = true;
+        snprintf(r->peer_label, sizeof r->peer_label, "%s", pl ? pl : "peer");
+        snprintf(r->peer_desc, sizeof r->peer_desc, "%s", pd ? pd : "");
+    }
     const size_t n = json_array_size(pts);
     r->pts = calloc(n ? n : 1, sizeof *r->pts);
     if (!r->pts) {
@@ -223,6 +269,16 @@ int bench_load_json(const char *path, bench_opts *o, bench_result *r) {
         pt->ok = json_is_object(pl);
         pt->tok_s = pt->ok ? num(pl, "tok_per_s") : 0;
         pt->floor_tok_s = pt->ok ? num(pl, "floor_tok_per_s") : 0;
+        pt->step_ms = pt->ok ? num(pl, "ms_per_step") : 0;
+        json_t *pe = json_object_get(p, "peer");
+        if (json_is_object(pe)) {
+            const char *perr = json_string_value(json_object_get(pe, "error"));
+            pt->peer_has = true;
+            pt->peer_ok = !perr;
+            snprintf(pt->peer_err, sizeof pt->peer_err, "%s", perr ? perr : "");
+            pt->peer_step_ms = num(pe, "ms_per_step");
+            pt->peer_tok_s = num(pe, "tok_per_s");
+        }
         bool seen = false;
         for (int b = 0; b < o->n_batch; b++)
             seen |= o->batch[b] == pt->B;
@@ -280,20 +336,31 @@ int bench_plot(const bench_opts *o, const bench_result *r) {
     /* One gnuplot data block per series (blank-line separated, addressed by index): per
      * batch size measured and floor tok/s; per (B, spec setting) measured and projected
      * speedup. */
+    enum { MAX_BLOCKS = 3 * BENCH_MAX_LIST * (1 + BENCH_MAX_LIST) };
     int n_blocks = 0;
-    char titles[2 * BENCH_MAX_LIST * (1 + BENCH_MAX_LIST)][96];
-    int kinds[2 * BENCH_MAX_LIST * (1 + BENCH_MAX_LIST)]; /* 0 tok/s, 1 speedup */
-    const int max_blocks = (int)(sizeof kinds / sizeof *kinds);
+    char titles[MAX_BLOCKS][96];
+    int kinds[MAX_BLOCKS];           /* 0 tok/s, 1 speedup */
+    int colors[MAX_BLOCKS];          /* one per (B, setting): measured and floor/projected alike */
+    const char *styles[MAX_BLOCKS];
+    char peer[64];                   /* the peer's label as a gnuplot title may hold it */
+    snprintf(peer, sizeof peer, "%s", r->peer_label);
+    for (char *c = peer; *c; c++)
+        if (*c == '\'' || *c == '\\')
+            *c = '_';
     const int n_set = r->n_pts ? r->pts[0].n_spec : 0;
-    for (int bi = 0; bi < o->n_batch; bi++) {
-        for (int set = -1; set < n_set && n_blocks + 2 <= max_blocks; set++) {
-            for (int col = 0; col < 2; col++) {
+    for (int bi = 0, pair = 0; bi < o->n_batch; bi++) {
+        for (int set = -1; set < n_set && n_blocks + 3 <= MAX_BLOCKS; set++, pair++) {
+            /* col 0 measured, 1 floor or projected, 2 the peer's tok/s (plain, with --peer) */
+            for (int col = 0; col < (set < 0 && r->has_peer ? 3 : 2); col++) {
                 int rows = 0;
                 for (int i = 0; i < r->n_pts; i++) {
                     const bench_point *p = &r->pts[i];
-                    if (p->B != o->batch[bi] || !p->ok || (set >= 0 && !p->spec[set].ok))
+                    if (p->B != o->batch[bi])
                         continue;
-                    double y = set < 0 ? (col ? p->floor_tok_s : p->tok_s)
+                    if (col == 2 ? !(p->peer_has && p->peer_ok) : !p->ok || (set >= 0 && !p->spec[set].ok))
+                        continue;
+                    double y = col == 2 ? p->peer_tok_s
+                             : set < 0 ? (col ? p->floor_tok_s : p->tok_s)
                                        : (col ? p->spec[set].projected : p->spec[set].speedup);
                     fprintf(d, "%d %g\n", p->L, y);
                     rows++;
@@ -303,12 +370,14 @@ int bench_plot(const bench_opts *o, const bench_result *r) {
                 fprintf(d, "\n\n");
                 if (set < 0)
                     snprintf(titles[n_blocks], sizeof titles[0], "B=%d %s", o->batch[bi],
-                             col ? "floor" : "measured");
+                             col == 2 ? peer : col ? "floor" : r->has_peer ? "seer" : "measured");
                 else
                     snprintf(titles[n_blocks], sizeof titles[0], "B=%d %s K=%d G=%d %s", o->batch[bi],
                              seer_spec_kind_name(r->pts[0].spec[set].kind), r->pts[0].spec[set].budget,
                              r->pts[0].spec[set].gamma, col ? "projected" : "measured");
-                kinds[n_blocks++] = set < 0 ? 0 : 1;
+                kinds[n_blocks] = set < 0 ? 0 : 1;
+                colors[n_blocks] = pair + 1;
+                styles[n_blocks++] = col == 2 ? "lw 2 dt 4 pt 6" : col ? "dt 2" : "lw 2";
             }
         }
     }
@@ -321,11 +390,12 @@ int bench_plot(const bench_opts *o, const bench_result *r) {
             o->synthetic ? "synthetic weights" : "GGUF weights");
     fprintf(g, "set logscale x 2\nset grid\nset key outside bottom center font ',9'\n"
                "set xlabel 'context length L (tokens)'\n");
-    fprintf(g, "set ylabel 'decode tok/s'\nset title 'plain decode vs floor'\nset yrange [0:*]\nplot ");
+    fprintf(g, "set ylabel 'decode tok/s'\nset title 'plain decode vs floor%s%s'\nset yrange [0:*]\nplot ",
+            r->has_peer ? " and " : "", r->has_peer ? peer : "");
     for (int i = 0, first = 1; i < n_blocks; i++)
         if (kinds[i] == 0) {
             fprintf(g, "%s'%s' index %d with linespoints %s lc %d title '%s'", first ? "" : ", ",
-                    dat, i, strstr(titles[i], "floor") ? "dt 2" : "lw 2", i / 2 + 1, titles[i]);
+                    dat, i, styles[i], colors[i], titles[i]);
             first = 0;
         }
     fprintf(g, "\nset ylabel 'speedup over plain'\nset title 'speculative, SYNTHETIC ACCEPTANCE alpha=%.2f'\n"
@@ -337,8 +407,8 @@ int bench_plot(const bench_opts *o, const bench_result *r) {
         fprintf(g, "plot 1 dt 3 lc 'black' notitle");
         for (int i = 0; i < n_blocks; i++)
             if (kinds[i] == 1)
-                fprintf(g, ", '%s' index %d with linespoints %s lc %d title '%s'", dat, i,
-                        strstr(titles[i], "projected") ? "dt 2" : "lw 2", i / 2 + 1, titles[i]);
+                fprintf(g, ", '%s' index %d with linespoints %s lc %d title '%s'", dat, i, styles[i],
+                        colors[i], titles[i]);
         fprintf(g, "\n");
     } else {
         fprintf(g, "set label 1 'no speculative runs (--spec)' at graph 0.3, graph 0.5\nplot [1:2] [0:1] NaN notitle\n");

@@ -16,6 +16,8 @@
  * generator runs right before it on forks of the same sequences, so the speedup compares
  * like with like; the cost-model projection (§1 of the speculative-decoding reference) comes
  * from the measured per-phase times.
+ * With --peer, another implementation's plain decode of the same shape (scripts/hf_peer.py)
+ * is read from its file and shown beside seer's at the same (L, B) (bench_peer.c).
  * Not for: acceptance of real models (seer generate, scripts/spec-acceptance.sh).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -61,7 +63,10 @@ static void usage(FILE *f) {
             "  --json-out FILE          also write the JSON object to FILE\n"
             "  --plot FILE.png          tok/s and speedup against context length (needs gnuplot)\n"
             "  --replot RUN.json        with --plot: plot the --json-out of an earlier run (e.g. one\n"
-            "                           made on a machine without gnuplot) instead of measuring\n");
+            "                           made on a machine without gnuplot) instead of measuring\n"
+            "  --peer PEER.json         another implementation's plain decode of the same shape\n"
+            "                           (scripts/hf_peer.py): its ms/step and seer's speedup over it\n"
+            "                           at the same L and B in the table, the JSON and the plot\n");
 }
 
 /* Parses "a,b,c" into out (at most BENCH_MAX_LIST values in [lo, hi]). */
@@ -123,7 +128,7 @@ static bool parse_spec_list(const char *s, bench_opts *o) {
 
 static int parse(int argc, char **argv, bench_opts *o) {
     enum { O_SYN = 256, O_BACKEND, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PAGE, O_SEED,
-           O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT };
+           O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER };
     static const struct option opts[] = {
         {"synthetic", required_argument, 0, O_SYN},   {"model", required_argument, 0, 'm'},
         {"backend", required_argument, 0, O_BACKEND}, {"threads", required_argument, 0, 't'},
@@ -137,6 +142,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         {"synthetic-accept", required_argument, 0, O_ALPHA},
         {"json", no_argument, 0, O_JSON},             {"plot", required_argument, 0, O_PLOT},
         {"json-out", required_argument, 0, O_JSON_OUT}, {"replot", required_argument, 0, O_REPLOT},
+        {"peer", required_argument, 0, O_PEER},
         {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
     int c;
     long long v;
@@ -172,6 +178,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         case O_JSON_OUT: o->json_out = optarg; break;
         case O_REPLOT: o->replot = optarg; break;
         case O_PLOT: o->plot = optarg; break;
+        case O_PEER: o->peer = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -499,13 +506,19 @@ int cmd_bench(int argc, char **argv) {
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
+    /* A bad peer file is refused before minutes go into generating a model and measuring. */
+    bench_peer peer = {0};
+    if (o.peer && bench_peer_load(o.peer, &peer) != 0)
+        return 1;
     if (o.replot) {
         bench_result rr;
         memset(&rr, 0, sizeof rr);
-        rc = bench_load_json(o.replot, &o, &rr) || bench_plot(&o, &rr);
+        rc = bench_load_json(o.replot, &o, &rr) || (o.peer && bench_peer_merge(o.peer, &peer, &rr)) ||
+             bench_plot(&o, &rr);
         for (int i = 0; i < rr.n_pts; i++)
             free(rr.pts[i].spec);
         free(rr.pts);
+        bench_peer_free(&peer);
         return rc;
     }
     seer_model_params mp = seer_model_default_params();
@@ -524,15 +537,21 @@ int cmd_bench(int argc, char **argv) {
     }
     if (s != SEER_OK) {
         cli_error(o.synthetic ? "synthetic model" : "loading model", s);
+        bench_peer_free(&peer);
         return 1;
     }
     seer_model_get_info(m, &r.info);
     seer_model_get_footprint(m, &r.fp);
+    rc = 1;
+    /* The peer's shape is checked against this model before anything is measured (a merge
+     * into no points); its numbers are merged once every point exists. */
+    bench_result shape = {.info = r.info};
+    if (o.peer && bench_peer_merge(o.peer, &peer, &shape) != 0)
+        goto done;
     time_t now = time(NULL);
     struct tm tmv;
     gmtime_r(&now, &tmv);
     strftime(r.date, sizeof r.date, "%Y-%m-%d", &tmv);
-    rc = 1;
     if ((s = seer_model_measure_bandwidth(m, &r.bandwidth)) != SEER_OK) {
         cli_error("measuring bandwidth", s);
         goto done;
@@ -572,8 +591,10 @@ int cmd_bench(int argc, char **argv) {
                 fprintf(stderr, "seer bench: L=%d B=%d: %s\n", pt->L, pt->B, pt->err);
         }
     rc = 0;
+    if (o.peer && bench_peer_merge(o.peer, &peer, &r) != 0)
+        rc = 1;
     if (o.json)
-        rc = bench_print_json(stdout, &o, &r);
+        rc |= bench_print_json(stdout, &o, &r);
     else
         bench_print_table(&o, &r);
     if (o.json_out) {
@@ -597,5 +618,6 @@ done:
         free(r.pts[i].spec);
     free(r.pts);
     seer_model_free(m);
+    bench_peer_free(&peer);
     return rc;
 }

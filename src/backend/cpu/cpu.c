@@ -5,6 +5,7 @@
  */
 #include "backend/cpu/cpu.h"
 #include "backend/synth_hash.h"
+#include "sample/sample.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -15,6 +16,8 @@
 static void cpu_free(seer_backend *be) {
     if (!be)
         return;
+    if (be->impl)
+        free(((seer_cpu *)be->impl)->smp);
     free(be->impl);
     free(be);
 }
@@ -192,6 +195,86 @@ static seer_status cpu_argmax_rows(seer_backend *be, int32_t *ids, const float *
     return SEER_OK;
 }
 
+/* ---- sampling: the host sampler itself, so that this backend is the reference ---------- */
+
+/* The sampler's scratch for V, then `floats` more floats (8-byte aligned: malloc'd). */
+static seer_status cpu_smp_scratch(seer_backend *be, int V, size_t floats, void **scratch,
+                                   float **f) {
+    seer_cpu *c = be->impl;
+    const size_t sb = (seer_sampler_scratch_bytes(V) + 7) / 8 * 8;
+    const size_t need = sb + floats * sizeof(float);
+    if (need > c->smp_cap) {
+        void *p = malloc(need);
+        if (!p)
+            return seer_err(SEER_ERR_OOM, "sampling: out of memory for a vocabulary of %d", V);
+        free(c->smp);
+        c->smp = p;
+        c->smp_cap = need;
+    }
+    *scratch = c->smp;
+    *f = (float *)((char *)c->smp + sb);
+    return SEER_OK;
+}
+
+static seer_status cpu_sample_rows(seer_backend *be, const seer_sample_row *rows, int n, int V,
+                                   int32_t *ids) {
+    if (n <= 0)
+        return SEER_OK;
+    if (V <= 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "sample_rows: vocabulary of %d", V);
+    for (int r = 0; r < n; r++)
+        SEER_TRY(seer_sampler_params_check(rows[r].sp));
+    void *scratch = NULL;
+    float *tmp = NULL;
+    SEER_TRY(cpu_smp_scratch(be, V, (size_t)V, &scratch, &tmp));
+    for (int r = 0; r < n; r++) {
+        const seer_sample_row *w = &rows[r];
+        float *p = w->probs ? w->probs : tmp;
+        seer_sampler_probs_with_history(w->sp, w->hist, w->n_hist, w->logits, p, V, scratch);
+        if (!ids)
+            continue;
+        if (!(w->sp->temperature > 0.0f))
+            ids[r] = seer_argmax(p, V);
+        else
+            ids[r] = w->u < 0 ? -1 : seer_sample_from_probs(p, V, w->u);
+    }
+    return SEER_OK;
+}
+
+static seer_status cpu_accept_chains(seer_backend *be, const seer_accept_chain *chains, int n,
+                                     int V, int32_t *n_acc, int32_t *next) {
+    if (n <= 0)
+        return SEER_OK;
+    void *unused = NULL;
+    float *tmp = NULL;
+    SEER_TRY(cpu_smp_scratch(be, V, 2 * (size_t)V, &unused, &tmp));
+    for (int k = 0; k < n; k++) {
+        const seer_accept_chain *ch = &chains[k];
+        int i = 0;
+        for (;; i++) {
+            const float *p = ch->p + (size_t)i * V;
+            if (i == ch->nd) {
+                next[k] = seer_sample_from_probs(p, V, ch->u[i]);
+                break;
+            }
+            const int32_t x = ch->draft[i];
+            const float *q = tmp;
+            if (ch->q)
+                q = ch->q + (size_t)i * V;
+            else
+                seer_probs_one_hot(tmp, V, x);
+            const float px = x >= 0 && x < V ? p[x] : 0.0f, qx = x >= 0 && x < V ? q[x] : 0.0f;
+            if (qx > 0 && ch->u[i] * qx < px)
+                continue;
+            next[k] = ch->resample_from_p ? seer_sample_from_probs(p, V, ch->u[i + 1])
+                                          : seer_sample_residual(p, q, V, ch->u[i + 1], tmp + V);
+            break;
+        }
+        n_acc[k] = i;
+    }
+    return SEER_OK;
+}
+
 /* ---- synthetic models and the bandwidth probe (benchmarks) ------------------------------ */
 
 static seer_status cpu_weight_random(seer_backend *be, int rows, int cols, uint64_t seed,
@@ -311,6 +394,8 @@ static const seer_backend_ops cpu_ops = {
     .add = cpu_add,
     .gather_rows = cpu_gather_rows,
     .argmax_rows = cpu_argmax_rows,
+    .sample_rows = cpu_sample_rows,
+    .accept_chains = cpu_accept_chains,
     .weight_random = cpu_weight_random,
     .kv_fill_random = cpu_kv_fill_random,
     .copy_bandwidth = cpu_copy_bandwidth,

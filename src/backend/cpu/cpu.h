@@ -6,6 +6,8 @@
 
 typedef struct {
     int n_threads;
+    void *smp;       /* sample_rows / accept_chains scratch, grow-only */
+    size_t smp_cap;  /* bytes */
 } seer_cpu;
 
 static inline int seer_cpu_threads(const seer_backend *be) {

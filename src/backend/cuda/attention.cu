@@ -109,6 +109,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     c->att.valid = false;
     memset(&c->fw, 0, sizeof c->fw);
     c->fw.entry = -1;
+    c->batch_epoch++;
     if (!ab)
         return SEER_OK;
     const int T = ab->T, n_seq = ab->n_seq, ps = ab->page_size, Hkv = ab->n_kv_heads;

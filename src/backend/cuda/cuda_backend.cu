@@ -213,9 +213,11 @@ static void cuda_free_be(seer_backend *be) {
         seer_cuda_prof_free(c);
         seer_cuda_buf *bufs[] = {&c->xbf16, &c->fallback[0], &c->fallback[1], &c->gather_tmp,
                                  &c->attn_part, &c->kv_read, &c->batch, &c->argmax_ids,
-                                 &c->mm_part, &c->mm_cnt};
+                                 &c->mm_part, &c->mm_cnt, &c->rope_tab, &c->smp_dev, &c->smp_work};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             seer_cuda_buf_free(c, bufs[i]);
+        free(c->smp_host);
+        free(c->smp_mark);
         if (c->blas)
             cublasDestroy(c->blas);
         seer_cuda_free(c, c->blas_ws);
@@ -296,6 +298,20 @@ static seer_status prof_matmul(seer_backend *be, float *y, const float *x, const
     return s;
 }
 
+static seer_status prof_matmul_split(seer_backend *be, float *const *ys, const float *x,
+                                     const seer_weight *w, const float *const *biases, int T) {
+    seer_status s = seer_cuda_matmul_split(be, ys, x, w, biases, T);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul %dx%d (%d parts)", w->rows, w->cols, w->n_seg);
+    return s;
+}
+
+static seer_status prof_matmul_add(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                                   int T) {
+    seer_status s = seer_cuda_matmul_add(be, y, x, w, T);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul+add %dx%d", w->rows, w->cols);
+    return s;
+}
+
 static seer_status prof_batch_begin(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
                                     const int32_t *pos, const int32_t *page, const int32_t *row,
                                     const int32_t *out_rows, int n_out) {
@@ -319,6 +335,8 @@ static seer_backend_ops cuda_ops_prof_make(void) {
     PROF(argmax_rows, seer_cuda_argmax_rows);
     PROF(kv_store, seer_cuda_kv_store);
     o.matmul = prof_matmul;
+    o.matmul_split = prof_matmul_split;
+    o.matmul_add = prof_matmul_add;
     o.batch_begin = prof_batch_begin;
     return o;
 }
@@ -348,10 +366,15 @@ static seer_backend_ops cuda_ops_make(void) {
     o.matmul = seer_cuda_matmul;
     o.rope = seer_cuda_rope;
     o.attention = seer_cuda_attention;
+    o.weight_concat = seer_cuda_weight_concat;
+    o.matmul_split = seer_cuda_matmul_split;
+    o.matmul_add = seer_cuda_matmul_add;
     o.swiglu = seer_cuda_swiglu;
     o.add = seer_cuda_add;
     o.gather_rows = seer_cuda_gather_rows_fw;
     o.argmax_rows = seer_cuda_argmax_rows;
+    o.sample_rows = seer_cuda_sample_rows;
+    o.accept_chains = seer_cuda_accept_chains;
     o.weight_random = seer_cuda_weight_random;
     o.kv_fill_random = seer_cuda_kv_fill_random;
     o.copy_bandwidth = seer_cuda_copy_bandwidth;

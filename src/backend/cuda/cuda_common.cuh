@@ -137,6 +137,14 @@ typedef struct {
     cudaGraphExec_t exec;  /* NULL: seen (warm) but not recorded yet */
 } seer_cuda_graph;
 
+/* What the RoPE table holds (rope.cu). */
+typedef struct {
+    bool valid;
+    unsigned long epoch;
+    const float *inv_freq;
+    int half, T;
+} seer_cuda_rope_key;
+
 typedef struct {
     int device;
     int n_sm;
@@ -156,6 +164,13 @@ typedef struct {
     seer_cuda_buf attn_part;  /* flash-decoding partials */
     seer_cuda_buf kv_read;    /* kv_read's rows in f32 before they go to the host */
     seer_cuda_buf argmax_ids; /* argmax_rows results before they go to the host */
+    /* sample.cu: sample_rows / accept_chains descriptors and results, working rows of
+     * sampled rows that keep no probabilities, host staging, penalty marks [V] */
+    seer_cuda_buf smp_dev, smp_work;
+    void *smp_host;
+    size_t smp_host_cap;
+    uint8_t *smp_mark;
+    int smp_mark_cap;
 
     /* batch_begin: one pinned staging buffer, one device buffer, both grow-only */
     int32_t *stage;
@@ -181,6 +196,9 @@ typedef struct {
     seer_cuda_graph graph[SEER_CUDA_GRAPHS_MAX];
     long n_replayed, n_captured, n_eager;
     struct seer_cuda_prof *prof; /* SEER_CUDA_PROFILE (profile.cu); NULL: off */
+    unsigned long batch_epoch;   /* batch_begin calls so far */
+    seer_cuda_buf rope_tab;      /* cos, sin per (token, frequency) of the current call */
+    seer_cuda_rope_key rope_key;
 } seer_cuda;
 
 typedef struct seer_cuda_prof seer_cuda_prof;
@@ -211,6 +229,11 @@ seer_status seer_cuda_index(seer_cuda *c, int which, const int32_t *host, int n,
 
 seer_status seer_cuda_weight_load(seer_backend *be, const gguf_tensor *t, seer_weight *out);
 void seer_cuda_weight_free(seer_backend *be, seer_weight *w);
+seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n, seer_weight *out);
+seer_status seer_cuda_matmul_split(seer_backend *be, float *const *ys, const float *x,
+                                   const seer_weight *w, const float *const *biases, int T);
+seer_status seer_cuda_matmul_add(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                                 int T);
 
 seer_status seer_cuda_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out);
 void seer_cuda_kv_free(seer_backend *be, void *kv);
@@ -244,6 +267,10 @@ seer_status seer_cuda_add(seer_backend *be, float *y, const float *x, size_t n);
 seer_status seer_cuda_gather_rows(seer_backend *be, float *y, const float *x, const int32_t *rows,
                                   int n_rows, int D);
 seer_status seer_cuda_argmax_rows(seer_backend *be, int32_t *ids, const float *logits, int n, int V);
+seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows, int n, int V,
+                                  int32_t *ids);
+seer_status seer_cuda_accept_chains(seer_backend *be, const seer_accept_chain *chains, int n,
+                                    int V, int32_t *n_acc, int32_t *next);
 
 /* Forward calls (graph.cu). */
 seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap, int *T,

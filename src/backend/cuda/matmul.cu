@@ -108,10 +108,31 @@ static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, 
  * matrix product. Loads are the rows' contiguous 64 bytes per 4 lanes, straight into the
  * fragments, with no shared memory.
  */
+/* Where the rows of W go: row r of segment j (r0[j] <= r < r0[j + 1]) to y[j][t][r - r0[j]]
+ * (+ b[j][r - r0[j]] when b[j]); acc: y += the product instead of y =. */
+struct mm_out {
+    float *y[SEER_WEIGHT_MAX_SEG];
+    const float *b[SEER_WEIGHT_MAX_SEG];
+    int r0[SEER_WEIGHT_MAX_SEG + 1];
+    int nseg, acc;
+};
+
+static __device__ __forceinline__ void mm_store(const mm_out &o, int t, int r, float v) {
+    int j = 0;
+#pragma unroll
+    for (int k = 1; k < SEER_WEIGHT_MAX_SEG; k++)
+        j += k < o.nseg && r >= o.r0[k];
+    const int rr = r - o.r0[j], w = o.r0[j + 1] - o.r0[j];
+    if (o.b[j])
+        v += o.b[j][rr];
+    float *d = o.y[j] + (size_t)t * w + rr;
+    *d = o.acc ? *d + v : v;
+}
+
 template <int NT, bool VEC>
 __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 4 ? 2 : 1)
-mm_inv_kernel(float *__restrict__ y, const bf16 *__restrict__ W, const float *__restrict__ x,
-              const float *__restrict__ bias, float *__restrict__ part, int *__restrict__ cnt,
+mm_inv_kernel(mm_out out, const bf16 *__restrict__ W, const float *__restrict__ x,
+              float *__restrict__ part, int *__restrict__ cnt,
               int rows, int cols, int T, int kb_n, int n_steps, int nz, int tile) {
     __shared__ float red[MM_WARPS][8][MM_ROWS + 1]; /* [warp][token of the n8 tile][row] */
     __shared__ int s_last;
@@ -202,7 +223,7 @@ mm_inv_kernel(float *__restrict__ y, const bf16 *__restrict__ W, const float *__
         const int t = tok0 + n * 8 + et, r = row0 + er;
         if (t < T && r < rows) {
             if (kb_n == 1)
-                y[(size_t)t * rows + r] = bias ? sum + bias[r] : sum;
+                mm_store(out, t, r, sum);
             else
                 part[((size_t)kb * T + t) * rows + r] = sum;
         }
@@ -228,15 +249,15 @@ mm_inv_kernel(float *__restrict__ y, const bf16 *__restrict__ W, const float *__
             float sum = __ldcg(&part[(size_t)t * rows + r]);
             for (int k = 1; k < kb_n; k++)
                 sum += __ldcg(&part[((size_t)k * T + t) * rows + r]);
-            y[(size_t)t * rows + r] = bias ? sum + bias[r] : sum;
+            mm_store(out, t, r, sum);
         }
     }
     if (threadIdx.x == 0)
         cnt[(size_t)rg * nz + z] = 0; /* ready for the next call */
 }
 
-typedef void (*mm_kernel_fn)(float *, const bf16 *, const float *, const float *, float *, int *,
-                             int, int, int, int, int, int, int);
+typedef void (*mm_kernel_fn)(mm_out, const bf16 *, const float *, float *, int *, int, int, int,
+                             int, int, int, int);
 
 template <bool VEC>
 static mm_kernel_fn mm_pick(int nt) {
@@ -263,8 +284,8 @@ static int mm_kb(int rows, int cols, int n_sm) {
     return kb;
 }
 
-static seer_status matmul_invariant(seer_cuda *c, float *y, const float *x, const seer_weight *w,
-                                    const float *bias, int T) {
+static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float *x,
+                                    const seer_weight *w, int T) {
     const int rows = w->rows, cols = w->cols;
     const int kb = mm_kb(rows, cols, c->n_sm);
     const int n_steps = (cols + MM_KSTEP - 1) / MM_KSTEP;
@@ -295,6 +316,8 @@ static seer_status matmul_invariant(seer_cuda *c, float *y, const float *x, cons
         cnt = (int *)c->mm_cnt.p;
     }
     const bool vec = cols % 8 == 0 && (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0;
+    /* an accumulating output is read by the block that writes it: no early start */
+    const bool pdl = c->mm_pdl && !out.acc;
     const mm_kernel_fn fn = vec ? mm_pick<true>(nt) : mm_pick<false>(nt);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)blocks);
@@ -304,9 +327,9 @@ static seer_status matmul_invariant(seer_cuda *c, float *y, const float *x, cons
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = c->mm_pdl ? 1 : 0;
-    CUDA_TRY(cudaLaunchKernelEx(&cfg, fn, y, (const bf16 *)w->data, x, bias, part, cnt, rows, cols,
-                                T, kb, n_steps, nz, tile));
+    cfg.numAttrs = pdl ? 1 : 0;
+    CUDA_TRY(cudaLaunchKernelEx(&cfg, fn, out, (const bf16 *)w->data, x, part, cnt, rows, cols, T,
+                                kb, n_steps, nz, tile));
     LAUNCH_TRY("mm_inv_kernel");
     return SEER_OK;
 }
@@ -314,7 +337,7 @@ static seer_status matmul_invariant(seer_cuda *c, float *y, const float *x, cons
 /* ---- cuBLAS, for prefill -------------------------------------------------------------- */
 
 static seer_status matmul_blas(seer_cuda *c, float *y, const float *x, const seer_weight *w,
-                               const float *bias, int T) {
+                               const float *bias, int T, bool acc) {
     const int rows = w->rows, cols = w->cols;
     const size_t nx = (size_t)T * cols;
     SEER_TRY(seer_cuda_reserve(c, &c->xbf16, nx * sizeof(bf16), "matmul input in bf16"));
@@ -323,9 +346,9 @@ static seer_status matmul_blas(seer_cuda *c, float *y, const float *x, const see
     LAUNCH_TRY("f32_to_bf16_kernel");
     /* Column-major view: W [rows][cols] row-major is a cols x rows matrix, x is cols x T, and
      * y^T = W x^T is rows x T with leading dimension rows, i.e. y [T][rows] row-major. */
-    const float one = 1.f, zero = 0.f;
+    const float one = 1.f, beta = acc ? 1.f : 0.f;
     CUBLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, T, cols, &one, w->data,
-                            CUDA_R_16BF, cols, xb, CUDA_R_16BF, cols, &zero, y, CUDA_R_32F, rows,
+                            CUDA_R_16BF, cols, xb, CUDA_R_16BF, cols, &beta, y, CUDA_R_32F, rows,
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (bias) {
         const size_t ny = (size_t)T * rows;
@@ -335,14 +358,65 @@ static seer_status matmul_blas(seer_cuda *c, float *y, const float *x, const see
     return SEER_OK;
 }
 
-seer_status seer_cuda_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
-                             const float *bias, int T) {
+/* The weight of segment j of a weight made by weight_concat, as a weight of its own. */
+static seer_weight seg_view(const seer_weight *w, int r0, int rows) {
+    seer_weight v = *w;
+    v.data = (bf16 *)w->data + (size_t)r0 * w->cols;
+    v.rows = rows;
+    v.owned = false;
+    v.n_seg = 0;
+    return v;
+}
+
+static seer_status matmul_any(seer_backend *be, const mm_out &out, const float *x, const seer_weight *w,
+                              int T) {
     seer_cuda *c = seer_cuda_of(be);
     if (T <= 0)
         return SEER_OK;
     if (w->dtype != GGML_TYPE_BF16)
         return seer_err(SEER_ERR_UNSUPPORTED, "matmul: CUDA weights are bf16, got type %d", w->dtype);
     if (T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas)
-        return matmul_invariant(c, y, x, w, bias, T);
-    return matmul_blas(c, y, x, w, bias, T);
+        return matmul_invariant(c, out, x, w, T);
+    for (int j = 0; j < out.nseg; j++) {
+        const seer_weight v = seg_view(w, out.r0[j], out.r0[j + 1] - out.r0[j]);
+        SEER_TRY(matmul_blas(c, out.y[j], x, &v, out.b[j], T, out.acc != 0));
+    }
+    return SEER_OK;
+}
+
+static mm_out one_out(float *y, const float *bias, int rows, bool acc) {
+    mm_out o = {};
+    o.y[0] = y;
+    o.b[0] = bias;
+    o.r0[1] = rows;
+    o.nseg = 1;
+    o.acc = acc;
+    return o;
+}
+
+seer_status seer_cuda_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                             const float *bias, int T) {
+    return matmul_any(be, one_out(y, bias, w->rows, false), x, w, T);
+}
+
+seer_status seer_cuda_matmul_add(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                                 int T) {
+    return matmul_any(be, one_out(y, NULL, w->rows, true), x, w, T);
+}
+
+seer_status seer_cuda_matmul_split(seer_backend *be, float *const *ys, const float *x,
+                                   const seer_weight *w, const float *const *biases, int T) {
+    if (w->n_seg < 1 || w->n_seg > SEER_WEIGHT_MAX_SEG)
+        return seer_err(SEER_ERR_INVALID_ARG, "matmul_split: the weight has %d segments", w->n_seg);
+    mm_out o = {};
+    o.nseg = w->n_seg;
+    for (int j = 0; j < w->n_seg; j++) {
+        o.y[j] = ys[j];
+        o.b[j] = biases ? biases[j] : NULL;
+        o.r0[j + 1] = o.r0[j] + w->seg_rows[j];
+    }
+    if (o.r0[w->n_seg] != w->rows)
+        return seer_err(SEER_ERR_INVALID_ARG, "matmul_split: segments of %d rows in a weight of %d",
+                        o.r0[w->n_seg], w->rows);
+    return matmul_any(be, o, x, w, T);
 }

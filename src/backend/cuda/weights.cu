@@ -106,3 +106,57 @@ void seer_cuda_weight_free(seer_backend *be, seer_weight *w) {
         seer_cuda_free(seer_cuda_of(be), w->data);
     memset(w, 0, sizeof *w);
 }
+
+/* Rows of several bf16 weights as one (matmul_split then reads them in one pass); the parts
+ * become views of their rows in it. */
+seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n, seer_weight *out) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (n < 1 || n > SEER_WEIGHT_MAX_SEG)
+        return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: %d parts (1 to %d)", n, SEER_WEIGHT_MAX_SEG);
+    long long rows = 0;
+    for (int j = 0; j < n; j++) {
+        if (parts[j].dtype != GGML_TYPE_BF16 || parts[j].cols != parts[0].cols || parts[j].n_seg)
+            return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: part %d is not a plain bf16 weight of %d columns",
+                            j, parts[0].cols);
+        rows += parts[j].rows;
+    }
+    if (rows > INT32_MAX)
+        return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: %lld rows", rows);
+    const size_t cols = (size_t)parts[0].cols;
+    void *p = NULL;
+    SEER_TRY(seer_cuda_malloc(c, (size_t)rows * cols * sizeof(bf16), "a fused weight", &p));
+    size_t r0 = 0;
+    for (int j = 0; j < n; j++) {
+        const size_t bytes = (size_t)parts[j].rows * cols * sizeof(bf16);
+        cudaError_t e = cudaMemcpyAsync((bf16 *)p + r0 * cols, parts[j].data, bytes,
+                                        cudaMemcpyDeviceToDevice, c->stream);
+        if (e == cudaSuccess && j == n - 1)
+            e = cudaStreamSynchronize(c->stream);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            seer_cuda_free(c, p);
+            return seer_cuda_fail(e, "copying a weight into a fused one", __FILE__, __LINE__);
+        }
+        r0 += (size_t)parts[j].rows;
+    }
+    memset(out, 0, sizeof *out);
+    out->data = p;
+    out->rows = (int)rows;
+    out->cols = (int)cols;
+    out->dtype = GGML_TYPE_BF16;
+    out->owned = true;
+    out->n_seg = n;
+    r0 = 0;
+    for (int j = 0; j < n; j++) {
+        out->seg_rows[j] = parts[j].rows;
+        const int pr = parts[j].rows;
+        seer_cuda_weight_free(be, &parts[j]);
+        parts[j].data = (bf16 *)p + r0 * cols;
+        parts[j].rows = pr;
+        parts[j].cols = (int)cols;
+        parts[j].dtype = GGML_TYPE_BF16;
+        parts[j].owned = false;
+        r0 += (size_t)pr;
+    }
+    return SEER_OK;
+}

@@ -1,0 +1,644 @@
+/*
+ * test_gpu_sample.c: the CUDA backend's sampling ops against the CPU backend's (which are the
+ * host sampler itself, test_sample_ops.c), and speculative sampling on the GPU end to end.
+ *
+ *   - sample_rows: V of 7, 300, 32000 and 152064; peaked logits, a few levels (large ties at
+ *     the top-k and top-p cuts), all equal, -inf and NaN entries, only three finite logits,
+ *     all -inf; temperatures 1e-3 to 100 and 0 (with and without penalty), top-k from 1 to
+ *     beyond V, top-p, min-p, repetition penalty with duplicate and out-of-range history.
+ *     Probabilities: the same support and |gpu - cpu| <= 1e-6 * max(1, cpu) + 1e-9 per entry
+ *     (both round exp in double to float; sums run in another order). Ids: >= 99.9% of 64
+ *     draws per row equal given the same uniform, and every mismatch lies at a boundary
+ *     (the uniform within 1e-5 of the CPU's cumulative mass at the smaller of the two ids).
+ *   - chi-square of 200000 GPU draws (V = 64) and 50000 (V = 152064, top-k 40) against the
+ *     exact CPU probabilities (critical value at tail 1e-6).
+ *   - accept_chains: 3048 chains of 0 to 5 drafts (vector q, one-hot q, the wrong-rule
+ *     hook), V 300 and 152064: accepted counts equal exactly (the test reads the same floats), the
+ *     emitted token equal except at a boundary, >= 99.9%.
+ *   - seer_gen on the GPU: the joint distribution of the first three tokens under
+ *     speculative sampling (streaming, draft model, n-gram) matches the exact distribution
+ *     computed from the GPU model's logits (chi-square as in test_spec.c), and the wrong rule
+ *     fails it; greedy decoding with a repetition penalty (the sample_rows path at
+ *     temperature 0) is identical with and without speculation.
+ *
+ * Skips when built without CUDA or when no CUDA device is present.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "testutil.h"
+
+#include "backend/backend.h"
+#include "sample/sample.h"
+#include "spec/spec.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_no_device(void **state) {
+    (void)state;
+    printf("skipped: no CUDA device\n");
+    skip();
+}
+
+#ifdef SEER_HAVE_CUDA
+
+typedef struct {
+    float t;
+    int k;
+    float p, min_p, pen;
+} cfg;
+
+static const cfg CFGS[] = {
+    {0.8f, 40, 0.95f, 0.05f, 1.0f},  {1.0f, 0, 1.0f, 0.0f, 1.0f},   {0.7f, 0, 0.9f, 0.0f, 1.0f},
+    {1.3f, 0, 1.0f, 0.1f, 1.0f},     {0.9f, 1000, 0.5f, 0.0f, 1.3f}, {1e-3f, 5, 1.0f, 0.0f, 1.0f},
+    {100.f, 50, 0.99f, 0.0f, 1.0f},  {0.0f, 40, 0.95f, 0.05f, 1.2f}, {0.0f, 0, 1.0f, 0.0f, 1.0f},
+    {1.0f, 1, 1.0f, 0.0f, 1.0f},     {0.8f, 400000, 0.95f, 0.05f, 1.0f}, {0.6f, 3, 0.3f, 0.2f, 0.8f},
+};
+#define N_CFG ((int)(sizeof CFGS / sizeof *CFGS))
+#define N_KIND 6
+
+static seer_sampler_params params_of(const cfg *c) {
+    seer_sampler_params sp = seer_sampler_default_params();
+    sp.temperature = c->t;
+    sp.top_k = c->k;
+    sp.top_p = c->p;
+    sp.min_p = c->min_p;
+    sp.repeat_penalty = c->pen;
+    sp.repeat_last_n = 32;
+    return sp;
+}
+
+static double uniform(uint64_t *rng) { return (double)(tu_rand_u64(rng) >> 11) * 0x1.0p-53; }
+
+/* 0 peaked, 1 a few levels (ties), 2 all equal, 3 -inf and NaN, 4 three finite, 5 all -inf */
+static void fill_logits(float *x, int V, int kind, uint64_t *rng) {
+    for (int i = 0; i < V; i++) {
+        float v = 4.f * tu_rand_uniform(rng);
+        if (kind == 1)
+            v = roundf(v);
+        else if (kind == 2)
+            v = 0.5f;
+        else if (kind == 3 && tu_rand_u64(rng) % 3 == 0)
+            v = tu_rand_u64(rng) % 5 == 0 ? NAN : -INFINITY;
+        else if (kind == 4)
+            v = i == V / 2 || i == V / 3 || i == V - 1 ? v : -INFINITY;
+        else if (kind == 5)
+            v = -INFINITY;
+        x[i] = v;
+    }
+}
+
+typedef struct {
+    seer_backend *cpu, *gpu;
+} pair;
+
+static pair backends(void) {
+    pair b;
+    ASSERT_OK(seer_backend_cpu_init(1, &b.cpu));
+    ASSERT_OK(seer_backend_cuda_init(0, &b.gpu));
+    return b;
+}
+
+static void pair_free(pair *b) {
+    b->cpu->ops->free(b->cpu);
+    b->gpu->ops->free(b->gpu);
+}
+
+static float *dev_upload(seer_backend *be, const float *x, size_t n) {
+    float *d = NULL;
+    ASSERT_OK(be->ops->alloc(be, n * sizeof(float), (void **)&d));
+    ASSERT_OK(be->ops->upload(be, d, x, n * sizeof(float)));
+    return d;
+}
+
+/* Is a disagreement between ids a and b for uniform u at a CDF step of probs (CPU)? */
+static bool at_boundary(const float *probs, int V, double u, int32_t a, int32_t b, double scale) {
+    if (a < 0 || b < 0)
+        return false;
+    const int lo = a < b ? a : b;
+    double cum = 0;
+    for (int i = 0; i <= lo; i++)
+        if (probs[i] > 0)
+            cum += probs[i];
+    return fabs(u - cum / scale) <= 1e-5;
+}
+
+static void test_sample_rows_vs_cpu(void **state) {
+    (void)state;
+    pair b = backends();
+    enum { DRAWS = 64 };
+    const int Vs[] = {7, 300, 32000, 152064};
+    uint64_t rng = 77;
+    long n_ids = 0, id_mismatch = 0, id_boundary = 0, bad_rows = 0;
+    double worst = 0;
+    for (size_t vi = 0; vi < sizeof Vs / sizeof *Vs; vi++) {
+        const int V = Vs[vi], R = N_CFG * N_KIND;
+        float *lg = malloc(sizeof(float) * R * V), *pc = malloc(sizeof(float) * R * V);
+        float *pg = malloc(sizeof(float) * R * V);
+        int32_t *hist = malloc(sizeof(int32_t) * R * 40);
+        seer_sampler_params *sp = malloc(sizeof *sp * R);
+        for (int r = 0; r < R; r++) {
+            fill_logits(lg + (size_t)r * V, V, r % N_KIND, &rng);
+            sp[r] = params_of(&CFGS[r / N_KIND]);
+            for (int i = 0; i < 40; i++) /* duplicates and ids outside [0, V) */
+                hist[r * 40 + i] = i % 9 == 8 ? (i % 2 ? -1 : V + 3)
+                                              : (int32_t)(tu_rand_u64(&rng) % (uint64_t)(V < 50 ? V : 50));
+        }
+        float *dl = dev_upload(b.gpu, lg, (size_t)R * V), *dp = NULL;
+        ASSERT_OK(b.gpu->ops->alloc(b.gpu, sizeof(float) * R * V, (void **)&dp));
+        seer_sample_row *rc = malloc(sizeof *rc * R * DRAWS), *rg = malloc(sizeof *rg * R * DRAWS);
+        double *u = malloc(sizeof(double) * R * DRAWS);
+        int32_t *ic = malloc(sizeof(int32_t) * R * DRAWS), *ig = malloc(sizeof(int32_t) * R * DRAWS);
+        /* probabilities kept, one draw each */
+        for (int r = 0; r < R; r++) {
+            u[r] = uniform(&rng);
+            rc[r] = (seer_sample_row){.logits = lg + (size_t)r * V, .probs = pc + (size_t)r * V, .sp = &sp[r],
+                                      .hist = hist + r * 40, .n_hist = 40, .u = u[r]};
+            rg[r] = rc[r];
+            rg[r].logits = dl + (size_t)r * V;
+            rg[r].probs = dp + (size_t)r * V;
+        }
+        ASSERT_OK(b.cpu->ops->sample_rows(b.cpu, rc, R, V, ic));
+        ASSERT_OK(b.gpu->ops->sample_rows(b.gpu, rg, R, V, ig));
+        ASSERT_OK(b.gpu->ops->download(b.gpu, pg, dp, sizeof(float) * R * V));
+        for (int r = 0; r < R; r++) {
+            const float *c = pc + (size_t)r * V, *g = pg + (size_t)r * V;
+            int bad = 0;
+            for (int i = 0; i < V; i++) {
+                const double d = fabs((double)g[i] - c[i]);
+                if ((c[i] > 0) != (g[i] > 0) || d > 1e-6 * fmax(1.0, c[i]) + 1e-9)
+                    bad++;
+                if (d > worst)
+                    worst = d;
+            }
+            if (bad) {
+                bad_rows++;
+                printf("gpu_sample: V=%d cfg %d kind %d: %d entries differ\n", V, r / N_KIND, r % N_KIND, bad);
+            }
+        }
+        /* ids: DRAWS uniforms per row, probabilities not kept */
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < DRAWS; k++) {
+                const int j = r * DRAWS + k;
+                u[j] = k == 0 ? 0.0 : k == 1 ? 1.0 - 0x1.0p-53 : uniform(&rng);
+                rc[j] = (seer_sample_row){.logits = lg + (size_t)r * V, .probs = NULL, .sp = &sp[r],
+                                          .hist = hist + r * 40, .n_hist = 40, .u = u[j]};
+                rg[j] = rc[j];
+                rg[j].logits = dl + (size_t)r * V;
+            }
+        ASSERT_OK(b.cpu->ops->sample_rows(b.cpu, rc, R * DRAWS, V, ic));
+        const int per_call = V > 50000 ? 128 : 1024; /* each row without probs takes a [V] scratch */
+        for (int k0 = 0; k0 < R * DRAWS; k0 += per_call) {
+            const int n = R * DRAWS - k0 < per_call ? R * DRAWS - k0 : per_call;
+            ASSERT_OK(b.gpu->ops->sample_rows(b.gpu, rg + k0, n, V, ig + k0));
+        }
+        for (int j = 0; j < R * DRAWS; j++) {
+            n_ids++;
+            if (ic[j] == ig[j])
+                continue;
+            id_mismatch++;
+            if (at_boundary(pc + (size_t)(j / DRAWS) * V, V, u[j], ic[j], ig[j], 1.0))
+                id_boundary++;
+            else
+                printf("gpu_sample: V=%d row %d u=%.17g: cpu %d gpu %d, not at a boundary\n", V, j / DRAWS,
+                       u[j], ic[j], ig[j]);
+        }
+        b.gpu->ops->dealloc(b.gpu, dl);
+        b.gpu->ops->dealloc(b.gpu, dp);
+        free(lg), free(pc), free(pg), free(hist), free(sp), free(rc), free(rg), free(u), free(ic), free(ig);
+    }
+    printf("gpu_sample: probabilities worst |gpu-cpu| %.3g, %ld rows off; ids %ld of %ld differ (%ld at a boundary)\n",
+           worst, bad_rows, id_mismatch, n_ids, id_boundary);
+    assert_int_equal(bad_rows, 0);
+    assert_int_equal(id_mismatch, id_boundary);
+    assert_true(id_mismatch * 1000 <= n_ids);
+    /* bad parameters are refused */
+    seer_sampler_params bad = seer_sampler_default_params();
+    bad.temperature = NAN;
+    float *d1 = NULL;
+    ASSERT_OK(b.gpu->ops->alloc(b.gpu, sizeof(float) * 8, (void **)&d1));
+    seer_sample_row row = {.logits = d1, .sp = &bad, .u = 0.5};
+    int32_t id;
+    assert_int_equal(b.gpu->ops->sample_rows(b.gpu, &row, 1, 8, &id), SEER_ERR_INVALID_ARG);
+    b.gpu->ops->dealloc(b.gpu, d1);
+    pair_free(&b);
+}
+
+/* Upper critical value of chi-square with k degrees of freedom at tail 1e-6 (Wilson-Hilferty). */
+static double chi2_crit(int k) {
+    double z = 4.753, a = 2.0 / (9.0 * k);
+    double c = 1 - a + z * sqrt(a);
+    return k * c * c * c;
+}
+
+/* chi2 / critical of counts against n * probs, cells with expectation < 5 pooled. */
+static double chi2_ratio(const long *count, const float *probs, int V, long n) {
+    double chi = 0, pe = 0, po = 0;
+    int used = 0;
+    for (int i = 0; i < V; i++) {
+        const double e = probs[i] * (double)n;
+        if (probs[i] == 0) {
+            if (count[i])
+                return INFINITY; /* outside the support */
+            continue;
+        }
+        if (e < 5) {
+            pe += e, po += count[i];
+            continue;
+        }
+        chi += (count[i] - e) * (count[i] - e) / e;
+        used++;
+    }
+    if (pe > 0) {
+        chi += (po - pe) * (po - pe) / (pe > 1 ? pe : 1);
+        used++;
+    }
+    return used > 1 ? chi / chi2_crit(used - 1) : 0;
+}
+
+static void test_sampling_chi_square(void **state) {
+    (void)state;
+    pair b = backends();
+    uint64_t rng = 123;
+    const struct {
+        int V;
+        long n;
+        cfg c;
+    } cases[] = {{64, 200000, {0.8f, 20, 0.9f, 0.01f, 1.0f}}, {152064, 50000, {0.8f, 40, 0.95f, 0.0f, 1.0f}}};
+    for (int t = 0; t < 2; t++) {
+        const int V = cases[t].V;
+        const long N = cases[t].n;
+        float *lg = malloc(sizeof(float) * V), *pc = malloc(sizeof(float) * V);
+        fill_logits(lg, V, 0, &rng);
+        seer_sampler_params sp = params_of(&cases[t].c);
+        seer_sample_row rc = {.logits = lg, .probs = pc, .sp = &sp, .u = -1};
+        ASSERT_OK(b.cpu->ops->sample_rows(b.cpu, &rc, 1, V, NULL));
+        float *dl = dev_upload(b.gpu, lg, V);
+        const int CH = V > 50000 ? 256 : 2048; /* each row takes a [V] scratch */
+        seer_sample_row *rg = malloc(sizeof *rg * CH);
+        int32_t *ig = malloc(sizeof(int32_t) * CH);
+        long *count = calloc(V, sizeof(long));
+        for (long k0 = 0; k0 < N; k0 += CH) {
+            const int n = N - k0 < CH ? (int)(N - k0) : CH;
+            for (int j = 0; j < n; j++)
+                rg[j] = (seer_sample_row){.logits = dl, .sp = &sp, .u = uniform(&rng)};
+            ASSERT_OK(b.gpu->ops->sample_rows(b.gpu, rg, n, V, ig));
+            for (int j = 0; j < n; j++) {
+                assert_true(ig[j] >= 0 && ig[j] < V);
+                count[ig[j]]++;
+            }
+        }
+        const double r = chi2_ratio(count, pc, V, N);
+        printf("gpu_sample: %ld GPU draws, V=%d: chi2 / critical = %.3f\n", N, V, r);
+        assert_true(r < 1);
+        b.gpu->ops->dealloc(b.gpu, dl);
+        free(lg), free(pc), free(rg), free(ig), free(count);
+    }
+    pair_free(&b);
+}
+
+static void test_accept_vs_cpu(void **state) {
+    (void)state;
+    pair b = backends();
+    enum { G = 5 };
+    const int Vs[] = {300, 152064}, Ns[] = {3000, 48};
+    uint64_t rng = 31;
+    long n_ch = 0, n_diff = 0, n_bound = 0, acc_total = 0, d_total = 0;
+    for (int vi = 0; vi < 2; vi++) {
+        const int V = Vs[vi], N = Ns[vi];
+        seer_sampler_params sp = seer_sampler_default_params();
+        sp.top_k = vi ? 0 : 30; /* the large vocabulary with the whole softmax */
+        sp.temperature = 1.0f;
+        float *p = malloc(sizeof(float) * (size_t)N * (G + 1) * V), *q = malloc(sizeof(float) * (size_t)N * G * V);
+        float *lg = malloc(sizeof(float) * V);
+        int32_t *d = malloc(sizeof(int32_t) * N * G);
+        double *u = malloc(sizeof(double) * N * (G + 1));
+        seer_accept_chain *cc = malloc(sizeof *cc * N), *cg = malloc(sizeof *cg * N);
+        void *scratch = malloc(seer_sampler_scratch_bytes(V));
+        for (int k = 0; k < N; k++) {
+            const int nd = k % (G + 1);
+            const bool onehot = k % 3 == 0;
+            for (int i = 0; i <= nd; i++) {
+                fill_logits(lg, V, 0, &rng);
+                seer_sampler_probs_with_history(&sp, NULL, 0, lg, p + ((size_t)k * (G + 1) + i) * V, V, scratch);
+                if (i == nd)
+                    break;
+                float *qi = q + ((size_t)k * G + i) * V;
+                for (int j = 0; j < V; j++)
+                    lg[j] += 0.8f * tu_rand_uniform(&rng);
+                seer_sampler_probs_with_history(&sp, NULL, 0, lg, qi, V, scratch);
+                d[k * G + i] = onehot && i % 2 ? (int32_t)(tu_rand_u64(&rng) % V) : seer_sample_from_probs(qi, V, uniform(&rng));
+            }
+            for (int i = 0; i <= nd; i++)
+                u[k * (G + 1) + i] = uniform(&rng);
+            cc[k] = (seer_accept_chain){.nd = nd, .draft = d + k * G, .p = p + (size_t)k * (G + 1) * V,
+                                        .q = onehot ? NULL : q + (size_t)k * G * V, .u = u + k * (G + 1),
+                                        .resample_from_p = k % 11 == 5};
+        }
+        float *dp = dev_upload(b.gpu, p, (size_t)N * (G + 1) * V), *dq = dev_upload(b.gpu, q, (size_t)N * G * V);
+        for (int k = 0; k < N; k++) {
+            cg[k] = cc[k];
+            cg[k].p = dp + (size_t)k * (G + 1) * V;
+            cg[k].q = cc[k].q ? dq + (size_t)k * G * V : NULL;
+        }
+        int32_t *ac = malloc(sizeof(int32_t) * N), *nc = malloc(sizeof(int32_t) * N);
+        int32_t *ag = malloc(sizeof(int32_t) * N), *ng = malloc(sizeof(int32_t) * N);
+        ASSERT_OK(b.cpu->ops->accept_chains(b.cpu, cc, N, V, ac, nc));
+        ASSERT_OK(b.gpu->ops->accept_chains(b.gpu, cg, N, V, ag, ng));
+        float *res = malloc(sizeof(float) * V);
+        for (int k = 0; k < N; k++) {
+            n_ch++;
+            acc_total += ac[k];
+            d_total += cc[k].nd;
+            if (ac[k] != ag[k])
+                fail_msg("V=%d chain %d: %d accepted on the CPU, %d on the GPU", V, k, ac[k], ag[k]);
+            if (nc[k] == ng[k])
+                continue;
+            n_diff++;
+            /* the distribution the token was drawn from, and the uniform used */
+            const int a = ac[k];
+            const float *pa = cc[k].p + (size_t)a * V;
+            double total = 1, uu = cc[k].u[a == cc[k].nd ? a : a + 1];
+            if (a < cc[k].nd && !cc[k].resample_from_p) {
+                total = 0;
+                for (int i = 0; i < V; i++) {
+                    const float qi = cc[k].q ? cc[k].q[(size_t)a * V + i] : (i == cc[k].draft[a] ? 1.f : 0.f);
+                    res[i] = pa[i] - qi > 0 ? pa[i] - qi : 0;
+                    total += res[i];
+                }
+                pa = res;
+            }
+            if (at_boundary(pa, V, uu, nc[k], ng[k], total))
+                n_bound++;
+            else
+                printf("gpu_sample: accept V=%d chain %d: cpu %d gpu %d, not at a boundary\n", V, k, nc[k], ng[k]);
+        }
+        b.gpu->ops->dealloc(b.gpu, dp);
+        b.gpu->ops->dealloc(b.gpu, dq);
+        free(p), free(q), free(lg), free(d), free(u), free(cc), free(cg), free(scratch);
+        free(ac), free(nc), free(ag), free(ng), free(res);
+    }
+    printf("gpu_sample: accept_chains: %ld chains, %ld of %ld drafts accepted, emitted tokens differ in %ld (%ld at a boundary)\n",
+           n_ch, acc_total, d_total, n_diff, n_bound);
+    assert_true(acc_total > 0 && acc_total < d_total);
+    assert_int_equal(n_diff, n_bound);
+    assert_true(n_diff * 1000 <= n_ch);
+    pair_free(&b);
+}
+
+/* ---- speculative sampling on the GPU, end to end ---------------------------------------- */
+
+static seer_model *load_cuda(const char *path) {
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CUDA;
+    seer_model *m = NULL;
+    ASSERT_OK(seer_model_load(path, mp, &m));
+    return m;
+}
+
+static const char *gen_model(const char *name, int vocab, int dim, int layers, int heads, int kv,
+                             uint64_t seed, float scale) {
+    static char paths[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(paths[k], sizeof paths[k], "%s", tu_tmp_path(name));
+    seer_gen_params p = seer_gen_default_params();
+    p.arch = "llama";
+    p.n_vocab = vocab;
+    p.dim = dim;
+    p.n_layers = layers;
+    p.n_heads = heads;
+    p.n_kv_heads = kv;
+    p.ffn_dim = dim * 2;
+    p.ctx = 512;
+    p.seed = seed;
+    p.scale = scale;
+    ASSERT_OK(seer_gen_model(&p, paths[k]));
+    return paths[k];
+}
+
+typedef struct {
+    int32_t t[3];
+    double p;
+} cell;
+
+/* The exact joint distribution of the first three tokens, from the model's own logits. */
+static int exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, cell *cells) {
+    const int V = seer_n_vocab(m);
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 64;
+    seer_context *c;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    float *lg = malloc(sizeof(float) * V), *pr[3];
+    for (int i = 0; i < 3; i++)
+        pr[i] = malloc(sizeof(float) * V);
+    void *scratch = malloc(seer_sampler_scratch_bytes(V));
+    seer_seq_id q;
+    ASSERT_OK(seer_seq_new(c, &q));
+    int32_t toks[64];
+    memcpy(toks, prompt, sizeof(int32_t) * n);
+    int nc = 0, at[3] = {0};
+    for (int lvl = 0; lvl >= 0;) {
+        if (at[lvl] == 0) { /* entering the level: its distribution after toks[0 .. n + lvl) */
+            const int len = n + lvl;
+            ASSERT_OK(seer_seq_rewind(c, q, 0));
+            int32_t sq[64], pos[64];
+            uint8_t w[64] = {0};
+            for (int i = 0; i < len; i++)
+                sq[i] = q, pos[i] = i;
+            w[len - 1] = 1;
+            seer_batch bt = {.n_tokens = len, .token = toks, .seq = sq, .pos = pos, .logits = w};
+            ASSERT_OK(seer_decode(c, &bt, lg));
+            seer_sampler_probs_with_history(&sp, toks, len, lg, pr[lvl], V, scratch);
+        }
+        int a = at[lvl];
+        while (a < V && pr[lvl][a] == 0)
+            a++;
+        if (a == V) {
+            at[lvl] = 0;
+            lvl--;
+            continue;
+        }
+        at[lvl] = a + 1;
+        toks[n + lvl] = a;
+        if (lvl < 2) {
+            lvl++;
+            continue;
+        }
+        cells[nc].t[0] = toks[n], cells[nc].t[1] = toks[n + 1], cells[nc].t[2] = toks[n + 2];
+        cells[nc++].p = (double)pr[0][toks[n]] * pr[1][toks[n + 1]] * pr[2][toks[n + 2]];
+    }
+    free(lg), free(scratch);
+    for (int i = 0; i < 3; i++)
+        free(pr[i]);
+    seer_context_free(c);
+    return nc;
+}
+
+static double chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prompt, int n,
+                           seer_sampler_params sp, const cell *cells, int nc, int n_runs) {
+    long *count = calloc(nc, sizeof(long));
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_batch_max = 32;
+    seer_context *c;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_gen *g;
+    ASSERT_OK(seer_gen_init(c, spec, &g));
+    long other = 0;
+    for (int r = 0; r < n_runs; r++) {
+        sp.seed = 1000 + (uint64_t)r;
+        int h, active = 1;
+        ASSERT_OK(seer_gen_add(g, prompt, n, 3, sp, true, &h));
+        while (active)
+            ASSERT_OK(seer_gen_step(g, &active));
+        const int32_t *ids;
+        assert_int_equal(seer_gen_output(g, h, &ids), 3);
+        int k = 0;
+        while (k < nc && memcmp(cells[k].t, ids, sizeof cells[k].t))
+            k++;
+        if (k < nc)
+            count[k]++;
+        else
+            other++;
+        seer_gen_remove(g, h);
+    }
+    seer_gen_free(g);
+    seer_context_free(c);
+    assert_int_equal(other, 0);
+    double chi = 0, pe = 0, po = 0;
+    int used = 0;
+    for (int k = 0; k < nc; k++) {
+        const double e = cells[k].p * n_runs;
+        if (e < 5) {
+            pe += e, po += count[k];
+            continue;
+        }
+        chi += (count[k] - e) * (count[k] - e) / e;
+        used++;
+    }
+    if (pe > 0) {
+        chi += (po - pe) * (po - pe) / (pe > 1 ? pe : 1);
+        used++;
+    }
+    free(count);
+    return chi / chi2_crit(used - 1);
+}
+
+static seer_spec_params spec_of(seer_spec_kind k, seer_model *draft) {
+    seer_spec_params sp = seer_spec_default_params();
+    sp.kind = k;
+    sp.gamma = 3;
+    sp.budget = 6;
+    sp.sinks = 2;
+    sp.chunk = 4;
+    sp.snap_window = 4;
+    sp.draft_model = draft;
+    sp.draft_budget = 0;
+    return sp;
+}
+
+static void test_spec_distribution_gpu(void **state) {
+    (void)state;
+    seer_model *m = load_cuda(gen_model("gsd.gguf", 260, 32, 2, 4, 2, 21, 0.6f));
+    seer_model *d = load_cuda(gen_model("gsdd.gguf", 260, 16, 1, 2, 1, 22, 0.6f));
+    int32_t prompt[24];
+    uint64_t rng = 4;
+    for (int i = 0; i < 24; i++)
+        prompt[i] = i >= 6 ? prompt[i - 6] : (int32_t)(tu_rand_u64(&rng) % 260);
+    seer_sampler_params sp = seer_sampler_default_params();
+    sp.temperature = 0.9f;
+    sp.top_k = 4;
+    sp.top_p = 0.9f;
+    sp.min_p = 0.02f;
+    cell *cells = malloc(sizeof(cell) * 64);
+    const int nc = exact_cells(m, prompt, 24, sp, cells);
+    assert_true(nc >= 8);
+    const int runs = 4000;
+    const seer_spec_kind kinds[] = {SEER_SPEC_NONE, SEER_SPEC_STREAMING, SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
+    for (int k = 0; k < 4; k++) {
+        const double r = chi2_of_runs(m, spec_of(kinds[k], d), prompt, 24, sp, cells, nc, runs);
+        printf("gpu_sample: distribution %s on the GPU: chi2 / critical = %.3f over %d cells\n",
+               seer_spec_kind_name(kinds[k]), r, nc);
+        assert_true(r < 1);
+    }
+    seer_verify_wrong_rule_for_tests = 1;
+    const double r = chi2_of_runs(m, spec_of(SEER_SPEC_STREAMING, d), prompt, 24, sp, cells, nc, runs);
+    seer_verify_wrong_rule_for_tests = 0;
+    printf("gpu_sample: distribution with the wrong rule on the GPU: chi2 / critical = %.3f\n", r);
+    assert_true(r > 1);
+    free(cells);
+    seer_model_free(d);
+    seer_model_free(m);
+}
+
+/* Greedy with a repetition penalty is not plain argmax: every round goes through sample_rows
+ * at temperature 0. Speculation must not change the output. */
+static void test_greedy_penalty_spec_identical(void **state) {
+    (void)state;
+    seer_model *m = load_cuda(tu_shared_path("models/stories260K.gguf"));
+    seer_sampler_params sp = seer_sampler_default_params();
+    sp.temperature = 0;
+    sp.repeat_penalty = 1.3f;
+    sp.repeat_last_n = 16;
+    int32_t prompt[3][8] = {{1, 410, 469, 347}, {1, 365, 425, 263, 479}, {1, 1, 320}};
+    const int plen[3] = {4, 5, 3};
+    const seer_spec_kind kinds[] = {SEER_SPEC_NONE, SEER_SPEC_STREAMING, SEER_SPEC_NGRAM, SEER_SPEC_DRAFT};
+    int32_t ref[3][100];
+    long drafted = 0;
+    for (int k = 0; k < 4; k++) {
+        seer_context_params cp = seer_context_default_params();
+        cp.n_ctx = 256;
+        cp.n_seq_max = 3;
+        cp.n_batch_max = 64;
+        seer_context *c;
+        ASSERT_OK(seer_context_init(m, cp, &c));
+        seer_spec_params spec = spec_of(kinds[k], m);
+        spec.budget = 4096; /* the streaming draft is the target: long accepted runs */
+        seer_gen *g;
+        ASSERT_OK(seer_gen_init(c, spec, &g));
+        int h[3], active = 1;
+        for (int i = 0; i < 3; i++)
+            ASSERT_OK(seer_gen_add(g, prompt[i], plen[i], 100, sp, true, &h[i]));
+        while (active)
+            ASSERT_OK(seer_gen_step(g, &active));
+        for (int i = 0; i < 3; i++) {
+            const int32_t *ids;
+            const int n = seer_gen_output(g, h[i], &ids);
+            assert_int_equal(n, 100);
+            if (k == 0) {
+                memcpy(ref[i], ids, sizeof(int32_t) * n);
+            } else if (memcmp(ref[i], ids, sizeof(int32_t) * n)) {
+                fail_msg("greedy with penalty: %s differs from plain decoding on prompt %d",
+                         seer_spec_kind_name(kinds[k]), i);
+            }
+        }
+        seer_spec_stats st;
+        seer_gen_stats(g, &st);
+        drafted += st.drafted;
+        seer_gen_free(g);
+        seer_context_free(c);
+    }
+    assert_true(drafted > 0);
+    seer_model_free(m);
+}
+
+#endif /* SEER_HAVE_CUDA */
+
+int main(void) {
+#ifdef SEER_HAVE_CUDA
+    if (seer_backend_cuda_available()) {
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_sample_rows_vs_cpu),
+            cmocka_unit_test(test_sampling_chi_square),
+            cmocka_unit_test(test_accept_vs_cpu),
+            cmocka_unit_test(test_spec_distribution_gpu),
+            cmocka_unit_test(test_greedy_penalty_spec_identical),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+    }
+#endif
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_device)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
