@@ -100,13 +100,15 @@ static __device__ __forceinline__ bool tc_visible(const att_desc &a, const tc_it
 /*
  * One tile for m-tile rows [16 mt, 16 mt + 16) against NKT n8 key tiles starting at tile
  * position kl0: scores, mask, online softmax (state m, l of rows g and g + 8), O update.
+ * full: every row of the item sees every key of the tile (the common case far from the end
+ * of the visible range), so the mask is skipped; rows past the item's are zeros, harmless.
  */
 template <int DH, int NKT>
 static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item &it,
                                                const bf16 *qs, const bf16 *Ks, const bf16 *Vs,
                                                const long long *koff, const int *kcand, int mt,
-                                               int kl0, int kbase, float scale, float (&m)[2],
-                                               float (&l)[2], float (&O)[DH / 8][4]) {
+                                               int kl0, int kbase, bool full, float scale,
+                                               float (&m)[2], float (&l)[2], float (&O)[DH / 8][4]) {
     constexpr int LD = DH + 8;
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     float S[NKT][4];
@@ -136,8 +138,9 @@ static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item 
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int kl = kl0 + n * 8 + 2 * c + e;
-                const float v = tc_visible(a, it, koff, kcand, r, kl, kbase + kl) ? S[n][2 * hr + e] * scale
-                                                                                  : -INFINITY;
+                const float v = full || tc_visible(a, it, koff, kcand, r, kl, kbase + kl)
+                                    ? S[n][2 * hr + e] * scale
+                                    : -INFINITY;
                 S[n][2 * hr + e] = v;
                 mx = fmaxf(mx, v);
             }
@@ -257,7 +260,14 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
         const int32_t *pages = a.pages + a.page_off[t0.b];
         const size_t head_off = p.layer_off + (size_t)kvh * p.head_stride;
         /* Where each key of the tile at visible index k0 lives; -1: none. */
-        auto prep = [&](int st, int k0) {
+        /* Keys of every row: a tile inside [0, min over the tokens of n_vis) without candidates
+         * is seen whole by every row (with its keys present). */
+        int min_nvis = max_nvis;
+        for (int k = 0; k < ntok; k++)
+            min_nvis = min(min_nvis, t_nvis[k]);
+        const int full_end = min(min_nvis, t0.C);
+        auto prep = [&](int st, int k0) -> bool {
+            bool ok = true;
             if (tid < TC_TK) {
                 const int k = k0 + tid;
                 int slot = -1, ci = -1;
@@ -274,7 +284,9 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
                              : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
                                            (size_t)(slot % p.page_size) * DH);
                 kcand[st * TC_TK + tid] = ci;
+                ok = slot >= 0 && k < full_end;
             }
+            return ok;
         };
         auto load = [&](int st) {
             for (int e = tid; e < 2 * TC_TK * (DH / 8); e += TC_THREADS) {
@@ -297,15 +309,15 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
         }
 
         const int n_tiles = (end - begin + TC_TK - 1) / TC_TK;
-        prep(0, begin);
-        __syncthreads();
+        bool full[2];
+        full[0] = __syncthreads_and(prep(0, begin));
+        full[1] = false;
         load(0);
         cp_async_commit();
         for (int t = 0; t < n_tiles; t++) {
             const int st = t & 1;
             if (t + 1 < n_tiles) {
-                prep(st ^ 1, begin + (t + 1) * TC_TK);
-                __syncthreads();
+                full[st ^ 1] = __syncthreads_and(prep(st ^ 1, begin + (t + 1) * TC_TK));
                 load(st ^ 1);
             }
             cp_async_commit();
@@ -317,11 +329,12 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
             const int kbase = begin + t * TC_TK;
             if (pre) {
                 if (warp * 16 < it.rows)
-                    tc_tile<DH, 8>(a, it, qs, Ks, Vs, ko, kc, warp, 0, kbase, p.scale, m[0], l[0], O[0]);
+                    tc_tile<DH, 8>(a, it, qs, Ks, Vs, ko, kc, warp, 0, kbase, full[st], p.scale, m[0], l[0], O[0]);
             } else {
-                tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 0, warp * 16, kbase, p.scale, m[0], l[0], O[0]);
+                tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 0, warp * 16, kbase, full[st], p.scale, m[0], l[0], O[0]);
                 if (n_mt == 2)
-                    tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 1, warp * 16, kbase, p.scale, m[1], l[1], O[1]);
+                    tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 1, warp * 16, kbase, full[st], p.scale, m[1], l[1],
+                                   O[1]);
             }
             __syncthreads();
         }
