@@ -159,15 +159,11 @@ typedef struct {
      * of its rows in out, usable as before. On failure the parts are unchanged.
      * matmul_split: ys[j] [T][seg_rows[j]] = x * W_j^T (+ biases[j] unless NULL) for the
      * segments of such a weight, in one pass over it.
-     * matmul_add: y [T][rows] += x * W^T (the residual connection).
-     * matmul_glu_add: y [T][rows] += (silu(g) * u) * W^T, g and u [T][cols], with silu(g) * u
-     * exactly as swiglu computes it; g may be overwritten. */
+     * matmul_add: y [T][rows] += x * W^T (the residual connection). */
     seer_status (*weight_concat)(seer_backend *be, seer_weight *parts, int n, seer_weight *out);
     seer_status (*matmul_split)(seer_backend *be, float *const *ys, const float *x,
                                 const seer_weight *w, const float *const *biases, int T);
     seer_status (*matmul_add)(seer_backend *be, float *y, const float *x, const seer_weight *w, int T);
-    seer_status (*matmul_glu_add)(seer_backend *be, float *y, float *g, const float *u,
-                                  const seer_weight *w, int T);
     /* y [n] = silu(g) * u */
     seer_status (*swiglu)(seer_backend *be, float *y, const float *g, const float *u, size_t n);
     /* y [n] += x */

@@ -70,12 +70,8 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
             SEER_TRY(op->matmul(be, s->g, s->h, &L->w_gate, NULL, T));
             SEER_TRY(op->matmul(be, s->u, s->h, &L->w_up, NULL, T));
         }
-        if (op->matmul_glu_add) {
-            SEER_TRY(op->matmul_glu_add(be, s->x, s->g, s->u, &L->w_down, T));
-        } else {
-            SEER_TRY(op->swiglu(be, s->g, s->g, s->u, (size_t)T * F));
-            SEER_TRY(residual(be, op, s->x, s->g, &L->w_down, s->h, T, D));
-        }
+        SEER_TRY(op->swiglu(be, s->g, s->g, s->u, (size_t)T * F));
+        SEER_TRY(residual(be, op, s->x, s->g, &L->w_down, s->h, T, D));
     }
     if (n_out == 0)
         return SEER_OK;

@@ -312,13 +312,6 @@ static seer_status prof_matmul_add(seer_backend *be, float *y, const float *x, c
     return s;
 }
 
-static seer_status prof_matmul_glu_add(seer_backend *be, float *y, float *g, const float *u,
-                                       const seer_weight *w, int T) {
-    seer_status s = seer_cuda_matmul_glu_add(be, y, g, u, w, T);
-    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul+glu+add %dx%d", w->rows, w->cols);
-    return s;
-}
-
 static seer_status prof_batch_begin(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
                                     const int32_t *pos, const int32_t *page, const int32_t *row,
                                     const int32_t *out_rows, int n_out) {
@@ -344,7 +337,6 @@ static seer_backend_ops cuda_ops_prof_make(void) {
     o.matmul = prof_matmul;
     o.matmul_split = prof_matmul_split;
     o.matmul_add = prof_matmul_add;
-    o.matmul_glu_add = prof_matmul_glu_add;
     o.batch_begin = prof_batch_begin;
     return o;
 }
@@ -377,7 +369,6 @@ static seer_backend_ops cuda_ops_make(void) {
     o.weight_concat = seer_cuda_weight_concat;
     o.matmul_split = seer_cuda_matmul_split;
     o.matmul_add = seer_cuda_matmul_add;
-    o.matmul_glu_add = seer_cuda_matmul_glu_add;
     o.swiglu = seer_cuda_swiglu;
     o.add = seer_cuda_add;
     o.gather_rows = seer_cuda_gather_rows_fw;

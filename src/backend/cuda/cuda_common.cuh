@@ -234,8 +234,6 @@ seer_status seer_cuda_matmul_split(seer_backend *be, float *const *ys, const flo
                                    const seer_weight *w, const float *const *biases, int T);
 seer_status seer_cuda_matmul_add(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                  int T);
-seer_status seer_cuda_matmul_glu_add(seer_backend *be, float *y, float *g, const float *u,
-                                     const seer_weight *w, int T);
 
 seer_status seer_cuda_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out);
 void seer_cuda_kv_free(seer_backend *be, void *kv);

@@ -78,36 +78,21 @@ static __device__ __forceinline__ uint4 load_w(const bf16 *W, int rows, int cols
     }
 }
 
-/* silu(g) * u, as the swiglu op computes it (elementwise.cu), so the fused form gives the
- * same bf16 inputs. */
-static __device__ __forceinline__ float glu(float g, float u) { return g / (1.f + expf(-g)) * u; }
-
-/* Eight f32 of token t of x from column col, rounded to bf16 pairs (zeros outside). GLU: x is
- * the gate and the value is glu(x, u). */
-template <bool VEC, bool GLU>
-static __device__ __forceinline__ uint4 load_x(const float *x, const float *u, int T, int cols, int t,
-                                               int col) {
+/* Eight f32 of token t of x from column col, rounded to bf16 pairs (zeros outside). */
+template <bool VEC>
+static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, int t, int col) {
     if (t >= T || col >= cols)
         return make_uint4(0, 0, 0, 0);
-    const size_t o = (size_t)t * cols + col;
-    const float *p = x + o;
+    const float *p = x + (size_t)t * cols + col;
     if constexpr (VEC) {
-        float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
-        if constexpr (GLU) {
-            const float4 ua = __ldg((const float4 *)(u + o)), ub = __ldg((const float4 *)(u + o) + 1);
-            a = make_float4(glu(a.x, ua.x), glu(a.y, ua.y), glu(a.z, ua.z), glu(a.w, ua.w));
-            b = make_float4(glu(b.x, ub.x), glu(b.y, ub.y), glu(b.z, ub.z), glu(b.w, ub.w));
-        }
+        const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
         return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y),
                           pack_bf16(b.z, b.w));
     } else {
         float f[8];
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
+        for (int k = 0; k < 8; k++)
             f[k] = col + k < cols ? __ldg(p + k) : 0.f;
-            if constexpr (GLU)
-                f[k] = col + k < cols ? glu(f[k], __ldg(u + o + k)) : 0.f;
-        }
         return make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]),
                           pack_bf16(f[6], f[7]));
     }
@@ -130,22 +115,28 @@ struct mm_out {
     const float *b[SEER_WEIGHT_MAX_SEG];
     int r0[SEER_WEIGHT_MAX_SEG + 1];
     int nseg, acc;
-    const float *u; /* non-NULL: the input is glu(x, u) (matmul_glu_add) */
 };
 
 static __device__ __forceinline__ void mm_store(const mm_out &o, int t, int r, float v) {
-    int j = 0;
+    float *y = o.y[0];
+    const float *b = o.b[0];
+    int base = 0, w = o.r0[1];
 #pragma unroll
     for (int k = 1; k < SEER_WEIGHT_MAX_SEG; k++)
-        j += k < o.nseg && r >= o.r0[k];
-    const int rr = r - o.r0[j], w = o.r0[j + 1] - o.r0[j];
-    if (o.b[j])
-        v += o.b[j][rr];
-    float *d = o.y[j] + (size_t)t * w + rr;
+        if (k < o.nseg && r >= o.r0[k]) {
+            y = o.y[k];
+            b = o.b[k];
+            base = o.r0[k];
+            w = o.r0[k + 1] - o.r0[k];
+        }
+    const int rr = r - base;
+    if (b)
+        v += b[rr];
+    float *d = y + (size_t)t * w + rr;
     *d = o.acc ? *d + v : v;
 }
 
-template <int NT, bool VEC, bool GLU>
+template <int NT, bool VEC>
 __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 4 ? 2 : 1)
 mm_inv_kernel(mm_out out, const bf16 *__restrict__ W, const float *__restrict__ x,
               float *__restrict__ part, int *__restrict__ cnt,
@@ -183,8 +174,8 @@ mm_inv_kernel(mm_out out, const bf16 *__restrict__ W, const float *__restrict__ 
 #pragma unroll
         for (int n = 0; n < NT; n++) {
             const int t = tok0 + n * 8 + g;
-            const uint4 x0 = load_x<VEC, GLU>(x, out.u, T, cols, t, s * MM_KSTEP + c4 * 8);
-            const uint4 x1 = load_x<VEC, GLU>(x, out.u, T, cols, t, s * MM_KSTEP + 32 + c4 * 8);
+            const uint4 x0 = load_x<VEC>(x, T, cols, t, s * MM_KSTEP + c4 * 8);
+            const uint4 x1 = load_x<VEC>(x, T, cols, t, s * MM_KSTEP + 32 + c4 * 8);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const uint4 xv = h ? x1 : x0;
@@ -275,40 +266,29 @@ mm_inv_kernel(mm_out out, const bf16 *__restrict__ W, const float *__restrict__ 
 typedef void (*mm_kernel_fn)(mm_out, const bf16 *, const float *, float *, int *, int, int, int,
                              int, int, int, int);
 
-template <bool VEC, bool GLU>
+template <bool VEC>
 static mm_kernel_fn mm_pick(int nt) {
     switch (nt) {
-    case 1: return mm_inv_kernel<1, VEC, GLU>;
-    case 2: return mm_inv_kernel<2, VEC, GLU>;
-    case 3: return mm_inv_kernel<3, VEC, GLU>;
-    case 4: return mm_inv_kernel<4, VEC, GLU>;
-    case 5: return mm_inv_kernel<5, VEC, GLU>;
-    case 6: return mm_inv_kernel<6, VEC, GLU>;
-    case 7: return mm_inv_kernel<7, VEC, GLU>;
-    default: return mm_inv_kernel<8, VEC, GLU>;
+    case 1: return mm_inv_kernel<1, VEC>;
+    case 2: return mm_inv_kernel<2, VEC>;
+    case 3: return mm_inv_kernel<3, VEC>;
+    case 4: return mm_inv_kernel<4, VEC>;
+    case 5: return mm_inv_kernel<5, VEC>;
+    case 6: return mm_inv_kernel<6, VEC>;
+    case 7: return mm_inv_kernel<7, VEC>;
+    default: return mm_inv_kernel<8, VEC>;
     }
 }
 
-/* Blocks over K for a weight: a function of the shape and the device only (never of T, so
- * the sums stay batch-invariant). Of KB = 1, 2, 4, ... with at least two K steps per warp,
- * the one that fills the last wave of blocks best (the GPU holds two blocks per
- * multiprocessor at decode sizes); a larger KB must gain more than 2 % to be taken, since
- * each doubling adds a pass over the partial sums. */
+/* Blocks over K for a weight: enough blocks to cover the multiprocessors once, keeping at
+ * least two K steps per warp. A function of the shape and the device only. */
 static int mm_kb(int rows, int cols, int n_sm) {
     const long long row_groups = (rows + MM_ROWS - 1) / MM_ROWS;
     const long long n_steps = (cols + MM_KSTEP - 1) / MM_KSTEP;
-    const long long cap = 2LL * n_sm;
-    int best = 1;
-    double best_eff = 0;
-    for (int kb = 1; kb <= MM_MAX_KB && (kb == 1 || n_steps >= 2LL * MM_WARPS * kb); kb *= 2) {
-        const long long blocks = row_groups * kb, waves = (blocks + cap - 1) / cap;
-        const double eff = (double)blocks / (double)(waves * cap);
-        if (eff > best_eff + 0.02) {
-            best = kb;
-            best_eff = eff;
-        }
-    }
-    return best;
+    int kb = 1;
+    while (kb < MM_MAX_KB && row_groups * kb < n_sm && n_steps >= 2LL * MM_WARPS * kb * 2)
+        kb *= 2;
+    return kb;
 }
 
 static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float *x,
@@ -342,12 +322,10 @@ static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float
         part = (float *)c->mm_part.p;
         cnt = (int *)c->mm_cnt.p;
     }
-    const bool vec = cols % 8 == 0 && (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0 &&
-                     (uintptr_t)out.u % 16 == 0;
+    const bool vec = cols % 8 == 0 && (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0;
     /* an accumulating output is read by the block that writes it: no early start */
     const bool pdl = c->mm_pdl && !out.acc;
-    const mm_kernel_fn fn = out.u ? (vec ? mm_pick<true, true>(nt) : mm_pick<false, true>(nt))
-                                  : (vec ? mm_pick<true, false>(nt) : mm_pick<false, false>(nt));
+    const mm_kernel_fn fn = vec ? mm_pick<true>(nt) : mm_pick<false>(nt);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)blocks);
     cfg.blockDim = dim3(MM_WARPS * 32);
@@ -431,19 +409,6 @@ seer_status seer_cuda_matmul(seer_backend *be, float *y, const float *x, const s
 seer_status seer_cuda_matmul_add(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                  int T) {
     return matmul_any(be, one_out(y, NULL, w->rows, true), x, w, T);
-}
-
-seer_status seer_cuda_matmul_glu_add(seer_backend *be, float *y, float *g, const float *u,
-                                     const seer_weight *w, int T) {
-    seer_cuda *c = seer_cuda_of(be);
-    if (T > SEER_CUDA_INVARIANT_MAX_T || c->mm_force_blas) {
-        /* cuBLAS takes plain inputs: the gate becomes silu(g) * u in place */
-        SEER_TRY(seer_cuda_swiglu(be, g, g, u, (size_t)T * w->cols));
-        return matmul_any(be, one_out(y, NULL, w->rows, true), g, w, T);
-    }
-    mm_out o = one_out(y, NULL, w->rows, true);
-    o.u = u;
-    return matmul_any(be, o, g, w, T);
 }
 
 seer_status seer_cuda_matmul_split(seer_backend *be, float *const *ys, const float *x,
