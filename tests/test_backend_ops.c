@@ -272,7 +272,7 @@ static void test_matmul_fused(void **state) {
             ASSERT_OK(cpu->ops->matmul(cpu, ref[j], x, &wc[j], bias[j], T));
             dy[j] = dev_nan((size_t)T * R);
         }
-        ASSERT_OK(gpu->ops->weight_concat(gpu, parts, n, &fused));
+        ASSERT_OK(gpu->ops->weight_concat(gpu, parts, n, false, &fused));
         assert_int_equal(fused.n_seg, n);
         ASSERT_OK(gpu->ops->matmul_split(gpu, dy, dx, &fused, (const float *const *)db, T));
         for (int j = 0; j < n; j++) {
@@ -323,6 +323,137 @@ static void test_matmul_fused(void **state) {
     assert_op_passed("matmul_split");
     assert_op_passed("matmul_split-vs-plain");
     assert_op_passed("matmul_add");
+}
+
+/* matmul_glu on an interleaved (gate, up) weight: against the CPU's two matmuls and swiglu
+ * (matmul tolerance), and against the GPU's own matmul_split of the same rows followed by
+ * swiglu: the same sums and the same product formula, so identical (tolerance 0). T on both
+ * sides of the cuBLAS switch. */
+static void test_matmul_glu(void **state) {
+    (void)state;
+    static const struct {
+        int T, F, D;
+    } cases[] = {{1, 1000, 256}, {5, 2048, 1024}, {64, 96, 64}, {300, 512, 128}, {17, 14336 / 8, 4096 / 8}};
+    if (!gpu->ops->matmul_glu)
+        return;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        uint64_t rng = 6000 + k;
+        const int T = cases[k].T, F = cases[k].F, D = cases[k].D;
+        host_tensor ht[2];
+        seer_weight wc[2], a[2], b[2], inter, seg;
+        for (int j = 0; j < 2; j++) {
+            make_tensor(&ht[j], "w", GGML_TYPE_BF16, F, D, &rng);
+            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, &wc[j]));
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, &a[j]));
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, &b[j]));
+        }
+        ASSERT_OK(gpu->ops->weight_concat(gpu, a, 2, true, &inter));
+        ASSERT_OK(gpu->ops->weight_concat(gpu, b, 2, false, &seg));
+        assert_true(inter.interleaved && !seg.interleaved);
+        float *x = rand_array((size_t)T * D, 1.f, &rng);
+        float *g = nan_array((size_t)T * F), *u = nan_array((size_t)T * F), *ref = nan_array((size_t)T * F);
+        ASSERT_OK(cpu->ops->matmul(cpu, g, x, &wc[0], NULL, T));
+        ASSERT_OK(cpu->ops->matmul(cpu, u, x, &wc[1], NULL, T));
+        ASSERT_OK(cpu->ops->swiglu(cpu, ref, g, u, (size_t)T * F));
+        float *dx = dev_copy(x, (size_t)T * D), *dy = dev_nan((size_t)T * F);
+        float *dg = dev_nan((size_t)T * F), *du = dev_nan((size_t)T * F);
+        ASSERT_OK(gpu->ops->matmul_glu(gpu, dy, dx, &inter, T));
+        float *out = dev_fetch(dy, (size_t)T * F);
+        float *const ys[2] = {dg, du};
+        ASSERT_OK(gpu->ops->matmul_split(gpu, ys, dx, &seg, NULL, T));
+        ASSERT_OK(gpu->ops->swiglu(gpu, dg, dg, du, (size_t)T * F));
+        float *plain = dev_fetch(dg, (size_t)T * F);
+        char shape[96];
+        snprintf(shape, sizeof shape, "T=%d F=%d D=%d", T, F, D);
+        record("matmul_glu", shape, out, ref, (size_t)T * F, 1e-2);
+        record("matmul_glu-vs-plain", shape, out, plain, (size_t)T * F, 0);
+        for (int j = 0; j < 2; j++) {
+            cpu->ops->weight_free(cpu, &wc[j]);
+            gpu->ops->weight_free(gpu, &a[j]);
+            gpu->ops->weight_free(gpu, &b[j]);
+            free(ht[j].data);
+        }
+        gpu->ops->weight_free(gpu, &inter);
+        gpu->ops->weight_free(gpu, &seg);
+        dev_free(dx), dev_free(dy), dev_free(dg), dev_free(du);
+        free(x), free(g), free(u), free(ref), free(out), free(plain);
+    }
+    assert_op_passed("matmul_glu");
+    assert_op_passed("matmul_glu-vs-plain");
+}
+
+/* rope_kv_store against rope, rope, kv_store: on the CPU (rope tolerance for q and k, the bf16
+ * tolerance for the stored rows) and the GPU's own separate ops (identical). Positions and
+ * pages come through batch_begin as in a forward call. */
+static void test_rope_kv_store(void **state) {
+    (void)state;
+    static const struct {
+        int T, H, Hkv, Dh, neox, ps;
+    } cases[] = {{1, 32, 8, 128, 0, 16}, {7, 9, 3, 64, 1, 4}, {70, 4, 4, 64, 0, 16}, {3, 14, 2, 64, 1, 1}};
+    if (!gpu->ops->rope_kv_store)
+        return;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        uint64_t rng = 6500 + k;
+        const int T = cases[k].T, H = cases[k].H, Hkv = cases[k].Hkv, Dh = cases[k].Dh;
+        const size_t nq = (size_t)T * H * Dh, nk = (size_t)T * Hkv * Dh;
+        seer_kv_geom g = {.n_pages = (T + cases[k].ps - 1) / cases[k].ps + 2, .page_size = cases[k].ps,
+                          .n_layers = 2, .n_kv_heads = Hkv, .head_dim = Dh};
+        void *kc, *k1, *k2;
+        ASSERT_OK(cpu->ops->kv_alloc(cpu, &g, &kc));
+        ASSERT_OK(gpu->ops->kv_alloc(gpu, &g, &k1));
+        ASSERT_OK(gpu->ops->kv_alloc(gpu, &g, &k2));
+        float *q = rand_array(nq, 1.f, &rng), *kk = rand_array(nk, 1.f, &rng), *v = rand_array(nk, 1.f, &rng);
+        float *fr = malloc(Dh / 2 * sizeof *fr);
+        for (int i = 0; i < Dh / 2; i++)
+            fr[i] = (float)pow(10000.0, -2.0 * i / Dh);
+        int32_t *pos = malloc(T * sizeof *pos), *page = malloc(T * sizeof *page), *row = malloc(T * sizeof *row);
+        for (int t = 0; t < T; t++) {
+            pos[t] = 1000 + 3 * t;
+            page[t] = 1 + t / g.page_size;
+            row[t] = t % g.page_size;
+        }
+        /* CPU reference */
+        float *rq = malloc(nq * sizeof *rq), *rk = malloc(nk * sizeof *rk);
+        memcpy(rq, q, nq * sizeof *rq);
+        memcpy(rk, kk, nk * sizeof *rk);
+        ASSERT_OK(cpu->ops->rope(cpu, rq, pos, T, H, Dh, fr, cases[k].neox));
+        ASSERT_OK(cpu->ops->rope(cpu, rk, pos, T, Hkv, Dh, fr, cases[k].neox));
+        ASSERT_OK(cpu->ops->kv_store(cpu, kc, &g, 1, rk, v, page, row, T));
+        /* GPU fused, then separate */
+        float *dfr = dev_copy(fr, Dh / 2);
+        float *q1 = dev_copy(q, nq), *kk1 = dev_copy(kk, nk), *v1 = dev_copy(v, nk);
+        float *q2 = dev_copy(q, nq), *kk2 = dev_copy(kk, nk);
+        ASSERT_OK(gpu->ops->batch_begin(gpu, NULL, NULL, pos, page, row, NULL, 0));
+        ASSERT_OK(gpu->ops->rope_kv_store(gpu, q1, kk1, v1, pos, T, H, Hkv, Dh, dfr, cases[k].neox, k1, &g, 1,
+                                          page, row));
+        ASSERT_OK(gpu->ops->rope(gpu, q2, pos, T, H, Dh, dfr, cases[k].neox));
+        ASSERT_OK(gpu->ops->rope(gpu, kk2, pos, T, Hkv, Dh, dfr, cases[k].neox));
+        ASSERT_OK(gpu->ops->kv_store(gpu, k2, &g, 1, kk2, v1, page, row, T));
+        float *oq1 = dev_fetch(q1, nq), *ok1 = dev_fetch(kk1, nk), *oq2 = dev_fetch(q2, nq), *ok2 = dev_fetch(kk2, nk);
+        char shape[96];
+        snprintf(shape, sizeof shape, "T=%d H=%d Hkv=%d Dh=%d %s ps=%d", T, H, Hkv, Dh,
+                 cases[k].neox ? "neox" : "adjacent", cases[k].ps);
+        record("rope_kv_store", shape, oq1, rq, nq, 1e-5);
+        record("rope_kv_store", shape, ok1, rk, nk, 1e-5);
+        record("rope_kv_store-vs-plain", shape, oq1, oq2, nq, 0);
+        record("rope_kv_store-vs-plain", shape, ok1, ok2, nk, 0);
+        float *rc = nan_array(nk), *r1 = nan_array(nk), *r2 = nan_array(nk);
+        for (int which = 0; which < 2; which++) {
+            ASSERT_OK(cpu->ops->kv_read(cpu, kc, &g, 1, which, page, row, T, rc));
+            ASSERT_OK(gpu->ops->kv_read(gpu, k1, &g, 1, which, page, row, T, r1));
+            ASSERT_OK(gpu->ops->kv_read(gpu, k2, &g, 1, which, page, row, T, r2));
+            record("rope_kv_store", which ? "stored V" : "stored K", r1, rc, nk, 5e-3);
+            record("rope_kv_store-vs-plain", which ? "stored V" : "stored K", r1, r2, nk, 0);
+        }
+        cpu->ops->kv_free(cpu, kc);
+        gpu->ops->kv_free(gpu, k1);
+        gpu->ops->kv_free(gpu, k2);
+        dev_free(dfr), dev_free(q1), dev_free(kk1), dev_free(v1), dev_free(q2), dev_free(kk2);
+        free(q), free(kk), free(v), free(fr), free(pos), free(page), free(row), free(rq), free(rk);
+        free(oq1), free(ok1), free(oq2), free(ok2), free(rc), free(r1), free(r2);
+    }
+    assert_op_passed("rope_kv_store");
+    assert_op_passed("rope_kv_store-vs-plain");
 }
 
 /* ---- embed -------------------------------------------------------------------------------- */
@@ -950,6 +1081,7 @@ int main(void) {
             cmocka_unit_test(test_rmsnorm),     cmocka_unit_test(test_rope),
             cmocka_unit_test(test_embed),       cmocka_unit_test(test_batch_index),
             cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_fused),
+            cmocka_unit_test(test_matmul_glu),  cmocka_unit_test(test_rope_kv_store),
             cmocka_unit_test(test_attention),
         };
         /* e.g. SEER_TEST_FILTER=test_attention, to run one family under a sanitizer */

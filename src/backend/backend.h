@@ -28,6 +28,7 @@ typedef struct {
     int dtype;  /* ggml_type of data as the backend stores it */
     bool owned; /* false: points into the GGUF mapping or into another weight */
     int n_seg;  /* > 0: made by weight_concat of n_seg weights of seg_rows[j] rows each */
+    bool interleaved; /* ... with their rows alternating (matmul_glu) */
     int seg_rows[SEER_WEIGHT_MAX_SEG];
 } seer_weight;
 
@@ -156,14 +157,26 @@ typedef struct {
     /* Optional fused forms (NULL: the model issues the plain ops instead).
      * weight_concat: one weight out of the rows of parts[0..n) (same cols, n <= 4), with
      * out->n_seg = n; each part's storage is released and the part becomes a view (not owned)
-     * of its rows in out, usable as before. On failure the parts are unchanged.
+     * of its rows in out, usable as before. interleave (n = 2, equal rows): row i of part j is
+     * row 2 i + j of out, and the parts keep their shape but no data (use out alone). On
+     * failure the parts are unchanged.
      * matmul_split: ys[j] [T][seg_rows[j]] = x * W_j^T (+ biases[j] unless NULL) for the
      * segments of such a weight, in one pass over it.
-     * matmul_add: y [T][rows] += x * W^T (the residual connection). */
-    seer_status (*weight_concat)(seer_backend *be, seer_weight *parts, int n, seer_weight *out);
+     * matmul_add: y [T][rows] += x * W^T (the residual connection).
+     * matmul_glu: y [T][rows / 2] = silu(x W_{2i}^T) * (x W_{2i+1}^T) for an interleaved
+     * (gate, up) weight, the product exactly as swiglu computes it.
+     * rope_kv_store: rope of q [T][H][Dh] and k [T][Hkv][Dh] in place, then kv_store of k and
+     * v, in one pass: the same results as rope, rope, kv_store. */
+    seer_status (*weight_concat)(seer_backend *be, seer_weight *parts, int n, bool interleave,
+                                 seer_weight *out);
     seer_status (*matmul_split)(seer_backend *be, float *const *ys, const float *x,
                                 const seer_weight *w, const float *const *biases, int T);
     seer_status (*matmul_add)(seer_backend *be, float *y, const float *x, const seer_weight *w, int T);
+    seer_status (*matmul_glu)(seer_backend *be, float *y, const float *x, const seer_weight *w, int T);
+    seer_status (*rope_kv_store)(seer_backend *be, float *q, float *k, const float *v,
+                                 const int32_t *pos, int T, int H, int Hkv, int Dh,
+                                 const float *inv_freq, int neox, void *kv, const seer_kv_geom *g,
+                                 int layer, const int32_t *page, const int32_t *row);
     /* y [n] = silu(g) * u */
     seer_status (*swiglu)(seer_backend *be, float *y, const float *g, const float *u, size_t n);
     /* y [n] += x */

@@ -45,8 +45,14 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
             SEER_TRY(op->matmul(be, s->k, s->h, &L->wk, L->bk, T));
             SEER_TRY(op->matmul(be, s->v, s->h, &L->wv, L->bv, T));
         }
-        SEER_TRY(op->rope(be, s->q, pos, T, H, Dh, m->inv_freq, in->rope_neox));
-        SEER_TRY(op->rope(be, s->k, pos, T, Hkv, Dh, m->inv_freq, in->rope_neox));
+        if (op->rope_kv_store) {
+            SEER_TRY(op->rope_kv_store(be, s->q, s->k, s->v, pos, T, H, Hkv, Dh, m->inv_freq,
+                                       in->rope_neox, ctx->kv_data, &ctx->geom, l, ctx->tok_page,
+                                       ctx->tok_row));
+        } else {
+            SEER_TRY(op->rope(be, s->q, pos, T, H, Dh, m->inv_freq, in->rope_neox));
+            SEER_TRY(op->rope(be, s->k, pos, T, Hkv, Dh, m->inv_freq, in->rope_neox));
+        }
         if (ctx->cap_rows) {
             size_t qd = (size_t)H * Dh;
             int k = 0, n_cap = 0;
@@ -57,20 +63,25 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
                     SEER_TRY(op->download(be, ctx->cap_out + ((size_t)l * n_cap + k++) * qd,
                                           s->q + i * qd, qd * sizeof(float)));
         }
-        SEER_TRY(op->kv_store(be, ctx->kv_data, &ctx->geom, l, s->k, s->v, ctx->tok_page,
-                              ctx->tok_row, T));
+        if (!op->rope_kv_store)
+            SEER_TRY(op->kv_store(be, ctx->kv_data, &ctx->geom, l, s->k, s->v, ctx->tok_page,
+                                  ctx->tok_row, T));
         SEER_TRY(op->attention(be, s->att, s->q, ctx->kv_data, &ctx->geom, l, ab));
         SEER_TRY(residual(be, op, s->x, s->att, &L->wo, s->h, T, D));
 
         SEER_TRY(op->rmsnorm(be, s->h, s->x, L->ffn_norm, T, D, eps));
-        if (L->wgu.data) {
-            float *const ys[2] = {s->g, s->u};
-            SEER_TRY(op->matmul_split(be, ys, s->h, &L->wgu, NULL, T));
+        if (L->wgu.interleaved) {
+            SEER_TRY(op->matmul_glu(be, s->g, s->h, &L->wgu, T));
         } else {
-            SEER_TRY(op->matmul(be, s->g, s->h, &L->w_gate, NULL, T));
-            SEER_TRY(op->matmul(be, s->u, s->h, &L->w_up, NULL, T));
+            if (L->wgu.data) {
+                float *const ys[2] = {s->g, s->u};
+                SEER_TRY(op->matmul_split(be, ys, s->h, &L->wgu, NULL, T));
+            } else {
+                SEER_TRY(op->matmul(be, s->g, s->h, &L->w_gate, NULL, T));
+                SEER_TRY(op->matmul(be, s->u, s->h, &L->w_up, NULL, T));
+            }
+            SEER_TRY(op->swiglu(be, s->g, s->g, s->u, (size_t)T * F));
         }
-        SEER_TRY(op->swiglu(be, s->g, s->g, s->u, (size_t)T * F));
         SEER_TRY(residual(be, op, s->x, s->g, &L->w_down, s->h, T, D));
     }
     if (n_out == 0)

@@ -283,10 +283,11 @@ seer_status seer_model_fuse(seer_model *m) {
     for (int l = 0; l < m->info.n_layers; l++) {
         seer_layer *L = &m->layers[l];
         seer_weight qkv[3] = {L->wq, L->wk, L->wv};
-        SEER_TRY(op->weight_concat(m->be, qkv, 3, &L->wqkv));
+        SEER_TRY(op->weight_concat(m->be, qkv, 3, false, &L->wqkv));
         L->wq = qkv[0], L->wk = qkv[1], L->wv = qkv[2];
+        /* with matmul_glu the gate and up rows alternate and the product comes out whole */
         seer_weight gu[2] = {L->w_gate, L->w_up};
-        SEER_TRY(op->weight_concat(m->be, gu, 2, &L->wgu));
+        SEER_TRY(op->weight_concat(m->be, gu, 2, op->matmul_glu != NULL, &L->wgu));
         L->w_gate = gu[0], L->w_up = gu[1];
     }
     return SEER_OK;

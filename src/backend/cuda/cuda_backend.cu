@@ -213,7 +213,7 @@ static void cuda_free_be(seer_backend *be) {
         seer_cuda_prof_free(c);
         seer_cuda_buf *bufs[] = {&c->xbf16, &c->fallback[0], &c->fallback[1], &c->gather_tmp,
                                  &c->attn_part, &c->kv_read, &c->batch, &c->argmax_ids,
-                                 &c->mm_part, &c->mm_cnt, &c->rope_tab, &c->smp_dev, &c->smp_work};
+                                 &c->mm_part, &c->mm_cnt, &c->rope_tab, &c->glu_tmp, &c->smp_dev, &c->smp_work};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             seer_cuda_buf_free(c, bufs[i]);
         free(c->smp_host);
@@ -312,6 +312,13 @@ static seer_status prof_matmul_add(seer_backend *be, float *y, const float *x, c
     return s;
 }
 
+static seer_status prof_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                                   int T) {
+    seer_status s = seer_cuda_matmul_glu(be, y, x, w, T);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul+glu %dx%d", w->rows, w->cols);
+    return s;
+}
+
 static seer_status prof_batch_begin(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
                                     const int32_t *pos, const int32_t *page, const int32_t *row,
                                     const int32_t *out_rows, int n_out) {
@@ -337,6 +344,8 @@ static seer_backend_ops cuda_ops_prof_make(void) {
     o.matmul = prof_matmul;
     o.matmul_split = prof_matmul_split;
     o.matmul_add = prof_matmul_add;
+    o.matmul_glu = prof_matmul_glu;
+    PROF(rope_kv_store, seer_cuda_rope_kv_store);
     o.batch_begin = prof_batch_begin;
     return o;
 }
@@ -369,6 +378,8 @@ static seer_backend_ops cuda_ops_make(void) {
     o.weight_concat = seer_cuda_weight_concat;
     o.matmul_split = seer_cuda_matmul_split;
     o.matmul_add = seer_cuda_matmul_add;
+    o.matmul_glu = seer_cuda_matmul_glu;
+    o.rope_kv_store = seer_cuda_rope_kv_store;
     o.swiglu = seer_cuda_swiglu;
     o.add = seer_cuda_add;
     o.gather_rows = seer_cuda_gather_rows_fw;

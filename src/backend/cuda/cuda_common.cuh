@@ -198,6 +198,7 @@ typedef struct {
     struct seer_cuda_prof *prof; /* SEER_CUDA_PROFILE (profile.cu); NULL: off */
     unsigned long batch_epoch;   /* batch_begin calls so far */
     seer_cuda_buf rope_tab;      /* cos, sin per (token, frequency) of the current call */
+    seer_cuda_buf glu_tmp;       /* matmul_glu's products before the pairs combine (cuBLAS) */
     seer_cuda_rope_key rope_key;
 } seer_cuda;
 
@@ -229,7 +230,14 @@ seer_status seer_cuda_index(seer_cuda *c, int which, const int32_t *host, int n,
 
 seer_status seer_cuda_weight_load(seer_backend *be, const gguf_tensor *t, seer_weight *out);
 void seer_cuda_weight_free(seer_backend *be, seer_weight *w);
-seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n, seer_weight *out);
+seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n, bool interleave,
+                                    seer_weight *out);
+seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                                 int T);
+seer_status seer_cuda_rope_kv_store(seer_backend *be, float *q, float *k, const float *v,
+                                    const int32_t *pos, int T, int H, int Hkv, int Dh,
+                                    const float *inv_freq, int neox, void *kv, const seer_kv_geom *g,
+                                    int layer, const int32_t *page, const int32_t *row);
 seer_status seer_cuda_matmul_split(seer_backend *be, float *const *ys, const float *x,
                                    const seer_weight *w, const float *const *biases, int T);
 seer_status seer_cuda_matmul_add(seer_backend *be, float *y, const float *x, const seer_weight *w,

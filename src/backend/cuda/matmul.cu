@@ -115,7 +115,11 @@ struct mm_out {
     const float *b[SEER_WEIGHT_MAX_SEG];
     int r0[SEER_WEIGHT_MAX_SEG + 1];
     int nseg, acc;
+    int glu; /* rows come in (gate, up) pairs: y[0][t][r / 2] = glu(row r, row r + 1) */
 };
+
+/* silu(g) * u exactly as the swiglu op computes it (elementwise.cu) */
+static __device__ __forceinline__ float glu(float g, float u) { return g / (1.f + expf(-g)) * u; }
 
 static __device__ __forceinline__ void mm_store(const mm_out &o, int t, int r, float v) {
     float *y = o.y[0];
@@ -228,7 +232,11 @@ mm_inv_kernel(mm_out out, const bf16 *__restrict__ W, const float *__restrict__ 
         for (int w = 1; w < MM_WARPS; w++)
             sum += red[w][et][er];
         const int t = tok0 + n * 8 + et, r = row0 + er;
-        if (t < T && r < rows) {
+        if (kb_n == 1 && out.glu) { /* the pair's up row is the next lane's */
+            const float up = __shfl_xor_sync(0xffffffffu, sum, 1);
+            if (t < T && r < rows && !(er & 1))
+                out.y[0][(size_t)t * (rows / 2) + r / 2] = glu(sum, up);
+        } else if (t < T && r < rows) {
             if (kb_n == 1)
                 mm_store(out, t, r, sum);
             else
@@ -252,10 +260,17 @@ mm_inv_kernel(mm_out out, const bf16 *__restrict__ W, const float *__restrict__ 
 #pragma unroll
     for (int n = 0; n < NT; n++) {
         const int t = tok0 + n * 8 + et, r = row0 + er;
+        float sum = 0.f;
         if (t < T && r < rows) {
-            float sum = __ldcg(&part[(size_t)t * rows + r]);
+            sum = __ldcg(&part[(size_t)t * rows + r]);
             for (int k = 1; k < kb_n; k++)
                 sum += __ldcg(&part[((size_t)k * T + t) * rows + r]);
+        }
+        if (out.glu) {
+            const float up = __shfl_xor_sync(0xffffffffu, sum, 1);
+            if (t < T && r < rows && !(er & 1))
+                out.y[0][(size_t)t * (rows / 2) + r / 2] = glu(sum, up);
+        } else if (t < T && r < rows) {
             mm_store(out, t, r, sum);
         }
     }
@@ -409,6 +424,36 @@ seer_status seer_cuda_matmul(seer_backend *be, float *y, const float *x, const s
 seer_status seer_cuda_matmul_add(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                  int T) {
     return matmul_any(be, one_out(y, NULL, w->rows, true), x, w, T);
+}
+
+/* y [T][rows / 2] from the GEMM's [T][rows] of (gate, up) row pairs (the cuBLAS path). */
+__global__ void glu_pairs_kernel(float *y, const float *gu, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = glu(gu[2 * i], gu[2 * i + 1]);
+}
+
+seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                                 int T) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (!w->interleaved || w->rows % 2)
+        return seer_err(SEER_ERR_INVALID_ARG, "matmul_glu: the weight is not interleaved (gate, up) pairs");
+    if (T <= 0)
+        return SEER_OK;
+    if (w->dtype != GGML_TYPE_BF16)
+        return seer_err(SEER_ERR_UNSUPPORTED, "matmul: CUDA weights are bf16, got type %d", w->dtype);
+    if (T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas) {
+        mm_out o = one_out(y, NULL, w->rows, false);
+        o.glu = 1;
+        return matmul_invariant(c, o, x, w, T);
+    }
+    const size_t n = (size_t)T * w->rows;
+    SEER_TRY(seer_cuda_reserve(c, &c->glu_tmp, n * sizeof(float), "gate and up products"));
+    SEER_TRY(matmul_blas(c, (float *)c->glu_tmp.p, x, w, NULL, T, false));
+    glu_pairs_kernel<<<seer_cuda_grid(n / 2, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
+        y, (const float *)c->glu_tmp.p, n / 2);
+    LAUNCH_TRY("glu_pairs_kernel");
+    return SEER_OK;
 }
 
 seer_status seer_cuda_matmul_split(seer_backend *be, float *const *ys, const float *x,

@@ -40,16 +40,10 @@ __global__ void rope_kernel(float *x, const float2 *tab, int T, int n_heads, int
     xh[i1] = __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
 }
 
-seer_status seer_cuda_rope(seer_backend *be, float *x, const int32_t *pos, int T, int n_heads,
-                           int head_dim, const float *inv_freq, int neox) {
-    seer_cuda *c = seer_cuda_of(be);
-    if (T <= 0 || n_heads <= 0)
-        return SEER_OK;
-    if (head_dim < 2 || head_dim % 2)
-        return seer_err(SEER_ERR_INVALID_ARG, "rope: head_dim %d must be even", head_dim);
-    const int32_t *dp;
-    SEER_TRY(seer_cuda_index(c, SEER_IDX_POS, pos, T, 0, &dp));
-    const int half = head_dim / 2;
+/* The table for the positions dp [T] (device), shared by every rope of the forward call when
+ * dp is batch_begin's copy. */
+static seer_status rope_table(seer_cuda *c, const int32_t *dp, int T, const float *inv_freq, int half,
+                              const float2 **tab) {
     seer_cuda_rope_key *k = &c->rope_key;
     const bool shared = dp == c->idx[SEER_IDX_POS].dev;
     if (!shared || !k->valid || k->epoch != c->batch_epoch || k->inv_freq != inv_freq || k->half != half ||
@@ -65,9 +59,91 @@ seer_status seer_cuda_rope(seer_backend *be, float *x, const int32_t *pos, int T
         k->half = half;
         k->T = T;
     }
+    *tab = (const float2 *)c->rope_tab.p;
+    return SEER_OK;
+}
+
+seer_status seer_cuda_rope(seer_backend *be, float *x, const int32_t *pos, int T, int n_heads,
+                           int head_dim, const float *inv_freq, int neox) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (T <= 0 || n_heads <= 0)
+        return SEER_OK;
+    if (head_dim < 2 || head_dim % 2)
+        return seer_err(SEER_ERR_INVALID_ARG, "rope: head_dim %d must be even", head_dim);
+    const int32_t *dp;
+    SEER_TRY(seer_cuda_index(c, SEER_IDX_POS, pos, T, 0, &dp));
+    const int half = head_dim / 2;
+    const float2 *tab;
+    SEER_TRY(rope_table(c, dp, T, inv_freq, half, &tab));
     const size_t n = (size_t)T * n_heads * half;
-    rope_kernel<<<seer_cuda_grid(n, 128), 128, 0, c->stream>>>(x, (const float2 *)c->rope_tab.p, T,
-                                                               n_heads, head_dim, neox);
+    rope_kernel<<<seer_cuda_grid(n, 128), 128, 0, c->stream>>>(x, tab, T, n_heads, head_dim, neox);
     LAUNCH_TRY("rope_kernel");
+    return SEER_OK;
+}
+
+/* A thread per (token, head, pair) over the H query heads, then the Hkv key heads, then the
+ * Hkv value heads: queries and keys rotate in place as rope_kernel does, keys and values go to
+ * the cache as kv_store_kernel (kv.cu) writes them. */
+__global__ void rope_store_kernel(float *q, float *k, const float *v, const float2 *tab, bf16 *kv,
+                                  const int32_t *page, const int32_t *row, int T, int H, int Hkv,
+                                  int Dh, int neox, int layer, int n_layers, int n_pages, int page_size) {
+    const int half = Dh / 2, NH = H + 2 * Hkv;
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)T * NH * half)
+        return;
+    const int i = (int)(idx % half);
+    const size_t th = idx / half;
+    const int t = (int)(th / NH), h = (int)(th % NH);
+    const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+    const int pg = page[t], r = row[t];
+    const bool store = pg >= 0 && pg < n_pages && r >= 0 && r < page_size;
+    if (h >= H + Hkv) { /* a value pair, unrotated */
+        const int vh = h - H - Hkv;
+        if (store) {
+            const float2 x = ((const float2 *)(v + ((size_t)t * Hkv + vh) * Dh))[i];
+            const size_t head = (((size_t)pg * n_layers + layer) * 2 + 1) * Hkv + vh;
+            ((__nv_bfloat162 *)(kv + (head * page_size + r) * Dh))[i] = __floats2bfloat162_rn(x.x, x.y);
+        }
+        return;
+    }
+    const float2 cs = tab[(size_t)t * half + i];
+    float *xh = h < H ? q + ((size_t)t * H + h) * Dh : k + ((size_t)t * Hkv + (h - H)) * Dh;
+    const float x0 = xh[i0], x1 = xh[i1];
+    const float y0 = __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y));
+    const float y1 = __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
+    xh[i0] = y0;
+    xh[i1] = y1;
+    if (h >= H && store) {
+        const size_t head = (((size_t)pg * n_layers + layer) * 2) * Hkv + (h - H);
+        bf16 *dst = kv + (head * page_size + r) * Dh;
+        dst[i0] = __float2bfloat16_rn(y0);
+        dst[i1] = __float2bfloat16_rn(y1);
+    }
+}
+
+seer_status seer_cuda_rope_kv_store(seer_backend *be, float *q, float *k, const float *v,
+                                    const int32_t *pos, int T, int H, int Hkv, int Dh,
+                                    const float *inv_freq, int neox, void *kv, const seer_kv_geom *g,
+                                    int layer, const int32_t *page, const int32_t *row) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (T <= 0)
+        return SEER_OK;
+    if (Dh < 2 || Dh % 2 || H < 1 || Hkv < 1)
+        return seer_err(SEER_ERR_INVALID_ARG, "rope_kv_store: %d/%d heads of size %d", H, Hkv, Dh);
+    if (layer < 0 || layer >= g->n_layers || g->n_kv_heads != Hkv || g->head_dim != Dh)
+        return seer_err(SEER_ERR_INVALID_ARG, "rope_kv_store: layer %d of %d, or heads unlike the cache's",
+                        layer, g->n_layers);
+    const int32_t *dp, *dpage, *drow;
+    SEER_TRY(seer_cuda_index(c, SEER_IDX_POS, pos, T, 0, &dp));
+    const int half = Dh / 2;
+    const float2 *tab;
+    SEER_TRY(rope_table(c, dp, T, inv_freq, half, &tab));
+    SEER_TRY(seer_cuda_index(c, SEER_IDX_PAGE, page, T, 0, &dpage));
+    SEER_TRY(seer_cuda_index(c, SEER_IDX_ROW, row, T, 1, &drow));
+    const size_t n = (size_t)T * (H + 2 * Hkv) * half;
+    rope_store_kernel<<<seer_cuda_grid(n, 128), 128, 0, c->stream>>>(q, k, v, tab, (bf16 *)kv, dpage, drow,
+                                                                     T, H, Hkv, Dh, neox, layer, g->n_layers,
+                                                                     g->n_pages, g->page_size);
+    LAUNCH_TRY("rope_store_kernel");
     return SEER_OK;
 }

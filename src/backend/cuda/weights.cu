@@ -108,11 +108,15 @@ void seer_cuda_weight_free(seer_backend *be, seer_weight *w) {
 }
 
 /* Rows of several bf16 weights as one (matmul_split then reads them in one pass); the parts
- * become views of their rows in it. */
-seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n, seer_weight *out) {
+ * become views of their rows in it. Interleaved (two parts, for matmul_glu): row i of part j
+ * goes to row 2 i + j, and the parts keep their shape without data. */
+seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n, bool interleave,
+                                    seer_weight *out) {
     seer_cuda *c = seer_cuda_of(be);
     if (n < 1 || n > SEER_WEIGHT_MAX_SEG)
         return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: %d parts (1 to %d)", n, SEER_WEIGHT_MAX_SEG);
+    if (interleave && (n != 2 || parts[0].rows != parts[1].rows))
+        return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: interleaving needs two parts of equal rows");
     long long rows = 0;
     for (int j = 0; j < n; j++) {
         if (parts[j].dtype != GGML_TYPE_BF16 || parts[j].cols != parts[0].cols || parts[j].n_seg)
@@ -128,8 +132,13 @@ seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n,
     size_t r0 = 0;
     for (int j = 0; j < n; j++) {
         const size_t bytes = (size_t)parts[j].rows * cols * sizeof(bf16);
-        cudaError_t e = cudaMemcpyAsync((bf16 *)p + r0 * cols, parts[j].data, bytes,
-                                        cudaMemcpyDeviceToDevice, c->stream);
+        /* interleaved: row i of part j at row 2 i + j */
+        cudaError_t e = interleave
+                            ? cudaMemcpy2DAsync((bf16 *)p + j * cols, 2 * cols * sizeof(bf16), parts[j].data,
+                                                cols * sizeof(bf16), cols * sizeof(bf16), (size_t)parts[j].rows,
+                                                cudaMemcpyDeviceToDevice, c->stream)
+                            : cudaMemcpyAsync((bf16 *)p + r0 * cols, parts[j].data, bytes,
+                                              cudaMemcpyDeviceToDevice, c->stream);
         if (e == cudaSuccess && j == n - 1)
             e = cudaStreamSynchronize(c->stream);
         if (e != cudaSuccess) {
@@ -146,12 +155,14 @@ seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n,
     out->dtype = GGML_TYPE_BF16;
     out->owned = true;
     out->n_seg = n;
+    out->interleaved = interleave;
     r0 = 0;
     for (int j = 0; j < n; j++) {
         out->seg_rows[j] = parts[j].rows;
         const int pr = parts[j].rows;
         seer_cuda_weight_free(be, &parts[j]);
-        parts[j].data = (bf16 *)p + r0 * cols;
+        /* interleaved rows are no weight of their own: the part keeps its shape, no data */
+        parts[j].data = interleave ? NULL : (bf16 *)p + r0 * cols;
         parts[j].rows = pr;
         parts[j].cols = (int)cols;
         parts[j].dtype = GGML_TYPE_BF16;
