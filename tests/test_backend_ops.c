@@ -41,13 +41,16 @@ typedef struct {
     double worst_ratio, worst_err, worst_tol;
 } op_stat;
 
-static op_stat stats[16];
+#define MAX_STATS 48
+static op_stat stats[MAX_STATS];
 static int n_stats;
 
 static op_stat *stat_of(const char *op) {
     for (int i = 0; i < n_stats; i++)
         if (!strcmp(stats[i].op, op))
             return &stats[i];
+    if (n_stats == MAX_STATS)
+        fail_msg("more than %d op names: raise MAX_STATS", MAX_STATS);
     op_stat *s = &stats[n_stats++];
     memset(s, 0, sizeof *s);
     s->op = op;
