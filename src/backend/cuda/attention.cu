@@ -374,6 +374,13 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         const size_t n_part = (size_t)n_q * H * ((size_t)Dh + 2);
         SEER_TRY(seer_cuda_reserve(c, &c->attn_part, n_part * sizeof(float), "attention partials"));
     }
+    if (tc && split) { /* the tensor-core kernel's arrival counters: zero, and kept so */
+        const size_t n_cnt = (size_t)n_grp * Hkv * sizeof(int);
+        if (n_cnt > c->att_cnt.cap) {
+            SEER_TRY(seer_cuda_reserve(c, &c->att_cnt, n_cnt, "attention split counters"));
+            CUDA_TRY(cudaMemsetAsync(c->att_cnt.p, 0, c->att_cnt.cap, c->stream));
+        }
+    }
 
     int32_t *hd = h;
     memset(hd, 0, D_WORDS * sizeof(int32_t));
@@ -798,6 +805,7 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
         p.part_ml = p.part_acc + q_cap * H * Dh;
     }
     p.desc = a->desc;
+    p.att_cnt = (int *)c->att_cnt.p;
     p.H = H;
     p.Hkv = Hkv;
     p.Dh = Dh;
@@ -820,7 +828,7 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
         LAUNCH_TRY("attn_partial_kernel");
     }
     seer_cuda_prof_mark(c, false, "attention (partials)");
-    if (a->split) {
+    if (a->split && !a->tc) { /* the tensor-core kernel merges its splits itself */
         const int rows = c->fw.padded ? c->fw.T_pad : T;
         attn_combine_kernel<<<(unsigned)((size_t)rows * H), 128, 0, c->stream>>>(p);
         LAUNCH_TRY("attn_combine_kernel");

@@ -61,6 +61,7 @@ struct attn_params {
     float *part_acc;        /* [n_q][H][Dh] unnormalised, row (qoff[i] + split) */
     float *part_ml;         /* [n_q][H][2] running max, sum */
     const int32_t *desc;    /* the batch descriptor */
+    int *att_cnt;           /* tensor-core kernel: arrivals per (group, KV head), zero between calls */
     int H, Hkv, Dh, group, gb, n_hc, layer, page_size;
     size_t page_stride, layer_off, kv_stride, head_stride; /* in bf16 elements */
     float scale;

@@ -191,6 +191,50 @@ static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item 
     }
 }
 
+/* Merges each split token's S partials (unnormalised sums, running max and sum per split) in
+ * split order: a warp per row (token, head of the group), lanes over the head's elements. */
+template <int DH>
+static __device__ void tc_combine(const att_desc &a, const attn_params &p, const int *t_i,
+                                  const int *t_S, int ntok, int ng, int kvh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int r = warp; r < ntok * ng; r += TC_THREADS / 32) {
+        const int tt = r / ng, S = t_S[tt];
+        if (S <= 1)
+            continue;
+        const int i = t_i[tt], h = kvh * ng + r % ng;
+        const size_t row0 = (size_t)a.qoff[i] * p.H + h, rs = (size_t)p.H;
+        float M = -INFINITY;
+        for (int k = lane; k < S; k += 32)
+            M = fmaxf(M, __ldcg(&p.part_ml[(row0 + k * rs) * 2]));
+        for (int o = 16; o > 0; o >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0.f;
+        for (int k = lane; k < S; k += 32) {
+            const float m = __ldcg(&p.part_ml[(row0 + k * rs) * 2]);
+            L += m == -INFINITY ? 0.f : __ldcg(&p.part_ml[(row0 + k * rs) * 2 + 1]) * expf(m - M);
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            L += __shfl_xor_sync(0xffffffffu, L, o);
+        const float inv = L > 0.f ? 1.f / L : 0.f;
+        float acc[DH / 32];
+#pragma unroll
+        for (int e = 0; e < DH / 32; e++)
+            acc[e] = 0.f;
+        for (int k = 0; k < S; k++) {
+            const float m = __ldcg(&p.part_ml[(row0 + k * rs) * 2]);
+            const float w = m == -INFINITY ? 0.f : expf(m - M);
+            const float *pa = p.part_acc + (row0 + k * rs) * DH;
+#pragma unroll
+            for (int e = 0; e < DH / 32; e++)
+                acc[e] = fmaf(w, __ldcg(&pa[lane + 32 * e]), acc[e]);
+        }
+        float *out = p.out + ((size_t)i * p.H + h) * DH;
+#pragma unroll
+        for (int e = 0; e < DH / 32; e++)
+            out[lane + 32 * e] = acc[e] * inv;
+    }
+}
+
 /* Persistent: block b takes items b, b + gridDim.x, ... of the descriptor's tensor-core
  * items; item = gitem[group] + split * Hkv + KV head. */
 template <int DH>
@@ -204,6 +248,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
     int *t_i = kcand + 2 * 64, *t_nvis = t_i + 64, *t_slot = t_nvis + 64, *t_S = t_slot + 64;
     float *ml_s = (float *)(t_S + 64); /* [warp][32 rows][m, l] */
     float *mrg = (float *)kvs;         /* [warp][32 rows][DH] after the tiles */
+    __shared__ int s_last;
 
     const att_desc a = att_desc_load(p.desc);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
@@ -239,175 +284,196 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
         const long long chunk = pre ? (long long)max_nvis : att_chunk(t0.n_vis);
         const int begin = (int)(pre ? 0 : s * chunk);
         const int end = (int)min((long long)begin + chunk, (long long)max_nvis);
-        if (begin >= end)
-            continue;
-        const tc_item it = {ntok, ng, ntok * ng, t_i, t_nvis, t_slot};
-        const int n_mt = pre ? 4 : (it.rows <= 16 ? 1 : 2);
-
-        /* Q rows (token, head of the group) as bf16; rows past the item's are zeros */
-        for (int e = tid; e < n_mt * 16 * (DH / 8); e += TC_THREADS) {
-            const int r = e / (DH / 8), d8 = e % (DH / 8);
-            uint4 w = make_uint4(0, 0, 0, 0);
-            if (r < it.rows) {
-                const float *src = p.q + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + d8 * 8;
-                const float4 x0 = *(const float4 *)src, x1 = *(const float4 *)(src + 4);
-                w = make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
-                               pack_bf16(x1.z, x1.w));
-            }
-            *(uint4 *)(qs + (size_t)r * LD + d8 * 8) = w;
-        }
-
-        const int32_t *pages = a.pages + a.page_off[t0.b];
-        const size_t head_off = p.layer_off + (size_t)kvh * p.head_stride;
-        /* Where each key of the tile at visible index k0 lives; -1: none. */
-        /* Keys of every row: a tile inside [0, min over the tokens of n_vis) without candidates
-         * is seen whole by every row (with its keys present). */
-        int min_nvis = max_nvis;
-        for (int k = 0; k < ntok; k++)
-            min_nvis = min(min_nvis, t_nvis[k]);
-        const int full_end = min(min_nvis, t0.C);
-        auto prep = [&](int st, int k0) -> bool {
-            bool ok = true;
-            if (tid < TC_TK) {
-                const int k = k0 + tid;
-                int slot = -1, ci = -1;
-                if (k < end) {
-                    if (k < t0.C) {
-                        slot = !t0.has_view ? k : (k < t0.vcnt ? t0.vl[k] : t0.tail + (k - t0.vcnt));
-                    } else {
-                        ci = t0.tok0 + (k - t0.C);
-                        slot = a.cand_slot[ci];
-                    }
-                }
-                koff[st * TC_TK + tid] =
-                    slot < 0 ? -1
-                             : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
-                                           (size_t)(slot % p.page_size) * DH);
-                kcand[st * TC_TK + tid] = ci;
-                ok = slot >= 0 && k < full_end;
-            }
-            return ok;
-        };
-        auto load = [&](int st) {
-            for (int e = tid; e < 2 * TC_TK * (DH / 8); e += TC_THREADS) {
-                const int which = e / (TC_TK * (DH / 8)), rem = e % (TC_TK * (DH / 8));
-                const int key = rem / (DH / 8), ch = rem % (DH / 8);
-                const long long o = koff[st * TC_TK + key];
-                const bf16 *src = o >= 0 ? p.kv + o + (size_t)which * p.kv_stride + ch * 8 : p.kv;
-                cp_async16(kvs + ((size_t)(st * 2 + which) * TC_TK + key) * LD + ch * 8, src, o >= 0 ? 16 : 0);
-            }
-        };
-
-        float m[2][2], l[2][2], O[2][DH / 8][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-            m[mt][0] = m[mt][1] = -INFINITY;
-            l[mt][0] = l[mt][1] = 0.f;
-#pragma unroll
-            for (int dn = 0; dn < DH / 8; dn++)
-                O[mt][dn][0] = O[mt][dn][1] = O[mt][dn][2] = O[mt][dn][3] = 0.f;
-        }
-
-        const int n_tiles = (end - begin + TC_TK - 1) / TC_TK;
-        bool full[2];
-        full[0] = __syncthreads_and(prep(0, begin));
-        full[1] = false;
-        load(0);
-        cp_async_commit();
-        for (int t = 0; t < n_tiles; t++) {
-            const int st = t & 1;
-            if (t + 1 < n_tiles) {
-                full[st ^ 1] = __syncthreads_and(prep(st ^ 1, begin + (t + 1) * TC_TK));
-                load(st ^ 1);
-            }
-            cp_async_commit();
-            cp_async_wait1();
-            __syncthreads();
-            const bf16 *Ks = kvs + (size_t)(st * 2) * TC_TK * LD, *Vs = Ks + (size_t)TC_TK * LD;
-            const long long *ko = koff + st * TC_TK;
-            const int *kc = kcand + st * TC_TK;
-            const int kbase = begin + t * TC_TK;
-            if (pre) {
-                if (warp * 16 < it.rows)
-                    tc_tile<DH, 8>(a, it, qs, Ks, Vs, ko, kc, warp, 0, kbase, full[st], p.scale, m[0], l[0], O[0]);
-            } else {
-                tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 0, warp * 16, kbase, full[st], p.scale, m[0], l[0], O[0]);
-                if (n_mt == 2)
-                    tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 1, warp * 16, kbase, full[st], p.scale, m[1], l[1],
-                                   O[1]);
-            }
-            __syncthreads();
-        }
-
-        if (pre) {
-            /* a warp holds its rows' whole softmax */
-#pragma unroll
-            for (int hr = 0; hr < 2; hr++) {
-                const int r = warp * 16 + g + 8 * hr;
-                if (r >= it.rows)
-                    continue;
-                const float inv = l[0][hr] > 0.f ? 1.f / l[0][hr] : 0.f;
-                float *o = p.out + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + 2 * c;
-#pragma unroll
-                for (int dn = 0; dn < DH / 8; dn++)
-                    *(float2 *)(o + dn * 8) = make_float2(O[0][dn][2 * hr] * inv, O[0][dn][2 * hr + 1] * inv);
-            }
-            continue;
-        }
-
-        /* Split item: merge the four warps' key quarters in warp order. */
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int hr = 0; hr < 2; hr++)
-                if (mt < n_mt && c == 0) {
-                    const int r = mt * 16 + g + 8 * hr;
-                    ml_s[(warp * 32 + r) * 2] = m[mt][hr];
-                    ml_s[(warp * 32 + r) * 2 + 1] = l[mt][hr];
-                }
-        __syncthreads();
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-            if (mt >= n_mt)
+        do { /* break: the item is done */
+            if (begin >= end)
                 break;
-#pragma unroll
-            for (int hr = 0; hr < 2; hr++) {
-                const int r = mt * 16 + g + 8 * hr;
+            const tc_item it = {ntok, ng, ntok * ng, t_i, t_nvis, t_slot};
+            const int n_mt = pre ? 4 : (it.rows <= 16 ? 1 : 2);
+
+            /* Q rows (token, head of the group) as bf16; rows past the item's are zeros */
+            for (int e = tid; e < n_mt * 16 * (DH / 8); e += TC_THREADS) {
+                const int r = e / (DH / 8), d8 = e % (DH / 8);
+                uint4 w = make_uint4(0, 0, 0, 0);
+                if (r < it.rows) {
+                    const float *src = p.q + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + d8 * 8;
+                    const float4 x0 = *(const float4 *)src, x1 = *(const float4 *)(src + 4);
+                    w = make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
+                                   pack_bf16(x1.z, x1.w));
+                }
+                *(uint4 *)(qs + (size_t)r * LD + d8 * 8) = w;
+            }
+
+            const int32_t *pages = a.pages + a.page_off[t0.b];
+            const size_t head_off = p.layer_off + (size_t)kvh * p.head_stride;
+            /* Where each key of the tile at visible index k0 lives; -1: none. */
+            /* Keys of every row: a tile inside [0, min over the tokens of n_vis) without candidates
+             * is seen whole by every row (with its keys present). */
+            int min_nvis = max_nvis;
+            for (int k = 0; k < ntok; k++)
+                min_nvis = min(min_nvis, t_nvis[k]);
+            const int full_end = min(min_nvis, t0.C);
+            auto prep = [&](int st, int k0) -> bool {
+                bool ok = true;
+                if (tid < TC_TK) {
+                    const int k = k0 + tid;
+                    int slot = -1, ci = -1;
+                    if (k < end) {
+                        if (k < t0.C) {
+                            slot = !t0.has_view ? k : (k < t0.vcnt ? t0.vl[k] : t0.tail + (k - t0.vcnt));
+                        } else {
+                            ci = t0.tok0 + (k - t0.C);
+                            slot = a.cand_slot[ci];
+                        }
+                    }
+                    koff[st * TC_TK + tid] =
+                        slot < 0 ? -1
+                                 : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
+                                               (size_t)(slot % p.page_size) * DH);
+                    kcand[st * TC_TK + tid] = ci;
+                    ok = slot >= 0 && k < full_end;
+                }
+                return ok;
+            };
+            auto load = [&](int st) {
+                for (int e = tid; e < 2 * TC_TK * (DH / 8); e += TC_THREADS) {
+                    const int which = e / (TC_TK * (DH / 8)), rem = e % (TC_TK * (DH / 8));
+                    const int key = rem / (DH / 8), ch = rem % (DH / 8);
+                    const long long o = koff[st * TC_TK + key];
+                    const bf16 *src = o >= 0 ? p.kv + o + (size_t)which * p.kv_stride + ch * 8 : p.kv;
+                    cp_async16(kvs + ((size_t)(st * 2 + which) * TC_TK + key) * LD + ch * 8, src, o >= 0 ? 16 : 0);
+                }
+            };
+
+            float m[2][2], l[2][2], O[2][DH / 8][4];
+    #pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                m[mt][0] = m[mt][1] = -INFINITY;
+                l[mt][0] = l[mt][1] = 0.f;
+    #pragma unroll
+                for (int dn = 0; dn < DH / 8; dn++)
+                    O[mt][dn][0] = O[mt][dn][1] = O[mt][dn][2] = O[mt][dn][3] = 0.f;
+            }
+
+            const int n_tiles = (end - begin + TC_TK - 1) / TC_TK;
+            bool full[2];
+            full[0] = __syncthreads_and(prep(0, begin));
+            full[1] = false;
+            load(0);
+            cp_async_commit();
+            for (int t = 0; t < n_tiles; t++) {
+                const int st = t & 1;
+                if (t + 1 < n_tiles) {
+                    full[st ^ 1] = __syncthreads_and(prep(st ^ 1, begin + (t + 1) * TC_TK));
+                    load(st ^ 1);
+                }
+                cp_async_commit();
+                cp_async_wait1();
+                __syncthreads();
+                const bf16 *Ks = kvs + (size_t)(st * 2) * TC_TK * LD, *Vs = Ks + (size_t)TC_TK * LD;
+                const long long *ko = koff + st * TC_TK;
+                const int *kc = kcand + st * TC_TK;
+                const int kbase = begin + t * TC_TK;
+                if (pre) {
+                    if (warp * 16 < it.rows)
+                        tc_tile<DH, 8>(a, it, qs, Ks, Vs, ko, kc, warp, 0, kbase, full[st], p.scale, m[0], l[0], O[0]);
+                } else {
+                    tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 0, warp * 16, kbase, full[st], p.scale, m[0], l[0], O[0]);
+                    if (n_mt == 2)
+                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 1, warp * 16, kbase, full[st], p.scale, m[1], l[1],
+                                       O[1]);
+                }
+                __syncthreads();
+            }
+
+            if (pre) {
+                /* a warp holds its rows' whole softmax */
+    #pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int r = warp * 16 + g + 8 * hr;
+                    if (r >= it.rows)
+                        continue;
+                    const float inv = l[0][hr] > 0.f ? 1.f / l[0][hr] : 0.f;
+                    float *o = p.out + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + 2 * c;
+    #pragma unroll
+                    for (int dn = 0; dn < DH / 8; dn++)
+                        *(float2 *)(o + dn * 8) = make_float2(O[0][dn][2 * hr] * inv, O[0][dn][2 * hr + 1] * inv);
+                }
+                break;
+            }
+
+            /* Split item: merge the four warps' key quarters in warp order. */
+    #pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+    #pragma unroll
+                for (int hr = 0; hr < 2; hr++)
+                    if (mt < n_mt && c == 0) {
+                        const int r = mt * 16 + g + 8 * hr;
+                        ml_s[(warp * 32 + r) * 2] = m[mt][hr];
+                        ml_s[(warp * 32 + r) * 2 + 1] = l[mt][hr];
+                    }
+            __syncthreads();
+    #pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                if (mt >= n_mt)
+                    break;
+    #pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int r = mt * 16 + g + 8 * hr;
+                    float M = -INFINITY;
+                    for (int w = 0; w < 4; w++)
+                        M = fmaxf(M, ml_s[(w * 32 + r) * 2]);
+                    const float ew = m[mt][hr] == -INFINITY ? 0.f : expf(m[mt][hr] - M);
+                    float *dst = mrg + (size_t)(warp * 32 + r) * DH + 2 * c;
+    #pragma unroll
+                    for (int dn = 0; dn < DH / 8; dn++)
+                        *(float2 *)(dst + dn * 8) = make_float2(O[mt][dn][2 * hr] * ew, O[mt][dn][2 * hr + 1] * ew);
+                }
+            }
+            __syncthreads();
+            for (int e = tid; e < it.rows * DH; e += TC_THREADS) {
+                const int r = e / DH, d = e % DH, tt = r / ng;
+                const int S = t_S[tt];
+                if (s >= S)
+                    continue;
                 float M = -INFINITY;
                 for (int w = 0; w < 4; w++)
                     M = fmaxf(M, ml_s[(w * 32 + r) * 2]);
-                const float ew = m[mt][hr] == -INFINITY ? 0.f : expf(m[mt][hr] - M);
-                float *dst = mrg + (size_t)(warp * 32 + r) * DH + 2 * c;
-#pragma unroll
-                for (int dn = 0; dn < DH / 8; dn++)
-                    *(float2 *)(dst + dn * 8) = make_float2(O[mt][dn][2 * hr] * ew, O[mt][dn][2 * hr + 1] * ew);
-            }
-        }
-        __syncthreads();
-        for (int e = tid; e < it.rows * DH; e += TC_THREADS) {
-            const int r = e / DH, d = e % DH, tt = r / ng;
-            const int S = t_S[tt];
-            if (s >= S)
-                continue;
-            float M = -INFINITY;
-            for (int w = 0; w < 4; w++)
-                M = fmaxf(M, ml_s[(w * 32 + r) * 2]);
-            float L = 0.f, acc = 0.f;
-            for (int w = 0; w < 4; w++) {
-                const float mw = ml_s[(w * 32 + r) * 2];
-                L += mw == -INFINITY ? 0.f : ml_s[(w * 32 + r) * 2 + 1] * expf(mw - M);
-                acc += mrg[(size_t)(w * 32 + r) * DH + d];
-            }
-            const int i = t_i[tt], h = kvh * ng + r % ng;
-            if (S == 1) {
-                p.out[((size_t)i * p.H + h) * DH + d] = L > 0.f ? acc * (1.f / L) : 0.f;
-            } else {
-                const size_t prow = (size_t)(a.qoff[i] + s) * p.H + h;
-                p.part_acc[prow * DH + d] = acc;
-                if (d == 0) {
-                    p.part_ml[prow * 2] = M;
-                    p.part_ml[prow * 2 + 1] = L;
+                float L = 0.f, acc = 0.f;
+                for (int w = 0; w < 4; w++) {
+                    const float mw = ml_s[(w * 32 + r) * 2];
+                    L += mw == -INFINITY ? 0.f : ml_s[(w * 32 + r) * 2 + 1] * expf(mw - M);
+                    acc += mrg[(size_t)(w * 32 + r) * DH + d];
                 }
+                const int i = t_i[tt], h = kvh * ng + r % ng;
+                if (S == 1) {
+                    p.out[((size_t)i * p.H + h) * DH + d] = L > 0.f ? acc * (1.f / L) : 0.f;
+                } else {
+                    const size_t prow = (size_t)(a.qoff[i] + s) * p.H + h;
+                    p.part_acc[prow * DH + d] = acc;
+                    if (d == 0) {
+                        p.part_ml[prow * 2] = M;
+                        p.part_ml[prow * 2 + 1] = L;
+                    }
+                }
+            }
+        } while (0);
+
+        /* The last split item of (group, KV head) to finish merges the splits of the group's
+         * tokens that have more than one, in split order (threadFenceReduction in the CUDA
+         * samples); every item arrives, also one whose split is empty. */
+        if (!pre && gr[3] > 1) {
+            __threadfence();
+            __syncthreads();
+            if (tid == 0) {
+                int *ctr = p.att_cnt + (size_t)lo * p.Hkv + kvh;
+                s_last = atomicAdd(ctr, 1) == gr[3] - 1;
+                if (s_last)
+                    *ctr = 0; /* every item has arrived: ready for the next call */
+            }
+            __syncthreads();
+            if (s_last) {
+                __threadfence();
+                tc_combine<DH>(a, p, t_i, t_S, ntok, ng, kvh);
             }
         }
     }

@@ -162,6 +162,7 @@ typedef struct {
     seer_cuda_buf fallback[2];/* index arrays an op uploads itself (no batch_begin copy) */
     seer_cuda_buf gather_tmp; /* gather_rows when y overlaps x */
     seer_cuda_buf attn_part;  /* flash-decoding partials */
+    seer_cuda_buf att_cnt;    /* tensor-core attention's arrival counters (zero between calls) */
     seer_cuda_buf kv_read;    /* kv_read's rows in f32 before they go to the host */
     seer_cuda_buf argmax_ids; /* argmax_rows results before they go to the host */
     /* sample.cu: sample_rows / accept_chains descriptors and results, working rows of
