@@ -325,6 +325,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
      * layer and head). Items per group: its most splits, times the KV heads. */
     int n_grp = 0;
     long long n_work_tc = 0;
+    bool merge_here = false; /* some group merges its splits in the kernel */
     if (tc) {
         for (int b = 0; b < n_seq; b++) {
             const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
@@ -346,8 +347,16 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                 int32_t *gr = h + o_grp + 4 * (size_t)n_grp;
                 gr[0] = o + k;
                 gr[1] = n;
-                gr[2] = pre;
+                /* a lone token's splits (a decode step) are merged by the kernel's last split
+                 * item; a chain's by the combine kernel, more rows in parallel. Both merge in
+                 * the same order with the same arithmetic: the results are identical. */
+                const bool here = !pre && n == 1 && S > 1;
+                gr[2] = pre | (here ? 2 : 0);
                 gr[3] = S;
+                if (here) {
+                    h[o_tmode + i0] = 2;
+                    merge_here = true;
+                }
                 h[o_gitem + n_grp] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
                 n_work_tc += (long long)S * Hkv;
                 n_grp++;
@@ -374,7 +383,10 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         const size_t n_part = (size_t)n_q * H * ((size_t)Dh + 2);
         SEER_TRY(seer_cuda_reserve(c, &c->attn_part, n_part * sizeof(float), "attention partials"));
     }
-    if (tc && split) { /* the tensor-core kernel's arrival counters: zero, and kept so */
+    bool need_combine = false; /* a token with splits left to the combine kernel */
+    for (int i = 0; i < T; i++)
+        need_combine |= h[o_qoff + i + 1] - h[o_qoff + i] > 1 && h[o_tmode + i] == 0;
+    if (merge_here) { /* the tensor-core kernel's arrival counters: zero, and kept so */
         const size_t n_cnt = (size_t)n_grp * Hkv * sizeof(int);
         if (n_cnt > c->att_cnt.cap) {
             SEER_TRY(seer_cuda_reserve(c, &c->att_cnt, n_cnt, "attention split counters"));
@@ -439,6 +451,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         gbk *= 2;
     a->grid_bucket = gbk < cap ? gbk : cap;
     a->split = split;
+    a->need_combine = need_combine;
     a->tc = tc;
     a->valid = true;
     c->fw.T = T;
@@ -828,7 +841,7 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
         LAUNCH_TRY("attn_partial_kernel");
     }
     seer_cuda_prof_mark(c, false, "attention (partials)");
-    if (a->split && !a->tc) { /* the tensor-core kernel merges its splits itself */
+    if (a->need_combine) { /* tokens the partial kernels left split (tmode 0) */
         const int rows = c->fw.padded ? c->fw.T_pad : T;
         attn_combine_kernel<<<(unsigned)((size_t)rows * H), 128, 0, c->stream>>>(p);
         LAUNCH_TRY("attn_combine_kernel");

@@ -73,9 +73,11 @@ struct att_desc {
     const int32_t *tok_seq, *tok_slot, *ncand, *len0, *tok_off, *cand_tok, *cand_slot;
     const int32_t *page_off, *pages, *view, *vlist, *vidx, *qoff;
     int n_work_tc, n_grp;
-    const int32_t *grp;   /* [n_grp][4]: first index into cand_tok, tokens, prefill, splits */
+    const int32_t *grp;   /* [n_grp][4]: first index into cand_tok, tokens, flags (1 prefill,
+                             2 merged in the kernel), splits */
     const int32_t *gitem; /* [n_grp + 1]: first work item of each group */
-    const int32_t *tmode; /* [T]: 1 = the token's sequence is prefilled in one split */
+    const int32_t *tmode; /* [T]: 1 = the token's sequence is prefilled in one split, 2 = the
+                             partial kernel merges its splits; 0 = the combine kernel does */
     const uint8_t *mask; /* NULL: causal among the new tokens */
 };
 

@@ -192,7 +192,9 @@ static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item 
 }
 
 /* Merges each split token's S partials (unnormalised sums, running max and sum per split) in
- * split order: a warp per row (token, head of the group), lanes over the head's elements. */
+ * split order: a warp per row (token, head of the group), lanes over the head's elements.
+ * The same arithmetic in the same order as attn_combine_kernel (attention.cu), so a token's
+ * output does not depend on which of the two merged it. */
 template <int DH>
 static __device__ void tc_combine(const att_desc &a, const attn_params &p, const int *t_i,
                                   const int *t_S, int ntok, int ng, int kvh) {
@@ -209,9 +211,10 @@ static __device__ void tc_combine(const att_desc &a, const attn_params &p, const
         for (int o = 16; o > 0; o >>= 1)
             M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
         float L = 0.f;
-        for (int k = lane; k < S; k += 32) {
+        for (int k = lane; k < S; k += 32) { /* written as attn_combine_kernel writes it */
             const float m = __ldcg(&p.part_ml[(row0 + k * rs) * 2]);
-            L += m == -INFINITY ? 0.f : __ldcg(&p.part_ml[(row0 + k * rs) * 2 + 1]) * expf(m - M);
+            const float w = m == -INFINITY ? 0.f : expf(m - M);
+            L += __ldcg(&p.part_ml[(row0 + k * rs) * 2 + 1]) * w;
         }
         for (int o = 16; o > 0; o >>= 1)
             L += __shfl_xor_sync(0xffffffffu, L, o);
@@ -266,7 +269,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
         }
         const int32_t *gr = a.grp + 4 * lo;
         const int first = gr[0], ntok = gr[1];
-        const bool pre = gr[2] != 0;
+        const bool pre = gr[2] & 1, merge_here = (gr[2] & 2) != 0;
         const int local = item - a.gitem[lo], kvh = local % p.Hkv, s = local / p.Hkv;
         const att_tok t0 = att_token(a, a.cand_tok[first], p.layer, kvh);
         if (tid < ntok) {
@@ -458,10 +461,11 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
             }
         } while (0);
 
-        /* The last split item of (group, KV head) to finish merges the splits of the group's
-         * tokens that have more than one, in split order (threadFenceReduction in the CUDA
-         * samples); every item arrives, also one whose split is empty. */
-        if (!pre && gr[3] > 1) {
+        /* A group marked so (a lone token): the last split item of (group, KV head) to finish
+         * merges the token's splits, in split order as attn_combine_kernel does
+         * (threadFenceReduction in the CUDA samples); every item arrives, also one whose split
+         * is empty. */
+        if (merge_here) {
             __threadfence();
             __syncthreads();
             if (tid == 0) {

@@ -114,7 +114,8 @@ typedef struct {
     long long n_work;            /* (token, split, head chunk) items of the partial kernel */
     int grid;                    /* its blocks op by op: min(n_work, resident capacity) */
     int grid_bucket;             /* its blocks in a recorded call: a power of two, capped */
-    bool split;                  /* some token has more than one split: the combine kernel runs */
+    bool split;                  /* some token has more than one split */
+    bool need_combine;           /* ... which the partial kernel does not merge: the combine runs */
     bool tc;                     /* the tensor-core kernel serves this batch (attention_tc.cu) */
 } seer_cuda_attn;
 
