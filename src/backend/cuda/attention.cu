@@ -697,6 +697,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p
 __global__ void attn_combine_kernel(attn_params p) {
     __shared__ float wsm[ATT_COMBINE_W];
     __shared__ float M_s, L_s;
+    pdl_trigger();
+    pdl_wait();
     const att_desc a = att_desc_load(p.desc);
     const int i = blockIdx.x / p.H, h = blockIdx.x % p.H;
     if (i >= a.T || a.tmode[i])
@@ -843,7 +845,7 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
     seer_cuda_prof_mark(c, false, "attention (partials)");
     if (a->need_combine) { /* tokens the partial kernels left split (tmode 0) */
         const int rows = c->fw.padded ? c->fw.T_pad : T;
-        attn_combine_kernel<<<(unsigned)((size_t)rows * H), 128, 0, c->stream>>>(p);
+        CUDA_TRY(seer_cuda_launch(c, attn_combine_kernel, dim3((unsigned)((size_t)rows * H)), dim3(128), 0, p));
         LAUNCH_TRY("attn_combine_kernel");
     }
     return SEER_OK;

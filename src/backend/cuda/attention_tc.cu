@@ -253,6 +253,9 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
     float *mrg = (float *)kvs;         /* [warp][32 rows][DH] after the tiles */
     __shared__ int s_last;
 
+    /* The descriptor, token info and key addresses come from batch_begin: only q and the
+     * cache (written by the kernels before) wait for them (pdl_wait before the first use). */
+    pdl_trigger();
     const att_desc a = att_desc_load(p.desc);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     const int ng = p.group;
@@ -287,6 +290,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
         const long long chunk = pre ? (long long)max_nvis : att_chunk(t0.n_vis);
         const int begin = (int)(pre ? 0 : s * chunk);
         const int end = (int)min((long long)begin + chunk, (long long)max_nvis);
+        pdl_wait(); /* from here on q, the cache and the outputs are ours */
         do { /* break: the item is done */
             if (begin >= end)
                 break;
@@ -525,9 +529,9 @@ seer_status attn_tc_capacity(seer_cuda *c, int Dh, int *out) {
 
 seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, int grid) {
     if (p.Dh == 64)
-        attn_tc_kernel<64><<<(unsigned)grid, TC_THREADS, tc_smem(64), c->stream>>>(p);
+        CUDA_TRY(seer_cuda_launch(c, attn_tc_kernel<64>, dim3((unsigned)grid), dim3(TC_THREADS), tc_smem(64), p));
     else
-        attn_tc_kernel<128><<<(unsigned)grid, TC_THREADS, tc_smem(128), c->stream>>>(p);
+        CUDA_TRY(seer_cuda_launch(c, attn_tc_kernel<128>, dim3((unsigned)grid), dim3(TC_THREADS), tc_smem(128), p));
     LAUNCH_TRY("attn_tc_kernel");
     return SEER_OK;
 }

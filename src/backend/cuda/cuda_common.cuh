@@ -80,6 +80,14 @@ static __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* ---- programmatic dependent launch ------------------------------------------------------ */
+
+/* A kernel launched with seer_cuda_launch may start while the kernel before it in the stream
+ * finishes: it must call pdl_wait() before reading anything that kernel writes; pdl_trigger()
+ * lets the next one start likewise. Without the launch attribute both do nothing. */
+static __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;"); }
+static __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 /* ---- state ---------------------------------------------------------------------------- */
 
 /* A grow-only device buffer owned by the backend. */
@@ -210,6 +218,24 @@ void seer_cuda_prof_mark(seer_cuda *c, bool base, const char *fmt, ...);
 void seer_cuda_prof_free(seer_cuda *c);
 
 static inline seer_cuda *seer_cuda_of(seer_backend *be) { return (seer_cuda *)be->impl; }
+
+/* kernel<<<grid, block, smem, stream>>>(args) with programmatic dependent launch allowed
+ * (unless SEER_CUDA_PDL=0). */
+template <typename... KArgs, typename... Args>
+static cudaError_t seer_cuda_launch(const seer_cuda *c, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                                    size_t smem, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = c->mm_pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 /* ---- memory --------------------------------------------------------------------------- */
 

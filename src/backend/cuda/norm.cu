@@ -36,6 +36,8 @@ template <int VPT>
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_vec_kernel(float *y, const float *x, const float *w, int D, float eps) {
     __shared__ float part[NORM_THREADS / 32];
+    pdl_trigger();
+    pdl_wait();
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * D);
     float4 *yr = (float4 *)(y + (size_t)blockIdx.x * D);
     const int n4 = D / 4;
@@ -74,9 +76,9 @@ seer_status seer_cuda_rmsnorm(seer_backend *be, float *y, const float *x, const 
         return SEER_OK;
     const bool vec = D % 4 == 0 && ((uintptr_t)x | (uintptr_t)y | (uintptr_t)w) % 16 == 0;
     if (vec && D <= NORM_THREADS * 4 * 2)
-        rmsnorm_vec_kernel<2><<<(unsigned)T, NORM_THREADS, 0, c->stream>>>(y, x, w, D, eps);
+        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<2>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
     else if (vec && D <= NORM_THREADS * 4 * 8)
-        rmsnorm_vec_kernel<8><<<(unsigned)T, NORM_THREADS, 0, c->stream>>>(y, x, w, D, eps);
+        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<8>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
     else
         rmsnorm_kernel<<<(unsigned)T, NORM_THREADS, 0, c->stream>>>(y, x, w, D, eps);
     LAUNCH_TRY("rmsnorm_kernel");

@@ -88,6 +88,8 @@ __global__ void rope_store_kernel(float *q, float *k, const float *v, const floa
                                   const int32_t *page, const int32_t *row, int T, int H, int Hkv,
                                   int Dh, int neox, int layer, int n_layers, int n_pages, int page_size) {
     const int half = Dh / 2, NH = H + 2 * Hkv;
+    pdl_trigger();
+    pdl_wait();
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)T * NH * half)
         return;
@@ -141,9 +143,9 @@ seer_status seer_cuda_rope_kv_store(seer_backend *be, float *q, float *k, const 
     SEER_TRY(seer_cuda_index(c, SEER_IDX_PAGE, page, T, 0, &dpage));
     SEER_TRY(seer_cuda_index(c, SEER_IDX_ROW, row, T, 1, &drow));
     const size_t n = (size_t)T * (H + 2 * Hkv) * half;
-    rope_store_kernel<<<seer_cuda_grid(n, 128), 128, 0, c->stream>>>(q, k, v, tab, (bf16 *)kv, dpage, drow,
-                                                                     T, H, Hkv, Dh, neox, layer, g->n_layers,
-                                                                     g->n_pages, g->page_size);
+    CUDA_TRY(seer_cuda_launch(c, rope_store_kernel, dim3(seer_cuda_grid(n, 128)), dim3(128), 0, q, k, v, tab,
+                              (bf16 *)kv, dpage, drow, T, H, Hkv, Dh, neox, layer, g->n_layers, g->n_pages,
+                              g->page_size));
     LAUNCH_TRY("rope_store_kernel");
     return SEER_OK;
 }
