@@ -338,8 +338,8 @@ static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float
         cnt = (int *)c->mm_cnt.p;
     }
     const bool vec = cols % 8 == 0 && (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0;
-    /* an accumulating output is read by the block that writes it: no early start */
-    const bool pdl = c->mm_pdl && !out.acc;
+    /* outputs are written after griddepcontrol.wait, accumulating ones too */
+    const bool pdl = c->mm_pdl;
     const mm_kernel_fn fn = vec ? mm_pick<true>(nt) : mm_pick<false>(nt);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)blocks);
