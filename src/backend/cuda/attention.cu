@@ -325,7 +325,6 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
      * layer and head). Items per group: its most splits, times the KV heads. */
     int n_grp = 0;
     long long n_work_tc = 0;
-    bool merge_here = false; /* some group merges its splits in the kernel */
     if (tc) {
         for (int b = 0; b < n_seq; b++) {
             const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
@@ -353,10 +352,8 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                 const bool here = !pre && n == 1 && S > 1;
                 gr[2] = pre | (here ? 2 : 0);
                 gr[3] = S;
-                if (here) {
+                if (here)
                     h[o_tmode + i0] = 2;
-                    merge_here = true;
-                }
                 h[o_gitem + n_grp] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
                 n_work_tc += (long long)S * Hkv;
                 n_grp++;
@@ -386,8 +383,9 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     bool need_combine = false; /* a token with splits left to the combine kernel */
     for (int i = 0; i < T; i++)
         need_combine |= h[o_qoff + i + 1] - h[o_qoff + i] > 1 && h[o_tmode + i] == 0;
-    if (merge_here) { /* the tensor-core kernel's arrival counters: zero, and kept so */
-        const size_t n_cnt = (size_t)n_grp * Hkv * sizeof(int);
+    if (tc) { /* the tensor-core kernel's arrival counters: zero, and kept so. Reserved for
+                 every batch, so that a recording never holds a pointer from before them. */
+        const size_t n_cnt = (size_t)(n_grp > 16 ? n_grp : 16) * Hkv * sizeof(int);
         if (n_cnt > c->att_cnt.cap) {
             SEER_TRY(seer_cuda_reserve(c, &c->att_cnt, n_cnt, "attention split counters"));
             CUDA_TRY(cudaMemsetAsync(c->att_cnt.p, 0, c->att_cnt.cap, c->stream));

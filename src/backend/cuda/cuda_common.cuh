@@ -141,7 +141,7 @@ typedef struct {
 typedef struct {
     const void *key;
     int T_pad, n_out_pad, att_grid;
-    bool att_split, warm, failed;
+    bool att_split, att_combine, warm, failed;
     unsigned long gen, last_use;
     cudaGraphExec_t exec;  /* NULL: seen (warm) but not recorded yet */
 } seer_cuda_graph;
