@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench-gpu.sh: decode at real shapes in one call on a GPU machine. Builds the seer tool and
 # test_bench with CUDA into build-gpu, then runs the sections asked for, each bounded in time:
-#   plain   seer bench, synthetic Llama-3.1-8B (bf16), B = 1 at 4K and 32K, against the floor
+#   plain   seer bench, synthetic Llama-3.1-8B (bf16), B = 1 at 4K and 32K, against the floor,
+#           and the prefill of a 32K prompt
 #   check   test_bench: the synthetic weights, KV fill and bandwidth probe on the GPU against
 #           the CPU reference
 #   depth   B = 1 at 4K .. 128K, with streaming self-speculation (K 512, G 4) under
@@ -112,8 +113,8 @@ run_all() {
   spec="--spec streaming --spec-budget-list 512 --spec-gamma-list 4 --synthetic-accept 0.8"
   for s in $sections; do
     case $s in
-      plain) bench plain 90 --synthetic "$plain_shape" --ctx-list "$plain_ctx" --batch-list "$plain_batch" \
-               --steps 20 ;;
+      plain) bench plain 120 --synthetic "$plain_shape" --ctx-list "$plain_ctx" --batch-list "$plain_batch" \
+               --steps 20 --prefill 32768 ;;
       peer) peer ;;
       check)
         echo "== check: test_bench"
