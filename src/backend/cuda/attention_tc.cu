@@ -55,16 +55,7 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src, in
 }
 
 static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-static __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-/* Rows of DH bf16 in shared memory, their 16-byte chunks XOR-swizzled by the row (chunk
- * c of row r at c ^ (r & 7)): the eight rows one ldmatrix phase reads, and the eight chunks
- * a warp's cp.async writes, fall in distinct banks without padding. */
-template <int DH>
-static __device__ __forceinline__ int swz(int row, int chunk) {
-    return row * DH + ((chunk ^ (row & 7)) << 3);
-}
+static __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
 static __device__ __forceinline__ float quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -76,15 +67,13 @@ static __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-/* Shared memory of a block, in the order the kernel carves it. Split items keep three K/V
- * tiles in flight (TC_STAGES); prefill items two, and their Q rows 32..63 in the third. */
-#define TC_STAGES 3
+/* Shared memory of a block, in the order the kernel carves it. */
 static __host__ __device__ constexpr size_t tc_smem(int dh) {
-    return (size_t)32 * dh * 2                        /* Q rows 0..31, bf16 */
-           + (size_t)TC_STAGES * 2 * 64 * dh * 2      /* K and V tiles */
-           + TC_STAGES * 64 * 8 + TC_STAGES * 64 * 4  /* key offsets, candidate of each key */
-           + 4 * 64 * 4                               /* token, visible count, slot, splits */
-           + 4 * 32 * 2 * 4;                          /* each warp's (m, l) per row for the merge */
+    return (size_t)64 * (dh + 8) * 2        /* Q rows, bf16 */
+           + (size_t)4 * 64 * (dh + 8) * 2  /* two stages of K and V tiles */
+           + 2 * 64 * 8 + 2 * 64 * 4        /* key offsets, candidate of each key */
+           + 4 * 64 * 4                     /* token, visible count, slot, splits per row token */
+           + 4 * 32 * 2 * 4;                /* each warp's (m, l) per row for the merge */
 }
 
 /* What the rows of an item share, in shared memory. */
@@ -116,11 +105,11 @@ static __device__ __forceinline__ bool tc_visible(const att_desc &a, const tc_it
  */
 template <int DH, int NKT>
 static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item &it,
-                                               const bf16 *qa, const bf16 *qb, const bf16 *Ks,
-                                               const bf16 *Vs,
+                                               const bf16 *qs, const bf16 *Ks, const bf16 *Vs,
                                                const long long *koff, const int *kcand, int mt,
                                                int kl0, int kbase, bool full, float scale,
                                                float (&m)[2], float (&l)[2], float (&O)[DH / 8][4]) {
+    constexpr int LD = DH + 8;
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     float S[NKT][4];
 #pragma unroll
@@ -128,16 +117,15 @@ static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item 
         S[n][0] = S[n][1] = S[n][2] = S[n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < DH / 16; kk++) {
-        uint32_t qf[4];
-        const int qr = mt * 16 + (lane & 15);
-        ldsm_x4(qf, (qr < 32 ? qa + swz<DH>(qr, kk * 2 + (lane >> 4)) : qb + swz<DH>(qr - 32, kk * 2 + (lane >> 4))));
+        uint32_t qa[4];
+        ldsm_x4(qa, qs + (size_t)(mt * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
         for (int n2 = 0; n2 < NKT / 2; n2++) {
             uint32_t kb[4];
             const int j = lane >> 3;
-            ldsm_x4(kb, Ks + swz<DH>(kl0 + n2 * 16 + (j >> 1) * 8 + (lane & 7), kk * 2 + (j & 1)));
-            mma_bf16(S[2 * n2], qf[0], qf[1], qf[2], qf[3], kb[0], kb[1]);
-            mma_bf16(S[2 * n2 + 1], qf[0], qf[1], qf[2], qf[3], kb[2], kb[3]);
+            ldsm_x4(kb, Ks + (size_t)(kl0 + n2 * 16 + (j >> 1) * 8 + (lane & 7)) * LD + kk * 16 + (j & 1) * 8);
+            mma_bf16(S[2 * n2], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+            mma_bf16(S[2 * n2 + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
         }
     }
     float alpha[2];
@@ -192,11 +180,11 @@ static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item 
         const uint32_t p2 = pack_bf16(S[2 * j + 1][0], S[2 * j + 1][1]),
                        p3 = pack_bf16(S[2 * j + 1][2], S[2 * j + 1][3]);
         const int jj = lane >> 3;
-        const int vr = kl0 + j * 16 + (jj & 1) * 8 + (lane & 7);
+        const bf16 *vrow = Vs + (size_t)(kl0 + j * 16 + (jj & 1) * 8 + (lane & 7)) * LD + (jj >> 1) * 8;
 #pragma unroll
         for (int d2 = 0; d2 < DH / 16; d2++) {
             uint32_t vb[4];
-            ldsm_x4_t(vb, Vs + swz<DH>(vr, d2 * 2 + (jj >> 1)));
+            ldsm_x4_t(vb, vrow + d2 * 16);
             mma_bf16(O[2 * d2], p0, p1, p2, p3, vb[0], vb[1]);
             mma_bf16(O[2 * d2 + 1], p0, p1, p2, p3, vb[2], vb[3]);
         }
@@ -254,14 +242,13 @@ static __device__ void tc_combine(const att_desc &a, const attn_params &p, const
  * items; item = gitem[group] + split * Hkv + KV head. */
 template <int DH>
 __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
-    constexpr int TT = TC_TK * DH; /* bf16 of one K or V tile */
+    constexpr int LD = DH + 8;
     extern __shared__ __align__(16) unsigned char tc_sm[];
-    bf16 *qs = (bf16 *)tc_sm;  /* Q rows 0..31 */
-    bf16 *kvs = qs + 32 * DH;  /* [stage][K, V][64 keys][DH], swizzled */
-    bf16 *qs2 = kvs + 4 * TT;  /* prefill: Q rows 32..63 in the third stage */
-    long long *koff = (long long *)(kvs + TC_STAGES * 2 * TT);
-    int *kcand = (int *)(koff + TC_STAGES * 64);
-    int *t_i = kcand + TC_STAGES * 64, *t_nvis = t_i + 64, *t_slot = t_nvis + 64, *t_S = t_slot + 64;
+    bf16 *qs = (bf16 *)tc_sm;
+    bf16 *kvs = qs + 64 * LD; /* [stage][K, V][64][LD] */
+    long long *koff = (long long *)(kvs + 4 * 64 * LD);
+    int *kcand = (int *)(koff + 2 * 64);
+    int *t_i = kcand + 2 * 64, *t_nvis = t_i + 64, *t_slot = t_nvis + 64, *t_S = t_slot + 64;
     float *ml_s = (float *)(t_S + 64); /* [warp][32 rows][m, l] */
     float *mrg = (float *)kvs;         /* [warp][32 rows][DH] after the tiles */
     __shared__ int s_last;
@@ -320,7 +307,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
                     w = make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
                                    pack_bf16(x1.z, x1.w));
                 }
-                *(uint4 *)(r < 32 ? qs + swz<DH>(r, d8) : qs2 + swz<DH>(r - 32, d8)) = w;
+                *(uint4 *)(qs + (size_t)r * LD + d8 * 8) = w;
             }
 
             const int32_t *pages = a.pages + a.page_off[t0.b];
@@ -360,7 +347,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
                     const int key = rem / (DH / 8), ch = rem % (DH / 8);
                     const long long o = koff[st * TC_TK + key];
                     const bf16 *src = o >= 0 ? p.kv + o + (size_t)which * p.kv_stride + ch * 8 : p.kv;
-                    cp_async16(kvs + (size_t)(st * 2 + which) * TT + swz<DH>(key, ch), src, o >= 0 ? 16 : 0);
+                    cp_async16(kvs + ((size_t)(st * 2 + which) * TC_TK + key) * LD + ch * 8, src, o >= 0 ? 16 : 0);
                 }
             };
 
@@ -374,39 +361,32 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
                     O[mt][dn][0] = O[mt][dn][1] = O[mt][dn][2] = O[mt][dn][3] = 0.f;
             }
 
-            /* nst tiles in flight: the loads of tile t + nst - 1 go out before tile t is used */
-            const int n_tiles = (end - begin + TC_TK - 1) / TC_TK, nst = pre ? 2 : TC_STAGES;
-            bool full[TC_STAGES] = {false, false, false};
-            for (int t = 0; t < nst - 1; t++) {
-                if (t < n_tiles) {
-                    full[t] = __syncthreads_and(prep(t, begin + t * TC_TK));
-                    load(t);
-                }
-                cp_async_commit();
-            }
+            const int n_tiles = (end - begin + TC_TK - 1) / TC_TK;
+            bool full[2];
+            full[0] = __syncthreads_and(prep(0, begin));
+            full[1] = false;
+            load(0);
+            cp_async_commit();
             for (int t = 0; t < n_tiles; t++) {
-                const int st = t % nst, tn = t + nst - 1;
-                if (tn < n_tiles) {
-                    full[tn % nst] = __syncthreads_and(prep(tn % nst, begin + tn * TC_TK));
-                    load(tn % nst);
+                const int st = t & 1;
+                if (t + 1 < n_tiles) {
+                    full[st ^ 1] = __syncthreads_and(prep(st ^ 1, begin + (t + 1) * TC_TK));
+                    load(st ^ 1);
                 }
                 cp_async_commit();
-                if (pre)
-                    cp_async_wait<1>();
-                else
-                    cp_async_wait<TC_STAGES - 1>();
+                cp_async_wait1();
                 __syncthreads();
-                const bf16 *Ks = kvs + (size_t)(st * 2) * TT, *Vs = Ks + TT;
+                const bf16 *Ks = kvs + (size_t)(st * 2) * TC_TK * LD, *Vs = Ks + (size_t)TC_TK * LD;
                 const long long *ko = koff + st * TC_TK;
                 const int *kc = kcand + st * TC_TK;
                 const int kbase = begin + t * TC_TK;
                 if (pre) {
                     if (warp * 16 < it.rows)
-                        tc_tile<DH, 8>(a, it, qs, qs2, Ks, Vs, ko, kc, warp, 0, kbase, full[st], p.scale, m[0], l[0], O[0]);
+                        tc_tile<DH, 8>(a, it, qs, Ks, Vs, ko, kc, warp, 0, kbase, full[st], p.scale, m[0], l[0], O[0]);
                 } else {
-                    tc_tile<DH, 2>(a, it, qs, qs2, Ks, Vs, ko, kc, 0, warp * 16, kbase, full[st], p.scale, m[0], l[0], O[0]);
+                    tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 0, warp * 16, kbase, full[st], p.scale, m[0], l[0], O[0]);
                     if (n_mt == 2)
-                        tc_tile<DH, 2>(a, it, qs, qs2, Ks, Vs, ko, kc, 1, warp * 16, kbase, full[st], p.scale, m[1], l[1],
+                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 1, warp * 16, kbase, full[st], p.scale, m[1], l[1],
                                        O[1]);
                 }
                 __syncthreads();
