@@ -14,8 +14,9 @@
 #   long    Llama-3.1-8B at 128K, B = 2 and 3, the same speculation as depth
 #   peer    HF transformers at the plain section's points (scripts/hf_peer.py: the same
 #           synthetic shape, LlamaForCausalLM bf16, SDPA, DynamicCache, eager), then seer bench
-#           at the same points with --peer: the peer's ms/step and seer's speedup over it in
-#           the table, the JSON and the plot (needs python3 with torch and transformers)
+#           at the same points with --peer (and the depth section's speculation): the peer's
+#           ms/step and seer's speedup over it in the table, the JSON and the plot (needs
+#           python3 with torch and transformers)
 #   profile device time per op (SEER_CUDA_PROFILE) at 4K and 32K, B = 1 and 8, plain and
 #           streaming speculation
 # The log goes to $OUT/bench-gpu.log when OUT is set (else build-gpu/bench/), with each
@@ -86,8 +87,8 @@ peer() {
     echo "== peer: hf_peer.py wrote no points, so seer's run with --peer is skipped"
     return
   fi
-  bench peer 90 --synthetic "$plain_shape" --ctx-list "$ctx" --batch-list "$batch" --steps 20 \
-    --prefill 0 --peer "$out/hf-peer.json"
+  bench peer 150 --synthetic "$plain_shape" --ctx-list "$ctx" --batch-list "$batch" --steps 20 \
+    --prefill 0 $spec --peer "$out/hf-peer.json"
 }
 
 run_all() {
