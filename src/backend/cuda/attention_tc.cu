@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TC_THREADS 128
+#define TC_THREADS 256 /* 8 warps: key parts x m-tiles */
 #define TC_TK 64
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
@@ -73,7 +73,7 @@ static __host__ __device__ constexpr size_t tc_smem(int dh) {
            + (size_t)4 * 64 * (dh + 8) * 2  /* two stages of K and V tiles */
            + 2 * 64 * 8 + 2 * 64 * 4        /* key offsets, candidate of each key */
            + 4 * 64 * 4                     /* token, visible count, slot, splits per row token */
-           + 4 * 32 * 2 * 4;                /* each warp's (m, l) per row for the merge */
+           + 128 * 2 * 4;                   /* (m, l) per key part and row for the merge */
 }
 
 /* What the rows of an item share, in shared memory. */
@@ -249,8 +249,8 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
     long long *koff = (long long *)(kvs + 4 * 64 * LD);
     int *kcand = (int *)(koff + 2 * 64);
     int *t_i = kcand + 2 * 64, *t_nvis = t_i + 64, *t_slot = t_nvis + 64, *t_S = t_slot + 64;
-    float *ml_s = (float *)(t_S + 64); /* [warp][32 rows][m, l] */
-    float *mrg = (float *)kvs;         /* [warp][32 rows][DH] after the tiles */
+    float *ml_s = (float *)(t_S + 64); /* [key part][rows of a part][m, l] */
+    float *mrg = (float *)kvs;         /* [key part][rows of a part][DH] after the tiles */
     __shared__ int s_last;
 
     /* The descriptor, token info and key addresses come from batch_begin: only q and the
@@ -295,7 +295,11 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
             if (begin >= end)
                 break;
             const tc_item it = {ntok, ng, ntok * ng, t_i, t_nvis, t_slot};
-            const int n_mt = pre ? 4 : (it.rows <= 16 ? 1 : 2);
+            const int n_mt = (it.rows + 15) / 16; /* m-tiles with rows: at most 2 split, 4 prefill */
+            /* Warp roles: key part kp of each tile (split: four of 16 keys, the fixed order a
+             * row's sum follows; prefill: two of 32) and m-tile mt of the rows. */
+            const int KP = pre ? 2 : 4, MR = pre ? 64 : 32; /* key parts, rows of a part */
+            const int kp = warp % KP, mt = warp / KP;
 
             /* Q rows (token, head of the group) as bf16; rows past the item's are zeros */
             for (int e = tid; e < n_mt * 16 * (DH / 8); e += TC_THREADS) {
@@ -351,15 +355,10 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
                 }
             };
 
-            float m[2][2], l[2][2], O[2][DH / 8][4];
+            float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, O[DH / 8][4];
     #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                m[mt][0] = m[mt][1] = -INFINITY;
-                l[mt][0] = l[mt][1] = 0.f;
-    #pragma unroll
-                for (int dn = 0; dn < DH / 8; dn++)
-                    O[mt][dn][0] = O[mt][dn][1] = O[mt][dn][2] = O[mt][dn][3] = 0.f;
-            }
+            for (int dn = 0; dn < DH / 8; dn++)
+                O[dn][0] = O[dn][1] = O[dn][2] = O[dn][3] = 0.f;
 
             const int n_tiles = (end - begin + TC_TK - 1) / TC_TK;
             bool full[2];
@@ -380,60 +379,38 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
                 const long long *ko = koff + st * TC_TK;
                 const int *kc = kcand + st * TC_TK;
                 const int kbase = begin + t * TC_TK;
-                if (pre) {
-                    if (warp * 16 < it.rows)
-                        tc_tile<DH, 8>(a, it, qs, Ks, Vs, ko, kc, warp, 0, kbase, full[st], p.scale, m[0], l[0], O[0]);
-                } else {
-                    tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 0, warp * 16, kbase, full[st], p.scale, m[0], l[0], O[0]);
-                    if (n_mt == 2)
-                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, 1, warp * 16, kbase, full[st], p.scale, m[1], l[1],
-                                       O[1]);
+                if (mt < n_mt) {
+                    if (pre) { /* its 32 keys as two steps of 16: the registers of one */
+                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 32, kbase, full[st], p.scale, m, l, O);
+                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 32 + 16, kbase, full[st], p.scale, m, l, O);
+                    } else
+                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 16, kbase, full[st], p.scale, m, l, O);
                 }
                 __syncthreads();
             }
 
-            if (pre) {
-                /* a warp holds its rows' whole softmax */
+            /* Merge the key parts in part order: each warp's (m, l) and its O scaled to the
+             * rows' common max, then summed part by part. */
     #pragma unroll
-                for (int hr = 0; hr < 2; hr++) {
-                    const int r = warp * 16 + g + 8 * hr;
-                    if (r >= it.rows)
-                        continue;
-                    const float inv = l[0][hr] > 0.f ? 1.f / l[0][hr] : 0.f;
-                    float *o = p.out + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + 2 * c;
-    #pragma unroll
-                    for (int dn = 0; dn < DH / 8; dn++)
-                        *(float2 *)(o + dn * 8) = make_float2(O[0][dn][2 * hr] * inv, O[0][dn][2 * hr + 1] * inv);
+            for (int hr = 0; hr < 2; hr++)
+                if (mt < n_mt && c == 0) {
+                    const int r = mt * 16 + g + 8 * hr;
+                    ml_s[(kp * MR + r) * 2] = m[hr];
+                    ml_s[(kp * MR + r) * 2 + 1] = l[hr];
                 }
-                break;
-            }
-
-            /* Split item: merge the four warps' key quarters in warp order. */
-    #pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-    #pragma unroll
-                for (int hr = 0; hr < 2; hr++)
-                    if (mt < n_mt && c == 0) {
-                        const int r = mt * 16 + g + 8 * hr;
-                        ml_s[(warp * 32 + r) * 2] = m[mt][hr];
-                        ml_s[(warp * 32 + r) * 2 + 1] = l[mt][hr];
-                    }
             __syncthreads();
-    #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                if (mt >= n_mt)
-                    break;
+            if (mt < n_mt) {
     #pragma unroll
                 for (int hr = 0; hr < 2; hr++) {
                     const int r = mt * 16 + g + 8 * hr;
                     float M = -INFINITY;
-                    for (int w = 0; w < 4; w++)
-                        M = fmaxf(M, ml_s[(w * 32 + r) * 2]);
-                    const float ew = m[mt][hr] == -INFINITY ? 0.f : expf(m[mt][hr] - M);
-                    float *dst = mrg + (size_t)(warp * 32 + r) * DH + 2 * c;
+                    for (int w = 0; w < KP; w++)
+                        M = fmaxf(M, ml_s[(w * MR + r) * 2]);
+                    const float ew = m[hr] == -INFINITY ? 0.f : expf(m[hr] - M);
+                    float *dst = mrg + (size_t)(kp * MR + r) * DH + 2 * c;
     #pragma unroll
                     for (int dn = 0; dn < DH / 8; dn++)
-                        *(float2 *)(dst + dn * 8) = make_float2(O[mt][dn][2 * hr] * ew, O[mt][dn][2 * hr + 1] * ew);
+                        *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * ew, O[dn][2 * hr + 1] * ew);
                 }
             }
             __syncthreads();
@@ -443,13 +420,13 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
                 if (s >= S)
                     continue;
                 float M = -INFINITY;
-                for (int w = 0; w < 4; w++)
-                    M = fmaxf(M, ml_s[(w * 32 + r) * 2]);
+                for (int w = 0; w < KP; w++)
+                    M = fmaxf(M, ml_s[(w * MR + r) * 2]);
                 float L = 0.f, acc = 0.f;
-                for (int w = 0; w < 4; w++) {
-                    const float mw = ml_s[(w * 32 + r) * 2];
-                    L += mw == -INFINITY ? 0.f : ml_s[(w * 32 + r) * 2 + 1] * expf(mw - M);
-                    acc += mrg[(size_t)(w * 32 + r) * DH + d];
+                for (int w = 0; w < KP; w++) {
+                    const float mw = ml_s[(w * MR + r) * 2];
+                    L += mw == -INFINITY ? 0.f : ml_s[(w * MR + r) * 2 + 1] * expf(mw - M);
+                    acc += mrg[(size_t)(w * MR + r) * DH + d];
                 }
                 const int i = t_i[tt], h = kvh * ng + r % ng;
                 if (S == 1) {
