@@ -5,7 +5,7 @@
 #           and the prefill of a 32K prompt
 #   check   test_bench: the synthetic weights, KV fill and bandwidth probe on the GPU against
 #           the CPU reference
-#   depth   B = 1 at 4K .. 128K, with streaming self-speculation (K 512, G 4) under
+#   depth   B = 1 at 4K .. 128K, with streaming self-speculation (K 512, G 2 and 4) under
 #           SYNTHETIC ACCEPTANCE 0.8
 #   batch   B = 4, 8 and 14 (about the H100's capacity at 32K) at 4K and 32K, the same
 #           speculation
@@ -111,7 +111,7 @@ run_all() {
   fi
   echo "built in ${SECONDS}s"
 
-  spec="--spec streaming --spec-budget-list 512 --spec-gamma-list 4 --synthetic-accept 0.8"
+  spec="--spec streaming --spec-budget-list 512 --spec-gamma-list 2,4 --synthetic-accept 0.8"
   for s in $sections; do
     case $s in
       plain) bench plain 120 --synthetic "$plain_shape" --ctx-list "$plain_ctx" --batch-list "$plain_batch" \
@@ -123,7 +123,7 @@ run_all() {
           grep -E 'bench_gpu|OK|FAIL|PASS|SKIP|ERROR' ;;
       depth) bench depth 150 --synthetic llama-3.1-8b --ctx-list 4096,16384,32768,65536,131072 \
                --batch-list 1 --steps 20 --prefill 0 $spec ;;
-      batch) bench batch 120 --synthetic llama-3.1-8b --ctx-list 4096,32768 --batch-list 4,8,14 \
+      batch) bench batch 150 --synthetic llama-3.1-8b --ctx-list 4096,32768 --batch-list 4,8,14 \
                --steps 20 --prefill 0 $spec ;;
       shapes)
         bench llama-2-7b 90 --synthetic llama-2-7b --ctx-list 4096,32768 --batch-list 1 --steps 20 $spec
