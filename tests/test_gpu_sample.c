@@ -225,12 +225,6 @@ static void test_sample_rows_vs_cpu(void **state) {
     pair_free(&b);
 }
 
-/* Upper critical value of chi-square with k degrees of freedom at tail 1e-6 (Wilson-Hilferty). */
-static double chi2_crit(int k) {
-    double z = 4.753, a = 2.0 / (9.0 * k);
-    double c = 1 - a + z * sqrt(a);
-    return k * c * c * c;
-}
 
 /* chi2 / critical of counts against n * probs, cells with expectation < 5 pooled. */
 static double chi2_ratio(const long *count, const float *probs, int V, long n) {
@@ -254,7 +248,7 @@ static double chi2_ratio(const long *count, const float *probs, int V, long n) {
         chi += (po - pe) * (po - pe) / (pe > 1 ? pe : 1);
         used++;
     }
-    return used > 1 ? chi / chi2_crit(used - 1) : 0;
+    return used > 1 ? chi / tu_chi2_crit(used - 1) : 0;
 }
 
 static void test_sampling_chi_square(void **state) {
@@ -418,114 +412,6 @@ static const char *gen_model(const char *name, int vocab, int dim, int layers, i
     return paths[k];
 }
 
-typedef struct {
-    int32_t t[3];
-    double p;
-} cell;
-
-/* The exact joint distribution of the first three tokens, from the model's own logits. */
-static int exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, cell *cells) {
-    const int V = seer_n_vocab(m);
-    seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = 64;
-    seer_context *c;
-    ASSERT_OK(seer_context_init(m, cp, &c));
-    float *lg = malloc(sizeof(float) * V), *pr[3];
-    for (int i = 0; i < 3; i++)
-        pr[i] = malloc(sizeof(float) * V);
-    void *scratch = malloc(seer_sampler_scratch_bytes(V));
-    seer_seq_id q;
-    ASSERT_OK(seer_seq_new(c, &q));
-    int32_t toks[64];
-    memcpy(toks, prompt, sizeof(int32_t) * n);
-    int nc = 0, at[3] = {0};
-    for (int lvl = 0; lvl >= 0;) {
-        if (at[lvl] == 0) { /* entering the level: its distribution after toks[0 .. n + lvl) */
-            const int len = n + lvl;
-            ASSERT_OK(seer_seq_rewind(c, q, 0));
-            int32_t sq[64], pos[64];
-            uint8_t w[64] = {0};
-            for (int i = 0; i < len; i++)
-                sq[i] = q, pos[i] = i;
-            w[len - 1] = 1;
-            seer_batch bt = {.n_tokens = len, .token = toks, .seq = sq, .pos = pos, .logits = w};
-            ASSERT_OK(seer_decode(c, &bt, lg));
-            seer_sampler_probs_with_history(&sp, toks, len, lg, pr[lvl], V, scratch);
-        }
-        int a = at[lvl];
-        while (a < V && pr[lvl][a] == 0)
-            a++;
-        if (a == V) {
-            at[lvl] = 0;
-            lvl--;
-            continue;
-        }
-        at[lvl] = a + 1;
-        toks[n + lvl] = a;
-        if (lvl < 2) {
-            lvl++;
-            continue;
-        }
-        cells[nc].t[0] = toks[n], cells[nc].t[1] = toks[n + 1], cells[nc].t[2] = toks[n + 2];
-        cells[nc++].p = (double)pr[0][toks[n]] * pr[1][toks[n + 1]] * pr[2][toks[n + 2]];
-    }
-    free(lg), free(scratch);
-    for (int i = 0; i < 3; i++)
-        free(pr[i]);
-    seer_context_free(c);
-    return nc;
-}
-
-static double chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prompt, int n,
-                           seer_sampler_params sp, const cell *cells, int nc, int n_runs) {
-    long *count = calloc(nc, sizeof(long));
-    seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = 64;
-    cp.n_batch_max = 32;
-    seer_context *c;
-    ASSERT_OK(seer_context_init(m, cp, &c));
-    seer_gen *g;
-    ASSERT_OK(seer_gen_init(c, spec, &g));
-    long other = 0;
-    for (int r = 0; r < n_runs; r++) {
-        sp.seed = 1000 + (uint64_t)r;
-        int h, active = 1;
-        ASSERT_OK(seer_gen_add(g, prompt, n, 3, sp, true, &h));
-        while (active)
-            ASSERT_OK(seer_gen_step(g, &active));
-        const int32_t *ids;
-        assert_int_equal(seer_gen_output(g, h, &ids), 3);
-        int k = 0;
-        while (k < nc && memcmp(cells[k].t, ids, sizeof cells[k].t))
-            k++;
-        if (k < nc)
-            count[k]++;
-        else
-            other++;
-        seer_gen_remove(g, h);
-    }
-    seer_gen_free(g);
-    seer_context_free(c);
-    assert_int_equal(other, 0);
-    double chi = 0, pe = 0, po = 0;
-    int used = 0;
-    for (int k = 0; k < nc; k++) {
-        const double e = cells[k].p * n_runs;
-        if (e < 5) {
-            pe += e, po += count[k];
-            continue;
-        }
-        chi += (count[k] - e) * (count[k] - e) / e;
-        used++;
-    }
-    if (pe > 0) {
-        chi += (po - pe) * (po - pe) / (pe > 1 ? pe : 1);
-        used++;
-    }
-    free(count);
-    return chi / chi2_crit(used - 1);
-}
-
 static seer_spec_params spec_of(seer_spec_kind k, seer_model *draft) {
     seer_spec_params sp = seer_spec_default_params();
     sp.kind = k;
@@ -552,19 +438,19 @@ static void test_spec_distribution_gpu(void **state) {
     sp.top_k = 4;
     sp.top_p = 0.9f;
     sp.min_p = 0.02f;
-    cell *cells = malloc(sizeof(cell) * 64);
-    const int nc = exact_cells(m, prompt, 24, sp, cells);
+    tu_cell *cells = malloc(sizeof(tu_cell) * 64);
+    const int nc = tu_exact_cells(m, prompt, 24, sp, cells);
     assert_true(nc >= 8);
     const int runs = 4000;
     const seer_spec_kind kinds[] = {SEER_SPEC_NONE, SEER_SPEC_STREAMING, SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
     for (int k = 0; k < 4; k++) {
-        const double r = chi2_of_runs(m, spec_of(kinds[k], d), prompt, 24, sp, cells, nc, runs);
+        const double r = tu_chi2_of_runs(m, spec_of(kinds[k], d), prompt, 24, sp, cells, nc, runs);
         printf("gpu_sample: distribution %s on the GPU: chi2 / critical = %.3f over %d cells\n",
                seer_spec_kind_name(kinds[k]), r, nc);
         assert_true(r < 1);
     }
     seer_verify_wrong_rule_for_tests = 1;
-    const double r = chi2_of_runs(m, spec_of(SEER_SPEC_STREAMING, d), prompt, 24, sp, cells, nc, runs);
+    const double r = tu_chi2_of_runs(m, spec_of(SEER_SPEC_STREAMING, d), prompt, 24, sp, cells, nc, runs);
     seer_verify_wrong_rule_for_tests = 0;
     printf("gpu_sample: distribution with the wrong rule on the GPU: chi2 / critical = %.3f\n", r);
     assert_true(r > 1);

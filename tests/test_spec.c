@@ -391,126 +391,6 @@ static void test_vocab_mismatch(void **state) {
 
 /* ---- distribution ---------------------------------------------------------------------- */
 
-/* Upper critical value of chi-square with k degrees of freedom at tail probability 1e-6
- * (Wilson-Hilferty; z = 4.753). */
-static double chi2_crit(int k) {
-    double z = 4.753, a = 2.0 / (9.0 * k);
-    double c = 1 - a + z * sqrt(a);
-    return k * c * c * c;
-}
-
-/* Exact joint distribution of the first three emitted tokens (the first from the prefill,
- * the next two from the first speculation round), computed from the target alone. */
-typedef struct {
-    int32_t t[3];
-    double p;
-} cell;
-
-static int exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, cell *cells) {
-    int V = seer_n_vocab(m);
-    seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = 64;
-    seer_context *c;
-    ASSERT_OK(seer_context_init(m, cp, &c));
-    seer_sampler *smp;
-    ASSERT_OK(seer_sampler_init(sp, V, &smp));
-    float *lg = malloc(sizeof(float) * V), *p0 = malloc(sizeof(float) * V), *p1 = malloc(sizeof(float) * V),
-          *p2 = malloc(sizeof(float) * V);
-    int nc = 0;
-    seer_seq_id q;
-    ASSERT_OK(seer_seq_new(c, &q));
-    int32_t toks[64];
-    memcpy(toks, prompt, sizeof(int32_t) * n);
-    /* probability vector after toks[0..len) */
-    #define PROBS(len, out)                                                                   \
-        do {                                                                                  \
-            ASSERT_OK(seer_seq_rewind(c, q, 0));                                              \
-            int32_t sq[64], pos[64];                                                          \
-            uint8_t w[64] = {0};                                                              \
-            for (int i_ = 0; i_ < (len); i_++)                                                \
-                sq[i_] = q, pos[i_] = i_;                                                     \
-            w[(len)-1] = 1;                                                                   \
-            seer_batch b_ = {.n_tokens = (len), .token = toks, .seq = sq, .pos = pos, .logits = w}; \
-            ASSERT_OK(seer_decode(c, &b_, lg));                                               \
-            seer_sampler_probs(smp, lg, out);                                                 \
-        } while (0)
-    PROBS(n, p0);
-    for (int a = 0; a < V; a++) {
-        if (p0[a] == 0)
-            continue;
-        toks[n] = a;
-        PROBS(n + 1, p1);
-        for (int b = 0; b < V; b++) {
-            if (p1[b] == 0)
-                continue;
-            toks[n + 1] = b;
-            PROBS(n + 2, p2);
-            for (int cc = 0; cc < V; cc++)
-                if (p2[cc] > 0) {
-                    cells[nc].t[0] = a, cells[nc].t[1] = b, cells[nc].t[2] = cc;
-                    cells[nc++].p = (double)p0[a] * p1[b] * p2[cc];
-                }
-        }
-    }
-    #undef PROBS
-    free(lg), free(p0), free(p1), free(p2);
-    seer_sampler_free(smp);
-    seer_context_free(c);
-    return nc;
-}
-
-/* Chi-square statistic of n_runs seeded generations of three tokens with speculation. */
-static double chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prompt, int n,
-                           seer_sampler_params sp, const cell *cells, int nc, int n_runs) {
-    long *count = calloc(nc, sizeof(long));
-    seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = 64;
-    cp.n_batch_max = 32;
-    seer_context *c;
-    ASSERT_OK(seer_context_init(m, cp, &c));
-    seer_gen *g;
-    ASSERT_OK(seer_gen_init(c, spec, &g));
-    long other = 0;
-    for (int r = 0; r < n_runs; r++) {
-        sp.seed = 1000 + (uint64_t)r;
-        int h, active = 1;
-        ASSERT_OK(seer_gen_add(g, prompt, n, 3, sp, true, &h));
-        while (active)
-            ASSERT_OK(seer_gen_step(g, &active));
-        const int32_t *ids;
-        assert_int_equal(seer_gen_output(g, h, &ids), 3);
-        int k = 0;
-        while (k < nc && memcmp(cells[k].t, ids, sizeof cells[k].t))
-            k++;
-        if (k < nc)
-            count[k]++;
-        else
-            other++;
-        seer_gen_remove(g, h); /* the handle and its pages are reused by the next run */
-    }
-    seer_gen_free(g);
-    seer_context_free(c);
-    assert_int_equal(other, 0); /* nothing outside the target's support */
-    double chi = 0;
-    int used = 0;
-    double pool_e = 0, pool_o = 0;
-    for (int k = 0; k < nc; k++) { /* pool cells with small expectations */
-        double e = cells[k].p * n_runs;
-        if (e < 5) {
-            pool_e += e, pool_o += count[k];
-            continue;
-        }
-        chi += (count[k] - e) * (count[k] - e) / e;
-        used++;
-    }
-    if (pool_e > 0) {
-        chi += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 1 ? pool_e : 1);
-        used++;
-    }
-    free(count);
-    return chi / chi2_crit(used - 1); /* < 1 passes */
-}
-
 static void test_distribution(void **state) {
     /* weights scaled up so the distributions are peaked but not degenerate */
     seer_model *m = load(gen_model("dist.gguf", "llama", 260, 32, 2, 4, 2, 21, 0.6f));
@@ -524,15 +404,15 @@ static void test_distribution(void **state) {
     sp.top_k = 4;
     sp.top_p = 0.9f;
     sp.min_p = 0.02f;
-    cell *cells = malloc(sizeof(cell) * 64);
-    int nc = exact_cells(m, prompt, 24, sp, cells);
+    tu_cell *cells = malloc(sizeof(tu_cell) * 64);
+    int nc = tu_exact_cells(m, prompt, 24, sp, cells);
     assert_true(nc >= 8);
     const int runs = 4000;
     seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
     for (int k = 0; k < 3; k++) {
         seer_spec_params spec = spec_of(kinds[k], d, 3, 6);
         spec.sinks = 2;
-        double r = chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
+        double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
         print_message("distribution %s: chi2 / critical = %.3f over %d cells\n", seer_spec_kind_name(kinds[k]), r, nc);
         assert_true(r < 1);
     }
@@ -540,7 +420,7 @@ static void test_distribution(void **state) {
     seer_verify_wrong_rule_for_tests = 1;
     seer_spec_params spec = spec_of(SEER_SPEC_STREAMING, d, 3, 6);
     spec.sinks = 2;
-    double r = chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
+    double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
     seer_verify_wrong_rule_for_tests = 0;
     print_message("distribution with the wrong rule: chi2 / critical = %.3f\n", r);
     assert_true(r > 1);

@@ -25,6 +25,20 @@ double tu_rel_err(const float *a, const float *b, size_t n);
 uint8_t *tu_read_file(const char *path, size_t *size);
 int tu_write_file(const char *path, const void *data, size_t size);
 
+/* Speculative sampling in distribution (test_spec on the CPU, test_gpu_sample on the GPU):
+ * the exact joint distribution of the first three emitted tokens (the first from the
+ * prefill, the next two from the first speculation round) computed from the target alone,
+ * and the chi-square statistic of n_runs seeded generations against it, divided by the
+ * critical value at tail probability 1e-6 (Wilson-Hilferty): < 1 passes. */
+typedef struct {
+    int32_t t[3];
+    double p;
+} tu_cell;
+double tu_chi2_crit(int k);
+int tu_exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, tu_cell *cells);
+double tu_chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prompt, int n,
+                       seer_sampler_params sp, const tu_cell *cells, int nc, int n_runs);
+
 #define ASSERT_OK(expr)                                                                   \
     do {                                                                                  \
         seer_status s_ = (expr);                                                          \

@@ -7,24 +7,29 @@
 
 #define NORM_THREADS 256
 
+/* The sum of every thread's v, the same in every thread: warps, then the warp sums in order. */
+static __device__ __forceinline__ float block_sum(float v) {
+    __shared__ float part[NORM_THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float tot = 0.f;
+    for (int k = 0; k < NORM_THREADS / 32; k++)
+        tot += part[k];
+    return tot;
+}
+
 /* One block per row. Each thread reads and writes the same elements, so y may equal x. */
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_kernel(float *y, const float *x, const float *w, int D, float eps) {
-    __shared__ float part[NORM_THREADS / 32];
     const float *xr = x + (size_t)blockIdx.x * D;
     float *yr = y + (size_t)blockIdx.x * D;
     float ss = 0.f;
     for (int i = threadIdx.x; i < D; i += NORM_THREADS)
         ss += xr[i] * xr[i];
-    for (int o = 16; o > 0; o >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float tot = 0.f;
-    for (int k = 0; k < NORM_THREADS / 32; k++)
-        tot += part[k];
-    const float r = 1.f / sqrtf(tot / D + eps);
+    const float r = 1.f / sqrtf(block_sum(ss) / D + eps);
     for (int i = threadIdx.x; i < D; i += NORM_THREADS)
         yr[i] = xr[i] * r * w[i];
 }
@@ -35,7 +40,6 @@ rmsnorm_kernel(float *y, const float *x, const float *w, int D, float eps) {
 template <int VPT>
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_vec_kernel(float *y, const float *x, const float *w, int D, float eps) {
-    __shared__ float part[NORM_THREADS / 32];
     pdl_trigger();
     pdl_wait();
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * D);
@@ -49,15 +53,7 @@ rmsnorm_vec_kernel(float *y, const float *x, const float *w, int D, float eps) {
         v[k] = i < n4 ? xr[i] : make_float4(0.f, 0.f, 0.f, 0.f);
         ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
     }
-    for (int o = 16; o > 0; o >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float tot = 0.f;
-    for (int k = 0; k < NORM_THREADS / 32; k++)
-        tot += part[k];
-    const float r = 1.f / sqrtf(tot / D + eps);
+    const float r = 1.f / sqrtf(block_sum(ss) / D + eps);
     const float4 *w4 = (const float4 *)w;
 #pragma unroll
     for (int k = 0; k < VPT; k++) {
