@@ -745,6 +745,7 @@ __global__ void attn_combine_kernel(attn_params p) {
             const int e = threadIdx.x + r * 128;
             if (e < Dh) {
                 float v = o[r];
+#pragma unroll 8 /* several splits' loads in flight; the sum still runs in split order */
                 for (int k = 0; k < n; k++)
                     v = fmaf(wsm[k], pa[(size_t)(s0 + k) * rstride * Dh + e], v);
                 o[r] = v;

@@ -223,6 +223,9 @@ static __device__ void tc_combine(const att_desc &a, const attn_params &p, const
 #pragma unroll
         for (int e = 0; e < DH / 32; e++)
             acc[e] = 0.f;
+        /* unrolled so that several splits' loads are in flight at once; the sums still run
+         * in split order */
+#pragma unroll 8
         for (int k = 0; k < S; k++) {
             const float m = __ldcg(&p.part_ml[(row0 + k * rs) * 2]);
             const float w = m == -INFINITY ? 0.f : expf(m - M);
