@@ -71,7 +71,7 @@ static __device__ __forceinline__ float quad_sum(float v) {
 static __host__ __device__ constexpr size_t tc_smem(int dh) {
     return (size_t)64 * (dh + 8) * 2        /* Q rows, bf16 */
            + (size_t)4 * 64 * (dh + 8) * 2  /* two stages of K and V tiles */
-           + 3 * 64 * 8 + 3 * 64 * 4        /* key offsets, candidate of each key, 3 tiles */
+           + 2 * 64 * 8 + 2 * 64 * 4        /* key offsets, candidate of each key */
            + 4 * 64 * 4                     /* token, visible count, slot, splits per row token */
            + 128 * 2 * 4;                   /* (m, l) per key part and row for the merge */
 }
@@ -249,9 +249,9 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
     extern __shared__ __align__(16) unsigned char tc_sm[];
     bf16 *qs = (bf16 *)tc_sm;
     bf16 *kvs = qs + 64 * LD; /* [stage][K, V][64][LD] */
-    long long *koff = (long long *)(kvs + 4 * 64 * LD); /* [3 tiles ahead][64] */
-    int *kcand = (int *)(koff + 3 * 64);
-    int *t_i = kcand + 3 * 64, *t_nvis = t_i + 64, *t_slot = t_nvis + 64, *t_S = t_slot + 64;
+    long long *koff = (long long *)(kvs + 4 * 64 * LD);
+    int *kcand = (int *)(koff + 2 * 64);
+    int *t_i = kcand + 2 * 64, *t_nvis = t_i + 64, *t_slot = t_nvis + 64, *t_S = t_slot + 64;
     float *ml_s = (float *)(t_S + 64); /* [key part][rows of a part][m, l] */
     float *mrg = (float *)kvs;         /* [key part][rows of a part][DH] after the tiles */
     __shared__ int s_last;
@@ -348,11 +348,11 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
                 }
                 return ok;
             };
-            auto load = [&](int ks, int st) { /* key slot ks's addresses into stage st */
+            auto load = [&](int st) {
                 for (int e = tid; e < 2 * TC_TK * (DH / 8); e += TC_THREADS) {
                     const int which = e / (TC_TK * (DH / 8)), rem = e % (TC_TK * (DH / 8));
                     const int key = rem / (DH / 8), ch = rem % (DH / 8);
-                    const long long o = koff[ks * TC_TK + key];
+                    const long long o = koff[st * TC_TK + key];
                     const bf16 *src = o >= 0 ? p.kv + o + (size_t)which * p.kv_stride + ch * 8 : p.kv;
                     cp_async16(kvs + ((size_t)(st * 2 + which) * TC_TK + key) * LD + ch * 8, src, o >= 0 ? 16 : 0);
                 }
@@ -363,37 +363,31 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
             for (int dn = 0; dn < DH / 8; dn++)
                 O[dn][0] = O[dn][1] = O[dn][2] = O[dn][3] = 0.f;
 
-            /* K/V tiles in two stages; their key addresses (prep: page-table reads) are found
-             * a tile further ahead, in three slots, so that the loads of tile t + 1 go out
-             * as soon as tile t's compute starts, without waiting on those reads. */
             const int n_tiles = (end - begin + TC_TK - 1) / TC_TK;
-            bool full[3] = {false, false, false};
+            bool full[2];
             full[0] = __syncthreads_and(prep(0, begin));
-            load(0, 0);
+            full[1] = false;
+            load(0);
             cp_async_commit();
-            if (n_tiles > 1)
-                full[1] = __syncthreads_and(prep(1, begin + TC_TK));
             for (int t = 0; t < n_tiles; t++) {
-                const int st = t & 1, ks = t % 3;
-                if (t + 1 < n_tiles)
-                    load((t + 1) % 3, st ^ 1);
+                const int st = t & 1;
+                if (t + 1 < n_tiles) {
+                    full[st ^ 1] = __syncthreads_and(prep(st ^ 1, begin + (t + 1) * TC_TK));
+                    load(st ^ 1);
+                }
                 cp_async_commit();
-                const bool ahead = t + 2 < n_tiles;
-                const bool ok = ahead ? prep((t + 2) % 3, begin + (t + 2) * TC_TK) : true;
                 cp_async_wait1();
-                const int all_ok = __syncthreads_and(ok); /* tile t landed; slot t + 2 written */
-                if (ahead)
-                    full[(t + 2) % 3] = all_ok;
+                __syncthreads();
                 const bf16 *Ks = kvs + (size_t)(st * 2) * TC_TK * LD, *Vs = Ks + (size_t)TC_TK * LD;
-                const long long *ko = koff + ks * TC_TK;
-                const int *kc = kcand + ks * TC_TK;
+                const long long *ko = koff + st * TC_TK;
+                const int *kc = kcand + st * TC_TK;
                 const int kbase = begin + t * TC_TK;
                 if (mt < n_mt) {
                     if (pre) { /* its 32 keys as two steps of 16: the registers of one */
-                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 32, kbase, full[ks], p.scale, m, l, O);
-                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 32 + 16, kbase, full[ks], p.scale, m, l, O);
+                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 32, kbase, full[st], p.scale, m, l, O);
+                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 32 + 16, kbase, full[st], p.scale, m, l, O);
                     } else
-                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 16, kbase, full[ks], p.scale, m, l, O);
+                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 16, kbase, full[st], p.scale, m, l, O);
                 }
                 __syncthreads();
             }
