@@ -431,10 +431,7 @@ seer_status seer_bpe_pretokenize(const seer_bpe *b, const char *s, size_t n, siz
 /* ---------------------------------------------------------------------------------------- */
 /* Merging                                                                                  */
 
-typedef struct {
-    int32_t prev, next;
-    uint32_t off, len; /* bytes of the encoded word; len 0 once merged into its left */
-} symbol;
+typedef seer_merge_sym symbol; /* over the bytes of the encoded word */
 
 typedef struct {
     const seer_vocab *v;
@@ -445,7 +442,8 @@ typedef struct {
     seer_merge_queue h;
 } word_state;
 
-static seer_status try_pair(word_state *w, int32_t left, int32_t right) {
+static seer_status try_pair(void *ctx, int32_t left, int32_t right) {
+    word_state *w = ctx;
     if (left < 0 || right < 0)
         return SEER_OK;
     const symbol *l = &w->sym[left], *r = &w->sym[right];
@@ -499,22 +497,7 @@ static seer_status encode_word(word_state *w, const char *s, size_t n, seer_id_v
         if (id >= 0)
             return seer_id_vec_push(out, id);
     }
-    w->h.n = 0;
-    for (int32_t i = 0; i + 1 < n_sym; i++)
-        SEER_TRY(try_pair(w, i, i + 1));
-    while (w->h.n > 0) {
-        seer_merge b = seer_merge_pop(&w->h);
-        symbol *l = &w->sym[b.left], *r = &w->sym[b.right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != b.len)
-            continue; /* one side was merged elsewhere since this pair was queued */
-        l->len += r->len;
-        r->len = 0;
-        l->next = r->next;
-        if (r->next >= 0)
-            w->sym[r->next].prev = b.left;
-        SEER_TRY(try_pair(w, l->prev, b.left));
-        SEER_TRY(try_pair(w, b.left, l->next));
-    }
+    SEER_TRY(seer_merge_run(&w->h, w->sym, n_sym, try_pair, w));
     for (int32_t i = 0; i >= 0 && i < n_sym; i = w->sym[i].next)
         SEER_TRY(emit(w->v, w->buf + w->sym[i].off, w->sym[i].len, out));
     return SEER_OK;

@@ -3,6 +3,8 @@
  * (SentencePiece: highest score first; byte-level BPE: lowest merge rank first, as key
  * -rank). Ties go to the leftmost pair. An entry records the pair's byte length when it was
  * queued, so the caller can recognise and skip entries made stale by later merges.
+ * seer_merge_run is the merge loop over a linked list of symbols that both run; the caller
+ * says which adjacent pairs may merge and with what key.
  */
 #ifndef SEER_MERGE_QUEUE_H
 #define SEER_MERGE_QUEUE_H
@@ -68,6 +70,38 @@ static inline seer_merge seer_merge_pop(seer_merge_queue *q) {
     if (q->n > 0)
         q->a[i] = last;
     return top;
+}
+
+/* A stretch of the text being encoded; len 0 once merged into its left neighbour. */
+typedef struct {
+    int32_t prev, next; /* -1 at the ends */
+    uint32_t off, len;  /* bytes of the caller's buffer */
+} seer_merge_sym;
+
+/* Queues the pair (left, right) if it may merge (either may be -1: nothing to do). */
+typedef seer_status (*seer_merge_pair_fn)(void *ctx, int32_t left, int32_t right);
+
+/* Merges sym[0 .. n) (linked in order) by the queue q, best pair first, until no queued pair
+ * can merge; try_pair queues candidates. The merged symbols stay linked from sym[0]. */
+static inline seer_status seer_merge_run(seer_merge_queue *q, seer_merge_sym *sym, int32_t n,
+                                         seer_merge_pair_fn try_pair, void *ctx) {
+    q->n = 0;
+    for (int32_t i = 0; i + 1 < n; i++)
+        SEER_TRY(try_pair(ctx, i, i + 1));
+    while (q->n > 0) {
+        seer_merge b = seer_merge_pop(q);
+        seer_merge_sym *l = &sym[b.left], *r = &sym[b.right];
+        if (l->len == 0 || r->len == 0 || l->len + r->len != b.len)
+            continue; /* one side was merged elsewhere since this pair was queued */
+        l->len += r->len;
+        r->len = 0;
+        l->next = r->next;
+        if (r->next >= 0)
+            sym[r->next].prev = b.left;
+        SEER_TRY(try_pair(ctx, l->prev, b.left));
+        SEER_TRY(try_pair(ctx, b.left, l->next));
+    }
+    return SEER_OK;
 }
 
 #endif

@@ -16,10 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    int32_t prev, next; /* -1 at the ends */
-    uint32_t off, len;  /* bytes of the escaped text; len 0 once merged into its left */
-} symbol;
+typedef seer_merge_sym symbol; /* over the bytes of the escaped text */
 
 /* Raw text encodes only to normal and user-defined tokens, as in SentencePiece: control,
  * unknown, byte and unused tokens are reached by other routes or never. */
@@ -38,7 +35,8 @@ typedef struct {
     seer_merge_queue h;
 } merge_state;
 
-static seer_status try_pair(merge_state *m, int32_t left, int32_t right) {
+static seer_status try_pair(void *ctx, int32_t left, int32_t right) {
+    merge_state *m = ctx;
     if (left < 0 || right < 0)
         return SEER_OK;
     const symbol *l = &m->sym[left], *r = &m->sym[right];
@@ -69,21 +67,7 @@ static seer_status emit_symbol(const seer_vocab *v, const char *s, size_t n, see
 }
 
 static seer_status merge_and_emit(merge_state *m, int32_t n_sym, seer_id_vec *out) {
-    for (int32_t i = 0; i + 1 < n_sym; i++)
-        SEER_TRY(try_pair(m, i, i + 1));
-    while (m->h.n > 0) {
-        seer_merge b = seer_merge_pop(&m->h);
-        symbol *l = &m->sym[b.left], *r = &m->sym[b.right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != b.len)
-            continue; /* one side was merged elsewhere since this pair was queued */
-        l->len += r->len;
-        r->len = 0;
-        l->next = r->next;
-        if (r->next >= 0)
-            m->sym[r->next].prev = b.left;
-        SEER_TRY(try_pair(m, l->prev, b.left));
-        SEER_TRY(try_pair(m, b.left, l->next));
-    }
+    SEER_TRY(seer_merge_run(&m->h, m->sym, n_sym, try_pair, m));
     for (int32_t i = 0; i >= 0 && i < n_sym; i = m->sym[i].next)
         SEER_TRY(emit_symbol(m->v, m->buf + m->sym[i].off, m->sym[i].len, out));
     return SEER_OK;
