@@ -14,6 +14,14 @@ bool cli_float(const char *flag, const char *s, double lo, double hi, double *ou
 /* Prints "seer: <what>: <status message>" to stderr. */
 void cli_error(const char *what, seer_status s);
 bool cli_backend(const char *s, seer_backend_kind *out);
+/* Seconds on a monotonic clock. */
+double cli_now_s(void);
+
+/* The sampler flags generate and chat share: getopt_long values for their option tables,
+ * and their parser: 1 = c was one of them and is stored in sp, 0 = c is not a sampler flag,
+ * -1 = its value was bad (the message is printed). */
+enum { CLI_O_TEMP = 512, CLI_O_TOPK, CLI_O_TOPP, CLI_O_MINP, CLI_O_REP, CLI_O_REPN, CLI_O_SEED };
+int cli_sampler_opt(int c, const char *arg, seer_sampler_params *sp);
 
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);

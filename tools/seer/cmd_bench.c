@@ -31,12 +31,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: seer bench (--synthetic SHAPE | -m MODEL.gguf) [options]\n"
@@ -266,7 +260,7 @@ static void run_prefill(const bench_opts *o, seer_model *m, bench_result *r) {
             break;
         if ((s = seer_model_sync(m)) != SEER_OK)
             break;
-        double t0 = now_s();
+        double t0 = cli_now_s();
         for (int i = 0; i < P && s == SEER_OK; i += chunk) {
             int k = P - i < chunk ? P - i : chunk;
             for (int j = 0; j < k; j++) {
@@ -279,7 +273,7 @@ static void run_prefill(const bench_opts *o, seer_model *m, bench_result *r) {
         }
         if (s == SEER_OK)
             s = seer_model_sync(m);
-        double t1 = now_s();
+        double t1 = cli_now_s();
         seer_seq_free(ctx, sq);
         if (rep >= 0)
             t[rep] = t1 - t0;
@@ -347,12 +341,12 @@ static bool run_gen(const bench_opts *o, point_state *ps, seer_spec_params sp, g
         s = seer_gen_step(g, &active);
     seer_spec_stats s0, s1;
     seer_gen_stats(g, &s0);
-    double t0 = now_s();
+    double t0 = cli_now_s();
     for (int i = 0; i < o->steps && s == SEER_OK && !early; i++) {
         s = seer_gen_step(g, &active);
         early = active < ps->B;
     }
-    double t1 = now_s();
+    double t1 = cli_now_s();
     seer_gen_stats(g, &s1);
     if (s != SEER_OK)
         snprintf(err, cap, "%s", seer_last_error());
@@ -451,12 +445,12 @@ static void run_point(const bench_opts *o, seer_model *m, const bench_result *r,
     for (int i = -o->warmup; i < o->steps; i++) {
         if ((s = seer_model_sync(m)) != SEER_OK)
             break;
-        double t0 = now_s();
+        double t0 = cli_now_s();
         if ((s = seer_decode(st.ctx, &batch, logits)) != SEER_OK)
             break;
         if ((s = seer_model_sync(m)) != SEER_OK)
             break;
-        double t1 = now_s();
+        double t1 = cli_now_s();
         if (i == -o->warmup) {
             pt->finite = true;
             for (size_t k = 0; k < (size_t)B * V; k++)

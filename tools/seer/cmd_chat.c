@@ -41,20 +41,18 @@ typedef struct {
 } chat_opts;
 
 static int parse(int argc, char **argv, chat_opts *o) {
-    enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_REP, O_SEED, O_BACKEND, O_TMPL, O_SYS };
+    enum { O_BACKEND = 256, O_TMPL, O_SYS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},       {"threads", required_argument, 0, 't'},
-        {"temp", required_argument, 0, O_TEMP},   {"top-k", required_argument, 0, O_TOPK},
-        {"top-p", required_argument, 0, O_TOPP},  {"min-p", required_argument, 0, O_MINP},
-        {"repeat-penalty", required_argument, 0, O_REP},
-        {"seed", required_argument, 0, O_SEED},   {"backend", required_argument, 0, O_BACKEND},
+        {"temp", required_argument, 0, CLI_O_TEMP},   {"top-k", required_argument, 0, CLI_O_TOPK},
+        {"top-p", required_argument, 0, CLI_O_TOPP},  {"min-p", required_argument, 0, CLI_O_MINP},
+        {"repeat-penalty", required_argument, 0, CLI_O_REP},
+        {"seed", required_argument, 0, CLI_O_SEED},   {"backend", required_argument, 0, O_BACKEND},
         {"chat-template", required_argument, 0, O_TMPL},
         {"system", required_argument, 0, O_SYS},  {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int c;
-    long long v;
-    double d;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:n:c:t:h", opts, NULL)) != -1) {
         switch (c) {
@@ -62,17 +60,19 @@ static int parse(int argc, char **argv, chat_opts *o) {
         case 'n': if (!cli_int("--n-predict", optarg, -1, 1 << 24, &o->n_predict)) return 2; break;
         case 'c': if (!cli_int("--ctx", optarg, 1, 1 << 24, &o->ctx)) return 2; break;
         case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
-        case O_TEMP: if (!cli_float("--temp", optarg, 0, 100, &d)) return 2; o->sp.temperature = (float)d; break;
-        case O_TOPK: if (!cli_int("--top-k", optarg, 0, 1 << 24, &v)) return 2; o->sp.top_k = (int)v; break;
-        case O_TOPP: if (!cli_float("--top-p", optarg, 1e-9, 1, &d)) return 2; o->sp.top_p = (float)d; break;
-        case O_MINP: if (!cli_float("--min-p", optarg, 0, 1, &d)) return 2; o->sp.min_p = (float)d; break;
-        case O_REP: if (!cli_float("--repeat-penalty", optarg, 1e-3, 100, &d)) return 2; o->sp.repeat_penalty = (float)d; break;
-        case O_SEED: if (!cli_int("--seed", optarg, 0, INT64_MAX, &v)) return 2; o->sp.seed = (uint64_t)v; break;
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
         case O_TMPL: o->tmpl = optarg; break;
         case O_SYS: o->system = optarg; break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default: {
+            const int r = cli_sampler_opt(c, optarg, &o->sp);
+            if (r < 0)
+                return 2;
+            if (r == 0) {
+                usage(stderr);
+                return 2;
+            }
+        }
         }
     }
     if (optind < argc) {

@@ -6,13 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -82,17 +75,17 @@ typedef struct {
 } gen_opts;
 
 static int parse(int argc, char **argv, gen_opts *o) {
-    enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_REP, O_REPN, O_SEED, O_BACKEND, O_JSON, O_IGN, O_NOBOS,
+    enum { O_BACKEND = 256, O_JSON, O_IGN, O_NOBOS,
            O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},      {"threads", required_argument, 0, 't'},
-        {"temp", required_argument, 0, O_TEMP},  {"top-k", required_argument, 0, O_TOPK},
-        {"top-p", required_argument, 0, O_TOPP}, {"min-p", required_argument, 0, O_MINP},
-        {"repeat-penalty", required_argument, 0, O_REP},
-        {"repeat-last-n", required_argument, 0, O_REPN},
-        {"seed", required_argument, 0, O_SEED},  {"backend", required_argument, 0, O_BACKEND},
+        {"temp", required_argument, 0, CLI_O_TEMP},  {"top-k", required_argument, 0, CLI_O_TOPK},
+        {"top-p", required_argument, 0, CLI_O_TOPP}, {"min-p", required_argument, 0, CLI_O_MINP},
+        {"repeat-penalty", required_argument, 0, CLI_O_REP},
+        {"repeat-last-n", required_argument, 0, CLI_O_REPN},
+        {"seed", required_argument, 0, CLI_O_SEED},  {"backend", required_argument, 0, O_BACKEND},
         {"json", no_argument, 0, O_JSON},        {"ignore-eos", no_argument, 0, O_IGN},
         {"no-bos", no_argument, 0, O_NOBOS},     {"help", no_argument, 0, 'h'},
         {"spec", required_argument, 0, O_SPEC},  {"spec-gamma", required_argument, 0, O_SG},
@@ -105,7 +98,6 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {0, 0, 0, 0}};
     int c;
     long long v;
-    double d;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:h", opts, NULL)) != -1) {
         switch (c) {
@@ -115,13 +107,6 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case 'n': if (!cli_int("--n-predict", optarg, -1, 1 << 24, &o->n_predict)) return 2; break;
         case 'c': if (!cli_int("--ctx", optarg, 1, 1 << 24, &o->ctx)) return 2; break;
         case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
-        case O_TEMP: if (!cli_float("--temp", optarg, 0, 100, &d)) return 2; o->sp.temperature = (float)d; break;
-        case O_TOPK: if (!cli_int("--top-k", optarg, 0, 1 << 24, &v)) return 2; o->sp.top_k = (int)v; break;
-        case O_TOPP: if (!cli_float("--top-p", optarg, 1e-9, 1, &d)) return 2; o->sp.top_p = (float)d; break;
-        case O_MINP: if (!cli_float("--min-p", optarg, 0, 1, &d)) return 2; o->sp.min_p = (float)d; break;
-        case O_REP: if (!cli_float("--repeat-penalty", optarg, 1e-3, 100, &d)) return 2; o->sp.repeat_penalty = (float)d; break;
-        case O_REPN: if (!cli_int("--repeat-last-n", optarg, 0, 1 << 20, &v)) return 2; o->sp.repeat_last_n = (int)v; break;
-        case O_SEED: if (!cli_int("--seed", optarg, 0, INT64_MAX, &v)) return 2; o->sp.seed = (uint64_t)v; break;
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
         case O_JSON: o->json = true; break;
         case O_IGN: o->ignore_eos = true; break;
@@ -145,7 +130,15 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case O_DM: o->draft_model = optarg; break;
         case O_DB: if (!cli_int("--draft-budget", optarg, 0, 1 << 24, &v)) return 2; o->spec.draft_budget = (int)v; break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default: {
+            const int r = cli_sampler_opt(c, optarg, &o->sp);
+            if (r < 0)
+                return 2;
+            if (r == 0) {
+                usage(stderr);
+                return 2;
+            }
+        }
         }
     }
     if (o->spec.kind == SEER_SPEC_DRAFT && !o->draft_model) {
@@ -271,14 +264,14 @@ int cmd_generate(int argc, char **argv) {
         cli_error("detokenizer", s);
         goto done;
     }
-    double t0 = now_s();
+    double t0 = cli_now_s();
     int h;
     if ((s = seer_gen_add(gen, ids, n_prompt, (int)o.n_predict == 0 ? 1 : (int)o.n_predict, o.sp,
                           o.ignore_eos, &h)) != SEER_OK) {
         cli_error("prefill", s);
         goto done;
     }
-    double t1 = now_s();
+    double t1 = cli_now_s();
     size_t cap = 4096, len = 0;
     text = malloc(cap);
     if (!text) {
@@ -320,7 +313,7 @@ int cmd_generate(int argc, char **argv) {
             fwrite(text + len, 1, k, stdout);
         len += k;
     }
-    double t2 = now_s();
+    double t2 = cli_now_s();
     int n_gen = seer_gen_output(gen, h, &gen_ids);
     seer_spec_stats st;
     seer_gen_stats(gen, &st);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 bool cli_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
     char *end;
@@ -55,6 +56,27 @@ bool cli_backend(const char *s, seer_backend_kind *out) {
         return false;
     }
     return true;
+}
+
+double cli_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int cli_sampler_opt(int c, const char *arg, seer_sampler_params *sp) {
+    long long v;
+    double d;
+    switch (c) {
+    case CLI_O_TEMP: if (!cli_float("--temp", arg, 0, 100, &d)) return -1; sp->temperature = (float)d; return 1;
+    case CLI_O_TOPK: if (!cli_int("--top-k", arg, 0, 1 << 24, &v)) return -1; sp->top_k = (int)v; return 1;
+    case CLI_O_TOPP: if (!cli_float("--top-p", arg, 1e-9, 1, &d)) return -1; sp->top_p = (float)d; return 1;
+    case CLI_O_MINP: if (!cli_float("--min-p", arg, 0, 1, &d)) return -1; sp->min_p = (float)d; return 1;
+    case CLI_O_REP: if (!cli_float("--repeat-penalty", arg, 1e-3, 100, &d)) return -1; sp->repeat_penalty = (float)d; return 1;
+    case CLI_O_REPN: if (!cli_int("--repeat-last-n", arg, 0, 1 << 20, &v)) return -1; sp->repeat_last_n = (int)v; return 1;
+    case CLI_O_SEED: if (!cli_int("--seed", arg, 0, INT64_MAX, &v)) return -1; sp->seed = (uint64_t)v; return 1;
+    default: return 0;
+    }
 }
 
 static void usage(FILE *f) {
