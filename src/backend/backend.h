@@ -14,6 +14,7 @@
 #include "gguf/gguf.h"
 #include "kv/kv.h"
 #include "seer.h"
+#include "util/error.h"
 
 #include <stdint.h>
 
@@ -224,6 +225,20 @@ typedef struct {
     /* Bytes of one stored K or V element (the floor's c); 0 = sizeof(float). */
     int kv_elem_bytes;
 } seer_backend_ops;
+
+/* kv_fill_random's arguments, as every backend checks them: the n slots from row0 fit in the
+ * pages given, and those are pages of the pool. */
+static inline seer_status seer_kv_fill_check(const seer_kv_geom *g, const int32_t *pages, int n_pages,
+                                             int row0, int n) {
+    if (row0 < 0 || row0 >= g->page_size || (long long)row0 + n > (long long)n_pages * g->page_size)
+        return seer_err(SEER_ERR_INVALID_ARG, "kv_fill_random: %d slots from row %d need more than %d pages",
+                        n, row0, n_pages);
+    for (int p = 0; p < n_pages; p++)
+        if (pages[p] < 0 || pages[p] >= g->n_pages)
+            return seer_err(SEER_ERR_INVALID_ARG, "kv_fill_random: page %d outside the pool of %d",
+                            pages[p], g->n_pages);
+    return SEER_OK;
+}
 
 struct seer_backend {
     const seer_backend_ops *ops;

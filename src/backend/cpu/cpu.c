@@ -303,13 +303,7 @@ static seer_status cpu_kv_fill_random(seer_backend *be, void *kv, const seer_kv_
                                       uint64_t seed, float scale) {
     if (n <= 0)
         return SEER_OK;
-    if (row0 < 0 || row0 >= g->page_size || (long long)row0 + n > (long long)n_pages * g->page_size)
-        return seer_err(SEER_ERR_INVALID_ARG, "kv_fill_random: %d slots from row %d need more than %d pages",
-                        n, row0, n_pages);
-    for (int p = 0; p < n_pages; p++)
-        if (pages[p] < 0 || pages[p] >= g->n_pages)
-            return seer_err(SEER_ERR_INVALID_ARG, "kv_fill_random: page %d outside the pool of %d",
-                            pages[p], g->n_pages);
+    SEER_TRY(seer_kv_fill_check(g, pages, n_pages, row0, n));
     const size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
     const float mul = seer_synth_mul(scale);
 #pragma omp parallel for collapse(2) num_threads(seer_cpu_threads(be)) if ((size_t)n * kvd > ((size_t)1 << 14))

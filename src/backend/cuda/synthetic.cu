@@ -67,13 +67,7 @@ seer_status seer_cuda_kv_fill_random(seer_backend *be, void *kv, const seer_kv_g
     seer_cuda *c = seer_cuda_of(be);
     if (n <= 0)
         return SEER_OK;
-    if (row0 < 0 || row0 >= g->page_size || (long long)row0 + n > (long long)n_pages * g->page_size)
-        return seer_err(SEER_ERR_INVALID_ARG, "kv_fill_random: %d slots from row %d need more than %d pages",
-                        n, row0, n_pages);
-    for (int p = 0; p < n_pages; p++)
-        if (pages[p] < 0 || pages[p] >= g->n_pages)
-            return seer_err(SEER_ERR_INVALID_ARG, "kv_fill_random: page %d outside the pool of %d",
-                            pages[p], g->n_pages);
+    SEER_TRY(seer_kv_fill_check(g, pages, n_pages, row0, n));
     /* A buffer of its own rather than the forward call's index copies: this runs between
      * forward calls and must not disturb what they keep. */
     void *dpages = NULL;
