@@ -235,6 +235,15 @@ static void self_seq_released(seer_gen *g, void *impl, int h) {
     self_seq_clear(&((self_impl *)impl)->ss[h]);
 }
 
+/* A view of the first `sinks` slots and the most recent K - sinks of L. */
+static void sinks_and_recent(self_impl *im, seer_view *v, int sinks, int L, int K) {
+    for (int i = 0; i < sinks; i++)
+        im->view[i] = i;
+    v->idx = im->view;
+    v->n = sinks;
+    v->tail_start = L - (K - sinks);
+}
+
 /* Sets the draft view of handle h whose cache holds L slots. */
 static seer_status set_view(seer_gen *g, self_impl *im, int h, int L) {
     const seer_gen_seq *s = &g->seqs[h];
@@ -247,23 +256,12 @@ static seer_status set_view(seer_gen *g, self_impl *im, int h, int L) {
     }
     seer_view v = {.n_layers_view = 1, .n_heads_view = 1};
     switch (g->spec.kind) {
-    case SEER_SPEC_STREAMING: {
-        int sinks = g->spec.sinks < L ? g->spec.sinks : L;
-        for (int i = 0; i < sinks; i++)
-            im->view[i] = i;
-        v.idx = im->view;
-        v.n = sinks;
-        v.tail_start = L - (K - sinks);
+    case SEER_SPEC_STREAMING:
+        sinks_and_recent(im, &v, g->spec.sinks < L ? g->spec.sinks : L, L, K);
         break;
-    }
     case SEER_SPEC_RETRIEVAL:
         if (!ss->sel) { /* nothing selected yet (short prompt): chunk 0 + recent slots */
-            int sinks = g->spec.chunk < K ? g->spec.chunk : K / 2;
-            for (int i = 0; i < sinks; i++)
-                im->view[i] = i;
-            v.idx = im->view;
-            v.n = sinks;
-            v.tail_start = L - (K - sinks);
+            sinks_and_recent(im, &v, g->spec.chunk < K ? g->spec.chunk : K / 2, L, K);
             break;
         }
         v.idx = ss->sel;
