@@ -107,43 +107,32 @@ __device__ __forceinline__ uint32_t smp_key(float f) {
 
 /* Block sums and extremes; every thread gets the result. The fold order is fixed, so the
  * result does not vary between runs. */
-__device__ double smp_sum_d(double v, smp_shared *sh) {
+/* Every thread's v combined by op (warps first, then the warp results in warp order), the
+ * same in every thread; red is SMP_WARPS entries of shared memory. */
+template <typename T, typename Op>
+__device__ T smp_reduce(T v, T *red, Op op) {
     for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
     __syncthreads();
     if ((threadIdx.x & 31) == 0)
-        sh->red_d[threadIdx.x >> 5] = v;
+        red[threadIdx.x >> 5] = v;
     __syncthreads();
-    double s = 0;
-    for (int w = 0; w < SMP_WARPS; w++)
-        s += sh->red_d[w];
-    return s;
+    T r = red[0];
+    for (int w = 1; w < SMP_WARPS; w++)
+        r = op(r, red[w]);
+    return r;
+}
+
+__device__ double smp_sum_d(double v, smp_shared *sh) {
+    return smp_reduce(v, sh->red_d, [](double x, double y) { return x + y; });
 }
 
 __device__ float smp_max_f(float v, smp_shared *sh) {
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        sh->red_f[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float m = sh->red_f[0];
-    for (int w = 1; w < SMP_WARPS; w++)
-        m = fmaxf(m, sh->red_f[w]);
-    return m;
+    return smp_reduce(v, sh->red_f, [](float x, float y) { return fmaxf(x, y); });
 }
 
 __device__ int smp_min_i(int v, smp_shared *sh) {
-    for (int o = 16; o > 0; o >>= 1)
-        v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0)
-        sh->red_i[threadIdx.x >> 5] = v;
-    __syncthreads();
-    int m = sh->red_i[0];
-    for (int w = 1; w < SMP_WARPS; w++)
-        m = min(m, sh->red_i[w]);
-    return m;
+    return smp_reduce(v, sh->red_i, [](int x, int y) { return min(x, y); });
 }
 
 __device__ int smp_max_i(int v, smp_shared *sh) {
