@@ -4,8 +4,10 @@
  * inference", 2023): the slots a token may see are split into chunks, one block per (token,
  * split, KV head, head chunk) item runs an online softmax (Milakov & Gimelshein 2018) over
  * its chunk for all query heads of the GQA group it holds, and a second kernel merges the
- * splits. Also batch_begin: the upload, once per forward call, of every index
- * array the ops use and of the descriptors the attention kernels read.
+ * splits: the scalar kernel, for every head size. Head sizes 64 and 128 run on the tensor
+ * cores instead (attention_tc.cu), over the same descriptor. Also batch_begin: the upload,
+ * once per forward call, of every index array the ops use and of the descriptors both
+ * attention kernels read (including the tensor-core kernel's token groups).
  *
  * The visible set is exactly the CPU reference's (cpu_attention.c): token i of sequence b
  * sees, for every layer and KV head, the cached slots s < len0 its view allows (view entries
@@ -18,15 +20,15 @@
  * Batch invariance: the chunk size is a function of the token's own visible count (the
  * smallest power-of-two multiple of ATT_TK that makes at most ATT_MAX_SPLITS splits), so a
  * token's splits, the tiles inside each split and the order the combine merges them in
- * depend on that count alone, never on the batch it is in. Without a mask a token at slot s sees visible indices 0..s mapped to
- * slots 0..s whether its predecessors are cached or new in the same call, so a decode step
+ * depend on that count alone, never on the batch it is in. Without a mask a token at slot s
+ * sees visible indices 0..s mapped to slots 0..s whether its predecessors are cached or new in the same call, so a decode step
  * and a verification call give it bit-identical outputs.
  *
  * Recorded calls (graph.cu): the kernels take one pointer to the batch descriptor and read
  * the token count, the work count and every array's offset from its header, so their launch
  * arguments stay the same from batch to batch; the partial kernel is persistent (its blocks
  * stride over the work items) with a grid fixed per recording.
- * Not for: performance tuning (tile shapes, tensor cores).
+ * Not for: tuning the scalar kernel (the tensor-core kernel is the fast path).
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -482,6 +484,10 @@ static bool att_matches(const seer_cuda *c, const seer_attn_batch *ab) {
 
 /* ---- kernels -------------------------------------------------------------------------- */
 
+
+static __device__ __forceinline__ float2 bf2_to_f2(uint32_t w) {
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
 
 /* Persistent: block b takes items b, b + gridDim.x, ... of the descriptor's n_work, item =
  * (qoff[i] + split) * (Hkv * n_hc) + head chunk. */

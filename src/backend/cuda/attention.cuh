@@ -140,16 +140,10 @@ static __device__ __forceinline__ att_tok att_token(const att_desc &a, int i, in
     return t;
 }
 
-static __device__ __forceinline__ float2 bf2_to_f2(uint32_t w) {
-    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
-}
-
-
-/* Tensor-core kernel (attention_tc.cu): whether it serves this head shape, its shared memory,
- * and the launch of its persistent grid over the descriptor's D_NWORK_TC items. */
+/* Tensor-core kernel (attention_tc.cu): whether it serves this head shape, how many tokens a
+ * work item holds, and the launch of its persistent grid over the descriptor's items. */
 bool attn_tc_eligible(int H, int Hkv, int Dh);
 int attn_tc_tokens(int group, bool prefill);
-size_t attn_tc_smem_bytes(int Dh);
 seer_status attn_tc_init(seer_cuda *c);
 seer_status attn_tc_capacity(seer_cuda *c, int Dh, int *out);
 seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, int grid);

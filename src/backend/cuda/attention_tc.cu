@@ -482,8 +482,6 @@ bool attn_tc_eligible(int H, int Hkv, int Dh) {
 
 int attn_tc_tokens(int group, bool prefill) { return (prefill ? 64 : 32) / group; }
 
-size_t attn_tc_smem_bytes(int Dh) { return tc_smem(Dh); }
-
 seer_status attn_tc_init(seer_cuda *c) {
     if (tc_smem(128) > c->smem_optin)
         return SEER_OK; /* attn_tc_capacity then says none: the scalar kernel runs */
