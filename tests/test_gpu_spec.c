@@ -6,7 +6,8 @@
  *     batch of 2 to 256 rows, for weights split over blocks, one block, and unaligned rows.
  *   - Random models: the logits of every token decoded alone (one token per call) equal,
  *     bit for bit (memcmp), its logits computed inside a verification chain of 5 of its
- *     sequence's tokens, a batch of 5 and a batch of 17 tokens spread over four sequences;
+ *     sequence's tokens and inside the longest chain a verification makes (gamma 64: 65
+ *     tokens), a batch of 5 and a batch of 17 tokens spread over four sequences;
  *     one sequence is longer than an attention split, so its tokens merge two splits.
  *   - Recorded calls: a run of decode and verification calls with CUDA graphs on gives
  *     bit-identical logits to the same run with SEER_CUDA_GRAPHS=0, and graphs were in fact
@@ -177,9 +178,10 @@ static void test_matmul_invariant(void **state) {
 
 /* ---- invariance of a token's logits to the batch it is in ------------------------------ */
 
-enum { NSEQ = 4, MAXN = 5 };
+/* Sequence 0 takes the longest chain a verification makes (SEER_INVARIANT_NEW_TOKENS). */
+enum { NSEQ = 4, MAXN = SEER_INVARIANT_NEW_TOKENS, MAXT = 80 };
 static const int PLEN[NSEQ] = {300, 40, 7, 100}; /* 300 + 5 > one attention split of 256 */
-static const int NNEW[NSEQ] = {5, 4, 4, 4};
+static const int NNEW[NSEQ] = {MAXN, 4, 4, 4};
 
 typedef struct {
     seer_model *m;
@@ -194,8 +196,8 @@ typedef struct {
 
 /* Runs one call of the listed (sequence, index) tokens and compares every row with ref. */
 static void inv_batch(inv_state *st, const char *what, const int (*who)[2], int T) {
-    int32_t tok[32], sq[32], pos[32];
-    uint8_t want[32];
+    int32_t tok[MAXT], sq[MAXT], pos[MAXT];
+    uint8_t want[MAXT];
     for (int i = 0; i < T; i++) {
         const int s = who[i][0], k = who[i][1];
         tok[i] = st->tok[s][k], sq[i] = st->seq[s], pos[i] = PLEN[s] + k, want[i] = 1;
@@ -227,7 +229,7 @@ static void test_logits_invariant(void **state) {
         inv_state st = {0};
         st.m = load_cuda(gen_shape(k, 512), true);
         st.V = seer_n_vocab(st.m);
-        st.c = mkctx(st.m, 512, NSEQ, 64, 16);
+        st.c = mkctx(st.m, 512, NSEQ, MAXT, 16);
         uint64_t rng = 4242 + k;
         for (int s = 0; s < NSEQ; s++) {
             ASSERT_OK(seer_seq_new(st.c, &st.seq[s]));
@@ -236,7 +238,7 @@ static void test_logits_invariant(void **state) {
                 st.tok[s][j] = (int32_t)(tu_rand_u64(&rng) % (uint64_t)st.V);
         }
         st.ref = calloc((size_t)NSEQ * MAXN * st.V, sizeof(float));
-        st.got = calloc((size_t)32 * st.V, sizeof(float));
+        st.got = calloc((size_t)MAXT * st.V, sizeof(float));
         /* alone: one token per call, the way plain decoding runs */
         for (int s = 0; s < NSEQ; s++) {
             for (int j = 0; j < NNEW[s]; j++) {
@@ -259,7 +261,11 @@ static void test_logits_invariant(void **state) {
                                 {1, 1}, {0, 3}, {2, 2}, {1, 2}, {0, 4}, {3, 3}, {2, 3}, {1, 3}};
         inv_batch(&st, "batch of 17, 4 sequences", b17, 17);
         inv_batch(&st, "batch of 17, repeated", b17, 17);
-        rows += 1 + 5 + 5 + 17 + 17;
+        int longest[MAXN][2];
+        for (int j = 0; j < MAXN; j++)
+            longest[j][0] = 0, longest[j][1] = j;
+        inv_batch(&st, "the longest verification chain", longest, MAXN);
+        rows += 1 + 5 + 5 + 17 + 17 + MAXN;
         total += st.mismatches;
         free(st.ref), free(st.got);
         seer_context_free(st.c);

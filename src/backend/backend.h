@@ -20,6 +20,11 @@
 
 typedef struct seer_backend seer_backend;
 
+/* The most new tokens of one sequence in a forward call (a verification chain: gamma + 1)
+ * whose outputs a backend keeps equal to decoding them one call at a time; longer runs (a
+ * prompt) may be computed another way. Greedy speculation relies on it. */
+#define SEER_INVARIANT_NEW_TOKENS 65
+
 #define SEER_WEIGHT_MAX_SEG 4
 
 /* A linear layer's weight W[rows = out][cols = in] in the backend's preferred dtype. */

@@ -49,8 +49,9 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
         return seer_err(SEER_ERR_INVALID_ARG, "unknown speculation kind %d", (int)p->kind);
     if (p->kind == SEER_SPEC_NONE)
         return SEER_OK;
-    if (p->gamma < 1 || p->gamma > 64)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec gamma %d is out of range [1, 64]", p->gamma);
+    if (p->gamma < 1 || p->gamma + 1 > SEER_INVARIANT_NEW_TOKENS) /* verification stays exact */
+        return seer_err(SEER_ERR_INVALID_ARG, "spec gamma %d is out of range [1, %d]", p->gamma,
+                        SEER_INVARIANT_NEW_TOKENS - 1);
     if (p->budget < 1)
         return seer_err(SEER_ERR_INVALID_ARG, "spec budget %d must be positive", p->budget);
     if (p->sinks < 0)

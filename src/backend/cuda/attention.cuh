@@ -20,11 +20,12 @@
  * doubles instead, and the partials (2 * Dh * 4 bytes per query head and split) stay under
  * 1% of the K and V they summarise. */
 #define ATT_MAX_SPLITS 64
-#define ATT_COMBINE_W 1024
+#define ATT_COMBINE_W 1024 /* split weights the combine holds in shared memory at a time */
 /* New tokens of one sequence above which the tensor-core kernel prefills them (one split
  * each, flash attention) instead of splitting their visible slots: verification chains and
- * decode steps stay at or below it, and they are the calls that must be batch-invariant. */
-#define SEER_ATT_TC_PREFILL_MIN 64 /* split weights the combine holds in shared memory at a time */
+ * decode steps stay at or below it (backend.h), and they are the calls that must be
+ * batch-invariant. */
+#define SEER_ATT_TC_PREFILL_MIN SEER_INVARIANT_NEW_TOKENS
 
 /* Header of the batch descriptor (int32 words); arrays follow at the offsets it gives. */
 enum {
