@@ -483,6 +483,7 @@ bool attn_tc_eligible(int H, int Hkv, int Dh) {
 int attn_tc_tokens(int group, bool prefill) { return (prefill ? 64 : 32) / group; }
 
 seer_status attn_tc_init(seer_cuda *c) {
+    c->att_tc_occ[0] = c->att_tc_occ[1] = -1;
     if (tc_smem(128) > c->smem_optin)
         return SEER_OK; /* attn_tc_capacity then says none: the scalar kernel runs */
     CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -492,16 +493,23 @@ seer_status attn_tc_init(seer_cuda *c) {
     return SEER_OK;
 }
 
+/* Asked of the runtime once per head size: batch_begin wants it every forward call. */
 seer_status attn_tc_capacity(seer_cuda *c, int Dh, int *out) {
-    *out = 0;
-    if (tc_smem(Dh) > c->smem_optin)
-        return SEER_OK;
-    int n = 0;
-    if (Dh == 64)
-        CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<64>, TC_THREADS, tc_smem(64)));
-    else
-        CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<128>, TC_THREADS, tc_smem(128)));
-    *out = (n > 0 ? n : 1) * c->n_sm;
+    int *cached = &c->att_tc_occ[Dh == 64 ? 0 : 1];
+    if (*cached < 0) {
+        int n = 0;
+        if (tc_smem(Dh) <= c->smem_optin) {
+            if (Dh == 64)
+                CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<64>, TC_THREADS,
+                                                                       tc_smem(64)));
+            else
+                CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<128>, TC_THREADS,
+                                                                       tc_smem(128)));
+            n = (n > 0 ? n : 1) * c->n_sm;
+        }
+        *cached = n; /* 0: the kernel does not fit; the scalar one runs */
+    }
+    *out = *cached;
     return SEER_OK;
 }
 

@@ -191,6 +191,7 @@ typedef struct {
     seer_cuda_idx idx[SEER_IDX_COUNT];
     seer_cuda_attn att;
     int att_occ_key, att_occ; /* resident attention blocks per SM for (gb, Dh) = key */
+    int att_tc_occ[2];        /* tensor-core attention blocks the GPU holds, Dh 64 / 128; -1 unknown */
 
     /* matmul.cu: split-K partial sums and per-tile arrival counters (zero between calls) */
     seer_cuda_buf mm_part, mm_cnt;
