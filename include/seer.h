@@ -53,8 +53,13 @@ typedef struct seer_model seer_model;
 
 typedef enum { SEER_BACKEND_AUTO = 0, SEER_BACKEND_CPU, SEER_BACKEND_CUDA } seer_backend_kind;
 
+/* How weights are held: as the file stores them (quantised blocks stay quantised where the
+ * backend has kernels for the type), or dequantised to bf16 (CUDA) or f32 (CPU) at load. */
+typedef enum { SEER_WEIGHTS_STORED = 0, SEER_WEIGHTS_BF16, SEER_WEIGHTS_F32 } seer_weights_kind;
+
 typedef struct {
     seer_backend_kind backend; /* AUTO: CUDA when built with it and a GPU is present */
+    seer_weights_kind weights; /* STORED by default */
     int n_threads;             /* CPU threads; 0 = all cores */
     bool vocab_only;           /* read hyper-parameters and vocabulary only: no weights,
                                   no backend (for inspection and tokenisation) */

@@ -9,177 +9,9 @@
  *
  * Skips (via cmocka's skip()) when built without CUDA or when no CUDA device is present.
  */
-#include "testutil.h"
-
-#include "backend/backend.h"
-#include "gguf/gguf.h"
-
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-static void test_no_device(void **state) {
-    (void)state;
-#ifdef SEER_HAVE_CUDA
-    printf("skipped: no CUDA device\n");
-#else
-    printf("skipped: no CUDA device (built without CUDA)\n");
-#endif
-    skip();
-}
+#include "ops_harness.h"
 
 #ifdef SEER_HAVE_CUDA
-
-static seer_backend *cpu, *gpu;
-
-/* ---- bookkeeping ------------------------------------------------------------------------ */
-
-typedef struct {
-    const char *op;
-    int cases, fails;
-    double worst_ratio, worst_err, worst_tol;
-} op_stat;
-
-#define MAX_STATS 48
-static op_stat stats[MAX_STATS];
-static int n_stats;
-
-static op_stat *stat_of(const char *op) {
-    for (int i = 0; i < n_stats; i++)
-        if (!strcmp(stats[i].op, op))
-            return &stats[i];
-    if (n_stats == MAX_STATS)
-        fail_msg("more than %d op names: raise MAX_STATS", MAX_STATS);
-    op_stat *s = &stats[n_stats++];
-    memset(s, 0, sizeof *s);
-    s->op = op;
-    s->worst_ratio = -1;
-    return s;
-}
-
-static double l2_rel_err(const float *out, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)out[i] - ref[i];
-        if (isnan(d) || isinf(d))
-            return INFINITY;
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
-/* Prints the case line and records it; the test function asserts at its end. */
-static void record(const char *op, const char *shape, const float *out, const float *ref,
-                   size_t n, double tol) {
-    double e = l2_rel_err(out, ref, n);
-    bool ok = e <= tol;
-    printf("%-10s %-78s rel_err=%.3e tol=%.1e %s\n", op, shape, e, tol, ok ? "ok" : "FAIL");
-    fflush(stdout);
-    op_stat *s = stat_of(op);
-    s->cases++;
-    s->fails += !ok;
-    double ratio = tol > 0 ? e / tol : (e > 0 ? INFINITY : 0);
-    if (ratio > s->worst_ratio || (isnan(ratio) && !isnan(s->worst_ratio))) {
-        s->worst_ratio = ratio;
-        s->worst_err = e;
-        s->worst_tol = tol;
-    }
-}
-
-static void assert_op_passed(const char *op) {
-    op_stat *s = stat_of(op);
-    if (s->fails)
-        fail_msg("%s: %d of %d cases over tolerance (worst rel_err %.3e, tol %.1e)", op, s->fails,
-                 s->cases, s->worst_err, s->worst_tol);
-}
-
-static void print_summary(void) {
-    printf("\nsummary: %-12s %6s %14s %10s %5s\n", "op", "cases", "worst_rel_err", "tol", "pass");
-    for (int i = 0; i < n_stats; i++)
-        printf("summary: %-12s %6d %14.3e %10.1e %5s\n", stats[i].op, stats[i].cases,
-               stats[i].worst_err, stats[i].worst_tol, stats[i].fails ? "NO" : "yes");
-}
-
-/* ---- memory helpers ---------------------------------------------------------------------- */
-
-static float *nan_array(size_t n) {
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    assert_non_null(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = NAN;
-    return x;
-}
-
-static float *rand_array(size_t n, float scale, uint64_t *rng) {
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    assert_non_null(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = tu_rand_uniform(rng) * scale;
-    return x;
-}
-
-/* Rounds x to values bf16 holds exactly: the device's bf16 copies are then exact, and what
- * is left of the difference to the reference is f32 summation order alone. */
-static void to_bf16_exact(float *x, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        x[i] = seer_bf16_to_f32(seer_f32_to_bf16(x[i]));
-}
-
-static void *dev_alloc(size_t bytes) {
-    void *p = NULL;
-    ASSERT_OK(gpu->ops->alloc(gpu, bytes, &p));
-    return p;
-}
-
-static float *dev_copy(const float *h, size_t n) {
-    float *d = dev_alloc(n * sizeof *d);
-    ASSERT_OK(gpu->ops->upload(gpu, d, h, n * sizeof *d));
-    return d;
-}
-
-static float *dev_nan(size_t n) {
-    float *h = nan_array(n);
-    float *d = dev_copy(h, n);
-    free(h);
-    return d;
-}
-
-static float *dev_fetch(const float *d, size_t n) {
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    assert_non_null(h);
-    ASSERT_OK(gpu->ops->download(gpu, h, d, n * sizeof *h));
-    return h;
-}
-
-static void dev_free(void *p) { gpu->ops->dealloc(gpu, p); }
-
-/* A weight tensor of type t made from random f32 values, as a GGUF reader would hand it out. */
-typedef struct {
-    gguf_tensor t;
-    void *data;
-} host_tensor;
-
-static void make_tensor(host_tensor *ht, const char *name, ggml_type type, int rows, int cols,
-                        uint64_t *rng) {
-    size_t n = (size_t)rows * cols, nb = 0;
-    float *f = rand_array(n, 1.f, rng);
-    ASSERT_OK(ggml_nbytes(type, n, &nb));
-    ht->data = malloc(nb);
-    assert_non_null(ht->data);
-    ASSERT_OK(gguf_quant(type, f, ht->data, n));
-    free(f);
-    memset(&ht->t, 0, sizeof ht->t);
-    ht->t.name = name;
-    ht->t.n_dims = 2;
-    ht->t.ne[0] = (uint64_t)cols;
-    ht->t.ne[1] = (uint64_t)rows;
-    ht->t.ne[2] = ht->t.ne[3] = 1;
-    ht->t.type = type;
-    ht->t.data = ht->data;
-    ht->t.nbytes = nb;
-}
 
 /* ---- matmul ------------------------------------------------------------------------------- */
 
@@ -208,8 +40,8 @@ static void test_matmul(void **state) {
         host_tensor ht;
         make_tensor(&ht, "w", cases[k].type, R, C, &rng);
         seer_weight wc, wg;
-        ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, &wc));
-        ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, &wg));
+        ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_STORED, &wc));
+        ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
         assert_int_equal(wg.rows, R);
         assert_int_equal(wg.cols, C);
         float *x = rand_array((size_t)T * C, 1.f, &rng);
@@ -264,9 +96,9 @@ static void test_matmul_fused(void **state) {
         for (int j = 0; j < n; j++) {
             const int R = cases[k].rows[j];
             make_tensor(&ht[j], "w", GGML_TYPE_BF16, R, C, &rng);
-            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, &wc[j]));
-            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, &wg[j]));
-            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, &parts[j]));
+            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_STORED, &wc[j]));
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &wg[j]));
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &parts[j]));
             if (cases[k].bias) {
                 bias[j] = rand_array(R, 1.f, &rng);
                 db[j] = dev_copy(bias[j], R);
@@ -346,9 +178,9 @@ static void test_matmul_glu(void **state) {
         seer_weight wc[2], a[2], b[2], inter, seg;
         for (int j = 0; j < 2; j++) {
             make_tensor(&ht[j], "w", GGML_TYPE_BF16, F, D, &rng);
-            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, &wc[j]));
-            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, &a[j]));
-            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, &b[j]));
+            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_STORED, &wc[j]));
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &a[j]));
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &b[j]));
         }
         ASSERT_OK(gpu->ops->weight_concat(gpu, a, 2, true, &inter));
         ASSERT_OK(gpu->ops->weight_concat(gpu, b, 2, false, &seg));
@@ -477,8 +309,8 @@ static void test_embed(void **state) {
         host_tensor ht;
         make_tensor(&ht, "token_embd", cases[k].type, V, D, &rng);
         seer_weight wc, wg;
-        ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, &wc));
-        ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, &wg));
+        ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_STORED, &wc));
+        ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
         int32_t *tok = malloc(T * sizeof *tok);
         for (int t = 0; t < T; t++)
             tok[t] = t == 0 ? V - 1 : (int32_t)(tu_rand_u64(&rng) % (uint64_t)V);
@@ -657,8 +489,8 @@ static void test_batch_index(void **state) {
     host_tensor ht;
     make_tensor(&ht, "token_embd", GGML_TYPE_BF16, V, D, &rng);
     seer_weight wc, wg;
-    ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, &wc));
-    ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, &wg));
+    ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_STORED, &wc));
+    ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
     int32_t tok[T], pos[T], page[T], row[T], out_rows[3] = {2, 5, 8};
     int32_t seq_pages[1] = {0}, len0[1] = {0}, off[2] = {0, T}, toks[T], tseq[T], tslot[T];
     for (int t = 0; t < T; t++) {
@@ -1036,7 +868,7 @@ static void test_errors(void **state) {
     gguf_tensor t = {.name = "blk.0.odd", .n_dims = 2, .ne = {256, 1, 1, 1}, .type = GGML_TYPE_Q2_K,
                      .data = junk, .nbytes = sizeof junk};
     seer_weight w;
-    assert_int_not_equal(gpu->ops->weight_load(gpu, &t, &w), SEER_OK);
+    assert_int_not_equal(gpu->ops->weight_load(gpu, &t, SEER_WEIGHTS_STORED, &w), SEER_OK);
     printf("q2_K weight: %s\n", seer_last_error());
     assert_non_null(strstr(seer_last_error(), "blk.0.odd"));
 
@@ -1052,26 +884,6 @@ static void test_errors(void **state) {
     seer_attn_batch ab = {.T = 1, .n_heads = 2, .n_kv_heads = 1, .head_dim = 7};
     seer_kv_geom g2 = {.n_pages = 1, .page_size = 1, .n_layers = 1, .n_kv_heads = 1, .head_dim = 7};
     assert_int_not_equal(gpu->ops->attention(gpu, NULL, NULL, NULL, &g2, 0, &ab), SEER_OK);
-}
-
-static int setup(void **state) {
-    (void)state;
-    if (seer_backend_cpu_init(0, &cpu) != SEER_OK)
-        return -1;
-    if (seer_backend_cuda_init(0, &gpu) != SEER_OK) {
-        fprintf(stderr, "CUDA backend: %s\n", seer_last_error());
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    if (gpu)
-        gpu->ops->free(gpu);
-    if (cpu)
-        cpu->ops->free(cpu);
-    return 0;
 }
 
 #endif /* SEER_HAVE_CUDA */

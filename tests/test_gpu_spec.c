@@ -140,7 +140,7 @@ static void test_matmul_invariant(void **state) {
         gguf_tensor t = {.name = "w", .n_dims = 2, .ne = {(uint64_t)C, (uint64_t)R, 1, 1},
                          .type = GGML_TYPE_F32, .data = w, .nbytes = sizeof(float) * R * C};
         seer_weight wg;
-        ASSERT_OK(be->ops->weight_load(be, &t, &wg));
+        ASSERT_OK(be->ops->weight_load(be, &t, SEER_WEIGHTS_STORED, &wg));
         float *dx = NULL, *dy = NULL;
         ASSERT_OK(be->ops->alloc(be, sizeof(float) * 256 * C, (void **)&dx));
         ASSERT_OK(be->ops->alloc(be, sizeof(float) * 256 * R, (void **)&dy));

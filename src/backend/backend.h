@@ -27,7 +27,8 @@ typedef struct seer_backend seer_backend;
 
 #define SEER_WEIGHT_MAX_SEG 4
 
-/* A linear layer's weight W[rows = out][cols = in] in the backend's preferred dtype. */
+/* A linear layer's weight W[rows = out][cols = in], in a dtype the backend computes with (its
+ * float type, or a GGUF block encoding it keeps as stored). */
 typedef struct {
     void *data;
     int rows, cols;
@@ -106,8 +107,11 @@ typedef struct {
     seer_status (*upload)(seer_backend *be, void *dst, const void *src, size_t bytes);
     seer_status (*download)(seer_backend *be, void *dst, const void *src, size_t bytes);
 
-    /* Binds a GGUF tensor of shape [rows][cols] as a weight (may convert/dequantise). */
-    seer_status (*weight_load)(seer_backend *be, const gguf_tensor *t, seer_weight *out);
+    /* Binds a GGUF tensor of shape [rows][cols] as a weight. how: SEER_WEIGHTS_STORED keeps
+     * the tensor's encoding where the backend has kernels for it (else its own float type);
+     * BF16 / F32 dequantise to that type (SEER_ERR_UNSUPPORTED where the backend has none). */
+    seer_status (*weight_load)(seer_backend *be, const gguf_tensor *t, seer_weights_kind how,
+                               seer_weight *out);
     void (*weight_free)(seer_backend *be, seer_weight *w);
 
     /* KV storage: allocated per context; layout private to the backend. */
@@ -161,11 +165,11 @@ typedef struct {
     seer_status (*attention)(seer_backend *be, float *out, const float *q, const void *kv,
                              const seer_kv_geom *g, int layer, const seer_attn_batch *ab);
     /* Optional fused forms (NULL: the model issues the plain ops instead).
-     * weight_concat: one weight out of the rows of parts[0..n) (same cols, n <= 4), with
-     * out->n_seg = n; each part's storage is released and the part becomes a view (not owned)
-     * of its rows in out, usable as before. interleave (n = 2, equal rows): row i of part j is
-     * row 2 i + j of out, and the parts keep their shape but no data (use out alone). On
-     * failure the parts are unchanged.
+     * weight_concat: one weight out of the rows of parts[0..n) (same cols and dtype, n <= 4),
+     * with out->n_seg = n; each part's storage is released and the part becomes a view (not
+     * owned) of its rows in out, usable as before, where the dtype allows (else, and with
+     * interleave, it keeps its shape but no data: use out alone). interleave (n = 2, equal
+     * rows): row i of part j is row 2 i + j of out. On failure the parts are unchanged.
      * matmul_split: ys[j] [T][seg_rows[j]] = x * W_j^T (+ biases[j] unless NULL) for the
      * segments of such a weight, in one pass over it.
      * matmul_add: y [T][rows] += x * W^T (the residual connection).

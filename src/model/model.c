@@ -189,7 +189,7 @@ static seer_status bind_weight(seer_model *m, const char *name, int rows, int co
     SEER_TRY(find(m, name, &t));
     SEER_TRY(check_shape(t, (uint64_t)cols, (uint64_t)rows));
     m->info.n_params += (uint64_t)rows * cols;
-    return m->be->ops->weight_load(m->be, t, w);
+    return m->be->ops->weight_load(m->be, t, m->weights, w);
 }
 
 /* A small f32 vector (norm weight, bias) copied to the backend. */
@@ -282,13 +282,19 @@ seer_status seer_model_fuse(seer_model *m) {
         return SEER_OK;
     for (int l = 0; l < m->info.n_layers; l++) {
         seer_layer *L = &m->layers[l];
+        /* Only weights of one dtype join (a mixed file may hold attn_v at higher precision
+         * than attn_q and attn_k): the others stay separate matmuls. */
         seer_weight qkv[3] = {L->wq, L->wk, L->wv};
-        SEER_TRY(op->weight_concat(m->be, qkv, 3, false, &L->wqkv));
-        L->wq = qkv[0], L->wk = qkv[1], L->wv = qkv[2];
+        if (qkv[0].dtype == qkv[1].dtype && qkv[1].dtype == qkv[2].dtype) {
+            SEER_TRY(op->weight_concat(m->be, qkv, 3, false, &L->wqkv));
+            L->wq = qkv[0], L->wk = qkv[1], L->wv = qkv[2];
+        }
         /* with matmul_glu the gate and up rows alternate and the product comes out whole */
         seer_weight gu[2] = {L->w_gate, L->w_up};
-        SEER_TRY(op->weight_concat(m->be, gu, 2, op->matmul_glu != NULL, &L->wgu));
-        L->w_gate = gu[0], L->w_up = gu[1];
+        if (gu[0].dtype == gu[1].dtype) {
+            SEER_TRY(op->weight_concat(m->be, gu, 2, op->matmul_glu != NULL, &L->wgu));
+            L->w_gate = gu[0], L->w_up = gu[1];
+        }
     }
     return SEER_OK;
 }
@@ -297,11 +303,14 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
     *out = NULL;
     if (!path)
         return seer_err(SEER_ERR_INVALID_ARG, "no model path");
+    if ((unsigned)params.weights > SEER_WEIGHTS_F32)
+        return seer_err(SEER_ERR_INVALID_ARG, "unknown weights kind %d", (int)params.weights);
     if (params.n_threads < 0 || params.n_threads > 1024)
         return seer_err(SEER_ERR_INVALID_ARG, "n_threads %d is out of range [0, 1024]", params.n_threads);
     seer_model *m = calloc(1, sizeof *m);
     if (!m)
         return seer_err(SEER_ERR_OOM, "out of memory");
+    m->weights = params.weights;
     seer_status s = gguf_open(path, &m->gguf);
     if (s == SEER_OK)
         s = read_hparams(m);

@@ -30,6 +30,7 @@ struct seer_model {
     gguf_file *gguf;
     seer_vocab *vocab;
     seer_backend *be;
+    seer_weights_kind weights;            /* how the backend holds the weights */
     float *inv_freq;                      /* [Dh/2] backend memory, llama3 scaling applied */
     float *inv_freq_host;                 /* [Dh/2] */
     seer_weight tok_embd;                 /* [V][D] */

@@ -13,6 +13,7 @@
 typedef struct {
     const char *synthetic, *model_path;
     seer_backend_kind backend;
+    seer_weights_kind weights;
     int threads, page_size, steps, warmup, prefill, sinks;
     uint64_t seed;
     double alpha; /* synthetic acceptance of the speculative runs */

@@ -14,6 +14,8 @@ bool cli_float(const char *flag, const char *s, double lo, double hi, double *ou
 /* Prints "seer: <what>: <status message>" to stderr. */
 void cli_error(const char *what, seer_status s);
 bool cli_backend(const char *s, seer_backend_kind *out);
+/* --weights: stored (as the file has them), bf16 (CUDA) or f32 (CPU) dequantised at load. */
+bool cli_weights(const char *s, seer_weights_kind *out);
 /* Seconds on a monotonic clock. */
 double cli_now_s(void);
 

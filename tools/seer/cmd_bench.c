@@ -38,6 +38,7 @@ static void usage(FILE *f) {
             "                           llama-3.1-8b, llama-2-7b, qwen2.5-7b, llama-3.2-1b, small, tiny, tiny-qwen2\n"
             "  -m, --model FILE         a GGUF model (its KV is filled synthetically all the same)\n"
             "  --backend B              cpu, cuda or auto (default auto)\n"
+            "  --weights W              stored (default), or bf16 / f32: dequantised at load\n"
             "  -t, --threads N          CPU threads (default: all cores)\n"
             "  --ctx-list L,...         cached tokens per sequence (default 4096,32768)\n"
             "  --batch-list B,...       sequences decoding together (default 1)\n"
@@ -121,11 +122,12 @@ static bool parse_spec_list(const char *s, bench_opts *o) {
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
-    enum { O_SYN = 256, O_BACKEND, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PAGE, O_SEED,
+    enum { O_SYN = 256, O_BACKEND, O_WEIGHTS, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PAGE, O_SEED,
            O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER };
     static const struct option opts[] = {
         {"synthetic", required_argument, 0, O_SYN},   {"model", required_argument, 0, 'm'},
-        {"backend", required_argument, 0, O_BACKEND}, {"threads", required_argument, 0, 't'},
+        {"backend", required_argument, 0, O_BACKEND},
+        {"weights", required_argument, 0, O_WEIGHTS}, {"threads", required_argument, 0, 't'},
         {"ctx-list", required_argument, 0, O_CTX},    {"batch-list", required_argument, 0, O_BATCH},
         {"steps", required_argument, 0, O_STEPS},     {"warmup", required_argument, 0, O_WARM},
         {"prefill", required_argument, 0, O_PREFILL}, {"page-size", required_argument, 0, O_PAGE},
@@ -147,6 +149,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         case O_SYN: o->synthetic = optarg; break;
         case 'm': o->model_path = optarg; break;
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
+        case O_WEIGHTS: if (!cli_weights(optarg, &o->weights)) return 2; break;
         case 't': if (!cli_int("--threads", optarg, 1, 1024, &v)) return 2; o->threads = (int)v; break;
         case O_CTX: if (!parse_int_list("--ctx-list", optarg, 1, 1 << 22, o->ctx, &o->n_ctx)) return 2; break;
         case O_BATCH: if (!parse_int_list("--batch-list", optarg, 1, 4096, o->batch, &o->n_batch)) return 2; break;
@@ -517,6 +520,7 @@ int cmd_bench(int argc, char **argv) {
     }
     seer_model_params mp = seer_model_default_params();
     mp.backend = o.backend;
+    mp.weights = o.weights;
     mp.n_threads = o.threads;
     seer_model *m = NULL;
     bench_result r;

@@ -44,6 +44,20 @@ void cli_error(const char *what, seer_status s) {
     fprintf(stderr, "seer: %s: %s (%s)\n", what, seer_last_error(), seer_status_str(s));
 }
 
+bool cli_weights(const char *s, seer_weights_kind *out) {
+    if (!strcmp(s, "stored"))
+        *out = SEER_WEIGHTS_STORED;
+    else if (!strcmp(s, "bf16"))
+        *out = SEER_WEIGHTS_BF16;
+    else if (!strcmp(s, "f32"))
+        *out = SEER_WEIGHTS_F32;
+    else {
+        fprintf(stderr, "seer: --weights: '%s' is not one of stored, bf16, f32\n", s);
+        return false;
+    }
+    return true;
+}
+
 bool cli_backend(const char *s, seer_backend_kind *out) {
     if (!strcmp(s, "cpu"))
         *out = SEER_BACKEND_CPU;

@@ -39,8 +39,11 @@ static seer_status cpu_copy(seer_backend *be, void *dst, const void *src, size_t
     return SEER_OK;
 }
 
-static seer_status cpu_weight_load(seer_backend *be, const gguf_tensor *t, seer_weight *out) {
+static seer_status cpu_weight_load(seer_backend *be, const gguf_tensor *t, seer_weights_kind how,
+                                   seer_weight *out) {
     uint64_t cols = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+    if (how == SEER_WEIGHTS_BF16)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the CPU backend keeps weights as stored or in f32, not in bf16");
     if (rows > INT32_MAX || cols > INT32_MAX)
         return seer_err(SEER_ERR_UNSUPPORTED, "tensor %s is too large", t->name);
     memset(out, 0, sizeof *out);

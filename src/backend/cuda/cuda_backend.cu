@@ -213,7 +213,7 @@ static void cuda_free_be(seer_backend *be) {
         seer_cuda_prof_free(c);
         seer_cuda_buf *bufs[] = {&c->xbf16, &c->fallback[0], &c->fallback[1], &c->gather_tmp,
                                  &c->attn_part, &c->kv_read, &c->batch, &c->argmax_ids,
-                                 &c->mm_part, &c->mm_cnt, &c->rope_tab, &c->glu_tmp, &c->att_cnt, &c->smp_dev, &c->smp_work};
+                                 &c->mm_part, &c->mm_cnt, &c->rope_tab, &c->glu_tmp, &c->wbf16, &c->att_cnt, &c->smp_dev, &c->smp_work};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             seer_cuda_buf_free(c, bufs[i]);
         free(c->smp_host);

@@ -210,6 +210,7 @@ typedef struct {
     unsigned long batch_epoch;   /* batch_begin calls so far */
     seer_cuda_buf rope_tab;      /* cos, sin per (token, frequency) of the current call */
     seer_cuda_buf glu_tmp;       /* matmul_glu's products before the pairs combine (cuBLAS) */
+    seer_cuda_buf wbf16;         /* a slice of a quantised weight's rows in bf16 (cuBLAS) */
     seer_cuda_rope_key rope_key;
 } seer_cuda;
 
@@ -257,7 +258,8 @@ seer_status seer_cuda_index(seer_cuda *c, int which, const int32_t *host, int n,
 
 /* ---- ops (one family per file) -------------------------------------------------------- */
 
-seer_status seer_cuda_weight_load(seer_backend *be, const gguf_tensor *t, seer_weight *out);
+seer_status seer_cuda_weight_load(seer_backend *be, const gguf_tensor *t, seer_weights_kind how,
+                                  seer_weight *out);
 void seer_cuda_weight_free(seer_backend *be, seer_weight *w);
 seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n, bool interleave,
                                     seer_weight *out);

@@ -1,8 +1,9 @@
 /*
- * embed.cu: token embedding lookup: rows of the bf16 table widened to f32 activations.
+ * embed.cu: token embedding lookup: rows of the table as f32 activations (bf16 widened here,
+ * rows of a quantised table dequantised by matmul_q.cu).
  * Not for: the output projection (matmul.cu), even when it shares the table.
  */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/matmul.cuh"
 
 /* One block per token. A token outside the table (the model validates them, so never from
  * there) gives a NaN row rather than a read out of bounds. */
@@ -25,10 +26,10 @@ seer_status seer_cuda_embed(seer_backend *be, float *y, const seer_weight *emb,
     seer_cuda *c = seer_cuda_of(be);
     if (T <= 0)
         return SEER_OK;
-    if (emb->dtype != GGML_TYPE_BF16)
-        return seer_err(SEER_ERR_UNSUPPORTED, "embed: CUDA weights are bf16, got type %d", emb->dtype);
     const int32_t *dt;
     SEER_TRY(seer_cuda_index(c, SEER_IDX_TOKENS, tokens, T, 0, &dt));
+    if (emb->dtype != GGML_TYPE_BF16)
+        return seer_cuda_q_gather_f32(c, y, emb, dt, T);
     embed_kernel<<<(unsigned)T, 256, 0, c->stream>>>(y, (const bf16 *)emb->data, dt, emb->rows,
                                                      emb->cols);
     LAUNCH_TRY("embed_kernel");

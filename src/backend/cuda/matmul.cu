@@ -18,20 +18,16 @@
  * registers, and kept in L1 for the other warps.
  *
  * Above it: cuBLAS (x rounded to bf16 into a scratch buffer first), whose kernel choice
- * depends on T: prefill only.
- * Not for: quantised weights.
+ * depends on T: prefill only. Quantised weights take the same route, their rows dequantised
+ * to bf16 a slice at a time (matmul_q.cu has their small-T kernel).
  */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/matmul.cuh"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define CVT_THREADS 256
-#define MM_WARPS 8        /* warps of a block: K slices of the same rows */
-#define MM_ROWS 32        /* rows of W per block */
 #define MM_KSTEP 64       /* columns per K step */
-#define MM_MAX_TILE 64    /* most tokens one block holds: 8 n8 tiles */
-#define MM_MAX_KB 16
 
 __global__ void f32_to_bf16_kernel(bf16 *y, const float *x, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -48,14 +44,6 @@ __global__ void add_bias_kernel(float *y, const float *bias, int rows, size_t n)
 
 /* ---- the batch-invariant kernel --------------------------------------------------------- */
 
-static __device__ __forceinline__ uint4 ld_stream(const bf16 *p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 /* Eight bf16 of row r of W from column col (zeros outside the matrix). VEC: 16-byte aligned
  * rows, so the whole vector is in or out. */
 template <bool VEC>
@@ -64,7 +52,7 @@ static __device__ __forceinline__ uint4 load_w(const bf16 *W, int rows, int cols
         return make_uint4(0, 0, 0, 0);
     const bf16 *p = W + (size_t)r * cols + col;
     if constexpr (VEC) {
-        return ld_stream(p);
+        return ld_stream16(p);
     } else {
         uint32_t w[4];
         const unsigned short *u = (const unsigned short *)p;
@@ -108,53 +96,15 @@ static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, 
  * matrix product. Loads are the rows' contiguous 64 bytes per 4 lanes, straight into the
  * fragments, with no shared memory.
  */
-/* Where the rows of W go: row r of segment j (r0[j] <= r < r0[j + 1]) to y[j][t][r - r0[j]]
- * (+ b[j][r - r0[j]] when b[j]); acc: y += the product instead of y =. */
-struct mm_out {
-    float *y[SEER_WEIGHT_MAX_SEG];
-    const float *b[SEER_WEIGHT_MAX_SEG];
-    int r0[SEER_WEIGHT_MAX_SEG + 1];
-    int nseg, acc;
-    int glu; /* rows come in (gate, up) pairs: y[0][t][r / 2] = glu(row r, row r + 1) */
-};
-
-/* silu(g) * u exactly as the swiglu op computes it (elementwise.cu) */
-static __device__ __forceinline__ float glu(float g, float u) { return g / (1.f + expf(-g)) * u; }
-
-static __device__ __forceinline__ void mm_store(const mm_out &o, int t, int r, float v) {
-    float *y = o.y[0];
-    const float *b = o.b[0];
-    int base = 0, w = o.r0[1];
-#pragma unroll
-    for (int k = 1; k < SEER_WEIGHT_MAX_SEG; k++)
-        if (k < o.nseg && r >= o.r0[k]) {
-            y = o.y[k];
-            b = o.b[k];
-            base = o.r0[k];
-            w = o.r0[k + 1] - o.r0[k];
-        }
-    const int rr = r - base;
-    if (b)
-        v += b[rr];
-    float *d = y + (size_t)t * w + rr;
-    *d = o.acc ? *d + v : v;
-}
-
 template <int NT, bool VEC>
 __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 4 ? 2 : 1)
-mm_inv_kernel(mm_out out, const bf16 *__restrict__ W, const float *__restrict__ x,
-              float *__restrict__ part, int *__restrict__ cnt,
-              int rows, int cols, int T, int kb_n, int n_steps, int nz, int tile) {
-    __shared__ float red[MM_WARPS][8][MM_ROWS + 1]; /* [warp][token of the n8 tile][row] */
-    __shared__ int s_last;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
-    int b = blockIdx.x;
-    const int z = b % nz;
-    b /= nz;
-    const int kb = b % kb_n, rg = b / kb_n;
-    const int row0 = rg * MM_ROWS, tok0 = z * tile;
-    const int KS = kb_n * MM_WARPS, ks = kb * MM_WARPS + warp;
-    const int s0 = (int)((long long)n_steps * ks / KS), s1 = (int)((long long)n_steps * (ks + 1) / KS);
+mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__ part,
+              int *__restrict__ cnt, int T, int kb_n, int n_steps, int nz, int tile) {
+    const bf16 *__restrict__ W = (const bf16 *)wd.p[0];
+    const int rows = wd.rows, cols = wd.cols;
+    const int lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
+    const mm_pos ps = mm_position(kb_n, n_steps, nz, tile);
+    const int row0 = ps.row0, tok0 = ps.tok0, s0 = ps.s0, s1 = ps.s1;
 
     float acc[2][NT][4];
 #pragma unroll
@@ -214,75 +164,11 @@ mm_inv_kernel(mm_out out, const bf16 *__restrict__ W, const float *__restrict__ 
         }
     }
 
-    /* The warps' sums, in warp order; thread (tok = tid / 32, r = tid % 32) owns one element
-     * of each n8 tile. */
-    const int et = threadIdx.x >> 5, er = threadIdx.x & 31;
-#pragma unroll
-    for (int n = 0; n < NT; n++) {
-#pragma unroll
-        for (int m = 0; m < 2; m++) {
-            red[warp][2 * c4][m * 16 + g] = acc[m][n][0];
-            red[warp][2 * c4 + 1][m * 16 + g] = acc[m][n][1];
-            red[warp][2 * c4][m * 16 + g + 8] = acc[m][n][2];
-            red[warp][2 * c4 + 1][m * 16 + g + 8] = acc[m][n][3];
-        }
-        __syncthreads();
-        float sum = red[0][et][er];
-#pragma unroll
-        for (int w = 1; w < MM_WARPS; w++)
-            sum += red[w][et][er];
-        const int t = tok0 + n * 8 + et, r = row0 + er;
-        if (kb_n == 1 && out.glu) { /* the pair's up row is the next lane's */
-            const float up = __shfl_xor_sync(0xffffffffu, sum, 1);
-            if (t < T && r < rows && !(er & 1))
-                out.y[0][(size_t)t * (rows / 2) + r / 2] = glu(sum, up);
-        } else if (t < T && r < rows) {
-            if (kb_n == 1)
-                mm_store(out, t, r, sum);
-            else
-                part[((size_t)kb * T + t) * rows + r] = sum;
-        }
-        __syncthreads();
-    }
-    if (kb_n == 1)
-        return;
-
-    /* Split K over blocks: the last block of the tile to arrive adds the KB sums in block
-     * order (threadFenceReduction in the CUDA samples). */
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        s_last = atomicAdd(&cnt[(size_t)rg * nz + z], 1) == kb_n - 1;
-    __syncthreads();
-    if (!s_last)
-        return;
-    __threadfence();
-#pragma unroll
-    for (int n = 0; n < NT; n++) {
-        const int t = tok0 + n * 8 + et, r = row0 + er;
-        float sum = 0.f;
-        if (t < T && r < rows) {
-            sum = __ldcg(&part[(size_t)t * rows + r]);
-            for (int k = 1; k < kb_n; k++)
-                sum += __ldcg(&part[((size_t)k * T + t) * rows + r]);
-        }
-        if (out.glu) {
-            const float up = __shfl_xor_sync(0xffffffffu, sum, 1);
-            if (t < T && r < rows && !(er & 1))
-                out.y[0][(size_t)t * (rows / 2) + r / 2] = glu(sum, up);
-        } else if (t < T && r < rows) {
-            mm_store(out, t, r, sum);
-        }
-    }
-    if (threadIdx.x == 0)
-        cnt[(size_t)rg * nz + z] = 0; /* ready for the next call */
+    mm_finish<NT>(acc, out, part, cnt, rows, T, ps.kb, kb_n, ps.rg, ps.z, nz, tok0, row0);
 }
 
-typedef void (*mm_kernel_fn)(mm_out, const bf16 *, const float *, float *, int *, int, int, int,
-                             int, int, int, int);
-
 template <bool VEC>
-static mm_kernel_fn mm_pick(int nt) {
+static mm_kernel_fn mm_pick_t(int nt) {
     switch (nt) {
     case 1: return mm_inv_kernel<1, VEC>;
     case 2: return mm_inv_kernel<2, VEC>;
@@ -295,22 +181,22 @@ static mm_kernel_fn mm_pick(int nt) {
     }
 }
 
+static mm_kernel_fn mm_pick(int nt, bool vec) { return vec ? mm_pick_t<true>(nt) : mm_pick_t<false>(nt); }
+
 /* Blocks over K for a weight: enough blocks to cover the multiprocessors once, keeping at
  * least two K steps per warp. A function of the shape and the device only. */
-static int mm_kb(int rows, int cols, int n_sm) {
+static int mm_kb(int rows, int n_steps, int n_sm) {
     const long long row_groups = (rows + MM_ROWS - 1) / MM_ROWS;
-    const long long n_steps = (cols + MM_KSTEP - 1) / MM_KSTEP;
     int kb = 1;
     while (kb < MM_MAX_KB && row_groups * kb < n_sm && n_steps >= 2LL * MM_WARPS * kb * 2)
         kb *= 2;
     return kb;
 }
 
-static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float *x,
-                                    const seer_weight *w, int T) {
-    const int rows = w->rows, cols = w->cols;
-    const int kb = mm_kb(rows, cols, c->n_sm);
-    const int n_steps = (cols + MM_KSTEP - 1) / MM_KSTEP;
+seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, const float *x,
+                                int T, int n_steps, mm_kernel_fn (*pick)(int, bool), bool vec) {
+    const int rows = w.rows;
+    const int kb = mm_kb(rows, n_steps, c->n_sm);
     const long long row_groups = (rows + MM_ROWS - 1) / MM_ROWS;
     /* Tokens per block: any split of the tokens over blocks gives every element the same
      * sum, so this is tuned for speed alone. Larger tiles read the weights fewer times
@@ -322,7 +208,7 @@ static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float
     const int nt = tile / 8;
     const long long blocks = row_groups * kb * nz;
     if (blocks > INT32_MAX)
-        return seer_err(SEER_ERR_UNSUPPORTED, "matmul: %d x %d weight at T = %d", rows, cols, T);
+        return seer_err(SEER_ERR_UNSUPPORTED, "matmul: %d x %d weight at T = %d", rows, w.cols, T);
     float *part = NULL;
     int *cnt = NULL;
     if (kb > 1) {
@@ -337,57 +223,67 @@ static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float
         part = (float *)c->mm_part.p;
         cnt = (int *)c->mm_cnt.p;
     }
-    const bool vec = cols % 8 == 0 && (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0;
     /* outputs are written after griddepcontrol.wait, accumulating ones too */
-    const bool pdl = c->mm_pdl;
-    const mm_kernel_fn fn = vec ? mm_pick<true>(nt) : mm_pick<false>(nt);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)blocks);
-    cfg.blockDim = dim3(MM_WARPS * 32);
-    cfg.stream = c->stream;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CUDA_TRY(cudaLaunchKernelEx(&cfg, fn, out, (const bf16 *)w->data, x, part, cnt, rows, cols, T,
-                                kb, n_steps, nz, tile));
-    LAUNCH_TRY("mm_inv_kernel");
+    CUDA_TRY(seer_cuda_launch(c, pick(nt, vec), dim3((unsigned)blocks), dim3(MM_WARPS * 32), 0, out,
+                              w, x, part, cnt, T, kb, n_steps, nz, tile));
+    LAUNCH_TRY("matmul kernel");
     return SEER_OK;
+}
+
+static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float *x,
+                                    const seer_weight *w, int T) {
+    mm_w wd = {};
+    wd.p[0] = (const uint8_t *)w->data;
+    wd.stride[0] = w->cols * (int)sizeof(bf16);
+    wd.rows = w->rows;
+    wd.cols = w->cols;
+    wd.type = w->dtype;
+    const bool vec = w->cols % 8 == 0 && (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0;
+    return seer_cuda_mm_launch(c, out, wd, x, T, (w->cols + MM_KSTEP - 1) / MM_KSTEP, mm_pick, vec);
 }
 
 /* ---- cuBLAS, for prefill -------------------------------------------------------------- */
 
-static seer_status matmul_blas(seer_cuda *c, float *y, const float *x, const seer_weight *w,
-                               const float *bias, int T, bool acc) {
-    const int rows = w->rows, cols = w->cols;
-    const size_t nx = (size_t)T * cols;
-    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, nx * sizeof(bf16), "matmul input in bf16"));
-    bf16 *xb = (bf16 *)c->xbf16.p;
-    f32_to_bf16_kernel<<<seer_cuda_grid(nx, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(xb, x, nx);
+/* x [n] to bf16 in the scratch xbf16 (cuBLAS multiplies bf16 by bf16). */
+static seer_status to_bf16(seer_cuda *c, const float *x, size_t n) {
+    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, n * sizeof(bf16), "matmul input in bf16"));
+    f32_to_bf16_kernel<<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>((bf16 *)c->xbf16.p, x, n);
     LAUNCH_TRY("f32_to_bf16_kernel");
-    /* Column-major view: W [rows][cols] row-major is a cols x rows matrix, x is cols x T, and
-     * y^T = W x^T is rows x T with leading dimension rows, i.e. y [T][rows] row-major. */
-    const float one = 1.f, beta = acc ? 1.f : 0.f;
-    CUBLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, T, cols, &one, w->data,
-                            CUDA_R_16BF, cols, xb, CUDA_R_16BF, cols, &beta, y, CUDA_R_32F, rows,
-                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (bias) {
-        const size_t ny = (size_t)T * rows;
-        add_bias_kernel<<<seer_cuda_grid(ny, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(y, bias, rows, ny);
-        LAUNCH_TRY("add_bias_kernel");
-    }
     return SEER_OK;
 }
 
-/* The weight of segment j of a weight made by weight_concat, as a weight of its own. */
-static seer_weight seg_view(const seer_weight *w, int r0, int rows) {
-    seer_weight v = *w;
-    v.data = (bf16 *)w->data + (size_t)r0 * w->cols;
-    v.rows = rows;
-    v.owned = false;
-    v.n_seg = 0;
-    return v;
+/* Rows of a quantised weight dequantised per slice: bounds the scratch (bf16) at 64M values. */
+#define Q_SLICE_ELEMS ((size_t)1 << 26)
+
+/* y [T][ldy] (+)= x W_r^T for rows [r0, r0 + n) of w into columns 0..n of y, with cuBLAS. x is
+ * already in bf16 (xb). Quantised rows are dequantised to bf16 a slice at a time first. */
+static seer_status gemm_rows(seer_cuda *c, float *y, int ldy, const bf16 *xb, const seer_weight *w,
+                             int r0, int n, int T, bool acc) {
+    const int cols = w->cols;
+    const float one = 1.f, beta = acc ? 1.f : 0.f;
+    if (w->dtype == GGML_TYPE_BF16) {
+        /* Column-major view: W [rows][cols] row-major is a cols x rows matrix, x is cols x T,
+         * and y^T = W x^T is rows x T with leading dimension ldy, i.e. y [T][ldy] row-major. */
+        CUBLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, T, cols, &one,
+                                (const bf16 *)w->data + (size_t)r0 * cols, CUDA_R_16BF, cols, xb,
+                                CUDA_R_16BF, cols, &beta, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+        return SEER_OK;
+    }
+    int slice = (int)(Q_SLICE_ELEMS / (size_t)cols);
+    if (slice < 1)
+        slice = 1;
+    if (slice > n)
+        slice = n;
+    SEER_TRY(seer_cuda_reserve(c, &c->wbf16, (size_t)slice * cols * sizeof(bf16), "dequantised weight rows"));
+    for (int i = 0; i < n; i += slice) {
+        const int k = n - i < slice ? n - i : slice;
+        SEER_TRY(seer_cuda_q_rows_bf16(c, (bf16 *)c->wbf16.p, w, r0 + i, k));
+        CUBLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, k, T, cols, &one, c->wbf16.p,
+                                CUDA_R_16BF, cols, xb, CUDA_R_16BF, cols, &beta, y + i, CUDA_R_32F, ldy,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    return SEER_OK;
 }
 
 static seer_status matmul_any(seer_backend *be, const mm_out &out, const float *x, const seer_weight *w,
@@ -395,13 +291,21 @@ static seer_status matmul_any(seer_backend *be, const mm_out &out, const float *
     seer_cuda *c = seer_cuda_of(be);
     if (T <= 0)
         return SEER_OK;
-    if (w->dtype != GGML_TYPE_BF16)
-        return seer_err(SEER_ERR_UNSUPPORTED, "matmul: CUDA weights are bf16, got type %d", w->dtype);
-    if (T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas)
-        return matmul_invariant(c, out, x, w, T);
+    const bool quant = w->dtype != GGML_TYPE_BF16;
+    /* the quantised kernel reads x in 16-byte pieces; an unaligned x (never from the model's
+     * scratch) takes the cuBLAS route */
+    if (T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas && (!quant || (uintptr_t)x % 16 == 0))
+        return quant ? seer_cuda_matmul_q_invariant(c, out, x, w, T) : matmul_invariant(c, out, x, w, T);
+    SEER_TRY(to_bf16(c, x, (size_t)T * w->cols));
     for (int j = 0; j < out.nseg; j++) {
-        const seer_weight v = seg_view(w, out.r0[j], out.r0[j + 1] - out.r0[j]);
-        SEER_TRY(matmul_blas(c, out.y[j], x, &v, out.b[j], T, out.acc != 0));
+        const int rows = out.r0[j + 1] - out.r0[j];
+        SEER_TRY(gemm_rows(c, out.y[j], rows, (const bf16 *)c->xbf16.p, w, out.r0[j], rows, T, out.acc != 0));
+        if (out.b[j]) {
+            const size_t ny = (size_t)T * rows;
+            add_bias_kernel<<<seer_cuda_grid(ny, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(out.y[j], out.b[j],
+                                                                                           rows, ny);
+            LAUNCH_TRY("add_bias_kernel");
+        }
     }
     return SEER_OK;
 }
@@ -440,16 +344,15 @@ seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, con
         return seer_err(SEER_ERR_INVALID_ARG, "matmul_glu: the weight is not interleaved (gate, up) pairs");
     if (T <= 0)
         return SEER_OK;
-    if (w->dtype != GGML_TYPE_BF16)
-        return seer_err(SEER_ERR_UNSUPPORTED, "matmul: CUDA weights are bf16, got type %d", w->dtype);
-    if (T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas) {
+    if (T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas &&
+        (w->dtype == GGML_TYPE_BF16 || (uintptr_t)x % 16 == 0)) {
         mm_out o = one_out(y, NULL, w->rows, false);
         o.glu = 1;
-        return matmul_invariant(c, o, x, w, T);
+        return matmul_any(be, o, x, w, T); /* the invariant kernel, as matmul_any picks it */
     }
     const size_t n = (size_t)T * w->rows;
     SEER_TRY(seer_cuda_reserve(c, &c->glu_tmp, n * sizeof(float), "gate and up products"));
-    SEER_TRY(matmul_blas(c, (float *)c->glu_tmp.p, x, w, NULL, T, false));
+    SEER_TRY(matmul_any(be, one_out((float *)c->glu_tmp.p, NULL, w->rows, false), x, w, T));
     glu_pairs_kernel<<<seer_cuda_grid(n / 2, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
         y, (const float *)c->glu_tmp.p, n / 2);
     LAUNCH_TRY("glu_pairs_kernel");

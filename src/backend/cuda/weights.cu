@@ -1,10 +1,13 @@
 /*
- * weights.cu: binding a GGUF tensor as a CUDA weight: whatever its type, dequantised on the
- * host (gguf_dequant) a slice of rows at a time, rounded to bf16 (nearest even) and copied to
- * device memory [rows][cols]. bf16 tensors are copied as they are.
- * Not for: quantised GEMMs (weights are always bf16 on the device for now).
+ * weights.cu: binding a GGUF tensor as a CUDA weight. As stored (the default): a type with
+ * CUDA kernels (qweights.cuh) keeps its bits, rearranged on the device into the planes the
+ * kernels read; bf16 is copied as it is. Otherwise (another type, or SEER_WEIGHTS_BF16): the
+ * tensor is dequantised on the host (gguf_dequant) a slice of rows at a time, rounded to bf16
+ * (nearest even) and copied to device memory [rows][cols]. Also fusing weights (rows of
+ * several as one, plane by plane).
+ * Not for: the matmul kernels (matmul.cu, matmul_q.cu).
  */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/qweights.cuh"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,18 +67,157 @@ static seer_status load_rows(seer_cuda *c, const gguf_tensor *t, bf16 *dst, uint
     return s;
 }
 
-seer_status seer_cuda_weight_load(seer_backend *be, const gguf_tensor *t, seer_weight *out) {
+/* ---- GGUF blocks -> planes --------------------------------------------------------------- */
+
+static __device__ __forceinline__ uint32_t rd16(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8; }
+
+/* The 32 unsigned codes of group s of a block (s: sub-block of a K-quant super-block, 0 for
+ * the others), as qweights.cuh keeps them: Q8_0 as q + 128. */
+static __device__ void group_codes(int type, const uint8_t *b, int s, uint8_t (&code)[32]) {
+    for (int e = 0; e < 32; e++) {
+        int v = 0;
+        switch (type) {
+        case GGML_TYPE_Q4_0: v = e < 16 ? b[2 + e] & 15 : b[2 + e - 16] >> 4; break;
+        case GGML_TYPE_Q4_1: v = e < 16 ? b[4 + e] & 15 : b[4 + e - 16] >> 4; break;
+        case GGML_TYPE_Q5_0: {
+            const uint32_t qh = rd16(b + 2) | rd16(b + 4) << 16;
+            v = (e < 16 ? b[6 + e] & 15 : b[6 + e - 16] >> 4) | ((qh >> e) & 1) << 4;
+            break;
+        }
+        case GGML_TYPE_Q5_1: {
+            const uint32_t qh = rd16(b + 4) | rd16(b + 6) << 16;
+            v = (e < 16 ? b[8 + e] & 15 : b[8 + e - 16] >> 4) | ((qh >> e) & 1) << 4;
+            break;
+        }
+        case GGML_TYPE_Q8_0: v = b[2 + e] ^ 0x80; break;
+        case GGML_TYPE_Q4_K: {
+            const uint8_t q = b[16 + 32 * (s >> 1) + e];
+            v = s & 1 ? q >> 4 : q & 15;
+            break;
+        }
+        case GGML_TYPE_Q5_K: {
+            const uint8_t q = b[48 + 32 * (s >> 1) + e];
+            v = (s & 1 ? q >> 4 : q & 15) | ((b[16 + e] >> s) & 1) << 4;
+            break;
+        }
+        case GGML_TYPE_Q6_K: {
+            const int h = s >> 2, qd = s & 3;
+            const uint8_t q = b[64 * h + e + 32 * (qd & 1)];
+            v = (qd >= 2 ? q >> 4 : q & 15) | ((b[128 + 32 * h + e] >> (2 * qd)) & 3) << 4;
+            break;
+        }
+        }
+        code[e] = (uint8_t)v;
+    }
+}
+
+/* One thread per (row, group): its codes into the lo/hi planes, its scales (a K-quant's
+ * super-block header by the thread of its first group) into sc/d. The planes start zeroed. */
+__global__ void repack_kernel(uint8_t *dst, seer_qlayout L, const uint8_t *src, size_t src_row,
+                              int block_bytes, int rows, int groups) {
+    const bool kq = seer_qtype_k(L.type);
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (long long)rows * groups;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int r = (int)(i / groups), gi = (int)(i % groups);
+        const int s = kq ? gi % 8 : 0;
+        const uint8_t *b = src + (size_t)r * src_row + (size_t)(kq ? gi / 8 : gi) * block_bytes;
+        uint8_t code[32];
+        group_codes(L.type, b, s, code);
+        const int quad = gi >> 2, j = gi & 3;
+        uint8_t *lo = dst + L.off[0] + (size_t)r * L.stride[0];
+        uint8_t *hi = dst + L.off[1] + (size_t)r * L.stride[1];
+        uint32_t w4[4] = {0, 0, 0, 0}, h[4] = {0, 0, 0, 0};
+        uint8_t w8[4][8] = {};
+        for (int e = 0; e < 32; e++) {
+            int c, pos;
+            q_slot_pos(e, &c, &pos);
+            if (L.lo_bits == 8)
+                w8[c][q8_byte(pos)] = code[e];
+            else
+                w4[c] |= (uint32_t)(code[e] & 15) << (4 * pos);
+            if (L.hi_bits == 1)
+                h[c] |= (uint32_t)((code[e] >> 4) & 1) << pos;
+            else if (L.hi_bits == 2)
+                h[c] |= (uint32_t)((code[e] >> 4) & 3) << (2 * pos);
+        }
+        for (int c = 0; c < 4; c++) {
+            if (L.lo_bits == 8)
+                for (int k = 0; k < 8; k++)
+                    lo[(size_t)quad * 128 + c * 32 + j * 8 + k] = w8[c][k];
+            else
+                *(uint32_t *)(lo + (size_t)quad * 64 + c * 16 + j * 4) = w4[c];
+            if (L.hi_bits == 1)
+                hi[(size_t)quad * 16 + c * 4 + j] = (uint8_t)h[c];
+            else if (L.hi_bits == 2)
+                *(uint16_t *)(hi + (size_t)quad * 32 + c * 8 + j * 2) = (uint16_t)h[c];
+        }
+        uint8_t *sc = dst + L.off[2] + (size_t)r * L.stride[2];
+        switch (L.sc_kind) {
+        case QSC_D16: *(uint16_t *)(sc + (size_t)gi * 2) = (uint16_t)rd16(b); break;
+        case QSC_DM16: *(uint32_t *)(sc + (size_t)gi * 4) = rd16(b) | rd16(b + 2) << 16; break;
+        case QSC_K4:
+            if (s == 0)
+                for (int k = 0; k < 16; k++)
+                    sc[(size_t)(gi / 8) * 16 + k] = b[k];
+            break;
+        case QSC_K6:
+            if (s == 0) {
+                for (int k = 0; k < 16; k++)
+                    sc[(size_t)(gi / 8) * 16 + k] = b[192 + k];
+                *(uint16_t *)(dst + L.off[3] + (size_t)r * L.stride[3] + (size_t)(gi / 8) * 2) =
+                    (uint16_t)rd16(b + 208);
+            }
+            break;
+        }
+    }
+}
+
+/* The tensor's blocks to the device, rearranged into planes in d (L.bytes). */
+static seer_status load_planes(seer_cuda *c, const gguf_tensor *t, const seer_qlayout *L, uint8_t *d,
+                               uint64_t rows, uint64_t cols) {
+    size_t row_bytes = 0;
+    SEER_TRY(ggml_nbytes(t->type, cols, &row_bytes));
+    const size_t bytes = row_bytes * rows;
+    if (t->nbytes < bytes)
+        return seer_err(SEER_ERR_FORMAT, "tensor %s: data shorter than its shape", t->name);
+    void *raw = NULL;
+    SEER_TRY(seer_cuda_malloc(c, bytes, "a quantised weight's blocks", &raw));
+    cudaError_t e = cudaMemsetAsync(d, 0, L->bytes, c->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(raw, t->data, bytes, cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess) {
+        const int groups = (int)(cols / 32);
+        repack_kernel<<<seer_cuda_grid(rows * groups, 256), 256, 0, c->stream>>>(
+            d, *L, (const uint8_t *)raw, row_bytes, ggml_type_block_bytes(t->type), (int)rows, groups);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    seer_cuda_free(c, raw);
+    if (e != cudaSuccess)
+        return seer_cuda_fail(e, "rearranging a quantised weight", __FILE__, __LINE__);
+    return SEER_OK;
+}
+
+seer_status seer_cuda_weight_load(seer_backend *be, const gguf_tensor *t, seer_weights_kind how,
+                                  seer_weight *out) {
     seer_cuda *c = seer_cuda_of(be);
     const uint64_t cols = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
     if (rows > INT32_MAX || cols > INT32_MAX || rows == 0 || cols == 0)
         return seer_err(SEER_ERR_UNSUPPORTED, "tensor %s has an unsupported shape", t->name);
-    const size_t bytes = (size_t)(rows * cols) * sizeof(bf16);
+    if (how == SEER_WEIGHTS_F32)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the CUDA backend keeps weights as stored or in bf16, not in f32");
+    seer_qlayout L;
+    const bool keep = how == SEER_WEIGHTS_STORED && seer_qlayout_of(t->type, (long long)rows, (long long)cols, &L);
+    const size_t bytes = keep ? L.bytes : (size_t)(rows * cols) * sizeof(bf16);
     char what[160];
     snprintf(what, sizeof what, "weight %s", t->name);
     void *d = NULL;
     SEER_TRY(seer_cuda_malloc(c, bytes, what, &d));
     seer_status s = SEER_OK;
-    if (t->type == GGML_TYPE_BF16) {
+    if (keep) {
+        s = load_planes(c, t, &L, (uint8_t *)d, rows, cols);
+    } else if (t->type == GGML_TYPE_BF16) {
         if (t->nbytes < bytes)
             s = seer_err(SEER_ERR_FORMAT, "tensor %s: data shorter than its shape", t->name);
         cudaError_t e = cudaSuccess;
@@ -96,7 +238,7 @@ seer_status seer_cuda_weight_load(seer_backend *be, const gguf_tensor *t, seer_w
     out->data = d;
     out->rows = (int)rows;
     out->cols = (int)cols;
-    out->dtype = GGML_TYPE_BF16;
+    out->dtype = keep ? t->type : GGML_TYPE_BF16;
     out->owned = true;
     return SEER_OK;
 }
@@ -107,9 +249,29 @@ void seer_cuda_weight_free(seer_backend *be, seer_weight *w) {
     memset(w, 0, sizeof *w);
 }
 
-/* Rows of several bf16 weights as one (matmul_split then reads them in one pass); the parts
- * become views of their rows in it. Interleaved (two parts, for matmul_glu): row i of part j
- * goes to row 2 i + j, and the parts keep their shape without data. */
+/* The planes of a weight as stored on the device: one for bf16, qweights.cuh's for the rest. */
+static bool planes_of(int dtype, long long rows, long long cols, size_t (&off)[4], int (&stride)[4],
+                      size_t *bytes) {
+    if (dtype == GGML_TYPE_BF16) {
+        memset(off, 0, sizeof off);
+        memset(stride, 0, sizeof stride);
+        stride[0] = (int)(cols * (long long)sizeof(bf16));
+        *bytes = (size_t)(rows * cols) * sizeof(bf16);
+        return true;
+    }
+    seer_qlayout L;
+    if (!seer_qlayout_of(dtype, rows, cols, &L))
+        return false;
+    memcpy(off, L.off, sizeof off);
+    memcpy(stride, L.stride, sizeof stride);
+    *bytes = L.bytes;
+    return true;
+}
+
+/* Rows of several weights of one dtype as one (matmul_split then reads them in one pass),
+ * plane by plane. bf16 parts become views of their rows in it. Interleaved (two parts, for
+ * matmul_glu): row i of part j goes to row 2 i + j; such parts, and quantised ones (whose
+ * rows are no weight of their own in the planes), keep their shape without data. */
 seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n, bool interleave,
                                     seer_weight *out) {
     seer_cuda *c = seer_cuda_of(be);
@@ -117,55 +279,64 @@ seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n,
         return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: %d parts (1 to %d)", n, SEER_WEIGHT_MAX_SEG);
     if (interleave && (n != 2 || parts[0].rows != parts[1].rows))
         return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: interleaving needs two parts of equal rows");
+    const int dtype = parts[0].dtype;
     long long rows = 0;
     for (int j = 0; j < n; j++) {
-        if (parts[j].dtype != GGML_TYPE_BF16 || parts[j].cols != parts[0].cols || parts[j].n_seg)
-            return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: part %d is not a plain bf16 weight of %d columns",
-                            j, parts[0].cols);
+        if (parts[j].dtype != dtype || parts[j].cols != parts[0].cols || parts[j].n_seg || !parts[j].data)
+            return seer_err(SEER_ERR_INVALID_ARG,
+                            "weight_concat: part %d is not a plain weight of type %s and %d columns", j,
+                            ggml_type_name((ggml_type)dtype), parts[0].cols);
         rows += parts[j].rows;
     }
-    if (rows > INT32_MAX)
-        return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: %lld rows", rows);
-    const size_t cols = (size_t)parts[0].cols;
+    size_t off[4], poff[4], bytes, pbytes;
+    int stride[4], pstride[4];
+    if (rows > INT32_MAX || !planes_of(dtype, rows, parts[0].cols, off, stride, &bytes))
+        return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: %lld rows of type %s", rows,
+                        ggml_type_name((ggml_type)dtype));
     void *p = NULL;
-    SEER_TRY(seer_cuda_malloc(c, (size_t)rows * cols * sizeof(bf16), "a fused weight", &p));
+    SEER_TRY(seer_cuda_malloc(c, bytes, "a fused weight", &p));
+    cudaError_t e = dtype == GGML_TYPE_BF16 ? cudaSuccess : cudaMemsetAsync(p, 0, bytes, c->stream);
     size_t r0 = 0;
-    for (int j = 0; j < n; j++) {
-        const size_t bytes = (size_t)parts[j].rows * cols * sizeof(bf16);
-        /* interleaved: row i of part j at row 2 i + j */
-        cudaError_t e = interleave
-                            ? cudaMemcpy2DAsync((bf16 *)p + j * cols, 2 * cols * sizeof(bf16), parts[j].data,
-                                                cols * sizeof(bf16), cols * sizeof(bf16), (size_t)parts[j].rows,
-                                                cudaMemcpyDeviceToDevice, c->stream)
-                            : cudaMemcpyAsync((bf16 *)p + r0 * cols, parts[j].data, bytes,
-                                              cudaMemcpyDeviceToDevice, c->stream);
-        if (e == cudaSuccess && j == n - 1)
-            e = cudaStreamSynchronize(c->stream);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            seer_cuda_free(c, p);
-            return seer_cuda_fail(e, "copying a weight into a fused one", __FILE__, __LINE__);
+    for (int j = 0; j < n && e == cudaSuccess; j++) {
+        planes_of(dtype, parts[j].rows, parts[j].cols, poff, pstride, &pbytes);
+        for (int q = 0; q < 4 && e == cudaSuccess; q++) {
+            if (!stride[q])
+                continue;
+            const size_t sb = (size_t)stride[q];
+            const uint8_t *src = (const uint8_t *)parts[j].data + poff[q];
+            uint8_t *dst = (uint8_t *)p + off[q];
+            /* interleaved: row i of part j at row 2 i + j */
+            e = interleave ? cudaMemcpy2DAsync(dst + j * sb, 2 * sb, src, sb, sb, (size_t)parts[j].rows,
+                                               cudaMemcpyDeviceToDevice, c->stream)
+                           : cudaMemcpyAsync(dst + r0 * sb, src, (size_t)parts[j].rows * sb,
+                                             cudaMemcpyDeviceToDevice, c->stream);
         }
         r0 += (size_t)parts[j].rows;
+    }
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        seer_cuda_free(c, p);
+        return seer_cuda_fail(e, "copying a weight into a fused one", __FILE__, __LINE__);
     }
     memset(out, 0, sizeof *out);
     out->data = p;
     out->rows = (int)rows;
-    out->cols = (int)cols;
-    out->dtype = GGML_TYPE_BF16;
+    out->cols = parts[0].cols;
+    out->dtype = dtype;
     out->owned = true;
     out->n_seg = n;
     out->interleaved = interleave;
     r0 = 0;
     for (int j = 0; j < n; j++) {
         out->seg_rows[j] = parts[j].rows;
-        const int pr = parts[j].rows;
+        const int pr = parts[j].rows, cols = parts[j].cols;
         seer_cuda_weight_free(be, &parts[j]);
-        /* interleaved rows are no weight of their own: the part keeps its shape, no data */
-        parts[j].data = interleave ? NULL : (bf16 *)p + r0 * cols;
+        parts[j].data = interleave || dtype != GGML_TYPE_BF16 ? NULL : (bf16 *)p + r0 * cols;
         parts[j].rows = pr;
-        parts[j].cols = (int)cols;
-        parts[j].dtype = GGML_TYPE_BF16;
+        parts[j].cols = cols;
+        parts[j].dtype = dtype;
         parts[j].owned = false;
         r0 += (size_t)pr;
     }

@@ -1,0 +1,183 @@
+/*
+ * matmul.cuh: what the batch-invariant matmul kernels share (matmul.cu for bf16 weights,
+ * matmul_q.cu for weights in their GGUF block encodings): where the output rows go, the
+ * fixed-order reduction of the warps' and blocks' partial sums, and the launch that picks
+ * the split over K from the weight's shape and the device alone.
+ * Not for: the kernels' main loops, which differ in how they read a weight.
+ */
+#ifndef SEER_CUDA_MATMUL_CUH
+#define SEER_CUDA_MATMUL_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+#define MM_WARPS 8        /* warps of a block: K slices of the same rows */
+#define MM_ROWS 32        /* rows of W per block */
+#define MM_MAX_TILE 64    /* most tokens one block holds: 8 n8 tiles */
+#define MM_MAX_KB 16
+
+/* Where the rows of W go: row r of segment j (r0[j] <= r < r0[j + 1]) to y[j][t][r - r0[j]]
+ * (+ b[j][r - r0[j]] when b[j]); acc: y += the product instead of y =. */
+struct mm_out {
+    float *y[SEER_WEIGHT_MAX_SEG];
+    const float *b[SEER_WEIGHT_MAX_SEG];
+    int r0[SEER_WEIGHT_MAX_SEG + 1];
+    int nseg, acc;
+    int glu; /* rows come in (gate, up) pairs: y[0][t][r / 2] = glu(row r, row r + 1) */
+};
+
+/* A weight as the kernels read it: up to four planes of [rows][stride[i] bytes] (bf16: one
+ * plane of the rows; quantised: see qweights.cuh). */
+struct mm_w {
+    const uint8_t *p[4];
+    int stride[4];
+    int rows, cols, type;
+};
+
+/* silu(g) * u exactly as the swiglu op computes it (elementwise.cu) */
+static __device__ __forceinline__ float glu(float g, float u) { return g / (1.f + expf(-g)) * u; }
+
+static __device__ __forceinline__ void mm_store(const mm_out &o, int t, int r, float v) {
+    float *y = o.y[0];
+    const float *b = o.b[0];
+    int base = 0, w = o.r0[1];
+#pragma unroll
+    for (int k = 1; k < SEER_WEIGHT_MAX_SEG; k++)
+        if (k < o.nseg && r >= o.r0[k]) {
+            y = o.y[k];
+            b = o.b[k];
+            base = o.r0[k];
+            w = o.r0[k + 1] - o.r0[k];
+        }
+    const int rr = r - base;
+    if (b)
+        v += b[rr];
+    float *d = y + (size_t)t * w + rr;
+    *d = o.acc ? *d + v : v;
+}
+
+/* 16 bytes that the kernel reads once: past L1, into L2 in 256-byte pieces. */
+static __device__ __forceinline__ uint4 ld_stream16(const void *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+/*
+ * The end of a block: acc[m][n][e] holds, in the mma accumulator layout, this warp's sums for
+ * rows row0 + m*16 + g (+ 8) and tokens tok0 + n*8 + 2c (+ 1). The warps' sums are added in
+ * warp order; with kb_n > 1 blocks over K, the last block of the tile to arrive adds the KB
+ * sums in block order (threadFenceReduction in the CUDA samples). The order depends on the
+ * split alone, never on T.
+ */
+template <int NT>
+static __device__ __forceinline__ void mm_finish(float (&acc)[2][NT][4], const mm_out &out,
+                                                 float *__restrict__ part, int *__restrict__ cnt,
+                                                 int rows, int T, int kb, int kb_n, int rg, int z,
+                                                 int nz, int tok0, int row0) {
+    __shared__ float red[MM_WARPS][8][MM_ROWS + 1]; /* [warp][token of the n8 tile][row] */
+    __shared__ int s_last;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
+    const int et = threadIdx.x >> 5, er = threadIdx.x & 31;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            red[warp][2 * c4][m * 16 + g] = acc[m][n][0];
+            red[warp][2 * c4 + 1][m * 16 + g] = acc[m][n][1];
+            red[warp][2 * c4][m * 16 + g + 8] = acc[m][n][2];
+            red[warp][2 * c4 + 1][m * 16 + g + 8] = acc[m][n][3];
+        }
+        __syncthreads();
+        float sum = red[0][et][er];
+#pragma unroll
+        for (int w = 1; w < MM_WARPS; w++)
+            sum += red[w][et][er];
+        const int t = tok0 + n * 8 + et, r = row0 + er;
+        if (kb_n == 1 && out.glu) { /* the pair's up row is the next lane's */
+            const float up = __shfl_xor_sync(0xffffffffu, sum, 1);
+            if (t < T && r < rows && !(er & 1))
+                out.y[0][(size_t)t * (rows / 2) + r / 2] = glu(sum, up);
+        } else if (t < T && r < rows) {
+            if (kb_n == 1)
+                mm_store(out, t, r, sum);
+            else
+                part[((size_t)kb * T + t) * rows + r] = sum;
+        }
+        __syncthreads();
+    }
+    if (kb_n == 1)
+        return;
+
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        s_last = atomicAdd(&cnt[(size_t)rg * nz + z], 1) == kb_n - 1;
+    __syncthreads();
+    if (!s_last)
+        return;
+    __threadfence();
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        const int t = tok0 + n * 8 + et, r = row0 + er;
+        float sum = 0.f;
+        if (t < T && r < rows) {
+            sum = __ldcg(&part[(size_t)t * rows + r]);
+            for (int k = 1; k < kb_n; k++)
+                sum += __ldcg(&part[((size_t)k * T + t) * rows + r]);
+        }
+        if (out.glu) {
+            const float up = __shfl_xor_sync(0xffffffffu, sum, 1);
+            if (t < T && r < rows && !(er & 1))
+                out.y[0][(size_t)t * (rows / 2) + r / 2] = glu(sum, up);
+        } else if (t < T && r < rows) {
+            mm_store(out, t, r, sum);
+        }
+    }
+    if (threadIdx.x == 0)
+        cnt[(size_t)rg * nz + z] = 0; /* ready for the next call */
+}
+
+/* A kernel's (block index -> z token tile, kb K block, rg row group) and the K steps
+ * [s0, s1) of this warp. */
+struct mm_pos {
+    int z, kb, rg, row0, tok0, s0, s1;
+};
+
+static __device__ __forceinline__ mm_pos mm_position(int kb_n, int n_steps, int nz, int tile) {
+    mm_pos p;
+    int b = blockIdx.x;
+    p.z = b % nz;
+    b /= nz;
+    p.kb = b % kb_n;
+    p.rg = b / kb_n;
+    p.row0 = p.rg * MM_ROWS;
+    p.tok0 = p.z * tile;
+    const int warp = threadIdx.x >> 5;
+    const int KS = kb_n * MM_WARPS, ks = p.kb * MM_WARPS + warp;
+    p.s0 = (int)((long long)n_steps * ks / KS);
+    p.s1 = (int)((long long)n_steps * (ks + 1) / KS);
+    return p;
+}
+
+typedef void (*mm_kernel_fn)(mm_out, mm_w, const float *, float *, int *, int, int, int, int, int);
+
+/* Launches fn (one of the kernels above, for n_steps K steps of the weight) over the weight's
+ * row groups x KB blocks x token tiles; KB and the tile come from the shape, the device and T
+ * (the tile only: any split of the tokens gives every element the same sum). pick(nt) gives
+ * the kernel for nt n8 tiles per block. */
+seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, const float *x,
+                                int T, int n_steps, mm_kernel_fn (*pick)(int nt, bool vec), bool vec);
+
+/* Weights in a GGUF block encoding (matmul_q.cu). */
+mm_w seer_cuda_qweight_planes(const seer_weight *w);
+seer_status seer_cuda_matmul_q_invariant(seer_cuda *c, const mm_out &out, const float *x,
+                                         const seer_weight *w, int T);
+/* out [n_rows][cols] bf16 = rows row0 .. row0 + n_rows of w, dequantised. */
+seer_status seer_cuda_q_rows_bf16(seer_cuda *c, bf16 *out, const seer_weight *w, int row0, int n_rows);
+/* out [n_rows][cols] f32 = rows rows[i] (device memory) of w; a row outside w gives NaNs. */
+seer_status seer_cuda_q_gather_f32(seer_cuda *c, float *out, const seer_weight *w, const int32_t *rows,
+                                   int n_rows);
+
+#endif

@@ -1,0 +1,336 @@
+/*
+ * test_backend_ops_q.c: the CUDA ops on weights kept in their GGUF block encodings (Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) against the CPU reference, which dequantises the
+ * same blocks to f32. Blocks are random bytes with sane scales, so every code pattern occurs.
+ * Outputs are poisoned with NaN; the error measure and summary are test_backend_ops.c's.
+ *
+ * Checked: matmul below and above the cuBLAS switch, with bias, odd row counts and rows that
+ * end inside a 128-column quad; the fused forms (matmul_split, matmul_add, matmul_glu); batch
+ * invariance (a token's row bit-identical alone and in any batch); embedding rows; and that
+ * the encoding is kept (dtype) or dequantised on request (SEER_WEIGHTS_BF16).
+ *
+ * Skips when built without CUDA or when no CUDA device is present.
+ */
+#include "ops_harness.h"
+
+#ifdef SEER_HAVE_CUDA
+
+static const ggml_type qtypes[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                   GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+#define N_QTYPES (int)(sizeof qtypes / sizeof *qtypes)
+
+static bool is_k(ggml_type t) { return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K; }
+
+static void put_f16(uint8_t *p, float v) {
+    uint16_t h = seer_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* A [rows][cols] tensor of type t: random bytes, then each block's f16 scales (and mins) set
+ * to values of the size a quantiser gives (a random f16 is often inf or NaN). */
+static void make_qtensor(host_tensor *ht, const char *name, ggml_type t, int rows, int cols,
+                         uint64_t *rng) {
+    size_t nb = 0;
+    ASSERT_OK(ggml_nbytes(t, (uint64_t)rows * cols, &nb));
+    uint8_t *d = malloc(nb);
+    assert_non_null(d);
+    for (size_t i = 0; i < nb; i++)
+        d[i] = (uint8_t)tu_rand_u64(rng);
+    const int bb = ggml_type_block_bytes(t);
+    for (size_t off = 0; off + (size_t)bb <= nb; off += (size_t)bb) {
+        uint8_t *b = d + off;
+        const float s = 0.002f + 0.01f * (float)(tu_rand_u64(rng) % 1000) / 1000.f;
+        switch (t) {
+        case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1:
+            put_f16(b, s);
+            put_f16(b + 2, -0.05f + 0.1f * (float)(tu_rand_u64(rng) % 1000) / 1000.f);
+            break;
+        case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+            put_f16(b, s / 8);
+            put_f16(b + 2, s / 16);
+            break;
+        case GGML_TYPE_Q6_K: put_f16(b + 208, s / 16); break;
+        default: put_f16(b, s); break;
+        }
+    }
+    memset(&ht->t, 0, sizeof ht->t);
+    ht->data = d;
+    ht->t.name = name;
+    ht->t.n_dims = 2;
+    ht->t.ne[0] = (uint64_t)cols;
+    ht->t.ne[1] = (uint64_t)rows;
+    ht->t.ne[2] = ht->t.ne[3] = 1;
+    ht->t.type = t;
+    ht->t.data = d;
+    ht->t.nbytes = nb;
+}
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+/* Tolerance 1e-2, as for bf16 weights: x is rounded to bf16 (2^-9 relative); the weights
+ * enter exactly (codes as bf16 integers, scales in f32), so in practice the error is below
+ * the bf16 weights' ~3e-3. */
+static void test_matmul_q(void **state) {
+    (void)state;
+    static const struct {
+        int T, rows, cols, bias;
+    } shapes[] = {
+        {1, 96, 256, 0},  {3, 200, 512, 1},  {17, 512, 768, 0},   {64, 256, 1280, 1},
+        {1, 4096, 4096, 0}, {9, 1024, 4096, 0}, {300, 384, 512, 1}, {5, 40, 96, 0},
+    };
+    int k = 0;
+    for (int qi = 0; qi < N_QTYPES; qi++) {
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++, k++) {
+            const ggml_type type = qtypes[qi];
+            const int T = shapes[si].T, R = shapes[si].rows, C = shapes[si].cols;
+            if (is_k(type) && C % 256)
+                continue;
+            uint64_t rng = 7000 + (uint64_t)k;
+            host_tensor ht;
+            make_qtensor(&ht, "w", type, R, C, &rng);
+            seer_weight wc, wg;
+            ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_STORED, &wc));
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
+            assert_int_equal(wg.dtype, type); /* kept as stored */
+            float *x = rand_array((size_t)T * C, 1.f, &rng);
+            float *bias = shapes[si].bias ? rand_array(R, 1.f, &rng) : NULL;
+            float *ref = nan_array((size_t)T * R);
+            ASSERT_OK(cpu->ops->matmul(cpu, ref, x, &wc, bias, T));
+            float *dx = dev_copy(x, (size_t)T * C), *db = bias ? dev_copy(bias, R) : NULL;
+            float *dy = dev_nan((size_t)T * R);
+            ASSERT_OK(gpu->ops->matmul(gpu, dy, dx, &wg, db, T));
+            float *out = dev_fetch(dy, (size_t)T * R);
+            char shape[128];
+            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s%s", T, R, C, ggml_type_name(type),
+                     bias ? " bias" : "");
+            record("matmul_q", shape, out, ref, (size_t)T * R, 1e-2);
+            cpu->ops->weight_free(cpu, &wc);
+            gpu->ops->weight_free(gpu, &wg);
+            dev_free(dx), dev_free(dy);
+            if (db)
+                dev_free(db);
+            free(x), free(bias), free(ref), free(out), free(ht.data);
+        }
+    }
+    assert_op_passed("matmul_q");
+}
+
+/* A token's output row is bit-identical whether it is computed alone, in a verification-sized
+ * batch or in the largest batch the invariant kernel takes (greedy speculation relies on it). */
+static void test_matmul_q_invariant(void **state) {
+    (void)state;
+    for (int qi = 0; qi < N_QTYPES; qi++) {
+        const ggml_type type = qtypes[qi];
+        const int R = 1000, C = 2048, Ts[] = {1, 5, 40, 256};
+        uint64_t rng = 8000 + (uint64_t)qi;
+        host_tensor ht;
+        make_qtensor(&ht, "w", type, R, C, &rng);
+        seer_weight wg;
+        ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
+        float *x = rand_array((size_t)256 * C, 1.f, &rng);
+        float *dx = dev_copy(x, (size_t)256 * C);
+        float *alone = NULL;
+        int differ = 0;
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            const int T = Ts[ti];
+            float *dy = dev_nan((size_t)T * R);
+            ASSERT_OK(gpu->ops->matmul(gpu, dy, dx, &wg, NULL, T));
+            float *out = dev_fetch(dy, (size_t)T * R);
+            if (!alone)
+                alone = out; /* token 0 alone */
+            else {
+                differ += memcmp(out, alone, (size_t)R * sizeof *out) != 0;
+                free(out);
+            }
+            dev_free(dy);
+        }
+        /* and the last token of a batch of 40 against itself alone */
+        float *dy = dev_nan((size_t)R);
+        ASSERT_OK(gpu->ops->matmul(gpu, dy, dx + (size_t)39 * C, &wg, NULL, 1));
+        float *last = dev_fetch(dy, (size_t)R);
+        float *d40 = dev_nan((size_t)40 * R);
+        ASSERT_OK(gpu->ops->matmul(gpu, d40, dx, &wg, NULL, 40));
+        float *b40 = dev_fetch(d40, (size_t)40 * R);
+        differ += memcmp(b40 + (size_t)39 * R, last, (size_t)R * sizeof *last) != 0;
+        printf("matmul_q invariance %s: %d of 4 batch sizes differ from the token alone\n",
+               ggml_type_name(type), differ);
+        assert_int_equal(differ, 0);
+        gpu->ops->weight_free(gpu, &wg);
+        dev_free(dx), dev_free(dy), dev_free(d40);
+        free(x), free(alone), free(last), free(b40), free(ht.data);
+    }
+}
+
+/* matmul_split over three joined parts, matmul_add, and matmul_glu over an interleaved
+ * (gate, up) pair, each of a quantised type, against the CPU. */
+static void test_matmul_q_fused(void **state) {
+    (void)state;
+    static const int Ts[] = {1, 7, 300};
+    for (int qi = 0; qi < N_QTYPES; qi++) {
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            const ggml_type type = qtypes[qi];
+            const int T = Ts[ti], C = 512, rows[3] = {512, 128, 128}, F = 384;
+            uint64_t rng = 9000 + (uint64_t)qi * 16 + ti;
+            float *x = rand_array((size_t)T * C, 1.f, &rng);
+            float *dx = dev_copy(x, (size_t)T * C);
+            host_tensor ht[3];
+            seer_weight wc[3], parts[3], fused;
+            float *ref[3], *dy[3], *bias[3], *db[3];
+            for (int j = 0; j < 3; j++) {
+                make_qtensor(&ht[j], "w", type, rows[j], C, &rng);
+                ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_STORED, &wc[j]));
+                ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &parts[j]));
+                bias[j] = rand_array(rows[j], 1.f, &rng);
+                db[j] = dev_copy(bias[j], rows[j]);
+                ref[j] = nan_array((size_t)T * rows[j]);
+                ASSERT_OK(cpu->ops->matmul(cpu, ref[j], x, &wc[j], bias[j], T));
+                dy[j] = dev_nan((size_t)T * rows[j]);
+            }
+            ASSERT_OK(gpu->ops->weight_concat(gpu, parts, 3, false, &fused));
+            assert_int_equal(fused.dtype, type);
+            ASSERT_OK(gpu->ops->matmul_split(gpu, dy, dx, &fused, (const float *const *)db, T));
+            char shape[128];
+            for (int j = 0; j < 3; j++) {
+                float *out = dev_fetch(dy[j], (size_t)T * rows[j]);
+                snprintf(shape, sizeof shape, "T=%d part %d/3 rows=%d cols=%d %s bias", T, j, rows[j], C,
+                         ggml_type_name(type));
+                record("matmul_q_split", shape, out, ref[j], (size_t)T * rows[j], 1e-2);
+                free(out);
+            }
+            /* matmul_add with the first part alone: y = r + x W0^T */
+            seer_weight w0;
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[0].t, SEER_WEIGHTS_STORED, &w0));
+            float *r = rand_array((size_t)T * rows[0], 1.f, &rng), *sum = nan_array((size_t)T * rows[0]);
+            ASSERT_OK(cpu->ops->matmul(cpu, sum, x, &wc[0], NULL, T));
+            for (size_t i = 0; i < (size_t)T * rows[0]; i++)
+                sum[i] += r[i];
+            float *dr = dev_copy(r, (size_t)T * rows[0]);
+            ASSERT_OK(gpu->ops->matmul_add(gpu, dr, dx, &w0, T));
+            float *got = dev_fetch(dr, (size_t)T * rows[0]);
+            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s", T, rows[0], C, ggml_type_name(type));
+            record("matmul_q_add", shape, got, sum, (size_t)T * rows[0], 1e-2);
+            free(r), free(sum), free(got);
+            dev_free(dr);
+            gpu->ops->weight_free(gpu, &w0);
+
+            /* matmul_glu: gate and up interleaved */
+            host_tensor hg[2];
+            seer_weight gc[2], ga[2], inter;
+            for (int j = 0; j < 2; j++) {
+                make_qtensor(&hg[j], "w", type, F, C, &rng);
+                ASSERT_OK(cpu->ops->weight_load(cpu, &hg[j].t, SEER_WEIGHTS_STORED, &gc[j]));
+                ASSERT_OK(gpu->ops->weight_load(gpu, &hg[j].t, SEER_WEIGHTS_STORED, &ga[j]));
+            }
+            ASSERT_OK(gpu->ops->weight_concat(gpu, ga, 2, true, &inter));
+            float *g = nan_array((size_t)T * F), *u = nan_array((size_t)T * F), *gref = nan_array((size_t)T * F);
+            ASSERT_OK(cpu->ops->matmul(cpu, g, x, &gc[0], NULL, T));
+            ASSERT_OK(cpu->ops->matmul(cpu, u, x, &gc[1], NULL, T));
+            ASSERT_OK(cpu->ops->swiglu(cpu, gref, g, u, (size_t)T * F));
+            float *dgl = dev_nan((size_t)T * F);
+            ASSERT_OK(gpu->ops->matmul_glu(gpu, dgl, dx, &inter, T));
+            float *gout = dev_fetch(dgl, (size_t)T * F);
+            snprintf(shape, sizeof shape, "T=%d F=%d D=%d %s", T, F, C, ggml_type_name(type));
+            record("matmul_q_glu", shape, gout, gref, (size_t)T * F, 1e-2);
+            free(g), free(u), free(gref), free(gout);
+            dev_free(dgl);
+            for (int j = 0; j < 2; j++) {
+                cpu->ops->weight_free(cpu, &gc[j]);
+                gpu->ops->weight_free(gpu, &ga[j]);
+                free(hg[j].data);
+            }
+            gpu->ops->weight_free(gpu, &inter);
+            for (int j = 0; j < 3; j++) {
+                cpu->ops->weight_free(cpu, &wc[j]);
+                gpu->ops->weight_free(gpu, &parts[j]);
+                dev_free(dy[j]), dev_free(db[j]);
+                free(ref[j]), free(bias[j]), free(ht[j].data);
+            }
+            gpu->ops->weight_free(gpu, &fused);
+            dev_free(dx);
+            free(x);
+        }
+    }
+    assert_op_passed("matmul_q_split");
+    assert_op_passed("matmul_q_add");
+    assert_op_passed("matmul_q_glu");
+}
+
+/* Rows of a quantised embedding table: the GPU dequantises in f32 as the CPU does (the same
+ * products; only contraction into FMAs may differ). */
+static void test_embed_q(void **state) {
+    (void)state;
+    for (int qi = 0; qi < N_QTYPES; qi++) {
+        const ggml_type type = qtypes[qi];
+        const int V = 3000, D = 768, T = 33;
+        uint64_t rng = 9500 + (uint64_t)qi;
+        host_tensor ht;
+        make_qtensor(&ht, "token_embd", type, V, D, &rng);
+        seer_weight wc, wg;
+        ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_STORED, &wc));
+        ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
+        int32_t tok[33];
+        for (int t = 0; t < T; t++)
+            tok[t] = t == 0 ? V - 1 : (int32_t)(tu_rand_u64(&rng) % (uint64_t)V);
+        float *ref = nan_array((size_t)T * D);
+        ASSERT_OK(cpu->ops->embed(cpu, ref, &wc, tok, T));
+        float *dy = dev_nan((size_t)T * D);
+        ASSERT_OK(gpu->ops->embed(gpu, dy, &wg, tok, T));
+        float *out = dev_fetch(dy, (size_t)T * D);
+        char shape[96];
+        snprintf(shape, sizeof shape, "V=%d D=%d T=%d %s", V, D, T, ggml_type_name(type));
+        record("embed_q", shape, out, ref, (size_t)T * D, 1e-6);
+        cpu->ops->weight_free(cpu, &wc);
+        gpu->ops->weight_free(gpu, &wg);
+        dev_free(dy);
+        free(ref), free(out), free(ht.data);
+    }
+    assert_op_passed("embed_q");
+}
+
+/* SEER_WEIGHTS_BF16 dequantises at load (the old path), and the two agree within bf16's
+ * rounding of the weights; f32 weights are no CUDA option. */
+static void test_weights_kind(void **state) {
+    (void)state;
+    uint64_t rng = 9900;
+    host_tensor ht;
+    make_qtensor(&ht, "w", GGML_TYPE_Q4_K, 256, 1024, &rng);
+    seer_weight wq, wb, wf;
+    ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wq));
+    ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_BF16, &wb));
+    assert_int_equal(wq.dtype, GGML_TYPE_Q4_K);
+    assert_int_equal(wb.dtype, GGML_TYPE_BF16);
+    assert_int_not_equal(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_F32, &wf), SEER_OK);
+    const int T = 4, R = 256, C = 1024;
+    float *x = rand_array((size_t)T * C, 1.f, &rng);
+    float *dx = dev_copy(x, (size_t)T * C), *d1 = dev_nan((size_t)T * R), *d2 = dev_nan((size_t)T * R);
+    ASSERT_OK(gpu->ops->matmul(gpu, d1, dx, &wq, NULL, T));
+    ASSERT_OK(gpu->ops->matmul(gpu, d2, dx, &wb, NULL, T));
+    float *a = dev_fetch(d1, (size_t)T * R), *b = dev_fetch(d2, (size_t)T * R);
+    record("weights_bf16_vs_q", "T=4 rows=256 cols=1024 q4_K", b, a, (size_t)T * R, 1e-2);
+    assert_op_passed("weights_bf16_vs_q");
+    gpu->ops->weight_free(gpu, &wq);
+    gpu->ops->weight_free(gpu, &wb);
+    dev_free(dx), dev_free(d1), dev_free(d2);
+    free(x), free(a), free(b), free(ht.data);
+}
+
+#endif /* SEER_HAVE_CUDA */
+
+int main(void) {
+#ifdef SEER_HAVE_CUDA
+    if (seer_backend_cuda_available()) {
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_matmul_q),   cmocka_unit_test(test_matmul_q_invariant),
+            cmocka_unit_test(test_matmul_q_fused), cmocka_unit_test(test_embed_q),
+            cmocka_unit_test(test_weights_kind),
+        };
+        if (getenv("SEER_TEST_FILTER"))
+            cmocka_set_test_filter(getenv("SEER_TEST_FILTER"));
+        int rc = cmocka_run_group_tests(tests, setup, teardown);
+        print_summary();
+        return rc;
+    }
+#endif
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_device)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
