@@ -172,27 +172,35 @@ static __device__ __forceinline__ void q_scales(const qraw<QT> &r, int s, int j,
     }
 }
 
-/* Four f32 of token t of x from column col as two bf16 pairs (zeros outside). */
-template <bool VEC>
-static __device__ __forceinline__ uint2 x_pairs(const float *x, int T, int cols, int t, int col) {
+/* Four bf16 of token t of x from column col: two pairs (zeros outside). */
+static __device__ __forceinline__ uint2 x_pairs(const bf16 *x, int T, int cols, int t, int col) {
     if (t >= T || col >= cols)
         return make_uint2(0, 0);
-    const float *p = x + (size_t)t * cols + col;
-    if constexpr (VEC) {
-        const float4 a = __ldg((const float4 *)p);
-        return make_uint2(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w));
-    } else {
-        return make_uint2(pack_bf16(__ldg(p), __ldg(p + 1)), pack_bf16(__ldg(p + 2), __ldg(p + 3)));
+    return __ldg((const uint2 *)(x + (size_t)t * cols + col));
+}
+
+/* x [n] f32 -> bf16, once per matmul call: every row group of the kernel reads the same x, so
+ * rounding it there would repeat the conversion rows / 32 times. Waits for the kernel that
+ * writes x, then lets the matmul (which has its weights in flight by then) go on. */
+__global__ void x_bf16_kernel(bf16 *y, const float *x, size_t n) {
+    pdl_wait();
+    pdl_trigger();
+    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n;
+         i += (size_t)gridDim.x * blockDim.x * 4) {
+        const float4 v = *(const float4 *)(x + i);
+        *(uint2 *)(y + i) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
     }
 }
 
 /* ---- the batch-invariant kernel --------------------------------------------------------- */
 
+/* x_f: the activations already rounded to bf16 (x_bf16_kernel), [T][cols]. */
 template <int QT, int NT, bool VEC>
 __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 4 ? 2 : 1)
-mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__ part,
+mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x_f, float *__restrict__ part,
            int *__restrict__ cnt, int T, int kb_n, int n_steps, int nz, int tile) {
     using tr = qtraits<QT>;
+    const bf16 *__restrict__ x = (const bf16 *)x_f;
     const int rows = wd.rows, cols = wd.cols;
     const int lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
     const mm_pos ps = mm_position(kb_n, n_steps, nz, tile);
@@ -222,8 +230,8 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
 #pragma unroll
             for (int n = 0; n < NT; n++) {
                 const int t = tok0 + n * 8 + g;
-                xb[n][0] = x_pairs<VEC>(x, T, cols, t, col);
-                xb[n][1] = x_pairs<VEC>(x, T, cols, t, col + 16);
+                xb[n][0] = x_pairs(x, T, cols, t, col);
+                xb[n][1] = x_pairs(x, T, cols, t, col + 16);
             }
             float xs[NT][2];
             if constexpr (tr::min) {
@@ -363,10 +371,15 @@ seer_status seer_cuda_matmul_q_invariant(seer_cuda *c, const mm_out &out, const 
                         ggml_type_name((ggml_type)w->dtype));
     if ((uintptr_t)x % 16)
         return seer_err(SEER_ERR_INTERNAL, "matmul: activations not 16-byte aligned");
+    const size_t n = (size_t)T * w->cols;
+    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, n * sizeof(bf16), "matmul input in bf16"));
+    const unsigned grid = (unsigned)((n / 4 + 255) / 256 < 264 ? (n / 4 + 255) / 256 : 264);
+    CUDA_TRY(seer_cuda_launch(c, x_bf16_kernel, dim3(grid), dim3(256), 0, (bf16 *)c->xbf16.p, x, n));
+    LAUNCH_TRY("x_bf16_kernel");
     const mm_w wd = seer_cuda_qweight_planes(w);
     seer_qlayout L;
     seer_qlayout_of(w->dtype, w->rows, w->cols, &L);
-    return seer_cuda_mm_launch(c, out, wd, x, T, L.n_quad, pick, true);
+    return seer_cuda_mm_launch(c, out, wd, (const float *)c->xbf16.p, T, L.n_quad, pick, true);
 }
 
 /* ---- dequantisation (prefill, embedding rows) ----------------------------------------- */
