@@ -144,7 +144,8 @@ int ggml_type_block_bytes(ggml_type t);       /* bytes per block; 0 if unknown *
 seer_status ggml_nbytes(ggml_type t, uint64_t n, size_t *out);
 /* Dequantises n elements (multiple of the block size) of type t to f32. */
 seer_status gguf_dequant(ggml_type t, const void *src, float *dst, uint64_t n);
-/* Quantises/converts n f32 values to type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1). Non-finite
+/* Quantises/converts n f32 values to type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q4_K, Q5_K, Q6_K; the block formats byte-identical to ggml's reference). Non-finite
  * inputs to the block formats are rejected (SEER_ERR_INVALID_ARG). */
 seer_status gguf_quant(ggml_type t, const float *src, void *dst, uint64_t n);
 
