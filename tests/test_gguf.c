@@ -1347,7 +1347,7 @@ static void test_gen_model_bad_params(void **state) {
     BAD(scale, -1.f, "scale");
     BAD(arch, "gpt9", "gpt9");
     BAD(arch, NULL, "architecture");
-    BAD(dtype, "q5_0", "q5_0");
+    BAD(dtype, "q3_k", "q3_k");
     BAD(dtype, NULL, "dtype");
     base.dim = 48;
     base.n_heads = 4;

@@ -182,7 +182,20 @@ seer_status gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_va
 /* Adds a tensor; data (nbytes, as ggml_nbytes gives for the shape) is copied. */
 seer_status gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type type, int n_dims,
                                    const uint64_t *ne, const void *data);
+/* Declares a tensor without data: its bytes come from the fill function of
+ * gguf_writer_write_stream, which such a writer needs (gguf_writer_write and _to_buffer
+ * refuse it). Same checks as gguf_writer_add_tensor. */
+seer_status gguf_writer_declare_tensor(gguf_writer *w, const char *name, ggml_type type,
+                                       int n_dims, const uint64_t *ne);
+/* Fills dst with the nbytes of declared tensor `index` (its position among all tensors);
+ * a failure (with its seer_err message) stops the write. */
+typedef seer_status (*gguf_fill_fn)(void *ctx, size_t index, const char *name, void *dst,
+                                    size_t nbytes);
 seer_status gguf_writer_write(gguf_writer *w, const char *path);
+/* Writes the file, asking fill for each declared tensor's bytes in file order; one buffer
+ * of the largest declared tensor is held. On any failure the file is removed. */
+seer_status gguf_writer_write_stream(gguf_writer *w, const char *path, gguf_fill_fn fill,
+                                     void *ctx);
 /* Serialises to a malloc'd buffer (tests build corrupt variants from it). */
 seer_status gguf_writer_to_buffer(gguf_writer *w, uint8_t **buf, size_t *size);
 
