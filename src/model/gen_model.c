@@ -5,7 +5,11 @@
  * The file carries everything a Llama-family GGUF loader reads: hyper-parameters under the
  * architecture prefix, a tokenizer.ggml.* vocabulary (specials, 256 byte-fallback tokens,
  * then merge-consistent pieces) and every weight tensor in GGUF order (ne[0] = input dim).
- * Output depends only on the parameters: the same seed gives a byte-identical file.
+ * Output depends only on the parameters: the same seed gives a byte-identical file, and
+ * the same weights (up to rounding) in every dtype, since each value is drawn by its place
+ * in one random sequence. The weight matrices take the dtype, or for the llama.cpp mixes
+ * (q4_k_m, q5_k_m) the type llama.cpp's rule gives each tensor (weight_type); tensors are
+ * generated and quantised in parallel while the file is written, one at a time.
  * Not for: anything resembling trained weights; the text such a model writes is noise.
  */
 #include "gguf/gguf.h"
