@@ -331,7 +331,9 @@ typedef struct {
     float rope_base;
     float norm_eps;
     bool tied;         /* no output.weight: the output shares token_embd */
-    const char *dtype; /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1" for the linear weights */
+    const char *dtype; /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+                          "q5_k", "q6_k" for the linear weights, or the llama.cpp mixes
+                          "q4_k_m", "q5_k_m" */
     uint64_t seed;
     float scale;       /* std of the random weights; 0 = 1/sqrt(dim) */
 } seer_gen_params;

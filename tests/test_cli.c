@@ -124,6 +124,20 @@ static void test_info_and_gen_model(void **state) {
     rc = sh(buf, sizeof buf, "%s generate -m %s -p 'hello world' -n 8 --seed 3 --json", SEER_CLI, out);
     if (rc != 0)
         fail_msg("generate on a generated model: %s", buf);
+    /* a llama.cpp mix: info lists each tensor's type */
+    rc = sh(buf, sizeof buf, "%s gen-model --vocab 300 --dim 256 --layers 8 --heads 4 --kv-heads 2 --ffn 256 --dtype q4_k_m -o %s",
+            SEER_CLI, out);
+    if (rc != 0)
+        fail_msg("gen-model q4_k_m: %s", buf);
+    rc = sh(buf, sizeof buf, "%s info %s", SEER_CLI, out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(buf, "q4_k_m"));
+    assert_non_null(strstr(buf, "blk.1.attn_v.weight                  q4_K"));
+    assert_non_null(strstr(buf, "blk.3.attn_v.weight                  q6_K"));
+    assert_non_null(strstr(buf, "output.weight                        q6_K"));
+    rc = sh(buf, sizeof buf, "%s gen-model --dtype q3_k -o %s", SEER_CLI, out);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(buf, "q4_k_m"));
     rc = sh(buf, sizeof buf, "%s gen-model --heads 3 --dim 64 -o %s", SEER_CLI, out);
     assert_int_not_equal(rc, 0);
 }

@@ -5,6 +5,7 @@
 #include "testutil.h"
 
 #include "gguf/gguf.h"
+#include "util/error.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -341,6 +342,77 @@ static void test_roundtrip_file(void **state) {
     assert_int_equal(f->size, size);
     check_rich_file(f);
     gguf_close(f);
+}
+
+/* Streaming: declared tensors filled at write time give the bytes of a writer that was
+ * handed the same data up front; a failing fill stops the write and removes the file. */
+typedef struct {
+    int calls;
+    size_t fail_at; /* tensor index whose fill fails; SIZE_MAX: none */
+} stream_ctx;
+
+static void stream_data(size_t index, uint8_t *dst, size_t nbytes) {
+    for (size_t i = 0; i < nbytes; i++)
+        dst[i] = (uint8_t)(index * 31 + i * 7);
+}
+
+static seer_status stream_fill(void *ctx, size_t index, const char *name, void *dst,
+                               size_t nbytes) {
+    stream_ctx *c = ctx;
+    c->calls++;
+    if (index == c->fail_at)
+        return seer_err(SEER_ERR_OOM, "no bytes for %s", name);
+    stream_data(index, dst, nbytes);
+    return SEER_OK;
+}
+
+static void test_stream_write(void **state) {
+    (void)state;
+    const uint64_t ne_a[2] = {64, 3}, ne_b[1] = {7}, ne_c[1] = {256};
+    uint8_t a[64 / 32 * 34 * 3], c[256 / 256 * 144];
+    stream_data(0, a, sizeof a);
+    stream_data(2, c, sizeof c);
+    float b[7] = {1, 2, 3, 4, 5, 6, 7};
+    gguf_writer *full = gguf_writer_init(), *lazy = gguf_writer_init();
+    gguf_writer_set_u32(full, "k", 5);
+    gguf_writer_set_u32(lazy, "k", 5);
+    ASSERT_OK(gguf_writer_add_tensor(full, "a", GGML_TYPE_Q8_0, 2, ne_a, a));
+    ASSERT_OK(gguf_writer_add_tensor(full, "b", GGML_TYPE_F32, 1, ne_b, b));
+    ASSERT_OK(gguf_writer_add_tensor(full, "c", GGML_TYPE_Q4_K, 1, ne_c, c));
+    ASSERT_OK(gguf_writer_declare_tensor(lazy, "a", GGML_TYPE_Q8_0, 2, ne_a));
+    ASSERT_OK(gguf_writer_add_tensor(lazy, "b", GGML_TYPE_F32, 1, ne_b, b)); /* mixed */
+    ASSERT_OK(gguf_writer_declare_tensor(lazy, "c", GGML_TYPE_Q4_K, 1, ne_c));
+    assert_int_equal(gguf_writer_declare_tensor(lazy, "c", GGML_TYPE_F32, 1, ne_c),
+                     SEER_ERR_INVALID_ARG); /* duplicate */
+    assert_int_equal(gguf_writer_declare_tensor(lazy, "d", GGML_TYPE_Q4_K, 1, ne_b),
+                     SEER_ERR_INVALID_ARG); /* 7 is not a multiple of 256 */
+    assert_int_equal(gguf_writer_add_tensor(lazy, "e", GGML_TYPE_F32, 1, ne_b, NULL),
+                     SEER_ERR_INVALID_ARG);
+    const char *pf = tu_tmp_path("full.gguf"), *pl = tu_tmp_path("lazy.gguf");
+    ASSERT_OK(gguf_writer_write(full, pf));
+    /* declared tensors need the streaming call */
+    assert_int_equal(gguf_writer_write(lazy, pl), SEER_ERR_INVALID_ARG);
+    uint8_t *buf;
+    size_t size;
+    assert_int_equal(gguf_writer_to_buffer(lazy, &buf, &size), SEER_ERR_INVALID_ARG);
+    assert_int_equal(gguf_writer_write_stream(lazy, pl, NULL, NULL), SEER_ERR_INVALID_ARG);
+    stream_ctx sc = {.fail_at = SIZE_MAX};
+    ASSERT_OK(gguf_writer_write_stream(lazy, pl, stream_fill, &sc));
+    assert_int_equal(sc.calls, 2);
+    size_t nf, nl;
+    uint8_t *bf = tu_read_file(pf, &nf), *bl = tu_read_file(pl, &nl);
+    assert_true(bf && bl);
+    assert_int_equal(nf, nl);
+    assert_memory_equal(bf, bl, nf);
+    free(bf);
+    free(bl);
+    sc = (stream_ctx){.fail_at = 2};
+    assert_int_equal(gguf_writer_write_stream(lazy, pl, stream_fill, &sc), SEER_ERR_OOM);
+    assert_non_null(strstr(seer_last_error(), "no bytes for c"));
+    struct stat st;
+    assert_int_not_equal(stat(pl, &st), 0); /* removed */
+    gguf_writer_free(full);
+    gguf_writer_free(lazy);
 }
 
 static void test_getters(void **state) {
@@ -1347,7 +1419,7 @@ static void test_gen_model_bad_params(void **state) {
     BAD(scale, -1.f, "scale");
     BAD(arch, "gpt9", "gpt9");
     BAD(arch, NULL, "architecture");
-    BAD(dtype, "q5_0", "q5_0");
+    BAD(dtype, "q3_k", "q3_k");
     BAD(dtype, NULL, "dtype");
     base.dim = 48;
     base.n_heads = 4;
@@ -1372,6 +1444,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_memory),
         cmocka_unit_test(test_roundtrip_file),
+        cmocka_unit_test(test_stream_write),
         cmocka_unit_test(test_getters),
         cmocka_unit_test(test_version2),
         cmocka_unit_test(test_alignment),

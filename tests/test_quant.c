@@ -356,7 +356,7 @@ static void test_quant_errors(void **state) {
     assert_int_equal(gguf_quant(GGML_TYPE_Q8_0, x, q, 31), SEER_ERR_INVALID_ARG);
     assert_non_null(strstr(seer_last_error(), "block size"));
     assert_int_equal(gguf_dequant(GGML_TYPE_Q4_1, q, y, 48), SEER_ERR_INVALID_ARG);
-    assert_int_equal(gguf_quant(GGML_TYPE_Q5_0, x, q, 32), SEER_ERR_UNSUPPORTED);
+    assert_int_equal(gguf_quant(GGML_TYPE_Q3_K, x, q, 256), SEER_ERR_UNSUPPORTED);
     assert_int_equal(gguf_dequant(GGML_TYPE_Q3_K, q, y, 0), SEER_ERR_UNSUPPORTED);
     assert_non_null(strstr(seer_last_error(), "q3_K"));
     assert_int_equal(gguf_dequant((ggml_type)77, q, y, 1), SEER_ERR_UNSUPPORTED);

@@ -144,7 +144,8 @@ int ggml_type_block_bytes(ggml_type t);       /* bytes per block; 0 if unknown *
 seer_status ggml_nbytes(ggml_type t, uint64_t n, size_t *out);
 /* Dequantises n elements (multiple of the block size) of type t to f32. */
 seer_status gguf_dequant(ggml_type t, const void *src, float *dst, uint64_t n);
-/* Quantises/converts n f32 values to type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1). Non-finite
+/* Quantises/converts n f32 values to type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q4_K, Q5_K, Q6_K; the block formats byte-identical to ggml's reference). Non-finite
  * inputs to the block formats are rejected (SEER_ERR_INVALID_ARG). */
 seer_status gguf_quant(ggml_type t, const float *src, void *dst, uint64_t n);
 
@@ -181,7 +182,20 @@ seer_status gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_va
 /* Adds a tensor; data (nbytes, as ggml_nbytes gives for the shape) is copied. */
 seer_status gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type type, int n_dims,
                                    const uint64_t *ne, const void *data);
+/* Declares a tensor without data: its bytes come from the fill function of
+ * gguf_writer_write_stream, which such a writer needs (gguf_writer_write and _to_buffer
+ * refuse it). Same checks as gguf_writer_add_tensor. */
+seer_status gguf_writer_declare_tensor(gguf_writer *w, const char *name, ggml_type type,
+                                       int n_dims, const uint64_t *ne);
+/* Fills dst with the nbytes of declared tensor `index` (its position among all tensors);
+ * a failure (with its seer_err message) stops the write. */
+typedef seer_status (*gguf_fill_fn)(void *ctx, size_t index, const char *name, void *dst,
+                                    size_t nbytes);
 seer_status gguf_writer_write(gguf_writer *w, const char *path);
+/* Writes the file, asking fill for each declared tensor's bytes in file order; one buffer
+ * of the largest declared tensor is held. On any failure the file is removed. */
+seer_status gguf_writer_write_stream(gguf_writer *w, const char *path, gguf_fill_fn fill,
+                                     void *ctx);
 /* Serialises to a malloc'd buffer (tests build corrupt variants from it). */
 seer_status gguf_writer_to_buffer(gguf_writer *w, uint8_t **buf, size_t *size);
 

@@ -5,7 +5,10 @@
  * Metadata values are serialised when they are set, so the writer keeps bytes rather than
  * value trees. Output follows the reader's rules: tensor offsets and the data section are
  * aligned to general.alignment (default 32), each tensor's data is zero-padded to it.
- * Not for: editing files in place or streaming tensors too large for memory.
+ * Tensors are either copied in when added, or declared without data and filled one at a
+ * time while the file is written (gguf_writer_write_stream), so that files larger than
+ * memory can be written with one tensor's bytes held at a time.
+ * Not for: editing files in place.
  */
 #include "gguf/gguf.h"
 #include "util/error.h"
@@ -43,6 +46,7 @@ struct gguf_writer {
     size_t n_kv, cap_kv;
     wtensor *t;
     size_t n_t, cap_t;
+    size_t n_deferred; /* tensors declared without data */
     size_t alignment;
     seer_status err; /* first failure of a void setter */
     char errmsg[512];
@@ -336,9 +340,10 @@ void gguf_writer_set_arr_i32(gguf_writer *w, const char *key, const int32_t *v, 
     set_arr_raw(w, key, GGUF_TYPE_INT32, v, n, 4);
 }
 
-seer_status gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type type, int n_dims,
-                                   const uint64_t *ne, const void *data) {
-    if (!w || !name || !name[0] || !ne || !data)
+/* data NULL declares a tensor whose bytes a fill function gives at write time. */
+static seer_status add_tensor(gguf_writer *w, const char *name, ggml_type type, int n_dims,
+                              const uint64_t *ne, const void *data) {
+    if (!w || !name || !name[0] || !ne)
         return seer_err(SEER_ERR_INVALID_ARG, "gguf writer: bad tensor argument");
     if (n_dims < 1 || n_dims > 4)
         return seer_err(SEER_ERR_INVALID_ARG, "tensor %s: %d dimensions (must be 1 to 4)",
@@ -365,8 +370,8 @@ seer_status gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type t
     SEER_TRY(ggml_nbytes(type, n, &nbytes));
     void *p = w->t;
     char *nm = malloc(strlen(name) + 1);
-    void *copy = malloc(nbytes);
-    if (!nm || !copy || !grow(&p, &w->cap_t, w->n_t + 1, sizeof(wtensor))) {
+    void *copy = data ? malloc(nbytes) : NULL;
+    if (!nm || (data && !copy) || !grow(&p, &w->cap_t, w->n_t + 1, sizeof(wtensor))) {
         free(nm);
         free(copy);
         return seer_err(SEER_ERR_OOM, "out of memory adding tensor %s (%zu bytes)", name,
@@ -374,12 +379,28 @@ seer_status gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type t
     }
     w->t = p;
     strcpy(nm, name);
-    memcpy(copy, data, nbytes);
+    if (data)
+        memcpy(copy, data, nbytes);
+    else
+        w->n_deferred++;
     wtensor *t = &w->t[w->n_t++];
     *t = (wtensor){.name = nm, .type = type, .n_dims = n_dims, .data = copy, .nbytes = nbytes};
     for (int d = 0; d < 4; d++)
         t->ne[d] = d < n_dims ? ne[d] : 1;
     return SEER_OK;
+}
+
+seer_status gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type type, int n_dims,
+                                   const uint64_t *ne, const void *data) {
+    if (!data)
+        return seer_err(SEER_ERR_INVALID_ARG, "gguf writer: tensor %s without data",
+                        name ? name : "(null)");
+    return add_tensor(w, name, type, n_dims, ne, data);
+}
+
+seer_status gguf_writer_declare_tensor(gguf_writer *w, const char *name, ggml_type type,
+                                       int n_dims, const uint64_t *ne) {
+    return add_tensor(w, name, type, n_dims, ne, NULL);
 }
 
 /* ---- output -------------------------------------------------------------------------- */
@@ -390,6 +411,11 @@ typedef struct {
     FILE *fp;
     size_t pos;
     bool fail;
+    /* streaming: the bytes of declared tensors come from fill, through scratch */
+    gguf_fill_fn fill;
+    void *fill_ctx;
+    void *scratch;
+    seer_status fill_status; /* SEER_OK, or the fill function's failure (its message kept) */
 } sink;
 
 static void emit(sink *s, const void *p, size_t n) {
@@ -442,22 +468,37 @@ static void emit_all(const gguf_writer *w, sink *s) {
     if (w->n_t == 0)
         return;
     emit_pad(s, w->alignment);
-    for (size_t i = 0; i < w->n_t; i++) {
-        emit(s, w->t[i].data, w->t[i].nbytes);
+    for (size_t i = 0; i < w->n_t && !s->fail; i++) {
+        const wtensor *t = &w->t[i];
+        if (t->data) {
+            emit(s, t->data, t->nbytes);
+        } else {
+            seer_status st = s->fill(s->fill_ctx, i, t->name, s->scratch, t->nbytes);
+            if (st != SEER_OK) {
+                s->fill_status = st;
+                s->fail = true;
+                return;
+            }
+            emit(s, s->scratch, t->nbytes);
+        }
         emit_pad(s, w->alignment);
     }
 }
 
-static seer_status check_writer(const gguf_writer *w) {
+static seer_status check_writer(const gguf_writer *w, bool streaming) {
     if (!w)
         return seer_err(SEER_ERR_INVALID_ARG, "gguf writer: NULL writer");
     if (w->err != SEER_OK)
         return seer_err(w->err, "%s", w->errmsg);
+    if (w->n_deferred && !streaming)
+        return seer_err(SEER_ERR_INVALID_ARG,
+                        "gguf writer: %zu declared tensors need gguf_writer_write_stream",
+                        w->n_deferred);
     return SEER_OK;
 }
 
 seer_status gguf_writer_to_buffer(gguf_writer *w, uint8_t **buf, size_t *size) {
-    SEER_TRY(check_writer(w));
+    SEER_TRY(check_writer(w, false));
     if (!buf || !size)
         return seer_err(SEER_ERR_INVALID_ARG, "gguf_writer_to_buffer: NULL argument");
     sink count = {0};
@@ -472,21 +513,45 @@ seer_status gguf_writer_to_buffer(gguf_writer *w, uint8_t **buf, size_t *size) {
     return SEER_OK;
 }
 
-seer_status gguf_writer_write(gguf_writer *w, const char *path) {
-    SEER_TRY(check_writer(w));
+static seer_status write_file(gguf_writer *w, const char *path, sink *out) {
     if (!path)
         return seer_err(SEER_ERR_INVALID_ARG, "gguf_writer_write: NULL path");
     FILE *fp = fopen(path, "wb");
     if (!fp)
         return seer_err(SEER_ERR_IO, "cannot create %s: %s", path, strerror(errno));
-    sink out = {.fp = fp};
-    emit_all(w, &out);
-    bool failed = out.fail;
+    out->fp = fp;
+    emit_all(w, out);
+    bool failed = out->fail;
     if (fclose(fp) != 0)
         failed = true;
     if (failed) {
         remove(path);
+        if (out->fill_status != SEER_OK) /* the fill function's message stands */
+            return out->fill_status;
         return seer_err(SEER_ERR_IO, "error writing %s", path);
     }
     return SEER_OK;
+}
+
+seer_status gguf_writer_write(gguf_writer *w, const char *path) {
+    SEER_TRY(check_writer(w, false));
+    sink out = {0};
+    return write_file(w, path, &out);
+}
+
+seer_status gguf_writer_write_stream(gguf_writer *w, const char *path, gguf_fill_fn fill,
+                                     void *ctx) {
+    SEER_TRY(check_writer(w, true));
+    if (!fill && w->n_deferred)
+        return seer_err(SEER_ERR_INVALID_ARG, "gguf_writer_write_stream: NULL fill function");
+    size_t largest = 0;
+    for (size_t i = 0; i < w->n_t; i++)
+        if (!w->t[i].data && w->t[i].nbytes > largest)
+            largest = w->t[i].nbytes;
+    sink out = {.fill = fill, .fill_ctx = ctx};
+    if (largest && !(out.scratch = malloc(largest)))
+        return seer_err(SEER_ERR_OOM, "out of memory for a tensor of %zu bytes", largest);
+    seer_status s = write_file(w, path, &out);
+    free(out.scratch);
+    return s;
 }

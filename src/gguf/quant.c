@@ -315,6 +315,8 @@ uint64_t gguf_tensor_nelements(const gguf_tensor *t) {
 }
 
 seer_status gguf_quant(ggml_type t, const float *src, void *dst, uint64_t n) {
+    if (seer_quant_k_supported(t)) /* K-quants and Q5_0/Q5_1: quant_k_write.c */
+        return seer_quant_k(t, src, dst, n);
     SEER_TRY(check_n(t, n, "quantisation"));
     uint8_t *d = dst;
     if (t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1) {

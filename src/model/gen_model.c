@@ -5,7 +5,11 @@
  * The file carries everything a Llama-family GGUF loader reads: hyper-parameters under the
  * architecture prefix, a tokenizer.ggml.* vocabulary (specials, 256 byte-fallback tokens,
  * then merge-consistent pieces) and every weight tensor in GGUF order (ne[0] = input dim).
- * Output depends only on the parameters: the same seed gives a byte-identical file.
+ * Output depends only on the parameters: the same seed gives a byte-identical file, and
+ * the same weights (up to rounding) in every dtype, since each value is drawn by its place
+ * in one random sequence. The weight matrices take the dtype, or for the llama.cpp mixes
+ * (q4_k_m, q5_k_m) the type llama.cpp's rule gives each tensor (weight_type); tensors are
+ * generated and quantised in parallel while the file is written, one at a time.
  * Not for: anything resembling trained weights; the text such a model writes is noise.
  */
 #include "gguf/gguf.h"
@@ -40,21 +44,26 @@ seer_gen_params seer_gen_default_params(void) {
 
 /* splitmix64 and integer/float arithmetic only (no libm), so the bytes of a generated file
  * do not depend on the platform's math library. */
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+static uint64_t rng_mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
 
-static double rng_uniform(uint64_t *s) { /* [-1, 1) */
-    return (double)(rng_next(s) >> 11) * 0x1p-52 - 1.0;
+/* The k-th draw (k from 0) of the splitmix64 sequence seeded with seed: the generator only
+ * adds a constant to its state, so any draw can be computed directly, and threads can fill
+ * disjoint ranges of one sequence. */
+static uint64_t rng_at(uint64_t seed, uint64_t k) {
+    return rng_mix(seed + (k + 1) * 0x9E3779B97F4A7C15ull);
+}
+
+static double rng_uniform(uint64_t r) { /* [-1, 1) */
+    return (double)(r >> 11) * 0x1p-52 - 1.0;
 }
 
 /* Sum of four uniforms (Irwin-Hall), scaled to unit variance: bell-shaped and bounded.
  * The four come from the 16-bit quarters of one draw; models have 10^9 weights. */
-static double rng_normalish(uint64_t *s) {
-    uint64_t r = rng_next(s);
+static double rng_normalish(uint64_t r) {
     uint32_t sum = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) +
                    (uint32_t)((r >> 32) & 0xffff) + (uint32_t)(r >> 48);
     /* each quarter is uniform on [0, 65536): centre the sum and scale each to [-1, 1) */
@@ -179,15 +188,25 @@ static void vocab_free(vocab_build *vb) {
 
 /* ---- parameters ---------------------------------------------------------------------- */
 
+typedef enum { MIX_NONE, MIX_Q4_K_M, MIX_Q5_K_M } quant_mix;
+
 typedef struct {
     const char *name;
-    ggml_type type;
-    uint32_t file_type; /* llama.cpp's general.file_type numbering */
+    ggml_type type;     /* of the weight matrices, unless the mix says otherwise */
+    uint32_t file_type; /* llama.cpp's general.file_type (enum llama_ftype) numbering */
+    quant_mix mix;
 } dtype_info;
 
+/* llama.cpp has no ftype for an all-Q4_K (or all-Q5_K) file: `llama-quantize --pure Q4_K_S`
+ * writes one and labels it with the ftype asked for, as q4_k and q5_k do here. */
 static const dtype_info k_dtypes[] = {
-    {"f32", GGML_TYPE_F32, 0},   {"f16", GGML_TYPE_F16, 1},   {"bf16", GGML_TYPE_BF16, 32},
-    {"q8_0", GGML_TYPE_Q8_0, 7}, {"q4_0", GGML_TYPE_Q4_0, 2}, {"q4_1", GGML_TYPE_Q4_1, 3},
+    {"f32", GGML_TYPE_F32, 0, MIX_NONE},          {"f16", GGML_TYPE_F16, 1, MIX_NONE},
+    {"bf16", GGML_TYPE_BF16, 32, MIX_NONE},       {"q8_0", GGML_TYPE_Q8_0, 7, MIX_NONE},
+    {"q4_0", GGML_TYPE_Q4_0, 2, MIX_NONE},        {"q4_1", GGML_TYPE_Q4_1, 3, MIX_NONE},
+    {"q5_0", GGML_TYPE_Q5_0, 8, MIX_NONE},        {"q5_1", GGML_TYPE_Q5_1, 9, MIX_NONE},
+    {"q4_k", GGML_TYPE_Q4_K, 14, MIX_NONE},       {"q5_k", GGML_TYPE_Q5_K, 16, MIX_NONE},
+    {"q6_k", GGML_TYPE_Q6_K, 18, MIX_NONE},       {"q4_k_m", GGML_TYPE_Q4_K, 15, MIX_Q4_K_M},
+    {"q5_k_m", GGML_TYPE_Q5_K, 17, MIX_Q5_K_M},
 };
 
 static const dtype_info *find_dtype(const char *name) {
@@ -195,6 +214,48 @@ static const dtype_info *find_dtype(const char *name) {
         if (strcmp(k_dtypes[i].name, name) == 0)
             return &k_dtypes[i];
     return NULL;
+}
+
+static bool is_k_type(ggml_type t) {
+    return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K;
+}
+
+typedef enum {
+    W_TOKEN_EMBD, W_OUTPUT, W_ATTN_Q, W_ATTN_K, W_ATTN_V, W_ATTN_OUT, W_FFN_GATE, W_FFN_UP,
+    W_FFN_DOWN
+} weight_role;
+
+/* The type of one weight matrix (ne0 = its row length) in a file of dtype dt, after
+ * llama.cpp's llama_tensor_get_type (src/llama-quant.cpp) for LLAMA_FTYPE_MOSTLY_Q4_K_M and
+ * _Q5_K_M on a dense Llama/Qwen2 model without an importance matrix:
+ *   - output.weight (or token_embd.weight when it doubles as the output) at Q6_K, or Q8_0
+ *     when its rows are not a multiple of 256;
+ *   - attn_v and ffn_down at Q6_K in the "use_more_bits" layers: the first and last eighth
+ *     of the layers and every third layer in between;
+ *   - everything else, token_embd included, at the ftype's base type (Q4_K or Q5_K).
+ * Left out: the 70B rule (attn_v one step up for LLM_TYPE_70B), which needs the model's
+ * size class. Then, as its tensor_type_fallback, for every dtype with 256-element blocks:
+ * rows that are not a multiple of 256 take Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and
+ * F16 when even 32 does not divide them. Norms and biases are not weights here: f32. */
+static ggml_type weight_type(const dtype_info *dt, weight_role role, int layer, int n_layers,
+                             bool tied, uint64_t ne0) {
+    ggml_type t = dt->type;
+    if (dt->mix != MIX_NONE) {
+        const int n = n_layers;
+        bool more_bits = layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
+        if (role == W_OUTPUT || (tied && role == W_TOKEN_EMBD))
+            t = ne0 % 256 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q6_K;
+        else if ((role == W_ATTN_V || role == W_FFN_DOWN) && more_bits)
+            t = GGML_TYPE_Q6_K;
+    }
+    if (is_k_type(t) && ne0 % 256) {
+        t = t == GGML_TYPE_Q4_K ? GGML_TYPE_Q5_0
+            : t == GGML_TYPE_Q5_K ? GGML_TYPE_Q5_1
+                                  : GGML_TYPE_Q8_0;
+        if (ne0 % 32)
+            t = GGML_TYPE_F16;
+    }
+    return t;
 }
 
 /* Sizes beyond this are refused up front rather than failing deep in an allocation. */
@@ -205,7 +266,8 @@ static seer_status check_params(const seer_gen_params *p, const dtype_info **dt,
     if (!p->arch || (strcmp(p->arch, "llama") != 0 && strcmp(p->arch, "qwen2") != 0))
         BAD("unknown architecture %s (llama or qwen2)", p->arch ? p->arch : "(null)");
     if (!p->dtype || !(*dt = find_dtype(p->dtype)))
-        BAD("unknown dtype %s (f32, f16, bf16, q8_0, q4_0, q4_1)",
+        BAD("unknown dtype %s (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, "
+            "q6_k, q4_k_m, q5_k_m)",
             p->dtype ? p->dtype : "(null)");
     if (p->n_vocab < 259 || p->n_vocab > (1 << 24))
         BAD("n_vocab %d out of range (259 .. 2^24: 3 specials and 256 byte tokens come first)",
@@ -238,7 +300,9 @@ static seer_status check_params(const seer_gen_params *p, const dtype_info **dt,
         BAD("norm_eps %g must be positive", (double)p->norm_eps);
     if (!(p->scale >= 0) || !isfinite(p->scale))
         BAD("scale %g must be >= 0", (double)p->scale);
-    int blk = ggml_type_block_elems((*dt)->type);
+    /* the 256-element formats fall back per tensor (weight_type); the others need whole
+     * blocks in every row */
+    int blk = is_k_type((*dt)->type) ? 1 : ggml_type_block_elems((*dt)->type);
     int q_dim = p->n_heads * *head_dim;
     if (p->dim % blk || q_dim % blk || p->ffn_dim % blk)
         BAD("dtype %s needs dim (%d), n_heads*head_dim (%d) and ffn_dim (%d) divisible by %d",
@@ -249,71 +313,131 @@ static seer_status check_params(const seer_gen_params *p, const dtype_info **dt,
 
 /* ---- tensors ------------------------------------------------------------------------- */
 
-typedef struct {
-    gguf_writer *w;
-    uint64_t rng;
-    float *f32;  /* scratch [largest tensor] */
-    void *quant; /* scratch, quantised */
-    size_t cap;  /* elements of scratch */
-} gen_state;
+/* Tensors are declared first (the header needs every shape and type) and generated while
+ * the file is written, one at a time and in parallel over rows: memory holds one tensor's
+ * output bytes, never the model. */
 
 typedef enum { FILL_NORMAL, FILL_NORM_WEIGHT, FILL_BIAS } fill_kind;
 
+typedef struct {
+    ggml_type type;
+    uint64_t ne0, ne1;
+    fill_kind fill;
+    float std;
+    uint64_t first_draw; /* index of its first value in the seed's random sequence */
+} gen_tensor;
+
+typedef struct {
+    gguf_writer *w;
+    uint64_t seed;
+    uint64_t draws;  /* values of the tensors declared so far: one draw each */
+    gen_tensor *t;   /* [n], in file order */
+    size_t n, cap;
+} gen_state;
+
 static seer_status add_tensor(gen_state *g, const char *name, ggml_type type, uint64_t ne0,
                               uint64_t ne1, fill_kind fill, float std) {
-    uint64_t n = ne0 * ne1;
-    if (n > g->cap)
-        return seer_err(SEER_ERR_INTERNAL, "gen-model: scratch too small for %s", name);
-    for (uint64_t i = 0; i < n; i++) {
-        double v;
-        if (fill == FILL_NORMAL)
-            v = std * rng_normalish(&g->rng);
-        else if (fill == FILL_NORM_WEIGHT)
-            v = 1.0 + 0.1 * rng_uniform(&g->rng);
-        else
-            v = 0.1 * rng_uniform(&g->rng);
-        g->f32[i] = (float)v;
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 64;
+        gen_tensor *t = seer_malloc_array(cap, sizeof *t);
+        if (!t)
+            return seer_err(SEER_ERR_OOM, "gen-model: out of memory");
+        if (g->n)
+            memcpy(t, g->t, g->n * sizeof *t);
+        free(g->t);
+        g->t = t;
+        g->cap = cap;
     }
-    SEER_TRY(gguf_quant(type, g->f32, g->quant, n));
     uint64_t ne[2] = {ne0, ne1};
-    return gguf_writer_add_tensor(g->w, name, type, ne1 > 1 ? 2 : 1, ne, g->quant);
+    SEER_TRY(gguf_writer_declare_tensor(g->w, name, type, ne1 > 1 ? 2 : 1, ne));
+    g->t[g->n++] = (gen_tensor){.type = type, .ne0 = ne0, .ne1 = ne1, .fill = fill,
+                                .std = std, .first_draw = g->draws};
+    g->draws += ne0 * ne1;
+    return SEER_OK;
 }
 
-static seer_status add_linear(gen_state *g, const seer_gen_params *p, ggml_type type,
-                              const char *name, uint64_t in_dim, uint64_t out_dim) {
+/* gguf_fill_fn: the values of tensor `index` (every tensor is declared, so the index is its
+ * place in g->t), quantised row by row. The values depend only on the seed and their place
+ * in the sequence, so the bytes do not depend on the thread count. */
+static seer_status fill_tensor(void *ctx, size_t index, const char *name, void *dst,
+                               size_t nbytes) {
+    const gen_state *g = ctx;
+    const gen_tensor *t = &g->t[index];
+    const size_t row_bytes = nbytes / t->ne1;
+    const int64_t rows = (int64_t)t->ne1;
+    int oom = 0, bad = 0;
+#pragma omp parallel
+    {
+        float *row = seer_malloc_array(t->ne0, sizeof(float));
+        if (!row) {
+#pragma omp atomic write
+            oom = 1;
+        }
+#pragma omp for schedule(dynamic, 8)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!row)
+                continue;
+            const uint64_t k0 = t->first_draw + (uint64_t)r * t->ne0;
+            for (uint64_t i = 0; i < t->ne0; i++) {
+                uint64_t u = rng_at(g->seed, k0 + i);
+                double v = t->fill == FILL_NORMAL        ? t->std * rng_normalish(u)
+                           : t->fill == FILL_NORM_WEIGHT ? 1.0 + 0.1 * rng_uniform(u)
+                                                         : 0.1 * rng_uniform(u);
+                row[i] = (float)v;
+            }
+            if (gguf_quant(t->type, row, (uint8_t *)dst + (size_t)r * row_bytes, t->ne0) !=
+                SEER_OK) {
+#pragma omp atomic write
+                bad = 1;
+            }
+        }
+        free(row);
+    }
+    if (oom)
+        return seer_err(SEER_ERR_OOM, "gen-model: out of memory generating %s", name);
+    if (bad) /* the values are finite and the shapes checked: not reachable from input */
+        return seer_err(SEER_ERR_INTERNAL, "gen-model: cannot quantise %s to %s", name,
+                        ggml_type_name(t->type));
+    return SEER_OK;
+}
+
+static seer_status add_linear(gen_state *g, const seer_gen_params *p, const dtype_info *dt,
+                              weight_role role, int layer, const char *name, uint64_t in_dim,
+                              uint64_t out_dim) {
     float std = p->scale > 0 ? p->scale : (float)(1.0 / sqrt((double)in_dim));
+    ggml_type type = weight_type(dt, role, layer, p->n_layers, p->tied, in_dim);
     return add_tensor(g, name, type, in_dim, out_dim, FILL_NORMAL, std);
 }
 
-static seer_status add_weights(gen_state *g, const seer_gen_params *p, ggml_type type,
+static seer_status add_weights(gen_state *g, const seer_gen_params *p, const dtype_info *dt,
                                int head_dim) {
     uint64_t D = (uint64_t)p->dim, V = (uint64_t)p->n_vocab, F = (uint64_t)p->ffn_dim;
     uint64_t QD = (uint64_t)p->n_heads * (uint64_t)head_dim;
     uint64_t KD = (uint64_t)p->n_kv_heads * (uint64_t)head_dim;
     bool qwen2 = strcmp(p->arch, "qwen2") == 0;
-    SEER_TRY(add_linear(g, p, type, "token_embd.weight", D, V));
+    SEER_TRY(add_linear(g, p, dt, W_TOKEN_EMBD, 0, "token_embd.weight", D, V));
     SEER_TRY(add_tensor(g, "output_norm.weight", GGML_TYPE_F32, D, 1, FILL_NORM_WEIGHT, 0));
     if (!p->tied)
-        SEER_TRY(add_linear(g, p, type, "output.weight", D, V));
+        SEER_TRY(add_linear(g, p, dt, W_OUTPUT, 0, "output.weight", D, V));
     char name[96];
     for (int l = 0; l < p->n_layers; l++) {
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
         SEER_TRY(add_tensor(g, NAME("attn_norm.weight"), GGML_TYPE_F32, D, 1, FILL_NORM_WEIGHT,
                             0));
-        SEER_TRY(add_linear(g, p, type, NAME("attn_q.weight"), D, QD));
-        SEER_TRY(add_linear(g, p, type, NAME("attn_k.weight"), D, KD));
-        SEER_TRY(add_linear(g, p, type, NAME("attn_v.weight"), D, KD));
+        SEER_TRY(add_linear(g, p, dt, W_ATTN_Q, l, NAME("attn_q.weight"), D, QD));
+        SEER_TRY(add_linear(g, p, dt, W_ATTN_K, l, NAME("attn_k.weight"), D, KD));
+        SEER_TRY(add_linear(g, p, dt, W_ATTN_V, l, NAME("attn_v.weight"), D, KD));
         if (qwen2) {
             SEER_TRY(add_tensor(g, NAME("attn_q.bias"), GGML_TYPE_F32, QD, 1, FILL_BIAS, 0));
             SEER_TRY(add_tensor(g, NAME("attn_k.bias"), GGML_TYPE_F32, KD, 1, FILL_BIAS, 0));
             SEER_TRY(add_tensor(g, NAME("attn_v.bias"), GGML_TYPE_F32, KD, 1, FILL_BIAS, 0));
         }
-        SEER_TRY(add_linear(g, p, type, NAME("attn_output.weight"), QD, D));
+        SEER_TRY(add_linear(g, p, dt, W_ATTN_OUT, l, NAME("attn_output.weight"), QD, D));
         SEER_TRY(add_tensor(g, NAME("ffn_norm.weight"), GGML_TYPE_F32, D, 1, FILL_NORM_WEIGHT,
                             0));
-        SEER_TRY(add_linear(g, p, type, NAME("ffn_gate.weight"), D, F));
-        SEER_TRY(add_linear(g, p, type, NAME("ffn_up.weight"), D, F));
-        SEER_TRY(add_linear(g, p, type, NAME("ffn_down.weight"), F, D));
+        SEER_TRY(add_linear(g, p, dt, W_FFN_GATE, l, NAME("ffn_gate.weight"), D, F));
+        SEER_TRY(add_linear(g, p, dt, W_FFN_UP, l, NAME("ffn_up.weight"), D, F));
+        SEER_TRY(add_linear(g, p, dt, W_FFN_DOWN, l, NAME("ffn_down.weight"), F, D));
 #undef NAME
     }
     return SEER_OK;
@@ -360,35 +484,22 @@ seer_status seer_gen_model(const seer_gen_params *p, const char *path) {
     int head_dim = 0;
     SEER_TRY(check_params(p, &dt, &head_dim));
 
-    uint64_t D = (uint64_t)p->dim, F = (uint64_t)p->ffn_dim;
-    uint64_t QD = (uint64_t)p->n_heads * (uint64_t)head_dim;
-    uint64_t largest = D * (uint64_t)p->n_vocab;
-    if (D * F > largest)
-        largest = D * F;
-    if (D * QD > largest)
-        largest = D * QD;
-
     vocab_build vb;
-    gen_state g = {.rng = p->seed};
+    gen_state g = {.seed = p->seed};
     seer_status s = build_vocab(p->n_vocab, &vb);
     if (s == SEER_OK) {
         g.w = gguf_writer_init();
-        g.cap = (size_t)largest;
-        g.f32 = seer_malloc_array(g.cap, sizeof(float));
-        g.quant = seer_malloc_array(g.cap, sizeof(float)); /* no format is wider than f32 */
-        if (!g.w || !g.f32 || !g.quant)
-            s = seer_err(SEER_ERR_OOM, "gen-model: out of memory (largest tensor %llu values)",
-                         (unsigned long long)largest);
+        if (!g.w)
+            s = seer_err(SEER_ERR_OOM, "gen-model: out of memory");
     }
     if (s == SEER_OK) {
         add_metadata(g.w, p, dt, head_dim, &vb);
-        s = add_weights(&g, p, dt->type, head_dim);
+        s = add_weights(&g, p, dt, head_dim);
     }
     if (s == SEER_OK)
-        s = gguf_writer_write(g.w, path);
+        s = gguf_writer_write_stream(g.w, path, fill_tensor, &g);
     gguf_writer_free(g.w);
-    free(g.f32);
-    free(g.quant);
+    free(g.t);
     vocab_free(&vb);
     return s;
 }

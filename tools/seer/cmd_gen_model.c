@@ -13,7 +13,8 @@ static void usage(FILE *f) {
             "  --dim N --layers N --heads N --kv-heads N --ffn N --head-dim N\n"
             "  --ctx N              trained context length (default 2048)\n"
             "  --rope-base F        (default 10000)\n"
-            "  --dtype T            f32, f16, bf16, q8_0, q4_0, q4_1 (default f32)\n"
+            "  --dtype T            f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,\n"
+            "                       q6_k, or llama.cpp's mixes q4_k_m, q5_k_m (default f32)\n"
             "  --tied               share the output projection with the embedding\n"
             "  --seed N             (default 1)\n"
             "  --scale F            std of the weights (default 1/sqrt(fan-in))\n");
