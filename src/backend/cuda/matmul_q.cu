@@ -439,7 +439,7 @@ static mm_kernel_fn mmq_pick(int nt, bool vec) {
     }
 }
 
-static size_t mmq_smem(int type) {
+static size_t mmq_smem_bytes(int type) {
     switch (type) {
     case GGML_TYPE_Q4_0: return qstage<GGML_TYPE_Q4_0>::SMEM;
     case GGML_TYPE_Q4_1: return qstage<GGML_TYPE_Q4_1>::SMEM;
@@ -497,7 +497,7 @@ seer_status seer_cuda_matmul_q_invariant(seer_cuda *c, const mm_out &out, const 
     seer_qlayout L;
     seer_qlayout_of(w->dtype, w->rows, w->cols, &L);
     return seer_cuda_mm_launch(c, out, wd, (const float *)c->xbf16.p, T, L.n_quad, pick, true,
-                               mmq_smem(w->dtype));
+                               mmq_smem_bytes(w->dtype));
 }
 
 /* ---- dequantisation (prefill, embedding rows) ----------------------------------------- */
