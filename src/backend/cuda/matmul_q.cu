@@ -172,129 +172,27 @@ static __device__ __forceinline__ void q_scales(const qraw<QT> &r, int s, int j,
     }
 }
 
-/* Four bf16 of token t of x from column col: two pairs (zeros outside). */
-static __device__ __forceinline__ uint2 x_pairs(const bf16 *x, int T, int cols, int t, int col) {
+/* Four f32 of token t of x from column col as two bf16 pairs (zeros outside). */
+template <bool VEC>
+static __device__ __forceinline__ uint2 x_pairs(const float *x, int T, int cols, int t, int col) {
     if (t >= T || col >= cols)
         return make_uint2(0, 0);
-    return __ldg((const uint2 *)(x + (size_t)t * cols + col));
-}
-
-/* x [n] f32 -> bf16, once per matmul call: every row group of the kernel reads the same x, so
- * rounding it there would repeat the conversion rows / 32 times. Waits for the kernel that
- * writes x, then lets the matmul (which has its weights in flight by then) go on. */
-__global__ void x_bf16_kernel(bf16 *y, const float *x, size_t n) {
-    pdl_wait();
-    pdl_trigger();
-    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n;
-         i += (size_t)gridDim.x * blockDim.x * 4) {
-        const float4 v = *(const float4 *)(x + i);
-        *(uint2 *)(y + i) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
-    }
-}
-
-/* ---- a quad's bytes through shared memory ----------------------------------------------
- * Each lane copies its own share of a quad (codes, high bits, scale words: what q_load reads
- * into registers) into shared memory with cp.async, S - 1 quads ahead of the one it computes,
- * and reads back only what it copied itself: the copies in flight cost no registers, so a
- * warp keeps several quads of weights in flight. Per warp and stage the fields of row q are
- * arrays [32 lanes][field bytes], so the lanes' reads hit distinct banks. */
-template <int QT> struct qstage {
-    using tr = qtraits<QT>;
-    static constexpr int LO = tr::lo * 4, HI = tr::hi * 4;
-    static constexpr int SC = (QT == GGML_TYPE_Q4_1 || QT == GGML_TYPE_Q5_1 || QT == GGML_TYPE_Q4_K ||
-                               QT == GGML_TYPE_Q5_K) ? 16 : 8;
-    static constexpr int D6 = QT == GGML_TYPE_Q6_K ? 4 : 0;
-    static constexpr int ROW = 32 * (LO + HI + SC + D6);
-    static constexpr int BYTES = 4 * ROW; /* one stage of one warp */
-    /* stages: as many as fit two blocks per SM in ~104 KB each (at most 4); where fewer than
-     * 3 fit, one block per SM with up to 5 */
-    static constexpr int S2 = 104 * 1024 / (MM_WARPS * BYTES);
-    static constexpr int S = S2 >= 3 ? (S2 > 4 ? 4 : S2) : (200 * 1024 / (MM_WARPS * BYTES) > 5 ? 5 : 200 * 1024 / (MM_WARPS * BYTES));
-    static constexpr int SMEM = S * MM_WARPS * BYTES;
-};
-
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
-}
-template <int N>
-static __device__ __forceinline__ void cp_async_small(void *dst, const void *src, bool ok) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d), "l"(src), "n"(N), "r"(ok ? N : 0));
-}
-static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-static __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
-
-/* Issues the copies of quad s of row `row` (this lane's share) into row q of stage `st`. */
-template <int QT>
-static __device__ __forceinline__ void q_issue(uint8_t *st, int q, const mm_w &w, int row, int s, int c4,
-                                               int lane) {
-    using Q = qstage<QT>;
-    using tr = qtraits<QT>;
-    const bool ok = row < w.rows && s * MMQ_KSTEP < w.cols;
-    const int r = ok ? row : 0, ss = ok ? s : 0;
-    uint8_t *f = st + q * Q::ROW;
-    const uint8_t *lo = w.p[0] + (size_t)r * w.stride[0] + (size_t)ss * 16 * tr::lo + c4 * Q::LO;
-#pragma unroll
-    for (int i = 0; i < Q::LO / 16; i++)
-        cp_async16(f + i * 32 * 16 + lane * 16, lo + 16 * i, ok);
-    f += 32 * Q::LO;
-    if constexpr (Q::HI) {
-        cp_async_small<Q::HI>(f + lane * Q::HI, w.p[1] + (size_t)r * w.stride[1] + (size_t)ss * 4 * Q::HI + c4 * Q::HI, ok);
-        f += 32 * Q::HI;
-    }
-    const uint8_t *sc = w.p[2] + (size_t)r * w.stride[2];
-    if constexpr (QT == GGML_TYPE_Q4_K || QT == GGML_TYPE_Q5_K)
-        cp_async16(f + lane * 16, sc + (size_t)(ss >> 1) * 16, ok);
-    else if constexpr (Q::SC == 16)
-        cp_async16(f + lane * 16, sc + (size_t)ss * 16, ok);
-    else
-        cp_async_small<8>(f + lane * 8, sc + (size_t)ss * 8, ok);
-    f += 32 * Q::SC;
-    if constexpr (Q::D6) /* the 4-byte word holding the super-block's d (stride padded to 16) */
-        cp_async_small<4>(f + lane * 4, w.p[3] + (size_t)r * w.stride[3] + (size_t)((ss >> 1) * 2 & ~3), ok);
-}
-
-/* Row q's share of the quad from stage `st`, as q_load would have read it (s: the quad). */
-template <int QT>
-static __device__ __forceinline__ void q_read(qraw<QT> &r, const uint8_t *st, int q, int s, int lane) {
-    using Q = qstage<QT>;
-    const uint8_t *f = st + q * Q::ROW;
-#pragma unroll
-    for (int i = 0; i < Q::LO / 16; i++)
-        r.lo[i] = *(const uint4 *)(f + i * 32 * 16 + lane * 16);
-    f += 32 * Q::LO;
-    if constexpr (Q::HI == 4) {
-        r.hi[0] = *(const uint32_t *)(f + lane * 4);
-    } else if constexpr (Q::HI == 8) {
-        const uint2 h = *(const uint2 *)(f + lane * 8);
-        r.hi[0] = h.x;
-        r.hi[1] = h.y;
-    }
-    f += 32 * Q::HI;
-    if constexpr (Q::SC == 16) {
-        r.sc = *(const uint4 *)(f + lane * 16);
+    const float *p = x + (size_t)t * cols + col;
+    if constexpr (VEC) {
+        const float4 a = __ldg((const float4 *)p);
+        return make_uint2(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w));
     } else {
-        const uint2 v = *(const uint2 *)(f + lane * 8);
-        r.sc = make_uint4(v.x, v.y, 0, 0);
-    }
-    f += 32 * Q::SC;
-    if constexpr (Q::D6) {
-        const uint32_t dw = *(const uint32_t *)(f + lane * 4);
-        r.d6 = (s >> 1) & 1 ? dw >> 16 : dw & 0xFFFF;
+        return make_uint2(pack_bf16(__ldg(p), __ldg(p + 1)), pack_bf16(__ldg(p + 2), __ldg(p + 3)));
     }
 }
 
 /* ---- the batch-invariant kernel --------------------------------------------------------- */
 
-/* x_f: the activations already rounded to bf16 (x_bf16_kernel), [T][cols]. */
 template <int QT, int NT, bool VEC>
 __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 4 ? 2 : 1)
-mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x_f, float *__restrict__ part,
+mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__ part,
            int *__restrict__ cnt, int T, int kb_n, int n_steps, int nz, int tile) {
     using tr = qtraits<QT>;
-    const bf16 *__restrict__ x = (const bf16 *)x_f;
     const int rows = wd.rows, cols = wd.cols;
     const int lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
     const mm_pos ps = mm_position(kb_n, n_steps, nz, tile);
@@ -310,16 +208,11 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x_f, float *__restrict
                 acc[m][n][e] = 0.f;
 
     /* rq[q]: row row0 + q*8 + g (q = 0, 1: m-tile 0; 2, 3: m-tile 1) */
-    using Q = qstage<QT>;
-    extern __shared__ uint4 mmq_smem[];
-    uint8_t *stages = (uint8_t *)mmq_smem + (size_t)(threadIdx.x >> 5) * Q::S * Q::BYTES;
-    auto issue_step = [&](int s, int slot) {
-        if (s < s1) {
+    qraw<QT> ra[4], rb[4];
+    auto load_step = [&](qraw<QT> (&rq)[4], int s) {
 #pragma unroll
-            for (int q = 0; q < 4; q++)
-                q_issue<QT>(stages + slot * Q::BYTES, q, wd, row0 + q * 8 + g, s, c4, lane);
-        }
-        cp_async_commit(); /* an empty group past the end keeps the counting uniform */
+        for (int q = 0; q < 4; q++)
+            q_load<QT>(rq[q], wd, row0 + q * 8 + g, s, c4);
     };
     auto compute_step = [&](const qraw<QT> (&rq)[4], int s) {
 #pragma unroll
@@ -329,8 +222,8 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x_f, float *__restrict
 #pragma unroll
             for (int n = 0; n < NT; n++) {
                 const int t = tok0 + n * 8 + g;
-                xb[n][0] = x_pairs(x, T, cols, t, col);
-                xb[n][1] = x_pairs(x, T, cols, t, col + 16);
+                xb[n][0] = x_pairs<VEC>(x, T, cols, t, col);
+                xb[n][1] = x_pairs<VEC>(x, T, cols, t, col + 16);
             }
             float xs[NT][2];
             if constexpr (tr::min) {
@@ -392,64 +285,46 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x_f, float *__restrict
             }
         }
     };
-    /* As in matmul.cu: the next kernel may start, and the first S - 1 quads' weights go in
-     * flight before waiting for the kernel that writes x. */
+    /* As in matmul.cu: the next kernel may start, the first two steps' weights go in flight
+     * before waiting for the kernel that writes x. */
     pdl_trigger();
-#pragma unroll
-    for (int k = 0; k < Q::S - 1; k++)
-        issue_step(s0 + k, k);
+    if (s0 < s1)
+        load_step(ra, s0);
+    if (s0 + 1 < s1)
+        load_step(rb, s0 + 1);
     pdl_wait();
-    int slot = 0;
-    for (int s = s0; s < s1; s++) {
-        cp_async_wait<Q::S - 2>(); /* quad s has landed */
-        qraw<QT> rq[4];
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-            q_read<QT>(rq[q], stages + slot * Q::BYTES, q, s, lane);
-        /* the slot read last round is free again: the quad S - 1 ahead goes there */
-        issue_step(s + Q::S - 1, slot == 0 ? Q::S - 1 : slot - 1);
-        compute_step(rq, s);
-        slot = slot == Q::S - 1 ? 0 : slot + 1;
+    for (int s = s0; s < s1; s += 2) {
+        compute_step(ra, s);
+        if (s + 2 < s1)
+            load_step(ra, s + 2);
+        if (s + 1 < s1) {
+            compute_step(rb, s + 1);
+            if (s + 3 < s1)
+                load_step(rb, s + 3);
+        }
     }
     mm_finish<NT>(acc, out, part, cnt, rows, T, ps.kb, kb_n, ps.rg, ps.z, nz, tok0, row0);
 }
 
-template <int QT, int NT>
-static mm_kernel_fn mmq_fn() {
-    /* the stages take more than the default 48 KB of shared memory: raised once per kernel */
-    static bool raised = false;
-    if (!raised)
-        raised = cudaFuncSetAttribute(mmq_kernel<QT, NT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      qstage<QT>::SMEM) == cudaSuccess;
-    return mmq_kernel<QT, NT, true>;
+template <int QT, bool VEC>
+static mm_kernel_fn mmq_pick_nt(int nt) {
+    switch (nt) {
+    case 1: return mmq_kernel<QT, 1, VEC>;
+    case 2: return mmq_kernel<QT, 2, VEC>;
+    case 3: return mmq_kernel<QT, 3, VEC>;
+    case 4: return mmq_kernel<QT, 4, VEC>;
+    case 5: return mmq_kernel<QT, 5, VEC>;
+    case 6: return mmq_kernel<QT, 6, VEC>;
+    case 7: return mmq_kernel<QT, 7, VEC>;
+    default: return mmq_kernel<QT, 8, VEC>;
+    }
 }
 
-/* x is read in 8-byte pieces of the bf16 copy: there is no scalar variant (vec is unused). */
+/* x is read as float4: callers' activation rows are 16-byte aligned (matmul_any sends
+ * others to the cuBLAS route), so there is no scalar variant to compile. */
 template <int QT>
 static mm_kernel_fn mmq_pick(int nt, bool vec) {
-    switch (nt) {
-    case 1: return mmq_fn<QT, 1>();
-    case 2: return mmq_fn<QT, 2>();
-    case 3: return mmq_fn<QT, 3>();
-    case 4: return mmq_fn<QT, 4>();
-    case 5: return mmq_fn<QT, 5>();
-    case 6: return mmq_fn<QT, 6>();
-    case 7: return mmq_fn<QT, 7>();
-    default: return mmq_fn<QT, 8>();
-    }
-}
-
-static size_t mmq_smem_bytes(int type) {
-    switch (type) {
-    case GGML_TYPE_Q4_0: return qstage<GGML_TYPE_Q4_0>::SMEM;
-    case GGML_TYPE_Q4_1: return qstage<GGML_TYPE_Q4_1>::SMEM;
-    case GGML_TYPE_Q5_0: return qstage<GGML_TYPE_Q5_0>::SMEM;
-    case GGML_TYPE_Q5_1: return qstage<GGML_TYPE_Q5_1>::SMEM;
-    case GGML_TYPE_Q8_0: return qstage<GGML_TYPE_Q8_0>::SMEM;
-    case GGML_TYPE_Q4_K: return qstage<GGML_TYPE_Q4_K>::SMEM;
-    case GGML_TYPE_Q5_K: return qstage<GGML_TYPE_Q5_K>::SMEM;
-    default: return qstage<GGML_TYPE_Q6_K>::SMEM;
-    }
+    return mmq_pick_nt<QT, true>(nt);
 }
 
 static mm_kernel_fn (*mmq_picker(int type))(int, bool) {
@@ -488,16 +363,10 @@ seer_status seer_cuda_matmul_q_invariant(seer_cuda *c, const mm_out &out, const 
                         ggml_type_name((ggml_type)w->dtype));
     if ((uintptr_t)x % 16)
         return seer_err(SEER_ERR_INTERNAL, "matmul: activations not 16-byte aligned");
-    const size_t n = (size_t)T * w->cols;
-    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, n * sizeof(bf16), "matmul input in bf16"));
-    const unsigned grid = (unsigned)((n / 4 + 255) / 256 < 264 ? (n / 4 + 255) / 256 : 264);
-    CUDA_TRY(seer_cuda_launch(c, x_bf16_kernel, dim3(grid), dim3(256), 0, (bf16 *)c->xbf16.p, x, n));
-    LAUNCH_TRY("x_bf16_kernel");
     const mm_w wd = seer_cuda_qweight_planes(w);
     seer_qlayout L;
     seer_qlayout_of(w->dtype, w->rows, w->cols, &L);
-    return seer_cuda_mm_launch(c, out, wd, (const float *)c->xbf16.p, T, L.n_quad, pick, true,
-                               mmq_smem_bytes(w->dtype));
+    return seer_cuda_mm_launch(c, out, wd, x, T, L.n_quad, pick, true);
 }
 
 /* ---- dequantisation (prefill, embedding rows) ----------------------------------------- */
