@@ -3,8 +3,8 @@
  * (shapes, weight statistics, determinism, bad input), synthetic KV fill (the values the
  * contract promises, lengths and pages, copy-on-write, the context left unchanged on
  * failure), the floor's inputs (footprint, bandwidth probe), and the `seer bench` command
- * itself (table, JSON fields, bad flags, a peer's timings merged by (L, B) and malformed peer
- * files refused). With a CUDA device: the same synthetic model and
+ * itself (table, JSON fields, bad flags, a GGUF's stored weight types, a peer's decode
+ * timings merged by (L, B) and its prefill by prompt size, malformed peer files refused). With a CUDA device: the same synthetic model and
  * KV on the GPU give the CPU's logits within the bf16 tolerance. No timing assertions.
  */
 #include "testutil.h"
@@ -106,6 +106,27 @@ static void test_presets_and_footprint(void **state) {
     assert_int_equal(fp.kv_bytes_per_token, 2 * 2 * 2 * 16 * 4);
     assert_int_equal(fp.weight_elem_bytes, 4);
     assert_int_equal(fp.kv_elem_bytes, 4);
+    assert_int_equal(fp.weight_elems, 2 * per_layer + 512 * 64);
+    assert_int_equal(fp.n_weight_types, 1);
+    assert_string_equal(fp.weight_types[0].name, "f32");
+    assert_int_equal(fp.weight_types[0].bytes, fp.weight_bytes);
+    assert_string_equal(fp.file_type, ""); /* synthetic: no file */
+    /* W counts each weight as stored: a layer's wq held as q4_K blocks (144 bytes per 256
+     * elements) instead of f32 shrinks W by exactly the difference and shows as its own
+     * dtype. Only the dtype field is changed, for the sum; nothing decodes with it. */
+    seer_weight *wq = &m->layers[0].wq;
+    const int dtype = wq->dtype;
+    wq->dtype = GGML_TYPE_Q4_K;
+    seer_model_footprint fq;
+    seer_model_get_footprint(m, &fq);
+    wq->dtype = dtype;
+    assert_int_equal(fq.weight_bytes, fp.weight_bytes - 64 * 64 * 4 + 64 * 64 / 256 * 144);
+    assert_int_equal(fq.weight_elems, fp.weight_elems);
+    assert_int_equal(fq.n_weight_types, 2);
+    assert_string_equal(fq.weight_types[0].name, "f32"); /* largest first */
+    assert_string_equal(fq.weight_types[1].name, "q4_K");
+    assert_int_equal(fq.weight_types[1].bytes, 64 * 64 / 256 * 144);
+    assert_int_equal(fq.weight_types[0].bytes + fq.weight_types[1].bytes, fq.weight_bytes);
     seer_model_get_info(m, &in);
     assert_string_equal(in.backend, "cpu");
     assert_int_equal(in.file_size, 0);
@@ -342,10 +363,11 @@ static void test_bench_json(void **state) {
         fail_msg("rc %d: %s", rc, buf);
     const char *fields[] = {"\"model\":{", "\"synthetic_weights\":true", "\"weight_bytes\":",
                             "\"kv_bytes_per_token\":512", "\"bandwidth_bytes_per_s\":",
-                            "\"backend\":\"cpu\"", "\"prefill\":{\"tokens\":32", "\"points\":[",
+                            "\"backend\":\"cpu\"", "\"prefill\":[{\"tokens\":32", "\"points\":[",
                             "\"ctx\":64", "\"ctx\":128", "\"batch\":2", "\"ms_per_step\":",
                             "\"tok_per_s\":", "\"floor_ms\":", "\"fraction_of_floor\":",
-                            "\"logits_finite\":true", "\"steps\":3"};
+                            "\"logits_finite\":true", "\"steps\":3",
+                            "\"weight_types\":[{\"dtype\":\"f32\"", "\"file_type\":\"\""};
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
         if (!strstr(buf, fields[i]))
             fail_msg("no %s in: %s", fields[i], buf);
@@ -409,7 +431,8 @@ static void test_bench_table_and_errors(void **state) {
         fail_msg("rc %d: %s", rc, buf);
     assert_non_null(strstr(buf, "of floor"));
     assert_non_null(strstr(buf, "copy bandwidth"));
-    assert_non_null(strstr(buf, "prefill 16 tokens"));
+    assert_non_null(strstr(buf, "prefill: one prompt of P tokens"));
+    assert_non_null(strstr(buf, "\n      16 "));
     assert_non_null(strstr(buf, "SYNTHETIC ACCEPTANCE"));
     assert_non_null(strstr(buf, "SYNTHETIC 0.80"));
     struct {
@@ -426,6 +449,7 @@ static void test_bench_table_and_errors(void **state) {
         {"bench --synthetic tiny --spec magic", 2, "unknown speculation"},
         {"bench --synthetic tiny --ctx-list 64,,x", 2, "not an integer"},
         {"bench --synthetic tiny --batch-list 0", 2, "out of range"},
+        {"bench --synthetic tiny --prefill 64,0", 2, "cannot be one of several"},
         {"bench --synthetic tiny --steps 0", 2, "out of range"},
         {"bench -m /nonexistent.gguf --backend cpu", 1, "nonexistent"},
         {"bench --replot x.json", 2, "--replot takes --plot"},
@@ -476,7 +500,7 @@ static void test_bench_peer(void **state) {
                 SEER_CLI, peer, js);
     if (rc != 0)
         fail_msg("rc %d: %s", rc, buf);
-    assert_non_null(strstr(buf, "\"peer\":{\"label\":\"HF transformers\",\"description\":\"test peer\"}"));
+    assert_non_null(strstr(buf, "\"peer\":{\"label\":\"HF transformers\",\"version\":\"\",\"description\":\"test peer\",\"prefill\":[]}"));
     assert_int_equal(count(buf, "\"peer\":{"), 3); /* the run, L=40 and L=80; none at 120 */
     assert_non_null(strstr(buf, "\"ctx\":80,\"batch\":1,\"peer\":{\"error\":\"oom\"}"));
     assert_null(strstr(buf, "\"batch\":4")); /* the peer's extra point is not a point of the run */
@@ -531,6 +555,89 @@ static void test_bench_peer(void **state) {
     assert_int_equal(rc, 0);
 }
 
+/* A GGUF file: the floor's W and the weight types in the table and the JSON are the weights
+ * as the backend holds them (the CPU backend dequantizes q8_0 and q4_0 to f32), with the
+ * file's type beside them. */
+static void test_bench_gguf_weight_types(void **state) {
+    const char *types[] = {"q8_0", "Q8_0", "q4_0", "Q4_0", "f32", "F32"};
+    char path[1024];
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "%s", tu_tmp_path("bench-model.gguf"));
+        int rc = sh(buf, sizeof buf, "%s gen-model --vocab 512 --dim 64 --layers 2 --heads 4 --kv-heads 2 "
+                    "--ffn 192 --dtype %s -o %s", SEER_CLI, types[2 * k], path);
+        if (rc != 0)
+            fail_msg("gen-model: %s", buf);
+        rc = sh(buf, sizeof buf, "%s bench -m %s --backend cpu --ctx-list 32 --steps 1 --warmup 0 "
+                "--prefill 0 --json 2>/dev/null", SEER_CLI, path);
+        if (rc != 0)
+            fail_msg("rc %d: %s", rc, buf);
+        char want[160];
+        snprintf(want, sizeof want, "\"file_type\":\"%s\"", types[2 * k + 1]);
+        if (!strstr(buf, want) || !strstr(buf, "\"weight_types\":[{\"dtype\":\"f32\",\"bytes\":"))
+            fail_msg("no %s or f32 weights in: %s", want, buf);
+        const uint64_t per_layer = 64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 192 * 64;
+        assert_true(num_after(buf, "\"model\":", "\"weight_bytes\":") == (2 * per_layer + 512 * 64) * 4.0);
+        rc = sh(buf, sizeof buf, "%s bench -m %s --backend cpu --ctx-list 32 --steps 1 --warmup 0 "
+                "--prefill 0 2>/dev/null", SEER_CLI, path);
+        snprintf(want, sizeof want, "weights as stored there: %s: f32 100%% of W = ", types[2 * k + 1]);
+        if (rc != 0 || !strstr(buf, want))
+            fail_msg("rc %d, no '%s' in: %s", rc, want, buf);
+    }
+}
+
+/* The extended peer file (scripts/peer-llamacpp.sh): a version, and prefill runs put beside
+ * seer's of the same size (speedup = seer tok/s / peer tok/s), an error shown as such, and
+ * the peer's batched prefill listed as its own. */
+static void test_bench_peer_prefill(void **state) {
+    char peer[1024];
+    snprintf(peer, sizeof peer, "%s", tu_tmp_path("peer-prefill.json"));
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"peer\": \"llama.cpp\", \"version\": \"llama.cpp abc (build 1)\", \"description\": "
+             "\"llama-bench -fa 1\", %s, \"points\": [{\"ctx\": 32, \"batch\": 1, \"ms_per_step\": 500}],"
+             " \"prefill\": [{\"tokens\": 64, \"tok_per_s\": 10.0}, {\"tokens\": 96, \"batch\": 1, "
+             "\"error\": \"oom\"}, {\"tokens\": 64, \"batch\": 3, \"tok_per_s\": 7.5}]}\n", k_peer_model);
+    assert_int_equal(tu_write_file(peer, text, strlen(text)), 0);
+    int rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 32 --steps 1 "
+                "--warmup 0 --prefill 64,96,128 --peer %s --json 2>/dev/null", SEER_CLI, peer);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    const double tok_s = num_after(buf, "\"prefill\":[{\"tokens\":64,", "\"tok_per_s\":");
+    const double sp = num_after(buf, "\"prefill\":[{\"tokens\":64,", "\"speedup\":");
+    assert_true(tok_s > 0);
+    assert_true(fabs(sp * 10.0 / tok_s - 1) < 1e-9);
+    assert_true(num_after(buf, "\"prefill\":[{\"tokens\":64,", "\"peer\":{\"tok_per_s\":") == 10.0);
+    assert_non_null(strstr(buf, "\"peer\":{\"error\":\"oom\"}},{\"tokens\":128,")); /* 96: oom */
+    assert_int_equal(count(buf, "\"tokens\":128,"), 1); /* the peer has no 128: no "peer" there */
+    const char *p128 = strstr(buf, "\"tokens\":128,");
+    char e128[256];
+    snprintf(e128, sizeof e128, "%.*s", (int)(strchr(p128, '}') - p128), p128);
+    assert_null(strstr(e128, "peer"));
+    assert_non_null(strstr(buf, "\"version\":\"llama.cpp abc (build 1)\""));
+    assert_non_null(strstr(buf, "\"prefill\":[{\"tokens\":64,\"batch\":3,\"tok_per_s\":7.5"));
+    assert_true(num_after(buf, "\"ctx\":32,", "\"peer\":{\"ms_per_step\":") == 500.0);
+
+    rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 32 --steps 1 "
+            "--warmup 0 --prefill 64,96,128 --peer %s 2>/dev/null", SEER_CLI, peer);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    const char *want[] = {"peer    llama.cpp abc (build 1)", "llama-bench -fa 1", "peer tok/s",
+                          "llama.cpp alone, B=3: 8 tok/s"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (!strstr(buf, want[i]))
+            fail_msg("no '%s' in: %s", want[i], buf);
+    int P;
+    double ms, ts, tf, pts, spd;
+    const char *row = strstr(buf, "\n      64 ");
+    assert_non_null(row);
+    assert_int_equal(sscanf(row, "%d %lf %lf %lf %lf %lfx", &P, &ms, &ts, &tf, &pts, &spd), 6);
+    assert_true(pts == 10.0);
+    assert_true(fabs(spd - ts / 10.0) <= 0.01 * spd + 0.01);
+    row = strstr(buf, "\n      96 ");
+    assert_non_null(row);
+    assert_non_null(strstr(row, " oom "));
+}
+
 /* Malformed peer files: exit 1 with a message that names the file and the fault, before
  * anything is measured; never a crash. */
 static void test_bench_peer_errors(void **state) {
@@ -560,6 +667,13 @@ static void test_bench_peer_errors(void **state) {
         {NULL, k_peer_model, "{\"ctx\": 32, \"batch\": 1, \"ms_per_step\": 2.5}, "
                             "{\"ctx\": 32, \"batch\": 1, \"error\": \"oom\"}", "appears twice"},
         {NULL, other, "", "ran another shape: D 96"},
+        {NULL, k_peer_model, "], \"prefill\": {\"tokens\": 64}, \"x\": [", "\"prefill\" must be an array"},
+        {NULL, k_peer_model, "], \"prefill\": [{\"tok_per_s\": 5}", "prefill[0]: \"tokens\""},
+        {NULL, k_peer_model, "], \"prefill\": [{\"tokens\": 64, \"batch\": 0, \"tok_per_s\": 5}",
+         "prefill[0]: \"tokens\""},
+        {NULL, k_peer_model, "], \"prefill\": [{\"tokens\": 64, \"tok_per_s\": -5}", "neither a \"tok_per_s\""},
+        {NULL, k_peer_model, "], \"prefill\": [{\"tokens\": 64, \"tok_per_s\": 5}, "
+                            "{\"tokens\": 64, \"batch\": 1, \"error\": \"oom\"}", "appears twice"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         if (cases[i].text)
@@ -655,6 +769,8 @@ int main(void) {
         cmocka_unit_test(test_bench_table_and_errors),
         cmocka_unit_test(test_bench_peer),
         cmocka_unit_test(test_bench_peer_errors),
+        cmocka_unit_test(test_bench_gguf_weight_types),
+        cmocka_unit_test(test_bench_peer_prefill),
         cmocka_unit_test(test_gpu_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
