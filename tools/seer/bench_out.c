@@ -337,6 +337,21 @@ int bench_load_json(const char *path, bench_opts *o, bench_result *r) {
         snprintf(r->peer_desc, sizeof r->peer_desc, "%s", pd ? pd : "");
         snprintf(r->peer_version, sizeof r->peer_version, "%s", pv ? pv : "");
     }
+    json_t *pf = json_object_get(root, "prefill");
+    for (size_t i = 0; i < json_array_size(pf) && r->n_prefill < BENCH_MAX_LIST; i++) {
+        json_t *e = json_array_get(pf, i), *pe = json_object_get(e, "peer");
+        bench_prefill *q = &r->prefill[r->n_prefill++];
+        q->tokens = (int)num(e, "tokens");
+        q->tok_s = num(e, "tok_per_s");
+        q->ok = q->tok_s > 0;
+        if (json_is_object(pe)) {
+            const char *perr = json_string_value(json_object_get(pe, "error"));
+            q->peer_has = true;
+            q->peer_tok_s = num(pe, "tok_per_s");
+            q->peer_ok = !perr && q->peer_tok_s > 0;
+            snprintf(q->peer_err, sizeof q->peer_err, "%s", perr ? perr : "");
+        }
+    }
     const size_t n = json_array_size(pts);
     r->pts = calloc(n ? n : 1, sizeof *r->pts);
     if (!r->pts) {
@@ -420,10 +435,10 @@ int bench_plot(const bench_opts *o, const bench_result *r) {
     /* One gnuplot data block per series (blank-line separated, addressed by index): per
      * batch size measured and floor tok/s; per (B, spec setting) measured and projected
      * speedup. */
-    enum { MAX_BLOCKS = 3 * BENCH_MAX_LIST * (1 + BENCH_MAX_LIST) };
+    enum { MAX_BLOCKS = 3 * BENCH_MAX_LIST * (1 + BENCH_MAX_LIST) + BENCH_MAX_LIST + 1 };
     int n_blocks = 0;
     char titles[MAX_BLOCKS][96];
-    int kinds[MAX_BLOCKS];           /* 0 tok/s, 1 speedup */
+    int kinds[MAX_BLOCKS];           /* 0 tok/s, 1 speedup, 2 seer over the peer */
     int colors[MAX_BLOCKS];          /* one per (B, setting): measured and floor/projected alike */
     const char *styles[MAX_BLOCKS];
     char peer[64];                   /* the peer's label as a gnuplot title may hold it */
@@ -465,12 +480,49 @@ int bench_plot(const bench_opts *o, const bench_result *r) {
             }
         }
     }
+    /* With a peer: seer's speed over the peer's, decode per batch size against L and
+     * prefill against the prompt size P, on a third panel. */
+    int n_ratio = 0;
+    for (int bi = 0; r->has_peer && bi < o->n_batch && n_blocks < MAX_BLOCKS; bi++) {
+        int rows = 0;
+        for (int i = 0; i < r->n_pts; i++) {
+            const bench_point *p = &r->pts[i];
+            if (p->B == o->batch[bi] && p->ok && p->peer_has && p->peer_ok) {
+                fprintf(d, "%d %g\n", p->L, p->peer_step_ms / p->step_ms);
+                rows++;
+            }
+        }
+        if (!rows)
+            continue;
+        fprintf(d, "\n\n");
+        snprintf(titles[n_blocks], sizeof titles[0], "B=%d decode", o->batch[bi]);
+        kinds[n_blocks] = 2;
+        colors[n_blocks] = bi + 1;
+        styles[n_blocks++] = "lw 2";
+        n_ratio++;
+    }
+    int rows = 0;
+    for (int i = 0; r->has_peer && i < r->n_prefill && n_blocks < MAX_BLOCKS; i++) {
+        const bench_prefill *p = &r->prefill[i];
+        if (p->ok && p->peer_has && p->peer_ok) {
+            fprintf(d, "%d %g\n", p->tokens, p->tok_s / p->peer_tok_s);
+            rows++;
+        }
+    }
+    if (rows) {
+        fprintf(d, "\n\n");
+        snprintf(titles[n_blocks], sizeof titles[0], "prefill (x = prompt tokens P)");
+        kinds[n_blocks] = 2;
+        colors[n_blocks] = 8;
+        styles[n_blocks++] = "lw 2 dt 2 pt 7";
+        n_ratio++;
+    }
     fclose(d);
     const seer_model_info *in = &r->info;
-    fprintf(g, "set terminal pngcairo size 1400,560 noenhanced\n");
+    fprintf(g, "set terminal pngcairo size %d,560 noenhanced\n", n_ratio ? 2100 : 1400);
     fprintf(g, "set output '%s'\n", o->plot);
-    fprintf(g, "set multiplot layout 1,2 title '%s on %s (%s), BW %.2f TB/s, %s'\n", in->name,
-            in->backend, r->date, r->bandwidth * 1e-12,
+    fprintf(g, "set multiplot layout 1,%d title '%s on %s (%s), BW %.2f TB/s, %s'\n", n_ratio ? 3 : 2,
+            in->name, in->backend, r->date, r->bandwidth * 1e-12,
             o->synthetic ? "synthetic weights" : "GGUF weights");
     fprintf(g, "set logscale x 2\nset grid\nset key outside bottom center font ',9'\n"
                "set xlabel 'context length L (tokens)'\n");
@@ -496,6 +548,16 @@ int bench_plot(const bench_opts *o, const bench_result *r) {
         fprintf(g, "\n");
     } else {
         fprintf(g, "set label 1 'no speculative runs (--spec)' at graph 0.3, graph 0.5\nplot [1:2] [0:1] NaN notitle\n");
+    }
+    if (n_ratio) {
+        fprintf(g, "set ylabel 'seer speed / %s speed'\nset title 'seer over %s (> 1: seer faster)'\n"
+                   "set xlabel 'L (decode) or P (prefill), tokens'\nset yrange [0:*]\n"
+                   "plot 1 dt 3 lc 'black' notitle", peer, peer);
+        for (int i = 0; i < n_blocks; i++)
+            if (kinds[i] == 2)
+                fprintf(g, ", '%s' index %d with linespoints %s lc %d title '%s'", dat, i, styles[i],
+                        colors[i], titles[i]);
+        fprintf(g, "\n");
     }
     fprintf(g, "unset multiplot\n");
     fclose(g);
