@@ -4,7 +4,8 @@
  * contract promises, lengths and pages, copy-on-write, the context left unchanged on
  * failure), the floor's inputs (footprint, bandwidth probe), and the `seer bench` command
  * itself (table, JSON fields, bad flags, a GGUF's stored weight types, a peer's decode
- * timings merged by (L, B) and its prefill by prompt size, malformed peer files refused). With a CUDA device: the same synthetic model and
+ * timings merged by (L, B) and its prefill by prompt size, malformed peer files refused, and
+ * scripts/peer_llamacpp_run.py's conversion of llama.cpp's output into a peer file). With a CUDA device: the same synthetic model and
  * KV on the GPU give the CPU's logits within the bf16 tolerance. No timing assertions.
  */
 #include "testutil.h"
@@ -16,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 static seer_model *synth(const char *shape, seer_backend_kind kind, uint64_t seed) {
@@ -638,6 +641,83 @@ static void test_bench_peer_prefill(void **state) {
     assert_non_null(strstr(row, " oom "));
 }
 
+/* scripts/peer_llamacpp_run.py (peer-llamacpp.sh run) turns llama-bench's JSON and
+ * llama-batched-bench's jsonl into a peer file seer bench takes. The two tools are stand-ins
+ * here that check the flags they are given and print what the real ones print (the formats of
+ * tools/llama-bench/llama-bench.cpp's json_printer and tools/batched-bench's jsonl line), so
+ * the conversion is checked: ms/token = median sample / n_gen, prefill tok/s = P / median,
+ * batched ms/step = t_tg / tg, an out-of-memory exit recorded as "oom". */
+static void test_peer_llamacpp_run(void **state) {
+    if (system("command -v python3 >/dev/null 2>&1") != 0) {
+        printf("skipped: no python3\n");
+        skip();
+    }
+    char bin[600], model[600], out[600], tool[700];
+    snprintf(bin, sizeof bin, "%s", tu_tmp_path("fake-llama"));
+    snprintf(model, sizeof model, "%s", tu_tmp_path("peer-model.gguf"));
+    snprintf(out, sizeof out, "%s", tu_tmp_path("llama-peer.json"));
+    assert_int_equal(mkdir(bin, 0700) == 0 || errno == EEXIST, 1);
+    static const char bench[] =
+        "#!/bin/sh\n"
+        "case \" $* \" in *' -fa 1 '*) ;; *) echo 'no -fa 1' >&2; exit 3 ;; esac\n"
+        "case \" $* \" in *' -o json '*) ;; *) echo 'no -o json' >&2; exit 3 ;; esac\n"
+        "n=0 p=0 d=0\n"
+        "while [ $# -gt 0 ]; do case $1 in -n) n=$2; shift ;; -p) p=$2; shift ;; -d) d=$2; shift ;; esac; shift; done\n"
+        "echo 'llama_model_loader: loaded meta data' >&2\n"
+        "if [ \"$d\" = 999 ]; then echo 'cudaMalloc failed: out of memory' >&2; exit 1; fi\n"
+        "printf '[\\n  {\\n    \"build_commit\": \"abc1234\",\\n    \"build_number\": 7,\\n"
+        "    \"cpu_info\": \"test cpu\",\\n    \"gpu_info\": \"\",\\n    \"model_type\": \"llama ?B Q8_0\",\\n"
+        "    \"model_size\": 1000,\\n    \"n_prompt\": %d,\\n    \"n_gen\": %d,\\n    \"n_depth\": %d,\\n"
+        "    \"samples_ns\": [ 4000000, 2000000, 2600000 ],\\n    \"samples_ts\": [ 1, 2, 3 ]\\n  }\\n]\\n'"
+        " \"$p\" \"$n\" \"$d\"\n";
+    static const char batched[] =
+        "#!/bin/sh\n"
+        "case \" $* \" in *' -kvu -c 80 '*' --output-format jsonl '*) ;; *) echo \"flags: $*\" >&2; exit 3 ;; esac\n"
+        "pp=0 tg=0 pl=0\n"
+        "while [ $# -gt 0 ]; do case $1 in -npp) pp=$2; shift ;; -ntg) tg=$2; shift ;; -npl) pl=$2; shift ;; esac; shift; done\n"
+        "echo 'main: n_kv_max = 80' >&2\n"
+        "printf '{\"n_kv_max\": 80, \"n_batch\": 2048, \"n_ubatch\": 512, \"flash_attn\": 1, \"is_pp_shared\": 0, "
+        "\"n_gpu_layers\": 0, \"n_threads\": 2, \"n_threads_batch\": 2, \"pp\": %d, \"tg\": %d, \"pl\": %d, "
+        "\"n_kv\": 80, \"t_pp\": 0.5, \"speed_pp\": 128.0, \"t_tg\": 0.016, \"speed_tg\": 1000.0, "
+        "\"t\": 0.516, \"speed\": 1.0}\\n' \"$pp\" \"$tg\" \"$pl\"\n";
+    snprintf(tool, sizeof tool, "%s/llama-bench", bin);
+    assert_int_equal(tu_write_file(tool, bench, strlen(bench)), 0);
+    assert_int_equal(chmod(tool, 0700), 0);
+    snprintf(tool, sizeof tool, "%s/llama-batched-bench", bin);
+    assert_int_equal(tu_write_file(tool, batched, strlen(batched)), 0);
+    assert_int_equal(chmod(tool, 0700), 0);
+    int rc = sh(buf, sizeof buf, "%s gen-model --vocab 512 --dim 64 --layers 2 --heads 4 --kv-heads 2 "
+                "--ffn 192 --dtype q8_0 -o %s", SEER_CLI, model);
+    if (rc != 0)
+        fail_msg("gen-model: %s", buf);
+    rc = sh(buf, sizeof buf, "python3 %s/scripts/peer_llamacpp_run.py --bin %s -m %s --out %s "
+            "--ctx-list 32,999 --prefill-list 64 --batched 2x32 --gen 4 --batched-gen 8",
+            SEER_SOURCE_DIR, bin, model, out);
+    assert_int_equal(rc, 1); /* one point failed */
+    size_t n = 0;
+    char *js = (char *)tu_read_file(out, &n);
+    if (!js)
+        fail_msg("no %s: %s", out, buf);
+    /* json.dump(indent=1): the points in order, B = 1 first */
+    assert_true(num_after(js, "\"ctx\": 32,", "\"ms_per_step\": ") == 0.65); /* not the mean */
+    const char *e999 = strstr(js, "\"ctx\": 999,");
+    assert_non_null(e999);
+    assert_int_equal(strncmp(strstr(e999, "\"error\": "), "\"error\": \"oom\"", strlen("\"error\": \"oom\"")), 0);
+    assert_true(fabs(num_after(js, "\"tokens\": 64,", "\"tok_per_s\": ") - 64 / 2.6e-3) < 1e-6);
+    assert_true(num_after(js, "\"batch\": 2,", "\"ms_per_step\": ") == 2.0);
+    assert_true(num_after(js, "\"tokens\": 32,", "\"tok_per_s\": ") == 128.0);
+    assert_non_null(strstr(js, "\"version\": \"llama.cpp abc1234 (build 7), from llama-cpp-python 0.3.36\""));
+    assert_non_null(strstr(js, "\"file_type\": \"Q8_0\""));
+    assert_non_null(strstr(js, "-fa 1 -ngl 0"));
+    free(js);
+    /* seer bench takes it: the model's shape matches, and its numbers land at their points. */
+    rc = sh(buf, sizeof buf, "%s bench -m %s --backend cpu --ctx-list 32 --batch-list 1,2 --steps 1 "
+            "--warmup 0 --prefill 64 --peer %s 2>/dev/null", SEER_CLI, model, out);
+    if (rc != 0 || !strstr(buf, "      0.650 ") || !strstr(buf, "      2.000 ") ||
+        !strstr(buf, "   24615 ") || !strstr(buf, "peer    llama.cpp abc1234"))
+        fail_msg("rc %d: %s", rc, buf);
+}
+
 /* Malformed peer files: exit 1 with a message that names the file and the fault, before
  * anything is measured; never a crash. */
 static void test_bench_peer_errors(void **state) {
@@ -771,6 +851,7 @@ int main(void) {
         cmocka_unit_test(test_bench_peer_errors),
         cmocka_unit_test(test_bench_gguf_weight_types),
         cmocka_unit_test(test_bench_peer_prefill),
+        cmocka_unit_test(test_peer_llamacpp_run),
         cmocka_unit_test(test_gpu_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
