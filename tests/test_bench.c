@@ -5,8 +5,9 @@
  * failure), the floor's inputs (footprint, bandwidth probe), and the `seer bench` command
  * itself (table, JSON fields, bad flags, a GGUF's stored weight types, a peer's decode
  * timings merged by (L, B) and its prefill by prompt size, malformed peer files refused, and
- * scripts/peer_llamacpp_run.py's conversion of llama.cpp's output into a peer file). With a CUDA device: the same synthetic model and
- * KV on the GPU give the CPU's logits within the bf16 tolerance. No timing assertions.
+ * scripts/peer_llamacpp_run.py's conversion of llama.cpp's output into a peer file). With a
+ * CUDA device: the same synthetic model and KV on the GPU give the CPU's logits within the
+ * bf16 tolerance. No timing assertions.
  */
 #include "testutil.h"
 
