@@ -196,6 +196,11 @@ int bench_peer_merge(const char *path, const bench_peer *p, bench_result *r) {
                 in->name, in->dim, in->n_layers, in->n_heads, in->n_kv_heads, in->ffn_dim, in->n_vocab);
         return 1;
     }
+    bench_peer_prefill *only = calloc(p->n_prefill ? p->n_prefill : 1, sizeof *only);
+    if (!only) {
+        fprintf(stderr, "seer bench: --peer %s: out of memory\n", path);
+        return 1;
+    }
     int matched = 0;
     for (int i = 0; i < r->n_pts; i++) {
         bench_point *pt = &r->pts[i];
@@ -216,11 +221,6 @@ int bench_peer_merge(const char *path, const bench_peer *p, bench_result *r) {
     }
     if (!matched && r->n_pts)
         fprintf(stderr, "seer bench: --peer %s: none of its points has this run's (L, B)\n", path);
-    bench_peer_prefill *only = calloc(p->n_prefill ? p->n_prefill : 1, sizeof *only);
-    if (!only) {
-        fprintf(stderr, "seer bench: --peer %s: out of memory\n", path);
-        return 1;
-    }
     free(r->peer_only);
     r->peer_only = only;
     r->n_peer_only = 0;
