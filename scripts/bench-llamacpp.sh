@@ -10,6 +10,8 @@
 #           writes the GGUF, runs llama.cpp on it (llama-bench B = 1 at 4K and 32K, prefill of
 #           4K and 32K prompts; for bf16 also llama-batched-bench 14 x 32K and 3 x 128K), then
 #           `seer bench -m` at the same points with --peer, and deletes the file (16 GB in bf16)
+# .peer/ (scripts/peer-llamacpp.sh stage) and .gpu/ (scripts/gpu-check.sh stage) are
+# git-ignored: carry both with the working tree to the GPU machine.
 # One call may run 10 minutes, so split the steps over consecutive calls, e.g.
 #   scripts/bench-gpu.sh llama setup bf16     then     scripts/bench-gpu.sh llama q4_0 q8_0
 # The llama.cpp build and the summary live in build-gpu/ (kept between calls); a step that
