@@ -22,7 +22,9 @@
 #       llama-bench: plain decode at B = 1 for every L of --ctx-list (tg N at depth L:
 #       `-p 0 -n N -d L`, ms/token = median run / N) and prefill for every P of --prefill-list
 #       (`-p P -n 0 -d 0`); llama-batched-bench for every BxL of --batched: B prompts of L
-#       tokens each, then N new tokens each (`-npp L -ntg N -npl B`, one unified cache of
+#       tokens each, then N new tokens each (`-npp L,1 -ntg N -npl B`: the run with a
+#       1-token prompt after it gives llama.cpp's asynchronous log the time to print the
+#       first run's line before the process exits; one unified cache of
 #       B*(L+N) cells: `-kvu -c B*(L+N)`), ms/step = its t_tg / N and its prefill tok/s. All
 #       with flash attention (`-fa 1`) and every layer on the device (`-ngl 99`; 0 for cpu),
 #       each point in its own process. Writes the peer file `seer bench --peer` reads

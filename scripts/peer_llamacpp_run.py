@@ -225,8 +225,11 @@ def main():
     N = a.batched_gen
     for B, L in a.batched:
         print("peer_llamacpp_run: llama-batched-bench %d x %d + %d" % (B, L, N), file=sys.stderr)
+        # "-npp L,1": llama.cpp's log is asynchronous and not flushed at exit, so the line of
+        # the last run may be lost when the process ends right after it (seen with small
+        # models); a 1-token-prompt run after the real one gives the log the time to write it.
         cmd = [batched, "-m", a.model] + common + [
-            "-kvu", "-c", str(B * (L + N)), "-npp", str(L), "-ntg", str(N), "-npl", str(B),
+            "-kvu", "-c", str(B * (L + N)), "-npp", "%d,1" % L, "-ntg", str(N), "-npl", str(B),
             "--output-format", "jsonl"]
         rc, out, errout = run(cmd, a.timeout, log)
         rows = [r for r in json_objects(out) + json_objects(errout)
@@ -247,7 +250,7 @@ def main():
     flags = " ".join(common)
     desc = ("%s; %s Release build; %s; %s; llama-bench -m FILE %s -r %d -o json -p 0 -n %d -d L; "
             "prefill: llama-bench ... -p P -n 0 -d 0; batched: llama-batched-bench -m FILE %s -kvu "
-            "-c B*(L+%d) -npp L -ntg %d -npl B --output-format jsonl") % (
+            "-c B*(L+%d) -npp L,1 -ntg %d -npl B --output-format jsonl") % (
         version, a.kind.upper(), device or "device unknown", info.get("model_type") or shape["file_type"],
         flags, a.reps, a.gen, flags, N, N)
     model = dict(shape)

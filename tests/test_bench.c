@@ -673,9 +673,9 @@ static void test_peer_llamacpp_run(void **state) {
         " \"$p\" \"$n\" \"$d\"\n";
     static const char batched[] =
         "#!/bin/sh\n"
-        "case \" $* \" in *' -kvu -c 80 '*' --output-format jsonl '*) ;; *) echo \"flags: $*\" >&2; exit 3 ;; esac\n"
+        "case \" $* \" in *' -kvu -c 80 -npp 32,1 '*' --output-format jsonl '*) ;; *) echo \"flags: $*\" >&2; exit 3 ;; esac\n"
         "pp=0 tg=0 pl=0\n"
-        "while [ $# -gt 0 ]; do case $1 in -npp) pp=$2; shift ;; -ntg) tg=$2; shift ;; -npl) pl=$2; shift ;; esac; shift; done\n"
+        "while [ $# -gt 0 ]; do case $1 in -npp) pp=${2%%,*}; shift ;; -ntg) tg=$2; shift ;; -npl) pl=$2; shift ;; esac; shift; done\n"
         "echo 'main: n_kv_max = 80' >&2\n"
         "printf '{\"n_kv_max\": 80, \"n_batch\": 2048, \"n_ubatch\": 512, \"flash_attn\": 1, \"is_pp_shared\": 0, "
         "\"n_gpu_layers\": 0, \"n_threads\": 2, \"n_threads_batch\": 2, \"pp\": %d, \"tg\": %d, \"pl\": %d, "
