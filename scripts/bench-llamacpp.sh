@@ -122,6 +122,7 @@ summarize() { # type, seer JSON...
   python3 - "$t" "$@" >>"$summary" <<'EOF'
 import json, sys
 t = sys.argv[1]
+matched, alone = set(), []  # the peer's prefill runs: beside seer's, or its own (once each)
 for path in sys.argv[2:]:
     try:
         r = json.load(open(path))
@@ -141,7 +142,12 @@ for path in sys.argv[2:]:
         peer = "%.0f" % pe["tok_per_s"] if "tok_per_s" in pe else pe.get("error", "-")
         ratio = "%.2fx" % pe["speedup"] if "speedup" in pe else "-"
         print("%s\tprefill P=%d (tok/s)\t%s\t%s\t%s\t-" % (t, p["tokens"], peer, seer, ratio))
+        matched.add((p["tokens"], 1))
     for q in r.get("peer", {}).get("prefill", []):
+        if (q["tokens"], q["batch"]) not in [(a["tokens"], a["batch"]) for a in alone]:
+            alone.append(q)
+for q in alone:
+    if (q["tokens"], q["batch"]) not in matched:
         v = "%.0f" % q["tok_per_s"] if "tok_per_s" in q else q.get("error", "-")
         print("%s\tprefill %dx%d (tok/s)\t%s\t-\t-\t-" % (t, q["batch"], q["tokens"], v))
 EOF
@@ -213,7 +219,7 @@ run_all() {
     esac
   done
   echo
-  echo "== seer against llama.cpp, same GGUF, same GPU, one process at a time (speedup > 1: seer faster;"
+  echo "== seer against llama.cpp, same GGUF, same device, one process at a time (speedup > 1: seer faster;"
   echo "   decode: ms per step of the whole batch; floor: W as seer's backend stores it + B*L*c, over BW)"
   if [ -s "$summary" ]; then
     { printf 'type\tpoint\tllama.cpp\tseer\tspeedup\tof floor\n'; cat "$summary"; } |
