@@ -32,7 +32,7 @@
 #       commands in "version" and "description"; a point that failed (out of memory) gets an
 #       "error". The tools' output goes to PEER.json.log.
 # Needs: cmake, a C++ compiler (nvcc for cuda), python3, xz. PEER_JOBS: build jobs (default
-# all cores).
+# all cores); PEER_CMAKE_ARGS: more cmake flags for the build (e.g. -DGGML_AMX_INT8=OFF...).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -132,7 +132,7 @@ build() {
       -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
       -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_COMMIT="$LLAMA_COMMIT" -DBUILD_SHARED_LIBS=OFF \
-      -DGGML_NATIVE=ON &&
+      -DGGML_NATIVE=ON ${PEER_CMAKE_ARGS:-} &&
       cmake --build "$bdir" -j"$jobs" --target llama-bench llama-batched-bench llama-server
   } || rc=$?
   echo "$rc" >"$marker"
