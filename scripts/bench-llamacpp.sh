@@ -175,7 +175,8 @@ bench_type() {
   [ "$t" = bf16 ] && [ -n "$batched" ] && bat=(--batched "$batched")
   echo "== $t: llama.cpp (after ${SECONDS}s)"
   rm -f "$peer"
-  timeout "$(at_least $(( $(left) - 90 )) 10)" scripts/peer-llamacpp.sh run "$kind" -m "$f" --out "$peer" \
+  # Half the time left for llama.cpp, the rest for seer's runs at the same points.
+  timeout "$(at_least $(( ($(left) - 30) / 2 )) 10)" scripts/peer-llamacpp.sh run "$kind" -m "$f" --out "$peer" \
     --ctx-list "$ctx" --prefill-list "$prefill" ${bat[@]+"${bat[@]}"}
   echo "peer: exit $? after ${SECONDS}s"
   [ -f "$peer.log" ] && grep -E '^\$ ' "$peer.log"
