@@ -365,13 +365,27 @@ const char *const *seer_synthetic_shapes(void);
 seer_status seer_seq_fill_synthetic(seer_context *ctx, seer_seq_id seq, int len, uint64_t seed);
 
 /* What the decode floor of docs/performance.md is computed from. */
+#define SEER_FOOTPRINT_MAX_TYPES 8
 typedef struct {
     uint64_t weight_bytes;       /* W: all linear weights + the LM head as stored on the
                                     backend (the embedding table, of which a step reads only
                                     B rows, counts only when it is the tied LM head) */
     uint64_t kv_bytes_per_token; /* c: 2 * layers * Hkv * Dh * bytes of a stored KV element */
-    int weight_elem_bytes;       /* bytes per stored weight element (4 f32, 2 bf16) */
+    int weight_elem_bytes;       /* bytes per stored weight element (4 f32, 2 bf16); 0 when
+                                    the weights are stored in blocks of under a byte each
+                                    (q4_0, q4_K, ...): W and weight_types hold their size */
     int kv_elem_bytes;
+    uint64_t weight_elems;       /* elements of the weights W counts */
+    /* W by stored dtype (each weight as the backend holds it: quantized where it keeps the
+     * GGUF's blocks, bf16 or f32 where it dequantized them), largest first; dtypes past
+     * SEER_FOOTPRINT_MAX_TYPES - 1 are summed into the last entry, named "other". */
+    int n_weight_types;
+    struct {
+        char name[16];           /* ggml's name of the dtype: "bf16", "q8_0", "q4_K", ... */
+        uint64_t bytes;
+    } weight_types[SEER_FOOTPRINT_MAX_TYPES];
+    char file_type[16];          /* the GGUF's general.file_type as llama.cpp names it
+                                    ("BF16", "Q4_0", "Q4_K_M"), "" when absent or synthetic */
 } seer_model_footprint;
 
 void seer_model_get_footprint(const seer_model *model, seer_model_footprint *out);

@@ -25,11 +25,20 @@
 # --plot X.png.
 # Run `scripts/gpu-check.sh stage` once on a machine with the build deps first (.gpu/deps
 # holds the headers the GPU machine lacks).
+#
+# scripts/bench-gpu.sh llama [setup] [TYPE ...]: seer against llama.cpp on the same 8B-shaped
+# GGUF files (bf16, q4_0, q8_0, ...) at the same points, the llama.cpp CUDA build started in
+# the background first; steps over several calls (scripts/bench-llamacpp.sh says how). Run
+# `scripts/peer-llamacpp.sh stage` once on a machine with PyPI first.
 #   BENCH_SECTIONS="plain check depth batch"   the sections to run, in this order
 #   BENCH_DEADLINE=400                         seconds the whole script may take
 #   BENCH_PEER_CTX, BENCH_PEER_BATCH           the peer section's L and B lists (default: plain's)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+if [ "${1:-}" = llama ]; then
+  shift
+  exec scripts/bench-llamacpp.sh "$@"
+fi
 root=$PWD
 out=${OUT:-$root/build-gpu/bench}
 mkdir -p "$out" build-gpu/bench-tmp

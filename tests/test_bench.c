@@ -3,9 +3,11 @@
  * (shapes, weight statistics, determinism, bad input), synthetic KV fill (the values the
  * contract promises, lengths and pages, copy-on-write, the context left unchanged on
  * failure), the floor's inputs (footprint, bandwidth probe), and the `seer bench` command
- * itself (table, JSON fields, bad flags, a peer's timings merged by (L, B) and malformed peer
- * files refused). With a CUDA device: the same synthetic model and
- * KV on the GPU give the CPU's logits within the bf16 tolerance. No timing assertions.
+ * itself (table, JSON fields, bad flags, a GGUF's stored weight types, a peer's decode
+ * timings merged by (L, B) and its prefill by prompt size, malformed peer files refused, and
+ * scripts/peer_llamacpp_run.py's conversion of llama.cpp's output into a peer file). With a
+ * CUDA device: the same synthetic model and KV on the GPU give the CPU's logits within the
+ * bf16 tolerance. No timing assertions.
  */
 #include "testutil.h"
 
@@ -16,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 static seer_model *synth(const char *shape, seer_backend_kind kind, uint64_t seed) {
@@ -106,6 +110,27 @@ static void test_presets_and_footprint(void **state) {
     assert_int_equal(fp.kv_bytes_per_token, 2 * 2 * 2 * 16 * 4);
     assert_int_equal(fp.weight_elem_bytes, 4);
     assert_int_equal(fp.kv_elem_bytes, 4);
+    assert_int_equal(fp.weight_elems, 2 * per_layer + 512 * 64);
+    assert_int_equal(fp.n_weight_types, 1);
+    assert_string_equal(fp.weight_types[0].name, "f32");
+    assert_int_equal(fp.weight_types[0].bytes, fp.weight_bytes);
+    assert_string_equal(fp.file_type, ""); /* synthetic: no file */
+    /* W counts each weight as stored: a layer's wq held as q4_K blocks (144 bytes per 256
+     * elements) instead of f32 shrinks W by exactly the difference and shows as its own
+     * dtype. Only the dtype field is changed, for the sum; nothing decodes with it. */
+    seer_weight *wq = &m->layers[0].wq;
+    const int dtype = wq->dtype;
+    wq->dtype = GGML_TYPE_Q4_K;
+    seer_model_footprint fq;
+    seer_model_get_footprint(m, &fq);
+    wq->dtype = dtype;
+    assert_int_equal(fq.weight_bytes, fp.weight_bytes - 64 * 64 * 4 + 64 * 64 / 256 * 144);
+    assert_int_equal(fq.weight_elems, fp.weight_elems);
+    assert_int_equal(fq.n_weight_types, 2);
+    assert_string_equal(fq.weight_types[0].name, "f32"); /* largest first */
+    assert_string_equal(fq.weight_types[1].name, "q4_K");
+    assert_int_equal(fq.weight_types[1].bytes, 64 * 64 / 256 * 144);
+    assert_int_equal(fq.weight_types[0].bytes + fq.weight_types[1].bytes, fq.weight_bytes);
     seer_model_get_info(m, &in);
     assert_string_equal(in.backend, "cpu");
     assert_int_equal(in.file_size, 0);
@@ -342,10 +367,11 @@ static void test_bench_json(void **state) {
         fail_msg("rc %d: %s", rc, buf);
     const char *fields[] = {"\"model\":{", "\"synthetic_weights\":true", "\"weight_bytes\":",
                             "\"kv_bytes_per_token\":512", "\"bandwidth_bytes_per_s\":",
-                            "\"backend\":\"cpu\"", "\"prefill\":{\"tokens\":32", "\"points\":[",
+                            "\"backend\":\"cpu\"", "\"prefill\":[{\"tokens\":32", "\"points\":[",
                             "\"ctx\":64", "\"ctx\":128", "\"batch\":2", "\"ms_per_step\":",
                             "\"tok_per_s\":", "\"floor_ms\":", "\"fraction_of_floor\":",
-                            "\"logits_finite\":true", "\"steps\":3"};
+                            "\"logits_finite\":true", "\"steps\":3",
+                            "\"weight_types\":[{\"dtype\":\"f32\"", "\"file_type\":\"\""};
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
         if (!strstr(buf, fields[i]))
             fail_msg("no %s in: %s", fields[i], buf);
@@ -409,7 +435,8 @@ static void test_bench_table_and_errors(void **state) {
         fail_msg("rc %d: %s", rc, buf);
     assert_non_null(strstr(buf, "of floor"));
     assert_non_null(strstr(buf, "copy bandwidth"));
-    assert_non_null(strstr(buf, "prefill 16 tokens"));
+    assert_non_null(strstr(buf, "prefill: one prompt of P tokens"));
+    assert_non_null(strstr(buf, "\n      16 "));
     assert_non_null(strstr(buf, "SYNTHETIC ACCEPTANCE"));
     assert_non_null(strstr(buf, "SYNTHETIC 0.80"));
     struct {
@@ -426,6 +453,7 @@ static void test_bench_table_and_errors(void **state) {
         {"bench --synthetic tiny --spec magic", 2, "unknown speculation"},
         {"bench --synthetic tiny --ctx-list 64,,x", 2, "not an integer"},
         {"bench --synthetic tiny --batch-list 0", 2, "out of range"},
+        {"bench --synthetic tiny --prefill 64,0", 2, "cannot be one of several"},
         {"bench --synthetic tiny --steps 0", 2, "out of range"},
         {"bench -m /nonexistent.gguf --backend cpu", 1, "nonexistent"},
         {"bench --replot x.json", 2, "--replot takes --plot"},
@@ -476,7 +504,7 @@ static void test_bench_peer(void **state) {
                 SEER_CLI, peer, js);
     if (rc != 0)
         fail_msg("rc %d: %s", rc, buf);
-    assert_non_null(strstr(buf, "\"peer\":{\"label\":\"HF transformers\",\"description\":\"test peer\"}"));
+    assert_non_null(strstr(buf, "\"peer\":{\"label\":\"HF transformers\",\"version\":\"\",\"description\":\"test peer\",\"prefill\":[]}"));
     assert_int_equal(count(buf, "\"peer\":{"), 3); /* the run, L=40 and L=80; none at 120 */
     assert_non_null(strstr(buf, "\"ctx\":80,\"batch\":1,\"peer\":{\"error\":\"oom\"}"));
     assert_null(strstr(buf, "\"batch\":4")); /* the peer's extra point is not a point of the run */
@@ -531,6 +559,166 @@ static void test_bench_peer(void **state) {
     assert_int_equal(rc, 0);
 }
 
+/* A GGUF file: the floor's W and the weight types in the table and the JSON are the weights
+ * as the backend holds them (the CPU backend dequantizes q8_0 and q4_0 to f32), with the
+ * file's type beside them. */
+static void test_bench_gguf_weight_types(void **state) {
+    const char *types[] = {"q8_0", "Q8_0", "q4_0", "Q4_0", "f32", "F32"};
+    char path[1024];
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "%s", tu_tmp_path("bench-model.gguf"));
+        int rc = sh(buf, sizeof buf, "%s gen-model --vocab 512 --dim 64 --layers 2 --heads 4 --kv-heads 2 "
+                    "--ffn 192 --dtype %s -o %s", SEER_CLI, types[2 * k], path);
+        if (rc != 0)
+            fail_msg("gen-model: %s", buf);
+        rc = sh(buf, sizeof buf, "%s bench -m %s --backend cpu --ctx-list 32 --steps 1 --warmup 0 "
+                "--prefill 0 --json 2>/dev/null", SEER_CLI, path);
+        if (rc != 0)
+            fail_msg("rc %d: %s", rc, buf);
+        char want[160];
+        snprintf(want, sizeof want, "\"file_type\":\"%s\"", types[2 * k + 1]);
+        if (!strstr(buf, want) || !strstr(buf, "\"weight_types\":[{\"dtype\":\"f32\",\"bytes\":"))
+            fail_msg("no %s or f32 weights in: %s", want, buf);
+        const uint64_t per_layer = 64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 192 * 64;
+        assert_true(num_after(buf, "\"model\":", "\"weight_bytes\":") == (2 * per_layer + 512 * 64) * 4.0);
+        rc = sh(buf, sizeof buf, "%s bench -m %s --backend cpu --ctx-list 32 --steps 1 --warmup 0 "
+                "--prefill 0 2>/dev/null", SEER_CLI, path);
+        snprintf(want, sizeof want, "weights as stored there: %s: f32 100%% of W = ", types[2 * k + 1]);
+        if (rc != 0 || !strstr(buf, want))
+            fail_msg("rc %d, no '%s' in: %s", rc, want, buf);
+    }
+}
+
+/* The extended peer file (scripts/peer-llamacpp.sh): a version, and prefill runs put beside
+ * seer's of the same size (speedup = seer tok/s / peer tok/s), an error shown as such, and
+ * the peer's batched prefill listed as its own. */
+static void test_bench_peer_prefill(void **state) {
+    char peer[1024];
+    snprintf(peer, sizeof peer, "%s", tu_tmp_path("peer-prefill.json"));
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"peer\": \"llama.cpp\", \"version\": \"llama.cpp abc (build 1)\", \"description\": "
+             "\"llama-bench -fa 1\", %s, \"points\": [{\"ctx\": 32, \"batch\": 1, \"ms_per_step\": 500}],"
+             " \"prefill\": [{\"tokens\": 64, \"tok_per_s\": 10.0}, {\"tokens\": 96, \"batch\": 1, "
+             "\"error\": \"oom\"}, {\"tokens\": 64, \"batch\": 3, \"tok_per_s\": 7.5}]}\n", k_peer_model);
+    assert_int_equal(tu_write_file(peer, text, strlen(text)), 0);
+    int rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 32 --steps 1 "
+                "--warmup 0 --prefill 64,96,128 --peer %s --json 2>/dev/null", SEER_CLI, peer);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    const double tok_s = num_after(buf, "\"prefill\":[{\"tokens\":64,", "\"tok_per_s\":");
+    const double sp = num_after(buf, "\"prefill\":[{\"tokens\":64,", "\"speedup\":");
+    assert_true(tok_s > 0);
+    assert_true(fabs(sp * 10.0 / tok_s - 1) < 1e-9);
+    assert_true(num_after(buf, "\"prefill\":[{\"tokens\":64,", "\"peer\":{\"tok_per_s\":") == 10.0);
+    assert_non_null(strstr(buf, "\"peer\":{\"error\":\"oom\"}},{\"tokens\":128,")); /* 96: oom */
+    assert_int_equal(count(buf, "\"tokens\":128,"), 1); /* the peer has no 128: no "peer" there */
+    const char *p128 = strstr(buf, "\"tokens\":128,");
+    char e128[256];
+    snprintf(e128, sizeof e128, "%.*s", (int)(strchr(p128, '}') - p128), p128);
+    assert_null(strstr(e128, "peer"));
+    assert_non_null(strstr(buf, "\"version\":\"llama.cpp abc (build 1)\""));
+    assert_non_null(strstr(buf, "\"prefill\":[{\"tokens\":64,\"batch\":3,\"tok_per_s\":7.5"));
+    assert_true(num_after(buf, "\"ctx\":32,", "\"peer\":{\"ms_per_step\":") == 500.0);
+
+    rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 32 --steps 1 "
+            "--warmup 0 --prefill 64,96,128 --peer %s 2>/dev/null", SEER_CLI, peer);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    const char *want[] = {"peer    llama.cpp abc (build 1)", "llama-bench -fa 1", "peer tok/s",
+                          "llama.cpp alone, B=3: 8 tok/s"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (!strstr(buf, want[i]))
+            fail_msg("no '%s' in: %s", want[i], buf);
+    int P;
+    double ms, ts, tf, pts, spd;
+    const char *row = strstr(buf, "\n      64 ");
+    assert_non_null(row);
+    assert_int_equal(sscanf(row, "%d %lf %lf %lf %lf %lfx", &P, &ms, &ts, &tf, &pts, &spd), 6);
+    assert_true(pts == 10.0);
+    assert_true(fabs(spd - ts / 10.0) <= 0.01 * spd + 0.01);
+    row = strstr(buf, "\n      96 ");
+    assert_non_null(row);
+    assert_non_null(strstr(row, " oom "));
+}
+
+/* scripts/peer_llamacpp_run.py (peer-llamacpp.sh run) turns llama-bench's JSON and
+ * llama-batched-bench's jsonl into a peer file seer bench takes. The two tools are stand-ins
+ * here that check the flags they are given and print what the real ones print (the formats of
+ * tools/llama-bench/llama-bench.cpp's json_printer and tools/batched-bench's jsonl line), so
+ * the conversion is checked: ms/token = median sample / n_gen, prefill tok/s = P / median,
+ * batched ms/step = t_tg / tg, an out-of-memory exit recorded as "oom". */
+static void test_peer_llamacpp_run(void **state) {
+    if (system("command -v python3 >/dev/null 2>&1") != 0) {
+        printf("skipped: no python3\n");
+        skip();
+    }
+    char bin[600], model[600], out[600], tool[700];
+    snprintf(bin, sizeof bin, "%s", tu_tmp_path("fake-llama"));
+    snprintf(model, sizeof model, "%s", tu_tmp_path("peer-model.gguf"));
+    snprintf(out, sizeof out, "%s", tu_tmp_path("llama-peer.json"));
+    assert_int_equal(mkdir(bin, 0700) == 0 || errno == EEXIST, 1);
+    static const char bench[] =
+        "#!/bin/sh\n"
+        "case \" $* \" in *' -fa 1 '*) ;; *) echo 'no -fa 1' >&2; exit 3 ;; esac\n"
+        "case \" $* \" in *' -o json '*) ;; *) echo 'no -o json' >&2; exit 3 ;; esac\n"
+        "n=0 p=0 d=0\n"
+        "while [ $# -gt 0 ]; do case $1 in -n) n=$2; shift ;; -p) p=$2; shift ;; -d) d=$2; shift ;; esac; shift; done\n"
+        "echo 'llama_model_loader: loaded meta data' >&2\n"
+        "if [ \"$d\" = 999 ]; then echo 'cudaMalloc failed: out of memory' >&2; exit 1; fi\n"
+        "printf '[\\n  {\\n    \"build_commit\": \"abc1234\",\\n    \"build_number\": 7,\\n"
+        "    \"cpu_info\": \"test cpu\",\\n    \"gpu_info\": \"\",\\n    \"model_type\": \"llama ?B Q8_0\",\\n"
+        "    \"model_size\": 1000,\\n    \"n_prompt\": %d,\\n    \"n_gen\": %d,\\n    \"n_depth\": %d,\\n"
+        "    \"samples_ns\": [ 4000000, 2000000, 2600000 ],\\n    \"samples_ts\": [ 1, 2, 3 ]\\n  }\\n]\\n'"
+        " \"$p\" \"$n\" \"$d\"\n";
+    static const char batched[] =
+        "#!/bin/sh\n"
+        "case \" $* \" in *' -kvu -c 80 -npp 32,1 '*' --output-format jsonl '*) ;; *) echo \"flags: $*\" >&2; exit 3 ;; esac\n"
+        "pp=0 tg=0 pl=0\n"
+        "while [ $# -gt 0 ]; do case $1 in -npp) pp=${2%%,*}; shift ;; -ntg) tg=$2; shift ;; -npl) pl=$2; shift ;; esac; shift; done\n"
+        "echo 'main: n_kv_max = 80' >&2\n"
+        "printf '{\"n_kv_max\": 80, \"n_batch\": 2048, \"n_ubatch\": 512, \"flash_attn\": 1, \"is_pp_shared\": 0, "
+        "\"n_gpu_layers\": 0, \"n_threads\": 2, \"n_threads_batch\": 2, \"pp\": %d, \"tg\": %d, \"pl\": %d, "
+        "\"n_kv\": 80, \"t_pp\": 0.5, \"speed_pp\": 128.0, \"t_tg\": 0.016, \"speed_tg\": 1000.0, "
+        "\"t\": 0.516, \"speed\": 1.0}\\n' \"$pp\" \"$tg\" \"$pl\"\n";
+    snprintf(tool, sizeof tool, "%s/llama-bench", bin);
+    assert_int_equal(tu_write_file(tool, bench, strlen(bench)), 0);
+    assert_int_equal(chmod(tool, 0700), 0);
+    snprintf(tool, sizeof tool, "%s/llama-batched-bench", bin);
+    assert_int_equal(tu_write_file(tool, batched, strlen(batched)), 0);
+    assert_int_equal(chmod(tool, 0700), 0);
+    int rc = sh(buf, sizeof buf, "%s gen-model --vocab 512 --dim 64 --layers 2 --heads 4 --kv-heads 2 "
+                "--ffn 192 --dtype q8_0 -o %s", SEER_CLI, model);
+    if (rc != 0)
+        fail_msg("gen-model: %s", buf);
+    rc = sh(buf, sizeof buf, "python3 %s/scripts/peer_llamacpp_run.py --bin %s -m %s --out %s "
+            "--ctx-list 32,999 --prefill-list 64 --batched 2x32 --gen 4 --batched-gen 8",
+            SEER_SOURCE_DIR, bin, model, out);
+    assert_int_equal(rc, 1); /* one point failed */
+    size_t n = 0;
+    char *js = (char *)tu_read_file(out, &n);
+    if (!js)
+        fail_msg("no %s: %s", out, buf);
+    /* json.dump(indent=1): the points in order, B = 1 first */
+    assert_true(num_after(js, "\"ctx\": 32,", "\"ms_per_step\": ") == 0.65); /* not the mean */
+    const char *e999 = strstr(js, "\"ctx\": 999,");
+    assert_non_null(e999);
+    assert_int_equal(strncmp(strstr(e999, "\"error\": "), "\"error\": \"oom\"", strlen("\"error\": \"oom\"")), 0);
+    assert_true(fabs(num_after(js, "\"tokens\": 64,", "\"tok_per_s\": ") - 64 / 2.6e-3) < 1e-6);
+    assert_true(num_after(js, "\"batch\": 2,", "\"ms_per_step\": ") == 2.0);
+    assert_true(num_after(js, "\"tokens\": 32,", "\"tok_per_s\": ") == 128.0);
+    assert_non_null(strstr(js, "\"version\": \"llama.cpp abc1234 (build 7), from llama-cpp-python 0.3.36\""));
+    assert_non_null(strstr(js, "\"file_type\": \"Q8_0\""));
+    assert_non_null(strstr(js, "-fa 1 -ngl 0"));
+    free(js);
+    /* seer bench takes it: the model's shape matches, and its numbers land at their points. */
+    rc = sh(buf, sizeof buf, "%s bench -m %s --backend cpu --ctx-list 32 --batch-list 1,2 --steps 1 "
+            "--warmup 0 --prefill 64 --peer %s 2>/dev/null", SEER_CLI, model, out);
+    if (rc != 0 || !strstr(buf, "      0.650 ") || !strstr(buf, "      2.000 ") ||
+        !strstr(buf, "   24615 ") || !strstr(buf, "peer    llama.cpp abc1234"))
+        fail_msg("rc %d: %s", rc, buf);
+}
+
 /* Malformed peer files: exit 1 with a message that names the file and the fault, before
  * anything is measured; never a crash. */
 static void test_bench_peer_errors(void **state) {
@@ -560,6 +748,13 @@ static void test_bench_peer_errors(void **state) {
         {NULL, k_peer_model, "{\"ctx\": 32, \"batch\": 1, \"ms_per_step\": 2.5}, "
                             "{\"ctx\": 32, \"batch\": 1, \"error\": \"oom\"}", "appears twice"},
         {NULL, other, "", "ran another shape: D 96"},
+        {NULL, k_peer_model, "], \"prefill\": {\"tokens\": 64}, \"x\": [", "\"prefill\" must be an array"},
+        {NULL, k_peer_model, "], \"prefill\": [{\"tok_per_s\": 5}", "prefill[0]: \"tokens\""},
+        {NULL, k_peer_model, "], \"prefill\": [{\"tokens\": 64, \"batch\": 0, \"tok_per_s\": 5}",
+         "prefill[0]: \"tokens\""},
+        {NULL, k_peer_model, "], \"prefill\": [{\"tokens\": 64, \"tok_per_s\": -5}", "neither a \"tok_per_s\""},
+        {NULL, k_peer_model, "], \"prefill\": [{\"tokens\": 64, \"tok_per_s\": 5}, "
+                            "{\"tokens\": 64, \"batch\": 1, \"error\": \"oom\"}", "appears twice"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         if (cases[i].text)
@@ -655,6 +850,9 @@ int main(void) {
         cmocka_unit_test(test_bench_table_and_errors),
         cmocka_unit_test(test_bench_peer),
         cmocka_unit_test(test_bench_peer_errors),
+        cmocka_unit_test(test_bench_gguf_weight_types),
+        cmocka_unit_test(test_bench_peer_prefill),
+        cmocka_unit_test(test_peer_llamacpp_run),
         cmocka_unit_test(test_gpu_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -321,6 +321,9 @@ seer_status seer_seq_fill_synthetic(seer_context *c, seer_seq_id seq, int len, u
 
 /* ---- the floor ----------------------------------------------------------------------- */
 
+/* The weight's bytes as the backend stores them: rows * cols elements of its dtype's blocks
+ * (a backend that keeps Q4_K blocks holds 144 bytes per 256 elements, one that dequantized
+ * them to bf16 holds 512), so W follows whatever each backend chose. */
 static uint64_t weight_bytes(const seer_weight *w) {
     const int be = ggml_type_block_elems((ggml_type)w->dtype);
     const int bb = ggml_type_block_bytes((ggml_type)w->dtype);
@@ -329,23 +332,75 @@ static uint64_t weight_bytes(const seer_weight *w) {
     return (uint64_t)w->rows * w->cols / be * bb;
 }
 
+/* llama.cpp's names of general.file_type (enum llama_ftype), which GGUF writers follow. */
+static const char *file_type_name(int64_t ft) {
+    static const struct {
+        int id;
+        const char *name;
+    } names[] = {{0, "F32"}, {1, "F16"}, {2, "Q4_0"}, {3, "Q4_1"}, {7, "Q8_0"}, {8, "Q5_0"},
+                 {9, "Q5_1"}, {10, "Q2_K"}, {11, "Q3_K_S"}, {12, "Q3_K_M"}, {13, "Q3_K_L"},
+                 {14, "Q4_K_S"}, {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"}, {18, "Q6_K"},
+                 {32, "BF16"}};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (names[i].id == ft)
+            return names[i].name;
+    return NULL;
+}
+
+static void count_type(seer_model_footprint *out, const seer_weight *w, uint64_t *by_type) {
+    const uint64_t b = weight_bytes(w);
+    out->weight_bytes += b;
+    out->weight_elems += (uint64_t)w->rows * w->cols;
+    if ((unsigned)w->dtype < GGML_TYPE_COUNT)
+        by_type[w->dtype] += b;
+}
+
 void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
     memset(out, 0, sizeof *out);
     if (!m->be || !m->layers)
         return;
     const seer_model_info *in = &m->info;
-    uint64_t w = weight_bytes(&m->output);
+    uint64_t by_type[GGML_TYPE_COUNT] = {0};
+    count_type(out, &m->output, by_type);
     for (int l = 0; l < in->n_layers; l++) {
         const seer_layer *L = &m->layers[l];
         const seer_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-            w += weight_bytes(ws[i]);
+            count_type(out, ws[i], by_type);
     }
-    out->weight_bytes = w;
+    /* Largest first; the tail past the table's room is summed as "other". */
+    for (;;) {
+        int best = -1;
+        for (int t = 0; t < GGML_TYPE_COUNT; t++)
+            if (by_type[t] && (best < 0 || by_type[t] > by_type[best]))
+                best = t;
+        if (best < 0)
+            break;
+        const int k = out->n_weight_types;
+        if (k < SEER_FOOTPRINT_MAX_TYPES - 1) {
+            snprintf(out->weight_types[k].name, sizeof out->weight_types[k].name, "%s",
+                     ggml_type_name((ggml_type)best));
+            out->weight_types[k].bytes = by_type[best];
+            out->n_weight_types++;
+        } else {
+            if (k == SEER_FOOTPRINT_MAX_TYPES - 1) {
+                snprintf(out->weight_types[k].name, sizeof out->weight_types[k].name, "other");
+                out->n_weight_types++;
+            }
+            out->weight_types[k].bytes += by_type[best];
+        }
+        by_type[best] = 0;
+    }
     const uint64_t n_out = (uint64_t)m->output.rows * m->output.cols;
-    out->weight_elem_bytes = n_out ? (int)(weight_bytes(&m->output) / n_out) : 0;
+    const uint64_t b_out = weight_bytes(&m->output);
+    out->weight_elem_bytes = n_out && b_out % n_out == 0 ? (int)(b_out / n_out) : 0;
     out->kv_elem_bytes = m->be->ops->kv_elem_bytes ? m->be->ops->kv_elem_bytes : (int)sizeof(float);
     out->kv_bytes_per_token = 2ull * in->n_layers * in->n_kv_heads * in->head_dim * out->kv_elem_bytes;
+    const gguf_kv *kv = m->gguf ? gguf_find_kv(m->gguf, "general.file_type") : NULL;
+    int64_t ft = -1;
+    /* Read only when it is an integer: a footprint query reports, it does not fail. */
+    if (kv && gguf_get_i64_opt(m->gguf, "general.file_type", -1, &ft) == SEER_OK && file_type_name(ft))
+        snprintf(out->file_type, sizeof out->file_type, "%s", file_type_name(ft));
 }
 
 seer_status seer_model_measure_bandwidth(const seer_model *m, double *bytes_per_s) {

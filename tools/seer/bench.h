@@ -14,7 +14,8 @@ typedef struct {
     const char *synthetic, *model_path;
     seer_backend_kind backend;
     seer_weights_kind weights;
-    int threads, page_size, steps, warmup, prefill, sinks;
+    int threads, page_size, steps, warmup, sinks;
+    int prefill[BENCH_MAX_LIST], n_prefill; /* prompt sizes of the prefill runs (none: skip) */
     uint64_t seed;
     double alpha; /* synthetic acceptance of the speculative runs */
     int ctx[BENCH_MAX_LIST], n_ctx;
@@ -27,7 +28,7 @@ typedef struct {
     const char *json_out; /* also write the JSON object to this file */
     const char *plot;
     const char *replot;   /* plot this JSON of an earlier run instead of measuring */
-    const char *peer;     /* another implementation's plain decode at the same points (JSON) */
+    const char *peer;     /* another implementation's decode and prefill at the same points (JSON) */
 } bench_opts;
 
 /* One speculative setting at one (L, B): measured back to back with plain decoding through
@@ -65,25 +66,46 @@ typedef struct {
     int n_spec;
 } bench_point;
 
+/* One prompt of P tokens in one sequence, and the peer's prefill of the same size. */
+typedef struct {
+    int tokens;              /* P */
+    bool ok;
+    char err[256];
+    double ms, tok_s, tflops; /* median of 3 */
+    bool peer_has, peer_ok;
+    char peer_err[64];
+    double peer_tok_s;
+} bench_prefill;
+
 typedef struct {
     seer_model_info info;
     seer_model_footprint fp;
     double bandwidth;        /* bytes/s */
-    int prefill_tokens;
-    double prefill_ms, prefill_tok_s, prefill_tflops; /* prefill_tokens 0: not measured */
-    char prefill_err[256];
+    bench_prefill prefill[BENCH_MAX_LIST];
+    int n_prefill;
     char date[32];
     bench_point *pts;
     int n_pts;
     bool has_peer;
-    char peer_label[64];     /* e.g. "HF transformers": the column, JSON and plot label */
-    char peer_desc[256];     /* versions, cache, device, as the peer's file says */
+    char peer_label[64];     /* e.g. "llama.cpp": the column, JSON and plot label */
+    char peer_version[128];  /* e.g. "llama.cpp 0c1e57098 (build 0), ...", "" when not given */
+    char peer_desc[1024];    /* build, device and the exact commands, as the peer's file says */
+    struct bench_peer_prefill *peer_only; /* the peer's prefill runs of no size of this run
+                                             (batched, or sizes not measured here), shown as
+                                             its own; [n_peer_only], owned */
+    int n_peer_only;
 } bench_result;
 
-/* Another implementation's plain decode of the same model shape (scripts/hf_peer.py writes
- * it): {"peer": LABEL, "description": TEXT, "model": {"dim", "n_layers", "n_heads",
- * "n_kv_heads", "ffn_dim", "n_vocab"}, "points": [{"ctx", "batch", "ms_per_step"} or
- * {"ctx", "batch", "error"}]}. */
+/* Another implementation's decode and prefill of the same model shape. scripts/hf_peer.py
+ * (HF transformers) and scripts/peer-llamacpp.sh (llama.cpp) write it:
+ *   {"peer": LABEL, "version": TEXT (optional), "description": TEXT,
+ *    "model": {"dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "n_vocab", ...},
+ *    "points": [{"ctx", "batch", "ms_per_step"} or {"ctx", "batch", "error"}],
+ *    "prefill": [{"tokens", "batch" (default 1), "tok_per_s"} or {"tokens", "error"}]
+ *               (optional)}
+ * ms_per_step is one decode step of the whole batch (B new tokens) with L tokens cached; a
+ * prefill's tok_per_s counts the prompt tokens of all its sequences. Other keys are kept for
+ * people and ignored here. */
 typedef struct {
     int L, B;
     bool ok;
@@ -91,11 +113,20 @@ typedef struct {
     double step_ms;
 } bench_peer_point;
 
+typedef struct bench_peer_prefill {
+    int tokens, B;
+    bool ok;
+    char err[64];
+    double tok_s;
+} bench_peer_prefill;
+
 typedef struct {
-    char label[64], desc[256];
+    char label[64], version[128], desc[1024];
     int dim, n_layers, n_heads, n_kv_heads, ffn_dim, n_vocab;
     bench_peer_point *pts;
     int n_pts;
+    bench_peer_prefill *prefill;
+    int n_prefill;
 } bench_peer;
 
 double bench_omega(int gamma, double alpha);
@@ -110,10 +141,17 @@ int bench_load_json(const char *path, bench_opts *o, bench_result *r);
  * wrong with it (p then holds nothing to free). */
 int bench_peer_load(const char *path, bench_peer *p);
 void bench_peer_free(bench_peer *p);
-/* Copies the peer's numbers into r's points of the same (L, B). The peer must have run the
+/* Copies the peer's numbers into r's points of the same (L, B) and its prefill (B = 1) into
+ * r's prefill runs of the same size; its other prefill runs go to r->peer_only. The peer must have run the
  * model r->info describes (same dimensions). Returns 0, or 1 with a message on stderr (r
  * unchanged). */
 int bench_peer_merge(const char *path, const bench_peer *p, bench_result *r);
+/* Frees what bench_peer_merge and bench_load_json allocated in r (points, their speculative
+ * settings, the peer's own prefill runs). */
+void bench_result_free(bench_result *r);
+/* "q4_K 65%, q6_K 28%, f32 7%": the footprint's stored dtypes by their share of W, prefixed
+ * by the GGUF's file type ("Q4_K_M: ...") when it has one. */
+void bench_weight_types(const seer_model_footprint *fp, char *buf, size_t cap);
 /* Writes the PNG with gnuplot. Returns 0 on success, 1 on failure; when gnuplot is not
  * installed it says so on stderr and returns 0 (the table and JSON hold the numbers). */
 int bench_plot(const bench_opts *o, const bench_result *r);

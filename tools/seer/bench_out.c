@@ -19,21 +19,71 @@ static const char *dtype_name(int bytes) {
     return bytes == 2 ? "bf16" : bytes == 4 ? "f32" : bytes == 1 ? "8-bit" : "?";
 }
 
+void bench_weight_types(const seer_model_footprint *fp, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    if (fp->file_type[0])
+        n += (size_t)snprintf(buf, cap, "%s: ", fp->file_type);
+    for (int i = 0; i < fp->n_weight_types && n < cap; i++) {
+        const double share = fp->weight_bytes ? 100.0 * fp->weight_types[i].bytes / fp->weight_bytes : 0;
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s %.0f%%", i ? ", " : "", fp->weight_types[i].name, share);
+    }
+    if (!fp->n_weight_types && n < cap)
+        snprintf(buf + n, cap - n, "%s", dtype_name(fp->weight_elem_bytes));
+}
+
 static void print_header(FILE *f, const bench_opts *o, const bench_result *r) {
     const seer_model_info *in = &r->info;
     fprintf(f, "seer bench  %s  %s\n", r->date, o->synthetic ? "SYNTHETIC WEIGHTS (random, generated on the backend)" : o->model_path);
     fprintf(f, "model   %s: %s, D %d, %d layers, H %d / Hkv %d x Dh %d, F %d, V %d\n", in->name,
             in->arch, in->dim, in->n_layers, in->n_heads, in->n_kv_heads, in->head_dim, in->ffn_dim,
             in->n_vocab);
-    fprintf(f, "backend %s; weights %s, W = %.3f GB (linear + LM head); KV %s, c = %.1f KiB/token\n",
-            in->backend, dtype_name(r->fp.weight_elem_bytes), r->fp.weight_bytes * 1e-9,
+    char types[256];
+    bench_weight_types(&r->fp, types, sizeof types);
+    fprintf(f, "backend %s; weights as stored there: %s of W = %.3f GB (linear + LM head); KV %s, "
+               "c = %.1f KiB/token\n", in->backend, types, r->fp.weight_bytes * 1e-9,
             dtype_name(r->fp.kv_elem_bytes), r->fp.kv_bytes_per_token / 1024.0);
     fprintf(f, "copy bandwidth BW = %.3f TB/s (device-to-device copy, read + write, median)\n",
             r->bandwidth * 1e-12);
     fprintf(f, "floor = (W + B*L*c) / BW; fraction = floor / measured\n");
     if (r->has_peer)
-        fprintf(f, "peer    %s\n        peer ms = its ms/step at the same L and B; speedup = peer ms / ms/step\n",
-                r->peer_desc[0] ? r->peer_desc : r->peer_label);
+        fprintf(f, "peer    %s\n        %s\n        peer ms = its ms/step at the same L and B; speedup = "
+                   "peer ms / ms/step (> 1: seer is faster)\n",
+                r->peer_version[0] ? r->peer_version : r->peer_label, r->peer_desc);
+}
+
+/* Prefill: seer's runs with the peer's of the same size, then the peer's runs of no size of
+ * this run (its batched prefill, say). */
+static void print_prefill(FILE *f, const bench_result *r) {
+    if (!r->n_prefill && !r->n_peer_only)
+        return;
+    fprintf(f, "\nprefill: one prompt of P tokens in one sequence, median of 3\n");
+    fprintf(f, "%8s %10s %10s %9s", "P", "ms", "tok/s", "TFLOP/s");
+    if (r->has_peer)
+        fprintf(f, " %11s %8s", "peer tok/s", "speedup");
+    fprintf(f, "\n");
+    for (int i = 0; i < r->n_prefill; i++) {
+        const bench_prefill *p = &r->prefill[i];
+        if (!p->ok) {
+            fprintf(f, "%8d  failed: %s\n", p->tokens, p->err);
+            continue;
+        }
+        fprintf(f, "%8d %10.2f %10.0f %9.1f", p->tokens, p->ms, p->tok_s, p->tflops);
+        if (r->has_peer && !p->peer_has)
+            fprintf(f, " %11s %8s", "-", "-");
+        else if (r->has_peer && !p->peer_ok)
+            fprintf(f, " %11.11s %8s", p->peer_err, "-");
+        else if (r->has_peer)
+            fprintf(f, " %11.0f %7.2fx", p->peer_tok_s, p->tok_s / p->peer_tok_s);
+        fprintf(f, "\n");
+    }
+    for (int i = 0; i < r->n_peer_only; i++) {
+        const bench_peer_prefill *q = &r->peer_only[i];
+        if (q->ok)
+            fprintf(f, "%8d  %s alone, B=%d: %.0f tok/s\n", q->tokens, r->peer_label, q->B, q->tok_s);
+        else
+            fprintf(f, "%8d  %s alone, B=%d: %s\n", q->tokens, r->peer_label, q->B, q->err);
+    }
 }
 
 /* The peer's two columns of a plain row: its ms/step and seer's speedup over it. */
@@ -49,11 +99,7 @@ static void print_peer_cols(FILE *f, const bench_point *p) {
 void bench_print_table(const bench_opts *o, const bench_result *r) {
     FILE *f = stdout;
     print_header(f, o, r);
-    if (r->prefill_tokens)
-        fprintf(f, "prefill %d tokens: %.2f ms, %.0f tok/s, %.1f TFLOP/s (median of 3)\n",
-                r->prefill_tokens, r->prefill_ms, r->prefill_tok_s, r->prefill_tflops);
-    else if (r->prefill_err[0])
-        fprintf(f, "prefill: failed: %s\n", r->prefill_err);
+    print_prefill(f, r);
     fprintf(f, "\nplain decode: one token per sequence per step, logits of every sequence to the host;\n"
                "median of %d steps after %d warm-up, page size %d\n",
             o->steps, o->warmup, o->page_size);
@@ -121,23 +167,59 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
         "dim", in->dim, "n_layers", in->n_layers, "n_heads", in->n_heads,
         "n_kv_heads", in->n_kv_heads, "head_dim", in->head_dim, "ffn_dim", in->ffn_dim,
         "n_vocab", in->n_vocab, "n_params", (json_int_t)in->n_params,
-        "weight_dtype", dtype_name(r->fp.weight_elem_bytes), "kv_dtype", dtype_name(r->fp.kv_elem_bytes),
+        "weight_dtype", r->fp.n_weight_types ? r->fp.weight_types[0].name : dtype_name(r->fp.weight_elem_bytes),
+        "kv_dtype", dtype_name(r->fp.kv_elem_bytes),
         "weight_bytes", (json_int_t)r->fp.weight_bytes,
         "kv_bytes_per_token", (json_int_t)r->fp.kv_bytes_per_token));
+    /* W as the backend stores it, by dtype (what the floor counts), and the file's type. */
+    json_t *model = json_object_get(root, "model"), *wt = json_array();
+    for (int i = 0; i < r->fp.n_weight_types; i++)
+        json_array_append_new(wt, json_pack("{s:s, s:I, s:f}", "dtype", r->fp.weight_types[i].name,
+            "bytes", (json_int_t)r->fp.weight_types[i].bytes, "share",
+            r->fp.weight_bytes ? (double)r->fp.weight_types[i].bytes / r->fp.weight_bytes : 0.0));
+    json_object_set_new(model, "weight_types", wt);
+    json_object_set_new(model, "file_type", json_string(r->fp.file_type));
+    json_object_set_new(model, "weight_elems", json_integer((json_int_t)r->fp.weight_elems));
     json_object_set_new(root, "backend", json_string(in->backend));
     json_object_set_new(root, "bandwidth_bytes_per_s", json_real(r->bandwidth));
     json_object_set_new(root, "settings", json_pack("{s:i, s:i, s:i, s:I, s:s}", "steps", o->steps,
         "warmup", o->warmup, "page_size", o->page_size, "seed", (json_int_t)o->seed,
         "kv", "synthetic fill (random K/V, not computed)"));
-    if (r->prefill_tokens)
-        json_object_set_new(root, "prefill", json_pack("{s:i, s:f, s:f, s:f}", "tokens",
-            r->prefill_tokens, "ms", r->prefill_ms, "tok_per_s", r->prefill_tok_s,
-            "tflop_per_s", r->prefill_tflops));
-    else if (r->prefill_err[0])
-        json_object_set_new(root, "prefill", json_pack("{s:s}", "error", r->prefill_err));
-    if (r->has_peer)
-        json_object_set_new(root, "peer", json_pack("{s:s, s:s}", "label", r->peer_label,
-                                                    "description", r->peer_desc));
+    /* Prefill runs, each with the peer's of the same size; the peer's others in "peer". */
+    json_t *pa = json_array();
+    for (int i = 0; i < r->n_prefill; i++) {
+        const bench_prefill *p = &r->prefill[i];
+        json_t *e = p->ok ? json_pack("{s:i, s:f, s:f, s:f}", "tokens", p->tokens, "ms", p->ms,
+                                      "tok_per_s", p->tok_s, "tflop_per_s", p->tflops)
+                          : json_pack("{s:i, s:s}", "tokens", p->tokens, "error", p->err);
+        if (p->peer_has && p->peer_ok) {
+            json_t *pe = json_pack("{s:f}", "tok_per_s", p->peer_tok_s);
+            if (p->ok) /* seer's tok/s over the peer's */
+                json_object_set_new(pe, "speedup", json_real(p->tok_s / p->peer_tok_s));
+            json_object_set_new(e, "peer", pe);
+        } else if (p->peer_has) {
+            json_object_set_new(e, "peer", json_pack("{s:s}", "error", p->peer_err));
+        }
+        json_array_append_new(pa, e);
+    }
+    if (r->n_prefill)
+        json_object_set_new(root, "prefill", pa);
+    else
+        json_decref(pa);
+    if (r->has_peer) {
+        json_t *pe = json_pack("{s:s, s:s, s:s}", "label", r->peer_label, "version", r->peer_version,
+                               "description", r->peer_desc);
+        json_t *only = json_array();
+        for (int i = 0; i < r->n_peer_only; i++) {
+            const bench_peer_prefill *q = &r->peer_only[i];
+            json_array_append_new(only, q->ok ? json_pack("{s:i, s:i, s:f}", "tokens", q->tokens,
+                                                          "batch", q->B, "tok_per_s", q->tok_s)
+                                              : json_pack("{s:i, s:i, s:s}", "tokens", q->tokens,
+                                                          "batch", q->B, "error", q->err));
+        }
+        json_object_set_new(pe, "prefill", only);
+        json_object_set_new(root, "peer", pe);
+    }
     for (int i = 0; i < r->n_pts; i++) {
         const bench_point *p = &r->pts[i];
         json_t *pt = json_pack("{s:i, s:i}", "ctx", p->L, "batch", p->B);
@@ -249,9 +331,26 @@ int bench_load_json(const char *path, bench_opts *o, bench_result *r) {
     if (json_is_object(peer)) {
         const char *pl = json_string_value(json_object_get(peer, "label"));
         const char *pd = json_string_value(json_object_get(peer, "description"));
+        const char *pv = json_string_value(json_object_get(peer, "version"));
         r->has_peer = true;
         snprintf(r->peer_label, sizeof r->peer_label, "%s", pl ? pl : "peer");
         snprintf(r->peer_desc, sizeof r->peer_desc, "%s", pd ? pd : "");
+        snprintf(r->peer_version, sizeof r->peer_version, "%s", pv ? pv : "");
+    }
+    json_t *pf = json_object_get(root, "prefill");
+    for (size_t i = 0; i < json_array_size(pf) && r->n_prefill < BENCH_MAX_LIST; i++) {
+        json_t *e = json_array_get(pf, i), *pe = json_object_get(e, "peer");
+        bench_prefill *q = &r->prefill[r->n_prefill++];
+        q->tokens = (int)num(e, "tokens");
+        q->tok_s = num(e, "tok_per_s");
+        q->ok = q->tok_s > 0;
+        if (json_is_object(pe)) {
+            const char *perr = json_string_value(json_object_get(pe, "error"));
+            q->peer_has = true;
+            q->peer_tok_s = num(pe, "tok_per_s");
+            q->peer_ok = !perr && q->peer_tok_s > 0;
+            snprintf(q->peer_err, sizeof q->peer_err, "%s", perr ? perr : "");
+        }
     }
     const size_t n = json_array_size(pts);
     r->pts = calloc(n ? n : 1, sizeof *r->pts);
@@ -336,10 +435,10 @@ int bench_plot(const bench_opts *o, const bench_result *r) {
     /* One gnuplot data block per series (blank-line separated, addressed by index): per
      * batch size measured and floor tok/s; per (B, spec setting) measured and projected
      * speedup. */
-    enum { MAX_BLOCKS = 3 * BENCH_MAX_LIST * (1 + BENCH_MAX_LIST) };
+    enum { MAX_BLOCKS = 3 * BENCH_MAX_LIST * (1 + BENCH_MAX_LIST) + BENCH_MAX_LIST + 1 };
     int n_blocks = 0;
     char titles[MAX_BLOCKS][96];
-    int kinds[MAX_BLOCKS];           /* 0 tok/s, 1 speedup */
+    int kinds[MAX_BLOCKS];           /* 0 tok/s, 1 speedup, 2 seer over the peer */
     int colors[MAX_BLOCKS];          /* one per (B, setting): measured and floor/projected alike */
     const char *styles[MAX_BLOCKS];
     char peer[64];                   /* the peer's label as a gnuplot title may hold it */
@@ -381,12 +480,49 @@ int bench_plot(const bench_opts *o, const bench_result *r) {
             }
         }
     }
+    /* With a peer: seer's speed over the peer's, decode per batch size against L and
+     * prefill against the prompt size P, on a third panel. */
+    int n_ratio = 0;
+    for (int bi = 0; r->has_peer && bi < o->n_batch && n_blocks < MAX_BLOCKS; bi++) {
+        int rows = 0;
+        for (int i = 0; i < r->n_pts; i++) {
+            const bench_point *p = &r->pts[i];
+            if (p->B == o->batch[bi] && p->ok && p->peer_has && p->peer_ok) {
+                fprintf(d, "%d %g\n", p->L, p->peer_step_ms / p->step_ms);
+                rows++;
+            }
+        }
+        if (!rows)
+            continue;
+        fprintf(d, "\n\n");
+        snprintf(titles[n_blocks], sizeof titles[0], "B=%d decode", o->batch[bi]);
+        kinds[n_blocks] = 2;
+        colors[n_blocks] = bi + 1;
+        styles[n_blocks++] = "lw 2";
+        n_ratio++;
+    }
+    int rows = 0;
+    for (int i = 0; r->has_peer && i < r->n_prefill && n_blocks < MAX_BLOCKS; i++) {
+        const bench_prefill *p = &r->prefill[i];
+        if (p->ok && p->peer_has && p->peer_ok) {
+            fprintf(d, "%d %g\n", p->tokens, p->tok_s / p->peer_tok_s);
+            rows++;
+        }
+    }
+    if (rows) {
+        fprintf(d, "\n\n");
+        snprintf(titles[n_blocks], sizeof titles[0], "prefill (x = prompt tokens P)");
+        kinds[n_blocks] = 2;
+        colors[n_blocks] = 8;
+        styles[n_blocks++] = "lw 2 dt 2 pt 7";
+        n_ratio++;
+    }
     fclose(d);
     const seer_model_info *in = &r->info;
-    fprintf(g, "set terminal pngcairo size 1400,560 noenhanced\n");
+    fprintf(g, "set terminal pngcairo size %d,560 noenhanced\n", n_ratio ? 2100 : 1400);
     fprintf(g, "set output '%s'\n", o->plot);
-    fprintf(g, "set multiplot layout 1,2 title '%s on %s (%s), BW %.2f TB/s, %s'\n", in->name,
-            in->backend, r->date, r->bandwidth * 1e-12,
+    fprintf(g, "set multiplot layout 1,%d title '%s on %s (%s), BW %.2f TB/s, %s'\n", n_ratio ? 3 : 2,
+            in->name, in->backend, r->date, r->bandwidth * 1e-12,
             o->synthetic ? "synthetic weights" : "GGUF weights");
     fprintf(g, "set logscale x 2\nset grid\nset key outside bottom center font ',9'\n"
                "set xlabel 'context length L (tokens)'\n");
@@ -412,6 +548,16 @@ int bench_plot(const bench_opts *o, const bench_result *r) {
         fprintf(g, "\n");
     } else {
         fprintf(g, "set label 1 'no speculative runs (--spec)' at graph 0.3, graph 0.5\nplot [1:2] [0:1] NaN notitle\n");
+    }
+    if (n_ratio) {
+        fprintf(g, "set ylabel 'seer speed / %s speed'\nset title 'seer over %s (> 1: seer faster)'\n"
+                   "set xlabel 'L (decode) or P (prefill), tokens'\nset yrange [0:*]\n"
+                   "plot 1 dt 3 lc 'black' notitle", peer, peer);
+        for (int i = 0; i < n_blocks; i++)
+            if (kinds[i] == 2)
+                fprintf(g, ", '%s' index %d with linespoints %s lc %d title '%s'", dat, i, styles[i],
+                        colors[i], titles[i]);
+        fprintf(g, "\n");
     }
     fprintf(g, "unset multiplot\n");
     fclose(g);

@@ -1,10 +1,12 @@
 /*
- * bench_peer.c: `seer bench --peer FILE.json`: reads another implementation's plain decode
- * timings of the same model shape (scripts/hf_peer.py writes them for HF transformers) and
- * puts them beside seer's own at the points with the same context depth L and batch B. The
- * file is checked before it is used: a file that is not a peer file, a point without a time,
- * or a peer that ran another shape is refused with a message that says which.
- * Not for: measuring the peer (scripts/hf_peer.py), printing (bench_out.c).
+ * bench_peer.c: `seer bench --peer FILE.json`: reads another implementation's decode and
+ * prefill timings of the same model shape (scripts/peer-llamacpp.sh writes them for
+ * llama.cpp, scripts/hf_peer.py for HF transformers; bench.h has the format) and puts them
+ * beside seer's own at the points with the same context depth L and batch B, and the
+ * prefills of the same prompt size. The file is checked before it is used: a file that is not
+ * a peer file, a point without a time, or a peer that ran another shape is refused with a
+ * message that says which.
+ * Not for: measuring the peer (the scripts), printing (bench_out.c).
  */
 #include "bench.h"
 
@@ -41,7 +43,68 @@ static void copy_clean(char *dst, size_t cap, const char *src) {
 
 void bench_peer_free(bench_peer *p) {
     free(p->pts);
+    free(p->prefill);
     memset(p, 0, sizeof *p);
+}
+
+void bench_result_free(bench_result *r) {
+    for (int i = 0; i < r->n_pts; i++)
+        free(r->pts[i].spec);
+    free(r->pts);
+    free(r->peer_only);
+    r->pts = NULL;
+    r->peer_only = NULL;
+    r->n_pts = r->n_peer_only = 0;
+}
+
+/* The optional "prefill" array: [{"tokens", "batch" (default 1), "tok_per_s" or "error"}]. */
+static int load_prefill(const char *path, json_t *arr, bench_peer *p) {
+    if (!arr)
+        return 0;
+    if (!json_is_array(arr)) {
+        fprintf(stderr, "seer bench: --peer %s: \"prefill\" must be an array\n", path);
+        return 1;
+    }
+    const size_t n = json_array_size(arr);
+    if (n > 10000) {
+        fprintf(stderr, "seer bench: --peer %s: %zu prefill runs is more than any run measures\n", path, n);
+        return 1;
+    }
+    p->prefill = calloc(n ? n : 1, sizeof *p->prefill);
+    if (!p->prefill) {
+        fprintf(stderr, "seer bench: --peer %s: out of memory\n", path);
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(arr, i), *ts = json_object_get(e, "tok_per_s");
+        const char *err = json_string_value(json_object_get(e, "error"));
+        bench_peer_prefill *q = &p->prefill[i];
+        q->B = 1;
+        if (!get_int(e, "tokens", 1, 1 << 30, &q->tokens) ||
+            (json_object_get(e, "batch") && !get_int(e, "batch", 1, 1 << 20, &q->B))) {
+            fprintf(stderr, "seer bench: --peer %s: prefill[%zu]: \"tokens\" (and \"batch\" when "
+                            "given) must be positive integers\n", path, i);
+            return 1;
+        }
+        if (err) {
+            snprintf(q->err, sizeof q->err, "%s", *err ? err : "failed");
+        } else if (json_is_number(ts) && json_number_value(ts) > 0 && isfinite(json_number_value(ts))) {
+            q->ok = true;
+            q->tok_s = json_number_value(ts);
+        } else {
+            fprintf(stderr, "seer bench: --peer %s: prefill[%zu] (%d tokens, B=%d): neither a "
+                            "\"tok_per_s\" > 0 nor an \"error\"\n", path, i, q->tokens, q->B);
+            return 1;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (p->prefill[j].tokens == q->tokens && p->prefill[j].B == q->B) {
+                fprintf(stderr, "seer bench: --peer %s: prefill of %d tokens at B=%d appears twice\n",
+                        path, q->tokens, q->B);
+                return 1;
+            }
+        p->n_prefill++;
+    }
+    return 0;
 }
 
 int bench_peer_load(const char *path, bench_peer *p) {
@@ -55,6 +118,7 @@ int bench_peer_load(const char *path, bench_peer *p) {
     json_t *m = json_object_get(root, "model"), *pts = json_object_get(root, "points");
     const char *label = json_string_value(json_object_get(root, "peer"));
     const char *desc = json_string_value(json_object_get(root, "description"));
+    const char *version = json_string_value(json_object_get(root, "version"));
     int rc = 1;
     if (!json_is_object(root) || !json_is_object(m) || !json_is_array(pts)) {
         fprintf(stderr, "seer bench: --peer %s is not a peer file: it needs an object with \"model\" "
@@ -63,6 +127,7 @@ int bench_peer_load(const char *path, bench_peer *p) {
     }
     copy_clean(p->label, sizeof p->label, label && *label ? label : "peer");
     copy_clean(p->desc, sizeof p->desc, desc ? desc : "");
+    copy_clean(p->version, sizeof p->version, version ? version : "");
     struct {
         const char *key;
         int *dst;
@@ -110,6 +175,8 @@ int bench_peer_load(const char *path, bench_peer *p) {
             }
         p->n_pts++;
     }
+    if (load_prefill(path, json_object_get(root, "prefill"), p))
+        goto done;
     rc = 0;
 done:
     json_decref(root);
@@ -127,6 +194,11 @@ int bench_peer_merge(const char *path, const bench_peer *p, bench_result *r) {
                 "this run's model (%s) has D %d, %d layers, H %d / Hkv %d, F %d, V %d\n",
                 path, p->dim, p->n_layers, p->n_heads, p->n_kv_heads, p->ffn_dim, p->n_vocab,
                 in->name, in->dim, in->n_layers, in->n_heads, in->n_kv_heads, in->ffn_dim, in->n_vocab);
+        return 1;
+    }
+    bench_peer_prefill *only = calloc(p->n_prefill ? p->n_prefill : 1, sizeof *only);
+    if (!only) {
+        fprintf(stderr, "seer bench: --peer %s: out of memory\n", path);
         return 1;
     }
     int matched = 0;
@@ -149,8 +221,33 @@ int bench_peer_merge(const char *path, const bench_peer *p, bench_result *r) {
     }
     if (!matched && r->n_pts)
         fprintf(stderr, "seer bench: --peer %s: none of its points has this run's (L, B)\n", path);
+    free(r->peer_only);
+    r->peer_only = only;
+    r->n_peer_only = 0;
+    for (int i = 0; i < r->n_prefill; i++) {
+        bench_prefill *pf = &r->prefill[i];
+        pf->peer_has = pf->peer_ok = false;
+        pf->peer_err[0] = 0;
+        pf->peer_tok_s = 0;
+    }
+    for (int k = 0; k < p->n_prefill; k++) {
+        const bench_peer_prefill *q = &p->prefill[k];
+        bool used = false;
+        for (int i = 0; i < r->n_prefill && q->B == 1; i++) {
+            bench_prefill *pf = &r->prefill[i];
+            if (pf->tokens != q->tokens)
+                continue;
+            pf->peer_has = used = true;
+            pf->peer_ok = q->ok;
+            snprintf(pf->peer_err, sizeof pf->peer_err, "%s", q->err);
+            pf->peer_tok_s = q->ok ? q->tok_s : 0;
+        }
+        if (!used)
+            r->peer_only[r->n_peer_only++] = *q;
+    }
     r->has_peer = true;
     snprintf(r->peer_label, sizeof r->peer_label, "%s", p->label);
+    snprintf(r->peer_version, sizeof r->peer_version, "%s", p->version);
     snprintf(r->peer_desc, sizeof r->peer_desc, "%s", p->desc);
     return 0;
 }

@@ -16,8 +16,9 @@
  * generator runs right before it on forks of the same sequences, so the speedup compares
  * like with like; the cost-model projection (§1 of the speculative-decoding reference) comes
  * from the measured per-phase times.
- * With --peer, another implementation's plain decode of the same shape (scripts/hf_peer.py)
- * is read from its file and shown beside seer's at the same (L, B) (bench_peer.c).
+ * With --peer, another implementation's decode and prefill of the same model
+ * (scripts/peer-llamacpp.sh for llama.cpp, scripts/hf_peer.py) is read from its file and
+ * shown beside seer's at the same (L, B) and prompt size (bench_peer.c).
  * Not for: acceptance of real models (seer generate, scripts/spec-acceptance.sh).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -44,7 +45,7 @@ static void usage(FILE *f) {
             "  --batch-list B,...       sequences decoding together (default 1)\n"
             "  --steps N                timed decode steps / generator rounds per point (default 20)\n"
             "  --warmup N               untimed steps before them (default 3)\n"
-            "  --prefill N              prompt tokens for the prefill measurement, 0 = skip (default 2048)\n"
+            "  --prefill P,...          prompt tokens of the prefill measurements, 0 = skip (default 2048)\n"
             "  --page-size N            KV page size in tokens (default 16)\n"
             "  --seed S                 weights, KV and tokens (default 1)\n"
             "speculation (timed with SYNTHETIC ACCEPTANCE, labelled in all output):\n"
@@ -59,9 +60,10 @@ static void usage(FILE *f) {
             "  --plot FILE.png          tok/s and speedup against context length (needs gnuplot)\n"
             "  --replot RUN.json        with --plot: plot the --json-out of an earlier run (e.g. one\n"
             "                           made on a machine without gnuplot) instead of measuring\n"
-            "  --peer PEER.json         another implementation's plain decode of the same shape\n"
-            "                           (scripts/hf_peer.py): its ms/step and seer's speedup over it\n"
-            "                           at the same L and B in the table, the JSON and the plot\n");
+            "  --peer PEER.json         another implementation's decode and prefill of the same model\n"
+            "                           (scripts/peer-llamacpp.sh, scripts/hf_peer.py): its ms/step and\n"
+            "                           seer's speedup over it at the same L and B, its prefill tok/s at\n"
+            "                           the same prompt sizes, in the table, the JSON and the plot\n");
 }
 
 /* Parses "a,b,c" into out (at most BENCH_MAX_LIST values in [lo, hi]). */
@@ -155,7 +157,17 @@ static int parse(int argc, char **argv, bench_opts *o) {
         case O_BATCH: if (!parse_int_list("--batch-list", optarg, 1, 4096, o->batch, &o->n_batch)) return 2; break;
         case O_STEPS: if (!cli_int("--steps", optarg, 1, 100000, &v)) return 2; o->steps = (int)v; break;
         case O_WARM: if (!cli_int("--warmup", optarg, 0, 100000, &v)) return 2; o->warmup = (int)v; break;
-        case O_PREFILL: if (!cli_int("--prefill", optarg, 0, 1 << 20, &v)) return 2; o->prefill = (int)v; break;
+        case O_PREFILL:
+            if (!parse_int_list("--prefill", optarg, 0, 1 << 20, o->prefill, &o->n_prefill))
+                return 2;
+            if (o->n_prefill == 1 && o->prefill[0] == 0)
+                o->n_prefill = 0;
+            for (int k = 0; k < o->n_prefill; k++)
+                if (o->prefill[k] == 0) {
+                    fprintf(stderr, "seer: --prefill: 0 (skip) cannot be one of several sizes\n");
+                    return 2;
+                }
+            break;
         case O_PAGE: if (!cli_int("--page-size", optarg, 1, 4096, &v)) return 2; o->page_size = (int)v; break;
         case O_SEED: if (!cli_int("--seed", optarg, 0, INT64_MAX, &v)) return 2; o->seed = (uint64_t)v; break;
         case O_SPEC: if (!parse_spec_list(optarg, o)) return 2; break;
@@ -231,8 +243,8 @@ double bench_omega(int gamma, double alpha) {
 
 /* ---- prefill ------------------------------------------------------------------------- */
 
-static void run_prefill(const bench_opts *o, seer_model *m, bench_result *r) {
-    const int P = o->prefill, chunk = P < 2048 ? P : 2048;
+static void run_prefill(const bench_opts *o, seer_model *m, const bench_result *r, bench_prefill *pf) {
+    const int P = pf->tokens, chunk = P < 2048 ? P : 2048;
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = P + 1;
     cp.n_seq_max = 1;
@@ -245,11 +257,11 @@ static void run_prefill(const bench_opts *o, seer_model *m, bench_result *r) {
     float *logits = malloc(sizeof *logits * r->info.n_vocab);
     seer_status s = SEER_OK;
     if (!tok || !pos || !seq || !want || !logits) {
-        FAIL(r->prefill_err, "out of memory");
+        FAIL(pf->err, "out of memory");
         goto done;
     }
     if ((s = seer_context_init(m, cp, &ctx)) != SEER_OK) {
-        FAIL(r->prefill_err, "context: %s", seer_last_error());
+        FAIL(pf->err, "context: %s", seer_last_error());
         goto done;
     }
     uint64_t rs = o->seed ^ 0x5EEDull;
@@ -282,20 +294,20 @@ static void run_prefill(const bench_opts *o, seer_model *m, bench_result *r) {
             t[rep] = t1 - t0;
     }
     if (s != SEER_OK) {
-        FAIL(r->prefill_err, "%s", seer_last_error());
+        FAIL(pf->err, "%s", seer_last_error());
         goto done;
     }
     qsort(t, REPS, sizeof *t, cmp_double);
     const seer_model_info *in = &r->info;
     /* The layers see every prompt token, the LM head only the last one. */
     const double head = (double)in->n_vocab * in->dim;
-    double params = r->fp.weight_elem_bytes ? (double)r->fp.weight_bytes / r->fp.weight_elem_bytes : 0;
+    const double params = (double)r->fp.weight_elems;
     double flops = 2 * (params - head) * P + 2 * head +
                    2.0 * in->n_layers * in->n_heads * in->head_dim * (double)P * P;
-    r->prefill_tokens = P;
-    r->prefill_ms = t[REPS / 2] * 1e3;
-    r->prefill_tok_s = P / t[REPS / 2];
-    r->prefill_tflops = flops / t[REPS / 2] * 1e-12;
+    pf->ok = true;
+    pf->ms = t[REPS / 2] * 1e3;
+    pf->tok_s = P / t[REPS / 2];
+    pf->tflops = flops / t[REPS / 2] * 1e-12;
 done:
     seer_context_free(ctx);
     free(tok), free(pos), free(seq), free(want), free(logits);
@@ -497,7 +509,7 @@ done:
 
 int cmd_bench(int argc, char **argv) {
     bench_opts o = {.backend = SEER_BACKEND_AUTO, .page_size = 16, .steps = 20, .warmup = 3,
-                    .prefill = 2048, .sinks = 16, .seed = 1, .alpha = 0.8,
+                    .prefill = {2048}, .n_prefill = 1, .sinks = 16, .seed = 1, .alpha = 0.8,
                     .ctx = {4096, 32768}, .n_ctx = 2, .batch = {1}, .n_batch = 1,
                     .budget = {512}, .n_budget = 1, .gamma = {4}, .n_gamma = 1};
     int rc = parse(argc, argv, &o);
@@ -512,9 +524,7 @@ int cmd_bench(int argc, char **argv) {
         memset(&rr, 0, sizeof rr);
         rc = bench_load_json(o.replot, &o, &rr) || (o.peer && bench_peer_merge(o.peer, &peer, &rr)) ||
              bench_plot(&o, &rr);
-        for (int i = 0; i < rr.n_pts; i++)
-            free(rr.pts[i].spec);
-        free(rr.pts);
+        bench_result_free(&rr);
         bench_peer_free(&peer);
         return rc;
     }
@@ -544,7 +554,9 @@ int cmd_bench(int argc, char **argv) {
     /* The peer's shape is checked against this model before anything is measured (a merge
      * into no points); its numbers are merged once every point exists. */
     bench_result shape = {.info = r.info};
-    if (o.peer && bench_peer_merge(o.peer, &peer, &shape) != 0)
+    const bool shape_bad = o.peer && bench_peer_merge(o.peer, &peer, &shape) != 0;
+    bench_result_free(&shape);
+    if (shape_bad)
         goto done;
     time_t now = time(NULL);
     struct tm tmv;
@@ -556,9 +568,13 @@ int cmd_bench(int argc, char **argv) {
     }
     fprintf(stderr, "seer bench: %s on %s, copy bandwidth %.3f TB/s\n", r.info.name, r.info.backend,
             r.bandwidth * 1e-12);
-    if (o.prefill > 0) {
-        fprintf(stderr, "seer bench: prefill of %d tokens\n", o.prefill);
-        run_prefill(&o, m, &r);
+    for (int k = 0; k < o.n_prefill; k++) {
+        bench_prefill *pf = &r.prefill[r.n_prefill++];
+        pf->tokens = o.prefill[k];
+        fprintf(stderr, "seer bench: prefill of %d tokens\n", pf->tokens);
+        run_prefill(&o, m, &r, pf);
+        if (!pf->ok)
+            fprintf(stderr, "seer bench: prefill of %d tokens: %s\n", pf->tokens, pf->err);
     }
     const int n_settings = o.n_spec * o.n_budget * o.n_gamma;
     r.pts = calloc((size_t)o.n_ctx * o.n_batch, sizeof *r.pts);
@@ -612,9 +628,7 @@ int cmd_bench(int argc, char **argv) {
             rc |= !r.pts[i].spec[k].ok;
     }
 done:
-    for (int i = 0; i < r.n_pts; i++)
-        free(r.pts[i].spec);
-    free(r.pts);
+    bench_result_free(&r);
     seer_model_free(m);
     bench_peer_free(&peer);
     return rc;

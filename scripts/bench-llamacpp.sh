@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# bench-llamacpp.sh (run as `scripts/bench-gpu.sh llama [STEP ...]`): seer against llama.cpp
+# on one GPU machine, on the same Llama-3.1-8B-shaped GGUF files (random weights written by
+# `seer gen-model`), at the same points, each tool in its own process so they never share
+# the GPU's memory. The steps, in the order given (default: setup, then every type):
+#   setup   starts the llama.cpp CUDA build in the background (scripts/peer-llamacpp.sh, from
+#           the .peer/llama.cpp.tar.xz carried with the working tree), builds seer and runs the
+#           GPU tests (scripts/gpu-check.sh), and forgets the summary of earlier calls
+#   TYPE    one of $BENCH_LLAMA_TYPES (bf16 q4_0 q8_0, and q4_k_m where gen-model writes it):
+#           writes the GGUF, runs llama.cpp on it (llama-bench B = 1 at 4K and 32K, prefill of
+#           4K and 32K prompts; for bf16 also llama-batched-bench 14 x 32K and 3 x 128K), then
+#           `seer bench -m` at the same points with --peer, and deletes the file (16 GB in bf16)
+# .peer/ (scripts/peer-llamacpp.sh stage) and .gpu/ (scripts/gpu-check.sh stage) are
+# git-ignored: carry both with the working tree to the GPU machine.
+# One call may run 10 minutes, so split the steps over consecutive calls, e.g.
+#   scripts/bench-gpu.sh llama setup bf16     then     scripts/bench-gpu.sh llama q4_0 q8_0
+# The llama.cpp build and the summary live in build-gpu/ (kept between calls); a step that
+# finds no finished llama.cpp build waits for the one under way or starts one. A type whose
+# step would not fit in the time left is skipped with a message naming the call to make.
+# Every call prints the side-by-side table of all types measured since the last setup last.
+# Under $OUT: bench-llamacpp.log (everything), llamacpp-results.jsonl (each type's peer file
+# and seer's JSON, one per line) and gpu-check.log.
+#   BENCH_DEADLINE=570        seconds this call may take
+#   BENCH_LLAMA_TYPES         the types `all` means (default: bf16 q4_0 q8_0 [q4_k_m])
+#   BENCH_TYPE_SECS=240       the least time a type's step starts with (bf16: 2x)
+# The same path runs on a CPU machine with a small shape (no GPU tests then), to check it:
+#   BENCH_LLAMA_KIND=cpu BENCH_LLAMA_SEER=build BENCH_LLAMA_SHAPE="--dim 64 ..."
+#   BENCH_LLAMA_CTX=256,512 BENCH_LLAMA_PREFILL=128 BENCH_LLAMA_BATCHED=4x256
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+out=${OUT:-$root/build-gpu/llamacpp}
+work=$root/build-gpu/llamacpp-work
+export PEER_DIR=${PEER_DIR:-$root/build-gpu/peer-llama}
+mkdir -p "$out" "$work" "$PEER_DIR"
+deadline=${BENCH_DEADLINE:-570}
+type_secs=${BENCH_TYPE_SECS:-240}
+summary=$work/summary.tsv
+results=$out/llamacpp-results.jsonl
+left() { echo $((deadline - SECONDS)); }
+command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+if [ -d "$root/.gpu/deps" ]; then
+  export PKG_CONFIG_PATH=$root/.gpu/deps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  export LD_LIBRARY_PATH=$root/.gpu/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+[ -d "$root/.gpu/shared" ] && export SEER_SHARED_DIR=${SEER_SHARED_DIR:-$root/.gpu/shared}
+
+kind=${BENCH_LLAMA_KIND:-cuda}
+bdir=${BENCH_LLAMA_SEER:-build-gpu} # seer's build folder
+# Llama-3.1-8B's shape (the synthetic preset llama-3.1-8b), for gen-model.
+# shellcheck disable=SC2206 # the flags are words
+shape=(${BENCH_LLAMA_SHAPE:---arch llama --vocab 128256 --dim 4096 --layers 32 --heads 32
+       --kv-heads 8 --ffn 14336 --ctx 131072 --rope-base 500000})
+ctx=${BENCH_LLAMA_CTX:-4096,32768} prefill=${BENCH_LLAMA_PREFILL:-4096,32768}
+batched=${BENCH_LLAMA_BATCHED:-14x32768,3x131072} # bf16 only
+at_least() { local v=$1; [ "$v" -lt "$2" ] && v=$2; echo "$v"; }
+
+default_types() {
+  local t="bf16 q4_0 q8_0"
+  [ -x "$bdir/seer" ] && "$bdir/seer" gen-model --help 2>&1 | grep -q q4_k_m && t="$t q4_k_m"
+  echo "$t"
+}
+
+# The llama.cpp CUDA build, in the background; its pid file tells a later call it is running.
+peer_build_start() {
+  local pid
+  pid=$(cat "$work/peer-build.pid" 2>/dev/null)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    echo "== llama.cpp: the CUDA build under way (pid $pid) goes on"
+    return
+  fi
+  if [ "$(cat "$PEER_DIR/build-$kind.done" 2>/dev/null)" = 0 ]; then
+    echo "== llama.cpp: the $kind build in $PEER_DIR is there"
+    return
+  fi
+  [ -f .peer/llama.cpp.tar.xz ] || { echo "== llama.cpp: no .peer/llama.cpp.tar.xz (run scripts/peer-llamacpp.sh stage first)"; return 1; }
+  rm -f "$PEER_DIR/build-$kind.done"
+  setsid scripts/peer-llamacpp.sh build "$kind" >"$work/peer-build.log" 2>&1 </dev/null &
+  echo $! >"$work/peer-build.pid"
+  echo "== llama.cpp: $kind build started in the background (log $work/peer-build.log)"
+}
+
+peer_build_wait() {
+  peer_build_start || return 1
+  local l
+  l=$(left)
+  echo "== llama.cpp: waiting for the build (at most $((l - 60))s)"
+  scripts/peer-llamacpp.sh wait-build "$kind" "$(at_least $((l - 60)) 1)"
+  local rc=$?
+  [ "$rc" -ne 0 ] && tail -n 30 "$work/peer-build.log"
+  echo "== llama.cpp: build status $rc after ${SECONDS}s"
+  return "$rc"
+}
+
+seer_build() { # incremental: a build folder kept from an earlier call may be stale
+  if [ ! -f "$bdir/CMakeCache.txt" ]; then
+    cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+      >"$work/configure.log" 2>&1 || { tail -n 30 "$work/configure.log"; return 1; }
+  fi
+  cmake --build "$bdir" -j"$(nproc)" --target seer_cli >"$work/build.log" 2>&1 ||
+    { tail -n 30 "$work/build.log"; return 1; }
+}
+
+setup() {
+  rm -f "$summary"
+  peer_build_start
+  if [ "$kind" = cuda ]; then
+    local secs
+    secs=$(at_least $(( $(left) - 60 )) 1)
+    echo "== seer: build and GPU tests (scripts/gpu-check.sh, at most ${secs}s)"
+    timeout "$secs" scripts/gpu-check.sh >"$work/gpu-check.txt" 2>&1
+    echo "gpu-check: exit $? after ${SECONDS}s"
+    sed -n '/^== ctest$/,$p' "$work/gpu-check.txt" | tail -n 40
+  fi
+  seer_build
+}
+
+# One row per point of seer's JSON: type, point, llama.cpp, seer, seer's speedup, % of floor.
+summarize() { # type, seer JSON...
+  local t=$1
+  shift
+  python3 - "$t" "$@" >>"$summary" <<'EOF'
+import json, sys
+t = sys.argv[1]
+matched, alone = set(), []  # the peer's prefill runs: beside seer's, or its own (once each)
+for path in sys.argv[2:]:
+    try:
+        r = json.load(open(path))
+    except (OSError, ValueError) as e:
+        print("%s\t%s\t-\t-\t-\t-" % (t, "no seer JSON (%s)" % path.rsplit("/", 1)[-1]))
+        continue
+    for p in r.get("points", []):
+        pl, pe = p.get("plain", {}), p.get("peer", {})
+        seer = "%.3f" % pl["ms_per_step"] if "ms_per_step" in pl else p.get("error", "-")[:24]
+        peer = "%.3f" % pe["ms_per_step"] if "ms_per_step" in pe else pe.get("error", "-")
+        ratio = "%.2fx" % pe["speedup"] if "speedup" in pe else "-"
+        floor = "%.0f%%" % (100 * pl["fraction_of_floor"]) if "fraction_of_floor" in pl else "-"
+        print("%s\tdecode B=%d L=%d (ms/step)\t%s\t%s\t%s\t%s" % (t, p["batch"], p["ctx"], peer, seer, ratio, floor))
+    for p in r.get("prefill", []):
+        pe = p.get("peer", {})
+        seer = "%.0f" % p["tok_per_s"] if "tok_per_s" in p else p.get("error", "-")[:24]
+        peer = "%.0f" % pe["tok_per_s"] if "tok_per_s" in pe else pe.get("error", "-")
+        ratio = "%.2fx" % pe["speedup"] if "speedup" in pe else "-"
+        print("%s\tprefill P=%d (tok/s)\t%s\t%s\t%s\t-" % (t, p["tokens"], peer, seer, ratio))
+        matched.add((p["tokens"], 1))
+    for q in r.get("peer", {}).get("prefill", []):
+        if (q["tokens"], q["batch"]) not in [(a["tokens"], a["batch"]) for a in alone]:
+            alone.append(q)
+for q in alone:
+    if (q["tokens"], q["batch"]) not in matched:
+        v = "%.0f" % q["tok_per_s"] if "tok_per_s" in q else q.get("error", "-")
+        print("%s\tprefill %dx%d (tok/s)\t%s\t-\t-\t-" % (t, q["batch"], q["tokens"], v))
+EOF
+}
+
+bench_type() {
+  local t=$1 need=$type_secs
+  [ "$t" = bf16 ] && need=$((2 * type_secs))
+  if [ "$(left)" -lt "$need" ]; then
+    echo "== $t: skipped, $(left)s left of the ${need}s it needs: run 'scripts/bench-gpu.sh llama $t' next"
+    printf '%s\t%s\t-\t-\t-\t-\n' "$t" "not run in this call" >>"$summary"
+    return
+  fi
+  seer_build || return 1
+  peer_build_wait || { printf '%s\t%s\t-\t-\t-\t-\n' "$t" "llama.cpp build failed" >>"$summary"; return 1; }
+  local f=$work/model-$t.gguf peer=$work/peer-$t.json
+  echo "== $t: seer gen-model ${shape[*]} --dtype $t"
+  rm -f "$work"/model-*.gguf # the disk holds one 8B file at a time
+  if ! "$bdir/seer" gen-model "${shape[@]}" --dtype "$t" -o "$f"; then
+    printf '%s\t%s\t-\t-\t-\t-\n' "$t" "gen-model failed" >>"$summary"
+    return 1
+  fi
+  ls -l "$f"
+  local bat=()
+  [ "$t" = bf16 ] && [ -n "$batched" ] && bat=(--batched "$batched")
+  echo "== $t: llama.cpp (after ${SECONDS}s)"
+  rm -f "$peer"
+  # Half the time left for llama.cpp, the rest for seer's runs at the same points.
+  timeout "$(at_least $(( ($(left) - 30) / 2 )) 10)" scripts/peer-llamacpp.sh run "$kind" -m "$f" --out "$peer" \
+    --ctx-list "$ctx" --prefill-list "$prefill" ${bat[@]+"${bat[@]}"}
+  echo "peer: exit $? after ${SECONDS}s"
+  [ -f "$peer.log" ] && grep -E '^\$ ' "$peer.log"
+  local jsons=() peer_args=()
+  [ -s "$peer" ] && peer_args=(--peer "$peer") && tr -d '\n' <"$peer" >>"$results" && echo >>"$results"
+  # seer at the same points: B = 1 with prefill; the batched points one run each (a list
+  # of both batch sizes would also measure 14 x 128K, which does not fit).
+  local runs=("--ctx-list $ctx --batch-list 1 --prefill $prefill") bl
+  if [ "$t" = bf16 ] && [ -n "$batched" ]; then
+    for bl in ${batched//,/ }; do
+      runs+=("--ctx-list ${bl#*x} --batch-list ${bl%%x*} --prefill 0")
+    done
+  fi
+  local i=0 a
+  for a in "${runs[@]}"; do
+    local j=$work/seer-$t-$i.json
+    rm -f "$j"
+    echo "== $t: seer bench -m $f --backend $kind $a --steps 20 (after ${SECONDS}s)"
+    # shellcheck disable=SC2086 # $a holds flags
+    timeout "$(at_least $(( $(left) - 30 )) 10)" "$bdir/seer" bench -m "$f" --backend "$kind" $a \
+      --steps 20 ${peer_args[@]+"${peer_args[@]}"} --json-out "$j"
+    echo "seer bench: exit $? after ${SECONDS}s"
+    [ -s "$j" ] && cat "$j" >>"$results"
+    jsons+=("$j")
+    i=$((i + 1))
+  done
+  summarize "$t" "${jsons[@]}"
+  rm -f "$f"
+}
+
+run_all() {
+  echo "== bench-gpu llama $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null), steps: $*"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  local s
+  for s in "$@"; do
+    case $s in
+      setup) setup ;;
+      all) for t in ${BENCH_LLAMA_TYPES:-$(default_types)}; do bench_type "$t"; done ;;
+      bf16 | f16 | f32 | q8_0 | q4_0 | q4_1 | q4_k_m) bench_type "$s" ;;
+      *) echo "bench-gpu llama: unknown step '$s' (setup, all, or a type: bf16 q4_0 q8_0 q4_k_m ...)" ;;
+    esac
+  done
+  echo
+  echo "== seer against llama.cpp, same GGUF, same device, one process at a time (speedup > 1: seer faster;"
+  echo "   decode: ms per step of the whole batch; floor: W as seer's backend stores it + B*L*c, over BW)"
+  if [ -s "$summary" ]; then
+    { printf 'type\tpoint\tllama.cpp\tseer\tspeedup\tof floor\n'; cat "$summary"; } |
+      awk -F'\t' '{printf "%-7s %-28s %12s %12s %8s %8s\n", $1, $2, $3, $4, $5, $6}'
+  else
+    echo "(nothing measured since the last setup)"
+  fi
+  echo "bench-gpu llama: done in ${SECONDS}s"
+}
+
+[ $# -eq 0 ] && set -- setup all
+run_all "$@" 2>&1 | tee -a "$out/bench-llamacpp.log"
+exit "${PIPESTATUS[0]}"
