@@ -127,7 +127,10 @@ typedef struct seer_context seer_context;
 typedef int32_t seer_seq_id;
 
 typedef struct {
-    int n_ctx;       /* most tokens one sequence may hold; 0 = the model's trained context */
+    int n_ctx;       /* most tokens one sequence may hold; 0 = the model's trained context,
+                      * less where the KV pool of n_seq_max such sequences would not fit in
+                      * the device's free memory. An n_ctx whose pool can never fit is
+                      * refused (SEER_ERR_OOM) before anything is allocated. */
     int n_seq_max;   /* most sequences alive at once */
     int n_batch_max; /* most tokens in one seer_decode call */
     int page_size;   /* tokens per KV page */
@@ -151,6 +154,16 @@ void seer_seq_free(seer_context *ctx, seer_seq_id seq);
 int seer_seq_len(const seer_context *ctx, seer_seq_id seq);
 /* Pages in the pool not used by any sequence. */
 int seer_kv_free_pages(const seer_context *ctx);
+
+/* The KV pool's size. The pool is reserved whole but given storage in chunks as its pages
+ * are first used, so committed bytes follow the longest the sequences have been. */
+typedef struct {
+    int n_pages;              /* capacity */
+    int n_pages_committed;    /* pages with storage */
+    uint64_t bytes_reserved;  /* storage of all n_pages */
+    uint64_t bytes_committed; /* storage in use by seer for the pool now */
+} seer_kv_memory;
+void seer_context_kv_memory(const seer_context *ctx, seer_kv_memory *out);
 
 /* A restricted attention view for a sequence (sparse self-drafts). While set, a token of
  * this sequence attends to the cached slots listed in idx plus every slot >= tail_start, and
