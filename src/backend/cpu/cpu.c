@@ -115,9 +115,9 @@ static seer_status cpu_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **
     return SEER_OK;
 }
 
-/* Commits at least 2 MiB at a time and an eighth of what is committed already, so a long
+/* Commits at least 256 KiB at a time and an eighth of what is committed already, so a long
  * context grows in few steps while a short one stays small. */
-enum { CPU_KV_CHUNK = 2 << 20 };
+enum { CPU_KV_CHUNK = 256 << 10 };
 
 static seer_status cpu_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom *g, int n_pages,
                                   int *n_committed) {
