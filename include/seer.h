@@ -100,6 +100,13 @@ void seer_model_get_info(const seer_model *model, seer_model_info *info);
 seer_status seer_tokenize(const seer_model *model, const char *text, size_t len, bool add_bos,
                           bool parse_special, int32_t *out, int cap, int *n_out);
 
+/* seer_tokenize with parse_special, except that a control token (such as "<|im_end|>") is
+ * recognised only where every byte of its text is marked in special_ok [len]: text from
+ * elsewhere (what a user typed) stays text even when it spells one. special_ok comes from
+ * seer_chat_render_marked. */
+seer_status seer_tokenize_marked(const seer_model *model, const char *text, const uint8_t *special_ok,
+                                 size_t len, bool add_bos, int32_t *out, int cap, int *n_out);
+
 /* The raw piece of one token, as bytes (byte-fallback tokens give their byte, the
  * SentencePiece space marker becomes ' '). Returns the piece length, or -1 for a bad id. */
 int seer_token_piece(const seer_model *model, int32_t token, char *buf, int cap);
@@ -427,6 +434,12 @@ const char *seer_chat_kind_name(seer_chat_kind kind);
  * does not fit (*len still says how long it is) or a role is not one of the three. */
 seer_status seer_chat_render(const seer_chat_template *t, const seer_chat_message *msgs, int n,
                              bool add_assistant, char *buf, size_t cap, size_t *len);
+/* seer_chat_render that also marks in special_ok [cap] (may be NULL) the bytes the template
+ * wrote (1) apart from those copied from message contents (0); tokenized with
+ * seer_tokenize_marked, only the template's own special tokens become special tokens. */
+seer_status seer_chat_render_marked(const seer_chat_template *t, const seer_chat_message *msgs, int n,
+                                    bool add_assistant, char *buf, uint8_t *special_ok, size_t cap,
+                                    size_t *len);
 
 /* Whether token ends a turn or a text: EOS and tokens such as <|im_end|>, <|eot_id|>,
  * <|endoftext|> (the list llama.cpp uses). */

@@ -14,6 +14,9 @@ bool cli_float(const char *flag, const char *s, double lo, double hi, double *ou
 /* Prints "seer: <what>: <status message>" to stderr. */
 void cli_error(const char *what, seer_status s);
 bool cli_backend(const char *s, seer_backend_kind *out);
+/* --ctx (0 = not given) against the model's trained context: a longer one is refused with a
+ * message unless beyond (--ctx-beyond-trained) is set, then it gets a warning. */
+bool cli_ctx_ok(long long ctx, int ctx_train, bool beyond);
 /* Seconds on a monotonic clock. */
 double cli_now_s(void);
 

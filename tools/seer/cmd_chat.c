@@ -28,7 +28,9 @@ static void usage(FILE *f) {
             "      --min-p P         (default 0.05)\n"
             "      --repeat-penalty R  (default 1 = off)\n"
             "      --seed S          random seed (default 0)\n"
-            "  -c, --ctx N           context length (default: the model's, at most 8192)\n"
+            "  -c, --ctx N           context length (default: the model's trained context, less\n"
+            "                        when memory is short); the KV cache grows as it is used\n"
+            "      --ctx-beyond-trained  allow --ctx past the trained context (with a warning)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n");
 }
@@ -38,10 +40,11 @@ typedef struct {
     long long n_predict, ctx, threads;
     seer_sampler_params sp;
     seer_backend_kind backend;
+    bool ctx_beyond;
 } chat_opts;
 
 static int parse(int argc, char **argv, chat_opts *o) {
-    enum { O_BACKEND = 256, O_TMPL, O_SYS };
+    enum { O_BACKEND = 256, O_TMPL, O_SYS, O_CTXB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},       {"threads", required_argument, 0, 't'},
@@ -51,6 +54,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         {"seed", required_argument, 0, CLI_O_SEED},   {"backend", required_argument, 0, O_BACKEND},
         {"chat-template", required_argument, 0, O_TMPL},
         {"system", required_argument, 0, O_SYS},  {"help", no_argument, 0, 'h'},
+        {"ctx-beyond-trained", no_argument, 0, O_CTXB},
         {0, 0, 0, 0}};
     int c;
     optind = 1;
@@ -63,6 +67,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
         case O_TMPL: o->tmpl = optarg; break;
         case O_SYS: o->system = optarg; break;
+        case O_CTXB: o->ctx_beyond = true; break;
         case 'h': usage(stdout); return 0;
         default: {
             const int r = cli_sampler_opt(c, optarg, &o->sp);
@@ -312,9 +317,10 @@ int cmd_chat(int argc, char **argv) {
     }
     seer_model_info info;
     seer_model_get_info(c.model, &info);
+    if (!cli_ctx_ok(o.ctx, info.ctx_train, o.ctx_beyond))
+        goto done;
     seer_context_params cp = seer_context_default_params();
-    /* A conversation rarely needs a 32K window; the default keeps the KV pool small. */
-    cp.n_ctx = o.ctx ? (int)o.ctx : (info.ctx_train < 8192 ? info.ctx_train : 8192);
+    cp.n_ctx = (int)o.ctx; /* 0: the trained context, as memory allows; the pool grows as used */
     if ((s = seer_context_init(c.model, cp, &c.ctx)) != SEER_OK) {
         cli_error("creating context", s);
         goto done;
