@@ -196,20 +196,27 @@ static void test_chat_session(void **state) {
 }
 
 /* --ctx: past the trained context only when asked (with a warning); the KV cache grows as
- * used, so a context of 16M tokens on a 1 MB model starts at once; a pool that can never fit
- * in memory is refused before any work. */
+ * used, so a context of 4M tokens on a 1 MB model commits what 13 tokens need; a pool that
+ * can never fit in memory is refused before any work. */
 static void test_ctx(void **state) {
     const char *m = tu_shared_path("models/stories260K.gguf");
     int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 8 --ctx 16777216", SEER_CLI, m);
     assert_int_equal(rc, 1);
     assert_non_null(strstr(buf, "beyond the model's trained context (512 tokens)"));
     assert_non_null(strstr(buf, "--ctx-beyond-trained"));
-    rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 8 --ctx 16777216 --ctx-beyond-trained",
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 8 --ctx 4194304 --ctx-beyond-trained",
             SEER_CLI, m);
     if (rc != 0)
         fail_msg("rc %d: %s", rc, buf);
     assert_non_null(strstr(buf, "warning"));
     assert_non_null(strstr(buf, ", there was a little girl"));
+    /* 13 tokens of 1280 bytes: one chunk committed of a 5 GiB reservation */
+    const char *kvl = strstr(buf, "seer: KV cache ");
+    assert_non_null(kvl);
+    double committed = -1, reserved = -1;
+    assert_int_equal(sscanf(kvl, "seer: KV cache %lf MiB committed of %lf MiB reserved", &committed, &reserved), 2);
+    assert_true(committed > 0 && committed <= 1.0);
+    assert_true(reserved >= 5120.0);
     rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template chatml --ctx 1024 < /dev/null", SEER_CLI, m);
     assert_int_equal(rc, 1);
     assert_non_null(strstr(buf, "--ctx-beyond-trained"));

@@ -366,6 +366,10 @@ int cmd_generate(int argc, char **argv) {
     }
     fprintf(stderr, "seer: prompt %d tokens, prefill %.1f tok/s; generated %d tokens, decode %.1f tok/s (%s)\n",
             n_prompt, pf_tps, n_gen, dec_tps, info.backend);
+    seer_kv_memory km;
+    seer_context_kv_memory(ctx, &km);
+    fprintf(stderr, "seer: KV cache %.2f MiB committed of %.2f MiB reserved (context %d tokens)\n",
+            km.bytes_committed / 1048576.0, km.bytes_reserved / 1048576.0, n_ctx);
     if (o.spec.kind != SEER_SPEC_NONE)
         fprintf(stderr, "seer: spec %s: drafted %lld, accepted %lld (%.1f%%), %.2f tokens per verification, "
                         "draft %.3f s, verify %.3f s\n",

@@ -90,8 +90,10 @@ seer_status seer_cuda_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **o
     if (bytes > tot) /* could never be committed: refused before anything is reserved */
         return seer_err(SEER_ERR_OOM, "KV cache: %d pages of %d tokens need %.1f MiB; the device has %.1f MiB",
                         g->n_pages, g->page_size, bytes / 1048576.0, tot / 1048576.0);
+    CUdevice dev;
     int vmm = 0;
-    CU_TRY(cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, c->device),
+    CU_TRY(cuDeviceGet(&dev, c->device), "cuDeviceGet");
+    CU_TRY(cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev),
            "asking for virtual memory management");
     if (!vmm)
         return seer_err(SEER_ERR_UNSUPPORTED, "CUDA: the device has no virtual memory management for a growing KV cache");
@@ -183,6 +185,8 @@ seer_status seer_cuda_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom 
     const size_t pb = page_elems(g) * sizeof(bf16);
     const size_t want = (size_t)n_pages * pb;
     if (want > pool->committed) {
+        /* The driver calls below act on the calling thread's current context. */
+        CUDA_TRY(cudaSetDevice(c->device));
         /* At least 2 MiB and an eighth of what is there: few steps, little over-commit. */
         size_t step = pool->committed / 8 > ((size_t)2 << 20) ? pool->committed / 8 : ((size_t)2 << 20);
         size_t to = pool->committed + step > want ? pool->committed + step : want;
