@@ -428,7 +428,8 @@ seer_status seer_chat_template_init(const seer_model *model, const char *name,
 const char *seer_chat_kind_name(seer_chat_kind kind);
 
 /* Renders n messages as the prompt text the model was trained on, to be tokenized with
- * parse_special and add_bos (the BOS of Llama 2/3 comes from tokenization, not the text).
+ * add_bos (the BOS of Llama 2/3 comes from tokenization, not the text) and special tokens
+ * parsed where the template wrote them (seer_chat_render_marked, seer_tokenize_marked).
  * add_assistant: end with the opening of the assistant's turn. Writes the text and a NUL to
  * buf when it fits in cap and sets *len to the text's length; SEER_ERR_INVALID_ARG when it
  * does not fit (*len still says how long it is) or a role is not one of the three. */
