@@ -105,6 +105,13 @@ void seer_model_get_info(const seer_model *model, seer_model_info *info);
 seer_status seer_tokenize(const seer_model *model, const char *text, size_t len, bool add_bos,
                           bool parse_special, int32_t *out, int cap, int *n_out);
 
+/* seer_tokenize with parse_special, except that a control token (such as "<|im_end|>") is
+ * recognised only where every byte of its text is marked in special_ok [len]: text from
+ * elsewhere (what a user typed) stays text even when it spells one. special_ok comes from
+ * seer_chat_render_marked. */
+seer_status seer_tokenize_marked(const seer_model *model, const char *text, const uint8_t *special_ok,
+                                 size_t len, bool add_bos, int32_t *out, int cap, int *n_out);
+
 /* The raw piece of one token, as bytes (byte-fallback tokens give their byte, the
  * SentencePiece space marker becomes ' '). Returns the piece length, or -1 for a bad id. */
 int seer_token_piece(const seer_model *model, int32_t token, char *buf, int cap);
@@ -132,7 +139,10 @@ typedef struct seer_context seer_context;
 typedef int32_t seer_seq_id;
 
 typedef struct {
-    int n_ctx;       /* most tokens one sequence may hold; 0 = the model's trained context */
+    int n_ctx;       /* most tokens one sequence may hold; 0 = the model's trained context,
+                      * less where the KV pool of n_seq_max such sequences would not fit in
+                      * the device's free memory. An n_ctx whose pool can never fit is
+                      * refused (SEER_ERR_OOM) before anything is allocated. */
     int n_seq_max;   /* most sequences alive at once */
     int n_batch_max; /* most tokens in one seer_decode call */
     int page_size;   /* tokens per KV page */
@@ -156,6 +166,16 @@ void seer_seq_free(seer_context *ctx, seer_seq_id seq);
 int seer_seq_len(const seer_context *ctx, seer_seq_id seq);
 /* Pages in the pool not used by any sequence. */
 int seer_kv_free_pages(const seer_context *ctx);
+
+/* The KV pool's size. The pool is reserved whole but given storage in chunks as its pages
+ * are first used, so committed bytes follow the longest the sequences have been. */
+typedef struct {
+    int n_pages;              /* capacity */
+    int n_pages_committed;    /* pages with storage */
+    uint64_t bytes_reserved;  /* storage of all n_pages */
+    uint64_t bytes_committed; /* storage in use by seer for the pool now */
+} seer_kv_memory;
+void seer_context_kv_memory(const seer_context *ctx, seer_kv_memory *out);
 
 /* A restricted attention view for a sequence (sparse self-drafts). While set, a token of
  * this sequence attends to the cached slots listed in idx plus every slot >= tail_start, and
@@ -429,12 +449,19 @@ seer_status seer_chat_template_init(const seer_model *model, const char *name,
 const char *seer_chat_kind_name(seer_chat_kind kind);
 
 /* Renders n messages as the prompt text the model was trained on, to be tokenized with
- * parse_special and add_bos (the BOS of Llama 2/3 comes from tokenization, not the text).
+ * add_bos (the BOS of Llama 2/3 comes from tokenization, not the text) and special tokens
+ * parsed where the template wrote them (seer_chat_render_marked, seer_tokenize_marked).
  * add_assistant: end with the opening of the assistant's turn. Writes the text and a NUL to
  * buf when it fits in cap and sets *len to the text's length; SEER_ERR_INVALID_ARG when it
  * does not fit (*len still says how long it is) or a role is not one of the three. */
 seer_status seer_chat_render(const seer_chat_template *t, const seer_chat_message *msgs, int n,
                              bool add_assistant, char *buf, size_t cap, size_t *len);
+/* seer_chat_render that also marks in special_ok [cap] (may be NULL) the bytes the template
+ * wrote (1) apart from those copied from message contents (0); tokenized with
+ * seer_tokenize_marked, only the template's own special tokens become special tokens. */
+seer_status seer_chat_render_marked(const seer_chat_template *t, const seer_chat_message *msgs, int n,
+                                    bool add_assistant, char *buf, uint8_t *special_ok, size_t cap,
+                                    size_t *len);
 
 /* Whether token ends a turn or a text: EOS and tokens such as <|im_end|>, <|eot_id|>,
  * <|endoftext|> (the list llama.cpp uses). */

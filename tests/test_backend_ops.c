@@ -234,9 +234,13 @@ static void test_rope_kv_store(void **state) {
         seer_kv_geom g = {.n_pages = (T + cases[k].ps - 1) / cases[k].ps + 2, .page_size = cases[k].ps,
                           .n_layers = 2, .n_kv_heads = Hkv, .head_dim = Dh};
         void *kc, *k1, *k2;
+        int nc = 0;
         ASSERT_OK(cpu->ops->kv_alloc(cpu, &g, &kc));
         ASSERT_OK(gpu->ops->kv_alloc(gpu, &g, &k1));
         ASSERT_OK(gpu->ops->kv_alloc(gpu, &g, &k2));
+        ASSERT_OK(cpu->ops->kv_reserve(cpu, kc, &g, g.n_pages, &nc));
+        ASSERT_OK(gpu->ops->kv_reserve(gpu, k1, &g, g.n_pages, &nc));
+        ASSERT_OK(gpu->ops->kv_reserve(gpu, k2, &g, g.n_pages, &nc));
         float *q = rand_array(nq, 1.f, &rng), *kk = rand_array(nk, 1.f, &rng), *v = rand_array(nk, 1.f, &rng);
         float *fr = malloc(Dh / 2 * sizeof *fr);
         for (int i = 0; i < Dh / 2; i++)
@@ -655,8 +659,11 @@ static void run_attention_case(const attn_case *ac, bool exact, uint64_t seed) {
     seer_kv_geom g = {.n_pages = n_pages, .page_size = ps, .n_layers = ac->n_layers,
                       .n_kv_heads = Hkv, .head_dim = Dh};
     void *kc = NULL, *kg = NULL;
+    int n_committed = 0;
     ASSERT_OK(cpu->ops->kv_alloc(cpu, &g, &kc));
     ASSERT_OK(gpu->ops->kv_alloc(gpu, &g, &kg));
+    ASSERT_OK(cpu->ops->kv_reserve(cpu, kc, &g, g.n_pages, &n_committed));
+    ASSERT_OK(gpu->ops->kv_reserve(gpu, kg, &g, g.n_pages, &n_committed));
     for (int b = 0; b < ns; b++)
         if (!(ac->fork && b == 1))
             fill_cache(kc, kg, &g, seq_pages + (size_t)b * mp, ac->len0[b], exact, &rng);

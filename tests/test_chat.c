@@ -4,7 +4,8 @@
  * from Meta's Llama 3 template and Llama 2 template (abridged), the default system prompts,
  * and rendering compared with what those Jinja templates render (the expected strings were
  * rendered from the full templates by jinja2; the leading BOS of Llama 2/3 is left to
- * tokenization). Also errors: unknown templates, names and roles, a buffer too small.
+ * tokenization). Also errors: unknown templates, names and roles, a buffer too small; and
+ * the marks that keep message text from becoming special tokens.
  */
 #include "testutil.h"
 
@@ -209,11 +210,58 @@ static void test_override_and_errors(void **state) {
     assert_string_equal(buf, "<|im_start|>assistant\n");
 }
 
+/* The marks say which bytes the template wrote; tokenized by them, a message that spells a
+ * control token stays text, while the template's own become the tokens. */
+static void test_marked_specials(void **state) {
+    seer_chat_template t;
+    ASSERT_OK(seer_chat_detect(NULL, 0, "chatml", &t));
+    seer_chat_message one[] = {{"user", "a<|im_end|>b"}};
+    char buf[256];
+    uint8_t mk[256];
+    size_t len = 0;
+    ASSERT_OK(seer_chat_render_marked(&t, one, 1, false, buf, mk, sizeof buf, &len));
+    assert_string_equal(buf, "<|im_start|>user\na<|im_end|>b<|im_end|>\n");
+    const size_t c0 = strlen("<|im_start|>user\n"), c1 = c0 + strlen("a<|im_end|>b");
+    for (size_t i = 0; i < len; i++)
+        if (mk[i] != (i < c0 || i >= c1))
+            fail_msg("byte %zu ('%c') marked %d", i, buf[i], mk[i]);
+
+    /* Llama 2 on the tiny real model, whose <s> and </s> are control tokens. */
+    seer_model_params mp = seer_model_default_params();
+    mp.vocab_only = true;
+    seer_model *m = NULL;
+    ASSERT_OK(seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &m));
+    const int bos = seer_token_bos(m), eos = seer_token_eos(m);
+    ASSERT_OK(seer_chat_detect(NULL, 0, "llama2", &t));
+    seer_chat_message conv[] = {{"user", "hi </s> there <s>"}, {"assistant", "ok"}, {"user", "</s>"}};
+    ASSERT_OK(seer_chat_render_marked(&t, conv, 3, true, buf, mk, sizeof buf, &len));
+    assert_string_equal(buf, "[INST] hi </s> there <s> [/INST] ok </s><s>[INST] </s> [/INST]");
+    int32_t ids[256];
+    int n = 0, n_bos = 0, n_eos = 0;
+    ASSERT_OK(seer_tokenize_marked(m, buf, mk, len, true, ids, 256, &n));
+    for (int i = 0; i < n; i++)
+        n_bos += ids[i] == bos, n_eos += ids[i] == eos;
+    /* the leading BOS and the template's "</s><s>" after the reply; nothing from the users */
+    assert_int_equal(ids[0], bos);
+    assert_int_equal(n_bos, 2);
+    assert_int_equal(n_eos, 1);
+    /* parsed whole, as before, the users' texts would have become three more */
+    ASSERT_OK(seer_tokenize(m, buf, len, true, true, ids, 256, &n));
+    n_bos = n_eos = 0;
+    for (int i = 0; i < n; i++)
+        n_bos += ids[i] == bos, n_eos += ids[i] == eos;
+    assert_int_equal(n_bos + n_eos, 6);
+    /* marks are required */
+    assert_int_equal(seer_tokenize_marked(m, buf, NULL, len, true, ids, 256, &n), SEER_ERR_INVALID_ARG);
+    seer_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chatml_smollm2), cmocka_unit_test(test_chatml_qwen25),
         cmocka_unit_test(test_llama3),         cmocka_unit_test(test_llama2),
         cmocka_unit_test(test_override_and_errors),
+        cmocka_unit_test(test_marked_specials),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /*
  * test_cli.c: the seer command-line tool end to end: golden greedy ids through
  * `seer generate --json` (with and without speculation), `seer info`, `seer gen-model`,
- * and clear failures with a non-zero exit on bad flags, files and prompts.
+ * `seer chat` driven through stdin, --ctx against the trained context and memory, and clear
+ * failures with a non-zero exit on bad flags, files and prompts.
  */
 #include "testutil.h"
 
@@ -142,12 +143,117 @@ static void test_info_and_gen_model(void **state) {
     assert_int_not_equal(rc, 0);
 }
 
+/* Counts the occurrences of needle in hay. */
+static int count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* The lines of s that are not seer's own messages (the replies), split in place. */
+static int reply_lines(char *s, char **out, int cap) {
+    int n = 0;
+    char *save = NULL;
+    for (char *l = strtok_r(s, "\n", &save); l && n < cap; l = strtok_r(NULL, "\n", &save))
+        if (strncmp(l, "seer", 4) != 0)
+            out[n++] = l;
+    return n;
+}
+
+/* `seer chat` with piped lines: a bad line is refused and the chat goes on, a full context
+ * loses its oldest turns, /quit and end of input end it with status 0. */
+static void test_chat_session(void **state) {
+    const char *m = tu_shared_path("models/stories260K.gguf");
+    const char *in = tu_tmp_path("chat_in.txt");
+    const char lines[] = "Hello there\n\xff\xfe not UTF-8\nOnce upon a time\n/quit\nnever answered\n";
+    assert_int_equal(tu_write_file(in, lines, sizeof lines - 1), 0);
+    int rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template chatml --temp 0 -n 6 < %s", SEER_CLI, m, in);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    assert_non_null(strstr(buf, "that line was not used: invalid UTF-8"));
+    /* the same session without the bad line and the lines after /quit answers the same */
+    char *first = strdup(buf), *ra[8], *rb[8];
+    const int na = reply_lines(first, ra, 8);
+    const char ok[] = "Hello there\nOnce upon a time\n";
+    assert_int_equal(tu_write_file(in, ok, sizeof ok - 1), 0);
+    rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template chatml --temp 0 -n 6 < %s", SEER_CLI, m, in);
+    assert_int_equal(rc, 0);
+    assert_int_equal(na, 2);
+    assert_int_equal(reply_lines(buf, rb, 8), 2);
+    for (int i = 0; i < 2; i++)
+        assert_string_equal(ra[i], rb[i]);
+    free(first);
+
+    /* A small context: turns are dropped with a notice; every line is answered. */
+    const char many[] = "Hello there my friend\nOnce upon a time there was\nThe little dog ran\nA big red ball\n";
+    assert_int_equal(tu_write_file(in, many, sizeof many - 1), 0);
+    rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template llama2 --temp 0 -n 20 --ctx 96 --system 'Tell a story' < %s",
+            SEER_CLI, m, in);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    assert_true(count(buf, "oldest 1 turn was dropped") >= 2);
+    /* A message longer than the context is refused; the next one is answered. */
+    char longer[2048] = "";
+    for (int i = 0; i < 100; i++)
+        strcat(longer, "word ");
+    strcat(longer, "\nhi\n");
+    assert_int_equal(tu_write_file(in, longer, strlen(longer)), 0);
+    rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template llama2 --temp 0 -n 3 --ctx 64 < %s", SEER_CLI, m, in);
+    assert_int_equal(rc, 0);
+    assert_int_equal(count(buf, "does not fit in the context"), 1);
+    /* help */
+    rc = sh(buf, sizeof buf, "%s chat --help", SEER_CLI);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(buf, "/quit"));
+    assert_non_null(strstr(buf, "Ctrl-D"));
+}
+
+/* --ctx: past the trained context only when asked (with a warning); the KV cache grows as
+ * used, so a context of 4M tokens on a 1 MB model commits what 13 tokens need; a pool that
+ * can never fit in memory is refused before any work. */
+static void test_ctx(void **state) {
+    const char *m = tu_shared_path("models/stories260K.gguf");
+    int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 8 --ctx 16777216", SEER_CLI, m);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(buf, "beyond the model's trained context (512 tokens)"));
+    assert_non_null(strstr(buf, "--ctx-beyond-trained"));
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 8 --ctx 4194304 --ctx-beyond-trained",
+            SEER_CLI, m);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    assert_non_null(strstr(buf, "warning"));
+    assert_non_null(strstr(buf, ", there was a little girl"));
+    /* 13 tokens of 1280 bytes: one chunk committed of a 5 GiB reservation */
+    const char *kvl = strstr(buf, "seer: KV cache ");
+    assert_non_null(kvl);
+    double committed = -1, reserved = -1;
+    assert_int_equal(sscanf(kvl, "seer: KV cache %lf MiB committed of %lf MiB reserved", &committed, &reserved), 2);
+    assert_true(committed > 0 && committed <= 1.0);
+    assert_true(reserved >= 5120.0);
+    rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template chatml --ctx 1024 < /dev/null", SEER_CLI, m);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(buf, "--ctx-beyond-trained"));
+    /* 64 KiB of K/V per token: 4M tokens are 256 GiB */
+    const char *big = tu_tmp_path("bigkv.gguf");
+    rc = sh(buf, sizeof buf, "%s gen-model --dim 64 --layers 2 --heads 32 --kv-heads 32 --head-dim 128 --ffn 64 -o %s",
+            SEER_CLI, big);
+    if (rc != 0)
+        fail_msg("gen-model: %s", buf);
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p hi -n 2 --ctx 4194304 --ctx-beyond-trained", SEER_CLI, big);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(buf, "needs"));
+    assert_non_null(strstr(buf, "free"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_generate_golden_json),
         cmocka_unit_test(test_generate_stream_and_stats),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_info_and_gen_model),
+        cmocka_unit_test(test_chat_session),
+        cmocka_unit_test(test_ctx),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include "testutil.h"
 
 #include "kv/kv.h"
+#include "util/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,13 +84,22 @@ static void expect_consistent(const seer_kv *kv) {
         in_free[p] = 1;
     }
     assert_int_equal(kv->n_free + used, kv->n_pages);
+    /* Never-used pages lie at the bottom of the stack in id order, and every page in use is
+     * below the high-water mark, which storage covers. */
+    assert_in_range(kv->n_fresh, 0, kv->n_free);
+    for (int i = 0; i < kv->n_fresh; i++)
+        assert_int_equal(kv->free_list[i], kv->n_pages - 1 - i);
+    for (int p = 0; p < kv->n_pages; p++)
+        if (refs[p] > 0)
+            assert_true(p < seer_kv_high_water(kv));
+    assert_true(seer_kv_high_water(kv) <= kv->n_committed);
     free(refs);
     free(in_free);
 }
 
 /* A full copy of the bookkeeping, to prove a failed call changed nothing. */
 typedef struct {
-    int n_free;
+    int n_free, n_fresh, n_committed;
     int32_t *free_list, *refcount;
     bool *alive;
     int *len, *n_pages;
@@ -100,6 +110,8 @@ static snapshot snap(const seer_kv *kv) {
     snapshot s;
     int mp = kv->max_pages_per_seq;
     s.n_free = kv->n_free;
+    s.n_fresh = kv->n_fresh;
+    s.n_committed = kv->n_committed;
     s.free_list = malloc(sizeof(int32_t) * kv->n_pages);
     s.refcount = malloc(sizeof(int32_t) * kv->n_pages);
     s.alive = malloc(sizeof(bool) * kv->n_seq_max);
@@ -123,6 +135,8 @@ static void snap_free(snapshot *s);
 static void expect_unchanged(const seer_kv *kv, snapshot *s) {
     int mp = kv->max_pages_per_seq;
     assert_int_equal(kv->n_free, s->n_free);
+    assert_int_equal(kv->n_fresh, s->n_fresh);
+    assert_int_equal(kv->n_committed, s->n_committed);
     assert_memory_equal(kv->free_list, s->free_list, sizeof(int32_t) * kv->n_pages);
     assert_memory_equal(kv->refcount, s->refcount, sizeof(int32_t) * kv->n_pages);
     for (int i = 0; i < kv->n_seq_max; i++) {
@@ -579,6 +593,73 @@ static void test_exhaustion_unchanged(void **state) {
     seer_kv_free(kv);
 }
 
+/* Storage that grows: pages are handed out in id order, freed pages are reused before new
+ * ones, the hook is asked only past the committed pages, and a failed grow changes nothing. */
+typedef struct {
+    int calls, committed, fail, chunk;
+    int asked[8];
+} grow_log;
+
+static seer_status log_grow(void *user, int n_pages, int *n_committed) {
+    grow_log *g = user;
+    if (g->calls < 8)
+        g->asked[g->calls] = n_pages;
+    g->calls++;
+    if (g->fail)
+        return seer_err(SEER_ERR_OOM, "no memory for %d pages", n_pages);
+    g->committed = n_pages + g->chunk;
+    *n_committed = g->committed;
+    return SEER_OK;
+}
+
+static void test_grow(void **state) {
+    (void)state;
+    seer_kv *kv = mk(100, 4, 3, 400);
+    grow_log g = {.chunk = 2};
+    seer_kv_set_grow(kv, log_grow, &g, 0);
+    assert_int_equal(kv->n_committed, 0);
+    int a = new_seq(kv), b = new_seq(kv);
+    append(kv, a, 5, NULL); /* pages 0, 1: one grow to 2 (+2) */
+    assert_int_equal(g.calls, 1);
+    assert_int_equal(g.asked[0], 2);
+    assert_int_equal(kv->n_committed, 4);
+    append(kv, b, 8, NULL); /* pages 2, 3: committed already */
+    assert_int_equal(g.calls, 1);
+    int32_t pa[] = {0, 1}, pb[] = {2, 3};
+    expect_table(kv, a, 5, 2, pa);
+    expect_table(kv, b, 8, 2, pb);
+    append(kv, a, 4, NULL); /* page 4: a grow to 5 */
+    assert_int_equal(g.calls, 2);
+    assert_int_equal(g.asked[1], 5);
+    assert_int_equal(seer_kv_high_water(kv), 5);
+    /* b's pages go back; the next pages reuse them without growing. */
+    seer_kv_seq_free(kv, b);
+    int c = new_seq(kv);
+    append(kv, c, 8, NULL);
+    assert_int_equal(g.calls, 2);
+    assert_int_equal(seer_kv_high_water(kv), 5);
+    /* Past them, a failing grow: nothing changes, and the message is the hook's. */
+    g.fail = 1;
+    snapshot s = snap(kv);
+    int n = 40, nc = 0;
+    seer_kv_copy cp[1];
+    assert_int_equal(seer_kv_prepare_append(kv, 1, &c, &n, cp, &nc), SEER_ERR_OOM);
+    expect_msg("no memory for 15 pages");
+    expect_unchanged(kv, &s);
+    expect_consistent(kv);
+    g.fail = 0;
+    ASSERT_OK(seer_kv_prepare_append(kv, 1, &c, &n, cp, &nc));
+    seer_kv_commit_append(kv, c, n);
+    assert_int_equal(seer_kv_high_water(kv), 15);
+    assert_int_equal(kv->n_committed, 17);
+    expect_consistent(kv);
+    /* A full pool still says so before any grow is asked for. */
+    int big = 390, calls = g.calls;
+    assert_int_equal(seer_kv_prepare_append(kv, 1, &a, &big, cp, &nc), SEER_ERR_KV_FULL);
+    assert_int_equal(g.calls, calls);
+    seer_kv_free(kv);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Randomized check against a reference model. phys simulates the backend's storage: one
  * token value per (page, row). The module's copies are performed on it and new tokens are
@@ -598,6 +679,10 @@ typedef struct {
     /* how often each interesting path ran, so the test proves it exercised them */
     int n_copies, n_full, n_context, n_uncommitted, n_forks, n_seq_full;
     int n_cowritten; /* prepares in which two listed sequences write one shared page */
+    /* storage that grows: pages [0, committed) exist; a grow sometimes fails */
+    bool grows;
+    int committed, n_grows, n_grow_fail;
+    bool grow_failed; /* the last prepare's grow failed */
 } model;
 
 static int rnd(model *m, int n) { return (int)(tu_rand_u64(&m->rng) % (uint64_t)n); }
@@ -610,8 +695,29 @@ static int rnd(model *m, int n) { return (int)(tu_rand_u64(&m->rng) % (uint64_t)
         }                                                                                   \
     } while (0)
 
+/* The backend's part of growing: storage for the pages asked for and a few more (chunks), or
+ * now and then no memory. */
+static seer_status model_grow(void *user, int n_pages, int *n_committed) {
+    model *m = user;
+    MCHECK(n_pages > m->committed && n_pages <= m->n_pages, "grow to %d pages with %d committed",
+           n_pages, m->committed);
+    if (rnd(m, 3) == 0) {
+        m->n_grow_fail++;
+        m->grow_failed = true;
+        return seer_err(SEER_ERR_OOM, "simulated: no memory for %d pages", n_pages);
+    }
+    m->n_grows++;
+    int to = n_pages + (rnd(m, 4) == 0 ? 1 + rnd(m, 2) : 0);
+    m->committed = to < m->n_pages ? to : m->n_pages;
+    *n_committed = m->committed;
+    return SEER_OK;
+}
+
 static void model_check(model *m) {
     const seer_kv *kv = m->kv;
+    if (m->grows)
+        MCHECK(kv->n_committed == m->committed, "kv says %d pages committed, storage has %d",
+               kv->n_committed, m->committed);
     for (int i = 0; i < m->n_seq; i++) {
         const seer_kv_seq *s = &kv->seqs[i];
         MCHECK(s->alive == m->ref_alive[i], "seq %d alive %d, expected %d", i, s->alive,
@@ -721,7 +827,14 @@ static void op_append(model *m) {
     int free_before = kv->n_free, nc = -1;
     seer_kv_copy copies[3];
     snapshot s = snap(kv);
+    m->grow_failed = false;
     seer_status st = seer_kv_prepare_append(kv, n, seqs, n_new, copies, &nc);
+    if (m->grow_failed) {
+        MCHECK(!dup && !over && need <= free_before, "grow asked for a refused append");
+        MCHECK(st == SEER_ERR_OOM, "append with a failed grow: status %d", st);
+        expect_unchanged(kv, &s);
+        return;
+    }
     if (dup || over || need > free_before) {
         seer_status want = dup ? SEER_ERR_INVALID_ARG : over ? SEER_ERR_CONTEXT : SEER_ERR_KV_FULL;
         MCHECK(st == want, "append: status %d, expected %d", st, want);
@@ -750,6 +863,8 @@ static void op_append(model *m) {
             int slot = q->len + j;
             MCHECK(slot / m->ps < q->n_pages, "seq %d slot %d has no page", seqs[i], slot);
             int32_t p = seer_kv_page_of(kv, seqs[i], slot);
+            MCHECK(!m->grows || p < m->committed, "seq %d writes page %d without storage (%d)",
+                   seqs[i], p, m->committed);
             MCHECK(kv->refcount[p] == 1, "seq %d writes slot %d into shared page %d", seqs[i],
                    slot, p);
             tokens[i][j] = m->next_token++;
@@ -802,7 +917,8 @@ static void op_free(model *m) {
     }
 }
 
-static void run_model(int n_pages, int ps, int n_seq, int max_len, int n_ops, uint64_t seed) {
+static void run_model(int n_pages, int ps, int n_seq, int max_len, int n_ops, uint64_t seed,
+                      bool grows) {
     model mm = {0}, *m = &mm;
     m->n_pages = n_pages;
     m->ps = ps;
@@ -810,6 +926,9 @@ static void run_model(int n_pages, int ps, int n_seq, int max_len, int n_ops, ui
     m->max_len = max_len;
     m->rng = seed;
     m->kv = mk(n_pages, ps, n_seq, max_len);
+    m->grows = grows;
+    if (grows)
+        seer_kv_set_grow(m->kv, model_grow, m, 0);
     m->phys = malloc(sizeof(int32_t) * n_pages * ps);
     m->ref = calloc((size_t)n_seq * max_len, sizeof(int32_t));
     m->ref_len = calloc((size_t)n_seq, sizeof(int));
@@ -848,6 +967,10 @@ static void run_model(int n_pages, int ps, int n_seq, int max_len, int n_ops, ui
     assert_true(m->n_uncommitted > 0);
     assert_true(m->n_forks > 0);
     assert_true(m->n_seq_full > 0);
+    if (grows) {
+        assert_true(m->n_grows > 0);
+        assert_true(m->n_grow_fail > 0);
+    }
 
     for (int i = 0; i < n_seq; i++)
         seer_kv_seq_free(m->kv, i);
@@ -861,9 +984,12 @@ static void run_model(int n_pages, int ps, int n_seq, int max_len, int n_ops, ui
 
 static void test_model_check(void **state) {
     (void)state;
-    run_model(24, 4, 6, 40, 20000, 0x5eed0001u);
-    run_model(16, 1, 5, 12, 20000, 0x5eed0002u);
-    run_model(20, 3, 8, 30, 20000, 0x5eed0003u);
+    run_model(24, 4, 6, 40, 20000, 0x5eed0001u, false);
+    run_model(16, 1, 5, 12, 20000, 0x5eed0002u, false);
+    run_model(20, 3, 8, 30, 20000, 0x5eed0003u, false);
+    /* The same with storage that grows as pages are first used, and sometimes cannot. */
+    run_model(24, 4, 6, 40, 20000, 0x5eed0004u, true);
+    run_model(20, 3, 8, 30, 20000, 0x5eed0005u, true);
 }
 
 int main(void) {
@@ -878,6 +1004,7 @@ int main(void) {
         cmocka_unit_test(test_fork_rewind_into_shared),
         cmocka_unit_test(test_free_and_reuse),
         cmocka_unit_test(test_exhaustion_unchanged),
+        cmocka_unit_test(test_grow),
         cmocka_unit_test(test_model_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -763,6 +763,107 @@ static void test_rope_llama3(void **state) {
     assert_int_equal(seer_rope_llama3(fr, 64, 8, 4, 1, 8192), SEER_ERR_FORMAT);
 }
 
+/* ---- a KV pool that grows by pages ------------------------------------------------------ */
+
+/* Prefills n tokens into seq in batches of up to 256, logits of every position into out. */
+static void prefill_all(seer_context *c, seer_seq_id seq, const int32_t *toks, int n, float *out,
+                        int V, int *commits_seen) {
+    int32_t sq[256], pos[256];
+    uint8_t want[256];
+    int last = -1;
+    for (int at = 0; at < n; at += 256) {
+        int k = n - at < 256 ? n - at : 256;
+        for (int i = 0; i < k; i++)
+            sq[i] = seq, pos[i] = at + i, want[i] = 1;
+        seer_batch b = {.n_tokens = k, .token = toks + at, .seq = sq, .pos = pos, .logits = want};
+        ASSERT_OK(seer_decode(c, &b, out + (size_t)at * V));
+        seer_kv_memory km;
+        seer_context_kv_memory(c, &km);
+        /* storage covers what is used, and never shrinks */
+        assert_true((long long)km.n_pages_committed * c->params.page_size >= at + k);
+        assert_true(km.n_pages_committed >= last);
+        if (commits_seen && km.n_pages_committed != last)
+            (*commits_seen)++;
+        last = km.n_pages_committed;
+    }
+}
+
+/* A huge context starts with no KV storage and commits what its tokens use; the outputs of
+ * a pool that grows across many chunks equal those of a pool committed whole at the start. */
+static void test_kv_grows(void **state) {
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"), 0);
+    const int V = seer_n_vocab(m);
+    seer_context *big = mkctx(m, 1 << 20, 1, 16, 0);
+    seer_kv_memory km;
+    seer_context_kv_memory(big, &km);
+    assert_int_equal(km.n_pages, (1 << 20) / 16);
+    assert_int_equal(km.n_pages_committed, 0);
+    assert_int_equal(km.bytes_committed, 0);
+    seer_seq_id q;
+    ASSERT_OK(seer_seq_new(big, &q));
+    int32_t toks[1000];
+    uint64_t rng = 11;
+    rand_tokens(toks, 1000, V, &rng);
+    float *lg = malloc(sizeof(float) * 1000 * V), *ref = malloc(sizeof(float) * 1000 * V);
+    assert_non_null(lg);
+    assert_non_null(ref);
+    prefill_all(big, q, toks, 100, lg, V, NULL);
+    seer_context_kv_memory(big, &km);
+    /* 100 tokens use 7 pages of 20 KiB; one chunk of a few hundred KiB holds them, of a
+     * 1.3 GB pool */
+    assert_true(km.n_pages_committed >= 7);
+    assert_true(km.bytes_committed <= (1u << 20));
+    assert_true(km.bytes_reserved >= 1000 * km.bytes_committed);
+    seer_context_free(big);
+
+    /* 80 KiB pages: 1000 tokens (1.2 MiB of K/V) cross several chunks */
+    int grows = 0;
+    seer_context *a = mkctx(m, 2048, 1, 64, 0), *b = mkctx(m, 2048, 1, 64, 0);
+    seer_backend *be = m->be;
+    int n_committed = 0;
+    ASSERT_OK(be->ops->kv_reserve(be, b->kv_data, &b->geom, b->geom.n_pages, &n_committed));
+    assert_int_equal(n_committed, b->geom.n_pages);
+    seer_kv_set_grow(b->kv, NULL, NULL, n_committed);
+    ASSERT_OK(seer_seq_new(a, &q));
+    prefill_all(a, q, toks, 1000, lg, V, &grows);
+    assert_true(grows >= 3);
+    ASSERT_OK(seer_seq_new(b, &q));
+    prefill_all(b, q, toks, 1000, ref, V, NULL);
+    assert_memory_equal(lg, ref, sizeof(float) * 1000 * V);
+    seer_context_free(a);
+    seer_context_free(b);
+
+    /* A pool that can never fit is refused before anything is allocated. */
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 1 << 24;
+    cp.page_size = 4096;
+    cp.n_seq_max = 4096;
+    seer_context *c = NULL;
+    assert_int_equal(seer_context_init(m, cp, &c), SEER_ERR_OOM);
+    assert_null(c);
+    assert_non_null(strstr(seer_last_error(), "free"));
+    /* The default context is the trained one, shortened to what free memory holds. */
+    seer_model_info in;
+    seer_model_get_info(m, &in);
+    cp = seer_context_default_params();
+    cp.n_seq_max = 65536;
+    uint64_t avail = 0;
+    ASSERT_OK(be->ops->kv_mem_available(be, &avail));
+    const uint64_t need = (uint64_t)in.ctx_train * 65536 * 2 * in.n_layers * in.n_kv_heads * in.head_dim * sizeof(float);
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    if (need <= avail) {
+        assert_int_equal(seer_context_n_ctx(c), in.ctx_train);
+    } else {
+        assert_true(seer_context_n_ctx(c) < in.ctx_train);
+        assert_true(seer_context_n_ctx(c) >= cp.page_size);
+        seer_context_kv_memory(c, &km);
+        assert_true(km.bytes_reserved <= avail);
+    }
+    seer_context_free(c);
+    free(lg), free(ref);
+    seer_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_stories),
@@ -774,6 +875,7 @@ int main(void) {
         cmocka_unit_test(test_errors_leave_state),
         cmocka_unit_test(test_bad_model_files),
         cmocka_unit_test(test_rope_llama3),
+        cmocka_unit_test(test_kv_grows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

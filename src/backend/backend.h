@@ -114,8 +114,18 @@ typedef struct {
                                seer_weight *out);
     void (*weight_free)(seer_backend *be, seer_weight *w);
 
-    /* KV storage: allocated per context; layout private to the backend. */
+    /* KV storage: allocated per context; layout private to the backend. kv_alloc reserves
+     * room for g->n_pages pages (address space) and gives storage to none of them;
+     * kv_reserve gives storage to pages [0, n_pages) (NaN where new), committed in chunks,
+     * and sets *n_committed to the pages that have it now (>= n_pages, <= g->n_pages). The
+     * base pointer never moves: kernels index pages from it and recorded forward calls keep
+     * it. A failed kv_reserve (SEER_ERR_OOM) leaves the storage as it was. Storage is not
+     * given back before kv_free. kv_mem_available: bytes the device could still give the KV
+     * storage (free memory now), to refuse a pool that can never fit before any work. */
     seer_status (*kv_alloc)(seer_backend *be, const seer_kv_geom *g, void **out);
+    seer_status (*kv_reserve)(seer_backend *be, void *kv, const seer_kv_geom *g, int n_pages,
+                              int *n_committed);
+    seer_status (*kv_mem_available)(seer_backend *be, uint64_t *bytes);
     void (*kv_free)(seer_backend *be, void *kv);
     seer_status (*kv_copy_pages)(seer_backend *be, void *kv, const seer_kv_geom *g,
                                  const seer_kv_copy *copies, int n);

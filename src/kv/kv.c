@@ -24,6 +24,8 @@ typedef struct {
     int32_t *saved_ref; /* [n_pages] refcount before the dry run, -1 when untouched */
     int32_t *touched;   /* [n_pages] pages whose refcount the dry run lowered */
     int32_t *table_mem; /* [n_seq_max * max_pages_per_seq] backing of every seqs[i].pages */
+    seer_kv_grow_fn grow;
+    void *grow_user;
 } kv_impl;
 
 static kv_impl *impl_of(seer_kv *kv) { return (kv_impl *)kv; }
@@ -37,6 +39,9 @@ static bool seq_ok(const seer_kv *kv, int seq) {
 static int32_t page_pop(seer_kv *kv) {
     assert(kv->n_free > 0);
     int32_t p = kv->free_list[--kv->n_free];
+    if (kv->n_fresh > kv->n_free)
+        kv->n_fresh = kv->n_free; /* p was the lowest never-used page */
+    assert(p < kv->n_committed);
     assert(kv->refcount[p] == 0);
     kv->refcount[p] = 1;
     return p;
@@ -107,6 +112,8 @@ seer_status seer_kv_init(int n_pages, int page_size, int n_seq_max, int max_len,
         im->saved_ref[i] = -1;
     }
     kv->n_free = n_pages;
+    kv->n_fresh = n_pages;
+    kv->n_committed = n_pages;
     for (int i = 0; i < n_seq_max; i++)
         kv->seqs[i].pages = im->table_mem + (size_t)i * (size_t)max_pages;
     *out = kv;
@@ -125,6 +132,13 @@ void seer_kv_free(seer_kv *kv) {
     free(im->touched);
     free(im->table_mem);
     free(im);
+}
+
+void seer_kv_set_grow(seer_kv *kv, seer_kv_grow_fn fn, void *user, int n_committed) {
+    kv_impl *im = impl_of(kv);
+    im->grow = fn;
+    im->grow_user = user;
+    kv->n_committed = fn ? (n_committed < kv->n_pages ? n_committed : kv->n_pages) : kv->n_pages;
 }
 
 bool seer_kv_seq_alive(const seer_kv *kv, int seq) { return seq_ok(kv, seq); }
@@ -316,6 +330,20 @@ seer_status seer_kv_prepare_append(seer_kv *kv, int n, const int *seqs, const in
     if (need > kv->n_free)
         return seer_err(SEER_ERR_KV_FULL, "KV cache full: need %lld pages, %d free",
                         (long long)need, kv->n_free);
+    /* Freed pages are reused first; the rest come from the never-used ones, in id order. */
+    int64_t reused = kv->n_free - kv->n_fresh;
+    int64_t mark = seer_kv_high_water(kv) + (need > reused ? need - reused : 0);
+    if (mark > kv->n_committed) {
+        int got = 0;
+        assert(im->grow);
+        if (!im->grow)
+            return seer_err(SEER_ERR_INTERNAL, "kv: pages past %d have no storage", kv->n_committed);
+        SEER_TRY(im->grow(im->grow_user, (int)mark, &got));
+        if (got < mark)
+            return seer_err(SEER_ERR_INTERNAL, "kv: storage grew to %d pages, %lld needed", got,
+                            (long long)mark);
+        kv->n_committed = got < kv->n_pages ? got : kv->n_pages;
+    }
 
     int nc = 0;
     for (int i = 0; i < n; i++)

@@ -5,6 +5,12 @@
  * This file knows nothing of where the K/V numbers live: the backend owns the storage
  * ([n_pages][n_layers][2][page_size][Hkv*Dh]) and performs the page copies this module
  * asks for. Slot s of a sequence lives in page pages[s / page_size] at row s % page_size.
+ *
+ * Storage grows by pages: pages never handed out are handed out in id order (a page freed
+ * goes back on top of the free stack, above the never-used ones), so the pages in use always
+ * lie below a high-water mark, and the backend only needs storage for [0, mark). Before a
+ * prepare hands out a page at or past n_committed it asks the grow hook for more; a grow that
+ * fails fails the prepare with nothing changed.
  */
 #ifndef SEER_KV_H
 #define SEER_KV_H
@@ -24,8 +30,15 @@ typedef struct {
     int32_t *pages; /* [max_pages_per_seq] physical page ids */
 } seer_kv_seq;
 
+/* Makes storage for pages [0, n_pages) exist; sets *n_committed to the pages with storage
+ * now (>= n_pages, chunk-rounded, at most the pool). On failure (SEER_ERR_OOM) nothing of
+ * the storage that exists changes. */
+typedef seer_status (*seer_kv_grow_fn)(void *user, int n_pages, int *n_committed);
+
 typedef struct {
-    int n_pages;          /* pages in the pool */
+    int n_pages;          /* pages in the pool (its capacity) */
+    int n_committed;      /* pages [0, n_committed) have storage (all of them without a hook) */
+    int n_fresh;          /* free_list[0, n_fresh): the never-used pages, highest id first */
     int page_size;        /* tokens per page */
     int n_seq_max;
     int max_len;          /* most tokens per sequence */
@@ -38,6 +51,10 @@ typedef struct {
 
 seer_status seer_kv_init(int n_pages, int page_size, int n_seq_max, int max_len, seer_kv **out);
 void seer_kv_free(seer_kv *kv);
+/* Installs the hook that grows storage; n_committed: the pages with storage already. */
+void seer_kv_set_grow(seer_kv *kv, seer_kv_grow_fn fn, void *user, int n_committed);
+/* Pages ever handed out: every page in use is below this mark. */
+static inline int seer_kv_high_water(const seer_kv *kv) { return kv->n_pages - kv->n_fresh; }
 
 /* A new empty sequence (lowest free id). SEER_ERR_INVALID_ARG if all n_seq_max are alive. */
 seer_status seer_kv_seq_new(seer_kv *kv, int *out);
@@ -55,7 +72,8 @@ bool seer_kv_seq_alive(const seer_kv *kv, int seq);
  * refcount is > 1, gives the sequence a private copy (copy-on-write), recording the copies
  * the backend must perform, in order, in copies (capacity: n entries suffice, since only a
  * sequence's partially filled last page can be shared and written). Lengths do not change.
- * All or nothing: on SEER_ERR_KV_FULL or SEER_ERR_CONTEXT nothing changes. */
+ * All or nothing: on SEER_ERR_KV_FULL, SEER_ERR_CONTEXT or a failed grow (SEER_ERR_OOM)
+ * nothing changes. */
 seer_status seer_kv_prepare_append(seer_kv *kv, int n, const int *seqs, const int *n_new,
                                    seer_kv_copy *copies, int *n_copies);
 /* After a successful forward: len += n_new. */

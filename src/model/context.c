@@ -42,6 +42,62 @@ static seer_status alloc_scratch(seer_backend *be, const seer_model_info *in, in
     return SEER_OK;
 }
 
+/* Bytes of one KV page as the backend stores it. */
+static uint64_t page_bytes(const seer_model *m, int page_size) {
+    const seer_model_info *in = &m->info;
+    const int eb = m->be->ops->kv_elem_bytes ? m->be->ops->kv_elem_bytes : (int)sizeof(float);
+    return 2ull * in->n_layers * in->n_kv_heads * in->head_dim * (uint64_t)page_size * (uint64_t)eb;
+}
+
+/* The default n_ctx: the trained context, shortened to what the free memory holds for
+ * n_seq_max sequences (a model trained at 1M tokens must still open on a small device). */
+static seer_status fit_default_ctx(const seer_model *m, seer_context_params *p) {
+    uint64_t avail = 0;
+    if (!m->be->ops->kv_mem_available || m->be->ops->kv_mem_available(m->be, &avail) != SEER_OK)
+        return SEER_OK; /* unknown: the allocation itself will say */
+    const uint64_t pb = page_bytes(m, p->page_size);
+    const uint64_t pages_per_seq = avail / pb / (uint64_t)p->n_seq_max;
+    const long long want = ((long long)p->n_ctx + p->page_size - 1) / p->page_size;
+    if ((long long)pages_per_seq >= want)
+        return SEER_OK;
+    if (pages_per_seq == 0)
+        return seer_err(SEER_ERR_OOM, "%d sequences of one KV page (%.1f MiB each) do not fit in %.1f MiB of free memory",
+                        p->n_seq_max, pb / 1048576.0, avail / 1048576.0);
+    p->n_ctx = (int)pages_per_seq * p->page_size;
+    return SEER_OK;
+}
+
+/* Refuses a pool whose storage could never fit before anything is allocated: the pool only
+ * commits what it uses, but a context that fails a thousand tokens in is worse than one
+ * refused at once. */
+static seer_status check_pool_fits(const seer_model *m, const seer_context_params *p) {
+    uint64_t avail = 0;
+    if (!m->be->ops->kv_mem_available || m->be->ops->kv_mem_available(m->be, &avail) != SEER_OK)
+        return SEER_OK;
+    const uint64_t need = page_bytes(m, p->page_size) * (uint64_t)p->n_pages;
+    if (need > avail)
+        return seer_err(SEER_ERR_OOM,
+                        "a KV cache of %d tokens x %d sequences needs %.1f MiB; %.1f MiB of memory is "
+                        "free (use a smaller context)",
+                        p->n_ctx, p->n_seq_max, need / 1048576.0, avail / 1048576.0);
+    return SEER_OK;
+}
+
+/* The KV layer's grow hook: the backend commits storage for the pages about to be used. */
+static seer_status grow_kv(void *user, int n_pages, int *n_committed) {
+    seer_context *c = user;
+    seer_backend *be = c->model->be;
+    return be->ops->kv_reserve(be, c->kv_data, &c->geom, n_pages, n_committed);
+}
+
+void seer_context_kv_memory(const seer_context *c, seer_kv_memory *out) {
+    const uint64_t pb = page_bytes(c->model, c->params.page_size);
+    out->n_pages = c->kv->n_pages;
+    out->n_pages_committed = c->kv->n_committed;
+    out->bytes_reserved = pb * (uint64_t)c->kv->n_pages;
+    out->bytes_committed = pb * (uint64_t)c->kv->n_committed;
+}
+
 void seer_context_free(seer_context *c) {
     if (!c)
         return;
@@ -66,7 +122,8 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
     *out = NULL;
     if (!m->be)
         return seer_err(SEER_ERR_INVALID_ARG, "the model was loaded with vocab_only: no weights");
-    if (p.n_ctx == 0)
+    const bool n_ctx_default = p.n_ctx == 0;
+    if (n_ctx_default)
         p.n_ctx = m->info.ctx_train;
     if (p.n_ctx < 1 || p.n_ctx > (1 << 24))
         return seer_err(SEER_ERR_INVALID_ARG, "n_ctx %d is out of range [1, %d]", p.n_ctx, 1 << 24);
@@ -76,6 +133,8 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
         return seer_err(SEER_ERR_INVALID_ARG, "n_batch_max %d is out of range [1, 65536]", p.n_batch_max);
     if (p.page_size < 1 || p.page_size > 4096)
         return seer_err(SEER_ERR_INVALID_ARG, "page_size %d is out of range [1, 4096]", p.page_size);
+    if (n_ctx_default && p.n_pages == 0)
+        SEER_TRY(fit_default_ctx(m, &p));
     long long pages_per_seq = (p.n_ctx + p.page_size - 1) / p.page_size;
     if (p.n_pages == 0) {
         long long need = pages_per_seq * p.n_seq_max;
@@ -86,6 +145,8 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
     }
     if (p.n_pages < 1 || p.n_pages > (1 << 24))
         return seer_err(SEER_ERR_INVALID_ARG, "n_pages %d is out of range [1, %d]", p.n_pages, 1 << 24);
+
+    SEER_TRY(check_pool_fits(m, &p));
 
     seer_context *c = calloc(1, sizeof *c);
     if (!c)
@@ -99,6 +160,8 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
     seer_status s = seer_kv_init(p.n_pages, p.page_size, p.n_seq_max, p.n_ctx, &c->kv);
     if (s == SEER_OK)
         s = m->be->ops->kv_alloc(m->be, &c->geom, &c->kv_data);
+    if (s == SEER_OK)
+        seer_kv_set_grow(c->kv, grow_kv, c, 0);
     if (s == SEER_OK)
         s = alloc_scratch(m->be, in, p.n_batch_max, &c->s);
     if (s == SEER_OK) {

@@ -387,6 +387,11 @@ seer_status seer_tokenize(const seer_model *m, const char *text, size_t len, boo
     return seer_vocab_encode(m->vocab, text, len, add_bos, parse_special, out, cap, n_out);
 }
 
+seer_status seer_tokenize_marked(const seer_model *m, const char *text, const uint8_t *special_ok,
+                                 size_t len, bool add_bos, int32_t *out, int cap, int *n_out) {
+    return seer_vocab_encode_marked(m->vocab, text, special_ok, len, add_bos, out, cap, n_out);
+}
+
 int seer_token_piece(const seer_model *m, int32_t token, char *buf, int cap) {
     return seer_vocab_piece(m->vocab, token, buf, cap);
 }

@@ -131,13 +131,25 @@ bool seer_token_is_eog(const seer_model *model, int32_t token) {
 
 typedef struct {
     char *buf;
+    uint8_t *mark; /* [cap] 1: the template's text, 0: a message's; NULL: not kept */
     size_t cap, len;
+    bool content;  /* what is put now comes from a message */
 } out_buf;
 
 static void put_n(out_buf *o, const char *s, size_t n) {
-    if (o->len + n < o->cap)
+    if (o->len + n < o->cap) {
         memcpy(o->buf + o->len, s, n);
+        if (o->mark)
+            memset(o->mark + o->len, !o->content, n);
+    }
     o->len += n;
+}
+
+/* Text from a message (or the default system prompt), never parsed for special tokens. */
+static void put_content(out_buf *o, const char *s) {
+    o->content = true;
+    put_n(o, s, strlen(s));
+    o->content = false;
 }
 
 static void put(out_buf *o, const char *s) { put_n(o, s, strlen(s)); }
@@ -153,21 +165,23 @@ static void put_trimmed(out_buf *o, const char *s) {
         a++;
     while (n > a && is_space(s[n - 1]))
         n--;
+    o->content = true;
     put_n(o, s + a, n - a);
+    o->content = false;
 }
 
 static void render_chatml(const seer_chat_template *t, const seer_chat_message *m, int n,
                           bool add_assistant, out_buf *o) {
     if (t->default_system[0] && (n == 0 || strcmp(m[0].role, "system") != 0)) {
         put(o, "<|im_start|>system\n");
-        put(o, t->default_system);
+        put_content(o, t->default_system);
         put(o, "<|im_end|>\n");
     }
     for (int i = 0; i < n; i++) {
         put(o, "<|im_start|>");
         put(o, m[i].role);
         put(o, "\n");
-        put(o, m[i].content);
+        put_content(o, m[i].content);
         put(o, "<|im_end|>\n");
     }
     if (add_assistant)
@@ -206,9 +220,11 @@ static void render_llama2(const seer_chat_message *m, int n, out_buf *o) {
                 while (len > 0 && is_space(u[len - 1]))
                     len--;
                 put(o, "<<SYS>>\n");
-                put(o, sys);
+                put_content(o, sys);
                 put(o, "\n<</SYS>>\n\n");
+                o->content = true;
                 put_n(o, u, len);
+                o->content = false;
             } else {
                 put_trimmed(o, m[i].content);
             }
@@ -223,6 +239,12 @@ static void render_llama2(const seer_chat_message *m, int n, out_buf *o) {
 
 seer_status seer_chat_render(const seer_chat_template *t, const seer_chat_message *msgs, int n,
                              bool add_assistant, char *buf, size_t cap, size_t *len) {
+    return seer_chat_render_marked(t, msgs, n, add_assistant, buf, NULL, cap, len);
+}
+
+seer_status seer_chat_render_marked(const seer_chat_template *t, const seer_chat_message *msgs, int n,
+                                    bool add_assistant, char *buf, uint8_t *special_ok, size_t cap,
+                                    size_t *len) {
     if (!t || !len || n < 0 || (n > 0 && !msgs) || (cap > 0 && !buf))
         return seer_err(SEER_ERR_INVALID_ARG, "seer_chat_render: bad arguments");
     for (int i = 0; i < n; i++) {
@@ -232,7 +254,7 @@ seer_status seer_chat_render(const seer_chat_template *t, const seer_chat_messag
             return seer_err(SEER_ERR_INVALID_ARG,
                             "chat message %d: role must be system, user or assistant", i);
     }
-    out_buf o = {buf, cap, 0};
+    out_buf o = {buf, special_ok, cap, 0, false};
     switch (t->kind) {
     case SEER_CHAT_CHATML:
         render_chatml(t, msgs, n, add_assistant, &o);

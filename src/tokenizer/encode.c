@@ -41,9 +41,10 @@ static int cmp_match(const void *a, const void *b) {
 /* Finds the special tokens in the text the way llama.cpp partitions it: each special token,
  * longest first, claims its non-overlapping occurrences (left to right) in the parts no
  * longer token has claimed. with_control: control tokens take part (user-defined ones
- * always do). Returns the matches sorted by position in *out. */
+ * always do), only where every byte is marked in special_ok when that is given. Returns the
+ * matches sorted by position in *out. */
 static seer_status find_specials(const seer_vocab *v, const char *s, size_t n, bool with_control,
-                                 special_match **out, size_t *n_out) {
+                                 const uint8_t *special_ok, special_match **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
     uint8_t *claimed = calloc(n, 1);
@@ -53,7 +54,8 @@ static seer_status find_specials(const seer_vocab *v, const char *s, size_t n, b
         return seer_err(SEER_ERR_OOM, "out of memory encoding %zu bytes", n);
     for (int k = 0; k < seer_vocab_n_special(v); k++) {
         int32_t id = seer_vocab_special(v, k);
-        if (!with_control && seer_vocab_type(v, id) == SEER_TOKEN_CONTROL)
+        const bool control = seer_vocab_type(v, id) == SEER_TOKEN_CONTROL;
+        if (!with_control && control)
             continue;
         const char *t = seer_vocab_text(v, id);
         size_t L = (size_t)seer_vocab_text_len(v, id);
@@ -65,7 +67,7 @@ static seer_status find_specials(const seer_vocab *v, const char *s, size_t n, b
             size_t at = (size_t)(p - s);
             bool ok = memcmp(p, t, L) == 0;
             for (size_t j = 0; ok && j < L; j++)
-                ok = !claimed[at + j];
+                ok = !claimed[at + j] && (!control || !special_ok || special_ok[at + j]);
             if (!ok) {
                 i = at + 1;
                 continue;
@@ -104,7 +106,7 @@ static seer_status encode_plain(const seer_vocab *v, const char *s, size_t n, bo
 }
 
 static seer_status encode_all(const seer_vocab *v, const char *text, size_t len, bool add_bos,
-                              bool parse_special, seer_id_vec *ids) {
+                              bool parse_special, const uint8_t *special_ok, seer_id_vec *ids) {
     bool bpe = seer_vocab_kind_of(v) == SEER_VOCAB_BPE;
     /* BPE files say whether their model wants BOS (Qwen2 and SmolLM2 do not); SentencePiece
      * models always had one, and the caller decides. */
@@ -122,7 +124,7 @@ static seer_status encode_all(const seer_vocab *v, const char *text, size_t len,
         return encode_plain(v, text, len, prefix, ids);
     special_match *mv;
     size_t nm;
-    SEER_TRY(find_specials(v, text, len, parse_special, &mv, &nm));
+    SEER_TRY(find_specials(v, text, len, parse_special, special_ok, &mv, &nm));
     seer_status st = SEER_OK;
     size_t at = 0;
     for (size_t k = 0; k <= nm && st == SEER_OK; k++) {
@@ -138,8 +140,9 @@ static seer_status encode_all(const seer_vocab *v, const char *text, size_t len,
     return st;
 }
 
-seer_status seer_vocab_encode(const seer_vocab *v, const char *text, size_t len, bool add_bos,
-                              bool parse_special, int32_t *out, int cap, int *n_out) {
+static seer_status encode(const seer_vocab *v, const char *text, size_t len, bool add_bos,
+                          bool parse_special, const uint8_t *special_ok, int32_t *out, int cap,
+                          int *n_out) {
     if (!v || !n_out || cap < 0 || (!text && len > 0) || (!out && cap > 0))
         return seer_err(SEER_ERR_INVALID_ARG, "seer_tokenize: bad arguments");
     if (len > MAX_TEXT_BYTES)
@@ -148,7 +151,7 @@ seer_status seer_vocab_encode(const seer_vocab *v, const char *text, size_t len,
     if (!seer_utf8_valid(text, len, &bad))
         return seer_err(SEER_ERR_FORMAT, "invalid UTF-8 at byte offset %zu", bad);
     seer_id_vec ids = {0};
-    seer_status st = encode_all(v, text, len, add_bos, parse_special, &ids);
+    seer_status st = encode_all(v, text, len, add_bos, parse_special, special_ok, &ids);
     if (st == SEER_OK && ids.n > (size_t)INT_MAX)
         st = seer_err(SEER_ERR_INVALID_ARG, "text needs more than INT_MAX tokens");
     if (st == SEER_OK) {
@@ -162,4 +165,16 @@ seer_status seer_vocab_encode(const seer_vocab *v, const char *text, size_t len,
     }
     free(ids.ids);
     return st;
+}
+
+seer_status seer_vocab_encode(const seer_vocab *v, const char *text, size_t len, bool add_bos,
+                              bool parse_special, int32_t *out, int cap, int *n_out) {
+    return encode(v, text, len, add_bos, parse_special, NULL, out, cap, n_out);
+}
+
+seer_status seer_vocab_encode_marked(const seer_vocab *v, const char *text, const uint8_t *special_ok,
+                                     size_t len, bool add_bos, int32_t *out, int cap, int *n_out) {
+    if (!special_ok && len > 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "seer_tokenize_marked: no marks");
+    return encode(v, text, len, add_bos, true, special_ok, out, cap, n_out);
 }

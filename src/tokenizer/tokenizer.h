@@ -51,6 +51,10 @@ int seer_vocab_type(const seer_vocab *v, int32_t id);
  * parse_special, control tokens only with it. */
 seer_status seer_vocab_encode(const seer_vocab *v, const char *text, size_t len, bool add_bos,
                               bool parse_special, int32_t *out, int cap, int *n_out);
+/* seer_vocab_encode with parse_special, where a control token is recognised only where every
+ * byte of its text is marked in special_ok [len] (seer_tokenize_marked in seer.h). */
+seer_status seer_vocab_encode_marked(const seer_vocab *v, const char *text, const uint8_t *special_ok,
+                                     size_t len, bool add_bos, int32_t *out, int cap, int *n_out);
 /* Same contract as seer_token_piece in seer.h. */
 int seer_vocab_piece(const seer_vocab *v, int32_t id, char *buf, int cap);
 

@@ -16,6 +16,9 @@ void cli_error(const char *what, seer_status s);
 bool cli_backend(const char *s, seer_backend_kind *out);
 /* --weights: stored (as the file has them), bf16 (CUDA) or f32 (CPU) dequantised at load. */
 bool cli_weights(const char *s, seer_weights_kind *out);
+/* --ctx (0 = not given) against the model's trained context: a longer one is refused with a
+ * message unless beyond (--ctx-beyond-trained) is set, then it gets a warning. */
+bool cli_ctx_ok(long long ctx, int ctx_train, bool beyond);
 /* Seconds on a monotonic clock. */
 double cli_now_s(void);
 

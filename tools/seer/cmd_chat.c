@@ -5,8 +5,11 @@
  * model's chat template and prefills only the text beyond what the cache already holds
  * (the previous prompt plus the reply as generated). When the template renders the reply
  * differently from how it was generated (Llama 3 trims it), the cache is rewound to the end
- * of the previous prompt and the reply is prefilled as the template writes it. End of input
- * ends the program (status 0).
+ * of the previous prompt and the reply is prefilled as the template writes it. Only the
+ * template's own special tokens are parsed as such: a user who types "<|im_end|>" sends
+ * text. A line that is not valid UTF-8 is refused with a message; a conversation that
+ * outgrows the context loses its oldest turns (the system message stays) and is prefilled
+ * again. /quit or end of input ends the program (status 0).
  */
 #include "cli.h"
 
@@ -18,7 +21,10 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: seer chat -m MODEL.gguf [options]   (one message per line on stdin)\n"
+            "usage: seer chat -m MODEL.gguf [options]\n"
+            "One message per line on stdin; /quit or end of input (Ctrl-D) ends the chat. When\n"
+            "the conversation outgrows the context, its oldest turns are dropped (the system\n"
+            "message stays).\n"
             "      --chat-template NAME  chatml, llama3 or llama2 (default: from the model)\n"
             "      --system TEXT     a system message to start the conversation with\n"
             "  -n, --n-predict N     most tokens per reply (default: until the end of the turn)\n"
@@ -28,7 +34,9 @@ static void usage(FILE *f) {
             "      --min-p P         (default 0.05)\n"
             "      --repeat-penalty R  (default 1 = off)\n"
             "      --seed S          random seed (default 0)\n"
-            "  -c, --ctx N           context length (default: the model's, at most 8192)\n"
+            "  -c, --ctx N           context length (default: the model's trained context, less\n"
+            "                        when memory is short); the KV cache grows as it is used\n"
+            "      --ctx-beyond-trained  allow --ctx past the trained context (with a warning)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n");
 }
@@ -38,10 +46,11 @@ typedef struct {
     long long n_predict, ctx, threads;
     seer_sampler_params sp;
     seer_backend_kind backend;
+    bool ctx_beyond;
 } chat_opts;
 
 static int parse(int argc, char **argv, chat_opts *o) {
-    enum { O_BACKEND = 256, O_TMPL, O_SYS };
+    enum { O_BACKEND = 256, O_TMPL, O_SYS, O_CTXB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},       {"threads", required_argument, 0, 't'},
@@ -51,6 +60,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         {"seed", required_argument, 0, CLI_O_SEED},   {"backend", required_argument, 0, O_BACKEND},
         {"chat-template", required_argument, 0, O_TMPL},
         {"system", required_argument, 0, O_SYS},  {"help", no_argument, 0, 'h'},
+        {"ctx-beyond-trained", no_argument, 0, O_CTXB},
         {0, 0, 0, 0}};
     int c;
     optind = 1;
@@ -63,6 +73,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
         case O_TMPL: o->tmpl = optarg; break;
         case O_SYS: o->system = optarg; break;
+        case O_CTXB: o->ctx_beyond = true; break;
         case 'h': usage(stdout); return 0;
         default: {
             const int r = cli_sampler_opt(c, optarg, &o->sp);
@@ -168,64 +179,123 @@ static bool msg_add(msg_list *l, const char *role, const char *content, size_t l
     return true;
 }
 
-static char *render(const seer_chat_template *t, const msg_list *l, size_t *len) {
+/* The conversation as the template writes it, with the marks of seer_chat_render_marked. */
+static char *render(const seer_chat_template *t, const msg_list *l, size_t *len, uint8_t **mark) {
     size_t need = 0;
+    *mark = NULL;
     seer_chat_render(t, l->m, l->n, true, NULL, 0, &need);
     char *buf = malloc(need + 1);
-    if (buf && seer_chat_render(t, l->m, l->n, true, buf, need + 1, len) != SEER_OK) {
+    uint8_t *mk = malloc(need + 1);
+    if (!buf || !mk || seer_chat_render_marked(t, l->m, l->n, true, buf, mk, need + 1, len) != SEER_OK) {
         free(buf);
+        free(mk);
         return NULL;
     }
+    *mark = mk;
     return buf;
+}
+
+static void msg_remove(msg_list *l, int i) {
+    free((char *)l->m[i].content);
+    memmove(l->m + i, l->m + i + 1, sizeof *l->m * (size_t)(l->n - i - 1));
+    l->n--;
+}
+
+/* Drops the oldest turn (a user message and the reply to it), keeping the system message and
+ * the last message; false when nothing but those is left. */
+static bool drop_oldest_turn(msg_list *l) {
+    int i = l->n > 0 && !strcmp(l->m[0].role, "system") ? 1 : 0;
+    if (l->n - i < 2)
+        return false;
+    msg_remove(l, i);
+    if (i < l->n - 1 && !strcmp(l->m[i].role, "assistant"))
+        msg_remove(l, i);
+    return true;
+}
+
+/* Empties the cache: the next prefill starts from the beginning of the conversation. */
+static seer_status restart(chat_state *c, str *cached, str *mark, int *mark_past) {
+    cached->n = 0;
+    mark->n = 0;
+    *mark_past = 0;
+    c->n_past = 0;
+    return seer_seq_rewind(c->ctx, c->seq, 0);
 }
 
 /* One turn: prefill the new text of the conversation, then generate and print the reply.
  * cached holds the text whose tokens are in the cache; mark/mark_past the prompt text and
- * cache length at the end of the previous turn's prompt. */
+ * cache length at the end of the previous turn's prompt. Returns 0 when the turn ran, 1 on
+ * an error that ends the session, 2 when the last message was refused (too long for the
+ * context; it is removed, the session goes on). When the conversation outgrows the context,
+ * its oldest turns are dropped (the system message stays) and what remains is prefilled
+ * again. */
 static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, msg_list *msgs,
                 seer_sampler *smp, str *cached, str *mark, int *mark_past) {
-    size_t flen;
-    char *full = render(t, msgs, &flen);
-    if (!full) {
-        cli_error("chat template", SEER_ERR_OOM);
-        return 1;
-    }
-    size_t from;
-    if (starts_with(full, flen, cached)) {
-        from = cached->n;
-    } else if (starts_with(full, flen, mark)) {
-        /* The template wrote the last reply differently from how it was generated. */
-        from = mark->n;
-    } else {
-        from = 0;
-    }
-    int rc = 1, n = 0;
+    int rc = 1, n = 0, dropped = 0;
     int32_t *ids = NULL;
+    char *full = NULL;
+    uint8_t *fmark = NULL;
+    size_t flen = 0;
     seer_status s = SEER_OK;
-    if (from != cached->n) {
-        int keep = from ? *mark_past : 0;
-        if ((s = seer_seq_rewind(c->ctx, c->seq, keep)) != SEER_OK) {
+    for (;;) {
+        free(full);
+        free(fmark);
+        free(ids);
+        ids = NULL;
+        full = render(t, msgs, &flen, &fmark);
+        if (!full) {
+            cli_error("chat template", SEER_ERR_OOM);
+            goto done;
+        }
+        size_t from;
+        if (starts_with(full, flen, cached)) {
+            from = cached->n;
+        } else if (starts_with(full, flen, mark)) {
+            /* The template wrote the last reply differently from how it was generated. */
+            from = mark->n;
+        } else {
+            from = 0;
+        }
+        if (from != cached->n) {
+            int keep = from ? *mark_past : 0;
+            if ((s = seer_seq_rewind(c->ctx, c->seq, keep)) != SEER_OK) {
+                cli_error("rewinding the cache", s);
+                goto done;
+            }
+            c->n_past = keep;
+            cached->n = from; /* the cache holds the text up to from (mark is a prefix of cached) */
+        }
+        s = seer_tokenize_marked(c->model, full + from, fmark + from, flen - from, c->n_past == 0,
+                                 NULL, 0, &n);
+        if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
+            cli_error("tokenizing", s);
+            goto done;
+        }
+        ids = malloc(sizeof *ids * (size_t)(n + 1));
+        if (!ids || (s = seer_tokenize_marked(c->model, full + from, fmark + from, flen - from,
+                                              c->n_past == 0, ids, n, &n)) != SEER_OK) {
+            cli_error("tokenizing", ids ? s : SEER_ERR_OOM);
+            goto done;
+        }
+        if (c->n_past + n < c->n_ctx)
+            break;
+        /* Room for the prompt and at least one token of the reply is missing. */
+        if (!drop_oldest_turn(msgs)) {
+            fprintf(stderr, "seer chat: that message does not fit in the context (%d tokens; use --ctx); "
+                            "it is dropped\n", c->n_ctx);
+            msg_remove(msgs, msgs->n - 1);
+            rc = restart(c, cached, mark, mark_past) == SEER_OK ? 2 : 1;
+            goto done;
+        }
+        dropped++;
+        if ((s = restart(c, cached, mark, mark_past)) != SEER_OK) {
             cli_error("rewinding the cache", s);
             goto done;
         }
-        c->n_past = keep;
     }
-    s = seer_tokenize(c->model, full + from, flen - from, c->n_past == 0, true, NULL, 0, &n);
-    if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
-        cli_error("tokenizing", s);
-        goto done;
-    }
-    ids = malloc(sizeof *ids * (size_t)(n + 1));
-    if (!ids || (s = seer_tokenize(c->model, full + from, flen - from, c->n_past == 0, true, ids,
-                                   n, &n)) != SEER_OK) {
-        cli_error("tokenizing", ids ? s : SEER_ERR_OOM);
-        goto done;
-    }
-    if (c->n_past + n >= c->n_ctx) {
-        fprintf(stderr, "seer chat: the conversation no longer fits in the context (%d tokens; use --ctx)\n",
-                c->n_ctx);
-        goto done;
-    }
+    if (dropped)
+        fprintf(stderr, "seer chat: the context (%d tokens) is full: the oldest %d turn%s dropped\n",
+                c->n_ctx, dropped, dropped == 1 ? " was" : "s were");
     if (n > 0 && (s = prefill(c, ids, n)) != SEER_OK) {
         cli_error("prefill", s);
         goto done;
@@ -254,13 +324,15 @@ static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, 
             fflush(stdout);
             str_put(&reply, text, (size_t)k);
         }
-        int np = seer_token_piece(c->model, tok, piece, sizeof piece);
-        if (np > 0 && np <= (int)sizeof piece)
-            str_put(cached, piece, (size_t)np);
+        /* The reply ends here when the cache has no room for tok; tok is then part of the
+         * reply but not of the cache (nor of cached): the next turn prefills it. */
         if (c->n_past + 1 >= c->n_ctx) {
             fprintf(stderr, "\nseer chat: context full (%d tokens)\n", c->n_ctx);
             break;
         }
+        int np = seer_token_piece(c->model, tok, piece, sizeof piece);
+        if (np > 0 && np <= (int)sizeof piece)
+            str_put(cached, piece, (size_t)np);
         if ((s = prefill(c, &tok, 1)) != SEER_OK) {
             cli_error("decode", s);
             free(reply.s);
@@ -281,6 +353,7 @@ static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, 
 done:
     free(ids);
     free(full);
+    free(fmark);
     return rc;
 }
 
@@ -312,9 +385,10 @@ int cmd_chat(int argc, char **argv) {
     }
     seer_model_info info;
     seer_model_get_info(c.model, &info);
+    if (!cli_ctx_ok(o.ctx, info.ctx_train, o.ctx_beyond))
+        goto done;
     seer_context_params cp = seer_context_default_params();
-    /* A conversation rarely needs a 32K window; the default keeps the KV pool small. */
-    cp.n_ctx = o.ctx ? (int)o.ctx : (info.ctx_train < 8192 ? info.ctx_train : 8192);
+    cp.n_ctx = (int)o.ctx; /* 0: the trained context, as memory allows; the pool grows as used */
     if ((s = seer_context_init(c.model, cp, &c.ctx)) != SEER_OK) {
         cli_error("creating context", s);
         goto done;
@@ -329,7 +403,7 @@ int cmd_chat(int argc, char **argv) {
     }
     if (o.system && !msg_add(&msgs, "system", o.system, strlen(o.system)))
         goto done;
-    fprintf(stderr, "seer: chat with %s (%s template, context %d); end input to quit\n",
+    fprintf(stderr, "seer: chat with %s (%s template, context %d); /quit or Ctrl-D to quit\n",
             info.name[0] ? info.name : o.model, seer_chat_kind_name(t.kind), c.n_ctx);
     bool tty = isatty(0);
     for (;;) {
@@ -344,9 +418,19 @@ int cmd_chat(int argc, char **argv) {
             line[--got] = 0;
         if (got == 0)
             continue;
+        if (!strcmp(line, "/quit"))
+            break;
+        /* A line that cannot be tokenized (invalid UTF-8) is refused; the chat goes on. */
+        int n_tok = 0;
+        s = seer_tokenize(c.model, line, (size_t)got, false, false, NULL, 0, &n_tok);
+        if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
+            fprintf(stderr, "seer chat: that line was not used: %s\n", seer_last_error());
+            continue;
+        }
         if (!msg_add(&msgs, "user", line, (size_t)got))
             goto done;
-        if (turn(&c, &o, &t, &msgs, smp, &cached, &mark, &mark_past) != 0)
+        int r = turn(&c, &o, &t, &msgs, smp, &cached, &mark, &mark_past);
+        if (r == 1)
             goto done;
     }
     rc = 0;

@@ -18,7 +18,9 @@ static void usage(FILE *f) {
             "      --repeat-penalty R  penalise the last --repeat-last-n tokens (default 1 = off)\n"
             "      --repeat-last-n N (default 64)\n"
             "      --seed S          random seed (default 0)\n"
-            "  -c, --ctx N           context length (default: the model's)\n"
+            "  -c, --ctx N           context length (default: the model's trained context, less\n"
+            "                        when memory is short); the KV cache grows as it is used\n"
+            "      --ctx-beyond-trained  allow --ctx past the trained context (with a warning)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n"
             "      --weights W       stored (default: quantised weights stay quantised), or\n"
@@ -66,6 +68,14 @@ static char *read_file(const char *path) {
     return b;
 }
 
+/* A chat prompt (mark given) has special tokens where its template put them; a plain one
+ * has none. */
+static seer_status tokenize_prompt(const seer_model *m, const char *p, const uint8_t *mark, size_t len,
+                                   bool bos, int32_t *out, int cap, int *n) {
+    return mark ? seer_tokenize_marked(m, p, mark, len, bos, out, cap, n)
+                : seer_tokenize(m, p, len, bos, false, out, cap, n);
+}
+
 typedef struct {
     const char *model, *prompt, *prompt_file;
     long long n_predict, ctx, threads;
@@ -74,12 +84,12 @@ typedef struct {
     const char *draft_model, *chat_template, *system;
     seer_backend_kind backend;
     seer_weights_kind weights;
-    bool json, ignore_eos, no_bos, chat;
+    bool json, ignore_eos, no_bos, chat, ctx_beyond;
 } gen_opts;
 
 static int parse(int argc, char **argv, gen_opts *o) {
     enum { O_BACKEND = 256, O_WEIGHTS, O_JSON, O_IGN, O_NOBOS,
-           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS };
+           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
@@ -98,7 +108,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"spec-window", required_argument, 0, O_SW}, {"spec-ngram", required_argument, 0, O_SN},
         {"draft-model", required_argument, 0, O_DM}, {"draft-budget", required_argument, 0, O_DB},
         {"chat", no_argument, 0, O_CHAT},        {"chat-template", required_argument, 0, O_CTMPL},
-        {"system", required_argument, 0, O_SYS},
+        {"system", required_argument, 0, O_SYS}, {"ctx-beyond-trained", no_argument, 0, O_CTXB},
         {0, 0, 0, 0}};
     int c;
     long long v;
@@ -117,6 +127,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case O_IGN: o->ignore_eos = true; break;
         case O_NOBOS: o->no_bos = true; break;
         case O_CHAT: o->chat = true; break;
+        case O_CTXB: o->ctx_beyond = true; break;
         case O_CTMPL: o->chat = true; o->chat_template = optarg; break;
         case O_SYS: o->chat = true; o->system = optarg; break;
         case O_SPEC:
@@ -190,6 +201,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     json_t *out = NULL;
     char *text = NULL, *chat_text = NULL;
+    uint8_t *chat_mark = NULL;
     rc = 1;
     seer_status s;
 
@@ -208,16 +220,18 @@ int cmd_generate(int argc, char **argv) {
     o.spec.draft_model = draft;
     seer_model_info info;
     seer_model_get_info(model, &info);
+    if (!cli_ctx_ok(o.ctx, info.ctx_train, o.ctx_beyond))
+        goto done;
     seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = o.ctx ? (int)o.ctx : info.ctx_train;
+    cp.n_ctx = (int)o.ctx; /* 0: the trained context, as memory allows */
     if ((s = seer_context_init(model, cp, &ctx)) != SEER_OK) {
         cli_error("creating context", s);
         goto done;
     }
     const int n_ctx = seer_context_n_ctx(ctx);
     if (o.chat) {
-        /* The prompt becomes one user message (after an optional system message); the
-         * rendered text holds the template's special tokens, so it is parsed for them. */
+        /* The prompt becomes one user message (after an optional system message); only the
+         * template's own special tokens are parsed as such, never text the prompt spells. */
         seer_chat_template tmpl;
         if ((s = seer_chat_template_init(model, o.chat_template, &tmpl)) != SEER_OK) {
             cli_error("chat template", s);
@@ -231,15 +245,17 @@ int cmd_generate(int argc, char **argv) {
         size_t clen = 0;
         seer_chat_render(&tmpl, msgs, nm, true, NULL, 0, &clen);
         chat_text = malloc(clen + 1);
-        if (!chat_text || (s = seer_chat_render(&tmpl, msgs, nm, true, chat_text, clen + 1, &clen)) != SEER_OK) {
-            cli_error("chat template", chat_text ? s : SEER_ERR_OOM);
+        chat_mark = malloc(clen + 1);
+        if (!chat_text || !chat_mark ||
+            (s = seer_chat_render_marked(&tmpl, msgs, nm, true, chat_text, chat_mark, clen + 1, &clen)) != SEER_OK) {
+            cli_error("chat template", chat_text && chat_mark ? s : SEER_ERR_OOM);
             goto done;
         }
         prompt = chat_text;
     }
     size_t plen = strlen(prompt);
     int n_prompt = 0;
-    s = seer_tokenize(model, prompt, plen, !o.no_bos, o.chat, NULL, 0, &n_prompt);
+    s = tokenize_prompt(model, prompt, chat_mark, plen, !o.no_bos, NULL, 0, &n_prompt);
     if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
         cli_error("tokenizing prompt", s);
         goto done;
@@ -249,7 +265,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "seer generate: out of memory\n");
         goto done;
     }
-    if ((s = seer_tokenize(model, prompt, plen, !o.no_bos, o.chat, ids, n_prompt, &n_prompt)) != SEER_OK) {
+    if ((s = tokenize_prompt(model, prompt, chat_mark, plen, !o.no_bos, ids, n_prompt, &n_prompt)) != SEER_OK) {
         cli_error("tokenizing prompt", s);
         goto done;
     }
@@ -356,6 +372,10 @@ int cmd_generate(int argc, char **argv) {
     }
     fprintf(stderr, "seer: prompt %d tokens, prefill %.1f tok/s; generated %d tokens, decode %.1f tok/s (%s)\n",
             n_prompt, pf_tps, n_gen, dec_tps, info.backend);
+    seer_kv_memory km;
+    seer_context_kv_memory(ctx, &km);
+    fprintf(stderr, "seer: KV cache %.2f MiB committed of %.2f MiB reserved (context %d tokens)\n",
+            km.bytes_committed / 1048576.0, km.bytes_reserved / 1048576.0, n_ctx);
     if (o.spec.kind != SEER_SPEC_NONE)
         fprintf(stderr, "seer: spec %s: drafted %lld, accepted %lld (%.1f%%), %.2f tokens per verification, "
                         "draft %.3f s, verify %.3f s\n",
@@ -368,6 +388,7 @@ done:
     free(text);
     free(file_text);
     free(chat_text);
+    free(chat_mark);
     seer_detok_free(dt);
     seer_gen_free(gen);
     seer_context_free(ctx);

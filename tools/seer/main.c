@@ -72,6 +72,23 @@ bool cli_backend(const char *s, seer_backend_kind *out) {
     return true;
 }
 
+bool cli_ctx_ok(long long ctx, int ctx_train, bool beyond) {
+    if (ctx <= ctx_train)
+        return true;
+    if (!beyond) {
+        fprintf(stderr,
+                "seer: --ctx %lld is beyond the model's trained context (%d tokens); pass "
+                "--ctx-beyond-trained to use it anyway\n",
+                ctx, ctx_train);
+        return false;
+    }
+    fprintf(stderr,
+            "seer: warning: --ctx %lld is beyond the model's trained context (%d tokens); text "
+            "past %d tokens may be poor\n",
+            ctx, ctx_train, ctx_train);
+    return true;
+}
+
 double cli_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -11,7 +11,10 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static void cpu_free(seer_backend *be) {
     if (!be)
@@ -77,22 +80,105 @@ static size_t kv_bytes(const seer_kv_geom *g) {
            sizeof(float);
 }
 
+/* The KV storage is one anonymous mapping reserved PROT_NONE (address space only) and made
+ * writable chunk by chunk as pages are first used, so the base never moves and an unused
+ * pool costs no memory. The mapping's first OS page holds this header; the K/V data starts
+ * at the next one (64-byte aligned, as vector loads want). */
+typedef struct {
+    size_t map_bytes;  /* the whole mapping, header page included */
+    size_t data_bytes; /* room for the K/V data: g->n_pages pages, rounded to OS pages */
+    size_t committed;  /* data bytes made writable (and NaN-poisoned), OS-page aligned */
+} cpu_kv_hdr;
+
+static size_t os_page(void) {
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+}
+
+static cpu_kv_hdr *kv_hdr(void *kv) { return (cpu_kv_hdr *)((char *)kv - os_page()); }
+
 static seer_status cpu_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out) {
-    size_t n = kv_bytes(g);
-    void *p = NULL;
-    seer_status s = cpu_alloc(be, n, &p);
-    if (s != SEER_OK)
-        return seer_err(SEER_ERR_OOM, "KV cache: cannot allocate %.1f MiB for %d pages of %d tokens",
-                        n / 1048576.0, g->n_pages, g->page_size);
-    /* NaN-poisoned so that reading a slot nothing wrote shows up in tests. */
-    float *f = p;
-    for (size_t i = 0; i < n / sizeof(float); i++)
-        f[i] = NAN;
-    *out = p;
+    *out = NULL;
+    const size_t op = os_page();
+    const size_t page = kv_bytes(&(seer_kv_geom){1, g->page_size, g->n_layers, g->n_kv_heads, g->head_dim});
+    if (g->n_pages < 1 || page == 0 || (size_t)g->n_pages > (SIZE_MAX / 2 - op) / page)
+        return seer_err(SEER_ERR_OOM, "KV cache: %d pages of %zu bytes overflow the address space",
+                        g->n_pages, page);
+    const size_t data = (kv_bytes(g) + op - 1) / op * op;
+    void *m = mmap(NULL, op + data, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return seer_err(SEER_ERR_OOM, "KV cache: cannot reserve %.1f MiB of address space for %d pages of %d tokens",
+                        data / 1048576.0, g->n_pages, g->page_size);
+    if (mprotect(m, op, PROT_READ | PROT_WRITE) != 0) {
+        munmap(m, op + data);
+        return seer_err(SEER_ERR_OOM, "KV cache: cannot commit its header page");
+    }
+    *(cpu_kv_hdr *)m = (cpu_kv_hdr){.map_bytes = op + data, .data_bytes = data, .committed = 0};
+    *out = (char *)m + op;
     return SEER_OK;
 }
 
-static void cpu_kv_free(seer_backend *be, void *kv) { free(kv); }
+/* Commits at least 256 KiB at a time and an eighth of what is committed already, so a long
+ * context grows in few steps while a short one stays small. */
+enum { CPU_KV_CHUNK = 256 << 10 };
+
+static seer_status cpu_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom *g, int n_pages,
+                                  int *n_committed) {
+    cpu_kv_hdr *h = kv_hdr(kv);
+    const size_t page = kv_bytes(g) / g->n_pages;
+    if (n_pages < 0 || n_pages > g->n_pages)
+        return seer_err(SEER_ERR_INVALID_ARG, "KV cache: %d pages asked of a pool of %d", n_pages,
+                        g->n_pages);
+    const size_t want = (size_t)n_pages * page;
+    if (want > h->committed) {
+        const size_t op = os_page(), step = h->committed / 8 > CPU_KV_CHUNK ? h->committed / 8 : CPU_KV_CHUNK;
+        size_t to = h->committed + step > want ? h->committed + step : want;
+        to = (to + op - 1) / op * op;
+        if (to > h->data_bytes)
+            to = h->data_bytes;
+        char *from = (char *)kv + h->committed;
+        if (mprotect(from, to - h->committed, PROT_READ | PROT_WRITE) != 0)
+            return seer_err(SEER_ERR_OOM, "KV cache: cannot commit %.1f MiB more (%.1f MiB committed)",
+                            (to - h->committed) / 1048576.0, h->committed / 1048576.0);
+        /* NaN-poisoned so that reading a slot nothing wrote shows up in tests. */
+        float *f = (float *)from;
+        for (size_t i = 0; i < (to - h->committed) / sizeof(float); i++)
+            f[i] = NAN;
+        h->committed = to;
+    }
+    const size_t have = h->committed / page;
+    *n_committed = have < (size_t)g->n_pages ? (int)have : g->n_pages;
+    return SEER_OK;
+}
+
+/* MemAvailable of /proc/meminfo: what the kernel can give without swapping. */
+static seer_status cpu_kv_mem_available(seer_backend *be, uint64_t *bytes) {
+    *bytes = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f))
+        found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+    if (f)
+        fclose(f);
+    if (found) {
+        *bytes = (uint64_t)kb * 1024;
+        return SEER_OK;
+    }
+    long pages = sysconf(_SC_AVPHYS_PAGES);
+    if (pages <= 0)
+        return seer_err(SEER_ERR_UNSUPPORTED, "cannot tell how much memory is free");
+    *bytes = (uint64_t)pages * os_page();
+    return SEER_OK;
+}
+
+static void cpu_kv_free(seer_backend *be, void *kv) {
+    if (!kv)
+        return;
+    cpu_kv_hdr *h = kv_hdr(kv);
+    munmap(h, h->map_bytes);
+}
 
 static seer_status cpu_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                      const seer_kv_copy *copies, int n) {
@@ -378,6 +464,8 @@ static const seer_backend_ops cpu_ops = {
     .weight_load = cpu_weight_load,
     .weight_free = cpu_weight_free,
     .kv_alloc = cpu_kv_alloc,
+    .kv_reserve = cpu_kv_reserve,
+    .kv_mem_available = cpu_kv_mem_available,
     .kv_free = cpu_kv_free,
     .kv_copy_pages = cpu_kv_copy_pages,
     .kv_store = cpu_kv_store,

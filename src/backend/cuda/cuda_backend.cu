@@ -364,6 +364,8 @@ static seer_backend_ops cuda_ops_make(void) {
     o.weight_free = seer_cuda_weight_free;
     o.kv_alloc = seer_cuda_kv_alloc;
     o.kv_free = seer_cuda_kv_free;
+    o.kv_reserve = seer_cuda_kv_reserve;
+    o.kv_mem_available = seer_cuda_kv_mem_available;
     o.kv_copy_pages = seer_cuda_kv_copy_pages;
     o.kv_read = seer_cuda_kv_read;
     o.kv_store = seer_cuda_kv_store;

@@ -166,6 +166,7 @@ typedef struct {
     size_t in_use, peak;
     struct seer_cuda_alloc_rec *tab;
     size_t tab_cap, tab_live, tab_used; /* used counts tombstones too */
+    struct seer_cuda_kv_pool *kv_pools; /* kv.cu: KV storages, reserved whole, mapped as they grow */
 
     seer_cuda_buf xbf16;      /* matmul input converted to bf16 */
     seer_cuda_buf fallback[2];/* index arrays an op uploads itself (no batch_begin copy) */
@@ -276,6 +277,9 @@ seer_status seer_cuda_matmul_add(seer_backend *be, float *y, const float *x, con
 
 seer_status seer_cuda_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out);
 void seer_cuda_kv_free(seer_backend *be, void *kv);
+seer_status seer_cuda_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom *g, int n_pages,
+                                 int *n_committed);
+seer_status seer_cuda_kv_mem_available(seer_backend *be, uint64_t *bytes);
 seer_status seer_cuda_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                     const seer_kv_copy *copies, int n);
 seer_status seer_cuda_kv_read(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer,

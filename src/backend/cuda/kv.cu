@@ -1,13 +1,18 @@
 /*
- * kv.cu: the KV page storage on the device: allocation (NaN-poisoned, so that reading a slot
- * nothing wrote shows up in tests), page copies for copy-on-write, and storing a forward
+ * kv.cu: the KV page storage on the device: allocation (address space reserved whole, memory
+ * mapped in chunks as pages are first used, NaN-poisoned so that reading a slot nothing
+ * wrote shows up in tests), page copies for copy-on-write, and storing a forward
  * call's K/V rows, rounded to bf16; and reading rows back as f32 for the host.
  * Layout [n_pages][n_layers][2][Hkv][page_size][Dh] bf16 (see cuda_common.cuh).
  * Not for: attention over the cache (attention.cu).
  */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <cuda.h>
+
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static size_t page_elems(const seer_kv_geom *g) {
     return (size_t)g->n_layers * 2 * g->n_kv_heads * g->page_size * g->head_dim;
@@ -22,29 +27,207 @@ static seer_status check_geom(const seer_kv_geom *g) {
     return SEER_OK;
 }
 
+/* A KV storage: one range of device addresses reserved for the whole pool with the driver's
+ * virtual memory management, backed by physical chunks mapped at its end as pages are first
+ * used. The base never moves (kernels index pages from it; recorded graphs hold it). A chunk's
+ * handle is released as soon as it is mapped: the memory lives until it is unmapped. */
+struct seer_cuda_kv_pool {
+    struct seer_cuda_kv_pool *next;
+    CUdeviceptr base;
+    size_t reserved;   /* bytes of address space, a multiple of gran */
+    size_t data_bytes; /* bytes of g->n_pages pages */
+    size_t committed;  /* bytes mapped from base, a multiple of gran */
+    size_t gran;       /* the allocation granularity */
+    size_t *chunks;    /* [n_chunks] sizes of the mappings, in address order */
+    int n_chunks, cap_chunks;
+};
+
+static seer_status cu_fail(CUresult r, const char *what) {
+    const char *name = NULL;
+    if (cuGetErrorName(r, &name) != CUDA_SUCCESS)
+        name = "unknown";
+    return seer_err(r == CUDA_ERROR_OUT_OF_MEMORY ? SEER_ERR_OOM : SEER_ERR_BACKEND,
+                    "CUDA: %s failed: %s", what, name);
+}
+
+#define CU_TRY(call, what)                     \
+    do {                                       \
+        CUresult cu_try_r_ = (call);           \
+        if (cu_try_r_ != CUDA_SUCCESS)         \
+            return cu_fail(cu_try_r_, what);   \
+    } while (0)
+
+static CUmemAllocationProp kv_prop(int device) {
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = device;
+    return p;
+}
+
+static struct seer_cuda_kv_pool *find_pool(seer_cuda *c, const void *kv,
+                                           struct seer_cuda_kv_pool ***link) {
+    for (struct seer_cuda_kv_pool **l = &c->kv_pools; *l; l = &(*l)->next)
+        if ((*l)->base == (CUdeviceptr)kv) {
+            if (link)
+                *link = l;
+            return *l;
+        }
+    return NULL;
+}
+
 seer_status seer_cuda_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out) {
     seer_cuda *c = seer_cuda_of(be);
     *out = NULL;
     SEER_TRY(check_geom(g));
     const size_t pe = page_elems(g);
-    if (pe > SIZE_MAX / sizeof(bf16) / (size_t)g->n_pages)
+    if (pe > SIZE_MAX / 4 / sizeof(bf16) / (size_t)g->n_pages)
         return seer_err(SEER_ERR_OOM, "KV cache: %d pages of %zu values overflow a size", g->n_pages, pe);
     const size_t bytes = pe * sizeof(bf16) * (size_t)g->n_pages;
-    char what[128];
-    snprintf(what, sizeof what, "the KV cache (%d pages of %d tokens)", g->n_pages, g->page_size);
-    void *p = NULL;
-    SEER_TRY(seer_cuda_malloc(c, bytes, what, &p));
-    /* 0xFFFF is a bf16 NaN. */
-    cudaError_t e = cudaMemsetAsync(p, 0xFF, bytes, c->stream);
-    if (e != cudaSuccess) {
-        seer_cuda_free(c, p);
-        return seer_cuda_fail(e, "poisoning the KV cache", __FILE__, __LINE__);
+    size_t fr = 0, tot = 0;
+    CUDA_TRY(cudaMemGetInfo(&fr, &tot));
+    if (bytes > tot) /* could never be committed: refused before anything is reserved */
+        return seer_err(SEER_ERR_OOM, "KV cache: %d pages of %d tokens need %.1f MiB; the device has %.1f MiB",
+                        g->n_pages, g->page_size, bytes / 1048576.0, tot / 1048576.0);
+    CUdevice dev;
+    int vmm = 0;
+    CU_TRY(cuDeviceGet(&dev, c->device), "cuDeviceGet");
+    CU_TRY(cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev),
+           "asking for virtual memory management");
+    if (!vmm)
+        return seer_err(SEER_ERR_UNSUPPORTED, "CUDA: the device has no virtual memory management for a growing KV cache");
+    CUmemAllocationProp prop = kv_prop(c->device);
+    size_t gran = 0;
+    CU_TRY(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+           "cuMemGetAllocationGranularity");
+    if (gran == 0)
+        return seer_err(SEER_ERR_BACKEND, "CUDA: allocation granularity 0");
+    struct seer_cuda_kv_pool *pool = (struct seer_cuda_kv_pool *)calloc(1, sizeof *pool);
+    if (!pool)
+        return seer_err(SEER_ERR_OOM, "KV cache: out of host memory");
+    pool->data_bytes = bytes;
+    pool->reserved = (pool->data_bytes + gran - 1) / gran * gran;
+    pool->gran = gran;
+    CUresult r = cuMemAddressReserve(&pool->base, pool->reserved, 0, 0, 0);
+    if (r != CUDA_SUCCESS) {
+        free(pool);
+        return cu_fail(r, "reserving device addresses for the KV cache");
     }
-    *out = p;
+    pool->next = c->kv_pools;
+    c->kv_pools = pool;
+    *out = (void *)pool->base;
     return SEER_OK;
 }
 
-void seer_cuda_kv_free(seer_backend *be, void *kv) { seer_cuda_free(seer_cuda_of(be), kv); }
+/* Maps one more chunk of bytes at the end of what is mapped; all or nothing. */
+static seer_status map_chunk(seer_cuda *c, struct seer_cuda_kv_pool *pool, size_t bytes) {
+    if (pool->n_chunks == pool->cap_chunks) {
+        int cap = pool->cap_chunks ? 2 * pool->cap_chunks : 16;
+        size_t *p = (size_t *)realloc(pool->chunks, sizeof *p * (size_t)cap);
+        if (!p)
+            return seer_err(SEER_ERR_OOM, "KV cache: out of host memory");
+        pool->chunks = p;
+        pool->cap_chunks = cap;
+    }
+    CUmemAllocationProp prop = kv_prop(c->device);
+    CUmemGenericAllocationHandle h;
+    CUresult r = cuMemCreate(&h, bytes, &prop, 0);
+    if (r != CUDA_SUCCESS) {
+        size_t fr = 0, tot = 0;
+        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+            (void)cudaGetLastError();
+        if (r == CUDA_ERROR_OUT_OF_MEMORY)
+            return seer_err(SEER_ERR_OOM, "CUDA: cannot grow the KV cache by %.1f MiB (%.1f MiB committed): %.1f MiB free of %.1f MiB",
+                            bytes / 1048576.0, pool->committed / 1048576.0, fr / 1048576.0, tot / 1048576.0);
+        return cu_fail(r, "cuMemCreate for the KV cache");
+    }
+    const CUdeviceptr at = pool->base + pool->committed;
+    r = cuMemMap(at, bytes, 0, h, 0);
+    if (r != CUDA_SUCCESS) {
+        (void)cuMemRelease(h);
+        return cu_fail(r, "cuMemMap for the KV cache");
+    }
+    /* The mapping keeps the memory alive; the handle is not needed past this point. */
+    (void)cuMemRelease(h);
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof acc);
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = cuMemSetAccess(at, bytes, &acc, 1);
+    if (r == CUDA_SUCCESS) {
+        /* 0xFFFF is a bf16 NaN: reading a slot nothing wrote shows up in tests. */
+        cudaError_t e = cudaMemsetAsync((void *)at, 0xFF, bytes, c->stream);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            (void)cuMemUnmap(at, bytes);
+            return seer_cuda_fail(e, "poisoning the KV cache", __FILE__, __LINE__);
+        }
+    } else {
+        (void)cuMemUnmap(at, bytes);
+        return cu_fail(r, "cuMemSetAccess for the KV cache");
+    }
+    pool->chunks[pool->n_chunks++] = bytes;
+    pool->committed += bytes;
+    c->in_use += bytes;
+    if (c->in_use > c->peak)
+        c->peak = c->in_use;
+    return SEER_OK;
+}
+
+seer_status seer_cuda_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom *g, int n_pages,
+                                 int *n_committed) {
+    seer_cuda *c = seer_cuda_of(be);
+    struct seer_cuda_kv_pool *pool = find_pool(c, kv, NULL);
+    if (!pool || n_pages < 0 || n_pages > g->n_pages)
+        return seer_err(SEER_ERR_INVALID_ARG, "KV cache: %d pages asked of a pool of %d", n_pages,
+                        g->n_pages);
+    const size_t pb = page_elems(g) * sizeof(bf16);
+    const size_t want = (size_t)n_pages * pb;
+    if (want > pool->committed) {
+        /* The driver calls below act on the calling thread's current context. */
+        CUDA_TRY(cudaSetDevice(c->device));
+        /* At least 2 MiB and an eighth of what is there: few steps, little over-commit. */
+        size_t step = pool->committed / 8 > ((size_t)2 << 20) ? pool->committed / 8 : ((size_t)2 << 20);
+        size_t to = pool->committed + step > want ? pool->committed + step : want;
+        to = (to + pool->gran - 1) / pool->gran * pool->gran;
+        if (to > pool->reserved)
+            to = pool->reserved;
+        SEER_TRY(map_chunk(c, pool, to - pool->committed));
+    }
+    const size_t have = pool->committed / pb;
+    *n_committed = have < (size_t)g->n_pages ? (int)have : g->n_pages;
+    return SEER_OK;
+}
+
+seer_status seer_cuda_kv_mem_available(seer_backend *be, uint64_t *bytes) {
+    size_t fr = 0, tot = 0;
+    CUDA_TRY(cudaMemGetInfo(&fr, &tot));
+    *bytes = fr;
+    return SEER_OK;
+}
+
+void seer_cuda_kv_free(seer_backend *be, void *kv) {
+    seer_cuda *c = seer_cuda_of(be);
+    struct seer_cuda_kv_pool **link = NULL;
+    struct seer_cuda_kv_pool *pool = kv ? find_pool(c, kv, &link) : NULL;
+    if (!pool)
+        return; /* not ours: freeing it could only do harm */
+    /* Work queued on the stream may still read the pages. */
+    if (cudaStreamSynchronize(c->stream) != cudaSuccess)
+        (void)cudaGetLastError();
+    size_t off = 0;
+    for (int i = 0; i < pool->n_chunks; i++) {
+        (void)cuMemUnmap(pool->base + off, pool->chunks[i]);
+        off += pool->chunks[i];
+    }
+    (void)cuMemAddressFree(pool->base, pool->reserved);
+    c->in_use -= pool->committed;
+    c->gen++; /* a recorded forward call may hold the base: recordings of older generations go */
+    *link = pool->next;
+    free(pool->chunks);
+    free(pool);
+}
 
 seer_status seer_cuda_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                     const seer_kv_copy *copies, int n) {
