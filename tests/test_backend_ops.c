@@ -40,7 +40,7 @@ static void test_matmul(void **state) {
         host_tensor ht;
         make_tensor(&ht, "w", cases[k].type, R, C, &rng);
         seer_weight wc, wg;
-        ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_STORED, &wc));
+        ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_F32, &wc));
         ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
         assert_int_equal(wg.rows, R);
         assert_int_equal(wg.cols, C);
@@ -96,7 +96,7 @@ static void test_matmul_fused(void **state) {
         for (int j = 0; j < n; j++) {
             const int R = cases[k].rows[j];
             make_tensor(&ht[j], "w", GGML_TYPE_BF16, R, C, &rng);
-            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_STORED, &wc[j]));
+            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_F32, &wc[j]));
             ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &wg[j]));
             ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &parts[j]));
             if (cases[k].bias) {
@@ -178,7 +178,7 @@ static void test_matmul_glu(void **state) {
         seer_weight wc[2], a[2], b[2], inter, seg;
         for (int j = 0; j < 2; j++) {
             make_tensor(&ht[j], "w", GGML_TYPE_BF16, F, D, &rng);
-            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_STORED, &wc[j]));
+            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_F32, &wc[j]));
             ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &a[j]));
             ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &b[j]));
         }
@@ -313,7 +313,7 @@ static void test_embed(void **state) {
         host_tensor ht;
         make_tensor(&ht, "token_embd", cases[k].type, V, D, &rng);
         seer_weight wc, wg;
-        ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_STORED, &wc));
+        ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_F32, &wc));
         ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
         int32_t *tok = malloc(T * sizeof *tok);
         for (int t = 0; t < T; t++)
@@ -493,7 +493,7 @@ static void test_batch_index(void **state) {
     host_tensor ht;
     make_tensor(&ht, "token_embd", GGML_TYPE_BF16, V, D, &rng);
     seer_weight wc, wg;
-    ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_STORED, &wc));
+    ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_F32, &wc));
     ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
     int32_t tok[T], pos[T], page[T], row[T], out_rows[3] = {2, 5, 8};
     int32_t seq_pages[1] = {0}, len0[1] = {0}, off[2] = {0, T}, toks[T], tseq[T], tslot[T];

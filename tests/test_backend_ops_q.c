@@ -89,7 +89,7 @@ static void test_matmul_q(void **state) {
             host_tensor ht;
             make_qtensor(&ht, "w", type, R, C, &rng);
             seer_weight wc, wg;
-            ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_STORED, &wc));
+            ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_F32, &wc));
             ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
             assert_int_equal(wg.dtype, type); /* kept as stored */
             float *x = rand_array((size_t)T * C, 1.f, &rng);
@@ -178,7 +178,7 @@ static void test_matmul_q_fused(void **state) {
             float *ref[3], *dy[3], *bias[3], *db[3];
             for (int j = 0; j < 3; j++) {
                 make_qtensor(&ht[j], "w", type, rows[j], C, &rng);
-                ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_STORED, &wc[j]));
+                ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_F32, &wc[j]));
                 ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &parts[j]));
                 bias[j] = rand_array(rows[j], 1.f, &rng);
                 db[j] = dev_copy(bias[j], rows[j]);
@@ -218,7 +218,7 @@ static void test_matmul_q_fused(void **state) {
             seer_weight gc[2], ga[2], inter;
             for (int j = 0; j < 2; j++) {
                 make_qtensor(&hg[j], "w", type, F, C, &rng);
-                ASSERT_OK(cpu->ops->weight_load(cpu, &hg[j].t, SEER_WEIGHTS_STORED, &gc[j]));
+                ASSERT_OK(cpu->ops->weight_load(cpu, &hg[j].t, SEER_WEIGHTS_F32, &gc[j]));
                 ASSERT_OK(gpu->ops->weight_load(gpu, &hg[j].t, SEER_WEIGHTS_STORED, &ga[j]));
             }
             ASSERT_OK(gpu->ops->weight_concat(gpu, ga, 2, true, &inter));
@@ -266,7 +266,7 @@ static void test_embed_q(void **state) {
         host_tensor ht;
         make_qtensor(&ht, "token_embd", type, V, D, &rng);
         seer_weight wc, wg;
-        ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_STORED, &wc));
+        ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_F32, &wc));
         ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
         int32_t tok[33];
         for (int t = 0; t < T; t++)
