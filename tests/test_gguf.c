@@ -507,22 +507,26 @@ static void test_alignment(void **state) {
     check_alignment(32);
     check_alignment(64);
     check_alignment(8);
-    check_alignment(1);
     check_alignment(4096);
 
     /* writer refuses alignments the reader would refuse */
-    gguf_writer *w = gguf_writer_init();
-    gguf_writer_set_u32(w, "general.alignment", 48);
-    uint8_t *buf;
-    size_t size;
-    assert_int_equal(gguf_writer_to_buffer(w, &buf, &size), SEER_ERR_INVALID_ARG);
-    assert_non_null(strstr(seer_last_error(), "power of two"));
-    gguf_writer_free(w);
+    const uint32_t bad[] = {48, 1, 2, 4};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gguf_writer *w = gguf_writer_init();
+        gguf_writer_set_u32(w, "general.alignment", bad[i]);
+        uint8_t *buf;
+        size_t size;
+        assert_int_equal(gguf_writer_to_buffer(w, &buf, &size), SEER_ERR_INVALID_ARG);
+        assert_non_null(strstr(seer_last_error(), "power of two"));
+        gguf_writer_free(w);
+    }
 }
 
 static void test_bad_alignment(void **state) {
     (void)state;
-    const uint32_t bad[] = {0, 3, 48, 0x80000000u};
+    /* 1, 2 and 4 are powers of two, but the GGUF spec asks for multiples of 8: with them
+     * an f32 tensor can start at an odd offset (a misaligned load in the CPU matmul) */
+    const uint32_t bad[] = {0, 1, 2, 3, 4, 48, 0x80000000u};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         raw r = {0};
         raw_header(&r, 3, 0, 1);
@@ -530,6 +534,15 @@ static void test_bad_alignment(void **state) {
         EXPECT_FAIL(r.p, r.n, SEER_ERR_FORMAT, "general.alignment");
         free(r.p);
     }
+    /* a tensor at offset 1 under alignment 1 is what the check keeps out */
+    raw r1 = {0};
+    raw_header(&r1, 3, 1, 1);
+    raw_kv_u32(&r1, "general.alignment", 1);
+    uint64_t ne1 = 2;
+    raw_tensor(&r1, "t", 1, &ne1, GGML_TYPE_F32, 1);
+    raw_pad(&r1, 1, 9);
+    EXPECT_FAIL(r1.p, r1.n, SEER_ERR_FORMAT, "multiple of 8");
+    free(r1.p);
     raw r = {0};
     raw_header(&r, 3, 0, 1);
     raw_str(&r, "general.alignment");
