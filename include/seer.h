@@ -45,6 +45,12 @@ typedef enum {
 const char *seer_last_error(void);
 /* A short constant name of a status ("SEER_ERR_IO", ...). */
 const char *seer_status_str(seer_status s);
+/* Copies text s to buf for printing, NUL-terminated and cut (between characters) to fit in
+ * cap: control characters (C0, DEL, the C1 range U+0080..U+009F) and bytes that are not
+ * UTF-8 become \n, \t, \r, \xNN or \uNNNN, so that names and strings read from a file
+ * cannot drive a terminal. Messages behind seer_last_error() are escaped this way already.
+ * Returns buf. */
+const char *seer_text_escape(const char *s, char *buf, size_t cap);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Model                                                                                    */

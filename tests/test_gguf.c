@@ -566,6 +566,43 @@ static void test_bad_alignment(void **state) {
     free(r.p);
 }
 
+/* ---- names with control characters ----------------------------------------------------- */
+
+static void test_text_escape(void **state) {
+    (void)state;
+    char b[64];
+    assert_string_equal(seer_text_escape("plain é ü", b, sizeof b), "plain é ü");
+    assert_string_equal(seer_text_escape("a\x1b[2Jb\n\t\r\x7f", b, sizeof b), "a\\x1b[2Jb\\n\\t\\r\\x7f");
+    /* U+009B (CSI in the C1 range), a lone continuation byte, a truncated sequence */
+    assert_string_equal(seer_text_escape("x\xc2\x9by\x80z\xe2\x82", b, sizeof b),
+                        "x\\u009by\\x80z\\xe2\\x82");
+    /* cut between units, never inside an escape or a character */
+    assert_string_equal(seer_text_escape("ab\x1b", b, 5), "ab");
+    assert_string_equal(seer_text_escape("a\xc3\xa9", b, 3), "a");
+    assert_string_equal(seer_text_escape(NULL, b, sizeof b), "");
+    assert_null(seer_text_escape("x", NULL, 4));
+}
+
+static void test_escaped_messages(void **state) {
+    (void)state;
+    /* a duplicate key and a tensor name carrying a terminal escape: the messages quote them
+     * escaped, with no control byte left */
+    raw r = {0};
+    raw_header(&r, 3, 0, 2);
+    raw_kv_u32(&r, "k\x1b]0;owned\x07", 1);
+    raw_kv_u32(&r, "k\x1b]0;owned\x07", 2);
+    EXPECT_FAIL(r.p, r.n, SEER_ERR_FORMAT, "k\\x1b]0;owned\\x07");
+    free(r.p);
+    r = (raw){0};
+    raw_header(&r, 3, 1, 0);
+    uint64_t ne = 4;
+    raw_tensor(&r, "t\x1b[2J", 7, &ne, GGML_TYPE_F32, 0);
+    EXPECT_FAIL(r.p, r.n, SEER_ERR_FORMAT, "t\\x1b[2J");
+    free(r.p);
+    for (const char *m = seer_last_error(); *m; m++)
+        assert_true((unsigned char)*m >= 0x20 && *m != 0x7f);
+}
+
 /* ---- the real tiny model ------------------------------------------------------------- */
 
 static void test_stories260k(void **state) {
@@ -1389,6 +1426,8 @@ int main(void) {
         cmocka_unit_test(test_version2),
         cmocka_unit_test(test_alignment),
         cmocka_unit_test(test_bad_alignment),
+        cmocka_unit_test(test_text_escape),
+        cmocka_unit_test(test_escaped_messages),
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_bad_magic_and_io),
         cmocka_unit_test(test_bad_counts),

@@ -550,7 +550,9 @@ int cmd_bench(int argc, char **argv) {
         cli_error("measuring bandwidth", s);
         goto done;
     }
-    fprintf(stderr, "seer bench: %s on %s, copy bandwidth %.3f TB/s\n", r.info.name, r.info.backend,
+    char shown_name[256];
+    fprintf(stderr, "seer bench: %s on %s, copy bandwidth %.3f TB/s\n",
+            seer_text_escape(r.info.name, shown_name, sizeof shown_name), r.info.backend,
             r.bandwidth * 1e-12);
     if (o.prefill > 0) {
         fprintf(stderr, "seer bench: prefill of %d tokens\n", o.prefill);
