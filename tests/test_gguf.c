@@ -595,8 +595,8 @@ static void test_escaped_messages(void **state) {
     free(r.p);
     r = (raw){0};
     raw_header(&r, 3, 1, 0);
-    uint64_t ne = 4;
-    raw_tensor(&r, "t\x1b[2J", 7, &ne, GGML_TYPE_F32, 0);
+    const uint64_t ne[7] = {4, 1, 1, 1, 1, 1, 1};
+    raw_tensor(&r, "t\x1b[2J", 7, ne, GGML_TYPE_F32, 0);
     EXPECT_FAIL(r.p, r.n, SEER_ERR_FORMAT, "t\\x1b[2J");
     free(r.p);
     for (const char *m = seer_last_error(); *m; m++)
