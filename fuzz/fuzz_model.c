@@ -19,9 +19,12 @@
 
 static char g_path[64];
 
+static void remove_file(void) { unlink(g_path); }
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     snprintf(g_path, sizeof g_path, "/tmp/seer-fuzz-model-%d.gguf", (int)getpid());
+    atexit(remove_file);
     return 0;
 }
 
