@@ -1,8 +1,10 @@
 /*
- * make_seeds.c: writes a small seed corpus for fuzz_gguf into the directory given as
- * argv[1]: tiny random models in several dtypes, a file with every metadata value type and
- * nested arrays, and files with unusual layouts (custom alignment, q5_0 / K-quant tensors,
- * version 2). Each stays under the fuzzer's 64 KiB input limit.
+ * make_seeds.c: writes the seed corpora of the fuzzers. Into GGUF_DIR (fuzz_gguf and
+ * fuzz_model): tiny random models in several dtypes, a file with every metadata value type
+ * and nested arrays, and files with unusual layouts (custom alignment, q5_0 / K-quant
+ * tensors, version 2). Into TOKENIZER_DIR (fuzz_tokenizer, whose input layout its header
+ * describes): texts for each fixed vocabulary, and texts followed by a generated model's
+ * SentencePiece vocabulary. Each stays under the fuzzers' 64 KiB input limit.
  * Not for: tests (tests/test_gguf.c builds its own files).
  */
 #include "gguf/gguf.h"
@@ -118,14 +120,72 @@ static int odd_layouts(void) {
     return bad;
 }
 
+static int write_seed(const char *name, const uint8_t *a, size_t na, const uint8_t *b, size_t nb) {
+    FILE *fp = fopen(path_of(name), "wb");
+    if (!fp || fwrite(a, 1, na, fp) != na || (nb && fwrite(b, 1, nb, fp) != nb)) {
+        fprintf(stderr, "make_seeds: cannot write %s\n", path_of(name));
+        if (fp)
+            fclose(fp);
+        return 1;
+    }
+    return fclose(fp) != 0;
+}
+
+/* Seeds for fuzz_tokenizer; gguf_dir holds the generated models already. */
+static int tokenizer_seeds(const char *gguf_dir) {
+    static const char *const texts[] = {
+        "Hello, world! It's 2024 and   spaces\tand\nnewlines.",
+        "<s>special</s> <|im_start|>user\nhi<|im_end|>",
+        "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x98\x80 don't I'll 12345",
+        "def f(x):\n    return x ** 2  # code\n",
+    };
+    int bad = 0;
+    char name[64];
+    uint8_t head[3];
+    for (int vocab = 0; vocab < 3; vocab++)
+        for (size_t t = 0; t < sizeof texts / sizeof *texts; t++) {
+            head[0] = (uint8_t)(vocab | (t & 1 ? 4 : 0) | (t == 1 ? 8 : 0));
+            snprintf(name, sizeof name, "fixed-%d-%zu", vocab, t);
+            bad |= write_seed(name, head, 1, (const uint8_t *)texts[t], strlen(texts[t]));
+        }
+    /* vocabulary from the input: a generated model's file carries a SentencePiece one */
+    char src[4096];
+    snprintf(src, sizeof src, "%s/gen-llama-q8_0.gguf", gguf_dir);
+    FILE *fp = fopen(src, "rb");
+    if (!fp) {
+        fprintf(stderr, "make_seeds: cannot read %s\n", src);
+        return 1;
+    }
+    static uint8_t file[1 << 16];
+    size_t n = fread(file, 1, sizeof file, fp);
+    fclose(fp);
+    for (size_t t = 0; t < sizeof texts / sizeof *texts; t++) {
+        size_t len = strlen(texts[t]);
+        uint8_t *seed = malloc(3 + len + n);
+        if (!seed)
+            return 1;
+        seed[0] = (uint8_t)(3 | (t & 1 ? 4 : 0) | (t == 1 ? 8 : 0));
+        seed[1] = (uint8_t)(len & 0xff);
+        seed[2] = (uint8_t)(len >> 8);
+        memcpy(seed + 3, texts[t], len);
+        memcpy(seed + 3 + len, file, n);
+        snprintf(name, sizeof name, "input-vocab-%zu", t);
+        bad |= write_seed(name, seed, 3 + len + n, NULL, 0);
+        free(seed);
+    }
+    return bad;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: make_seeds DIR\n");
+    if (argc != 3) {
+        fprintf(stderr, "usage: make_seeds GGUF_DIR TOKENIZER_DIR\n");
         return 2;
     }
     g_dir = argv[1];
     int bad = gen_models();
     bad |= rich_file();
     bad |= odd_layouts();
+    g_dir = argv[2];
+    bad |= tokenizer_seeds(argv[1]);
     return bad ? 1 : 0;
 }

@@ -45,6 +45,12 @@ typedef enum {
 const char *seer_last_error(void);
 /* A short constant name of a status ("SEER_ERR_IO", ...). */
 const char *seer_status_str(seer_status s);
+/* Copies text s to buf for printing, NUL-terminated and cut (between characters) to fit in
+ * cap: control characters (C0, DEL, the C1 range U+0080..U+009F) and bytes that are not
+ * UTF-8 become \n, \t, \r, \xNN or \uNNNN, so that names and strings read from a file
+ * cannot drive a terminal. Messages behind seer_last_error() are escaped this way already.
+ * Returns buf. */
+const char *seer_text_escape(const char *s, char *buf, size_t cap);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Model                                                                                    */
@@ -241,9 +247,10 @@ void seer_sampler_reset(seer_sampler *s);
  * probability vector to probs [V] (zeros outside the kept set; one-hot under greedy).
  * logits is not modified. */
 void seer_sampler_probs(const seer_sampler *s, const float *logits, float *probs);
-/* Samples one token from logits; if probs is not NULL it receives the final distribution. */
+/* Samples one token from logits; if probs is not NULL it receives the final distribution.
+ * Returns -1 when s or logits is NULL. */
 int32_t seer_sampler_sample(seer_sampler *s, const float *logits, float *probs);
-/* A uniform draw in [0, 1) from the sampler's generator. */
+/* A uniform draw in [0, 1) from the sampler's generator (0 when s is NULL). */
 double seer_sampler_uniform(seer_sampler *s);
 
 /* ---------------------------------------------------------------------------------------- */
@@ -311,7 +318,8 @@ seer_status seer_gen_adopt(seer_gen *g, seer_seq_id seq, const int32_t *tokens, 
                            int max_new, seer_sampler_params sp, bool ignore_eos, int *handle);
 /* Runs one round for every unfinished sequence. *n_active receives how many remain. */
 seer_status seer_gen_step(seer_gen *g, int *n_active);
-/* Tokens generated so far for a handle (valid until the next call on g). */
+/* Tokens generated so far for a handle (valid until the next call on g); -1 (and *ids NULL)
+ * for a handle that holds no sequence. */
 int seer_gen_output(const seer_gen *g, int handle, const int32_t **ids);
 bool seer_gen_finished(const seer_gen *g, int handle);
 /* Releases a finished (or unwanted) sequence's KV pages; its output stays readable. */
@@ -327,6 +335,7 @@ void seer_gen_stats(const seer_gen *g, seer_spec_stats *out);
 typedef struct seer_gguf seer_gguf;
 seer_status seer_gguf_open(const char *path, seer_gguf **out);
 void seer_gguf_close(seer_gguf *g);
+/* Out-of-range indices (and a NULL g) give 0, NULL, "" or a zeroed seer_tensor_info. */
 int seer_gguf_version(const seer_gguf *g);
 int seer_gguf_n_kv(const seer_gguf *g);
 const char *seer_gguf_key(const seer_gguf *g, int i);

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Builds the GGUF fuzzer with clang into build-fuzz/, makes a seed corpus (tiny generated
-# models, odd layouts, and ../shared/models/stories260K.gguf) and fuzzes the reader for
-# ${FUZZ_SECONDS:-60} seconds. Fails on any crash, leak, sanitizer report or timeout; the
-# failing input is left in build-fuzz/artifacts/.
+# Builds the libFuzzer targets with clang into build-fuzz/ (ASan + UBSan), makes their seed
+# corpora (fuzz/make_seeds.c; ../shared/models/stories260K.gguf joins the GGUF seeds) and
+# runs each for a bounded time:
+#   fuzz_gguf       the GGUF reader and writer         FUZZ_GGUF_SECONDS (default 30)
+#   fuzz_tokenizer  vocabularies, encoders, detok      FUZZ_TOKENIZER_SECONDS (default 25)
+#   fuzz_model      model loading and one forward call FUZZ_MODEL_SECONDS (default 25)
+# FUZZ_SECONDS, when set, gives every target that many seconds. Fails on any crash, leak,
+# sanitizer report, timeout or allocation past the limit; the failing input is left in
+# build-fuzz/artifacts/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${FUZZ_SECONDS:-60}
 shared=${SEER_SHARED_DIR:-../shared}
 cc=${FUZZ_CC:-clang}
 out=build-fuzz
@@ -16,23 +20,36 @@ if ! command -v "$cc" >/dev/null; then
   exit 1
 fi
 
-mkdir -p "$out/corpus" "$out/seeds" "$out/artifacts"
-flags=(-std=c11 -g -O1 -Iinclude -Isrc)
+echo "fuzz.sh: building the fuzz targets in $out/"
+CC=$cc cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEER_FUZZ=ON -DSEER_CUDA=OFF \
+  -DSEER_NATIVE=OFF >/dev/null
+cmake --build "$out" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_model make_seeds >/dev/null
 
-"$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  fuzz/fuzz_gguf.c src/gguf/*.c src/util/error.c -lm -o "$out/fuzz_gguf"
-"$cc" "${flags[@]}" fuzz/make_seeds.c src/gguf/*.c src/model/gen_model.c src/util/error.c \
-  -lm -o "$out/make_seeds"
-
-"$out/make_seeds" "$out/seeds"
+rm -rf "$out/seeds"
+mkdir -p "$out/seeds/gguf" "$out/seeds/tokenizer" "$out/artifacts"
+"$out/make_seeds" "$out/seeds/gguf" "$out/seeds/tokenizer"
 if [[ -f "$shared/models/stories260K.gguf" ]]; then
-  cp -f "$shared/models/stories260K.gguf" "$out/seeds/"
+  cp -f "$shared/models/stories260K.gguf" "$out/seeds/gguf/"
 else
   echo "fuzz.sh: $shared/models/stories260K.gguf not found; fuzzing without it" >&2
 fi
+# fuzz_tokenizer's fixed vocabularies: the byte-level BPE fixtures and a SentencePiece one
+vocabs=tests/fixtures/smollm2-135m-instruct/vocab.gguf:tests/fixtures/qwen2.5-coder-0.5b-instruct/vocab.gguf
+[[ -f "$shared/models/stories260K.gguf" ]] && vocabs+=":$shared/models/stories260K.gguf"
 
 # libFuzzer exits non-zero on a crash, a leak, a sanitizer report or a slow input.
-UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
-  "$out/fuzz_gguf" -max_len=65536 -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-  -artifact_prefix="$out/artifacts/" -print_final_stats=1 "$out/corpus" "$out/seeds"
-echo "fuzz.sh: no crashes in ${seconds}s"
+fuzz() {
+  local name=$1 seconds=$2 seeds=$3
+  shift 3
+  echo "fuzz.sh: $name for ${seconds}s"
+  mkdir -p "$out/corpus/$name"
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
+  SEER_FUZZ_VOCABS=$vocabs OMP_NUM_THREADS=1 \
+    "$out/$name" -max_len=65536 -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -artifact_prefix="$out/artifacts/$name-" -print_final_stats=1 "$@" \
+    "$out/corpus/$name" "$seeds" 2>&1 | grep -v -e '^#[0-9]' -e '^"' -e 'NEW_FUNC' || return 1
+}
+fuzz fuzz_gguf "${FUZZ_SECONDS:-${FUZZ_GGUF_SECONDS:-30}}" "$out/seeds/gguf"
+fuzz fuzz_tokenizer "${FUZZ_SECONDS:-${FUZZ_TOKENIZER_SECONDS:-25}}" "$out/seeds/tokenizer"
+fuzz fuzz_model "${FUZZ_SECONDS:-${FUZZ_MODEL_SECONDS:-25}}" "$out/seeds/gguf" -malloc_limit_mb=512
+echo "fuzz.sh: no crashes"

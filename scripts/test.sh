@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds seer and runs every test: the release build, the same tests under ASan + UBSan,
-# and the GGUF fuzzer for FUZZ_SECONDS (default 60). Needs ../shared beside the checkout.
+# and the fuzzers (GGUF reader, tokenizers, model loading; about 80 s, see scripts/fuzz.sh).
+# Needs ../shared beside the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -17,5 +18,5 @@ cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure
 
-echo "== fuzzing the GGUF reader"
+echo "== fuzzing the GGUF reader, the tokenizers and model loading"
 scripts/fuzz.sh

@@ -2,13 +2,18 @@
  * test_cli.c: the seer command-line tool end to end: golden greedy ids through
  * `seer generate --json` (with and without speculation), `seer info`, `seer gen-model`,
  * `seer chat` driven through stdin, --ctx against the trained context and memory, and clear
- * failures with a non-zero exit on bad flags, files and prompts.
+ * failures with a non-zero exit on bad flags, files and prompts; names from a hostile file
+ * printed escaped, tokens of any length printed whole.
  */
 #include "testutil.h"
+
+#include "backend/backend.h"
+#include "gguf/gguf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 /* Runs a shell command; captures stdout+stderr into out (NUL-terminated); returns the exit code. */
@@ -248,6 +253,135 @@ static void test_ctx(void **state) {
     assert_non_null(strstr(buf, "free"));
 }
 
+static void test_small_things(void **state) {
+    char m[1024];
+    snprintf(m, sizeof m, "%s", tu_shared_path("models/stories260K.gguf"));
+    /* -n 0 generates no token */
+    int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 0 --json --backend cpu",
+                SEER_CLI, m);
+    if (rc != 0 || !strstr(buf, "\"generated_ids\":[]") || !strstr(buf, "\"text\":\"\""))
+        fail_msg("-n 0: rc %d: %s", rc, buf);
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 1 --json --backend cpu",
+            SEER_CLI, m);
+    if (rc != 0 || !strstr(buf, "\"generated_ids\":[432]"))
+        fail_msg("-n 1: rc %d: %s", rc, buf);
+    /* a directory is not a prompt file */
+    const char *dir = tu_tmp_path("a-directory");
+    mkdir(dir, 0700);
+    rc = sh(buf, sizeof buf, "%s generate -m %s -f %s", SEER_CLI, m, dir);
+    if (rc != 1 || !strstr(buf, "directory"))
+        fail_msg("-f DIR: rc %d: %s", rc, buf);
+    /* --backend cuda without a GPU names the missing device (or the missing backend) */
+#ifdef SEER_HAVE_CUDA
+    const bool no_gpu = !seer_backend_cuda_available();
+    const char *want = "no CUDA device was found";
+#else
+    const bool no_gpu = true;
+    const char *want = "no CUDA backend";
+#endif
+    if (no_gpu) {
+        rc = sh(buf, sizeof buf, "%s generate -m %s -p hi --backend cuda", SEER_CLI, m);
+        if (rc != 1 || !strstr(buf, want) || strstr(buf, "driver version"))
+            fail_msg("--backend cuda: rc %d: %s", rc, buf);
+    }
+}
+
+/* Copies the GGUF at src to dst with every piece of tokenizer.ggml.tokens that is a normal
+ * token (type 1) replaced by piece_len bytes of one letter. */
+static void rewrite_vocab(const char *src, const char *dst, size_t piece_len, const char *name) {
+    gguf_file *f = NULL;
+    ASSERT_OK(gguf_open(src, &f));
+    const gguf_value *tok = NULL, *type = NULL;
+    ASSERT_OK(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tok));
+    ASSERT_OK(gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_COUNT, &type));
+    const uint64_t n = tok->arr.n;
+    char **pieces = calloc(n, sizeof *pieces);
+    assert_non_null(pieces);
+    for (uint64_t i = 0; i < n; i++) {
+        const gguf_value *t = &tok->arr.items[i];
+        const bool normal = type->arr.items[i].i64 == 1 || type->arr.items[i].u64 == 1;
+        size_t len = normal ? piece_len : t->str.len;
+        pieces[i] = malloc(len + 1);
+        assert_non_null(pieces[i]);
+        if (normal)
+            memset(pieces[i], 'a' + (int)(i % 26), len);
+        else
+            memcpy(pieces[i], t->str.s, len);
+        pieces[i][len] = 0;
+    }
+    gguf_writer *w = gguf_writer_init();
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        const char *k = f->kv[i].key;
+        if (!strcmp(k, "tokenizer.ggml.tokens"))
+            gguf_writer_set_arr_str(w, k, (const char *const *)pieces, n);
+        else if (!strcmp(k, "general.name") && name)
+            gguf_writer_set_str(w, k, name);
+        else
+            ASSERT_OK(gguf_writer_set_value(w, k, &f->kv[i].val));
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        ASSERT_OK(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data));
+    }
+    ASSERT_OK(gguf_writer_write(w, dst));
+    gguf_writer_free(w);
+    for (uint64_t i = 0; i < n; i++)
+        free(pieces[i]);
+    free(pieces);
+    gguf_close(f);
+}
+
+static void test_long_tokens_and_hostile_names(void **state) {
+    const char *base = tu_tmp_path("base.gguf"), *lng = tu_tmp_path("long.gguf");
+    int rc = sh(buf, sizeof buf, "%s gen-model --vocab 1000 --dim 32 --layers 1 --heads 2 --kv-heads 2 --ffn 48 -o %s",
+                SEER_CLI, base);
+    if (rc != 0)
+        fail_msg("gen-model: %s", buf);
+    /* every normal token is 3000 bytes long, more than any fixed buffer of the tool */
+    const size_t piece = 3000;
+    rewrite_vocab(base, lng, piece, "evil\x1b]0;owned\x07\x1b[2J\xc2\x9b" "1m");
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p 'x' --temp 0 -n 6 --ignore-eos --json", SEER_CLI, lng);
+    if (rc != 0)
+        fail_msg("generate: %s", buf);
+    const char *g = strstr(buf, "\"generated_ids\":[");
+    assert_non_null(g);
+    g += strlen("\"generated_ids\":[");
+    int n_long = 0;
+    for (char *e; *g && *g != ']'; g = e + (*e == ',')) {
+        long id = strtol(g, &e, 10);
+        assert_true(e != g);
+        n_long += id >= 259; /* after <unk>, <s>, </s> and the 256 byte tokens */
+    }
+    assert_true(n_long > 0);
+    /* the streamed text holds every long token whole */
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p 'x' --temp 0 -n 6 --ignore-eos 2>/dev/null", SEER_CLI, lng);
+    assert_int_equal(rc, 0);
+    size_t letters = 0;
+    for (const char *p = buf; *p; p++)
+        letters += *p >= 'a' && *p <= 'z';
+    if (letters < (size_t)n_long * piece)
+        fail_msg("%zu letters printed for %d tokens of %zu", letters, n_long, piece);
+
+    /* and so does chat's reply (it used fixed buffers of 1 KiB) */
+    rc = sh(buf, sizeof buf, "echo hi | %s chat -m %s --chat-template chatml --temp 0 -n 4 2>/dev/null",
+            SEER_CLI, lng);
+    assert_int_equal(rc, 0);
+    letters = 0;
+    for (const char *p = buf; *p; p++)
+        letters += *p >= 'a' && *p <= 'z';
+    if (letters < piece)
+        fail_msg("chat printed %zu letters: %.200s", letters, buf);
+
+    /* a name with terminal escapes is printed escaped, by info and in messages */
+    rc = sh(buf, sizeof buf, "%s info %s --meta", SEER_CLI, lng);
+    assert_int_equal(rc, 0);
+    if (!strstr(buf, "name          evil\\x1b]0;owned\\x07\\x1b[2J\\u009b1m"))
+        fail_msg("info: %s", buf);
+    for (const char *p = buf; *p; p++)
+        if (*p == 0x1b || *p == 0x07 || (*p == '\xc2' && p[1] == '\x9b'))
+            fail_msg("a control character reached the output at %zu", (size_t)(p - buf));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_generate_golden_json),
@@ -256,6 +390,8 @@ int main(void) {
         cmocka_unit_test(test_info_and_gen_model),
         cmocka_unit_test(test_chat_session),
         cmocka_unit_test(test_ctx),
+        cmocka_unit_test(test_small_things),
+        cmocka_unit_test(test_long_tokens_and_hostile_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -579,22 +579,26 @@ static void test_alignment(void **state) {
     check_alignment(32);
     check_alignment(64);
     check_alignment(8);
-    check_alignment(1);
     check_alignment(4096);
 
     /* writer refuses alignments the reader would refuse */
-    gguf_writer *w = gguf_writer_init();
-    gguf_writer_set_u32(w, "general.alignment", 48);
-    uint8_t *buf;
-    size_t size;
-    assert_int_equal(gguf_writer_to_buffer(w, &buf, &size), SEER_ERR_INVALID_ARG);
-    assert_non_null(strstr(seer_last_error(), "power of two"));
-    gguf_writer_free(w);
+    const uint32_t bad[] = {48, 1, 2, 4};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gguf_writer *w = gguf_writer_init();
+        gguf_writer_set_u32(w, "general.alignment", bad[i]);
+        uint8_t *buf;
+        size_t size;
+        assert_int_equal(gguf_writer_to_buffer(w, &buf, &size), SEER_ERR_INVALID_ARG);
+        assert_non_null(strstr(seer_last_error(), "power of two"));
+        gguf_writer_free(w);
+    }
 }
 
 static void test_bad_alignment(void **state) {
     (void)state;
-    const uint32_t bad[] = {0, 3, 48, 0x80000000u};
+    /* 1, 2 and 4 are powers of two, but the GGUF spec asks for multiples of 8: with them
+     * an f32 tensor can start at an odd offset (a misaligned load in the CPU matmul) */
+    const uint32_t bad[] = {0, 1, 2, 3, 4, 48, 0x80000000u};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         raw r = {0};
         raw_header(&r, 3, 0, 1);
@@ -602,6 +606,15 @@ static void test_bad_alignment(void **state) {
         EXPECT_FAIL(r.p, r.n, SEER_ERR_FORMAT, "general.alignment");
         free(r.p);
     }
+    /* a tensor at offset 1 under alignment 1 is what the check keeps out */
+    raw r1 = {0};
+    raw_header(&r1, 3, 1, 1);
+    raw_kv_u32(&r1, "general.alignment", 1);
+    uint64_t ne1 = 2;
+    raw_tensor(&r1, "t", 1, &ne1, GGML_TYPE_F32, 1);
+    raw_pad(&r1, 1, 9);
+    EXPECT_FAIL(r1.p, r1.n, SEER_ERR_FORMAT, "multiple of 8");
+    free(r1.p);
     raw r = {0};
     raw_header(&r, 3, 0, 1);
     raw_str(&r, "general.alignment");
@@ -623,6 +636,43 @@ static void test_bad_alignment(void **state) {
     assert_int_equal(f->data_offset % 16, 0);
     close_exact(f);
     free(r.p);
+}
+
+/* ---- names with control characters ----------------------------------------------------- */
+
+static void test_text_escape(void **state) {
+    (void)state;
+    char b[64];
+    assert_string_equal(seer_text_escape("plain é ü", b, sizeof b), "plain é ü");
+    assert_string_equal(seer_text_escape("a\x1b[2Jb\n\t\r\x7f", b, sizeof b), "a\\x1b[2Jb\\n\\t\\r\\x7f");
+    /* U+009B (CSI in the C1 range), a lone continuation byte, a truncated sequence */
+    assert_string_equal(seer_text_escape("x\xc2\x9by\x80z\xe2\x82", b, sizeof b),
+                        "x\\u009by\\x80z\\xe2\\x82");
+    /* cut between units, never inside an escape or a character */
+    assert_string_equal(seer_text_escape("ab\x1b", b, 5), "ab");
+    assert_string_equal(seer_text_escape("a\xc3\xa9", b, 3), "a");
+    assert_string_equal(seer_text_escape(NULL, b, sizeof b), "");
+    assert_null(seer_text_escape("x", NULL, 4));
+}
+
+static void test_escaped_messages(void **state) {
+    (void)state;
+    /* a duplicate key and a tensor name carrying a terminal escape: the messages quote them
+     * escaped, with no control byte left */
+    raw r = {0};
+    raw_header(&r, 3, 0, 2);
+    raw_kv_u32(&r, "k\x1b]0;owned\x07", 1);
+    raw_kv_u32(&r, "k\x1b]0;owned\x07", 2);
+    EXPECT_FAIL(r.p, r.n, SEER_ERR_FORMAT, "k\\x1b]0;owned\\x07");
+    free(r.p);
+    r = (raw){0};
+    raw_header(&r, 3, 1, 0);
+    const uint64_t ne[7] = {4, 1, 1, 1, 1, 1, 1};
+    raw_tensor(&r, "t\x1b[2J", 7, ne, GGML_TYPE_F32, 0);
+    EXPECT_FAIL(r.p, r.n, SEER_ERR_FORMAT, "t\\x1b[2J");
+    free(r.p);
+    for (const char *m = seer_last_error(); *m; m++)
+        assert_true((unsigned char)*m >= 0x20 && *m != 0x7f);
 }
 
 /* ---- the real tiny model ------------------------------------------------------------- */
@@ -1449,6 +1499,8 @@ int main(void) {
         cmocka_unit_test(test_version2),
         cmocka_unit_test(test_alignment),
         cmocka_unit_test(test_bad_alignment),
+        cmocka_unit_test(test_text_escape),
+        cmocka_unit_test(test_escaped_messages),
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_bad_magic_and_io),
         cmocka_unit_test(test_bad_counts),

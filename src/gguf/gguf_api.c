@@ -11,18 +11,23 @@ struct seer_gguf {
 };
 
 seer_status seer_gguf_open(const char *path, seer_gguf **out) {
+    SEER_CHECK_ARG(out);
     gguf_file *f;
     *out = NULL;
+    SEER_CHECK_ARG(path);
     SEER_TRY(gguf_open(path, &f));
     *out = (seer_gguf *)f; /* seer_gguf is a gguf_file seen from outside */
     return SEER_OK;
 }
 
 void seer_gguf_close(seer_gguf *g) { gguf_close((gguf_file *)g); }
-int seer_gguf_version(const seer_gguf *g) { return (int)g->f.version; }
-int seer_gguf_n_kv(const seer_gguf *g) { return (int)g->f.n_kv; }
-const char *seer_gguf_key(const seer_gguf *g, int i) { return g->f.kv[i].key; }
-int seer_gguf_n_tensors(const seer_gguf *g) { return (int)g->f.n_tensors; }
+int seer_gguf_version(const seer_gguf *g) { return g ? (int)g->f.version : 0; }
+int seer_gguf_n_kv(const seer_gguf *g) { return g ? (int)g->f.n_kv : 0; }
+int seer_gguf_n_tensors(const seer_gguf *g) { return g ? (int)g->f.n_tensors : 0; }
+
+static bool kv_ok(const seer_gguf *g, int i) { return g && i >= 0 && (uint64_t)i < g->f.n_kv; }
+
+const char *seer_gguf_key(const seer_gguf *g, int i) { return kv_ok(g, i) ? g->f.kv[i].key : NULL; }
 
 static const char *type_name(gguf_type t) {
     static const char *names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool",
@@ -73,13 +78,19 @@ static int scalar_text(const gguf_value *v, char *buf, int cap) {
 }
 
 void seer_gguf_value_text(const seer_gguf *g, int i, char *buf, int cap) {
-    if (cap <= 0)
+    if (!buf || cap <= 0)
         return;
     buf[0] = 0;
-    scalar_text(&g->f.kv[i].val, buf, cap);
+    if (kv_ok(g, i))
+        scalar_text(&g->f.kv[i].val, buf, cap);
 }
 
 void seer_gguf_tensor(const seer_gguf *g, int i, seer_tensor_info *out) {
+    if (!out)
+        return;
+    memset(out, 0, sizeof *out);
+    if (!g || i < 0 || (uint64_t)i >= g->f.n_tensors)
+        return;
     const gguf_tensor *t = &g->f.tensors[i];
     out->name = t->name;
     out->type = ggml_type_name(t->type);

@@ -27,6 +27,7 @@
 
 #define GGUF_MAX_DEPTH 8           /* nesting of arrays inside arrays */
 #define GGUF_DEFAULT_ALIGNMENT 32
+#define GGUF_MIN_ALIGNMENT 8
 #define GGUF_MAX_ALIGNMENT (1u << 30)
 #define MIN_KV_BYTES 13            /* key length (8) + value type (4) + smallest value (1) */
 #define MIN_TENSOR_INFO_BYTES 32   /* name length, n_dims, one dim, type, offset */
@@ -346,9 +347,12 @@ static seer_status read_alignment(gguf_file *f) {
         return SEER_OK;
     int64_t a;
     SEER_TRY(gguf_get_i64(f, "general.alignment", &a));
-    if (a <= 0 || a > (int64_t)GGUF_MAX_ALIGNMENT || (a & (a - 1)))
+    /* The GGUF spec asks for a multiple of 8; below that, tensor data would start at
+     * offsets where f32 and f16 loads are misaligned. */
+    if (a < GGUF_MIN_ALIGNMENT || a > (int64_t)GGUF_MAX_ALIGNMENT || (a & (a - 1)))
         return seer_err(SEER_ERR_FORMAT,
-                        "general.alignment must be a nonzero power of two up to 2^30, got %lld",
+                        "general.alignment must be a power of two from 8 to 2^30 (a multiple of "
+                        "8, as the GGUF spec asks), got %lld",
                         (long long)a);
     f->alignment = (size_t)a;
     return SEER_OK;

@@ -233,9 +233,9 @@ static seer_status note_alignment(const char *key, const gguf_value *v, size_t *
     else if ((v->type == GGUF_TYPE_INT8 || v->type == GGUF_TYPE_INT16 ||
               v->type == GGUF_TYPE_INT32 || v->type == GGUF_TYPE_INT64) && v->i64 > 0)
         a = (uint64_t)v->i64;
-    if (a == 0 || (a & (a - 1)) || a > (1u << 30))
+    if (a < 8 || (a & (a - 1)) || a > (1u << 30))
         return seer_err(SEER_ERR_INVALID_ARG,
-                        "general.alignment must be a nonzero power of two up to 2^30");
+                        "general.alignment must be a power of two from 8 to 2^30");
     *align = (size_t)a;
     return SEER_OK;
 }

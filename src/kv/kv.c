@@ -13,6 +13,9 @@
 
 #include "util/error.h"
 
+/* The asserts below are invariants of this file's bookkeeping (a commit always follows its
+ * own successful prepare; pages are popped only after count_needed found them): no input
+ * reaches them. Release builds compile them out (NDEBUG); the sanitizer build checks them. */
 #include <assert.h>
 #include <stdlib.h>
 

@@ -119,7 +119,9 @@ void seer_context_free(seer_context *c) {
 }
 
 seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context **out) {
+    SEER_CHECK_ARG(out);
     *out = NULL;
+    SEER_CHECK_ARG(m);
     if (!m->be)
         return seer_err(SEER_ERR_INVALID_ARG, "the model was loaded with vocab_only: no weights");
     const bool n_ctx_default = p.n_ctx == 0;
@@ -193,16 +195,19 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
     return SEER_OK;
 }
 
-const seer_model *seer_context_model(const seer_context *c) { return c->model; }
-int seer_context_n_ctx(const seer_context *c) { return c->params.n_ctx; }
+const seer_model *seer_context_model(const seer_context *c) { return c ? c->model : NULL; }
+int seer_context_n_ctx(const seer_context *c) { return c ? c->params.n_ctx : 0; }
 
 static seer_status check_seq(const seer_context *c, seer_seq_id seq) {
+    SEER_CHECK_ARG(c);
     if (seq < 0 || seq >= c->params.n_seq_max || !seer_kv_seq_alive(c->kv, seq))
         return seer_err(SEER_ERR_INVALID_ARG, "sequence %d does not exist", (int)seq);
     return SEER_OK;
 }
 
 seer_status seer_seq_new(seer_context *c, seer_seq_id *out) {
+    SEER_CHECK_ARG(c);
+    SEER_CHECK_ARG(out);
     int id;
     SEER_TRY(seer_kv_seq_new(c->kv, &id));
     *out = id;
@@ -210,6 +215,7 @@ seer_status seer_seq_new(seer_context *c, seer_seq_id *out) {
 }
 
 seer_status seer_seq_fork(seer_context *c, seer_seq_id src, seer_seq_id *out) {
+    SEER_CHECK_ARG(out);
     SEER_TRY(check_seq(c, src));
     int id;
     SEER_TRY(seer_kv_seq_fork(c->kv, src, &id));
@@ -230,12 +236,12 @@ void seer_seq_free(seer_context *c, seer_seq_id seq) {
 }
 
 int seer_seq_len(const seer_context *c, seer_seq_id seq) {
-    if (seq < 0 || seq >= c->params.n_seq_max || !seer_kv_seq_alive(c->kv, seq))
+    if (!c || seq < 0 || seq >= c->params.n_seq_max || !seer_kv_seq_alive(c->kv, seq))
         return -1;
     return c->kv->seqs[seq].len;
 }
 
-int seer_kv_free_pages(const seer_context *c) { return c->kv->n_free; }
+int seer_kv_free_pages(const seer_context *c) { return c ? c->kv->n_free : 0; }
 
 seer_status seer_seq_set_view(seer_context *c, seer_seq_id seq, const seer_view *v) {
     SEER_TRY(check_seq(c, seq));
@@ -276,7 +282,7 @@ seer_status seer_seq_set_view(seer_context *c, seer_seq_id seq, const seer_view 
 }
 
 void seer_seq_clear_view(seer_context *c, seer_seq_id seq) {
-    if (seq < 0 || seq >= c->params.n_seq_max)
+    if (!c || seq < 0 || seq >= c->params.n_seq_max)
         return;
     free(c->views[seq].idx);
     memset(&c->views[seq], 0, sizeof c->views[seq]);
@@ -311,6 +317,7 @@ seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, in
 }
 
 static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
+    SEER_CHECK_ARG(c);
     if (!b || !b->token || !b->seq || !b->pos)
         return seer_err(SEER_ERR_INVALID_ARG, "batch needs token, seq and pos arrays");
     const int T = b->n_tokens;
@@ -335,6 +342,11 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
                           float **dev_out);
 
 seer_status seer_decode(seer_context *c, const seer_batch *b, float *logits_out) {
+    /* logits asked for with nowhere to put them is a caller's mistake, not a discard */
+    for (int i = 0; !logits_out && b && b->logits && i < b->n_tokens; i++)
+        if (b->logits[i])
+            return seer_err(SEER_ERR_INVALID_ARG, "seer_decode: logits asked for token %d, "
+                                                  "logits_out is NULL", i);
     return decode(c, b, logits_out, NULL, NULL);
 }
 

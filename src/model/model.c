@@ -300,6 +300,7 @@ seer_status seer_model_fuse(seer_model *m) {
 }
 
 seer_status seer_model_load(const char *path, seer_model_params params, seer_model **out) {
+    SEER_CHECK_ARG(out);
     *out = NULL;
     if (!path)
         return seer_err(SEER_ERR_INVALID_ARG, "no model path");
@@ -378,12 +379,22 @@ void seer_model_free(seer_model *m) {
     free(m);
 }
 
-void seer_model_get_info(const seer_model *m, seer_model_info *info) { *info = m->info; }
+void seer_model_get_info(const seer_model *m, seer_model_info *info) {
+    if (m && info)
+        *info = m->info;
+    else if (info)
+        memset(info, 0, sizeof *info);
+}
 
 const seer_vocab *seer_model_vocab(const seer_model *m) { return m->vocab; }
 
 seer_status seer_tokenize(const seer_model *m, const char *text, size_t len, bool add_bos,
                           bool parse_special, int32_t *out, int cap, int *n_out) {
+    SEER_CHECK_ARG(m);
+    SEER_CHECK_ARG(text);
+    SEER_CHECK_ARG(n_out);
+    if (!out && cap > 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "seer_tokenize: out is NULL with cap %d", cap);
     return seer_vocab_encode(m->vocab, text, len, add_bos, parse_special, out, cap, n_out);
 }
 
@@ -393,9 +404,9 @@ seer_status seer_tokenize_marked(const seer_model *m, const char *text, const ui
 }
 
 int seer_token_piece(const seer_model *m, int32_t token, char *buf, int cap) {
-    return seer_vocab_piece(m->vocab, token, buf, cap);
+    return m ? seer_vocab_piece(m->vocab, token, buf, cap) : -1;
 }
 
-int seer_token_bos(const seer_model *m) { return m->info.token_bos; }
-int seer_token_eos(const seer_model *m) { return m->info.token_eos; }
-int seer_n_vocab(const seer_model *m) { return m->info.n_vocab; }
+int seer_token_bos(const seer_model *m) { return m ? m->info.token_bos : -1; }
+int seer_token_eos(const seer_model *m) { return m ? m->info.token_eos : -1; }
+int seer_n_vocab(const seer_model *m) { return m ? m->info.n_vocab : 0; }

@@ -356,8 +356,10 @@ static void count_type(seer_model_footprint *out, const seer_weight *w, uint64_t
 }
 
 void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
+    if (!out)
+        return;
     memset(out, 0, sizeof *out);
-    if (!m->be || !m->layers)
+    if (!m || !m->be || !m->layers)
         return;
     const seer_model_info *in = &m->info;
     uint64_t by_type[GGML_TYPE_COUNT] = {0};
@@ -404,7 +406,9 @@ void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
 }
 
 seer_status seer_model_measure_bandwidth(const seer_model *m, double *bytes_per_s) {
+    SEER_CHECK_ARG(bytes_per_s);
     *bytes_per_s = 0;
+    SEER_CHECK_ARG(m);
     if (!m->be)
         return seer_err(SEER_ERR_INVALID_ARG, "the model was loaded with vocab_only: no backend");
     if (!m->be->ops->copy_bandwidth)
@@ -413,6 +417,7 @@ seer_status seer_model_measure_bandwidth(const seer_model *m, double *bytes_per_
 }
 
 seer_status seer_model_sync(const seer_model *m) {
+    SEER_CHECK_ARG(m);
     if (!m->be || !m->be->ops->sync)
         return SEER_OK;
     return m->be->ops->sync(m->be);

@@ -335,6 +335,8 @@ void seer_sampler_free(seer_sampler *s) {
 }
 
 void seer_sampler_accept(seer_sampler *s, int32_t token) {
+    if (!s)
+        return;
     const int w = s->params.repeat_last_n;
     if (w <= 0)
         return;
@@ -348,11 +350,15 @@ void seer_sampler_accept(seer_sampler *s, int32_t token) {
 
 /* Back to the state seer_sampler_init left: empty history and the generator reseeded. */
 void seer_sampler_reset(seer_sampler *s) {
+    if (!s)
+        return;
     s->n_hist = 0;
     seer_rng_seed(&s->rng, s->params.seed);
 }
 
 void seer_sampler_probs(const seer_sampler *s, const float *logits, float *probs) {
+    if (!s || !logits || !probs)
+        return;
     seer_sampler_probs_with_history(&s->params, s->hist, s->n_hist, logits, probs, s->n_vocab,
                                     s->scratch);
 }
@@ -361,6 +367,8 @@ void seer_sampler_probs(const seer_sampler *s, const float *logits, float *probs
  * is not added to the penalty history: the caller decides what was emitted (speculation may
  * emit a different token) and calls seer_sampler_accept. */
 int32_t seer_sampler_sample(seer_sampler *s, const float *logits, float *probs) {
+    if (!s || !logits)
+        return -1;
     float *out = probs ? probs : s->probs;
     const int V = s->n_vocab;
     int n = probs_pipeline(&s->params, s->hist, s->n_hist, logits, out, V, s->scratch);
@@ -387,7 +395,7 @@ int32_t seer_sampler_sample(seer_sampler *s, const float *logits, float *probs) 
     return last;
 }
 
-double seer_sampler_uniform(seer_sampler *s) { return seer_rng_uniform(&s->rng); }
+double seer_sampler_uniform(seer_sampler *s) { return s ? seer_rng_uniform(&s->rng) : 0.0; }
 
 seer_rng *seer_sampler_rng(seer_sampler *s) { return &s->rng; }
 

@@ -30,6 +30,7 @@ seer_spec_params seer_spec_default_params(void) {
 static const char *const KIND_NAMES[] = {"none", "streaming", "retrieval", "snapkv", "draft", "ngram"};
 
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out) {
+    SEER_CHECK_ARG(out);
     for (int k = 0; k < (int)(sizeof KIND_NAMES / sizeof *KIND_NAMES); k++)
         if (name && !strcmp(name, KIND_NAMES[k])) {
             *out = (seer_spec_kind)k;
@@ -98,7 +99,9 @@ void seer_gen_free(seer_gen *g) {
 }
 
 seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **out) {
+    SEER_CHECK_ARG(out);
     *out = NULL;
+    SEER_CHECK_ARG(ctx);
     SEER_TRY(check_params(ctx, &spec));
     seer_gen *g = calloc(1, sizeof *g);
     if (!g)
@@ -267,6 +270,9 @@ static void unclaim(seer_gen *g, int h) {
 
 seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
                          seer_sampler_params sp, bool ignore_eos, int *handle) {
+    SEER_CHECK_ARG(g);
+    SEER_CHECK_ARG(prompt);
+    SEER_CHECK_ARG(handle);
     int h;
     SEER_TRY(claim(g, prompt, n, max_new, sp, ignore_eos, &h));
     seer_gen_seq *s = &g->seqs[h];
@@ -316,6 +322,9 @@ seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
 
 seer_status seer_gen_adopt(seer_gen *g, seer_seq_id seq, const int32_t *tokens, int n,
                            int max_new, seer_sampler_params sp, bool ignore_eos, int *handle) {
+    SEER_CHECK_ARG(g);
+    SEER_CHECK_ARG(tokens);
+    SEER_CHECK_ARG(handle);
     if (seer_seq_len(g->ctx, seq) != n - 1)
         return seer_err(SEER_ERR_INVALID_ARG, "adopt: sequence %d holds %d tokens, expected %d",
                         (int)seq, seer_seq_len(g->ctx, seq), n - 1);
@@ -340,6 +349,8 @@ seer_status seer_gen_adopt(seer_gen *g, seer_seq_id seq, const int32_t *tokens, 
 }
 
 seer_status seer_gen_step(seer_gen *g, int *n_active) {
+    SEER_CHECK_ARG(g);
+    SEER_CHECK_ARG(n_active);
     seer_context *c = g->ctx;
     const int G = g->G, n_ctx = c->params.n_ctx;
     int n = 0;
@@ -451,8 +462,9 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
 }
 
 int seer_gen_output(const seer_gen *g, int h, const int32_t **ids) {
-    if (h < 0 || h >= g->n_seqs || !g->seqs[h].tokens) {
-        *ids = NULL;
+    if (!g || !ids || h < 0 || h >= g->n_seqs || !g->seqs[h].tokens) {
+        if (ids)
+            *ids = NULL;
         return -1;
     }
     *ids = g->seqs[h].tokens + g->seqs[h].n_prompt;
@@ -460,11 +472,11 @@ int seer_gen_output(const seer_gen *g, int h, const int32_t **ids) {
 }
 
 bool seer_gen_finished(const seer_gen *g, int h) {
-    return h < 0 || h >= g->n_seqs || !g->seqs[h].alive || g->seqs[h].finished;
+    return !g || h < 0 || h >= g->n_seqs || !g->seqs[h].alive || g->seqs[h].finished;
 }
 
 void seer_gen_release(seer_gen *g, int h) {
-    if (h < 0 || h >= g->n_seqs || !g->seqs[h].alive)
+    if (!g || h < 0 || h >= g->n_seqs || !g->seqs[h].alive)
         return;
     seer_gen_seq *s = &g->seqs[h];
     if (g->dops && g->dops->seq_released)
@@ -477,11 +489,16 @@ void seer_gen_release(seer_gen *g, int h) {
 }
 
 void seer_gen_remove(seer_gen *g, int h) {
-    if (h < 0 || h >= g->n_seqs)
+    if (!g || h < 0 || h >= g->n_seqs)
         return;
     seer_gen_release(g, h);
     free(g->seqs[h].tokens);
     g->seqs[h].tokens = NULL;
 }
 
-void seer_gen_stats(const seer_gen *g, seer_spec_stats *out) { *out = g->stats; }
+void seer_gen_stats(const seer_gen *g, seer_spec_stats *out) {
+    if (g && out)
+        *out = g->stats;
+    else if (out)
+        memset(out, 0, sizeof *out);
+}

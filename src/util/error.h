@@ -17,6 +17,13 @@ void seer_clear_error(void);
 void *seer_malloc_array(size_t n, size_t size);
 void *seer_calloc_array(size_t n, size_t size);
 
+/* Public functions reject a NULL pointer argument with SEER_ERR_INVALID_ARG naming it. */
+#define SEER_CHECK_ARG(p)                                                                  \
+    do {                                                                                   \
+        if (!(p))                                                                          \
+            return seer_err(SEER_ERR_INVALID_ARG, "%s: %s is NULL", __func__, #p);         \
+    } while (0)
+
 /* Propagate a non-OK status. */
 #define SEER_TRY(expr)                        \
     do {                                      \

@@ -5,6 +5,7 @@
 #include "seer.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Strict parsers: the whole string must be a number within [lo, hi]; on failure they print
@@ -27,6 +28,16 @@ double cli_now_s(void);
  * -1 = its value was bad (the message is printed). */
 enum { CLI_O_TEMP = 512, CLI_O_TOPK, CLI_O_TOPP, CLI_O_MINP, CLI_O_REP, CLI_O_REPN, CLI_O_SEED };
 int cli_sampler_opt(int c, const char *arg, seer_sampler_params *sp);
+
+/* A growing text buffer (s NUL-terminated when cap > 0). */
+typedef struct {
+    char *s;
+    size_t n, cap;
+} cli_text;
+/* Appends the text seer_detok_push gives for token (flush: what seer_detok_flush gives; token
+ * is then ignored) to t, growing t as needed so that no token's text is ever dropped however
+ * long its piece. Returns the bytes appended, or -1 when out of memory (message printed). */
+int cli_detok_append(seer_detok *dt, int32_t token, bool flush, cli_text *t);
 
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);

@@ -566,7 +566,9 @@ int cmd_bench(int argc, char **argv) {
         cli_error("measuring bandwidth", s);
         goto done;
     }
-    fprintf(stderr, "seer bench: %s on %s, copy bandwidth %.3f TB/s\n", r.info.name, r.info.backend,
+    char shown_name[256];
+    fprintf(stderr, "seer bench: %s on %s, copy bandwidth %.3f TB/s\n",
+            seer_text_escape(r.info.name, shown_name, sizeof shown_name), r.info.backend,
             r.bandwidth * 1e-12);
     for (int k = 0; k < o.n_prefill; k++) {
         bench_prefill *pf = &r.prefill[r.n_prefill++];

@@ -312,17 +312,18 @@ static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, 
         goto done;
     }
     str reply = {0};
-    char piece[256], text[1024];
+    cli_text text = {0}, piece = {0}; /* grown to fit: no token's text is dropped */
     for (long long g = 0; o->n_predict < 0 || g < o->n_predict; g++) {
         int32_t tok = seer_sampler_sample(smp, c->logits, NULL);
         if (seer_token_is_eog(c->model, tok))
             break;
         seer_sampler_accept(smp, tok);
-        int k = seer_detok_push(dt, tok, text, sizeof text);
+        text.n = 0;
+        int k = cli_detok_append(dt, tok, false, &text);
         if (k > 0) {
-            fwrite(text, 1, (size_t)k, stdout);
+            fwrite(text.s, 1, (size_t)k, stdout);
             fflush(stdout);
-            str_put(&reply, text, (size_t)k);
+            str_put(&reply, text.s, (size_t)k);
         }
         /* The reply ends here when the cache has no room for tok; tok is then part of the
          * reply but not of the cache (nor of cached): the next turn prefills it. */
@@ -330,21 +331,31 @@ static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, 
             fprintf(stderr, "\nseer chat: context full (%d tokens)\n", c->n_ctx);
             break;
         }
-        int np = seer_token_piece(c->model, tok, piece, sizeof piece);
-        if (np > 0 && np <= (int)sizeof piece)
-            str_put(cached, piece, (size_t)np);
+        int np = seer_token_piece(c->model, tok, NULL, 0);
+        if (np > 0 && (size_t)np + 1 > piece.cap) {
+            char *p = realloc(piece.s, (size_t)np + 1);
+            if (p)
+                piece.s = p, piece.cap = (size_t)np + 1;
+        }
+        if (np > 0 && (size_t)np < piece.cap && seer_token_piece(c->model, tok, piece.s, (int)piece.cap) == np)
+            str_put(cached, piece.s, (size_t)np);
         if ((s = prefill(c, &tok, 1)) != SEER_OK) {
             cli_error("decode", s);
             free(reply.s);
+            free(text.s);
+            free(piece.s);
             seer_detok_free(dt);
             goto done;
         }
     }
-    int k = seer_detok_flush(dt, text, sizeof text);
+    text.n = 0;
+    int k = cli_detok_append(dt, 0, true, &text);
     if (k > 0) {
-        fwrite(text, 1, (size_t)k, stdout);
-        str_put(&reply, text, (size_t)k);
+        fwrite(text.s, 1, (size_t)k, stdout);
+        str_put(&reply, text.s, (size_t)k);
     }
+    free(text.s);
+    free(piece.s);
     printf("\n");
     fflush(stdout);
     seer_detok_free(dt);
@@ -403,8 +414,10 @@ int cmd_chat(int argc, char **argv) {
     }
     if (o.system && !msg_add(&msgs, "system", o.system, strlen(o.system)))
         goto done;
+    char shown_name[256];
     fprintf(stderr, "seer: chat with %s (%s template, context %d); /quit or Ctrl-D to quit\n",
-            info.name[0] ? info.name : o.model, seer_chat_kind_name(t.kind), c.n_ctx);
+            seer_text_escape(info.name[0] ? info.name : o.model, shown_name, sizeof shown_name),
+            seer_chat_kind_name(t.kind), c.n_ctx);
     bool tty = isatty(0);
     for (;;) {
         if (tty) {

@@ -1,6 +1,7 @@
 /* cmd_generate.c: `seer generate`: prompt in, streamed text out, stats to stderr. */
 #include "cli.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -44,27 +45,37 @@ static void usage(FILE *f) {
             "      --draft-budget K  StreamingLLM budget of the draft model's own cache (default 0 = full)\n");
 }
 
+/* The whole file, NUL-terminated; NULL with a message printed when it cannot be read (a
+ * directory opens with fopen but fails at the first read: EISDIR, not an empty prompt). */
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
-    if (!f)
+    if (!f) {
+        fprintf(stderr, "seer generate: cannot read prompt file '%s': %s\n", path, strerror(errno));
         return NULL;
-    size_t cap = 1 << 16, n = 0;
+    }
+    size_t cap = 1 << 16, n = 0, r;
     char *b = malloc(cap);
-    size_t r;
     while (b && (r = fread(b + n, 1, cap - n - 1, f)) > 0) {
         n += r;
         if (n + 1 == cap) {
             char *nb = realloc(b, cap *= 2);
-            if (!nb) {
+            if (!nb)
                 free(b);
-                b = NULL;
-            }
             b = nb;
         }
     }
+    const int err = ferror(f) ? errno : 0;
     fclose(f);
-    if (b)
-        b[n] = 0;
+    if (!b) {
+        fprintf(stderr, "seer generate: out of memory reading prompt file '%s'\n", path);
+        return NULL;
+    }
+    if (err) {
+        fprintf(stderr, "seer generate: cannot read prompt file '%s': %s\n", path, strerror(err));
+        free(b);
+        return NULL;
+    }
+    b[n] = 0;
     return b;
 }
 
@@ -187,10 +198,8 @@ int cmd_generate(int argc, char **argv) {
     const char *prompt = o.prompt;
     if (o.prompt_file) {
         file_text = read_file(o.prompt_file);
-        if (!file_text) {
-            fprintf(stderr, "seer generate: cannot read prompt file '%s'\n", o.prompt_file);
+        if (!file_text)
             return 1;
-        }
         prompt = file_text;
     }
 
@@ -200,7 +209,8 @@ int cmd_generate(int argc, char **argv) {
     seer_detok *dt = NULL;
     int32_t *ids = NULL;
     json_t *out = NULL;
-    char *text = NULL, *chat_text = NULL;
+    cli_text text = {0};
+    char *chat_text = NULL;
     uint8_t *chat_mark = NULL;
     rc = 1;
     seer_status s;
@@ -287,39 +297,26 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     double t0 = cli_now_s();
-    int h;
-    if ((s = seer_gen_add(gen, ids, n_prompt, (int)o.n_predict == 0 ? 1 : (int)o.n_predict, o.sp,
-                          o.ignore_eos, &h)) != SEER_OK) {
+    /* -n 0 asks for no token: nothing is generated (the prompt is only checked). */
+    int h = -1;
+    if (o.n_predict != 0 && (s = seer_gen_add(gen, ids, n_prompt, (int)o.n_predict, o.sp,
+                                               o.ignore_eos, &h)) != SEER_OK) {
         cli_error("prefill", s);
         goto done;
     }
     double t1 = cli_now_s();
-    size_t cap = 4096, len = 0;
-    text = malloc(cap);
-    if (!text) {
-        fprintf(stderr, "seer generate: out of memory\n");
-        goto done;
-    }
     int shown = 0, active = 1;
-    const int32_t *gen_ids;
-    for (;;) {
+    const int32_t *gen_ids = NULL;
+    while (h >= 0) {
         int n_gen = seer_gen_output(gen, h, &gen_ids);
         for (; shown < n_gen; shown++) {
-            if (cap - len < 1024) {
-                char *nt = realloc(text, cap *= 2);
-                if (!nt) {
-                    fprintf(stderr, "seer generate: out of memory\n");
-                    goto done;
-                }
-                text = nt;
-            }
-            int k = seer_detok_push(dt, gen_ids[shown], text + len, (int)(cap - len));
-            if (k > 0) {
-                if (!o.json) {
-                    fwrite(text + len, 1, k, stdout);
-                    fflush(stdout);
-                }
-                len += k;
+            size_t at = text.n;
+            int k = cli_detok_append(dt, gen_ids[shown], false, &text);
+            if (k < 0)
+                goto done;
+            if (k > 0 && !o.json) {
+                fwrite(text.s + at, 1, (size_t)k, stdout);
+                fflush(stdout);
             }
         }
         if (!active || seer_gen_finished(gen, h))
@@ -329,17 +326,17 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
     }
-    int k = seer_detok_flush(dt, text + len, (int)(cap - len));
-    if (k > 0) {
-        if (!o.json)
-            fwrite(text + len, 1, k, stdout);
-        len += k;
-    }
+    size_t at = text.n;
+    int k = cli_detok_append(dt, 0, true, &text);
+    if (k < 0)
+        goto done;
+    if (k > 0 && !o.json)
+        fwrite(text.s + at, 1, (size_t)k, stdout);
     double t2 = cli_now_s();
-    int n_gen = seer_gen_output(gen, h, &gen_ids);
+    int n_gen = h >= 0 ? seer_gen_output(gen, h, &gen_ids) : 0;
     seer_spec_stats st;
     seer_gen_stats(gen, &st);
-    double pf_tps = n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9);
+    double pf_tps = h < 0 ? 0 : n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9);
     int n_steps = n_gen > 0 ? n_gen - 1 : 0; /* the first token comes from the prefill */
     double dec_tps = n_steps / (t2 - t1 > 0 ? t2 - t1 : 1e-9);
     double acc_rate = st.drafted ? (double)st.accepted / st.drafted : 0;
@@ -351,7 +348,7 @@ int cmd_generate(int argc, char **argv) {
         for (int i = 0; i < n_gen; i++)
             json_array_append_new(gids, json_integer(gen_ids[i]));
         out = json_pack("{s:o, s:o, s:s%, s:{s:i, s:i, s:f, s:f, s:f, s:f}, s:{s:s, s:i, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f}}",
-                        "prompt_ids", pids, "generated_ids", gids, "text", text, len,
+                        "prompt_ids", pids, "generated_ids", gids, "text", text.s ? text.s : "", text.n,
                         "stats", "prompt_tokens", n_prompt, "generated_tokens", n_gen,
                         "prefill_tok_s", pf_tps, "decode_tok_s", dec_tps, "prefill_s", t1 - t0,
                         "decode_s", t2 - t1,
@@ -385,7 +382,7 @@ int cmd_generate(int argc, char **argv) {
 done:
     json_decref(out);
     free(ids);
-    free(text);
+    free(text.s);
     free(file_text);
     free(chat_text);
     free(chat_mark);

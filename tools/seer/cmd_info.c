@@ -1,4 +1,8 @@
-/* cmd_info.c: `seer info MODEL.gguf`: what a GGUF file holds, without loading weights. */
+/*
+ * cmd_info.c: `seer info MODEL.gguf`: what a GGUF file holds, without loading weights.
+ * Every name and string that comes from the file is printed through seer_text_escape, so
+ * a hostile file cannot send control sequences to the terminal.
+ */
 #include "cli.h"
 
 #include <inttypes.h>
@@ -35,7 +39,8 @@ int cmd_info(int argc, char **argv) {
     seer_model *m = NULL;
     s = seer_model_load(path, mp, &m);
 
-    printf("file          %s\n", path);
+    char e1[1024], e2[1024];
+    printf("file          %s\n", seer_text_escape(path, e1, sizeof e1));
     printf("gguf version  %d, %d metadata entries, %d tensors\n", seer_gguf_version(g), seer_gguf_n_kv(g),
            seer_gguf_n_tensors(g));
     uint64_t n_params = 0, n_bytes = 0;
@@ -49,8 +54,8 @@ int cmd_info(int argc, char **argv) {
         seer_model_info in;
         seer_model_get_info(m, &in);
         printf("file size     %.2f MiB\n", in.file_size / 1048576.0);
-        printf("name          %s\n", in.name[0] ? in.name : "(none)");
-        printf("architecture  %s\n", in.arch);
+        printf("name          %s\n", in.name[0] ? seer_text_escape(in.name, e1, sizeof e1) : "(none)");
+        printf("architecture  %s\n", seer_text_escape(in.arch, e1, sizeof e1));
         printf("parameters    %" PRIu64 " (%.2f MiB of tensor data)\n", n_params, n_bytes / 1048576.0);
         printf("dim           %d\n", in.dim);
         printf("layers        %d\n", in.n_layers);
@@ -59,7 +64,8 @@ int cmd_info(int argc, char **argv) {
         printf("context       %d\n", in.ctx_train);
         printf("rope          base %g, %s pairs\n", in.rope_base, in.rope_neox ? "half-split (neox)" : "adjacent");
         printf("rms eps       %g\n", in.norm_eps);
-        printf("tokenizer     %s, %d tokens (bos %d, eos %d)\n", in.tokenizer, in.n_vocab, in.token_bos,
+        printf("tokenizer     %s, %d tokens (bos %d, eos %d)\n", seer_text_escape(in.tokenizer, e1, sizeof e1),
+               in.n_vocab, in.token_bos,
                in.token_eos);
         seer_model_free(m);
     } else {
@@ -70,7 +76,8 @@ int cmd_info(int argc, char **argv) {
         char buf[512];
         for (int i = 0; i < seer_gguf_n_kv(g); i++) {
             seer_gguf_value_text(g, i, buf, sizeof buf);
-            printf("  %-44s %s\n", seer_gguf_key(g, i), buf);
+            printf("  %-44s %s\n", seer_text_escape(seer_gguf_key(g, i), e1, sizeof e1),
+                   seer_text_escape(buf, e2, sizeof e2));
         }
     }
     printf("\n%-36s %-6s %-24s %12s\n", "tensor", "type", "shape", "bytes");
@@ -82,7 +89,8 @@ int cmd_info(int argc, char **argv) {
         for (int d = 1; d < t.n_dims; d++)
             k += snprintf(shape + k, sizeof shape - k, ", %" PRIu64, t.ne[d]);
         snprintf(shape + k, sizeof shape - k, "]");
-        printf("%-36s %-6s %-24s %12" PRIu64 "\n", t.name, t.type, shape, t.nbytes);
+        printf("%-36s %-6s %-24s %12" PRIu64 "\n", seer_text_escape(t.name, e1, sizeof e1), t.type, shape,
+               t.nbytes);
     }
     seer_gguf_close(g);
     return s == SEER_OK ? 0 : 1;

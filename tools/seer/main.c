@@ -110,6 +110,29 @@ int cli_sampler_opt(int c, const char *arg, seer_sampler_params *sp) {
     }
 }
 
+int cli_detok_append(seer_detok *dt, int32_t token, bool flush, cli_text *t) {
+    /* seer_detok_push returns -1 when the text does not fit (consuming nothing): the room
+     * doubles until it does. A piece is at most a GGUF string, so 1 GiB ends the loop. */
+    for (size_t room = 256; room <= ((size_t)1 << 30); room *= 2) {
+        if (t->cap - t->n < room) {
+            size_t cap = t->n + room;
+            char *s = realloc(t->s, cap);
+            if (!s)
+                break;
+            t->s = s;
+            t->cap = cap;
+        }
+        const int k = flush ? seer_detok_flush(dt, t->s + t->n, (int)(t->cap - t->n))
+                            : seer_detok_push(dt, token, t->s + t->n, (int)(t->cap - t->n));
+        if (k >= 0) {
+            t->n += (size_t)k;
+            return k;
+        }
+    }
+    fprintf(stderr, "seer: out of memory for the generated text\n");
+    return -1;
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: seer <command> [options]\n"

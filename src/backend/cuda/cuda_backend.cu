@@ -10,6 +10,7 @@
  */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -458,9 +459,21 @@ extern "C" seer_status seer_backend_cuda_init(int device, seer_backend **out) {
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
+        /* Without a GPU there is usually no driver either, and the runtime then reports
+         * cudaErrorInsufficientDriver ("driver version is insufficient"), which sends people
+         * looking for a driver upgrade: say what is missing instead. */
+        void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+        if (drv)
+            dlclose(drv);
+        if (e == cudaErrorNoDevice || !drv)
+            return seer_err(SEER_ERR_BACKEND, "no CUDA device was found (%s)",
+                            drv ? cudaGetErrorString(e) : "no NVIDIA driver is installed: "
+                                                          "libcuda.so.1 cannot be loaded");
         return seer_err(SEER_ERR_BACKEND, "no usable CUDA device: %s (%s)", cudaGetErrorName(e),
                         cudaGetErrorString(e));
     }
+    if (n == 0)
+        return seer_err(SEER_ERR_BACKEND, "no CUDA device was found");
     if (device < 0 || device >= n)
         return seer_err(SEER_ERR_INVALID_ARG, "CUDA device %d does not exist (%d present)", device, n);
     seer_backend *be = (seer_backend *)calloc(1, sizeof *be);
