@@ -464,19 +464,24 @@ static void test_spec_identical(void **state) {
         seer_model_free(m);
         seer_model_free(d);
     }
-    /* random models: repetitive prompts (n-gram matches), pages of 4 */
-    for (int a = 0; a < 3; a++) {
+    /* random models: repetitive prompts (n-gram matches), pages of 4; a = 3, 4: weights kept
+     * quantised on the GPU (Q4_0; the Q4_K_M mix, whose short rows fall back to Q5_0/Q8_0) */
+    static const char *const names[] = {"random llama", "random qwen2", "random llama Dh 64",
+                                        "random llama q4_0", "random llama Dh 64 q4_k_m"};
+    for (int a = 0; a < 5; a++) {
         seer_gen_params p = seer_gen_default_params();
+        const bool big = a == 2 || a == 4; /* head size 64, GQA 4: the tensor-core attention */
         p.arch = a == 1 ? "qwen2" : "llama";
         p.n_vocab = 300;
-        p.dim = a == 2 ? 512 : 64; /* a = 2: head size 64, GQA 4: the tensor-core attention */
+        p.dim = big ? 512 : 64;
         p.n_layers = 2;
-        p.n_heads = a == 2 ? 8 : 4;
+        p.n_heads = big ? 8 : 4;
         p.n_kv_heads = 2;
-        p.ffn_dim = 128;
+        p.ffn_dim = a == 4 ? 512 : 128;
         p.ctx = 512;
         p.seed = 11 + a;
         p.scale = 0.3f;
+        p.dtype = a == 3 ? "q4_0" : a == 4 ? "q4_k_m" : "f32";
         char name[32];
         snprintf(name, sizeof name, "gpu_spec_r%d.gguf", a);
         const char *path = tu_tmp_path(name);
@@ -484,13 +489,12 @@ static void test_spec_identical(void **state) {
         seer_model *m = load_cuda(path, true), *d = load_cuda(path, true);
         uint64_t rng = 17 + a;
         int32_t prompts[3][128];
-        int plen[3] = {a == 2 ? 100 : 40, 7, 23};
+        int plen[3] = {big ? 100 : 40, 7, 23};
         for (int i = 0; i < 3; i++)
             for (int j = 0; j < plen[i]; j++)
                 prompts[i][j] = j >= 10 && (tu_rand_u64(&rng) & 1) ? prompts[i][j - 10]
                                                                     : (int32_t)(tu_rand_u64(&rng) % 300);
-        bad += spec_compare(a == 1 ? "random qwen2" : a ? "random llama Dh 64" : "random llama", m, d, prompts, plen, 3, 120, 256, 4,
-                            a ? 5 : 3, 20);
+        bad += spec_compare(names[a], m, d, prompts, plen, 3, 120, 256, 4, a ? 5 : 3, 20);
         seer_model_free(m);
         seer_model_free(d);
     }
