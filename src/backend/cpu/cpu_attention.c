@@ -10,6 +10,7 @@
 #include "util/error.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 /* Slots token i may see, in ascending order; returns the count. */
@@ -42,69 +43,89 @@ static int visible_slots(const seer_attn_batch *ab, int i, int layer, int kvh, i
     return n;
 }
 
+typedef struct {
+    float *out;
+    const float *q;
+    const void *kv;
+    const seer_kv_geom *g;
+    int layer, max_slots;
+    const seer_attn_batch *ab;
+    _Atomic int oom;
+} attn_args;
+
+/* Items are (token, KV head) pairs. */
+static void attn_items(void *ctx, int64_t j0, int64_t j1) {
+    attn_args *a = ctx;
+    const seer_attn_batch *ab = a->ab;
+    const seer_kv_geom *g = a->g;
+    const void *kv = a->kv;
+    const int layer = a->layer;
+    const float *q = a->q;
+    float *out = a->out;
+    const int H = ab->n_heads, Hkv = ab->n_kv_heads, Dh = ab->head_dim;
+    const int group = H / Hkv;
+    int32_t *slots = seer_malloc_array((size_t)a->max_slots + 1, sizeof *slots);
+    float *score = seer_malloc_array((size_t)a->max_slots + 1, sizeof *score);
+    if (!slots || !score) {
+        atomic_store(&a->oom, 1);
+        free(slots);
+        free(score);
+        return;
+    }
+    for (int64_t j = j0; j < j1; j++) {
+        const int i = (int)(j / Hkv), kvh = (int)(j % Hkv);
+        const int32_t *pages = ab->seq_pages + (size_t)ab->tok_seq[i] * ab->max_pages;
+        int n = visible_slots(ab, i, layer, kvh, slots);
+        for (int hq = 0; hq < group; hq++) {
+            int h = kvh * group + hq;
+            const float *qh = q + ((size_t)i * H + h) * Dh;
+            float *oh = out + ((size_t)i * H + h) * Dh;
+            float mx = -INFINITY;
+            for (int k = 0; k < n; k++) {
+                int s = slots[k];
+                const float *kr = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer,
+                                                  0, s % ab->page_size) + (size_t)kvh * Dh;
+                float d = 0.f;
+                for (int e = 0; e < Dh; e++)
+                    d += qh[e] * kr[e];
+                score[k] = d * ab->scale;
+                if (score[k] > mx)
+                    mx = score[k];
+            }
+            float sum = 0.f;
+            for (int k = 0; k < n; k++) {
+                score[k] = expf(score[k] - mx);
+                sum += score[k];
+            }
+            for (int e = 0; e < Dh; e++)
+                oh[e] = 0.f;
+            for (int k = 0; k < n; k++) {
+                int s = slots[k];
+                const float *vr = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer,
+                                                  1, s % ab->page_size) + (size_t)kvh * Dh;
+                float p = score[k] / sum;
+                for (int e = 0; e < Dh; e++)
+                    oh[e] += p * vr[e];
+            }
+        }
+    }
+    free(slots);
+    free(score);
+}
+
 seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, const void *kv,
                                const seer_kv_geom *g, int layer, const seer_attn_batch *ab) {
-    const int T = ab->T, H = ab->n_heads, Hkv = ab->n_kv_heads, Dh = ab->head_dim;
-    const int group = H / Hkv;
+    const int T = ab->T, Hkv = ab->n_kv_heads;
     int max_slots = 0;
     for (int b = 0; b < ab->n_seq; b++) {
         int m = ab->seq_len0[b] + (ab->seq_tok_off[b + 1] - ab->seq_tok_off[b]);
         if (m > max_slots)
             max_slots = m;
     }
-    const int nt = seer_cpu_threads(be);
-    seer_status st = SEER_OK;
-#pragma omp parallel num_threads(nt) if ((size_t)T * H * max_slots * ab->head_dim > ((size_t)1 << 18))
-    {
-        int32_t *slots = seer_malloc_array((size_t)max_slots + 1, sizeof *slots);
-        float *score = seer_malloc_array((size_t)max_slots + 1, sizeof *score);
-        if (!slots || !score) {
-#pragma omp critical
-            st = seer_err(SEER_ERR_OOM, "attention: out of memory for %d slots", max_slots);
-        }
-#pragma omp for schedule(dynamic, 1) collapse(2)
-        for (int i = 0; i < T; i++) {
-            for (int kvh = 0; kvh < Hkv; kvh++) {
-                if (!slots || !score)
-                    continue;
-                const int32_t *pages = ab->seq_pages + (size_t)ab->tok_seq[i] * ab->max_pages;
-                int n = visible_slots(ab, i, layer, kvh, slots);
-                for (int hq = 0; hq < group; hq++) {
-                    int h = kvh * group + hq;
-                    const float *qh = q + ((size_t)i * H + h) * Dh;
-                    float *oh = out + ((size_t)i * H + h) * Dh;
-                    float mx = -INFINITY;
-                    for (int k = 0; k < n; k++) {
-                        int s = slots[k];
-                        const float *kr = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer,
-                                                          0, s % ab->page_size) + (size_t)kvh * Dh;
-                        float d = 0.f;
-                        for (int e = 0; e < Dh; e++)
-                            d += qh[e] * kr[e];
-                        score[k] = d * ab->scale;
-                        if (score[k] > mx)
-                            mx = score[k];
-                    }
-                    float sum = 0.f;
-                    for (int k = 0; k < n; k++) {
-                        score[k] = expf(score[k] - mx);
-                        sum += score[k];
-                    }
-                    for (int e = 0; e < Dh; e++)
-                        oh[e] = 0.f;
-                    for (int k = 0; k < n; k++) {
-                        int s = slots[k];
-                        const float *vr = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer,
-                                                          1, s % ab->page_size) + (size_t)kvh * Dh;
-                        float p = score[k] / sum;
-                        for (int e = 0; e < Dh; e++)
-                            oh[e] += p * vr[e];
-                    }
-                }
-            }
-        }
-        free(slots);
-        free(score);
-    }
-    return st;
+    attn_args a = {out, q, kv, g, layer, max_slots, ab, 0};
+    seer_cpu_for(be, (size_t)T * ab->n_heads * max_slots * ab->head_dim > ((size_t)1 << 18),
+                 (int64_t)T * Hkv, attn_items, &a);
+    if (atomic_load(&a.oom))
+        return seer_err(SEER_ERR_OOM, "attention: out of memory for %d slots", max_slots);
+    return SEER_OK;
 }
