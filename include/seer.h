@@ -53,8 +53,15 @@ typedef struct seer_model seer_model;
 
 typedef enum { SEER_BACKEND_AUTO = 0, SEER_BACKEND_CPU, SEER_BACKEND_CUDA } seer_backend_kind;
 
+/* How linear weights are held on the backend. STORED: in their GGUF blocks where the backend
+ * computes on them (the CPU: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, with 8-bit
+ * activations), other dtypes dequantised; BF16: dequantised to bf16 (GPU); F32: dequantised
+ * to f32 (the CPU reference path). */
+typedef enum { SEER_WEIGHTS_STORED = 0, SEER_WEIGHTS_BF16, SEER_WEIGHTS_F32 } seer_weights;
+
 typedef struct {
     seer_backend_kind backend; /* AUTO: CUDA when built with it and a GPU is present */
+    seer_weights weights;      /* default STORED */
     int n_threads;             /* CPU threads; 0 = all cores */
     bool vocab_only;           /* read hyper-parameters and vocabulary only: no weights,
                                   no backend (for inspection and tokenisation) */

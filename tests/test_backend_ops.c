@@ -1056,7 +1056,8 @@ static void test_errors(void **state) {
 
 static int setup(void **state) {
     (void)state;
-    if (seer_backend_cpu_init(0, &cpu) != SEER_OK)
+    /* the f32 reference: quantised weights dequantised, not computed on with 8-bit x */
+    if (seer_backend_cpu_init_weights(0, SEER_WEIGHTS_F32, &cpu) != SEER_OK)
         return -1;
     if (seer_backend_cuda_init(0, &gpu) != SEER_OK) {
         fprintf(stderr, "CUDA backend: %s\n", seer_last_error());

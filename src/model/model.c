@@ -259,7 +259,7 @@ static seer_status bind_weights(seer_model *m) {
 seer_status seer_model_pick_backend(seer_model_params p, seer_backend **out) {
     switch (p.backend) {
     case SEER_BACKEND_CPU:
-        return seer_backend_cpu_init(p.n_threads, out);
+        return seer_backend_cpu_init_weights(p.n_threads, p.weights, out);
     case SEER_BACKEND_CUDA:
 #ifdef SEER_HAVE_CUDA
         return seer_backend_cuda_init(0, out);
@@ -271,7 +271,7 @@ seer_status seer_model_pick_backend(seer_model_params p, seer_backend **out) {
         if (seer_backend_cuda_available())
             return seer_backend_cuda_init(0, out);
 #endif
-        return seer_backend_cpu_init(p.n_threads, out);
+        return seer_backend_cpu_init_weights(p.n_threads, p.weights, out);
     }
     return seer_err(SEER_ERR_INVALID_ARG, "unknown backend %d", (int)p.backend);
 }

@@ -14,6 +14,8 @@ bool cli_float(const char *flag, const char *s, double lo, double hi, double *ou
 /* Prints "seer: <what>: <status message>" to stderr. */
 void cli_error(const char *what, seer_status s);
 bool cli_backend(const char *s, seer_backend_kind *out);
+/* --weights stored|bf16|f32 */
+bool cli_weights(const char *s, seer_weights *out);
 /* Seconds on a monotonic clock. */
 double cli_now_s(void);
 

@@ -21,6 +21,7 @@ static void usage(FILE *f) {
             "  -c, --ctx N           context length (default: the model's)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n"
+            "      --weights W       stored (default: quantised blocks as in the file), bf16 or f32\n"
             "      --ignore-eos      keep going past end-of-text tokens\n"
             "      --no-bos          do not prepend BOS to the prompt\n"
             "      --chat            wrap the prompt as one user message in the model's chat template\n"
@@ -71,11 +72,12 @@ typedef struct {
     seer_spec_params spec;
     const char *draft_model, *chat_template, *system;
     seer_backend_kind backend;
+    seer_weights weights;
     bool json, ignore_eos, no_bos, chat;
 } gen_opts;
 
 static int parse(int argc, char **argv, gen_opts *o) {
-    enum { O_BACKEND = 256, O_JSON, O_IGN, O_NOBOS,
+    enum { O_BACKEND = 256, O_WEIGHTS, O_JSON, O_IGN, O_NOBOS,
            O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
@@ -86,6 +88,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"repeat-penalty", required_argument, 0, CLI_O_REP},
         {"repeat-last-n", required_argument, 0, CLI_O_REPN},
         {"seed", required_argument, 0, CLI_O_SEED},  {"backend", required_argument, 0, O_BACKEND},
+        {"weights", required_argument, 0, O_WEIGHTS},
         {"json", no_argument, 0, O_JSON},        {"ignore-eos", no_argument, 0, O_IGN},
         {"no-bos", no_argument, 0, O_NOBOS},     {"help", no_argument, 0, 'h'},
         {"spec", required_argument, 0, O_SPEC},  {"spec-gamma", required_argument, 0, O_SG},
@@ -108,6 +111,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case 'c': if (!cli_int("--ctx", optarg, 1, 1 << 24, &o->ctx)) return 2; break;
         case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
+        case O_WEIGHTS: if (!cli_weights(optarg, &o->weights)) return 2; break;
         case O_JSON: o->json = true; break;
         case O_IGN: o->ignore_eos = true; break;
         case O_NOBOS: o->no_bos = true; break;
@@ -190,6 +194,7 @@ int cmd_generate(int argc, char **argv) {
 
     seer_model_params mp = seer_model_default_params();
     mp.backend = o.backend;
+    mp.weights = o.weights;
     mp.n_threads = (int)o.threads;
     if ((s = seer_model_load(o.model, mp, &model)) != SEER_OK) {
         cli_error("loading model", s);

@@ -58,6 +58,20 @@ bool cli_backend(const char *s, seer_backend_kind *out) {
     return true;
 }
 
+bool cli_weights(const char *s, seer_weights *out) {
+    if (!strcmp(s, "stored"))
+        *out = SEER_WEIGHTS_STORED;
+    else if (!strcmp(s, "bf16"))
+        *out = SEER_WEIGHTS_BF16;
+    else if (!strcmp(s, "f32"))
+        *out = SEER_WEIGHTS_F32;
+    else {
+        fprintf(stderr, "seer: --weights: '%s' is not one of stored, bf16, f32\n", s);
+        return false;
+    }
+    return true;
+}
+
 double cli_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -19,6 +19,7 @@ static void cpu_free(seer_backend *be) {
         return;
     if (be->impl) {
         free(((seer_cpu *)be->impl)->smp);
+        free(((seer_cpu *)be->impl)->xq);
         seer_cpu_pool_free(((seer_cpu *)be->impl)->pool);
     }
     free(be->impl);
@@ -52,6 +53,13 @@ static seer_status cpu_weight_load(seer_backend *be, const gguf_tensor *t, seer_
     out->dtype = GGML_TYPE_F32;
     if (t->type == GGML_TYPE_F32) {
         out->data = (void *)t->data; /* straight from the mapping: no copy */
+        return SEER_OK;
+    }
+    const seer_cpu *c = be->impl;
+    if (c->weights == SEER_WEIGHTS_STORED && seer_cpu_qtype_supported(t->type) &&
+        cols % ggml_type_block_elems(t->type) == 0) {
+        out->data = (void *)t->data; /* the blocks as stored, from the mapping */
+        out->dtype = t->type;
         return SEER_OK;
     }
     void *buf = NULL;
@@ -123,6 +131,14 @@ static seer_status cpu_kv_read(seer_backend *be, const void *kv, const seer_kv_g
 
 static seer_status cpu_embed(seer_backend *be, float *y, const seer_weight *emb,
                              const int32_t *tokens, int T) {
+    if (emb->dtype != GGML_TYPE_F32) {
+        const ggml_type ty = (ggml_type)emb->dtype;
+        const size_t row = (size_t)(emb->cols / ggml_type_block_elems(ty)) * ggml_type_block_bytes(ty);
+        for (int t = 0; t < T; t++)
+            SEER_TRY(gguf_dequant(ty, (const char *)emb->data + (size_t)tokens[t] * row,
+                                  y + (size_t)t * emb->cols, (uint64_t)emb->cols));
+        return SEER_OK;
+    }
     for (int t = 0; t < T; t++)
         memcpy(y + (size_t)t * emb->cols, (const float *)emb->data + (size_t)tokens[t] * emb->cols,
                emb->cols * sizeof(float));
@@ -467,6 +483,12 @@ static const seer_backend_ops cpu_ops = {
 };
 
 seer_status seer_backend_cpu_init(int n_threads, seer_backend **out) {
+    return seer_backend_cpu_init_weights(n_threads, SEER_WEIGHTS_STORED, out);
+}
+
+seer_status seer_backend_cpu_init_weights(int n_threads, seer_weights weights, seer_backend **out) {
+    if (weights < SEER_WEIGHTS_STORED || weights > SEER_WEIGHTS_F32)
+        return seer_err(SEER_ERR_INVALID_ARG, "unknown weights mode %d", (int)weights);
     seer_backend *be = calloc(1, sizeof *be);
     seer_cpu *c = calloc(1, sizeof *c);
     if (!be || !c) {
@@ -477,6 +499,7 @@ seer_status seer_backend_cpu_init(int n_threads, seer_backend **out) {
     if (n_threads <= 0)
         n_threads = seer_cpu_default_threads();
     c->n_threads = n_threads;
+    c->weights = weights == SEER_WEIGHTS_STORED ? SEER_WEIGHTS_STORED : SEER_WEIGHTS_F32;
     seer_status s = seer_cpu_pool_init(n_threads, &c->pool);
     if (s != SEER_OK) {
         free(be);

@@ -19,6 +19,10 @@ int seer_cpu_default_threads(void);
 typedef struct {
     int n_threads;
     seer_cpu_pool *pool;
+    seer_weights weights; /* STORED: quantised weights stay in their blocks (cpu_qmatmul.c) */
+    int qdot_scalar;      /* 1: the quantised dots take the scalar path (tests compare it) */
+    void *xq;             /* quantised activations for cpu_qmatmul.c, grow-only */
+    size_t xq_cap;        /* bytes */
     void *smp;       /* sample_rows / accept_chains scratch, grow-only */
     size_t smp_cap;  /* bytes */
 } seer_cpu;
@@ -51,6 +55,10 @@ static inline float *seer_cpu_kv_row(const void *kv, const seer_kv_geom *g, int 
 
 seer_status seer_cpu_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
                             const float *bias, int T);
+/* cpu_qmatmul.c: the same product with w in one of the block formats below. */
+bool seer_cpu_qtype_supported(int type);
+seer_status seer_cpu_qmatmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                             const float *bias, int T);
 seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, const void *kv,
                                const seer_kv_geom *g, int layer, const seer_attn_batch *ab);
 

@@ -69,6 +69,8 @@ static void matmul_rows(void *ctx, int64_t o0, int64_t o1) {
 
 seer_status seer_cpu_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
                             const float *bias, int T) {
+    if (w->dtype != GGML_TYPE_F32)
+        return seer_cpu_qmatmul(be, y, x, w, bias, T);
     matmul_args a = {y, x, (const float *)w->data, bias, w->rows, w->cols, T};
     seer_cpu_for(be, (size_t)w->rows * w->cols * T > ((size_t)1 << 20), w->rows, matmul_rows, &a);
     return SEER_OK;
