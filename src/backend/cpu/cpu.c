@@ -1,8 +1,9 @@
 /*
  * cpu.c: the CPU backend's op table: memory, weights, KV storage and the elementwise ops.
- * f32 compute on the backend's thread pool (cpu_pool.c). The reference every other backend
- * is tested against.
- * Not for: matmul and attention (cpu_matmul.c, cpu_attention.c).
+ * f32 compute on the backend's thread pool (cpu_pool.c); quantised weights are kept as stored
+ * unless SEER_WEIGHTS_F32 asks for them dequantised. The reference every other backend is
+ * tested against.
+ * Not for: matmul and attention (cpu_matmul.c, cpu_qmatmul.c, cpu_attention.c).
  */
 #include "backend/cpu/cpu.h"
 #include "backend/synth_hash.h"

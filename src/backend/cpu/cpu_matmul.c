@@ -1,5 +1,5 @@
 /*
- * cpu_matmul.c: y = x W^T in f32 on the CPU.
+ * cpu_matmul.c: y = x W^T in f32 on the CPU (weights in block formats go to cpu_qmatmul.c).
  *
  * Every output element is computed by the same sequence of operations whatever T, the
  * tile it lands in or the thread that runs it: 16 lane accumulators over the input in

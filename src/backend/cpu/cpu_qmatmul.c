@@ -444,6 +444,71 @@ AVX2 static void qdot8_avx2(const qmm_args *a, int o, int t0, int nr, float out[
     for (int r = 0; r < nr; r++)
         _mm256_storeu_ps(out[r], acc[r]);
 }
+
+/* Eight rows' groups unpacked once for many tokens (prefill): codes, their magnitudes for the
+ * signed formats, and scales. The same values qdot8_avx2 computes on the fly, so the same
+ * bits. */
+typedef struct {
+    __m256i *c, *cs;    /* [ng][8] */
+    float *a0, *a1, *b; /* [ng][8] */
+} unpacked8;
+
+AVX2 static void unpack8_avx2(const qmm_args *a, int o, unpacked8 *u) {
+    const int gpb = a->blk_elems / QK, ng = a->cols / QK;
+    const bool is_signed = type_kind(a->type) != KIND_MIN;
+    const uint8_t *w = a->W + (size_t)o * a->row_bytes;
+    for (int gi = 0; gi < ng; gi++)
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *b = w + (size_t)j * a->row_bytes + (size_t)(gi / gpb) * a->blk_bytes;
+            const gscale s = group_scale_hw(a->type, b, gi % gpb);
+            const size_t k = (size_t)gi * 8 + j;
+            u->a0[k] = s.a0, u->a1[k] = s.a1, u->b[k] = s.b;
+            const __m256i c = group_codes_avx2(a->type, b, gi % gpb);
+            _mm256_store_si256(&u->c[k], c);
+            _mm256_store_si256(&u->cs[k], is_signed ? _mm256_sign_epi8(c, c) : c);
+        }
+}
+
+AVX2 static void qdot8_pre_avx2(const qmm_args *a, const unpacked8 *u, int t0, int nr, float out[][8]) {
+    const int ng = a->cols / QK, kind = type_kind(a->type);
+    const bool is_signed = kind != KIND_MIN;
+    __m256 acc[ROWS];
+    for (int r = 0; r < ROWS; r++)
+        acc[r] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int gi = 0; gi < ng; gi++) {
+        const __m256i *c = u->c + (size_t)gi * 8, *cs = u->cs + (size_t)gi * 8;
+        const __m256 va0 = _mm256_loadu_ps(u->a0 + (size_t)gi * 8);
+        const __m256 va1 = _mm256_loadu_ps(u->a1 + (size_t)gi * 8);
+        const __m256 vb = _mm256_loadu_ps(u->b + (size_t)gi * 8);
+        for (int r = 0; r < nr; r++) {
+            const size_t t = (size_t)t0 + r;
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(a->xq + t * a->cols + (size_t)gi * QK));
+            __m256i p[8];
+            for (int j = 0; j < 8; j++) {
+                __m256i xs = is_signed ? _mm256_sign_epi8(x, _mm256_load_si256(&c[j])) : x;
+                p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_load_si256(&cs[j]), xs), ones);
+            }
+            const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+            const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+            const __m256i q0 = _mm256_hadd_epi32(h01, h23), q1 = _mm256_hadd_epi32(h45, h67);
+            const __m256i i0 = _mm256_permute2x128_si256(q0, q1, 0x20);
+            const __m256i i1 = _mm256_permute2x128_si256(q0, q1, 0x31);
+            __m256 term;
+            if (kind == KIND_MIN)
+                term = _mm256_fmadd_ps(vb, _mm256_set1_ps((float)a->xs[t * ng + gi]),
+                                       _mm256_mul_ps(va0, _mm256_cvtepi32_ps(_mm256_add_epi32(i0, i1))));
+            else if (kind == KIND_HALVES)
+                term = _mm256_fmadd_ps(va1, _mm256_cvtepi32_ps(i1),
+                                       _mm256_mul_ps(va0, _mm256_cvtepi32_ps(i0)));
+            else
+                term = _mm256_mul_ps(va0, _mm256_cvtepi32_ps(_mm256_add_epi32(i0, i1)));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(a->xd[t * ng + gi]), term, acc[r]);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        _mm256_storeu_ps(out[r], acc[r]);
+}
 #endif
 
 /* ---- the matmul ------------------------------------------------------------------------ */
@@ -465,9 +530,51 @@ typedef struct {
     bool wide; /* qdot8_avx2 for runs of 8 rows */
 } qmm_job;
 
+static void qmm_store8(const qmm_args *a, int64_t o, int t0, int nr, float out[][8]) {
+    for (int r = 0; r < nr; r++)
+        for (int k = 0; k < 8; k++)
+            a->y[(size_t)(t0 + r) * a->rows + o + k] = out[r][k] + (a->bias ? a->bias[o + k] : 0.f);
+}
+
+#ifdef HAVE_X86
+/* Many tokens: each run of 8 rows is unpacked once and used for all of them. Returns the
+ * first row it did not do (all of them, unless memory ran out: the caller does the rest). */
+static int64_t qmm_rows_pre(const qmm_args *a, int64_t o0, int64_t o1) {
+    const size_t ng = (size_t)(a->cols / QK);
+    unpacked8 u;
+    void *mem = aligned_alloc(32, ng * 8 * (2 * sizeof(__m256i) + 3 * sizeof(float)));
+    if (!mem)
+        return o0;
+    u.c = mem;
+    u.cs = u.c + ng * 8;
+    u.a0 = (float *)(u.cs + ng * 8);
+    u.a1 = u.a0 + ng * 8;
+    u.b = u.a1 + ng * 8;
+    int64_t o = o0;
+    for (; o + 8 <= o1; o += 8) {
+        unpack8_avx2(a, (int)o, &u);
+        for (int t0 = 0; t0 < a->T; t0 += ROWS) {
+            const int nr = a->T - t0 < ROWS ? a->T - t0 : ROWS;
+            float out[ROWS][8];
+            qdot8_pre_avx2(a, &u, t0, nr, out);
+            qmm_store8(a, o, t0, nr, out);
+        }
+    }
+    free(mem);
+    return o;
+}
+#endif
+
+/* Tokens per call from which the weights are unpacked ahead (the result is the same). */
+#define PRE_T 8
+
 static void qmm_rows(void *ctx, int64_t o0, int64_t o1) {
     const qmm_job *j = ctx;
     const qmm_args *a = j->a;
+#ifdef HAVE_X86
+    if (j->wide && a->T >= PRE_T)
+        o0 = qmm_rows_pre(a, o0, o1);
+#endif
     for (int t0 = 0; t0 < a->T; t0 += ROWS) {
         const int nr = a->T - t0 < ROWS ? a->T - t0 : ROWS;
         int64_t o = o0;
@@ -475,9 +582,7 @@ static void qmm_rows(void *ctx, int64_t o0, int64_t o1) {
         for (; j->wide && o + 8 <= o1; o += 8) {
             float out[ROWS][8];
             qdot8_avx2(a, (int)o, t0, nr, out);
-            for (int r = 0; r < nr; r++)
-                for (int k = 0; k < 8; k++)
-                    a->y[(size_t)(t0 + r) * a->rows + o + k] = out[r][k] + (a->bias ? a->bias[o + k] : 0.f);
+            qmm_store8(a, o, t0, nr, out);
         }
 #endif
         for (; o < o1; o++) {
