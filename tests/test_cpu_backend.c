@@ -1,5 +1,7 @@
 /*
- * test_cpu_qmatmul.c: the CPU matmul on weights kept in their GGUF blocks (cpu_qmatmul.c)
+ * test_cpu_backend.c: the CPU backend's own machinery. The thread pool: every item of a job
+ * is run exactly once, over many jobs in a row and chunk sizes; the default thread count
+ * follows the affinity mask. The matmul on weights kept in their GGUF blocks (cpu_qmatmul.c)
  * against the f32 reference on the same weights dequantised, for every block format it
  * takes, on random blocks (random codes, random finite scales) across shapes.
  *
@@ -10,6 +12,7 @@
  * scalar path bit-identical to the vector path picked at run time; the embedding lookup of a
  * stored table equal to the dequantised row.
  */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include "testutil.h"
 
 #include "backend/backend.h"
@@ -17,6 +20,8 @@
 #include "gguf/gguf.h"
 
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +191,62 @@ static void test_qembed(void **state) {
     be->ops->free(be);
 }
 
+typedef struct {
+    _Atomic int *hits;
+    _Atomic int64_t sum;
+} pool_ctx;
+
+static void count_items(void *ctx, int64_t i0, int64_t i1) {
+    pool_ctx *c = ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        atomic_fetch_add(&c->hits[i], 1);
+        atomic_fetch_add(&c->sum, i);
+    }
+}
+
+static void test_pool(void **state) {
+    (void)state;
+    enum { N = 1000 };
+    for (int nt = 1; nt <= 4; nt++) {
+        seer_cpu_pool *p;
+        ASSERT_OK(seer_cpu_pool_init(nt, &p));
+        _Atomic int *hits = calloc(N, sizeof *hits);
+        uint64_t rng = 3;
+        for (int job = 0; job < 3000; job++) {
+            const int64_t n = (int64_t)(tu_rand_u64(&rng) % N) + 1;
+            const int64_t chunk = (int64_t)(tu_rand_u64(&rng) % 40) + 1;
+            for (int64_t i = 0; i < n; i++)
+                atomic_store(&hits[i], 0);
+            pool_ctx c = {hits, 0};
+            seer_cpu_pool_run(p, n, chunk, count_items, &c);
+            for (int64_t i = 0; i < n; i++)
+                if (atomic_load(&hits[i]) != 1)
+                    fail_msg("threads %d job %d: item %lld of %lld ran %d times", nt, job,
+                             (long long)i, (long long)n, atomic_load(&hits[i]));
+            assert_int_equal(atomic_load(&c.sum), n * (n - 1) / 2);
+        }
+        free(hits);
+        seer_cpu_pool_free(p);
+    }
+}
+
+static void test_default_threads(void **state) {
+    (void)state;
+    cpu_set_t old, one;
+    assert_int_equal(sched_getaffinity(0, sizeof old, &old), 0);
+    const int n = seer_cpu_default_threads();
+    assert_true(n >= 1 && n <= CPU_COUNT(&old));
+    int first = 0;
+    while (!CPU_ISSET(first, &old))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    const int n1 = seer_cpu_default_threads();
+    assert_int_equal(sched_setaffinity(0, sizeof old, &old), 0);
+    assert_int_equal(n1, 1);
+}
+
 static void test_weights_mode(void **state) {
     (void)state;
     seer_backend *be = NULL;
@@ -195,6 +256,8 @@ static void test_weights_mode(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_default_threads),
         cmocka_unit_test(test_qmatmul),
         cmocka_unit_test(test_qembed),
         cmocka_unit_test(test_weights_mode),
