@@ -79,49 +79,61 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
     const int H = ab->n_heads, Hkv = ab->n_kv_heads, Dh = ab->head_dim;
     const int group = H / Hkv;
     int32_t *slots = seer_malloc_array((size_t)a->max_slots + 1, sizeof *slots);
-    float *score = seer_malloc_array((size_t)a->max_slots + 1, sizeof *score);
-    if (!slots || !score) {
+    /* [group][stride]: the query heads that share a KV head go through its keys together, so
+     * each key and value row is read once per token rather than once per query head. */
+    const size_t stride = (size_t)a->max_slots + 1;
+    float *score = seer_malloc_array(stride * group, sizeof *score);
+    float *sums = seer_malloc_array((size_t)group, sizeof *sums);
+    if (!slots || !score || !sums) {
         atomic_store(&a->oom, 1);
         free(slots);
         free(score);
+        free(sums);
         return;
     }
     for (int64_t j = j0; j < j1; j++) {
         const int i = (int)(j / Hkv), kvh = (int)(j % Hkv);
         const int32_t *pages = ab->seq_pages + (size_t)ab->tok_seq[i] * ab->max_pages;
         int n = visible_slots(ab, i, layer, kvh, slots);
+        const float *qh = q + ((size_t)i * H + (size_t)kvh * group) * Dh;
+        float *oh = out + ((size_t)i * H + (size_t)kvh * group) * Dh;
+        for (int k = 0; k < n; k++) {
+            const int s = slots[k];
+            const float *kr = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer, 0,
+                                              s % ab->page_size) + (size_t)kvh * Dh;
+            for (int hq = 0; hq < group; hq++)
+                score[hq * stride + k] = dot_lanes(qh + (size_t)hq * Dh, kr, Dh) * ab->scale;
+        }
         for (int hq = 0; hq < group; hq++) {
-            int h = kvh * group + hq;
-            const float *qh = q + ((size_t)i * H + h) * Dh;
-            float *oh = out + ((size_t)i * H + h) * Dh;
+            float *sc = score + hq * stride;
             float mx = -INFINITY;
-            for (int k = 0; k < n; k++) {
-                int s = slots[k];
-                const float *kr = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer,
-                                                  0, s % ab->page_size) + (size_t)kvh * Dh;
-                score[k] = dot_lanes(qh, kr, Dh) * ab->scale;
-                if (score[k] > mx)
-                    mx = score[k];
-            }
+            for (int k = 0; k < n; k++)
+                if (sc[k] > mx)
+                    mx = sc[k];
             float sum = 0.f;
             for (int k = 0; k < n; k++) {
-                score[k] = expf(score[k] - mx);
-                sum += score[k];
+                sc[k] = expf(sc[k] - mx);
+                sum += sc[k];
             }
-            for (int e = 0; e < Dh; e++)
-                oh[e] = 0.f;
-            for (int k = 0; k < n; k++) {
-                int s = slots[k];
-                const float *vr = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer,
-                                                  1, s % ab->page_size) + (size_t)kvh * Dh;
-                float p = score[k] / sum;
+            sums[hq] = sum;
+        }
+        for (size_t e = 0; e < (size_t)group * Dh; e++)
+            oh[e] = 0.f;
+        for (int k = 0; k < n; k++) {
+            const int s = slots[k];
+            const float *vr = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer, 1,
+                                              s % ab->page_size) + (size_t)kvh * Dh;
+            for (int hq = 0; hq < group; hq++) {
+                const float p = score[hq * stride + k] / sums[hq];
+                float *o = oh + (size_t)hq * Dh;
                 for (int e = 0; e < Dh; e++)
-                    oh[e] += p * vr[e];
+                    o[e] += p * vr[e];
             }
         }
     }
     free(slots);
     free(score);
+    free(sums);
 }
 
 seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, const void *kv,
