@@ -396,8 +396,9 @@ AVX2 static void qdot_avx2(const qmm_args *a, int o, int t0, int nr, float *out)
 /* Eight weight rows at once, one per f32 lane: lane j does exactly what qdot_avx2 does for
  * row o + j (the integer sums are exact in any order; the f32 steps are the same
  * operations), so the result is the same bits while the horizontal sums are shared. */
-AVX2 static void qdot8_avx2(const qmm_args *a, int o, int t0, int nr, float out[][8]) {
-    const int gpb = a->blk_elems / QK, ng = a->cols / QK, kind = type_kind(a->type);
+AVX2 static inline __attribute__((always_inline)) void
+qdot8_avx2_t(const qmm_args *a, int o, int t0, int nr, float out[][8], const int type) {
+    const int gpb = a->blk_elems / QK, ng = a->cols / QK, kind = type_kind(type);
     const bool is_signed = kind != KIND_MIN;
     const uint8_t *w = a->W + (size_t)o * a->row_bytes;
     __m256 acc[ROWS];
@@ -409,9 +410,9 @@ AVX2 static void qdot8_avx2(const qmm_args *a, int o, int t0, int nr, float out[
         float a0[8], a1[8], bb[8];
         for (int j = 0; j < 8; j++) {
             const uint8_t *b = w + (size_t)j * a->row_bytes + (size_t)(gi / gpb) * a->blk_bytes;
-            const gscale s = group_scale_hw(a->type, b, gi % gpb);
+            const gscale s = group_scale_hw(type, b, gi % gpb);
             a0[j] = s.a0, a1[j] = s.a1, bb[j] = s.b;
-            c[j] = group_codes_avx2(a->type, b, gi % gpb);
+            c[j] = group_codes_avx2(type, b, gi % gpb);
             cs[j] = is_signed ? _mm256_sign_epi8(c[j], c[j]) : c[j];
         }
         const __m256 va0 = _mm256_loadu_ps(a0), va1 = _mm256_loadu_ps(a1), vb = _mm256_loadu_ps(bb);
@@ -445,6 +446,16 @@ AVX2 static void qdot8_avx2(const qmm_args *a, int o, int t0, int nr, float out[
         _mm256_storeu_ps(out[r], acc[r]);
 }
 
+/* qdot8_avx2_t with the block format a constant, so that its switches fold away. */
+AVX2 static void qdot8_avx2(const qmm_args *a, int o, int t0, int nr, float out[][8]) {
+    switch (a->type) {
+#define Q8CASE(T) case T: qdot8_avx2_t(a, o, t0, nr, out, T); break;
+    Q8CASE(GGML_TYPE_Q4_0) Q8CASE(GGML_TYPE_Q4_1) Q8CASE(GGML_TYPE_Q5_0) Q8CASE(GGML_TYPE_Q5_1)
+    Q8CASE(GGML_TYPE_Q8_0) Q8CASE(GGML_TYPE_Q4_K) Q8CASE(GGML_TYPE_Q5_K) Q8CASE(GGML_TYPE_Q6_K)
+#undef Q8CASE
+    }
+}
+
 /* Eight rows' groups unpacked once for many tokens (prefill): codes, their magnitudes for the
  * signed formats, and scales. The same values qdot8_avx2 computes on the fly, so the same
  * bits. */
@@ -453,20 +464,30 @@ typedef struct {
     float *a0, *a1, *b; /* [ng][8] */
 } unpacked8;
 
-AVX2 static void unpack8_avx2(const qmm_args *a, int o, unpacked8 *u) {
+AVX2 static inline __attribute__((always_inline)) void
+unpack8_avx2_t(const qmm_args *a, int o, unpacked8 *u, const int type) {
     const int gpb = a->blk_elems / QK, ng = a->cols / QK;
-    const bool is_signed = type_kind(a->type) != KIND_MIN;
+    const bool is_signed = type_kind(type) != KIND_MIN;
     const uint8_t *w = a->W + (size_t)o * a->row_bytes;
     for (int gi = 0; gi < ng; gi++)
         for (int j = 0; j < 8; j++) {
             const uint8_t *b = w + (size_t)j * a->row_bytes + (size_t)(gi / gpb) * a->blk_bytes;
-            const gscale s = group_scale_hw(a->type, b, gi % gpb);
+            const gscale s = group_scale_hw(type, b, gi % gpb);
             const size_t k = (size_t)gi * 8 + j;
             u->a0[k] = s.a0, u->a1[k] = s.a1, u->b[k] = s.b;
-            const __m256i c = group_codes_avx2(a->type, b, gi % gpb);
+            const __m256i c = group_codes_avx2(type, b, gi % gpb);
             _mm256_store_si256(&u->c[k], c);
             _mm256_store_si256(&u->cs[k], is_signed ? _mm256_sign_epi8(c, c) : c);
         }
+}
+
+AVX2 static void unpack8_avx2(const qmm_args *a, int o, unpacked8 *u) {
+    switch (a->type) {
+#define U8CASE(T) case T: unpack8_avx2_t(a, o, u, T); break;
+    U8CASE(GGML_TYPE_Q4_0) U8CASE(GGML_TYPE_Q4_1) U8CASE(GGML_TYPE_Q5_0) U8CASE(GGML_TYPE_Q5_1)
+    U8CASE(GGML_TYPE_Q8_0) U8CASE(GGML_TYPE_Q4_K) U8CASE(GGML_TYPE_Q5_K) U8CASE(GGML_TYPE_Q6_K)
+#undef U8CASE
+    }
 }
 
 AVX2 static void qdot8_pre_avx2(const qmm_args *a, const unpacked8 *u, int t0, int nr, float out[][8]) {
@@ -517,8 +538,8 @@ typedef void (*qdot_fn)(const qmm_args *, int, int, int, float *);
 
 static qdot_fn pick_qdot(void) {
 #ifdef HAVE_X86
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    /* F16C comes with every AVX2 CPU (x86-64-v3), and clang's builtin cannot test it. */
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return qdot_avx2;
 #endif
     return qdot_scalar;
