@@ -59,8 +59,10 @@ typedef struct seer_model seer_model;
 
 typedef enum { SEER_BACKEND_AUTO = 0, SEER_BACKEND_CPU, SEER_BACKEND_CUDA } seer_backend_kind;
 
-/* How weights are held: as the file stores them (quantised blocks stay quantised where the
- * backend has kernels for the type), or dequantised to bf16 (CUDA) or f32 (CPU) at load. */
+/* How linear weights are held on the backend. STORED: in their GGUF blocks where the backend
+ * computes on them (CPU and CUDA: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; the CPU with
+ * 8-bit activations, CUDA with bf16 ones), other dtypes dequantised to the backend's float type;
+ * BF16: dequantised to bf16 (CUDA); F32: dequantised to f32 (the CPU reference path). */
 typedef enum { SEER_WEIGHTS_STORED = 0, SEER_WEIGHTS_BF16, SEER_WEIGHTS_F32 } seer_weights_kind;
 
 typedef struct {

@@ -560,8 +560,8 @@ static void test_bench_peer(void **state) {
 }
 
 /* A GGUF file: the floor's W and the weight types in the table and the JSON are the weights
- * as the backend holds them (the CPU backend dequantizes q8_0 and q4_0 to f32), with the
- * file's type beside them. */
+ * as the backend holds them (with --weights f32 the CPU backend dequantizes q8_0 and q4_0 to
+ * f32; as stored it keeps their blocks), with the file's type beside them. */
 static void test_bench_gguf_weight_types(void **state) {
     const char *types[] = {"q8_0", "Q8_0", "q4_0", "Q4_0", "f32", "F32"};
     char path[1024];
@@ -575,13 +575,21 @@ static void test_bench_gguf_weight_types(void **state) {
                 "--prefill 0 --json 2>/dev/null", SEER_CLI, path);
         if (rc != 0)
             fail_msg("rc %d: %s", rc, buf);
+        char stored[96];
+        snprintf(stored, sizeof stored, "\"weight_types\":[{\"dtype\":\"%s\",", types[2 * k]);
+        if (!strstr(buf, stored))
+            fail_msg("no %s in: %s", stored, buf);
+        rc = sh(buf, sizeof buf, "%s bench -m %s --backend cpu --weights f32 --ctx-list 32 --steps 1 --warmup 0 "
+                "--prefill 0 --json 2>/dev/null", SEER_CLI, path);
+        if (rc != 0)
+            fail_msg("rc %d: %s", rc, buf);
         char want[160];
         snprintf(want, sizeof want, "\"file_type\":\"%s\"", types[2 * k + 1]);
         if (!strstr(buf, want) || !strstr(buf, "\"weight_types\":[{\"dtype\":\"f32\",\"bytes\":"))
             fail_msg("no %s or f32 weights in: %s", want, buf);
         const uint64_t per_layer = 64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 192 * 64;
         assert_true(num_after(buf, "\"model\":", "\"weight_bytes\":") == (2 * per_layer + 512 * 64) * 4.0);
-        rc = sh(buf, sizeof buf, "%s bench -m %s --backend cpu --ctx-list 32 --steps 1 --warmup 0 "
+        rc = sh(buf, sizeof buf, "%s bench -m %s --backend cpu --weights f32 --ctx-list 32 --steps 1 --warmup 0 "
                 "--prefill 0 2>/dev/null", SEER_CLI, path);
         snprintf(want, sizeof want, "weights as stored there: %s: f32 100%% of W = ", types[2 * k + 1]);
         if (rc != 0 || !strstr(buf, want))

@@ -265,6 +265,8 @@ struct seer_backend {
 };
 
 seer_status seer_backend_cpu_init(int n_threads, seer_backend **out);
+/* ... with quantised weights kept as stored (SEER_WEIGHTS_STORED, seer_backend_cpu_init's
+ * choice) or dequantised to f32 (SEER_WEIGHTS_F32, the reference; BF16 also means f32 here). */
 #ifdef SEER_HAVE_CUDA
 seer_status seer_backend_cuda_init(int device, seer_backend **out);
 bool seer_backend_cuda_available(void);

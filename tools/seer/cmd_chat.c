@@ -38,7 +38,8 @@ static void usage(FILE *f) {
             "                        when memory is short); the KV cache grows as it is used\n"
             "      --ctx-beyond-trained  allow --ctx past the trained context (with a warning)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
-            "      --backend B       cpu, cuda or auto (default auto)\n");
+            "      --backend B       cpu, cuda or auto (default auto)\n"
+            "      --weights W       stored (default: quantised blocks as in the file), bf16 or f32\n");
 }
 
 typedef struct {
@@ -47,10 +48,11 @@ typedef struct {
     seer_sampler_params sp;
     seer_backend_kind backend;
     bool ctx_beyond;
+    seer_weights_kind weights;
 } chat_opts;
 
 static int parse(int argc, char **argv, chat_opts *o) {
-    enum { O_BACKEND = 256, O_TMPL, O_SYS, O_CTXB };
+    enum { O_BACKEND = 256, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},       {"threads", required_argument, 0, 't'},
@@ -58,6 +60,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         {"top-p", required_argument, 0, CLI_O_TOPP},  {"min-p", required_argument, 0, CLI_O_MINP},
         {"repeat-penalty", required_argument, 0, CLI_O_REP},
         {"seed", required_argument, 0, CLI_O_SEED},   {"backend", required_argument, 0, O_BACKEND},
+        {"weights", required_argument, 0, O_WEIGHTS},
         {"chat-template", required_argument, 0, O_TMPL},
         {"system", required_argument, 0, O_SYS},  {"help", no_argument, 0, 'h'},
         {"ctx-beyond-trained", no_argument, 0, O_CTXB},
@@ -71,6 +74,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         case 'c': if (!cli_int("--ctx", optarg, 1, 1 << 24, &o->ctx)) return 2; break;
         case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
+        case O_WEIGHTS: if (!cli_weights(optarg, &o->weights)) return 2; break;
         case O_TMPL: o->tmpl = optarg; break;
         case O_SYS: o->system = optarg; break;
         case O_CTXB: o->ctx_beyond = true; break;
@@ -384,6 +388,7 @@ int cmd_chat(int argc, char **argv) {
     seer_status s;
     seer_model_params mp = seer_model_default_params();
     mp.backend = o.backend;
+    mp.weights = o.weights;
     mp.n_threads = (int)o.threads;
     if ((s = seer_model_load(o.model, mp, &c.model)) != SEER_OK) {
         cli_error("loading model", s);

@@ -1,7 +1,9 @@
 /*
  * cpu.c: the CPU backend's op table: memory, weights, KV storage and the elementwise ops.
- * f32 compute, OpenMP threads. The reference every other backend is tested against.
- * Not for: matmul and attention (cpu_matmul.c, cpu_attention.c).
+ * f32 compute on the backend's thread pool (cpu_pool.c); quantised weights are kept as stored
+ * unless SEER_WEIGHTS_F32 asks for them dequantised. The reference every other backend is
+ * tested against.
+ * Not for: matmul and attention (cpu_matmul.c, cpu_qmatmul.c, cpu_attention.c).
  */
 #include "backend/cpu/cpu.h"
 #include "backend/synth_hash.h"
@@ -9,7 +11,7 @@
 #include "util/error.h"
 
 #include <math.h>
-#include <omp.h>
+#include <time.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,8 +21,11 @@
 static void cpu_free(seer_backend *be) {
     if (!be)
         return;
-    if (be->impl)
+    if (be->impl) {
         free(((seer_cpu *)be->impl)->smp);
+        free(((seer_cpu *)be->impl)->xq);
+        seer_cpu_pool_free(((seer_cpu *)be->impl)->pool);
+    }
     free(be->impl);
     free(be);
 }
@@ -55,6 +60,12 @@ static seer_status cpu_weight_load(seer_backend *be, const gguf_tensor *t, seer_
     out->dtype = GGML_TYPE_F32;
     if (t->type == GGML_TYPE_F32) {
         out->data = (void *)t->data; /* straight from the mapping: no copy */
+        return SEER_OK;
+    }
+    if (how == SEER_WEIGHTS_STORED && seer_cpu_qtype_supported(t->type) &&
+        cols % ggml_type_block_elems(t->type) == 0) {
+        out->data = (void *)t->data; /* the blocks as stored, from the mapping */
+        out->dtype = t->type;
         return SEER_OK;
     }
     void *buf = NULL;
@@ -209,25 +220,47 @@ static seer_status cpu_kv_read(seer_backend *be, const void *kv, const seer_kv_g
 
 static seer_status cpu_embed(seer_backend *be, float *y, const seer_weight *emb,
                              const int32_t *tokens, int T) {
+    if (emb->dtype != GGML_TYPE_F32) {
+        const ggml_type ty = (ggml_type)emb->dtype;
+        const size_t row = (size_t)(emb->cols / ggml_type_block_elems(ty)) * ggml_type_block_bytes(ty);
+        for (int t = 0; t < T; t++)
+            SEER_TRY(gguf_dequant(ty, (const char *)emb->data + (size_t)tokens[t] * row,
+                                  y + (size_t)t * emb->cols, (uint64_t)emb->cols));
+        return SEER_OK;
+    }
     for (int t = 0; t < T; t++)
         memcpy(y + (size_t)t * emb->cols, (const float *)emb->data + (size_t)tokens[t] * emb->cols,
                emb->cols * sizeof(float));
     return SEER_OK;
 }
 
-static seer_status cpu_rmsnorm(seer_backend *be, float *y, const float *x, const float *w, int T,
-                               int D, float eps) {
-#pragma omp parallel for num_threads(seer_cpu_threads(be)) if ((size_t)T * D > ((size_t)1 << 16))
-    for (int t = 0; t < T; t++) {
-        const float *xr = x + (size_t)t * D;
-        float *yr = y + (size_t)t * D;
+typedef struct {
+    float *y;
+    const float *x, *w;
+    int D;
+    float eps;
+} rmsnorm_args;
+
+static void rmsnorm_rows(void *ctx, int64_t t0, int64_t t1) {
+    const rmsnorm_args *a = ctx;
+    const int D = a->D;
+    const float *w = a->w;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xr = a->x + (size_t)t * D;
+        float *yr = a->y + (size_t)t * D;
         float ss = 0.f;
         for (int i = 0; i < D; i++)
             ss += xr[i] * xr[i];
-        float r = 1.f / sqrtf(ss / D + eps);
+        float r = 1.f / sqrtf(ss / D + a->eps);
         for (int i = 0; i < D; i++)
             yr[i] = xr[i] * r * w[i];
     }
+}
+
+static seer_status cpu_rmsnorm(seer_backend *be, float *y, const float *x, const float *w, int T,
+                               int D, float eps) {
+    rmsnorm_args a = {y, x, w, D, eps};
+    seer_cpu_for(be, (size_t)T * D > ((size_t)1 << 16), T, rmsnorm_rows, &a);
     return SEER_OK;
 }
 
@@ -251,11 +284,21 @@ static seer_status cpu_rope(seer_backend *be, float *x, const int32_t *pos, int 
     return SEER_OK;
 }
 
+typedef struct {
+    float *y;
+    const float *g, *u;
+} swiglu_args;
+
+static void swiglu_range(void *ctx, int64_t i0, int64_t i1) {
+    const swiglu_args *a = ctx;
+    for (int64_t i = i0; i < i1; i++)
+        a->y[i] = a->g[i] / (1.f + expf(-a->g[i])) * a->u[i];
+}
+
 static seer_status cpu_swiglu(seer_backend *be, float *y, const float *g, const float *u,
                               size_t n) {
-#pragma omp parallel for num_threads(seer_cpu_threads(be)) if (n > 65536)
-    for (size_t i = 0; i < n; i++)
-        y[i] = g[i] / (1.f + expf(-g[i])) * u[i];
+    swiglu_args a = {y, g, u};
+    seer_cpu_for(be, n > 65536, (int64_t)n, swiglu_range, &a);
     return SEER_OK;
 }
 
@@ -366,6 +409,18 @@ static seer_status cpu_accept_chains(seer_backend *be, const seer_accept_chain *
 
 /* ---- synthetic models and the bandwidth probe (benchmarks) ------------------------------ */
 
+typedef struct {
+    float *w;
+    uint64_t seed;
+    float mul;
+} synth_args;
+
+static void synth_range(void *ctx, int64_t i0, int64_t i1) {
+    const synth_args *a = ctx;
+    for (int64_t i = i0; i < i1; i++)
+        a->w[i] = seer_synth_value(a->seed, (uint64_t)i, a->mul);
+}
+
 static seer_status cpu_weight_random(seer_backend *be, int rows, int cols, uint64_t seed,
                                      float scale, seer_weight *out) {
     if (rows < 1 || cols < 1)
@@ -373,11 +428,8 @@ static seer_status cpu_weight_random(seer_backend *be, int rows, int cols, uint6
     const size_t n = (size_t)rows * cols;
     void *buf = NULL;
     SEER_TRY(cpu_alloc(be, n * sizeof(float), &buf));
-    float *w = buf;
-    const float mul = seer_synth_mul(scale);
-#pragma omp parallel for num_threads(seer_cpu_threads(be)) if (n > ((size_t)1 << 16))
-    for (size_t i = 0; i < n; i++)
-        w[i] = seer_synth_value(seed, i, mul);
+    synth_args a = {buf, seed, seer_synth_mul(scale)};
+    seer_cpu_for(be, n > ((size_t)1 << 16), (int64_t)n, synth_range, &a);
     memset(out, 0, sizeof *out);
     out->data = buf;
     out->rows = rows;
@@ -387,30 +439,68 @@ static seer_status cpu_weight_random(seer_backend *be, int rows, int cols, uint6
     return SEER_OK;
 }
 
+typedef struct {
+    void *kv;
+    const seer_kv_geom *g;
+    const int32_t *pages;
+    int row0, n;
+    uint64_t seed;
+    float mul;
+} kvfill_args;
+
+/* Items are (layer*2 + K/V, row) pairs. */
+static void kvfill_range(void *ctx, int64_t j0, int64_t j1) {
+    const kvfill_args *a = ctx;
+    const seer_kv_geom *g = a->g;
+    const size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
+    for (int64_t j = j0; j < j1; j++) {
+        const int lw = (int)(j / a->n), i = (int)(j % a->n);
+        const int slot = a->row0 + i;
+        float *dst = seer_cpu_kv_row(a->kv, g, a->pages[slot / g->page_size], lw / 2, lw % 2,
+                                     slot % g->page_size);
+        const uint64_t base = ((uint64_t)lw * a->n + i) * kvd;
+        for (size_t e = 0; e < kvd; e++)
+            dst[e] = seer_synth_value(a->seed, base + e, a->mul);
+    }
+}
+
 static seer_status cpu_kv_fill_random(seer_backend *be, void *kv, const seer_kv_geom *g,
                                       const int32_t *pages, int n_pages, int row0, int n,
                                       uint64_t seed, float scale) {
     if (n <= 0)
         return SEER_OK;
     SEER_TRY(seer_kv_fill_check(g, pages, n_pages, row0, n));
+    kvfill_args a = {kv, g, pages, row0, n, seed, seer_synth_mul(scale)};
     const size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
-    const float mul = seer_synth_mul(scale);
-#pragma omp parallel for collapse(2) num_threads(seer_cpu_threads(be)) if ((size_t)n * kvd > ((size_t)1 << 14))
-    for (int lw = 0; lw < g->n_layers * 2; lw++)
-        for (int i = 0; i < n; i++) {
-            const int slot = row0 + i;
-            float *dst = seer_cpu_kv_row(kv, g, pages[slot / g->page_size], lw / 2, lw % 2,
-                                         slot % g->page_size);
-            const uint64_t base = ((uint64_t)lw * n + i) * kvd;
-            for (size_t e = 0; e < kvd; e++)
-                dst[e] = seer_synth_value(seed, base + e, mul);
-        }
+    seer_cpu_for(be, (size_t)n * kvd > ((size_t)1 << 14), (int64_t)g->n_layers * 2 * n, kvfill_range,
+                 &a);
     return SEER_OK;
 }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+typedef struct {
+    char *dst;
+    const char *src;
+    size_t bytes, chunk;
+} copy_args;
+
+static void copy_part(void *ctx, int64_t k0, int64_t k1) {
+    const copy_args *a = ctx;
+    for (int64_t k = k0; k < k1; k++) {
+        size_t off = (size_t)k * a->chunk;
+        if (off < a->bytes)
+            memcpy(a->dst + off, a->src + off, a->bytes - off < a->chunk ? a->bytes - off : a->chunk);
+    }
+}
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static seer_status cpu_copy_bandwidth(seer_backend *be, double *bytes_per_s) {
@@ -429,21 +519,16 @@ static seer_status cpu_copy_bandwidth(seer_backend *be, double *bytes_per_s) {
     if (!src)
         return seer_err(SEER_ERR_OOM, "copy_bandwidth: no memory for the probe buffers");
     const int nt = seer_cpu_threads(be);
-    const size_t chunk = (bytes / (size_t)nt + 63) / 64 * 64;
+    copy_args a = {dst, src, bytes, (bytes / (size_t)nt + 63) / 64 * 64};
     memset(src, 1, bytes);
     memset(dst, 0, bytes); /* touch the pages before timing */
     enum { REPS = 7 };
     double t[REPS];
     for (int r = -1; r < REPS; r++) {
-        double t0 = omp_get_wtime();
-#pragma omp parallel for num_threads(nt)
-        for (int k = 0; k < nt; k++) {
-            size_t off = (size_t)k * chunk;
-            if (off < bytes)
-                memcpy(dst + off, src + off, bytes - off < chunk ? bytes - off : chunk);
-        }
+        double t0 = wall_s();
+        seer_cpu_for(be, true, nt, copy_part, &a);
         if (r >= 0)
-            t[r] = omp_get_wtime() - t0;
+            t[r] = wall_s() - t0;
     }
     free(src);
     free(dst);
@@ -497,8 +582,14 @@ seer_status seer_backend_cpu_init(int n_threads, seer_backend **out) {
         return seer_err(SEER_ERR_OOM, "out of memory");
     }
     if (n_threads <= 0)
-        n_threads = omp_get_num_procs();
+        n_threads = seer_cpu_default_threads();
     c->n_threads = n_threads;
+    seer_status s = seer_cpu_pool_init(n_threads, &c->pool);
+    if (s != SEER_OK) {
+        free(be);
+        free(c);
+        return s;
+    }
     be->ops = &cpu_ops;
     be->impl = c;
     *out = be;

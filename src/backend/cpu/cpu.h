@@ -4,8 +4,24 @@
 
 #include "backend/backend.h"
 
+/* A parallel op's body: processes items [i0, i1). */
+typedef void (*seer_cpu_task)(void *ctx, int64_t i0, int64_t i1);
+typedef struct seer_cpu_pool seer_cpu_pool;
+
+/* cpu_pool.c. n_threads counts the calling thread: 1 starts no worker. */
+seer_status seer_cpu_pool_init(int n_threads, seer_cpu_pool **out);
+void seer_cpu_pool_free(seer_cpu_pool *p);
+/* Runs fn over [0, n) in chunks of `chunk` items on the pool's threads and the caller;
+ * returns when all are done. */
+void seer_cpu_pool_run(seer_cpu_pool *p, int64_t n, int64_t chunk, seer_cpu_task fn, void *ctx);
+int seer_cpu_default_threads(void);
+
 typedef struct {
     int n_threads;
+    seer_cpu_pool *pool;
+    int qdot_scalar;      /* 1: the quantised dots take the scalar path (tests compare it) */
+    void *xq;             /* quantised activations for cpu_qmatmul.c, grow-only */
+    size_t xq_cap;        /* bytes */
     void *smp;       /* sample_rows / accept_chains scratch, grow-only */
     size_t smp_cap;  /* bytes */
 } seer_cpu;
@@ -15,6 +31,20 @@ static inline int seer_cpu_threads(const seer_backend *be) {
 }
 
 /* KV storage layout: [n_pages][n_layers][2][page_size][Hkv*Dh] floats. */
+/* Runs fn over [0, n) on the backend's threads when `parallel`, else on the caller; chunks
+ * are sized so that each thread gets several (threads that lose their core take fewer). */
+static inline void seer_cpu_for(const seer_backend *be, bool parallel, int64_t n, seer_cpu_task fn,
+                                void *ctx) {
+    const seer_cpu *c = be->impl;
+    if (!parallel || c->n_threads < 2) {
+        if (n > 0)
+            fn(ctx, 0, n);
+        return;
+    }
+    int64_t chunk = (n + (int64_t)c->n_threads * 8 - 1) / ((int64_t)c->n_threads * 8);
+    seer_cpu_pool_run(c->pool, n, chunk, fn, ctx);
+}
+
 static inline float *seer_cpu_kv_row(const void *kv, const seer_kv_geom *g, int page, int layer,
                                      int which, int row) {
     size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
@@ -24,6 +54,10 @@ static inline float *seer_cpu_kv_row(const void *kv, const seer_kv_geom *g, int 
 
 seer_status seer_cpu_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
                             const float *bias, int T);
+/* cpu_qmatmul.c: the same product with w in one of the block formats below. */
+bool seer_cpu_qtype_supported(int type);
+seer_status seer_cpu_qmatmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                             const float *bias, int T);
 seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, const void *kv,
                                const seer_kv_geom *g, int layer, const seer_attn_batch *ab);
 

@@ -1,5 +1,5 @@
 /*
- * cpu_matmul.c: y = x W^T in f32 on the CPU.
+ * cpu_matmul.c: y = x W^T in f32 on the CPU (weights in block formats go to cpu_qmatmul.c).
  *
  * Every output element is computed by the same sequence of operations whatever T, the
  * tile it lands in or the thread that runs it: 16 lane accumulators over the input in
@@ -41,26 +41,37 @@ static void dot_rows(float *y, const float *const *x, int nr, const float *w, in
     }
 }
 
-seer_status seer_cpu_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
-                            const float *bias, int T) {
-    const int rows = w->rows, cols = w->cols;
-    const float *W = (const float *)w->data;
-    const int nt = seer_cpu_threads(be);
-    /* Output rows outer so each weight row is read once per block of ROWS tokens; the
-     * weight is the big operand in decode. */
-#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)rows * cols * T > ((size_t)1 << 20))
-    for (int o = 0; o < rows; o++) {
-        const float *wr = W + (size_t)o * cols;
+typedef struct {
+    float *y;
+    const float *x, *W, *bias;
+    int rows, cols, T;
+} matmul_args;
+
+/* Output rows [o0, o1). Output rows outer so each weight row is read once per block of ROWS
+ * tokens; the weight is the big operand in decode. */
+static void matmul_rows(void *ctx, int64_t o0, int64_t o1) {
+    const matmul_args *a = ctx;
+    const int rows = a->rows, cols = a->cols, T = a->T;
+    for (int64_t o = o0; o < o1; o++) {
+        const float *wr = a->W + (size_t)o * cols;
         for (int t0 = 0; t0 < T; t0 += ROWS) {
             int nr = T - t0 < ROWS ? T - t0 : ROWS;
             const float *xr[ROWS];
             for (int r = 0; r < ROWS; r++)
-                xr[r] = x + (size_t)(t0 + (r < nr ? r : nr - 1)) * cols;
+                xr[r] = a->x + (size_t)(t0 + (r < nr ? r : nr - 1)) * cols;
             float out[ROWS];
             dot_rows(out, xr, nr, wr, cols);
             for (int r = 0; r < nr; r++)
-                y[(size_t)(t0 + r) * rows + o] = out[r] + (bias ? bias[o] : 0.f);
+                a->y[(size_t)(t0 + r) * rows + o] = out[r] + (a->bias ? a->bias[o] : 0.f);
         }
     }
+}
+
+seer_status seer_cpu_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
+                            const float *bias, int T) {
+    if (w->dtype != GGML_TYPE_F32)
+        return seer_cpu_qmatmul(be, y, x, w, bias, T);
+    matmul_args a = {y, x, (const float *)w->data, bias, w->rows, w->cols, T};
+    seer_cpu_for(be, (size_t)w->rows * w->cols * T > ((size_t)1 << 20), w->rows, matmul_rows, &a);
     return SEER_OK;
 }
