@@ -42,9 +42,57 @@ struct seer_cuda_kv_pool {
     int n_chunks, cap_chunks;
 };
 
+/* The driver calls of the virtual memory management, found through the runtime
+ * (cudaGetDriverEntryPointByVersion) instead of linked against libcuda: the library then also
+ * loads, and runs on the CPU, on machines without the NVIDIA driver. Resolved once. */
+struct cu_api {
+    bool ok;
+    decltype(&::cuGetErrorName) GetErrorName;
+    decltype(&::cuDeviceGet) DeviceGet;
+    decltype(&::cuDeviceGetAttribute) DeviceGetAttribute;
+    decltype(&::cuMemGetAllocationGranularity) MemGetAllocationGranularity;
+    decltype(&::cuMemAddressReserve) MemAddressReserve;
+    decltype(&::cuMemCreate) MemCreate;
+    decltype(&::cuMemMap) MemMap;
+    decltype(&::cuMemRelease) MemRelease;
+    decltype(&::cuMemSetAccess) MemSetAccess;
+    decltype(&::cuMemUnmap) MemUnmap;
+    decltype(&::cuMemAddressFree) MemAddressFree;
+};
+
+static const cu_api &cu(void) {
+    static const cu_api api = [] {
+        cu_api a = {};
+        a.ok = true;
+        void *fn;
+        cudaDriverEntryPointQueryResult q;
+#define CU_GET(name)                                                                                  \
+    fn = NULL;                                                                                        \
+    if (cudaGetDriverEntryPointByVersion("cu" #name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess || \
+        q != cudaDriverEntryPointSuccess || !fn)                                                      \
+        a.ok = false;                                                                                 \
+    a.name = (decltype(a.name))fn;
+        CU_GET(GetErrorName)
+        CU_GET(DeviceGet)
+        CU_GET(DeviceGetAttribute)
+        CU_GET(MemGetAllocationGranularity)
+        CU_GET(MemAddressReserve)
+        CU_GET(MemCreate)
+        CU_GET(MemMap)
+        CU_GET(MemRelease)
+        CU_GET(MemSetAccess)
+        CU_GET(MemUnmap)
+        CU_GET(MemAddressFree)
+#undef CU_GET
+        (void)cudaGetLastError();
+        return a;
+    }();
+    return api;
+}
+
 static seer_status cu_fail(CUresult r, const char *what) {
     const char *name = NULL;
-    if (cuGetErrorName(r, &name) != CUDA_SUCCESS)
+    if (!cu().GetErrorName || cu().GetErrorName(r, &name) != CUDA_SUCCESS)
         name = "unknown";
     return seer_err(r == CUDA_ERROR_OUT_OF_MEMORY ? SEER_ERR_OOM : SEER_ERR_BACKEND,
                     "CUDA: %s failed: %s", what, name);
@@ -92,14 +140,16 @@ seer_status seer_cuda_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **o
                         g->n_pages, g->page_size, bytes / 1048576.0, tot / 1048576.0);
     CUdevice dev;
     int vmm = 0;
-    CU_TRY(cuDeviceGet(&dev, c->device), "cuDeviceGet");
-    CU_TRY(cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev),
+    if (!cu().ok)
+        return seer_err(SEER_ERR_UNSUPPORTED, "CUDA: the driver offers no virtual memory management calls");
+    CU_TRY(cu().DeviceGet(&dev, c->device), "cuDeviceGet");
+    CU_TRY(cu().DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev),
            "asking for virtual memory management");
     if (!vmm)
         return seer_err(SEER_ERR_UNSUPPORTED, "CUDA: the device has no virtual memory management for a growing KV cache");
     CUmemAllocationProp prop = kv_prop(c->device);
     size_t gran = 0;
-    CU_TRY(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+    CU_TRY(cu().MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
            "cuMemGetAllocationGranularity");
     if (gran == 0)
         return seer_err(SEER_ERR_BACKEND, "CUDA: allocation granularity 0");
@@ -109,7 +159,7 @@ seer_status seer_cuda_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **o
     pool->data_bytes = bytes;
     pool->reserved = (pool->data_bytes + gran - 1) / gran * gran;
     pool->gran = gran;
-    CUresult r = cuMemAddressReserve(&pool->base, pool->reserved, 0, 0, 0);
+    CUresult r = cu().MemAddressReserve(&pool->base, pool->reserved, 0, 0, 0);
     if (r != CUDA_SUCCESS) {
         free(pool);
         return cu_fail(r, "reserving device addresses for the KV cache");
@@ -132,7 +182,7 @@ static seer_status map_chunk(seer_cuda *c, struct seer_cuda_kv_pool *pool, size_
     }
     CUmemAllocationProp prop = kv_prop(c->device);
     CUmemGenericAllocationHandle h;
-    CUresult r = cuMemCreate(&h, bytes, &prop, 0);
+    CUresult r = cu().MemCreate(&h, bytes, &prop, 0);
     if (r != CUDA_SUCCESS) {
         size_t fr = 0, tot = 0;
         if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
@@ -143,28 +193,28 @@ static seer_status map_chunk(seer_cuda *c, struct seer_cuda_kv_pool *pool, size_
         return cu_fail(r, "cuMemCreate for the KV cache");
     }
     const CUdeviceptr at = pool->base + pool->committed;
-    r = cuMemMap(at, bytes, 0, h, 0);
+    r = cu().MemMap(at, bytes, 0, h, 0);
     if (r != CUDA_SUCCESS) {
-        (void)cuMemRelease(h);
+        (void)cu().MemRelease(h);
         return cu_fail(r, "cuMemMap for the KV cache");
     }
     /* The mapping keeps the memory alive; the handle is not needed past this point. */
-    (void)cuMemRelease(h);
+    (void)cu().MemRelease(h);
     CUmemAccessDesc acc;
     memset(&acc, 0, sizeof acc);
     acc.location = prop.location;
     acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    r = cuMemSetAccess(at, bytes, &acc, 1);
+    r = cu().MemSetAccess(at, bytes, &acc, 1);
     if (r == CUDA_SUCCESS) {
         /* 0xFFFF is a bf16 NaN: reading a slot nothing wrote shows up in tests. */
         cudaError_t e = cudaMemsetAsync((void *)at, 0xFF, bytes, c->stream);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
-            (void)cuMemUnmap(at, bytes);
+            (void)cu().MemUnmap(at, bytes);
             return seer_cuda_fail(e, "poisoning the KV cache", __FILE__, __LINE__);
         }
     } else {
-        (void)cuMemUnmap(at, bytes);
+        (void)cu().MemUnmap(at, bytes);
         return cu_fail(r, "cuMemSetAccess for the KV cache");
     }
     pool->chunks[pool->n_chunks++] = bytes;
@@ -218,10 +268,10 @@ void seer_cuda_kv_free(seer_backend *be, void *kv) {
         (void)cudaGetLastError();
     size_t off = 0;
     for (int i = 0; i < pool->n_chunks; i++) {
-        (void)cuMemUnmap(pool->base + off, pool->chunks[i]);
+        (void)cu().MemUnmap(pool->base + off, pool->chunks[i]);
         off += pool->chunks[i];
     }
-    (void)cuMemAddressFree(pool->base, pool->reserved);
+    (void)cu().MemAddressFree(pool->base, pool->reserved);
     c->in_use -= pool->committed;
     c->gen++; /* a recorded forward call may hold the base: recordings of older generations go */
     *link = pool->next;
