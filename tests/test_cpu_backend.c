@@ -167,6 +167,36 @@ static void test_qmatmul(void **state) {
     q3->ops->free(q3);
 }
 
+/* Activations with a NaN or an infinity (a corrupt or exploding model): the groups that hold
+ * one give NaN, as the f32 path does, the others their usual values, and nothing converts a
+ * non-finite float to an integer (UBSan checks that in the sanitizer build). */
+static void test_qmatmul_nonfinite(void **state) {
+    (void)state;
+    seer_backend *be;
+    ASSERT_OK(seer_backend_cpu_init(1, &be));
+    uint64_t rng = 5;
+    const int R = 16, C = 256, T = 3;
+    for (size_t k = 0; k < sizeof FMTS / sizeof *FMTS; k++) {
+        size_t bytes;
+        uint8_t *blk = rand_blocks(&FMTS[k], R, C, &rng, &bytes);
+        gguf_tensor t = tensor_of(FMTS[k].type, R, C, blk, bytes);
+        seer_weight w;
+        ASSERT_OK(be->ops->weight_load(be, &t, SEER_WEIGHTS_STORED, &w));
+        float *x = rand_x((size_t)T * C, &rng);
+        x[5] = NAN;          /* token 0 */
+        x[C + 40] = INFINITY; /* token 1 */
+        float *y = run(be, &w, x, NULL, T);
+        for (int r = 0; r < R; r++) {
+            assert_true(isnan(y[r]));
+            assert_true(isnan(y[R + r]));
+            assert_true(isfinite(y[2 * R + r])); /* token 2 is untouched */
+        }
+        be->ops->weight_free(be, &w);
+        free(x), free(y), free(blk);
+    }
+    be->ops->free(be);
+}
+
 static void test_qembed(void **state) {
     (void)state;
     seer_backend *be;
@@ -267,6 +297,7 @@ int main(void) {
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_default_threads),
         cmocka_unit_test(test_qmatmul),
+        cmocka_unit_test(test_qmatmul_nonfinite),
         cmocka_unit_test(test_qembed),
         cmocka_unit_test(test_weights_mode),
     };

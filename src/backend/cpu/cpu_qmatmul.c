@@ -64,13 +64,20 @@ static void xquant_rows(void *ctx, int64_t t0, int64_t t1) {
             const float *x = a->x + (size_t)t * cols + g * QK;
             int8_t *q = a->q + (size_t)t * cols + g * QK;
             float amax = 0.f;
-            for (int i = 0; i < QK; i++)
+            bool finite = true;
+            for (int i = 0; i < QK; i++) {
+                finite = finite && isfinite(x[i]);
                 amax = fmaxf(amax, fabsf(x[i]));
-            const float d = amax / 127.f, id = d > 0.f ? 127.f / amax : 0.f;
+            }
+            /* A NaN or infinity in the group makes its scale NaN, so the products come out NaN
+             * as the f32 path's would; its codes are 0 (a float outside int's range must not
+             * be converted). */
+            const float d = finite ? amax / 127.f : NAN, id = finite && amax > 0.f ? 127.f / amax : 0.f;
             int32_t s = 0;
             for (int i = 0; i < QK; i++) {
-                int v = (int)nearbyintf(x[i] * id);
-                v = v > 127 ? 127 : v < -127 ? -127 : v;
+                float f = finite ? nearbyintf(x[i] * id) : 0.f;
+                f = f > 127.f ? 127.f : f < -127.f ? -127.f : f;
+                const int v = (int)f;
                 q[i] = (int8_t)v;
                 s += v;
             }
