@@ -52,7 +52,7 @@ bdir=${BENCH_LLAMA_SEER:-build-gpu} # seer's build folder
 shape=(${BENCH_LLAMA_SHAPE:---arch llama --vocab 128256 --dim 4096 --layers 32 --heads 32
        --kv-heads 8 --ffn 14336 --ctx 131072 --rope-base 500000})
 ctx=${BENCH_LLAMA_CTX:-4096,32768} prefill=${BENCH_LLAMA_PREFILL:-4096,32768}
-batched=${BENCH_LLAMA_BATCHED:-14x32768,3x131072} # bf16 only
+batched=${BENCH_LLAMA_BATCHED-14x32768,3x131072} # bf16 only; set and empty: none
 at_least() { local v=$1; [ "$v" -lt "$2" ] && v=$2; echo "$v"; }
 
 default_types() {
