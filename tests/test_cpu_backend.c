@@ -185,6 +185,8 @@ static void test_qmatmul_nonfinite(void **state) {
         float *x = rand_x((size_t)T * C, &rng);
         x[5] = NAN;          /* token 0 */
         x[C + 40] = INFINITY; /* token 1 */
+        for (int i = 64; i < 96; i++) /* token 2: a group of zeros and one subnormal */
+            x[2 * C + i] = i == 70 ? 1e-40f : 0.f;
         float *y = run(be, &w, x, NULL, T);
         for (int r = 0; r < R; r++) {
             assert_true(isnan(y[r]));

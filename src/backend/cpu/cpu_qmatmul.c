@@ -72,7 +72,10 @@ static void xquant_rows(void *ctx, int64_t t0, int64_t t1) {
             /* A NaN or infinity in the group makes its scale NaN, so the products come out NaN
              * as the f32 path's would; its codes are 0 (a float outside int's range must not
              * be converted). */
-            const float d = finite ? amax / 127.f : NAN, id = finite && amax > 0.f ? 127.f / amax : 0.f;
+            const float d = finite ? amax / 127.f : NAN;
+            float id = finite && amax > 0.f ? 127.f / amax : 0.f;
+            if (!isfinite(id)) /* a subnormal amax: the group's codes are 0 */
+                id = 0.f;
             int32_t s = 0;
             for (int i = 0; i < QK; i++) {
                 float f = finite ? nearbyintf(x[i] * id) : 0.f;
