@@ -117,33 +117,45 @@ static inline void k_scale_min(int j, const uint8_t *q, int *sc, int *m) {
     }
 }
 
-/* Group g's scales of the block at b. The per-group arithmetic below is the same f32
- * sequence for every code path. */
-static inline gscale group_scale(int type, const uint8_t *b, int g) {
+/* Group g's scales of the block at b, from the block's f16 scale d and min dm already in f32
+ * (dm is unused by types without a min). The per-group arithmetic is the same f32 sequence
+ * for every code path; only how d and dm are read from f16 differs (group_scale,
+ * group_scale_hw), with the same values. */
+static inline gscale group_scale_of(int type, const uint8_t *b, int g, float d, float dm) {
     gscale s = {0, 0, 0};
     int sc, m;
     switch (type) {
     case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0:
-        s.a0 = s.a1 = f16(b);
+        s.a0 = s.a1 = d;
         break;
     case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1:
-        s.a0 = s.a1 = f16(b);
-        s.b = f16(b + 2);
+        s.a0 = s.a1 = d;
+        s.b = dm;
         break;
     case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
         k_scale_min(g, b + 4, &sc, &m);
-        s.a0 = s.a1 = f16(b) * (float)sc;
-        s.b = -(f16(b + 2) * (float)m);
+        s.a0 = s.a1 = d * (float)sc;
+        s.b = -(dm * (float)m);
         break;
     case GGML_TYPE_Q6_K: {
         const int8_t *scl = (const int8_t *)(b + 192) + (g / 4) * 8;
-        const float d = f16(b + 208);
         s.a0 = d * (float)scl[(g % 4) * 2];
         s.a1 = d * (float)scl[(g % 4) * 2 + 1];
         break;
     }
     }
     return s;
+}
+
+/* Where a block keeps its f16 scale d; its min (Q4_1, Q5_1) or dmin (K-quants) follows it. */
+static inline int d_offset(int type) { return type == GGML_TYPE_Q6_K ? 208 : 0; }
+static inline bool has_min(int type) {
+    return type == GGML_TYPE_Q4_1 || type == GGML_TYPE_Q5_1 || type == GGML_TYPE_Q4_K ||
+           type == GGML_TYPE_Q5_K;
+}
+
+static inline gscale group_scale(int type, const uint8_t *b, int g) {
+    return group_scale_of(type, b, g, f16(b + d_offset(type)), has_min(type) ? f16(b + 2) : 0.f);
 }
 
 static inline int type_kind(int type) {
@@ -276,30 +288,7 @@ AVX2 static inline float f16_hw(const uint8_t *p) {
 
 /* group_scale with the hardware f16 conversion (same values). */
 AVX2 static inline gscale group_scale_hw(int type, const uint8_t *b, int g) {
-    gscale s = {0, 0, 0};
-    int sc, m;
-    switch (type) {
-    case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0:
-        s.a0 = s.a1 = f16_hw(b);
-        break;
-    case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1:
-        s.a0 = s.a1 = f16_hw(b);
-        s.b = f16_hw(b + 2);
-        break;
-    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
-        k_scale_min(g, b + 4, &sc, &m);
-        s.a0 = s.a1 = f16_hw(b) * (float)sc;
-        s.b = -(f16_hw(b + 2) * (float)m);
-        break;
-    case GGML_TYPE_Q6_K: {
-        const int8_t *scl = (const int8_t *)(b + 192) + (g / 4) * 8;
-        const float d = f16_hw(b + 208);
-        s.a0 = d * (float)scl[(g % 4) * 2];
-        s.a1 = d * (float)scl[(g % 4) * 2 + 1];
-        break;
-    }
-    }
-    return s;
+    return group_scale_of(type, b, g, f16_hw(b + d_offset(type)), has_min(type) ? f16_hw(b + 2) : 0.f);
 }
 
 AVX2 static inline __m256i nibbles(const uint8_t *q16) {
