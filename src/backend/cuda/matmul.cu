@@ -194,8 +194,7 @@ static int mm_kb(int rows, int n_steps, int n_sm) {
 }
 
 seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, const float *x,
-                                int T, int n_steps, mm_kernel_fn (*pick)(int, bool), bool vec,
-                                size_t smem) {
+                                int T, int n_steps, mm_kernel_fn (*pick)(int, bool), bool vec) {
     const int rows = w.rows;
     const int kb = mm_kb(rows, n_steps, c->n_sm);
     const long long row_groups = (rows + MM_ROWS - 1) / MM_ROWS;
@@ -225,7 +224,7 @@ seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, 
         cnt = (int *)c->mm_cnt.p;
     }
     /* outputs are written after griddepcontrol.wait, accumulating ones too */
-    CUDA_TRY(seer_cuda_launch(c, pick(nt, vec), dim3((unsigned)blocks), dim3(MM_WARPS * 32), smem, out,
+    CUDA_TRY(seer_cuda_launch(c, pick(nt, vec), dim3((unsigned)blocks), dim3(MM_WARPS * 32), 0, out,
                               w, x, part, cnt, T, kb, n_steps, nz, tile));
     LAUNCH_TRY("matmul kernel");
     return SEER_OK;
@@ -240,7 +239,7 @@ static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float
     wd.cols = w->cols;
     wd.type = w->dtype;
     const bool vec = w->cols % 8 == 0 && (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0;
-    return seer_cuda_mm_launch(c, out, wd, x, T, (w->cols + MM_KSTEP - 1) / MM_KSTEP, mm_pick, vec, 0);
+    return seer_cuda_mm_launch(c, out, wd, x, T, (w->cols + MM_KSTEP - 1) / MM_KSTEP, mm_pick, vec);
 }
 
 /* ---- cuBLAS, for prefill -------------------------------------------------------------- */

@@ -1,7 +1,7 @@
 /*
  * qweights.cuh: GGUF block-quantised weights as the CUDA backend keeps them. The bits are the
  * file's (codes, scales, mins: the same bytes per row as stored, rows padded to whole groups
- * of 128 columns and Q6_K's d to 16 bytes), rearranged into planes so that a lane of the matmul kernel reads its codes
+ * of 128 columns), rearranged into planes so that a lane of the matmul kernel reads its codes
  * with one 16-byte load and turns two codes into a bf16 pair with one mask:
  *
  *   lo: the low 4 bits of every code (Q8_0: all 8 bits), [rows][quads][4 lanes][4 groups]
@@ -83,8 +83,7 @@ static inline bool seer_qlayout_of(int type, long long rows, long long cols, see
     L->stride[0] = nq * 16 * L->lo_bits;
     L->stride[1] = nq * 16 * L->hi_bits;
     L->stride[2] = L->sc_kind == QSC_D16 ? nq * 8 : L->sc_kind == QSC_DM16 ? nq * 16 : nq * 8;
-    /* Q6_K's d: 2 bytes per super-block, the row padded to 16 bytes (4-byte copies) */
-    L->stride[3] = L->sc_kind == QSC_K6 ? (nq + 15) / 16 * 16 : 0;
+    L->stride[3] = L->sc_kind == QSC_K6 ? nq : 0; /* Q6_K's d: 2 bytes per super-block */
     size_t off = 0;
     for (int i = 0; i < 4; i++) {
         L->off[i] = off;
