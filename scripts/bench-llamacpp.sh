@@ -23,6 +23,7 @@
 #   BENCH_DEADLINE=570        seconds this call may take
 #   BENCH_LLAMA_TYPES         the types `all` means (default: bf16 q4_0 q8_0 [q4_k_m])
 #   BENCH_TYPE_SECS=240       the least time a type's step starts with (bf16: 2x)
+#   BENCH_LLAMA_PROFILE=1     also seer's per-op profile of a B = 1 step at 4K, per type
 # The same path runs on a CPU machine with a small shape (no GPU tests then), to check it:
 #   BENCH_LLAMA_KIND=cpu BENCH_LLAMA_SEER=build BENCH_LLAMA_SHAPE="--dim 64 ..."
 #   BENCH_LLAMA_CTX=256,512 BENCH_LLAMA_PREFILL=128 BENCH_LLAMA_BATCHED=4x256
@@ -204,6 +205,12 @@ bench_type() {
     i=$((i + 1))
   done
   summarize "$t" "${jsons[@]}"
+  if [ -n "${BENCH_LLAMA_PROFILE:-}" ] && [ "$(left)" -gt 60 ]; then
+    echo "== $t: where a B = 1 step at 4K goes (SEER_CUDA_PROFILE, op by op) -> $out/profile-$t.txt"
+    SEER_CUDA_PROFILE=$out/profile-$t.txt timeout 50 "$bdir/seer" bench -m "$f" --backend "$kind" \
+      --ctx-list 4096 --batch-list 1 --prefill 0 --steps 10 >/dev/null 2>&1
+    [ -s "$out/profile-$t.txt" ] && head -n 40 "$out/profile-$t.txt"
+  fi
   rm -f "$f"
 }
 

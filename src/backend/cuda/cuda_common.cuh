@@ -199,6 +199,10 @@ typedef struct {
     bool mm_force_blas;       /* SEER_CUDA_MATMUL=cublas: benchmarks only, not invariant */
     bool mm_pdl;              /* programmatic dependent launch (SEER_CUDA_PDL=0: off) */
     int mm_tile;              /* tokens per block, 8 to 64 (SEER_CUDA_MM_TILE) */
+    /* the split over K (mm_kb): blocks aimed for per multiprocessor, and the fewest K steps a
+     * warp keeps; fixed at start-up (the lab, lab/matmul_lab.cu, sweeps them): the split is
+     * part of every element's summation order */
+    int mm_waves, mm_min_steps;
 
     /* graph.cu: recorded forward calls */
     bool graphs;              /* SEER_CUDA_GRAPHS=0 turns them off */
@@ -270,6 +274,9 @@ seer_status seer_cuda_rope_kv_store(seer_backend *be, float *q, float *k, const 
                                     const int32_t *pos, int T, int H, int Hkv, int Dh,
                                     const float *inv_freq, int neox, void *kv, const seer_kv_geom *g,
                                     int layer, const int32_t *page, const int32_t *row);
+seer_status seer_cuda_matmul_normed(seer_backend *be, float *const *ys, float *xn, const float *x,
+                                    const float *norm_w, float eps, const seer_weight *w,
+                                    const float *const *biases, int T);
 seer_status seer_cuda_matmul_split(seer_backend *be, float *const *ys, const float *x,
                                    const seer_weight *w, const float *const *biases, int T);
 seer_status seer_cuda_matmul_add(seer_backend *be, float *y, const float *x, const seer_weight *w,

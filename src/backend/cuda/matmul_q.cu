@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #define MMQ_KSTEP 128 /* columns per K step: one quad */
 
 /* ---- reading codes and scales ---------------------------------------------------------- */
@@ -149,7 +151,7 @@ static __device__ __forceinline__ void q_pairs(const qraw<QT> &r, int j, uint32_
 
 /* Group j's scales: ds[h] multiplies the code sums of half h (the same for both halves except
  * Q6_K), mn the group's sum of x (0 without a min). The arithmetic is the CPU dequantiser's. */
-template <int QT>
+template <int QT, int PAR = -1>
 static __device__ __forceinline__ void q_scales(const qraw<QT> &r, int s, int j, float (&ds)[2], float &mn) {
     mn = 0.f;
     if constexpr (QT == GGML_TYPE_Q4_0 || QT == GGML_TYPE_Q5_0 || QT == GGML_TYPE_Q8_0) {
@@ -161,7 +163,9 @@ static __device__ __forceinline__ void q_scales(const qraw<QT> &r, int s, int j,
         mn = half_hi(w);
     } else if constexpr (QT == GGML_TYPE_Q4_K || QT == GGML_TYPE_Q5_K) {
         int sc, m;
-        k4_scale_min(r.sc, (s & 1) * 4 + j, &sc, &m);
+        /* PAR: the step's parity when the caller knows it at compile time, so the scale
+         * bytes are picked by constant shifts rather than by selects */
+        k4_scale_min(r.sc, (PAR < 0 ? s & 1 : PAR) * 4 + j, &sc, &m);
         ds[0] = ds[1] = half_lo(r.sc.x) * (float)sc;
         mn = -(half_hi(r.sc.x) * (float)m);
     } else {
@@ -172,14 +176,18 @@ static __device__ __forceinline__ void q_scales(const qraw<QT> &r, int s, int j,
     }
 }
 
-/* Four f32 of token t of x from column col as two bf16 pairs (zeros outside). */
+/* Four f32 of token t of x from column col as two bf16 pairs (zeros outside); with nw,
+ * normalised first (r: the token's rmsnorm factor; VEC only). */
 template <bool VEC>
-static __device__ __forceinline__ uint2 x_pairs(const float *x, int T, int cols, int t, int col) {
+static __device__ __forceinline__ uint2 x_pairs(const float *x, int T, int cols, int t, int col, const float *nw,
+                                                float r) {
     if (t >= T || col >= cols)
         return make_uint2(0, 0);
     const float *p = x + (size_t)t * cols + col;
     if constexpr (VEC) {
-        const float4 a = __ldg((const float4 *)p);
+        float4 a = __ldg((const float4 *)p);
+        if (nw)
+            a = norm_apply4(a, r, __ldg((const float4 *)(nw + col)));
         return make_uint2(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w));
     } else {
         return make_uint2(pack_bf16(__ldg(p), __ldg(p + 1)), pack_bf16(__ldg(p + 2), __ldg(p + 3)));
@@ -207,6 +215,8 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
             for (int e = 0; e < 4; e++)
                 acc[m][n][e] = 0.f;
 
+    const float *nw = NT == 1 && VEC ? out.norm_w : nullptr;
+    float rn = 0.f;
     /* rq[q]: row row0 + q*8 + g (q = 0, 1: m-tile 0; 2, 3: m-tile 1) */
     qraw<QT> ra[4], rb[4];
     auto load_step = [&](qraw<QT> (&rq)[4], int s) {
@@ -214,7 +224,8 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
         for (int q = 0; q < 4; q++)
             q_load<QT>(rq[q], wd, row0 + q * 8 + g, s, c4);
     };
-    auto compute_step = [&](const qraw<QT> (&rq)[4], int s) {
+    auto compute_step = [&](const qraw<QT> (&rq)[4], int s, auto par) {
+        constexpr int PAR = decltype(par)::value;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int col = s * MMQ_KSTEP + j * 32 + c4 * 4;
@@ -222,8 +233,8 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
 #pragma unroll
             for (int n = 0; n < NT; n++) {
                 const int t = tok0 + n * 8 + g;
-                xb[n][0] = x_pairs<VEC>(x, T, cols, t, col);
-                xb[n][1] = x_pairs<VEC>(x, T, cols, t, col + 16);
+                xb[n][0] = x_pairs<VEC>(x, T, cols, t, col, nw, rn);
+                xb[n][1] = x_pairs<VEC>(x, T, cols, t, col + 16, nw, rn);
             }
             float xs[NT][2];
             if constexpr (tr::min) {
@@ -243,8 +254,8 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
                 q_pairs<QT>(rq[2 * m], j, a0, h0);
                 q_pairs<QT>(rq[2 * m + 1], j, a1, h1);
                 float d0[2], d1[2], m0, m1;
-                q_scales<QT>(rq[2 * m], s, j, d0, m0);
-                q_scales<QT>(rq[2 * m + 1], s, j, d1, m1);
+                q_scales<QT, PAR>(rq[2 * m], s, j, d0, m0);
+                q_scales<QT, PAR>(rq[2 * m + 1], s, j, d1, m1);
 #pragma unroll
                 for (int n = 0; n < NT; n++) {
                     float *A = acc[m][n];
@@ -293,15 +304,29 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
     if (s0 + 1 < s1)
         load_step(rb, s0 + 1);
     pdl_wait();
-    for (int s = s0; s < s1; s += 2) {
-        compute_step(ra, s);
-        if (s + 2 < s1)
-            load_step(ra, s + 2);
-        if (s + 1 < s1) {
-            compute_step(rb, s + 1);
-            if (s + 3 < s1)
-                load_step(rb, s + 3);
+    if (nw)
+        rn = mm_norm_r(x, T, cols, tok0, out.norm_eps);
+    /* ra holds the steps of s0's parity, rb the others: one loop per parity of s0 */
+    auto steps = [&](auto p0) {
+        constexpr int P0 = decltype(p0)::value;
+        for (int s = s0; s < s1; s += 2) {
+            compute_step(ra, s, std::integral_constant<int, P0>());
+            if (s + 2 < s1)
+                load_step(ra, s + 2);
+            if (s + 1 < s1) {
+                compute_step(rb, s + 1, std::integral_constant<int, 1 - P0>());
+                if (s + 3 < s1)
+                    load_step(rb, s + 3);
+            }
         }
+    };
+    if constexpr (QT == GGML_TYPE_Q4_K || QT == GGML_TYPE_Q5_K) { /* scales picked by parity */
+        if (s0 & 1)
+            steps(std::integral_constant<int, 1>());
+        else
+            steps(std::integral_constant<int, 0>());
+    } else {
+        steps(std::integral_constant<int, 0>());
     }
     mm_finish<NT>(acc, out, part, cnt, rows, T, ps.kb, kb_n, ps.rg, ps.z, nz, tok0, row0);
 }

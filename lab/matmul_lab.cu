@@ -1,0 +1,275 @@
+/*
+ * matmul_lab.cu: the weight-streaming matmul kernels (matmul.cu, matmul_q.cu) on their own,
+ * in the manner of llm.c's dev/cuda: every weight type on the Llama-3.1-8B shapes, each call
+ * checked against the CPU backend on random inputs, then timed in a recorded CUDA graph of
+ * back-to-back calls against the copy-bandwidth floor of its stored bytes.
+ *
+ *   lab_matmul [--types bf16,q4_0,...] [--T 1,2,4,8] [--shapes qkv,o,gate_up,down]
+ *              [--waves 1,2] [--min-steps 1,2,4] [--reps N]
+ *
+ * --waves / --min-steps sweep the split over K (seer_cuda.mm_waves, mm_min_steps) so a
+ * setting can be measured before it becomes the default.
+ * Not for: correctness of record (test_backend_ops / test_backend_ops_q own that).
+ */
+#include "backend/cuda/cuda_common.cuh"
+#include "gguf/gguf.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int rows, cols;
+    int form; /* 0 matmul, 1 glu (interleaved pairs), 2 residual add */
+} lab_shape;
+
+static const lab_shape shapes[] = {
+    {"qkv", 6144, 4096, 0},
+    {"o", 4096, 4096, 2},
+    {"gate_up", 28672, 4096, 1},
+    {"down", 4096, 14336, 2},
+};
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float frand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f;
+}
+
+static int parse_list(const char *s, int *out, int max) {
+    int n = 0;
+    while (s && *s && n < max) {
+        out[n++] = atoi(s);
+        s = strchr(s, ',');
+        if (s)
+            s++;
+    }
+    return n;
+}
+
+static bool in_list(const char *list, const char *name) {
+    if (!list)
+        return true;
+    const size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)); p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == 0))
+            return true;
+    return false;
+}
+
+#define CK(x)                                                                                \
+    do {                                                                                     \
+        seer_status s_ = (x);                                                                \
+        if (s_ != SEER_OK) {                                                                 \
+            fprintf(stderr, "lab_matmul: %s: %s\n", #x, seer_last_error());                  \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+#define CU(x)                                                                                \
+    do {                                                                                     \
+        cudaError_t e_ = (x);                                                                \
+        if (e_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "lab_matmul: %s: %s\n", #x, cudaGetErrorString(e_));             \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+/* The CPU reference of a form (the CPU backend has the plain matmul alone): wc[0], or the
+ * gate and up halves wc[0], wc[1]; y starts at zero, so the residual form is the product. */
+static void cpu_form(seer_backend *cpu, int form, float *y, const float *x, const seer_weight *wc, int T,
+                     int out_cols) {
+    if (form != 1) {
+        CK(cpu->ops->matmul(cpu, y, x, &wc[0], NULL, T));
+        return;
+    }
+    const size_t n = (size_t)T * out_cols;
+    float *g = (float *)malloc(n * sizeof(float)), *u = (float *)malloc(n * sizeof(float));
+    CK(cpu->ops->matmul(cpu, g, x, &wc[0], NULL, T));
+    CK(cpu->ops->matmul(cpu, u, x, &wc[1], NULL, T));
+    for (size_t i = 0; i < n; i++)
+        y[i] = g[i] / (1.f + expf(-g[i])) * u[i];
+    free(g);
+    free(u);
+}
+
+static seer_status run_form(seer_backend *be, int form, float *y, const float *x, const seer_weight *w, int T) {
+    if (form == 1)
+        return be->ops->matmul_glu(be, y, x, w, T);
+    if (form == 2)
+        return be->ops->matmul_add(be, y, x, w, T);
+    return be->ops->matmul(be, y, x, w, NULL, T);
+}
+
+int main(int argc, char **argv) {
+    const char *types = "bf16,q4_0,q8_0,q4_k,q6_k", *shape_list = NULL;
+    int Ts[16] = {1, 2, 4, 8}, nT = 4, waves[8] = {1}, n_waves = 1, mins[8] = {2}, n_mins = 1, reps = 20;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--types") && v)
+            types = argv[++i];
+        else if (!strcmp(argv[i], "--T") && v)
+            nT = parse_list(argv[++i], Ts, 16);
+        else if (!strcmp(argv[i], "--shapes") && v)
+            shape_list = argv[++i];
+        else if (!strcmp(argv[i], "--waves") && v)
+            n_waves = parse_list(argv[++i], waves, 8);
+        else if (!strcmp(argv[i], "--min-steps") && v)
+            n_mins = parse_list(argv[++i], mins, 8);
+        else if (!strcmp(argv[i], "--reps") && v)
+            reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: lab_matmul [--types bf16,q4_0,..] [--T 1,2,4,8] [--shapes qkv,o,gate_up,down]"
+                            " [--waves 1,2] [--min-steps 1,2,4] [--reps N]\n");
+            return 2;
+        }
+    }
+    seer_backend *gpu = NULL, *cpu = NULL;
+    CK(seer_backend_cuda_init(0, &gpu));
+    CK(seer_backend_cpu_init(0, &cpu));
+    seer_cuda *c = seer_cuda_of(gpu);
+    double bw = 0;
+    CK(gpu->ops->copy_bandwidth(gpu, &bw));
+    cudaDeviceProp prop;
+    CU(cudaGetDeviceProperties(&prop, c->device));
+    printf("# lab_matmul: %s, %d SMs, copy bandwidth %.0f GB/s; graph of %d calls, median of 5\n",
+           prop.name, c->n_sm, bw / 1e9, reps);
+    printf("%-8s %-8s %3s %5s %5s %9s %9s %7s %9s\n", "type", "shape", "T", "waves", "minst", "us", "floor_us",
+           "%floor", "max_rel");
+
+    static const struct { const char *name; ggml_type t; } tys[] = {
+        {"bf16", GGML_TYPE_BF16}, {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q5_0", GGML_TYPE_Q5_0},
+        {"q5_1", GGML_TYPE_Q5_1}, {"q8_0", GGML_TYPE_Q8_0}, {"q4_k", GGML_TYPE_Q4_K}, {"q5_k", GGML_TYPE_Q5_K},
+        {"q6_k", GGML_TYPE_Q6_K},
+    };
+    const int maxT = 64;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const lab_shape *sh = &shapes[si];
+        if (!in_list(shape_list, sh->name))
+            continue;
+        const size_t n = (size_t)sh->rows * sh->cols;
+        float *wf = (float *)malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            wf[i] = frand();
+        const int out_cols = sh->form == 1 ? sh->rows / 2 : sh->rows;
+        float *xh = (float *)malloc((size_t)maxT * sh->cols * sizeof(float));
+        for (size_t i = 0; i < (size_t)maxT * sh->cols; i++)
+            xh[i] = frand();
+        float *x = NULL, *y = NULL;
+        CK(gpu->ops->alloc(gpu, (size_t)maxT * sh->cols * sizeof(float), (void **)&x));
+        CK(gpu->ops->alloc(gpu, (size_t)maxT * out_cols * sizeof(float), (void **)&y));
+        CK(gpu->ops->upload(gpu, x, xh, (size_t)maxT * sh->cols * sizeof(float)));
+        for (size_t ti = 0; ti < sizeof tys / sizeof *tys; ti++) {
+            if (!in_list(types, tys[ti].name))
+                continue;
+            uint64_t nb = 0;
+            CK(ggml_nbytes(tys[ti].t, n, &nb));
+            void *raw = malloc(nb);
+            CK(gguf_quant(tys[ti].t, wf, raw, n));
+            gguf_tensor gt;
+            memset(&gt, 0, sizeof gt);
+            gt.name = "w";
+            gt.n_dims = 2;
+            gt.ne[0] = (uint64_t)sh->cols;
+            gt.ne[1] = (uint64_t)sh->rows;
+            gt.ne[2] = gt.ne[3] = 1;
+            gt.type = tys[ti].t;
+            gt.data = raw;
+            gt.nbytes = nb;
+            seer_weight wg, wc[2];
+            if (sh->form == 1) { /* gate and up halves, rows alternating, as the model binds them */
+                gguf_tensor half = gt;
+                half.ne[1] = (uint64_t)(sh->rows / 2);
+                half.nbytes = nb / 2;
+                seer_weight pg[2];
+                for (int h = 0; h < 2; h++) {
+                    half.data = (uint8_t *)raw + h * (nb / 2);
+                    CK(gpu->ops->weight_load(gpu, &half, SEER_WEIGHTS_STORED, &pg[h]));
+                    CK(cpu->ops->weight_load(cpu, &half, SEER_WEIGHTS_F32, &wc[h]));
+                }
+                CK(gpu->ops->weight_concat(gpu, pg, 2, true, &wg));
+                for (int h = 0; h < 2; h++)
+                    gpu->ops->weight_free(gpu, &pg[h]);
+            } else {
+                CK(gpu->ops->weight_load(gpu, &gt, SEER_WEIGHTS_STORED, &wg));
+                CK(cpu->ops->weight_load(cpu, &gt, SEER_WEIGHTS_F32, &wc[0]));
+            }
+            for (int wi = 0; wi < n_waves; wi++)
+                for (int mi = 0; mi < n_mins; mi++)
+                    for (int k = 0; k < nT; k++) {
+                        const int T = Ts[k];
+                        if (T < 1 || T > maxT)
+                            continue;
+                        c->mm_waves = waves[wi];
+                        c->mm_min_steps = mins[mi];
+                        /* check against the CPU (y starts at zero for the residual form) */
+                        const size_t ny = (size_t)T * out_cols;
+                        float *yh = (float *)calloc(ny, sizeof(float)), *yr = (float *)calloc(ny, sizeof(float));
+                        CK(gpu->ops->upload(gpu, y, yh, ny * sizeof(float)));
+                        CK(run_form(gpu, sh->form, y, x, &wg, T));
+                        CK(gpu->ops->download(gpu, yh, y, ny * sizeof(float)));
+                        cpu_form(cpu, sh->form, yr, xh, wc, T, out_cols);
+                        double num = 0, den = 0;
+                        for (size_t i = 0; i < ny; i++) {
+                            num += ((double)yh[i] - yr[i]) * ((double)yh[i] - yr[i]);
+                            den += (double)yr[i] * yr[i];
+                        }
+                        const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+                        free(yh);
+                        free(yr);
+                        /* time: reps calls in one graph */
+                        cudaGraph_t graph;
+                        cudaGraphExec_t exec;
+                        CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal));
+                        for (int r = 0; r < reps; r++)
+                            CK(run_form(gpu, sh->form, y, x, &wg, T));
+                        CU(cudaStreamEndCapture(c->stream, &graph));
+                        CU(cudaGraphInstantiate(&exec, graph, 0));
+                        cudaEvent_t e0, e1;
+                        CU(cudaEventCreate(&e0));
+                        CU(cudaEventCreate(&e1));
+                        CU(cudaGraphLaunch(exec, c->stream));
+                        float ms[5];
+                        for (int r = 0; r < 5; r++) {
+                            CU(cudaEventRecord(e0, c->stream));
+                            CU(cudaGraphLaunch(exec, c->stream));
+                            CU(cudaEventRecord(e1, c->stream));
+                            CU(cudaEventSynchronize(e1));
+                            CU(cudaEventElapsedTime(&ms[r], e0, e1));
+                        }
+                        for (int a = 0; a < 5; a++)
+                            for (int b = a + 1; b < 5; b++)
+                                if (ms[b] < ms[a]) {
+                                    float t = ms[a];
+                                    ms[a] = ms[b];
+                                    ms[b] = t;
+                                }
+                        const double us = ms[2] * 1e3 / reps;
+                        const double floor_us = (double)nb / bw * 1e6;
+                        printf("%-8s %-8s %3d %5d %5d %9.2f %9.2f %6.1f%% %9.2e%s\n", tys[ti].name, sh->name, T,
+                               waves[wi], mins[mi], us, floor_us, 100.0 * floor_us / us, rel,
+                               rel > 2e-2 ? "  WRONG" : "");
+                        fflush(stdout);
+                        cudaEventDestroy(e0);
+                        cudaEventDestroy(e1);
+                        cudaGraphExecDestroy(exec);
+                        cudaGraphDestroy(graph);
+                    }
+            gpu->ops->weight_free(gpu, &wg);
+            cpu->ops->weight_free(cpu, &wc[0]);
+            if (sh->form == 1)
+                cpu->ops->weight_free(cpu, &wc[1]);
+            free(raw);
+        }
+        gpu->ops->dealloc(gpu, x);
+        gpu->ops->dealloc(gpu, y);
+        free(wf);
+        free(xh);
+    }
+    gpu->ops->free(gpu);
+    cpu->ops->free(cpu);
+    return 0;
+}
