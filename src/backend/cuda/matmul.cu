@@ -68,7 +68,7 @@ static __device__ __forceinline__ uint4 load_w(const bf16 *W, int rows, int cols
 
 /* Eight f32 of token t of x from column col, rounded to bf16 pairs (zeros outside); with nw,
  * normalised first (r: the token's rmsnorm factor; VEC only). */
-template <bool VEC>
+template <bool VEC, bool NORM>
 static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, int t, int col,
                                                const float *nw, float r) {
     if (t >= T || col >= cols)
@@ -76,7 +76,7 @@ static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, 
     const float *p = x + (size_t)t * cols + col;
     if constexpr (VEC) {
         float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
-        if (nw) {
+        if constexpr (NORM) {
             a = norm_apply4(a, r, __ldg((const float4 *)(nw + col)));
             b = norm_apply4(b, r, __ldg((const float4 *)(nw + col) + 1));
         }
@@ -102,7 +102,7 @@ static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, 
  * matrix product. Loads are the rows' contiguous 64 bytes per 4 lanes, straight into the
  * fragments, with no shared memory.
  */
-template <int NT, bool VEC>
+template <int NT, bool VEC, bool NORM>
 __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 4 ? 2 : 1)
 mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__ part,
               int *__restrict__ cnt, int T, int kb_n, int n_steps, int nz, int tile) {
@@ -122,7 +122,9 @@ mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restric
                 acc[m][n][e] = 0.f;
 
     /* wv[m * 2 + r][h]: row row0 + m*16 + r*8 + g, half h of the step */
-    const float *nw = NT == 1 && VEC ? out.norm_w : nullptr;
+    /* NORM (NT == 1, VEC): x's rows normalised on the way in (out.norm_w) */
+    static_assert(!NORM || (NT == 1 && VEC), "the norm prologue serves one n8 tile of aligned rows");
+    const float *nw = out.norm_w;
     float rn = 0.f;
     uint4 wa[4][2], wb[4][2];
     auto load_step = [&](uint4 (&wv)[4][2], int s) {
@@ -136,8 +138,8 @@ mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restric
 #pragma unroll
         for (int n = 0; n < NT; n++) {
             const int t = tok0 + n * 8 + g;
-            const uint4 x0 = load_x<VEC>(x, T, cols, t, s * MM_KSTEP + c4 * 8, nw, rn);
-            const uint4 x1 = load_x<VEC>(x, T, cols, t, s * MM_KSTEP + 32 + c4 * 8, nw, rn);
+            const uint4 x0 = load_x<VEC, NORM>(x, T, cols, t, s * MM_KSTEP + c4 * 8, nw, rn);
+            const uint4 x1 = load_x<VEC, NORM>(x, T, cols, t, s * MM_KSTEP + 32 + c4 * 8, nw, rn);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const uint4 xv = h ? x1 : x0;
@@ -160,7 +162,7 @@ mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restric
     if (s0 + 1 < s1)
         load_step(wb, s0 + 1);
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (nw)
+    if constexpr (NORM)
         rn = mm_norm_r(x, T, cols, tok0, out.norm_eps);
     /* Two register stages: the next step's weights are in flight while this one computes. */
     for (int s = s0; s < s1; s += 2) {
@@ -180,18 +182,22 @@ mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restric
 template <bool VEC>
 static mm_kernel_fn mm_pick_t(int nt) {
     switch (nt) {
-    case 1: return mm_inv_kernel<1, VEC>;
-    case 2: return mm_inv_kernel<2, VEC>;
-    case 3: return mm_inv_kernel<3, VEC>;
-    case 4: return mm_inv_kernel<4, VEC>;
-    case 5: return mm_inv_kernel<5, VEC>;
-    case 6: return mm_inv_kernel<6, VEC>;
-    case 7: return mm_inv_kernel<7, VEC>;
-    default: return mm_inv_kernel<8, VEC>;
+    case 1: return mm_inv_kernel<1, VEC, false>;
+    case 2: return mm_inv_kernel<2, VEC, false>;
+    case 3: return mm_inv_kernel<3, VEC, false>;
+    case 4: return mm_inv_kernel<4, VEC, false>;
+    case 5: return mm_inv_kernel<5, VEC, false>;
+    case 6: return mm_inv_kernel<6, VEC, false>;
+    case 7: return mm_inv_kernel<7, VEC, false>;
+    default: return mm_inv_kernel<8, VEC, false>;
     }
 }
 
-static mm_kernel_fn mm_pick(int nt, bool vec) { return vec ? mm_pick_t<true>(nt) : mm_pick_t<false>(nt); }
+static mm_kernel_fn mm_pick(int nt, bool vec, bool norm) {
+    if (norm)
+        return nt == 1 && vec ? mm_inv_kernel<1, true, true> : NULL;
+    return vec ? mm_pick_t<true>(nt) : mm_pick_t<false>(nt);
+}
 
 /* Blocks over K for a weight: enough blocks to cover the multiprocessors mm_waves times,
  * keeping at least mm_min_steps K steps per warp. A function of the shape and the device
@@ -206,7 +212,7 @@ static int mm_kb(const seer_cuda *c, int rows, int n_steps) {
 }
 
 seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, const float *x,
-                                int T, int n_steps, mm_kernel_fn (*pick)(int, bool), bool vec) {
+                                int T, int n_steps, mm_kernel_fn (*pick)(int, bool, bool), bool vec) {
     const int rows = w.rows;
     const int kb = mm_kb(c, rows, n_steps);
     const long long row_groups = (rows + MM_ROWS - 1) / MM_ROWS;
@@ -236,7 +242,10 @@ seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, 
         cnt = (int *)c->mm_cnt.p;
     }
     /* outputs are written after griddepcontrol.wait, accumulating ones too */
-    CUDA_TRY(seer_cuda_launch(c, pick(nt, vec), dim3((unsigned)blocks), dim3(MM_WARPS * 32), 0, out,
+    const mm_kernel_fn fn = pick(nt, vec, out.norm_w != NULL);
+    if (!fn)
+        return seer_err(SEER_ERR_INTERNAL, "matmul: no kernel normalises %d tokens (vec %d)", T, (int)vec);
+    CUDA_TRY(seer_cuda_launch(c, fn, dim3((unsigned)blocks), dim3(MM_WARPS * 32), 0, out,
                               w, x, part, cnt, T, kb, n_steps, nz, tile));
     LAUNCH_TRY("matmul kernel");
     return SEER_OK;

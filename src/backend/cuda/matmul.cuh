@@ -203,10 +203,12 @@ typedef void (*mm_kernel_fn)(mm_out, mm_w, const float *, float *, int *, int, i
 
 /* Launches fn (one of the kernels above, for n_steps K steps of the weight) over the weight's
  * row groups x KB blocks x token tiles; KB and the tile come from the shape, the device and T
- * (the tile only: any split of the tokens gives every element the same sum). pick(nt) gives
- * the kernel for nt n8 tiles per block. */
+ * (the tile only: any split of the tokens gives every element the same sum). pick(nt, vec,
+ * norm) gives the kernel for nt n8 tiles per block (norm: the one that normalises x, NULL
+ * where there is none). */
 seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, const float *x,
-                                int T, int n_steps, mm_kernel_fn (*pick)(int nt, bool vec), bool vec);
+                                int T, int n_steps, mm_kernel_fn (*pick)(int nt, bool vec, bool norm),
+                                bool vec);
 
 /* What fills an mm_out: the segments of a weight made by weight_concat (split), its (gate,
  * up) pairs (glu, y = ys[0]), or its rows whole (y = ys[0], bias = biases[0]). */
