@@ -6,8 +6,7 @@
  *
  * Checked: matmul below and above the cuBLAS switch, with bias, odd row counts and rows that
  * end inside a 128-column quad; the fused forms (matmul_split, matmul_add, matmul_glu); batch
- * invariance (a token's row bit-identical alone and in any batch); rmsnorm fused into the
- * matmul (matmul_normed, bf16 weights too); embedding rows; and that
+ * invariance (a token's row bit-identical alone and in any batch); embedding rows; and that
  * the encoding is kept (dtype) or dequantised on request (SEER_WEIGHTS_BF16).
  *
  * Skips when built without CUDA or when no CUDA device is present.
@@ -256,131 +255,6 @@ static void test_matmul_q_fused(void **state) {
     assert_op_passed("matmul_q_glu");
 }
 
-/* matmul_normed: rmsnorm fused into the matmul that follows it, for every weight type and
- * form (split, glu, plain). Up to 8 tokens the blocks normalise the rows themselves; the
- * result must be bit-identical to rmsnorm followed by the op (which is also what a longer
- * call runs), so a token's row is the same in any call; and close to the CPU's rmsnorm +
- * matmul. */
-static void test_matmul_normed(void **state) {
-    (void)state;
-    static const int Ts[] = {1, 3, 8, 9, 40};
-    const int C = 512, rows[3] = {256, 128, 128}, Tmax = 40;
-    for (int qi = -1; qi < N_QTYPES; qi++) {
-        const ggml_type type = qi < 0 ? GGML_TYPE_BF16 : qtypes[qi];
-        uint64_t rng = 7700 + (uint64_t)(qi + 1) * 31;
-        float *x = rand_array((size_t)Tmax * C, 3.f, &rng), *nw = rand_array(C, 1.f, &rng);
-        float *dx = dev_copy(x, (size_t)Tmax * C), *dnw = dev_copy(nw, C);
-        float *dxn = dev_nan((size_t)Tmax * C);
-        /* forms: 0 split of three parts, 1 glu of two interleaved, 2 plain */
-        host_tensor ht[3];
-        seer_weight wc[3], wg[3], split, glu, plain;
-        for (int j = 0; j < 3; j++) {
-            if (qi < 0)
-                make_tensor(&ht[j], "w", type, rows[j], C, &rng);
-            else
-                make_qtensor(&ht[j], "w", type, rows[j], C, &rng);
-            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_F32, &wc[j]));
-            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &wg[j]));
-        }
-        ASSERT_OK(gpu->ops->weight_concat(gpu, wg, 3, false, &split));
-        seer_weight pair[2];
-        ASSERT_OK(gpu->ops->weight_load(gpu, &ht[1].t, SEER_WEIGHTS_STORED, &pair[0]));
-        ASSERT_OK(gpu->ops->weight_load(gpu, &ht[2].t, SEER_WEIGHTS_STORED, &pair[1]));
-        ASSERT_OK(gpu->ops->weight_concat(gpu, pair, 2, true, &glu));
-        ASSERT_OK(gpu->ops->weight_load(gpu, &ht[0].t, SEER_WEIGHTS_STORED, &plain));
-        const int out_rows[3] = {rows[0] + rows[1] + rows[2], rows[1], rows[0]};
-        float *first[3] = {NULL, NULL, NULL}; /* token 0's outputs at T = 1, per form */
-        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
-            const int T = Ts[ti];
-            /* the CPU: rmsnorm, then each part */
-            float *xn = nan_array((size_t)T * C);
-            ASSERT_OK(cpu->ops->rmsnorm(cpu, xn, x, nw, T, C, 1e-5f));
-            float *ref[3];
-            for (int j = 0; j < 3; j++) {
-                ref[j] = nan_array((size_t)T * rows[j]);
-                ASSERT_OK(cpu->ops->matmul(cpu, ref[j], xn, &wc[j], NULL, T));
-            }
-            for (int form = 0; form < 3; form++) {
-                const seer_weight *w = form == 0 ? &split : form == 1 ? &glu : &plain;
-                const int nseg = form == 0 ? 3 : 1, n_out = out_rows[form];
-                float *dy[3], *dz[3];
-                for (int j = 0; j < nseg; j++) {
-                    const int r = form == 0 ? rows[j] : form == 1 ? rows[1] : rows[0];
-                    dy[j] = dev_nan((size_t)T * r);
-                    dz[j] = dev_nan((size_t)T * r);
-                }
-                ASSERT_OK(gpu->ops->matmul_normed(gpu, dy, dxn, dx, dnw, 1e-5f, w, NULL, T));
-                /* the same by the unfused ops */
-                ASSERT_OK(gpu->ops->rmsnorm(gpu, dxn, dx, dnw, T, C, 1e-5f));
-                if (form == 0)
-                    ASSERT_OK(gpu->ops->matmul_split(gpu, dz, dxn, w, NULL, T));
-                else if (form == 1)
-                    ASSERT_OK(gpu->ops->matmul_glu(gpu, dz[0], dxn, w, T));
-                else
-                    ASSERT_OK(gpu->ops->matmul(gpu, dz[0], dxn, w, NULL, T));
-                /* gather the outputs of every segment into one [T][n_out] per path */
-                float *got = malloc(sizeof(float) * (size_t)T * n_out), *alt = malloc(sizeof(float) * (size_t)T * n_out);
-                float *want = malloc(sizeof(float) * (size_t)T * n_out);
-                assert_non_null(got), assert_non_null(alt), assert_non_null(want);
-                int c0 = 0;
-                for (int j = 0; j < nseg; j++) {
-                    const int r = form == 0 ? rows[j] : form == 1 ? rows[1] : rows[0];
-                    float *a = dev_fetch(dy[j], (size_t)T * r), *b = dev_fetch(dz[j], (size_t)T * r);
-                    for (int t = 0; t < T; t++)
-                        for (int i = 0; i < r; i++) {
-                            got[(size_t)t * n_out + c0 + i] = a[(size_t)t * r + i];
-                            alt[(size_t)t * n_out + c0 + i] = b[(size_t)t * r + i];
-                            want[(size_t)t * n_out + c0 + i] =
-                                form == 1 ? 0.f : ref[form == 0 ? j : 0][(size_t)t * r + i];
-                        }
-                    c0 += r;
-                    free(a), free(b);
-                    dev_free(dy[j]), dev_free(dz[j]);
-                }
-                if (form == 1) { /* silu(gate) * up from the CPU's parts 1 and 2 */
-                    float *tmp = nan_array((size_t)T * rows[1]);
-                    ASSERT_OK(cpu->ops->swiglu(cpu, tmp, ref[1], ref[2], (size_t)T * rows[1]));
-                    memcpy(want, tmp, sizeof(float) * (size_t)T * rows[1]);
-                    free(tmp);
-                }
-                char shape[128];
-                snprintf(shape, sizeof shape, "T=%d form=%s cols=%d %s", T,
-                         form == 0 ? "split" : form == 1 ? "glu" : "plain", C, ggml_type_name(type));
-                record("matmul_normed", shape, got, want, (size_t)T * n_out, 1e-2);
-                record("matmul_normed-vs-plain", shape, got, alt, (size_t)T * n_out, 0);
-                if (T == 1) {
-                    first[form] = got;
-                } else {
-                    /* token 0's row as it came alone */
-                    record("matmul_normed-invariant", shape, got, first[form], (size_t)n_out, 0);
-                    free(got);
-                }
-                free(alt), free(want);
-            }
-            for (int j = 0; j < 3; j++)
-                free(ref[j]);
-            free(xn);
-        }
-        for (int f = 0; f < 3; f++)
-            free(first[f]);
-        for (int j = 0; j < 3; j++) {
-            cpu->ops->weight_free(cpu, &wc[j]);
-            gpu->ops->weight_free(gpu, &wg[j]);
-            free(ht[j].data);
-        }
-        gpu->ops->weight_free(gpu, &pair[0]);
-        gpu->ops->weight_free(gpu, &pair[1]);
-        gpu->ops->weight_free(gpu, &split);
-        gpu->ops->weight_free(gpu, &glu);
-        gpu->ops->weight_free(gpu, &plain);
-        dev_free(dx), dev_free(dnw), dev_free(dxn);
-        free(x), free(nw);
-    }
-    assert_op_passed("matmul_normed");
-    assert_op_passed("matmul_normed-vs-plain");
-    assert_op_passed("matmul_normed-invariant");
-}
-
 /* Rows of a quantised embedding table: the GPU dequantises in f32 as the CPU does (the same
  * products; only contraction into FMAs may differ). */
 static void test_embed_q(void **state) {
@@ -447,8 +321,7 @@ int main(void) {
     if (seer_backend_cuda_available()) {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_matmul_q),   cmocka_unit_test(test_matmul_q_invariant),
-            cmocka_unit_test(test_matmul_q_fused), cmocka_unit_test(test_matmul_normed),
-            cmocka_unit_test(test_embed_q),
+            cmocka_unit_test(test_matmul_q_fused), cmocka_unit_test(test_embed_q),
             cmocka_unit_test(test_weights_kind),
         };
         if (getenv("SEER_TEST_FILTER"))

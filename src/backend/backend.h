@@ -185,11 +185,6 @@ typedef struct {
      * matmul_add: y [T][rows] += x * W^T (the residual connection).
      * matmul_glu: y [T][rows / 2] = silu(x W_{2i}^T) * (x W_{2i+1}^T) for an interleaved
      * (gate, up) weight, the product exactly as swiglu computes it.
-     * matmul_normed: ys = the product of rmsnorm(x, norm_w, eps) [T][cols] with a fused
-     * weight in the form it was made for (interleaved: matmul_glu into ys[0]; segments:
-     * matmul_split; else matmul into ys[0] + biases[0]), the same results as rmsnorm into
-     * xn followed by that op. xn [T][cols] is scratch the backend may use for the
-     * normalised rows (its contents afterwards are unspecified).
      * rope_kv_store: rope of q [T][H][Dh] and k [T][Hkv][Dh] in place, then kv_store of k and
      * v, in one pass: the same results as rope, rope, kv_store. */
     seer_status (*weight_concat)(seer_backend *be, seer_weight *parts, int n, bool interleave,
@@ -198,9 +193,6 @@ typedef struct {
                                 const seer_weight *w, const float *const *biases, int T);
     seer_status (*matmul_add)(seer_backend *be, float *y, const float *x, const seer_weight *w, int T);
     seer_status (*matmul_glu)(seer_backend *be, float *y, const float *x, const seer_weight *w, int T);
-    seer_status (*matmul_normed)(seer_backend *be, float *const *ys, float *xn, const float *x,
-                                 const float *norm_w, float eps, const seer_weight *w,
-                                 const float *const *biases, int T);
     seer_status (*rope_kv_store)(seer_backend *be, float *q, float *k, const float *v,
                                  const int32_t *pos, int T, int H, int Hkv, int Dh,
                                  const float *inv_freq, int neox, void *kv, const seer_kv_geom *g,

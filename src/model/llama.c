@@ -6,8 +6,6 @@
  *   per layer: x += Wo · attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))
  *              x += Wdown · (silu(Wgate·n(x)) * Wup·n(x))
  *   logits = Wout · n(x[rows asked for])
- *
- * n(x) is RMSNorm, fused into the matmul after it where the backend has matmul_normed.
  */
 #include "model/model.h"
 #include "util/error.h"
@@ -37,17 +35,12 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
     SEER_TRY(op->embed(be, s->x, &m->tok_embd, tokens, T));
     for (int l = 0; l < in->n_layers; l++) {
         const seer_layer *L = &m->layers[l];
-        if (L->wqkv.data && op->matmul_normed) {
+        SEER_TRY(op->rmsnorm(be, s->h, s->x, L->attn_norm, T, D, eps));
+        if (L->wqkv.data) {
             float *const ys[3] = {s->q, s->k, s->v};
             const float *const bs[3] = {L->bq, L->bk, L->bv};
-            SEER_TRY(op->matmul_normed(be, ys, s->h, s->x, L->attn_norm, eps, &L->wqkv, bs, T));
-        } else if (L->wqkv.data) {
-            float *const ys[3] = {s->q, s->k, s->v};
-            const float *const bs[3] = {L->bq, L->bk, L->bv};
-            SEER_TRY(op->rmsnorm(be, s->h, s->x, L->attn_norm, T, D, eps));
             SEER_TRY(op->matmul_split(be, ys, s->h, &L->wqkv, bs, T));
         } else {
-            SEER_TRY(op->rmsnorm(be, s->h, s->x, L->attn_norm, T, D, eps));
             SEER_TRY(op->matmul(be, s->q, s->h, &L->wq, L->bq, T));
             SEER_TRY(op->matmul(be, s->k, s->h, &L->wk, L->bk, T));
             SEER_TRY(op->matmul(be, s->v, s->h, &L->wv, L->bv, T));
@@ -76,14 +69,10 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
         SEER_TRY(op->attention(be, s->att, s->q, ctx->kv_data, &ctx->geom, l, ab));
         SEER_TRY(residual(be, op, s->x, s->att, &L->wo, s->h, T, D));
 
-        if (L->wgu.interleaved && op->matmul_normed) {
-            float *const ys[1] = {s->g};
-            SEER_TRY(op->matmul_normed(be, ys, s->h, s->x, L->ffn_norm, eps, &L->wgu, NULL, T));
-        } else if (L->wgu.interleaved) {
-            SEER_TRY(op->rmsnorm(be, s->h, s->x, L->ffn_norm, T, D, eps));
+        SEER_TRY(op->rmsnorm(be, s->h, s->x, L->ffn_norm, T, D, eps));
+        if (L->wgu.interleaved) {
             SEER_TRY(op->matmul_glu(be, s->g, s->h, &L->wgu, T));
         } else {
-            SEER_TRY(op->rmsnorm(be, s->h, s->x, L->ffn_norm, T, D, eps));
             if (L->wgu.data) {
                 float *const ys[2] = {s->g, s->u};
                 SEER_TRY(op->matmul_split(be, ys, s->h, &L->wgu, NULL, T));
@@ -98,10 +87,6 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
     if (n_out == 0)
         return SEER_OK;
     SEER_TRY(op->gather_rows(be, s->h, s->x, out_rows, n_out, D));
-    if (op->matmul_normed) {
-        float *const ys[1] = {s->logits};
-        return op->matmul_normed(be, ys, s->h, s->h, m->output_norm, eps, &m->output, NULL, n_out);
-    }
     SEER_TRY(op->rmsnorm(be, s->h, s->h, m->output_norm, n_out, D, eps));
     return op->matmul(be, s->logits, s->h, &m->output, NULL, n_out);
 }

@@ -320,15 +320,6 @@ static seer_status prof_matmul_glu(seer_backend *be, float *y, const float *x, c
     return s;
 }
 
-static seer_status prof_matmul_normed(seer_backend *be, float *const *ys, float *xn, const float *x,
-                                      const float *norm_w, float eps, const seer_weight *w,
-                                      const float *const *biases, int T) {
-    seer_status s = seer_cuda_matmul_normed(be, ys, xn, x, norm_w, eps, w, biases, T);
-    seer_cuda_prof_mark(seer_cuda_of(be), false, "rmsnorm+matmul%s %dx%d", w->interleaved ? "+glu" : "",
-                        w->rows, w->cols);
-    return s;
-}
-
 static seer_status prof_batch_begin(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
                                     const int32_t *pos, const int32_t *page, const int32_t *row,
                                     const int32_t *out_rows, int n_out) {
@@ -355,7 +346,6 @@ static seer_backend_ops cuda_ops_prof_make(void) {
     o.matmul_split = prof_matmul_split;
     o.matmul_add = prof_matmul_add;
     o.matmul_glu = prof_matmul_glu;
-    o.matmul_normed = prof_matmul_normed;
     PROF(rope_kv_store, seer_cuda_rope_kv_store);
     o.batch_begin = prof_batch_begin;
     return o;
@@ -392,7 +382,6 @@ static seer_backend_ops cuda_ops_make(void) {
     o.matmul_split = seer_cuda_matmul_split;
     o.matmul_add = seer_cuda_matmul_add;
     o.matmul_glu = seer_cuda_matmul_glu;
-    o.matmul_normed = seer_cuda_matmul_normed;
     o.rope_kv_store = seer_cuda_rope_kv_store;
     o.swiglu = seer_cuda_swiglu;
     o.add = seer_cuda_add;

@@ -274,9 +274,6 @@ seer_status seer_cuda_rope_kv_store(seer_backend *be, float *q, float *k, const 
                                     const int32_t *pos, int T, int H, int Hkv, int Dh,
                                     const float *inv_freq, int neox, void *kv, const seer_kv_geom *g,
                                     int layer, const int32_t *page, const int32_t *row);
-seer_status seer_cuda_matmul_normed(seer_backend *be, float *const *ys, float *xn, const float *x,
-                                    const float *norm_w, float eps, const seer_weight *w,
-                                    const float *const *biases, int T);
 seer_status seer_cuda_matmul_split(seer_backend *be, float *const *ys, const float *x,
                                    const seer_weight *w, const float *const *biases, int T);
 seer_status seer_cuda_matmul_add(seer_backend *be, float *y, const float *x, const seer_weight *w,

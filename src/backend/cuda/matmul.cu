@@ -66,20 +66,14 @@ static __device__ __forceinline__ uint4 load_w(const bf16 *W, int rows, int cols
     }
 }
 
-/* Eight f32 of token t of x from column col, rounded to bf16 pairs (zeros outside); with nw,
- * normalised first (r: the token's rmsnorm factor; VEC only). */
-template <bool VEC, bool NORM>
-static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, int t, int col,
-                                               const float *nw, float r) {
+/* Eight f32 of token t of x from column col, rounded to bf16 pairs (zeros outside). */
+template <bool VEC>
+static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, int t, int col) {
     if (t >= T || col >= cols)
         return make_uint4(0, 0, 0, 0);
     const float *p = x + (size_t)t * cols + col;
     if constexpr (VEC) {
-        float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
-        if constexpr (NORM) {
-            a = norm_apply4(a, r, __ldg((const float4 *)(nw + col)));
-            b = norm_apply4(b, r, __ldg((const float4 *)(nw + col) + 1));
-        }
+        const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
         return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y),
                           pack_bf16(b.z, b.w));
     } else {
@@ -102,7 +96,7 @@ static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, 
  * matrix product. Loads are the rows' contiguous 64 bytes per 4 lanes, straight into the
  * fragments, with no shared memory.
  */
-template <int NT, bool VEC, bool NORM>
+template <int NT, bool VEC>
 __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 4 ? 2 : 1)
 mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__ part,
               int *__restrict__ cnt, int T, int kb_n, int n_steps, int nz, int tile) {
@@ -122,10 +116,6 @@ mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restric
                 acc[m][n][e] = 0.f;
 
     /* wv[m * 2 + r][h]: row row0 + m*16 + r*8 + g, half h of the step */
-    /* NORM (NT == 1, VEC): x's rows normalised on the way in (out.norm_w) */
-    static_assert(!NORM || (NT == 1 && VEC), "the norm prologue serves one n8 tile of aligned rows");
-    const float *nw = out.norm_w;
-    float rn = 0.f;
     uint4 wa[4][2], wb[4][2];
     auto load_step = [&](uint4 (&wv)[4][2], int s) {
 #pragma unroll
@@ -138,8 +128,8 @@ mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restric
 #pragma unroll
         for (int n = 0; n < NT; n++) {
             const int t = tok0 + n * 8 + g;
-            const uint4 x0 = load_x<VEC, NORM>(x, T, cols, t, s * MM_KSTEP + c4 * 8, nw, rn);
-            const uint4 x1 = load_x<VEC, NORM>(x, T, cols, t, s * MM_KSTEP + 32 + c4 * 8, nw, rn);
+            const uint4 x0 = load_x<VEC>(x, T, cols, t, s * MM_KSTEP + c4 * 8);
+            const uint4 x1 = load_x<VEC>(x, T, cols, t, s * MM_KSTEP + 32 + c4 * 8);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const uint4 xv = h ? x1 : x0;
@@ -162,8 +152,6 @@ mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restric
     if (s0 + 1 < s1)
         load_step(wb, s0 + 1);
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    if constexpr (NORM)
-        rn = mm_norm_r(x, T, cols, tok0, out.norm_eps);
     /* Two register stages: the next step's weights are in flight while this one computes. */
     for (int s = s0; s < s1; s += 2) {
         compute_step(wa, s);
@@ -182,22 +170,18 @@ mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restric
 template <bool VEC>
 static mm_kernel_fn mm_pick_t(int nt) {
     switch (nt) {
-    case 1: return mm_inv_kernel<1, VEC, false>;
-    case 2: return mm_inv_kernel<2, VEC, false>;
-    case 3: return mm_inv_kernel<3, VEC, false>;
-    case 4: return mm_inv_kernel<4, VEC, false>;
-    case 5: return mm_inv_kernel<5, VEC, false>;
-    case 6: return mm_inv_kernel<6, VEC, false>;
-    case 7: return mm_inv_kernel<7, VEC, false>;
-    default: return mm_inv_kernel<8, VEC, false>;
+    case 1: return mm_inv_kernel<1, VEC>;
+    case 2: return mm_inv_kernel<2, VEC>;
+    case 3: return mm_inv_kernel<3, VEC>;
+    case 4: return mm_inv_kernel<4, VEC>;
+    case 5: return mm_inv_kernel<5, VEC>;
+    case 6: return mm_inv_kernel<6, VEC>;
+    case 7: return mm_inv_kernel<7, VEC>;
+    default: return mm_inv_kernel<8, VEC>;
     }
 }
 
-static mm_kernel_fn mm_pick(int nt, bool vec, bool norm) {
-    if (norm)
-        return nt == 1 && vec ? mm_inv_kernel<1, true, true> : NULL;
-    return vec ? mm_pick_t<true>(nt) : mm_pick_t<false>(nt);
-}
+static mm_kernel_fn mm_pick(int nt, bool vec) { return vec ? mm_pick_t<true>(nt) : mm_pick_t<false>(nt); }
 
 /* Blocks over K for a weight: enough blocks to cover the multiprocessors mm_waves times,
  * keeping at least mm_min_steps K steps per warp. A function of the shape and the device
@@ -212,7 +196,7 @@ static int mm_kb(const seer_cuda *c, int rows, int n_steps) {
 }
 
 seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, const float *x,
-                                int T, int n_steps, mm_kernel_fn (*pick)(int, bool, bool), bool vec) {
+                                int T, int n_steps, mm_kernel_fn (*pick)(int, bool), bool vec) {
     const int rows = w.rows;
     const int kb = mm_kb(c, rows, n_steps);
     const long long row_groups = (rows + MM_ROWS - 1) / MM_ROWS;
@@ -242,10 +226,7 @@ seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, 
         cnt = (int *)c->mm_cnt.p;
     }
     /* outputs are written after griddepcontrol.wait, accumulating ones too */
-    const mm_kernel_fn fn = pick(nt, vec, out.norm_w != NULL);
-    if (!fn)
-        return seer_err(SEER_ERR_INTERNAL, "matmul: no kernel normalises %d tokens (vec %d)", T, (int)vec);
-    CUDA_TRY(seer_cuda_launch(c, fn, dim3((unsigned)blocks), dim3(MM_WARPS * 32), 0, out,
+    CUDA_TRY(seer_cuda_launch(c, pick(nt, vec), dim3((unsigned)blocks), dim3(MM_WARPS * 32), 0, out,
                               w, x, part, cnt, T, kb, n_steps, nz, tile));
     LAUNCH_TRY("matmul kernel");
     return SEER_OK;
@@ -361,13 +342,16 @@ __global__ void glu_pairs_kernel(float *y, const float *gu, size_t n) {
 seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                  int T) {
     seer_cuda *c = seer_cuda_of(be);
-    mm_out o;
-    SEER_TRY(seer_cuda_mm_form(w, &y, NULL, true, &o));
+    if (!w->interleaved || w->rows % 2)
+        return seer_err(SEER_ERR_INVALID_ARG, "matmul_glu: the weight is not interleaved (gate, up) pairs");
     if (T <= 0)
         return SEER_OK;
     if (T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas &&
-        (w->dtype == GGML_TYPE_BF16 || (uintptr_t)x % 16 == 0))
+        (w->dtype == GGML_TYPE_BF16 || (uintptr_t)x % 16 == 0)) {
+        mm_out o = one_out(y, NULL, w->rows, false);
+        o.glu = 1;
         return matmul_any(be, o, x, w, T); /* the invariant kernel, as matmul_any picks it */
+    }
     const size_t n = (size_t)T * w->rows;
     SEER_TRY(seer_cuda_reserve(c, &c->glu_tmp, n * sizeof(float), "gate and up products"));
     SEER_TRY(matmul_any(be, one_out((float *)c->glu_tmp.p, NULL, w->rows, false), x, w, T));
@@ -377,70 +361,19 @@ seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, con
     return SEER_OK;
 }
 
-seer_status seer_cuda_mm_form(const seer_weight *w, float *const *ys, const float *const *biases, bool glu,
-                              mm_out *o) {
-    *o = {};
-    if (glu) {
-        if (!w->interleaved || w->rows % 2)
-            return seer_err(SEER_ERR_INVALID_ARG, "matmul_glu: the weight is not interleaved (gate, up) pairs");
-        *o = one_out(ys[0], NULL, w->rows, false);
-        o->glu = 1;
-        return SEER_OK;
-    }
-    if (w->n_seg < 1) {
-        *o = one_out(ys[0], biases ? biases[0] : NULL, w->rows, false);
-        return SEER_OK;
-    }
-    if (w->n_seg > SEER_WEIGHT_MAX_SEG)
-        return seer_err(SEER_ERR_INVALID_ARG, "matmul_split: the weight has %d segments", w->n_seg);
-    o->nseg = w->n_seg;
-    for (int j = 0; j < w->n_seg; j++) {
-        o->y[j] = ys[j];
-        o->b[j] = biases ? biases[j] : NULL;
-        o->r0[j + 1] = o->r0[j] + w->seg_rows[j];
-    }
-    if (o->r0[w->n_seg] != w->rows)
-        return seer_err(SEER_ERR_INVALID_ARG, "matmul_split: segments of %d rows in a weight of %d",
-                        o->r0[w->n_seg], w->rows);
-    return SEER_OK;
-}
-
 seer_status seer_cuda_matmul_split(seer_backend *be, float *const *ys, const float *x,
                                    const seer_weight *w, const float *const *biases, int T) {
-    if (w->n_seg < 1)
+    if (w->n_seg < 1 || w->n_seg > SEER_WEIGHT_MAX_SEG)
         return seer_err(SEER_ERR_INVALID_ARG, "matmul_split: the weight has %d segments", w->n_seg);
-    mm_out o;
-    SEER_TRY(seer_cuda_mm_form(w, ys, biases, false, &o));
-    return matmul_any(be, o, x, w, T);
-}
-
-/* Up to MM_NORM_MAX_T tokens on the invariant kernels, the blocks normalise x themselves
- * (mm_norm_r, then each value as it is read): one kernel fewer per norm. The condition
- * depends on T, so both paths must give the same bits: the rmsnorm kernel they stand for is
- * norm.cu's vectorised one, which takes the same rows (D % 4 == 0, up to 8192 values,
- * 16-byte aligned x, xn and weights). */
-seer_status seer_cuda_matmul_normed(seer_backend *be, float *const *ys, float *xn, const float *x,
-                                    const float *norm_w, float eps, const seer_weight *w,
-                                    const float *const *biases, int T) {
-    seer_cuda *c = seer_cuda_of(be);
-    const int D = w->cols;
-    const bool glu = w->interleaved;
-    if (T <= 0)
-        return SEER_OK;
-    const bool aligned = ((uintptr_t)x | (uintptr_t)xn | (uintptr_t)norm_w) % 16 == 0 && D % 4 == 0 &&
-                         D <= NORM_THREADS * 4 * 8;
-    const bool vec_w = w->dtype != GGML_TYPE_BF16 || (D % 8 == 0 && (uintptr_t)w->data % 16 == 0);
-    if (aligned && vec_w && T <= MM_NORM_MAX_T && !c->mm_force_blas) {
-        mm_out o;
-        SEER_TRY(seer_cuda_mm_form(w, ys, biases, glu, &o));
-        o.norm_w = norm_w;
-        o.norm_eps = eps;
-        return matmul_any(be, o, x, w, T);
+    mm_out o = {};
+    o.nseg = w->n_seg;
+    for (int j = 0; j < w->n_seg; j++) {
+        o.y[j] = ys[j];
+        o.b[j] = biases ? biases[j] : NULL;
+        o.r0[j + 1] = o.r0[j] + w->seg_rows[j];
     }
-    SEER_TRY(seer_cuda_rmsnorm(be, xn, x, norm_w, T, D, eps));
-    if (glu)
-        return seer_cuda_matmul_glu(be, ys[0], xn, w, T);
-    if (w->n_seg >= 1)
-        return seer_cuda_matmul_split(be, ys, xn, w, biases, T);
-    return seer_cuda_matmul(be, ys[0], xn, w, biases ? biases[0] : NULL, T);
+    if (o.r0[w->n_seg] != w->rows)
+        return seer_err(SEER_ERR_INVALID_ARG, "matmul_split: segments of %d rows in a weight of %d",
+                        o.r0[w->n_seg], w->rows);
+    return matmul_any(be, o, x, w, T);
 }

@@ -9,7 +9,6 @@
 #define SEER_CUDA_MATMUL_CUH
 
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/norm.cuh"
 
 #define MM_WARPS 8        /* warps of a block: K slices of the same rows */
 #define MM_ROWS 32        /* rows of W per block */
@@ -24,15 +23,7 @@ struct mm_out {
     int r0[SEER_WEIGHT_MAX_SEG + 1];
     int nseg, acc;
     int glu; /* rows come in (gate, up) pairs: y[0][t][r / 2] = glu(row r, row r + 1) */
-    /* and what comes in: with norm_w (NT == 1 kernels only), x's rows go through
-     * rmsnorm(x, norm_w, norm_eps) first, as norm.cu computes it */
-    const float *norm_w;
-    float norm_eps;
 };
-
-/* Most tokens a call normalises its input rows for itself: every block reads each token's
- * whole row once more for the sum of squares (from L2), which pays only while T is small. */
-#define MM_NORM_MAX_T 8
 
 /* A weight as the kernels read it: up to four planes of [rows][stride[i] bytes] (bf16: one
  * plane of the rows; quantised: see qweights.cuh). */
@@ -148,35 +139,6 @@ static __device__ __forceinline__ void mm_finish(float (&acc)[2][NT][4], const m
         cnt[(size_t)rg * nz + z] = 0; /* ready for the next call */
 }
 
-/* For a block of NT == 1 with out.norm_w: rmsnorm's r of tokens tok0 .. tok0 + 7 (those below
- * T) of x [T][cols] (cols % 4 == 0, rows 16-byte aligned), returned for this lane's token
- * tok0 + g. The block's 256 threads take the roles of rmsnorm_vec_kernel's (norm.cuh), so r
- * has the same bits. */
-static_assert(MM_WARPS * 32 == NORM_THREADS, "the norm prologue needs rmsnorm's thread count");
-static __device__ __forceinline__ float mm_norm_r(const float *__restrict__ x, int T, int cols, int tok0,
-                                                  float eps) {
-    __shared__ float part[MM_WARPS][8];
-    const int n4 = cols / 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-    for (int t = 0; t < 8; t++) {
-        float ss = 0.f;
-        if (tok0 + t < T) {
-            const float4 *xr = (const float4 *)(x + (size_t)(tok0 + t) * cols);
-            for (int i = threadIdx.x; i < n4; i += NORM_THREADS)
-                ss = norm_add_squares(ss, __ldg(xr + i));
-        }
-        ss = norm_warp_sum(ss);
-        if (lane == 0)
-            part[warp][t] = ss;
-    }
-    __syncthreads();
-    float tot = 0.f;
-#pragma unroll
-    for (int w = 0; w < MM_WARPS; w++)
-        tot = __fadd_rn(tot, part[w][lane >> 2]);
-    return norm_inv_rms(tot, cols, eps);
-}
-
 /* A kernel's (block index -> z token tile, kb K block, rg row group) and the K steps
  * [s0, s1) of this warp. */
 struct mm_pos {
@@ -203,17 +165,10 @@ typedef void (*mm_kernel_fn)(mm_out, mm_w, const float *, float *, int *, int, i
 
 /* Launches fn (one of the kernels above, for n_steps K steps of the weight) over the weight's
  * row groups x KB blocks x token tiles; KB and the tile come from the shape, the device and T
- * (the tile only: any split of the tokens gives every element the same sum). pick(nt, vec,
- * norm) gives the kernel for nt n8 tiles per block (norm: the one that normalises x, NULL
- * where there is none). */
+ * (the tile only: any split of the tokens gives every element the same sum). pick(nt) gives
+ * the kernel for nt n8 tiles per block. */
 seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, const float *x,
-                                int T, int n_steps, mm_kernel_fn (*pick)(int nt, bool vec, bool norm),
-                                bool vec);
-
-/* What fills an mm_out: the segments of a weight made by weight_concat (split), its (gate,
- * up) pairs (glu, y = ys[0]), or its rows whole (y = ys[0], bias = biases[0]). */
-seer_status seer_cuda_mm_form(const seer_weight *w, float *const *ys, const float *const *biases, bool glu,
-                              mm_out *o);
+                                int T, int n_steps, mm_kernel_fn (*pick)(int nt, bool vec), bool vec);
 
 /* Weights in a GGUF block encoding (matmul_q.cu). */
 mm_w seer_cuda_qweight_planes(const seer_weight *w);

@@ -176,18 +176,14 @@ static __device__ __forceinline__ void q_scales(const qraw<QT> &r, int s, int j,
     }
 }
 
-/* Four f32 of token t of x from column col as two bf16 pairs (zeros outside); with nw,
- * normalised first (r: the token's rmsnorm factor; VEC only). */
-template <bool VEC, bool NORM>
-static __device__ __forceinline__ uint2 x_pairs(const float *x, int T, int cols, int t, int col, const float *nw,
-                                                float r) {
+/* Four f32 of token t of x from column col as two bf16 pairs (zeros outside). */
+template <bool VEC>
+static __device__ __forceinline__ uint2 x_pairs(const float *x, int T, int cols, int t, int col) {
     if (t >= T || col >= cols)
         return make_uint2(0, 0);
     const float *p = x + (size_t)t * cols + col;
     if constexpr (VEC) {
-        float4 a = __ldg((const float4 *)p);
-        if constexpr (NORM)
-            a = norm_apply4(a, r, __ldg((const float4 *)(nw + col)));
+        const float4 a = __ldg((const float4 *)p);
         return make_uint2(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w));
     } else {
         return make_uint2(pack_bf16(__ldg(p), __ldg(p + 1)), pack_bf16(__ldg(p + 2), __ldg(p + 3)));
@@ -196,7 +192,7 @@ static __device__ __forceinline__ uint2 x_pairs(const float *x, int T, int cols,
 
 /* ---- the batch-invariant kernel --------------------------------------------------------- */
 
-template <int QT, int NT, bool VEC, bool NORM>
+template <int QT, int NT, bool VEC>
 __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 4 ? 2 : 1)
 mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__ part,
            int *__restrict__ cnt, int T, int kb_n, int n_steps, int nz, int tile) {
@@ -215,10 +211,6 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
             for (int e = 0; e < 4; e++)
                 acc[m][n][e] = 0.f;
 
-    /* NORM (NT == 1, VEC): x's rows normalised on the way in (out.norm_w) */
-    static_assert(!NORM || (NT == 1 && VEC), "the norm prologue serves one n8 tile of aligned rows");
-    const float *nw = out.norm_w;
-    float rn = 0.f;
     /* rq[q]: row row0 + q*8 + g (q = 0, 1: m-tile 0; 2, 3: m-tile 1) */
     qraw<QT> ra[4], rb[4];
     auto load_step = [&](qraw<QT> (&rq)[4], int s) {
@@ -235,8 +227,8 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
 #pragma unroll
             for (int n = 0; n < NT; n++) {
                 const int t = tok0 + n * 8 + g;
-                xb[n][0] = x_pairs<VEC, NORM>(x, T, cols, t, col, nw, rn);
-                xb[n][1] = x_pairs<VEC, NORM>(x, T, cols, t, col + 16, nw, rn);
+                xb[n][0] = x_pairs<VEC>(x, T, cols, t, col);
+                xb[n][1] = x_pairs<VEC>(x, T, cols, t, col + 16);
             }
             float xs[NT][2];
             if constexpr (tr::min) {
@@ -306,8 +298,6 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
     if (s0 + 1 < s1)
         load_step(rb, s0 + 1);
     pdl_wait();
-    if constexpr (NORM)
-        rn = mm_norm_r(x, T, cols, tok0, out.norm_eps);
     /* ra holds the steps of s0's parity, rb the others: one loop per parity of s0 */
     auto steps = [&](auto p0) {
         constexpr int P0 = decltype(p0)::value;
@@ -336,27 +326,25 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
 template <int QT, bool VEC>
 static mm_kernel_fn mmq_pick_nt(int nt) {
     switch (nt) {
-    case 1: return mmq_kernel<QT, 1, VEC, false>;
-    case 2: return mmq_kernel<QT, 2, VEC, false>;
-    case 3: return mmq_kernel<QT, 3, VEC, false>;
-    case 4: return mmq_kernel<QT, 4, VEC, false>;
-    case 5: return mmq_kernel<QT, 5, VEC, false>;
-    case 6: return mmq_kernel<QT, 6, VEC, false>;
-    case 7: return mmq_kernel<QT, 7, VEC, false>;
-    default: return mmq_kernel<QT, 8, VEC, false>;
+    case 1: return mmq_kernel<QT, 1, VEC>;
+    case 2: return mmq_kernel<QT, 2, VEC>;
+    case 3: return mmq_kernel<QT, 3, VEC>;
+    case 4: return mmq_kernel<QT, 4, VEC>;
+    case 5: return mmq_kernel<QT, 5, VEC>;
+    case 6: return mmq_kernel<QT, 6, VEC>;
+    case 7: return mmq_kernel<QT, 7, VEC>;
+    default: return mmq_kernel<QT, 8, VEC>;
     }
 }
 
 /* x is read as float4: callers' activation rows are 16-byte aligned (matmul_any sends
  * others to the cuBLAS route), so there is no scalar variant to compile. */
 template <int QT>
-static mm_kernel_fn mmq_pick(int nt, bool vec, bool norm) {
-    if (norm)
-        return nt == 1 ? mmq_kernel<QT, 1, true, true> : NULL;
+static mm_kernel_fn mmq_pick(int nt, bool vec) {
     return mmq_pick_nt<QT, true>(nt);
 }
 
-static mm_kernel_fn (*mmq_picker(int type))(int, bool, bool) {
+static mm_kernel_fn (*mmq_picker(int type))(int, bool) {
     switch (type) {
     case GGML_TYPE_Q4_0: return mmq_pick<GGML_TYPE_Q4_0>;
     case GGML_TYPE_Q4_1: return mmq_pick<GGML_TYPE_Q4_1>;
@@ -386,7 +374,7 @@ mm_w seer_cuda_qweight_planes(const seer_weight *w) {
 
 seer_status seer_cuda_matmul_q_invariant(seer_cuda *c, const mm_out &out, const float *x,
                                          const seer_weight *w, int T) {
-    mm_kernel_fn (*pick)(int, bool, bool) = mmq_picker(w->dtype);
+    mm_kernel_fn (*pick)(int, bool) = mmq_picker(w->dtype);
     if (!pick)
         return seer_err(SEER_ERR_UNSUPPORTED, "matmul: no CUDA kernel for weights of type %s",
                         ggml_type_name((ggml_type)w->dtype));

@@ -1,10 +1,11 @@
 /*
  * norm.cu: RMSNorm over rows of f32 activations, y = x * w / sqrt(mean(x^2) + eps), with the
  * sum of squares in f32 as the CPU reference has it (only the summation order differs).
- * The vectorised kernel's arithmetic (norm.cuh) is also what the matmul kernels use when
- * they normalise their input on the way in (matmul_normed).
+ * Not for: fusing the norm into the following GEMM (a later optimisation).
  */
-#include "backend/cuda/norm.cuh"
+#include "backend/cuda/cuda_common.cuh"
+
+#define NORM_THREADS 256
 
 /* The sum of every thread's v, the same in every thread: warps, then the warp sums in order. */
 static __device__ __forceinline__ float block_sum(float v) {
@@ -35,11 +36,10 @@ rmsnorm_kernel(float *y, const float *x, const float *w, int D, float eps) {
 
 /* The same for D a multiple of 4 up to NORM_THREADS * 4 * VPT on 16-byte aligned rows: the
  * row stays in registers between the two passes. The sum runs in another order than the
- * kernel above (norm.cuh's), fixed for a given D. */
+ * kernel above, fixed for a given D. */
 template <int VPT>
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_vec_kernel(float *y, const float *x, const float *w, int D, float eps) {
-    __shared__ float part[NORM_THREADS / 32];
     pdl_trigger();
     pdl_wait();
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * D);
@@ -51,24 +51,17 @@ rmsnorm_vec_kernel(float *y, const float *x, const float *w, int D, float eps) {
     for (int k = 0; k < VPT; k++) {
         const int i = threadIdx.x + k * NORM_THREADS;
         v[k] = i < n4 ? xr[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-        if (i < n4)
-            ss = norm_add_squares(ss, v[k]);
+        ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
     }
-    ss = norm_warp_sum(ss);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float tot = 0.f;
-#pragma unroll
-    for (int k = 0; k < NORM_THREADS / 32; k++)
-        tot = __fadd_rn(tot, part[k]);
-    const float r = norm_inv_rms(tot, D, eps);
+    const float r = 1.f / sqrtf(block_sum(ss) / D + eps);
     const float4 *w4 = (const float4 *)w;
 #pragma unroll
     for (int k = 0; k < VPT; k++) {
         const int i = threadIdx.x + k * NORM_THREADS;
-        if (i < n4)
-            yr[i] = norm_apply4(v[k], r, w4[i]);
+        if (i < n4) {
+            const float4 g = w4[i];
+            yr[i] = make_float4(v[k].x * r * g.x, v[k].y * r * g.y, v[k].z * r * g.z, v[k].w * r * g.w);
+        }
     }
 }
 
