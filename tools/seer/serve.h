@@ -31,7 +31,7 @@ typedef struct {
 typedef struct {
     pthread_mutex_t mu;
     uint64_t http_requests[6];   /* by status class: 1xx .. 5xx, [0] unused */
-    uint64_t completions, completions_failed;
+    uint64_t finished[SEER_FINISH_ERROR + 1]; /* generations by finish reason */
     serve_hist ttft, itl;
     seer_sched_stats sched;      /* snapshot after each scheduler step */
 } serve_metrics;

@@ -136,7 +136,7 @@ static void on_update(seer_request *r, void *user) {
     for (int k = 0; k < n_itl; k++)
         serve_hist_observe(&srv->metrics.itl, itl);
     if (fin)
-        srv->metrics.completions++;
+        srv->metrics.finished[j->finish]++;
     pthread_mutex_unlock(&srv->metrics.mu);
 }
 

@@ -90,8 +90,10 @@ char *serve_metrics_text(serve_state *srv) {
     put(&b, "seer_requests_running %d\n", st->n_running);
     metric(&b, "seer_requests_waiting", "gauge", "Requests queued for admission.");
     put(&b, "seer_requests_waiting %d\n", st->n_waiting);
-    metric(&b, "seer_requests_finished_total", "counter", "Requests the scheduler finished.");
-    put(&b, "seer_requests_finished_total %lld\n", (long long)st->n_finished);
+    metric(&b, "seer_requests_finished_total", "counter", "Generations finished, by reason.");
+    for (int f = SEER_FINISH_STOP; f <= SEER_FINISH_ERROR; f++)
+        put(&b, "seer_requests_finished_total{reason=\"%s\"} %llu\n", serve_finish_name((seer_finish_reason)f),
+            (unsigned long long)m.finished[f]);
     metric(&b, "seer_http_requests_total", "counter", "HTTP responses by status class.");
     for (int c = 1; c <= 5; c++)
         put(&b, "seer_http_requests_total{code=\"%dxx\"} %llu\n", c, (unsigned long long)m.http_requests[c]);
