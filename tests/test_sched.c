@@ -7,6 +7,8 @@
  */
 #include "testutil.h"
 
+#include "sched/sched.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -375,6 +377,72 @@ static void test_bad_requests(void **state) {
     seer_context_free(c);
 }
 
+/* A step that fails after its forward call (rows appended, uniforms drawn) leaves every
+ * request as it was: same tokens, same KV pages, and the run goes on to the same outputs as
+ * a run without the failure, sampled requests included (their generators are restored). */
+static void run_mix(int fail_at, int32_t out[3][64], int n_out[3]) {
+    seer_context *c = mkctx(4, 0);
+    seer_sched_params spm = {.max_batch_tokens = 16, .prefill_chunk = 4};
+    seer_sched *s = NULL;
+    ASSERT_OK(seer_sched_init(c, spm, &s));
+    seer_request *r[3];
+    for (int k = 0; k < 3; k++) {
+        seer_request_params p = seer_request_default_params();
+        p.sampler.temperature = k == 0 ? 0.f : 0.8f;
+        p.sampler.seed = 5 + k;
+        p.max_tokens = 60;
+        p.spec.kind = k == 1 ? SEER_SPEC_STREAMING : k == 2 ? SEER_SPEC_NGRAM : SEER_SPEC_NONE;
+        p.spec.budget = 16;
+        p.spec.gamma = 3;
+        ASSERT_OK(seer_request_new(M, G[k + 2].prompt, G[k + 2].np, &p, &r[k]));
+        ASSERT_OK(seer_sched_submit(s, r[k]));
+    }
+    int active = 1;
+    for (int step = 0; active; step++) {
+        if (step == fail_at) {
+            int before[3], free_before = seer_kv_free_pages(c);
+            seer_request_stats rs[3];
+            for (int k = 0; k < 3; k++) {
+                before[k] = seer_request_tokens(r[k], NULL);
+                seer_request_get_stats(r[k], &rs[k]);
+            }
+            seer_sched_fail_for_tests = 1;
+            assert_int_equal(seer_sched_step(s, &active), SEER_ERR_BACKEND);
+            assert_int_equal(seer_sched_fail_for_tests, 0);
+            assert_int_equal(seer_kv_free_pages(c), free_before);
+            for (int k = 0; k < 3; k++) {
+                seer_request_stats now;
+                seer_request_get_stats(r[k], &now);
+                assert_int_equal(seer_request_tokens(r[k], NULL), before[k]);
+                assert_int_equal(now.n_computed, rs[k].n_computed);
+                assert_int_equal(now.drafted, rs[k].drafted);
+            }
+        }
+        ASSERT_OK(seer_sched_step(s, &active));
+    }
+    for (int k = 0; k < 3; k++) {
+        const int32_t *ids;
+        n_out[k] = seer_request_tokens(r[k], &ids);
+        memcpy(out[k], ids, sizeof(int32_t) * n_out[k]);
+        seer_request_free(r[k]);
+    }
+    seer_sched_free(s);
+    seer_context_free(c);
+}
+
+static void test_failed_step_changes_nothing(void **state) {
+    int32_t ref[3][64], got[3][64];
+    int nr[3], ng[3];
+    run_mix(-1, ref, nr);
+    for (int fail_at = 1; fail_at < 30; fail_at += 7) {
+        run_mix(fail_at, got, ng);
+        for (int k = 0; k < 3; k++) {
+            assert_int_equal(ng[k], nr[k]);
+            assert_memory_equal(got[k], ref[k], sizeof(int32_t) * nr[k]);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_alone),
@@ -383,6 +451,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_in_prefill),
         cmocka_unit_test(test_stop_and_length),
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_failed_step_changes_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

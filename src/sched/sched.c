@@ -30,6 +30,8 @@
 
 #define MAX_GROUPS 8
 
+int seer_sched_fail_for_tests;
+
 typedef struct {
     bool used;
     seer_spec_params spec;
@@ -535,6 +537,8 @@ static seer_status run_plan(seer_sched *s, int n) {
             if (s->groups[i].n)
                 SEER_TRY(seer_verify_group(s->groups[i].g, 0, s->groups[i].n, s->groups[i].row0, L));
     }
+    if (seer_sched_fail_for_tests > 0 && --seer_sched_fail_for_tests == 0)
+        return seer_err(SEER_ERR_BACKEND, "injected failure (test hook)");
     /* queries of prompt tails, in batch order */
     for (int e = 0, t = 0, cr = 0; e < n && ncap; e++) {
         plan_entry *pe = &s->plan[e];
