@@ -242,11 +242,16 @@ void seer_request_emit(seer_request *r, int32_t t, int n_ctx) {
         seer_request_finish(r, SEER_FINISH_STOP);
         return;
     }
-    char piece[256];
-    int k = seer_detok_push(r->dt, t, piece, sizeof piece);
-    if (k > 0 && text_grow(r, r->text_len + k + 1)) {
+    /* seer_detok_push consumes nothing when the piece does not fit: the room doubles until
+     * it does (a piece is at most a GGUF string) */
+    int k = -1;
+    for (size_t room = 64; k < 0 && room <= ((size_t)1 << 30); room *= 2) {
+        if (!text_grow(r, r->text_len + room))
+            break;
+        k = seer_detok_push(r->dt, t, r->text + r->text_len, (int)(r->text_cap - r->text_len));
+    }
+    if (k > 0) {
         size_t from = r->text_len;
-        memcpy(r->text + r->text_len, piece, k);
         r->text_len += k;
         r->text[r->text_len] = 0;
         if (r->p.n_stop && match_stop(r, from)) {
