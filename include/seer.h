@@ -398,6 +398,7 @@ typedef struct {
     int64_t rounds;        /* decode or verification rounds */
     int64_t drafted, accepted;
     int n_preempted;       /* times its KV pages were taken back, to be recomputed */
+    int n_prefix_reused;   /* prompt tokens taken from the prefix cache instead of computed */
     double t_first_token_s; /* seconds from submission to the first token; -1: none yet */
     double t_last_token_s;  /* seconds from submission to the latest token; -1: none yet */
 } seer_request_stats;
@@ -408,6 +409,8 @@ typedef struct {
     int prefill_chunk;    /* prompt tokens per prefill chunk; 0 = min(256, budget). A prompt
                              is always cut at the same multiples of it, whatever else runs,
                              so its numerics do not depend on the other traffic */
+    int prefix_cache;     /* sequences of the context kept for cached prompt prefixes (0: no
+                             cache); requests run in the other n_seq_max - prefix_cache */
 } seer_sched_params;
 
 seer_sched_params seer_sched_default_params(void);
@@ -434,8 +437,10 @@ typedef struct {
     int64_t tokens_generated; /* tokens emitted */
     int64_t n_preemptions;
     int64_t n_finished;
-    int64_t prefix_hits;      /* prompt pages reused from the prefix cache (none: no cache yet) */
+    int64_t prefix_hits;      /* prompt pages reused from the prefix cache */
+    int prefix_entries;       /* prompt prefixes cached */
     int kv_pages_total, kv_pages_free;
+    int kv_pages_cached;      /* pages the prefix cache holds (shared ones included) */
     int64_t spec_drafted[SEER_SPEC_NGRAM + 1];  /* per seer_spec_kind */
     int64_t spec_accepted[SEER_SPEC_NGRAM + 1];
 } seer_sched_stats;

@@ -443,6 +443,78 @@ static void test_failed_step_changes_nothing(void **state) {
     }
 }
 
+/* The prefix cache: a request whose prompt starts with a cached prompt forks its pages, and
+ * generates exactly what it generates without the cache; entries are bounded and evicted
+ * least recently used; at the end only the cache holds pages. */
+static void run_prompts(int cache, int32_t (*prompts)[96], const int *np, int n, int32_t out[][48], int *reused,
+                        seer_sched_stats *st_out) {
+    seer_context *c = mkctx(6, 0);
+    seer_sched_params spm = {.max_batch_tokens = 32, .prefill_chunk = 16, .prefix_cache = cache};
+    seer_sched *s = NULL;
+    ASSERT_OK(seer_sched_init(c, spm, &s));
+    for (int i = 0; i < n; i++) {
+        seer_request_params p = seer_request_default_params();
+        p.sampler.temperature = 0;
+        p.max_tokens = 48;
+        p.ignore_eos = true;
+        seer_request *r = NULL;
+        ASSERT_OK(seer_request_new(M, prompts[i], np[i], &p, &r));
+        ASSERT_OK(seer_sched_submit(s, r));
+        run_all(s);
+        const int32_t *ids;
+        assert_int_equal(seer_request_tokens(r, &ids), 48);
+        memcpy(out[i], ids, sizeof(int32_t) * 48);
+        seer_request_stats rs;
+        seer_request_get_stats(r, &rs);
+        reused[i] = rs.n_prefix_reused;
+        seer_request_free(r);
+    }
+    seer_sched_get_stats(s, st_out);
+    assert_int_equal(st_out->kv_pages_free + st_out->kv_pages_cached, st_out->kv_pages_total);
+    seer_sched_free(s);
+    assert_int_equal(seer_kv_free_pages(c), st_out->kv_pages_total);
+    seer_context_free(c);
+}
+
+static void test_prefix_cache(void **state) {
+    enum { NP = 5 };
+    int32_t prompts[NP][96];
+    int np[NP];
+    /* 0: a story's first 70 tokens; 1: the same + 9 more; 2: another text; 3: 0 + 20 more;
+     * 4: 0 again */
+    for (int j = 0; j < 90; j++)
+        prompts[0][j] = prompts[1][j] = prompts[3][j] = prompts[4][j] = j ? G[1].gold[j] : 1;
+    np[0] = np[4] = 70, np[1] = 79, np[3] = 90;
+    for (int j = 0; j < 60; j++)
+        prompts[2][j] = j ? G[4].gold[j] : 1;
+    np[2] = 60;
+    int32_t ref[NP][48], got[NP][48];
+    int r0[NP], r1[NP];
+    seer_sched_stats st0, st1;
+    run_prompts(0, prompts, np, NP, ref, r0, &st0);
+    run_prompts(2, prompts, np, NP, got, r1, &st1);
+    for (int i = 0; i < NP; i++) {
+        assert_int_equal(r0[i], 0);
+        assert_memory_equal(got[i], ref[i], sizeof ref[i]);
+    }
+    assert_int_equal(r1[0], 0);
+    assert_int_equal(r1[1], 64); /* 70 cut to the unit of 16 */
+    assert_int_equal(r1[2], 0);
+    assert_int_equal(r1[3], 64); /* then its 80 replace the 64 of the same text */
+    assert_int_equal(r1[4], 64);
+    assert_int_equal(st1.prefix_hits, 3 * 64 / 16);
+    assert_int_equal(st1.prefix_entries, 2);
+    assert_int_equal(st0.prefix_hits, 0);
+    /* one slot: text 2 evicts text 0, which 3 then computes again */
+    run_prompts(1, prompts, np, NP, got, r1, &st1);
+    for (int i = 0; i < NP; i++)
+        assert_memory_equal(got[i], ref[i], sizeof ref[i]);
+    assert_int_equal(r1[1], 64);
+    assert_int_equal(r1[3], 0);
+    assert_int_equal(r1[4], 64);
+    assert_int_equal(st1.prefix_entries, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_alone),
@@ -452,6 +524,7 @@ int main(void) {
         cmocka_unit_test(test_stop_and_length),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_failed_step_changes_nothing),
+        cmocka_unit_test(test_prefix_cache),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -55,6 +55,8 @@ struct seer_sched {
     seer_context *ctx;
     seer_sched_params p;
     int budget, chunk, B;
+    int B_run;              /* requests holding sequences at once: B minus the cache's */
+    seer_prefix_cache pc;
     sched_group groups[MAX_GROUPS];
     seer_request **running; /* [B] */
     int n_running;
@@ -70,7 +72,7 @@ struct seer_sched {
 };
 
 seer_sched_params seer_sched_default_params(void) {
-    seer_sched_params p = {.max_batch_tokens = 0, .prefill_chunk = 0};
+    seer_sched_params p = {.max_batch_tokens = 0, .prefill_chunk = 0, .prefix_cache = 0};
     return p;
 }
 
@@ -111,6 +113,7 @@ void seer_sched_free(seer_sched *s) {
         s->waiting[i]->state = REQ_NEW, s->waiting[i]->sched = NULL;
     for (int i = 0; i < MAX_GROUPS; i++)
         group_clear(s, &s->groups[i]);
+    seer_prefix_free(&s->pc, s->ctx);
     free(s->running), free(s->waiting), free(s->plan);
     free(s->tok), free(s->sq), free(s->pos), free(s->ids), free(s->want), free(s->capf), free(s->qbuf);
     free(s);
@@ -138,6 +141,19 @@ seer_status seer_sched_init(seer_context *ctx, seer_sched_params params, seer_sc
                         params.prefill_chunk, budget);
     }
     s->B = ctx->params.n_seq_max;
+    if (params.prefix_cache < 0 || params.prefix_cache >= s->B) {
+        free(s);
+        return seer_err(SEER_ERR_INVALID_ARG, "prefix cache of %d sequences leaves none of the context's %d for requests",
+                        params.prefix_cache, ctx->params.n_seq_max);
+    }
+    s->B_run = s->B - params.prefix_cache;
+    int unit = ctx->params.page_size; /* lcm(page size, chunk) */
+    while (unit % s->chunk)
+        unit += ctx->params.page_size;
+    if (seer_prefix_init(&s->pc, params.prefix_cache, unit) != SEER_OK) {
+        free(s);
+        return seer_err(SEER_ERR_OOM, "out of memory for the prefix cache");
+    }
     s->running = calloc(s->B, sizeof *s->running);
     s->plan = calloc(s->B, sizeof *s->plan);
     s->tok = seer_malloc_array(s->budget, sizeof(int32_t));
@@ -281,11 +297,24 @@ static seer_status admit(seer_sched *s, seer_request *r) {
     if (h == s->B)
         return seer_err(SEER_ERR_INTERNAL, "no free handle in a speculation class");
     seer_seq_id seq;
-    SEER_TRY(seer_seq_new(s->ctx, &seq));
     const int n = r->n_tokens;
     int tail = g->dops && g->dops->prefill_q_rows ? g->dops->prefill_q_rows(g, g->dimpl, n) : 0;
     if (tail > n)
         tail = n;
+    /* a cached prefix, leaving the pending token and the rows whose queries the drafter
+     * wants to be computed */
+    int m = 0;
+    const int e = seer_prefix_lookup(&s->pc, r->tokens, n, n - (tail > 1 ? tail : 1), &m, s->n_step);
+    if (e >= 0) {
+        SEER_TRY(seer_seq_fork(s->ctx, s->pc.e[e].seq, &seq));
+        seer_status st = seer_seq_rewind(s->ctx, seq, m);
+        if (st != SEER_OK) {
+            seer_seq_free(s->ctx, seq);
+            return st;
+        }
+    } else {
+        SEER_TRY(seer_seq_new(s->ctx, &seq));
+    }
     if (tail > 0) {
         const seer_model_info *in = &s->ctx->model->info;
         r->qcap = seer_malloc_array((size_t)in->n_layers * tail * in->n_heads * in->head_dim, sizeof(float));
@@ -312,7 +341,9 @@ static seer_status admit(seer_sched *s, seer_request *r) {
     gr->n_live++;
     r->h = h;
     r->tail = tail;
-    r->n_cached = 0;
+    r->n_cached = m;
+    r->st.n_prefix_reused += m;
+    s->stats.prefix_hits += m / s->ctx->params.page_size;
     r->n_target = n;
     r->state = REQ_PREFILL;
     r->order = s->next_order++;
@@ -584,6 +615,9 @@ static void commit(seer_sched *s, int n) {
         if (pe->prefill) {
             r->n_cached = r->n_target;
             r->state = REQ_DECODE;
+            /* the prompt's pages for later requests; a failure here only means no entry */
+            if (st == SEER_OK)
+                (void)seer_prefix_insert(&s->pc, c, q->seq, r->tokens, r->n_prompt, s->n_step);
             if (st == SEER_OK && g->dops && r->tail > 0)
                 st = g->dops->prefill_q(g, g->dimpl, r->h, r->qcap, r->tail);
             if (st == SEER_OK && g->dops)
@@ -642,9 +676,11 @@ seer_status seer_sched_step(seer_sched *s, int *n_active) {
      * far (always when nothing runs, so that a request too large ends rather than waits) */
     int reserved = 0;
     const int ps = c->kv->page_size;
-    while (s->n_waiting && s->n_running < s->B) {
+    while (s->n_waiting && s->n_running < s->B_run) {
         seer_request *r = s->waiting[0];
         int need = (r->n_tokens + ps) / ps;
+        while (reserved + need > seer_kv_free_pages(c) && seer_prefix_evict_lru(&s->pc, c))
+            ;
         if (s->n_running && reserved + need > seer_kv_free_pages(c))
             break;
         if (admit(s, r) != SEER_OK) {
@@ -664,6 +700,8 @@ seer_status seer_sched_step(seer_sched *s, int *n_active) {
     seer_status st = SEER_OK;
     int n = plan_step(s);
     while (n > 0 && plan_pages(s, n) > seer_kv_free_pages(c)) {
+        if (seer_prefix_evict_lru(&s->pc, c)) /* cached prefixes go before running requests */
+            continue;
         int vi = -1, oldest = 0;
         for (int i = 1; i < s->n_running; i++)
             if (s->running[i]->order < s->running[oldest]->order)
@@ -718,4 +756,6 @@ void seer_sched_get_stats(const seer_sched *s, seer_sched_stats *out) {
     out->n_waiting = s->n_waiting;
     out->kv_pages_total = s->ctx->kv->n_pages;
     out->kv_pages_free = seer_kv_free_pages(s->ctx);
+    out->prefix_entries = s->pc.n;
+    out->kv_pages_cached = seer_prefix_pages(&s->pc, s->ctx);
 }

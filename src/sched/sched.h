@@ -50,6 +50,32 @@ struct seer_request {
     seer_request_stats st;
 };
 
+/* The prefix cache (prefix.c): prompt prefixes kept in sequences of their own. */
+typedef struct {
+    seer_seq_id seq;
+    int32_t *tokens; /* [n] */
+    int n;
+    uint64_t last_used;
+} seer_prefix_entry;
+
+typedef struct {
+    seer_prefix_entry *e; /* [cap] */
+    int n, cap;
+    int unit;             /* entries and matches are multiples of it */
+} seer_prefix_cache;
+
+seer_status seer_prefix_init(seer_prefix_cache *pc, int slots, int unit);
+void seer_prefix_free(seer_prefix_cache *pc, seer_context *c);
+/* The entry sharing the longest prefix with t [n], cut to at most limit tokens and to a
+ * multiple of the unit (*m; 0 and -1 returned when none). Marks it used at now. */
+int seer_prefix_lookup(seer_prefix_cache *pc, const int32_t *t, int n, int limit, int *m, uint64_t now);
+/* Keeps the first n tokens (cut to the unit) of seq, whose tokens are t. */
+seer_status seer_prefix_insert(seer_prefix_cache *pc, seer_context *c, seer_seq_id seq, const int32_t *t,
+                               int n, uint64_t now);
+bool seer_prefix_evict_lru(seer_prefix_cache *pc, seer_context *c);
+/* Distinct KV pages the entries hold (-1: out of memory). */
+int seer_prefix_pages(const seer_prefix_cache *pc, const seer_context *c);
+
 /* Request-side helpers for the scheduler (request.c). */
 /* Makes room for a context of n_ctx tokens (+1 pending) in r->tokens. */
 seer_status seer_request_reserve(seer_request *r, int n_ctx);

@@ -116,7 +116,9 @@ def wait_idle(port, what):
     """The scheduler's snapshot settles after its last step: bounded polling."""
     for _ in range(300):
         m = metrics(port)
-        if m["seer_requests_running"] == 0 and m["seer_requests_waiting"] == 0 and m["seer_kv_pages_used"] == 0:
+        # every page not held by the prefix cache is free
+        if (m["seer_requests_running"] == 0 and m["seer_requests_waiting"] == 0
+                and m["seer_kv_pages_used"] == m["seer_kv_pages_cached"]):
             return m
         time.sleep(0.1)
     fail(f"{what}: the server did not become idle with every KV page free: {m}")
@@ -180,6 +182,13 @@ def test_openai_client(port, golden, model_id):
         x = seer_extra(r)
         check(x["token_ids"] == golden[2]["ids"], f"spec {spec}: ids differ")
         check(x["drafted"] > 0 and x["accepted"] > 0, f"spec {spec}: nothing drafted/accepted: {x}")
+    # a long prompt twice: the second forks the first's cached pages, with the same output
+    long_ids = golden[1]["ids"][:80]
+    hits0 = metrics(port)["seer_prefix_cache_hits_total"]
+    outs = [seer_extra(cl.completions.create(model=model_id, prompt=[1] + long_ids, max_tokens=30,
+                                             temperature=0))["token_ids"] for _ in range(2)]
+    check(outs[0] == outs[1], "prefix cache: outputs differ")
+    check(metrics(port)["seer_prefix_cache_hits_total"] > hits0, "prefix cache: no hit")
     # seeded sampling is reproducible; stop strings cut the text
     a = [cl.completions.create(model=model_id, prompt="Lily and Tom", max_tokens=40, temperature=0.9, top_p=0.95,
                                seed=7).choices[0].text for _ in range(2)]
@@ -382,7 +391,7 @@ def test_load(port, golden, alone):
     n_gone = sum(s is not None for s in stops)
     cancelled = m['seer_requests_finished_total{reason="cancelled"}']
     check(cancelled == n_gone, f"{n_gone} clients hung up; requests cancelled: {cancelled}")
-    check(m["seer_kv_pages_free"] == m["seer_kv_pages_total"], "every KV page free")
+    check(m["seer_kv_pages_free"] + m["seer_kv_pages_cached"] == m["seer_kv_pages_total"], "every KV page free")
     check(m['seer_time_to_first_token_seconds_count'] > 0, "TTFT histogram")
     check(m['seer_spec_drafted_total{drafter="ngram"}'] > 0, "drafted counter")
     print(f"load: {n_clients} streaming clients ok, {sum(s is not None for s in stops)} disconnected mid-way")

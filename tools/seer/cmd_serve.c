@@ -39,6 +39,7 @@ static void usage(FILE *f) {
             "      --batch N         token budget of one forward call (default 256)\n"
             "      --prefill-chunk N prompt tokens per prefill chunk (default min(256, batch))\n"
             "      --kv-pages N      KV pool pages of 16 tokens (default: enough for every sequence)\n"
+            "      --prefix-cache N  prompt prefixes kept for reuse, LRU (default 8; 0 = off)\n"
             "      --spec KIND       default speculation: none, streaming, retrieval, snapkv, ngram\n"
             "      --spec-gamma G    tokens drafted per round (default 4)\n"
             "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
@@ -55,7 +56,7 @@ static void usage(FILE *f) {
 typedef struct {
     const char *model, *host, *api_key, *alias, *tmpl;
     long long port, max_body, max_requests, max_prompt, n_predict, ctx, parallel, batch, chunk, pages;
-    long long threads, drain;
+    long long threads, drain, prefix;
     seer_backend_kind backend;
     seer_weights_kind weights;
     seer_sampler_params sp;
@@ -64,7 +65,7 @@ typedef struct {
 
 static int parse(int argc, char **argv, serve_opts *o) {
     enum { O_HOST = 256, O_PORT, O_KEY, O_BODY, O_MAXR, O_MAXP, O_ALIAS, O_TMPL, O_PAR, O_BATCH, O_CHUNK,
-           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS };
+           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT},      {"api-key", required_argument, 0, O_KEY},
@@ -74,6 +75,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"ctx", required_argument, 0, 'c'},          {"parallel", required_argument, 0, O_PAR},
         {"batch", required_argument, 0, O_BATCH},    {"prefill-chunk", required_argument, 0, O_CHUNK},
         {"kv-pages", required_argument, 0, O_PAGES}, {"spec", required_argument, 0, O_SPEC},
+        {"prefix-cache", required_argument, 0, O_PREFIX},
         {"spec-gamma", required_argument, 0, O_SG},  {"spec-budget", required_argument, 0, O_SK},
         {"drain-timeout", required_argument, 0, O_DRAIN}, {"threads", required_argument, 0, 't'},
         {"backend", required_argument, 0, O_BACKEND}, {"weights", required_argument, 0, O_WEIGHTS},
@@ -101,6 +103,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         case O_BATCH: if (!cli_int("--batch", optarg, 1, 1 << 16, &o->batch)) return 2; break;
         case O_CHUNK: if (!cli_int("--prefill-chunk", optarg, 1, 1 << 16, &o->chunk)) return 2; break;
         case O_PAGES: if (!cli_int("--kv-pages", optarg, 1, 1 << 24, &o->pages)) return 2; break;
+        case O_PREFIX: if (!cli_int("--prefix-cache", optarg, 0, 1024, &o->prefix)) return 2; break;
         case O_SPEC:
             if (seer_spec_kind_parse(optarg, &o->spec.kind) != SEER_OK || o->spec.kind == SEER_SPEC_DRAFT) {
                 fprintf(stderr, "seer serve: --spec: '%s' is not one of none, streaming, retrieval, snapkv, ngram\n", optarg);
@@ -254,7 +257,7 @@ static const char *base_name(const char *path, char *buf, size_t cap) {
 
 int cmd_serve(int argc, char **argv) {
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .max_body = 1 << 20, .max_requests = 64,
-                    .n_predict = 256, .parallel = 16, .batch = 256, .drain = 30,
+                    .n_predict = 256, .parallel = 16, .batch = 256, .drain = 30, .prefix = 8,
                     .backend = SEER_BACKEND_AUTO, .weights = SEER_WEIGHTS_STORED};
     o.sp = seer_sampler_default_params();
     o.sp.temperature = 1.f;
@@ -316,7 +319,7 @@ int cmd_serve(int argc, char **argv) {
     }
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = (int)o.ctx;
-    cp.n_seq_max = (int)o.parallel;
+    cp.n_seq_max = (int)(o.parallel + o.prefix); /* the cache's sequences are its own */
     cp.n_batch_max = (int)o.batch;
     cp.n_pages = (int)o.pages;
     if ((s = seer_context_init(srv.model, cp, &srv.ctx)) != SEER_OK) {
@@ -326,6 +329,7 @@ int cmd_serve(int argc, char **argv) {
     srv.n_ctx = seer_context_n_ctx(srv.ctx);
     seer_sched_params sp = seer_sched_default_params();
     sp.prefill_chunk = (int)o.chunk;
+    sp.prefix_cache = (int)o.prefix;
     if ((s = seer_sched_init(srv.ctx, sp, &srv.sched)) != SEER_OK) {
         cli_error("creating scheduler", s);
         goto done;
@@ -339,7 +343,7 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "seer serve: %s on http://%s:%d (context %d, %d sequences, batch %d)\n", srv.model_id,
-            srv.host, di ? di->port : srv.port, srv.n_ctx, cp.n_seq_max, cp.n_batch_max);
+            srv.host, di ? di->port : srv.port, srv.n_ctx, (int)o.parallel, cp.n_batch_max);
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "seer serve: %s: draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");

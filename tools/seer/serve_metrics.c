@@ -113,6 +113,10 @@ char *serve_metrics_text(serve_state *srv) {
     put(&b, "seer_kv_pages_free %d\n", st->kv_pages_free);
     metric(&b, "seer_kv_pages_total", "gauge", "KV pages in the pool.");
     put(&b, "seer_kv_pages_total %d\n", st->kv_pages_total);
+    metric(&b, "seer_kv_pages_cached", "gauge", "KV pages held by the prefix cache (counted in used).");
+    put(&b, "seer_kv_pages_cached %d\n", st->kv_pages_cached);
+    metric(&b, "seer_prefix_cache_entries", "gauge", "Prompt prefixes in the prefix cache.");
+    put(&b, "seer_prefix_cache_entries %d\n", st->prefix_entries);
     metric(&b, "seer_prefix_cache_hits_total", "counter", "Prompt pages reused from the prefix cache.");
     put(&b, "seer_prefix_cache_hits_total %lld\n", (long long)st->prefix_hits);
     metric(&b, "seer_spec_drafted_total", "counter", "Draft tokens proposed, per drafter.");
