@@ -13,6 +13,11 @@
  * L cache length, D model dim, H / Hkv query / KV heads, Dh head dim, V vocabulary,
  * K draft budget, G gamma (tokens speculated per round).
  *
+ * Threads: a model may be shared by contexts, but its backend holds the execution state
+ * (scratch, thread pool, CUDA streams), so calls on contexts of one model must not run at the
+ * same time; a server drives one context from one thread (seer_sched). Two models are
+ * independent.
+ *
  * Errors: every function that can fail returns a seer_status; on failure the state of the
  * objects it was given is unchanged and seer_last_error() describes the problem. The
  * library never exits or aborts on bad input.
