@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds seer and runs every test: the release build, the same tests under ASan + UBSan,
-# the server's test under ThreadSanitizer, and the fuzzers (GGUF reader, tokenizers, model loading; about 80 s, see scripts/fuzz.sh).
+# the server's test under ThreadSanitizer, and the fuzzers (GGUF reader, tokenizers, model
+# loading; about 80 s, see scripts/fuzz.sh).
 # Needs ../shared beside the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
