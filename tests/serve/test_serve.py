@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -36,15 +37,24 @@ def ensure_openai():
     if os.environ.get("SEER_TEST_IN_VENV"):
         print("openai is not importable in the test environment: skipped")
         sys.exit(SKIP)
-    venv = os.environ.get("SEER_TEST_VENV", os.path.expanduser("~/.cache/seer/test-venv"))
-    py = os.path.join(venv, "bin", "python")
-    try:
-        if not os.path.exists(py):
-            subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=300)
-        if subprocess.run([py, "-c", "import openai"], capture_output=True).returncode != 0:
-            subprocess.run([py, "-m", "pip", "install", "-q", "openai"], check=True, timeout=600)
-    except (subprocess.SubprocessError, OSError) as e:
-        print(f"cannot install the openai package ({e}): skipped")
+    # one environment for the release, sanitizer and ThreadSanitizer runs: the user's cache,
+    # else the temporary directory
+    places = [os.environ.get("SEER_TEST_VENV") or os.path.expanduser("~/.cache/seer/test-venv"),
+              os.path.join(tempfile.gettempdir(), f"seer-test-venv-{os.getuid()}")]
+    py, why = None, None
+    for venv in places:
+        cand = os.path.join(venv, "bin", "python")
+        try:
+            if not os.path.exists(cand):
+                subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=300)
+            if subprocess.run([cand, "-c", "import openai"], capture_output=True).returncode != 0:
+                subprocess.run([cand, "-m", "pip", "install", "-q", "openai"], check=True, timeout=600)
+            py = cand
+            break
+        except (subprocess.SubprocessError, OSError) as e:
+            why = e
+    if not py:
+        print(f"cannot install the openai package ({why}): skipped")
         sys.exit(SKIP)
     env = dict(os.environ, SEER_TEST_IN_VENV="1")
     os.execve(py, [py] + sys.argv, env)
