@@ -380,29 +380,30 @@ static void test_bad_requests(void **state) {
 /* A step that fails after its forward call (rows appended, uniforms drawn) leaves every
  * request as it was: same tokens, same KV pages, and the run goes on to the same outputs as
  * a run without the failure, sampled requests included (their generators are restored). */
-static void run_mix(int fail_at, int32_t out[3][64], int n_out[3]) {
+static void run_mix(int fail_at, int32_t out[4][64], int n_out[4], int64_t acc[4]) {
     seer_context *c = mkctx(4, 0);
     seer_sched_params spm = {.max_batch_tokens = 16, .prefill_chunk = 4};
     seer_sched *s = NULL;
     ASSERT_OK(seer_sched_init(c, spm, &s));
-    seer_request *r[3];
-    for (int k = 0; k < 3; k++) {
+    seer_request *r[4];
+    for (int k = 0; k < 4; k++) {
         seer_request_params p = seer_request_default_params();
-        p.sampler.temperature = k == 0 ? 0.f : 0.8f;
+        p.sampler.temperature = k == 0 || k == 3 ? 0.f : 0.8f;
         p.sampler.seed = 5 + k;
         p.max_tokens = 60;
-        p.spec.kind = k == 1 ? SEER_SPEC_STREAMING : k == 2 ? SEER_SPEC_NGRAM : SEER_SPEC_NONE;
+        p.spec.kind = k == 1 ? SEER_SPEC_STREAMING : k == 2 ? SEER_SPEC_NGRAM : k == 3 ? SEER_SPEC_DRAFT : SEER_SPEC_NONE;
+        p.spec.draft_model = M; /* the model drafts for itself: every draft is accepted */
         p.spec.budget = 16;
         p.spec.gamma = 3;
-        ASSERT_OK(seer_request_new(M, G[k + 2].prompt, G[k + 2].np, &p, &r[k]));
+        ASSERT_OK(seer_request_new(M, G[k % 3 + 2].prompt, G[k % 3 + 2].np, &p, &r[k]));
         ASSERT_OK(seer_sched_submit(s, r[k]));
     }
     int active = 1;
     for (int step = 0; active; step++) {
         if (step == fail_at) {
-            int before[3], free_before = seer_kv_free_pages(c);
-            seer_request_stats rs[3];
-            for (int k = 0; k < 3; k++) {
+            int before[4], free_before = seer_kv_free_pages(c);
+            seer_request_stats rs[4];
+            for (int k = 0; k < 4; k++) {
                 before[k] = seer_request_tokens(r[k], NULL);
                 seer_request_get_stats(r[k], &rs[k]);
             }
@@ -410,7 +411,7 @@ static void run_mix(int fail_at, int32_t out[3][64], int n_out[3]) {
             assert_int_equal(seer_sched_step(s, &active), SEER_ERR_BACKEND);
             assert_int_equal(seer_sched_fail_for_tests, 0);
             assert_int_equal(seer_kv_free_pages(c), free_before);
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < 4; k++) {
                 seer_request_stats now;
                 seer_request_get_stats(r[k], &now);
                 assert_int_equal(seer_request_tokens(r[k], NULL), before[k]);
@@ -420,10 +421,13 @@ static void run_mix(int fail_at, int32_t out[3][64], int n_out[3]) {
         }
         ASSERT_OK(seer_sched_step(s, &active));
     }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         const int32_t *ids;
         n_out[k] = seer_request_tokens(r[k], &ids);
         memcpy(out[k], ids, sizeof(int32_t) * n_out[k]);
+        seer_request_stats rs;
+        seer_request_get_stats(r[k], &rs);
+        acc[k] = rs.accepted;
         seer_request_free(r[k]);
     }
     seer_sched_free(s);
@@ -431,14 +435,17 @@ static void run_mix(int fail_at, int32_t out[3][64], int n_out[3]) {
 }
 
 static void test_failed_step_changes_nothing(void **state) {
-    int32_t ref[3][64], got[3][64];
-    int nr[3], ng[3];
-    run_mix(-1, ref, nr);
+    int32_t ref[4][64], got[4][64];
+    int nr[4], ng[4];
+    int64_t ar[4], ag[4];
+    run_mix(-1, ref, nr, ar);
+    assert_true(ar[3] > 0);
     for (int fail_at = 1; fail_at < 30; fail_at += 7) {
-        run_mix(fail_at, got, ng);
-        for (int k = 0; k < 3; k++) {
+        run_mix(fail_at, got, ng, ag);
+        for (int k = 0; k < 4; k++) {
             assert_int_equal(ng[k], nr[k]);
             assert_memory_equal(got[k], ref[k], sizeof(int32_t) * nr[k]);
+            assert_int_equal(ag[k], ar[k]); /* the drafters drafted the same after the failure */
         }
     }
 }
