@@ -522,6 +522,45 @@ static void test_prefix_cache(void **state) {
     assert_int_equal(st1.prefix_entries, 1);
 }
 
+/* Speculation classes: up to 8 distinct settings at once (a ninth is refused, changing
+ * nothing); a class whose requests are gone is reused, so settings in sequence are unbounded. */
+static void test_spec_classes(void **state) {
+    seer_context *c = mkctx(12, 0);
+    seer_sched *s = NULL;
+    ASSERT_OK(seer_sched_init(c, seer_sched_default_params(), &s));
+    seer_request *r[9];
+    for (int k = 0; k < 9; k++) {
+        seer_request_params p = seer_request_default_params();
+        p.sampler.temperature = 0;
+        p.max_tokens = 8;
+        p.spec.kind = SEER_SPEC_NGRAM;
+        p.spec.gamma = 1 + k;
+        ASSERT_OK(seer_request_new(M, G[2].prompt, G[2].np, &p, &r[k]));
+        seer_status st = seer_sched_submit(s, r[k]);
+        assert_int_equal(st, k < 8 ? SEER_OK : SEER_ERR_INVALID_ARG);
+    }
+    run_all(s);
+    for (int k = 0; k < 9; k++) {
+        assert_int_equal(seer_request_tokens(r[k], NULL), k < 8 ? 8 : 0);
+        seer_request_free(r[k]);
+    }
+    for (int k = 0; k < 12; k++) { /* one after the other: classes are reused */
+        seer_request_params p = seer_request_default_params();
+        p.sampler.temperature = 0;
+        p.max_tokens = 4;
+        p.spec.kind = SEER_SPEC_STREAMING;
+        p.spec.budget = 8 + k;
+        seer_request *q = NULL;
+        ASSERT_OK(seer_request_new(M, G[2].prompt, G[2].np, &p, &q));
+        ASSERT_OK(seer_sched_submit(s, q));
+        run_all(s);
+        assert_int_equal(seer_request_tokens(q, NULL), 4);
+        seer_request_free(q);
+    }
+    seer_sched_free(s);
+    seer_context_free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_alone),
@@ -532,6 +571,7 @@ int main(void) {
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_failed_step_changes_nothing),
         cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_spec_classes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

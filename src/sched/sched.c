@@ -184,7 +184,7 @@ static seer_status find_group(seer_sched *s, const seer_spec_params *spec, int *
     }
     if (free_slot < 0) /* reuse a class no request is in */
         for (int i = 0; i < MAX_GROUPS && free_slot < 0; i++)
-            if (s->groups[i].n_live == 0 && !s->groups[i].n) {
+            if (s->groups[i].n_live == 0) {
                 bool queued = false;
                 for (int w = 0; w < s->n_waiting && !queued; w++)
                     queued = s->waiting[w]->group == i;
