@@ -430,6 +430,42 @@ def test_drain(srv, port, golden):
     print("drain: ok")
 
 
+def test_busy_and_sigint(seer, model, golden):
+    """--max-requests 1: a second generation while one streams gets 429; after the first
+    client hangs up the server takes requests again; SIGINT stops it with status 0."""
+    srv = Server(seer, model, ["--max-requests", "1", "--parallel", "2"])
+    port = srv.port
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("POST", "/v1/completions", body=json.dumps(
+            {"prompt": "Once upon a time", "max_tokens": 400, "stream": True, "seer": {"ignore_eos": True}}),
+            headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+        r = c.getresponse()
+        check(r.status == 200, f"first stream: {r.status}")
+        r.readline()
+        st, data = raw(port, "POST", "/v1/completions", '{"prompt": "x", "max_tokens": 2}')
+        check(st == 429 and json.loads(data)["error"]["type"] == "rate_limit_error", f"busy: {st} {data[:200]!r}")
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
+        wait_idle(port, "after the hang-up")
+        row = golden[3]
+        for _ in range(100):  # the job is let go of just after its request is
+            st, data = raw(port, "POST", "/v1/completions", json.dumps(
+                {"prompt": row["prompt"], "max_tokens": 20, "temperature": 0}))
+            if st != 429:
+                break
+            time.sleep(0.05)
+        check(st == 200 and json.loads(data)["seer"]["token_ids"] == row["ids"][:20], f"after busy: {st}")
+        srv.p.send_signal(signal.SIGINT)
+        rc = srv.p.wait(timeout=60)
+        check(rc == 0, f"exit status after SIGINT {rc}: {''.join(srv.log[-10:])}")
+    finally:
+        if srv.p.poll() is None:
+            srv.p.kill()
+            srv.p.wait()
+    print("limits and SIGINT: ok")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seer", required=True)
@@ -452,6 +488,7 @@ def main():
         if srv.p.poll() is None:
             srv.p.kill()
             srv.p.wait()
+    test_busy_and_sigint(a.seer, model, golden)
     print("test_serve: all ok")
 
 
