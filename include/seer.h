@@ -13,6 +13,13 @@
  * L cache length, D model dim, H / Hkv query / KV heads, Dh head dim, V vocabulary,
  * K draft budget, G gamma (tokens speculated per round).
  *
+ * Threads: a model is read-only after loading and may be shared by contexts. On the CPU each
+ * context has its own execution state (scratch, thread pool), so contexts of one model may
+ * run in different threads at once (tests/test_threads.c, under ThreadSanitizer). On CUDA
+ * the streams, graphs and staging buffers are still the model's: calls on contexts of one
+ * CUDA model must not overlap. A context, and a scheduler with its requests, is used by one
+ * thread at a time (seer_request_cancel excepted); tokenization is safe from any thread.
+ *
  * Errors: every function that can fail returns a seer_status; on failure the state of the
  * objects it was given is unchanged and seer_last_error() describes the problem. The
  * library never exits or aborts on bad input.
@@ -329,6 +336,122 @@ void seer_gen_release(seer_gen *g, int handle);
 /* Releases the sequence and forgets its output: the handle may be reused by seer_gen_add. */
 void seer_gen_remove(seer_gen *g, int handle);
 void seer_gen_stats(const seer_gen *g, seer_spec_stats *out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Requests and a scheduler                                                                 */
+
+/* A request is one generation: its prompt and emitted tokens, sampler, stop set (the
+ * vocabulary's end-of-generation tokens and stop strings), token limit, speculation settings
+ * and statistics. A scheduler serves many requests on one context: each seer_sched_step
+ * plans ONE forward call on the target under a token budget, mixing chunked prefill of new
+ * requests with decode steps and verification chains of running ones; requests join and
+ * leave between steps.
+ *
+ * Thread safety: a scheduler, its context and the requests submitted to it are used by one
+ * thread at a time (the one that steps it); seer_request_cancel alone may be called from any
+ * thread at any time. Requests of different schedulers are independent. */
+typedef struct seer_request seer_request;
+typedef struct seer_sched seer_sched;
+
+typedef enum {
+    SEER_FINISH_NONE = 0,  /* still generating (or not submitted) */
+    SEER_FINISH_STOP,      /* an end-of-generation token or a stop string */
+    SEER_FINISH_LENGTH,    /* max_tokens, the context length, or a KV pool too small for it */
+    SEER_FINISH_CANCELLED, /* seer_request_cancel */
+    SEER_FINISH_ERROR,     /* a drafter failed on this request alone (seer_request_error) */
+} seer_finish_reason;
+
+typedef struct {
+    seer_sampler_params sampler;
+    int max_tokens;          /* most tokens to generate (> 0); the context may end it sooner */
+    bool ignore_eos;         /* do not stop at end-of-generation tokens */
+    const char *const *stop; /* n_stop stop strings (copied; each 1..256 bytes): generation
+                                ends where the text first contains one, which is cut off */
+    int n_stop;
+    seer_spec_params spec;   /* this request's speculation (verified losslessly) */
+    /* Called on the stepping thread at the end of each seer_sched_step in which r emitted
+     * tokens or finished (after the last call for r, the scheduler no longer holds it). */
+    void (*on_update)(seer_request *r, void *user);
+    void *user;
+} seer_request_params;
+
+seer_request_params seer_request_default_params(void);
+
+/* A request for prompt [n >= 1] (copied). Parameters are checked here; the context-dependent
+ * ones (prompt length, speculation) again at seer_sched_submit. */
+seer_status seer_request_new(const seer_model *model, const int32_t *prompt, int n,
+                             const seer_request_params *params, seer_request **out);
+/* Frees a request that is not in a scheduler (never submitted, or finished). */
+void seer_request_free(seer_request *r);
+/* Asks the scheduler to drop r at its next step (also inside a long prefill: prefill runs in
+ * chunks); it then finishes with SEER_FINISH_CANCELLED and its KV pages are free. */
+void seer_request_cancel(seer_request *r);
+seer_finish_reason seer_request_finish_reason(const seer_request *r);
+bool seer_request_finished(const seer_request *r);
+/* Tokens generated so far; *ids valid until the next step. */
+int seer_request_tokens(const seer_request *r, const int32_t **ids);
+/* Text of the generated tokens so far that can be shown: complete UTF-8, stop strings cut
+ * off, and a tail that may still become a stop string held back until it is decided.
+ * NUL-terminated; *len (may be NULL) its length. End-of-generation tokens have no text. */
+const char *seer_request_text(const seer_request *r, size_t *len);
+void *seer_request_user(const seer_request *r);
+int seer_request_n_prompt(const seer_request *r);
+
+typedef struct {
+    int n_prompt;          /* prompt tokens */
+    int n_generated;       /* tokens generated */
+    int64_t n_computed;    /* tokens this request put through the target (prefill, rounds,
+                              recomputation after preemption) */
+    int64_t rounds;        /* decode or verification rounds */
+    int64_t drafted, accepted;
+    int n_preempted;       /* times its KV pages were taken back, to be recomputed */
+    int n_prefix_reused;   /* prompt tokens taken from the prefix cache instead of computed */
+    double t_first_token_s; /* seconds from submission to the first token; -1: none yet */
+    double t_last_token_s;  /* seconds from submission to the latest token; -1: none yet */
+} seer_request_stats;
+void seer_request_get_stats(const seer_request *r, seer_request_stats *out);
+
+typedef struct {
+    int max_batch_tokens; /* token budget of one forward call; 0 = the context's n_batch_max */
+    int prefill_chunk;    /* prompt tokens per prefill chunk; 0 = min(256, budget). A prompt
+                             is always cut at the same multiples of it, whatever else runs,
+                             so its numerics do not depend on the other traffic */
+    int prefix_cache;     /* sequences of the context kept for cached prompt prefixes (0: no
+                             cache); requests run in the other n_seq_max - prefix_cache */
+} seer_sched_params;
+
+seer_sched_params seer_sched_default_params(void);
+/* A scheduler on ctx, which it then uses alone (no other sequences may live in it). */
+seer_status seer_sched_init(seer_context *ctx, seer_sched_params params, seer_sched **out);
+/* Frees the scheduler; requests still in it are detached unfinished (no callbacks) and may be
+ * freed by their owner afterwards. */
+void seer_sched_free(seer_sched *s);
+/* Queues r (not yet submitted anywhere). Fails, changing nothing, on a prompt of n_ctx tokens
+ * or more, a token outside the vocabulary or speculation settings the context cannot run. */
+seer_status seer_sched_submit(seer_sched *s, seer_request *r);
+/* Runs one step: drops cancelled requests, admits waiting ones while sequences are free,
+ * plans one forward call under the budget (preempting the most recently admitted request
+ * when the KV pool cannot hold the step: its pages are freed and it is recomputed later),
+ * drafts, runs the call, verifies and emits. *n_active (may be NULL) receives the requests
+ * still running or waiting. On an error (of the backend) every request is left as it was. */
+seer_status seer_sched_step(seer_sched *s, int *n_active);
+
+typedef struct {
+    int n_running, n_waiting;
+    int64_t n_steps;
+    int64_t tokens_prompt;    /* prompt tokens of submitted requests */
+    int64_t tokens_computed;  /* tokens through the target */
+    int64_t tokens_generated; /* tokens emitted */
+    int64_t n_preemptions;
+    int64_t n_finished;
+    int64_t prefix_hits;      /* prompt pages reused from the prefix cache */
+    int prefix_entries;       /* prompt prefixes cached */
+    int kv_pages_total, kv_pages_free;
+    int kv_pages_cached;      /* pages the prefix cache holds (shared ones included) */
+    int64_t spec_drafted[SEER_SPEC_NGRAM + 1];  /* per seer_spec_kind */
+    int64_t spec_accepted[SEER_SPEC_NGRAM + 1];
+} seer_sched_stats;
+void seer_sched_get_stats(const seer_sched *s, seer_sched_stats *out);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Model files                                                                              */

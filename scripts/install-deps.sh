@@ -7,7 +7,8 @@
 # the script waits for apt's and dpkg's locks, up to APT_LOCK_WAIT seconds (default 600),
 # saying what it waits for, instead of failing at once.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libcmocka-dev libjansson-dev libpcre2-dev clang libomp-dev)
+pkgs=(build-essential cmake pkg-config libcmocka-dev libjansson-dev libpcre2-dev clang libomp-dev
+      libmicrohttpd-dev python3 python3-venv)
 lock_wait=${APT_LOCK_WAIT:-600}
 locks=(/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock
        /var/cache/apt/archives/lock)

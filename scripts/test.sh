@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds seer and runs every test: the release build, the same tests under ASan + UBSan,
-# and the fuzzers (GGUF reader, tokenizers, model loading; about 80 s, see scripts/fuzz.sh).
+# the server's test under ThreadSanitizer, and the fuzzers (GGUF reader, tokenizers, model
+# loading; about 80 s, see scripts/fuzz.sh).
 # Needs ../shared beside the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,13 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEER_SANITIZE=ON -D
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure
+
+echo "== ThreadSanitizer: contexts of one model in threads; seer serve's threads under load"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEER_TSAN=ON -DSEER_CUDA=OFF >/dev/null
+cmake --build build-tsan -j"$jobs" --target seer_cli test_threads
+# a report aborts the program (halt_on_error), which the tests see as a failure
+TSAN_OPTIONS=halt_on_error=1 build-tsan/test_threads
+TSAN_OPTIONS=halt_on_error=1 python3 tests/serve/test_serve.py --seer build-tsan/seer --shared ../shared
 
 echo "== fuzzing the GGUF reader, the tokenizers and model loading"
 scripts/fuzz.sh

@@ -188,6 +188,19 @@ static void test_chat_session(void **state) {
     assert_int_equal(reply_lines(buf, rb, 8), 2);
     for (int i = 0; i < 2; i++)
         assert_string_equal(ra[i], rb[i]);
+    /* greedy replies are the same with speculation (chat runs on the request scheduler) */
+    char *plain[2] = {strdup(rb[0]), strdup(rb[1])};
+    const char *specs[] = {"--spec ngram", "--spec streaming --spec-budget 8 --spec-gamma 3"};
+    for (int k = 0; k < 2; k++) {
+        char *rc2[8];
+        rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template chatml --temp 0 -n 6 %s < %s", SEER_CLI, m,
+                specs[k], in);
+        assert_int_equal(rc, 0);
+        assert_int_equal(reply_lines(buf, rc2, 8), 2);
+        for (int i = 0; i < 2; i++)
+            assert_string_equal(rc2[i], plain[i]);
+    }
+    free(plain[0]), free(plain[1]);
     free(first);
 
     /* A small context: turns are dropped with a notice; every line is answered. */

@@ -101,6 +101,11 @@ typedef struct {
 typedef struct {
     const char *name;
     void (*free)(seer_backend *be);
+    /* A backend instance for one context's execution state (scratch, thread pool) that
+     * computes on be's weights and memory, so that contexts of one model share nothing
+     * mutable; freed with its free. NULL where the execution state stays in be (CUDA: its
+     * streams, graphs and staging buffers are still the model's). */
+    seer_status (*exec_clone)(seer_backend *be, seer_backend **out);
 
     seer_status (*alloc)(seer_backend *be, size_t bytes, void **out);
     void (*dealloc)(seer_backend *be, void *p);

@@ -105,6 +105,8 @@ void seer_context_free(seer_context *c) {
     free_scratch(be, &c->s);
     if (c->kv_data)
         be->ops->kv_free(be, c->kv_data);
+    if (c->be && c->be != be)
+        c->be->ops->free(c->be);
     if (c->views)
         for (int i = 0; i < c->params.n_seq_max; i++)
             free(c->views[i].idx);
@@ -159,7 +161,10 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
     c->geom = (seer_kv_geom){.n_pages = p.n_pages, .page_size = p.page_size,
                              .n_layers = in->n_layers, .n_kv_heads = in->n_kv_heads,
                              .head_dim = in->head_dim};
-    seer_status s = seer_kv_init(p.n_pages, p.page_size, p.n_seq_max, p.n_ctx, &c->kv);
+    c->be = m->be;
+    seer_status s = m->be->ops->exec_clone ? m->be->ops->exec_clone(m->be, &c->be) : SEER_OK;
+    if (s == SEER_OK)
+        s = seer_kv_init(p.n_pages, p.page_size, p.n_seq_max, p.n_ctx, &c->kv);
     if (s == SEER_OK)
         s = m->be->ops->kv_alloc(m->be, &c->geom, &c->kv_data);
     if (s == SEER_OK)
@@ -310,7 +315,7 @@ seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, in
             page[j] = sq->pages[s / c->kv->page_size];
             row[j] = s % c->kv->page_size;
         }
-        seer_backend *be = c->model->be;
+        seer_backend *be = c->be;
         SEER_TRY(be->ops->kv_read(be, c->kv_data, &c->geom, layer, which, page, row, k, out + i * kvd));
     }
     return SEER_OK;
@@ -360,13 +365,13 @@ seer_status seer_decode_keep(seer_context *c, const seer_batch *b, float **logit
 }
 
 seer_status seer_context_sample(seer_context *c, const seer_sample_row *rows, int n, int32_t *ids) {
-    seer_backend *be = c->model->be;
+    seer_backend *be = c->be;
     return be->ops->sample_rows(be, rows, n, c->model->info.n_vocab, ids);
 }
 
 seer_status seer_context_accept(seer_context *c, const seer_accept_chain *chains, int n,
                                 int32_t *n_acc, int32_t *next) {
-    seer_backend *be = c->model->be;
+    seer_backend *be = c->be;
     return be->ops->accept_chains(be, chains, n, c->model->info.n_vocab, n_acc, next);
 }
 
@@ -392,7 +397,7 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
     int n_copies = 0;
     SEER_TRY(seer_kv_prepare_append(kv, n_seq, c->seq_ids, c->seq_ntok, c->copies, &n_copies));
 
-    seer_backend *be = c->model->be;
+    seer_backend *be = c->be;
     seer_status s = be->ops->kv_copy_pages(be, c->kv_data, &c->geom, c->copies, n_copies);
 
     const int mp = kv->max_pages_per_seq;

@@ -24,8 +24,8 @@ static seer_status residual(seer_backend *be, const seer_backend_ops *op, float 
 static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32_t *pos,
                            const seer_attn_batch *ab, const int32_t *out_rows, int T, int n_out) {
     const seer_model *m = ctx->model;
-    const seer_backend_ops *op = m->be->ops;
-    seer_backend *be = m->be;
+    const seer_backend_ops *op = ctx->be->ops;
+    seer_backend *be = ctx->be;
     const seer_model_info *in = &m->info;
     const seer_scratch *s = &ctx->s;
     const int D = in->dim, F = in->ffn_dim;
@@ -93,8 +93,8 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
 
 seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const int32_t *pos,
                                const seer_attn_batch *ab, const int32_t *out_rows, int n_out) {
-    const seer_backend_ops *op = ctx->model->be->ops;
-    seer_backend *be = ctx->model->be;
+    const seer_backend_ops *op = ctx->be->ops;
+    seer_backend *be = ctx->be;
     if (op->batch_begin)
         SEER_TRY(op->batch_begin(be, ab, tokens, pos, ctx->tok_page, ctx->tok_row, out_rows, n_out));
     /* A q capture downloads mid-call: such calls always run op by op. */

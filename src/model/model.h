@@ -59,6 +59,8 @@ typedef struct {
 
 struct seer_context {
     seer_model *model;
+    seer_backend *be;     /* where this context's forward calls run: its own instance of the
+                           * model's backend (exec_clone), or the model's where it has none */
     seer_context_params params;
     seer_kv *kv;
     seer_kv_geom geom;

@@ -150,6 +150,12 @@ static seer_status dm_propose(seer_gen *g, void *impl, int n, const int *hs, con
         if (gam[i] == 0)
             continue;
         maxg = gam[i] > maxg ? gam[i] : maxg;
+        /* a round that failed after drafting left its drafts in the draft cache: back to what
+         * the target holds, so that a retried round drafts the same */
+        if (seer_seq_len(im->dctx, d->dseq) > s->n_tokens - 1) {
+            SEER_TRY(seer_seq_rewind(im->dctx, d->dseq, s->n_tokens - 1));
+            d->dlen = s->n_tokens - 1;
+        }
         SEER_TRY(catch_up(g, im, hs[i], d->dlen, s->n_tokens - 1));
         d->dlen = s->n_tokens - 1;
         d->round_n = s->n_tokens;

@@ -1,15 +1,14 @@
 /*
  * cmd_chat.c: `seer chat`: a conversation on stdin/stdout, one user message per line.
  *
- * The KV cache is kept between turns: each turn renders the whole conversation with the
- * model's chat template and prefills only the text beyond what the cache already holds
- * (the previous prompt plus the reply as generated). When the template renders the reply
- * differently from how it was generated (Llama 3 trims it), the cache is rewound to the end
- * of the previous prompt and the reply is prefilled as the template writes it. Only the
- * template's own special tokens are parsed as such: a user who types "<|im_end|>" sends
- * text. A line that is not valid UTF-8 is refused with a message; a conversation that
- * outgrows the context loses its oldest turns (the system message stays) and is prefilled
- * again. /quit or end of input ends the program (status 0).
+ * Each turn is a request to the scheduler (the same request API `seer serve` uses, with
+ * speculation when --spec asks for it): the whole conversation is rendered with the model's
+ * chat template and submitted; the scheduler's prefix cache keeps the conversation's earlier
+ * prompt, so a turn computes only what is new (the last reply and message, from the last
+ * cached chunk on). Only the template's own special tokens are parsed as such: a user who
+ * types "<|im_end|>" sends text. A line that is not valid UTF-8 is refused with a message; a
+ * conversation that outgrows the context loses its oldest turns (the system message stays).
+ * /quit or end of input ends the program (status 0).
  */
 #include "cli.h"
 
@@ -39,20 +38,25 @@ static void usage(FILE *f) {
             "      --ctx-beyond-trained  allow --ctx past the trained context (with a warning)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n"
-            "      --weights W       stored (default: quantised blocks as in the file), bf16 or f32\n");
+            "      --weights W       stored (default: quantised blocks as in the file), bf16 or f32\n"
+            "      --spec KIND       speculation: none, streaming, retrieval, snapkv, draft, ngram\n"
+            "      --spec-gamma G    tokens drafted per round (default 4)\n"
+            "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
+            "      --draft-model M   draft model for --spec draft (same vocabulary)\n");
 }
 
 typedef struct {
-    const char *model, *tmpl, *system;
+    const char *model, *tmpl, *system, *draft_model;
     long long n_predict, ctx, threads;
     seer_sampler_params sp;
+    seer_spec_params spec;
     seer_backend_kind backend;
     bool ctx_beyond;
     seer_weights_kind weights;
 } chat_opts;
 
 static int parse(int argc, char **argv, chat_opts *o) {
-    enum { O_BACKEND = 256, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB };
+    enum { O_BACKEND = 256, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB, O_SPEC, O_SG, O_SK, O_DM };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},       {"threads", required_argument, 0, 't'},
@@ -64,8 +68,11 @@ static int parse(int argc, char **argv, chat_opts *o) {
         {"chat-template", required_argument, 0, O_TMPL},
         {"system", required_argument, 0, O_SYS},  {"help", no_argument, 0, 'h'},
         {"ctx-beyond-trained", no_argument, 0, O_CTXB},
+        {"spec", required_argument, 0, O_SPEC},  {"spec-gamma", required_argument, 0, O_SG},
+        {"spec-budget", required_argument, 0, O_SK}, {"draft-model", required_argument, 0, O_DM},
         {0, 0, 0, 0}};
     int c;
+    long long v;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:n:c:t:h", opts, NULL)) != -1) {
         switch (c) {
@@ -78,6 +85,15 @@ static int parse(int argc, char **argv, chat_opts *o) {
         case O_TMPL: o->tmpl = optarg; break;
         case O_SYS: o->system = optarg; break;
         case O_CTXB: o->ctx_beyond = true; break;
+        case O_SPEC:
+            if (seer_spec_kind_parse(optarg, &o->spec.kind) != SEER_OK) {
+                fprintf(stderr, "seer: --spec: %s\n", seer_last_error());
+                return 2;
+            }
+            break;
+        case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 64, &v)) return 2; o->spec.gamma = (int)v; break;
+        case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
+        case O_DM: o->draft_model = optarg; break;
         case 'h': usage(stdout); return 0;
         default: {
             const int r = cli_sampler_opt(c, optarg, &o->sp);
@@ -98,67 +114,19 @@ static int parse(int argc, char **argv, chat_opts *o) {
         fprintf(stderr, "seer chat: -m MODEL is required\n");
         return 2;
     }
-    return -1;
-}
-
-/* A growable byte string. */
-typedef struct {
-    char *s;
-    size_t n, cap;
-} str;
-
-static bool str_put(str *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p)
-            return false;
-        b->s = p;
-        b->cap = cap;
+    if (o->spec.kind == SEER_SPEC_DRAFT && !o->draft_model) {
+        fprintf(stderr, "seer chat: --spec draft needs --draft-model\n");
+        return 2;
     }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-    return true;
-}
-
-static bool starts_with(const char *s, size_t n, const str *prefix) {
-    return prefix->n <= n && (prefix->n == 0 || memcmp(s, prefix->s, prefix->n) == 0);
+    return -1;
 }
 
 typedef struct {
     seer_model *model;
     seer_context *ctx;
-    seer_seq_id seq;
-    int n_past, n_ctx, n_batch;
-    float *logits; /* [V] of the last decoded token */
+    seer_sched *sched;
+    int n_ctx;
 } chat_state;
-
-/* Prefills ids after what the cache holds; leaves the last token's logits. */
-static seer_status prefill(chat_state *c, const int32_t *ids, int n) {
-    int32_t *pos = malloc(sizeof *pos * (size_t)c->n_batch);
-    seer_seq_id *sq = malloc(sizeof *sq * (size_t)c->n_batch);
-    uint8_t *want = calloc((size_t)c->n_batch, 1);
-    seer_status s = pos && sq && want ? SEER_OK : SEER_ERR_OOM;
-    for (int at = 0; s == SEER_OK && at < n; at += c->n_batch) {
-        int k = n - at < c->n_batch ? n - at : c->n_batch;
-        for (int i = 0; i < k; i++) {
-            pos[i] = c->n_past + i;
-            sq[i] = c->seq;
-            want[i] = at + i == n - 1;
-        }
-        seer_batch b = {k, ids + at, sq, pos, want, NULL};
-        s = seer_decode(c->ctx, &b, at + k == n ? c->logits : NULL);
-        if (s == SEER_OK)
-            c->n_past += k;
-    }
-    free(pos);
-    free(sq);
-    free(want);
-    return s;
-}
 
 typedef struct {
     seer_chat_message *m;
@@ -217,30 +185,34 @@ static bool drop_oldest_turn(msg_list *l) {
     return true;
 }
 
-/* Empties the cache: the next prefill starts from the beginning of the conversation. */
-static seer_status restart(chat_state *c, str *cached, str *mark, int *mark_past) {
-    cached->n = 0;
-    mark->n = 0;
-    *mark_past = 0;
-    c->n_past = 0;
-    return seer_seq_rewind(c->ctx, c->seq, 0);
+/* Prints a reply as it grows (the request's visible text is only ever appended to). */
+typedef struct {
+    size_t shown;
+} reply_view;
+
+static void show_reply(seer_request *r, void *user) {
+    reply_view *v = user;
+    size_t len;
+    const char *t = seer_request_text(r, &len);
+    if (len > v->shown) {
+        fwrite(t + v->shown, 1, len - v->shown, stdout);
+        fflush(stdout);
+        v->shown = len;
+    }
 }
 
-/* One turn: prefill the new text of the conversation, then generate and print the reply.
- * cached holds the text whose tokens are in the cache; mark/mark_past the prompt text and
- * cache length at the end of the previous turn's prompt. Returns 0 when the turn ran, 1 on
- * an error that ends the session, 2 when the last message was refused (too long for the
- * context; it is removed, the session goes on). When the conversation outgrows the context,
- * its oldest turns are dropped (the system message stays) and what remains is prefilled
- * again. */
-static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, msg_list *msgs,
-                seer_sampler *smp, str *cached, str *mark, int *mark_past) {
+/* One turn: the conversation as a request, its reply printed as it comes. Returns 0 when the
+ * turn ran, 1 on an error that ends the session, 2 when the last message was refused (too
+ * long for the context; it is removed, the session goes on). When the conversation outgrows
+ * the context its oldest turns are dropped (the system message stays). */
+static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, msg_list *msgs) {
     int rc = 1, n = 0, dropped = 0;
     int32_t *ids = NULL;
     char *full = NULL;
     uint8_t *fmark = NULL;
     size_t flen = 0;
     seer_status s = SEER_OK;
+    seer_request *r = NULL;
     for (;;) {
         free(full);
         free(fmark);
@@ -251,121 +223,62 @@ static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, 
             cli_error("chat template", SEER_ERR_OOM);
             goto done;
         }
-        size_t from;
-        if (starts_with(full, flen, cached)) {
-            from = cached->n;
-        } else if (starts_with(full, flen, mark)) {
-            /* The template wrote the last reply differently from how it was generated. */
-            from = mark->n;
-        } else {
-            from = 0;
-        }
-        if (from != cached->n) {
-            int keep = from ? *mark_past : 0;
-            if ((s = seer_seq_rewind(c->ctx, c->seq, keep)) != SEER_OK) {
-                cli_error("rewinding the cache", s);
-                goto done;
-            }
-            c->n_past = keep;
-            cached->n = from; /* the cache holds the text up to from (mark is a prefix of cached) */
-        }
-        s = seer_tokenize_marked(c->model, full + from, fmark + from, flen - from, c->n_past == 0,
-                                 NULL, 0, &n);
+        s = seer_tokenize_marked(c->model, full, fmark, flen, true, NULL, 0, &n);
         if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
             cli_error("tokenizing", s);
             goto done;
         }
         ids = malloc(sizeof *ids * (size_t)(n + 1));
-        if (!ids || (s = seer_tokenize_marked(c->model, full + from, fmark + from, flen - from,
-                                              c->n_past == 0, ids, n, &n)) != SEER_OK) {
+        if (!ids || (s = seer_tokenize_marked(c->model, full, fmark, flen, true, ids, n, &n)) != SEER_OK) {
             cli_error("tokenizing", ids ? s : SEER_ERR_OOM);
             goto done;
         }
-        if (c->n_past + n < c->n_ctx)
+        if (n < c->n_ctx)
             break;
         /* Room for the prompt and at least one token of the reply is missing. */
         if (!drop_oldest_turn(msgs)) {
             fprintf(stderr, "seer chat: that message does not fit in the context (%d tokens; use --ctx); "
                             "it is dropped\n", c->n_ctx);
             msg_remove(msgs, msgs->n - 1);
-            rc = restart(c, cached, mark, mark_past) == SEER_OK ? 2 : 1;
+            rc = 2;
             goto done;
         }
         dropped++;
-        if ((s = restart(c, cached, mark, mark_past)) != SEER_OK) {
-            cli_error("rewinding the cache", s);
-            goto done;
-        }
     }
     if (dropped)
         fprintf(stderr, "seer chat: the context (%d tokens) is full: the oldest %d turn%s dropped\n",
                 c->n_ctx, dropped, dropped == 1 ? " was" : "s were");
-    if (n > 0 && (s = prefill(c, ids, n)) != SEER_OK) {
-        cli_error("prefill", s);
+    reply_view view = {0};
+    seer_request_params p = seer_request_default_params();
+    p.sampler = o->sp;
+    p.spec = o->spec;
+    p.max_tokens = o->n_predict < 0 || o->n_predict > c->n_ctx - n ? c->n_ctx - n : (int)o->n_predict;
+    p.on_update = show_reply;
+    p.user = &view;
+    if ((s = seer_request_new(c->model, ids, n, &p, &r)) != SEER_OK ||
+        (s = seer_sched_submit(c->sched, r)) != SEER_OK) {
+        cli_error("starting the reply", s);
         goto done;
     }
-    cached->n = 0;
-    mark->n = 0;
-    if (!str_put(cached, full, flen) || !str_put(mark, full, flen))
-        goto done;
-    *mark_past = c->n_past;
-
-    seer_detok *dt = NULL;
-    if ((s = seer_detok_init(c->model, &dt)) != SEER_OK) {
-        cli_error("detokenizer", s);
-        goto done;
-    }
-    str reply = {0};
-    cli_text text = {0}, piece = {0}; /* grown to fit: no token's text is dropped */
-    for (long long g = 0; o->n_predict < 0 || g < o->n_predict; g++) {
-        int32_t tok = seer_sampler_sample(smp, c->logits, NULL);
-        if (seer_token_is_eog(c->model, tok))
-            break;
-        seer_sampler_accept(smp, tok);
-        text.n = 0;
-        int k = cli_detok_append(dt, tok, false, &text);
-        if (k > 0) {
-            fwrite(text.s, 1, (size_t)k, stdout);
-            fflush(stdout);
-            str_put(&reply, text.s, (size_t)k);
-        }
-        /* The reply ends here when the cache has no room for tok; tok is then part of the
-         * reply but not of the cache (nor of cached): the next turn prefills it. */
-        if (c->n_past + 1 >= c->n_ctx) {
-            fprintf(stderr, "\nseer chat: context full (%d tokens)\n", c->n_ctx);
-            break;
-        }
-        int np = seer_token_piece(c->model, tok, NULL, 0);
-        if (np > 0 && (size_t)np + 1 > piece.cap) {
-            char *p = realloc(piece.s, (size_t)np + 1);
-            if (p)
-                piece.s = p, piece.cap = (size_t)np + 1;
-        }
-        if (np > 0 && (size_t)np < piece.cap && seer_token_piece(c->model, tok, piece.s, (int)piece.cap) == np)
-            str_put(cached, piece.s, (size_t)np);
-        if ((s = prefill(c, &tok, 1)) != SEER_OK) {
+    for (int active = 1; active;)
+        if ((s = seer_sched_step(c->sched, &active)) != SEER_OK) {
             cli_error("decode", s);
-            free(reply.s);
-            free(text.s);
-            free(piece.s);
-            seer_detok_free(dt);
+            seer_request_cancel(r);
+            while (seer_sched_step(c->sched, &active) == SEER_OK && active)
+                ;
             goto done;
         }
-    }
-    text.n = 0;
-    int k = cli_detok_append(dt, 0, true, &text);
-    if (k > 0) {
-        fwrite(text.s, 1, (size_t)k, stdout);
-        str_put(&reply, text.s, (size_t)k);
-    }
-    free(text.s);
-    free(piece.s);
+    size_t len;
+    const char *reply = seer_request_text(r, &len);
+    show_reply(r, &view);
+    if (seer_request_finish_reason(r) == SEER_FINISH_LENGTH && n + seer_request_tokens(r, NULL) >= c->n_ctx)
+        fprintf(stderr, "\nseer chat: context full (%d tokens)\n", c->n_ctx);
     printf("\n");
     fflush(stdout);
-    seer_detok_free(dt);
-    rc = msg_add(msgs, "assistant", reply.s ? reply.s : "", reply.n) ? 0 : 1;
-    free(reply.s);
+    rc = msg_add(msgs, "assistant", reply, len) ? 0 : 1;
 done:
+    if (r && seer_request_finished(r))
+        seer_request_free(r);
     free(ids);
     free(full);
     free(fmark);
@@ -373,16 +286,15 @@ done:
 }
 
 int cmd_chat(int argc, char **argv) {
-    chat_opts o = {.n_predict = -1, .sp = seer_sampler_default_params(), .backend = SEER_BACKEND_AUTO};
+    chat_opts o = {.n_predict = -1, .sp = seer_sampler_default_params(), .backend = SEER_BACKEND_AUTO,
+                   .spec = seer_spec_default_params()};
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
     rc = 1;
     chat_state c = {0};
-    seer_sampler *smp = NULL;
     msg_list msgs = {0};
-    str cached = {0}, mark = {0};
-    int mark_past = 0;
+    seer_model *draft = NULL;
     char *line = NULL;
     size_t line_cap = 0;
     seer_status s;
@@ -405,16 +317,21 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = (int)o.ctx; /* 0: the trained context, as memory allows; the pool grows as used */
+    cp.n_seq_max = 2;      /* the reply and the prefix cache's copy of the conversation */
     if ((s = seer_context_init(c.model, cp, &c.ctx)) != SEER_OK) {
         cli_error("creating context", s);
         goto done;
     }
     c.n_ctx = seer_context_n_ctx(c.ctx);
-    c.n_batch = cp.n_batch_max;
-    c.logits = malloc(sizeof *c.logits * (size_t)info.n_vocab);
-    if (!c.logits || (s = seer_seq_new(c.ctx, &c.seq)) != SEER_OK ||
-        (s = seer_sampler_init(o.sp, info.n_vocab, &smp)) != SEER_OK) {
-        cli_error("setting up", c.logits ? s : SEER_ERR_OOM);
+    if (o.draft_model && (s = seer_model_load(o.draft_model, mp, &draft)) != SEER_OK) {
+        cli_error("loading the draft model", s);
+        goto done;
+    }
+    o.spec.draft_model = draft;
+    /* prefill chunks of 64: the prefix cache keeps the conversation in units of 64 tokens */
+    seer_sched_params sp = {.max_batch_tokens = 0, .prefill_chunk = 64, .prefix_cache = 1};
+    if ((s = seer_sched_init(c.ctx, sp, &c.sched)) != SEER_OK) {
+        cli_error("setting up", s);
         goto done;
     }
     if (o.system && !msg_add(&msgs, "system", o.system, strlen(o.system)))
@@ -447,7 +364,7 @@ int cmd_chat(int argc, char **argv) {
         }
         if (!msg_add(&msgs, "user", line, (size_t)got))
             goto done;
-        int r = turn(&c, &o, &t, &msgs, smp, &cached, &mark, &mark_past);
+        int r = turn(&c, &o, &t, &msgs);
         if (r == 1)
             goto done;
     }
@@ -456,12 +373,10 @@ done:
     for (int i = 0; i < msgs.n; i++)
         free((char *)msgs.m[i].content);
     free(msgs.m);
-    free(cached.s);
-    free(mark.s);
     free(line);
-    free(c.logits);
-    seer_sampler_free(smp);
+    seer_sched_free(c.sched);
     seer_context_free(c.ctx);
+    seer_model_free(draft);
     seer_model_free(c.model);
     return rc;
 }

@@ -142,7 +142,8 @@ static void usage(FILE *f) {
             "  chat       talk with an instruct model, one message per line (seer chat --help)\n"
             "  info       describe a GGUF model file\n"
             "  gen-model  write a GGUF model with random weights of a given shape\n"
-            "  bench      decode speed against the memory-bandwidth floor (seer bench --help)\n");
+            "  bench      decode speed against the memory-bandwidth floor (seer bench --help)\n"
+            "  serve      an OpenAI-compatible HTTP server (seer serve --help)\n");
 }
 
 int main(int argc, char **argv) {
@@ -161,6 +162,8 @@ int main(int argc, char **argv) {
         return cmd_gen_model(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve"))
+        return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

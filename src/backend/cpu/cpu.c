@@ -18,6 +18,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+static seer_status cpu_exec_clone(seer_backend *be, seer_backend **out);
+
 static void cpu_free(seer_backend *be) {
     if (!be)
         return;
@@ -542,6 +544,7 @@ static seer_status cpu_sync(seer_backend *be) { return SEER_OK; }
 static const seer_backend_ops cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
+    .exec_clone = cpu_exec_clone,
     .alloc = cpu_alloc,
     .dealloc = cpu_dealloc,
     .upload = cpu_copy,
@@ -572,6 +575,13 @@ static const seer_backend_ops cpu_ops = {
     .sync = cpu_sync,
     .kv_elem_bytes = sizeof(float),
 };
+
+static seer_status cpu_exec_clone(seer_backend *be, seer_backend **out) {
+    const seer_cpu *c = be->impl;
+    SEER_TRY(seer_backend_cpu_init(c->n_threads, out));
+    ((seer_cpu *)(*out)->impl)->qdot_scalar = c->qdot_scalar;
+    return SEER_OK;
+}
 
 seer_status seer_backend_cpu_init(int n_threads, seer_backend **out) {
     seer_backend *be = calloc(1, sizeof *be);

@@ -1,0 +1,761 @@
+/*
+ * sched.c: the scheduler. One step = one forward call on the target:
+ *
+ *   1. cancelled requests leave (their KV pages are freed);
+ *   2. waiting requests are admitted while the context has sequences free;
+ *   3. a plan under the token budget: the oldest prefilling request's next chunk, then the
+ *      rounds of decoding requests (longest waiting first; pending token + up to G drafts),
+ *      then more prefill chunks while they fit. A prompt is cut at fixed multiples of the
+ *      chunk size and a chunk waits until it fits whole, so each request's rows are computed
+ *      the same way alone and under load (greedy ids do not depend on the traffic);
+ *   4. the KV pages the step needs are counted first; while the pool cannot hold them the
+ *      most recently admitted request is preempted (pages freed, tokens kept, recomputed
+ *      when it is admitted again, as vLLM's recompute preemption): a step is never applied
+ *      halfway;
+ *   5. the drafters of each speculation class propose (their own forward calls);
+ *   6. one seer_decode call over every planned row;
+ *   7. verification per request, then emission (stop set, limits, text).
+ *
+ * The last prefill chunk of a request carries its last prompt token as the pending token of
+ * a round without drafts: its logits give the first token, as a prompt fed in one call does.
+ *
+ * Every failure in 5-7 rolls back: sequences are rewound to their lengths before the step
+ * and samplers' generators restored, so the requests are as they were.
+ */
+#include "sched/sched.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_GROUPS 8
+
+int seer_sched_fail_for_tests;
+
+typedef struct {
+    bool used;
+    seer_spec_params spec;
+    seer_gen *g;
+    int n_live;
+    /* per step: this class's rounds (indices into the plan) */
+    int n, *plan_idx, *row0;
+} sched_group;
+
+typedef struct {
+    seer_request *r;
+    int n_new;      /* rows this step */
+    bool prefill;   /* a prefill chunk (the last one is a round without drafts) */
+    bool round;     /* ends with a pending token whose logits are verified */
+    int gam;        /* drafts allowed */
+    int len0;       /* cache length before the step */
+    int k;          /* index within its group's round arrays */
+} plan_entry;
+
+struct seer_sched {
+    seer_context *ctx;
+    seer_sched_params p;
+    int budget, chunk, B;
+    int B_run;              /* requests holding sequences at once: B minus the cache's */
+    seer_prefix_cache pc;
+    sched_group groups[MAX_GROUPS];
+    seer_request **running; /* [B] */
+    int n_running;
+    seer_request **waiting; /* FIFO, grows */
+    int n_waiting, cap_waiting;
+    uint64_t next_order, n_step;
+    seer_sched_stats stats;
+    /* step scratch */
+    plan_entry *plan;       /* [B] */
+    int32_t *tok, *sq, *pos, *ids; /* [budget] */
+    uint8_t *want, *capf;   /* [budget] */
+    float *qbuf;            /* [n_layers][budget][H*Dh] captured queries, or NULL */
+};
+
+seer_sched_params seer_sched_default_params(void) {
+    seer_sched_params p = {.max_batch_tokens = 0, .prefill_chunk = 0, .prefix_cache = 0};
+    return p;
+}
+
+static bool spec_equal(const seer_spec_params *a, const seer_spec_params *b) {
+    if (a->kind != b->kind)
+        return false;
+    if (a->kind == SEER_SPEC_NONE)
+        return true;
+    return a->gamma == b->gamma && a->budget == b->budget && a->sinks == b->sinks &&
+           a->chunk == b->chunk && a->refresh_every == b->refresh_every &&
+           a->refresh_below == b->refresh_below && a->snap_window == b->snap_window &&
+           a->snap_kernel == b->snap_kernel && a->ngram_max == b->ngram_max &&
+           a->ngram_min == b->ngram_min && a->draft_model == b->draft_model &&
+           a->draft_budget == b->draft_budget && a->synthetic_accept == b->synthetic_accept;
+}
+
+static void group_clear(seer_sched *s, sched_group *gr) {
+    if (gr->g)
+        seer_gen_free(gr->g);
+    free(gr->plan_idx), free(gr->row0);
+    memset(gr, 0, sizeof *gr);
+}
+
+void seer_sched_free(seer_sched *s) {
+    if (!s)
+        return;
+    for (int i = 0; i < s->n_running; i++) {
+        seer_request *r = s->running[i];
+        sched_group *gr = &s->groups[r->group];
+        seer_gen_seq *q = &gr->g->seqs[r->h];
+        if (gr->g->dops && gr->g->dops->seq_released)
+            gr->g->dops->seq_released(gr->g, gr->g->dimpl, r->h);
+        seer_seq_free(s->ctx, q->seq);
+        memset(q, 0, sizeof *q);
+        r->state = REQ_NEW, r->sched = NULL;
+    }
+    for (int i = 0; i < s->n_waiting; i++)
+        s->waiting[i]->state = REQ_NEW, s->waiting[i]->sched = NULL;
+    for (int i = 0; i < MAX_GROUPS; i++)
+        group_clear(s, &s->groups[i]);
+    seer_prefix_free(&s->pc, s->ctx);
+    free(s->running), free(s->waiting), free(s->plan);
+    free(s->tok), free(s->sq), free(s->pos), free(s->ids), free(s->want), free(s->capf), free(s->qbuf);
+    free(s);
+}
+
+seer_status seer_sched_init(seer_context *ctx, seer_sched_params params, seer_sched **out) {
+    SEER_CHECK_ARG(out);
+    *out = NULL;
+    SEER_CHECK_ARG(ctx);
+    const int TB = ctx->params.n_batch_max;
+    if (params.max_batch_tokens < 0 || params.max_batch_tokens > TB)
+        return seer_err(SEER_ERR_INVALID_ARG, "token budget %d is outside [1, n_batch_max %d]",
+                        params.max_batch_tokens, TB);
+    seer_sched *s = calloc(1, sizeof *s);
+    if (!s)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    s->ctx = ctx;
+    s->p = params;
+    s->budget = params.max_batch_tokens ? params.max_batch_tokens : TB;
+    s->chunk = params.prefill_chunk ? params.prefill_chunk : (s->budget < 256 ? s->budget : 256);
+    if (s->chunk < 1 || s->chunk > s->budget) {
+        const int budget = s->budget;
+        free(s);
+        return seer_err(SEER_ERR_INVALID_ARG, "prefill chunk %d is outside [1, budget %d]",
+                        params.prefill_chunk, budget);
+    }
+    s->B = ctx->params.n_seq_max;
+    if (params.prefix_cache < 0 || params.prefix_cache >= s->B) {
+        free(s);
+        return seer_err(SEER_ERR_INVALID_ARG, "prefix cache of %d sequences leaves none of the context's %d for requests",
+                        params.prefix_cache, ctx->params.n_seq_max);
+    }
+    s->B_run = s->B - params.prefix_cache;
+    int unit = ctx->params.page_size; /* lcm(page size, chunk) */
+    while (unit % s->chunk)
+        unit += ctx->params.page_size;
+    if (seer_prefix_init(&s->pc, params.prefix_cache, unit) != SEER_OK) {
+        free(s);
+        return seer_err(SEER_ERR_OOM, "out of memory for the prefix cache");
+    }
+    s->running = calloc(s->B, sizeof *s->running);
+    s->plan = calloc(s->B, sizeof *s->plan);
+    s->tok = seer_malloc_array(s->budget, sizeof(int32_t));
+    s->sq = seer_malloc_array(s->budget, sizeof(int32_t));
+    s->pos = seer_malloc_array(s->budget, sizeof(int32_t));
+    s->ids = seer_malloc_array(s->budget, sizeof(int32_t));
+    s->want = calloc(s->budget, 1);
+    s->capf = calloc(s->budget, 1);
+    if (!s->running || !s->plan || !s->tok || !s->sq || !s->pos || !s->ids || !s->want || !s->capf) {
+        seer_sched_free(s);
+        return seer_err(SEER_ERR_OOM, "out of memory for the scheduler");
+    }
+    s->stats.kv_pages_total = ctx->kv->n_pages;
+    *out = s;
+    return SEER_OK;
+}
+
+/* The class of spec: an existing one, or a new seer_gen (which checks the settings). */
+static seer_status find_group(seer_sched *s, const seer_spec_params *spec, int *out) {
+    int free_slot = -1;
+    for (int i = 0; i < MAX_GROUPS; i++) {
+        if (s->groups[i].used && spec_equal(&s->groups[i].spec, spec)) {
+            *out = i;
+            return SEER_OK;
+        }
+        if (free_slot < 0 && !s->groups[i].used)
+            free_slot = i;
+    }
+    if (free_slot < 0) /* reuse a class no request is in */
+        for (int i = 0; i < MAX_GROUPS && free_slot < 0; i++)
+            if (s->groups[i].n_live == 0) {
+                bool queued = false;
+                for (int w = 0; w < s->n_waiting && !queued; w++)
+                    queued = s->waiting[w]->group == i;
+                if (!queued) {
+                    group_clear(s, &s->groups[i]);
+                    free_slot = i;
+                }
+            }
+    if (free_slot < 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "more than %d distinct speculation settings at once", MAX_GROUPS);
+    sched_group *gr = &s->groups[free_slot];
+    SEER_TRY(seer_gen_init(s->ctx, *spec, &gr->g));
+    gr->plan_idx = malloc(sizeof(int) * s->B);
+    gr->row0 = malloc(sizeof(int) * s->B);
+    if (!gr->plan_idx || !gr->row0) {
+        group_clear(s, gr);
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    }
+    gr->used = true;
+    gr->spec = *spec;
+    *out = free_slot;
+    return SEER_OK;
+}
+
+seer_status seer_sched_submit(seer_sched *s, seer_request *r) {
+    SEER_CHECK_ARG(s);
+    SEER_CHECK_ARG(r);
+    if (r->state != REQ_NEW || r->finish != SEER_FINISH_NONE)
+        return seer_err(SEER_ERR_INVALID_ARG, "the request was submitted already");
+    if (r->model != s->ctx->model)
+        return seer_err(SEER_ERR_INVALID_ARG, "the request is for another model");
+    const int n_ctx = s->ctx->params.n_ctx;
+    if (r->n_prompt >= n_ctx)
+        return seer_err(SEER_ERR_CONTEXT, "the prompt has %d tokens; the context holds %d", r->n_prompt, n_ctx);
+    if (s->n_waiting == s->cap_waiting) {
+        int cap = s->cap_waiting ? 2 * s->cap_waiting : 16;
+        seer_request **w = realloc(s->waiting, sizeof *w * cap);
+        if (!w)
+            return seer_err(SEER_ERR_OOM, "out of memory");
+        s->waiting = w;
+        s->cap_waiting = cap;
+    }
+    int grp = -1;
+    SEER_TRY(find_group(s, &r->p.spec, &grp));
+    SEER_TRY(seer_request_reserve(r, n_ctx));
+    r->group = grp;
+    r->h = -1;
+    r->sched = s;
+    r->state = REQ_WAITING;
+    r->t_submit = seer_sched_now();
+    s->waiting[s->n_waiting++] = r;
+    s->stats.tokens_prompt += r->n_prompt;
+    return SEER_OK;
+}
+
+/* Gives r's sequence and drafter state back (r keeps tokens and sampler). */
+static void detach(seer_sched *s, seer_request *r) {
+    sched_group *gr = &s->groups[r->group];
+    seer_gen *g = gr->g;
+    seer_gen_seq *q = &g->seqs[r->h];
+    if (g->dops && g->dops->seq_released)
+        g->dops->seq_released(g, g->dimpl, r->h);
+    seer_seq_free(s->ctx, q->seq);
+    memset(q, 0, sizeof *q);
+    gr->n_live--;
+    r->h = -1;
+    free(r->qcap);
+    r->qcap = NULL;
+}
+
+static void remove_running(seer_sched *s, int i) {
+    memmove(s->running + i, s->running + i + 1, sizeof *s->running * (s->n_running - i - 1));
+    s->n_running--;
+}
+
+static void remove_waiting(seer_sched *s, int i) {
+    memmove(s->waiting + i, s->waiting + i + 1, sizeof *s->waiting * (s->n_waiting - i - 1));
+    s->n_waiting--;
+}
+
+/* Takes r's KV back; it goes to the front of the queue with everything it emitted. */
+static seer_status preempt(seer_sched *s, int i) {
+    seer_request *r = s->running[i];
+    if (s->n_waiting == s->cap_waiting) {
+        int cap = s->cap_waiting ? 2 * s->cap_waiting : 16;
+        seer_request **w = realloc(s->waiting, sizeof *w * cap);
+        if (!w)
+            return seer_err(SEER_ERR_OOM, "out of memory");
+        s->waiting = w;
+        s->cap_waiting = cap;
+    }
+    detach(s, r);
+    remove_running(s, i);
+    memmove(s->waiting + 1, s->waiting, sizeof *s->waiting * s->n_waiting);
+    s->waiting[0] = r;
+    s->n_waiting++;
+    r->state = REQ_WAITING;
+    r->st.n_preempted++;
+    s->stats.n_preemptions++;
+    return SEER_OK;
+}
+
+/* Admits r: a sequence, a handle in its class, its drafter's prefill wishes. */
+static seer_status admit(seer_sched *s, seer_request *r) {
+    sched_group *gr = &s->groups[r->group];
+    seer_gen *g = gr->g;
+    int h = 0;
+    while (h < s->B && (g->seqs[h].alive || g->seqs[h].tokens))
+        h++;
+    if (h == s->B)
+        return seer_err(SEER_ERR_INTERNAL, "no free handle in a speculation class");
+    seer_seq_id seq;
+    const int n = r->n_tokens;
+    int tail = g->dops && g->dops->prefill_q_rows ? g->dops->prefill_q_rows(g, g->dimpl, n) : 0;
+    if (tail > n)
+        tail = n;
+    /* a cached prefix, leaving the pending token and the rows whose queries the drafter
+     * wants to be computed */
+    int m = 0;
+    const int e = seer_prefix_lookup(&s->pc, r->tokens, n, n - (tail > 1 ? tail : 1), &m, s->n_step);
+    if (e >= 0) {
+        SEER_TRY(seer_seq_fork(s->ctx, s->pc.e[e].seq, &seq));
+        seer_status st = seer_seq_rewind(s->ctx, seq, m);
+        if (st != SEER_OK) {
+            seer_seq_free(s->ctx, seq);
+            return st;
+        }
+    } else {
+        SEER_TRY(seer_seq_new(s->ctx, &seq));
+    }
+    if (tail > 0) {
+        const seer_model_info *in = &s->ctx->model->info;
+        r->qcap = seer_malloc_array((size_t)in->n_layers * tail * in->n_heads * in->head_dim, sizeof(float));
+        if (!r->qcap) {
+            seer_seq_free(s->ctx, seq);
+            return seer_err(SEER_ERR_OOM, "out of memory for prefill queries");
+        }
+    }
+    seer_gen_seq *q = &g->seqs[h];
+    memset(q, 0, sizeof *q);
+    q->alive = true;
+    q->seq = seq;
+    q->tokens = r->tokens;
+    q->n_tokens = r->n_tokens;
+    q->n_prompt = r->n_prompt;
+    q->cap = r->cap;
+    q->max_new = r->p.max_tokens;
+    q->ignore_eos = r->p.ignore_eos;
+    q->smp = r->smp;
+    q->sp = r->p.sampler;
+    q->accept_avg = 1.f;
+    if (h >= g->n_seqs)
+        g->n_seqs = h + 1;
+    gr->n_live++;
+    r->h = h;
+    r->tail = tail;
+    r->n_cached = m;
+    r->st.n_prefix_reused += m;
+    s->stats.prefix_hits += m / s->ctx->params.page_size;
+    r->n_target = n;
+    r->state = REQ_PREFILL;
+    r->order = s->next_order++;
+    return SEER_OK;
+}
+
+/* Pages seq needs to grow by add tokens (new pages and a copy of a shared last page). */
+static int pages_needed(const seer_context *c, seer_seq_id seq, int add) {
+    const seer_kv *kv = c->kv;
+    const seer_kv_seq *q = &kv->seqs[seq];
+    const int ps = kv->page_size;
+    int need = (q->len + add + ps - 1) / ps - q->n_pages;
+    if (need < 0)
+        need = 0;
+    if (add > 0 && q->len % ps && q->len / ps < q->n_pages && kv->refcount[q->pages[q->len / ps]] > 1)
+        need++;
+    return need;
+}
+
+static int cmp_last_step(const void *a, const void *b) {
+    const seer_request *x = *(seer_request *const *)a, *y = *(seer_request *const *)b;
+    if (x->last_step != y->last_step)
+        return x->last_step < y->last_step ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static seer_gen_seq *gseq(seer_sched *s, const seer_request *r) { return &s->groups[r->group].g->seqs[r->h]; }
+
+/* Plans the step into s->plan; returns the number of entries. */
+static int plan_step(seer_sched *s) {
+    const int n_ctx = s->ctx->params.n_ctx;
+    int left = s->budget, n = 0;
+    seer_request *order[s->B > 0 ? s->B : 1];
+    memcpy(order, s->running, sizeof *order * s->n_running);
+    qsort(order, s->n_running, sizeof *order, cmp_last_step);
+    bool first_prefill = true;
+    /* pass 0: the oldest prefill's chunk; pass 1: rounds; pass 2: other prefills */
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < s->n_running && left > 0; i++) {
+            seer_request *r = order[i];
+            bool taken = false;
+            for (int e = 0; e < n && !taken; e++)
+                taken = s->plan[e].r == r;
+            if (taken)
+                continue;
+            plan_entry pe = {.r = r};
+            if (r->state == REQ_PREFILL && pass != 1) {
+                if (pass == 0 && !first_prefill)
+                    continue;
+                first_prefill = false;
+                /* chunks cut at multiples of s->chunk from the start: the same cuts whatever
+                 * else runs */
+                int end = (r->n_cached / s->chunk + 1) * s->chunk;
+                if (end > r->n_target)
+                    end = r->n_target;
+                pe.n_new = end - r->n_cached;
+                pe.prefill = true;
+                pe.round = end == r->n_target;
+                if (pe.n_new > left)
+                    continue;
+            } else if (r->state == REQ_DECODE && pass == 1) {
+                const seer_gen_seq *q = gseq(s, r);
+                const int G = s->groups[r->group].g->G;
+                int room = n_ctx - q->n_tokens - 1;
+                int rest = r->p.max_tokens - (q->n_tokens - q->n_prompt) - 1;
+                int gm = G < room ? G : room;
+                gm = gm < rest ? gm : rest;
+                gm = gm < left - 1 ? gm : left - 1;
+                pe.gam = gm > 0 ? gm : 0;
+                pe.n_new = 1 + pe.gam;
+                pe.round = true;
+            } else {
+                continue;
+            }
+            pe.len0 = seer_seq_len(s->ctx, gseq(s, r)->seq);
+            s->plan[n++] = pe;
+            left -= pe.n_new;
+        }
+    return n;
+}
+
+/* Pages the plan needs: drafts are written into the target's cache (self-drafts) before the
+ * verification rewrites them, so a round needs room for 1 + gam rows. */
+static int plan_pages(seer_sched *s, int n) {
+    int need = 0;
+    for (int e = 0; e < n; e++)
+        need += pages_needed(s->ctx, gseq(s, s->plan[e].r)->seq, s->plan[e].n_new);
+    return need;
+}
+
+static void notify(seer_sched *s, seer_request *r) {
+    if (r->updated && r->p.on_update) {
+        r->updated = false;
+        r->p.on_update(r, r->p.user);
+    }
+    r->updated = false;
+}
+
+static void retire(seer_sched *s, int i) {
+    seer_request *r = s->running[i];
+    detach(s, r);
+    remove_running(s, i);
+    r->state = REQ_DONE;
+    r->sched = NULL;
+    s->stats.n_finished++;
+}
+
+/* Undoes the effects of a failed step on every planned request. */
+static void roll_back(seer_sched *s, int n) {
+    for (int e = 0; e < n; e++) {
+        plan_entry *pe = &s->plan[e];
+        seer_gen_seq *q = gseq(s, pe->r);
+        seer_seq_clear_view(s->ctx, q->seq);
+        if (seer_seq_len(s->ctx, q->seq) > pe->len0)
+            seer_seq_rewind(s->ctx, q->seq, pe->len0);
+        *seer_sampler_rng(pe->r->smp) = pe->r->rng_saved;
+    }
+}
+
+/* Steps 5-7 for a plan of n entries; on failure the caller rolls back. */
+static seer_status run_plan(seer_sched *s, int n) {
+    seer_context *c = s->ctx;
+    const seer_model_info *in = &c->model->info;
+    const size_t qd = (size_t)in->n_heads * in->head_dim;
+    for (int e = 0; e < n; e++)
+        s->plan[e].r->rng_saved = *seer_sampler_rng(s->plan[e].r->smp);
+    for (int i = 0; i < MAX_GROUPS; i++)
+        s->groups[i].n = 0;
+    /* each class's rounds: decoding requests first (the drafters see those), then the
+     * last prefill chunks (rounds without drafts) */
+    for (int pass = 0; pass < 2; pass++)
+        for (int e = 0; e < n; e++) {
+            plan_entry *pe = &s->plan[e];
+            if (!pe->round || pe->prefill != (pass == 1))
+                continue;
+            sched_group *gr = &s->groups[pe->r->group];
+            seer_gen *g = gr->g;
+            const int k = gr->n++;
+            gr->plan_idx[k] = e;
+            pe->k = k;
+            g->hs[k] = pe->r->h;
+            g->gam[k] = pe->gam;
+            g->nd[k] = 0;
+            g->onehot[k] = false;
+        }
+    for (int i = 0; i < MAX_GROUPS; i++) {
+        sched_group *gr = &s->groups[i];
+        seer_gen *g = gr->g;
+        int nd = 0;
+        bool any = false, sampled = false;
+        for (int k = 0; k < gr->n && !s->plan[gr->plan_idx[k]].prefill; k++, nd++) {
+            any |= g->gam[k] > 0;
+            sampled |= g->gam[k] > 0 && g->seqs[g->hs[k]].sp.temperature > 0;
+        }
+        if (!g || !g->dops || !any)
+            continue;
+        if (sampled && g->dops != &seer_drafter_ngram)
+            SEER_TRY(seer_gen_need_q(g));
+        SEER_TRY(g->dops->propose(g, g->dimpl, nd, g->hs, g->gam, g->draft, g->qd, g->onehot, g->nd));
+        for (int k = 0; k < nd; k++) {
+            if (g->nd[k] < 0 || g->nd[k] > g->gam[k])
+                return seer_err(SEER_ERR_INTERNAL, "drafter proposed %d tokens, room for %d", g->nd[k], g->gam[k]);
+            s->plan[gr->plan_idx[k]].n_new = 1 + g->nd[k];
+        }
+    }
+    /* the one forward call */
+    int T = 0, nf = 0, ncap = 0;
+    bool amax = true;
+    for (int e = 0; e < n; e++) {
+        plan_entry *pe = &s->plan[e];
+        seer_request *r = pe->r;
+        seer_gen_seq *q = gseq(s, r);
+        sched_group *gr = &s->groups[r->group];
+        const int Gs = gr->g->G ? gr->g->G : 1;
+        if (pe->round)
+            amax &= seer_gen_argmax_only(q);
+        if (pe->prefill) {
+            for (int j = r->n_cached; j < r->n_cached + pe->n_new; j++, T++) {
+                s->tok[T] = r->tokens[j];
+                s->sq[T] = q->seq;
+                s->pos[T] = j;
+                s->want[T] = pe->round && j == r->n_target - 1;
+                s->capf[T] = r->tail > 0 && j >= r->n_target - r->tail;
+                ncap += s->capf[T];
+                if (s->want[T])
+                    gr->row0[pe->k] = nf++;
+            }
+        } else {
+            const int L = q->n_tokens - 1;
+            gr->row0[pe->k] = nf;
+            for (int j = 0; j < pe->n_new; j++, T++) {
+                s->tok[T] = j == 0 ? q->tokens[L] : gr->g->draft[(size_t)pe->k * Gs + j - 1];
+                s->sq[T] = q->seq;
+                s->pos[T] = L + j;
+                s->want[T] = 1;
+                s->capf[T] = 0;
+                nf++;
+            }
+        }
+    }
+    if (ncap) {
+        if (!s->qbuf)
+            s->qbuf = seer_malloc_array((size_t)in->n_layers * s->budget * qd, sizeof(float));
+        if (!s->qbuf)
+            return seer_err(SEER_ERR_OOM, "out of memory for captured queries");
+        seer_context_capture_q(c, s->capf, s->qbuf);
+    }
+    seer_batch b = {.n_tokens = T, .token = s->tok, .seq = s->sq, .pos = s->pos, .logits = s->want};
+    if (amax) {
+        SEER_TRY(seer_decode_argmax(c, &b, s->ids));
+        for (int i = 0; i < MAX_GROUPS; i++) {
+            sched_group *gr = &s->groups[i];
+            const int Gs = gr->g && gr->g->G ? gr->g->G : 1;
+            for (int k = 0; k < gr->n; k++)
+                gr->g->acc[k] = seer_verify_chain_ids(gr->g, &gr->g->seqs[gr->g->hs[k]], s->ids + gr->row0[k],
+                                                      gr->g->draft + (size_t)k * Gs, gr->g->nd[k], &gr->g->next[k]);
+        }
+    } else {
+        float *L = NULL;
+        SEER_TRY(seer_decode_keep(c, &b, &L));
+        for (int i = 0; i < MAX_GROUPS; i++)
+            if (s->groups[i].n)
+                SEER_TRY(seer_verify_group(s->groups[i].g, 0, s->groups[i].n, s->groups[i].row0, L));
+    }
+    if (seer_sched_fail_for_tests > 0 && --seer_sched_fail_for_tests == 0)
+        return seer_err(SEER_ERR_BACKEND, "injected failure (test hook)");
+    /* queries of prompt tails, in batch order */
+    for (int e = 0, t = 0, cr = 0; e < n && ncap; e++) {
+        plan_entry *pe = &s->plan[e];
+        seer_request *r = pe->r;
+        if (!pe->prefill) {
+            t += pe->n_new;
+            continue;
+        }
+        for (int j = r->n_cached; j < r->n_cached + pe->n_new; j++, t++) {
+            if (!s->capf[t])
+                continue;
+            const int ti = j - (r->n_target - r->tail);
+            for (int l = 0; l < in->n_layers; l++)
+                memcpy(r->qcap + ((size_t)l * r->tail + ti) * qd, s->qbuf + ((size_t)l * ncap + cr) * qd,
+                       qd * sizeof(float));
+            cr++;
+        }
+    }
+    return SEER_OK;
+}
+
+/* Emission after a successful call. Drafter failures here end that request alone. */
+static void commit(seer_sched *s, int n) {
+    seer_context *c = s->ctx;
+    const int n_ctx = c->params.n_ctx;
+    for (int e = 0; e < n; e++) {
+        plan_entry *pe = &s->plan[e];
+        seer_request *r = pe->r;
+        sched_group *gr = &s->groups[r->group];
+        seer_gen *g = gr->g;
+        seer_gen_seq *q = &g->seqs[r->h];
+        r->st.n_computed += pe->n_new;
+        s->stats.tokens_computed += pe->n_new;
+        r->last_step = s->n_step;
+        if (pe->prefill && !pe->round) {
+            r->n_cached += pe->n_new;
+            continue;
+        }
+        const int k = pe->k, Gs = g->G ? g->G : 1, nd = g->nd[k], acc = g->acc[k];
+        const int32_t next = g->next[k], *d = g->draft + (size_t)k * Gs;
+        const int L = q->n_tokens - 1;
+        seer_status st = seer_seq_rewind(c, q->seq, L + 1 + acc);
+        if (pe->prefill) {
+            r->n_cached = r->n_target;
+            r->state = REQ_DECODE;
+            /* the prompt's pages for later requests; a failure here only means no entry */
+            if (st == SEER_OK)
+                (void)seer_prefix_insert(&s->pc, c, q->seq, r->tokens, r->n_prompt, s->n_step);
+            if (st == SEER_OK && g->dops && r->tail > 0)
+                st = g->dops->prefill_q(g, g->dimpl, r->h, r->qcap, r->tail);
+            if (st == SEER_OK && g->dops)
+                st = g->dops->seq_added(g, g->dimpl, r->h);
+            free(r->qcap);
+            r->qcap = NULL;
+        }
+        r->st.rounds++;
+        r->st.drafted += nd;
+        r->st.accepted += acc;
+        s->stats.spec_drafted[gr->spec.kind] += nd;
+        s->stats.spec_accepted[gr->spec.kind] += acc;
+        if (nd > 0)
+            q->accept_avg = 0.8f * q->accept_avg + 0.2f * (float)acc / nd;
+        const int before = r->n_tokens;
+        for (int j = 0; j <= acc && r->finish == SEER_FINISH_NONE; j++) {
+            int32_t t = j < acc ? d[j] : next;
+            seer_request_emit(r, t, n_ctx);
+            seer_sampler_accept(r->smp, t);
+        }
+        q->n_tokens = r->n_tokens;
+        s->stats.tokens_generated += r->n_tokens - before;
+        q->rounds++;
+        if (st == SEER_OK && !pe->prefill && g->dops && r->finish == SEER_FINISH_NONE)
+            st = g->dops->verified(g, g->dimpl, r->h, acc, nd);
+        if (st != SEER_OK)
+            seer_request_finish(r, SEER_FINISH_ERROR);
+        q->finished = r->finish != SEER_FINISH_NONE;
+    }
+}
+
+seer_status seer_sched_step(seer_sched *s, int *n_active) {
+    SEER_CHECK_ARG(s);
+    seer_context *c = s->ctx;
+    seer_request *done[s->B + s->n_waiting + 1];
+    int n_done = 0;
+    /* 1. cancellations */
+    for (int i = s->n_running - 1; i >= 0; i--)
+        if (atomic_load(&s->running[i]->cancel)) {
+            seer_request *r = s->running[i];
+            seer_request_finish(r, SEER_FINISH_CANCELLED);
+            retire(s, i);
+            done[n_done++] = r;
+        }
+    for (int i = s->n_waiting - 1; i >= 0; i--)
+        if (atomic_load(&s->waiting[i]->cancel)) {
+            seer_request *r = s->waiting[i];
+            seer_request_finish(r, SEER_FINISH_CANCELLED);
+            remove_waiting(s, i);
+            r->state = REQ_DONE;
+            r->sched = NULL;
+            s->stats.n_finished++;
+            done[n_done++] = r;
+        }
+    /* 2. admissions, while a sequence is free and the pool holds what the request has so
+     * far (always when nothing runs, so that a request too large ends rather than waits) */
+    int reserved = 0;
+    const int ps = c->kv->page_size;
+    while (s->n_waiting && s->n_running < s->B_run) {
+        seer_request *r = s->waiting[0];
+        int need = (r->n_tokens + ps) / ps;
+        while (reserved + need > seer_kv_free_pages(c) && seer_prefix_evict_lru(&s->pc, c))
+            ;
+        if (s->n_running && reserved + need > seer_kv_free_pages(c))
+            break;
+        if (admit(s, r) != SEER_OK) {
+            /* out of memory for its state: it ends rather than blocks the queue */
+            remove_waiting(s, 0);
+            seer_request_finish(r, SEER_FINISH_ERROR);
+            r->state = REQ_DONE;
+            r->sched = NULL;
+            done[n_done++] = r;
+            continue;
+        }
+        reserved += need;
+        remove_waiting(s, 0);
+        s->running[s->n_running++] = r;
+    }
+    /* 3-4. the plan, within the pool */
+    seer_status st = SEER_OK;
+    int n = plan_step(s);
+    while (n > 0 && plan_pages(s, n) > seer_kv_free_pages(c)) {
+        if (seer_prefix_evict_lru(&s->pc, c)) /* cached prefixes go before running requests */
+            continue;
+        int vi = -1, oldest = 0;
+        for (int i = 1; i < s->n_running; i++)
+            if (s->running[i]->order < s->running[oldest]->order)
+                oldest = i;
+        for (int i = 0; i < s->n_running; i++)
+            if (i != oldest && (vi < 0 || s->running[i]->order > s->running[vi]->order))
+                vi = i;
+        if (vi < 0) { /* it alone does not fit in the whole pool */
+            seer_request *r = s->running[oldest];
+            seer_request_finish(r, SEER_FINISH_LENGTH);
+            retire(s, oldest);
+            done[n_done++] = r;
+        } else if ((st = preempt(s, vi)) != SEER_OK) {
+            n = 0;
+            break;
+        }
+        n = plan_step(s);
+    }
+    if (n > 0) {
+        st = run_plan(s, n);
+        if (st != SEER_OK) {
+            roll_back(s, n);
+        } else {
+            s->n_step++;
+            s->stats.n_steps++;
+            commit(s, n);
+        }
+    }
+    for (int i = s->n_running - 1; i >= 0 && st == SEER_OK; i--)
+        if (s->running[i]->finish != SEER_FINISH_NONE) {
+            done[n_done++] = s->running[i];
+            retire(s, i);
+        }
+    for (int i = 0; i < s->n_running; i++)
+        notify(s, s->running[i]);
+    for (int i = 0; i < n_done; i++)
+        notify(s, done[i]);
+    if (n_active)
+        *n_active = s->n_running + s->n_waiting;
+    return st;
+}
+
+void seer_sched_get_stats(const seer_sched *s, seer_sched_stats *out) {
+    if (!out)
+        return;
+    if (!s) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
+    *out = s->stats;
+    out->n_running = s->n_running;
+    out->n_waiting = s->n_waiting;
+    out->kv_pages_total = s->ctx->kv->n_pages;
+    out->kv_pages_free = seer_kv_free_pages(s->ctx);
+    out->prefix_entries = s->pc.n;
+    out->kv_pages_cached = seer_prefix_pages(&s->pc, s->ctx);
+}

@@ -1,0 +1,92 @@
+/*
+ * sched.h: what the request object (request.c) and the scheduler (sched.c) share.
+ *
+ * A running request lives in the generator state of its speculation class (a seer_gen per
+ * distinct seer_spec_params, so that the drafters of src/spec/ run unchanged): its
+ * seer_gen_seq borrows the request's token array and sampler, which the request keeps when
+ * it leaves (finished or preempted).
+ */
+#ifndef SEER_SCHED_H
+#define SEER_SCHED_H
+
+#include "seer.h"
+#include "spec/spec.h"
+
+#include <stdatomic.h>
+
+typedef enum {
+    REQ_NEW = 0, /* not submitted */
+    REQ_WAITING, /* queued, no KV */
+    REQ_PREFILL, /* tokens[0 .. n_cached) in the cache, more to feed */
+    REQ_DECODE,  /* generating: the seer_gen_seq invariant holds */
+    REQ_DONE,
+} req_state;
+
+struct seer_request {
+    const seer_model *model;
+    seer_request_params p;
+    char **stop;      /* [n_stop] owned copies */
+    size_t stop_max;  /* longest stop string */
+    int32_t *tokens;  /* [cap] prompt + generated */
+    int n_tokens, n_prompt, cap;
+    seer_sampler *smp;
+    seer_detok *dt;
+    char *text;       /* [text_cap] generated text, NUL-terminated */
+    size_t text_len, text_cap, n_visible;
+    atomic_bool cancel;
+    seer_finish_reason finish;
+    req_state state;
+    seer_sched *sched;
+    int group, h;     /* its seer_gen and handle there while it holds KV */
+    int n_cached;     /* REQ_PREFILL: tokens fed so far */
+    int n_target;     /* REQ_PREFILL: tokens to feed (n_tokens at admission) */
+    int tail;         /* prompt rows whose queries its drafter wants */
+    float *qcap;      /* [n_layers][tail][H*Dh] */
+    uint64_t order;   /* admission order: the latest admitted is preempted first */
+    uint64_t last_step; /* step of its latest round: the longest waiting goes first */
+    bool updated;     /* emitted or finished this step */
+    seer_rng rng_saved; /* the sampler's generator at the start of a step (rolled back on error) */
+    double t_submit;
+    seer_request_stats st;
+};
+
+/* The prefix cache (prefix.c): prompt prefixes kept in sequences of their own. */
+typedef struct {
+    seer_seq_id seq;
+    int32_t *tokens; /* [n] */
+    int n;
+    uint64_t last_used;
+} seer_prefix_entry;
+
+typedef struct {
+    seer_prefix_entry *e; /* [cap] */
+    int n, cap;
+    int unit;             /* entries and matches are multiples of it */
+} seer_prefix_cache;
+
+seer_status seer_prefix_init(seer_prefix_cache *pc, int slots, int unit);
+void seer_prefix_free(seer_prefix_cache *pc, seer_context *c);
+/* The entry sharing the longest prefix with t [n], cut to at most limit tokens and to a
+ * multiple of the unit (*m; 0 and -1 returned when none). Marks it used at now. */
+int seer_prefix_lookup(seer_prefix_cache *pc, const int32_t *t, int n, int limit, int *m, uint64_t now);
+/* Keeps the first n tokens (cut to the unit) of seq, whose tokens are t. */
+seer_status seer_prefix_insert(seer_prefix_cache *pc, seer_context *c, seer_seq_id seq, const int32_t *t,
+                               int n, uint64_t now);
+bool seer_prefix_evict_lru(seer_prefix_cache *pc, seer_context *c);
+/* Distinct KV pages the entries hold (-1: out of memory). */
+int seer_prefix_pages(const seer_prefix_cache *pc, const seer_context *c);
+
+/* Request-side helpers for the scheduler (request.c). */
+/* Makes room for a context of n_ctx tokens (+1 pending) in r->tokens. */
+seer_status seer_request_reserve(seer_request *r, int n_ctx);
+/* Appends an emitted token: text, stop set, limits. Sets r->finish when it ends r. */
+void seer_request_emit(seer_request *r, int32_t t, int n_ctx);
+void seer_request_finish(seer_request *r, seer_finish_reason why);
+double seer_sched_now(void);
+
+/* Test hook: when > 0, counts down once per step that reaches the end of its forward call
+ * and verification; the step at which it reaches 0 fails there (SEER_ERR_BACKEND), after the
+ * call has appended rows and samplers have drawn, so that the roll-back is exercised. */
+extern int seer_sched_fail_for_tests;
+
+#endif

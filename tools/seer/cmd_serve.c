@@ -1,0 +1,383 @@
+/*
+ * cmd_serve.c: `seer serve`: an OpenAI-compatible HTTP server on the request scheduler.
+ * Options, loading, the scheduler thread and the signal-driven shutdown live here; the HTTP
+ * layer is serve_http.c, the JSON of the API serve_api.c, /metrics serve_metrics.c.
+ *
+ * The scheduler thread submits queued jobs between steps and steps while anything is
+ * active; it sleeps on a condition variable otherwise. SIGINT or SIGTERM drains: new
+ * generations get 503, those in flight finish (up to --drain-timeout seconds, then they are
+ * cancelled), then the HTTP daemon stops and everything is freed; the exit status is 0.
+ */
+#include "cli.h"
+#include "serve.h"
+
+#include <getopt.h>
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: seer serve -m MODEL.gguf [options]\n"
+            "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions\n"
+            "(\"stream\": true for server-sent events), GET /v1/models, /health, /metrics.\n"
+            "      --host H          address to listen on (default 127.0.0.1)\n"
+            "      --port P          port (default 8080; 0 = any free one, printed at start)\n"
+            "      --api-key KEY     require \"Authorization: Bearer KEY\" on /v1/ routes\n"
+            "      --max-body N      largest request body in bytes (default 1048576)\n"
+            "      --max-requests N  most generations at once; more get 429 (default 64)\n"
+            "      --max-prompt N    most prompt tokens (default: the context)\n"
+            "      --alias NAME      the model's id in the API (default: the file's base name)\n"
+            "      --chat-template NAME  chatml, llama3 or llama2 (default: from the model;\n"
+            "                        llama2 when the model has none)\n"
+            "  -n, --n-predict N     max_tokens when a request gives none (default 256)\n"
+            "  -c, --ctx N           context length per sequence (default: the trained context)\n"
+            "      --parallel N      sequences decoding at once (default 16)\n"
+            "      --batch N         token budget of one forward call (default 256)\n"
+            "      --prefill-chunk N prompt tokens per prefill chunk (default min(256, batch))\n"
+            "      --kv-pages N      KV pool pages of 16 tokens (default: enough for every sequence)\n"
+            "      --prefix-cache N  prompt prefixes kept for reuse, LRU (default 8; 0 = off)\n"
+            "      --spec KIND       default speculation: none, streaming, retrieval, snapkv, ngram\n"
+            "      --spec-gamma G    tokens drafted per round (default 4)\n"
+            "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
+            "      --drain-timeout S seconds to let requests finish at SIGINT/SIGTERM (default 30)\n"
+            "  -t, --threads N       CPU threads (default: all cores)\n"
+            "      --backend B       cpu, cuda or auto (default auto)\n"
+            "      --weights W       stored (default), bf16 or f32\n"
+            "Sampling defaults for fields a request leaves out: --temp, --top-k, --top-p, --min-p,\n"
+            "--repeat-penalty, --seed (as in seer generate; default temperature 1, top-p 1).\n"
+            "A request's \"seer\" object sets speculation for it alone: {\"spec\": \"ngram\",\n"
+            "\"gamma\": 4, \"budget\": 256, \"sinks\": 16, \"ngram_min\": 1, \"ngram_max\": 4}.\n");
+}
+
+typedef struct {
+    const char *model, *host, *api_key, *alias, *tmpl;
+    long long port, max_body, max_requests, max_prompt, n_predict, ctx, parallel, batch, chunk, pages;
+    long long threads, drain, prefix;
+    seer_backend_kind backend;
+    seer_weights_kind weights;
+    seer_sampler_params sp;
+    seer_spec_params spec;
+} serve_opts;
+
+static int parse(int argc, char **argv, serve_opts *o) {
+    enum { O_HOST = 256, O_PORT, O_KEY, O_BODY, O_MAXR, O_MAXP, O_ALIAS, O_TMPL, O_PAR, O_BATCH, O_CHUNK,
+           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},        {"host", required_argument, 0, O_HOST},
+        {"port", required_argument, 0, O_PORT},      {"api-key", required_argument, 0, O_KEY},
+        {"max-body", required_argument, 0, O_BODY},  {"max-requests", required_argument, 0, O_MAXR},
+        {"max-prompt", required_argument, 0, O_MAXP}, {"alias", required_argument, 0, O_ALIAS},
+        {"chat-template", required_argument, 0, O_TMPL}, {"n-predict", required_argument, 0, 'n'},
+        {"ctx", required_argument, 0, 'c'},          {"parallel", required_argument, 0, O_PAR},
+        {"batch", required_argument, 0, O_BATCH},    {"prefill-chunk", required_argument, 0, O_CHUNK},
+        {"kv-pages", required_argument, 0, O_PAGES}, {"spec", required_argument, 0, O_SPEC},
+        {"prefix-cache", required_argument, 0, O_PREFIX},
+        {"spec-gamma", required_argument, 0, O_SG},  {"spec-budget", required_argument, 0, O_SK},
+        {"drain-timeout", required_argument, 0, O_DRAIN}, {"threads", required_argument, 0, 't'},
+        {"backend", required_argument, 0, O_BACKEND}, {"weights", required_argument, 0, O_WEIGHTS},
+        {"temp", required_argument, 0, CLI_O_TEMP},  {"top-k", required_argument, 0, CLI_O_TOPK},
+        {"top-p", required_argument, 0, CLI_O_TOPP}, {"min-p", required_argument, 0, CLI_O_MINP},
+        {"repeat-penalty", required_argument, 0, CLI_O_REP}, {"seed", required_argument, 0, CLI_O_SEED},
+        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+    int c;
+    long long v;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:n:c:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case O_HOST: o->host = optarg; break;
+        case O_PORT: if (!cli_int("--port", optarg, 0, 65535, &o->port)) return 2; break;
+        case O_KEY: o->api_key = optarg; break;
+        case O_BODY: if (!cli_int("--max-body", optarg, 64, 1LL << 30, &o->max_body)) return 2; break;
+        case O_MAXR: if (!cli_int("--max-requests", optarg, 1, 4096, &o->max_requests)) return 2; break;
+        case O_MAXP: if (!cli_int("--max-prompt", optarg, 1, 1 << 24, &o->max_prompt)) return 2; break;
+        case O_ALIAS: o->alias = optarg; break;
+        case O_TMPL: o->tmpl = optarg; break;
+        case 'n': if (!cli_int("--n-predict", optarg, 1, 1 << 24, &o->n_predict)) return 2; break;
+        case 'c': if (!cli_int("--ctx", optarg, 2, 1 << 24, &o->ctx)) return 2; break;
+        case O_PAR: if (!cli_int("--parallel", optarg, 1, 1024, &o->parallel)) return 2; break;
+        case O_BATCH: if (!cli_int("--batch", optarg, 1, 1 << 16, &o->batch)) return 2; break;
+        case O_CHUNK: if (!cli_int("--prefill-chunk", optarg, 1, 1 << 16, &o->chunk)) return 2; break;
+        case O_PAGES: if (!cli_int("--kv-pages", optarg, 1, 1 << 24, &o->pages)) return 2; break;
+        case O_PREFIX: if (!cli_int("--prefix-cache", optarg, 0, 1024, &o->prefix)) return 2; break;
+        case O_SPEC:
+            if (seer_spec_kind_parse(optarg, &o->spec.kind) != SEER_OK || o->spec.kind == SEER_SPEC_DRAFT) {
+                fprintf(stderr, "seer serve: --spec: '%s' is not one of none, streaming, retrieval, snapkv, ngram\n", optarg);
+                return 2;
+            }
+            break;
+        case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 16, &v)) return 2; o->spec.gamma = (int)v; break;
+        case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
+        case O_DRAIN: if (!cli_int("--drain-timeout", optarg, 0, 86400, &o->drain)) return 2; break;
+        case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
+        case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
+        case O_WEIGHTS: if (!cli_weights(optarg, &o->weights)) return 2; break;
+        case 'h': usage(stdout); return 0;
+        default: {
+            const int r = cli_sampler_opt(c, optarg, &o->sp);
+            if (r < 0)
+                return 2;
+            if (r == 0) {
+                usage(stderr);
+                return 2;
+            }
+        }
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "seer serve: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!o->model) {
+        fprintf(stderr, "seer serve: -m MODEL is required\n");
+        return 2;
+    }
+    return -1;
+}
+
+bool serve_enqueue(serve_state *srv, serve_job *j) {
+    bool ok = false;
+    pthread_mutex_lock(&srv->mu);
+    if (!srv->draining && !srv->stop) {
+        if (srv->n_inbox == srv->cap_inbox) {
+            int cap = srv->cap_inbox ? 2 * srv->cap_inbox : 16;
+            serve_job **p = realloc(srv->inbox, sizeof *p * cap);
+            if (p)
+                srv->inbox = p, srv->cap_inbox = cap;
+        }
+        if (srv->n_inbox < srv->cap_inbox) {
+            pthread_mutex_lock(&j->mu);
+            j->refs++; /* the scheduler's, until the request is finished */
+            pthread_mutex_unlock(&j->mu);
+            srv->inbox[srv->n_inbox++] = j;
+            ok = true;
+            pthread_cond_broadcast(&srv->wake);
+        }
+    }
+    pthread_mutex_unlock(&srv->mu);
+    return ok;
+}
+
+static void job_fail(serve_job *j, const char *msg) {
+    pthread_mutex_lock(&j->mu);
+    j->failed = true;
+    j->done = true;
+    j->finish = SEER_FINISH_ERROR;
+    snprintf(j->error_msg, sizeof j->error_msg, "%s", msg);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    serve_job_unref(j);
+}
+
+/* The scheduler thread. live: the jobs whose requests are in the scheduler. */
+static void *sched_loop(void *arg) {
+    serve_state *srv = arg;
+    serve_job **live = NULL, **taken = NULL;
+    int n_live = 0, cap_live = 0, cap_taken = 0;
+    pthread_mutex_lock(&srv->mu);
+    for (;;) {
+        while (!srv->n_inbox && !n_live && !srv->stop)
+            pthread_cond_wait(&srv->wake, &srv->mu);
+        if (srv->stop && !srv->n_inbox && !n_live)
+            break;
+        const int n_taken = srv->n_inbox;
+        if (n_taken > cap_taken) {
+            serve_job **p = realloc(taken, sizeof *p * n_taken);
+            if (p)
+                taken = p, cap_taken = n_taken;
+        }
+        const int n_take = n_taken <= cap_taken ? n_taken : 0;
+        if (n_take)
+            memcpy(taken, srv->inbox, sizeof *taken * n_take);
+        memmove(srv->inbox, srv->inbox + n_take, sizeof *taken * (srv->n_inbox - n_take));
+        srv->n_inbox -= n_take;
+        const bool stop = srv->stop;
+        pthread_mutex_unlock(&srv->mu);
+        for (int i = 0; i < n_take; i++) {
+            serve_job *j = taken[i];
+            if (n_live == cap_live) {
+                int cap = cap_live ? 2 * cap_live : 32;
+                serve_job **p = realloc(live, sizeof *p * cap);
+                if (p)
+                    live = p, cap_live = cap;
+            }
+            seer_status st = stop ? SEER_ERR_INVALID_ARG
+                             : n_live < cap_live ? seer_sched_submit(srv->sched, j->req) : SEER_ERR_OOM;
+            if (st != SEER_OK)
+                job_fail(j, stop ? "the server is shutting down" : seer_last_error());
+            else
+                live[n_live++] = j;
+        }
+        if (stop)
+            for (int i = 0; i < n_live; i++)
+                seer_request_cancel(live[i]->req);
+        if (n_live) {
+            seer_status st = seer_sched_step(srv->sched, NULL);
+            if (st != SEER_OK) {
+                /* a failed step changed nothing; one that fails again would fail forever */
+                fprintf(stderr, "seer serve: scheduler step failed: %s (%s); cancelling the requests\n",
+                        seer_last_error(), seer_status_str(st));
+                for (int i = 0; i < n_live; i++)
+                    seer_request_cancel(live[i]->req);
+            }
+        }
+        /* finished requests are out of the scheduler: the job may let go of them */
+        for (int i = n_live - 1; i >= 0; i--)
+            if (seer_request_finished(live[i]->req)) {
+                serve_job *j = live[i];
+                live[i] = live[--n_live];
+                serve_job_unref(j);
+            }
+        seer_sched_stats ss;
+        seer_sched_get_stats(srv->sched, &ss);
+        pthread_mutex_lock(&srv->metrics.mu);
+        srv->metrics.sched = ss;
+        pthread_mutex_unlock(&srv->metrics.mu);
+        pthread_mutex_lock(&srv->mu);
+    }
+    pthread_mutex_unlock(&srv->mu);
+    free(live);
+    free(taken);
+    return NULL;
+}
+
+static const char *base_name(const char *path, char *buf, size_t cap) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    snprintf(buf, cap, "%s", b);
+    char *dot = strrchr(buf, '.');
+    if (dot && !strcmp(dot, ".gguf"))
+        *dot = 0;
+    return buf;
+}
+
+int cmd_serve(int argc, char **argv) {
+    serve_opts o = {.host = "127.0.0.1", .port = 8080, .max_body = 1 << 20, .max_requests = 64,
+                    .n_predict = 256, .parallel = 16, .batch = 256, .drain = 30, .prefix = 8,
+                    .backend = SEER_BACKEND_AUTO, .weights = SEER_WEIGHTS_STORED};
+    o.sp = seer_sampler_default_params();
+    o.sp.temperature = 1.f;
+    o.sp.top_p = 1.f;
+    o.sp.top_k = 0;
+    o.sp.min_p = 0.f;
+    o.spec = seer_spec_default_params();
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    /* SIGINT and SIGTERM are taken by sigwait below: blocked here, before any thread starts,
+     * so that every thread inherits the mask. A client that closes early must not kill us. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    serve_state srv = {0};
+    char id[256];
+    srv.model_path = o.model;
+    srv.model_id = o.alias ? o.alias : base_name(o.model, id, sizeof id);
+    srv.api_key = o.api_key;
+    srv.host = o.host;
+    srv.port = (int)o.port;
+    srv.max_requests = (int)o.max_requests;
+    srv.max_body = o.max_body;
+    srv.max_prompt = (int)o.max_prompt;
+    srv.default_max_tokens = (int)o.n_predict;
+    srv.sampler = o.sp;
+    srv.spec = o.spec;
+    pthread_mutex_init(&srv.mu, NULL);
+    pthread_cond_init(&srv.wake, NULL);
+    serve_metrics_init(&srv.metrics);
+    rc = 1;
+    pthread_t loop;
+    bool loop_started = false;
+    struct MHD_Daemon *d = NULL;
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = o.backend;
+    mp.weights = o.weights;
+    mp.n_threads = (int)o.threads;
+    seer_status s = seer_model_load(o.model, mp, &srv.model);
+    if (s != SEER_OK) {
+        cli_error("loading model", s);
+        goto done;
+    }
+    if ((s = seer_chat_template_init(srv.model, o.tmpl, &srv.tmpl)) != SEER_OK) {
+        if (o.tmpl) {
+            cli_error("chat template", s);
+            goto done;
+        }
+        fprintf(stderr, "seer serve: the model has no chat template it recognises; chat uses llama2's\n");
+        if ((s = seer_chat_template_init(srv.model, "llama2", &srv.tmpl)) != SEER_OK) {
+            cli_error("chat template", s);
+            goto done;
+        }
+    }
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = (int)o.ctx;
+    cp.n_seq_max = (int)(o.parallel + o.prefix); /* the cache's sequences are its own */
+    cp.n_batch_max = (int)o.batch;
+    cp.n_pages = (int)o.pages;
+    if ((s = seer_context_init(srv.model, cp, &srv.ctx)) != SEER_OK) {
+        cli_error("creating context", s);
+        goto done;
+    }
+    srv.n_ctx = seer_context_n_ctx(srv.ctx);
+    seer_sched_params sp = seer_sched_default_params();
+    sp.prefill_chunk = (int)o.chunk;
+    sp.prefix_cache = (int)o.prefix;
+    if ((s = seer_sched_init(srv.ctx, sp, &srv.sched)) != SEER_OK) {
+        cli_error("creating scheduler", s);
+        goto done;
+    }
+    if (pthread_create(&loop, NULL, sched_loop, &srv) != 0) {
+        fprintf(stderr, "seer serve: cannot start the scheduler thread\n");
+        goto done;
+    }
+    loop_started = true;
+    if (!(d = serve_http_start(&srv)))
+        goto done;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "seer serve: %s on http://%s:%d (context %d, %d sequences, batch %d)\n", srv.model_id,
+            srv.host, di ? di->port : srv.port, srv.n_ctx, (int)o.parallel, cp.n_batch_max);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "seer serve: %s: draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    pthread_mutex_lock(&srv.mu);
+    srv.draining = true;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += o.drain;
+    while (srv.n_jobs > 0 && pthread_cond_timedwait(&srv.wake, &srv.mu, &until) == 0)
+        ;
+    if (srv.n_jobs > 0)
+        fprintf(stderr, "seer serve: %d requests still running after %llds: cancelled\n", srv.n_jobs, o.drain);
+    srv.stop = true;
+    pthread_cond_broadcast(&srv.wake);
+    pthread_mutex_unlock(&srv.mu);
+    rc = 0;
+done:
+    if (loop_started) {
+        pthread_mutex_lock(&srv.mu);
+        srv.stop = true;
+        pthread_cond_broadcast(&srv.wake);
+        pthread_mutex_unlock(&srv.mu);
+        pthread_join(loop, NULL);
+    }
+    if (d)
+        MHD_stop_daemon(d); /* waits for the connection threads: their jobs are all done */
+    seer_sched_free(srv.sched);
+    seer_context_free(srv.ctx);
+    seer_model_free(srv.model);
+    free(srv.inbox);
+    serve_metrics_destroy(&srv.metrics);
+    pthread_cond_destroy(&srv.wake);
+    pthread_mutex_destroy(&srv.mu);
+    if (rc == 0)
+        fprintf(stderr, "seer serve: stopped\n");
+    return rc;
+}

@@ -1,0 +1,702 @@
+/*
+ * serve_api.c: the OpenAI-compatible request bodies and responses of `seer serve`:
+ * /v1/completions and /v1/chat/completions parsed and checked into a job (a seer_request with
+ * its settings), the JSON of whole responses, streamed chunks (SSE) and errors.
+ *
+ * Every field is checked for its type and range before anything is queued, so a bad request
+ * gets a 4xx with an OpenAI-style error object and changes nothing. Fields of the OpenAI API
+ * that seer cannot honour (n > 1, logprobs, echo, nonzero presence or frequency penalties)
+ * are refused rather than ignored. The "seer" object carries what OpenAI has no field for:
+ * speculation settings per request ({"spec": "ngram", "gamma": 4, ...}) and ignore_eos.
+ */
+#include "serve.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static serve_job *fail(serve_error *e, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static serve_job *fail(serve_error *e, int status, const char *param, const char *code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    e->status = status;
+    e->param = param;
+    e->code = code;
+    return NULL;
+}
+
+const char *serve_finish_name(seer_finish_reason f) {
+    switch (f) {
+    case SEER_FINISH_STOP: return "stop";
+    case SEER_FINISH_LENGTH: return "length";
+    case SEER_FINISH_CANCELLED: return "cancelled";
+    case SEER_FINISH_ERROR: return "error";
+    default: return NULL;
+    }
+}
+
+char *serve_error_json(const serve_error *e) {
+    const char *type = e->status == 401 ? "authentication_error"
+                       : e->status >= 500 ? "server_error"
+                       : e->status == 429 ? "rate_limit_error" : "invalid_request_error";
+    json_t *o = json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->message, "type", type,
+                          "param", e->param ? json_string(e->param) : json_null(),
+                          "code", e->code ? json_string(e->code) : json_null());
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+void serve_job_unref(serve_job *j) {
+    if (!j)
+        return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left > 0)
+        return;
+    serve_state *srv = j->srv;
+    seer_request_free(j->req);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j->text), free(j->ids), free(j->pending);
+    free(j);
+    pthread_mutex_lock(&srv->mu);
+    srv->n_jobs--;
+    pthread_cond_broadcast(&srv->wake);
+    pthread_mutex_unlock(&srv->mu);
+}
+
+/* The scheduler thread's view of a job: new text and ids, the end. */
+static void on_update(seer_request *r, void *user) {
+    serve_job *j = user;
+    serve_state *srv = j->srv;
+    size_t len;
+    const char *t = seer_request_text(r, &len);
+    const int32_t *ids;
+    int n = seer_request_tokens(r, &ids);
+    double ttft = -1, itl = -1;
+    int n_itl = 0;
+    pthread_mutex_lock(&j->mu);
+    if (len > j->text_len) {
+        if (len + 1 > j->text_cap) {
+            size_t cap = j->text_cap ? j->text_cap : 256;
+            while (cap < len + 1)
+                cap *= 2;
+            char *p = realloc(j->text, cap);
+            if (p)
+                j->text = p, j->text_cap = cap;
+        }
+        if (len + 1 <= j->text_cap) {
+            memcpy(j->text + j->text_len, t + j->text_len, len - j->text_len);
+            j->text_len = len;
+            j->text[len] = 0;
+        }
+    }
+    if (n > j->n_ids) {
+        if (n > j->cap_ids) {
+            int cap = j->cap_ids ? j->cap_ids : 64;
+            while (cap < n)
+                cap *= 2;
+            int32_t *p = realloc(j->ids, sizeof(int32_t) * cap);
+            if (p)
+                j->ids = p, j->cap_ids = cap;
+        }
+        if (n <= j->cap_ids) {
+            seer_request_stats st;
+            seer_request_get_stats(r, &st);
+            if (j->n_ids == 0) {
+                ttft = st.t_first_token_s;
+            } else {
+                itl = (st.t_last_token_s - j->t_last) / (n - j->n_ids);
+                n_itl = n - j->n_ids;
+            }
+            j->t_last = st.t_last_token_s;
+            memcpy(j->ids + j->n_ids, ids + j->n_ids, sizeof(int32_t) * (n - j->n_ids));
+            j->n_ids = n;
+        }
+    }
+    const bool fin = seer_request_finished(r);
+    if (fin) {
+        j->done = true;
+        j->finish = seer_request_finish_reason(r);
+        seer_request_get_stats(r, &j->st);
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_lock(&srv->metrics.mu);
+    if (ttft >= 0)
+        serve_hist_observe(&srv->metrics.ttft, ttft);
+    for (int k = 0; k < n_itl; k++)
+        serve_hist_observe(&srv->metrics.itl, itl);
+    if (fin)
+        srv->metrics.finished[j->finish]++;
+    pthread_mutex_unlock(&srv->metrics.mu);
+}
+
+/* A number field: absent (returns 0), valid (1, *out set) or an error (-1, e filled). */
+static int get_num(json_t *o, const char *key, double lo, double hi, double *out, serve_error *e) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v)) {
+        fail(e, 400, key, "invalid_type", "'%s' must be a number", key);
+        return -1;
+    }
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < lo || d > hi) {
+        fail(e, 400, key, "invalid_value", "'%s' is %g; it must be in [%g, %g]", key, d, lo, hi);
+        return -1;
+    }
+    *out = d;
+    return 1;
+}
+
+static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, serve_error *e) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v)) {
+        fail(e, 400, key, "invalid_type", "'%s' must be an integer", key);
+        return -1;
+    }
+    long long d = json_integer_value(v);
+    if (d < lo || d > hi) {
+        fail(e, 400, key, "invalid_value", "'%s' is %lld; it must be in [%lld, %lld]", key, d, lo, hi);
+        return -1;
+    }
+    *out = d;
+    return 1;
+}
+
+static int get_bool(json_t *o, const char *key, bool *out, serve_error *e) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v)) {
+        fail(e, 400, key, "invalid_type", "'%s' must be true or false", key);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 1;
+}
+
+/* The "seer" extension object: speculation per request. */
+static bool parse_seer(serve_state *srv, json_t *x, seer_request_params *p, serve_error *e) {
+    if (!x || json_is_null(x))
+        return true;
+    if (!json_is_object(x)) {
+        fail(e, 400, "seer", "invalid_type", "'seer' must be an object");
+        return false;
+    }
+    json_t *k = json_object_get(x, "spec");
+    if (k && !json_is_null(k)) {
+        if (!json_is_string(k) || seer_spec_kind_parse(json_string_value(k), &p->spec.kind) != SEER_OK) {
+            fail(e, 400, "seer.spec", "invalid_value",
+                 "'seer.spec' must be one of none, streaming, retrieval, snapkv, ngram");
+            return false;
+        }
+        if (p->spec.kind == SEER_SPEC_DRAFT && !p->spec.draft_model) {
+            fail(e, 400, "seer.spec", "invalid_value", "this server has no draft model");
+            return false;
+        }
+    }
+    long long v;
+    int r;
+#define SEER_INT(name, field, lo, hi)                                            \
+    if ((r = get_int(x, name, lo, hi, &v, e)) < 0)                               \
+        return false;                                                            \
+    if (r > 0)                                                                   \
+        p->spec.field = (int)v;
+    SEER_INT("gamma", gamma, 1, 16)
+    SEER_INT("budget", budget, 1, 1 << 20)
+    SEER_INT("sinks", sinks, 0, 1 << 20)
+    SEER_INT("chunk", chunk, 1, 4096)
+    SEER_INT("ngram_min", ngram_min, 1, 64)
+    SEER_INT("ngram_max", ngram_max, 1, 64)
+#undef SEER_INT
+    if (p->spec.ngram_max < p->spec.ngram_min) {
+        fail(e, 400, "seer.ngram_max", "invalid_value", "'ngram_max' must be at least 'ngram_min'");
+        return false;
+    }
+    if (get_bool(x, "ignore_eos", &p->ignore_eos, e) < 0)
+        return false;
+    (void)srv;
+    return true;
+}
+
+/* Text of a message's content: a string or an array of {"type": "text", "text": ...}. */
+static char *content_text(json_t *c, serve_error *e) {
+    if (json_is_string(c))
+        return strdup(json_string_value(c));
+    if (!json_is_array(c)) {
+        fail(e, 400, "messages", "invalid_type", "a message's content must be a string or an array of text parts");
+        return NULL;
+    }
+    size_t n = 0, i;
+    json_t *part;
+    json_array_foreach(c, i, part) {
+        json_t *t = json_object_get(part, "text"), *ty = json_object_get(part, "type");
+        if (!json_is_object(part) || !json_is_string(ty) || strcmp(json_string_value(ty), "text") ||
+            !json_is_string(t)) {
+            fail(e, 400, "messages", "invalid_type", "only text content parts are supported");
+            return NULL;
+        }
+        n += json_string_length(t);
+    }
+    char *s = malloc(n + 1), *o = s;
+    if (!s)
+        return NULL;
+    json_array_foreach(c, i, part) {
+        json_t *t = json_object_get(part, "text");
+        memcpy(o, json_string_value(t), json_string_length(t));
+        o += json_string_length(t);
+    }
+    *o = 0;
+    return s;
+}
+
+/* Prompt ids of a chat: the messages rendered with the model's template. */
+static int32_t *chat_prompt(serve_state *srv, json_t *msgs, int *n, serve_error *e) {
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        fail(e, 400, "messages", "invalid_type", "'messages' must be a non-empty array");
+        return NULL;
+    }
+    const size_t nm = json_array_size(msgs);
+    if (nm > 4096) {
+        fail(e, 400, "messages", "invalid_value", "too many messages");
+        return NULL;
+    }
+    seer_chat_message *m = calloc(nm, sizeof *m);
+    int32_t *ids = NULL;
+    char *buf = NULL;
+    uint8_t *mark = NULL;
+    size_t i;
+    json_t *msg;
+    if (!m)
+        return NULL;
+    json_array_foreach(msgs, i, msg) {
+        json_t *role = json_object_get(msg, "role"), *c = json_object_get(msg, "content");
+        if (!json_is_object(msg) || !json_is_string(role)) {
+            fail(e, 400, "messages", "invalid_type", "message %zu needs a string 'role'", i);
+            goto out;
+        }
+        const char *r = json_string_value(role);
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer")) {
+            fail(e, 400, "messages", "invalid_value", "message %zu: role must be system, user or assistant", i);
+            goto out;
+        }
+        m[i].role = !strcmp(r, "developer") ? "system" : r;
+        if (!c || !(m[i].content = content_text(c, e))) {
+            if (!e->status)
+                fail(e, 400, "messages", "invalid_type", "message %zu needs a 'content'", i);
+            goto out;
+        }
+    }
+    size_t need = 0, len = 0;
+    seer_chat_render(&srv->tmpl, m, (int)nm, true, NULL, 0, &need);
+    buf = malloc(need + 1);
+    mark = malloc(need + 1);
+    if (!buf || !mark || seer_chat_render_marked(&srv->tmpl, m, (int)nm, true, buf, mark, need + 1, &len) != SEER_OK) {
+        fail(e, 400, "messages", "invalid_value", "the conversation cannot be rendered: %s", seer_last_error());
+        goto out;
+    }
+    int cnt = 0;
+    seer_status s = seer_tokenize_marked(srv->model, buf, mark, len, true, NULL, 0, &cnt);
+    if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
+        fail(e, 400, "messages", "invalid_value", "the messages cannot be tokenized: %s", seer_last_error());
+        goto out;
+    }
+    ids = malloc(sizeof(int32_t) * (cnt + 1));
+    if (!ids || seer_tokenize_marked(srv->model, buf, mark, len, true, ids, cnt, &cnt) != SEER_OK) {
+        free(ids);
+        ids = NULL;
+        fail(e, 500, NULL, NULL, "tokenizing failed");
+        goto out;
+    }
+    *n = cnt;
+out:
+    for (size_t k = 0; k < nm; k++)
+        free((char *)m[k].content);
+    free(m), free(buf), free(mark);
+    return ids;
+}
+
+static int32_t *tokenize_text(serve_state *srv, const char *t, size_t len, int *n, serve_error *e) {
+    int cnt = 0;
+    seer_status s = seer_tokenize(srv->model, t, len, true, false, NULL, 0, &cnt);
+    if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
+        fail(e, 400, "prompt", "invalid_value", "the prompt cannot be tokenized: %s", seer_last_error());
+        return NULL;
+    }
+    int32_t *ids = malloc(sizeof(int32_t) * (cnt + 1));
+    if (!ids || seer_tokenize(srv->model, t, len, true, false, ids, cnt, &cnt) != SEER_OK) {
+        free(ids);
+        fail(e, 500, NULL, NULL, "tokenizing failed");
+        return NULL;
+    }
+    *n = cnt;
+    return ids;
+}
+
+/* Prompt ids of a completion: a string, an array of one string, or an array of token ids. */
+static int32_t *completion_prompt(serve_state *srv, json_t *p, int *n, serve_error *e) {
+    if (json_is_string(p))
+        return tokenize_text(srv, json_string_value(p), json_string_length(p), n, e);
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+        return completion_prompt(srv, json_array_get(p, 0), n, e);
+    if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
+        const size_t np = json_array_size(p);
+        const int V = seer_n_vocab(srv->model);
+        if (np > (size_t)srv->n_ctx) {
+            fail(e, 400, "prompt", "context_length_exceeded", "the prompt has %zu tokens; the context holds %d", np, srv->n_ctx);
+            return NULL;
+        }
+        int32_t *ids = malloc(sizeof(int32_t) * np);
+        size_t i;
+        json_t *v;
+        if (!ids)
+            return NULL;
+        json_array_foreach(p, i, v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= V) {
+                free(ids);
+                fail(e, 400, "prompt", "invalid_value", "prompt token %zu is not an id of the vocabulary", i);
+                return NULL;
+            }
+            ids[i] = (int32_t)json_integer_value(v);
+        }
+        *n = (int)np;
+        return ids;
+    }
+    fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string, an array of one string or an array of token ids");
+    return NULL;
+}
+
+serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *body, size_t len,
+                               serve_error *e) {
+    memset(e, 0, sizeof *e);
+    json_error_t je;
+    json_t *root = json_loadb(body, len, 0, &je);
+    if (!root)
+        return fail(e, 400, NULL, "invalid_json", "the body is not valid JSON: %s (at byte %d)", je.text, je.position);
+    serve_job *j = NULL;
+    int32_t *ids = NULL;
+    int n = 0;
+    const char **stops = NULL;
+    size_t n_stop = 0;
+    seer_request_params p = seer_request_default_params();
+    p.sampler = srv->sampler;
+    p.spec = srv->spec;
+    p.max_tokens = srv->default_max_tokens;
+    bool stream = false, include_usage = false, flag;
+    long long iv;
+    double dv;
+    int r;
+    if (!json_is_object(root)) {
+        fail(e, 400, NULL, "invalid_type", "the body must be a JSON object");
+        goto out;
+    }
+    json_t *model = json_object_get(root, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model)) {
+            fail(e, 400, "model", "invalid_type", "'model' must be a string");
+            goto out;
+        }
+        if (strcmp(json_string_value(model), srv->model_id)) {
+            fail(e, 404, "model", "model_not_found", "the model '%.100s' does not exist (this server serves '%.100s')",
+                 json_string_value(model), srv->model_id);
+            goto out;
+        }
+    }
+    if (get_bool(root, "stream", &stream, e) < 0)
+        goto out;
+    json_t *so = json_object_get(root, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so) || get_bool(so, "include_usage", &include_usage, e) < 0) {
+            if (!e->status)
+                fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
+            goto out;
+        }
+    }
+    const char *mt = json_object_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if ((r = get_int(root, mt, 1, 1 << 24, &iv, e)) < 0)
+        goto out;
+    if (r)
+        p.max_tokens = (int)iv;
+    if ((r = get_num(root, "temperature", 0, 2, &dv, e)) < 0)
+        goto out;
+    if (r)
+        p.sampler.temperature = (float)dv;
+    if ((r = get_num(root, "top_p", 1e-9, 1, &dv, e)) < 0)
+        goto out;
+    if (r)
+        p.sampler.top_p = (float)dv;
+    if ((r = get_int(root, "top_k", 0, 1 << 24, &iv, e)) < 0)
+        goto out;
+    if (r)
+        p.sampler.top_k = (int)iv;
+    if ((r = get_num(root, "min_p", 0, 1, &dv, e)) < 0)
+        goto out;
+    if (r)
+        p.sampler.min_p = (float)dv;
+    if ((r = get_num(root, "repeat_penalty", 1e-3, 100, &dv, e)) < 0)
+        goto out;
+    if (r)
+        p.sampler.repeat_penalty = (float)dv;
+    json_t *seed = json_object_get(root, "seed");
+    if (seed && !json_is_null(seed)) {
+        if (!json_is_integer(seed)) {
+            fail(e, 400, "seed", "invalid_type", "'seed' must be an integer");
+            goto out;
+        }
+        p.sampler.seed = (uint64_t)json_integer_value(seed);
+    }
+    if ((r = get_int(root, "n", 1, 1, &iv, e)) < 0)
+        goto out;
+    for (int k = 0; k < 2; k++) {
+        const char *key = k ? "frequency_penalty" : "presence_penalty";
+        if ((r = get_num(root, key, -2, 2, &dv, e)) < 0)
+            goto out;
+        if (r && dv != 0) {
+            fail(e, 400, key, "unsupported", "'%s' is not supported (only 0)", key);
+            goto out;
+        }
+    }
+    json_t *lp = json_object_get(root, "logprobs");
+    if (lp && !json_is_null(lp) && !json_is_false(lp)) {
+        fail(e, 400, "logprobs", "unsupported", "'logprobs' is not supported");
+        goto out;
+    }
+    if ((r = get_bool(root, "echo", &flag, e)) < 0)
+        goto out;
+    if (r && flag) {
+        fail(e, 400, "echo", "unsupported", "'echo' is not supported");
+        goto out;
+    }
+    json_t *stop = json_object_get(root, "stop");
+    if (stop && !json_is_null(stop)) {
+        json_t *one = json_is_string(stop) ? stop : NULL;
+        n_stop = one ? 1 : json_is_array(stop) ? json_array_size(stop) : (size_t)-1;
+        if (n_stop > 4) {
+            fail(e, 400, "stop", "invalid_type", "'stop' must be a string or an array of up to 4 strings");
+            goto out;
+        }
+        stops = calloc(n_stop ? n_stop : 1, sizeof *stops);
+        for (size_t k = 0; stops && k < n_stop; k++) {
+            json_t *s = one ? one : json_array_get(stop, k);
+            if (!json_is_string(s) || json_string_length(s) < 1 || json_string_length(s) > 256 ||
+                strlen(json_string_value(s)) != json_string_length(s)) {
+                fail(e, 400, "stop", "invalid_value", "each stop string must have 1 to 256 bytes");
+                goto out;
+            }
+            stops[k] = json_string_value(s);
+        }
+        p.stop = stops;
+        p.n_stop = (int)n_stop;
+    }
+    if (!parse_seer(srv, json_object_get(root, "seer"), &p, e))
+        goto out;
+    if (kind == JOB_CHAT) {
+        ids = chat_prompt(srv, json_object_get(root, "messages"), &n, e);
+    } else {
+        json_t *pr = json_object_get(root, "prompt");
+        if (!pr) {
+            fail(e, 400, "prompt", "missing", "'prompt' is required");
+            goto out;
+        }
+        ids = completion_prompt(srv, pr, &n, e);
+    }
+    if (!ids) {
+        if (!e->status)
+            fail(e, 500, NULL, NULL, "out of memory");
+        goto out;
+    }
+    if (n < 1) {
+        fail(e, 400, "prompt", "invalid_value", "the prompt is empty");
+        goto out;
+    }
+    if (n >= srv->n_ctx) {
+        fail(e, 400, kind == JOB_CHAT ? "messages" : "prompt", "context_length_exceeded",
+             "the prompt has %d tokens; the context holds %d", n, srv->n_ctx);
+        goto out;
+    }
+    if (srv->max_prompt > 0 && n > srv->max_prompt) {
+        fail(e, 400, kind == JOB_CHAT ? "messages" : "prompt", "prompt_too_long",
+             "the prompt has %d tokens; this server takes at most %d", n, srv->max_prompt);
+        goto out;
+    }
+    if (p.max_tokens > srv->n_ctx - n)
+        p.max_tokens = srv->n_ctx - n;
+    j = calloc(1, sizeof *j);
+    if (!j) {
+        fail(e, 500, NULL, NULL, "out of memory");
+        goto out;
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->srv = srv;
+    j->kind = kind;
+    j->stream = stream;
+    j->include_usage = include_usage;
+    j->created = (long long)time(NULL);
+    j->n_prompt = n;
+    j->refs = 1;
+    j->fd = -1;
+    p.on_update = on_update;
+    p.user = j;
+    if (seer_request_new(srv->model, ids, n, &p, &j->req) != SEER_OK) {
+        fail(e, 400, NULL, "invalid_value", "%s", seer_last_error());
+        pthread_mutex_destroy(&j->mu);
+        pthread_cond_destroy(&j->cv);
+        free(j);
+        j = NULL;
+        goto out;
+    }
+    pthread_mutex_lock(&srv->mu);
+    snprintf(j->id, sizeof j->id, "%s-%llu", kind == JOB_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)++srv->next_id);
+    srv->n_jobs++;
+    pthread_mutex_unlock(&srv->mu);
+out:
+    free(ids);
+    free(stops);
+    json_decref(root);
+    return j;
+}
+
+static json_t *usage_of(const serve_job *j) {
+    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", j->n_prompt, "completion_tokens", j->n_ids,
+                     "total_tokens", j->n_prompt + j->n_ids);
+}
+
+/* seer's own fields of a response: the generated ids and the speculation counts. */
+static json_t *seer_of(const serve_job *j) {
+    json_t *ids = json_array();
+    for (int i = 0; i < j->n_ids; i++)
+        json_array_append_new(ids, json_integer(j->ids[i]));
+    return json_pack("{s:o,s:I,s:I,s:i}", "token_ids", ids, "drafted", (json_int_t)j->st.drafted,
+                     "accepted", (json_int_t)j->st.accepted, "preempted", j->st.n_preempted);
+}
+
+static const char *model_of(const serve_job *j) { return j->srv->model_id; }
+
+char *serve_job_response(serve_job *j) {
+    json_t *choice;
+    const char *fin = serve_finish_name(j->finish);
+    if (j->kind == JOB_CHAT)
+        choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:n}", "index", 0, "message", "role", "assistant",
+                           "content", j->text ? j->text : "", j->text_len,
+                           "finish_reason", fin ? json_string(fin) : json_null(), "logprobs");
+    else
+        choice = json_pack("{s:i,s:s%,s:n,s:o}", "index", 0, "text", j->text ? j->text : "", j->text_len,
+                           "logprobs", "finish_reason", fin ? json_string(fin) : json_null());
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:o}", "id", j->id, "object",
+                          j->kind == JOB_CHAT ? "chat.completion" : "text_completion", "created",
+                          (json_int_t)j->created, "model", model_of(j), "choices", choice,
+                          "usage", usage_of(j), "seer", seer_of(j));
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+/* One "data: {...}\n\n" event of a stream: text (may be NULL) and finish reason (NULL: none). */
+static bool push_event(serve_job *j, json_t *o) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s)
+        return false;
+    size_t n = strlen(s), need = j->pending_len + n + 9;
+    if (need > j->pending_cap) {
+        size_t cap = j->pending_cap ? j->pending_cap : 1024;
+        while (cap < need)
+            cap *= 2;
+        char *p = realloc(j->pending, cap);
+        if (!p) {
+            free(s);
+            return false;
+        }
+        j->pending = p;
+        j->pending_cap = cap;
+    }
+    j->pending_len += (size_t)sprintf(j->pending + j->pending_len, "data: %s\n\n", s);
+    free(s);
+    return true;
+}
+
+static json_t *chunk(serve_job *j, json_t *choice) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object",
+                     j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)j->created, "model", model_of(j), "choices", choice);
+}
+
+static json_t *choice_of(serve_job *j, const char *text, size_t n, const char *fin) {
+    json_t *f = fin ? json_string(fin) : json_null();
+    if (j->kind == JOB_CHAT) {
+        json_t *delta = text ? json_pack("{s:s%}", "content", text, n) : json_object();
+        return json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason", f);
+    }
+    return json_pack("{s:i,s:s%,s:n,s:o}", "index", 0, "text", text ? text : "", text ? n : 0, "logprobs",
+                     "finish_reason", f);
+}
+
+bool serve_job_next_events(serve_job *j) {
+    if (j->phase == 0) {
+        j->phase = 1;
+        if (j->kind == JOB_CHAT && !j->failed)
+            return push_event(j, chunk(j, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta", "role",
+                                                    "assistant", "content", "", "logprobs", "finish_reason")));
+    }
+    if (j->phase == 1 && j->failed) {
+        serve_error e = {.status = 400, .code = "invalid_value"};
+        snprintf(e.message, sizeof e.message, "%s", j->error_msg);
+        char *s = serve_error_json(&e);
+        bool ok = s && push_event(j, json_loads(s, 0, NULL));
+        free(s);
+        j->phase = 2;
+        return ok;
+    }
+    if (j->phase == 1 && j->text_len > j->sent_text) {
+        bool ok = push_event(j, chunk(j, choice_of(j, j->text + j->sent_text, j->text_len - j->sent_text, NULL)));
+        j->sent_text = j->text_len;
+        return ok;
+    }
+    if (j->phase == 1 && j->done) {
+        json_t *c = chunk(j, choice_of(j, NULL, 0, serve_finish_name(j->finish)));
+        if (c)
+            json_object_set_new(c, "seer", seer_of(j));
+        if (c && j->include_usage)
+            json_object_set_new(c, "usage", usage_of(j));
+        j->phase = 2;
+        return push_event(j, c);
+    }
+    if (j->phase == 2) {
+        const char *d = "data: [DONE]\n\n";
+        size_t n = strlen(d);
+        if (j->pending_len + n + 1 > j->pending_cap) {
+            char *p = realloc(j->pending, j->pending_len + n + 1);
+            if (!p)
+                return false;
+            j->pending = p;
+            j->pending_cap = j->pending_len + n + 1;
+        }
+        memcpy(j->pending + j->pending_len, d, n);
+        j->pending_len += n;
+        j->phase = 3;
+        return true;
+    }
+    return false;
+}
+
+char *serve_models_json(serve_state *srv) {
+    json_t *o = json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}", "object", "list", "data", "id", srv->model_id,
+                          "object", "model", "created", (json_int_t)0, "owned_by", "seer");
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
