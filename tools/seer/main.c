@@ -162,8 +162,15 @@ int main(int argc, char **argv) {
         return cmd_gen_model(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return cmd_bench(argc - 1, argv + 1);
-    if (!strcmp(cmd, "serve"))
+    if (!strcmp(cmd, "serve")) {
+#ifdef SEER_HAVE_SERVE
         return cmd_serve(argc - 1, argv + 1);
+#else
+        fprintf(stderr, "seer serve: this build has no HTTP server (libmicrohttpd-dev was not "
+                        "installed when it was configured: scripts/install-deps.sh installs it)\n");
+        return 1;
+#endif
+    }
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

@@ -388,14 +388,12 @@ seer_status seer_cuda_matmul_q_invariant(seer_cuda *c, const mm_out &out, const 
 
 /* ---- dequantisation (prefill, embedding rows) ----------------------------------------- */
 
-/* The eight values of lane c4's slot of group (row, gi): columns 4c4..4c4+3 and
- * 16+4c4..16+4c4+3 of the group, in f32 as the CPU's dequantisers compute them. */
+/* The eight values of lane c4's slot of group j of a loaded quad (step s): columns
+ * 4c4..4c4+3 and 16+4c4..16+4c4+3 of the group, in f32 as the CPU's dequantisers compute
+ * them. */
 template <int QT>
-static __device__ __forceinline__ void q_slot_values(const mm_w &w, int row, int gi, int c4, float (&v)[8]) {
+static __device__ __forceinline__ void q_slot_values(const qraw<QT> &r, int s, int j, float (&v)[8]) {
     using tr = qtraits<QT>;
-    const int s = gi >> 2, j = gi & 3;
-    qraw<QT> r;
-    q_load<QT>(r, w, row, s, c4);
     uint32_t a[4], a8[4];
     q_pairs<QT>(r, j, a, a8);
     float ds[2], mn;
@@ -420,30 +418,57 @@ static __device__ __forceinline__ void q_slot_values(const mm_w &w, int row, int
     }
 }
 
-/* out [n_rows][cols] (bf16 or f32) = rows row0.. of W; one thread per (row, group, lane). */
+/* Four values to o[0..3]: one 8-byte (bf16) or 16-byte (f32) store where o is aligned. */
+static __device__ __forceinline__ void store4(bf16 *o, const float *v, bool vec) {
+    if (vec) {
+        *(uint2 *)o = make_uint2(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
+        return;
+    }
+    for (int k = 0; k < 4; k++)
+        o[k] = __float2bfloat16_rn(v[k]);
+}
+
+static __device__ __forceinline__ void store4(float *o, const float *v, bool vec) {
+    if (vec) {
+        *(float4 *)o = make_float4(v[0], v[1], v[2], v[3]);
+        return;
+    }
+    for (int k = 0; k < 4; k++)
+        o[k] = v[k];
+}
+
+/* out [n_rows][cols] (bf16 or f32) = rows row0.. of W (or rows row_ids[]); one thread per
+ * (row, quad, lane): one load of the lane's codes serves the quad's four groups. vec: out
+ * is 16-byte aligned (every store is then aligned, as cols is a multiple of 32). */
 template <int QT, typename OUT>
-__global__ void q_dequant_kernel(OUT *out, mm_w w, const int32_t *row_ids, int row0, int n_rows) {
-    const long long n_groups = w.cols / 32;
-    const long long total = (long long)n_rows * n_groups * 4;
+__global__ void q_dequant_kernel(OUT *out, mm_w w, const int32_t *row_ids, int row0, int n_rows, bool vec) {
+    const int n_groups = w.cols / 32, n_quads = (n_groups + 3) / 4;
+    const long long total = (long long)n_rows * n_quads * 4;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
         const int c4 = (int)(i & 3);
-        const long long rg = i >> 2;
-        const int gi = (int)(rg % n_groups), rr = (int)(rg / n_groups);
+        const long long rq = i >> 2;
+        const int s = (int)(rq % n_quads), rr = (int)(rq / n_quads);
         const int row = row_ids ? row_ids[rr] : row0 + rr;
-        OUT *o = out + (size_t)rr * w.cols + (size_t)gi * 32 + 4 * c4;
-        if (row < 0 || row >= w.rows) {
+        OUT *o = out + (size_t)rr * w.cols + (size_t)s * MMQ_KSTEP + 4 * c4;
+        const bool bad = row < 0 || row >= w.rows;
+        qraw<QT> r;
+        if (!bad)
+            q_load<QT>(r, w, row, s, c4);
 #pragma unroll
-            for (int k = 0; k < 4; k++)
-                o[k] = o[16 + k] = (OUT)__int_as_float(0x7fc00000);
-            continue;
-        }
-        float v[8];
-        q_slot_values<QT>(w, row, gi, c4, v);
+        for (int j = 0; j < 4; j++) {
+            if (s * 4 + j >= n_groups)
+                break;
+            float v[8];
+            if (bad) {
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            o[k] = (OUT)v[k];
-            o[16 + k] = (OUT)v[4 + k];
+                for (int k = 0; k < 8; k++)
+                    v[k] = __int_as_float(0x7fc00000);
+            } else {
+                q_slot_values<QT>(r, s, j, v);
+            }
+            store4(o + j * 32, v, vec);
+            store4(o + j * 32 + 16, v + 4, vec);
         }
     }
 }
@@ -452,12 +477,13 @@ template <typename OUT>
 static seer_status q_dequant(seer_cuda *c, OUT *out, const seer_weight *w, const int32_t *row_ids,
                              int row0, int n_rows) {
     const mm_w wd = seer_cuda_qweight_planes(w);
-    const size_t n = (size_t)n_rows * (w->cols / 32) * 4;
+    const size_t n = (size_t)n_rows * ((w->cols / 32 + 3) / 4) * 4;
     const unsigned grid = seer_cuda_grid(n, 256);
+    const bool vec = (uintptr_t)out % 16 == 0;
     switch (w->dtype) {
 #define CASE(T)                                                                               \
     case T:                                                                                   \
-        q_dequant_kernel<T, OUT><<<grid, 256, 0, c->stream>>>(out, wd, row_ids, row0, n_rows); \
+        q_dequant_kernel<T, OUT><<<grid, 256, 0, c->stream>>>(out, wd, row_ids, row0, n_rows, vec); \
         break;
         CASE(GGML_TYPE_Q4_0) CASE(GGML_TYPE_Q4_1) CASE(GGML_TYPE_Q5_0) CASE(GGML_TYPE_Q5_1)
         CASE(GGML_TYPE_Q8_0) CASE(GGML_TYPE_Q4_K) CASE(GGML_TYPE_Q5_K) CASE(GGML_TYPE_Q6_K)
