@@ -8,8 +8,10 @@
  * Checked per case: relative L2 error to the reference within QTOL on random x (8-bit
  * activations per group of 32: measured 2.5e-3..7e-3, up to 1.3e-2 for random K-quant blocks), and
  * within XTOL on x that 8 bits represent exactly (which checks the unpacking of every code); each token's row bit-identical to
- * computing that token alone (batch invariance); bit-identical for 1 and 3 threads; the
- * scalar path bit-identical to the vector path picked at run time; the embedding lookup of a
+ * computing that token alone (batch invariance: T from 1 to 70, below and above the widths
+ * at which the prefill tiles start and not multiples of their token tile; rows not multiples
+ * of 8 or 16); bit-identical for 1 and 3 threads; the scalar, AVX2 and AVX-512 paths
+ * bit-identical to each other (those the CPU has); the embedding lookup of a
  * stored table equal to the dequantised row.
  */
 #define _GNU_SOURCE /* sched_getaffinity */
@@ -112,7 +114,7 @@ static void test_qmatmul(void **state) {
     ASSERT_OK(seer_backend_cpu_init(3, &q3));
     static const struct {
         int T, rows, cols;
-    } shapes[] = {{1, 67, 256}, {5, 130, 512}, {70, 96, 768}};
+    } shapes[] = {{1, 67, 256}, {5, 130, 512}, {70, 96, 768}, {3, 48, 256}, {9, 200, 512}, {17, 35, 1024}};
     uint64_t rng = 42;
     for (size_t k = 0; k < sizeof FMTS / sizeof *FMTS; k++) {
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -150,12 +152,17 @@ static void test_qmatmul(void **state) {
                 assert_memory_equal(yi, y1 + (size_t)i * R, sizeof(float) * R);
                 free(yi);
             }
-            /* the scalar path */
-            ((seer_cpu *)q1->impl)->qdot_scalar = 1;
-            float *ys = run(q1, &w1, x, bias, T);
-            ((seer_cpu *)q1->impl)->qdot_scalar = 0;
-            assert_memory_equal(ys, y1, sizeof(float) * T * R);
-            free(ys), free(yr), free(y1), free(y3), free(x), free(bias);
+            /* the scalar and AVX2 paths (AVX-512 is the default where the CPU has it) */
+            for (int isa = SEER_CPU_ISA_SCALAR; isa <= SEER_CPU_ISA_AVX512; isa++) {
+                ((seer_cpu *)q1->impl)->isa_cap = isa;
+                float *ys = run(q1, &w1, x, bias, T);
+                ((seer_cpu *)q1->impl)->isa_cap = 0;
+                if (memcmp(ys, y1, sizeof(float) * T * R) != 0)
+                    fail_msg("%s T=%d rows=%d: ISA level %d differs from the default path",
+                             ggml_type_name(FMTS[k].type), T, R, isa);
+                free(ys);
+            }
+            free(yr), free(y1), free(y3), free(x), free(bias);
             ref->ops->weight_free(ref, &wr);
             q1->ops->weight_free(q1, &w1);
             q3->ops->weight_free(q3, &w3);

@@ -16,10 +16,13 @@ void seer_cpu_pool_free(seer_cpu_pool *p);
 void seer_cpu_pool_run(seer_cpu_pool *p, int64_t n, int64_t chunk, seer_cpu_task fn, void *ctx);
 int seer_cpu_default_threads(void);
 
+enum { SEER_CPU_ISA_SCALAR = 1, SEER_CPU_ISA_AVX2 = 2, SEER_CPU_ISA_AVX512 = 3 };
+
 typedef struct {
     int n_threads;
     seer_cpu_pool *pool;
-    int qdot_scalar;      /* 1: the quantised dots take the scalar path (tests compare it) */
+    int isa_cap;          /* SEER_CPU_ISA_*: the best the quantised dots may use (tests
+                           * compare the paths); 0: whatever the CPU has */
     void *xq;             /* quantised activations for cpu_qmatmul.c, grow-only */
     size_t xq_cap;        /* bytes */
     void *smp;       /* sample_rows / accept_chains scratch, grow-only */
