@@ -21,6 +21,7 @@ enum { SEER_CPU_ISA_SCALAR = 1, SEER_CPU_ISA_AVX2 = 2, SEER_CPU_ISA_AVX512 = 3 }
 typedef struct {
     int n_threads;
     seer_cpu_pool *pool;
+    int attn_ref;         /* 1: every sequence takes the reference attention (tests) */
     int isa_cap;          /* SEER_CPU_ISA_*: the best the quantised dots may use (tests
                            * compare the paths); 0: whatever the CPU has */
     void *xq;             /* quantised activations for cpu_qmatmul.c, grow-only */
@@ -63,5 +64,12 @@ seer_status seer_cpu_qmatmul(seer_backend *be, float *y, const float *x, const s
                              const float *bias, int T);
 seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, const void *kv,
                                const seer_kv_geom *g, int layer, const seer_attn_batch *ab);
+/* cpu_attention_tile.c: whether sequence b's new tokens may go through the tiled path (a
+ * prompt: more than SEER_INVARIANT_NEW_TOKENS of them, causal, full view), and that path for
+ * the sequences marked in tiled [n_seq]. */
+bool seer_cpu_attn_tileable(const seer_attn_batch *ab, int b);
+seer_status seer_cpu_attention_tiles(seer_backend *be, float *out, const float *q, const void *kv,
+                                     const seer_kv_geom *g, int layer, const seer_attn_batch *ab,
+                                     const uint8_t *tiled);
 
 #endif

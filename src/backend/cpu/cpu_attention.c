@@ -7,6 +7,10 @@
  * set of slots it sees, not on how the batch around it was formed. A query-key dot product is
  * summed in 8 lanes and a fixed tree (dot_lanes), which the compiler turns into vector FMAs:
  * one serial f32 chain per key made long prompts latency-bound.
+ *
+ * Sequences with a prompt's worth of new tokens (more than SEER_INVARIANT_NEW_TOKENS, causal,
+ * full view) go to the tiled path instead (cpu_attention_tile.c), which is not
+ * batch-invariant; decode and verification steps never do.
  */
 #include "backend/cpu/cpu.h"
 #include "util/error.h"
@@ -82,6 +86,7 @@ typedef struct {
     const seer_kv_geom *g;
     int layer, max_slots;
     const seer_attn_batch *ab;
+    const uint8_t *tiled; /* [n_seq] sequences cpu_attention_tile.c does, or NULL */
     _Atomic int oom;
 } attn_args;
 
@@ -111,6 +116,8 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
     }
     for (int64_t j = j0; j < j1; j++) {
         const int i = (int)(j / Hkv), kvh = (int)(j % Hkv);
+        if (a->tiled && a->tiled[ab->tok_seq[i]])
+            continue;
         const int32_t *pages = ab->seq_pages + (size_t)ab->tok_seq[i] * ab->max_pages;
         int n = visible_slots(ab, i, layer, kvh, slots);
         const float *qh = q + ((size_t)i * H + (size_t)kvh * group) * Dh;
@@ -203,9 +210,30 @@ seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, con
         if (m > max_slots)
             max_slots = m;
     }
-    attn_args a = {out, q, kv, g, layer, max_slots, ab, 0};
-    seer_cpu_for(be, (size_t)T * ab->n_heads * max_slots * ab->head_dim > ((size_t)1 << 18),
-                 (int64_t)T * Hkv, attn_items, &a);
+    /* Prompts (long runs of new tokens in one sequence) go through the tiles; everything a
+     * decode or verification step sees stays on the reference below. */
+    uint8_t *tiled = NULL;
+    int n_tiled = 0, n_ref = T;
+    for (int b = 0; b < ab->n_seq && !((seer_cpu *)be->impl)->attn_ref; b++)
+        if (seer_cpu_attn_tileable(ab, b)) {
+            if (!tiled && !(tiled = calloc((size_t)ab->n_seq, 1)))
+                return seer_err(SEER_ERR_OOM, "attention: out of memory");
+            tiled[b] = 1;
+            n_tiled++;
+            n_ref -= ab->seq_tok_off[b + 1] - ab->seq_tok_off[b];
+        }
+    if (n_tiled) {
+        seer_status st = seer_cpu_attention_tiles(be, out, q, kv, g, layer, ab, tiled);
+        if (st != SEER_OK) {
+            free(tiled);
+            return st;
+        }
+    }
+    attn_args a = {out, q, kv, g, layer, max_slots, ab, tiled, 0};
+    if (n_ref > 0)
+        seer_cpu_for(be, (size_t)n_ref * ab->n_heads * max_slots * ab->head_dim > ((size_t)1 << 18),
+                     (int64_t)T * Hkv, attn_items, &a);
+    free(tiled);
     if (atomic_load(&a.oom))
         return seer_err(SEER_ERR_OOM, "attention: out of memory for %d slots", max_slots);
     return SEER_OK;

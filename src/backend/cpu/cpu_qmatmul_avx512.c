@@ -377,10 +377,18 @@ AVX512 INLINE int64_t rows_t(const qmm_args *a, int64_t o0, int64_t o1, const in
             const int nr = a->T - t0 < TT ? a->T - t0 : TT;
             __m512 acc[TT];
             float out[TT][16];
-            if (u)
-                qdot16_tile_t(a, u, t0, nr, acc, type);
-            else
-                qdot16_t(a, o, t0, nr, acc, type);
+            /* nr a constant in each call, so that the accumulators stay in registers */
+            switch (nr) {
+#define NR_CASE(N)                                                                                  \
+    case N:                                                                                         \
+        if (u)                                                                                      \
+            qdot16_tile_t(a, u, t0, N, acc, type);                                                  \
+        else                                                                                        \
+            qdot16_t(a, o, t0, N, acc, type);                                                       \
+        break;
+            NR_CASE(1) NR_CASE(2) NR_CASE(3) NR_CASE(4)
+#undef NR_CASE
+            }
             for (int r = 0; r < nr; r++)
                 _mm512_storeu_ps(out[r], acc[r]);
             store16(a, o, t0, nr, out);
