@@ -55,10 +55,15 @@ typedef struct {
     float *d;
     int32_t *s, *h;
     int cols;
+    bool avx512;
 } xquant_args;
 
 static void xquant_rows(void *ctx, int64_t t0, int64_t t1) {
     const xquant_args *a = ctx;
+    if (a->avx512) {
+        seer_cpu_xquant_avx512(a->x, a->q, a->d, a->s, a->h, a->cols, t0, t1);
+        return;
+    }
     const int cols = a->cols, ng = cols / QK;
     for (int64_t t = t0; t < t1; t++) {
         for (int g = 0; g < ng; g++) {
@@ -624,9 +629,9 @@ seer_status seer_cpu_qmatmul(seer_backend *be, float *y, const float *x, const s
     float *xd = c->xq;
     int32_t *xs = (int32_t *)(xd + (size_t)T * ng), *xh = xs + (size_t)T * ng;
     int8_t *xq = (int8_t *)(xh + (size_t)T * ng);
-    xquant_args xa = {x, xq, xd, xs, xh, cols};
-    seer_cpu_for(be, (size_t)T * cols > ((size_t)1 << 16), T, xquant_rows, &xa);
     const int isa = pick_isa(c->isa_cap);
+    xquant_args xa = {x, xq, xd, xs, xh, cols, isa >= SEER_CPU_ISA_AVX512};
+    seer_cpu_for(be, (size_t)T * cols > ((size_t)1 << 16), T, xquant_rows, &xa);
     qmm_args a = {y, w->data, xq, xd, xs, xh, bias, w->dtype, w->rows, cols, T, 0,
                   ggml_type_block_elems((ggml_type)w->dtype),
                   ggml_type_block_bytes((ggml_type)w->dtype)};

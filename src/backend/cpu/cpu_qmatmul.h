@@ -30,5 +30,9 @@ int seer_cpu_qmm_avx512_ok(void);
 /* Output rows [o0, o1) for all T tokens, in runs of 16 rows; returns the first row it did
  * not do (the rows past the last whole run, or o0 when it cannot take this matrix). */
 int64_t seer_cpu_qmm_avx512_rows(const qmm_args *a, int64_t o0, int64_t o1);
+/* The activations of tokens [t0, t1) of x [T][cols] quantised as cpu_qmatmul.c's scalar code
+ * does it (codes q, scales d, code sums s and first-half sums h), with the same values. */
+void seer_cpu_xquant_avx512(const float *x, int8_t *q, float *d, int32_t *s, int32_t *h,
+                            int cols, int64_t t0, int64_t t1);
 
 #endif

@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu_qmatmul.h"
 #include "gguf/gguf.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,16 +259,18 @@ AVX512 INLINE void qdot16_t(const qmm_args *a, int64_t o, int t0, int nr, __m512
         a0[i] = a1[i] = bb[i] = _mm512_setzero_ps();
     for (int r = 0; r < TT; r++)
         acc[r] = _mm512_setzero_ps();
+    size_t pf = 0; /* bytes of each of the next 16 rows prefetched */
     for (int gi = 0; gi < ng; gi++) {
         const int g = gi % gpb;
         const uint8_t *blk = w + (size_t)(gi / gpb) * a->blk_bytes;
         if (g == 0) {
-            /* The same block of the next 16 rows: sixteen streams are more than the
-             * hardware prefetcher follows well (perf: decode stalled on the first touch of
-             * each block). */
-            for (int m = 16; m < 32; m++)
-                for (int off = 0; off < a->blk_bytes; off += 64)
-                    _mm_prefetch((const char *)(blk + m * rb + off), _MM_HINT_T0);
+            /* The next 16 rows, as far into them as this block reaches into these, one
+             * prefetch per 64 bytes: sixteen streams are more than the hardware prefetcher
+             * follows well (perf: decode stalled on the first touch of each block). */
+            const size_t want = (size_t)(gi / gpb + 1) * a->blk_bytes;
+            for (; pf < want; pf += 64)
+                for (int m = 16; m < 32; m++)
+                    _mm_prefetch((const char *)(w + m * rb + pf), _MM_HINT_T0);
             block_scales16(type, blk, idx, a0, a1, bb);
         }
         __m512i c[8];
@@ -346,6 +349,40 @@ AVX512 INLINE void qdot16_tile_t(const qmm_args *a, const __m512i *u, int t0, in
             acc[r] = group_acc(type, i0, i1, a0, a1, bb, a->xh[k], a->xs[k], a->xd[k], acc[r]);
         }
     }
+}
+
+/* ---- the activations ------------------------------------------------------------------ */
+
+/* cpu_qmatmul.c's xquant_rows for tokens [t0, t1), the same values: every step is exact or
+ * correctly rounded per element (abs, max, the division, the product, round to nearest
+ * even as nearbyintf in the default mode, the clamp). */
+AVX512 void seer_cpu_xquant_avx512(const float *x, int8_t *q, float *d, int32_t *s, int32_t *h,
+                                   int cols, int64_t t0, int64_t t1) {
+    const int ng = cols / QK;
+    const __m512 lim = _mm512_set1_ps(127.f), nlim = _mm512_set1_ps(-127.f);
+    for (int64_t t = t0; t < t1; t++)
+        for (int g = 0; g < ng; g++) {
+            const size_t e = (size_t)t * cols + (size_t)g * QK, k = (size_t)t * ng + g;
+            const __m512 x0 = _mm512_loadu_ps(x + e), x1 = _mm512_loadu_ps(x + e + 16);
+            /* 0x99: NaN (quiet, signalling) or infinity */
+            const bool finite = !(_mm512_fpclass_ps_mask(x0, 0x99) | _mm512_fpclass_ps_mask(x1, 0x99));
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+            float id = finite && amax > 0.f ? 127.f / amax : 0.f;
+            if (!isfinite(id)) /* a subnormal amax */
+                id = 0.f;
+            d[k] = finite ? amax / 127.f : NAN;
+            const __m512 vid = _mm512_set1_ps(id);
+            const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+            __m512i q0 = _mm512_setzero_si512(), q1 = _mm512_setzero_si512();
+            if (finite) {
+                q0 = _mm512_cvtps_epi32(_mm512_max_ps(nlim, _mm512_min_ps(lim, _mm512_roundscale_ps(_mm512_mul_ps(x0, vid), rnd))));
+                q1 = _mm512_cvtps_epi32(_mm512_max_ps(nlim, _mm512_min_ps(lim, _mm512_roundscale_ps(_mm512_mul_ps(x1, vid), rnd))));
+            }
+            _mm_storeu_si128((__m128i *)(q + e), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(q + e + 16), _mm512_cvtepi32_epi8(q1));
+            h[k] = _mm512_reduce_add_epi32(q0);
+            s[k] = h[k] + _mm512_reduce_add_epi32(q1);
+        }
 }
 
 /* ---- the rows --------------------------------------------------------------------------- */
@@ -429,6 +466,10 @@ int64_t seer_cpu_qmm_avx512_rows(const qmm_args *a, int64_t o0, int64_t o1) {
 
 #else
 int seer_cpu_qmm_avx512_ok(void) { return 0; }
+void seer_cpu_xquant_avx512(const float *x, int8_t *q, float *d, int32_t *s, int32_t *h, int cols,
+                            int64_t t0, int64_t t1) {
+    (void)x, (void)q, (void)d, (void)s, (void)h, (void)cols, (void)t0, (void)t1;
+}
 int64_t seer_cpu_qmm_avx512_rows(const qmm_args *a, int64_t o0, int64_t o1) {
     (void)a, (void)o1;
     return o0;
