@@ -8,6 +8,8 @@
 # saying what it waits for, instead of failing at once.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcmocka-dev libjansson-dev libpcre2-dev clang libomp-dev)
+# SEER_BENCH_DEPS=1: also the text scripts/long-prompt.sh builds benchmark prompts from.
+[[ ${SEER_BENCH_DEPS:-0} == 1 ]] && pkgs+=(bible-kjv bible-kjv-text)
 lock_wait=${APT_LOCK_WAIT:-600}
 locks=(/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock
        /var/cache/apt/archives/lock)
