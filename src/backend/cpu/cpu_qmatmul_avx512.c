@@ -113,7 +113,9 @@ AVX512 INLINE void block_scales16(const int type, const uint8_t *b, __m512i idx,
         break;
     }
     case GGML_TYPE_Q6_K: {
-        const __m512 d = f16_lo(gather16(b, 208, idx));
+        /* d is the block's last 2 bytes (208-209 of 210): 4 bytes from 206, not 208, so that
+         * the gather stays inside the last block of the matrix */
+        const __m512 d = f16_hi(gather16(b, 206, idx));
         for (int q = 0; q < 4; q++) { /* four int8 scales per gather: groups 2q, 2q+1 */
             const __m512i v = gather16(b, 192 + 4 * q, idx);
             for (int h = 0; h < 2; h++) {
