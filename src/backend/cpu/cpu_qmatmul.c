@@ -8,9 +8,10 @@
  * block's min, for the formats that have one); the group contributes
  *     t = a * isum(code, xq) [+ b * sum(xq)],   acc = fma(dx, t, acc)
  * in group order. Every step after the integer sums is one fixed sequence of f32 operations
- * (explicit fmaf), shared by the AVX2 and the scalar paths, so an output element has the same
- * bits whatever T, the thread that computes it, or the instruction set picked at run time:
- * the batch invariance greedy speculation relies on holds as in the f32 path.
+ * (explicit fmaf), shared by the scalar, AVX2 and AVX-512 paths (the last in
+ * cpu_qmatmul_avx512.c, taken first where the CPU has VNNI), so an output element has the
+ * same bits whatever T, the thread that computes it, or the instruction set picked at run
+ * time: the batch invariance greedy speculation relies on holds as in the f32 path.
  *
  * Accuracy: this is not the f32 reference (cpu_matmul.c on dequantised weights, selected with
  * SEER_WEIGHTS_F32): the 8-bit activations add a relative error of about 2^-8 per group;
