@@ -9,6 +9,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcmocka-dev libjansson-dev libpcre2-dev clang libomp-dev
       libmicrohttpd-dev python3 python3-venv)
+# SEER_BENCH_DEPS=1: also the text scripts/long-prompt.sh builds benchmark prompts from.
+[[ ${SEER_BENCH_DEPS:-0} == 1 ]] && pkgs+=(bible-kjv bible-kjv-text)
 lock_wait=${APT_LOCK_WAIT:-600}
 locks=(/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock
        /var/cache/apt/archives/lock)

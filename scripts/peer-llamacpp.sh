@@ -18,7 +18,7 @@
 #       waits for that marker (default 600 s); exits with the build's status, 124 on timeout.
 #   scripts/peer-llamacpp.sh run [cpu|cuda] -m MODEL.gguf --out PEER.json [--ctx-list L,...]
 #       [--batched BxL,...] [--prefill-list P,...] [--gen N] [--batched-gen N] [--reps N]
-#       [--threads N] [--timeout SECONDS]
+#       [--threads N] [--timeout SECONDS] [--bench-args 'FLAGS']
 #       llama-bench: plain decode at B = 1 for every L of --ctx-list (tg N at depth L:
 #       `-p 0 -n N -d L`, ms/token = median run / N) and prefill for every P of --prefill-list
 #       (`-p P -n 0 -d 0`); llama-batched-bench for every BxL of --batched: B prompts of L
@@ -30,7 +30,9 @@
 #       each point in its own process. Writes the peer file `seer bench --peer` reads
 #       (tools/seer/bench.h): llama.cpp's commit and build, the device, the model and the exact
 #       commands in "version" and "description"; a point that failed (out of memory) gets an
-#       "error". The tools' output goes to PEER.json.log.
+#       "error". The tools' output goes to PEER.json.log. --bench-args: more llama-bench flags;
+#       the CPU comparison in docs/benchmarks.md used --bench-args '--repack 0' (with its
+#       repacking on, llama.cpp crashes in its AMX matmul on the development VM).
 # Needs: cmake, a C++ compiler (nvcc for cuda), python3, xz. PEER_JOBS: build jobs (default
 # all cores); PEER_CMAKE_ARGS: more cmake flags for the build (e.g. -DGGML_AMX_INT8=OFF...).
 set -uo pipefail

@@ -174,6 +174,9 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per command")
     ap.add_argument("--log", default=None, help="the tools' output (default: OUT.log)")
+    ap.add_argument("--bench-args", default="",
+                    help="more llama-bench flags, e.g. '--repack 0' where its repacked CPU "
+                         "path crashes (the AMX matmul on some VMs)")
     a = ap.parse_args()
 
     bench = os.path.join(a.bin, "llama-bench")
@@ -192,7 +195,7 @@ def main():
     points, prefill, info = [], [], {}
 
     def llama_bench(extra):
-        cmd = [bench, "-m", a.model] + common + ["-r", str(a.reps), "-o", "json"] + extra
+        cmd = [bench, "-m", a.model] + common + shlex.split(a.bench_args) + ["-r", str(a.reps), "-o", "json"] + extra
         rc, out, err = run(cmd, a.timeout, log)
         tests = [t for t in json_objects(out) if "samples_ns" in t]
         if rc != 0 or not tests:
@@ -248,11 +251,12 @@ def main():
     version = "llama.cpp %s (build %s), from llama-cpp-python %s" % (
         info.get("build_commit", "?"), info.get("build_number", "?"), PEER_VERSION)
     flags = " ".join(common)
+    bflags = " ".join(common + shlex.split(a.bench_args))
     desc = ("%s; %s Release build; %s; %s; llama-bench -m FILE %s -r %d -o json -p 0 -n %d -d L; "
             "prefill: llama-bench ... -p P -n 0 -d 0; batched: llama-batched-bench -m FILE %s -kvu "
             "-c B*(L+%d) -npp L,1 -ntg %d -npl B --output-format jsonl") % (
         version, a.kind.upper(), device or "device unknown", info.get("model_type") or shape["file_type"],
-        flags, a.reps, a.gen, flags, N, N)
+        bflags, a.reps, a.gen, flags, N, N)
     model = dict(shape)
     if info.get("model_size"):
         model["llama_cpp_model_bytes"] = info["model_size"]

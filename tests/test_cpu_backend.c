@@ -8,8 +8,10 @@
  * Checked per case: relative L2 error to the reference within QTOL on random x (8-bit
  * activations per group of 32: measured 2.5e-3..7e-3, up to 1.3e-2 for random K-quant blocks), and
  * within XTOL on x that 8 bits represent exactly (which checks the unpacking of every code); each token's row bit-identical to
- * computing that token alone (batch invariance); bit-identical for 1 and 3 threads; the
- * scalar path bit-identical to the vector path picked at run time; the embedding lookup of a
+ * computing that token alone (batch invariance: T from 1 to 70, below and above the widths
+ * at which the prefill tiles start and not multiples of their token tile; rows not multiples
+ * of 8 or 16); bit-identical for 1 and 3 threads; the scalar, AVX2 and AVX-512 paths
+ * bit-identical to each other (those the CPU has); the embedding lookup of a
  * stored table equal to the dequantised row.
  */
 #define _GNU_SOURCE /* sched_getaffinity */
@@ -112,7 +114,7 @@ static void test_qmatmul(void **state) {
     ASSERT_OK(seer_backend_cpu_init(3, &q3));
     static const struct {
         int T, rows, cols;
-    } shapes[] = {{1, 67, 256}, {5, 130, 512}, {70, 96, 768}};
+    } shapes[] = {{1, 67, 256}, {5, 130, 512}, {70, 96, 768}, {3, 48, 256}, {9, 200, 512}, {17, 35, 1024}};
     uint64_t rng = 42;
     for (size_t k = 0; k < sizeof FMTS / sizeof *FMTS; k++) {
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -150,12 +152,17 @@ static void test_qmatmul(void **state) {
                 assert_memory_equal(yi, y1 + (size_t)i * R, sizeof(float) * R);
                 free(yi);
             }
-            /* the scalar path */
-            ((seer_cpu *)q1->impl)->qdot_scalar = 1;
-            float *ys = run(q1, &w1, x, bias, T);
-            ((seer_cpu *)q1->impl)->qdot_scalar = 0;
-            assert_memory_equal(ys, y1, sizeof(float) * T * R);
-            free(ys), free(yr), free(y1), free(y3), free(x), free(bias);
+            /* the scalar and AVX2 paths (AVX-512 is the default where the CPU has it) */
+            for (int isa = SEER_CPU_ISA_SCALAR; isa <= SEER_CPU_ISA_AVX512; isa++) {
+                ((seer_cpu *)q1->impl)->isa_cap = isa;
+                float *ys = run(q1, &w1, x, bias, T);
+                ((seer_cpu *)q1->impl)->isa_cap = 0;
+                if (memcmp(ys, y1, sizeof(float) * T * R) != 0)
+                    fail_msg("%s T=%d rows=%d: ISA level %d differs from the default path",
+                             ggml_type_name(FMTS[k].type), T, R, isa);
+                free(ys);
+            }
+            free(yr), free(y1), free(y3), free(x), free(bias);
             ref->ops->weight_free(ref, &wr);
             q1->ops->weight_free(q1, &w1);
             q3->ops->weight_free(q3, &w3);
@@ -221,6 +228,123 @@ static void test_qembed(void **state) {
         free(all), free(y), free(blk);
     }
     be->ops->free(be);
+}
+
+
+/* The tiled attention for prompts (cpu_attention_tile.c) against the reference
+ * (cpu_attention.c) on random q, k, v: sequences with more than SEER_INVARIANT_NEW_TOKENS new
+ * tokens after some cached ones, beside sequences that stay on the reference (those must stay
+ * bit-identical). Tolerance ATOL on outputs of size <= 1: the online softmax and the
+ * vector exponent sum in another order (measured below 1e-6). */
+#define ATOL 2e-5
+static void test_attention_tiles(void **state) {
+    (void)state;
+    static const struct {
+        int Hkv, group, Dh, ps, ns, len0[3], ntok[3];
+    } cases[] = {
+        {3, 3, 64, 16, 1, {0}, {200}},                   /* SmolLM2's heads */
+        {2, 7, 64, 16, 2, {37, 0}, {150, 66}},           /* Qwen2.5's, one just over the limit */
+        {1, 4, 48, 8, 3, {5, 10, 0}, {100, 3, 65}},      /* a decode and a 65-token chunk beside */
+        {2, 2, 40, 16, 1, {20}, {90}},                   /* Dh not a multiple of 16 */
+        {1, 1, 16, 1, 1, {130}, {70}},                   /* one-slot pages */
+    };
+    uint64_t rng = 77;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const int Hkv = cases[c].Hkv, H = Hkv * cases[c].group, Dh = cases[c].Dh, ps = cases[c].ps;
+        const int ns = cases[c].ns, kvd = Hkv * Dh;
+        int T = 0, maxlen = 0;
+        for (int b = 0; b < ns; b++) {
+            T += cases[c].ntok[b];
+            const int len = cases[c].len0[b] + cases[c].ntok[b];
+            maxlen = len > maxlen ? len : maxlen;
+        }
+        const int mp = (maxlen + ps - 1) / ps;
+        seer_kv_geom g = {.n_pages = ns * mp, .page_size = ps, .n_layers = 1, .n_kv_heads = Hkv, .head_dim = Dh};
+        seer_backend *be;
+        ASSERT_OK(seer_backend_cpu_init(2, &be));
+        seer_cpu *cpu = be->impl;
+        void *kv;
+        int committed;
+        ASSERT_OK(be->ops->kv_alloc(be, &g, &kv));
+        ASSERT_OK(be->ops->kv_reserve(be, kv, &g, g.n_pages, &committed));
+        /* pages of sequence b: b, b + ns, b + 2 ns, ... (interleaved, as a pool hands them) */
+        int32_t *pages = malloc(sizeof(int32_t) * ns * mp);
+        for (int b = 0; b < ns; b++)
+            for (int i = 0; i < mp; i++)
+                pages[b * mp + i] = b + i * ns;
+        /* the cached slots */
+        for (int b = 0; b < ns; b++) {
+            const int L0 = cases[c].len0[b];
+            if (!L0)
+                continue;
+            float *k = rand_x((size_t)L0 * kvd, &rng), *v = rand_x((size_t)L0 * kvd, &rng);
+            int32_t *pg = malloc(sizeof(int32_t) * L0), *row = malloc(sizeof(int32_t) * L0);
+            for (int s = 0; s < L0; s++)
+                pg[s] = pages[b * mp + s / ps], row[s] = s % ps;
+            ASSERT_OK(be->ops->kv_store(be, kv, &g, 0, k, v, pg, row, L0));
+            free(k), free(v), free(pg), free(row);
+        }
+        /* the new tokens, sequence by sequence */
+        int32_t *tok_seq = malloc(sizeof(int32_t) * T), *tok_slot = malloc(sizeof(int32_t) * T);
+        int32_t *seq_toks = malloc(sizeof(int32_t) * T), *pg = malloc(sizeof(int32_t) * T);
+        int32_t *row = malloc(sizeof(int32_t) * T), off[4], len0[3];
+        off[0] = 0;
+        for (int b = 0, t = 0; b < ns; b++) {
+            len0[b] = cases[c].len0[b];
+            for (int i = 0; i < cases[c].ntok[b]; i++, t++) {
+                tok_seq[t] = b;
+                tok_slot[t] = len0[b] + i;
+                seq_toks[t] = t;
+                pg[t] = pages[b * mp + tok_slot[t] / ps];
+                row[t] = tok_slot[t] % ps;
+            }
+            off[b + 1] = off[b] + cases[c].ntok[b];
+        }
+        float *k = rand_x((size_t)T * kvd, &rng), *v = rand_x((size_t)T * kvd, &rng);
+        float *q = rand_x((size_t)T * H * Dh, &rng);
+        for (size_t i = 0; i < (size_t)T * H * Dh; i++)
+            q[i] *= 3.f; /* a softmax far from uniform */
+        ASSERT_OK(be->ops->kv_store(be, kv, &g, 0, k, v, pg, row, T));
+        seer_attn_batch ab = {.T = T, .n_heads = H, .n_kv_heads = Hkv, .head_dim = Dh,
+                              .scale = 1.f / sqrtf((float)Dh), .page_size = ps, .n_seq = ns,
+                              .max_pages = mp, .seq_pages = pages, .seq_len0 = len0,
+                              .seq_tok_off = off, .seq_toks = seq_toks, .tok_seq = tok_seq,
+                              .tok_slot = tok_slot};
+        const size_t n = (size_t)T * H * Dh;
+        float *ref = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n);
+        cpu->attn_ref = 1;
+        ASSERT_OK(be->ops->attention(be, ref, q, kv, &g, 0, &ab));
+        cpu->attn_ref = 0;
+        for (int isa = 0; isa <= SEER_CPU_ISA_AVX2; isa += SEER_CPU_ISA_AVX2) { /* best; no AVX-512 */
+            cpu->isa_cap = isa;
+            for (size_t i = 0; i < n; i++)
+                out[i] = NAN;
+            ASSERT_OK(be->ops->attention(be, out, q, kv, &g, 0, &ab));
+            double worst = 0;
+            for (int t = 0; t < T; t++) {
+                const float *o = out + (size_t)t * H * Dh, *r = ref + (size_t)t * H * Dh;
+                if (!seer_cpu_attn_tileable(&ab, tok_seq[t])) {
+                    if (memcmp(o, r, sizeof(float) * H * Dh) != 0)
+                        fail_msg("case %zu token %d: a sequence left to the reference changed", c, t);
+                    continue;
+                }
+                for (int e = 0; e < H * Dh; e++) {
+                    const double d = fabs((double)o[e] - r[e]);
+                    if (!(d <= ATOL))
+                        fail_msg("case %zu isa %d token %d elem %d: %g vs %g", c, isa, t, e, o[e], r[e]);
+                    worst = d > worst ? d : worst;
+                }
+            }
+            printf("attention tiles: case %zu (Hkv %d group %d Dh %d ps %d) isa cap %d: max |diff| %.2e\n",
+                   c, Hkv, cases[c].group, Dh, ps, isa, worst);
+        }
+        cpu->isa_cap = 0;
+        assert_true(seer_cpu_attn_tileable(&ab, 0));
+        free(ref), free(out), free(k), free(v), free(q), free(pages);
+        free(tok_seq), free(tok_slot), free(seq_toks), free(pg), free(row);
+        be->ops->kv_free(be, kv);
+        be->ops->free(be);
+    }
 }
 
 typedef struct {
@@ -301,6 +425,7 @@ int main(void) {
         cmocka_unit_test(test_qmatmul),
         cmocka_unit_test(test_qmatmul_nonfinite),
         cmocka_unit_test(test_qembed),
+        cmocka_unit_test(test_attention_tiles),
         cmocka_unit_test(test_weights_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

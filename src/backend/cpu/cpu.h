@@ -16,10 +16,14 @@ void seer_cpu_pool_free(seer_cpu_pool *p);
 void seer_cpu_pool_run(seer_cpu_pool *p, int64_t n, int64_t chunk, seer_cpu_task fn, void *ctx);
 int seer_cpu_default_threads(void);
 
+enum { SEER_CPU_ISA_SCALAR = 1, SEER_CPU_ISA_AVX2 = 2, SEER_CPU_ISA_AVX512 = 3 };
+
 typedef struct {
     int n_threads;
     seer_cpu_pool *pool;
-    int qdot_scalar;      /* 1: the quantised dots take the scalar path (tests compare it) */
+    int attn_ref;         /* 1: every sequence takes the reference attention (tests) */
+    int isa_cap;          /* SEER_CPU_ISA_*: the best the quantised dots may use (tests
+                           * compare the paths); 0: whatever the CPU has */
     void *xq;             /* quantised activations for cpu_qmatmul.c, grow-only */
     size_t xq_cap;        /* bytes */
     void *smp;       /* sample_rows / accept_chains scratch, grow-only */
@@ -60,5 +64,12 @@ seer_status seer_cpu_qmatmul(seer_backend *be, float *y, const float *x, const s
                              const float *bias, int T);
 seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, const void *kv,
                                const seer_kv_geom *g, int layer, const seer_attn_batch *ab);
+/* cpu_attention_tile.c: whether sequence b's new tokens may go through the tiled path (a
+ * prompt: more than SEER_INVARIANT_NEW_TOKENS of them, causal, full view), and that path for
+ * the sequences marked in tiled [n_seq]. */
+bool seer_cpu_attn_tileable(const seer_attn_batch *ab, int b);
+seer_status seer_cpu_attention_tiles(seer_backend *be, float *out, const float *q, const void *kv,
+                                     const seer_kv_geom *g, int layer, const seer_attn_batch *ab,
+                                     const uint8_t *tiled);
 
 #endif

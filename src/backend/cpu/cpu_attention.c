@@ -7,6 +7,10 @@
  * set of slots it sees, not on how the batch around it was formed. A query-key dot product is
  * summed in 8 lanes and a fixed tree (dot_lanes), which the compiler turns into vector FMAs:
  * one serial f32 chain per key made long prompts latency-bound.
+ *
+ * Sequences with a prompt's worth of new tokens (more than SEER_INVARIANT_NEW_TOKENS, causal,
+ * full view) go to the tiled path instead (cpu_attention_tile.c), which is not
+ * batch-invariant; decode and verification steps never do.
  */
 #include "backend/cpu/cpu.h"
 #include "util/error.h"
@@ -45,6 +49,33 @@ static inline void dot4_lanes(const float *q, const float *const k[4], int n, fl
     }
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define AVX2 __attribute__((target("avx2,fma")))
+
+/* dot4_lanes with the eight lanes in one register, for Dh a multiple of 8: lane l's chain
+ * is the same fused multiply-adds (the build contracts a * b + c), the tree the same adds
+ * ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)); what the compiler made of the scalar
+ * form (gathers and shuffles) kept decode attention at a few GFLOP/s. */
+AVX2 static void dot4_avx2(const float *q, const float *const k[4], int n, float *out) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int i = 0; i < n; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+        for (int j = 0; j < 4; j++)
+            acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + i), acc[j]);
+    }
+    for (int j = 0; j < 4; j++) {
+        const __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1));
+        const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
+        out[j] = _mm_cvtss_f32(u) + _mm_cvtss_f32(_mm_shuffle_ps(u, u, 1));
+    }
+}
+
+static bool have_avx2(void) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+
 /* Slots token i may see, in ascending order; returns the count. */
 static int visible_slots(const seer_attn_batch *ab, int i, int layer, int kvh, int32_t *out) {
     int b = ab->tok_seq[i];
@@ -82,6 +113,7 @@ typedef struct {
     const seer_kv_geom *g;
     int layer, max_slots;
     const seer_attn_batch *ab;
+    const uint8_t *tiled; /* [n_seq] sequences cpu_attention_tile.c does, or NULL */
     _Atomic int oom;
 } attn_args;
 
@@ -96,6 +128,10 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
     float *out = a->out;
     const int H = ab->n_heads, Hkv = ab->n_kv_heads, Dh = ab->head_dim;
     const int group = H / Hkv;
+    bool fast = false;
+#ifdef AVX2
+    fast = Dh % 8 == 0 && have_avx2();
+#endif
     int32_t *slots = seer_malloc_array((size_t)a->max_slots + 1, sizeof *slots);
     /* [group][stride]: the query heads that share a KV head go through its keys together, so
      * each key and value row is read once per token rather than once per query head. */
@@ -111,6 +147,8 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
     }
     for (int64_t j = j0; j < j1; j++) {
         const int i = (int)(j / Hkv), kvh = (int)(j % Hkv);
+        if (a->tiled && a->tiled[ab->tok_seq[i]])
+            continue;
         const int32_t *pages = ab->seq_pages + (size_t)ab->tok_seq[i] * ab->max_pages;
         int n = visible_slots(ab, i, layer, kvh, slots);
         const float *qh = q + ((size_t)i * H + (size_t)kvh * group) * Dh;
@@ -125,7 +163,12 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
             }
             for (int hq = 0; hq < group; hq++) {
                 float d[4];
-                dot4_lanes(qh + (size_t)hq * Dh, kr, Dh, d);
+#ifdef AVX2
+                if (fast)
+                    dot4_avx2(qh + (size_t)hq * Dh, kr, Dh, d);
+                else
+#endif
+                    dot4_lanes(qh + (size_t)hq * Dh, kr, Dh, d);
                 for (int j = 0; j < 4; j++)
                     score[hq * stride + k + j] = d[j] * ab->scale;
             }
@@ -203,9 +246,30 @@ seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, con
         if (m > max_slots)
             max_slots = m;
     }
-    attn_args a = {out, q, kv, g, layer, max_slots, ab, 0};
-    seer_cpu_for(be, (size_t)T * ab->n_heads * max_slots * ab->head_dim > ((size_t)1 << 18),
-                 (int64_t)T * Hkv, attn_items, &a);
+    /* Prompts (long runs of new tokens in one sequence) go through the tiles; everything a
+     * decode or verification step sees stays on the reference below. */
+    uint8_t *tiled = NULL;
+    int n_tiled = 0, n_ref = T;
+    for (int b = 0; b < ab->n_seq && !((seer_cpu *)be->impl)->attn_ref; b++)
+        if (seer_cpu_attn_tileable(ab, b)) {
+            if (!tiled && !(tiled = calloc((size_t)ab->n_seq, 1)))
+                return seer_err(SEER_ERR_OOM, "attention: out of memory");
+            tiled[b] = 1;
+            n_tiled++;
+            n_ref -= ab->seq_tok_off[b + 1] - ab->seq_tok_off[b];
+        }
+    if (n_tiled) {
+        seer_status st = seer_cpu_attention_tiles(be, out, q, kv, g, layer, ab, tiled);
+        if (st != SEER_OK) {
+            free(tiled);
+            return st;
+        }
+    }
+    attn_args a = {out, q, kv, g, layer, max_slots, ab, tiled, 0};
+    if (n_ref > 0)
+        seer_cpu_for(be, (size_t)n_ref * ab->n_heads * max_slots * ab->head_dim > ((size_t)1 << 18),
+                     (int64_t)T * Hkv, attn_items, &a);
+    free(tiled);
     if (atomic_load(&a.oom))
         return seer_err(SEER_ERR_OOM, "attention: out of memory for %d slots", max_slots);
     return SEER_OK;

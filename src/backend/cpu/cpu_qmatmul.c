@@ -8,9 +8,10 @@
  * block's min, for the formats that have one); the group contributes
  *     t = a * isum(code, xq) [+ b * sum(xq)],   acc = fma(dx, t, acc)
  * in group order. Every step after the integer sums is one fixed sequence of f32 operations
- * (explicit fmaf), shared by the AVX2 and the scalar paths, so an output element has the same
- * bits whatever T, the thread that computes it, or the instruction set picked at run time:
- * the batch invariance greedy speculation relies on holds as in the f32 path.
+ * (explicit fmaf), shared by the scalar, AVX2 and AVX-512 paths (the last in
+ * cpu_qmatmul_avx512.c, taken first where the CPU has VNNI), so an output element has the
+ * same bits whatever T, the thread that computes it, or the instruction set picked at run
+ * time: the batch invariance greedy speculation relies on holds as in the f32 path.
  *
  * Accuracy: this is not the f32 reference (cpu_matmul.c on dequantised weights, selected with
  * SEER_WEIGHTS_F32): the 8-bit activations add a relative error of about 2^-8 per group;
@@ -19,6 +20,7 @@
  * Not for: f32/f16/bf16 weights (dequantised to f32 at load, cpu_matmul.c).
  */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_qmatmul.h"
 #include "gguf/gguf.h"
 
 #include <math.h>
@@ -30,7 +32,6 @@
 #define HAVE_X86 1
 #endif
 
-#define QK 32  /* elements per activation group and per weight group */
 #define ROWS 4 /* tokens sharing one unpacked weight group */
 
 bool seer_cpu_qtype_supported(int type) {
@@ -45,19 +46,25 @@ bool seer_cpu_qtype_supported(int type) {
 
 /* ---- activations ------------------------------------------------------------------------ */
 
-/* x [T][cols] -> codes q [T][cols], scales d [T][cols/32], code sums s [T][cols/32]. Plain
+/* x [T][cols] -> codes q [T][cols], scales d [T][cols/32], code sums s [T][cols/32] and
+ * those of each group's first 16 elements h [T][cols/32]. Plain
  * scalar code: every step is exact or correctly rounded per element, so however the compiler
  * vectorises it the values are the same. */
 typedef struct {
     const float *x;
     int8_t *q;
     float *d;
-    int32_t *s;
+    int32_t *s, *h;
     int cols;
+    bool avx512;
 } xquant_args;
 
 static void xquant_rows(void *ctx, int64_t t0, int64_t t1) {
     const xquant_args *a = ctx;
+    if (a->avx512) {
+        seer_cpu_xquant_avx512(a->x, a->q, a->d, a->s, a->h, a->cols, t0, t1);
+        return;
+    }
     const int cols = a->cols, ng = cols / QK;
     for (int64_t t = t0; t < t1; t++) {
         for (int g = 0; g < ng; g++) {
@@ -76,16 +83,18 @@ static void xquant_rows(void *ctx, int64_t t0, int64_t t1) {
             float id = finite && amax > 0.f ? 127.f / amax : 0.f;
             if (!isfinite(id)) /* a subnormal amax: the group's codes are 0 */
                 id = 0.f;
-            int32_t s = 0;
+            int32_t s = 0, h = 0;
             for (int i = 0; i < QK; i++) {
                 float f = finite ? nearbyintf(x[i] * id) : 0.f;
                 f = f > 127.f ? 127.f : f < -127.f ? -127.f : f;
                 const int v = (int)f;
                 q[i] = (int8_t)v;
                 s += v;
+                h += i < QK / 2 ? v : 0;
             }
             a->d[(size_t)t * ng + g] = d;
             a->s[(size_t)t * ng + g] = s;
+            a->h[(size_t)t * ng + g] = h;
         }
     }
 }
@@ -97,10 +106,6 @@ static inline float f16(const uint8_t *p) {
     memcpy(&h, p, 2);
     return seer_f16_to_f32(h);
 }
-
-/* How a format's groups combine: codes signed with one scale, codes unsigned with a scale
- * and a min, or signed with one scale per 16-element half (Q6_K). */
-enum { KIND_SYM, KIND_MIN, KIND_HALVES };
 
 typedef struct {
     float a0, a1, b; /* w = a * code + b; a0 for elements 0-15, a1 for 16-31 */
@@ -236,18 +241,6 @@ static void group_codes(int type, const uint8_t *b, int g, int8_t *c) {
     }
     }
 }
-
-typedef struct {
-    float *y;
-    const uint8_t *W;
-    const int8_t *xq;
-    const float *xd;
-    const int32_t *xs;
-    const float *bias;
-    int type, rows, cols, T;
-    size_t row_bytes;
-    int blk_elems, blk_bytes;
-} qmm_args;
 
 /* Output rows [o0, o1) for tokens [t0, t0 + nr), scalar codes. */
 static void qdot_scalar(const qmm_args *a, int o, int t0, int nr, float *out) {
@@ -535,19 +528,24 @@ AVX2 static void qdot8_pre_avx2(const qmm_args *a, const unpacked8 *u, int t0, i
 
 typedef void (*qdot_fn)(const qmm_args *, int, int, int, float *);
 
-static qdot_fn pick_qdot(void) {
+/* The best instruction set this CPU has, at most `cap` (SEER_CPU_ISA_*; 0: no cap). */
+static int pick_isa(int cap) {
+    int isa = SEER_CPU_ISA_SCALAR;
 #ifdef HAVE_X86
     /* F16C comes with every AVX2 CPU (x86-64-v3), and clang's builtin cannot test it. */
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return qdot_avx2;
+        isa = SEER_CPU_ISA_AVX2;
+    if (isa == SEER_CPU_ISA_AVX2 && seer_cpu_qmm_avx512_ok())
+        isa = SEER_CPU_ISA_AVX512;
 #endif
-    return qdot_scalar;
+    return cap && cap < isa ? cap : isa;
 }
 
 typedef struct {
     const qmm_args *a;
     qdot_fn dot;
-    bool wide; /* qdot8_avx2 for runs of 8 rows */
+    bool wide;   /* qdot8_avx2 for runs of 8 rows */
+    bool avx512; /* seer_cpu_qmm_avx512_rows for runs of 16 */
 } qmm_job;
 
 static void qmm_store8(const qmm_args *a, int64_t o, int t0, int nr, float out[][8]) {
@@ -591,6 +589,8 @@ static int64_t qmm_rows_pre(const qmm_args *a, int64_t o0, int64_t o1) {
 static void qmm_rows(void *ctx, int64_t o0, int64_t o1) {
     const qmm_job *j = ctx;
     const qmm_args *a = j->a;
+    if (j->avx512)
+        o0 = seer_cpu_qmm_avx512_rows(a, o0, o1);
 #ifdef HAVE_X86
     if (j->wide && a->T >= PRE_T)
         o0 = qmm_rows_pre(a, o0, o1);
@@ -618,7 +618,7 @@ seer_status seer_cpu_qmatmul(seer_backend *be, float *y, const float *x, const s
                              const float *bias, int T) {
     seer_cpu *c = be->impl;
     const int cols = w->cols, ng = cols / QK;
-    const size_t need = (size_t)T * cols + (size_t)T * ng * (sizeof(float) + sizeof(int32_t)) + 64;
+    const size_t need = (size_t)T * cols + (size_t)T * ng * (sizeof(float) + 2 * sizeof(int32_t)) + 64;
     if (need > c->xq_cap) {
         void *p = malloc(need);
         if (!p)
@@ -628,24 +628,26 @@ seer_status seer_cpu_qmatmul(seer_backend *be, float *y, const float *x, const s
         c->xq_cap = need;
     }
     float *xd = c->xq;
-    int32_t *xs = (int32_t *)(xd + (size_t)T * ng);
-    int8_t *xq = (int8_t *)(xs + (size_t)T * ng);
-    xquant_args xa = {x, xq, xd, xs, cols};
+    int32_t *xs = (int32_t *)(xd + (size_t)T * ng), *xh = xs + (size_t)T * ng;
+    int8_t *xq = (int8_t *)(xh + (size_t)T * ng);
+    const int isa = pick_isa(c->isa_cap);
+    xquant_args xa = {x, xq, xd, xs, xh, cols, isa >= SEER_CPU_ISA_AVX512};
     seer_cpu_for(be, (size_t)T * cols > ((size_t)1 << 16), T, xquant_rows, &xa);
-    const qdot_fn dot = c->qdot_scalar ? qdot_scalar : pick_qdot();
-    qmm_args a = {y, w->data, xq, xd, xs, bias, w->dtype, w->rows, cols, T, 0,
+    qmm_args a = {y, w->data, xq, xd, xs, xh, bias, w->dtype, w->rows, cols, T, 0,
                   ggml_type_block_elems((ggml_type)w->dtype),
                   ggml_type_block_bytes((ggml_type)w->dtype)};
     a.row_bytes = (size_t)(cols / a.blk_elems) * a.blk_bytes;
-    qmm_job j = {&a, dot, false};
+    qmm_job j = {&a, qdot_scalar, false, false};
 #ifdef HAVE_X86
-    j.wide = dot == qdot_avx2;
+    if (isa >= SEER_CPU_ISA_AVX2)
+        j.dot = qdot_avx2, j.wide = true;
+    j.avx512 = isa >= SEER_CPU_ISA_AVX512;
 #endif
-    /* Chunks of whole 8-row runs, so that the single-row path only takes the matrix's
-     * last rows (the bits are the same either way; the speed is not). */
+    /* Chunks of whole 16-row runs, so that the narrower paths only take the matrix's last
+     * rows (the bits are the same either way; the speed is not). */
     if (c->n_threads > 1 && (size_t)w->rows * cols * T > ((size_t)1 << 18)) {
         int64_t chunk = ((int64_t)w->rows + (int64_t)c->n_threads * 8 - 1) / ((int64_t)c->n_threads * 8);
-        chunk = (chunk + 7) / 8 * 8;
+        chunk = (chunk + 15) / 16 * 16;
         seer_cpu_pool_run(c->pool, w->rows, chunk, qmm_rows, &j);
     } else {
         qmm_rows(&j, 0, w->rows);
