@@ -579,7 +579,7 @@ static const seer_backend_ops cpu_ops = {
 static seer_status cpu_exec_clone(seer_backend *be, seer_backend **out) {
     const seer_cpu *c = be->impl;
     SEER_TRY(seer_backend_cpu_init(c->n_threads, out));
-    ((seer_cpu *)(*out)->impl)->qdot_scalar = c->qdot_scalar;
+    ((seer_cpu *)(*out)->impl)->isa_cap = c->isa_cap;
     return SEER_OK;
 }
 
