@@ -374,11 +374,10 @@ AVX512 void seer_cpu_xquant_avx512(const float *x, int8_t *q, float *d, int32_t 
                 id = 0.f;
             d[k] = finite ? amax / 127.f : NAN;
             const __m512 vid = _mm512_set1_ps(id);
-            const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
             __m512i q0 = _mm512_setzero_si512(), q1 = _mm512_setzero_si512();
             if (finite) {
-                q0 = _mm512_cvtps_epi32(_mm512_max_ps(nlim, _mm512_min_ps(lim, _mm512_roundscale_ps(_mm512_mul_ps(x0, vid), rnd))));
-                q1 = _mm512_cvtps_epi32(_mm512_max_ps(nlim, _mm512_min_ps(lim, _mm512_roundscale_ps(_mm512_mul_ps(x1, vid), rnd))));
+                q0 = _mm512_cvtps_epi32(_mm512_max_ps(nlim, _mm512_min_ps(lim, _mm512_roundscale_ps(_mm512_mul_ps(x0, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))));
+                q1 = _mm512_cvtps_epi32(_mm512_max_ps(nlim, _mm512_min_ps(lim, _mm512_roundscale_ps(_mm512_mul_ps(x1, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))));
             }
             _mm_storeu_si128((__m128i *)(q + e), _mm512_cvtepi32_epi8(q0));
             _mm_storeu_si128((__m128i *)(q + e + 16), _mm512_cvtepi32_epi8(q1));
