@@ -209,6 +209,19 @@ static seer_status find_group(seer_sched *s, const seer_spec_params *spec, int *
     return SEER_OK;
 }
 
+/* Room for one more waiting request; on failure the queue is as it was. */
+static seer_status waiting_reserve(seer_sched *s) {
+    if (s->n_waiting < s->cap_waiting)
+        return SEER_OK;
+    const int cap = s->cap_waiting ? 2 * s->cap_waiting : 16;
+    seer_request **w = realloc(s->waiting, sizeof *w * cap);
+    if (!w)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    s->waiting = w;
+    s->cap_waiting = cap;
+    return SEER_OK;
+}
+
 seer_status seer_sched_submit(seer_sched *s, seer_request *r) {
     SEER_CHECK_ARG(s);
     SEER_CHECK_ARG(r);
@@ -219,14 +232,7 @@ seer_status seer_sched_submit(seer_sched *s, seer_request *r) {
     const int n_ctx = s->ctx->params.n_ctx;
     if (r->n_prompt >= n_ctx)
         return seer_err(SEER_ERR_CONTEXT, "the prompt has %d tokens; the context holds %d", r->n_prompt, n_ctx);
-    if (s->n_waiting == s->cap_waiting) {
-        int cap = s->cap_waiting ? 2 * s->cap_waiting : 16;
-        seer_request **w = realloc(s->waiting, sizeof *w * cap);
-        if (!w)
-            return seer_err(SEER_ERR_OOM, "out of memory");
-        s->waiting = w;
-        s->cap_waiting = cap;
-    }
+    SEER_TRY(waiting_reserve(s));
     int grp = -1;
     SEER_TRY(find_group(s, &r->p.spec, &grp));
     SEER_TRY(seer_request_reserve(r, n_ctx));
@@ -268,14 +274,7 @@ static void remove_waiting(seer_sched *s, int i) {
 /* Takes r's KV back; it goes to the front of the queue with everything it emitted. */
 static seer_status preempt(seer_sched *s, int i) {
     seer_request *r = s->running[i];
-    if (s->n_waiting == s->cap_waiting) {
-        int cap = s->cap_waiting ? 2 * s->cap_waiting : 16;
-        seer_request **w = realloc(s->waiting, sizeof *w * cap);
-        if (!w)
-            return seer_err(SEER_ERR_OOM, "out of memory");
-        s->waiting = w;
-        s->cap_waiting = cap;
-    }
+    SEER_TRY(waiting_reserve(s));
     detach(s, r);
     remove_running(s, i);
     memmove(s->waiting + 1, s->waiting, sizeof *s->waiting * s->n_waiting);

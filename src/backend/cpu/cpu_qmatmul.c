@@ -163,17 +163,6 @@ static inline gscale group_scale(int type, const uint8_t *b, int g) {
     return group_scale_of(type, b, g, f16(b + d_offset(type)), has_min(type) ? f16(b + 2) : 0.f);
 }
 
-static inline int type_kind(int type) {
-    switch (type) {
-    case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
-        return KIND_MIN;
-    case GGML_TYPE_Q6_K:
-        return KIND_HALVES;
-    default:
-        return KIND_SYM;
-    }
-}
-
 /* One group's contribution, from its two half sums i0, i1 and the activation code sum xs. */
 static inline float group_term(int kind, gscale s, int32_t i0, int32_t i1, int32_t xs) {
     switch (kind) {

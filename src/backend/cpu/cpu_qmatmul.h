@@ -3,6 +3,8 @@
 #ifndef SEER_BACKEND_CPU_QMATMUL_H
 #define SEER_BACKEND_CPU_QMATMUL_H
 
+#include "gguf/gguf.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -11,6 +13,17 @@
 /* How a format's groups combine: codes signed with one scale, codes unsigned with a scale
  * and a min, or signed with one scale per 16-element half (Q6_K). */
 enum { KIND_SYM, KIND_MIN, KIND_HALVES };
+
+static inline int type_kind(int type) {
+    switch (type) {
+    case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+        return KIND_MIN;
+    case GGML_TYPE_Q6_K:
+        return KIND_HALVES;
+    default:
+        return KIND_SYM;
+    }
+}
 
 typedef struct {
     float *y;            /* [T, rows] */

@@ -38,17 +38,6 @@ int seer_cpu_qmm_avx512_ok(void) {
            __builtin_cpu_supports("avx512vnni");
 }
 
-static inline int kind_of(int type) {
-    switch (type) {
-    case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
-        return KIND_MIN;
-    case GGML_TYPE_Q6_K:
-        return KIND_HALVES;
-    default:
-        return KIND_SYM;
-    }
-}
-
 /* The offset that makes a format's codes unsigned (the codes below are code + bias). */
 static inline int bias_of(int type) {
     switch (type) {
@@ -207,7 +196,7 @@ AVX512 INLINE __m512i codes2(const int type, const uint8_t *pa, const uint8_t *p
  * of the offset codes; the offset is taken off here (xh, xs: the token's code sums). */
 AVX512 INLINE __m512 group_acc(const int type, __m512i i0, __m512i i1, __m512 a0, __m512 a1,
                                __m512 bb, int32_t xh, int32_t xs, float xd, __m512 acc) {
-    const int kind = kind_of(type), bias = bias_of(type);
+    const int kind = type_kind(type), bias = bias_of(type);
     __m512 term;
     if (kind == KIND_HALVES) {
         i0 = _mm512_sub_epi32(i0, _mm512_set1_epi32(bias * xh));
