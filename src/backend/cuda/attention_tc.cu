@@ -348,13 +348,23 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
                 }
                 return ok;
             };
+            /* A thread copies the same 16-byte column of a few keys, K and V from one offset:
+             * the address arithmetic per copy is an add (the issue loop was a third of the
+             * kernel's stall samples when each copy recomputed its key, column and half). */
+            const int ch = tid % (DH / 8);
+            const bf16 *kv_col = p.kv + ch * 8;
+            const size_t kv_stride = p.kv_stride;
             auto load = [&](int st) {
-                for (int e = tid; e < 2 * TC_TK * (DH / 8); e += TC_THREADS) {
-                    const int which = e / (TC_TK * (DH / 8)), rem = e % (TC_TK * (DH / 8));
-                    const int key = rem / (DH / 8), ch = rem % (DH / 8);
+                constexpr int KEYS = TC_TK * (DH / 8) / TC_THREADS; /* keys per thread */
+    #pragma unroll
+                for (int j = 0; j < KEYS; j++) {
+                    const int key = tid / (DH / 8) + j * (TC_THREADS / (DH / 8));
                     const long long o = koff[st * TC_TK + key];
-                    const bf16 *src = o >= 0 ? p.kv + o + (size_t)which * p.kv_stride + ch * 8 : p.kv;
-                    cp_async16(kvs + ((size_t)(st * 2 + which) * TC_TK + key) * LD + ch * 8, src, o >= 0 ? 16 : 0);
+                    bf16 *dst = kvs + ((size_t)(st * 2) * TC_TK + key) * LD + ch * 8;
+                    const bf16 *src = o >= 0 ? kv_col + o : p.kv;
+                    const int n = o >= 0 ? 16 : 0;
+                    cp_async16(dst, src, n);
+                    cp_async16(dst + (size_t)TC_TK * LD, o >= 0 ? src + kv_stride : p.kv, n);
                 }
             };
 
