@@ -7,13 +7,9 @@
  * copy-bandwidth floor of the K and V bytes it must read.
  *
  *   lab_attention [--cases 8x32768+1,14x32768+5,...] [--reps N] [--check-max ROWS]
- *                 [--spi 1,4,16] [--ipb 2,4,8]
  *
  * A case BxL+n is B sequences of L cached slots, each with n new tokens (1: a decode step;
  * G + 1: a verification chain). SEER_CUDA_ATTN picks a kernel family as in the engine.
- * --spi / --ipb sweep the tensor-core kernel's consecutive splits per item (seer_cuda.att_spi_max)
- * and the items per resident block it aims at (att_items_per_block), so a setting can be
- * measured before it becomes the default.
  * Not for: correctness of record (test_backend_ops owns that).
  */
 #include "backend/cuda/cuda_common.cuh"
@@ -57,17 +53,6 @@ typedef struct {
     int B, L, n;
 } lab_case;
 
-static int parse_list(const char *s, int *out, int max) {
-    int n = 0;
-    while (s && *s && n < max) {
-        out[n++] = atoi(s);
-        s = strchr(s, ',');
-        if (s)
-            s++;
-    }
-    return n;
-}
-
 static int parse_cases(const char *s, lab_case *out, int max) {
     int k = 0;
     while (s && *s && k < max) {
@@ -89,7 +74,6 @@ int main(int argc, char **argv) {
                         "3x131072+5,1x32768+5";
     int reps = 20;
     long long check_max = 70000;
-    int spis[8] = {0}, n_spi = 1, ipbs[8] = {0}, n_ipb = 1;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--cases") && v)
@@ -98,12 +82,8 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--check-max") && v)
             check_max = atoll(argv[++i]);
-        else if (!strcmp(argv[i], "--spi") && v)
-            n_spi = parse_list(argv[++i], spis, 8);
-        else if (!strcmp(argv[i], "--ipb") && v)
-            n_ipb = parse_list(argv[++i], ipbs, 8);
         else {
-            fprintf(stderr, "usage: lab_attention [--cases BxL+n,...] [--reps N] [--check-max ROWS] [--spi 1,4] [--ipb 2,4]\n");
+            fprintf(stderr, "usage: lab_attention [--cases BxL+n,...] [--reps N] [--check-max ROWS]\n");
             return 2;
         }
     }
@@ -124,8 +104,7 @@ int main(int argc, char **argv) {
     printf("# lab_attention: %s, %d SMs, copy bandwidth %.0f GB/s; H %d, Hkv %d, Dh %d, page %d; graph of %d "
            "calls, median of 5\n",
            prop.name, c->n_sm, bw / 1e9, H, HKV, DH, PS, reps);
-    const int spi0 = c->att_spi_max, ipb0 = c->att_items_per_block;
-    printf("%-14s %4s %4s %10s %10s %7s %9s\n", "case", "spi", "ipb", "us", "floor_us", "%floor", "rel_err");
+    printf("%-14s %10s %10s %7s %9s\n", "case", "us", "floor_us", "%floor", "rel_err");
     const size_t kvd = (size_t)HKV * DH;
     float *hk = (float *)malloc(CH * kvd * sizeof(float)), *hv = (float *)malloc(CH * kvd * sizeof(float));
     float *dk = NULL, *dv = NULL;
@@ -258,11 +237,7 @@ int main(int argc, char **argv) {
             inv = !memcmp(o1, out, (size_t)H * DH * sizeof(float));
             free(o1);
         }
-        /* time: reps calls in one graph, per setting swept */
-        for (int si = 0; si < n_spi; si++)
-        for (int ii = 0; ii < n_ipb; ii++) {
-        c->att_spi_max = spis[si] > 0 ? spis[si] : spi0;
-        c->att_items_per_block = ipbs[ii] > 0 ? ipbs[ii] : ipb0;
+        /* time: reps calls in one graph */
         CK(gpu->ops->batch_begin(gpu, &ab, NULL, NULL, tpage, trow, NULL, 0));
         cudaGraph_t graph;
         cudaGraphExec_t exec;
@@ -290,7 +265,7 @@ int main(int argc, char **argv) {
                     ms[a] = ms[b];
                     ms[b] = t;
                 }
-        /* the setting changes the time alone: the output must match the first run's bits */
+        /* the graph's replays must reproduce the first run's bits */
         float *o2 = (float *)malloc(nq * sizeof(float));
         CK(gpu->ops->download(gpu, o2, dout, nq * sizeof(float)));
         const bool same = !memcmp(o2, out, nq * sizeof(float));
@@ -300,16 +275,13 @@ int main(int argc, char **argv) {
         const double floor_us = bytes / bw * 1e6;
         char name[64];
         snprintf(name, sizeof name, "%dx%d+%d", B, L, n);
-        printf("%-14s %4d %4d %10.2f %10.2f %6.1f%% %9.2e%s%s%s\n", name, c->att_spi_max, c->att_items_per_block, us, floor_us, 100.0 * floor_us / us, rel,
-               rel > 1e-2 ? "  WRONG" : "", inv ? "" : "  NOT-INVARIANT", same ? "" : "  SETTING-CHANGES-BITS");
+        printf("%-14s %10.2f %10.2f %6.1f%% %9.2e%s%s%s\n", name, us, floor_us, 100.0 * floor_us / us, rel,
+               rel > 1e-2 ? "  WRONG" : "", inv ? "" : "  NOT-INVARIANT", same ? "" : "  REPLAY-CHANGES-BITS");
         fflush(stdout);
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
-        }
-        c->att_spi_max = spi0;
-        c->att_items_per_block = ipb0;
         gpu->ops->dealloc(gpu, dq);
         gpu->ops->dealloc(gpu, dout);
         gpu->ops->kv_free(gpu, kg);

@@ -21,7 +21,6 @@
  * 1% of the K and V they summarise. */
 #define ATT_MAX_SPLITS 64
 #define ATT_COMBINE_W 1024 /* split weights the combine holds in shared memory at a time */
-#define ATT_TC_MAX_SPI 16  /* most consecutive splits one tensor-core item streams through */
 /* New tokens of one sequence above which the tensor-core kernel prefills them (one split
  * each, flash attention) instead of splitting their visible slots: verification chains and
  * decode steps stay at or below it (backend.h), and they are the calls that must be
@@ -33,7 +32,7 @@ enum {
     D_T, D_NSEQ, D_NQ, D_NWORK, D_HAS_MASK,
     D_TOK_SEQ, D_TOK_SLOT, D_NCAND, D_LEN0, D_TOK_OFF, D_CAND_TOK, D_CAND_SLOT, D_PAGE_OFF,
     D_PAGES, D_VIEW, D_VLIST, D_VIDX, D_QOFF, D_MASK,
-    D_NWORK_TC, D_NGRP, D_GRP, D_GITEM, D_TMODE, D_TC_SPI,
+    D_NWORK_TC, D_NGRP, D_GRP, D_GITEM, D_TMODE,
     D_WORDS = 32
 };
 
@@ -74,7 +73,7 @@ struct att_desc {
     int T, n_work;
     const int32_t *tok_seq, *tok_slot, *ncand, *len0, *tok_off, *cand_tok, *cand_slot;
     const int32_t *page_off, *pages, *view, *vlist, *vidx, *qoff;
-    int n_work_tc, n_grp, tc_spi; /* tc_spi: consecutive splits per tensor-core item */
+    int n_work_tc, n_grp;
     const int32_t *grp;   /* [n_grp][4]: first index into cand_tok, tokens, flags (1 prefill,
                              2 merged in the kernel), splits */
     const int32_t *gitem; /* [n_grp + 1]: first work item of each group */
@@ -103,7 +102,6 @@ static __device__ __forceinline__ att_desc att_desc_load(const int32_t *d) {
     a.mask = d[D_HAS_MASK] ? (const uint8_t *)(d + d[D_MASK]) : NULL;
     a.n_work_tc = d[D_NWORK_TC];
     a.n_grp = d[D_NGRP];
-    a.tc_spi = d[D_TC_SPI];
     a.grp = d + d[D_GRP];
     a.gitem = d + d[D_GITEM];
     a.tmode = d + d[D_TMODE];

@@ -8,7 +8,6 @@
  * Everything runs in order on one non-blocking stream; download() synchronises it, which is
  * also where a kernel fault of the forward pass surfaces.
  */
-#include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
 #include <dlfcn.h>
@@ -432,8 +431,6 @@ static seer_status cuda_start(seer_cuda *c, int device) {
     c->mm_pdl = !(env && !strcmp(env, "0"));
     c->mm_waves = 1;
     c->mm_min_steps = 2;
-    c->att_spi_max = ATT_TC_MAX_SPI;
-    c->att_items_per_block = 4;
     env = getenv("SEER_CUDA_MM_TILE");
     c->mm_tile = env ? atoi(env) / 8 * 8 : 32;
     if (c->mm_tile < 8 || c->mm_tile > 64)

@@ -203,9 +203,6 @@ typedef struct {
      * warp keeps; fixed at start-up (the lab, lab/matmul_lab.cu, sweeps them): the split is
      * part of every element's summation order */
     int mm_waves, mm_min_steps;
-    /* attention: most consecutive splits per tensor-core item (1: an item per split) and
-     * the items per resident block it aims at; a function of the device, not the batch */
-    int att_spi_max, att_items_per_block;
 
     /* graph.cu: recorded forward calls */
     bool graphs;              /* SEER_CUDA_GRAPHS=0 turns them off */
