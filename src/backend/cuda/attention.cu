@@ -292,9 +292,11 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     /* Which kernel: the tensor-core one (attention_tc.cu) where it serves the head shape. */
     const int H = ab->n_heads, Dh = ab->head_dim;
     const bool heads_ok = Hkv >= 1 && H >= Hkv && H % Hkv == 0 && Dh >= 2 && Dh <= ATT_MAX_DH;
-    int cap_tc = 0;
+    int cap_tc = 0, cap_dec = 0;
     if (heads_ok && attn_tc_eligible(H, Hkv, Dh)) {
-        const seer_status st = attn_tc_capacity(c, Dh, &cap_tc);
+        seer_status st = attn_tc_capacity(c, Dh, false, &cap_tc);
+        if (st == SEER_OK)
+            st = attn_tc_capacity(c, Dh, true, &cap_dec);
         if (st != SEER_OK) {
             free(maxC);
             return st;
@@ -324,10 +326,15 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     /* Tensor-core items: groups of consecutive tokens of a sequence (in seq_toks order) whose
      * rows share each K/V tile. A split group's tokens have one chunk size, so their splits
      * start at the same visible index; a token under a view goes alone (its counts differ by
-     * layer and head). Items per group: its most splits, times the KV heads. */
-    int n_grp = 0;
-    long long n_work_tc = 0;
+     * layer and head). Items per group: its most splits, times the KV heads.
+     * Groups of at most 16 rows that are not prefilled go to the decode kind, first (pass 0);
+     * the rest after them (pass 1). The decode kind's items stream through tc_spi consecutive
+     * splits each, as many as leave its resident blocks about four items each: that changes
+     * the time a call takes, never a bit of its output (each split is computed as alone). */
+    int n_grp = 0, n_grp_dec = 0, tc_spi = 1;
+    long long n_work_tc = 0, n_work_dec = 0;
     if (tc) {
+        for (int pass = 0; pass < 2; pass++)
         for (int b = 0; b < n_seq; b++) {
             const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
             const bool pre = n_b > SEER_ATT_TC_PREFILL_MIN, view = maxC[n_seq + b] != 0;
@@ -345,6 +352,10 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                     S = Sj > S ? Sj : S;
                     n++;
                 }
+                if ((!pre && n * group <= 16) != (pass == 0)) {
+                    k += n;
+                    continue;
+                }
                 int32_t *gr = h + o_grp + 4 * (size_t)n_grp;
                 gr[0] = o + k;
                 gr[1] = n;
@@ -356,11 +367,22 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                 gr[3] = S;
                 if (here)
                     h[o_tmode + i0] = 2;
-                h[o_gitem + n_grp] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
-                n_work_tc += (long long)S * Hkv;
                 n_grp++;
+                n_grp_dec += pass == 0;
                 k += n;
             }
+        }
+        long long n_split_dec = 0;
+        for (int k = 0; k < n_grp_dec; k++)
+            n_split_dec += (long long)h[o_grp + 4 * (size_t)k + 3] * Hkv;
+        const long long spi = cap_dec > 0 ? n_split_dec / (4LL * cap_dec) : 1;
+        tc_spi = (int)(spi < 1 ? 1 : spi > ATT_TC_MAX_SPI ? ATT_TC_MAX_SPI : spi);
+        for (int k = 0; k < n_grp; k++) {
+            const int S = h[o_grp + 4 * (size_t)k + 3], per = k < n_grp_dec ? tc_spi : 1;
+            h[o_gitem + k] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
+            n_work_tc += (long long)((S + per - 1) / per) * Hkv;
+            if (k + 1 == n_grp_dec)
+                n_work_dec = n_work_tc;
         }
         h[o_gitem + n_grp] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
     }
@@ -375,7 +397,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         else
             SEER_TRY(attn_capacity(c, gb, Dh, &cap));
     }
-    const long long n_work = !heads_ok ? 0 : tc ? n_work_tc : n_q * Hkv * n_hc;
+    const long long n_work = !heads_ok ? 0 : tc ? n_work_tc - n_work_dec : n_q * Hkv * n_hc;
     if (n_work > INT32_MAX)
         return seer_err(SEER_ERR_UNSUPPORTED, "attention batch: %lld work items", n_work);
     if (split && heads_ok) {
@@ -420,6 +442,9 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     hd[D_GRP] = (int32_t)o_grp;
     hd[D_GITEM] = (int32_t)o_gitem;
     hd[D_TMODE] = (int32_t)o_tmode;
+    hd[D_NGRP_DEC] = n_grp_dec;
+    hd[D_NWORK_DEC] = (int32_t)n_work_dec;
+    hd[D_TC_SPI] = tc_spi;
 
     SEER_TRY(seer_cuda_reserve(c, &c->batch, bytes, "the batch index arrays"));
     CUDA_TRY(cudaMemcpyAsync(c->batch.p, h, bytes, cudaMemcpyHostToDevice, c->stream));
@@ -445,11 +470,17 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     a->min_layers_view = min_lv;
     a->desc = d;
     a->n_work = n_work;
-    a->grid = (int)(n_work < cap ? (n_work > 0 ? n_work : 1) : cap);
+    /* the tensor-core kinds launch only with items (a grid of 0: not launched) */
+    a->grid = (int)(n_work < cap ? (n_work > 0 ? n_work : (tc ? 0 : 1)) : cap);
     int gbk = 1;
     while (gbk < n_work && gbk < cap)
         gbk *= 2;
-    a->grid_bucket = gbk < cap ? gbk : cap;
+    a->grid_bucket = tc && n_work == 0 ? 0 : gbk < cap ? gbk : cap;
+    a->grid_dec = (int)(n_work_dec < cap_dec ? n_work_dec : cap_dec);
+    gbk = 1;
+    while (gbk < n_work_dec && gbk < cap_dec)
+        gbk *= 2;
+    a->grid_dec_bucket = n_work_dec == 0 ? 0 : gbk < cap_dec ? gbk : cap_dec;
     a->split = split;
     a->need_combine = need_combine;
     a->tc = tc;
@@ -842,7 +873,7 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
 
     const int grid = c->fw.padded ? a->grid_bucket : a->grid;
     if (a->tc) {
-        SEER_TRY(attn_tc_launch(c, p, grid));
+        SEER_TRY(attn_tc_launch(c, p, c->fw.padded ? a->grid_dec_bucket : a->grid_dec, grid));
     } else {
         attn_partial_kernel<<<(unsigned)grid, ATT_THREADS, attn_smem_bytes(gb, Dh), c->stream>>>(p);
         LAUNCH_TRY("attn_partial_kernel");

@@ -21,6 +21,7 @@
  * 1% of the K and V they summarise. */
 #define ATT_MAX_SPLITS 64
 #define ATT_COMBINE_W 1024 /* split weights the combine holds in shared memory at a time */
+#define ATT_TC_MAX_SPI 16  /* most consecutive splits one decode-kind item streams through */
 /* New tokens of one sequence above which the tensor-core kernel prefills them (one split
  * each, flash attention) instead of splitting their visible slots: verification chains and
  * decode steps stay at or below it (backend.h), and they are the calls that must be
@@ -32,7 +33,7 @@ enum {
     D_T, D_NSEQ, D_NQ, D_NWORK, D_HAS_MASK,
     D_TOK_SEQ, D_TOK_SLOT, D_NCAND, D_LEN0, D_TOK_OFF, D_CAND_TOK, D_CAND_SLOT, D_PAGE_OFF,
     D_PAGES, D_VIEW, D_VLIST, D_VIDX, D_QOFF, D_MASK,
-    D_NWORK_TC, D_NGRP, D_GRP, D_GITEM, D_TMODE,
+    D_NWORK_TC, D_NGRP, D_GRP, D_GITEM, D_TMODE, D_NGRP_DEC, D_NWORK_DEC, D_TC_SPI,
     D_WORDS = 32
 };
 
@@ -74,6 +75,8 @@ struct att_desc {
     const int32_t *tok_seq, *tok_slot, *ncand, *len0, *tok_off, *cand_tok, *cand_slot;
     const int32_t *page_off, *pages, *view, *vlist, *vidx, *qoff;
     int n_work_tc, n_grp;
+    int n_grp_dec, n_work_dec; /* the decode kind's groups and items come first */
+    int tc_spi;                /* consecutive splits per decode-kind item */
     const int32_t *grp;   /* [n_grp][4]: first index into cand_tok, tokens, flags (1 prefill,
                              2 merged in the kernel), splits */
     const int32_t *gitem; /* [n_grp + 1]: first work item of each group */
@@ -102,6 +105,9 @@ static __device__ __forceinline__ att_desc att_desc_load(const int32_t *d) {
     a.mask = d[D_HAS_MASK] ? (const uint8_t *)(d + d[D_MASK]) : NULL;
     a.n_work_tc = d[D_NWORK_TC];
     a.n_grp = d[D_NGRP];
+    a.n_grp_dec = d[D_NGRP_DEC];
+    a.n_work_dec = d[D_NWORK_DEC];
+    a.tc_spi = d[D_TC_SPI];
     a.grp = d + d[D_GRP];
     a.gitem = d + d[D_GITEM];
     a.tmode = d + d[D_TMODE];
@@ -146,7 +152,10 @@ static __device__ __forceinline__ att_tok att_token(const att_desc &a, int i, in
 bool attn_tc_eligible(int H, int Hkv, int Dh);
 int attn_tc_tokens(int group, bool prefill);
 seer_status attn_tc_init(seer_cuda *c);
-seer_status attn_tc_capacity(seer_cuda *c, int Dh, int *out);
-seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, int grid);
+/* Resident blocks of the tensor-core kernel of a head size, decode kind or not; 0: it does
+ * not fit (the scalar kernel serves). */
+seer_status attn_tc_capacity(seer_cuda *c, int Dh, bool dec, int *out);
+/* The decode kind over grid_dec blocks, then the other over grid (0: not launched). */
+seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, int grid_dec, int grid);
 
 #endif

@@ -67,13 +67,14 @@ static __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-/* Shared memory of a block, in the order the kernel carves it. */
-static __host__ __device__ constexpr size_t tc_smem(int dh) {
-    return (size_t)64 * (dh + 8) * 2        /* Q rows, bf16 */
-           + (size_t)4 * 64 * (dh + 8) * 2  /* two stages of K and V tiles */
-           + 2 * 64 * 8 + 2 * 64 * 4        /* key offsets, candidate of each key */
-           + 4 * 64 * 4                     /* token, visible count, slot, splits per row token */
-           + 128 * 2 * 4;                   /* (m, l) per key part and row for the merge */
+/* Shared memory of a block, in the order the kernel carves it (dec: the decode kind). */
+static __host__ __device__ constexpr size_t tc_smem(int dh, bool dec) {
+    return (size_t)(dec ? 16 : 64) * (dh + 8) * 2 /* Q rows, bf16 */
+           + (size_t)4 * 64 * (dh + 8) * 2       /* two stages of K and V tiles */
+           + 2 * 64 * 8 + 2 * 64 * 4             /* key offsets, candidate of each key */
+           + 4 * 64 * 4                          /* token, visible count, slot, splits per row token */
+           + 128 * 2 * 4                         /* (m, l) per key part and row for the merge */
+           + (dec ? (size_t)4 * 8 * dh * 4 : 0); /* decode: a split's merge, eight rows at a time */
 }
 
 /* What the rows of an item share, in shared memory. */
@@ -195,11 +196,11 @@ static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item 
  * split order: a warp per row (token, head of the group), lanes over the head's elements.
  * The same arithmetic in the same order as attn_combine_kernel (attention.cu), so a token's
  * output does not depend on which of the two merged it. */
-template <int DH>
+template <int DH, int NT>
 static __device__ void tc_combine(const att_desc &a, const attn_params &p, const int *t_i,
                                   const int *t_S, int ntok, int ng, int kvh) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int r = warp; r < ntok * ng; r += TC_THREADS / 32) {
+    for (int r = warp; r < ntok * ng; r += NT / 32) {
         const int tt = r / ng, S = t_S[tt];
         if (S <= 1)
             continue;
@@ -241,19 +242,28 @@ static __device__ void tc_combine(const att_desc &a, const attn_params &p, const
     }
 }
 
-/* Persistent: block b takes items b, b + gridDim.x, ... of the descriptor's tensor-core
- * items; item = gitem[group] + split * Hkv + KV head. */
-template <int DH>
-__global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
+/* Persistent: block b takes items b, b + gridDim.x, ... of its kind's tensor-core items;
+ * item = gitem[group] + (split / spi) * Hkv + KV head.
+ * DEC (the decode kind): groups of at most 16 rows, not prefilled (decode steps, short
+ * chains): one m-tile, four warps, each item streaming through spi consecutive splits in
+ * one pipeline, a split's partial merged while the next split's first tile is in flight.
+ * Otherwise (chains of up to 32 rows, prefill): eight warps, one split per item. A row's
+ * arithmetic is the same in both: key part kp of every 64-key tile is warp kp's, the parts
+ * merge in part order, the splits in split order; so a token gives the same bits in a decode
+ * step and in a verification chain whichever kind serves each. */
+template <int DH, bool DEC>
+__global__ void __launch_bounds__(DEC ? 128 : 256, 2) attn_tc_kernel(attn_params p) {
     constexpr int LD = DH + 8;
+    constexpr int NT = DEC ? 128 : 256;
     extern __shared__ __align__(16) unsigned char tc_sm[];
     bf16 *qs = (bf16 *)tc_sm;
-    bf16 *kvs = qs + 64 * LD; /* [stage][K, V][64][LD] */
+    bf16 *kvs = qs + (DEC ? 16 : 64) * LD; /* [stage][K, V][64][LD] */
     long long *koff = (long long *)(kvs + 4 * 64 * LD);
     int *kcand = (int *)(koff + 2 * 64);
     int *t_i = kcand + 2 * 64, *t_nvis = t_i + 64, *t_slot = t_nvis + 64, *t_S = t_slot + 64;
     float *ml_s = (float *)(t_S + 64); /* [key part][rows of a part][m, l] */
     float *mrg = (float *)kvs;         /* [key part][rows of a part][DH] after the tiles */
+    float *mb = ml_s + 128 * 2;        /* decode: [key part][8 rows][DH], beside the tiles */
     __shared__ int s_last;
 
     /* The descriptor, token info and key addresses come from batch_begin: only q and the
@@ -263,9 +273,12 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     const int ng = p.group;
 
-    for (int item = blockIdx.x; item < a.n_work_tc; item += gridDim.x) {
+    /* this kind's groups and items: the decode kind's come first */
+    const int g_first = DEC ? 0 : a.n_grp_dec, g_last = DEC ? a.n_grp_dec - 1 : a.n_grp - 1;
+    const int i_end = DEC ? a.n_work_dec : a.n_work_tc;
+    for (int item = (DEC ? 0 : a.n_work_dec) + blockIdx.x; item < i_end; item += gridDim.x) {
         __syncthreads(); /* the previous item is done with shared memory */
-        int lo = 0, hi = a.n_grp - 1; /* the group: the last with gitem <= item */
+        int lo = g_first, hi = g_last; /* the group: the last with gitem <= item */
         while (lo < hi) {
             const int mid = (lo + hi + 1) >> 1;
             if (a.gitem[mid] <= item)
@@ -276,7 +289,9 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
         const int32_t *gr = a.grp + 4 * lo;
         const int first = gr[0], ntok = gr[1];
         const bool pre = gr[2] & 1, merge_here = (gr[2] & 2) != 0;
-        const int local = item - a.gitem[lo], kvh = local % p.Hkv, s = local / p.Hkv;
+        const int spi = DEC ? a.tc_spi : 1;
+        const int local = item - a.gitem[lo], kvh = local % p.Hkv, s0 = local / p.Hkv * spi;
+        const int s1 = min(s0 + spi, gr[3]);
         const att_tok t0 = att_token(a, a.cand_tok[first], p.layer, kvh);
         if (tid < ntok) {
             const int i = a.cand_tok[first + tid];
@@ -291,8 +306,8 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
         for (int k = 0; k < ntok; k++)
             max_nvis = max(max_nvis, t_nvis[k]);
         const long long chunk = pre ? (long long)max_nvis : att_chunk(t0.n_vis);
-        const int begin = (int)(pre ? 0 : s * chunk);
-        const int end = (int)min((long long)begin + chunk, (long long)max_nvis);
+        const int begin = (int)(pre ? 0 : s0 * chunk);
+        const int end = (int)min((long long)s1 * chunk, (long long)max_nvis);
         pdl_wait(); /* from here on q, the cache and the outputs are ours */
         do { /* break: the item is done */
             if (begin >= end)
@@ -301,11 +316,11 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
             const int n_mt = (it.rows + 15) / 16; /* m-tiles with rows: at most 2 split, 4 prefill */
             /* Warp roles: key part kp of each tile (split: four of 16 keys, the fixed order a
              * row's sum follows; prefill: two of 32) and m-tile mt of the rows. */
-            const int KP = pre ? 2 : 4, MR = pre ? 64 : 32; /* key parts, rows of a part */
+            const int KP = pre ? 2 : 4, MR = DEC ? 16 : pre ? 64 : 32; /* key parts, rows of a part */
             const int kp = warp % KP, mt = warp / KP;
 
             /* Q rows (token, head of the group) as bf16; rows past the item's are zeros */
-            for (int e = tid; e < n_mt * 16 * (DH / 8); e += TC_THREADS) {
+            for (int e = tid; e < n_mt * 16 * (DH / 8); e += NT) {
                 const int r = e / (DH / 8), d8 = e % (DH / 8);
                 uint4 w = make_uint4(0, 0, 0, 0);
                 if (r < it.rows) {
@@ -355,10 +370,10 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
             const bf16 *kv_col = p.kv + ch * 8;
             const size_t kv_stride = p.kv_stride;
             auto load = [&](int st) {
-                constexpr int KEYS = TC_TK * (DH / 8) / TC_THREADS; /* keys per thread */
+                constexpr int KEYS = TC_TK * (DH / 8) / NT; /* keys per thread */
     #pragma unroll
                 for (int j = 0; j < KEYS; j++) {
-                    const int key = tid / (DH / 8) + j * (TC_THREADS / (DH / 8));
+                    const int key = tid / (DH / 8) + j * (NT / (DH / 8));
                     const long long o = koff[st * TC_TK + key];
                     bf16 *dst = kvs + ((size_t)(st * 2) * TC_TK + key) * LD + ch * 8;
                     const bf16 *src = o >= 0 ? kv_col + o : p.kv;
@@ -373,7 +388,73 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
             for (int dn = 0; dn < DH / 8; dn++)
                 O[dn][0] = O[dn][1] = O[dn][2] = O[dn][3] = 0.f;
 
+            /* Decode kind: split s's rows (one m-tile, at most 16) from the four warps' states,
+             * eight rows at a time through mb, with the arithmetic of the merge below; then the
+             * state starts over for the next split. */
+            auto dec_finish = [&](int s) {
+    #pragma unroll
+                for (int hr = 0; hr < 2; hr++)
+                    if (c == 0) {
+                        const int r = g + 8 * hr;
+                        ml_s[(kp * MR + r) * 2] = m[hr];
+                        ml_s[(kp * MR + r) * 2 + 1] = l[hr];
+                    }
+                __syncthreads();
+    #pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    if (8 * hr >= it.rows)
+                        break;
+                    {
+                        const int r = g + 8 * hr;
+                        float M = -INFINITY;
+                        for (int w = 0; w < KP; w++)
+                            M = fmaxf(M, ml_s[(w * MR + r) * 2]);
+                        const float ew = m[hr] == -INFINITY ? 0.f : expf(m[hr] - M);
+                        float *dst = mb + (size_t)(kp * 8 + g) * DH + 2 * c;
+    #pragma unroll
+                        for (int dn = 0; dn < DH / 8; dn++)
+                            *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * ew, O[dn][2 * hr + 1] * ew);
+                    }
+                    __syncthreads();
+                    for (int e = tid; e < 8 * DH; e += NT) {
+                        const int r8 = e / DH, r = 8 * hr + r8, d = e % DH, tt = r / ng;
+                        if (r >= it.rows)
+                            break;
+                        const int S = t_S[tt];
+                        if (s >= S)
+                            continue;
+                        float M = -INFINITY;
+                        for (int w = 0; w < KP; w++)
+                            M = fmaxf(M, ml_s[(w * MR + r) * 2]);
+                        float L = 0.f, acc = 0.f;
+                        for (int w = 0; w < KP; w++) {
+                            const float mw = ml_s[(w * MR + r) * 2];
+                            L += mw == -INFINITY ? 0.f : ml_s[(w * MR + r) * 2 + 1] * expf(mw - M);
+                            acc += mb[(size_t)(w * 8 + r8) * DH + d];
+                        }
+                        const int i = t_i[tt], h = kvh * ng + r % ng;
+                        if (S == 1) {
+                            p.out[((size_t)i * p.H + h) * DH + d] = L > 0.f ? acc * (1.f / L) : 0.f;
+                        } else {
+                            const size_t prow = (size_t)(a.qoff[i] + s) * p.H + h;
+                            p.part_acc[prow * DH + d] = acc;
+                            if (d == 0) {
+                                p.part_ml[prow * 2] = M;
+                                p.part_ml[prow * 2 + 1] = L;
+                            }
+                        }
+                    }
+                    __syncthreads();
+                }
+                m[0] = m[1] = -INFINITY;
+                l[0] = l[1] = 0.f;
+    #pragma unroll
+                for (int dn = 0; dn < DH / 8; dn++)
+                    O[dn][0] = O[dn][1] = O[dn][2] = O[dn][3] = 0.f;
+            };
+
             const int n_tiles = (end - begin + TC_TK - 1) / TC_TK;
+            const int tps = (int)(chunk / TC_TK); /* tiles per split (decode kind) */
             bool full[2];
             full[0] = __syncthreads_and(prep(0, begin));
             full[1] = false;
@@ -400,7 +481,11 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
                         tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 16, kbase, full[st], p.scale, m, l, O);
                 }
                 __syncthreads();
+                if (DEC && ((t + 1) % tps == 0 || t + 1 == n_tiles))
+                    dec_finish(s0 + t / tps);
             }
+            if (DEC)
+                break;
 
             /* Merge the key parts in part order: each warp's (m, l) and its O scaled to the
              * rows' common max, then summed part by part. */
@@ -427,10 +512,10 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
                 }
             }
             __syncthreads();
-            for (int e = tid; e < it.rows * DH; e += TC_THREADS) {
+            for (int e = tid; e < it.rows * DH; e += NT) {
                 const int r = e / DH, d = e % DH, tt = r / ng;
                 const int S = t_S[tt];
-                if (s >= S)
+                if (s0 >= S)
                     continue;
                 float M = -INFINITY;
                 for (int w = 0; w < KP; w++)
@@ -445,7 +530,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
                 if (S == 1) {
                     p.out[((size_t)i * p.H + h) * DH + d] = L > 0.f ? acc * (1.f / L) : 0.f;
                 } else {
-                    const size_t prow = (size_t)(a.qoff[i] + s) * p.H + h;
+                    const size_t prow = (size_t)(a.qoff[i] + s0) * p.H + h;
                     p.part_acc[prow * DH + d] = acc;
                     if (d == 0) {
                         p.part_ml[prow * 2] = M;
@@ -464,14 +549,14 @@ __global__ void __launch_bounds__(TC_THREADS, 2) attn_tc_kernel(attn_params p) {
             __syncthreads();
             if (tid == 0) {
                 int *ctr = p.att_cnt + (size_t)lo * p.Hkv + kvh;
-                s_last = atomicAdd(ctr, 1) == gr[3] - 1;
+                s_last = atomicAdd(ctr, 1) == (gr[3] + spi - 1) / spi - 1; /* the items of (group, head) */
                 if (s_last)
                     *ctr = 0; /* every item has arrived: ready for the next call */
             }
             __syncthreads();
             if (s_last) {
                 __threadfence();
-                tc_combine<DH>(a, p, t_i, t_S, ntok, ng, kvh);
+                tc_combine<DH, NT>(a, p, t_i, t_S, ntok, ng, kvh);
             }
         }
     }
@@ -493,28 +578,38 @@ bool attn_tc_eligible(int H, int Hkv, int Dh) {
 int attn_tc_tokens(int group, bool prefill) { return (prefill ? 64 : 32) / group; }
 
 seer_status attn_tc_init(seer_cuda *c) {
-    c->att_tc_occ[0] = c->att_tc_occ[1] = -1;
-    if (tc_smem(128) > c->smem_optin)
+    for (int k = 0; k < 4; k++)
+        c->att_tc_occ[k] = -1;
+    if (tc_smem(128, false) > c->smem_optin)
         return SEER_OK; /* attn_tc_capacity then says none: the scalar kernel runs */
-    CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)tc_smem(64)));
-    CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)tc_smem(128)));
+    CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<64, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)tc_smem(64, false)));
+    CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<128, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)tc_smem(128, false)));
+    CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<64, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)tc_smem(64, true)));
+    CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<128, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)tc_smem(128, true)));
     return SEER_OK;
 }
 
-/* Asked of the runtime once per head size: batch_begin wants it every forward call. */
-seer_status attn_tc_capacity(seer_cuda *c, int Dh, int *out) {
-    int *cached = &c->att_tc_occ[Dh == 64 ? 0 : 1];
+template <int DH, bool DEC>
+static seer_status tc_occupancy(int *n) {
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, attn_tc_kernel<DH, DEC>, DEC ? 128 : 256,
+                                                           tc_smem(DH, DEC)));
+    return SEER_OK;
+}
+
+/* Asked of the runtime once per head size and kind: batch_begin wants it every forward call. */
+seer_status attn_tc_capacity(seer_cuda *c, int Dh, bool dec, int *out) {
+    int *cached = &c->att_tc_occ[(Dh == 64 ? 0 : 2) + dec];
     if (*cached < 0) {
         int n = 0;
-        if (tc_smem(Dh) <= c->smem_optin) {
+        if (tc_smem(Dh, dec) <= c->smem_optin && tc_smem(Dh, false) <= c->smem_optin) {
             if (Dh == 64)
-                CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<64>, TC_THREADS,
-                                                                       tc_smem(64)));
+                SEER_TRY((dec ? tc_occupancy<64, true>(&n) : tc_occupancy<64, false>(&n)));
             else
-                CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<128>, TC_THREADS,
-                                                                       tc_smem(128)));
+                SEER_TRY((dec ? tc_occupancy<128, true>(&n) : tc_occupancy<128, false>(&n)));
             n = (n > 0 ? n : 1) * c->n_sm;
         }
         *cached = n; /* 0: the kernel does not fit; the scalar one runs */
@@ -523,11 +618,18 @@ seer_status attn_tc_capacity(seer_cuda *c, int Dh, int *out) {
     return SEER_OK;
 }
 
-seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, int grid) {
-    if (p.Dh == 64)
-        CUDA_TRY(seer_cuda_launch(c, attn_tc_kernel<64>, dim3((unsigned)grid), dim3(TC_THREADS), tc_smem(64), p));
-    else
-        CUDA_TRY(seer_cuda_launch(c, attn_tc_kernel<128>, dim3((unsigned)grid), dim3(TC_THREADS), tc_smem(128), p));
+template <int DH, bool DEC>
+static seer_status tc_launch(seer_cuda *c, const attn_params &p, int grid) {
+    CUDA_TRY(seer_cuda_launch(c, attn_tc_kernel<DH, DEC>, dim3((unsigned)grid), dim3(DEC ? 128 : 256),
+                              tc_smem(DH, DEC), p));
     LAUNCH_TRY("attn_tc_kernel");
+    return SEER_OK;
+}
+
+seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, int grid_dec, int grid) {
+    if (grid_dec > 0)
+        SEER_TRY((p.Dh == 64 ? tc_launch<64, true>(c, p, grid_dec) : tc_launch<128, true>(c, p, grid_dec)));
+    if (grid > 0)
+        SEER_TRY((p.Dh == 64 ? tc_launch<64, false>(c, p, grid) : tc_launch<128, false>(c, p, grid)));
     return SEER_OK;
 }

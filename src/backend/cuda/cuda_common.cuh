@@ -122,6 +122,7 @@ typedef struct {
     long long n_work;            /* (token, split, head chunk) items of the partial kernel */
     int grid;                    /* its blocks op by op: min(n_work, resident capacity) */
     int grid_bucket;             /* its blocks in a recorded call: a power of two, capped */
+    int grid_dec, grid_dec_bucket; /* the same for the decode kind (attention_tc.cu); 0: none */
     bool split;                  /* some token has more than one split */
     bool need_combine;           /* ... which the partial kernel does not merge: the combine runs */
     bool tc;                     /* the tensor-core kernel serves this batch (attention_tc.cu) */
@@ -140,7 +141,7 @@ typedef struct {
  * its device pointers belong to. */
 typedef struct {
     const void *key;
-    int T_pad, n_out_pad, att_grid;
+    int T_pad, n_out_pad, att_grid, att_grid_dec;
     bool att_split, att_combine, warm, failed;
     unsigned long gen, last_use;
     cudaGraphExec_t exec;  /* NULL: seen (warm) but not recorded yet */
@@ -192,7 +193,8 @@ typedef struct {
     seer_cuda_idx idx[SEER_IDX_COUNT];
     seer_cuda_attn att;
     int att_occ_key, att_occ; /* resident attention blocks per SM for (gb, Dh) = key */
-    int att_tc_occ[2];        /* tensor-core attention blocks the GPU holds, Dh 64 / 128; -1 unknown */
+    int att_tc_occ[4];        /* tensor-core attention blocks the GPU holds, Dh 64 / 128 x
+                               * other / decode kind; -1 unknown */
 
     /* matmul.cu: split-K partial sums and per-tile arrival counters (zero between calls) */
     seer_cuda_buf mm_part, mm_cnt;
