@@ -207,8 +207,9 @@ typedef struct {
     int sinks;                      /* sink slots of the measured view */
     seer_context *draft_ctx;        /* a draft model's context to measure (NULL: none); it needs
                                        the same free sequences as ctx */
-    double time_budget_s;           /* measuring time aimed at, over all points (> 0) */
-    int min_reps;                   /* timings per point at least (their median is kept) */
+    double time_budget_s;           /* measuring time aimed at, over all points (> 0); past it
+                                       each remaining point is timed once */
+    int min_reps;                   /* timings per point within the budget (median kept) */
     const char *device;             /* for the key; NULL: the backend's name */
 } seer_calibrate_params;
 
