@@ -419,6 +419,7 @@ static void test_malformed(void **state) {
     expect_bad_edit("target", "target 1e-3 nan 3e-3 4e-3\n");
     expect_bad_edit("target", "target 1e-3 inf 3e-3 4e-3\n");
     expect_bad_edit("target", "target 1e-3 1e999 3e-3 4e-3\n");
+    expect_bad_edit("target", "target 1e-3 2e6 3e-3 4e-3\n");
     expect_bad_edit("target", "");
     expect_bad_edit("target", "target 1e-3 2e-3 3e-3 4e-3\ntarget 1e-3 2e-3 3e-3 4e-3\n");
     expect_bad_edit("verify", "");

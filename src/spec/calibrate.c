@@ -136,8 +136,11 @@ static seer_status side_open(side *s, seer_context *ctx, int B) {
     s->V = seer_n_vocab(seer_context_model(ctx));
     for (int i = 0; i < B; i++) {
         const seer_status st = seer_seq_new(ctx, &s->seq[i]);
-        if (st != SEER_OK)
-            return seer_err(st, "calibration needs %d free sequences: %s", B, seer_last_error());
+        if (st != SEER_OK) {
+            char msg[512]; /* the message is rewritten from itself: copy it first */
+            snprintf(msg, sizeof msg, "%s", seer_last_error());
+            return seer_err(st, "calibration needs %d free sequences: %s", B, msg);
+        }
         s->n_seq++;
     }
     return SEER_OK;
@@ -197,8 +200,11 @@ static seer_status grids(seer_context *ctx, const seer_calibrate_params *p, seer
     memcpy(t->drafter[0].k, k, sizeof(int) * (size_t)*n_k);
     snprintf(t->key, sizeof t->key, "grid");
     const seer_status st = seer_cost_table_check(t);
-    if (st != SEER_OK)
-        return seer_err(st, "calibration: %s", seer_last_error());
+    if (st != SEER_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", seer_last_error());
+        return seer_err(st, "calibration: %s", msg);
+    }
     for (int i = 0; i < *n_k; i++)
         if (k[i] < 1)
             return seer_err(SEER_ERR_INVALID_ARG, "calibration: budget %d", k[i]);

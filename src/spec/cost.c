@@ -28,7 +28,7 @@ static seer_status check_times(const char *what, const double (*t)[SEER_COST_MAX
                                bool zero_ok) {
     for (int i = 0; i < nb; i++)
         for (int j = 0; j < nl; j++)
-            if (!isfinite(t[i][j]) || t[i][j] < 0 || (!zero_ok && t[i][j] == 0))
+            if (!(t[i][j] >= 0 && t[i][j] <= SEER_COST_MAX_TIME_S) || (!zero_ok && t[i][j] == 0))
                 return seer_err(SEER_ERR_INVALID_ARG, "cost table: %s time [%d][%d] is %g", what,
                                 i, j, t[i][j]);
     return SEER_OK;

@@ -33,6 +33,7 @@
 #define SEER_COST_MAX_G 16       /* longest chain the planner considers */
 #define SEER_COST_KINDS (SEER_SPEC_NGRAM + 1)
 #define SEER_COST_KEY_MAX 128
+#define SEER_COST_MAX_TIME_S 1e6 /* a time past this is a broken measurement or file */
 
 /* One drafter's measured step: every sequence of the batch drafts one token. */
 typedef struct {
@@ -56,8 +57,8 @@ typedef struct {
     seer_cost_drafter drafter[SEER_COST_MAX_DRAFTERS]; /* [n_drafters], one per kind */
 } seer_cost_table;
 
-/* SEER_OK when the grids ascend within their limits, every time is finite and positive
- * (drafters' >= 0), and no kind appears twice; otherwise SEER_ERR_INVALID_ARG naming the
+/* SEER_OK when the grids ascend within their limits, every time is positive (drafters'
+ * >= 0) and at most SEER_COST_MAX_TIME_S, and no kind appears twice; otherwise SEER_ERR_INVALID_ARG naming the
  * first fault. */
 seer_status seer_cost_table_check(const seer_cost_table *t);
 

@@ -77,9 +77,10 @@ static seer_status read_row(cursor *c, const seer_cost_table *t, bool zero_ok,
                                 c->line, t->n_b * t->n_l, i * t->n_l + j);
             char *e;
             const double v = strtod(tok, &e);
-            if (lt || e == tok || *e || !isfinite(v) || v < 0 || (!zero_ok && v == 0))
-                return seer_err(SEER_ERR_FORMAT, "cost file line %d: time '%s' is not %s",
-                                c->line, tok, zero_ok ? "finite and >= 0" : "finite and > 0");
+            if (lt || e == tok || *e || !(v >= 0 && v <= SEER_COST_MAX_TIME_S) ||
+                (!zero_ok && v == 0))
+                return seer_err(SEER_ERR_FORMAT, "cost file line %d: time '%s' is not in %s%g]",
+                                c->line, tok, zero_ok ? "[0, " : "(0, ", SEER_COST_MAX_TIME_S);
             row[i][j] = v;
         }
     return SEER_OK;
@@ -242,8 +243,11 @@ seer_status seer_cost_parse(const char *text, size_t len, seer_cost_table *out) 
         for (int i = 0; st == SEER_OK && i < t->n_n; i++)
             if (!have_verify[i])
                 st = seer_err(SEER_ERR_FORMAT, "cost file: no verify row for n = %d", t->n[i]);
-        if (st == SEER_OK && seer_cost_table_check(t) != SEER_OK)
-            st = seer_err(SEER_ERR_FORMAT, "cost file: %s", seer_last_error());
+        if (st == SEER_OK && seer_cost_table_check(t) != SEER_OK) {
+            char msg[512]; /* the message is rewritten from itself: copy it first */
+            snprintf(msg, sizeof msg, "%s", seer_last_error());
+            st = seer_err(SEER_ERR_FORMAT, "cost file: %s", msg);
+        }
     }
     if (st == SEER_OK)
         *out = *t;
