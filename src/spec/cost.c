@@ -81,6 +81,10 @@ static void locate(const int *v, int n, double x, int *i0, double *w) {
     *w = (log(x) - log(v[i])) / (log(v[i + 1]) - log(v[i]));
 }
 
+static double lerp(double a, double b, double w) {
+    return w == 0 ? a : w == 1 ? b : (1 - w) * a + w * b;
+}
+
 static double bilinear(const seer_cost_table *t, const double (*z)[SEER_COST_MAX_L], double B,
                        double L) {
     int ib, il;
@@ -89,9 +93,8 @@ static double bilinear(const seer_cost_table *t, const double (*z)[SEER_COST_MAX
     locate(t->l, t->n_l, L, &il, &wl);
     const int jb = t->n_b > 1 ? ib + 1 : ib, jl = t->n_l > 1 ? il + 1 : il;
     /* weights 0 and 1 are exact, so grid points come back bit for bit */
-    const double lo = wl == 0 ? z[ib][il] : wl == 1 ? z[ib][jl] : (1 - wl) * z[ib][il] + wl * z[ib][jl];
-    const double hi = wl == 0 ? z[jb][il] : wl == 1 ? z[jb][jl] : (1 - wl) * z[jb][il] + wl * z[jb][jl];
-    return wb == 0 ? lo : wb == 1 ? hi : (1 - wb) * lo + wb * hi;
+    const double lo = lerp(z[ib][il], z[ib][jl], wl), hi = lerp(z[jb][il], z[jb][jl], wl);
+    return lerp(lo, hi, wb);
 }
 
 double seer_cost_target(const seer_cost_table *t, double B, double L) {

@@ -58,8 +58,8 @@ typedef struct {
 } seer_cost_table;
 
 /* SEER_OK when the grids ascend within their limits, every time is positive (drafters'
- * >= 0) and at most SEER_COST_MAX_TIME_S, and no kind appears twice; otherwise SEER_ERR_INVALID_ARG naming the
- * first fault. */
+ * >= 0) and at most SEER_COST_MAX_TIME_S, and no kind appears twice; otherwise
+ * SEER_ERR_INVALID_ARG naming the first fault. */
 seer_status seer_cost_table_check(const seer_cost_table *t);
 
 /* Interpolated times at batch size B and mean cache length L (clamped to the grid: outside

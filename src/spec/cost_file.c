@@ -60,8 +60,9 @@ static seer_status read_int(cursor *c, long lo, long hi, const char *what, int *
     errno = 0;
     const long v = strtol(tok, &e, 10);
     if (lt || e == tok || *e || errno || v < lo || v > hi)
-        return seer_err(SEER_ERR_FORMAT, "cost file line %d: %s '%s' is not an integer in [%ld, %ld]",
-                        c->line, what, tok, lo, hi);
+        return seer_err(SEER_ERR_FORMAT,
+                        "cost file line %d: %s '%s' is not an integer in [%ld, %ld]", c->line,
+                        what, tok, lo, hi);
     *out = (int)v;
     return SEER_OK;
 }

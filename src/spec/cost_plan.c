@@ -154,8 +154,8 @@ seer_status seer_cost_observe_node(seer_cost_planner *pl, seer_accept_track *tr,
     if (!kind_ok(kind) || depth < 0 || n_children < 0 || accepted_rank < 0 ||
         accepted_rank > n_children)
         return seer_err(SEER_ERR_INVALID_ARG,
-                        "cost planner: node at depth %d, rank %d of %d children accepted (%s)", depth,
-                        accepted_rank, n_children, seer_spec_kind_name(kind));
+                        "cost planner: node at depth %d, rank %d of %d children accepted (%s)",
+                        depth, accepted_rank, n_children, seer_spec_kind_name(kind));
     if (n_children == 0)
         return SEER_OK;
     seer_accept_stats *ss[2] = {&pl->batch[kind], tr ? &tr->kind[kind] : NULL};
@@ -327,7 +327,8 @@ seer_status seer_cost_predict(const seer_cost_planner *pl, const seer_accept_tra
                         seer_spec_kind_name(kind), budget, gamma, pl->p.max_gamma);
     double ch[SEER_COST_MAX_G + 1], p[SEER_TREE_MAX_RANK];
     batch_accept(pl, tracks, B, kind, ch, p);
-    const double tr = gamma * seer_cost_draft(t, di, ki, B, L) + seer_cost_verify(t, gamma + 1, B, L);
+    const double tr =
+        gamma * seer_cost_draft(t, di, ki, B, L) + seer_cost_verify(t, gamma + 1, B, L);
     fill(&d, kind, budget, gamma, 0, ch[gamma], tr, plain_tps);
     *out = d;
     return SEER_OK;

@@ -58,7 +58,8 @@ seer_status seer_tree_expected(const double *p, int n_rank, const int *parent, c
         const int q = parent[i], k = rank[i];
         if (q < 0 || q >= i || k < 1 || k > 32 || (seen[q] >> (k - 1) & 1u))
             return seer_err(SEER_ERR_INVALID_ARG,
-                            "tree shape: node %d (parent %d, rank %d) is not a valid child", i, q, k);
+                            "tree shape: node %d (parent %d, rank %d) is not a valid child", i, q,
+                            k);
         seen[q] |= 1u << (k - 1);
         /* the probability that node i is accepted: its parent's, times being the accepted one */
         reach[i] = reach[q] * (k <= n_rank ? a[k - 1] : 0.0);
@@ -121,7 +122,8 @@ seer_status seer_tree_table(const double *p, int n_rank, int n_max, int d_max, d
     return SEER_OK;
 }
 
-seer_status seer_tree_best(const double *p, int n_rank, int n, int max_depth, seer_tree_shape *out) {
+seer_status seer_tree_best(const double *p, int n_rank, int n, int max_depth,
+                           seer_tree_shape *out) {
     SEER_TRY(seer_tree_check_p(p, n_rank));
     SEER_CHECK_ARG(out);
     if (n < 1 || n > SEER_TREE_MAX_NODES)

@@ -54,7 +54,8 @@ seer_status seer_tree_expected(const double *p, int n_rank, const int *parent, c
  * Nodes are added only where they add something: with a[k] = 0 for every k > r, no node has
  * more than r children, so out->n may be less than n. Ties go to the first child sizes found
  * (deterministic). */
-seer_status seer_tree_best(const double *p, int n_rank, int n, int max_depth, seer_tree_shape *out);
+seer_status seer_tree_best(const double *p, int n_rank, int n, int max_depth,
+                           seer_tree_shape *out);
 
 /* The DP's table alone: f[d * (n_max + 1) + m] = 1 + the best expected accepted drafts of a
  * tree of at most m nodes and depth at most d, for d = 0..d_max and m = 0..n_max (m = 0 holds
