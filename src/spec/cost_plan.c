@@ -1,0 +1,335 @@
+/*
+ * cost_plan.c: acceptance tracked online, and the choice of speculation per round from the
+ * cost table (see cost.h).
+ *
+ * The rule is MagicDec's model made per round: an option (drafter, K, G) emits
+ * sum_i (1 + sum_{j<=G} prod_{m<=j} a_i,m) tokens for the batch in G * T_D + T_V(G + 1)
+ * seconds, plain decoding B tokens in T_T; the option with the most tokens per second wins,
+ * and plain unless an option beats it by min_speedup (§5 of the speculative decoding
+ * reference). A tree of n nodes and depth d emits B * (1 + E_tree) in d * T_D + T_V(n), E_tree
+ * from Sequoia's program on the batch's mean positional acceptance.
+ *
+ * Acceptance per depth rather than one alpha: a draft far from the verified prefix drifts
+ * further, and a chain's value lies in its products of a_j, so a flat alpha over-values long
+ * chains where acceptance decays with depth. Each request's estimate shrinks towards the
+ * batch-wide estimate of recent rounds (prior_weight pseudo-observations of it), which itself
+ * starts from prior_accept: a new request starts at what the batch sees, and a request with
+ * a long history follows its own text.
+ *
+ * Known limits: a tree level of w nodes is charged one draft step, which holds while a
+ * drafting call of w tokens per sequence stays memory-bound; the batch's mean L stands for
+ * every sequence's (the attention's cost is linear in the sum of the L's).
+ */
+#include "spec/cost.h"
+#include "util/error.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct seer_cost_planner {
+    seer_cost_table t;
+    seer_cost_params p;
+    seer_accept_stats batch[SEER_COST_KINDS]; /* recent rounds of every request */
+};
+
+seer_cost_params seer_cost_default_params(void) {
+    return (seer_cost_params){
+        .max_gamma = 8,
+        .max_tree_nodes = 0, /* the generator verifies chains only */
+        .max_tree_depth = 0,
+        .tree_ranks = 4,
+        .prior_accept = 0.6,
+        .prior_weight = 4.0,
+        .batch_decay = 0.995,
+        .request_decay = 0.98,
+        .min_speedup = 1.05,
+    };
+}
+
+static seer_status check_params(const seer_cost_params *p) {
+    if (p->max_gamma < 1 || p->max_gamma > SEER_COST_MAX_G)
+        return seer_err(SEER_ERR_INVALID_ARG, "cost planner: max_gamma %d (1..%d)", p->max_gamma,
+                        SEER_COST_MAX_G);
+    if (p->max_tree_nodes < 0 || p->max_tree_nodes > SEER_TREE_MAX_NODES ||
+        p->max_tree_depth < 0 || p->max_tree_depth > SEER_COST_MAX_G)
+        return seer_err(SEER_ERR_INVALID_ARG, "cost planner: trees of %d nodes, depth %d",
+                        p->max_tree_nodes, p->max_tree_depth);
+    if (p->tree_ranks < 1 || p->tree_ranks > SEER_TREE_MAX_RANK)
+        return seer_err(SEER_ERR_INVALID_ARG, "cost planner: %d tree ranks", p->tree_ranks);
+    if (!(p->prior_accept >= 0 && p->prior_accept <= 1) || !(p->prior_weight > 0) ||
+        !isfinite(p->prior_weight) || !(p->batch_decay > 0 && p->batch_decay <= 1) ||
+        !(p->request_decay > 0 && p->request_decay <= 1) ||
+        !(p->min_speedup >= 1) || !isfinite(p->min_speedup))
+        return seer_err(SEER_ERR_INVALID_ARG,
+                        "cost planner: prior %g (in [0, 1]), weight %g (> 0), decays %g and %g (in"
+                        " (0, 1]), min speedup %g (>= 1)",
+                        p->prior_accept, p->prior_weight, p->batch_decay, p->request_decay,
+                        p->min_speedup);
+    return SEER_OK;
+}
+
+/* Unseen ranks get a prior halving per rank: a child tried after its siblings' rejection
+ * is drawn from what is left, so it is less likely than the first (Sequoia's measured
+ * positional acceptance falls the same way). */
+static void stats_init(const seer_cost_params *p, seer_accept_stats *s) {
+    double prior[SEER_TREE_MAX_RANK];
+    for (int k = 0; k < p->tree_ranks; k++)
+        prior[k] = p->prior_accept / (double)(1 << k);
+    memset(s->tried, 0, sizeof s->tried);
+    memset(s->accepted, 0, sizeof s->accepted);
+    /* decay 1: the planner forgets once per observed chain or node (stats_decay), not per
+     * depth of a chain */
+    seer_status st = seer_tree_est_init(&s->pos, p->tree_ranks, prior, p->prior_weight, 1.0);
+    (void)st;
+    assert(st == SEER_OK); /* the parameters were checked */
+}
+
+seer_status seer_cost_planner_init(const seer_cost_table *t, seer_cost_params p,
+                                   seer_cost_planner **out) {
+    SEER_CHECK_ARG(out);
+    SEER_TRY(seer_cost_table_check(t));
+    SEER_TRY(check_params(&p));
+    seer_cost_planner *pl = calloc(1, sizeof *pl);
+    if (!pl)
+        return seer_err(SEER_ERR_OOM, "cost planner: out of memory");
+    pl->t = *t;
+    pl->p = p;
+    for (int k = 0; k < SEER_COST_KINDS; k++)
+        stats_init(&p, &pl->batch[k]);
+    *out = pl;
+    return SEER_OK;
+}
+
+void seer_cost_planner_free(seer_cost_planner *pl) { free(pl); }
+
+const seer_cost_table *seer_cost_planner_table(const seer_cost_planner *pl) { return &pl->t; }
+
+void seer_accept_track_init(const seer_cost_planner *pl, seer_accept_track *tr) {
+    for (int k = 0; k < SEER_COST_KINDS; k++)
+        stats_init(&pl->p, &tr->kind[k]);
+}
+
+static void stats_decay(seer_accept_stats *s, double decay) {
+    if (decay == 1)
+        return;
+    for (int i = 0; i < SEER_COST_MAX_G; i++)
+        s->tried[i] *= decay, s->accepted[i] *= decay;
+    for (int k = 0; k < s->pos.n_rank; k++)
+        s->pos.tried[k] *= decay, s->pos.accepted[k] *= decay;
+}
+
+static bool kind_ok(seer_spec_kind kind) {
+    return kind > SEER_SPEC_NONE && kind < SEER_COST_KINDS;
+}
+
+seer_status seer_cost_observe_chain(seer_cost_planner *pl, seer_accept_track *tr,
+                                    seer_spec_kind kind, int nd, int n_acc) {
+    SEER_CHECK_ARG(pl);
+    if (!kind_ok(kind) || n_acc < 0 || n_acc > nd)
+        return seer_err(SEER_ERR_INVALID_ARG, "cost planner: chain of %d with %d accepted (%s)", nd,
+                        n_acc, seer_spec_kind_name(kind));
+    /* depths 1..n_acc were accepted; depth n_acc + 1 was tried and rejected (when drafted) */
+    const int tried = n_acc < nd ? n_acc + 1 : nd;
+    seer_accept_stats *ss[2] = {&pl->batch[kind], tr ? &tr->kind[kind] : NULL};
+    const double decay[2] = {pl->p.batch_decay, pl->p.request_decay};
+    for (int s = 0; s < 2; s++) {
+        if (!ss[s])
+            continue;
+        stats_decay(ss[s], decay[s]);
+        for (int j = 0; j < tried && j < SEER_COST_MAX_G; j++) {
+            ss[s]->tried[j] += 1;
+            ss[s]->accepted[j] += j < n_acc;
+            seer_tree_est_observe(&ss[s]->pos, 1, j < n_acc ? 1 : 0);
+        }
+    }
+    return SEER_OK;
+}
+
+seer_status seer_cost_observe_node(seer_cost_planner *pl, seer_accept_track *tr,
+                                   seer_spec_kind kind, int depth, int n_children,
+                                   int accepted_rank) {
+    SEER_CHECK_ARG(pl);
+    if (!kind_ok(kind) || depth < 0 || n_children < 0 || accepted_rank < 0 ||
+        accepted_rank > n_children)
+        return seer_err(SEER_ERR_INVALID_ARG,
+                        "cost planner: node at depth %d, rank %d of %d children accepted (%s)",
+                        depth, accepted_rank, n_children, seer_spec_kind_name(kind));
+    if (n_children == 0)
+        return SEER_OK;
+    seer_accept_stats *ss[2] = {&pl->batch[kind], tr ? &tr->kind[kind] : NULL};
+    const double decay[2] = {pl->p.batch_decay, pl->p.request_decay};
+    for (int s = 0; s < 2; s++)
+        if (ss[s]) {
+            stats_decay(ss[s], decay[s]);
+            if (depth < SEER_COST_MAX_G) { /* the first child is what a chain would have drafted */
+                ss[s]->tried[depth] += 1;
+                ss[s]->accepted[depth] += accepted_rank == 1;
+            }
+            seer_tree_est_observe(&ss[s]->pos, n_children, accepted_rank);
+        }
+    return SEER_OK;
+}
+
+void seer_cost_accept(const seer_cost_planner *pl, const seer_accept_track *tr,
+                      seer_spec_kind kind, double *a, double *p) {
+    const seer_cost_params *q = &pl->p;
+    const seer_accept_stats *b = &pl->batch[kind];
+    const seer_accept_stats *r = tr ? &tr->kind[kind] : NULL;
+    const double w = q->prior_weight;
+    if (a)
+        for (int j = 0; j < q->max_gamma; j++) {
+            const double ab = (b->accepted[j] + w * q->prior_accept) / (b->tried[j] + w);
+            a[j] = r ? (r->accepted[j] + w * ab) / (r->tried[j] + w) : ab;
+        }
+    if (p) {
+        seer_tree_est_get(&b->pos, p);
+        if (r)
+            for (int k = 0; k < q->tree_ranks; k++)
+                p[k] = (r->pos.accepted[k] + w * p[k]) / (r->pos.tried[k] + w);
+    }
+}
+
+double seer_cost_chain_tokens(const double *a, int G) {
+    double e = 1.0, run = 1.0;
+    for (int j = 0; j < G; j++) {
+        run *= a[j];
+        e += run;
+    }
+    return e;
+}
+
+/* Per-batch inputs of one drafter: chain tokens for G = 1..max_gamma summed over the batch
+ * (ch [max_gamma + 1], ch[0] = B) and the batch's mean positional acceptance p. */
+static void batch_accept(const seer_cost_planner *pl, const seer_accept_track *const *tracks, int B,
+                         seer_spec_kind kind, double *ch, double *p) {
+    const int Gm = pl->p.max_gamma, R = pl->p.tree_ranks;
+    double a[SEER_COST_MAX_G], pi[SEER_TREE_MAX_RANK];
+    memset(ch, 0, sizeof(double) * (Gm + 1));
+    memset(p, 0, sizeof(double) * R);
+    for (int i = 0; i < B; i++) {
+        seer_cost_accept(pl, tracks ? tracks[i] : NULL, kind, a, pi);
+        double run = 1.0;
+        ch[0] += 1.0;
+        for (int g = 1; g <= Gm; g++) {
+            run *= a[g - 1];
+            ch[g] += run; /* increments: the prefix sums come below */
+        }
+        for (int k = 0; k < R; k++)
+            p[k] += pi[k] / B;
+    }
+    for (int g = 1; g <= Gm; g++)
+        ch[g] += ch[g - 1];
+}
+
+static void fill(seer_spec_decision *d, seer_spec_kind kind, int budget, int gamma, int nodes,
+                 double tokens, double t, double plain_tps) {
+    d->kind = kind;
+    d->budget = budget;
+    d->gamma = gamma;
+    d->tree_nodes = nodes;
+    d->tokens_per_round = tokens;
+    d->t_round_s = t;
+    d->tokens_per_s = tokens / t;
+    d->plain_tokens_per_s = plain_tps;
+    d->speedup = d->tokens_per_s / plain_tps;
+}
+
+static seer_status check_batch(const int *lens, int B, double *L) {
+    SEER_CHECK_ARG(lens);
+    if (B < 1)
+        return seer_err(SEER_ERR_INVALID_ARG, "cost planner: batch of %d", B);
+    double sum = 0;
+    for (int i = 0; i < B; i++) {
+        if (lens[i] < 0)
+            return seer_err(SEER_ERR_INVALID_ARG, "cost planner: length %d", lens[i]);
+        sum += lens[i];
+    }
+    *L = sum / B > 1 ? sum / B : 1;
+    return SEER_OK;
+}
+
+seer_status seer_cost_choose(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
+                             const int *lens, int B, const bool *allowed, seer_spec_decision *out) {
+    SEER_CHECK_ARG(pl);
+    SEER_CHECK_ARG(out);
+    double L;
+    SEER_TRY(check_batch(lens, B, &L));
+    const seer_cost_table *t = &pl->t;
+    const seer_cost_params *q = &pl->p;
+    const double t_plain = seer_cost_target(t, B, L), plain_tps = B / t_plain;
+    seer_spec_decision best;
+    memset(&best, 0, sizeof best);
+    fill(&best, SEER_SPEC_NONE, 0, 0, 0, B, t_plain, plain_tps);
+    const int D = q->max_tree_depth ? q->max_tree_depth : q->max_gamma, N = q->max_tree_nodes;
+    double f[(SEER_COST_MAX_G + 1) * (SEER_TREE_MAX_NODES + 1)];
+    for (int d = 0; d < t->n_drafters; d++) {
+        const seer_cost_drafter *dr = &t->drafter[d];
+        if (allowed && !allowed[dr->kind])
+            continue;
+        double ch[SEER_COST_MAX_G + 1], p[SEER_TREE_MAX_RANK];
+        batch_accept(pl, tracks, B, dr->kind, ch, p);
+        const bool trees = N > 2 && seer_tree_table(p, q->tree_ranks, N, D, f) == SEER_OK;
+        for (int ki = 0; ki < dr->n_k; ki++) {
+            const double td = seer_cost_draft(t, d, ki, B, L);
+            for (int g = 1; g <= q->max_gamma; g++) {
+                const double tr = g * td + seer_cost_verify(t, g + 1, B, L);
+                if (ch[g] / tr > best.tokens_per_s)
+                    fill(&best, dr->kind, dr->k[ki], g, 0, ch[g], tr, plain_tps);
+            }
+            /* trees wider than a chain (a chain of depth d is n = d + 1, costed above with
+             * its per-depth acceptance) */
+            for (int dep = 1; trees && dep <= D; dep++)
+                for (int n = dep + 2; n <= N; n++) {
+                    const double tok = B * f[dep * (N + 1) + n];
+                    const double tr = dep * td + seer_cost_verify(t, n, B, L);
+                    if (tok / tr > best.tokens_per_s) {
+                        fill(&best, dr->kind, dr->k[ki], dep, n, tok, tr, plain_tps);
+                        best.tree_ranks = q->tree_ranks;
+                        memcpy(best.tree_p, p, sizeof(double) * q->tree_ranks);
+                    }
+                }
+        }
+    }
+    if (best.speedup < q->min_speedup) {
+        memset(&best, 0, sizeof best);
+        fill(&best, SEER_SPEC_NONE, 0, 0, 0, B, t_plain, plain_tps);
+    }
+    *out = best;
+    return SEER_OK;
+}
+
+seer_status seer_cost_predict(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
+                              const int *lens, int B, seer_spec_kind kind, int budget, int gamma,
+                              seer_spec_decision *out) {
+    SEER_CHECK_ARG(pl);
+    SEER_CHECK_ARG(out);
+    double L;
+    SEER_TRY(check_batch(lens, B, &L));
+    const seer_cost_table *t = &pl->t;
+    const double t_plain = seer_cost_target(t, B, L), plain_tps = B / t_plain;
+    seer_spec_decision d;
+    memset(&d, 0, sizeof d);
+    if (kind == SEER_SPEC_NONE || gamma == 0) {
+        fill(&d, SEER_SPEC_NONE, 0, 0, 0, B, t_plain, plain_tps);
+        *out = d;
+        return SEER_OK;
+    }
+    const int di = kind_ok(kind) ? seer_cost_find_drafter(t, kind) : -1;
+    int ki = -1;
+    for (int k = 0; di >= 0 && k < t->drafter[di].n_k; k++)
+        if (t->drafter[di].k[k] == budget)
+            ki = k;
+    if (ki < 0 || gamma < 0 || gamma > pl->p.max_gamma)
+        return seer_err(SEER_ERR_INVALID_ARG,
+                        "cost planner: no measured %s step with budget %d, or gamma %d > %d",
+                        seer_spec_kind_name(kind), budget, gamma, pl->p.max_gamma);
+    double ch[SEER_COST_MAX_G + 1], p[SEER_TREE_MAX_RANK];
+    batch_accept(pl, tracks, B, kind, ch, p);
+    const double tr =
+        gamma * seer_cost_draft(t, di, ki, B, L) + seer_cost_verify(t, gamma + 1, B, L);
+    fill(&d, kind, budget, gamma, 0, ch[gamma], tr, plain_tps);
+    *out = d;
+    return SEER_OK;
+}
