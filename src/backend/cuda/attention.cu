@@ -329,8 +329,8 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
      * layer and head). Items per group: its most splits, times the KV heads.
      * Groups of at most 16 rows that are not prefilled go to the decode kind, first (pass 0);
      * the rest after them (pass 1). The decode kind's items stream through tc_spi consecutive
-     * splits each, as many as leave its resident blocks about four items each: that changes
-     * the time a call takes, never a bit of its output (each split is computed as alone). */
+     * splits each, chosen for the shortest busiest block: that changes the time a call takes,
+     * never a bit of its output (each split is computed as alone). */
     int n_grp = 0, n_grp_dec = 0, tc_spi = 1;
     long long n_work_tc = 0, n_work_dec = 0;
     if (tc) {
@@ -372,11 +372,19 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                 k += n;
             }
         }
-        long long n_split_dec = 0;
-        for (int k = 0; k < n_grp_dec; k++)
-            n_split_dec += (long long)h[o_grp + 4 * (size_t)k + 3] * Hkv;
-        const long long spi = cap_dec > 0 ? n_split_dec / (4LL * cap_dec) : 1;
-        tc_spi = (int)(spi < 1 ? 1 : spi > ATT_TC_MAX_SPI ? ATT_TC_MAX_SPI : spi);
+        /* splits per item: the fewest split-times the busiest block streams, counting an
+         * item's start as ATT_TC_ITEM_COST of a split: waves(spi) * (spi + cost) */
+        double best = 0;
+        for (int spi = 1; cap_dec > 0 && spi <= ATT_TC_MAX_SPI; spi++) {
+            long long items = 0;
+            for (int k = 0; k < n_grp_dec; k++)
+                items += (long long)((h[o_grp + 4 * (size_t)k + 3] + spi - 1) / spi) * Hkv;
+            const double t = (double)((items + cap_dec - 1) / cap_dec) * (spi + ATT_TC_ITEM_COST);
+            if (spi == 1 || t < best) {
+                best = t;
+                tc_spi = spi;
+            }
+        }
         for (int k = 0; k < n_grp; k++) {
             const int S = h[o_grp + 4 * (size_t)k + 3], per = k < n_grp_dec ? tc_spi : 1;
             h[o_gitem + k] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);

@@ -22,6 +22,7 @@
 #define ATT_MAX_SPLITS 64
 #define ATT_COMBINE_W 1024 /* split weights the combine holds in shared memory at a time */
 #define ATT_TC_MAX_SPI 16  /* most consecutive splits one decode-kind item streams through */
+#define ATT_TC_ITEM_COST 0.3 /* an item's start, in split-times (lab/attention_lab.cu fit) */
 /* New tokens of one sequence above which the tensor-core kernel prefills them (one split
  * each, flash attention) instead of splitting their visible slots: verification chains and
  * decode steps stay at or below it (backend.h), and they are the calls that must be
