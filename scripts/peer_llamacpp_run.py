@@ -205,6 +205,31 @@ def main():
                                                   "model_size", "model_n_params")})
         return tests[0], None
 
+    N = a.batched_gen
+
+    def write():
+        """The peer file as measured so far: written after every point, so that a run cut off by
+        its time limit keeps what it measured."""
+        device = info.get("gpu_info") if a.kind == "cuda" else info.get("cpu_info")
+        version = "llama.cpp %s (build %s), from llama-cpp-python %s" % (
+            info.get("build_commit", "?"), info.get("build_number", "?"), PEER_VERSION)
+        flags = " ".join(common)
+        bflags = " ".join(common + shlex.split(a.bench_args))
+        desc = ("%s; %s Release build; %s; %s; llama-bench -m FILE %s -r %d -o json -p 0 -n %d -d L; "
+                "prefill: llama-bench ... -p P -n 0 -d 0; batched: llama-batched-bench -m FILE %s -kvu "
+                "-c B*(L+%d) -npp L,1 -ntg %d -npl B --output-format jsonl") % (
+            version, a.kind.upper(), device or "device unknown", info.get("model_type") or shape["file_type"],
+            bflags, a.reps, a.gen, flags, N, N)
+        model = dict(shape)
+        if info.get("model_size"):
+            model["llama_cpp_model_bytes"] = info["model_size"]
+        doc = {"peer": "llama.cpp", "version": version, "description": desc, "model": model,
+               "points": points, "prefill": prefill}
+        with open(a.out + ".tmp", "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.replace(a.out + ".tmp", a.out)
+
     # B = 1: llama-bench's tg N at depth L (the cache holds L tokens of a prompt it processed).
     if a.ctx_list:
         for L in a.ctx_list:
@@ -215,6 +240,7 @@ def main():
             else:
                 ms = statistics.median(t["samples_ns"]) / t["n_gen"] / 1e6
                 points.append({"ctx": L, "batch": 1, "ms_per_step": ms, "tool": "llama-bench"})
+            write()
     for P in a.prefill_list:
         print("peer_llamacpp_run: llama-bench pp%d" % P, file=sys.stderr)
         t, err = llama_bench(["-p", str(P), "-n", "0", "-d", "0"])
@@ -223,9 +249,9 @@ def main():
         else:
             prefill.append({"tokens": P, "batch": 1,
                             "tok_per_s": P / (statistics.median(t["samples_ns"]) / 1e9)})
+        write()
 
     # B > 1: llama-batched-bench, B prompts of L tokens, then N steps of B tokens.
-    N = a.batched_gen
     for B, L in a.batched:
         print("peer_llamacpp_run: llama-batched-bench %d x %d + %d" % (B, L, N), file=sys.stderr)
         # "-npp L,1": llama.cpp's log is asynchronous and not flushed at exit, so the line of
@@ -241,30 +267,15 @@ def main():
             err = failure(out + errout, rc) if rc != 0 else "no result"
             points.append({"ctx": L, "batch": B, "error": err})
             prefill.append({"tokens": L, "batch": B, "error": err})
+            write()
             continue
         r = rows[0]
         points.append({"ctx": L, "batch": B, "ms_per_step": r["t_tg"] / r["tg"] * 1e3,
                        "tool": "llama-batched-bench"})
         prefill.append({"tokens": L, "batch": B, "tok_per_s": r["speed_pp"]})
+        write()
 
-    device = info.get("gpu_info") if a.kind == "cuda" else info.get("cpu_info")
-    version = "llama.cpp %s (build %s), from llama-cpp-python %s" % (
-        info.get("build_commit", "?"), info.get("build_number", "?"), PEER_VERSION)
-    flags = " ".join(common)
-    bflags = " ".join(common + shlex.split(a.bench_args))
-    desc = ("%s; %s Release build; %s; %s; llama-bench -m FILE %s -r %d -o json -p 0 -n %d -d L; "
-            "prefill: llama-bench ... -p P -n 0 -d 0; batched: llama-batched-bench -m FILE %s -kvu "
-            "-c B*(L+%d) -npp L,1 -ntg %d -npl B --output-format jsonl") % (
-        version, a.kind.upper(), device or "device unknown", info.get("model_type") or shape["file_type"],
-        bflags, a.reps, a.gen, flags, N, N)
-    model = dict(shape)
-    if info.get("model_size"):
-        model["llama_cpp_model_bytes"] = info["model_size"]
-    doc = {"peer": "llama.cpp", "version": version, "description": desc, "model": model,
-           "points": points, "prefill": prefill}
-    with open(a.out, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+    write()
     ok = sum("error" not in p for p in points + prefill)
     print("peer_llamacpp_run: wrote %s: %d of %d points measured" % (a.out, ok, len(points) + len(prefill)),
           file=sys.stderr)
