@@ -134,6 +134,14 @@ typedef struct {
     void (*kv_free)(seer_backend *be, void *kv);
     seer_status (*kv_copy_pages)(seer_backend *be, void *kv, const seer_kv_geom *g,
                                  const seer_kv_copy *copies, int n);
+    /* Moves whole KV rows (every layer, K and V) from (src_page[i], src_row[i]) to
+     * (dst_page[i], dst_row[i]) for i < n, in order, as if one after another: a move may read
+     * a row an earlier move wrote. Index arrays are host memory. Tree verification uses it to
+     * put the accepted path's rows into consecutive slots. SEER_ERR_INVALID_ARG (nothing
+     * moved) for a page or row outside the pool. */
+    seer_status (*kv_move_rows)(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                const int32_t *src_page, const int32_t *src_row,
+                                const int32_t *dst_page, const int32_t *dst_row, int n);
     /* Reads the keys (which = 0) or values (1) of layer at (page[i], row[i]) for i < n into
      * host memory out [n][Hkv*Dh] as f32 (selection heuristics of the sparse drafts). */
     seer_status (*kv_read)(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer,
@@ -249,6 +257,19 @@ typedef struct {
     /* Bytes of one stored K or V element (the floor's c); 0 = sizeof(float). */
     int kv_elem_bytes;
 } seer_backend_ops;
+
+/* kv_move_rows's arguments, as every backend checks them. */
+static inline seer_status seer_kv_move_check(const seer_kv_geom *g, const int32_t *src_page,
+                                             const int32_t *src_row, const int32_t *dst_page,
+                                             const int32_t *dst_row, int n) {
+    for (int i = 0; i < n; i++)
+        if (src_page[i] < 0 || src_page[i] >= g->n_pages || dst_page[i] < 0 ||
+            dst_page[i] >= g->n_pages || src_row[i] < 0 || src_row[i] >= g->page_size ||
+            dst_row[i] < 0 || dst_row[i] >= g->page_size)
+            return seer_err(SEER_ERR_INVALID_ARG, "kv_move_rows: move %d (%d:%d -> %d:%d) outside %d pages of %d rows",
+                            i, src_page[i], src_row[i], dst_page[i], dst_row[i], g->n_pages, g->page_size);
+    return SEER_OK;
+}
 
 /* kv_fill_random's arguments, as every backend checks them: the n slots from row0 fit in the
  * pages given, and those are pages of the pool. */

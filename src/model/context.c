@@ -321,6 +321,40 @@ seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, in
     return SEER_OK;
 }
 
+seer_status seer_seq_move_slots(seer_context *c, seer_seq_id seq, const int32_t *src,
+                                const int32_t *dst, int n) {
+    SEER_TRY(check_seq(c, seq));
+    if (n <= 0)
+        return SEER_OK;
+    const seer_kv_seq *sq = &c->kv->seqs[seq];
+    const int ps = c->kv->page_size;
+    int32_t *idx = seer_malloc_array((size_t)4 * n, sizeof(int32_t));
+    if (!idx)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (src[i] < 0 || src[i] >= sq->len || dst[i] < 0 || dst[i] >= sq->len ||
+            c->kv->refcount[sq->pages[dst[i] / ps]] != 1) {
+            free(idx);
+            return seer_err(SEER_ERR_INVALID_ARG,
+                            "move_slots: slot %d -> %d in a sequence of %d (or into a shared page)",
+                            src[i], dst[i], sq->len);
+        }
+        if (src[i] == dst[i])
+            continue;
+        idx[m] = sq->pages[src[i] / ps];
+        idx[n + m] = src[i] % ps;
+        idx[2 * n + m] = sq->pages[dst[i] / ps];
+        idx[3 * n + m] = dst[i] % ps;
+        m++;
+    }
+    seer_status st = m ? c->be->ops->kv_move_rows(c->be, c->kv_data, &c->geom, idx, idx + n, idx + 2 * n,
+                                                  idx + 3 * n, m)
+                       : SEER_OK;
+    free(idx);
+    return st;
+}
+
 static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
     SEER_CHECK_ARG(c);
     if (!b || !b->token || !b->seq || !b->pos)

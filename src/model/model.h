@@ -110,6 +110,13 @@ void seer_context_capture_q(seer_context *c, const uint8_t *rows, float *out);
 seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, int which, int slot0,
                                  int n, float *out);
 
+/* Moves the KV rows (all layers) of seq's slots src[i] to slots dst[i], i < n, in order (a
+ * move may read a slot an earlier one wrote); every slot below the sequence's length and
+ * every destination in a page of its own: tree verification puts the accepted path's rows
+ * into consecutive slots before the length is cut. */
+seer_status seer_seq_move_slots(seer_context *c, seer_seq_id seq, const int32_t *src,
+                                const int32_t *dst, int n);
+
 /* Runs the architecture's forward pass for a batch already placed in the KV cache
  * (ab describes it). Writes logits of the rows out_rows[0..n_out) into ctx->s.logits. */
 seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const int32_t *pos,

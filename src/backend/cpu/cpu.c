@@ -201,6 +201,22 @@ static seer_status cpu_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_g
     return SEER_OK;
 }
 
+static seer_status cpu_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                    const int32_t *src_page, const int32_t *src_row,
+                                    const int32_t *dst_page, const int32_t *dst_row, int n) {
+    SEER_TRY(seer_kv_move_check(g, src_page, src_row, dst_page, dst_row, n));
+    const size_t bytes = (size_t)g->n_kv_heads * g->head_dim * sizeof(float);
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < g->n_layers; l++)
+            for (int w = 0; w < 2; w++) {
+                float *d = seer_cpu_kv_row(kv, g, dst_page[i], l, w, dst_row[i]);
+                const float *s = seer_cpu_kv_row(kv, g, src_page[i], l, w, src_row[i]);
+                if (d != s)
+                    memcpy(d, s, bytes);
+            }
+    return SEER_OK;
+}
+
 static seer_status cpu_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g, int layer,
                                 const float *k, const float *v, const int32_t *page,
                                 const int32_t *row, int T) {
@@ -556,6 +572,7 @@ static const seer_backend_ops cpu_ops = {
     .kv_mem_available = cpu_kv_mem_available,
     .kv_free = cpu_kv_free,
     .kv_copy_pages = cpu_kv_copy_pages,
+    .kv_move_rows = cpu_kv_move_rows,
     .kv_store = cpu_kv_store,
     .kv_read = cpu_kv_read,
     .embed = cpu_embed,

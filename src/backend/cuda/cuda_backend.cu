@@ -368,6 +368,7 @@ static seer_backend_ops cuda_ops_make(void) {
     o.kv_reserve = seer_cuda_kv_reserve;
     o.kv_mem_available = seer_cuda_kv_mem_available;
     o.kv_copy_pages = seer_cuda_kv_copy_pages;
+    o.kv_move_rows = seer_cuda_kv_move_rows;
     o.kv_read = seer_cuda_kv_read;
     o.kv_store = seer_cuda_kv_store;
     o.batch_begin = seer_cuda_batch_begin;

@@ -286,6 +286,9 @@ seer_status seer_cuda_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom 
 seer_status seer_cuda_kv_mem_available(seer_backend *be, uint64_t *bytes);
 seer_status seer_cuda_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                     const seer_kv_copy *copies, int n);
+seer_status seer_cuda_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                   const int32_t *src_page, const int32_t *src_row,
+                                   const int32_t *dst_page, const int32_t *dst_row, int n);
 seer_status seer_cuda_kv_read(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer,
                               int which, const int32_t *page, const int32_t *row, int n, float *out);
 seer_status seer_cuda_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g, int layer,
