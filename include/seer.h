@@ -290,6 +290,11 @@ typedef struct {
     int ngram_min;         /* ngram: shortest suffix accepted */
     seer_model *draft_model; /* draft: the draft model (same vocabulary) */
     int draft_budget;      /* draft: StreamingLLM budget of the draft's own cache (0 = full) */
+    int tree_size;         /* > 0: each round proposes a token tree of this many nodes (SpecInfer,
+                              Sequoia) instead of a chain of gamma; its depth is at most
+                              tree_depth (0: gamma). One-hot drafters (ngram) still propose
+                              chains, the degenerate tree */
+    int tree_depth;
     float synthetic_accept; /* benchmarks on random weights only: when > 0, each draft token is
                                accepted independently with this probability instead of by
                                the verification rule. NOT lossless; labelled in all output. */

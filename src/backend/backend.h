@@ -98,6 +98,26 @@ typedef struct {
                            * (NOT exact; shows that the distribution tests have power) */
 } seer_accept_chain;
 
+/* One tree of accept_trees: multi-draft speculative sampling over a token tree, children
+ * drawn without replacement (Sequoia; SpecInfer's rule for distinct children). From the
+ * root, with p the target's probabilities at the node and q the distribution its children
+ * were drawn from: each child x in order passes when q(x) > 0 and u q(x) < p(x) (then the walk
+ * goes on from x); a child that fails sets p <- norm(max(p - q, 0)) (unchanged where that is
+ * all zero) and q <- q with x removed, renormalised (all zero when nothing is left: later
+ * children then fail and leave p as it is). Where no child passes, the emitted token is
+ * drawn from p. */
+typedef struct {
+    int n;                 /* nodes below the root, >= 0 */
+    const int32_t *tok;    /* host [n] */
+    const int32_t *parent; /* host [n], parents before children, -1: the root */
+    const float *p;        /* [n + 1][V] backend memory: row 0 the root, row j + 1 node j */
+    const float *q;        /* [n][V] backend memory: row r the distribution the children of
+                            * node r - 1 (row 0: of the root) were drawn from, or NULL: one-hot
+                            * at the first child */
+    const double *u;       /* host [n + 1]: the tests in walk order, then the emitted token's */
+    bool resample_from_p;  /* test hook: p is never replaced by the residual (NOT exact) */
+} seer_accept_tree;
+
 typedef struct {
     const char *name;
     void (*free)(seer_backend *be);
@@ -233,6 +253,12 @@ typedef struct {
      * u[i] q_i(x) < p_i(x)). Exactly the CPU's seer_sample_residual / seer_sample_from_probs. */
     seer_status (*accept_chains)(seer_backend *be, const seer_accept_chain *chains, int n, int V,
                                  int32_t *n_acc, int32_t *next);
+    /* For each of n trees (seer_accept_tree's rule): n_acc [n] (host) accepted nodes, their
+     * ids in path [i * stride ..] (host, root to leaf), next [n] (host) the emitted token and
+     * n_u [n] (host) the uniforms used (tests + 1). NULL where the backend has none. */
+    seer_status (*accept_trees)(seer_backend *be, const seer_accept_tree *trees, int n, int V,
+                                int stride, int32_t *n_acc, int32_t *path,
+                                int32_t *next, int32_t *n_u);
 
     /* Benchmarks at real shapes without a file (src/model/synthetic.c). */
 

@@ -377,6 +377,14 @@ static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
     return SEER_OK;
 }
 
+seer_status seer_context_accept_trees(seer_context *c, const seer_accept_tree *trees, int n, int stride,
+                                      int32_t *n_acc, int32_t *path, int32_t *next, int32_t *n_u) {
+    seer_backend *be = c->be;
+    if (!be->ops->accept_trees)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot verify sampled token trees", be->ops->name);
+    return be->ops->accept_trees(be, trees, n, c->model->info.n_vocab, stride, n_acc, path, next, n_u);
+}
+
 static seer_status decode(seer_context *c, const seer_batch *b, float *logits_out, int32_t *ids_out,
                           float **dev_out);
 

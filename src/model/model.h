@@ -89,6 +89,9 @@ seer_status seer_context_sample(seer_context *c, const seer_sample_row *rows, in
 /* The backend's accept_chains: per chain the accepted count and the emitted token (host). */
 seer_status seer_context_accept(seer_context *c, const seer_accept_chain *chains, int n,
                                 int32_t *n_acc, int32_t *next);
+/* The backend's accept_trees (SEER_ERR_UNSUPPORTED where it has none). */
+seer_status seer_context_accept_trees(seer_context *c, const seer_accept_tree *trees, int n, int stride,
+                                      int32_t *n_acc, int32_t *path, int32_t *next, int32_t *n_u);
 
 /* The backend params ask for (AUTO: CUDA when built with it and a device is present). */
 seer_status seer_model_pick_backend(seer_model_params params, seer_backend **out);

@@ -18,6 +18,7 @@ typedef struct {
     seer_seq_id dseq;
     int dlen;     /* tokens[0..dlen) are in the draft cache */
     int round_n;  /* n_tokens when this round's drafting began; 0 = not drafted */
+    int kept;     /* drafts of this round in the draft cache after the pending token */
 } dm_seq;
 
 typedef struct {
@@ -141,7 +142,6 @@ static seer_status dm_propose(seer_gen *g, void *impl, int n, const int *hs, con
         }
         dq = im->qd;
     }
-    int maxg = 0;
     for (int i = 0; i < n; i++) {
         dm_seq *d = &im->ds[hs[i]];
         const seer_gen_seq *s = &g->seqs[hs[i]];
@@ -149,7 +149,6 @@ static seer_status dm_propose(seer_gen *g, void *impl, int n, const int *hs, con
         d->round_n = 0;
         if (gam[i] == 0)
             continue;
-        maxg = gam[i] > maxg ? gam[i] : maxg;
         /* a round that failed after drafting left its drafts in the draft cache: back to what
          * the target holds, so that a retried round drafts the same */
         if (seer_seq_len(im->dctx, d->dseq) > s->n_tokens - 1) {
@@ -169,29 +168,23 @@ static seer_status dm_propose(seer_gen *g, void *impl, int n, const int *hs, con
             SEER_TRY(seer_seq_set_view(im->dctx, d->dseq, &v));
         }
     }
-    int32_t tok[n], sq[n], pos[n], who[n];
-    uint8_t want[n];
-    seer_status st = SEER_OK;
-    for (int j = 0; j < maxg && st == SEER_OK; j++) {
-        int T = 0;
-        for (int i = 0; i < n; i++) {
-            if (j >= gam[i])
-                continue;
-            const seer_gen_seq *s = &g->seqs[hs[i]];
-            int L = s->n_tokens - 1;
-            tok[T] = j == 0 ? s->tokens[L] : draft[(size_t)i * G + j - 1];
-            sq[T] = im->ds[hs[i]].dseq;
-            pos[T] = L + j;
-            want[T] = 1;
-            who[T++] = i;
-        }
-        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
-        st = seer_gen_draft_step(g, im->dctx, &b, hs, who, j, draft, dq);
-        for (int t = 0; t < T && st == SEER_OK; t++) {
-            int i = who[t];
-            nd[i] = j + 1;
-            im->ds[hs[i]].dlen = g->seqs[hs[i]].n_tokens + j; /* pending + drafts fed so far */
-        }
+    seer_seq_id dseq[n > 0 ? n : 1];
+    int kept[n > 0 ? n : 1];
+    dseq[0] = 0;
+    for (int i = 0; i < n; i++)
+        dseq[i] = im->ds[hs[i]].dseq;
+    seer_status st = seer_gen_expand(g, im->dctx, n, hs, dseq, NULL, NULL, dq, kept);
+    for (int i = 0; i < n && st == SEER_OK; i++) {
+        dm_seq *d = &im->ds[hs[i]];
+        if (!d->round_n)
+            continue;
+        /* the draft cache holds the pending token and, for a chain, the drafts fed after it;
+         * a tree's nodes are cut (the accepted path is fed next round) */
+        const int L = g->seqs[hs[i]].n_tokens - 1, len = seer_seq_len(im->dctx, d->dseq);
+        const int keep = L + 1 + kept[i] < len ? L + 1 + kept[i] : len;
+        st = seer_seq_rewind(im->dctx, d->dseq, keep);
+        d->dlen = keep;
+        d->kept = keep - (L + 1) > 0 ? keep - (L + 1) : 0;
     }
     if (st == SEER_OK && dq != q)
         st = move_q(g, im, n, hs, gam, q);
@@ -205,8 +198,9 @@ static seer_status dm_verified(seer_gen *g, void *impl, int h, int n_acc, int nd
     dm_seq *d = &im->ds[h];
     if (!d->round_n)
         return SEER_OK;
-    /* the draft saw pending + drafts[0..nd-1); keep what the target accepted of it */
-    int keep = d->round_n + (n_acc < nd - 1 ? n_acc : nd - 1);
+    /* the draft holds pending + the round's first `kept` chain drafts; keep what the target
+     * accepted of them */
+    int keep = d->round_n + (n_acc < d->kept ? n_acc : d->kept);
     if (keep < d->dlen) {
         SEER_TRY(seer_seq_rewind(im->dctx, d->dseq, keep));
         d->dlen = keep;

@@ -41,9 +41,12 @@ static seer_status ngram_propose(seer_gen *g, void *impl, int n, const int *hs, 
                                  int32_t *draft, float *q, bool *onehot, int *nd) {
     for (int i = 0; i < n; i++) {
         const seer_gen_seq *s = &g->seqs[hs[i]];
-        nd[i] = gam[i] > 0 ? lookup(s->tokens, s->n_tokens, g->spec.ngram_min, g->spec.ngram_max,
-                                    gam[i], draft + (size_t)i * g->G)
+        const int most = gam[i] < g->dl[i] ? gam[i] : g->dl[i];
+        nd[i] = most > 0 ? lookup(s->tokens, s->n_tokens, g->spec.ngram_min, g->spec.ngram_max,
+                                  most, draft + (size_t)i * g->G)
                            : 0;
+        for (int j = 0; j < nd[i]; j++)
+            g->par[(size_t)i * g->G + j] = j - 1;
         onehot[i] = true;
     }
     return SEER_OK;

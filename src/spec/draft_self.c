@@ -39,7 +39,6 @@ typedef struct {
 typedef struct {
     self_seq *ss;  /* [n_seq_max] */
     int32_t *view; /* scratch for streaming views */
-    uint8_t *cap;  /* [n_batch_max] capture flags */
     float *qbuf;   /* [n_layers][B][H*Dh] captured queries of one call */
 } self_impl;
 
@@ -50,12 +49,11 @@ static seer_status self_init(seer_gen *g, void **out) {
     if (im) {
         im->ss = calloc(B, sizeof *im->ss);
         im->view = seer_malloc_array((size_t)g->spec.budget + 1, sizeof(int32_t));
-        im->cap = calloc(g->ctx->params.n_batch_max, 1);
         im->qbuf = seer_malloc_array((size_t)in->n_layers * B * in->n_heads * in->head_dim, sizeof(float));
     }
-    if (!im || !im->ss || !im->view || !im->cap || !im->qbuf) {
+    if (!im || !im->ss || !im->view || !im->qbuf) {
         if (im)
-            free(im->ss), free(im->view), free(im->cap), free(im->qbuf);
+            free(im->ss), free(im->view), free(im->qbuf);
         free(im);
         return seer_err(SEER_ERR_OOM, "out of memory for the self-draft");
     }
@@ -73,7 +71,7 @@ static void self_free(seer_gen *g, void *impl) {
     self_impl *im = impl;
     for (int i = 0; i < g->ctx->params.n_seq_max; i++)
         self_seq_clear(&im->ss[i]);
-    free(im->ss), free(im->view), free(im->cap), free(im->qbuf);
+    free(im->ss), free(im->view), free(im->qbuf);
     free(im);
 }
 
@@ -289,53 +287,35 @@ static seer_status self_propose(seer_gen *g, void *impl, int n, const int *hs, c
                                 int32_t *draft, float *q, bool *onehot, int *nd) {
     self_impl *im = impl;
     seer_context *c = g->ctx;
-    const int G = g->G;
     const seer_model_info *in = &g->model->info;
     const size_t qd = (size_t)in->n_heads * in->head_dim;
-    int maxg = 0;
     seer_status st = SEER_OK;
+    seer_seq_id dseq[n > 0 ? n : 1];
+    uint8_t cap0[n > 0 ? n : 1];
+    int n_cap = 0;
     for (int i = 0; i < n && st == SEER_OK; i++) {
-        maxg = gam[i] > maxg ? gam[i] : maxg;
+        dseq[i] = g->seqs[hs[i]].seq;
+        cap0[i] = gam[i] > 0 && im->ss[hs[i]].refresh;
         st = set_view(g, im, hs[i], g->seqs[hs[i]].n_tokens - 1);
     }
-    int32_t tok[n], sq[n], pos[n], who[n];
-    uint8_t want[n];
-    for (int j = 0; j < maxg && st == SEER_OK; j++) {
-        int T = 0, n_cap = 0;
-        for (int i = 0; i < n; i++) {
-            if (j >= gam[i])
-                continue;
-            const seer_gen_seq *s = &g->seqs[hs[i]];
-            int L = s->n_tokens - 1;
-            tok[T] = j == 0 ? s->tokens[L] : draft[(size_t)i * G + j - 1];
-            sq[T] = s->seq;
-            pos[T] = L + j;
-            want[T] = 1;
-            im->cap[T] = j == 0 && im->ss[hs[i]].refresh;
-            n_cap += im->cap[T];
-            who[T++] = i;
+    if (st == SEER_OK)
+        st = seer_gen_expand(g, c, n, hs, dseq, cap0, im->qbuf, q, NULL);
+    for (int i = 0; i < n; i++)
+        n_cap += cap0[i];
+    /* keep the captured queries for the rebuild in self_verified (flagged rows in order) */
+    for (int i = 0, k = 0; i < n && st == SEER_OK && n_cap; i++) {
+        if (!cap0[i])
+            continue;
+        self_seq *ss = &im->ss[hs[i]];
+        if (!ss->qcap)
+            ss->qcap = seer_malloc_array((size_t)in->n_layers * qd, sizeof(float));
+        if (!ss->qcap) {
+            st = seer_err(SEER_ERR_OOM, "out of memory");
+            break;
         }
-        if (n_cap)
-            seer_context_capture_q(c, im->cap, im->qbuf);
-        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
-        st = seer_gen_draft_step(g, c, &b, hs, who, j, draft, q);
-        for (int t = 0, k = 0; t < T && st == SEER_OK; t++) {
-            int i = who[t];
-            nd[i] = j + 1;
-            if (!im->cap[t])
-                continue;
-            /* keep this sequence's query for the rebuild in self_verified */
-            self_seq *ss = &im->ss[hs[i]];
-            if (!ss->qcap)
-                ss->qcap = seer_malloc_array((size_t)in->n_layers * qd, sizeof(float));
-            if (!ss->qcap) {
-                st = seer_err(SEER_ERR_OOM, "out of memory");
-                break;
-            }
-            for (int l = 0; l < in->n_layers; l++)
-                memcpy(ss->qcap + l * qd, im->qbuf + ((size_t)l * n_cap + k) * qd, qd * sizeof(float));
-            k++;
-        }
+        for (int l = 0; l < in->n_layers; l++)
+            memcpy(ss->qcap + l * qd, im->qbuf + ((size_t)l * n_cap + k) * qd, qd * sizeof(float));
+        k++;
     }
     for (int i = 0; i < n; i++) {
         const seer_gen_seq *s = &g->seqs[hs[i]];

@@ -75,6 +75,13 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
         return seer_err(SEER_ERR_INVALID_ARG, "synthetic acceptance %g must be in [0, 1)", p->synthetic_accept);
     if (p->draft_budget < 0)
         return seer_err(SEER_ERR_INVALID_ARG, "draft budget %d is negative", p->draft_budget);
+    if (p->tree_size < 0 || p->tree_depth < 0 || p->tree_size + 1 > SEER_INVARIANT_NEW_TOKENS ||
+        p->tree_size + 1 > ctx->params.n_batch_max)
+        return seer_err(SEER_ERR_INVALID_ARG, "tree of %d nodes: must be in [0, %d] (and fit in the batch limit %d)",
+                        p->tree_size, SEER_INVARIANT_NEW_TOKENS - 1, ctx->params.n_batch_max - 1);
+    if (p->tree_size > 0 && (p->tree_depth ? p->tree_depth : p->gamma) > p->tree_size)
+        return seer_err(SEER_ERR_INVALID_ARG, "tree depth %d exceeds its %d nodes",
+                        p->tree_depth ? p->tree_depth : p->gamma, p->tree_size);
     if (p->gamma + 1 > ctx->params.n_batch_max)
         return seer_err(SEER_ERR_INVALID_ARG, "gamma %d + 1 exceeds the context's batch limit %d",
                         p->gamma, ctx->params.n_batch_max);
@@ -93,6 +100,8 @@ void seer_gen_free(seer_gen *g) {
     if (g->qd)
         g->model->be->ops->dealloc(g->model->be, g->qd);
     free(g->seqs), free(g->hs), free(g->gam), free(g->nd), free(g->draft), free(g->onehot);
+    free(g->dl), free(g->par), free(g->path), free(g->hbuf), free(g->mask), free(g->trees);
+    free(g->t_used), free(g->tpath), free(g->shape), free(g->sdepth);
     free(g->ids), free(g->rows), free(g->chains), free(g->u), free(g->rng0), free(g->first);
     free(g->chain), free(g->acc), free(g->next), free(g->c_acc), free(g->c_next);
     free(g);
@@ -112,7 +121,9 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     if (spec.sinks > spec.budget)
         spec.sinks = spec.budget;
     g->spec = spec;
-    g->G = spec.kind == SEER_SPEC_NONE ? 0 : spec.gamma;
+    g->G = spec.kind == SEER_SPEC_NONE ? 0 : spec.tree_size > 0 ? spec.tree_size : spec.gamma;
+    g->D = spec.kind == SEER_SPEC_NONE ? 0 : spec.tree_size > 0 && spec.tree_depth > 0 ? spec.tree_depth : spec.gamma;
+    g->tree = spec.kind != SEER_SPEC_NONE && spec.tree_size > 0;
     const int B = ctx->params.n_seq_max, G = g->G, TB = ctx->params.n_batch_max;
     const size_t n_ids = (size_t)B * (G + 1) > (size_t)TB ? (size_t)B * (G + 1) : (size_t)TB;
     g->seqs = calloc(B, sizeof *g->seqs);
@@ -132,20 +143,40 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->next = seer_malloc_array(B, sizeof(int32_t));
     g->c_acc = seer_malloc_array(B, sizeof(int32_t));
     g->c_next = seer_malloc_array(B, sizeof(int32_t));
+    g->dl = calloc(B, sizeof(int));
+    g->par = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
+    g->path = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
+    g->tpath = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
+    g->mask = seer_malloc_array((size_t)TB * TB, 1);
+    g->trees = seer_malloc_array(B, sizeof *g->trees);
+    g->t_used = seer_malloc_array(B, sizeof(int32_t));
+    g->shape = seer_malloc_array(G ? G : 1, sizeof(int32_t));
+    g->sdepth = seer_malloc_array(G ? G : 1, sizeof(int32_t));
+    if (!g->dl || !g->par || !g->path || !g->tpath || !g->mask || !g->trees || !g->t_used ||
+        !g->shape || !g->sdepth) {
+        seer_gen_free(g);
+        return seer_err(SEER_ERR_OOM, "out of memory for %d sequences x %d draft nodes", B, G);
+    }
+    /* the shape rounds fill: a chain of gamma, or the default tree */
+    if (g->tree)
+        seer_tree_shape_default(G, g->D, g->shape);
+    else
+        for (int j = 0; j < G; j++)
+            g->shape[j] = j - 1;
+    if (G) {
+        seer_status s = seer_tree_shape_check(g->shape, G, g->D, g->sdepth);
+        if (s != SEER_OK) {
+            seer_gen_free(g);
+            return s;
+        }
+    }
     if (!g->seqs || !g->hs || !g->gam || !g->nd || !g->draft || !g->onehot || !g->ids || !g->rows ||
         !g->chains || !g->u || !g->rng0 || !g->first || !g->chain || !g->acc || !g->next ||
         !g->c_acc || !g->c_next) {
         seer_gen_free(g);
         return seer_err(SEER_ERR_OOM, "out of memory for %d sequences x %d draft tokens", B, G);
     }
-    switch (spec.kind) {
-    case SEER_SPEC_STREAMING:
-    case SEER_SPEC_RETRIEVAL:
-    case SEER_SPEC_SNAPKV: g->dops = &seer_drafter_self; break;
-    case SEER_SPEC_DRAFT: g->dops = &seer_drafter_model; break;
-    case SEER_SPEC_NGRAM: g->dops = &seer_drafter_ngram; break;
-    default: g->dops = NULL;
-    }
+    g->dops = spec.kind == SEER_SPEC_NONE ? NULL : seer_drafter_find(seer_spec_kind_name(spec.kind));
     if (g->dops) {
         seer_status s = g->dops->init(g, &g->dimpl);
         if (s != SEER_OK) {
@@ -348,21 +379,46 @@ seer_status seer_gen_adopt(seer_gen *g, seer_seq_id seq, const int32_t *tokens, 
     return SEER_OK;
 }
 
+void seer_gen_limits(const seer_gen *g, const seer_gen_seq *s, int budget, int *gam, int *dl) {
+    const int room = g->ctx->params.n_ctx - s->n_tokens - 1; /* slots for draft rows */
+    const int left = s->max_new < 0 ? room + 1 : s->max_new - n_generated(s) - 1;
+    int m = g->G < room ? g->G : room, d = g->D < left ? g->D : left;
+    if (budget >= 0 && m > budget - 1)
+        m = budget - 1;
+    if (!g->tree && m > d) /* a chain's nodes are its depth */
+        m = d;
+    *gam = m > 0 ? m : 0;
+    *dl = d > 0 ? d : 0;
+    if (*dl == 0)
+        *gam = 0;
+}
+
+seer_status seer_gen_propose(seer_gen *g, int n, bool sampled) {
+    if (sampled && seer_drafter_has_q(g->dops))
+        SEER_TRY(seer_gen_need_q(g));
+    SEER_TRY(g->dops->propose(g, g->dimpl, n, g->hs, g->gam, g->draft, g->qd, g->onehot, g->nd));
+    for (int i = 0; i < n; i++) {
+        if (g->nd[i] < 0 || g->nd[i] > g->gam[i])
+            return seer_err(SEER_ERR_INTERNAL, "drafter proposed %d nodes, room for %d", g->nd[i], g->gam[i]);
+        const int32_t *p = g->par + (size_t)i * g->G;
+        for (int j = 0; j < g->nd[i]; j++)
+            if (p[j] < -1 || p[j] >= j)
+                return seer_err(SEER_ERR_INTERNAL, "drafter proposed node %d under %d", j, p[j]);
+    }
+    return SEER_OK;
+}
+
 seer_status seer_gen_step(seer_gen *g, int *n_active) {
     SEER_CHECK_ARG(g);
     SEER_CHECK_ARG(n_active);
     seer_context *c = g->ctx;
-    const int G = g->G, n_ctx = c->params.n_ctx;
     int n = 0;
     for (int h = 0; h < g->n_seqs; h++) {
         seer_gen_seq *s = &g->seqs[h];
         if (!s->alive || s->finished)
             continue;
-        int room = n_ctx - s->n_tokens - 1;
-        int left = s->max_new < 0 ? room + 1 : s->max_new - n_generated(s) - 1;
-        int gm = G < room ? G : room;
         g->hs[n] = h;
-        g->gam[n] = gm < left ? (gm > 0 ? gm : 0) : (left > 0 ? left : 0);
+        seer_gen_limits(g, s, -1, &g->gam[n], &g->dl[n]);
         g->nd[n] = 0;
         g->onehot[n] = false;
         n++;
@@ -379,12 +435,7 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
         bool sampled = false;
         for (int i = 0; i < n; i++)
             sampled |= g->gam[i] > 0 && g->seqs[g->hs[i]].sp.temperature > 0;
-        if (sampled && g->dops != &seer_drafter_ngram)
-            SEER_TRY(seer_gen_need_q(g));
-        SEER_TRY(g->dops->propose(g, g->dimpl, n, g->hs, g->gam, g->draft, g->qd, g->onehot, g->nd));
-        for (int i = 0; i < n; i++)
-            if (g->nd[i] < 0 || g->nd[i] > g->gam[i])
-                return seer_err(SEER_ERR_INTERNAL, "drafter proposed %d tokens, room for %d", g->nd[i], g->gam[i]);
+        SEER_TRY(seer_gen_propose(g, n, sampled));
     }
     double t1 = now_s();
 
@@ -398,28 +449,34 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
     seer_status st = tok && sq && pos && want && row0 ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
     for (int i0 = 0; i0 < n && st == SEER_OK;) {
         int T = 0, i = i0;
+        bool chains = true;
         for (; i < n && T + g->nd[i] + 1 <= TB; i++) {
             seer_gen_seq *s = &g->seqs[g->hs[i]];
-            int L = s->n_tokens - 1;
             row0[i] = T;
-            for (int j = 0; j <= g->nd[i]; j++) {
-                tok[T] = j == 0 ? s->tokens[L] : g->draft[(size_t)i * (G ? G : 1) + j - 1];
+            const int m = seer_gen_verify_rows(g, i, tok + T, pos + T);
+            for (int j = 0; j < m; j++) {
                 sq[T] = s->seq;
-                pos[T] = L + j;
                 want[T++] = 1;
             }
+            chains &= seer_gen_is_chain(g, i);
         }
         bool amax = true;
         for (int k = i0; k < i; k++)
             amax &= seer_gen_argmax_only(&g->seqs[g->hs[k]]);
-        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
+        /* trees attend to their ancestors; chains keep the causal call they always made */
+        uint8_t *mask = NULL;
+        if (!chains) {
+            mask = g->mask;
+            memset(mask, 0, (size_t)T * T);
+            for (int k = i0; k < i; k++)
+                seer_gen_mask_rows(g, k, mask, T, row0[k], g->nd[k] + 1, false);
+        }
+        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want, .mask = mask};
         /* row0[] counts from this group's start */
         if (amax) {
             st = seer_decode_argmax(c, &b, g->ids);
             for (int k = i0; k < i && st == SEER_OK; k++)
-                g->acc[k] = seer_verify_chain_ids(g, &g->seqs[g->hs[k]], g->ids + row0[k],
-                                                  g->draft + (size_t)k * (G ? G : 1), g->nd[k],
-                                                  &g->next[k]);
+                g->acc[k] = seer_verify_tree_ids(g, k, &g->seqs[g->hs[k]], g->ids + row0[k], &g->next[k]);
         } else {
             float *L = NULL;
             st = seer_decode_keep(c, &b, &L);
@@ -430,18 +487,16 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
             break;
         for (int k = i0; k < i && st == SEER_OK; k++) {
             seer_gen_seq *s = &g->seqs[g->hs[k]];
-            int L = s->n_tokens - 1, nd = g->nd[k];
-            const int32_t *d = g->draft + (size_t)k * (G ? G : 1);
+            const int nd = g->nd[k];
             const int acc = g->acc[k];
-            const int32_t next = g->next[k];
-            st = seer_seq_rewind(c, s->seq, L + 1 + acc);
+            st = seer_gen_settle(g, k, s);
             g->stats.rounds++;
             g->stats.drafted += nd;
             g->stats.accepted += acc;
             if (nd > 0)
                 s->accept_avg = 0.8f * s->accept_avg + 0.2f * (float)acc / nd;
             for (int j = 0; j <= acc && !s->finished; j++) {
-                int32_t t = j < acc ? d[j] : next;
+                int32_t t = seer_gen_emitted(g, k, j);
                 emit(g, s, t);
                 seer_sampler_accept(s->smp, t);
                 g->stats.emitted++;
