@@ -178,6 +178,7 @@ typedef struct {
     /* sample.cu: sample_rows / accept_chains descriptors and results, working rows of
      * sampled rows that keep no probabilities, host staging, penalty marks [V] */
     seer_cuda_buf smp_dev, smp_work;
+    seer_cuda_buf tree_work;  /* accept_trees: working p and q rows, [n][2][V] */
     void *smp_host;
     size_t smp_host_cap;
     uint8_t *smp_mark;
@@ -321,6 +322,9 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
                                   int32_t *ids);
 seer_status seer_cuda_accept_chains(seer_backend *be, const seer_accept_chain *chains, int n,
                                     int V, int32_t *n_acc, int32_t *next);
+seer_status seer_cuda_accept_trees(seer_backend *be, const seer_accept_tree *trees, int n, int V,
+                                   int stride, int32_t *n_acc, int32_t *path, int32_t *next,
+                                   int32_t *n_u);
 
 /* Forward calls (graph.cu). */
 seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap, int *T,
