@@ -223,6 +223,10 @@ typedef struct {
     const int32_t *pos;      /* [T] */
     const uint8_t *logits;   /* [T] nonzero: return logits for this token; NULL: none */
     const uint8_t *mask;     /* [T][T] or NULL (causal) */
+    const uint8_t *capture;  /* [T] nonzero: copy this token's post-RoPE queries (every layer)
+                                to queries; NULL: none (selection heuristics of sparse drafts) */
+    float *queries;          /* host [n_layers][n_captured][H*Dh], the flagged tokens in batch
+                                order; needed when capture is given */
 } seer_batch;
 
 /* Runs the batch. logits_out receives [n_out][V] floats in batch order of the flagged

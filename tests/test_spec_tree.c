@@ -1,6 +1,7 @@
 /*
  * test_spec_tree.c: token-tree speculation (SpecInfer, Sequoia).
  *
+ *   - Bad settings are refused; a batch's query capture needs room and fills it.
  *   - Shapes: the default shape is breadth-first with the asked nodes and depth, a chain when
  *     nodes == depth; the check refuses parents out of order and trees too deep.
  *   - The multi-draft rule (the CPU backend's accept_trees) on small vocabularies: with the
@@ -499,6 +500,30 @@ static void test_bad_settings(void **state) {
     sp = tree_of(SEER_SPEC_STREAMING, NULL, 8, 3, 16);
     ASSERT_OK(seer_gen_init(c, sp, &g));
     seer_gen_free(g);
+    /* a batch that asks for its queries but gives no room for them */
+    seer_seq_id q;
+    ASSERT_OK(seer_seq_new(c, &q));
+    int32_t tok = 1, pos = 0;
+    uint8_t one = 1;
+    seer_batch b = {.n_tokens = 1, .token = &tok, .seq = &q, .pos = &pos, .capture = &one};
+    assert_int_equal(seer_decode(c, &b, NULL), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_seq_len(c, q), 0);
+    /* with room: one row of H*Dh per layer, the same queries twice over (deterministic) */
+    seer_model_info in;
+    seer_model_get_info(m, &in);
+    const size_t qn = (size_t)in.n_layers * in.n_heads * in.head_dim;
+    float *q1 = malloc(sizeof(float) * qn), *q2 = malloc(sizeof(float) * qn);
+    for (size_t i = 0; i < qn; i++)
+        q1[i] = q2[i] = NAN;
+    b.queries = q1;
+    ASSERT_OK(seer_decode(c, &b, NULL));
+    ASSERT_OK(seer_seq_rewind(c, q, 0));
+    b.queries = q2;
+    ASSERT_OK(seer_decode(c, &b, NULL));
+    for (size_t i = 0; i < qn; i++)
+        assert_true(isfinite(q1[i]) && q1[i] == q2[i]);
+    free(q1), free(q2);
+    seer_seq_free(c, q);
     seer_context_free(c);
     seer_model_free(m);
 }

@@ -293,10 +293,6 @@ void seer_seq_clear_view(seer_context *c, seer_seq_id seq) {
     memset(&c->views[seq], 0, sizeof c->views[seq]);
 }
 
-void seer_context_capture_q(seer_context *c, const uint8_t *rows, float *out) {
-    c->cap_rows = rows;
-    c->cap_out = out;
-}
 
 seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, int which, int slot0,
                                  int n, float *out) {
@@ -363,6 +359,8 @@ static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
     if (T < 1 || T > c->params.n_batch_max)
         return seer_err(SEER_ERR_INVALID_ARG, "batch of %d tokens; must be 1..%d (n_batch_max)", T,
                         c->params.n_batch_max);
+    if (b->capture && !b->queries)
+        return seer_err(SEER_ERR_INVALID_ARG, "batch asks to capture queries but gives no room for them");
     const int V = c->model->info.n_vocab;
     for (int i = 0; i < T; i++) {
         if (b->token[i] < 0 || b->token[i] >= V)
@@ -472,6 +470,8 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
         .seq_tok_off = c->seq_tok_off, .seq_toks = c->seq_toks, .seq_view = c->seq_view,
         .tok_seq = c->tok_seq, .tok_slot = c->tok_slot, .mask = b->mask,
     };
+    c->cap_rows = b->capture;
+    c->cap_out = b->queries;
     if (s == SEER_OK)
         s = seer_llama_forward(c, b->token, b->pos, &ab, c->out_rows, n_out);
     c->cap_rows = NULL;

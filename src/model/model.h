@@ -72,7 +72,7 @@ struct seer_context {
     int32_t *seq_ids, *seq_ntok, *seq_pages, *out_rows;
     const seer_attn_view **seq_view;
     seer_kv_copy *copies;
-    /* q capture for selection heuristics (seer_context_capture_q) */
+    /* the capture flags and output of the call in progress (seer_batch.capture) */
     const uint8_t *cap_rows;
     float *cap_out;
 };
@@ -105,9 +105,6 @@ seer_status seer_rope_llama3(float *fr, int half, float factor, float lo, float 
 
 /* Internal hooks for the speculative drafters (src/spec/). */
 
-/* For the next seer_decode only: copy the post-RoPE queries of the batch rows with
- * rows[i] != 0 into out [n_layers][n_flagged][H*Dh] (host memory). */
-void seer_context_capture_q(seer_context *c, const uint8_t *rows, float *out);
 /* Keys (which = 0) or values (1) of layer for slots [slot0, slot0 + n) of seq, as f32 into
  * out [n][Hkv*Dh]. */
 seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, int which, int slot0,

@@ -546,7 +546,6 @@ static seer_status run_plan(seer_sched *s, int n) {
             s->qbuf = seer_malloc_array((size_t)in->n_layers * s->budget * qd, sizeof(float));
         if (!s->qbuf)
             return seer_err(SEER_ERR_OOM, "out of memory for captured queries");
-        seer_context_capture_q(c, s->capf, s->qbuf);
     }
     /* trees attend to their ancestors; without one the call stays causal as always */
     uint8_t *mask = NULL;
@@ -564,7 +563,8 @@ static seer_status run_plan(seer_sched *s, int n) {
             t += pe->n_new;
         }
     }
-    seer_batch b = {.n_tokens = T, .token = s->tok, .seq = s->sq, .pos = s->pos, .logits = s->want, .mask = mask};
+    seer_batch b = {.n_tokens = T, .token = s->tok, .seq = s->sq, .pos = s->pos, .logits = s->want, .mask = mask,
+                    .capture = ncap ? s->capf : NULL, .queries = s->qbuf};
     if (amax) {
         SEER_TRY(seer_decode_argmax(c, &b, s->ids));
         for (int i = 0; i < MAX_GROUPS; i++) {

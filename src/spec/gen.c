@@ -230,9 +230,8 @@ static seer_status prefill(seer_gen *g, seer_gen_seq *s, int tail, float *q_cap,
                 first = j;
             nc += cap[j];
         }
-        if (nc)
-            seer_context_capture_q(c, cap, tmp);
-        seer_batch b = {.n_tokens = k, .token = s->tokens + i, .seq = seq, .pos = pos, .logits = want};
+        seer_batch b = {.n_tokens = k, .token = s->tokens + i, .seq = seq, .pos = pos, .logits = want,
+                        .capture = nc ? cap : NULL, .queries = tmp};
         st = want[k - 1] ? seer_decode_keep(c, &b, out) : seer_decode(c, &b, NULL);
         /* rows [i + first, i + first + nc) are tail rows (i + first) - (n - tail) onwards */
         for (int l = 0; l < in->n_layers && nc && st == SEER_OK; l++)

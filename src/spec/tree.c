@@ -331,9 +331,8 @@ seer_status seer_gen_expand(seer_gen *g, seer_context *c, int n, const int *hs,
                     }
                 }
         }
-        if (n_cap)
-            seer_context_capture_q(c, cap, qbuf);
-        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want, .mask = mask};
+        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want, .mask = mask,
+                        .capture = n_cap ? cap : NULL, .queries = qbuf};
         bool amax = true, branching = false;
         int nf = 0;
         for (int t = 0; t < T; t++) {
