@@ -106,8 +106,7 @@ void seer_sched_free(seer_sched *s) {
         seer_request *r = s->running[i];
         sched_group *gr = &s->groups[r->group];
         seer_gen_seq *q = &gr->g->seqs[r->h];
-        if (gr->g->dops && gr->g->dops->seq_released)
-            gr->g->dops->seq_released(gr->g, gr->g->dimpl, r->h);
+        seer_gen_drafter_released(gr->g, r->h);
         seer_seq_free(s->ctx, q->seq);
         memset(q, 0, sizeof *q);
         r->state = REQ_NEW, r->sched = NULL;
@@ -255,8 +254,7 @@ static void detach(seer_sched *s, seer_request *r) {
     sched_group *gr = &s->groups[r->group];
     seer_gen *g = gr->g;
     seer_gen_seq *q = &g->seqs[r->h];
-    if (g->dops && g->dops->seq_released)
-        g->dops->seq_released(g, g->dimpl, r->h);
+    seer_gen_drafter_released(g, r->h);
     seer_seq_free(s->ctx, q->seq);
     memset(q, 0, sizeof *q);
     gr->n_live--;
@@ -301,7 +299,7 @@ static seer_status admit(seer_sched *s, seer_request *r) {
         return seer_err(SEER_ERR_INTERNAL, "no free handle in a speculation class");
     seer_seq_id seq;
     const int n = r->n_tokens;
-    int tail = g->dops && g->dops->prefill_q_rows ? g->dops->prefill_q_rows(g, g->dimpl, n) : 0;
+    int tail = seer_gen_drafter_q_rows(g, n);
     if (tail > n)
         tail = n;
     /* a cached prefix, leaving the pending token and the rows whose queries the drafter
@@ -628,10 +626,10 @@ static void commit(seer_sched *s, int n) {
             /* the prompt's pages for later requests; a failure here only means no entry */
             if (st == SEER_OK)
                 (void)seer_prefix_insert(&s->pc, c, q->seq, r->tokens, r->n_prompt, s->n_step);
-            if (st == SEER_OK && g->dops && r->tail > 0)
-                st = g->dops->prefill_q(g, g->dimpl, r->h, r->qcap, r->tail);
-            if (st == SEER_OK && g->dops)
-                st = g->dops->seq_added(g, g->dimpl, r->h);
+            if (st == SEER_OK && r->tail > 0)
+                st = seer_gen_drafter_prefill_q(g, r->h, r->qcap, r->tail);
+            if (st == SEER_OK)
+                st = seer_gen_drafter_added(g, r->h);
             free(r->qcap);
             r->qcap = NULL;
         }
@@ -651,8 +649,8 @@ static void commit(seer_sched *s, int n) {
         q->n_tokens = r->n_tokens;
         s->stats.tokens_generated += r->n_tokens - before;
         q->rounds++;
-        if (st == SEER_OK && !pe->prefill && g->dops && r->finish == SEER_FINISH_NONE)
-            st = g->dops->verified(g, g->dimpl, r->h, acc, nd);
+        if (st == SEER_OK && !pe->prefill && r->finish == SEER_FINISH_NONE)
+            st = seer_gen_drafter_verified(g, k);
         if (st != SEER_OK)
             seer_request_finish(r, SEER_FINISH_ERROR);
         q->finished = r->finish != SEER_FINISH_NONE;

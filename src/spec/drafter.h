@@ -45,8 +45,13 @@ typedef struct {
     const int32_t *path;
 } seer_draft_seq;
 
-/* Scratch of the step drafting helper, owned by the generator. */
-typedef struct seer_draft_scratch seer_draft_scratch;
+/* Scratch of the step drafting helper, owned by the generator, sized for the target
+ * context's n_batch_max (a draft model's context has the same). */
+typedef struct {
+    seer_sample_row *rows; /* [n_batch_max] */
+    int32_t *ids;          /* [n_batch_max] */
+    uint8_t *mask;         /* [n_batch_max][n_batch_max] */
+} seer_draft_scratch;
 
 /* The run as a drafter sees it. */
 typedef struct {

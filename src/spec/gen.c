@@ -53,28 +53,8 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
     if (p->gamma < 1 || p->gamma + 1 > SEER_INVARIANT_NEW_TOKENS) /* verification stays exact */
         return seer_err(SEER_ERR_INVALID_ARG, "spec gamma %d is out of range [1, %d]", p->gamma,
                         SEER_INVARIANT_NEW_TOKENS - 1);
-    if (p->budget < 1)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec budget %d must be positive", p->budget);
-    if (p->sinks < 0)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec sinks %d is negative", p->sinks);
-    if (p->chunk < 1 || p->chunk > 4096)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec chunk %d is out of range [1, 4096]", p->chunk);
-    if (p->refresh_every < 0 || !(p->refresh_below >= 0 && p->refresh_below <= 1))
-        return seer_err(SEER_ERR_INVALID_ARG, "spec refresh settings out of range");
-    if (p->snap_window < 1 || p->snap_window > ctx->params.n_batch_max || p->snap_kernel < 1 ||
-        p->snap_kernel % 2 == 0)
-        return seer_err(SEER_ERR_INVALID_ARG,
-                        "snapkv window %d must be in [1, n_batch_max %d], kernel %d odd and positive",
-                        p->snap_window, ctx->params.n_batch_max, p->snap_kernel);
-    if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > 64)
-        return seer_err(SEER_ERR_INVALID_ARG, "ngram sizes must satisfy 1 <= min %d <= max %d <= 64",
-                        p->ngram_min, p->ngram_max);
-    if (p->kind == SEER_SPEC_DRAFT && !p->draft_model)
-        return seer_err(SEER_ERR_INVALID_ARG, "speculation 'draft' needs a draft model");
     if (!(p->synthetic_accept >= 0 && p->synthetic_accept < 1))
         return seer_err(SEER_ERR_INVALID_ARG, "synthetic acceptance %g must be in [0, 1)", p->synthetic_accept);
-    if (p->draft_budget < 0)
-        return seer_err(SEER_ERR_INVALID_ARG, "draft budget %d is negative", p->draft_budget);
     if (p->tree_size < 0 || p->tree_depth < 0 || p->tree_size + 1 > SEER_INVARIANT_NEW_TOKENS ||
         p->tree_size + 1 > ctx->params.n_batch_max)
         return seer_err(SEER_ERR_INVALID_ARG, "tree of %d nodes: must be in [0, %d] (and fit in the batch limit %d)",
@@ -96,12 +76,13 @@ void seer_gen_free(seer_gen *g) {
         free(g->seqs[h].tokens);
     }
     if (g->dops && g->dimpl)
-        g->dops->free(g, g->dimpl);
+        g->dops->free(&g->env, g->dimpl);
     if (g->qd)
         g->model->be->ops->dealloc(g->model->be, g->qd);
     free(g->seqs), free(g->hs), free(g->gam), free(g->nd), free(g->draft), free(g->onehot);
     free(g->dl), free(g->par), free(g->path), free(g->hbuf), free(g->mask), free(g->trees);
-    free(g->t_used), free(g->tpath), free(g->shape), free(g->sdepth);
+    free(g->t_used), free(g->tpath), free(g->shape), free(g->sdepth), free(g->dv);
+    free(g->scratch.ids);
     free(g->ids), free(g->rows), free(g->chains), free(g->u), free(g->rng0), free(g->first);
     free(g->chain), free(g->acc), free(g->next), free(g->c_acc), free(g->c_next);
     free(g);
@@ -118,8 +99,6 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->ctx = ctx;
     g->model = ctx->model;
     g->V = ctx->model->info.n_vocab;
-    if (spec.sinks > spec.budget)
-        spec.sinks = spec.budget;
     g->spec = spec;
     g->G = spec.kind == SEER_SPEC_NONE ? 0 : spec.tree_size > 0 ? spec.tree_size : spec.gamma;
     g->D = spec.kind == SEER_SPEC_NONE ? 0 : spec.tree_size > 0 && spec.tree_depth > 0 ? spec.tree_depth : spec.gamma;
@@ -152,7 +131,11 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->t_used = seer_malloc_array(B, sizeof(int32_t));
     g->shape = seer_malloc_array(G ? G : 1, sizeof(int32_t));
     g->sdepth = seer_malloc_array(G ? G : 1, sizeof(int32_t));
-    if (!g->dl || !g->par || !g->path || !g->tpath || !g->mask || !g->trees || !g->t_used ||
+    g->dv = calloc(B, sizeof *g->dv);
+    g->scratch.ids = seer_malloc_array(TB, sizeof(int32_t));
+    g->scratch.rows = g->rows; /* the generator's own rows: drafting and verification never overlap */
+    g->scratch.mask = g->mask;
+    if (!g->dv || !g->scratch.ids || !g->dl || !g->par || !g->path || !g->tpath || !g->mask || !g->trees || !g->t_used ||
         !g->shape || !g->sdepth) {
         seer_gen_free(g);
         return seer_err(SEER_ERR_OOM, "out of memory for %d sequences x %d draft nodes", B, G);
@@ -176,9 +159,11 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
         seer_gen_free(g);
         return seer_err(SEER_ERR_OOM, "out of memory for %d sequences x %d draft tokens", B, G);
     }
+    g->env = (seer_draft_env){.ctx = ctx, .model = ctx->model, .V = g->V, .max_nodes = G,
+                              .shape = g->shape, .depth = g->sdepth, .scratch = &g->scratch};
     g->dops = spec.kind == SEER_SPEC_NONE ? NULL : seer_drafter_find(seer_spec_kind_name(spec.kind));
     if (g->dops) {
-        seer_status s = g->dops->init(g, &g->dimpl);
+        seer_status s = g->dops->init(&g->env, &g->spec, &g->dimpl);
         if (s != SEER_OK) {
             g->dops = NULL;
             seer_gen_free(g);
@@ -312,7 +297,7 @@ seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
         return st;
     }
     s->alive = true;
-    int tail = g->dops && g->dops->prefill_q_rows ? g->dops->prefill_q_rows(g, g->dimpl, n) : 0;
+    int tail = seer_gen_drafter_q_rows(g, n);
     float *qcap = NULL;
     if (tail > 0) {
         const seer_model_info *in = &g->model->info;
@@ -325,12 +310,10 @@ seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
     if (st == SEER_OK)
         st = prefill(g, s, tail, qcap, &last);
     g->stats.t_prefill_s += now_s() - t0;
-    if (st == SEER_OK && g->dops) {
-        if (tail > 0)
-            st = g->dops->prefill_q(g, g->dimpl, h, qcap, tail);
-        if (st == SEER_OK)
-            st = g->dops->seq_added(g, g->dimpl, h);
-    }
+    if (st == SEER_OK && tail > 0)
+        st = seer_gen_drafter_prefill_q(g, h, qcap, tail);
+    if (st == SEER_OK)
+        st = seer_gen_drafter_added(g, h);
     free(qcap);
     /* The first token comes from the prefill's last logits, as a round with no drafts. The
      * drafter's work above ran no forward call on the target's context, so they are intact. */
@@ -363,11 +346,10 @@ seer_status seer_gen_adopt(seer_gen *g, seer_seq_id seq, const int32_t *tokens, 
     seer_gen_seq *s = &g->seqs[h];
     s->seq = seq;
     s->alive = true;
-    seer_status st = g->dops ? g->dops->seq_added(g, g->dimpl, h) : SEER_OK;
+    seer_status st = seer_gen_drafter_added(g, h);
     if (st != SEER_OK) {
         /* the caller keeps its sequence on failure */
-        if (g->dops && g->dops->seq_released)
-            g->dops->seq_released(g, g->dimpl, h);
+        seer_gen_drafter_released(g, h);
         s->alive = false;
         unclaim(g, h);
         return st;
@@ -392,10 +374,81 @@ void seer_gen_limits(const seer_gen *g, const seer_gen_seq *s, int budget, int *
         *gam = 0;
 }
 
+/* The drafter's view of handle h (as round entry k when k >= 0). */
+static seer_draft_seq *view(seer_gen *g, int h, int k) {
+    seer_gen_seq *s = &g->seqs[h];
+    seer_draft_seq *v = &g->dv[k >= 0 ? k : 0];
+    *v = (seer_draft_seq){.slot = h, .seq = s->seq, .tokens = s->tokens, .n_tokens = s->n_tokens,
+                          .n_prompt = s->n_prompt, .sp = &s->sp, .smp = s->smp,
+                          .accept_avg = s->accept_avg, .rounds = s->rounds};
+    if (k >= 0) {
+        const size_t G = (size_t)g->G;
+        v->max_nodes = g->gam[k];
+        v->max_depth = g->dl[k];
+        v->tok = g->draft + k * G;
+        v->parent = g->par + k * G;
+        v->q = g->qd && s->sp.temperature > 0 ? g->qd + k * G * g->V : NULL;
+        v->n_acc = g->acc[k];
+        v->path = g->path + k * G;
+    }
+    return v;
+}
+
+/* The drafter may renew its state: the running acceptance and round count come back. */
+static void unview(seer_gen *g, const seer_draft_seq *v) {
+    g->seqs[v->slot].accept_avg = v->accept_avg;
+    g->seqs[v->slot].rounds = v->rounds;
+}
+
+seer_status seer_gen_drafter_added(seer_gen *g, int h) {
+    if (!g->dops || !g->dops->seq_added)
+        return SEER_OK;
+    seer_draft_seq *v = view(g, h, -1);
+    seer_status st = g->dops->seq_added(&g->env, g->dimpl, v);
+    unview(g, v);
+    return st;
+}
+
+void seer_gen_drafter_released(seer_gen *g, int h) {
+    if (g->dops && g->dops->seq_released)
+        g->dops->seq_released(&g->env, g->dimpl, h);
+}
+
+int seer_gen_drafter_q_rows(seer_gen *g, int n_prompt) {
+    return g->dops && g->dops->prefill_q_rows ? g->dops->prefill_q_rows(g->dimpl, n_prompt) : 0;
+}
+
+seer_status seer_gen_drafter_prefill_q(seer_gen *g, int h, const float *q, int n_rows) {
+    if (!g->dops || !g->dops->prefill_q)
+        return SEER_OK;
+    seer_draft_seq *v = view(g, h, -1);
+    seer_status st = g->dops->prefill_q(&g->env, g->dimpl, v, q, n_rows);
+    unview(g, v);
+    return st;
+}
+
+seer_status seer_gen_drafter_verified(seer_gen *g, int k) {
+    if (!g->dops || !g->dops->verified)
+        return SEER_OK;
+    seer_draft_seq *v = view(g, g->hs[k], k);
+    v->n = g->nd[k];
+    seer_status st = g->dops->verified(&g->env, g->dimpl, v);
+    unview(g, v);
+    return st;
+}
+
 seer_status seer_gen_propose(seer_gen *g, int n, bool sampled) {
-    if (sampled && seer_drafter_has_q(g->dops))
+    if (sampled && g->dops->has_q)
         SEER_TRY(seer_gen_need_q(g));
-    SEER_TRY(g->dops->propose(g, g->dimpl, n, g->hs, g->gam, g->draft, g->qd, g->onehot, g->nd));
+    for (int i = 0; i < n; i++)
+        view(g, g->hs[i], i);
+    seer_status st = g->dops->propose(&g->env, g->dimpl, n, g->dv);
+    for (int i = 0; i < n; i++) {
+        g->nd[i] = g->dv[i].n;
+        g->onehot[i] = g->dv[i].onehot;
+        unview(g, &g->dv[i]);
+    }
+    SEER_TRY(st);
     for (int i = 0; i < n; i++) {
         if (g->nd[i] < 0 || g->nd[i] > g->gam[i])
             return seer_err(SEER_ERR_INTERNAL, "drafter proposed %d nodes, room for %d", g->nd[i], g->gam[i]);
@@ -501,8 +554,8 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
                 g->stats.emitted++;
             }
             s->rounds++;
-            if (st == SEER_OK && g->dops)
-                st = g->dops->verified(g, g->dimpl, g->hs[k], acc, nd);
+            if (st == SEER_OK)
+                st = seer_gen_drafter_verified(g, k);
         }
         i0 = i;
     }
@@ -533,8 +586,7 @@ void seer_gen_release(seer_gen *g, int h) {
     if (!g || h < 0 || h >= g->n_seqs || !g->seqs[h].alive)
         return;
     seer_gen_seq *s = &g->seqs[h];
-    if (g->dops && g->dops->seq_released)
-        g->dops->seq_released(g, g->dimpl, h);
+    seer_gen_drafter_released(g, h);
     seer_seq_free(g->ctx, s->seq);
     seer_sampler_free(s->smp);
     s->smp = NULL;

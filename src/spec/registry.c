@@ -1,21 +1,20 @@
 /*
  * registry.c: the drafters by name. A drafter is one file under src/spec/ with its
- * seer_drafter_ops; adding one adds a line here and its tests.
+ * seer_drafter_ops (drafter.h); adding one adds a line here and its tests.
  */
-#include "spec/spec.h"
+#include "spec/drafter.h"
 
 #include <string.h>
 
 static const struct {
     const char *name;
     const seer_drafter_ops *ops;
-    bool has_q; /* proposals carry the distributions they were drawn from */
 } DRAFTERS[] = {
-    {"streaming", &seer_drafter_self, true},
-    {"retrieval", &seer_drafter_self, true},
-    {"snapkv", &seer_drafter_self, true},
-    {"draft", &seer_drafter_model, true},
-    {"ngram", &seer_drafter_ngram, false},
+    {"streaming", &seer_drafter_self}, /* one implementation, three views (draft_self.c) */
+    {"retrieval", &seer_drafter_self},
+    {"snapkv", &seer_drafter_self},
+    {"draft", &seer_drafter_model},
+    {"ngram", &seer_drafter_ngram},
 };
 
 const seer_drafter_ops *seer_drafter_find(const char *name) {
@@ -23,11 +22,4 @@ const seer_drafter_ops *seer_drafter_find(const char *name) {
         if (!strcmp(DRAFTERS[i].name, name))
             return DRAFTERS[i].ops;
     return NULL;
-}
-
-bool seer_drafter_has_q(const seer_drafter_ops *ops) {
-    for (size_t i = 0; i < sizeof DRAFTERS / sizeof *DRAFTERS; i++)
-        if (DRAFTERS[i].ops == ops)
-            return DRAFTERS[i].has_q;
-    return false;
 }

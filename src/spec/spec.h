@@ -1,5 +1,6 @@
 /*
- * spec.h: what the generator (gen.c), the verifier (verify.c) and the drafters share.
+ * spec.h: what the generator (gen.c), the verifier (verify.c), the tree code (tree.c) and
+ * the scheduler share. Drafters do not include it: they see drafter.h alone.
  *
  * Invariant of a generating sequence: its target cache holds tokens[0 .. n_tokens-1) and
  * the last emitted token tokens[n_tokens-1] is "pending": its KV is written by the next
@@ -11,6 +12,7 @@
 #include "model/model.h"
 #include "sample/sample.h"
 #include "seer.h"
+#include "spec/drafter.h"
 
 typedef struct {
     bool alive;      /* handle in use and not released */
@@ -26,8 +28,6 @@ typedef struct {
     int rounds;       /* rounds since the drafter last refreshed its state */
     void *dstate;     /* the drafter's per-sequence state */
 } seer_gen_seq;
-
-typedef struct seer_drafter_ops seer_drafter_ops;
 
 struct seer_gen {
     seer_context *ctx;
@@ -45,6 +45,10 @@ struct seer_gen {
     seer_spec_params spec;
     const seer_drafter_ops *dops;
     void *dimpl;
+    seer_draft_env env;       /* what the drafter sees of the run */
+    seer_draft_scratch scratch;
+    seer_draft_seq *dv;       /* [B] views of the round entries (and of one handle at a time
+                               * outside rounds) */
     seer_gen_seq *seqs;
     int n_seqs;
     seer_spec_stats stats;
@@ -82,41 +86,14 @@ static inline bool seer_gen_argmax_only(const seer_gen_seq *s) {
     return s->sp.temperature <= 0 && s->sp.repeat_penalty == 1.f;
 }
 
-/* A drafter proposes, for each sequence hs[i] (i < n) whose pending token is
- * tokens[n_tokens-1], a tree of at most gam[i] nodes and depth dl[i]: nd[i] nodes, node j's
- * token in draft[i*G + j] and its parent in par[i*G + j] (-1: the pending token; parents
- * before children), and either the distributions its nodes were drawn from (q rows as
- * seer_gen.qd says, after the sequence's sampler transform; the target's backend memory,
- * allocated when a sampled sequence drafts) or onehot[i] = true. Drafters that draft step by
- * step fill g->shape's first nodes through seer_gen_expand; a chain is the tree whose
- * parents are j - 1. A drafter must leave each target sequence's cache length as it found
- * it. Drafters are found by name (seer_drafter_find); one that is added touches its own
- * file, the registry (registry.c) and its tests. */
-struct seer_drafter_ops {
-    const char *name;
-    seer_status (*init)(seer_gen *g, void **impl);
-    void (*free)(seer_gen *g, void *impl);
-    /* After the prompt of handle h is in the cache (q of its last rows captured if asked). */
-    seer_status (*seq_added)(seer_gen *g, void *impl, int h);
-    void (*seq_released)(seer_gen *g, void *impl, int h);
-    seer_status (*propose)(seer_gen *g, void *impl, int n, const int *hs, const int *gam,
-                           int32_t *draft, float *q, bool *onehot, int *nd);
-    /* After verification accepted n_acc of nd tokens and emitted n_acc + 1. */
-    seer_status (*verified)(seer_gen *g, void *impl, int h, int n_acc, int nd);
-    /* Prompt rows whose queries the drafter wants at prefill (SnapKV); 0 = none. */
-    int (*prefill_q_rows)(seer_gen *g, void *impl, int n_prompt);
-    seer_status (*prefill_q)(seer_gen *g, void *impl, int h, const float *q, int n_rows);
-};
-
-extern const seer_drafter_ops seer_drafter_self;  /* streaming, retrieval, snapkv */
-extern const seer_drafter_ops seer_drafter_model; /* standalone draft model */
-extern const seer_drafter_ops seer_drafter_ngram;
-
-/* The drafter registered under name ("streaming", "retrieval", "snapkv", "draft", "ngram"),
- * NULL for none. */
-const seer_drafter_ops *seer_drafter_find(const char *name);
-/* Whether the drafter's proposals carry distributions (q); one-hot drafters' do not. */
-bool seer_drafter_has_q(const seer_drafter_ops *ops);
+/* The drafter's hooks for handle h through its view (the scheduler calls them too). */
+seer_status seer_gen_drafter_added(seer_gen *g, int h);
+void seer_gen_drafter_released(seer_gen *g, int h);
+/* Prompt rows whose queries the drafter wants (0: none). */
+int seer_gen_drafter_q_rows(seer_gen *g, int n_prompt);
+seer_status seer_gen_drafter_prefill_q(seer_gen *g, int h, const float *q, int n_rows);
+/* After round entry k was verified and emitted. */
+seer_status seer_gen_drafter_verified(seer_gen *g, int k);
 
 /* ---- Trees (tree.c) ------------------------------------------------------------------------ */
 
@@ -129,25 +106,6 @@ void seer_tree_shape_default(int n, int d, int32_t *parent);
 /* SEER_OK when parent [n] is a breadth-first tree (parent[j] in [-1, j), depths never
  * decreasing) of depth at most d; the depths into depth [n]. */
 seer_status seer_tree_shape_check(const int32_t *parent, int n, int d, int32_t *depth);
-
-/* Fills the trees of n sequences by drafting on context c (the target's, or a draft
- * model's with its vocabulary): sequence i (handle hs[i]) drafts in dseq[i], which holds its
- * tokens [0, L) with L = n_tokens - 1, up to m nodes of g->shape where m is gam[i] cut to the
- * shape nodes of depth <= dl[i]. One forward call per depth: while the tree is a chain each
- * call adds one token per sequence (as chain drafting always did); below the first depth
- * with siblings the call feeds the tree from there again under a tree mask, so that no node
- * sees a sibling's KV. A node's children are its draft's likeliest tokens (greedy: the
- * argmax, then the best others by logit) or draws without replacement from its draft
- * distribution q (sampling; Sequoia), whose rows go to q as seer_gen.qd says. cap0 (may be
- * NULL): per sequence, capture the queries of its first row (the pending token) into qbuf
- * (seer_context_capture_q's layout, flagged rows in order of i); cleared for a sequence that
- * drafts nothing. Writes draft, par and nd;
- * afterwards dseq[i] holds its L tokens + the pending token + what the last calls fed
- * (*kept[i] of them, the chain's first nodes when the tree is a chain, else 0: kept may be
- * NULL). */
-seer_status seer_gen_expand(seer_gen *g, seer_context *c, int n, const int *hs,
-                            const seer_seq_id *dseq, uint8_t *cap0, float *qbuf, float *q,
-                            int *kept);
 
 /* Whether sequence k's proposal this round is a chain (parents j - 1). */
 bool seer_gen_is_chain(const seer_gen *g, int k);
