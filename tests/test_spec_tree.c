@@ -239,13 +239,15 @@ typedef struct {
     int32_t ids[600];
 } output;
 
+static int n_batch = 128; /* the contexts' batch limit */
+
 static seer_spec_stats run(seer_model *m, seer_spec_params spec, int32_t prompts[][64], const int *plen,
                            int n_prompts, int max_new, seer_sampler_params sp, int n_ctx, int page,
                            output *out) {
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_seq_max = n_prompts;
-    cp.n_batch_max = 128;
+    cp.n_batch_max = n_batch;
     cp.page_size = page;
     seer_context *c = NULL;
     ASSERT_OK(seer_context_init(m, cp, &c));
@@ -340,6 +342,14 @@ static void test_greedy_identical_random(void **state) {
             snprintf(what, sizeof what, "tree %s single", seer_spec_kind_name(BASES[k]));
             assert_same(&got[0], &plain[1], what);
         }
+    /* a batch limit below three trees: drafting and verification in several calls */
+    n_batch = 16;
+    for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++) {
+        run(m, tree_of(BASES[k], d, 12, 4, 20), prompts, plen, 3, 60, greedy(), 160, 4, got);
+        for (int i = 0; i < 3; i++)
+            assert_same(&got[i], &plain[i], "trees in calls of 16 tokens");
+    }
+    n_batch = 128;
     /* with a repetition penalty: each node's history is its own path */
     seer_sampler_params pen = greedy();
     pen.repeat_penalty = 1.3f;

@@ -127,154 +127,167 @@ seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n,
                          ? SEER_OK
                          : seer_err(SEER_ERR_OOM, "out of memory for drafting");
     for (int d = 1; d <= maxd && st == SEER_OK; d++) {
-        int T = 0, n_cap = 0;
-        bool masked = false;
-        for (int i = 0; i < n && st == SEER_OK; i++) {
-            if (m[i] == 0 || sdepth[m[i] - 1] < d)
-                continue;
-            const seer_draft_seq *s = &seqs[i];
-            const int L = s->n_tokens - 1;
-            const int32_t *dr = s->tok;
-            /* nodes fed by this call: the one at depth d - 1 while the tree above is a
-             * chain, else everything from the first branching depth down to d - 1 */
-            int lo = d - 1 < branch[i] ? d - 1 : branch[i];
-            if (lo < d - 1)
-                st = seer_seq_rewind(c, dseq[i], L + lo);
-            masked |= d - 1 >= branch[i]; /* siblings in the call */
-            for (int j = -1; j < m[i] && st == SEER_OK; j++) {
-                const int dj = j < 0 ? 0 : sdepth[j];
-                if (dj < lo || dj > d - 1)
+        /* the sequences in as few calls as the batch limit allows (one unless the trees of
+         * many sequences are fed again below their first branching depth) */
+        bool any = false;
+        for (int i0 = 0, i = 0; i0 < n && st == SEER_OK; i0 = i) {
+            int T = 0, n_cap = 0;
+            bool masked = false;
+            for (i = i0; i < n && st == SEER_OK; i++) {
+                if (m[i] == 0 || sdepth[m[i] - 1] < d)
                     continue;
-                if (T == TB) {
-                    st = seer_err(SEER_ERR_INVALID_ARG, "a draft tree does not fit in the batch limit %d", TB);
+                const seer_draft_seq *s = &seqs[i];
+                const int L = s->n_tokens - 1;
+                const int32_t *dr = s->tok;
+                /* nodes fed by this call: the one at depth d - 1 while the tree above is a
+                 * chain, else everything from the first branching depth down to d - 1 */
+                int lo = d - 1 < branch[i] ? d - 1 : branch[i], rows = 0;
+                for (int j = -1; j < m[i]; j++) {
+                    const int dj = j < 0 ? 0 : sdepth[j];
+                    rows += dj >= lo && dj <= d - 1;
+                }
+                if (T + rows > TB) {
+                    if (T == 0 || d == 1) /* the first call captures queries: it is never cut */
+                        st = seer_err(SEER_ERR_INVALID_ARG, "draft trees do not fit in the batch limit %d", TB);
                     break;
                 }
-                tok[T] = j < 0 ? s->tokens[L] : dr[j];
-                sq[T] = dseq[i];
-                pos[T] = L + dj;
-                node[T] = j;
-                who[T] = i;
-                /* logits where the node has children in this sequence's tree */
-                bool parent = false;
-                for (int x = j + 1; x < m[i] && !parent; x++)
-                    parent = shape[x] == j;
-                want[T] = dj == d - 1 && parent;
-                cap[T] = cap0 && d == 1 && cap0[i];
-                n_cap += cap[T];
-                T++;
-            }
-        }
-        if (st != SEER_OK || T == 0)
-            break;
-        uint8_t *mask = NULL;
-        if (masked) {
-            mask = sc->mask;
-            memset(mask, 0, (size_t)T * T);
-            for (int t = 0; t < T; t++)
-                for (int u = 0; u < T; u++) {
-                    if (who[u] != who[t])
+                if (lo < d - 1)
+                    st = seer_seq_rewind(c, dseq[i], L + lo);
+                masked |= d - 1 >= branch[i]; /* siblings in the call */
+                for (int j = -1; j < m[i] && st == SEER_OK; j++) {
+                    const int dj = j < 0 ? 0 : sdepth[j];
+                    if (dj < lo || dj > d - 1)
                         continue;
-                    /* u is t or an ancestor of t */
-                    for (int j = node[t];; j = shape[j]) {
-                        if (j == node[u]) {
-                            mask[(size_t)t * T + u] = 1;
-                            break;
-                        }
-                        if (j < 0)
-                            break;
-                    }
+                    tok[T] = j < 0 ? s->tokens[L] : dr[j];
+                    sq[T] = dseq[i];
+                    pos[T] = L + dj;
+                    node[T] = j;
+                    who[T] = i;
+                    /* logits where the node has children in this sequence's tree */
+                    bool parent = false;
+                    for (int x = j + 1; x < m[i] && !parent; x++)
+                        parent = shape[x] == j;
+                    want[T] = dj == d - 1 && parent;
+                    cap[T] = cap0 && d == 1 && cap0[i];
+                    n_cap += cap[T];
+                    T++;
                 }
-        }
-        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want, .mask = mask,
-                        .capture = n_cap ? cap : NULL, .queries = qbuf};
-        bool amax = true, branching = false;
-        int nf = 0;
-        for (int t = 0; t < T; t++) {
-            if (!want[t])
-                continue;
-            nf++;
-            amax &= argmax_only(&seqs[who[t]]);
-            int kids = 0;
-            for (int x = node[t] + 1; x < m[who[t]]; x++)
-                kids += shape[x] == node[t];
-            branching |= kids > 1;
-        }
-        float *Lg = NULL;
-        if (amax && !branching) {
-            st = seer_decode_argmax(c, &b, sc->ids);
-        } else {
-            st = seer_decode_keep(c, &b, &Lg);
-            size_t hn = 0;
-            for (int t = 0; t < T; t++)
-                if (want[t] && seqs[who[t]].sp->repeat_penalty != 1.f)
-                    hn += (size_t)seqs[who[t]].sp->repeat_last_n + G + 1;
-            free(hist);
-            hist = hn ? seer_malloc_array(hn, sizeof(int32_t)) : NULL;
-            if (st == SEER_OK && hn && !hist)
-                st = seer_err(SEER_ERR_OOM, "out of memory for penalty histories");
-            size_t ho = 0;
+            }
+            if (st != SEER_OK || T == 0)
+                break;
+            any = true;
+            uint8_t *mask = NULL;
+            if (masked) {
+                mask = sc->mask;
+                memset(mask, 0, (size_t)T * T);
+                for (int t = 0; t < T; t++)
+                    for (int u = 0; u < T; u++) {
+                        if (who[u] != who[t])
+                            continue;
+                        /* u is t or an ancestor of t */
+                        for (int j = node[t];; j = shape[j]) {
+                            if (j == node[u]) {
+                                mask[(size_t)t * T + u] = 1;
+                                break;
+                            }
+                            if (j < 0)
+                                break;
+                        }
+                    }
+            }
+            seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want, .mask = mask,
+                            .capture = n_cap ? cap : NULL, .queries = qbuf};
+            bool amax = true, branching = false;
+            int nf = 0;
+            for (int t = 0; t < T; t++) {
+                if (!want[t])
+                    continue;
+                nf++;
+                amax &= argmax_only(&seqs[who[t]]);
+                int kids = 0;
+                for (int x = node[t] + 1; x < m[who[t]]; x++)
+                    kids += shape[x] == node[t];
+                branching |= kids > 1;
+            }
+            float *Lg = NULL;
+            if (amax && !branching) {
+                st = seer_decode_argmax(c, &b, sc->ids);
+            } else {
+                st = seer_decode_keep(c, &b, &Lg);
+                size_t hn = 0;
+                for (int t = 0; t < T; t++)
+                    if (want[t] && seqs[who[t]].sp->repeat_penalty != 1.f)
+                        hn += (size_t)seqs[who[t]].sp->repeat_last_n + G + 1;
+                free(hist);
+                hist = hn ? seer_malloc_array(hn, sizeof(int32_t)) : NULL;
+                if (st == SEER_OK && hn && !hist)
+                    st = seer_err(SEER_ERR_OOM, "out of memory for penalty histories");
+                size_t ho = 0;
+                for (int t = 0, f = 0; t < T && st == SEER_OK; t++) {
+                    if (!want[t])
+                        continue;
+                    const int i = who[t];
+                    seer_draft_seq *s = &seqs[i];
+                    float *qi = s->sp->temperature > 0 ? q_row(seqs, q_of, i, node[t], V) : NULL;
+                    sc->rows[f] = seer_draft_node_row(s, node[t], Lg + (size_t)f * V, qi, seer_draft_uniform(s),
+                                                      hist ? hist + ho : NULL);
+                    if (s->sp->repeat_penalty != 1.f)
+                        ho += (size_t)s->sp->repeat_last_n + G + 1;
+                    f++;
+                }
+                if (st == SEER_OK)
+                    st = seer_context_sample(c, sc->rows, nf, sc->ids);
+            }
+            /* children: the first from the call, the others (siblings) on the host */
             for (int t = 0, f = 0; t < T && st == SEER_OK; t++) {
                 if (!want[t])
                     continue;
-                const int i = who[t];
+                const int i = who[t], u = node[t];
                 seer_draft_seq *s = &seqs[i];
-                float *qi = s->sp->temperature > 0 ? q_row(seqs, q_of, i, node[t], V) : NULL;
-                sc->rows[f] = seer_draft_node_row(s, node[t], Lg + (size_t)f * V, qi, seer_draft_uniform(s),
-                                                  hist ? hist + ho : NULL);
-                if (s->sp->repeat_penalty != 1.f)
-                    ho += (size_t)s->sp->repeat_last_n + G + 1;
+                int32_t *dr = s->tok, *pr = s->parent;
+                int kids = 0;
+                for (int x = u + 1; x < m[i]; x++)
+                    if (shape[x] == u) {
+                        pr[x] = u;
+                        if (kids++ == 0)
+                            dr[x] = sc->ids[f];
+                    }
+                if (kids > 1) {
+                    if (!row)
+                        row = seer_malloc_array(V, sizeof(float));
+                    const bool sampled = s->sp->temperature > 0;
+                    const float *src = sampled ? q_row(seqs, q_of, i, u, V) : Lg + (size_t)f * V;
+                    seer_backend *be = c->be;
+                    if (!row)
+                        st = seer_err(SEER_ERR_OOM, "out of memory for drafting");
+                    else
+                        st = be->ops->download(be, row, src, sizeof(float) * V);
+                    int n_pick = 0;
+                    for (int x = u + 1; x < m[i] && st == SEER_OK; x++) {
+                        if (shape[x] != u)
+                            continue;
+                        if (n_pick == 0) {
+                            pick[n_pick++] = dr[x];
+                            continue;
+                        }
+                        /* greedy: the next best logits; sampling: without replacement. When the
+                         * draft's support is used up the node repeats its first sibling: the rule
+                         * then rejects it at no cost (q without that token gives it 0) */
+                        int32_t t2;
+                        if (sampled)
+                            t2 = draw_without(row, V, pick, n_pick, seer_draft_uniform(s));
+                        else
+                            top_ids(row, V, pick, n_pick, 1, &t2);
+                        dr[x] = t2 < 0 ? pick[0] : t2;
+                        if (t2 >= 0)
+                            pick[n_pick++] = t2;
+                    }
+                }
                 f++;
             }
-            if (st == SEER_OK)
-                st = seer_context_sample(c, sc->rows, nf, sc->ids);
         }
-        /* children: the first from the call, the others (siblings) on the host */
-        for (int t = 0, f = 0; t < T && st == SEER_OK; t++) {
-            if (!want[t])
-                continue;
-            const int i = who[t], u = node[t];
-            seer_draft_seq *s = &seqs[i];
-            int32_t *dr = s->tok, *pr = s->parent;
-            int kids = 0;
-            for (int x = u + 1; x < m[i]; x++)
-                if (shape[x] == u) {
-                    pr[x] = u;
-                    if (kids++ == 0)
-                        dr[x] = sc->ids[f];
-                }
-            if (kids > 1) {
-                if (!row)
-                    row = seer_malloc_array(V, sizeof(float));
-                const bool sampled = s->sp->temperature > 0;
-                const float *src = sampled ? q_row(seqs, q_of, i, u, V) : Lg + (size_t)f * V;
-                seer_backend *be = c->be;
-                if (!row)
-                    st = seer_err(SEER_ERR_OOM, "out of memory for drafting");
-                else
-                    st = be->ops->download(be, row, src, sizeof(float) * V);
-                int n_pick = 0;
-                for (int x = u + 1; x < m[i] && st == SEER_OK; x++) {
-                    if (shape[x] != u)
-                        continue;
-                    if (n_pick == 0) {
-                        pick[n_pick++] = dr[x];
-                        continue;
-                    }
-                    /* greedy: the next best logits; sampling: without replacement. When the
-                     * draft's support is used up the node repeats its first sibling: the rule
-                     * then rejects it at no cost (q without that token gives it 0) */
-                    int32_t t2;
-                    if (sampled)
-                        t2 = draw_without(row, V, pick, n_pick, seer_draft_uniform(s));
-                    else
-                        top_ids(row, V, pick, n_pick, 1, &t2);
-                    dr[x] = t2 < 0 ? pick[0] : t2;
-                    if (t2 >= 0)
-                        pick[n_pick++] = t2;
-                }
-            }
-            f++;
-        }
+        if (!any)
+            break;
         for (int i = 0; i < n && st == SEER_OK; i++) {
             int k = 0;
             while (k < m[i] && sdepth[k] <= d)

@@ -126,7 +126,8 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->par = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
     g->path = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
     g->tpath = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
-    g->mask = seer_malloc_array((size_t)TB * TB, 1);
+    /* a tree call's mask; chains never need one */
+    g->mask = spec.kind != SEER_SPEC_NONE && spec.tree_size > 0 ? seer_malloc_array((size_t)TB * TB, 1) : NULL;
     g->trees = seer_malloc_array(B, sizeof *g->trees);
     g->t_used = seer_malloc_array(B, sizeof(int32_t));
     g->shape = seer_malloc_array(G ? G : 1, sizeof(int32_t));
@@ -135,7 +136,7 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->scratch.ids = seer_malloc_array(TB, sizeof(int32_t));
     g->scratch.rows = g->rows; /* the generator's own rows: drafting and verification never overlap */
     g->scratch.mask = g->mask;
-    if (!g->dv || !g->scratch.ids || !g->dl || !g->par || !g->path || !g->tpath || !g->mask || !g->trees || !g->t_used ||
+    if (!g->dv || !g->scratch.ids || !g->dl || !g->par || !g->path || !g->tpath || (g->tree && !g->mask) || !g->trees || !g->t_used ||
         !g->shape || !g->sdepth) {
         seer_gen_free(g);
         return seer_err(SEER_ERR_OOM, "out of memory for %d sequences x %d draft nodes", B, G);
@@ -517,6 +518,10 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
             amax &= seer_gen_argmax_only(&g->seqs[g->hs[k]]);
         /* trees attend to their ancestors; chains keep the causal call they always made */
         uint8_t *mask = NULL;
+        if (!chains && !g->mask) {
+            st = seer_err(SEER_ERR_INTERNAL, "a tree proposal from a generator of chains");
+            break;
+        }
         if (!chains) {
             mask = g->mask;
             memset(mask, 0, (size_t)T * T);
