@@ -1,14 +1,15 @@
 /*
- * tree.c: token trees (SpecInfer, Sequoia): the default shape, the step-by-step drafting that
- * fills a shape, the verification rows and tree mask of a proposal, the greedy rule over a
- * tree and the compaction of the accepted path's KV rows.
+ * tree.c: token trees (SpecInfer, Sequoia) on the generator's side: the default shape, the
+ * verification rows and tree mask of a proposal, the greedy rule over a tree, the penalty
+ * history of a node, and the compaction of the accepted path's KV rows.
  *
  * A proposal is nodes 0..nd-1 below the pending token with a parent array (parents first,
  * breadth-first); a chain is the tree whose parents are j - 1, and then everything here
  * does what chain speculation did: no mask, no KV moves, the same draft calls.
  *
- * Not here: the sampling rule (the backend's accept_trees, driven from verify.c) and the
- * choice of shape by a cost model (a shape from elsewhere replaces seer_tree_shape_default).
+ * Not here: drafting a shape (expand.c, the drafters' helper), the sampling rule (the
+ * backend's accept_trees, driven from verify.c) and the choice of shape by a cost model (a
+ * shape from elsewhere replaces seer_tree_shape_default).
  */
 #include "spec/spec.h"
 #include "util/error.h"

@@ -471,12 +471,11 @@ static seer_status cpu_accept_trees(seer_backend *be, const seer_accept_tree *tr
                 const int32_t x = t->tok[c];
                 const bool in = x >= 0 && x < V;
                 const float px = in ? w[x] : 0.f, qx = in ? qw[x] : 0.f;
-                if (qx > 0 && t->u[used++] * qx < px) {
+                const double u = t->u[used++]; /* every child tried takes its uniform */
+                if (qx > 0 && u * qx < px) {
                     took = c;
                     break;
                 }
-                if (used > t->n)
-                    return seer_err(SEER_ERR_INTERNAL, "accept_trees: more tests than nodes");
                 if (!t->resample_from_p) {
                     double z = 0;
                     for (int v = 0; v < V; v++)
