@@ -65,7 +65,8 @@ struct seer_gen {
     int32_t *path;    /* [B][G] nodes of the accepted path, acc[k] of them */
     int32_t *hbuf;    /* penalty histories of tree nodes (tree.c), hbuf_cap entries */
     size_t hbuf_cap, hbuf_used;
-    uint8_t *mask;    /* [n_batch_max][n_batch_max] a forward call's tree mask */
+    uint8_t *mask;    /* [n_batch_max][n_batch_max] a forward call's tree mask (tree
+                       * generators only: chains never need one) */
     seer_accept_tree *trees; /* [B] */
     int32_t *t_used;  /* [B] uniforms each tree's rule used */
     int32_t *tpath;   /* [B][G] accepted paths of the trees of one verification */
@@ -109,8 +110,8 @@ seer_status seer_tree_shape_check(const int32_t *parent, int n, int d, int32_t *
 
 /* Whether sequence k's proposal this round is a chain (parents j - 1). */
 bool seer_gen_is_chain(const seer_gen *g, int k);
-/* Writes the verification rows of round entry k (pending token + its nd nodes) from batch
- * row t0 on: token, position (L + depth); returns how many. */
+/* Writes the verification rows of round entry k (pending token + its nd nodes) to tok and
+ * pos (L + depth); returns how many. */
 int seer_gen_verify_rows(const seer_gen *g, int k, int32_t *tok, int32_t *pos);
 /* Marks in mask [T][T] the rows t0 .. t0 + n of round entry k (n = nd + 1) attending their
  * ancestors and themselves; causal: a causal run of n rows from t0 (a prompt chunk). */
@@ -135,7 +136,8 @@ void seer_gen_hist_reset(seer_gen *g);
  * argmax where none is. Writes path, returns the accepted count. */
 int seer_verify_tree_ids(seer_gen *g, int k, seer_gen_seq *s, const int32_t *amax, int32_t *next);
 
-/* The sample row of s at draft position j (after the pending token and j drafts, staged). */
+/* The sample row of s after its tokens and the j tokens staged after them (the first token
+ * after a prefill: j = 0; tree nodes use seer_gen_node_row). */
 seer_sample_row seer_gen_row(const seer_gen_seq *s, int j, const float *logits, float *probs,
                              double u);
 
