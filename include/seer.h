@@ -223,6 +223,10 @@ typedef struct {
     const int32_t *pos;      /* [T] */
     const uint8_t *logits;   /* [T] nonzero: return logits for this token; NULL: none */
     const uint8_t *mask;     /* [T][T] or NULL (causal) */
+    const uint8_t *capture;  /* [T] nonzero: copy this token's post-RoPE queries (every layer)
+                                to queries; NULL: none (selection heuristics of sparse drafts) */
+    float *queries;          /* host [n_layers][n_captured][H*Dh], the flagged tokens in batch
+                                order; needed when capture is given */
 } seer_batch;
 
 /* Runs the batch. logits_out receives [n_out][V] floats in batch order of the flagged
@@ -290,6 +294,11 @@ typedef struct {
     int ngram_min;         /* ngram: shortest suffix accepted */
     seer_model *draft_model; /* draft: the draft model (same vocabulary) */
     int draft_budget;      /* draft: StreamingLLM budget of the draft's own cache (0 = full) */
+    int tree_size;         /* > 0: each round proposes a token tree of this many nodes (SpecInfer,
+                              Sequoia) instead of a chain of gamma; its depth is at most
+                              tree_depth (0: gamma). One-hot drafters (ngram) still propose
+                              chains, the degenerate tree */
+    int tree_depth;
     float synthetic_accept; /* benchmarks on random weights only: when > 0, each draft token is
                                accepted independently with this probability instead of by
                                the verification rule. NOT lossless; labelled in all output. */

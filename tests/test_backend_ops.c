@@ -295,6 +295,92 @@ static void test_rope_kv_store(void **state) {
     assert_op_passed("rope_kv_store-vs-plain");
 }
 
+/* ---- kv_move_rows ------------------------------------------------------------------------- */
+
+/* Rows stored on both backends, then moved in an order where later moves read rows earlier
+ * ones wrote (the compaction of an accepted tree path) and one row onto itself. The device's
+ * rows after the move: exactly (tolerance 0) its own rows before it at the sources, and the
+ * CPU's moved rows within bf16 rounding; rows no move wrote are unchanged. */
+static void test_kv_move_rows(void **state) {
+    (void)state;
+    static const struct {
+        int Hkv, Dh, ps, layers;
+    } cases[] = {{2, 64, 4, 2}, {8, 128, 16, 3}, {1, 64, 1, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        uint64_t rng = 7100 + k;
+        const int Hkv = cases[k].Hkv, Dh = cases[k].Dh, ps = cases[k].ps, T = 12;
+        const size_t nk = (size_t)T * Hkv * Dh;
+        seer_kv_geom g = {.n_pages = (T + ps - 1) / ps + 1, .page_size = ps, .n_layers = cases[k].layers,
+                          .n_kv_heads = Hkv, .head_dim = Dh};
+        void *kc, *kg;
+        int nc = 0;
+        ASSERT_OK(cpu->ops->kv_alloc(cpu, &g, &kc));
+        ASSERT_OK(gpu->ops->kv_alloc(gpu, &g, &kg));
+        ASSERT_OK(cpu->ops->kv_reserve(cpu, kc, &g, g.n_pages, &nc));
+        ASSERT_OK(gpu->ops->kv_reserve(gpu, kg, &g, g.n_pages, &nc));
+        int32_t page[12], row[12];
+        for (int t = 0; t < T; t++)
+            page[t] = t / ps, row[t] = t % ps;
+        for (int l = 0; l < g.n_layers; l++) {
+            float *kk = rand_array(nk, 1.f, &rng), *v = rand_array(nk, 1.f, &rng);
+            float *dk = dev_copy(kk, nk), *dv = dev_copy(v, nk);
+            ASSERT_OK(cpu->ops->kv_store(cpu, kc, &g, l, kk, v, page, row, T));
+            ASSERT_OK(gpu->ops->batch_begin(gpu, NULL, NULL, NULL, page, row, NULL, 0));
+            ASSERT_OK(gpu->ops->kv_store(gpu, kg, &g, l, dk, dv, page, row, T));
+            dev_free(dk), dev_free(dv), free(kk), free(v);
+        }
+        /* slots: 3 -> 1, 5 -> 2, 2 -> 3 (reads what the second wrote), 7 -> 7, 11 -> 4 */
+        const int32_t src[] = {3, 5, 2, 7, 11}, dst[] = {1, 2, 3, 7, 4};
+        const int n = 5;
+        int32_t sp[5], sr[5], dp[5], dr[5];
+        for (int i = 0; i < n; i++)
+            sp[i] = src[i] / ps, sr[i] = src[i] % ps, dp[i] = dst[i] / ps, dr[i] = dst[i] % ps;
+        /* the device's rows before, moved by hand: what its rows must be after, exactly */
+        float *before = nan_array(nk), *after = nan_array(nk), *want = nan_array(nk), *rc = nan_array(nk);
+        ASSERT_OK(cpu->ops->kv_move_rows(cpu, kc, &g, sp, sr, dp, dr, n));
+        ASSERT_OK(gpu->ops->kv_move_rows(gpu, kg, &g, sp, sr, dp, dr, n));
+        for (int l = 0; l < g.n_layers; l++)
+            for (int which = 0; which < 2; which++) {
+                ASSERT_OK(gpu->ops->kv_read(gpu, kg, &g, l, which, page, row, T, after));
+                ASSERT_OK(cpu->ops->kv_read(cpu, kc, &g, l, which, page, row, T, rc));
+                char shape[96];
+                snprintf(shape, sizeof shape, "Hkv=%d Dh=%d ps=%d layer %d %s", Hkv, Dh, ps, l, which ? "V" : "K");
+                record("kv_move_rows", shape, after, rc, nk, 5e-3);
+            }
+        /* exactness on the device: a fresh store, a read, the move, a read */
+        for (int l = 0; l < g.n_layers; l++) {
+            float *kk = rand_array(nk, 1.f, &rng), *v = rand_array(nk, 1.f, &rng);
+            float *dk = dev_copy(kk, nk), *dv = dev_copy(v, nk);
+            ASSERT_OK(gpu->ops->batch_begin(gpu, NULL, NULL, NULL, page, row, NULL, 0));
+            ASSERT_OK(gpu->ops->kv_store(gpu, kg, &g, l, dk, dv, page, row, T));
+            dev_free(dk), dev_free(dv), free(kk), free(v);
+        }
+        const size_t kvd = (size_t)Hkv * Dh, per = 2 * nk;
+        float *all_before = nan_array(per * g.n_layers);
+        for (int l = 0; l < g.n_layers; l++)
+            for (int which = 0; which < 2; which++)
+                ASSERT_OK(gpu->ops->kv_read(gpu, kg, &g, l, which, page, row, T, all_before + l * per + which * nk));
+        ASSERT_OK(gpu->ops->kv_move_rows(gpu, kg, &g, sp, sr, dp, dr, n));
+        for (int l = 0; l < g.n_layers; l++)
+            for (int which = 0; which < 2; which++) {
+                memcpy(want, all_before + l * per + which * nk, nk * sizeof(float));
+                for (int i = 0; i < n; i++)
+                    memmove(want + dst[i] * kvd, want + src[i] * kvd, kvd * sizeof(float));
+                ASSERT_OK(gpu->ops->kv_read(gpu, kg, &g, l, which, page, row, T, after));
+                record("kv_move_rows-exact", "rows vs the device's own, moved by hand", after, want, nk, 0);
+            }
+        free(all_before);
+        /* a row outside the pool is refused */
+        const int32_t bad[] = {g.n_pages};
+        assert_int_equal(gpu->ops->kv_move_rows(gpu, kg, &g, bad, sr, dp, dr, 1), SEER_ERR_INVALID_ARG);
+        cpu->ops->kv_free(cpu, kc);
+        gpu->ops->kv_free(gpu, kg);
+        free(before), free(after), free(want), free(rc);
+    }
+    assert_op_passed("kv_move_rows");
+    assert_op_passed("kv_move_rows-exact");
+}
+
 /* ---- embed -------------------------------------------------------------------------------- */
 
 /* Tolerance: an f32 table is rounded to bf16 on the device (relative 2^-9 per value, ~2e-3
@@ -904,7 +990,7 @@ int main(void) {
             cmocka_unit_test(test_embed),       cmocka_unit_test(test_batch_index),
             cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_fused),
             cmocka_unit_test(test_matmul_glu),  cmocka_unit_test(test_rope_kv_store),
-            cmocka_unit_test(test_attention),
+            cmocka_unit_test(test_attention),   cmocka_unit_test(test_kv_move_rows),
         };
         /* e.g. SEER_TEST_FILTER=test_attention, to run one family under a sanitizer */
         if (getenv("SEER_TEST_FILTER"))

@@ -12,7 +12,7 @@
  * at which the prefill tiles start and not multiples of their token tile; rows not multiples
  * of 8 or 16); bit-identical for 1 and 3 threads; the scalar, AVX2 and AVX-512 paths
  * bit-identical to each other (those the CPU has); the embedding lookup of a
- * stored table equal to the dequantised row.
+ * stored table equal to the dequantised row. kv_move_rows against moves made by hand.
  */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "testutil.h"
@@ -360,6 +360,67 @@ static void count_items(void *ctx, int64_t i0, int64_t i1) {
     }
 }
 
+/* kv_move_rows against moves done one by one on a copy of the storage: every row of every
+ * page afterwards, moves that read rows earlier moves wrote, a move onto itself, and refusal
+ * of a row outside the pool with nothing moved. */
+static void test_kv_move_rows(void **state) {
+    (void)state;
+    seer_backend *be;
+    ASSERT_OK(seer_backend_cpu_init(1, &be));
+    seer_kv_geom g = {.n_pages = 3, .page_size = 4, .n_layers = 2, .n_kv_heads = 2, .head_dim = 8};
+    void *kv;
+    int nc = 0;
+    ASSERT_OK(be->ops->kv_alloc(be, &g, &kv));
+    ASSERT_OK(be->ops->kv_reserve(be, kv, &g, g.n_pages, &nc));
+    const size_t kvd = (size_t)g.n_kv_heads * g.head_dim, rows = (size_t)g.n_pages * g.page_size;
+    /* a distinct value per (page, layer, K/V, row, element) */
+    for (int p = 0; p < g.n_pages; p++)
+        for (int l = 0; l < g.n_layers; l++)
+            for (int w = 0; w < 2; w++)
+                for (int r = 0; r < g.page_size; r++)
+                    for (size_t e = 0; e < kvd; e++)
+                        seer_cpu_kv_row(kv, &g, p, l, w, r)[e] = (float)((((p * 2 + l) * 2 + w) * 4 + r) * 100 + (int)e);
+    const size_t n_el = rows * g.n_layers * 2 * kvd;
+    float *ref = malloc(n_el * sizeof *ref);
+    /* ref [page*ps + row][layer][which][kvd], moved by hand */
+    for (int p = 0; p < g.n_pages; p++)
+        for (int r = 0; r < g.page_size; r++)
+            for (int l = 0; l < g.n_layers; l++)
+                for (int w = 0; w < 2; w++)
+                    memcpy(ref + ((((size_t)p * g.page_size + r) * g.n_layers + l) * 2 + w) * kvd,
+                           seer_cpu_kv_row(kv, &g, p, l, w, r), kvd * sizeof(float));
+    /* 2:1 -> 0:3 across pages, 0:3 -> 1:0 reads what the first wrote, 1:2 -> 1:2 itself, 0:1 -> 2:3 */
+    const int32_t sp[] = {2, 0, 1, 0}, sr[] = {1, 3, 2, 1}, dp[] = {0, 1, 1, 2}, dr[] = {3, 0, 2, 3};
+    const int n = 4;
+    for (int i = 0; i < n; i++)
+        memmove(ref + ((size_t)dp[i] * g.page_size + dr[i]) * g.n_layers * 2 * kvd,
+                ref + ((size_t)sp[i] * g.page_size + sr[i]) * g.n_layers * 2 * kvd, g.n_layers * 2 * kvd * sizeof(float));
+    ASSERT_OK(be->ops->kv_move_rows(be, kv, &g, sp, sr, dp, dr, n));
+    int moved = 0;
+    for (int p = 0; p < g.n_pages; p++)
+        for (int r = 0; r < g.page_size; r++)
+            for (int l = 0; l < g.n_layers; l++)
+                for (int w = 0; w < 2; w++) {
+                    const float *want = ref + ((((size_t)p * g.page_size + r) * g.n_layers + l) * 2 + w) * kvd;
+                    const float *got = seer_cpu_kv_row(kv, &g, p, l, w, r);
+                    assert_memory_equal(got, want, kvd * sizeof(float));
+                    moved += got[0] != (float)((((p * 2 + l) * 2 + w) * 4 + r) * 100);
+                }
+    assert_int_equal(moved, 3 * g.n_layers * 2); /* three rows changed, in every layer, K and V */
+    /* the storage of 1:0 now holds what 2:1 held */
+    assert_true(seer_cpu_kv_row(kv, &g, 1, 1, 1, 0)[5] == (float)((((2 * 2 + 1) * 2 + 1) * 4 + 1) * 100 + 5));
+    /* out of range: refused, nothing moved */
+    const int32_t bp[] = {0, 3}, br[] = {0, 0}, bd[] = {1, 1}, bdr[] = {1, 1};
+    float before = seer_cpu_kv_row(kv, &g, 1, 0, 0, 1)[0];
+    assert_int_equal(be->ops->kv_move_rows(be, kv, &g, bp, br, bd, bdr, 2), SEER_ERR_INVALID_ARG);
+    assert_true(seer_cpu_kv_row(kv, &g, 1, 0, 0, 1)[0] == before);
+    const int32_t rr[] = {4};
+    assert_int_equal(be->ops->kv_move_rows(be, kv, &g, bp, rr, bd, bdr, 1), SEER_ERR_INVALID_ARG);
+    be->ops->kv_free(be, kv);
+    be->ops->free(be);
+    free(ref);
+}
+
 static void test_pool(void **state) {
     (void)state;
     enum { N = 1000 };
@@ -421,6 +482,7 @@ static void test_weights_mode(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_kv_move_rows),
         cmocka_unit_test(test_default_threads),
         cmocka_unit_test(test_qmatmul),
         cmocka_unit_test(test_qmatmul_nonfinite),

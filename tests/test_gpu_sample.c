@@ -15,8 +15,12 @@
  *   - accept_chains: 3048 chains of 0 to 5 drafts (vector q, one-hot q, the wrong-rule
  *     hook), V 300 and 152064: accepted counts equal exactly (the test reads the same floats), the
  *     emitted token equal except at a boundary, >= 99.9%.
+ *   - accept_trees: 2032 random trees of up to 12 nodes, V 300 and 152064: accepted paths,
+ *     emitted tokens and uniforms used equal the CPU's in all but at most 1 in 1000 (a
+ *     uniform at a boundary of rows renormalised with sums in another order).
  *   - seer_gen on the GPU: the joint distribution of the first three tokens under
- *     speculative sampling (streaming, draft model, n-gram) matches the exact distribution
+ *     speculative sampling (streaming, draft model, n-gram; token trees over streaming and
+ *     the draft model) matches the exact distribution
  *     computed from the GPU model's logits (chi-square as in test_spec.c), and the wrong rule
  *     fails it; greedy decoding with a repetition penalty (the sample_rows path at
  *     temperature 0) is identical with and without speculation.
@@ -381,6 +385,86 @@ static void test_accept_vs_cpu(void **state) {
     pair_free(&b);
 }
 
+/* accept_trees: random trees of up to 12 nodes (vector and one-hot q, the wrong-rule hook)
+ * over the same floats and uniforms on both backends. The walk's decisions read rows that
+ * the residual updates renormalise with sums in another order, so a decision or the emitted
+ * token may differ where a uniform lies within rounding of a boundary: at most 1 in 1000. */
+static void test_accept_trees_vs_cpu(void **state) {
+    (void)state;
+    pair b = backends();
+    enum { NMAX = 12 };
+    const int Vs[] = {300, 152064}, Ns[] = {2000, 32};
+    uint64_t rng = 77;
+    long n_tr = 0, n_diff = 0, acc_total = 0;
+    for (int vi = 0; vi < 2; vi++) {
+        const int V = Vs[vi], N = Ns[vi];
+        seer_sampler_params sp = seer_sampler_default_params();
+        sp.top_k = vi ? 0 : 20;
+        sp.temperature = 1.0f;
+        float *p = malloc(sizeof(float) * (size_t)N * (NMAX + 1) * V), *q = malloc(sizeof(float) * (size_t)N * NMAX * V);
+        float *lg = malloc(sizeof(float) * V);
+        int32_t *tok = malloc(sizeof(int32_t) * N * NMAX), *par = malloc(sizeof(int32_t) * N * NMAX);
+        double *u = malloc(sizeof(double) * N * (NMAX + 1));
+        seer_accept_tree *tc = malloc(sizeof *tc * N), *tg = malloc(sizeof *tg * N);
+        void *scratch = malloc(seer_sampler_scratch_bytes(V));
+        for (int k = 0; k < N; k++) {
+            const int n = (int)(tu_rand_u64(&rng) % (NMAX + 1));
+            const bool onehot = k % 5 == 0;
+            for (int j = 0; j < n; j++) /* any earlier node (or the root) as the parent */
+                par[k * NMAX + j] = (int32_t)(tu_rand_u64(&rng) % (uint64_t)(j + 1)) - 1;
+            for (int r = 0; r <= n; r++) {
+                fill_logits(lg, V, 0, &rng);
+                seer_sampler_probs_with_history(&sp, NULL, 0, lg, p + ((size_t)k * (NMAX + 1) + r) * V, V, scratch);
+                if (r == n)
+                    break;
+                for (int j = 0; j < V; j++)
+                    lg[j] += 0.8f * tu_rand_uniform(&rng);
+                seer_sampler_probs_with_history(&sp, NULL, 0, lg, q + ((size_t)k * NMAX + r) * V, V, scratch);
+            }
+            for (int j = 0; j < n; j++) { /* a child drawn from its parent's q row */
+                const float *qr = q + ((size_t)k * NMAX + par[k * NMAX + j] + 1) * V;
+                tok[k * NMAX + j] = seer_sample_from_probs(qr, V, uniform(&rng));
+            }
+            for (int j = 0; j <= n; j++)
+                u[k * (NMAX + 1) + j] = uniform(&rng);
+            tc[k] = (seer_accept_tree){.n = n, .tok = tok + k * NMAX, .parent = par + k * NMAX,
+                                       .p = p + (size_t)k * (NMAX + 1) * V,
+                                       .q = onehot ? NULL : q + (size_t)k * NMAX * V, .u = u + k * (NMAX + 1),
+                                       .resample_from_p = k % 13 == 7};
+        }
+        float *dp = dev_upload(b.gpu, p, (size_t)N * (NMAX + 1) * V), *dq = dev_upload(b.gpu, q, (size_t)N * NMAX * V);
+        for (int k = 0; k < N; k++) {
+            tg[k] = tc[k];
+            tg[k].p = dp + (size_t)k * (NMAX + 1) * V;
+            tg[k].q = tc[k].q ? dq + (size_t)k * NMAX * V : NULL;
+        }
+        int32_t *ac = malloc(sizeof(int32_t) * N), *nc = malloc(sizeof(int32_t) * N), *uc = malloc(sizeof(int32_t) * N);
+        int32_t *ag = malloc(sizeof(int32_t) * N), *ng = malloc(sizeof(int32_t) * N), *ug = malloc(sizeof(int32_t) * N);
+        int32_t *pc = malloc(sizeof(int32_t) * N * NMAX), *pg = malloc(sizeof(int32_t) * N * NMAX);
+        ASSERT_OK(b.cpu->ops->accept_trees(b.cpu, tc, N, V, NMAX, ac, pc, nc, uc));
+        ASSERT_OK(b.gpu->ops->accept_trees(b.gpu, tg, N, V, NMAX, ag, pg, ng, ug));
+        for (int k = 0; k < N; k++) {
+            n_tr++;
+            acc_total += ac[k];
+            assert_true(ag[k] >= 0 && ag[k] <= tc[k].n && ug[k] >= 1 && ug[k] <= tc[k].n + 1);
+            if (ac[k] != ag[k] || nc[k] != ng[k] || uc[k] != ug[k] ||
+                memcmp(pc + k * NMAX, pg + k * NMAX, sizeof(int32_t) * ac[k])) {
+                n_diff++;
+                printf("gpu_sample: accept_trees V=%d tree %d (%d nodes): cpu %d accepted, token %d; gpu %d, %d\n",
+                       V, k, tc[k].n, ac[k], nc[k], ag[k], ng[k]);
+            }
+        }
+        b.gpu->ops->dealloc(b.gpu, dp);
+        b.gpu->ops->dealloc(b.gpu, dq);
+        free(p), free(q), free(lg), free(tok), free(par), free(u), free(tc), free(tg), free(scratch);
+        free(ac), free(nc), free(uc), free(ag), free(ng), free(ug), free(pc), free(pg);
+    }
+    printf("gpu_sample: accept_trees: %ld trees, %ld nodes accepted, %ld differ\n", n_tr, acc_total, n_diff);
+    assert_true(acc_total > 0);
+    assert_true(n_diff * 1000 <= n_tr);
+    pair_free(&b);
+}
+
 /* ---- speculative sampling on the GPU, end to end ---------------------------------------- */
 
 static seer_model *load_cuda(const char *path) {
@@ -449,11 +533,25 @@ static void test_spec_distribution_gpu(void **state) {
                seer_spec_kind_name(kinds[k]), r, nc);
         assert_true(r < 1);
     }
+    /* token trees: four children at the root (the whole support under top-k 4), depth 2 */
+    for (int k = 1; k < 3; k++) {
+        seer_spec_params tsp = spec_of(kinds[k], d);
+        tsp.tree_size = 8;
+        tsp.tree_depth = 2;
+        const double r = tu_chi2_of_runs(m, tsp, prompt, 24, sp, cells, nc, runs);
+        printf("gpu_sample: tree distribution %s on the GPU: chi2 / critical = %.3f\n", seer_spec_kind_name(kinds[k]), r);
+        assert_true(r < 1);
+    }
     seer_verify_wrong_rule_for_tests = 1;
     const double r = tu_chi2_of_runs(m, spec_of(SEER_SPEC_STREAMING, d), prompt, 24, sp, cells, nc, runs);
+    seer_spec_params tw = spec_of(SEER_SPEC_STREAMING, d);
+    tw.tree_size = 8;
+    tw.tree_depth = 2;
+    const double rt = tu_chi2_of_runs(m, tw, prompt, 24, sp, cells, nc, runs);
     seer_verify_wrong_rule_for_tests = 0;
-    printf("gpu_sample: distribution with the wrong rule on the GPU: chi2 / critical = %.3f\n", r);
+    printf("gpu_sample: distribution with the wrong rule on the GPU: chi2 / critical = %.3f (chain), %.3f (tree)\n", r, rt);
     assert_true(r > 1);
+    assert_true(rt > 1);
     free(cells);
     seer_model_free(d);
     seer_model_free(m);
@@ -519,6 +617,7 @@ int main(void) {
             cmocka_unit_test(test_sample_rows_vs_cpu),
             cmocka_unit_test(test_sampling_chi_square),
             cmocka_unit_test(test_accept_vs_cpu),
+            cmocka_unit_test(test_accept_trees_vs_cpu),
             cmocka_unit_test(test_spec_distribution_gpu),
             cmocka_unit_test(test_greedy_penalty_spec_identical),
         };

@@ -12,7 +12,8 @@
  *   - Recorded calls: a run of decode and verification calls with CUDA graphs on gives
  *     bit-identical logits to the same run with SEER_CUDA_GRAPHS=0, and graphs were in fact
  *     recorded and replayed.
- *   - seer_gen: greedy output with every drafter (streaming, retrieval, snapkv, draft, ngram)
+ *   - seer_gen: greedy output with every drafter (streaming, retrieval, snapkv, draft, ngram),
+ *     chains and token trees (2 G + 2 nodes, depth G; the tree mask and kv_move_rows),
  *     equals plain decoding on the GPU, on stories260K's golden prompts (alone and as one
  *     batch of five) and on random models (alone and ragged batches of three).
  *   - With SEER_GPU_BENCH=1 only: a table of the invariant matmul's time against the floor
@@ -400,8 +401,15 @@ static int spec_compare(const char *label, seer_model *m, seer_model *draft, int
     for (int i = 0; i < n; i++)
         bad += got[i].n != plain[i].n || memcmp(got[i].ids, plain[i].ids, sizeof(int32_t) * got[i].n);
     printf("gpu_spec: %-22s %-9s batch of %d: %s\n", label, "none", n, bad ? "DIFFERS" : "same");
-    for (int k = 0; k < N_KINDS; k++) {
+    for (int kt = 0; kt < 2 * N_KINDS; kt++) {
+        /* each drafter with chains, then (but n-gram, whose proposals are chains) with trees
+         * of 2 G + 2 nodes and depth G: the tree mask and the KV row moves on the GPU */
+        const int k = kt % N_KINDS, tree = kt >= N_KINDS;
+        if (tree && KINDS[k] == SEER_SPEC_NGRAM)
+            continue;
         seer_spec_params sp = seer_spec_default_params();
+        sp.tree_size = tree ? 2 * gamma + 2 : 0;
+        sp.tree_depth = tree ? gamma : 0;
         sp.kind = KINDS[k];
         sp.gamma = gamma;
         sp.budget = budget;
@@ -421,8 +429,8 @@ static int spec_compare(const char *label, seer_model *m, seer_model *draft, int
         gen_run(m, sp, prompts, plen, n, max_new, n_ctx, page, got, &st);
         for (int i = 0; i < n; i++)
             diff_batch += got[i].n != plain[i].n || memcmp(got[i].ids, plain[i].ids, sizeof(int32_t) * got[i].n);
-        printf("gpu_spec: %-22s %-9s G=%d K=%d alone: %d of %d differ, batch of %d: %d differ; "
-               "acceptance %.2f %s\n", label, seer_spec_kind_name(KINDS[k]), gamma, budget, diff_alone,
+        printf("gpu_spec: %-22s %-9s%s G=%d K=%d alone: %d of %d differ, batch of %d: %d differ; "
+               "acceptance %.2f %s\n", label, seer_spec_kind_name(KINDS[k]), tree ? " tree" : "", gamma, budget, diff_alone,
                n, n, diff_batch, drafted ? (double)acc / drafted : 0.0,
                diff_alone + diff_batch ? "FAIL" : "ok");
         bad += diff_alone + diff_batch;

@@ -98,6 +98,26 @@ typedef struct {
                            * (NOT exact; shows that the distribution tests have power) */
 } seer_accept_chain;
 
+/* One tree of accept_trees: multi-draft speculative sampling over a token tree, children
+ * drawn without replacement (Sequoia; SpecInfer's rule for distinct children). From the
+ * root, with p the target's probabilities at the node and q the distribution its children
+ * were drawn from: each child x in order passes when q(x) > 0 and u q(x) < p(x) (then the walk
+ * goes on from x); a child that fails sets p <- norm(max(p - q, 0)) (unchanged where that is
+ * all zero) and q <- q with x removed, renormalised (all zero when nothing is left: later
+ * children then fail and leave p as it is). Where no child passes, the emitted token is
+ * drawn from p. */
+typedef struct {
+    int n;                 /* nodes below the root, >= 0 */
+    const int32_t *tok;    /* host [n] */
+    const int32_t *parent; /* host [n], parents before children, -1: the root */
+    const float *p;        /* [n + 1][V] backend memory: row 0 the root, row j + 1 node j */
+    const float *q;        /* [n][V] backend memory: row r the distribution the children of
+                            * node r - 1 (row 0: of the root) were drawn from, or NULL: one-hot
+                            * at the first child */
+    const double *u;       /* host [n + 1]: the tests in walk order, then the emitted token's */
+    bool resample_from_p;  /* test hook: p is never replaced by the residual (NOT exact) */
+} seer_accept_tree;
+
 typedef struct {
     const char *name;
     void (*free)(seer_backend *be);
@@ -134,6 +154,14 @@ typedef struct {
     void (*kv_free)(seer_backend *be, void *kv);
     seer_status (*kv_copy_pages)(seer_backend *be, void *kv, const seer_kv_geom *g,
                                  const seer_kv_copy *copies, int n);
+    /* Moves whole KV rows (every layer, K and V) from (src_page[i], src_row[i]) to
+     * (dst_page[i], dst_row[i]) for i < n, in order, as if one after another: a move may read
+     * a row an earlier move wrote. Index arrays are host memory. Tree verification uses it to
+     * put the accepted path's rows into consecutive slots. SEER_ERR_INVALID_ARG (nothing
+     * moved) for a page or row outside the pool. */
+    seer_status (*kv_move_rows)(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                const int32_t *src_page, const int32_t *src_row,
+                                const int32_t *dst_page, const int32_t *dst_row, int n);
     /* Reads the keys (which = 0) or values (1) of layer at (page[i], row[i]) for i < n into
      * host memory out [n][Hkv*Dh] as f32 (selection heuristics of the sparse drafts). */
     seer_status (*kv_read)(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer,
@@ -225,6 +253,12 @@ typedef struct {
      * u[i] q_i(x) < p_i(x)). Exactly the CPU's seer_sample_residual / seer_sample_from_probs. */
     seer_status (*accept_chains)(seer_backend *be, const seer_accept_chain *chains, int n, int V,
                                  int32_t *n_acc, int32_t *next);
+    /* For each of n trees (seer_accept_tree's rule): n_acc [n] (host) accepted nodes, their
+     * ids in path [i * stride ..] (host, root to leaf), next [n] (host) the emitted token and
+     * n_u [n] (host) the uniforms used (tests + 1). NULL where the backend has none. */
+    seer_status (*accept_trees)(seer_backend *be, const seer_accept_tree *trees, int n, int V,
+                                int stride, int32_t *n_acc, int32_t *path,
+                                int32_t *next, int32_t *n_u);
 
     /* Benchmarks at real shapes without a file (src/model/synthetic.c). */
 
@@ -249,6 +283,19 @@ typedef struct {
     /* Bytes of one stored K or V element (the floor's c); 0 = sizeof(float). */
     int kv_elem_bytes;
 } seer_backend_ops;
+
+/* kv_move_rows's arguments, as every backend checks them. */
+static inline seer_status seer_kv_move_check(const seer_kv_geom *g, const int32_t *src_page,
+                                             const int32_t *src_row, const int32_t *dst_page,
+                                             const int32_t *dst_row, int n) {
+    for (int i = 0; i < n; i++)
+        if (src_page[i] < 0 || src_page[i] >= g->n_pages || dst_page[i] < 0 ||
+            dst_page[i] >= g->n_pages || src_row[i] < 0 || src_row[i] >= g->page_size ||
+            dst_row[i] < 0 || dst_row[i] >= g->page_size)
+            return seer_err(SEER_ERR_INVALID_ARG, "kv_move_rows: move %d (%d:%d -> %d:%d) outside %d pages of %d rows",
+                            i, src_page[i], src_row[i], dst_page[i], dst_row[i], g->n_pages, g->page_size);
+    return SEER_OK;
+}
 
 /* kv_fill_random's arguments, as every backend checks them: the n slots from row0 fit in the
  * pages given, and those are pages of the pool. */

@@ -293,10 +293,6 @@ void seer_seq_clear_view(seer_context *c, seer_seq_id seq) {
     memset(&c->views[seq], 0, sizeof c->views[seq]);
 }
 
-void seer_context_capture_q(seer_context *c, const uint8_t *rows, float *out) {
-    c->cap_rows = rows;
-    c->cap_out = out;
-}
 
 seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, int which, int slot0,
                                  int n, float *out) {
@@ -321,6 +317,40 @@ seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, in
     return SEER_OK;
 }
 
+seer_status seer_seq_move_slots(seer_context *c, seer_seq_id seq, const int32_t *src,
+                                const int32_t *dst, int n) {
+    SEER_TRY(check_seq(c, seq));
+    if (n <= 0)
+        return SEER_OK;
+    const seer_kv_seq *sq = &c->kv->seqs[seq];
+    const int ps = c->kv->page_size;
+    int32_t *idx = seer_malloc_array((size_t)4 * n, sizeof(int32_t));
+    if (!idx)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (src[i] < 0 || src[i] >= sq->len || dst[i] < 0 || dst[i] >= sq->len ||
+            c->kv->refcount[sq->pages[dst[i] / ps]] != 1) {
+            free(idx);
+            return seer_err(SEER_ERR_INVALID_ARG,
+                            "move_slots: slot %d -> %d in a sequence of %d (or into a shared page)",
+                            src[i], dst[i], sq->len);
+        }
+        if (src[i] == dst[i])
+            continue;
+        idx[m] = sq->pages[src[i] / ps];
+        idx[n + m] = src[i] % ps;
+        idx[2 * n + m] = sq->pages[dst[i] / ps];
+        idx[3 * n + m] = dst[i] % ps;
+        m++;
+    }
+    seer_status st = m ? c->be->ops->kv_move_rows(c->be, c->kv_data, &c->geom, idx, idx + n, idx + 2 * n,
+                                                  idx + 3 * n, m)
+                       : SEER_OK;
+    free(idx);
+    return st;
+}
+
 static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
     SEER_CHECK_ARG(c);
     if (!b || !b->token || !b->seq || !b->pos)
@@ -329,6 +359,8 @@ static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
     if (T < 1 || T > c->params.n_batch_max)
         return seer_err(SEER_ERR_INVALID_ARG, "batch of %d tokens; must be 1..%d (n_batch_max)", T,
                         c->params.n_batch_max);
+    if (b->capture && !b->queries)
+        return seer_err(SEER_ERR_INVALID_ARG, "batch asks to capture queries but gives no room for them");
     const int V = c->model->info.n_vocab;
     for (int i = 0; i < T; i++) {
         if (b->token[i] < 0 || b->token[i] >= V)
@@ -341,6 +373,14 @@ static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
             return seer_err(SEER_ERR_INVALID_ARG, "mask: token %d must attend to itself", i);
     }
     return SEER_OK;
+}
+
+seer_status seer_context_accept_trees(seer_context *c, const seer_accept_tree *trees, int n, int stride,
+                                      int32_t *n_acc, int32_t *path, int32_t *next, int32_t *n_u) {
+    seer_backend *be = c->be;
+    if (!be->ops->accept_trees)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot verify sampled token trees", be->ops->name);
+    return be->ops->accept_trees(be, trees, n, c->model->info.n_vocab, stride, n_acc, path, next, n_u);
 }
 
 static seer_status decode(seer_context *c, const seer_batch *b, float *logits_out, int32_t *ids_out,
@@ -430,6 +470,8 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
         .seq_tok_off = c->seq_tok_off, .seq_toks = c->seq_toks, .seq_view = c->seq_view,
         .tok_seq = c->tok_seq, .tok_slot = c->tok_slot, .mask = b->mask,
     };
+    c->cap_rows = b->capture;
+    c->cap_out = b->queries;
     if (s == SEER_OK)
         s = seer_llama_forward(c, b->token, b->pos, &ab, c->out_rows, n_out);
     c->cap_rows = NULL;

@@ -72,7 +72,7 @@ struct seer_context {
     int32_t *seq_ids, *seq_ntok, *seq_pages, *out_rows;
     const seer_attn_view **seq_view;
     seer_kv_copy *copies;
-    /* q capture for selection heuristics (seer_context_capture_q) */
+    /* the capture flags and output of the call in progress (seer_batch.capture) */
     const uint8_t *cap_rows;
     float *cap_out;
 };
@@ -89,6 +89,9 @@ seer_status seer_context_sample(seer_context *c, const seer_sample_row *rows, in
 /* The backend's accept_chains: per chain the accepted count and the emitted token (host). */
 seer_status seer_context_accept(seer_context *c, const seer_accept_chain *chains, int n,
                                 int32_t *n_acc, int32_t *next);
+/* The backend's accept_trees (SEER_ERR_UNSUPPORTED where it has none). */
+seer_status seer_context_accept_trees(seer_context *c, const seer_accept_tree *trees, int n, int stride,
+                                      int32_t *n_acc, int32_t *path, int32_t *next, int32_t *n_u);
 
 /* The backend params ask for (AUTO: CUDA when built with it and a device is present). */
 seer_status seer_model_pick_backend(seer_model_params params, seer_backend **out);
@@ -102,13 +105,17 @@ seer_status seer_rope_llama3(float *fr, int half, float factor, float lo, float 
 
 /* Internal hooks for the speculative drafters (src/spec/). */
 
-/* For the next seer_decode only: copy the post-RoPE queries of the batch rows with
- * rows[i] != 0 into out [n_layers][n_flagged][H*Dh] (host memory). */
-void seer_context_capture_q(seer_context *c, const uint8_t *rows, float *out);
 /* Keys (which = 0) or values (1) of layer for slots [slot0, slot0 + n) of seq, as f32 into
  * out [n][Hkv*Dh]. */
 seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, int which, int slot0,
                                  int n, float *out);
+
+/* Moves the KV rows (all layers) of seq's slots src[i] to slots dst[i], i < n, in order (a
+ * move may read a slot an earlier one wrote); every slot below the sequence's length and
+ * every destination in a page of its own: tree verification puts the accepted path's rows
+ * into consecutive slots before the length is cut. */
+seer_status seer_seq_move_slots(seer_context *c, seer_seq_id seq, const int32_t *src,
+                                const int32_t *dst, int n);
 
 /* Runs the architecture's forward pass for a batch already placed in the KV cache
  * (ab describes it). Writes logits of the rows out_rows[0..n_out) into ctx->s.logits. */

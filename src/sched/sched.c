@@ -46,7 +46,8 @@ typedef struct {
     int n_new;      /* rows this step */
     bool prefill;   /* a prefill chunk (the last one is a round without drafts) */
     bool round;     /* ends with a pending token whose logits are verified */
-    int gam;        /* drafts allowed */
+    int gam;        /* draft nodes allowed */
+    int dl;         /* draft depth allowed */
     int len0;       /* cache length before the step */
     int k;          /* index within its group's round arrays */
 } plan_entry;
@@ -68,6 +69,7 @@ struct seer_sched {
     plan_entry *plan;       /* [B] */
     int32_t *tok, *sq, *pos, *ids; /* [budget] */
     uint8_t *want, *capf;   /* [budget] */
+    uint8_t *mask;          /* [budget][budget] tree mask of a call, allocated at the first tree */
     float *qbuf;            /* [n_layers][budget][H*Dh] captured queries, or NULL */
 };
 
@@ -86,7 +88,8 @@ static bool spec_equal(const seer_spec_params *a, const seer_spec_params *b) {
            a->refresh_below == b->refresh_below && a->snap_window == b->snap_window &&
            a->snap_kernel == b->snap_kernel && a->ngram_max == b->ngram_max &&
            a->ngram_min == b->ngram_min && a->draft_model == b->draft_model &&
-           a->draft_budget == b->draft_budget && a->synthetic_accept == b->synthetic_accept;
+           a->draft_budget == b->draft_budget && a->synthetic_accept == b->synthetic_accept &&
+           a->tree_size == b->tree_size && a->tree_depth == b->tree_depth;
 }
 
 static void group_clear(seer_sched *s, sched_group *gr) {
@@ -103,8 +106,7 @@ void seer_sched_free(seer_sched *s) {
         seer_request *r = s->running[i];
         sched_group *gr = &s->groups[r->group];
         seer_gen_seq *q = &gr->g->seqs[r->h];
-        if (gr->g->dops && gr->g->dops->seq_released)
-            gr->g->dops->seq_released(gr->g, gr->g->dimpl, r->h);
+        seer_gen_drafter_released(gr->g, r->h);
         seer_seq_free(s->ctx, q->seq);
         memset(q, 0, sizeof *q);
         r->state = REQ_NEW, r->sched = NULL;
@@ -116,6 +118,7 @@ void seer_sched_free(seer_sched *s) {
     seer_prefix_free(&s->pc, s->ctx);
     free(s->running), free(s->waiting), free(s->plan);
     free(s->tok), free(s->sq), free(s->pos), free(s->ids), free(s->want), free(s->capf), free(s->qbuf);
+    free(s->mask);
     free(s);
 }
 
@@ -251,8 +254,7 @@ static void detach(seer_sched *s, seer_request *r) {
     sched_group *gr = &s->groups[r->group];
     seer_gen *g = gr->g;
     seer_gen_seq *q = &g->seqs[r->h];
-    if (g->dops && g->dops->seq_released)
-        g->dops->seq_released(g, g->dimpl, r->h);
+    seer_gen_drafter_released(g, r->h);
     seer_seq_free(s->ctx, q->seq);
     memset(q, 0, sizeof *q);
     gr->n_live--;
@@ -297,7 +299,7 @@ static seer_status admit(seer_sched *s, seer_request *r) {
         return seer_err(SEER_ERR_INTERNAL, "no free handle in a speculation class");
     seer_seq_id seq;
     const int n = r->n_tokens;
-    int tail = g->dops && g->dops->prefill_q_rows ? g->dops->prefill_q_rows(g, g->dimpl, n) : 0;
+    int tail = seer_gen_drafter_q_rows(g, n);
     if (tail > n)
         tail = n;
     /* a cached prefix, leaving the pending token and the rows whose queries the drafter
@@ -373,7 +375,6 @@ static seer_gen_seq *gseq(seer_sched *s, const seer_request *r) { return &s->gro
 
 /* Plans the step into s->plan; returns the number of entries. */
 static int plan_step(seer_sched *s) {
-    const int n_ctx = s->ctx->params.n_ctx;
     int left = s->budget, n = 0;
     seer_request *order[s->B > 0 ? s->B : 1];
     memcpy(order, s->running, sizeof *order * s->n_running);
@@ -405,13 +406,14 @@ static int plan_step(seer_sched *s) {
                     continue;
             } else if (r->state == REQ_DECODE && pass == 1) {
                 const seer_gen_seq *q = gseq(s, r);
-                const int G = s->groups[r->group].g->G;
-                int room = n_ctx - q->n_tokens - 1;
+                /* the generator's max_new is -1: the request's own limit cuts the depth */
+                seer_gen_limits(s->groups[r->group].g, q, left, &pe.gam, &pe.dl);
                 int rest = r->p.max_tokens - (q->n_tokens - q->n_prompt) - 1;
-                int gm = G < room ? G : room;
-                gm = gm < rest ? gm : rest;
-                gm = gm < left - 1 ? gm : left - 1;
-                pe.gam = gm > 0 ? gm : 0;
+                pe.dl = pe.dl < rest ? pe.dl : (rest > 0 ? rest : 0);
+                if (!s->groups[r->group].g->tree && pe.gam > pe.dl)
+                    pe.gam = pe.dl;
+                if (pe.dl == 0)
+                    pe.gam = 0;
                 pe.n_new = 1 + pe.gam;
                 pe.round = true;
             } else {
@@ -485,6 +487,7 @@ static seer_status run_plan(seer_sched *s, int n) {
             pe->k = k;
             g->hs[k] = pe->r->h;
             g->gam[k] = pe->gam;
+            g->dl[k] = pe->dl;
             g->nd[k] = 0;
             g->onehot[k] = false;
         }
@@ -499,24 +502,18 @@ static seer_status run_plan(seer_sched *s, int n) {
         }
         if (!g || !g->dops || !any)
             continue;
-        if (sampled && g->dops != &seer_drafter_ngram)
-            SEER_TRY(seer_gen_need_q(g));
-        SEER_TRY(g->dops->propose(g, g->dimpl, nd, g->hs, g->gam, g->draft, g->qd, g->onehot, g->nd));
-        for (int k = 0; k < nd; k++) {
-            if (g->nd[k] < 0 || g->nd[k] > g->gam[k])
-                return seer_err(SEER_ERR_INTERNAL, "drafter proposed %d tokens, room for %d", g->nd[k], g->gam[k]);
+        SEER_TRY(seer_gen_propose(g, nd, sampled));
+        for (int k = 0; k < nd; k++)
             s->plan[gr->plan_idx[k]].n_new = 1 + g->nd[k];
-        }
     }
     /* the one forward call */
     int T = 0, nf = 0, ncap = 0;
-    bool amax = true;
+    bool amax = true, chains = true;
     for (int e = 0; e < n; e++) {
         plan_entry *pe = &s->plan[e];
         seer_request *r = pe->r;
         seer_gen_seq *q = gseq(s, r);
         sched_group *gr = &s->groups[r->group];
-        const int Gs = gr->g->G ? gr->g->G : 1;
         if (pe->round)
             amax &= seer_gen_argmax_only(q);
         if (pe->prefill) {
@@ -531,12 +528,11 @@ static seer_status run_plan(seer_sched *s, int n) {
                     gr->row0[pe->k] = nf++;
             }
         } else {
-            const int L = q->n_tokens - 1;
             gr->row0[pe->k] = nf;
-            for (int j = 0; j < pe->n_new; j++, T++) {
-                s->tok[T] = j == 0 ? q->tokens[L] : gr->g->draft[(size_t)pe->k * Gs + j - 1];
+            const int m = seer_gen_verify_rows(gr->g, pe->k, s->tok + T, s->pos + T);
+            chains &= seer_gen_is_chain(gr->g, pe->k);
+            for (int j = 0; j < m; j++, T++) {
                 s->sq[T] = q->seq;
-                s->pos[T] = L + j;
                 s->want[T] = 1;
                 s->capf[T] = 0;
                 nf++;
@@ -548,17 +544,32 @@ static seer_status run_plan(seer_sched *s, int n) {
             s->qbuf = seer_malloc_array((size_t)in->n_layers * s->budget * qd, sizeof(float));
         if (!s->qbuf)
             return seer_err(SEER_ERR_OOM, "out of memory for captured queries");
-        seer_context_capture_q(c, s->capf, s->qbuf);
     }
-    seer_batch b = {.n_tokens = T, .token = s->tok, .seq = s->sq, .pos = s->pos, .logits = s->want};
+    /* trees attend to their ancestors; without one the call stays causal as always */
+    uint8_t *mask = NULL;
+    if (!chains) {
+        if (!s->mask)
+            s->mask = seer_malloc_array((size_t)s->budget * s->budget, 1);
+        if (!s->mask)
+            return seer_err(SEER_ERR_OOM, "out of memory for a tree mask");
+        mask = s->mask;
+        memset(mask, 0, (size_t)T * T);
+        for (int e = 0, t = 0; e < n; e++) {
+            plan_entry *pe = &s->plan[e];
+            seer_gen *g = s->groups[pe->r->group].g;
+            seer_gen_mask_rows(g, pe->k, mask, T, t, pe->n_new, pe->prefill);
+            t += pe->n_new;
+        }
+    }
+    seer_batch b = {.n_tokens = T, .token = s->tok, .seq = s->sq, .pos = s->pos, .logits = s->want, .mask = mask,
+                    .capture = ncap ? s->capf : NULL, .queries = s->qbuf};
     if (amax) {
         SEER_TRY(seer_decode_argmax(c, &b, s->ids));
         for (int i = 0; i < MAX_GROUPS; i++) {
             sched_group *gr = &s->groups[i];
-            const int Gs = gr->g && gr->g->G ? gr->g->G : 1;
             for (int k = 0; k < gr->n; k++)
-                gr->g->acc[k] = seer_verify_chain_ids(gr->g, &gr->g->seqs[gr->g->hs[k]], s->ids + gr->row0[k],
-                                                      gr->g->draft + (size_t)k * Gs, gr->g->nd[k], &gr->g->next[k]);
+                gr->g->acc[k] = seer_verify_tree_ids(gr->g, k, &gr->g->seqs[gr->g->hs[k]], s->ids + gr->row0[k],
+                                                     &gr->g->next[k]);
         }
     } else {
         float *L = NULL;
@@ -607,20 +618,18 @@ static void commit(seer_sched *s, int n) {
             r->n_cached += pe->n_new;
             continue;
         }
-        const int k = pe->k, Gs = g->G ? g->G : 1, nd = g->nd[k], acc = g->acc[k];
-        const int32_t next = g->next[k], *d = g->draft + (size_t)k * Gs;
-        const int L = q->n_tokens - 1;
-        seer_status st = seer_seq_rewind(c, q->seq, L + 1 + acc);
+        const int k = pe->k, nd = g->nd[k], acc = g->acc[k];
+        seer_status st = seer_gen_settle(g, k, q);
         if (pe->prefill) {
             r->n_cached = r->n_target;
             r->state = REQ_DECODE;
             /* the prompt's pages for later requests; a failure here only means no entry */
             if (st == SEER_OK)
                 (void)seer_prefix_insert(&s->pc, c, q->seq, r->tokens, r->n_prompt, s->n_step);
-            if (st == SEER_OK && g->dops && r->tail > 0)
-                st = g->dops->prefill_q(g, g->dimpl, r->h, r->qcap, r->tail);
-            if (st == SEER_OK && g->dops)
-                st = g->dops->seq_added(g, g->dimpl, r->h);
+            if (st == SEER_OK && r->tail > 0)
+                st = seer_gen_drafter_prefill_q(g, r->h, r->qcap, r->tail);
+            if (st == SEER_OK)
+                st = seer_gen_drafter_added(g, r->h);
             free(r->qcap);
             r->qcap = NULL;
         }
@@ -633,15 +642,15 @@ static void commit(seer_sched *s, int n) {
             q->accept_avg = 0.8f * q->accept_avg + 0.2f * (float)acc / nd;
         const int before = r->n_tokens;
         for (int j = 0; j <= acc && r->finish == SEER_FINISH_NONE; j++) {
-            int32_t t = j < acc ? d[j] : next;
+            int32_t t = seer_gen_emitted(g, k, j);
             seer_request_emit(r, t, n_ctx);
             seer_sampler_accept(r->smp, t);
         }
         q->n_tokens = r->n_tokens;
         s->stats.tokens_generated += r->n_tokens - before;
         q->rounds++;
-        if (st == SEER_OK && !pe->prefill && g->dops && r->finish == SEER_FINISH_NONE)
-            st = g->dops->verified(g, g->dimpl, r->h, acc, nd);
+        if (st == SEER_OK && !pe->prefill && r->finish == SEER_FINISH_NONE)
+            st = seer_gen_drafter_verified(g, k);
         if (st != SEER_OK)
             seer_request_finish(r, SEER_FINISH_ERROR);
         q->finished = r->finish != SEER_FINISH_NONE;

@@ -7,7 +7,7 @@
  * since (the pending token and, after a fully accepted round, the last draft token), and
  * after verification it is rewound to the accepted prefix of what it had seen.
  */
-#include "spec/spec.h"
+#include "spec/drafter.h"
 #include "util/error.h"
 
 #include <stdlib.h>
@@ -18,9 +18,14 @@ typedef struct {
     seer_seq_id dseq;
     int dlen;     /* tokens[0..dlen) are in the draft cache */
     int round_n;  /* n_tokens when this round's drafting began; 0 = not drafted */
+    int kept;     /* drafts of this round in the draft cache after the pending token */
 } dm_seq;
 
 typedef struct {
+    /* settings (seer_spec_params) */
+    int budget; /* StreamingLLM budget of the draft's own cache, 0: full */
+    int sinks;
+    const seer_model *target;
     seer_context *dctx;
     dm_seq *ds;
     int32_t *view;
@@ -41,7 +46,7 @@ static seer_status check_vocab(const seer_model *t, const seer_model *d) {
     return SEER_OK;
 }
 
-static void dm_free(seer_gen *g, void *impl) {
+static void dm_free(const seer_draft_env *env, void *impl) {
     dm_impl *im = impl;
     if (!im)
         return;
@@ -54,29 +59,36 @@ static void dm_free(seer_gen *g, void *impl) {
     free(im);
 }
 
-static seer_status dm_init(seer_gen *g, void **out) {
-    SEER_TRY(check_vocab(g->model, g->spec.draft_model));
+static seer_status dm_init(const seer_draft_env *env, const seer_spec_params *p, void **out) {
+    if (!p->draft_model)
+        return seer_err(SEER_ERR_INVALID_ARG, "speculation 'draft' needs a draft model");
+    if (p->draft_budget < 0 || p->sinks < 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "draft budget %d or sinks %d is negative", p->draft_budget, p->sinks);
+    SEER_TRY(check_vocab(env->model, p->draft_model));
     dm_impl *im = calloc(1, sizeof *im);
     if (!im)
         return seer_err(SEER_ERR_OOM, "out of memory");
-    seer_context_params cp = g->ctx->params;
+    im->budget = p->draft_budget;
+    im->sinks = p->sinks;
+    im->target = env->model;
+    seer_context_params cp = env->ctx->params;
     cp.n_pages = 0;
-    seer_status s = seer_context_init(g->spec.draft_model, cp, &im->dctx);
+    seer_status s = seer_context_init(p->draft_model, cp, &im->dctx);
     im->ds = calloc(cp.n_seq_max, sizeof *im->ds);
-    im->view = seer_malloc_array((size_t)g->spec.sinks + 1, sizeof(int32_t));
+    im->view = seer_malloc_array((size_t)p->sinks + 1, sizeof(int32_t));
     if (s == SEER_OK && (!im->ds || !im->view))
         s = seer_err(SEER_ERR_OOM, "out of memory");
     if (s != SEER_OK) {
-        dm_free(g, im);
+        dm_free(env, im);
         return s;
     }
     *out = im;
     return SEER_OK;
 }
 
-static seer_status dm_seq_added(seer_gen *g, void *impl, int h) {
+static seer_status dm_seq_added(const seer_draft_env *env, void *impl, seer_draft_seq *s) {
     dm_impl *im = impl;
-    dm_seq *d = &im->ds[h];
+    dm_seq *d = &im->ds[s->slot];
     SEER_TRY(seer_seq_new(im->dctx, &d->dseq));
     d->has = true;
     d->dlen = 0;
@@ -84,17 +96,17 @@ static seer_status dm_seq_added(seer_gen *g, void *impl, int h) {
     return SEER_OK;
 }
 
-static void dm_seq_released(seer_gen *g, void *impl, int h) {
+static void dm_seq_released(const seer_draft_env *env, void *impl, int slot) {
     dm_impl *im = impl;
-    if (im->ds[h].has)
-        seer_seq_free(im->dctx, im->ds[h].dseq);
-    memset(&im->ds[h], 0, sizeof im->ds[h]);
+    if (im->ds[slot].has)
+        seer_seq_free(im->dctx, im->ds[slot].dseq);
+    memset(&im->ds[slot], 0, sizeof im->ds[slot]);
 }
 
-/* Feeds tokens[from..to) of handle h into the draft cache, no logits. */
-static seer_status catch_up(seer_gen *g, dm_impl *im, int h, int from, int to) {
+/* Feeds tokens[from..to) of s into its draft cache, no logits. */
+static seer_status catch_up(dm_impl *im, const seer_draft_seq *s, int from, int to) {
     const int chunk = im->dctx->params.n_batch_max;
-    const seer_gen_seq *s = &g->seqs[h];
+    const int h = s->slot;
     seer_seq_id sq[chunk];
     int32_t pos[chunk];
     for (int i = from; i < to; i += chunk) {
@@ -108,60 +120,56 @@ static seer_status catch_up(seer_gen *g, dm_impl *im, int h, int from, int to) {
 }
 
 /* The distributions of sampled drafts, drawn on the draft model's backend into im->qd, to
- * q on the target's (backends of different kinds share no memory). */
-static seer_status move_q(seer_gen *g, dm_impl *im, int n, const int *hs, const int *gam, float *q) {
-    seer_backend *db = im->dctx->model->be, *tb = g->model->be;
-    const size_t row = (size_t)g->V;
+ * each sequence's q on the target's (backends of different kinds share no memory). */
+static seer_status move_q(const seer_draft_env *env, dm_impl *im, int n, seer_draft_seq *seqs) {
+    seer_backend *db = im->dctx->model->be, *tb = im->target->be;
+    const size_t row = (size_t)env->V;
     for (int i = 0; i < n; i++) {
-        const seer_gen_seq *s = &g->seqs[hs[i]];
-        if (gam[i] == 0 || !(s->sp.temperature > 0))
+        if (seqs[i].n == 0 || !seqs[i].q)
             continue;
-        const size_t off = (size_t)i * g->G * row, bytes = (size_t)gam[i] * row * sizeof(float);
+        const size_t off = (size_t)i * env->max_nodes * row, bytes = (size_t)seqs[i].n * row * sizeof(float);
         SEER_TRY(db->ops->download(db, im->qh, im->qd + off, bytes));
-        SEER_TRY(tb->ops->upload(tb, q + off, im->qh, bytes));
+        SEER_TRY(tb->ops->upload(tb, seqs[i].q, im->qh, bytes));
     }
     return SEER_OK;
 }
 
-static seer_status dm_propose(seer_gen *g, void *impl, int n, const int *hs, const int *gam,
-                              int32_t *draft, float *q, bool *onehot, int *nd) {
+static seer_status dm_propose(const seer_draft_env *env, void *impl, int n, seer_draft_seq *seqs) {
     dm_impl *im = impl;
-    const int G = g->G, K = g->spec.draft_budget;
+    const int G = env->max_nodes, K = im->budget;
     /* Sampled drafts leave q on the draft model's backend: straight into the target's q when
      * both are the same kind of backend (one address space), else via move_q. */
-    float *dq = q;
-    if (q && im->dctx->model->be->ops != g->model->be->ops) {
-        if (!im->qd) {
-            seer_backend *db = im->dctx->model->be;
-            const size_t n_q = (size_t)g->ctx->params.n_seq_max * G * g->V;
-            SEER_TRY(db->ops->alloc(db, n_q * sizeof(float), (void **)&im->qd));
-            im->qh = seer_malloc_array((size_t)G * g->V, sizeof(float));
-            if (!im->qh)
-                return seer_err(SEER_ERR_OOM, "out of memory for draft distributions");
-        }
-        dq = im->qd;
+    bool sampled = false;
+    for (int i = 0; i < n; i++)
+        sampled |= seqs[i].q != NULL;
+    const bool apart = sampled && im->dctx->model->be->ops != im->target->be->ops;
+    if (apart && !im->qd) {
+        seer_backend *db = im->dctx->model->be;
+        const size_t n_q = (size_t)im->dctx->params.n_seq_max * G * env->V;
+        SEER_TRY(db->ops->alloc(db, n_q * sizeof(float), (void **)&im->qd));
+        im->qh = seer_malloc_array((size_t)G * env->V, sizeof(float));
+        if (!im->qh)
+            return seer_err(SEER_ERR_OOM, "out of memory for draft distributions");
     }
-    int maxg = 0;
     for (int i = 0; i < n; i++) {
-        dm_seq *d = &im->ds[hs[i]];
-        const seer_gen_seq *s = &g->seqs[hs[i]];
-        onehot[i] = false;
+        const seer_draft_seq *s = &seqs[i];
+        dm_seq *d = &im->ds[s->slot];
+        seqs[i].onehot = false;
         d->round_n = 0;
-        if (gam[i] == 0)
+        if (s->max_nodes == 0)
             continue;
-        maxg = gam[i] > maxg ? gam[i] : maxg;
         /* a round that failed after drafting left its drafts in the draft cache: back to what
          * the target holds, so that a retried round drafts the same */
         if (seer_seq_len(im->dctx, d->dseq) > s->n_tokens - 1) {
             SEER_TRY(seer_seq_rewind(im->dctx, d->dseq, s->n_tokens - 1));
             d->dlen = s->n_tokens - 1;
         }
-        SEER_TRY(catch_up(g, im, hs[i], d->dlen, s->n_tokens - 1));
+        SEER_TRY(catch_up(im, s, d->dlen, s->n_tokens - 1));
         d->dlen = s->n_tokens - 1;
         d->round_n = s->n_tokens;
         int L = d->dlen;
         if (K > 0 && L > K) {
-            int sinks = g->spec.sinks < K ? g->spec.sinks : K / 2;
+            int sinks = im->sinks < K ? im->sinks : K / 2;
             for (int k = 0; k < sinks; k++)
                 im->view[k] = k;
             seer_view v = {.idx = im->view, .n = sinks, .n_layers_view = 1, .n_heads_view = 1,
@@ -169,44 +177,43 @@ static seer_status dm_propose(seer_gen *g, void *impl, int n, const int *hs, con
             SEER_TRY(seer_seq_set_view(im->dctx, d->dseq, &v));
         }
     }
-    int32_t tok[n], sq[n], pos[n], who[n];
-    uint8_t want[n];
-    seer_status st = SEER_OK;
-    for (int j = 0; j < maxg && st == SEER_OK; j++) {
-        int T = 0;
-        for (int i = 0; i < n; i++) {
-            if (j >= gam[i])
-                continue;
-            const seer_gen_seq *s = &g->seqs[hs[i]];
-            int L = s->n_tokens - 1;
-            tok[T] = j == 0 ? s->tokens[L] : draft[(size_t)i * G + j - 1];
-            sq[T] = im->ds[hs[i]].dseq;
-            pos[T] = L + j;
-            want[T] = 1;
-            who[T++] = i;
-        }
-        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
-        st = seer_gen_draft_step(g, im->dctx, &b, hs, who, j, draft, dq);
-        for (int t = 0; t < T && st == SEER_OK; t++) {
-            int i = who[t];
-            nd[i] = j + 1;
-            im->ds[hs[i]].dlen = g->seqs[hs[i]].n_tokens + j; /* pending + drafts fed so far */
-        }
+    seer_seq_id dseq[n > 0 ? n : 1];
+    float *q_of[n > 0 ? n : 1];
+    int kept[n > 0 ? n : 1];
+    dseq[0] = 0;
+    q_of[0] = NULL;
+    for (int i = 0; i < n; i++) {
+        dseq[i] = im->ds[seqs[i].slot].dseq;
+        q_of[i] = apart ? im->qd + (size_t)i * G * env->V : seqs[i].q;
     }
-    if (st == SEER_OK && dq != q)
-        st = move_q(g, im, n, hs, gam, q);
+    seer_status st = seer_draft_expand(env, im->dctx, n, seqs, dseq, q_of, NULL, NULL, kept);
+    for (int i = 0; i < n && st == SEER_OK; i++) {
+        dm_seq *d = &im->ds[seqs[i].slot];
+        if (!d->round_n)
+            continue;
+        /* the draft cache holds the pending token and, for a chain, the drafts fed after it;
+         * a tree's nodes are cut (the accepted path is fed next round) */
+        const int L = seqs[i].n_tokens - 1, len = seer_seq_len(im->dctx, d->dseq);
+        const int keep = L + 1 + kept[i] < len ? L + 1 + kept[i] : len;
+        st = seer_seq_rewind(im->dctx, d->dseq, keep);
+        d->dlen = keep;
+        d->kept = keep - (L + 1) > 0 ? keep - (L + 1) : 0;
+    }
+    if (st == SEER_OK && apart)
+        st = move_q(env, im, n, seqs);
     for (int i = 0; i < n; i++)
-        seer_seq_clear_view(im->dctx, im->ds[hs[i]].dseq);
+        seer_seq_clear_view(im->dctx, im->ds[seqs[i].slot].dseq);
     return st;
 }
 
-static seer_status dm_verified(seer_gen *g, void *impl, int h, int n_acc, int nd) {
+static seer_status dm_verified(const seer_draft_env *env, void *impl, seer_draft_seq *s) {
     dm_impl *im = impl;
-    dm_seq *d = &im->ds[h];
+    dm_seq *d = &im->ds[s->slot];
     if (!d->round_n)
         return SEER_OK;
-    /* the draft saw pending + drafts[0..nd-1); keep what the target accepted of it */
-    int keep = d->round_n + (n_acc < nd - 1 ? n_acc : nd - 1);
+    /* the draft holds pending + the round's first `kept` chain drafts; keep what the target
+     * accepted of them */
+    int keep = d->round_n + (s->n_acc < d->kept ? s->n_acc : d->kept);
     if (keep < d->dlen) {
         SEER_TRY(seer_seq_rewind(im->dctx, d->dseq, keep));
         d->dlen = keep;
@@ -223,4 +230,5 @@ const seer_drafter_ops seer_drafter_model = {
     .seq_released = dm_seq_released,
     .propose = dm_propose,
     .verified = dm_verified,
+    .has_q = true,
 };

@@ -1,19 +1,33 @@
 /*
  * draft_ngram.c: prompt lookup. The last n tokens (n from ngram_max down to ngram_min) are
  * searched for in the sequence's earlier tokens; the tokens that followed the latest match
- * are proposed. Deterministic, so q is one-hot. Costs no forward pass; strong when the
- * output copies from a long context (summaries, code edits, extraction).
+ * are proposed. Deterministic, so q is one-hot, and a proposal is a chain (one-hot drafts
+ * have no alternatives to branch on). Costs no forward pass; strong when the output copies
+ * from a long context (summaries, code edits, extraction).
  */
-#include "spec/spec.h"
+#include "spec/drafter.h"
+#include "util/error.h"
 
-static seer_status ngram_init(seer_gen *g, void **impl) {
-    *impl = (void *)1; /* stateless */
+#include <stdlib.h>
+
+typedef struct {
+    int nmin, nmax; /* suffix lengths tried */
+} ngram_impl;
+
+static seer_status ngram_init(const seer_draft_env *env, const seer_spec_params *spec, void **impl) {
+    if (spec->ngram_min < 1 || spec->ngram_max < spec->ngram_min || spec->ngram_max > 64)
+        return seer_err(SEER_ERR_INVALID_ARG, "ngram sizes must satisfy 1 <= min %d <= max %d <= 64",
+                        spec->ngram_min, spec->ngram_max);
+    ngram_impl *im = malloc(sizeof *im);
+    if (!im)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    im->nmin = spec->ngram_min;
+    im->nmax = spec->ngram_max;
+    *impl = im;
     return SEER_OK;
 }
 
-static void ngram_free(seer_gen *g, void *impl) {}
-
-static seer_status ngram_none(seer_gen *g, void *impl, int h) { return SEER_OK; }
+static void ngram_free(const seer_draft_env *env, void *impl) { free(impl); }
 
 /* Proposes up to gmax tokens for tokens[0..n); returns how many. */
 static int lookup(const int32_t *t, int n, int nmin, int nmax, int gmax, int32_t *out) {
@@ -37,25 +51,23 @@ static int lookup(const int32_t *t, int n, int nmin, int nmax, int gmax, int32_t
     return 0;
 }
 
-static seer_status ngram_propose(seer_gen *g, void *impl, int n, const int *hs, const int *gam,
-                                 int32_t *draft, float *q, bool *onehot, int *nd) {
+static seer_status ngram_propose(const seer_draft_env *env, void *impl, int n, seer_draft_seq *seqs) {
+    const ngram_impl *im = impl;
     for (int i = 0; i < n; i++) {
-        const seer_gen_seq *s = &g->seqs[hs[i]];
-        nd[i] = gam[i] > 0 ? lookup(s->tokens, s->n_tokens, g->spec.ngram_min, g->spec.ngram_max,
-                                    gam[i], draft + (size_t)i * g->G)
-                           : 0;
-        onehot[i] = true;
+        seer_draft_seq *s = &seqs[i];
+        const int most = s->max_nodes < s->max_depth ? s->max_nodes : s->max_depth;
+        s->n = most > 0 ? lookup(s->tokens, s->n_tokens, im->nmin, im->nmax, most, s->tok) : 0;
+        for (int j = 0; j < s->n; j++)
+            s->parent[j] = j - 1;
+        s->onehot = true;
     }
     return SEER_OK;
 }
-
-static seer_status ngram_verified(seer_gen *g, void *impl, int h, int n_acc, int nd) { return SEER_OK; }
 
 const seer_drafter_ops seer_drafter_ngram = {
     .name = "ngram",
     .init = ngram_init,
     .free = ngram_free,
-    .seq_added = ngram_none,
     .propose = ngram_propose,
-    .verified = ngram_verified,
+    .has_q = false,
 };

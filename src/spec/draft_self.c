@@ -19,7 +19,7 @@
  * them with full attention, so after rollback the cache holds only exact target KV.
  * When budget covers the whole cache the view is the full view: the draft is the target.
  */
-#include "spec/spec.h"
+#include "spec/drafter.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -37,25 +37,55 @@ typedef struct {
 } self_seq;
 
 typedef struct {
+    /* settings (seer_spec_params) */
+    seer_spec_kind kind; /* streaming, retrieval or snapkv */
+    int budget, sinks, chunk, refresh_every, snap_window, snap_kernel;
+    float refresh_below;
+    seer_context *ctx;   /* the target's: the draft reads its cache */
+    const seer_model_info *in;
+    int n_seq_max;
     self_seq *ss;  /* [n_seq_max] */
     int32_t *view; /* scratch for streaming views */
-    uint8_t *cap;  /* [n_batch_max] capture flags */
     float *qbuf;   /* [n_layers][B][H*Dh] captured queries of one call */
 } self_impl;
 
-static seer_status self_init(seer_gen *g, void **out) {
+static seer_status self_init(const seer_draft_env *env, const seer_spec_params *p, void **out) {
+    seer_context *ctx = env->ctx;
+    if (p->budget < 1)
+        return seer_err(SEER_ERR_INVALID_ARG, "spec budget %d must be positive", p->budget);
+    if (p->sinks < 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "spec sinks %d is negative", p->sinks);
+    if (p->chunk < 1 || p->chunk > 4096)
+        return seer_err(SEER_ERR_INVALID_ARG, "spec chunk %d is out of range [1, 4096]", p->chunk);
+    if (p->refresh_every < 0 || !(p->refresh_below >= 0 && p->refresh_below <= 1))
+        return seer_err(SEER_ERR_INVALID_ARG, "spec refresh settings out of range");
+    if (p->snap_window < 1 || p->snap_window > ctx->params.n_batch_max || p->snap_kernel < 1 ||
+        p->snap_kernel % 2 == 0)
+        return seer_err(SEER_ERR_INVALID_ARG,
+                        "snapkv window %d must be in [1, n_batch_max %d], kernel %d odd and positive",
+                        p->snap_window, ctx->params.n_batch_max, p->snap_kernel);
     self_impl *im = calloc(1, sizeof *im);
-    const seer_model_info *in = &g->model->info;
-    int B = g->ctx->params.n_seq_max;
+    const seer_model_info *in = &env->model->info;
+    int B = ctx->params.n_seq_max;
     if (im) {
+        im->kind = p->kind;
+        im->budget = p->budget;
+        im->sinks = p->sinks < p->budget ? p->sinks : p->budget;
+        im->chunk = p->chunk;
+        im->refresh_every = p->refresh_every;
+        im->refresh_below = p->refresh_below;
+        im->snap_window = p->snap_window;
+        im->snap_kernel = p->snap_kernel;
+        im->ctx = ctx;
+        im->in = in;
+        im->n_seq_max = B;
         im->ss = calloc(B, sizeof *im->ss);
-        im->view = seer_malloc_array((size_t)g->spec.budget + 1, sizeof(int32_t));
-        im->cap = calloc(g->ctx->params.n_batch_max, 1);
+        im->view = seer_malloc_array((size_t)p->budget + 1, sizeof(int32_t));
         im->qbuf = seer_malloc_array((size_t)in->n_layers * B * in->n_heads * in->head_dim, sizeof(float));
     }
-    if (!im || !im->ss || !im->view || !im->cap || !im->qbuf) {
+    if (!im || !im->ss || !im->view || !im->qbuf) {
         if (im)
-            free(im->ss), free(im->view), free(im->cap), free(im->qbuf);
+            free(im->ss), free(im->view), free(im->qbuf);
         free(im);
         return seer_err(SEER_ERR_OOM, "out of memory for the self-draft");
     }
@@ -69,11 +99,11 @@ static void self_seq_clear(self_seq *s) {
     memset(s, 0, sizeof *s);
 }
 
-static void self_free(seer_gen *g, void *impl) {
+static void self_free(const seer_draft_env *env, void *impl) {
     self_impl *im = impl;
-    for (int i = 0; i < g->ctx->params.n_seq_max; i++)
+    for (int i = 0; i < im->n_seq_max; i++)
         self_seq_clear(&im->ss[i]);
-    free(im->ss), free(im->view), free(im->cap), free(im->qbuf);
+    free(im->ss), free(im->view), free(im->qbuf);
     free(im);
 }
 
@@ -103,12 +133,12 @@ static void top_k_sorted(const float *score, int n, int k, int32_t *out, int32_t
     qsort(out, k, sizeof(int32_t), cmp_i32);
 }
 
-/* TriForce selection over slots [0, L) from queries q [n_layers][H*Dh]. */
-static seer_status build_retrieval(seer_gen *g, int h, const float *q, int L) {
-    self_impl *im = g->dimpl;
+/* TriForce selection over slots [0, L) of sequence seq (state h) from queries q
+ * [n_layers][H*Dh]. */
+static seer_status build_retrieval(self_impl *im, int h, seer_seq_id seq, const float *q, int L) {
     self_seq *ss = &im->ss[h];
-    const seer_model_info *in = &g->model->info;
-    const int C = g->spec.chunk, K = g->spec.budget;
+    const seer_model_info *in = im->in;
+    const int C = im->chunk, K = im->budget;
     const int Hkv = in->n_kv_heads, Dh = in->head_dim, grp = in->n_heads / Hkv, kvd = Hkv * Dh;
     int recent = K / 4 > C ? K / 4 : C;
     int n_chunks = L / C, n_pick = (K - recent) / C;
@@ -131,7 +161,7 @@ static seer_status build_retrieval(seer_gen *g, int h, const float *q, int L) {
     seer_status st = ss->sel && keys && score && pick && scr && mean ? SEER_OK
                                                                      : seer_err(SEER_ERR_OOM, "out of memory for retrieval selection");
     for (int l = 0; l < in->n_layers && st == SEER_OK; l++) {
-        st = seer_context_read_kv(g->ctx, g->seqs[h].seq, l, 0, 0, n_chunks * C, keys);
+        st = seer_context_read_kv(im->ctx, seq, l, 0, 0, n_chunks * C, keys);
         for (int kh = 0; kh < Hkv && st == SEER_OK; kh++) {
             for (int c = 0; c < n_chunks; c++) {
                 for (int e = 0; e < Dh; e++)
@@ -156,12 +186,12 @@ static seer_status build_retrieval(seer_gen *g, int h, const float *q, int L) {
     return st;
 }
 
-/* SnapKV selection at prefill from the window's queries q [n_layers][W][H*Dh]. */
-static seer_status build_snapkv(seer_gen *g, int h, const float *q, int W) {
-    self_impl *im = g->dimpl;
-    self_seq *ss = &im->ss[h];
-    const seer_model_info *in = &g->model->info;
-    const int n = g->seqs[h].n_prompt, K = g->spec.budget, ker = g->spec.snap_kernel;
+/* SnapKV selection at prefill of s (its n_prompt tokens) from the window's queries q
+ * [n_layers][W][H*Dh]. */
+static seer_status build_snapkv(self_impl *im, const seer_draft_seq *s, const float *q, int W) {
+    self_seq *ss = &im->ss[s->slot];
+    const seer_model_info *in = im->in;
+    const int n = s->n_prompt, K = im->budget, ker = im->snap_kernel;
     const int H = in->n_heads, Hkv = in->n_kv_heads, Dh = in->head_dim, grp = H / Hkv, kvd = Hkv * Dh;
     ss->snap_tail = n - W;
     int keep = K - W, pool = n - W;
@@ -179,7 +209,7 @@ static seer_status build_snapkv(seer_gen *g, int h, const float *q, int W) {
                                                                      : seer_err(SEER_ERR_OOM, "out of memory for SnapKV selection");
     const float scale = 1.f / sqrtf((float)Dh);
     for (int l = 0; l < in->n_layers && st == SEER_OK; l++) {
-        st = seer_context_read_kv(g->ctx, g->seqs[h].seq, l, 0, 0, n, keys);
+        st = seer_context_read_kv(im->ctx, s->seq, l, 0, 0, n, keys);
         for (int kh = 0; kh < Hkv && st == SEER_OK; kh++) {
             memset(vote, 0, sizeof(float) * pool);
             for (int w = 0; w < W; w++) {
@@ -215,24 +245,25 @@ static seer_status build_snapkv(seer_gen *g, int h, const float *q, int W) {
     return st;
 }
 
-static int self_prefill_q_rows(seer_gen *g, void *impl, int n_prompt) {
-    if (g->spec.kind == SEER_SPEC_SNAPKV)
-        return g->spec.snap_window < n_prompt ? g->spec.snap_window : n_prompt;
-    if (g->spec.kind == SEER_SPEC_RETRIEVAL)
+static int self_prefill_q_rows(void *impl, int n_prompt) {
+    const self_impl *im = impl;
+    if (im->kind == SEER_SPEC_SNAPKV)
+        return im->snap_window < n_prompt ? im->snap_window : n_prompt;
+    if (im->kind == SEER_SPEC_RETRIEVAL)
         return 1;
     return 0;
 }
 
-static seer_status self_prefill_q(seer_gen *g, void *impl, int h, const float *q, int rows) {
-    if (g->spec.kind == SEER_SPEC_SNAPKV)
-        return build_snapkv(g, h, q, rows);
-    return build_retrieval(g, h, q, g->seqs[h].n_prompt);
+static seer_status self_prefill_q(const seer_draft_env *env, void *impl, seer_draft_seq *s, const float *q,
+                                  int rows) {
+    self_impl *im = impl;
+    if (im->kind == SEER_SPEC_SNAPKV)
+        return build_snapkv(im, s, q, rows);
+    return build_retrieval(im, s->slot, s->seq, q, s->n_prompt);
 }
 
-static seer_status self_seq_added(seer_gen *g, void *impl, int h) { return SEER_OK; }
-
-static void self_seq_released(seer_gen *g, void *impl, int h) {
-    self_seq_clear(&((self_impl *)impl)->ss[h]);
+static void self_seq_released(const seer_draft_env *env, void *impl, int slot) {
+    self_seq_clear(&((self_impl *)impl)->ss[slot]);
 }
 
 /* A view of the first `sinks` slots and the most recent K - sinks of L. */
@@ -244,24 +275,23 @@ static void sinks_and_recent(self_impl *im, seer_view *v, int sinks, int L, int 
     v->tail_start = L - (K - sinks);
 }
 
-/* Sets the draft view of handle h whose cache holds L slots. */
-static seer_status set_view(seer_gen *g, self_impl *im, int h, int L) {
-    const seer_gen_seq *s = &g->seqs[h];
-    const self_seq *ss = &im->ss[h];
-    const int K = g->spec.budget;
-    const seer_model_info *in = &g->model->info;
+/* Sets the draft view of s whose cache holds L slots. */
+static seer_status set_view(self_impl *im, const seer_draft_seq *s, int L) {
+    const self_seq *ss = &im->ss[s->slot];
+    const int K = im->budget;
+    const seer_model_info *in = im->in;
     if (L <= K) {
-        seer_seq_clear_view(g->ctx, s->seq);
+        seer_seq_clear_view(im->ctx, s->seq);
         return SEER_OK;
     }
     seer_view v = {.n_layers_view = 1, .n_heads_view = 1};
-    switch (g->spec.kind) {
+    switch (im->kind) {
     case SEER_SPEC_STREAMING:
-        sinks_and_recent(im, &v, g->spec.sinks < L ? g->spec.sinks : L, L, K);
+        sinks_and_recent(im, &v, im->sinks < L ? im->sinks : L, L, K);
         break;
     case SEER_SPEC_RETRIEVAL:
         if (!ss->sel) { /* nothing selected yet (short prompt): chunk 0 + recent slots */
-            sinks_and_recent(im, &v, g->spec.chunk < K ? g->spec.chunk : K / 2, L, K);
+            sinks_and_recent(im, &v, im->chunk < K ? im->chunk : K / 2, L, K);
             break;
         }
         v.idx = ss->sel;
@@ -272,7 +302,7 @@ static seer_status set_view(seer_gen *g, self_impl *im, int h, int L) {
         break;
     default: /* snapkv */
         if (!ss->sel) {
-            seer_seq_clear_view(g->ctx, s->seq);
+            seer_seq_clear_view(im->ctx, s->seq);
             return SEER_OK;
         }
         v.idx = ss->sel;
@@ -282,85 +312,65 @@ static seer_status set_view(seer_gen *g, self_impl *im, int h, int L) {
         v.tail_start = ss->snap_tail;
         break;
     }
-    return seer_seq_set_view(g->ctx, s->seq, &v);
+    return seer_seq_set_view(im->ctx, s->seq, &v);
 }
 
-static seer_status self_propose(seer_gen *g, void *impl, int n, const int *hs, const int *gam,
-                                int32_t *draft, float *q, bool *onehot, int *nd) {
+static seer_status self_propose(const seer_draft_env *env, void *impl, int n, seer_draft_seq *seqs) {
     self_impl *im = impl;
-    seer_context *c = g->ctx;
-    const int G = g->G;
-    const seer_model_info *in = &g->model->info;
+    seer_context *c = im->ctx;
+    const seer_model_info *in = im->in;
     const size_t qd = (size_t)in->n_heads * in->head_dim;
-    int maxg = 0;
     seer_status st = SEER_OK;
+    seer_seq_id dseq[n > 0 ? n : 1];
+    uint8_t cap0[n > 0 ? n : 1];
+    int n_cap = 0;
     for (int i = 0; i < n && st == SEER_OK; i++) {
-        maxg = gam[i] > maxg ? gam[i] : maxg;
-        st = set_view(g, im, hs[i], g->seqs[hs[i]].n_tokens - 1);
+        dseq[i] = seqs[i].seq;
+        cap0[i] = seqs[i].max_nodes > 0 && im->ss[seqs[i].slot].refresh;
+        st = set_view(im, &seqs[i], seqs[i].n_tokens - 1);
     }
-    int32_t tok[n], sq[n], pos[n], who[n];
-    uint8_t want[n];
-    for (int j = 0; j < maxg && st == SEER_OK; j++) {
-        int T = 0, n_cap = 0;
-        for (int i = 0; i < n; i++) {
-            if (j >= gam[i])
-                continue;
-            const seer_gen_seq *s = &g->seqs[hs[i]];
-            int L = s->n_tokens - 1;
-            tok[T] = j == 0 ? s->tokens[L] : draft[(size_t)i * G + j - 1];
-            sq[T] = s->seq;
-            pos[T] = L + j;
-            want[T] = 1;
-            im->cap[T] = j == 0 && im->ss[hs[i]].refresh;
-            n_cap += im->cap[T];
-            who[T++] = i;
+    if (st == SEER_OK)
+        st = seer_draft_expand(env, c, n, seqs, dseq, NULL, cap0, im->qbuf, NULL);
+    for (int i = 0; i < n; i++)
+        n_cap += cap0[i];
+    /* keep the captured queries for the rebuild in self_verified (flagged rows in order) */
+    for (int i = 0, k = 0; i < n && st == SEER_OK && n_cap; i++) {
+        if (!cap0[i])
+            continue;
+        self_seq *ss = &im->ss[seqs[i].slot];
+        if (!ss->qcap)
+            ss->qcap = seer_malloc_array((size_t)in->n_layers * qd, sizeof(float));
+        if (!ss->qcap) {
+            st = seer_err(SEER_ERR_OOM, "out of memory");
+            break;
         }
-        if (n_cap)
-            seer_context_capture_q(c, im->cap, im->qbuf);
-        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
-        st = seer_gen_draft_step(g, c, &b, hs, who, j, draft, q);
-        for (int t = 0, k = 0; t < T && st == SEER_OK; t++) {
-            int i = who[t];
-            nd[i] = j + 1;
-            if (!im->cap[t])
-                continue;
-            /* keep this sequence's query for the rebuild in self_verified */
-            self_seq *ss = &im->ss[hs[i]];
-            if (!ss->qcap)
-                ss->qcap = seer_malloc_array((size_t)in->n_layers * qd, sizeof(float));
-            if (!ss->qcap) {
-                st = seer_err(SEER_ERR_OOM, "out of memory");
-                break;
-            }
-            for (int l = 0; l < in->n_layers; l++)
-                memcpy(ss->qcap + l * qd, im->qbuf + ((size_t)l * n_cap + k) * qd, qd * sizeof(float));
-            k++;
-        }
+        for (int l = 0; l < in->n_layers; l++)
+            memcpy(ss->qcap + l * qd, im->qbuf + ((size_t)l * n_cap + k) * qd, qd * sizeof(float));
+        k++;
     }
     for (int i = 0; i < n; i++) {
-        const seer_gen_seq *s = &g->seqs[hs[i]];
-        seer_seq_clear_view(c, s->seq);
-        seer_status r = seer_seq_rewind(c, s->seq, s->n_tokens - 1);
+        seer_seq_clear_view(c, seqs[i].seq);
+        seer_status r = seer_seq_rewind(c, seqs[i].seq, seqs[i].n_tokens - 1);
         if (st == SEER_OK)
             st = r;
-        onehot[i] = false;
+        seqs[i].onehot = false;
     }
     return st;
 }
 
-static seer_status self_verified(seer_gen *g, void *impl, int h, int n_acc, int nd) {
+static seer_status self_verified(const seer_draft_env *env, void *impl, seer_draft_seq *s) {
     self_impl *im = impl;
-    self_seq *ss = &im->ss[h];
-    seer_gen_seq *s = &g->seqs[h];
-    if (g->spec.kind != SEER_SPEC_RETRIEVAL)
+    self_seq *ss = &im->ss[s->slot];
+    if (im->kind != SEER_SPEC_RETRIEVAL)
         return SEER_OK;
     if (ss->refresh && ss->qcap) { /* the query was captured this round: rebuild now */
         ss->refresh = false;
         s->rounds = 0;
-        SEER_TRY(build_retrieval(g, h, ss->qcap, s->n_tokens - 1));
+        SEER_TRY(build_retrieval(im, s->slot, s->seq, ss->qcap, s->n_tokens - 1));
     }
-    bool due = (!ss->sel && s->n_tokens - 1 > g->spec.budget) || (g->spec.refresh_every > 0 && s->rounds >= g->spec.refresh_every) ||
-               (g->spec.refresh_below > 0 && s->accept_avg < g->spec.refresh_below);
+    bool due = (!ss->sel && s->n_tokens - 1 > im->budget) ||
+               (im->refresh_every > 0 && s->rounds >= im->refresh_every) ||
+               (im->refresh_below > 0 && s->accept_avg < im->refresh_below);
     if (due) {
         ss->refresh = true;
         s->accept_avg = 1.f; /* fresh state: judge the new selection on its own rounds */
@@ -372,10 +382,10 @@ const seer_drafter_ops seer_drafter_self = {
     .name = "self",
     .init = self_init,
     .free = self_free,
-    .seq_added = self_seq_added,
     .seq_released = self_seq_released,
     .propose = self_propose,
     .verified = self_verified,
     .prefill_q_rows = self_prefill_q_rows,
     .prefill_q = self_prefill_q,
+    .has_q = true,
 };

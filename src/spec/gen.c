@@ -53,28 +53,15 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
     if (p->gamma < 1 || p->gamma + 1 > SEER_INVARIANT_NEW_TOKENS) /* verification stays exact */
         return seer_err(SEER_ERR_INVALID_ARG, "spec gamma %d is out of range [1, %d]", p->gamma,
                         SEER_INVARIANT_NEW_TOKENS - 1);
-    if (p->budget < 1)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec budget %d must be positive", p->budget);
-    if (p->sinks < 0)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec sinks %d is negative", p->sinks);
-    if (p->chunk < 1 || p->chunk > 4096)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec chunk %d is out of range [1, 4096]", p->chunk);
-    if (p->refresh_every < 0 || !(p->refresh_below >= 0 && p->refresh_below <= 1))
-        return seer_err(SEER_ERR_INVALID_ARG, "spec refresh settings out of range");
-    if (p->snap_window < 1 || p->snap_window > ctx->params.n_batch_max || p->snap_kernel < 1 ||
-        p->snap_kernel % 2 == 0)
-        return seer_err(SEER_ERR_INVALID_ARG,
-                        "snapkv window %d must be in [1, n_batch_max %d], kernel %d odd and positive",
-                        p->snap_window, ctx->params.n_batch_max, p->snap_kernel);
-    if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > 64)
-        return seer_err(SEER_ERR_INVALID_ARG, "ngram sizes must satisfy 1 <= min %d <= max %d <= 64",
-                        p->ngram_min, p->ngram_max);
-    if (p->kind == SEER_SPEC_DRAFT && !p->draft_model)
-        return seer_err(SEER_ERR_INVALID_ARG, "speculation 'draft' needs a draft model");
     if (!(p->synthetic_accept >= 0 && p->synthetic_accept < 1))
         return seer_err(SEER_ERR_INVALID_ARG, "synthetic acceptance %g must be in [0, 1)", p->synthetic_accept);
-    if (p->draft_budget < 0)
-        return seer_err(SEER_ERR_INVALID_ARG, "draft budget %d is negative", p->draft_budget);
+    if (p->tree_size < 0 || p->tree_depth < 0 || p->tree_size + 1 > SEER_INVARIANT_NEW_TOKENS ||
+        p->tree_size + 1 > ctx->params.n_batch_max)
+        return seer_err(SEER_ERR_INVALID_ARG, "tree of %d nodes: must be in [0, %d] (and fit in the batch limit %d)",
+                        p->tree_size, SEER_INVARIANT_NEW_TOKENS - 1, ctx->params.n_batch_max - 1);
+    if (p->tree_size > 0 && (p->tree_depth ? p->tree_depth : p->gamma) > p->tree_size)
+        return seer_err(SEER_ERR_INVALID_ARG, "tree depth %d exceeds its %d nodes",
+                        p->tree_depth ? p->tree_depth : p->gamma, p->tree_size);
     if (p->gamma + 1 > ctx->params.n_batch_max)
         return seer_err(SEER_ERR_INVALID_ARG, "gamma %d + 1 exceeds the context's batch limit %d",
                         p->gamma, ctx->params.n_batch_max);
@@ -89,10 +76,13 @@ void seer_gen_free(seer_gen *g) {
         free(g->seqs[h].tokens);
     }
     if (g->dops && g->dimpl)
-        g->dops->free(g, g->dimpl);
+        g->dops->free(&g->env, g->dimpl);
     if (g->qd)
         g->model->be->ops->dealloc(g->model->be, g->qd);
     free(g->seqs), free(g->hs), free(g->gam), free(g->nd), free(g->draft), free(g->onehot);
+    free(g->dl), free(g->par), free(g->path), free(g->hbuf), free(g->mask), free(g->trees);
+    free(g->t_used), free(g->tpath), free(g->shape), free(g->sdepth), free(g->dv);
+    free(g->scratch.ids);
     free(g->ids), free(g->rows), free(g->chains), free(g->u), free(g->rng0), free(g->first);
     free(g->chain), free(g->acc), free(g->next), free(g->c_acc), free(g->c_next);
     free(g);
@@ -109,10 +99,10 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->ctx = ctx;
     g->model = ctx->model;
     g->V = ctx->model->info.n_vocab;
-    if (spec.sinks > spec.budget)
-        spec.sinks = spec.budget;
     g->spec = spec;
-    g->G = spec.kind == SEER_SPEC_NONE ? 0 : spec.gamma;
+    g->G = spec.kind == SEER_SPEC_NONE ? 0 : spec.tree_size > 0 ? spec.tree_size : spec.gamma;
+    g->D = spec.kind == SEER_SPEC_NONE ? 0 : spec.tree_size > 0 && spec.tree_depth > 0 ? spec.tree_depth : spec.gamma;
+    g->tree = spec.kind != SEER_SPEC_NONE && spec.tree_size > 0;
     const int B = ctx->params.n_seq_max, G = g->G, TB = ctx->params.n_batch_max;
     const size_t n_ids = (size_t)B * (G + 1) > (size_t)TB ? (size_t)B * (G + 1) : (size_t)TB;
     g->seqs = calloc(B, sizeof *g->seqs);
@@ -132,22 +122,49 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->next = seer_malloc_array(B, sizeof(int32_t));
     g->c_acc = seer_malloc_array(B, sizeof(int32_t));
     g->c_next = seer_malloc_array(B, sizeof(int32_t));
+    g->dl = calloc(B, sizeof(int));
+    g->par = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
+    g->path = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
+    g->tpath = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
+    /* a tree call's mask; chains never need one */
+    g->mask = spec.kind != SEER_SPEC_NONE && spec.tree_size > 0 ? seer_malloc_array((size_t)TB * TB, 1) : NULL;
+    g->trees = seer_malloc_array(B, sizeof *g->trees);
+    g->t_used = seer_malloc_array(B, sizeof(int32_t));
+    g->shape = seer_malloc_array(G ? G : 1, sizeof(int32_t));
+    g->sdepth = seer_malloc_array(G ? G : 1, sizeof(int32_t));
+    g->dv = calloc(B, sizeof *g->dv);
+    g->scratch.ids = seer_malloc_array(TB, sizeof(int32_t));
+    g->scratch.rows = g->rows; /* the generator's own rows: drafting and verification never overlap */
+    g->scratch.mask = g->mask;
+    if (!g->dv || !g->scratch.ids || !g->dl || !g->par || !g->path || !g->tpath || (g->tree && !g->mask) || !g->trees || !g->t_used ||
+        !g->shape || !g->sdepth) {
+        seer_gen_free(g);
+        return seer_err(SEER_ERR_OOM, "out of memory for %d sequences x %d draft nodes", B, G);
+    }
+    /* the shape rounds fill: a chain of gamma, or the default tree */
+    if (g->tree)
+        seer_tree_shape_default(G, g->D, g->shape);
+    else
+        for (int j = 0; j < G; j++)
+            g->shape[j] = j - 1;
+    if (G) {
+        seer_status s = seer_tree_shape_check(g->shape, G, g->D, g->sdepth);
+        if (s != SEER_OK) {
+            seer_gen_free(g);
+            return s;
+        }
+    }
     if (!g->seqs || !g->hs || !g->gam || !g->nd || !g->draft || !g->onehot || !g->ids || !g->rows ||
         !g->chains || !g->u || !g->rng0 || !g->first || !g->chain || !g->acc || !g->next ||
         !g->c_acc || !g->c_next) {
         seer_gen_free(g);
         return seer_err(SEER_ERR_OOM, "out of memory for %d sequences x %d draft tokens", B, G);
     }
-    switch (spec.kind) {
-    case SEER_SPEC_STREAMING:
-    case SEER_SPEC_RETRIEVAL:
-    case SEER_SPEC_SNAPKV: g->dops = &seer_drafter_self; break;
-    case SEER_SPEC_DRAFT: g->dops = &seer_drafter_model; break;
-    case SEER_SPEC_NGRAM: g->dops = &seer_drafter_ngram; break;
-    default: g->dops = NULL;
-    }
+    g->env = (seer_draft_env){.ctx = ctx, .model = ctx->model, .V = g->V, .max_nodes = G,
+                              .shape = g->shape, .depth = g->sdepth, .scratch = &g->scratch};
+    g->dops = spec.kind == SEER_SPEC_NONE ? NULL : seer_drafter_find(seer_spec_kind_name(spec.kind));
     if (g->dops) {
-        seer_status s = g->dops->init(g, &g->dimpl);
+        seer_status s = g->dops->init(&g->env, &g->spec, &g->dimpl);
         if (s != SEER_OK) {
             g->dops = NULL;
             seer_gen_free(g);
@@ -199,9 +216,8 @@ static seer_status prefill(seer_gen *g, seer_gen_seq *s, int tail, float *q_cap,
                 first = j;
             nc += cap[j];
         }
-        if (nc)
-            seer_context_capture_q(c, cap, tmp);
-        seer_batch b = {.n_tokens = k, .token = s->tokens + i, .seq = seq, .pos = pos, .logits = want};
+        seer_batch b = {.n_tokens = k, .token = s->tokens + i, .seq = seq, .pos = pos, .logits = want,
+                        .capture = nc ? cap : NULL, .queries = tmp};
         st = want[k - 1] ? seer_decode_keep(c, &b, out) : seer_decode(c, &b, NULL);
         /* rows [i + first, i + first + nc) are tail rows (i + first) - (n - tail) onwards */
         for (int l = 0; l < in->n_layers && nc && st == SEER_OK; l++)
@@ -282,7 +298,7 @@ seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
         return st;
     }
     s->alive = true;
-    int tail = g->dops && g->dops->prefill_q_rows ? g->dops->prefill_q_rows(g, g->dimpl, n) : 0;
+    int tail = seer_gen_drafter_q_rows(g, n);
     float *qcap = NULL;
     if (tail > 0) {
         const seer_model_info *in = &g->model->info;
@@ -295,12 +311,10 @@ seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
     if (st == SEER_OK)
         st = prefill(g, s, tail, qcap, &last);
     g->stats.t_prefill_s += now_s() - t0;
-    if (st == SEER_OK && g->dops) {
-        if (tail > 0)
-            st = g->dops->prefill_q(g, g->dimpl, h, qcap, tail);
-        if (st == SEER_OK)
-            st = g->dops->seq_added(g, g->dimpl, h);
-    }
+    if (st == SEER_OK && tail > 0)
+        st = seer_gen_drafter_prefill_q(g, h, qcap, tail);
+    if (st == SEER_OK)
+        st = seer_gen_drafter_added(g, h);
     free(qcap);
     /* The first token comes from the prefill's last logits, as a round with no drafts. The
      * drafter's work above ran no forward call on the target's context, so they are intact. */
@@ -333,11 +347,10 @@ seer_status seer_gen_adopt(seer_gen *g, seer_seq_id seq, const int32_t *tokens, 
     seer_gen_seq *s = &g->seqs[h];
     s->seq = seq;
     s->alive = true;
-    seer_status st = g->dops ? g->dops->seq_added(g, g->dimpl, h) : SEER_OK;
+    seer_status st = seer_gen_drafter_added(g, h);
     if (st != SEER_OK) {
         /* the caller keeps its sequence on failure */
-        if (g->dops && g->dops->seq_released)
-            g->dops->seq_released(g, g->dimpl, h);
+        seer_gen_drafter_released(g, h);
         s->alive = false;
         unclaim(g, h);
         return st;
@@ -348,21 +361,117 @@ seer_status seer_gen_adopt(seer_gen *g, seer_seq_id seq, const int32_t *tokens, 
     return SEER_OK;
 }
 
+void seer_gen_limits(const seer_gen *g, const seer_gen_seq *s, int budget, int *gam, int *dl) {
+    const int room = g->ctx->params.n_ctx - s->n_tokens - 1; /* slots for draft rows */
+    const int left = s->max_new < 0 ? room + 1 : s->max_new - n_generated(s) - 1;
+    int m = g->G < room ? g->G : room, d = g->D < left ? g->D : left;
+    if (budget >= 0 && m > budget - 1)
+        m = budget - 1;
+    if (!g->tree && m > d) /* a chain's nodes are its depth */
+        m = d;
+    *gam = m > 0 ? m : 0;
+    *dl = d > 0 ? d : 0;
+    if (*dl == 0)
+        *gam = 0;
+}
+
+/* The drafter's view of handle h (as round entry k when k >= 0). */
+static seer_draft_seq *view(seer_gen *g, int h, int k) {
+    seer_gen_seq *s = &g->seqs[h];
+    seer_draft_seq *v = &g->dv[k >= 0 ? k : 0];
+    *v = (seer_draft_seq){.slot = h, .seq = s->seq, .tokens = s->tokens, .n_tokens = s->n_tokens,
+                          .n_prompt = s->n_prompt, .sp = &s->sp, .smp = s->smp,
+                          .accept_avg = s->accept_avg, .rounds = s->rounds};
+    if (k >= 0) {
+        const size_t G = (size_t)g->G;
+        v->max_nodes = g->gam[k];
+        v->max_depth = g->dl[k];
+        v->tok = g->draft + k * G;
+        v->parent = g->par + k * G;
+        v->q = g->qd && s->sp.temperature > 0 ? g->qd + k * G * g->V : NULL;
+        v->n_acc = g->acc[k];
+        v->path = g->path + k * G;
+    }
+    return v;
+}
+
+/* The drafter may renew its state: the running acceptance and round count come back. */
+static void unview(seer_gen *g, const seer_draft_seq *v) {
+    g->seqs[v->slot].accept_avg = v->accept_avg;
+    g->seqs[v->slot].rounds = v->rounds;
+}
+
+seer_status seer_gen_drafter_added(seer_gen *g, int h) {
+    if (!g->dops || !g->dops->seq_added)
+        return SEER_OK;
+    seer_draft_seq *v = view(g, h, -1);
+    seer_status st = g->dops->seq_added(&g->env, g->dimpl, v);
+    unview(g, v);
+    return st;
+}
+
+void seer_gen_drafter_released(seer_gen *g, int h) {
+    if (g->dops && g->dops->seq_released)
+        g->dops->seq_released(&g->env, g->dimpl, h);
+}
+
+int seer_gen_drafter_q_rows(seer_gen *g, int n_prompt) {
+    return g->dops && g->dops->prefill_q_rows ? g->dops->prefill_q_rows(g->dimpl, n_prompt) : 0;
+}
+
+seer_status seer_gen_drafter_prefill_q(seer_gen *g, int h, const float *q, int n_rows) {
+    if (!g->dops || !g->dops->prefill_q)
+        return SEER_OK;
+    seer_draft_seq *v = view(g, h, -1);
+    seer_status st = g->dops->prefill_q(&g->env, g->dimpl, v, q, n_rows);
+    unview(g, v);
+    return st;
+}
+
+seer_status seer_gen_drafter_verified(seer_gen *g, int k) {
+    if (!g->dops || !g->dops->verified)
+        return SEER_OK;
+    seer_draft_seq *v = view(g, g->hs[k], k);
+    v->n = g->nd[k];
+    seer_status st = g->dops->verified(&g->env, g->dimpl, v);
+    unview(g, v);
+    return st;
+}
+
+seer_status seer_gen_propose(seer_gen *g, int n, bool sampled) {
+    if (sampled && g->dops->has_q)
+        SEER_TRY(seer_gen_need_q(g));
+    for (int i = 0; i < n; i++)
+        view(g, g->hs[i], i);
+    seer_status st = g->dops->propose(&g->env, g->dimpl, n, g->dv);
+    for (int i = 0; i < n; i++) {
+        g->nd[i] = g->dv[i].n;
+        g->onehot[i] = g->dv[i].onehot;
+        unview(g, &g->dv[i]);
+    }
+    SEER_TRY(st);
+    for (int i = 0; i < n; i++) {
+        if (g->nd[i] < 0 || g->nd[i] > g->gam[i])
+            return seer_err(SEER_ERR_INTERNAL, "drafter proposed %d nodes, room for %d", g->nd[i], g->gam[i]);
+        const int32_t *p = g->par + (size_t)i * g->G;
+        for (int j = 0; j < g->nd[i]; j++)
+            if (p[j] < -1 || p[j] >= j)
+                return seer_err(SEER_ERR_INTERNAL, "drafter proposed node %d under %d", j, p[j]);
+    }
+    return SEER_OK;
+}
+
 seer_status seer_gen_step(seer_gen *g, int *n_active) {
     SEER_CHECK_ARG(g);
     SEER_CHECK_ARG(n_active);
     seer_context *c = g->ctx;
-    const int G = g->G, n_ctx = c->params.n_ctx;
     int n = 0;
     for (int h = 0; h < g->n_seqs; h++) {
         seer_gen_seq *s = &g->seqs[h];
         if (!s->alive || s->finished)
             continue;
-        int room = n_ctx - s->n_tokens - 1;
-        int left = s->max_new < 0 ? room + 1 : s->max_new - n_generated(s) - 1;
-        int gm = G < room ? G : room;
         g->hs[n] = h;
-        g->gam[n] = gm < left ? (gm > 0 ? gm : 0) : (left > 0 ? left : 0);
+        seer_gen_limits(g, s, -1, &g->gam[n], &g->dl[n]);
         g->nd[n] = 0;
         g->onehot[n] = false;
         n++;
@@ -379,12 +488,7 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
         bool sampled = false;
         for (int i = 0; i < n; i++)
             sampled |= g->gam[i] > 0 && g->seqs[g->hs[i]].sp.temperature > 0;
-        if (sampled && g->dops != &seer_drafter_ngram)
-            SEER_TRY(seer_gen_need_q(g));
-        SEER_TRY(g->dops->propose(g, g->dimpl, n, g->hs, g->gam, g->draft, g->qd, g->onehot, g->nd));
-        for (int i = 0; i < n; i++)
-            if (g->nd[i] < 0 || g->nd[i] > g->gam[i])
-                return seer_err(SEER_ERR_INTERNAL, "drafter proposed %d tokens, room for %d", g->nd[i], g->gam[i]);
+        SEER_TRY(seer_gen_propose(g, n, sampled));
     }
     double t1 = now_s();
 
@@ -398,28 +502,38 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
     seer_status st = tok && sq && pos && want && row0 ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
     for (int i0 = 0; i0 < n && st == SEER_OK;) {
         int T = 0, i = i0;
+        bool chains = true;
         for (; i < n && T + g->nd[i] + 1 <= TB; i++) {
             seer_gen_seq *s = &g->seqs[g->hs[i]];
-            int L = s->n_tokens - 1;
             row0[i] = T;
-            for (int j = 0; j <= g->nd[i]; j++) {
-                tok[T] = j == 0 ? s->tokens[L] : g->draft[(size_t)i * (G ? G : 1) + j - 1];
+            const int m = seer_gen_verify_rows(g, i, tok + T, pos + T);
+            for (int j = 0; j < m; j++) {
                 sq[T] = s->seq;
-                pos[T] = L + j;
                 want[T++] = 1;
             }
+            chains &= seer_gen_is_chain(g, i);
         }
         bool amax = true;
         for (int k = i0; k < i; k++)
             amax &= seer_gen_argmax_only(&g->seqs[g->hs[k]]);
-        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want};
+        /* trees attend to their ancestors; chains keep the causal call they always made */
+        uint8_t *mask = NULL;
+        if (!chains && !g->mask) {
+            st = seer_err(SEER_ERR_INTERNAL, "a tree proposal from a generator of chains");
+            break;
+        }
+        if (!chains) {
+            mask = g->mask;
+            memset(mask, 0, (size_t)T * T);
+            for (int k = i0; k < i; k++)
+                seer_gen_mask_rows(g, k, mask, T, row0[k], g->nd[k] + 1, false);
+        }
+        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want, .mask = mask};
         /* row0[] counts from this group's start */
         if (amax) {
             st = seer_decode_argmax(c, &b, g->ids);
             for (int k = i0; k < i && st == SEER_OK; k++)
-                g->acc[k] = seer_verify_chain_ids(g, &g->seqs[g->hs[k]], g->ids + row0[k],
-                                                  g->draft + (size_t)k * (G ? G : 1), g->nd[k],
-                                                  &g->next[k]);
+                g->acc[k] = seer_verify_tree_ids(g, k, &g->seqs[g->hs[k]], g->ids + row0[k], &g->next[k]);
         } else {
             float *L = NULL;
             st = seer_decode_keep(c, &b, &L);
@@ -430,25 +544,23 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
             break;
         for (int k = i0; k < i && st == SEER_OK; k++) {
             seer_gen_seq *s = &g->seqs[g->hs[k]];
-            int L = s->n_tokens - 1, nd = g->nd[k];
-            const int32_t *d = g->draft + (size_t)k * (G ? G : 1);
+            const int nd = g->nd[k];
             const int acc = g->acc[k];
-            const int32_t next = g->next[k];
-            st = seer_seq_rewind(c, s->seq, L + 1 + acc);
+            st = seer_gen_settle(g, k, s);
             g->stats.rounds++;
             g->stats.drafted += nd;
             g->stats.accepted += acc;
             if (nd > 0)
                 s->accept_avg = 0.8f * s->accept_avg + 0.2f * (float)acc / nd;
             for (int j = 0; j <= acc && !s->finished; j++) {
-                int32_t t = j < acc ? d[j] : next;
+                int32_t t = seer_gen_emitted(g, k, j);
                 emit(g, s, t);
                 seer_sampler_accept(s->smp, t);
                 g->stats.emitted++;
             }
             s->rounds++;
-            if (st == SEER_OK && g->dops)
-                st = g->dops->verified(g, g->dimpl, g->hs[k], acc, nd);
+            if (st == SEER_OK)
+                st = seer_gen_drafter_verified(g, k);
         }
         i0 = i;
     }
@@ -479,8 +591,7 @@ void seer_gen_release(seer_gen *g, int h) {
     if (!g || h < 0 || h >= g->n_seqs || !g->seqs[h].alive)
         return;
     seer_gen_seq *s = &g->seqs[h];
-    if (g->dops && g->dops->seq_released)
-        g->dops->seq_released(g, g->dimpl, h);
+    seer_gen_drafter_released(g, h);
     seer_seq_free(g->ctx, s->seq);
     seer_sampler_free(s->smp);
     s->smp = NULL;

@@ -1,5 +1,6 @@
 /*
- * spec.h: what the generator (gen.c), the verifier (verify.c) and the drafters share.
+ * spec.h: what the generator (gen.c), the verifier (verify.c), the tree code (tree.c) and
+ * the scheduler share. Drafters do not include it: they see drafter.h alone.
  *
  * Invariant of a generating sequence: its target cache holds tokens[0 .. n_tokens-1) and
  * the last emitted token tokens[n_tokens-1] is "pending": its KV is written by the next
@@ -11,6 +12,7 @@
 #include "model/model.h"
 #include "sample/sample.h"
 #include "seer.h"
+#include "spec/drafter.h"
 
 typedef struct {
     bool alive;      /* handle in use and not released */
@@ -27,23 +29,47 @@ typedef struct {
     void *dstate;     /* the drafter's per-sequence state */
 } seer_gen_seq;
 
-typedef struct seer_drafter_ops seer_drafter_ops;
-
 struct seer_gen {
     seer_context *ctx;
     const seer_model *model;
-    int V, G;
+    int V;
+    int G;            /* most draft nodes per sequence and round (the stride of draft, par, qd):
+                       * gamma for chains, tree_size for trees */
+    int D;            /* most draft depth per round (gamma for chains) */
+    bool tree;        /* rounds propose trees of the shape below (else chains) */
+    int32_t *shape;   /* [G] parent of each node of the tree drafters fill (-1: the pending
+                       * token), nodes in breadth-first order: a parent comes before its
+                       * children, a shallower node before a deeper one, siblings in the order
+                       * their tokens are drawn. A chain is parent[j] = j - 1. */
+    int32_t *sdepth;  /* [G] depth of each shape node (1: a child of the pending token) */
     seer_spec_params spec;
     const seer_drafter_ops *dops;
     void *dimpl;
+    seer_draft_env env;       /* what the drafter sees of the run */
+    seer_draft_scratch scratch;
+    seer_draft_seq *dv;       /* [B] views of the round entries (and of one handle at a time
+                               * outside rounds) */
     seer_gen_seq *seqs;
     int n_seqs;
     seer_spec_stats stats;
     /* round scratch, sized for n_seq_max sequences and n_batch_max rows */
     int *hs, *gam, *nd;
-    int32_t *draft;   /* [B][G] */
-    float *qd;        /* [B][G][V] draft distributions, target backend memory; allocated the
-                       * first time a sampled sequence drafts with a drafter that has them */
+    int *dl;          /* [B] most depth a round of each sequence may draft */
+    int32_t *draft;   /* [B][G] draft tokens, node j of sequence i at i*G + j */
+    int32_t *par;     /* [B][G] their parents (-1: the pending token): the proposal's tree */
+    float *qd;        /* [B][G][V] draft distributions, target backend memory: row r of a
+                       * sequence is the distribution the children of node r - 1 (row 0: of the
+                       * pending token) were drawn from (so, for a chain, row j is draft j's);
+                       * allocated the first time a sampled sequence drafts with a drafter
+                       * that has them */
+    int32_t *path;    /* [B][G] nodes of the accepted path, acc[k] of them */
+    int32_t *hbuf;    /* penalty histories of tree nodes (tree.c), hbuf_cap entries */
+    size_t hbuf_cap, hbuf_used;
+    uint8_t *mask;    /* [n_batch_max][n_batch_max] a forward call's tree mask (tree
+                       * generators only: chains never need one) */
+    seer_accept_tree *trees; /* [B] */
+    int32_t *t_used;  /* [B] uniforms each tree's rule used */
+    int32_t *tpath;   /* [B][G] accepted paths of the trees of one verification */
     bool *onehot;     /* [B] q is one-hot at the draft tokens */
     int32_t *ids;     /* [max(B*(G+1), n_batch_max)] ids of one backend call */
     seer_sample_row *rows;     /* [n_batch_max + B] */
@@ -61,37 +87,57 @@ static inline bool seer_gen_argmax_only(const seer_gen_seq *s) {
     return s->sp.temperature <= 0 && s->sp.repeat_penalty == 1.f;
 }
 
-/* A drafter proposes up to gam[i] tokens for each sequence hs[i] (i < n) whose pending token
- * is tokens[n_tokens-1], writing draft[i*G + j], nd[i] and either q[(i*G + j)*V ..] (the
- * distribution each token was drawn from, after the sequence's sampler transform; the
- * target's backend memory, g->qd, allocated when a sampled sequence drafts) or
- * onehot[i] = true. It must leave each target sequence's cache length as it found it. */
-struct seer_drafter_ops {
-    const char *name;
-    seer_status (*init)(seer_gen *g, void **impl);
-    void (*free)(seer_gen *g, void *impl);
-    /* After the prompt of handle h is in the cache (q of its last rows captured if asked). */
-    seer_status (*seq_added)(seer_gen *g, void *impl, int h);
-    void (*seq_released)(seer_gen *g, void *impl, int h);
-    seer_status (*propose)(seer_gen *g, void *impl, int n, const int *hs, const int *gam,
-                           int32_t *draft, float *q, bool *onehot, int *nd);
-    /* After verification accepted n_acc of nd tokens and emitted n_acc + 1. */
-    seer_status (*verified)(seer_gen *g, void *impl, int h, int n_acc, int nd);
-    /* Prompt rows whose queries the drafter wants at prefill (SnapKV); 0 = none. */
-    int (*prefill_q_rows)(seer_gen *g, void *impl, int n_prompt);
-    seer_status (*prefill_q)(seer_gen *g, void *impl, int h, const float *q, int n_rows);
-};
+/* The drafter's hooks for handle h through its view (the scheduler calls them too). */
+seer_status seer_gen_drafter_added(seer_gen *g, int h);
+void seer_gen_drafter_released(seer_gen *g, int h);
+/* Prompt rows whose queries the drafter wants (0: none). */
+int seer_gen_drafter_q_rows(seer_gen *g, int n_prompt);
+seer_status seer_gen_drafter_prefill_q(seer_gen *g, int h, const float *q, int n_rows);
+/* After round entry k was verified and emitted. */
+seer_status seer_gen_drafter_verified(seer_gen *g, int k);
 
-extern const seer_drafter_ops seer_drafter_self;  /* streaming, retrieval, snapkv */
-extern const seer_drafter_ops seer_drafter_model; /* standalone draft model */
-extern const seer_drafter_ops seer_drafter_ngram;
+/* ---- Trees (tree.c) ------------------------------------------------------------------------ */
 
-/* Writes this round's draft tokens after s's tokens (tokens[n_tokens + j] = draft[j]), so
- * that the penalty history of draft position j is simply tokens[0 .. n_tokens + j). Those
- * entries are scratch: emitted tokens overwrite them. Room: n_tokens + nd < cap always. */
-void seer_gen_stage_drafts(seer_gen_seq *s, const int32_t *draft, int nd);
+/* The shape a tree round fills when none is given: a main chain of depth d (the drafts a
+ * chain would make) with the other n - d nodes as leaves beside it, the k-th extra child of
+ * each chain node being its k-th likeliest alternative, spread over the depths shallowest
+ * first. parent [n] in breadth-first order. A shape chosen by a cost model can replace it:
+ * anything seer_tree_shape_check accepts. */
+void seer_tree_shape_default(int n, int d, int32_t *parent);
+/* SEER_OK when parent [n] is a breadth-first tree (parent[j] in [-1, j), depths never
+ * decreasing) of depth at most d; the depths into depth [n]. */
+seer_status seer_tree_shape_check(const int32_t *parent, int n, int d, int32_t *depth);
 
-/* The sample row of s at draft position j (after the pending token and j drafts, staged). */
+/* Whether sequence k's proposal this round is a chain (parents j - 1). */
+bool seer_gen_is_chain(const seer_gen *g, int k);
+/* Writes the verification rows of round entry k (pending token + its nd nodes) to tok and
+ * pos (L + depth); returns how many. */
+int seer_gen_verify_rows(const seer_gen *g, int k, int32_t *tok, int32_t *pos);
+/* Marks in mask [T][T] the rows t0 .. t0 + n of round entry k (n = nd + 1) attending their
+ * ancestors and themselves; causal: a causal run of n rows from t0 (a prompt chunk). */
+void seer_gen_mask_rows(const seer_gen *g, int k, uint8_t *mask, int T, int t0, int n, bool causal);
+/* After verification of round entry k (sequence s): moves the accepted path's KV rows into
+ * the slots after the pending token and cuts the cache after them. */
+seer_status seer_gen_settle(seer_gen *g, int k, seer_gen_seq *s);
+/* The token the round emits at step j <= acc[k] of entry k: the j-th accepted draft, then
+ * next[k]. */
+static inline int32_t seer_gen_emitted(const seer_gen *g, int k, int j) {
+    return j < g->acc[k] ? g->draft[(size_t)k * g->G + g->path[(size_t)k * g->G + j]] : g->next[k];
+}
+/* The sample row of node u (-1: the pending token) of round entry k, with the penalty history
+ * of its path (scratch in g->hbuf, grown by seer_gen_hist_reserve). */
+seer_sample_row seer_gen_node_row(seer_gen *g, int k, const seer_gen_seq *s, int u, const float *logits,
+                                  float *probs, double uni);
+/* Makes g->hbuf hold the histories of rows rows of sequences like s. */
+seer_status seer_gen_hist_reserve(seer_gen *g, int rows);
+void seer_gen_hist_reset(seer_gen *g);
+/* Greedy rule over a tree from the target's argmax ids [nd + 1] (row 0: pending token, row
+ * j + 1: node j): from the root, accept the child whose token is the argmax, emit the
+ * argmax where none is. Writes path, returns the accepted count. */
+int seer_verify_tree_ids(seer_gen *g, int k, seer_gen_seq *s, const int32_t *amax, int32_t *next);
+
+/* The sample row of s after its tokens and the j tokens staged after them (the first token
+ * after a prefill: j = 0; tree nodes use seer_gen_node_row). */
 seer_sample_row seer_gen_row(const seer_gen_seq *s, int j, const float *logits, float *probs,
                              double u);
 
@@ -99,32 +145,27 @@ seer_sample_row seer_gen_row(const seer_gen_seq *s, int j, const float *logits, 
  * draws none, so switching temperature does not shift other streams). */
 double seer_gen_draw(seer_gen_seq *s);
 
+/* The nodes (*gam) and depth (*dl) a round of s may draft: its draft rows must fit in the
+ * context (and in budget - 1 rows of a forward call when budget >= 0), its depth within the
+ * tokens it may still emit. */
+void seer_gen_limits(const seer_gen *g, const seer_gen_seq *s, int budget, int *gam, int *dl);
+/* Runs the drafter on round entries 0..n-1 (g->hs, g->gam, g->dl) and checks its trees;
+ * sampled: some sequence samples (the proposal then needs q). */
+seer_status seer_gen_propose(seer_gen *g, int n, bool sampled);
+
 /* Allocates g->qd if it is not yet there. */
 seer_status seer_gen_need_q(seer_gen *g);
-
-/* One drafting step on c (the target's context, or a draft model's with the target's
- * vocabulary): b holds, for each token t, draft position j of sequence i = who[t] (handle
- * hs[i]); every token's logits are flagged. Writes draft[i*G + j] and stages it; for sampled
- * sequences q[(i*G + j)*V ..] (c's backend memory) receives the distribution it was drawn
- * from. Greedy drafts move ids only; sampled ones ids and uniforms. */
-seer_status seer_gen_draft_step(seer_gen *g, seer_context *c, const seer_batch *b, const int *hs,
-                                const int *who, int j, int32_t *draft, float *q);
 
 /* The first token after a prefill whose last logits are logits [V] (backend memory). */
 seer_status seer_gen_first_token(seer_gen *g, seer_gen_seq *s, float *logits, int32_t *next);
 
 /* The verification rule (§3 of the speculative-decoding reference) for sequences k0..k1 of
- * the round (handles g->hs[k], drafts g->draft + k*G, g->nd[k], g->qd, g->onehot[k]) whose
- * target logits are logits [..][V] (backend memory) from row row0[k] on (pending, then each
- * draft). Writes g->acc[k] (accepted drafts) and g->next[k] (the token emitted after them).
+ * the round (handles g->hs[k], trees g->draft/par + k*G, g->nd[k], g->qd, g->onehot[k])
+ * whose target logits are logits [..][V] (backend memory) from row row0[k] on (pending, then
+ * each node). Chains go to the backend's accept_chains, other trees to accept_trees. Writes
+ * g->acc[k] (accepted drafts), g->path (their nodes) and g->next[k] (the token after them).
  * The logits of sampled sequences are overwritten by their probabilities. */
 seer_status seer_verify_group(seer_gen *g, int k0, int k1, const int *row0, float *logits);
-
-/* The rule for a greedy sequence from the target's argmax ids [nd+1] (of the penalised logits
- * when it has a penalty): accept while draft == argmax, emit the argmax at the first
- * mismatch; under synthetic_accept, acceptance drawn at that rate. */
-int seer_verify_chain_ids(seer_gen *g, seer_gen_seq *s, const int32_t *amax, const int32_t *draft,
-                          int nd, int32_t *next);
 
 /* Test hook: when nonzero, a rejected draft token is replaced by a sample from p instead of
  * the residual, which is NOT exact; the distribution test uses it to show its power. */

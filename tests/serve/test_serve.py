@@ -186,9 +186,12 @@ def test_openai_client(port, golden, model_id):
         check(seer_extra(last)["token_ids"] == row["ids"], f"golden {i}: streamed ids differ")
         check(last.usage is not None and last.usage.completion_tokens == n, "streamed usage")
     # speculation per request: greedy output is identical
-    for spec in ("ngram", "streaming"):
+    for spec in ("ngram", "streaming", "tree"):
+        sx = {"spec": spec, "gamma": 3, "budget": 32}
+        if spec == "tree":  # token trees over the retrieval self-draft
+            sx.update({"spec": "retrieval", "tree_size": 9, "tree_depth": 3})
         r = cl.completions.create(model=model_id, prompt=golden[2]["prompt"], max_tokens=len(golden[2]["ids"]),
-                                  temperature=0, extra_body={"seer": {"spec": spec, "gamma": 3, "budget": 32}})
+                                  temperature=0, extra_body={"seer": sx})
         x = seer_extra(r)
         check(x["token_ids"] == golden[2]["ids"], f"spec {spec}: ids differ")
         check(x["drafted"] > 0 and x["accepted"] > 0, f"spec {spec}: nothing drafted/accepted: {x}")
@@ -281,6 +284,9 @@ def malformed_cases(port, model_id):
         ("chat message not object", "POST", H, '{"messages": ["hi"]}', 400),
         ("seer spec unknown", "POST", C, '{"prompt": "x", "seer": {"spec": "bogus"}}', 400),
         ("seer gamma 0", "POST", C, '{"prompt": "x", "seer": {"spec": "ngram", "gamma": 0}}', 400),
+        ("seer tree too big", "POST", C, '{"prompt": "x", "seer": {"spec": "streaming", "tree_size": 65}}', 400),
+        ("seer tree deeper than its nodes", "POST", C,
+         '{"prompt": "x", "seer": {"spec": "streaming", "tree_size": 2, "tree_depth": 5}}', 400),
         ("seer not object", "POST", C, '{"prompt": "x", "seer": 1}', 400),
         ("logprobs", "POST", C, '{"prompt": "x", "logprobs": 3}', 400),
         ("stream_options not object", "POST", C, '{"prompt": "x", "stream_options": "x"}', 400),

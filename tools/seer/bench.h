@@ -24,6 +24,7 @@ typedef struct {
     int n_spec;
     int budget[BENCH_MAX_LIST], n_budget;
     int gamma[BENCH_MAX_LIST], n_gamma;
+    int tree_size;        /* > 0: the speculative runs draft trees of this many nodes, depth gamma */
     bool json;
     const char *json_out; /* also write the JSON object to this file */
     const char *plot;
@@ -36,10 +37,12 @@ typedef struct {
 typedef struct {
     seer_spec_kind kind;
     int budget, gamma;
+    int tree_size;           /* > 0: trees of this many nodes and depth gamma */
     bool ok;
     char err[256];
     double draft_step_ms;    /* T_D: one draft forward step of the whole batch */
-    double verify_ms;        /* T_V: one verification call of G+1 tokens per sequence */
+    double verify_ms;        /* T_V: one verification call of G+1 tokens per sequence (a
+                              * tree's nodes + 1 under the tree mask, and the KV row moves) */
     double round_ms;         /* one generator round (drafting + verification) */
     double acceptance;       /* accepted / drafted (synthetic: about alpha) */
     double tok_per_verify;   /* tokens emitted per sequence per verification */
@@ -130,6 +133,8 @@ typedef struct {
 } bench_peer;
 
 double bench_omega(int gamma, double alpha);
+/* "streaming", or "streaming+tree12" for a tree run (static storage, per call). */
+const char *bench_spec_label(const bench_spec *s);
 
 void bench_print_table(const bench_opts *o, const bench_result *r);
 /* Writes the JSON object and a newline to f. Returns 0, or 1 when it could not be built. */

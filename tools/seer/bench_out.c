@@ -144,11 +144,11 @@ void bench_print_table(const bench_opts *o, const bench_result *r) {
             const bench_spec *s = &p->spec[k];
             if (!s->ok) {
                 fprintf(f, "%8d %5d %-9s %6d %3d  failed: %s  (SYNTHETIC ACCEPTANCE %.2f)\n", p->L, p->B,
-                        seer_spec_kind_name(s->kind), s->budget, s->gamma, s->err, o->alpha);
+                        bench_spec_label(s), s->budget, s->gamma, s->err, o->alpha);
                 continue;
             }
             fprintf(f, "%8d %5d %-9s %6d %3d %8.3f %8.3f %8.3f %6.3f %7.2f %10.1f %10.1f %7.3fx %8.3fx  SYNTHETIC %.2f\n",
-                    p->L, p->B, seer_spec_kind_name(s->kind), s->budget, s->gamma, p->step_ms,
+                    p->L, p->B, bench_spec_label(s), s->budget, s->gamma, p->step_ms,
                     s->draft_step_ms, s->verify_ms, s->acceptance, s->tok_per_verify,
                     s->gen_plain_tok_s, s->spec_tok_s, s->speedup, s->projected, o->alpha);
         }
@@ -249,8 +249,8 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
             snprintf(label, sizeof label,
                      "SYNTHETIC ACCEPTANCE: each draft token accepted independently with probability %.2f; "
                      "not lossless; timing only", o->alpha);
-            json_t *e = json_pack("{s:s, s:i, s:i, s:f, s:s, s:f, s:f}", "kind",
-                                  seer_spec_kind_name(s->kind), "budget", s->budget, "gamma",
+            json_t *e = json_pack("{s:s, s:i, s:i, s:i, s:f, s:s, s:f, s:f}", "kind",
+                                  seer_spec_kind_name(s->kind), "tree_size", s->tree_size, "budget", s->budget, "gamma",
                                   s->gamma, "synthetic_acceptance_alpha", o->alpha,
                                   "acceptance_mode", label, "tokens_per_verification_expected",
                                   bench_omega(s->gamma, o->alpha), "acceptance_expected",
@@ -393,6 +393,7 @@ int bench_load_json(const char *path, bench_opts *o, bench_result *r) {
                 bs->kind = SEER_SPEC_NONE;
             bs->budget = (int)num(e, "budget");
             bs->gamma = (int)num(e, "gamma");
+            bs->tree_size = (int)num(e, "tree_size"); /* 0 where an older run has none */
             bs->ok = !json_object_get(e, "error");
             bs->speedup = num(e, "speedup_measured_synthetic");
             bs->projected = num(e, "speedup_projected_at_alpha");
@@ -472,7 +473,7 @@ int bench_plot(const bench_opts *o, const bench_result *r) {
                              col == 2 ? peer : col ? "floor" : r->has_peer ? "seer" : "measured");
                 else
                     snprintf(titles[n_blocks], sizeof titles[0], "B=%d %s K=%d G=%d %s", o->batch[bi],
-                             seer_spec_kind_name(r->pts[0].spec[set].kind), r->pts[0].spec[set].budget,
+                             bench_spec_label(&r->pts[0].spec[set]), r->pts[0].spec[set].budget,
                              r->pts[0].spec[set].gamma, col ? "projected" : "measured");
                 kinds[n_blocks] = set < 0 ? 0 : 1;
                 colors[n_blocks] = pair + 1;

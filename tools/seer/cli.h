@@ -29,6 +29,31 @@ double cli_now_s(void);
 enum { CLI_O_TEMP = 512, CLI_O_TOPK, CLI_O_TOPP, CLI_O_MINP, CLI_O_REP, CLI_O_REPN, CLI_O_SEED };
 int cli_sampler_opt(int c, const char *arg, seer_sampler_params *sp);
 
+/* --spec with token trees (generate, chat): "--spec tree" proposes trees over the base
+ * drafter --spec-base (default streaming) with --spec-tree-size nodes (default 8) and depth
+ * --spec-tree-depth (default --spec-gamma). cli_spec_kind parses --spec's value (tree or a
+ * drafter), cli_tree_opt the tree flags (1 = taken, 0 = not one of them, -1 = bad value),
+ * cli_tree_apply sets spec from them after parsing (false with a message when inconsistent). */
+typedef struct {
+    bool on;
+    bool base_set;
+    seer_spec_kind base;
+    int size, depth;
+} cli_tree;
+enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH };
+#define CLI_TREE_OPTIONS                                                                   \
+    {"spec-base", required_argument, 0, CLI_O_SBASE},                                      \
+        {"spec-tree-size", required_argument, 0, CLI_O_TSIZE},                             \
+        {"spec-tree-depth", required_argument, 0, CLI_O_TDEPTH}
+#define CLI_TREE_HELP                                                                      \
+    "      --spec tree       token trees over --spec-base (SpecInfer / Sequoia verification)\n" \
+    "      --spec-base KIND  the drafter that fills the tree: streaming, retrieval, snapkv, draft\n" \
+    "      --spec-tree-size N  nodes per tree (default 8)\n"                                  \
+    "      --spec-tree-depth D depth of a tree (default --spec-gamma)\n"
+bool cli_spec_kind(const char *arg, seer_spec_kind *kind, cli_tree *t);
+int cli_tree_opt(int c, const char *arg, cli_tree *t);
+bool cli_tree_apply(const cli_tree *t, seer_spec_params *spec);
+
 /* A growing text buffer (s NUL-terminated when cap > 0). */
 typedef struct {
     char *s;

@@ -53,6 +53,8 @@ static void usage(FILE *f) {
             "  --spec-budget-list K,... KV slots the self-draft reads (default 512)\n"
             "  --spec-gamma-list G,...  tokens drafted per round (default 4)\n"
             "  --spec-sinks S           sinks of the streaming view (default 16)\n"
+            "  --spec-tree-size N       token trees of N nodes (depth: each --spec-gamma-list value):\n"
+            "                           times tree drafting and tree verification\n"
             "  --synthetic-accept A     probability each draft token is accepted, in (0, 1) (default 0.8)\n"
             "output:\n"
             "  --json                   one JSON object on stdout instead of the table\n"
@@ -125,7 +127,7 @@ static bool parse_spec_list(const char *s, bench_opts *o) {
 
 static int parse(int argc, char **argv, bench_opts *o) {
     enum { O_SYN = 256, O_BACKEND, O_WEIGHTS, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PAGE, O_SEED,
-           O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER };
+           O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_TREE, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER };
     static const struct option opts[] = {
         {"synthetic", required_argument, 0, O_SYN},   {"model", required_argument, 0, 'm'},
         {"backend", required_argument, 0, O_BACKEND},
@@ -137,6 +139,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         {"spec-budget-list", required_argument, 0, O_BUDGET},
         {"spec-gamma-list", required_argument, 0, O_GAMMA},
         {"spec-sinks", required_argument, 0, O_SINKS},
+        {"spec-tree-size", required_argument, 0, O_TREE},
         {"synthetic-accept", required_argument, 0, O_ALPHA},
         {"json", no_argument, 0, O_JSON},             {"plot", required_argument, 0, O_PLOT},
         {"json-out", required_argument, 0, O_JSON_OUT}, {"replot", required_argument, 0, O_REPLOT},
@@ -174,6 +177,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         case O_BUDGET: if (!parse_int_list("--spec-budget-list", optarg, 1, 1 << 22, o->budget, &o->n_budget)) return 2; break;
         case O_GAMMA: if (!parse_int_list("--spec-gamma-list", optarg, 1, 64, o->gamma, &o->n_gamma)) return 2; break;
         case O_SINKS: if (!cli_int("--spec-sinks", optarg, 0, 1 << 22, &v)) return 2; o->sinks = (int)v; break;
+        case O_TREE: if (!cli_int("--spec-tree-size", optarg, 1, 64, &v)) return 2; o->tree_size = (int)v; break;
         case O_ALPHA:
             if (!cli_float("--synthetic-accept", optarg, 0, 1, &d))
                 return 2;
@@ -233,6 +237,16 @@ static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
 static int32_t rand_token(uint64_t *s, int V) {
     int lo = V > 1024 ? 259 : 3;
     return lo + (int32_t)(rng_next(s) % (uint64_t)(V - lo));
+}
+
+const char *bench_spec_label(const bench_spec *s) {
+    static char buf[4][48];
+    static int k;
+    k = (k + 1) % 4;
+    if (!s->tree_size)
+        return seer_spec_kind_name(s->kind);
+    snprintf(buf[k], sizeof buf[k], "%s+tree%d", seer_spec_kind_name(s->kind), s->tree_size);
+    return buf[k];
 }
 
 double bench_omega(int gamma, double alpha) {
@@ -385,6 +399,8 @@ static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt
     sp.gamma = bs->gamma;
     sp.budget = bs->budget;
     sp.sinks = o->sinks;
+    sp.tree_size = bs->tree_size;
+    sp.tree_depth = bs->tree_size ? bs->gamma : 0;
     sp.synthetic_accept = (float)o->alpha;
     gen_run plain, spec;
     if (!run_gen(o, ps, none, &plain, bs->err, sizeof bs->err) ||
@@ -407,7 +423,9 @@ static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt
 
 static void run_point(const bench_opts *o, seer_model *m, const bench_result *r, bench_point *pt) {
     const int L = pt->L, B = pt->B, V = r->info.n_vocab, ps_ = o->page_size;
-    const int gmax = o->n_spec ? max_of(o->gamma, o->n_gamma) : 0;
+    int gmax = o->n_spec ? max_of(o->gamma, o->n_gamma) : 0;
+    if (o->n_spec && o->tree_size > gmax) /* a tree's rows: its nodes */
+        gmax = o->tree_size;
     /* Room for the generator runs: warm-up and timed rounds of up to G+1 tokens each. */
     const int margin = (o->warmup + o->steps + 2) * (gmax + 1) + 16;
     seer_context_params cp = seer_context_default_params();
@@ -599,7 +617,8 @@ int cmd_bench(int argc, char **argv) {
                     for (int k = 0; k < o.n_budget; k++)
                         for (int g = 0; g < o.n_gamma; g++)
                             pt->spec[pt->n_spec++] = (bench_spec){
-                                .kind = o.spec[a], .budget = o.budget[k], .gamma = o.gamma[g]};
+                                .kind = o.spec[a], .budget = o.budget[k], .gamma = o.gamma[g],
+                                .tree_size = o.tree_size};
             }
             fprintf(stderr, "seer bench: L=%d B=%d plain decode\n", pt->L, pt->B);
             run_point(&o, m, &r, pt);

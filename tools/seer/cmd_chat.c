@@ -42,6 +42,7 @@ static void usage(FILE *f) {
             "      --spec KIND       speculation: none, streaming, retrieval, snapkv, draft, ngram\n"
             "      --spec-gamma G    tokens drafted per round (default 4)\n"
             "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
+            CLI_TREE_HELP
             "      --draft-model M   draft model for --spec draft (same vocabulary)\n");
 }
 
@@ -50,6 +51,7 @@ typedef struct {
     long long n_predict, ctx, threads;
     seer_sampler_params sp;
     seer_spec_params spec;
+    cli_tree tree;
     seer_backend_kind backend;
     bool ctx_beyond;
     seer_weights_kind weights;
@@ -68,6 +70,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         {"chat-template", required_argument, 0, O_TMPL},
         {"system", required_argument, 0, O_SYS},  {"help", no_argument, 0, 'h'},
         {"ctx-beyond-trained", no_argument, 0, O_CTXB},
+        CLI_TREE_OPTIONS,
         {"spec", required_argument, 0, O_SPEC},  {"spec-gamma", required_argument, 0, O_SG},
         {"spec-budget", required_argument, 0, O_SK}, {"draft-model", required_argument, 0, O_DM},
         {0, 0, 0, 0}};
@@ -85,17 +88,17 @@ static int parse(int argc, char **argv, chat_opts *o) {
         case O_TMPL: o->tmpl = optarg; break;
         case O_SYS: o->system = optarg; break;
         case O_CTXB: o->ctx_beyond = true; break;
-        case O_SPEC:
-            if (seer_spec_kind_parse(optarg, &o->spec.kind) != SEER_OK) {
-                fprintf(stderr, "seer: --spec: %s\n", seer_last_error());
-                return 2;
-            }
-            break;
+        case O_SPEC: if (!cli_spec_kind(optarg, &o->spec.kind, &o->tree)) return 2; break;
         case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 64, &v)) return 2; o->spec.gamma = (int)v; break;
         case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
         case O_DM: o->draft_model = optarg; break;
         case 'h': usage(stdout); return 0;
         default: {
+            const int rt = cli_tree_opt(c, optarg, &o->tree);
+            if (rt < 0)
+                return 2;
+            if (rt > 0)
+                break;
             const int r = cli_sampler_opt(c, optarg, &o->sp);
             if (r < 0)
                 return 2;
@@ -114,6 +117,8 @@ static int parse(int argc, char **argv, chat_opts *o) {
         fprintf(stderr, "seer chat: -m MODEL is required\n");
         return 2;
     }
+    if (!cli_tree_apply(&o->tree, &o->spec))
+        return 2;
     if (o->spec.kind == SEER_SPEC_DRAFT && !o->draft_model) {
         fprintf(stderr, "seer chat: --spec draft needs --draft-model\n");
         return 2;

@@ -41,6 +41,7 @@ static void usage(FILE *f) {
             "      --spec-refresh N  retrieval: rebuild the selection every N rounds (default 0 = never)\n"
             "      --spec-window W   snapkv observation window (default 32)\n"
             "      --spec-ngram N    ngram: longest suffix to match (default 4)\n"
+            CLI_TREE_HELP
             "      --draft-model M   draft model for --spec draft (same vocabulary)\n"
             "      --draft-budget K  StreamingLLM budget of the draft model's own cache (default 0 = full)\n");
 }
@@ -92,6 +93,7 @@ typedef struct {
     long long n_predict, ctx, threads;
     seer_sampler_params sp;
     seer_spec_params spec;
+    cli_tree tree;
     const char *draft_model, *chat_template, *system;
     seer_backend_kind backend;
     seer_weights_kind weights;
@@ -113,6 +115,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"weights", required_argument, 0, O_WEIGHTS},
         {"json", no_argument, 0, O_JSON},        {"ignore-eos", no_argument, 0, O_IGN},
         {"no-bos", no_argument, 0, O_NOBOS},     {"help", no_argument, 0, 'h'},
+        CLI_TREE_OPTIONS,
         {"spec", required_argument, 0, O_SPEC},  {"spec-gamma", required_argument, 0, O_SG},
         {"spec-budget", required_argument, 0, O_SK}, {"spec-sinks", required_argument, 0, O_SS},
         {"spec-chunk", required_argument, 0, O_SC}, {"spec-refresh", required_argument, 0, O_SR},
@@ -141,12 +144,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case O_CTXB: o->ctx_beyond = true; break;
         case O_CTMPL: o->chat = true; o->chat_template = optarg; break;
         case O_SYS: o->chat = true; o->system = optarg; break;
-        case O_SPEC:
-            if (seer_spec_kind_parse(optarg, &o->spec.kind) != SEER_OK) {
-                fprintf(stderr, "seer: --spec: %s\n", seer_last_error());
-                return 2;
-            }
-            break;
+        case O_SPEC: if (!cli_spec_kind(optarg, &o->spec.kind, &o->tree)) return 2; break;
         case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 64, &v)) return 2; o->spec.gamma = (int)v; break;
         case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
         case O_SS: if (!cli_int("--spec-sinks", optarg, 0, 1 << 24, &v)) return 2; o->spec.sinks = (int)v; break;
@@ -158,6 +156,11 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case O_DB: if (!cli_int("--draft-budget", optarg, 0, 1 << 24, &v)) return 2; o->spec.draft_budget = (int)v; break;
         case 'h': usage(stdout); return 0;
         default: {
+            const int rt = cli_tree_opt(c, optarg, &o->tree);
+            if (rt < 0)
+                return 2;
+            if (rt > 0)
+                break;
             const int r = cli_sampler_opt(c, optarg, &o->sp);
             if (r < 0)
                 return 2;
@@ -168,6 +171,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
         }
         }
     }
+    if (!cli_tree_apply(&o->tree, &o->spec))
+        return 2;
     if (o->spec.kind == SEER_SPEC_DRAFT && !o->draft_model) {
         fprintf(stderr, "seer generate: --spec draft needs --draft-model\n");
         return 2;
@@ -357,6 +362,11 @@ int cmd_generate(int argc, char **argv) {
                         "drafted", (json_int_t)st.drafted, "accepted", (json_int_t)st.accepted,
                         "acceptance", acc_rate, "tokens_per_round", per_round,
                         "draft_s", st.t_draft_s, "verify_s", st.t_verify_s);
+        json_t *jspec = out ? json_object_get(out, "spec") : NULL;
+        if (jspec && o.spec.tree_size > 0) {
+            json_object_set_new(jspec, "tree_size", json_integer(o.spec.tree_size));
+            json_object_set_new(jspec, "tree_depth", json_integer(o.spec.tree_depth));
+        }
         if (!out) {
             fprintf(stderr, "seer generate: generated text is not valid UTF-8\n");
             goto done;
@@ -373,10 +383,13 @@ int cmd_generate(int argc, char **argv) {
     seer_context_kv_memory(ctx, &km);
     fprintf(stderr, "seer: KV cache %.2f MiB committed of %.2f MiB reserved (context %d tokens)\n",
             km.bytes_committed / 1048576.0, km.bytes_reserved / 1048576.0, n_ctx);
+    char tree[48] = "";
+    if (o.spec.tree_size > 0)
+        snprintf(tree, sizeof tree, " tree of %d nodes, depth %d", o.spec.tree_size, o.spec.tree_depth);
     if (o.spec.kind != SEER_SPEC_NONE)
-        fprintf(stderr, "seer: spec %s: drafted %lld, accepted %lld (%.1f%%), %.2f tokens per verification, "
+        fprintf(stderr, "seer: spec %s%s: drafted %lld, accepted %lld (%.1f%%), %.2f tokens per verification, "
                         "draft %.3f s, verify %.3f s\n",
-                seer_spec_kind_name(o.spec.kind), (long long)st.drafted, (long long)st.accepted,
+                seer_spec_kind_name(o.spec.kind), tree, (long long)st.drafted, (long long)st.accepted,
                 100 * acc_rate, per_round, st.t_draft_s, st.t_verify_s);
     rc = 0;
 done:

@@ -110,6 +110,53 @@ int cli_sampler_opt(int c, const char *arg, seer_sampler_params *sp) {
     }
 }
 
+bool cli_spec_kind(const char *arg, seer_spec_kind *kind, cli_tree *t) {
+    if (!strcmp(arg, "tree")) {
+        t->on = true;
+        return true;
+    }
+    t->on = false;
+    if (seer_spec_kind_parse(arg, kind) != SEER_OK) {
+        fprintf(stderr, "seer: --spec: %s, or tree\n", seer_last_error());
+        return false;
+    }
+    return true;
+}
+
+int cli_tree_opt(int c, const char *arg, cli_tree *t) {
+    long long v;
+    switch (c) {
+    case CLI_O_SBASE:
+        if (seer_spec_kind_parse(arg, &t->base) != SEER_OK || t->base == SEER_SPEC_NONE) {
+            fprintf(stderr, "seer: --spec-base: '%s' is not one of streaming, retrieval, snapkv, draft, ngram\n", arg);
+            return -1;
+        }
+        t->base_set = true;
+        return 1;
+    case CLI_O_TSIZE: if (!cli_int("--spec-tree-size", arg, 1, 64, &v)) return -1; t->size = (int)v; return 1;
+    case CLI_O_TDEPTH: if (!cli_int("--spec-tree-depth", arg, 1, 64, &v)) return -1; t->depth = (int)v; return 1;
+    default: return 0;
+    }
+}
+
+bool cli_tree_apply(const cli_tree *t, seer_spec_params *spec) {
+    if (!t->on) {
+        if (t->base_set || t->size || t->depth) {
+            fprintf(stderr, "seer: --spec-base and --spec-tree-* go with --spec tree\n");
+            return false;
+        }
+        return true;
+    }
+    spec->kind = t->base_set ? t->base : SEER_SPEC_STREAMING;
+    spec->tree_size = t->size ? t->size : 8;
+    spec->tree_depth = t->depth ? t->depth : spec->gamma;
+    if (spec->tree_depth > spec->tree_size) {
+        fprintf(stderr, "seer: --spec-tree-depth %d exceeds the tree's %d nodes\n", spec->tree_depth, spec->tree_size);
+        return false;
+    }
+    return true;
+}
+
 int cli_detok_append(seer_detok *dt, int32_t token, bool flush, cli_text *t) {
     /* seer_detok_push returns -1 when the text does not fit (consuming nothing): the room
      * doubles until it does. A piece is at most a GGUF string, so 1 GiB ends the loop. */

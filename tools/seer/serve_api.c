@@ -7,7 +7,8 @@
  * gets a 4xx with an OpenAI-style error object and changes nothing. Fields of the OpenAI API
  * that seer cannot honour (n > 1, logprobs, echo, nonzero presence or frequency penalties)
  * are refused rather than ignored. The "seer" object carries what OpenAI has no field for:
- * speculation settings per request ({"spec": "ngram", "gamma": 4, ...}) and ignore_eos.
+ * speculation settings per request ({"spec": "ngram", "gamma": 4, ...}; "tree_size" and
+ * "tree_depth" for token trees) and ignore_eos.
  */
 #include "serve.h"
 
@@ -220,7 +221,15 @@ static bool parse_seer(serve_state *srv, json_t *x, seer_request_params *p, serv
     SEER_INT("chunk", chunk, 1, 4096)
     SEER_INT("ngram_min", ngram_min, 1, 64)
     SEER_INT("ngram_max", ngram_max, 1, 64)
+    SEER_INT("tree_size", tree_size, 0, 64)  /* token trees of this many nodes (0: a chain) */
+    SEER_INT("tree_depth", tree_depth, 0, 64) /* their depth (0: gamma) */
 #undef SEER_INT
+    const int depth = p->spec.tree_depth ? p->spec.tree_depth : p->spec.gamma;
+    if (p->spec.tree_size > 0 && depth > p->spec.tree_size) {
+        fail(e, 400, "seer.tree_depth", "invalid_value", "a tree's depth %d exceeds its %d nodes", depth,
+             p->spec.tree_size);
+        return false;
+    }
     if (p->spec.ngram_max < p->spec.ngram_min) {
         fail(e, 400, "seer.ngram_max", "invalid_value", "'ngram_max' must be at least 'ngram_min'");
         return false;

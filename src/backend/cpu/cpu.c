@@ -201,6 +201,22 @@ static seer_status cpu_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_g
     return SEER_OK;
 }
 
+static seer_status cpu_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                    const int32_t *src_page, const int32_t *src_row,
+                                    const int32_t *dst_page, const int32_t *dst_row, int n) {
+    SEER_TRY(seer_kv_move_check(g, src_page, src_row, dst_page, dst_row, n));
+    const size_t bytes = (size_t)g->n_kv_heads * g->head_dim * sizeof(float);
+    for (int i = 0; i < n; i++)
+        for (int l = 0; l < g->n_layers; l++)
+            for (int w = 0; w < 2; w++) {
+                float *d = seer_cpu_kv_row(kv, g, dst_page[i], l, w, dst_row[i]);
+                const float *s = seer_cpu_kv_row(kv, g, src_page[i], l, w, src_row[i]);
+                if (d != s)
+                    memcpy(d, s, bytes);
+            }
+    return SEER_OK;
+}
+
 static seer_status cpu_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g, int layer,
                                 const float *k, const float *v, const int32_t *page,
                                 const int32_t *row, int T) {
@@ -423,6 +439,72 @@ static void synth_range(void *ctx, int64_t i0, int64_t i1) {
         a->w[i] = seer_synth_value(a->seed, (uint64_t)i, a->mul);
 }
 
+/* The tree rule of seer_accept_tree on host vectors: w the current p, qw the current q. */
+static seer_status cpu_accept_trees(seer_backend *be, const seer_accept_tree *trees, int n, int V,
+                                    int stride, int32_t *n_acc, int32_t *path, int32_t *next,
+                                    int32_t *n_u) {
+    if (n <= 0)
+        return SEER_OK;
+    void *unused = NULL;
+    float *w = NULL;
+    SEER_TRY(cpu_smp_scratch(be, V, 2 * (size_t)V, &unused, &w));
+    float *qw = w + V;
+    for (int k = 0; k < n; k++) {
+        const seer_accept_tree *t = &trees[k];
+        int node = -1, a = 0, used = 0;
+        for (;;) {
+            memcpy(w, t->p + (size_t)(node + 1) * V, sizeof(float) * V);
+            int first = -1;
+            for (int c = node + 1; c < t->n && first < 0; c++)
+                if (t->parent[c] == node)
+                    first = c;
+            if (first < 0)
+                break;
+            if (t->q)
+                memcpy(qw, t->q + (size_t)(node + 1) * V, sizeof(float) * V);
+            else
+                seer_probs_one_hot(qw, V, t->tok[first]);
+            int took = -1;
+            for (int c = first; c < t->n && took < 0; c++) {
+                if (t->parent[c] != node)
+                    continue;
+                const int32_t x = t->tok[c];
+                const bool in = x >= 0 && x < V;
+                const float px = in ? w[x] : 0.f, qx = in ? qw[x] : 0.f;
+                const double u = t->u[used++]; /* every child tried takes its uniform */
+                if (qx > 0 && u * qx < px) {
+                    took = c;
+                    break;
+                }
+                if (!t->resample_from_p) {
+                    double z = 0;
+                    for (int v = 0; v < V; v++)
+                        z += w[v] > qw[v] ? w[v] - qw[v] : 0.f;
+                    if (z > 0)
+                        for (int v = 0; v < V; v++)
+                            w[v] = w[v] > qw[v] ? (float)((w[v] - qw[v]) / z) : 0.f;
+                }
+                if (in) {
+                    double zq = 0;
+                    qw[x] = 0;
+                    for (int v = 0; v < V; v++)
+                        zq += qw[v];
+                    for (int v = 0; v < V; v++)
+                        qw[v] = zq > 0 ? (float)(qw[v] / zq) : 0.f;
+                }
+            }
+            if (took < 0)
+                break;
+            path[(size_t)k * stride + a++] = took;
+            node = took;
+        }
+        n_acc[k] = a;
+        next[k] = seer_sample_from_probs(w, V, t->u[used++]);
+        n_u[k] = used;
+    }
+    return SEER_OK;
+}
+
 static seer_status cpu_weight_random(seer_backend *be, int rows, int cols, uint64_t seed,
                                      float scale, seer_weight *out) {
     if (rows < 1 || cols < 1)
@@ -556,6 +638,7 @@ static const seer_backend_ops cpu_ops = {
     .kv_mem_available = cpu_kv_mem_available,
     .kv_free = cpu_kv_free,
     .kv_copy_pages = cpu_kv_copy_pages,
+    .kv_move_rows = cpu_kv_move_rows,
     .kv_store = cpu_kv_store,
     .kv_read = cpu_kv_read,
     .embed = cpu_embed,
@@ -569,6 +652,7 @@ static const seer_backend_ops cpu_ops = {
     .argmax_rows = cpu_argmax_rows,
     .sample_rows = cpu_sample_rows,
     .accept_chains = cpu_accept_chains,
+    .accept_trees = cpu_accept_trees,
     .weight_random = cpu_weight_random,
     .kv_fill_random = cpu_kv_fill_random,
     .copy_bandwidth = cpu_copy_bandwidth,

@@ -214,7 +214,8 @@ static void cuda_free_be(seer_backend *be) {
         seer_cuda_prof_free(c);
         seer_cuda_buf *bufs[] = {&c->xbf16, &c->fallback[0], &c->fallback[1], &c->gather_tmp,
                                  &c->attn_part, &c->kv_read, &c->batch, &c->argmax_ids,
-                                 &c->mm_part, &c->mm_cnt, &c->rope_tab, &c->glu_tmp, &c->wbf16, &c->att_cnt, &c->smp_dev, &c->smp_work};
+                                 &c->mm_part, &c->mm_cnt, &c->rope_tab, &c->glu_tmp, &c->wbf16, &c->att_cnt, &c->smp_dev, &c->smp_work,
+                                 &c->tree_work};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             seer_cuda_buf_free(c, bufs[i]);
         free(c->smp_host);
@@ -368,6 +369,7 @@ static seer_backend_ops cuda_ops_make(void) {
     o.kv_reserve = seer_cuda_kv_reserve;
     o.kv_mem_available = seer_cuda_kv_mem_available;
     o.kv_copy_pages = seer_cuda_kv_copy_pages;
+    o.kv_move_rows = seer_cuda_kv_move_rows;
     o.kv_read = seer_cuda_kv_read;
     o.kv_store = seer_cuda_kv_store;
     o.batch_begin = seer_cuda_batch_begin;
@@ -389,6 +391,7 @@ static seer_backend_ops cuda_ops_make(void) {
     o.argmax_rows = seer_cuda_argmax_rows;
     o.sample_rows = seer_cuda_sample_rows;
     o.accept_chains = seer_cuda_accept_chains;
+    o.accept_trees = seer_cuda_accept_trees;
     o.weight_random = seer_cuda_weight_random;
     o.kv_fill_random = seer_cuda_kv_fill_random;
     o.copy_bandwidth = seer_cuda_copy_bandwidth;

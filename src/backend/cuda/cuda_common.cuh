@@ -179,6 +179,7 @@ typedef struct {
     /* sample.cu: sample_rows / accept_chains descriptors and results, working rows of
      * sampled rows that keep no probabilities, host staging, penalty marks [V] */
     seer_cuda_buf smp_dev, smp_work;
+    seer_cuda_buf tree_work;  /* accept_trees: working p and q rows, [n][2][V] */
     void *smp_host;
     size_t smp_host_cap;
     uint8_t *smp_mark;
@@ -288,6 +289,9 @@ seer_status seer_cuda_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom 
 seer_status seer_cuda_kv_mem_available(seer_backend *be, uint64_t *bytes);
 seer_status seer_cuda_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                     const seer_kv_copy *copies, int n);
+seer_status seer_cuda_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                   const int32_t *src_page, const int32_t *src_row,
+                                   const int32_t *dst_page, const int32_t *dst_row, int n);
 seer_status seer_cuda_kv_read(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer,
                               int which, const int32_t *page, const int32_t *row, int n, float *out);
 seer_status seer_cuda_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g, int layer,
@@ -320,6 +324,9 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
                                   int32_t *ids);
 seer_status seer_cuda_accept_chains(seer_backend *be, const seer_accept_chain *chains, int n,
                                     int V, int32_t *n_acc, int32_t *next);
+seer_status seer_cuda_accept_trees(seer_backend *be, const seer_accept_tree *trees, int n, int V,
+                                   int stride, int32_t *n_acc, int32_t *path, int32_t *next,
+                                   int32_t *n_u);
 
 /* Forward calls (graph.cu). */
 seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap, int *T,

@@ -339,6 +339,52 @@ seer_status seer_cuda_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g
     return SEER_OK;
 }
 
+/* One block per (layer, K or V, KV head); its threads own fixed elements of the head's Dh
+ * and go through the moves in order, so a move that reads a row an earlier move wrote sees
+ * the written value (the op's in-order contract) without synchronisation: the same thread
+ * wrote it. mv holds [n][4] = src page, src row, dst page, dst row (checked on the host). */
+__global__ void kv_move_rows_kernel(bf16 *kv, const int32_t *mv, int n, int n_layers, int page_size,
+                                    int Hkv, int Dh) {
+    const int layer = blockIdx.x, which = blockIdx.y, h = blockIdx.z;
+    for (int i = 0; i < n; i++) {
+        const int32_t *m = mv + (size_t)i * 4;
+        const bf16 *src = kv + (((((size_t)m[0] * n_layers + layer) * 2 + which) * Hkv + h) * page_size + m[1]) * Dh;
+        bf16 *dst = kv + (((((size_t)m[2] * n_layers + layer) * 2 + which) * Hkv + h) * page_size + m[3]) * Dh;
+        for (int e = threadIdx.x; e < Dh; e += blockDim.x)
+            dst[e] = src[e];
+    }
+}
+
+seer_status seer_cuda_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                   const int32_t *src_page, const int32_t *src_row,
+                                   const int32_t *dst_page, const int32_t *dst_row, int n) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (n <= 0)
+        return SEER_OK;
+    SEER_TRY(seer_kv_move_check(g, src_page, src_row, dst_page, dst_row, n));
+    if (n > (1 << 20))
+        return seer_err(SEER_ERR_INVALID_ARG, "kv_move_rows: %d moves in one call", n);
+    int32_t *mv = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)n);
+    if (!mv)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        mv[4 * i] = src_page[i];
+        mv[4 * i + 1] = src_row[i];
+        mv[4 * i + 2] = dst_page[i];
+        mv[4 * i + 3] = dst_row[i];
+    }
+    const int32_t *dmv;
+    seer_status st = seer_cuda_index(c, -1, mv, 4 * n, 0, &dmv);
+    free(mv); /* the upload is staged before seer_cuda_index returns */
+    SEER_TRY(st);
+    dim3 grid((unsigned)g->n_layers, 2, (unsigned)g->n_kv_heads);
+    const int threads = g->head_dim < 128 ? 64 : 128;
+    kv_move_rows_kernel<<<grid, threads, 0, c->stream>>>((bf16 *)kv, dmv, n, g->n_layers, g->page_size,
+                                                         g->n_kv_heads, g->head_dim);
+    LAUNCH_TRY("kv_move_rows_kernel");
+    return SEER_OK;
+}
+
 /* One block per row asked for; a bad index gives a NaN row rather than a stray read. */
 __global__ void kv_read_kernel(float *out, const bf16 *kv, const int32_t *page, const int32_t *row,
                                int layer, int which, int n_layers, int n_pages, int page_size,

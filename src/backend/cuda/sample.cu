@@ -5,7 +5,8 @@
  *   sample_rows    the sampler transform of src/sample/sample.h (repetition penalty,
  *                  temperature, top-k, softmax, top-p, min-p) and an inverse-CDF draw;
  *   accept_chains  speculative sampling's acceptance rule over chains of draft tokens and the
- *                  residual draw at the first rejection (src/spec/verify.c states the rule).
+ *                  residual draw at the first rejection (src/spec/verify.c states the rule);
+ *   accept_trees   the multi-draft rule over token trees (backend.h, seer_accept_tree).
  * Not for: drawing uniforms (the host draws them from each sequence's generator) or any
  * bookkeeping of sequences.
  *
@@ -669,6 +670,165 @@ seer_status seer_cuda_accept_chains(seer_backend *be, const seer_accept_chain *c
     for (int k = 0; k < n; k++) {
         n_acc[k] = res[2 * k];
         next[k] = res[2 * k + 1];
+    }
+    return SEER_OK;
+}
+
+/* ---- accept_trees ---------------------------------------------------------------------- */
+
+/* The multi-draft rule of seer_accept_tree (Sequoia: children drawn without replacement).
+ * One block per tree; the walk's control flow is the same in every thread (each decision is
+ * read from shared or global memory after a barrier), the row updates (residual, q without
+ * the rejected child) go over V in parallel with the sums in double as on the CPU. Working
+ * rows: w (the current p) and qw (the current q), 2 V floats per tree. */
+typedef struct {
+    const float *p; /* [n + 1][V] */
+    const float *q; /* [n][V] or NULL: one-hot at the first child */
+    int n, t_off, u_off, resample;
+} acc_tree;
+
+__global__ void __launch_bounds__(SMP_THREADS)
+accept_trees_kernel(const acc_tree *trees, const int32_t *toks, const int32_t *pars, const double *us,
+                    float *work, int V, int stride, int32_t *out) {
+    __shared__ smp_shared sh;
+    const acc_tree T = trees[blockIdx.x];
+    const int32_t *tok = toks + T.t_off, *par = pars + T.t_off;
+    const double *u = us + T.u_off;
+    float *w = work + (size_t)blockIdx.x * 2 * V, *qw = w + V;
+    int32_t *o = out + (size_t)blockIdx.x * (3 + stride);
+    int node = -1, a = 0, used = 0;
+    for (;;) {
+        const float *pr = T.p + (size_t)(node + 1) * V;
+        for (int i = threadIdx.x; i < V; i += blockDim.x)
+            w[i] = pr[i];
+        int first = -1;
+        for (int c = node + 1; c < T.n && first < 0; c++)
+            if (par[c] == node)
+                first = c;
+        if (first < 0)
+            break;
+        for (int i = threadIdx.x; i < V; i += blockDim.x)
+            qw[i] = T.q ? T.q[(size_t)(node + 1) * V + i] : (i == tok[first] ? 1.0f : 0.0f);
+        __syncthreads();
+        int took = -1;
+        for (int c = first; c < T.n; c++) {
+            if (par[c] != node)
+                continue;
+            const int32_t x = tok[c];
+            const bool in = x >= 0 && x < V;
+            const float px = in ? w[x] : 0.0f, qx = in ? qw[x] : 0.0f;
+            const bool pass = qx > 0 && u[used] * qx < px;
+            used++;
+            if (pass) {
+                took = c;
+                break;
+            }
+            if (!T.resample) {
+                double zl = 0;
+                for (int i = threadIdx.x; i < V; i += blockDim.x)
+                    zl += w[i] > qw[i] ? w[i] - qw[i] : 0.0f;
+                const double z = smp_sum_d(zl, &sh);
+                if (z > 0)
+                    for (int i = threadIdx.x; i < V; i += blockDim.x)
+                        w[i] = w[i] > qw[i] ? (float)((w[i] - qw[i]) / z) : 0.0f;
+            }
+            __syncthreads();
+            if (in) {
+                if (threadIdx.x == 0)
+                    qw[x] = 0.0f;
+                __syncthreads();
+                double zl = 0;
+                for (int i = threadIdx.x; i < V; i += blockDim.x)
+                    zl += qw[i];
+                const double zq = smp_sum_d(zl, &sh);
+                for (int i = threadIdx.x; i < V; i += blockDim.x)
+                    qw[i] = zq > 0 ? (float)(qw[i] / zq) : 0.0f;
+            }
+            __syncthreads();
+        }
+        if (took < 0)
+            break;
+        if (threadIdx.x == 0)
+            o[3 + a] = took;
+        a++;
+        node = took;
+        __syncthreads();
+    }
+    __syncthreads();
+    const int id = smp_draw(0, w, NULL, -1, V, u[used], &sh);
+    if (threadIdx.x == 0) {
+        o[0] = a;
+        o[1] = id;
+        o[2] = used + 1;
+    }
+}
+
+seer_status seer_cuda_accept_trees(seer_backend *be, const seer_accept_tree *trees, int n, int V,
+                                   int stride, int32_t *n_acc, int32_t *path, int32_t *next,
+                                   int32_t *n_u) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (n <= 0)
+        return SEER_OK;
+    size_t n_t = 0, n_uu = 0;
+    for (int k = 0; k < n; k++) {
+        if (trees[k].n < 0 || trees[k].n > stride)
+            return seer_err(SEER_ERR_INVALID_ARG, "accept_trees: tree %d has %d nodes (stride %d)", k,
+                            trees[k].n, stride);
+        for (int j = 0; j < trees[k].n; j++)
+            if (trees[k].parent[j] < -1 || trees[k].parent[j] >= j)
+                return seer_err(SEER_ERR_INVALID_ARG, "accept_trees: tree %d node %d under %d", k, j,
+                                trees[k].parent[j]);
+        n_t += (size_t)trees[k].n;
+        n_uu += (size_t)trees[k].n + 1;
+    }
+    const size_t desc_b = smp_align((size_t)n * sizeof(acc_tree));
+    const size_t u_b = smp_align(n_uu * sizeof(double));
+    const size_t t_b = smp_align(2 * n_t * sizeof(int32_t));
+    const size_t out_b = (size_t)n * (3 + stride) * sizeof(int32_t);
+    char *h = NULL;
+    SEER_TRY(smp_host(c, desc_b + u_b + t_b + out_b, &h));
+    SEER_TRY(seer_cuda_reserve(c, &c->smp_dev, desc_b + u_b + t_b + out_b, "acceptance descriptors"));
+    SEER_TRY(seer_cuda_reserve(c, &c->tree_work, (size_t)n * 2 * V * sizeof(float), "tree acceptance rows"));
+    acc_tree *desc = (acc_tree *)h;
+    double *hu = (double *)(h + desc_b);
+    int32_t *ht = (int32_t *)(h + desc_b + u_b), *hp = ht + n_t;
+    int ot = 0, ou = 0;
+    for (int k = 0; k < n; k++) {
+        const seer_accept_tree *t = &trees[k];
+        acc_tree a;
+        memset(&a, 0, sizeof a);
+        a.p = t->p;
+        a.q = t->q;
+        a.n = t->n;
+        a.t_off = ot;
+        a.u_off = ou;
+        a.resample = t->resample_from_p ? 1 : 0;
+        if (t->n) {
+            memcpy(ht + ot, t->tok, sizeof(int32_t) * t->n);
+            memcpy(hp + ot, t->parent, sizeof(int32_t) * t->n);
+        }
+        memcpy(hu + ou, t->u, sizeof(double) * (t->n + 1));
+        ot += t->n;
+        ou += t->n + 1;
+        desc[k] = a;
+    }
+    char *dev = (char *)c->smp_dev.p;
+    CUDA_TRY(cudaMemcpyAsync(dev, h, desc_b + u_b + t_b, cudaMemcpyHostToDevice, c->stream));
+    int32_t *d_out = (int32_t *)(dev + desc_b + u_b + t_b);
+    const int32_t *d_tok = (const int32_t *)(dev + desc_b + u_b);
+    accept_trees_kernel<<<(unsigned)n, SMP_THREADS, 0, c->stream>>>(
+        (const acc_tree *)dev, d_tok, d_tok + n_t, (const double *)(dev + desc_b), (float *)c->tree_work.p, V,
+        stride, d_out);
+    LAUNCH_TRY("accept_trees_kernel");
+    int32_t *res = (int32_t *)(h + desc_b + u_b + t_b);
+    CUDA_TRY(cudaMemcpyAsync(res, d_out, out_b, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_TRY(cudaStreamSynchronize(c->stream));
+    for (int k = 0; k < n; k++) {
+        const int32_t *r = res + (size_t)k * (3 + stride);
+        n_acc[k] = r[0];
+        next[k] = r[1];
+        n_u[k] = r[2];
+        memcpy(path + (size_t)k * stride, r + 3, sizeof(int32_t) * r[0]);
     }
     return SEER_OK;
 }

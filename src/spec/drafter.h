@@ -1,0 +1,123 @@
+/*
+ * drafter.h: the interface between the generator and the drafters, and all a drafter sees.
+ *
+ * A drafter proposes, per sequence and round, a tree of draft tokens below the sequence's
+ * pending token: nodes with a parent array (parents before children; a chain is the tree
+ * whose parents are j - 1) and, for sampled sequences, the distribution each node's children
+ * were drawn from. It sees each sequence through a seer_draft_seq (its tokens, sampler,
+ * limits and the proposal to fill) and the run through a seer_draft_env (the target's
+ * context and the tree shape to fill), never the generator: the scheduler runs requests
+ * grouped per speculation class and a drafter works per sequence within them.
+ *
+ * A drafter owns its settings: init reads what it needs from seer_spec_params into its own
+ * state. Drafters are found by name (seer_drafter_find, registry.c); a new drafter touches
+ * its own file, the registry and its tests.
+ */
+#ifndef SEER_DRAFTER_H
+#define SEER_DRAFTER_H
+
+#include "model/model.h"
+#include "seer.h"
+
+/* One sequence as a drafter sees it. */
+typedef struct {
+    int slot;                      /* index of the drafter's state for this sequence: stable
+                                    * while the sequence lives, < the context's n_seq_max */
+    seer_seq_id seq;               /* the target's sequence; its cache holds tokens[0 .. L)
+                                    * with L = n_tokens - 1 (the last token is pending) */
+    const int32_t *tokens;         /* [n_tokens] prompt + emitted */
+    int n_tokens, n_prompt;
+    const seer_sampler_params *sp; /* the transform q must follow (as the target's p) */
+    seer_sampler *smp;             /* uniforms of sampled draws */
+    float accept_avg;              /* running acceptance; a drafter may reset it (with rounds)
+                                    * when it renews its state */
+    int rounds;                    /* rounds since the drafter last renewed its state */
+    /* this round */
+    int max_nodes, max_depth;      /* the proposal's limits (max_nodes 0: propose nothing) */
+    int32_t *tok, *parent;         /* [max_nodes] the proposal */
+    float *q;                      /* [max_nodes][V] backend memory of the target: row r is the
+                                    * distribution the children of node r - 1 (row 0: of the
+                                    * pending token) were drawn from; NULL when the sequence
+                                    * is greedy */
+    int n;                         /* out: nodes proposed */
+    bool onehot;                   /* out: q is one-hot at the proposed tokens (q unused) */
+    int n_acc;                     /* verified: the accepted nodes, path [n_acc] */
+    const int32_t *path;
+} seer_draft_seq;
+
+/* Scratch of the step drafting helper, owned by the generator, sized for the target
+ * context's n_batch_max (a draft model's context has the same). */
+typedef struct {
+    seer_sample_row *rows; /* [n_batch_max] */
+    int32_t *ids;          /* [n_batch_max] */
+    uint8_t *mask;         /* [n_batch_max][n_batch_max] */
+} seer_draft_scratch;
+
+/* The run as a drafter sees it. */
+typedef struct {
+    seer_context *ctx;            /* the target's */
+    const seer_model *model;
+    int V;
+    int max_nodes;                /* G: the most nodes of a proposal */
+    const int32_t *shape;         /* [max_nodes] the tree step drafters fill (breadth-first
+                                   * parent array; a chain for chain speculation) */
+    const int32_t *depth;         /* [max_nodes] depth of each shape node (1: below the root) */
+    seer_draft_scratch *scratch;
+} seer_draft_env;
+
+typedef struct seer_drafter_ops seer_drafter_ops;
+struct seer_drafter_ops {
+    const char *name;
+    /* Reads the drafter's settings from spec (SEER_ERR_INVALID_ARG for ones it cannot run). */
+    seer_status (*init)(const seer_draft_env *env, const seer_spec_params *spec, void **impl);
+    void (*free)(const seer_draft_env *env, void *impl);
+    /* After the prompt of s is in the cache (prefill_q first, when it asked for queries). */
+    seer_status (*seq_added)(const seer_draft_env *env, void *impl, seer_draft_seq *s);
+    void (*seq_released)(const seer_draft_env *env, void *impl, int slot);
+    /* Fills the proposals of n sequences (max_nodes, max_depth set; tok, parent, q given).
+     * Must leave every target sequence's cache length as it found it. */
+    seer_status (*propose)(const seer_draft_env *env, void *impl, int n, seer_draft_seq *seqs);
+    /* After verification accepted s->n_acc of s->n nodes (s->path) and emitted one more. */
+    seer_status (*verified)(const seer_draft_env *env, void *impl, seer_draft_seq *s);
+    /* Prompt rows whose queries the drafter wants at prefill (SnapKV, retrieval): 0 = none;
+     * the prefill flags them for capture in its batches (seer_batch_capture). */
+    int (*prefill_q_rows)(void *impl, int n_prompt);
+    seer_status (*prefill_q)(const seer_draft_env *env, void *impl, seer_draft_seq *s, const float *q,
+                             int n_rows);
+    bool has_q; /* proposals carry their distributions (false: one-hot, as n-gram's) */
+};
+
+extern const seer_drafter_ops seer_drafter_self;  /* streaming, retrieval, snapkv */
+extern const seer_drafter_ops seer_drafter_model; /* standalone draft model */
+extern const seer_drafter_ops seer_drafter_ngram;
+
+/* The drafter registered under name ("streaming", "retrieval", "snapkv", "draft", "ngram"),
+ * NULL for none. */
+const seer_drafter_ops *seer_drafter_find(const char *name);
+
+/* Step drafting (expand.c): fills the proposals of n sequences by drafting on context c (the
+ * target's, or a draft model's with its vocabulary); sequence i drafts in dseq[i], which holds
+ * its tokens [0, L) with L = n_tokens - 1, up to the first m nodes of env->shape, m being
+ * max_nodes cut to the nodes of depth <= max_depth. One forward call per depth: while the
+ * tree is a chain each call adds one token per sequence (as chain drafting always did); below
+ * the first depth with siblings the call feeds the tree from there again under a tree mask,
+ * so that no node sees a sibling's KV. A node's children are its draft's likeliest tokens
+ * (greedy: the argmax, then the best others by logit) or draws without replacement from its
+ * draft distribution (sampling; Sequoia), whose rows go to q (q_of(i): sequence i's rows in
+ * c's backend memory, or NULL for the seqs' own). cap0 (may be NULL): per sequence, capture
+ * the queries of its first row (the pending token) into qbuf ([n_layers][flagged][H*Dh],
+ * flagged rows in order of i); cleared for a sequence that drafts nothing. Afterwards dseq[i]
+ * holds L + the pending token + kept[i] nodes (the chain's first nodes when the tree is a
+ * chain, else none; kept may be NULL). */
+seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n, seer_draft_seq *seqs,
+                              const seer_seq_id *dseq, float *const *q_of, uint8_t *cap0, float *qbuf,
+                              int *kept);
+
+/* The sample row of node u (-1: the pending token) of s's proposal: the penalty history is
+ * s's tokens + the path to u, written to hist (room: repeat_last_n + depth entries). */
+seer_sample_row seer_draft_node_row(const seer_draft_seq *s, int u, const float *logits, float *probs,
+                                    double uni, int32_t *hist);
+/* A uniform for a draw of s: from its generator when it samples, else -1 (greedy draws none). */
+double seer_draft_uniform(seer_draft_seq *s);
+
+#endif
