@@ -314,7 +314,7 @@ static void check_greedy(const char *name, seer_weights_kind weights, float tie_
             sq[i] = seq;
         }
         want_logits[n_prompt - 1] = 1;
-        seer_batch b = {n_prompt, prompt, sq, pos, want_logits, NULL};
+        seer_batch b = {n_prompt, prompt, sq, pos, want_logits, NULL, false};
         ASSERT_OK(seer_decode(ctx, &b, logits));
         int diverged = -1, ties = 0;
         for (int t = 0; t < n_want; t++) {
@@ -338,7 +338,7 @@ static void check_greedy(const char *name, seer_weights_kind weights, float tie_
                 break;
             int32_t ps = n_prompt + t;
             uint8_t one = 1;
-            seer_batch nb = {1, &tok, &seq, &ps, &one, NULL};
+            seer_batch nb = {1, &tok, &seq, &ps, &one, NULL, false};
             ASSERT_OK(seer_decode(ctx, &nb, logits));
         }
         if (diverged < 0)

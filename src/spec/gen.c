@@ -27,7 +27,8 @@ seer_spec_params seer_spec_default_params(void) {
     return p;
 }
 
-static const char *const KIND_NAMES[] = {"none", "streaming", "retrieval", "snapkv", "draft", "ngram"};
+static const char *const KIND_NAMES[] = {"none",  "streaming", "retrieval", "snapkv",
+                                         "draft", "ngram",     "quantkv"};
 
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out) {
     SEER_CHECK_ARG(out);
@@ -37,7 +38,7 @@ seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out) {
             return SEER_OK;
         }
     return seer_err(SEER_ERR_INVALID_ARG,
-                    "unknown speculation '%s' (none, streaming, retrieval, snapkv, draft, ngram)",
+                    "unknown speculation '%s' (none, streaming, retrieval, snapkv, draft, ngram, quantkv)",
                     name ? name : "(null)");
 }
 
@@ -46,7 +47,7 @@ const char *seer_spec_kind_name(seer_spec_kind k) {
 }
 
 static seer_status check_params(const seer_context *ctx, const seer_spec_params *p) {
-    if (p->kind < SEER_SPEC_NONE || p->kind > SEER_SPEC_NGRAM)
+    if (p->kind < SEER_SPEC_NONE || p->kind > SEER_SPEC_QUANTKV)
         return seer_err(SEER_ERR_INVALID_ARG, "unknown speculation kind %d", (int)p->kind);
     if (p->kind == SEER_SPEC_NONE)
         return SEER_OK;
@@ -69,6 +70,12 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
     if (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > 64)
         return seer_err(SEER_ERR_INVALID_ARG, "ngram sizes must satisfy 1 <= min %d <= max %d <= 64",
                         p->ngram_min, p->ngram_max);
+    if (p->kind == SEER_SPEC_QUANTKV && !ctx->params.kv_quant_bits)
+        return seer_err(SEER_ERR_INVALID_ARG, "speculation 'quantkv' needs a context with a quantised KV "
+                                              "copy (kv_quant_bits 4 or 8)");
+    if (p->quant_view != SEER_SPEC_NONE && p->quant_view != SEER_SPEC_STREAMING)
+        return seer_err(SEER_ERR_INVALID_ARG, "quantkv view '%s' must be none or streaming",
+                        seer_spec_kind_name(p->quant_view));
     if (p->kind == SEER_SPEC_DRAFT && !p->draft_model)
         return seer_err(SEER_ERR_INVALID_ARG, "speculation 'draft' needs a draft model");
     if (!(p->synthetic_accept >= 0 && p->synthetic_accept < 1))
@@ -144,6 +151,7 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     case SEER_SPEC_SNAPKV: g->dops = &seer_drafter_self; break;
     case SEER_SPEC_DRAFT: g->dops = &seer_drafter_model; break;
     case SEER_SPEC_NGRAM: g->dops = &seer_drafter_ngram; break;
+    case SEER_SPEC_QUANTKV: g->dops = &seer_drafter_quantkv; break;
     default: g->dops = NULL;
     }
     if (g->dops) {

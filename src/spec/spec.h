@@ -85,6 +85,7 @@ struct seer_drafter_ops {
 extern const seer_drafter_ops seer_drafter_self;  /* streaming, retrieval, snapkv */
 extern const seer_drafter_ops seer_drafter_model; /* standalone draft model */
 extern const seer_drafter_ops seer_drafter_ngram;
+extern const seer_drafter_ops seer_drafter_quantkv; /* the target through its quantised KV copy */
 
 /* Writes this round's draft tokens after s's tokens (tokens[n_tokens + j] = draft[j]), so
  * that the penalty history of draft position j is simply tokens[0 .. n_tokens + j). Those
