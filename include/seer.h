@@ -199,6 +199,9 @@ typedef struct {
     uint64_t quant_bytes_committed; /* the part of bytes_committed that is the quantised copy */
 } seer_kv_memory;
 void seer_context_kv_memory(const seer_context *ctx, seer_kv_memory *out);
+/* Bytes a quantised KV copy of bits (4 or 8; kv_quant_bits) adds per cached token of model,
+ * every layer's K and V rows; 0 for other bits. */
+uint64_t seer_kv_quant_bytes_per_token(const seer_model *model, int bits);
 
 /* A restricted attention view for a sequence (sparse self-drafts). While set, a token of
  * this sequence attends to the cached slots listed in idx plus every slot >= tail_start, and

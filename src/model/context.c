@@ -98,6 +98,12 @@ static seer_status grow_kv(void *user, int n_pages, int *n_committed) {
     return be->ops->kv_reserve(be, c->kv_data, &c->geom, n_pages, n_committed);
 }
 
+uint64_t seer_kv_quant_bytes_per_token(const seer_model *m, int bits) {
+    if (!m || (bits != 4 && bits != 8))
+        return 0;
+    return page_qbytes(m, 1, bits);
+}
+
 void seer_context_kv_memory(const seer_context *c, seer_kv_memory *out) {
     const int bits = c->params.kv_quant_bits;
     const uint64_t pb = page_bytes(c->model, c->params.page_size, bits);
