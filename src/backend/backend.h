@@ -40,8 +40,10 @@ typedef struct {
 } seer_weight;
 
 /* Geometry of the KV page storage. kv_bits 4 or 8: the storage also keeps a quantised copy
- * of every K/V row (kv/kv_quant.h), written by kv_store, rope_kv_store, kv_fill_random and
- * copied by kv_copy_pages with the rows; attention reads it when the batch says kv_quant. */
+ * of every K/V row (kv/kv_quant.h), written by kv_store and rope_kv_store from the same f32
+ * rows (and by the CPU's kv_fill_random; CUDA's refuses such a storage), committed by
+ * kv_reserve and copied by kv_copy_pages with the rows; attention reads it when the batch
+ * says kv_quant. */
 typedef struct {
     int n_pages, page_size, n_layers, n_kv_heads, head_dim;
     int kv_bits; /* 0: no quantised copy */
