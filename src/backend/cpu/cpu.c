@@ -180,7 +180,6 @@ static seer_status kvq_commit(cpu_kv_hdr *h, size_t want) {
     return SEER_OK;
 }
 
-
 static seer_status cpu_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom *g, int n_pages,
                                   int *n_committed) {
     cpu_kv_hdr *h = kv_hdr(kv);
@@ -249,7 +248,7 @@ static void cpu_kv_free(seer_backend *be, void *kv) {
 static seer_status cpu_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                      const seer_kv_copy *copies, int n) {
     size_t page = kv_bytes(g) / g->n_pages;
-    uint8_t *q = seer_cpu_kv_qdata(kv);
+    uint8_t *q = g->kv_bits ? seer_cpu_kv_qdata(kv) : NULL;
     const size_t qpage = kvq_page_bytes(g);
     for (int i = 0; i < n; i++) {
         memcpy((char *)kv + page * copies[i].dst, (char *)kv + page * copies[i].src, page);
@@ -263,7 +262,7 @@ static seer_status cpu_kv_store(seer_backend *be, void *kv, const seer_kv_geom *
                                 const float *k, const float *v, const int32_t *page,
                                 const int32_t *row, int T) {
     size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
-    uint8_t *q = seer_cpu_kv_qdata(kv);
+    uint8_t *q = g->kv_bits ? seer_cpu_kv_qdata(kv) : NULL;
     for (int t = 0; t < T; t++) {
         memcpy(seer_cpu_kv_row(kv, g, page[t], layer, 0, row[t]), k + t * kvd, kvd * sizeof(float));
         memcpy(seer_cpu_kv_row(kv, g, page[t], layer, 1, row[t]), v + t * kvd, kvd * sizeof(float));
@@ -526,7 +525,7 @@ static void kvfill_range(void *ctx, int64_t j0, int64_t j1) {
         const uint64_t base = ((uint64_t)lw * a->n + i) * kvd;
         for (size_t e = 0; e < kvd; e++)
             dst[e] = seer_synth_value(a->seed, base + e, a->mul);
-        uint8_t *q = seer_cpu_kv_qdata(a->kv);
+        uint8_t *q = g->kv_bits ? seer_cpu_kv_qdata(a->kv) : NULL;
         if (q)
             seer_kvq_quantize_row(dst, (int)kvd, g->kv_bits,
                                   q + seer_kvq_row_off(g->n_layers, g->page_size, (int)kvd, g->kv_bits,

@@ -260,7 +260,7 @@ seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, con
     /* Prompts (long runs of new tokens in one sequence) go through the tiles; everything a
      * decode or verification step sees stays on the reference below. */
     const uint8_t *qkv = NULL;
-    if (ab->kv_quant && !(qkv = seer_cpu_kv_qdata(kv)))
+    if (ab->kv_quant && !(qkv = g->kv_bits ? seer_cpu_kv_qdata(kv) : NULL))
         return seer_err(SEER_ERR_INVALID_ARG, "attention: the batch reads a quantised KV copy the cache does not keep");
     uint8_t *tiled = NULL;
     int n_tiled = 0, n_ref = T;

@@ -211,7 +211,7 @@ static int32_t list_slots(const seer_attn_batch *ab, int i, int layer, int kvh, 
 
 static seer_status qkv_attention(seer_cuda *c, float *out, const float *q, const void *kv, const seer_kv_geom *g,
                                  int layer, const seer_attn_batch *ab) {
-    const uint8_t *qkv = seer_cuda_kv_qdata(c, kv);
+    const uint8_t *qkv = g->kv_bits ? seer_cuda_kv_qdata(c, kv) : NULL;
     if (!qkv)
         return seer_err(SEER_ERR_INVALID_ARG, "attention: the batch reads a quantised KV copy the cache does not keep");
     const int T = ab->T, H = ab->n_heads, Hkv = ab->n_kv_heads, Dh = ab->head_dim;
