@@ -162,6 +162,11 @@ typedef struct {
     int n_batch_max; /* most tokens in one seer_decode call */
     int page_size;   /* tokens per KV page */
     int n_pages;     /* pages in the pool; 0 = n_seq_max * ceil(n_ctx / page_size) */
+    int kv_quant_bits; /* 0, 4 or 8: the pool also keeps every K/V row quantised to this many
+                        * bits (groups of 32 values with an f32 scale and minimum), written
+                        * with the row; a batch with kv_quant attends through it (the
+                        * quantised-KV self-draft, SEER_SPEC_QUANTKV). Counted in the pool's
+                        * size (seer_kv_memory) */
 } seer_context_params;
 
 seer_context_params seer_context_default_params(void);
@@ -189,8 +194,14 @@ typedef struct {
     int n_pages_committed;    /* pages with storage */
     uint64_t bytes_reserved;  /* storage of all n_pages */
     uint64_t bytes_committed; /* storage in use by seer for the pool now */
+    int quant_bits;             /* kv_quant_bits of the context */
+    uint64_t quant_bytes_reserved;  /* the part of bytes_reserved that is the quantised copy */
+    uint64_t quant_bytes_committed; /* the part of bytes_committed that is the quantised copy */
 } seer_kv_memory;
 void seer_context_kv_memory(const seer_context *ctx, seer_kv_memory *out);
+/* Bytes a quantised KV copy of bits (4 or 8; kv_quant_bits) adds per cached token of model,
+ * every layer's K and V rows; 0 for other bits. */
+uint64_t seer_kv_quant_bytes_per_token(const seer_model *model, int bits);
 
 /* A restricted attention view for a sequence (sparse self-drafts). While set, a token of
  * this sequence attends to the cached slots listed in idx plus every slot >= tail_start, and
@@ -227,6 +238,9 @@ typedef struct {
                                 to queries; NULL: none (selection heuristics of sparse drafts) */
     float *queries;          /* host [n_layers][n_captured][H*Dh], the flagged tokens in batch
                                 order; needed when capture is given */
+    bool kv_quant;           /* attend through the pool's quantised copy of K/V instead of the
+                              * full-precision rows (the context needs kv_quant_bits); the
+                              * rows this call writes are stored in full precision as always */
 } seer_batch;
 
 /* Runs the batch. logits_out receives [n_out][V] floats in batch order of the flagged
@@ -278,6 +292,8 @@ typedef enum {
     SEER_SPEC_SNAPKV,    /* self-draft, positions chosen at prefill by the last queries (SnapKV) */
     SEER_SPEC_DRAFT,     /* a standalone small draft model sharing the vocabulary */
     SEER_SPEC_NGRAM,     /* prompt lookup: continue the latest earlier match of the last n tokens */
+    SEER_SPEC_QUANTKV,   /* self-draft through the pool's quantised KV copy (kv_quant_bits),
+                          * optionally under the streaming view (quant_view) */
 } seer_spec_kind;
 
 typedef struct {
@@ -299,13 +315,15 @@ typedef struct {
                               tree_depth (0: gamma). One-hot drafters (ngram) still propose
                               chains, the degenerate tree */
     int tree_depth;
+    seer_spec_kind quant_view; /* quantkv: SEER_SPEC_NONE (every slot, quantised) or
+                                  SEER_SPEC_STREAMING (sinks + recent within budget, quantised) */
     float synthetic_accept; /* benchmarks on random weights only: when > 0, each draft token is
                                accepted independently with this probability instead of by
                                the verification rule. NOT lossless; labelled in all output. */
 } seer_spec_params;
 
 seer_spec_params seer_spec_default_params(void);
-/* Parses "none", "streaming", "retrieval", "snapkv", "draft", "ngram". */
+/* Parses "none", "streaming", "retrieval", "snapkv", "draft", "ngram", "quantkv". */
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out);
 const char *seer_spec_kind_name(seer_spec_kind k);
 
@@ -457,8 +475,8 @@ typedef struct {
     int prefix_entries;       /* prompt prefixes cached */
     int kv_pages_total, kv_pages_free;
     int kv_pages_cached;      /* pages the prefix cache holds (shared ones included) */
-    int64_t spec_drafted[SEER_SPEC_NGRAM + 1];  /* per seer_spec_kind */
-    int64_t spec_accepted[SEER_SPEC_NGRAM + 1];
+    int64_t spec_drafted[SEER_SPEC_QUANTKV + 1];  /* per seer_spec_kind */
+    int64_t spec_accepted[SEER_SPEC_QUANTKV + 1];
 } seer_sched_stats;
 void seer_sched_get_stats(const seer_sched *s, seer_sched_stats *out);
 

@@ -63,8 +63,12 @@ static seer_model *load_cuda(const char *path, bool graphs) {
     return m;
 }
 
+/* kv_quant_bits of the contexts mkctx makes (gen_run sets it for the quantised-KV draft). */
+static int mk_kv_bits;
+
 static seer_context *mkctx(seer_model *m, int n_ctx, int n_seq, int n_batch, int page) {
     seer_context_params cp = seer_context_default_params();
+    cp.kv_quant_bits = mk_kv_bits;
     cp.n_ctx = n_ctx;
     cp.n_seq_max = n_seq;
     cp.n_batch_max = n_batch;
@@ -383,8 +387,13 @@ static void gen_run(seer_model *m, seer_spec_params spec, int32_t (*prompts)[128
     seer_context_free(c);
 }
 
+/* The quantised-KV draft twice: 4 bits over every slot, 8 bits under the streaming view. */
 static const seer_spec_kind KINDS[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV,
-                                       SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
+                                       SEER_SPEC_DRAFT,     SEER_SPEC_NGRAM,     SEER_SPEC_QUANTKV,
+                                       SEER_SPEC_QUANTKV};
+static const int KV_BITS[] = {0, 0, 0, 0, 0, 4, 8};
+static const seer_spec_kind KV_VIEW[] = {SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_NONE,
+                                         SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_STREAMING};
 #define N_KINDS ((int)(sizeof KINDS / sizeof *KINDS))
 
 /* Runs none and every drafter on the prompts, alone and as one batch; returns mismatches. */
@@ -419,6 +428,8 @@ static int spec_compare(const char *label, seer_model *m, seer_model *draft, int
         sp.refresh_every = 3;
         sp.draft_model = draft;
         sp.draft_budget = KINDS[k] == SEER_SPEC_DRAFT ? 24 : 0;
+        sp.quant_view = KV_VIEW[k];
+        mk_kv_bits = KV_BITS[k];
         int diff_alone = 0, diff_batch = 0;
         int64_t acc = 0, drafted = 0;
         for (int i = 0; i < n; i++) {
@@ -429,8 +440,12 @@ static int spec_compare(const char *label, seer_model *m, seer_model *draft, int
         gen_run(m, sp, prompts, plen, n, max_new, n_ctx, page, got, &st);
         for (int i = 0; i < n; i++)
             diff_batch += got[i].n != plain[i].n || memcmp(got[i].ids, plain[i].ids, sizeof(int32_t) * got[i].n);
+        mk_kv_bits = 0;
+        char kname[32];
+        snprintf(kname, sizeof kname, "%s%s%s", seer_spec_kind_name(KINDS[k]),
+                 KV_BITS[k] == 4 ? "4" : KV_BITS[k] == 8 ? "8" : "", KV_VIEW[k] == SEER_SPEC_STREAMING ? "s" : "");
         printf("gpu_spec: %-22s %-9s%s G=%d K=%d alone: %d of %d differ, batch of %d: %d differ; "
-               "acceptance %.2f %s\n", label, seer_spec_kind_name(KINDS[k]), tree ? " tree" : "", gamma, budget, diff_alone,
+               "acceptance %.2f %s\n", label, kname, tree ? " tree" : "", gamma, budget, diff_alone,
                n, n, diff_batch, drafted ? (double)acc / drafted : 0.0,
                diff_alone + diff_batch ? "FAIL" : "ok");
         bad += diff_alone + diff_batch;

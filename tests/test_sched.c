@@ -160,6 +160,52 @@ static void test_golden_alone(void **state) {
     seer_context_free(c);
 }
 
+/* The quantised-KV draft through the scheduler: in a context that keeps a 4-bit copy, the
+ * golden greedy requests with quantkv beside plain ones
+ * reproduce the golden ids; a context without a copy refuses such a request at submit and
+ * takes a plain one after it. */
+static void test_quantkv_requests(void **state) {
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_seq_max = NG;
+    cp.n_batch_max = 64;
+    cp.page_size = 16;
+    cp.kv_quant_bits = 4;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(M, cp, &c));
+    seer_sched_params spm = {.max_batch_tokens = 40, .prefill_chunk = 16};
+    seer_sched *s = NULL;
+    ASSERT_OK(seer_sched_init(c, spm, &s));
+    seer_request *g[NG];
+    for (int i = 0; i < NG; i++) {
+        g[i] = greedy_req(i, i % 3 == 2 ? SEER_SPEC_NONE : SEER_SPEC_QUANTKV);
+        ASSERT_OK(seer_sched_submit(s, g[i]));
+    }
+    run_all(s);
+    seer_sched_stats st;
+    seer_sched_get_stats(s, &st);
+    assert_true(st.spec_drafted[SEER_SPEC_QUANTKV] > 0);
+    assert_true(st.spec_accepted[SEER_SPEC_QUANTKV] > 0);
+    for (int i = 0; i < NG; i++) {
+        assert_gold(g[i], i, i % 3 == 2 ? "plain beside quantkv" : "quantkv request");
+        seer_request_free(g[i]);
+    }
+    seer_sched_free(s);
+    seer_context_free(c);
+
+    c = mkctx(2, 0);
+    ASSERT_OK(seer_sched_init(c, spm, &s));
+    seer_request *r = greedy_req(0, SEER_SPEC_QUANTKV), *plain = greedy_req(1, SEER_SPEC_NONE);
+    assert_int_equal(seer_sched_submit(s, r), SEER_ERR_INVALID_ARG);
+    ASSERT_OK(seer_sched_submit(s, plain));
+    run_all(s);
+    assert_gold(plain, 1, "plain after a refused quantkv request");
+    seer_request_free(r);
+    seer_request_free(plain);
+    seer_sched_free(s);
+    seer_context_free(c);
+}
+
 /* Under load: the golden greedy requests, each with some speculation, beside sampled
  * requests, arriving over the first steps; ids equal the golden ones. */
 static void test_golden_under_load(void **state) {
@@ -565,6 +611,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_alone),
         cmocka_unit_test(test_golden_under_load),
+        cmocka_unit_test(test_quantkv_requests),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_cancel_in_prefill),
         cmocka_unit_test(test_stop_and_length),

@@ -3,7 +3,8 @@
  * bit-identical to plain greedy decoding (random models and the tiny real model's golden
  * ids; single sequences and mixed batches); under sampling the emitted tokens follow the
  * target distribution exactly (chi-square), and a deliberately wrong rule fails the same
- * test; the edge cases of rollback and context limits hold.
+ * test; the edge cases of rollback and context limits hold. The quantised-KV self-draft (4 and
+ * 8 bits, alone and under the streaming view) is held to the same tests.
  */
 #include "testutil.h"
 
@@ -49,6 +50,9 @@ typedef struct {
     int32_t ids[600];
 } output;
 
+/* kv_quant_bits of the contexts run() makes. */
+static int run_kv_bits;
+
 /* Generates for n_prompts prompts together; returns stats. */
 static seer_spec_stats run(seer_model *m, seer_spec_params spec, int32_t prompts[][64],
                            const int *plen, int n_prompts, int max_new, seer_sampler_params sp,
@@ -58,6 +62,7 @@ static seer_spec_stats run(seer_model *m, seer_spec_params spec, int32_t prompts
     cp.n_seq_max = n_prompts;
     cp.n_batch_max = 128;
     cp.page_size = page;
+    cp.kv_quant_bits = run_kv_bits;
     seer_context *c = NULL;
     ASSERT_OK(seer_context_init(m, cp, &c));
     seer_gen *g = NULL;
@@ -170,19 +175,14 @@ static int parse_ids(char *s, int32_t *out, int cap) {
     return n;
 }
 
-/* The tiny real model: every drafter reproduces the golden ids of every prompt (the story
- * ends with BOS inside an accepted draft at some point, and generation stops there). */
-static void test_greedy_golden_stories(void **state) {
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
-    seer_model *d = load(tu_shared_path("models/stories260K.gguf"));
+/* The first five prompts of the golden file and their reference ids. */
+static void load_golden(int32_t prompts[5][64], int plen[5], output gold[5]) {
     size_t sz;
     char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
     assert_non_null(tsv);
     tsv = realloc(tsv, sz + 1);
     tsv[sz] = 0;
-    int32_t prompts[5][64];
-    int plen[5], n = 0;
-    output gold[5], got[5];
+    int n = 0;
     char *save = NULL;
     strtok_r(tsv, "\n", &save);
     for (char *line = strtok_r(NULL, "\n", &save); line && n < 5; line = strtok_r(NULL, "\n", &save)) {
@@ -196,6 +196,18 @@ static void test_greedy_golden_stories(void **state) {
         n++;
     }
     assert_int_equal(n, 5);
+    free(tsv);
+}
+
+/* The tiny real model: every drafter reproduces the golden ids of every prompt (the story
+ * ends with BOS inside an accepted draft at some point, and generation stops there). */
+static void test_greedy_golden_stories(void **state) {
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *d = load(tu_shared_path("models/stories260K.gguf"));
+    int32_t prompts[5][64];
+    int plen[5];
+    output gold[5], got[5];
+    load_golden(prompts, plen, gold);
     for (size_t k = 0; k < sizeof KINDS / sizeof *KINDS; k++) {
         for (int gm = 2 + 4 * (int)(k % 2); gm <= 6; gm += 8) { /* G = 2 or 6 by kind */
             seer_spec_params sp = spec_of(KINDS[k], d, gm, 48);
@@ -220,7 +232,6 @@ static void test_greedy_golden_stories(void **state) {
             }
         }
     }
-    free(tsv);
     seer_model_free(d);
     seer_model_free(m);
 }
@@ -389,6 +400,89 @@ static void test_vocab_mismatch(void **state) {
     seer_model_free(m);
 }
 
+/* The quantised-KV self-draft, 4 and 8 bits, alone and under the streaming view: greedy
+ * output equals plain decoding on random Llama and Qwen2 models (one sequence and a ragged
+ * batch of three) and the golden ids of stories260K (each prompt alone and all five
+ * together); plain decoding in a pool that keeps a copy equals it too. The 4-bit drafts are
+ * accepted often but not always (the copy is not the rows). */
+static const struct {
+    int bits;
+    seer_spec_kind view;
+} QKV[] = {{4, SEER_SPEC_NONE}, {8, SEER_SPEC_NONE}, {4, SEER_SPEC_STREAMING}};
+
+static void test_quantkv_greedy(void **state) {
+    const char *archs[2][2] = {{"llama", "q1.gguf"}, {"qwen2", "q2.gguf"}};
+    for (int a = 0; a < 2; a++) {
+        seer_model *m = load(gen_model(archs[a][1], archs[a][0], 300, 64, 2, 4, 2, 41 + a, 0.3f));
+        uint64_t rng = 47 + a;
+        int32_t prompts[3][64];
+        int plen[3] = {45, 9, 26};
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < plen[i]; j++)
+                prompts[i][j] = (int32_t)(tu_rand_u64(&rng) % 300);
+        output plain[3], got[3];
+        run_kv_bits = 0;
+        for (int i = 0; i < 3; i++)
+            run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 60, greedy(), 160, 4, &plain[i]);
+        run_kv_bits = 4;
+        run(m, seer_spec_default_params(), prompts, plen, 3, 60, greedy(), 160, 4, got);
+        for (int i = 0; i < 3; i++)
+            assert_same(&got[i], &plain[i], "plain decoding in a pool with a 4-bit copy");
+        for (size_t k = 0; k < sizeof QKV / sizeof *QKV; k++)
+            for (int gm = 2; gm <= 5; gm += 3) {
+                seer_spec_params sp = spec_of(SEER_SPEC_QUANTKV, NULL, gm, 20);
+                sp.quant_view = QKV[k].view;
+                run_kv_bits = QKV[k].bits;
+                char what[128];
+                seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, greedy(), 160, 4, got);
+                for (int i = 0; i < 3; i++) {
+                    snprintf(what, sizeof what, "%s quantkv %d-bit view %s G=%d batch seq %d", archs[a][0],
+                             QKV[k].bits, seer_spec_kind_name(QKV[k].view), gm, i);
+                    assert_same(&got[i], &plain[i], what);
+                }
+                print_message("%s quantkv %d-bit view %s G=%d: accepted %lld of %lld\n", archs[a][0],
+                              QKV[k].bits, seer_spec_kind_name(QKV[k].view), gm, (long long)st.accepted,
+                              (long long)st.drafted);
+                assert_true(st.drafted > 0 && st.accepted > 0);
+                if (QKV[k].bits == 4 && st.accepted == st.drafted)
+                    fail_msg("%s: every 4-bit draft accepted; expected a ragged mix", what);
+                run(m, sp, &prompts[0], &plen[0], 1, 60, greedy(), 160, 4, got);
+                assert_same(&got[0], &plain[0], "quantkv single");
+            }
+        run_kv_bits = 0;
+        seer_model_free(m);
+    }
+
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    int32_t prompts[5][64];
+    int plen[5];
+    output gold[5], got[5];
+    load_golden(prompts, plen, gold);
+    for (size_t k = 0; k < sizeof QKV / sizeof *QKV; k++) {
+        seer_spec_params sp = spec_of(SEER_SPEC_QUANTKV, NULL, 3 + (int)k, 48);
+        sp.quant_view = QKV[k].view;
+        run_kv_bits = QKV[k].bits;
+        for (int i = 0; i < 5; i++) {
+            run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], greedy(), 512, 16, &got[i]);
+            char what[96];
+            snprintf(what, sizeof what, "stories quantkv %d-bit view %s prompt %d", QKV[k].bits,
+                     seer_spec_kind_name(QKV[k].view), i);
+            assert_same(&got[i], &gold[i], what);
+        }
+        run(m, sp, prompts, plen, 5, 256, greedy(), 512, 16, got);
+        for (int i = 0; i < 5; i++) {
+            char what[96];
+            snprintf(what, sizeof what, "stories batch quantkv %d-bit prompt %d", QKV[k].bits, i);
+            output g2 = got[i];
+            if (g2.n > gold[i].n)
+                g2.n = gold[i].n;
+            assert_same(&g2, &gold[i], what);
+        }
+    }
+    run_kv_bits = 0;
+    seer_model_free(m);
+}
+
 /* ---- distribution ---------------------------------------------------------------------- */
 
 static void test_distribution(void **state) {
@@ -417,6 +511,18 @@ static void test_distribution(void **state) {
         assert_true(r < 1);
     }
     /* the same test rejects a wrong rule: resampling rejections from p, not the residual */
+    /* the quantised-KV draft: 4 bits alone, 4 bits under the streaming view, and 8 bits */
+    for (size_t k = 0; k < sizeof QKV / sizeof *QKV; k++) {
+        seer_spec_params spec = spec_of(SEER_SPEC_QUANTKV, NULL, 3, 6);
+        spec.sinks = 2;
+        spec.quant_view = QKV[k].view;
+        tu_kv_bits = QKV[k].bits;
+        double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
+        tu_kv_bits = 0;
+        print_message("distribution quantkv %d-bit view %s: chi2 / critical = %.3f over %d cells\n",
+                      QKV[k].bits, seer_spec_kind_name(QKV[k].view), r, nc);
+        assert_true(r < 1);
+    }
     seer_verify_wrong_rule_for_tests = 1;
     seer_spec_params spec = spec_of(SEER_SPEC_STREAMING, d, 3, 6);
     spec.sinks = 2;
@@ -433,6 +539,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_identical_random),
         cmocka_unit_test(test_greedy_golden_stories),
+        cmocka_unit_test(test_quantkv_greedy),
         cmocka_unit_test(test_edge_cases),
         cmocka_unit_test(test_stop_inside_draft),
         cmocka_unit_test(test_snapkv_window_across_chunks),

@@ -249,6 +249,7 @@ static seer_spec_stats run(seer_model *m, seer_spec_params spec, int32_t prompts
     cp.n_seq_max = n_prompts;
     cp.n_batch_max = n_batch;
     cp.page_size = page;
+    cp.kv_quant_bits = spec.kind == SEER_SPEC_QUANTKV ? 8 : 0; /* the quantised-KV draft's copy */
     seer_context *c = NULL;
     ASSERT_OK(seer_context_init(m, cp, &c));
     seer_gen *g = NULL;
@@ -284,7 +285,7 @@ static seer_sampler_params greedy(void) {
 }
 
 static const seer_spec_kind BASES[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV,
-                                       SEER_SPEC_DRAFT};
+                                       SEER_SPEC_DRAFT, SEER_SPEC_QUANTKV};
 
 static seer_spec_params tree_of(seer_spec_kind k, seer_model *draft, int size, int depth, int budget) {
     seer_spec_params sp = seer_spec_default_params();

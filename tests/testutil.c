@@ -158,11 +158,14 @@ int tu_exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_par
     return nc;
 }
 
+int tu_kv_bits;
+
 double tu_chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prompt, int n,
                        seer_sampler_params sp, const tu_cell *cells, int nc, int n_runs) {
     long *count = calloc(nc, sizeof(long));
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 64;
+    cp.kv_quant_bits = tu_kv_bits;
     cp.n_batch_max = 32;
     seer_context *c;
     ASSERT_OK(seer_context_init(m, cp, &c));

@@ -39,9 +39,14 @@ typedef struct {
     int seg_rows[SEER_WEIGHT_MAX_SEG];
 } seer_weight;
 
-/* Geometry of the KV page storage. */
+/* Geometry of the KV page storage. kv_bits 4 or 8: the storage also keeps a quantised copy
+ * of every K/V row (kv/kv_quant.h), written by kv_store and rope_kv_store from the same f32
+ * rows (and by the CPU's kv_fill_random; CUDA's refuses such a storage), committed by
+ * kv_reserve and copied by kv_copy_pages with the rows; attention reads it when the batch
+ * says kv_quant. */
 typedef struct {
     int n_pages, page_size, n_layers, n_kv_heads, head_dim;
+    int kv_bits; /* 0: no quantised copy */
 } seer_kv_geom;
 
 /* The view one sequence attends under (see seer_view in seer.h); NULL = full. */
@@ -67,6 +72,8 @@ typedef struct {
     const int32_t *tok_seq;      /* [T] batch sequence of each token */
     const int32_t *tok_slot;     /* [T] slot each token's K/V was written to */
     const uint8_t *mask;         /* [T][T] or NULL = causal by slot among new tokens */
+    bool kv_quant;               /* attend through the quantised copy (geom kv_bits != 0):
+                                  * every key and value seen, cached or new, is read from it */
 } seer_attn_batch;
 
 /* One row of sample_rows: the sampler transform of src/sample/sample.h

@@ -4,6 +4,7 @@
  * and runs the forward pass.
  * Not for: the layers themselves (llama.c) or page bookkeeping (src/kv/).
  */
+#include "kv/kv_quant.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -42,11 +43,18 @@ static seer_status alloc_scratch(seer_backend *be, const seer_model_info *in, in
     return SEER_OK;
 }
 
-/* Bytes of one KV page as the backend stores it. */
-static uint64_t page_bytes(const seer_model *m, int page_size) {
+/* Bytes of one page's quantised copy (0 without one). */
+static uint64_t page_qbytes(const seer_model *m, int page_size, int bits) {
+    const seer_model_info *in = &m->info;
+    return seer_kvq_page_bytes(in->n_layers, page_size, in->n_kv_heads * in->head_dim, bits);
+}
+
+/* Bytes of one KV page as the backend stores it, its quantised copy included. */
+static uint64_t page_bytes(const seer_model *m, int page_size, int bits) {
     const seer_model_info *in = &m->info;
     const int eb = m->be->ops->kv_elem_bytes ? m->be->ops->kv_elem_bytes : (int)sizeof(float);
-    return 2ull * in->n_layers * in->n_kv_heads * in->head_dim * (uint64_t)page_size * (uint64_t)eb;
+    return 2ull * in->n_layers * in->n_kv_heads * in->head_dim * (uint64_t)page_size * (uint64_t)eb +
+           page_qbytes(m, page_size, bits);
 }
 
 /* The default n_ctx: the trained context, shortened to what the free memory holds for
@@ -55,7 +63,7 @@ static seer_status fit_default_ctx(const seer_model *m, seer_context_params *p) 
     uint64_t avail = 0;
     if (!m->be->ops->kv_mem_available || m->be->ops->kv_mem_available(m->be, &avail) != SEER_OK)
         return SEER_OK; /* unknown: the allocation itself will say */
-    const uint64_t pb = page_bytes(m, p->page_size);
+    const uint64_t pb = page_bytes(m, p->page_size, p->kv_quant_bits);
     const uint64_t pages_per_seq = avail / pb / (uint64_t)p->n_seq_max;
     const long long want = ((long long)p->n_ctx + p->page_size - 1) / p->page_size;
     if ((long long)pages_per_seq >= want)
@@ -74,7 +82,7 @@ static seer_status check_pool_fits(const seer_model *m, const seer_context_param
     uint64_t avail = 0;
     if (!m->be->ops->kv_mem_available || m->be->ops->kv_mem_available(m->be, &avail) != SEER_OK)
         return SEER_OK;
-    const uint64_t need = page_bytes(m, p->page_size) * (uint64_t)p->n_pages;
+    const uint64_t need = page_bytes(m, p->page_size, p->kv_quant_bits) * (uint64_t)p->n_pages;
     if (need > avail)
         return seer_err(SEER_ERR_OOM,
                         "a KV cache of %d tokens x %d sequences needs %.1f MiB; %.1f MiB of memory is "
@@ -90,12 +98,23 @@ static seer_status grow_kv(void *user, int n_pages, int *n_committed) {
     return be->ops->kv_reserve(be, c->kv_data, &c->geom, n_pages, n_committed);
 }
 
+uint64_t seer_kv_quant_bytes_per_token(const seer_model *m, int bits) {
+    if (!m || (bits != 4 && bits != 8))
+        return 0;
+    return page_qbytes(m, 1, bits);
+}
+
 void seer_context_kv_memory(const seer_context *c, seer_kv_memory *out) {
-    const uint64_t pb = page_bytes(c->model, c->params.page_size);
+    const int bits = c->params.kv_quant_bits;
+    const uint64_t pb = page_bytes(c->model, c->params.page_size, bits);
+    const uint64_t qb = page_qbytes(c->model, c->params.page_size, bits);
     out->n_pages = c->kv->n_pages;
     out->n_pages_committed = c->kv->n_committed;
     out->bytes_reserved = pb * (uint64_t)c->kv->n_pages;
     out->bytes_committed = pb * (uint64_t)c->kv->n_committed;
+    out->quant_bits = bits;
+    out->quant_bytes_reserved = qb * (uint64_t)c->kv->n_pages;
+    out->quant_bytes_committed = qb * (uint64_t)c->kv->n_committed;
 }
 
 void seer_context_free(seer_context *c) {
@@ -137,6 +156,8 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
         return seer_err(SEER_ERR_INVALID_ARG, "n_batch_max %d is out of range [1, 65536]", p.n_batch_max);
     if (p.page_size < 1 || p.page_size > 4096)
         return seer_err(SEER_ERR_INVALID_ARG, "page_size %d is out of range [1, 4096]", p.page_size);
+    if (p.kv_quant_bits != 0 && p.kv_quant_bits != 4 && p.kv_quant_bits != 8)
+        return seer_err(SEER_ERR_INVALID_ARG, "kv_quant_bits %d must be 0, 4 or 8", p.kv_quant_bits);
     if (n_ctx_default && p.n_pages == 0)
         SEER_TRY(fit_default_ctx(m, &p));
     long long pages_per_seq = (p.n_ctx + p.page_size - 1) / p.page_size;
@@ -160,7 +181,7 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
     const seer_model_info *in = &m->info;
     c->geom = (seer_kv_geom){.n_pages = p.n_pages, .page_size = p.page_size,
                              .n_layers = in->n_layers, .n_kv_heads = in->n_kv_heads,
-                             .head_dim = in->head_dim};
+                             .head_dim = in->head_dim, .kv_bits = p.kv_quant_bits};
     c->be = m->be;
     seer_status s = m->be->ops->exec_clone ? m->be->ops->exec_clone(m->be, &c->be) : SEER_OK;
     if (s == SEER_OK)
@@ -361,6 +382,9 @@ static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
                         c->params.n_batch_max);
     if (b->capture && !b->queries)
         return seer_err(SEER_ERR_INVALID_ARG, "batch asks to capture queries but gives no room for them");
+    if (b->kv_quant && !c->params.kv_quant_bits)
+        return seer_err(SEER_ERR_INVALID_ARG, "batch asks for the quantised KV copy; the context keeps none "
+                                              "(kv_quant_bits 0)");
     const int V = c->model->info.n_vocab;
     for (int i = 0; i < T; i++) {
         if (b->token[i] < 0 || b->token[i] >= V)
@@ -468,7 +492,7 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
         .scale = 1.f / sqrtf((float)in->head_dim), .page_size = kv->page_size, .n_seq = n_seq,
         .max_pages = mp, .seq_pages = c->seq_pages, .seq_len0 = c->seq_len0,
         .seq_tok_off = c->seq_tok_off, .seq_toks = c->seq_toks, .seq_view = c->seq_view,
-        .tok_seq = c->tok_seq, .tok_slot = c->tok_slot, .mask = b->mask,
+        .tok_seq = c->tok_seq, .tok_slot = c->tok_slot, .mask = b->mask, .kv_quant = b->kv_quant,
     };
     c->cap_rows = b->capture;
     c->cap_out = b->queries;

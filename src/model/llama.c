@@ -97,8 +97,10 @@ seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const i
     seer_backend *be = ctx->be;
     if (op->batch_begin)
         SEER_TRY(op->batch_begin(be, ab, tokens, pos, ctx->tok_page, ctx->tok_row, out_rows, n_out));
-    /* A q capture downloads mid-call: such calls always run op by op. */
-    if (!op->forward_begin || ctx->cap_rows)
+    /* A q capture downloads mid-call: such calls always run op by op. So do calls through the
+     * quantised KV copy: a recording is per key and shape, and these differ from the target's
+     * calls of the same shape in their attention alone. */
+    if (!op->forward_begin || ctx->cap_rows || ab->kv_quant)
         return run_ops(ctx, tokens, pos, ab, out_rows, ab->T, n_out);
     int T = ab->T, n = n_out;
     bool done = false, redo = false;

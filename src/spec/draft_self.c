@@ -330,7 +330,7 @@ static seer_status self_propose(const seer_draft_env *env, void *impl, int n, se
         st = set_view(im, &seqs[i], seqs[i].n_tokens - 1);
     }
     if (st == SEER_OK)
-        st = seer_draft_expand(env, c, n, seqs, dseq, NULL, cap0, im->qbuf, NULL);
+        st = seer_draft_expand(env, c, n, seqs, dseq, NULL, cap0, im->qbuf, NULL, false);
     for (int i = 0; i < n; i++)
         n_cap += cap0[i];
     /* keep the captured queries for the rebuild in self_verified (flagged rows in order) */

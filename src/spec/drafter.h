@@ -90,9 +90,10 @@ struct seer_drafter_ops {
 extern const seer_drafter_ops seer_drafter_self;  /* streaming, retrieval, snapkv */
 extern const seer_drafter_ops seer_drafter_model; /* standalone draft model */
 extern const seer_drafter_ops seer_drafter_ngram;
+extern const seer_drafter_ops seer_drafter_quantkv; /* the target through its quantised KV copy */
 
-/* The drafter registered under name ("streaming", "retrieval", "snapkv", "draft", "ngram"),
- * NULL for none. */
+/* The drafter registered under name ("streaming", "retrieval", "snapkv", "draft", "ngram",
+ * "quantkv"), NULL for none. */
 const seer_drafter_ops *seer_drafter_find(const char *name);
 
 /* Step drafting (expand.c): fills the proposals of n sequences by drafting on context c (the
@@ -108,10 +109,12 @@ const seer_drafter_ops *seer_drafter_find(const char *name);
  * the queries of its first row (the pending token) into qbuf ([n_layers][flagged][H*Dh],
  * flagged rows in order of i); cleared for a sequence that drafts nothing. Afterwards dseq[i]
  * holds L + the pending token + kept[i] nodes (the chain's first nodes when the tree is a
- * chain, else none; kept may be NULL). */
+ * chain, else none; kept may be NULL). kv_quant: every draft call attends through the pool's
+ * quantised KV copy (seer_batch.kv_quant).
+ */
 seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n, seer_draft_seq *seqs,
                               const seer_seq_id *dseq, float *const *q_of, uint8_t *cap0, float *qbuf,
-                              int *kept);
+                              int *kept, bool kv_quant);
 
 /* The sample row of node u (-1: the pending token) of s's proposal: the penalty history is
  * s's tokens + the path to u, written to hist (room: repeat_last_n + depth entries). */

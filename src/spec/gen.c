@@ -27,7 +27,8 @@ seer_spec_params seer_spec_default_params(void) {
     return p;
 }
 
-static const char *const KIND_NAMES[] = {"none", "streaming", "retrieval", "snapkv", "draft", "ngram"};
+static const char *const KIND_NAMES[] = {"none",  "streaming", "retrieval", "snapkv",
+                                         "draft", "ngram",     "quantkv"};
 
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out) {
     SEER_CHECK_ARG(out);
@@ -37,7 +38,7 @@ seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out) {
             return SEER_OK;
         }
     return seer_err(SEER_ERR_INVALID_ARG,
-                    "unknown speculation '%s' (none, streaming, retrieval, snapkv, draft, ngram)",
+                    "unknown speculation '%s' (none, streaming, retrieval, snapkv, draft, ngram, quantkv)",
                     name ? name : "(null)");
 }
 
@@ -46,7 +47,7 @@ const char *seer_spec_kind_name(seer_spec_kind k) {
 }
 
 static seer_status check_params(const seer_context *ctx, const seer_spec_params *p) {
-    if (p->kind < SEER_SPEC_NONE || p->kind > SEER_SPEC_NGRAM)
+    if (p->kind < SEER_SPEC_NONE || p->kind > SEER_SPEC_QUANTKV)
         return seer_err(SEER_ERR_INVALID_ARG, "unknown speculation kind %d", (int)p->kind);
     if (p->kind == SEER_SPEC_NONE)
         return SEER_OK;

@@ -15,6 +15,7 @@ static const struct {
     {"snapkv", &seer_drafter_self},
     {"draft", &seer_drafter_model},
     {"ngram", &seer_drafter_ngram},
+    {"quantkv", &seer_drafter_quantkv},
 };
 
 const seer_drafter_ops *seer_drafter_find(const char *name) {

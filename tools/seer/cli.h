@@ -47,7 +47,8 @@ enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH };
         {"spec-tree-depth", required_argument, 0, CLI_O_TDEPTH}
 #define CLI_TREE_HELP                                                                      \
     "      --spec tree       token trees over --spec-base (SpecInfer / Sequoia verification)\n" \
-    "      --spec-base KIND  the drafter that fills the tree: streaming, retrieval, snapkv, draft\n" \
+    "      --spec-base KIND  the drafter that fills the tree: streaming, retrieval, snapkv, draft,\n"     \
+    "                        quantkv\n" \
     "      --spec-tree-size N  nodes per tree (default 8)\n"                                  \
     "      --spec-tree-depth D depth of a tree (default --spec-gamma)\n"
 bool cli_spec_kind(const char *arg, seer_spec_kind *kind, cli_tree *t);

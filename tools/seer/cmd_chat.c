@@ -39,16 +39,17 @@ static void usage(FILE *f) {
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n"
             "      --weights W       stored (default: quantised blocks as in the file), bf16 or f32\n"
-            "      --spec KIND       speculation: none, streaming, retrieval, snapkv, draft, ngram\n"
+            "      --spec KIND       speculation: none, streaming, retrieval, snapkv, draft, ngram, quantkv\n"
             "      --spec-gamma G    tokens drafted per round (default 4)\n"
             "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
             CLI_TREE_HELP
-            "      --draft-model M   draft model for --spec draft (same vocabulary)\n");
+            "      --draft-model M   draft model for --spec draft (same vocabulary)\n"
+            "      --spec-kv-bits B  quantkv: bits of the KV copy the draft reads, 4 or 8 (default 4)\n");
 }
 
 typedef struct {
     const char *model, *tmpl, *system, *draft_model;
-    long long n_predict, ctx, threads;
+    long long n_predict, ctx, threads, kv_bits;
     seer_sampler_params sp;
     seer_spec_params spec;
     cli_tree tree;
@@ -58,7 +59,7 @@ typedef struct {
 } chat_opts;
 
 static int parse(int argc, char **argv, chat_opts *o) {
-    enum { O_BACKEND = 256, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB, O_SPEC, O_SG, O_SK, O_DM };
+    enum { O_BACKEND = 256, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB, O_SPEC, O_SG, O_SK, O_DM, O_KVB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},       {"threads", required_argument, 0, 't'},
@@ -73,6 +74,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         CLI_TREE_OPTIONS,
         {"spec", required_argument, 0, O_SPEC},  {"spec-gamma", required_argument, 0, O_SG},
         {"spec-budget", required_argument, 0, O_SK}, {"draft-model", required_argument, 0, O_DM},
+        {"spec-kv-bits", required_argument, 0, O_KVB},
         {0, 0, 0, 0}};
     int c;
     long long v;
@@ -91,6 +93,12 @@ static int parse(int argc, char **argv, chat_opts *o) {
         case O_SPEC: if (!cli_spec_kind(optarg, &o->spec.kind, &o->tree)) return 2; break;
         case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 64, &v)) return 2; o->spec.gamma = (int)v; break;
         case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
+        case O_KVB:
+            if (!cli_int("--spec-kv-bits", optarg, 4, 8, &o->kv_bits) || (o->kv_bits != 4 && o->kv_bits != 8)) {
+                fprintf(stderr, "seer chat: --spec-kv-bits must be 4 or 8\n");
+                return 2;
+            }
+            break;
         case O_DM: o->draft_model = optarg; break;
         case 'h': usage(stdout); return 0;
         default: {
@@ -323,6 +331,8 @@ int cmd_chat(int argc, char **argv) {
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = (int)o.ctx; /* 0: the trained context, as memory allows; the pool grows as used */
     cp.n_seq_max = 2;      /* the reply and the prefix cache's copy of the conversation */
+    if (o.spec.kind == SEER_SPEC_QUANTKV)
+        cp.kv_quant_bits = o.kv_bits ? (int)o.kv_bits : 4;
     if ((s = seer_context_init(c.model, cp, &c.ctx)) != SEER_OK) {
         cli_error("creating context", s);
         goto done;

@@ -33,7 +33,7 @@ static void usage(FILE *f) {
             "      --system TEXT     a system message before the prompt (implies --chat)\n"
             "      --json            print one JSON object instead of streaming text\n"
             "speculative decoding (lossless: same output as without):\n"
-            "      --spec KIND       none, streaming, retrieval, snapkv, draft, ngram (default none)\n"
+            "      --spec KIND       none, streaming, retrieval, snapkv, draft, ngram, quantkv (default none)\n"
             "      --spec-gamma G    tokens drafted per round (default 4)\n"
             "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
             "      --spec-sinks S    first tokens the streaming view keeps (default 16)\n"
@@ -43,7 +43,10 @@ static void usage(FILE *f) {
             "      --spec-ngram N    ngram: longest suffix to match (default 4)\n"
             CLI_TREE_HELP
             "      --draft-model M   draft model for --spec draft (same vocabulary)\n"
-            "      --draft-budget K  StreamingLLM budget of the draft model's own cache (default 0 = full)\n");
+            "      --draft-budget K  StreamingLLM budget of the draft model's own cache (default 0 = full)\n"
+            "      --spec-kv-bits B  quantkv: bits of the KV copy the draft reads, 4 or 8 (default 4)\n"
+            "      --spec-kv-view V  quantkv: none (every slot) or streaming (sinks + recent within\n"
+            "                        the budget) (default none)\n");
 }
 
 /* The whole file, NUL-terminated; NULL with a message printed when it cannot be read (a
@@ -90,7 +93,7 @@ static seer_status tokenize_prompt(const seer_model *m, const char *p, const uin
 
 typedef struct {
     const char *model, *prompt, *prompt_file;
-    long long n_predict, ctx, threads;
+    long long n_predict, ctx, threads, kv_bits;
     seer_sampler_params sp;
     seer_spec_params spec;
     cli_tree tree;
@@ -102,7 +105,7 @@ typedef struct {
 
 static int parse(int argc, char **argv, gen_opts *o) {
     enum { O_BACKEND = 256, O_WEIGHTS, O_JSON, O_IGN, O_NOBOS,
-           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB };
+           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB, O_KVB, O_KVV };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
@@ -123,6 +126,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"draft-model", required_argument, 0, O_DM}, {"draft-budget", required_argument, 0, O_DB},
         {"chat", no_argument, 0, O_CHAT},        {"chat-template", required_argument, 0, O_CTMPL},
         {"system", required_argument, 0, O_SYS}, {"ctx-beyond-trained", no_argument, 0, O_CTXB},
+        {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-kv-view", required_argument, 0, O_KVV},
         {0, 0, 0, 0}};
     int c;
     long long v;
@@ -153,6 +157,19 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case O_SW: if (!cli_int("--spec-window", optarg, 1, 4096, &v)) return 2; o->spec.snap_window = (int)v; break;
         case O_SN: if (!cli_int("--spec-ngram", optarg, 1, 64, &v)) return 2; o->spec.ngram_max = (int)v; break;
         case O_DM: o->draft_model = optarg; break;
+        case O_KVB:
+            if (!cli_int("--spec-kv-bits", optarg, 4, 8, &o->kv_bits) || (o->kv_bits != 4 && o->kv_bits != 8)) {
+                fprintf(stderr, "seer: --spec-kv-bits must be 4 or 8\n");
+                return 2;
+            }
+            break;
+        case O_KVV:
+            if (seer_spec_kind_parse(optarg, &o->spec.quant_view) != SEER_OK ||
+                (o->spec.quant_view != SEER_SPEC_NONE && o->spec.quant_view != SEER_SPEC_STREAMING)) {
+                fprintf(stderr, "seer: --spec-kv-view must be none or streaming\n");
+                return 2;
+            }
+            break;
         case O_DB: if (!cli_int("--draft-budget", optarg, 0, 1 << 24, &v)) return 2; o->spec.draft_budget = (int)v; break;
         case 'h': usage(stdout); return 0;
         default: {
@@ -239,6 +256,8 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = (int)o.ctx; /* 0: the trained context, as memory allows */
+    if (o.spec.kind == SEER_SPEC_QUANTKV)
+        cp.kv_quant_bits = o.kv_bits ? (int)o.kv_bits : 4;
     if ((s = seer_context_init(model, cp, &ctx)) != SEER_OK) {
         cli_error("creating context", s);
         goto done;
@@ -352,7 +371,10 @@ int cmd_generate(int argc, char **argv) {
             json_array_append_new(pids, json_integer(ids[i]));
         for (int i = 0; i < n_gen; i++)
             json_array_append_new(gids, json_integer(gen_ids[i]));
-        out = json_pack("{s:o, s:o, s:s%, s:{s:i, s:i, s:f, s:f, s:f, s:f}, s:{s:s, s:i, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f}}",
+        seer_kv_memory km;
+        seer_context_kv_memory(ctx, &km);
+        out = json_pack("{s:o, s:o, s:s%, s:{s:i, s:i, s:f, s:f, s:f, s:f}, s:{s:s, s:i, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f}, "
+                        "s:{s:I, s:I, s:i, s:I, s:I}}",
                         "prompt_ids", pids, "generated_ids", gids, "text", text.s ? text.s : "", text.n,
                         "stats", "prompt_tokens", n_prompt, "generated_tokens", n_gen,
                         "prefill_tok_s", pf_tps, "decode_tok_s", dec_tps, "prefill_s", t1 - t0,
@@ -361,7 +383,11 @@ int cmd_generate(int argc, char **argv) {
                         "budget", o.spec.budget, "rounds", (json_int_t)st.rounds,
                         "drafted", (json_int_t)st.drafted, "accepted", (json_int_t)st.accepted,
                         "acceptance", acc_rate, "tokens_per_round", per_round,
-                        "draft_s", st.t_draft_s, "verify_s", st.t_verify_s);
+                        "draft_s", st.t_draft_s, "verify_s", st.t_verify_s,
+                        "kv", "bytes_committed", (json_int_t)km.bytes_committed,
+                        "bytes_reserved", (json_int_t)km.bytes_reserved, "quant_bits", km.quant_bits,
+                        "quant_bytes_committed", (json_int_t)km.quant_bytes_committed,
+                        "quant_bytes_reserved", (json_int_t)km.quant_bytes_reserved);
         json_t *jspec = out ? json_object_get(out, "spec") : NULL;
         if (jspec && o.spec.tree_size > 0) {
             json_object_set_new(jspec, "tree_size", json_integer(o.spec.tree_size));
@@ -386,6 +412,9 @@ int cmd_generate(int argc, char **argv) {
     char tree[48] = "";
     if (o.spec.tree_size > 0)
         snprintf(tree, sizeof tree, " tree of %d nodes, depth %d", o.spec.tree_size, o.spec.tree_depth);
+    if (km.quant_bits)
+        fprintf(stderr, "seer: of which the %d-bit KV copy: %.2f MiB committed of %.2f MiB reserved\n",
+                km.quant_bits, km.quant_bytes_committed / 1048576.0, km.quant_bytes_reserved / 1048576.0);
     if (o.spec.kind != SEER_SPEC_NONE)
         fprintf(stderr, "seer: spec %s%s: drafted %lld, accepted %lld (%.1f%%), %.2f tokens per verification, "
                         "draft %.3f s, verify %.3f s\n",

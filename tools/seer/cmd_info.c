@@ -62,6 +62,8 @@ int cmd_info(int argc, char **argv) {
         printf("heads         %d query, %d kv (head dim %d)\n", in.n_heads, in.n_kv_heads, in.head_dim);
         printf("ffn dim       %d\n", in.ffn_dim);
         printf("context       %d\n", in.ctx_train);
+        printf("kv copy       %.2f / %.2f KiB per token at 4 / 8 bits (--spec quantkv)\n",
+               seer_kv_quant_bytes_per_token(m, 4) / 1024.0, seer_kv_quant_bytes_per_token(m, 8) / 1024.0);
         printf("rope          base %g, %s pairs\n", in.rope_base, in.rope_neox ? "half-split (neox)" : "adjacent");
         printf("rms eps       %g\n", in.norm_eps);
         printf("tokenizer     %s, %d tokens (bos %d, eos %d)\n", seer_text_escape(in.tokenizer, e1, sizeof e1),

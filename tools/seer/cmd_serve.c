@@ -40,9 +40,11 @@ static void usage(FILE *f) {
             "      --prefill-chunk N prompt tokens per prefill chunk (default min(256, batch))\n"
             "      --kv-pages N      KV pool pages of 16 tokens (default: enough for every sequence)\n"
             "      --prefix-cache N  prompt prefixes kept for reuse, LRU (default 8; 0 = off)\n"
-            "      --spec KIND       default speculation: none, streaming, retrieval, snapkv, ngram\n"
+            "      --spec KIND       default speculation: none, streaming, retrieval, snapkv, ngram, quantkv\n"
             "      --spec-gamma G    tokens drafted per round (default 4)\n"
             "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
+            "      --spec-kv-bits B  keep a B-bit (4 or 8) copy of the KV cache, so that requests may\n"
+            "                        use quantkv (default: 4 with --spec quantkv, else none)\n"
             "      --drain-timeout S seconds to let requests finish at SIGINT/SIGTERM (default 30)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n"
@@ -56,7 +58,7 @@ static void usage(FILE *f) {
 typedef struct {
     const char *model, *host, *api_key, *alias, *tmpl;
     long long port, max_body, max_requests, max_prompt, n_predict, ctx, parallel, batch, chunk, pages;
-    long long threads, drain, prefix;
+    long long threads, drain, prefix, kv_bits;
     seer_backend_kind backend;
     seer_weights_kind weights;
     seer_sampler_params sp;
@@ -65,7 +67,7 @@ typedef struct {
 
 static int parse(int argc, char **argv, serve_opts *o) {
     enum { O_HOST = 256, O_PORT, O_KEY, O_BODY, O_MAXR, O_MAXP, O_ALIAS, O_TMPL, O_PAR, O_BATCH, O_CHUNK,
-           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX };
+           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX, O_KVB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT},      {"api-key", required_argument, 0, O_KEY},
@@ -77,6 +79,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"kv-pages", required_argument, 0, O_PAGES}, {"spec", required_argument, 0, O_SPEC},
         {"prefix-cache", required_argument, 0, O_PREFIX},
         {"spec-gamma", required_argument, 0, O_SG},  {"spec-budget", required_argument, 0, O_SK},
+        {"spec-kv-bits", required_argument, 0, O_KVB},
         {"drain-timeout", required_argument, 0, O_DRAIN}, {"threads", required_argument, 0, 't'},
         {"backend", required_argument, 0, O_BACKEND}, {"weights", required_argument, 0, O_WEIGHTS},
         {"temp", required_argument, 0, CLI_O_TEMP},  {"top-k", required_argument, 0, CLI_O_TOPK},
@@ -106,12 +109,18 @@ static int parse(int argc, char **argv, serve_opts *o) {
         case O_PREFIX: if (!cli_int("--prefix-cache", optarg, 0, 1024, &o->prefix)) return 2; break;
         case O_SPEC:
             if (seer_spec_kind_parse(optarg, &o->spec.kind) != SEER_OK || o->spec.kind == SEER_SPEC_DRAFT) {
-                fprintf(stderr, "seer serve: --spec: '%s' is not one of none, streaming, retrieval, snapkv, ngram\n", optarg);
+                fprintf(stderr, "seer serve: --spec: '%s' is not one of none, streaming, retrieval, snapkv, ngram, quantkv\n", optarg);
                 return 2;
             }
             break;
         case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 16, &v)) return 2; o->spec.gamma = (int)v; break;
         case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
+        case O_KVB:
+            if (!cli_int("--spec-kv-bits", optarg, 4, 8, &o->kv_bits) || (o->kv_bits != 4 && o->kv_bits != 8)) {
+                fprintf(stderr, "seer serve: --spec-kv-bits must be 4 or 8\n");
+                return 2;
+            }
+            break;
         case O_DRAIN: if (!cli_int("--drain-timeout", optarg, 0, 86400, &o->drain)) return 2; break;
         case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
@@ -322,6 +331,7 @@ int cmd_serve(int argc, char **argv) {
     cp.n_seq_max = (int)(o.parallel + o.prefix); /* the cache's sequences are its own */
     cp.n_batch_max = (int)o.batch;
     cp.n_pages = (int)o.pages;
+    cp.kv_quant_bits = o.kv_bits ? (int)o.kv_bits : o.spec.kind == SEER_SPEC_QUANTKV ? 4 : 0;
     if ((s = seer_context_init(srv.model, cp, &srv.ctx)) != SEER_OK) {
         cli_error("creating context", s);
         goto done;

@@ -128,7 +128,7 @@ int cli_tree_opt(int c, const char *arg, cli_tree *t) {
     switch (c) {
     case CLI_O_SBASE:
         if (seer_spec_kind_parse(arg, &t->base) != SEER_OK || t->base == SEER_SPEC_NONE) {
-            fprintf(stderr, "seer: --spec-base: '%s' is not one of streaming, retrieval, snapkv, draft, ngram\n", arg);
+            fprintf(stderr, "seer: --spec-base: '%s' is not one of streaming, retrieval, snapkv, draft, ngram, quantkv\n", arg);
             return -1;
         }
         t->base_set = true;

@@ -101,6 +101,11 @@ typedef struct {
     size_t map_bytes;  /* the whole mapping, header page included */
     size_t data_bytes; /* room for the K/V data: g->n_pages pages, rounded to OS pages */
     size_t committed;  /* data bytes made writable (and NaN-poisoned), OS-page aligned */
+    /* The quantised copy (geom kv_bits != 0), a mapping of its own grown the same way, so
+     * that the full-precision layout every kernel indexes stays as it is. */
+    uint8_t *q;          /* [n_pages][seer_kvq_page_bytes] or NULL */
+    size_t q_map_bytes;  /* its mapping, rounded to OS pages */
+    size_t q_committed;  /* bytes made writable (and poisoned with 0xFF: NaN scales) */
 } cpu_kv_hdr;
 
 static size_t os_page(void) {
@@ -108,12 +113,24 @@ static size_t os_page(void) {
     return p > 0 ? (size_t)p : 4096;
 }
 
+/* Commits at least 256 KiB at a time and an eighth of what is committed already, so a long
+ * context grows in few steps while a short one stays small. */
+enum { CPU_KV_CHUNK = 256 << 10 };
+
 static cpu_kv_hdr *kv_hdr(void *kv) { return (cpu_kv_hdr *)((char *)kv - os_page()); }
+
+uint8_t *seer_cpu_kv_qdata(const void *kv) {
+    return ((const cpu_kv_hdr *)((const char *)kv - os_page()))->q;
+}
+
+static size_t kvq_page_bytes(const seer_kv_geom *g) {
+    return seer_kvq_page_bytes(g->n_layers, g->page_size, g->n_kv_heads * g->head_dim, g->kv_bits);
+}
 
 static seer_status cpu_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out) {
     *out = NULL;
     const size_t op = os_page();
-    const size_t page = kv_bytes(&(seer_kv_geom){1, g->page_size, g->n_layers, g->n_kv_heads, g->head_dim});
+    const size_t page = kv_bytes(&(seer_kv_geom){1, g->page_size, g->n_layers, g->n_kv_heads, g->head_dim, 0});
     if (g->n_pages < 1 || page == 0 || (size_t)g->n_pages > (SIZE_MAX / 2 - op) / page)
         return seer_err(SEER_ERR_OOM, "KV cache: %d pages of %zu bytes overflow the address space",
                         g->n_pages, page);
@@ -126,14 +143,42 @@ static seer_status cpu_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **
         munmap(m, op + data);
         return seer_err(SEER_ERR_OOM, "KV cache: cannot commit its header page");
     }
-    *(cpu_kv_hdr *)m = (cpu_kv_hdr){.map_bytes = op + data, .data_bytes = data, .committed = 0};
+    if (g->kv_bits != 0 && g->kv_bits != 4 && g->kv_bits != 8) {
+        munmap(m, op + data);
+        return seer_err(SEER_ERR_INVALID_ARG, "KV cache: a quantised copy of %d bits (4 or 8)", g->kv_bits);
+    }
+    cpu_kv_hdr h = {.map_bytes = op + data, .data_bytes = data, .committed = 0};
+    if (g->kv_bits) {
+        h.q_map_bytes = (kvq_page_bytes(g) * (size_t)g->n_pages + op - 1) / op * op;
+        void *q = mmap(NULL, h.q_map_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (q == MAP_FAILED) {
+            munmap(m, op + data);
+            return seer_err(SEER_ERR_OOM, "KV cache: cannot reserve %.1f MiB of address space for its %d-bit copy",
+                            h.q_map_bytes / 1048576.0, g->kv_bits);
+        }
+        h.q = q;
+    }
+    *(cpu_kv_hdr *)m = h;
     *out = (char *)m + op;
     return SEER_OK;
 }
 
-/* Commits at least 256 KiB at a time and an eighth of what is committed already, so a long
- * context grows in few steps while a short one stays small. */
-enum { CPU_KV_CHUNK = 256 << 10 };
+/* Commits the quantised copy up to want bytes (the same growth rule as the rows). */
+static seer_status kvq_commit(cpu_kv_hdr *h, size_t want) {
+    if (want <= h->q_committed)
+        return SEER_OK;
+    const size_t op = os_page(), step = h->q_committed / 8 > CPU_KV_CHUNK / 8 ? h->q_committed / 8 : CPU_KV_CHUNK / 8;
+    size_t to = h->q_committed + step > want ? h->q_committed + step : want;
+    to = (to + op - 1) / op * op;
+    if (to > h->q_map_bytes)
+        to = h->q_map_bytes;
+    if (mprotect(h->q + h->q_committed, to - h->q_committed, PROT_READ | PROT_WRITE) != 0)
+        return seer_err(SEER_ERR_OOM, "KV cache: cannot commit %.1f MiB more of its quantised copy",
+                        (to - h->q_committed) / 1048576.0);
+    memset(h->q + h->q_committed, 0xFF, to - h->q_committed);
+    h->q_committed = to;
+    return SEER_OK;
+}
 
 static seer_status cpu_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom *g, int n_pages,
                                   int *n_committed) {
@@ -143,6 +188,9 @@ static seer_status cpu_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom
         return seer_err(SEER_ERR_INVALID_ARG, "KV cache: %d pages asked of a pool of %d", n_pages,
                         g->n_pages);
     const size_t want = (size_t)n_pages * page;
+    /* The copy first: a failure there leaves the rows' storage as it was. */
+    if (h->q)
+        SEER_TRY(kvq_commit(h, (size_t)n_pages * kvq_page_bytes(g)));
     if (want > h->committed) {
         const size_t op = os_page(), step = h->committed / 8 > CPU_KV_CHUNK ? h->committed / 8 : CPU_KV_CHUNK;
         size_t to = h->committed + step > want ? h->committed + step : want;
@@ -159,7 +207,9 @@ static seer_status cpu_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom
             f[i] = NAN;
         h->committed = to;
     }
-    const size_t have = h->committed / page;
+    size_t have = h->committed / page;
+    if (h->q && h->q_committed / kvq_page_bytes(g) < have)
+        have = h->q_committed / kvq_page_bytes(g);
     *n_committed = have < (size_t)g->n_pages ? (int)have : g->n_pages;
     return SEER_OK;
 }
@@ -190,14 +240,21 @@ static void cpu_kv_free(seer_backend *be, void *kv) {
     if (!kv)
         return;
     cpu_kv_hdr *h = kv_hdr(kv);
+    if (h->q)
+        munmap(h->q, h->q_map_bytes);
     munmap(h, h->map_bytes);
 }
 
 static seer_status cpu_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                      const seer_kv_copy *copies, int n) {
     size_t page = kv_bytes(g) / g->n_pages;
-    for (int i = 0; i < n; i++)
+    uint8_t *q = g->kv_bits ? seer_cpu_kv_qdata(kv) : NULL;
+    const size_t qpage = kvq_page_bytes(g);
+    for (int i = 0; i < n; i++) {
         memcpy((char *)kv + page * copies[i].dst, (char *)kv + page * copies[i].src, page);
+        if (q)
+            memcpy(q + qpage * copies[i].dst, q + qpage * copies[i].src, qpage);
+    }
     return SEER_OK;
 }
 
@@ -205,14 +262,25 @@ static seer_status cpu_kv_move_rows(seer_backend *be, void *kv, const seer_kv_ge
                                     const int32_t *src_page, const int32_t *src_row,
                                     const int32_t *dst_page, const int32_t *dst_row, int n) {
     SEER_TRY(seer_kv_move_check(g, src_page, src_row, dst_page, dst_row, n));
-    const size_t bytes = (size_t)g->n_kv_heads * g->head_dim * sizeof(float);
+    const int kvd = g->n_kv_heads * g->head_dim;
+    const size_t bytes = (size_t)kvd * sizeof(float);
+    /* the quantised copy's rows move with the rows they copy */
+    uint8_t *q = g->kv_bits ? seer_cpu_kv_qdata(kv) : NULL;
+    const size_t qbytes = q ? seer_kvq_row_bytes(kvd, g->kv_bits) : 0;
     for (int i = 0; i < n; i++)
         for (int l = 0; l < g->n_layers; l++)
             for (int w = 0; w < 2; w++) {
                 float *d = seer_cpu_kv_row(kv, g, dst_page[i], l, w, dst_row[i]);
                 const float *s = seer_cpu_kv_row(kv, g, src_page[i], l, w, src_row[i]);
-                if (d != s)
-                    memcpy(d, s, bytes);
+                if (d == s)
+                    continue;
+                memcpy(d, s, bytes);
+                if (q)
+                    memcpy(q + seer_kvq_row_off(g->n_layers, g->page_size, kvd, g->kv_bits, dst_page[i], l, w,
+                                                dst_row[i]),
+                           q + seer_kvq_row_off(g->n_layers, g->page_size, kvd, g->kv_bits, src_page[i], l, w,
+                                                src_row[i]),
+                           qbytes);
             }
     return SEER_OK;
 }
@@ -221,9 +289,14 @@ static seer_status cpu_kv_store(seer_backend *be, void *kv, const seer_kv_geom *
                                 const float *k, const float *v, const int32_t *page,
                                 const int32_t *row, int T) {
     size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
+    uint8_t *q = g->kv_bits ? seer_cpu_kv_qdata(kv) : NULL;
     for (int t = 0; t < T; t++) {
         memcpy(seer_cpu_kv_row(kv, g, page[t], layer, 0, row[t]), k + t * kvd, kvd * sizeof(float));
         memcpy(seer_cpu_kv_row(kv, g, page[t], layer, 1, row[t]), v + t * kvd, kvd * sizeof(float));
+        for (int w = 0; q && w < 2; w++)
+            seer_kvq_quantize_row((w ? v : k) + t * kvd, (int)kvd, g->kv_bits,
+                                  q + seer_kvq_row_off(g->n_layers, g->page_size, (int)kvd, g->kv_bits,
+                                                       page[t], layer, w, row[t]));
     }
     return SEER_OK;
 }
@@ -545,6 +618,12 @@ static void kvfill_range(void *ctx, int64_t j0, int64_t j1) {
         const uint64_t base = ((uint64_t)lw * a->n + i) * kvd;
         for (size_t e = 0; e < kvd; e++)
             dst[e] = seer_synth_value(a->seed, base + e, a->mul);
+        uint8_t *q = g->kv_bits ? seer_cpu_kv_qdata(a->kv) : NULL;
+        if (q)
+            seer_kvq_quantize_row(dst, (int)kvd, g->kv_bits,
+                                  q + seer_kvq_row_off(g->n_layers, g->page_size, (int)kvd, g->kv_bits,
+                                                       a->pages[slot / g->page_size], lw / 2, lw % 2,
+                                                       slot % g->page_size));
     }
 }
 

@@ -3,6 +3,7 @@
 #define SEER_BACKEND_CPU_H
 
 #include "backend/backend.h"
+#include "kv/kv_quant.h"
 
 /* A parallel op's body: processes items [i0, i1). */
 typedef void (*seer_cpu_task)(void *ctx, int64_t i0, int64_t i1);
@@ -55,6 +56,10 @@ static inline float *seer_cpu_kv_row(const void *kv, const seer_kv_geom *g, int 
     size_t off = (((size_t)page * g->n_layers + layer) * 2 + which) * g->page_size + row;
     return (float *)kv + off * kvd;
 }
+
+/* The quantised copy of a KV storage (kv/kv_quant.h layout), NULL when its geometry has
+ * kv_bits 0. */
+uint8_t *seer_cpu_kv_qdata(const void *kv);
 
 seer_status seer_cpu_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
                             const float *bias, int T);

@@ -11,6 +11,10 @@
  * Sequences with a prompt's worth of new tokens (more than SEER_INVARIANT_NEW_TOKENS, causal,
  * full view) go to the tiled path instead (cpu_attention_tile.c), which is not
  * batch-invariant; decode and verification steps never do.
+ *
+ * A batch with kv_quant reads every key and value from the storage's quantised copy
+ * (kv/kv_quant.h), dequantised a head row at a time into scratch, through the same
+ * arithmetic; it never takes the tiled path.
  */
 #include "backend/cpu/cpu.h"
 #include "util/error.h"
@@ -114,15 +118,29 @@ typedef struct {
     int layer, max_slots;
     const seer_attn_batch *ab;
     const uint8_t *tiled; /* [n_seq] sequences cpu_attention_tile.c does, or NULL */
+    const uint8_t *qkv;   /* the quantised copy when the batch reads it, else NULL */
     _Atomic int oom;
 } attn_args;
+
+/* Head kvh of the key (which = 0) or value row of slot s: in the storage, or dequantised
+ * from the copy into buf [Dh]. */
+static inline const float *head_row(const attn_args *a, const int32_t *pages, int s, int which,
+                                    int kvh, float *buf) {
+    const seer_kv_geom *g = a->g;
+    const int ps = a->ab->page_size, Dh = g->head_dim;
+    if (!a->qkv)
+        return seer_cpu_kv_row(a->kv, g, pages[s / ps], a->layer, which, s % ps) + (size_t)kvh * Dh;
+    const int kvd = g->n_kv_heads * Dh;
+    seer_kvq_dequantize(a->qkv + seer_kvq_row_off(g->n_layers, g->page_size, kvd, g->kv_bits,
+                                                  pages[s / ps], a->layer, which, s % ps),
+                        kvd, g->kv_bits, kvh * Dh, Dh, buf);
+    return buf;
+}
 
 /* Items are (token, KV head) pairs. */
 static void attn_items(void *ctx, int64_t j0, int64_t j1) {
     attn_args *a = ctx;
     const seer_attn_batch *ab = a->ab;
-    const seer_kv_geom *g = a->g;
-    const void *kv = a->kv;
     const int layer = a->layer;
     const float *q = a->q;
     float *out = a->out;
@@ -138,11 +156,13 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
     const size_t stride = (size_t)a->max_slots + 1;
     float *score = seer_malloc_array(stride * group, sizeof *score);
     float *sums = seer_malloc_array((size_t)group, sizeof *sums);
-    if (!slots || !score || !sums) {
+    float *deq = seer_malloc_array((size_t)4 * Dh, sizeof *deq); /* [4][Dh] dequantised rows */
+    if (!slots || !score || !sums || !deq) {
         atomic_store(&a->oom, 1);
         free(slots);
         free(score);
         free(sums);
+        free(deq);
         return;
     }
     for (int64_t j = j0; j < j1; j++) {
@@ -156,11 +176,8 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
         int k = 0;
         for (; k + 4 <= n; k += 4) {
             const float *kr[4];
-            for (int j = 0; j < 4; j++) {
-                const int s = slots[k + j];
-                kr[j] = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer, 0,
-                                        s % ab->page_size) + (size_t)kvh * Dh;
-            }
+            for (int j = 0; j < 4; j++)
+                kr[j] = head_row(a, pages, slots[k + j], 0, kvh, deq + (size_t)j * Dh);
             for (int hq = 0; hq < group; hq++) {
                 float d[4];
 #ifdef AVX2
@@ -174,9 +191,7 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
             }
         }
         for (; k < n; k++) {
-            const int s = slots[k];
-            const float *kr = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer, 0,
-                                              s % ab->page_size) + (size_t)kvh * Dh;
+            const float *kr = head_row(a, pages, slots[k], 0, kvh, deq);
             for (int hq = 0; hq < group; hq++)
                 score[hq * stride + k] = dot_lanes(qh + (size_t)hq * Dh, kr, Dh) * ab->scale;
         }
@@ -200,11 +215,8 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
         k = 0;
         for (; k + 4 <= n; k += 4) {
             const float *vr[4];
-            for (int j = 0; j < 4; j++) {
-                const int s = slots[k + j];
-                vr[j] = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer, 1,
-                                        s % ab->page_size) + (size_t)kvh * Dh;
-            }
+            for (int j = 0; j < 4; j++)
+                vr[j] = head_row(a, pages, slots[k + j], 1, kvh, deq + (size_t)j * Dh);
             for (int hq = 0; hq < group; hq++) {
                 float p[4];
                 for (int j = 0; j < 4; j++)
@@ -221,9 +233,7 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
             }
         }
         for (; k < n; k++) {
-            const int s = slots[k];
-            const float *vr = seer_cpu_kv_row(kv, g, pages[s / ab->page_size], layer, 1,
-                                              s % ab->page_size) + (size_t)kvh * Dh;
+            const float *vr = head_row(a, pages, slots[k], 1, kvh, deq);
             for (int hq = 0; hq < group; hq++) {
                 const float p = score[hq * stride + k] / sums[hq];
                 float *o = oh + (size_t)hq * Dh;
@@ -235,6 +245,7 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
     free(slots);
     free(score);
     free(sums);
+    free(deq);
 }
 
 seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, const void *kv,
@@ -248,9 +259,12 @@ seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, con
     }
     /* Prompts (long runs of new tokens in one sequence) go through the tiles; everything a
      * decode or verification step sees stays on the reference below. */
+    const uint8_t *qkv = NULL;
+    if (ab->kv_quant && !(qkv = g->kv_bits ? seer_cpu_kv_qdata(kv) : NULL))
+        return seer_err(SEER_ERR_INVALID_ARG, "attention: the batch reads a quantised KV copy the cache does not keep");
     uint8_t *tiled = NULL;
     int n_tiled = 0, n_ref = T;
-    for (int b = 0; b < ab->n_seq && !((seer_cpu *)be->impl)->attn_ref; b++)
+    for (int b = 0; b < ab->n_seq && !((seer_cpu *)be->impl)->attn_ref && !qkv; b++)
         if (seer_cpu_attn_tileable(ab, b)) {
             if (!tiled && !(tiled = calloc((size_t)ab->n_seq, 1)))
                 return seer_err(SEER_ERR_OOM, "attention: out of memory");
@@ -265,7 +279,7 @@ seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, con
             return st;
         }
     }
-    attn_args a = {out, q, kv, g, layer, max_slots, ab, tiled, 0};
+    attn_args a = {out, q, kv, g, layer, max_slots, ab, tiled, qkv, 0};
     if (n_ref > 0)
         seer_cpu_for(be, (size_t)n_ref * ab->n_heads * max_slots * ab->head_dim > ((size_t)1 << 18),
                      (int64_t)T * Hkv, attn_items, &a);

@@ -215,11 +215,12 @@ static void cuda_free_be(seer_backend *be) {
         seer_cuda_buf *bufs[] = {&c->xbf16, &c->fallback[0], &c->fallback[1], &c->gather_tmp,
                                  &c->attn_part, &c->kv_read, &c->batch, &c->argmax_ids,
                                  &c->mm_part, &c->mm_cnt, &c->rope_tab, &c->glu_tmp, &c->wbf16, &c->att_cnt, &c->smp_dev, &c->smp_work,
-                                 &c->tree_work};
+                                 &c->tree_work, &c->qkv_idx};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             seer_cuda_buf_free(c, bufs[i]);
         free(c->smp_host);
         free(c->smp_mark);
+        free(c->qkv_host);
         if (c->blas)
             cublasDestroy(c->blas);
         seer_cuda_free(c, c->blas_ws);
@@ -337,7 +338,7 @@ static seer_backend_ops cuda_ops_prof_make(void) {
     PROF(embed, seer_cuda_embed);
     PROF(rmsnorm, seer_cuda_rmsnorm);
     PROF(rope, seer_cuda_rope);
-    PROF(attention, seer_cuda_attention);
+    PROF(attention, seer_cuda_attention_any);
     PROF(swiglu, seer_cuda_swiglu);
     PROF(add, seer_cuda_add);
     PROF(gather_rows, seer_cuda_gather_rows_fw);
@@ -379,7 +380,7 @@ static seer_backend_ops cuda_ops_make(void) {
     o.rmsnorm = seer_cuda_rmsnorm;
     o.matmul = seer_cuda_matmul;
     o.rope = seer_cuda_rope;
-    o.attention = seer_cuda_attention;
+    o.attention = seer_cuda_attention_any; /* attention.cu, or through the quantised KV copy */
     o.weight_concat = seer_cuda_weight_concat;
     o.matmul_split = seer_cuda_matmul_split;
     o.matmul_add = seer_cuda_matmul_add;

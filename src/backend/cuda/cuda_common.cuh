@@ -19,6 +19,7 @@
 
 extern "C" {
 #include "backend/backend.h"
+#include "kv/kv_quant.h"
 #include "util/error.h"
 }
 
@@ -220,6 +221,11 @@ typedef struct {
     seer_cuda_buf glu_tmp;       /* matmul_glu's products before the pairs combine (cuBLAS) */
     seer_cuda_buf wbf16;         /* a slice of a quantised weight's rows in bf16 (cuBLAS) */
     seer_cuda_rope_key rope_key;
+    /* attention_qkv.cu: the slot lists of an attention through the quantised copy, host
+     * staging and their device copy */
+    int32_t *qkv_host;
+    size_t qkv_host_cap;         /* int32 entries */
+    seer_cuda_buf qkv_idx;
 } seer_cuda;
 
 typedef struct seer_cuda_prof seer_cuda_prof;
@@ -297,6 +303,18 @@ seer_status seer_cuda_kv_read(seer_backend *be, const void *kv, const seer_kv_ge
 seer_status seer_cuda_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g, int layer,
                                const float *k, const float *v, const int32_t *page,
                                const int32_t *row, int T);
+
+/* The quantised KV copy (attention_qkv.cu; format kv/kv_quant.h): its base (NULL without
+ * one), its page size, the store of k, v [T][Hkv*Dh] (f32, device) at device dpage/drow [T]
+ * into it, and the attention op: attention.cu's, or through the copy when ab->kv_quant. */
+uint8_t *seer_cuda_kv_qdata(seer_cuda *c, const void *kv);
+static inline size_t seer_cuda_kvq_page_bytes(const seer_kv_geom *g) {
+    return seer_kvq_page_bytes(g->n_layers, g->page_size, g->n_kv_heads * g->head_dim, g->kv_bits);
+}
+seer_status seer_cuda_kvq_store(seer_cuda *c, void *kv, const seer_kv_geom *g, int layer, const float *k,
+                                const float *v, const int32_t *dpage, const int32_t *drow, int T);
+seer_status seer_cuda_attention_any(seer_backend *be, float *out, const float *q, const void *kv,
+                                    const seer_kv_geom *g, int layer, const seer_attn_batch *ab);
 
 seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                                   const int32_t *tokens, const int32_t *pos, const int32_t *page,

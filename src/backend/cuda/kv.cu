@@ -3,7 +3,9 @@
  * mapped in chunks as pages are first used, NaN-poisoned so that reading a slot nothing
  * wrote shows up in tests), page copies for copy-on-write, and storing a forward
  * call's K/V rows, rounded to bf16; and reading rows back as f32 for the host.
- * Layout [n_pages][n_layers][2][Hkv][page_size][Dh] bf16 (see cuda_common.cuh).
+ * Layout [n_pages][n_layers][2][Hkv][page_size][Dh] bf16 (see cuda_common.cuh). A geometry with
+ * kv_bits also gets the quantised copy (kv/kv_quant.h) in an address range of its own, grown
+ * with the rows; its kernels are in attention_qkv.cu.
  * Not for: attention over the cache (attention.cu).
  */
 #include "backend/cuda/cuda_common.cuh"
@@ -31,15 +33,20 @@ static seer_status check_geom(const seer_kv_geom *g) {
  * virtual memory management, backed by physical chunks mapped at its end as pages are first
  * used. The base never moves (kernels index pages from it; recorded graphs hold it). A chunk's
  * handle is released as soon as it is mapped: the memory lives until it is unmapped. */
-struct seer_cuda_kv_pool {
-    struct seer_cuda_kv_pool *next;
+struct kv_region {
     CUdeviceptr base;
     size_t reserved;   /* bytes of address space, a multiple of gran */
-    size_t data_bytes; /* bytes of g->n_pages pages */
     size_t committed;  /* bytes mapped from base, a multiple of gran */
-    size_t gran;       /* the allocation granularity */
     size_t *chunks;    /* [n_chunks] sizes of the mappings, in address order */
     int n_chunks, cap_chunks;
+};
+
+struct seer_cuda_kv_pool {
+    struct seer_cuda_kv_pool *next;
+    struct kv_region rows; /* the bf16 pages; rows.base is the storage's handle */
+    struct kv_region q;    /* the quantised copy (base 0: none) */
+    size_t data_bytes; /* bytes of g->n_pages pages */
+    size_t gran;       /* the allocation granularity */
 };
 
 /* The driver calls of the virtual memory management, found through the runtime
@@ -117,7 +124,7 @@ static CUmemAllocationProp kv_prop(int device) {
 static struct seer_cuda_kv_pool *find_pool(seer_cuda *c, const void *kv,
                                            struct seer_cuda_kv_pool ***link) {
     for (struct seer_cuda_kv_pool **l = &c->kv_pools; *l; l = &(*l)->next)
-        if ((*l)->base == (CUdeviceptr)kv) {
+        if ((*l)->rows.base == (CUdeviceptr)kv) {
             if (link)
                 *link = l;
             return *l;
@@ -156,22 +163,40 @@ seer_status seer_cuda_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **o
     struct seer_cuda_kv_pool *pool = (struct seer_cuda_kv_pool *)calloc(1, sizeof *pool);
     if (!pool)
         return seer_err(SEER_ERR_OOM, "KV cache: out of host memory");
+    if (g->kv_bits != 0 && g->kv_bits != 4 && g->kv_bits != 8) {
+        free(pool);
+        return seer_err(SEER_ERR_INVALID_ARG, "KV cache: a quantised copy of %d bits (4 or 8)", g->kv_bits);
+    }
     pool->data_bytes = bytes;
-    pool->reserved = (pool->data_bytes + gran - 1) / gran * gran;
+    pool->rows.reserved = (pool->data_bytes + gran - 1) / gran * gran;
     pool->gran = gran;
-    CUresult r = cu().MemAddressReserve(&pool->base, pool->reserved, 0, 0, 0);
+    CUresult r = cu().MemAddressReserve(&pool->rows.base, pool->rows.reserved, 0, 0, 0);
     if (r != CUDA_SUCCESS) {
         free(pool);
         return cu_fail(r, "reserving device addresses for the KV cache");
     }
+    if (g->kv_bits) {
+        pool->q.reserved = (seer_cuda_kvq_page_bytes(g) * (size_t)g->n_pages + gran - 1) / gran * gran;
+        r = cu().MemAddressReserve(&pool->q.base, pool->q.reserved, 0, 0, 0);
+        if (r != CUDA_SUCCESS) {
+            (void)cu().MemAddressFree(pool->rows.base, pool->rows.reserved);
+            free(pool);
+            return cu_fail(r, "reserving device addresses for the KV cache's quantised copy");
+        }
+    }
     pool->next = c->kv_pools;
     c->kv_pools = pool;
-    *out = (void *)pool->base;
+    *out = (void *)pool->rows.base;
     return SEER_OK;
 }
 
+uint8_t *seer_cuda_kv_qdata(seer_cuda *c, const void *kv) {
+    struct seer_cuda_kv_pool *pool = find_pool(c, kv, NULL);
+    return pool && pool->q.base ? (uint8_t *)pool->q.base : NULL;
+}
+
 /* Maps one more chunk of bytes at the end of what is mapped; all or nothing. */
-static seer_status map_chunk(seer_cuda *c, struct seer_cuda_kv_pool *pool, size_t bytes) {
+static seer_status map_chunk(seer_cuda *c, struct kv_region *pool, size_t bytes) {
     if (pool->n_chunks == pool->cap_chunks) {
         int cap = pool->cap_chunks ? 2 * pool->cap_chunks : 16;
         size_t *p = (size_t *)realloc(pool->chunks, sizeof *p * (size_t)cap);
@@ -225,6 +250,21 @@ static seer_status map_chunk(seer_cuda *c, struct seer_cuda_kv_pool *pool, size_
     return SEER_OK;
 }
 
+/* Maps region r up to at least want bytes: at least 2 MiB and an eighth of what is there at
+ * a time (few steps, little over-commit). */
+static seer_status grow_region(seer_cuda *c, struct kv_region *r, size_t gran, size_t want) {
+    if (want <= r->committed)
+        return SEER_OK;
+    /* The driver calls below act on the calling thread's current context. */
+    CUDA_TRY(cudaSetDevice(c->device));
+    size_t step = r->committed / 8 > ((size_t)2 << 20) ? r->committed / 8 : ((size_t)2 << 20);
+    size_t to = r->committed + step > want ? r->committed + step : want;
+    to = (to + gran - 1) / gran * gran;
+    if (to > r->reserved)
+        to = r->reserved;
+    return map_chunk(c, r, to - r->committed);
+}
+
 seer_status seer_cuda_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom *g, int n_pages,
                                  int *n_committed) {
     seer_cuda *c = seer_cuda_of(be);
@@ -232,20 +272,14 @@ seer_status seer_cuda_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom 
     if (!pool || n_pages < 0 || n_pages > g->n_pages)
         return seer_err(SEER_ERR_INVALID_ARG, "KV cache: %d pages asked of a pool of %d", n_pages,
                         g->n_pages);
-    const size_t pb = page_elems(g) * sizeof(bf16);
-    const size_t want = (size_t)n_pages * pb;
-    if (want > pool->committed) {
-        /* The driver calls below act on the calling thread's current context. */
-        CUDA_TRY(cudaSetDevice(c->device));
-        /* At least 2 MiB and an eighth of what is there: few steps, little over-commit. */
-        size_t step = pool->committed / 8 > ((size_t)2 << 20) ? pool->committed / 8 : ((size_t)2 << 20);
-        size_t to = pool->committed + step > want ? pool->committed + step : want;
-        to = (to + pool->gran - 1) / pool->gran * pool->gran;
-        if (to > pool->reserved)
-            to = pool->reserved;
-        SEER_TRY(map_chunk(c, pool, to - pool->committed));
-    }
-    const size_t have = pool->committed / pb;
+    const size_t pb = page_elems(g) * sizeof(bf16), qb = seer_cuda_kvq_page_bytes(g);
+    /* The copy first: when the rows then fail, the storage the pool counts is as it was. */
+    if (pool->q.base)
+        SEER_TRY(grow_region(c, &pool->q, pool->gran, (size_t)n_pages * qb));
+    SEER_TRY(grow_region(c, &pool->rows, pool->gran, (size_t)n_pages * pb));
+    size_t have = pool->rows.committed / pb;
+    if (pool->q.base && pool->q.committed / qb < have)
+        have = pool->q.committed / qb;
     *n_committed = have < (size_t)g->n_pages ? (int)have : g->n_pages;
     return SEER_OK;
 }
@@ -266,23 +300,30 @@ void seer_cuda_kv_free(seer_backend *be, void *kv) {
     /* Work queued on the stream may still read the pages. */
     if (cudaStreamSynchronize(c->stream) != cudaSuccess)
         (void)cudaGetLastError();
-    size_t off = 0;
-    for (int i = 0; i < pool->n_chunks; i++) {
-        (void)cu().MemUnmap(pool->base + off, pool->chunks[i]);
-        off += pool->chunks[i];
+    struct kv_region *regions[2] = {&pool->rows, &pool->q};
+    for (int k = 0; k < 2; k++) {
+        struct kv_region *r = regions[k];
+        if (!r->base)
+            continue;
+        size_t off = 0;
+        for (int i = 0; i < r->n_chunks; i++) {
+            (void)cu().MemUnmap(r->base + off, r->chunks[i]);
+            off += r->chunks[i];
+        }
+        (void)cu().MemAddressFree(r->base, r->reserved);
+        c->in_use -= r->committed;
+        free(r->chunks);
     }
-    (void)cu().MemAddressFree(pool->base, pool->reserved);
-    c->in_use -= pool->committed;
     c->gen++; /* a recorded forward call may hold the base: recordings of older generations go */
     *link = pool->next;
-    free(pool->chunks);
     free(pool);
 }
 
 seer_status seer_cuda_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                     const seer_kv_copy *copies, int n) {
     seer_cuda *c = seer_cuda_of(be);
-    const size_t pb = page_elems(g) * sizeof(bf16);
+    const size_t pb = page_elems(g) * sizeof(bf16), qb = seer_cuda_kvq_page_bytes(g);
+    uint8_t *q = g->kv_bits ? seer_cuda_kv_qdata(c, kv) : NULL;
     for (int i = 0; i < n; i++) {
         const int s = copies[i].src, d = copies[i].dst;
         if (s < 0 || s >= g->n_pages || d < 0 || d >= g->n_pages)
@@ -293,6 +334,8 @@ seer_status seer_cuda_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_ge
         /* In stream order, so a later copy may read what an earlier one wrote. */
         CUDA_TRY(cudaMemcpyAsync((char *)kv + pb * d, (const char *)kv + pb * s, pb,
                                  cudaMemcpyDeviceToDevice, c->stream));
+        if (q)
+            CUDA_TRY(cudaMemcpyAsync(q + qb * d, q + qb * s, qb, cudaMemcpyDeviceToDevice, c->stream));
     }
     return SEER_OK;
 }
@@ -336,6 +379,8 @@ seer_status seer_cuda_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g
                                                  g->n_pages, g->page_size, g->n_kv_heads,
                                                  g->head_dim);
     LAUNCH_TRY("kv_store_kernel");
+    if (g->kv_bits)
+        SEER_TRY(seer_cuda_kvq_store(c, kv, g, layer, k, v, dpage, drow, T));
     return SEER_OK;
 }
 
@@ -351,6 +396,20 @@ __global__ void kv_move_rows_kernel(bf16 *kv, const int32_t *mv, int n, int n_la
         const bf16 *src = kv + (((((size_t)m[0] * n_layers + layer) * 2 + which) * Hkv + h) * page_size + m[1]) * Dh;
         bf16 *dst = kv + (((((size_t)m[2] * n_layers + layer) * 2 + which) * Hkv + h) * page_size + m[3]) * Dh;
         for (int e = threadIdx.x; e < Dh; e += blockDim.x)
+            dst[e] = src[e];
+    }
+}
+
+/* The same for the quantised copy's rows (kv/kv_quant.h layout), in 8-byte words: one block
+ * per (layer, K or V), each thread owning fixed words through the moves in order. */
+__global__ void kvq_move_rows_kernel(uint64_t *q, const int32_t *mv, int n, int n_layers, int page_size,
+                                     int row_words) {
+    const int layer = blockIdx.x, which = blockIdx.y;
+    for (int i = 0; i < n; i++) {
+        const int32_t *m = mv + (size_t)i * 4;
+        const uint64_t *src = q + ((((size_t)m[0] * n_layers + layer) * 2 + which) * page_size + m[1]) * row_words;
+        uint64_t *dst = q + ((((size_t)m[2] * n_layers + layer) * 2 + which) * page_size + m[3]) * row_words;
+        for (int e = threadIdx.x; e < row_words; e += blockDim.x)
             dst[e] = src[e];
     }
 }
@@ -382,6 +441,15 @@ seer_status seer_cuda_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geo
     kv_move_rows_kernel<<<grid, threads, 0, c->stream>>>((bf16 *)kv, dmv, n, g->n_layers, g->page_size,
                                                          g->n_kv_heads, g->head_dim);
     LAUNCH_TRY("kv_move_rows_kernel");
+    if (g->kv_bits) { /* the copy's rows move with the rows they copy (row bytes: multiples of 8) */
+        uint8_t *q = seer_cuda_kv_qdata(c, kv);
+        const int words = (int)(seer_kvq_row_bytes(g->n_kv_heads * g->head_dim, g->kv_bits) / 8);
+        if (q) {
+            kvq_move_rows_kernel<<<dim3((unsigned)g->n_layers, 2), 64, 0, c->stream>>>(
+                (uint64_t *)q, dmv, n, g->n_layers, g->page_size, words);
+            LAUNCH_TRY("kvq_move_rows_kernel");
+        }
+    }
     return SEER_OK;
 }
 

@@ -147,5 +147,8 @@ seer_status seer_cuda_rope_kv_store(seer_backend *be, float *q, float *k, const 
                               (bf16 *)kv, dpage, drow, T, H, Hkv, Dh, neox, layer, g->n_layers, g->n_pages,
                               g->page_size));
     LAUNCH_TRY("rope_store_kernel");
+    /* The quantised copy from the same f32 rows, roped in place above. */
+    if (g->kv_bits)
+        SEER_TRY(seer_cuda_kvq_store(c, kv, g, layer, k, v, dpage, drow, T));
     return SEER_OK;
 }

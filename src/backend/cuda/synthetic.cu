@@ -68,6 +68,8 @@ seer_status seer_cuda_kv_fill_random(seer_backend *be, void *kv, const seer_kv_g
     if (n <= 0)
         return SEER_OK;
     SEER_TRY(seer_kv_fill_check(g, pages, n_pages, row0, n));
+    if (g->kv_bits) /* the copy is quantised from f32 rows, which this fill never has */
+        return seer_err(SEER_ERR_UNSUPPORTED, "kv_fill_random: a KV storage with a quantised copy (CUDA)");
     /* A buffer of its own rather than the forward call's index copies: this runs between
      * forward calls and must not disturb what they keep. */
     void *dpages = NULL;
