@@ -313,14 +313,30 @@ typedef struct {
     int tree_size;         /* > 0: each round proposes a token tree of this many nodes (SpecInfer,
                               Sequoia) instead of a chain of gamma; its depth is at most
                               tree_depth (0: gamma). One-hot drafters (ngram) still propose
-                              chains, the degenerate tree */
+                              chains, the degenerate tree. -1: the size is chosen online
+                              (Sequoia's hardware-aware choice, up to SEER_TREE_AUTO_MAX nodes)
+                              from the acceptance measured so far and the verification cost
+                              table below; implies tree_replan (8 when 0) */
     int tree_depth;
+    int tree_replan;       /* trees: every this many rounds re-plan the shape with Sequoia's
+                              dynamic program from the positional acceptance measured online
+                              (same node count, depth <= tree_depth); 0: the fixed default
+                              shape. Greedy output is unchanged: shapes only change proposals */
+    int tree_cost_points;  /* tree_size -1: the verification cost of n tokens relative to one, */
+    const int *tree_cost_n;      /* at tree_cost_points ascending sizes n (>= 1); 0 points: */
+    const double *tree_cost;     /* measured once at init (n = 1, 2, 4, .. 32 on the target) */
+    float tree_draft_cost; /* tree_size -1: one draft step relative to a decode step (> 0), or
+                              0: measured online from the rounds' timings (needs the measured
+                              cost table) */
     seer_spec_kind quant_view; /* quantkv: SEER_SPEC_NONE (every slot, quantised) or
                                   SEER_SPEC_STREAMING (sinks + recent within budget, quantised) */
     float synthetic_accept; /* benchmarks on random weights only: when > 0, each draft token is
                                accepted independently with this probability instead of by
                                the verification rule. NOT lossless; labelled in all output. */
 } seer_spec_params;
+
+/* Most nodes of a tree whose size is chosen online (tree_size -1). */
+#define SEER_TREE_AUTO_MAX 32
 
 seer_spec_params seer_spec_default_params(void);
 /* Parses "none", "streaming", "retrieval", "snapkv", "draft", "ngram", "quantkv". */

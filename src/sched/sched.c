@@ -619,6 +619,8 @@ static void commit(seer_sched *s, int n) {
             continue;
         }
         const int k = pe->k, nd = g->nd[k], acc = g->acc[k];
+        if (!pe->prefill)
+            seer_gen_plan_observe(g, k);
         seer_status st = seer_gen_settle(g, k, q);
         if (pe->prefill) {
             r->n_cached = r->n_target;
@@ -704,9 +706,13 @@ seer_status seer_sched_step(seer_sched *s, int *n_active) {
         remove_waiting(s, 0);
         s->running[s->n_running++] = r;
     }
-    /* 3-4. the plan, within the pool */
+    /* 3-4. the plan, within the pool; first the groups' tree shapes (online planning) for
+     * the rounds below, between rounds as the shapes must change */
     seer_status st = SEER_OK;
-    int n = plan_step(s);
+    for (int i = 0; i < MAX_GROUPS && st == SEER_OK; i++)
+        if (s->groups[i].g)
+            st = seer_gen_plan_round(s->groups[i].g);
+    int n = st == SEER_OK ? plan_step(s) : 0;
     while (n > 0 && plan_pages(s, n) > seer_kv_free_pages(c)) {
         if (seer_prefix_evict_lru(&s->pc, c)) /* cached prefixes go before running requests */
             continue;

@@ -56,10 +56,13 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
                         SEER_INVARIANT_NEW_TOKENS - 1);
     if (!(p->synthetic_accept >= 0 && p->synthetic_accept < 1))
         return seer_err(SEER_ERR_INVALID_ARG, "synthetic acceptance %g must be in [0, 1)", p->synthetic_accept);
-    if (p->tree_size < 0 || p->tree_depth < 0 || p->tree_size + 1 > SEER_INVARIANT_NEW_TOKENS ||
+    if (p->tree_size < -1 || p->tree_depth < 0 || p->tree_replan < 0 || p->tree_size + 1 > SEER_INVARIANT_NEW_TOKENS ||
         p->tree_size + 1 > ctx->params.n_batch_max)
         return seer_err(SEER_ERR_INVALID_ARG, "tree of %d nodes: must be in [0, %d] (and fit in the batch limit %d)",
                         p->tree_size, SEER_INVARIANT_NEW_TOKENS - 1, ctx->params.n_batch_max - 1);
+    if (p->tree_size == -1 && (p->tree_depth > SEER_TREE_AUTO_MAX || ctx->params.n_batch_max < 2))
+        return seer_err(SEER_ERR_INVALID_ARG, "automatic tree size: depth %d (at most %d) and a batch limit of 2 or more",
+                        p->tree_depth, SEER_TREE_AUTO_MAX);
     if (p->tree_size > 0 && (p->tree_depth ? p->tree_depth : p->gamma) > p->tree_size)
         return seer_err(SEER_ERR_INVALID_ARG, "tree depth %d exceeds its %d nodes",
                         p->tree_depth ? p->tree_depth : p->gamma, p->tree_size);
@@ -101,10 +104,17 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->model = ctx->model;
     g->V = ctx->model->info.n_vocab;
     g->spec = spec;
-    g->G = spec.kind == SEER_SPEC_NONE ? 0 : spec.tree_size > 0 ? spec.tree_size : spec.gamma;
-    g->D = spec.kind == SEER_SPEC_NONE ? 0 : spec.tree_size > 0 && spec.tree_depth > 0 ? spec.tree_depth : spec.gamma;
-    g->tree = spec.kind != SEER_SPEC_NONE && spec.tree_size > 0;
-    const int B = ctx->params.n_seq_max, G = g->G, TB = ctx->params.n_batch_max;
+    const int B = ctx->params.n_seq_max, TB = ctx->params.n_batch_max;
+    /* an automatic size plans within the most nodes a verification call takes */
+    int auto_max = SEER_TREE_AUTO_MAX < TB - 1 ? SEER_TREE_AUTO_MAX : TB - 1;
+    if (auto_max > SEER_INVARIANT_NEW_TOKENS - 1)
+        auto_max = SEER_INVARIANT_NEW_TOKENS - 1;
+    g->tree = spec.kind != SEER_SPEC_NONE && spec.tree_size != 0;
+    g->G = spec.kind == SEER_SPEC_NONE ? 0 : spec.tree_size > 0 ? spec.tree_size : spec.tree_size < 0 ? auto_max : spec.gamma;
+    g->D = spec.kind == SEER_SPEC_NONE ? 0 : g->tree && spec.tree_depth > 0 ? spec.tree_depth : spec.gamma;
+    if (g->D > g->G)
+        g->D = g->G;
+    const int G = g->G;
     const size_t n_ids = (size_t)B * (G + 1) > (size_t)TB ? (size_t)B * (G + 1) : (size_t)TB;
     g->seqs = calloc(B, sizeof *g->seqs);
     g->hs = calloc(B, sizeof(int));
@@ -128,7 +138,7 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->path = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
     g->tpath = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
     /* a tree call's mask; chains never need one */
-    g->mask = spec.kind != SEER_SPEC_NONE && spec.tree_size > 0 ? seer_malloc_array((size_t)TB * TB, 1) : NULL;
+    g->mask = g->tree ? seer_malloc_array((size_t)TB * TB, 1) : NULL;
     g->trees = seer_malloc_array(B, sizeof *g->trees);
     g->t_used = seer_malloc_array(B, sizeof(int32_t));
     g->shape = seer_malloc_array(G ? G : 1, sizeof(int32_t));
@@ -150,6 +160,8 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
             g->shape[j] = j - 1;
     if (G) {
         seer_status s = seer_tree_shape_check(g->shape, G, g->D, g->sdepth);
+        if (s == SEER_OK)
+            s = seer_gen_plan_init(g);
         if (s != SEER_OK) {
             seer_gen_free(g);
             return s;
@@ -365,7 +377,7 @@ seer_status seer_gen_adopt(seer_gen *g, seer_seq_id seq, const int32_t *tokens, 
 void seer_gen_limits(const seer_gen *g, const seer_gen_seq *s, int budget, int *gam, int *dl) {
     const int room = g->ctx->params.n_ctx - s->n_tokens - 1; /* slots for draft rows */
     const int left = s->max_new < 0 ? room + 1 : s->max_new - n_generated(s) - 1;
-    int m = g->G < room ? g->G : room, d = g->D < left ? g->D : left;
+    int m = g->n_shape < room ? g->n_shape : room, d = g->D < left ? g->D : left;
     if (budget >= 0 && m > budget - 1)
         m = budget - 1;
     if (!g->tree && m > d) /* a chain's nodes are its depth */
@@ -444,7 +456,10 @@ seer_status seer_gen_propose(seer_gen *g, int n, bool sampled) {
         SEER_TRY(seer_gen_need_q(g));
     for (int i = 0; i < n; i++)
         view(g, g->hs[i], i);
+    const double t0 = now_s();
     seer_status st = g->dops->propose(&g->env, g->dimpl, n, g->dv);
+    g->plan.t_draft_s += now_s() - t0; /* the draft step's cost, for an automatic tree size */
+    g->plan.steps += 1;
     for (int i = 0; i < n; i++) {
         g->nd[i] = g->dv[i].n;
         g->onehot[i] = g->dv[i].onehot;
@@ -480,6 +495,12 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
     *n_active = n;
     if (n == 0)
         return SEER_OK;
+    /* a new shape (online planning) takes effect from this round: the limits follow it */
+    if (g->plan.on) {
+        SEER_TRY(seer_gen_plan_round(g));
+        for (int i = 0; i < n; i++)
+            seer_gen_limits(g, &g->seqs[g->hs[i]], -1, &g->gam[i], &g->dl[i]);
+    }
 
     double t0 = now_s();
     bool any = false;
@@ -547,6 +568,7 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
             seer_gen_seq *s = &g->seqs[g->hs[k]];
             const int nd = g->nd[k];
             const int acc = g->acc[k];
+            seer_gen_plan_observe(g, k);
             st = seer_gen_settle(g, k, s);
             g->stats.rounds++;
             g->stats.drafted += nd;

@@ -13,6 +13,7 @@
 #include "sample/sample.h"
 #include "seer.h"
 #include "spec/drafter.h"
+#include "spec/tree_shape.h"
 
 typedef struct {
     bool alive;      /* handle in use and not released */
@@ -42,6 +43,18 @@ struct seer_gen {
                        * children, a shallower node before a deeper one, siblings in the order
                        * their tokens are drawn. A chain is parent[j] = j - 1. */
     int32_t *sdepth;  /* [G] depth of each shape node (1: a child of the pending token) */
+    int n_shape;      /* nodes of the shape (<= G; G unless re-planned online) */
+    struct {
+        bool on;                  /* the shape is re-planned online (tree_replan, tree_size -1) */
+        bool autosize;            /* tree_size -1: the size too (seer_tree_choose) */
+        int every, since;         /* re-plan every this many rounds; rounds since the last */
+        seer_tree_accept_est est; /* positional acceptance of all sequences' rounds */
+        int n_cost;               /* verification cost table (autosize) */
+        int cost_n[8];
+        double cost[8];
+        double t_step_s;          /* measured seconds of a one-token call (0: table given) */
+        double t_draft_s, steps;  /* draft seconds and drafting steps since the last plan */
+    } plan;
     seer_spec_params spec;
     const seer_drafter_ops *dops;
     void *dimpl;
@@ -107,6 +120,21 @@ void seer_tree_shape_default(int n, int d, int32_t *parent);
 /* SEER_OK when parent [n] is a breadth-first tree (parent[j] in [-1, j), depths never
  * decreasing) of depth at most d; the depths into depth [n]. */
 seer_status seer_tree_shape_check(const int32_t *parent, int n, int d, int32_t *depth);
+
+/* ---- Online tree shapes (plan.c) ------------------------------------------------------------ */
+
+/* Sets g->plan up from g->spec (after G, D, shape and sdepth): the estimator, the cost table
+ * (measured on the target context when tree_size is -1 and none is given) and, for an
+ * automatic size, the first shape from the prior. */
+seer_status seer_gen_plan_init(seer_gen *g);
+/* Counts round entry k's verified tree into the estimator: for each node on the accepted
+ * walk from the pending token, its children and the rank of the accepted one. */
+void seer_gen_plan_observe(seer_gen *g, int k);
+/* Before a round: every plan.every rounds, the shape from the current estimate. Between
+ * rounds only; on failure the shape is unchanged. */
+seer_status seer_gen_plan_round(seer_gen *g);
+/* The shape the next round fills: parent [n] (return value n), breadth-first as g->shape. */
+int seer_gen_tree_shape(const seer_gen *g, const int32_t **parent);
 
 /* Whether sequence k's proposal this round is a chain (parents j - 1). */
 bool seer_gen_is_chain(const seer_gen *g, int k);

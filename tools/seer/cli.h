@@ -38,19 +38,25 @@ typedef struct {
     bool on;
     bool base_set;
     seer_spec_kind base;
-    int size, depth;
+    int size, depth; /* size -1: auto */
+    int replan;
 } cli_tree;
-enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH };
+enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH, CLI_O_TREPLAN };
 #define CLI_TREE_OPTIONS                                                                   \
     {"spec-base", required_argument, 0, CLI_O_SBASE},                                      \
         {"spec-tree-size", required_argument, 0, CLI_O_TSIZE},                             \
-        {"spec-tree-depth", required_argument, 0, CLI_O_TDEPTH}
+        {"spec-tree-depth", required_argument, 0, CLI_O_TDEPTH},                           \
+        {"spec-tree-replan", required_argument, 0, CLI_O_TREPLAN}
 #define CLI_TREE_HELP                                                                      \
     "      --spec tree       token trees over --spec-base (SpecInfer / Sequoia verification)\n" \
     "      --spec-base KIND  the drafter that fills the tree: streaming, retrieval, snapkv, draft,\n"     \
     "                        quantkv\n" \
-    "      --spec-tree-size N  nodes per tree (default 8)\n"                                  \
-    "      --spec-tree-depth D depth of a tree (default --spec-gamma)\n"
+    "      --spec-tree-size N  nodes per tree (default 8); auto: the size and shape that pay best\n" \
+    "                        (Sequoia), from the acceptance measured while generating and the\n" \
+    "                        verification cost measured at start (at most 32 nodes)\n"        \
+    "      --spec-tree-depth D depth of a tree (default --spec-gamma)\n"                      \
+    "      --spec-tree-replan R re-plan the tree's shape every R rounds from the measured\n"   \
+    "                        acceptance (Sequoia; default 0: fixed shape, 8 with auto)\n"
 bool cli_spec_kind(const char *arg, seer_spec_kind *kind, cli_tree *t);
 int cli_tree_opt(int c, const char *arg, cli_tree *t);
 bool cli_tree_apply(const cli_tree *t, seer_spec_params *spec);

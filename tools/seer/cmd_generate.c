@@ -389,7 +389,7 @@ int cmd_generate(int argc, char **argv) {
                         "quant_bytes_committed", (json_int_t)km.quant_bytes_committed,
                         "quant_bytes_reserved", (json_int_t)km.quant_bytes_reserved);
         json_t *jspec = out ? json_object_get(out, "spec") : NULL;
-        if (jspec && o.spec.tree_size > 0) {
+        if (jspec && o.spec.tree_size != 0) {
             json_object_set_new(jspec, "tree_size", json_integer(o.spec.tree_size));
             json_object_set_new(jspec, "tree_depth", json_integer(o.spec.tree_depth));
         }
@@ -409,9 +409,12 @@ int cmd_generate(int argc, char **argv) {
     seer_context_kv_memory(ctx, &km);
     fprintf(stderr, "seer: KV cache %.2f MiB committed of %.2f MiB reserved (context %d tokens)\n",
             km.bytes_committed / 1048576.0, km.bytes_reserved / 1048576.0, n_ctx);
-    char tree[48] = "";
-    if (o.spec.tree_size > 0)
-        snprintf(tree, sizeof tree, " tree of %d nodes, depth %d", o.spec.tree_size, o.spec.tree_depth);
+    char tree[96] = "";
+    if (o.spec.tree_size < 0)
+        snprintf(tree, sizeof tree, " tree of automatic size, depth %d", o.spec.tree_depth);
+    else if (o.spec.tree_size > 0)
+        snprintf(tree, sizeof tree, " tree of %d nodes, depth %d%s", o.spec.tree_size, o.spec.tree_depth,
+                 o.spec.tree_replan ? ", shape re-planned online" : "");
     if (km.quant_bits)
         fprintf(stderr, "seer: of which the %d-bit KV copy: %.2f MiB committed of %.2f MiB reserved\n",
                 km.quant_bits, km.quant_bytes_committed / 1048576.0, km.quant_bytes_reserved / 1048576.0);

@@ -133,7 +133,15 @@ int cli_tree_opt(int c, const char *arg, cli_tree *t) {
         }
         t->base_set = true;
         return 1;
-    case CLI_O_TSIZE: if (!cli_int("--spec-tree-size", arg, 1, 64, &v)) return -1; t->size = (int)v; return 1;
+    case CLI_O_TSIZE:
+        if (!strcmp(arg, "auto")) {
+            t->size = -1;
+            return 1;
+        }
+        if (!cli_int("--spec-tree-size", arg, 1, 64, &v)) return -1;
+        t->size = (int)v;
+        return 1;
+    case CLI_O_TREPLAN: if (!cli_int("--spec-tree-replan", arg, 0, 1 << 20, &v)) return -1; t->replan = (int)v; return 1;
     case CLI_O_TDEPTH: if (!cli_int("--spec-tree-depth", arg, 1, 64, &v)) return -1; t->depth = (int)v; return 1;
     default: return 0;
     }
@@ -141,7 +149,7 @@ int cli_tree_opt(int c, const char *arg, cli_tree *t) {
 
 bool cli_tree_apply(const cli_tree *t, seer_spec_params *spec) {
     if (!t->on) {
-        if (t->base_set || t->size || t->depth) {
+        if (t->base_set || t->size || t->depth || t->replan) {
             fprintf(stderr, "seer: --spec-base and --spec-tree-* go with --spec tree\n");
             return false;
         }
@@ -150,7 +158,13 @@ bool cli_tree_apply(const cli_tree *t, seer_spec_params *spec) {
     spec->kind = t->base_set ? t->base : SEER_SPEC_STREAMING;
     spec->tree_size = t->size ? t->size : 8;
     spec->tree_depth = t->depth ? t->depth : spec->gamma;
-    if (spec->tree_depth > spec->tree_size) {
+    spec->tree_replan = t->replan;
+    if (spec->tree_size < 0 && spec->tree_depth > SEER_TREE_AUTO_MAX) {
+        fprintf(stderr, "seer: --spec-tree-depth %d: an automatic size plans at most %d nodes\n", spec->tree_depth,
+                SEER_TREE_AUTO_MAX);
+        return false;
+    }
+    if (spec->tree_size > 0 && spec->tree_depth > spec->tree_size) {
         fprintf(stderr, "seer: --spec-tree-depth %d exceeds the tree's %d nodes\n", spec->tree_depth, spec->tree_size);
         return false;
     }
