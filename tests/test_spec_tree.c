@@ -17,6 +17,14 @@
  *     sampling (T > 0 with top-k, top-p, min-p) the joint distribution of the first three
  *     tokens passes the chi-square test with four children at the root, and fails it with
  *     the wrong rule.
+ *   - Shapes planned online (Sequoia): greedy output with the shape re-planned every 3 rounds,
+ *     at a fixed size and at an automatic size (cost table given, or measured at init), equals
+ *     plain decoding on a random model and stories260K's golden ids over every base drafter;
+ *     the plan follows acceptance (a draft that is the target turns the small prior shape into
+ *     the chain of the full depth; a draft of random weights turns the default shape into a
+ *     wide, shallow tree); the chi-square test passes with online shapes.
+ *   - Bad settings for online shapes are refused (a size below -1, a negative re-plan period,
+ *     a cost table out of order or without the draft's cost).
  */
 #include "testutil.h"
 
@@ -491,6 +499,179 @@ static void test_greedy_golden_sched(void **state) {
     seer_model_free(m);
 }
 
+/* ---- shapes planned online (plan.c) --------------------------------------------------------- */
+
+/* A cost table where every verified token costs a quarter of a step more than the last. */
+static const int COST_N[] = {1, 2, 4, 8, 16, 32};
+static const double COST_C[] = {1, 1.25, 1.75, 2.75, 4.75, 8.75};
+
+static seer_spec_params online(seer_spec_params sp, bool autosize) {
+    sp.tree_replan = 3;
+    if (autosize) {
+        sp.tree_size = -1;
+        sp.tree_cost_points = 6, sp.tree_cost_n = COST_N, sp.tree_cost = COST_C;
+        sp.tree_draft_cost = 0.05f;
+    }
+    return sp;
+}
+
+/* Greedy output with shapes re-planned every 3 rounds (fixed size, and automatic size from a
+ * given table) equals plain decoding on a random model, alone and as a ragged batch. */
+static void test_online_greedy_random(void **state) {
+    (void)state;
+    const char *path = gen_model("tr2.gguf", "llama", 300, 64, 2, 4, 2, 13, 0.3f);
+    seer_model *m = load(path), *d = load(path);
+    uint64_t rng = 19;
+    int32_t prompts[3][64];
+    int plen[3] = {33, 9, 21};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < plen[i]; j++)
+            prompts[i][j] = j >= 8 && (tu_rand_u64(&rng) & 1) ? prompts[i][j - 8] : (int32_t)(tu_rand_u64(&rng) % 300);
+    output plain[3], got[3];
+    for (int i = 0; i < 3; i++)
+        run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 60, greedy(), 160, 4, &plain[i]);
+    for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++)
+        for (int a = 0; a < 2; a++) {
+            seer_spec_params sp = online(tree_of(BASES[k], d, 12, 4, 20), a);
+            char what[128];
+            seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, greedy(), 160, 4, got);
+            for (int i = 0; i < 3; i++) {
+                snprintf(what, sizeof what, "online tree %s auto=%d batch seq %d", seer_spec_kind_name(BASES[k]), a, i);
+                assert_same(&got[i], &plain[i], what);
+            }
+            assert_true(st.drafted > 0);
+            run(m, sp, &prompts[0], &plen[0], 1, 60, greedy(), 160, 4, got);
+            snprintf(what, sizeof what, "online tree %s auto=%d single", seer_spec_kind_name(BASES[k]), a);
+            assert_same(&got[0], &plain[0], what);
+        }
+    seer_model_free(d);
+    seer_model_free(m);
+}
+
+/* stories260K's golden ids with online shapes over every base drafter, alone and as a batch
+ * of five; the automatic size with the cost table measured at init. */
+static void test_online_golden_stories(void **state) {
+    (void)state;
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *d = load(tu_shared_path("models/stories260K.gguf"));
+    int32_t prompts[5][64];
+    int plen[5];
+    output gold[5], got[5];
+    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++)
+        for (int a = 0; a < 2; a++) {
+            seer_spec_params sp = online(tree_of(BASES[k], d, 10, 4, 48), false);
+            sp.draft_budget = 32;
+            if (a) /* measured table, draft cost measured online */
+                sp.tree_size = -1;
+            for (int i = 0; i < 5; i++) {
+                run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], greedy(), 512, 16, &got[i]);
+                char what[96];
+                snprintf(what, sizeof what, "stories online tree %s auto=%d prompt %d", seer_spec_kind_name(BASES[k]), a, i);
+                assert_same(&got[i], &gold[i], what);
+            }
+            run(m, sp, prompts, plen, 5, 256, greedy(), 512, 16, got);
+            for (int i = 0; i < 5; i++) {
+                output g2 = got[i];
+                if (g2.n > gold[i].n)
+                    g2.n = gold[i].n;
+                assert_same(&g2, &gold[i], "stories online tree batch");
+            }
+        }
+    seer_model_free(d);
+    seer_model_free(m);
+}
+
+/* Runs one golden prompt to its end on generator g (greedy); returns the output. */
+static void run_on(seer_gen *g, const int32_t *prompt, int n, output *out) {
+    int h, active = 1;
+    ASSERT_OK(seer_gen_add(g, prompt, n, 200, greedy(), false, &h));
+    while (active)
+        ASSERT_OK(seer_gen_step(g, &active));
+    const int32_t *ids;
+    out->n = seer_gen_output(g, h, &ids);
+    memcpy(out->ids, ids, sizeof(int32_t) * out->n);
+    seer_gen_remove(g, h);
+}
+
+static int root_children(const int32_t *parent, int n) {
+    int r = 0;
+    for (int j = 0; j < n; j++)
+        r += parent[j] == -1;
+    return r;
+}
+
+/* The plan follows the measured acceptance. A draft that is the target itself (its first
+ * child always accepted) under an automatic size: the first shape, from the prior (every
+ * rank accepted half the time), is small; the measured one is the chain of the full depth. A draft of random weights (every child
+ * almost always rejected) at a fixed size: the shape turns from the default's main chain to
+ * a wide tree, most of its nodes children of the pending token. */
+static void test_online_follows_acceptance(void **state) {
+    (void)state;
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    int32_t prompts[5][64];
+    int plen[5];
+    output gold[5], got;
+    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 512;
+    cp.page_size = 16;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+
+    const int D = 6;
+    seer_spec_params sp = online(tree_of(SEER_SPEC_DRAFT, m, 12, D, 48), true);
+    sp.draft_budget = 0; /* the draft's full cache: its argmax is the target's */
+    seer_gen *g = NULL;
+    ASSERT_OK(seer_gen_init(c, sp, &g));
+    const int32_t *par;
+    int n = seer_gen_tree_shape(g, &par);
+    print_message("automatic size, prior: %d nodes, %d at the root\n", n, root_children(par, n));
+    assert_true(n < D);
+    run_on(g, prompts[0], plen[0], &got);
+    n = seer_gen_tree_shape(g, &par);
+    print_message("automatic size, measured: %d nodes, %d at the root\n", n, root_children(par, n));
+    assert_int_equal(n, D);
+    for (int j = 0; j < n; j++)
+        assert_int_equal(par[j], j - 1);
+    seer_gen_free(g);
+    seer_context_free(c);
+
+    /* a random target and an unrelated random draft of its vocabulary */
+    seer_model *rt = load(gen_model("trt.gguf", "llama", 300, 64, 2, 4, 2, 31, 0.3f));
+    seer_model *bad = load(gen_model("tbad.gguf", "llama", 300, 32, 1, 4, 2, 5, 1.0f));
+    int32_t prompt[24];
+    uint64_t rng = 7;
+    for (int j = 0; j < 24; j++)
+        prompt[j] = (int32_t)(tu_rand_u64(&rng) % 300);
+    output plain;
+    ASSERT_OK(seer_context_init(rt, cp, &c));
+    ASSERT_OK(seer_gen_init(c, seer_spec_default_params(), &g));
+    run_on(g, prompt, 24, &plain);
+    seer_gen_free(g);
+    sp = online(tree_of(SEER_SPEC_DRAFT, bad, 12, 4, 48), false);
+    sp.draft_budget = 0;
+    ASSERT_OK(seer_gen_init(c, sp, &g));
+    n = seer_gen_tree_shape(g, &par);
+    int32_t deflt[12], dd[12];
+    seer_tree_shape_default(12, 4, deflt);
+    assert_int_equal(n, 12);
+    assert_memory_equal(par, deflt, sizeof deflt);
+    run_on(g, prompt, 24, &got);
+    assert_same(&got, &plain, "random draft, online shape");
+    n = seer_gen_tree_shape(g, &par);
+    ASSERT_OK(seer_tree_shape_check(par, n, 4, dd));
+    print_message("random draft: %d nodes, %d at the root (default: %d), depth %d\n", n, root_children(par, n),
+                  root_children(deflt, 12), dd[n - 1]);
+    assert_true(root_children(par, n) > root_children(deflt, 12));
+    assert_true(dd[n - 1] < 4);
+    seer_gen_free(g);
+    seer_context_free(c);
+    seer_model_free(bad);
+    seer_model_free(rt);
+    seer_model_free(m);
+}
+
 /* Bad tree settings are refused, changing nothing. */
 static void test_bad_settings(void **state) {
     (void)state;
@@ -506,8 +687,20 @@ static void test_bad_settings(void **state) {
     assert_null(g);
     sp = tree_of(SEER_SPEC_STREAMING, NULL, 4, 6, 16); /* deeper than its nodes */
     assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
-    sp = tree_of(SEER_SPEC_STREAMING, NULL, -1, 2, 16);
+    sp = tree_of(SEER_SPEC_STREAMING, NULL, -2, 2, 16);
     assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
+    sp.tree_size = 8;
+    sp.tree_replan = -1;
+    assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
+    /* an automatic size: a given cost table must ascend and come with the draft's cost */
+    const int cn[] = {1, 4, 2};
+    const double cc[] = {1, 1.2, 1.1};
+    sp = tree_of(SEER_SPEC_STREAMING, NULL, -1, 3, 16);
+    sp.tree_cost_points = 3, sp.tree_cost_n = cn, sp.tree_cost = cc, sp.tree_draft_cost = 0.1f;
+    assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
+    sp.tree_cost_points = 2, sp.tree_draft_cost = 0;
+    assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
+    assert_null(g);
     sp = tree_of(SEER_SPEC_STREAMING, NULL, 8, 3, 16);
     ASSERT_OK(seer_gen_init(c, sp, &g));
     seer_gen_free(g);
@@ -565,6 +758,14 @@ static void test_distribution(void **state) {
         print_message("tree distribution %s: chi2 / critical = %.3f over %d cells\n", seer_spec_kind_name(kinds[k]), r, nc);
         assert_true(r < 1);
     }
+    /* shapes re-planned every 3 rounds, of fixed and of automatic size, as runs go by */
+    for (int a = 0; a < 2; a++) {
+        seer_spec_params spec = online(tree_of(SEER_SPEC_DRAFT, d, 8, 2, 6), a);
+        spec.sinks = 2;
+        double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
+        print_message("tree distribution, online shape (auto=%d): chi2 / critical = %.3f over %d cells\n", a, r, nc);
+        assert_true(r < 1);
+    }
     seer_verify_wrong_rule_for_tests = 1;
     seer_spec_params spec = tree_of(SEER_SPEC_STREAMING, d, 8, 2, 6);
     spec.sinks = 2;
@@ -585,6 +786,9 @@ int main(void) {
         cmocka_unit_test(test_greedy_identical_random),
         cmocka_unit_test(test_greedy_golden_stories),
         cmocka_unit_test(test_greedy_golden_sched),
+        cmocka_unit_test(test_online_greedy_random),
+        cmocka_unit_test(test_online_golden_stories),
+        cmocka_unit_test(test_online_follows_acceptance),
         cmocka_unit_test(test_distribution),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
