@@ -148,8 +148,12 @@ seer_status seer_gen_plan_init(seer_gen *g) {
         g->plan.n_cost = sp->tree_cost_points;
         if (!(sp->tree_draft_cost > 0))
             return seer_err(SEER_ERR_INVALID_ARG, "a given tree cost table needs tree_draft_cost > 0");
-    } else {
-        SEER_TRY(measure_cost(g));
+    } else if (measure_cost(g) != SEER_OK) {
+        /* no sequence free to time calls on (a scheduler full of requests): plan the shape
+         * at the full size instead of failing the request */
+        g->plan.autosize = false;
+        seer_clear_error();
+        return SEER_OK;
     }
     return replan(g);
 }
