@@ -13,12 +13,13 @@
  * L cache length, D model dim, H / Hkv query / KV heads, Dh head dim, V vocabulary,
  * K draft budget, G gamma (tokens speculated per round).
  *
- * Threads: a model is read-only after loading and may be shared by contexts. On the CPU each
- * context has its own execution state (scratch, thread pool), so contexts of one model may
- * run in different threads at once (tests/test_threads.c, under ThreadSanitizer). On CUDA
- * the streams, graphs and staging buffers are still the model's: calls on contexts of one
- * CUDA model must not overlap. A context, and a scheduler with its requests, is used by one
- * thread at a time (seer_request_cancel excepted); tokenization is safe from any thread.
+ * Threads: a model is read-only after loading and may be shared by contexts. Each context
+ * has its own execution state (CPU: scratch and thread pool; CUDA: stream, recorded graphs,
+ * staging and scratch, beside the device allocator all contexts share under a lock), so
+ * contexts of one model may run in different threads at once (tests/test_threads.c: the CPU
+ * under ThreadSanitizer, and CUDA on a GPU). A context, and a scheduler with its requests,
+ * is used by one thread at a time (seer_request_cancel excepted); tokenization is safe from
+ * any thread.
  *
  * Errors: every function that can fail returns a seer_status; on failure the state of the
  * objects it was given is unchanged and seer_last_error() describes the problem. The

@@ -341,7 +341,7 @@ static void test_graphs_match_eager(void **state) {
     }
     long rep[2], cap[2], eag[2];
     for (int k = 0; k < 2; k++)
-        seer_backend_cuda_graph_stats(m[k]->be, &rep[k], &cap[k], &eag[k]);
+        seer_backend_cuda_graph_stats(c[k]->be, &rep[k], &cap[k], &eag[k]);
     printf("gpu_spec: graphs: %d calls, %d with logits differing from op by op; with graphs %ld "
            "replayed, %ld captured, %ld op by op; without %ld/%ld/%ld %s\n", calls, differ, rep[1],
            cap[1], eag[1], rep[0], cap[0], eag[0], differ ? "FAIL" : "ok");

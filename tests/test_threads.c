@@ -1,11 +1,17 @@
 /*
  * test_threads.c: one model, several threads, each with its own context and scheduler (and
- * tokenizing on the shared model): every thread's greedy requests give the golden ids of
- * the tiny real model. Contexts keep their execution state (the CPU backend's scratch and
- * thread pool) to themselves, so this is also the multi-threaded run scripts/test.sh gives
- * to ThreadSanitizer.
+ * tokenizing on the shared model). On the CPU every thread's greedy requests give the golden
+ * ids of the tiny real model; on CUDA (where the bits differ from the CPU's) every thread's
+ * greedy and sampled ids equal those of the same thread's work run alone. Contexts keep their
+ * execution state (the CPU backend's scratch and thread pool; CUDA's stream, graphs and
+ * staging) to themselves, so this is also the multi-threaded run scripts/test.sh gives to
+ * ThreadSanitizer.
  */
 #include "testutil.h"
+
+#ifdef SEER_HAVE_CUDA
+#include "backend/backend.h"
+#endif
 
 #include <pthread.h>
 #include <stdio.h>
@@ -22,6 +28,7 @@ static struct {
     char text[64];
 } G[NG];
 static seer_model *M;
+static bool check_gold; /* compare greedy ids with the golden file (the CPU's bits) */
 
 static int parse_ids(char *s, int32_t *out, int cap) {
     int n = 0;
@@ -36,6 +43,8 @@ typedef struct {
     char why[256];
     int32_t sampled[NS][SMAX]; /* the sampled requests' ids: the same seeds in every thread */
     int n_sampled[NS];
+    int32_t greedy[NG][MAXI];
+    int n_greedy[NG];
 } worker;
 
 static void *work(void *arg) {
@@ -100,10 +109,13 @@ static void *work(void *arg) {
     for (int i = 0; i < NG; i++) {
         const int32_t *ids;
         int n = seer_request_tokens(r[i], &ids);
-        if (r[i] && (n != G[i].ng || memcmp(ids, G[i].gold, sizeof(int32_t) * n))) {
+        if (r[i] && check_gold && (n != G[i].ng || memcmp(ids, G[i].gold, sizeof(int32_t) * n))) {
             w->failures++;
             snprintf(w->why, sizeof w->why, "prompt %d: ids differ from the reference", i);
         }
+        w->n_greedy[i] = r[i] ? n : 0;
+        if (r[i])
+            memcpy(w->greedy[i], ids, sizeof(int32_t) * n);
         seer_request_free(r[i]);
     }
     for (int k = 0; k < NS; k++) {
@@ -117,11 +129,7 @@ static void *work(void *arg) {
     return NULL;
 }
 
-static void test_contexts_in_threads(void **state) {
-    seer_model_params mp = seer_model_default_params();
-    mp.backend = SEER_BACKEND_CPU;
-    mp.n_threads = 2;
-    ASSERT_OK(seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &M));
+static void load_golden(void) {
     size_t sz;
     char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
     assert_non_null(tsv);
@@ -142,18 +150,37 @@ static void test_contexts_in_threads(void **state) {
     }
     free(tsv);
     assert_int_equal(n, NG);
+}
+
+/* NT workers at once (or one after another with !together); fails on any worker's failure. */
+static void run_workers(worker *w, bool together) {
     pthread_t th[NT];
-    worker w[NT];
     for (int t = 0; t < NT; t++) {
         memset(&w[t], 0, sizeof w[t]);
         w[t].id = t;
-        assert_int_equal(pthread_create(&th[t], NULL, work, &w[t]), 0);
+        if (together)
+            assert_int_equal(pthread_create(&th[t], NULL, work, &w[t]), 0);
+        else
+            work(&w[t]);
     }
-    for (int t = 0; t < NT; t++)
-        pthread_join(th[t], NULL);
+    if (together)
+        for (int t = 0; t < NT; t++)
+            pthread_join(th[t], NULL);
     for (int t = 0; t < NT; t++)
         if (w[t].failures)
             fail_msg("thread %d: %d failures, last: %s", t, w[t].failures, w[t].why);
+}
+
+static void test_contexts_in_threads(void **state) {
+    (void)state;
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    mp.n_threads = 2;
+    ASSERT_OK(seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &M));
+    load_golden();
+    check_gold = true;
+    static worker w[NT];
+    run_workers(w, true);
     for (int t = 1; t < NT; t++)
         for (int k = 0; k < NS; k++) {
             assert_true(w[t].n_sampled[k] > 0);
@@ -163,9 +190,47 @@ static void test_contexts_in_threads(void **state) {
     seer_model_free(M);
 }
 
+/* CUDA: contexts of one model in threads at once, each on its own stream; every thread's ids
+ * (greedy and sampled) equal its own work's alone. */
+static void test_cuda_contexts_in_threads(void **state) {
+    (void)state;
+#ifdef SEER_HAVE_CUDA
+    if (!seer_backend_cuda_available()) {
+        printf("skipped: no CUDA device\n");
+        return;
+    }
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CUDA;
+    ASSERT_OK(seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &M));
+    load_golden();
+    check_gold = false;
+    static worker alone[NT], together[NT];
+    run_workers(alone, false);
+    run_workers(together, true);
+    int differ = 0;
+    for (int t = 0; t < NT; t++) {
+        for (int i = 0; i < NG; i++) {
+            assert_true(alone[t].n_greedy[i] > 0);
+            differ += together[t].n_greedy[i] != alone[t].n_greedy[i] ||
+                      memcmp(together[t].greedy[i], alone[t].greedy[i], sizeof(int32_t) * alone[t].n_greedy[i]);
+        }
+        for (int k = 0; k < NS; k++)
+            differ += together[t].n_sampled[k] != alone[t].n_sampled[k] ||
+                      memcmp(together[t].sampled[k], alone[t].sampled[k], sizeof(int32_t) * alone[t].n_sampled[k]);
+    }
+    printf("threads: cuda: %d threads x %d requests, %d differ from the same work alone %s\n", NT, NG + NS,
+           differ, differ ? "FAIL" : "ok");
+    assert_int_equal(differ, 0);
+    seer_model_free(M);
+#else
+    printf("skipped: no CUDA device (built without CUDA)\n");
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_contexts_in_threads),
+        cmocka_unit_test(test_cuda_contexts_in_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

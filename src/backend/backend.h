@@ -128,10 +128,11 @@ typedef struct {
 typedef struct {
     const char *name;
     void (*free)(seer_backend *be);
-    /* A backend instance for one context's execution state (scratch, thread pool) that
-     * computes on be's weights and memory, so that contexts of one model share nothing
-     * mutable; freed with its free. NULL where the execution state stays in be (CUDA: its
-     * streams, graphs and staging buffers are still the model's). */
+    /* A backend instance for one context's execution state (CPU: scratch and thread pool;
+     * CUDA: stream, graphs, staging and scratch) that computes on be's weights and memory, so
+     * that contexts of one model share nothing mutable; freed with its free. A context
+     * allocates its KV storage and scratch through its instance. NULL: the execution state
+     * stays in be. */
     seer_status (*exec_clone)(seer_backend *be, seer_backend **out);
 
     seer_status (*alloc)(seer_backend *be, size_t bytes, void **out);

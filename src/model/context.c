@@ -94,7 +94,7 @@ static seer_status check_pool_fits(const seer_model *m, const seer_context_param
 /* The KV layer's grow hook: the backend commits storage for the pages about to be used. */
 static seer_status grow_kv(void *user, int n_pages, int *n_committed) {
     seer_context *c = user;
-    seer_backend *be = c->model->be;
+    seer_backend *be = c->be;
     return be->ops->kv_reserve(be, c->kv_data, &c->geom, n_pages, n_committed);
 }
 
@@ -120,12 +120,15 @@ void seer_context_kv_memory(const seer_context *c, seer_kv_memory *out) {
 void seer_context_free(seer_context *c) {
     if (!c)
         return;
-    seer_backend *be = c->model->be;
-    free_scratch(be, &c->s);
-    if (c->kv_data)
-        be->ops->kv_free(be, c->kv_data);
-    if (c->be && c->be != be)
-        c->be->ops->free(c->be);
+    /* the KV storage and scratch went through the context's instance: they go before it */
+    seer_backend *be = c->be;
+    if (be) {
+        free_scratch(be, &c->s);
+        if (c->kv_data)
+            be->ops->kv_free(be, c->kv_data);
+        if (be != c->model->be)
+            be->ops->free(be);
+    }
     if (c->views)
         for (int i = 0; i < c->params.n_seq_max; i++)
             free(c->views[i].idx);
@@ -184,14 +187,16 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
                              .head_dim = in->head_dim, .kv_bits = p.kv_quant_bits};
     c->be = m->be;
     seer_status s = m->be->ops->exec_clone ? m->be->ops->exec_clone(m->be, &c->be) : SEER_OK;
+    if (s != SEER_OK)
+        c->be = NULL;
     if (s == SEER_OK)
         s = seer_kv_init(p.n_pages, p.page_size, p.n_seq_max, p.n_ctx, &c->kv);
     if (s == SEER_OK)
-        s = m->be->ops->kv_alloc(m->be, &c->geom, &c->kv_data);
+        s = c->be->ops->kv_alloc(c->be, &c->geom, &c->kv_data);
     if (s == SEER_OK)
         seer_kv_set_grow(c->kv, grow_kv, c, 0);
     if (s == SEER_OK)
-        s = alloc_scratch(m->be, in, p.n_batch_max, &c->s);
+        s = alloc_scratch(c->be, in, p.n_batch_max, &c->s);
     if (s == SEER_OK) {
         int T = p.n_batch_max, B = p.n_seq_max < T ? p.n_seq_max : T;
         c->views = seer_calloc_array(p.n_seq_max, sizeof *c->views);

@@ -298,7 +298,7 @@ seer_status seer_seq_fill_synthetic(seer_context *c, seer_seq_id seq, int len, u
         return seer_err(SEER_ERR_INVALID_ARG, "fill_synthetic: negative length %d", len);
     if (len == 0)
         return SEER_OK;
-    seer_backend *be = c->model->be;
+    seer_backend *be = c->be;
     if (!be->ops->kv_fill_random)
         return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot fill KV", be->ops->name);
     int id = seq, n_new = len, n_copies = 0;

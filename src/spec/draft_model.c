@@ -51,7 +51,7 @@ static void dm_free(const seer_draft_env *env, void *impl) {
     if (!im)
         return;
     if (im->qd)
-        im->dctx->model->be->ops->dealloc(im->dctx->model->be, im->qd);
+        im->dctx->be->ops->dealloc(im->dctx->be, im->qd);
     free(im->qh);
     seer_context_free(im->dctx);
     free(im->ds);
@@ -122,7 +122,7 @@ static seer_status catch_up(dm_impl *im, const seer_draft_seq *s, int from, int 
 /* The distributions of sampled drafts, drawn on the draft model's backend into im->qd, to
  * each sequence's q on the target's (backends of different kinds share no memory). */
 static seer_status move_q(const seer_draft_env *env, dm_impl *im, int n, seer_draft_seq *seqs) {
-    seer_backend *db = im->dctx->model->be, *tb = im->target->be;
+    seer_backend *db = im->dctx->be, *tb = im->target->be;
     const size_t row = (size_t)env->V;
     for (int i = 0; i < n; i++) {
         if (seqs[i].n == 0 || !seqs[i].q)
@@ -142,9 +142,9 @@ static seer_status dm_propose(const seer_draft_env *env, void *impl, int n, seer
     bool sampled = false;
     for (int i = 0; i < n; i++)
         sampled |= seqs[i].q != NULL;
-    const bool apart = sampled && im->dctx->model->be->ops != im->target->be->ops;
+    const bool apart = sampled && im->dctx->be->ops != im->target->be->ops;
     if (apart && !im->qd) {
-        seer_backend *db = im->dctx->model->be;
+        seer_backend *db = im->dctx->be;
         const size_t n_q = (size_t)im->dctx->params.n_seq_max * G * env->V;
         SEER_TRY(db->ops->alloc(db, n_q * sizeof(float), (void **)&im->qd));
         im->qh = seer_malloc_array((size_t)G * env->V, sizeof(float));

@@ -5,8 +5,12 @@
  * Not for: the ops themselves (weights.cu, embed.cu, norm.cu, rope.cu, matmul.cu,
  * elementwise.cu, kv.cu, attention.cu).
  *
- * Everything runs in order on one non-blocking stream; download() synchronises it, which is
- * also where a kernel fault of the forward pass surfaces.
+ * Instances: seer_backend_cuda_init makes the model's (weights go through it); exec_clone
+ * makes one per context, with its own stream, graphs, staging and scratch, on the device
+ * state they all share (the allocator and the KV storages, behind one mutex). So contexts of
+ * one model run in different threads at once, each in order on its own non-blocking stream;
+ * download() synchronises that stream, which is also where a kernel fault of the forward
+ * pass surfaces.
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -57,7 +61,7 @@ static void rec_put(struct seer_cuda_alloc_rec *tab, size_t cap, uintptr_t k, si
     tab[i].bytes = bytes;
 }
 
-static seer_status rec_grow(seer_cuda *c) {
+static seer_status rec_grow(seer_cuda_dev *c) {
     size_t cap = c->tab_cap ? c->tab_cap : 64;
     while ((c->tab_live + 1) * 2 > cap)
         cap *= 2;
@@ -76,7 +80,7 @@ static seer_status rec_grow(seer_cuda *c) {
 }
 
 /* Returns the recorded size of p and forgets it; 0 if p is not ours. */
-static size_t rec_take(seer_cuda *c, void *p) {
+static size_t rec_take(seer_cuda_dev *c, void *p) {
     if (!c->tab_cap)
         return 0;
     uintptr_t k = (uintptr_t)p;
@@ -95,8 +99,11 @@ static size_t rec_take(seer_cuda *c, void *p) {
 
 seer_status seer_cuda_malloc(seer_cuda *c, size_t bytes, const char *what, void **out) {
     *out = NULL;
-    if ((c->tab_used + 1) * 2 > c->tab_cap)
-        SEER_TRY(rec_grow(c));
+    seer_cuda_dev *d = c->dev;
+    pthread_mutex_lock(&d->mu);
+    const seer_status grown = (d->tab_used + 1) * 2 > d->tab_cap ? rec_grow(d) : SEER_OK;
+    pthread_mutex_unlock(&d->mu);
+    SEER_TRY(grown);
     const size_t n = bytes ? (bytes + 255) / 256 * 256 : 256;
     if (n < bytes)
         return seer_err(SEER_ERR_OOM, "CUDA: cannot allocate %zu bytes for %s", bytes, what);
@@ -121,12 +128,22 @@ seer_status seer_cuda_malloc(seer_cuda *c, size_t bytes, const char *what, void 
                         n / 1048576.0, what, cudaGetErrorName(e), cudaGetErrorString(e),
                         fr / 1048576.0, tot / 1048576.0);
     }
-    rec_put(c->tab, c->tab_cap, (uintptr_t)p, n);
-    c->tab_live++;
-    c->tab_used++;
-    c->in_use += n;
-    if (c->in_use > c->peak)
-        c->peak = c->in_use;
+    pthread_mutex_lock(&d->mu);
+    seer_status s = (d->tab_used + 1) * 2 > d->tab_cap ? rec_grow(d) : SEER_OK; /* another thread's */
+    if (s == SEER_OK) {
+        rec_put(d->tab, d->tab_cap, (uintptr_t)p, n);
+        d->tab_live++;
+        d->tab_used++;
+        d->in_use += n;
+        if (d->in_use > d->peak)
+            d->peak = d->in_use;
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (s != SEER_OK) {
+        if (cudaFree(p) != cudaSuccess)
+            (void)cudaGetLastError();
+        return s;
+    }
     *out = p;
     return SEER_OK;
 }
@@ -134,7 +151,12 @@ seer_status seer_cuda_malloc(seer_cuda *c, size_t bytes, const char *what, void 
 void seer_cuda_free(seer_cuda *c, void *p) {
     if (!p)
         return;
-    size_t n = rec_take(c, p);
+    seer_cuda_dev *d = c->dev;
+    pthread_mutex_lock(&d->mu);
+    const size_t n = rec_take(d, p);
+    if (n)
+        d->in_use -= n;
+    pthread_mutex_unlock(&d->mu);
     if (!n)
         return; /* not ours: freeing it could only do harm */
     /* Work queued on the stream may still read p. */
@@ -142,7 +164,6 @@ void seer_cuda_free(seer_cuda *c, void *p) {
         (void)cudaGetLastError();
     if (cudaFree(p) != cudaSuccess)
         (void)cudaGetLastError();
-    c->in_use -= n;
     c->gen++; /* a recorded forward call may hold p: recordings of older generations go */
 }
 
@@ -171,6 +192,40 @@ void seer_cuda_buf_free(seer_cuda *c, seer_cuda_buf *b) {
     seer_cuda_free(c, b->p);
     b->p = NULL;
     b->cap = 0;
+}
+
+/* ---- the shared device state -------------------------------------------------------------- */
+
+static seer_status dev_new(seer_cuda_dev **out) {
+    seer_cuda_dev *d = (seer_cuda_dev *)calloc(1, sizeof *d);
+    if (!d)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    if (pthread_mutex_init(&d->mu, NULL) != 0) {
+        free(d);
+        return seer_err(SEER_ERR_OOM, "CUDA: cannot create a mutex");
+    }
+    d->refs = 1;
+    *out = d;
+    return SEER_OK;
+}
+
+static void dev_retain(seer_cuda_dev *d) {
+    pthread_mutex_lock(&d->mu);
+    d->refs++;
+    pthread_mutex_unlock(&d->mu);
+}
+
+void seer_cuda_dev_release(seer_cuda_dev *d) {
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    const int left = --d->refs;
+    pthread_mutex_unlock(&d->mu);
+    if (left)
+        return;
+    pthread_mutex_destroy(&d->mu);
+    free(d->tab);
+    free(d);
 }
 
 /* ---- index arrays ----------------------------------------------------------------------- */
@@ -231,7 +286,7 @@ static void cuda_free_be(seer_backend *be) {
         if (c->stream)
             cudaStreamDestroy(c->stream);
         (void)cudaGetLastError();
-        free(c->tab);
+        seer_cuda_dev_release(c->dev);
         free(c);
     }
     free(be);
@@ -332,6 +387,7 @@ static seer_status prof_batch_begin(seer_backend *be, const seer_attn_batch *ab,
 }
 
 static seer_backend_ops cuda_ops_make(void);
+static seer_status cuda_exec_clone(seer_backend *be, seer_backend **out);
 
 static seer_backend_ops cuda_ops_prof_make(void) {
     seer_backend_ops o = cuda_ops_make();
@@ -359,6 +415,7 @@ static seer_backend_ops cuda_ops_make(void) {
     memset(&o, 0, sizeof o);
     o.name = "cuda";
     o.free = cuda_free_be;
+    o.exec_clone = cuda_exec_clone;
     o.alloc = cuda_alloc;
     o.dealloc = cuda_dealloc;
     o.upload = cuda_upload;
@@ -410,7 +467,9 @@ __global__ void seer_cuda_probe_kernel(int *p) {
         *p = 1;
 }
 
-static seer_status cuda_start(seer_cuda *c, int device) {
+/* Starts instance c on device: settings from the environment for the model's instance, the
+ * same as parent's for a context's (so that a context computes as its model was set up to). */
+static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent) {
     CUDA_TRY(cudaSetDevice(device));
     cudaDeviceProp prop;
     CUDA_TRY(cudaGetDeviceProperties(&prop, device));
@@ -422,23 +481,34 @@ static seer_status cuda_start(seer_cuda *c, int device) {
                         "CUDA device %d (%s) has compute capability %d.%d; bf16 needs 8.0 or newer",
                         device, prop.name, prop.major, prop.minor);
     CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    const char *env = getenv("SEER_CUDA_GRAPHS");
-    c->graphs = !(env && !strcmp(env, "0"));
-    env = getenv("SEER_CUDA_PROFILE");
-    if (env && *env) {
-        SEER_TRY(seer_cuda_prof_init(c, env));
-        c->graphs = false; /* the events go between the ops */
+    if (parent) {
+        c->graphs = parent->graphs;
+        if (parent->prof)
+            SEER_TRY(seer_cuda_prof_init(c, seer_cuda_prof_path(parent)));
+        c->mm_force_blas = parent->mm_force_blas;
+        c->mm_pdl = parent->mm_pdl;
+        c->mm_waves = parent->mm_waves;
+        c->mm_min_steps = parent->mm_min_steps;
+        c->mm_tile = parent->mm_tile;
+    } else {
+        const char *env = getenv("SEER_CUDA_GRAPHS");
+        c->graphs = !(env && !strcmp(env, "0"));
+        env = getenv("SEER_CUDA_PROFILE");
+        if (env && *env) {
+            SEER_TRY(seer_cuda_prof_init(c, env));
+            c->graphs = false; /* the events go between the ops */
+        }
+        env = getenv("SEER_CUDA_MATMUL");
+        c->mm_force_blas = env && !strcmp(env, "cublas");
+        env = getenv("SEER_CUDA_PDL");
+        c->mm_pdl = !(env && !strcmp(env, "0"));
+        c->mm_waves = 1;
+        c->mm_min_steps = 2;
+        env = getenv("SEER_CUDA_MM_TILE");
+        c->mm_tile = env ? atoi(env) / 8 * 8 : 32;
+        if (c->mm_tile < 8 || c->mm_tile > 64)
+            c->mm_tile = 32;
     }
-    env = getenv("SEER_CUDA_MATMUL");
-    c->mm_force_blas = env && !strcmp(env, "cublas");
-    env = getenv("SEER_CUDA_PDL");
-    c->mm_pdl = !(env && !strcmp(env, "0"));
-    c->mm_waves = 1;
-    c->mm_min_steps = 2;
-    env = getenv("SEER_CUDA_MM_TILE");
-    c->mm_tile = env ? atoi(env) / 8 * 8 : 32;
-    if (c->mm_tile < 8 || c->mm_tile > 64)
-        c->mm_tile = 32;
     c->fw.entry = -1;
     CUDA_TRY(cudaEventCreateWithFlags(&c->stage_done, cudaEventDisableTiming));
     seer_cuda_probe_kernel<<<1, 1, 0, c->stream>>>(NULL);
@@ -457,6 +527,35 @@ static seer_status cuda_start(seer_cuda *c, int device) {
     SEER_TRY(seer_cuda_malloc(c, ws, "the cuBLAS workspace", &c->blas_ws));
     CUBLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, ws));
     return seer_cuda_attention_init(c);
+}
+
+/* An instance on device with the shared state d (whose hold it takes over: released with
+ * the instance, or here on failure) and the settings of parent (NULL: the environment's). */
+static seer_status cuda_instance(int device, seer_cuda_dev *d, const seer_cuda *parent,
+                                  seer_backend **out) {
+    *out = NULL;
+    seer_backend *be = (seer_backend *)calloc(1, sizeof *be);
+    seer_cuda *c = (seer_cuda *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        seer_cuda_dev_release(d);
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    }
+    c->dev = d;
+    be->ops = &cuda_ops;
+    be->impl = c;
+    seer_status s = cuda_start(c, device, parent);
+    if (c->prof)
+        be->ops = &cuda_ops_prof;
+    if (s != SEER_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", seer_last_error());
+        cuda_free_be(be);
+        return seer_err(s, "%s", msg);
+    }
+    *out = be;
+    return SEER_OK;
 }
 
 extern "C" seer_status seer_backend_cuda_init(int device, seer_backend **out) {
@@ -482,27 +581,19 @@ extern "C" seer_status seer_backend_cuda_init(int device, seer_backend **out) {
         return seer_err(SEER_ERR_BACKEND, "no CUDA device was found");
     if (device < 0 || device >= n)
         return seer_err(SEER_ERR_INVALID_ARG, "CUDA device %d does not exist (%d present)", device, n);
-    seer_backend *be = (seer_backend *)calloc(1, sizeof *be);
-    seer_cuda *c = (seer_cuda *)calloc(1, sizeof *c);
-    if (!be || !c) {
-        free(be);
-        free(c);
-        return seer_err(SEER_ERR_OOM, "out of memory");
-    }
-    be->ops = &cuda_ops;
-    be->impl = c;
-    seer_status s = cuda_start(c, device);
-    if (c->prof)
-        be->ops = &cuda_ops_prof;
-    if (s != SEER_OK) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", seer_last_error());
-        cuda_free_be(be);
-        return seer_err(s, "%s", msg);
-    }
-    *out = be;
-    return SEER_OK;
+    seer_cuda_dev *d = NULL;
+    SEER_TRY(dev_new(&d));
+    return cuda_instance(device, d, NULL, out);
 }
+
+/* A context's instance: its own stream, graphs, staging and scratch, on the shared device
+ * state (allocator, KV storages) through which the model's weights were loaded. */
+static seer_status cuda_exec_clone(seer_backend *be, seer_backend **out) {
+    const seer_cuda *c = seer_cuda_of(be);
+    dev_retain(c->dev);
+    return cuda_instance(c->device, c->dev, c, out);
+}
+
 
 extern "C" void seer_backend_cuda_graph_stats(const seer_backend *be, long *replayed,
                                               long *captured, long *eager) {

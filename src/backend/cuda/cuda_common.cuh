@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -156,19 +157,30 @@ typedef struct {
     int half, T;
 } seer_cuda_rope_key;
 
+/* What every instance of the backend on one device shares: the accounting allocator and the
+ * KV storages. The model's instance holds the weights through it, and each context's
+ * instance (exec_clone) its own execution state beside it, so contexts of one model may run
+ * in different threads; mu guards everything here. */
 typedef struct {
-    int device;
-    int n_sm;
-    size_t smem_optin;
-    cudaStream_t stream;
-    cublasHandle_t blas;
-    void *blas_ws;
-
-    /* the accounting allocator: every live device allocation and its size */
+    pthread_mutex_t mu;
+    int refs; /* instances using it */
+    /* every live device allocation and its size */
     size_t in_use, peak;
     struct seer_cuda_alloc_rec *tab;
     size_t tab_cap, tab_live, tab_used; /* used counts tombstones too */
     struct seer_cuda_kv_pool *kv_pools; /* kv.cu: KV storages, reserved whole, mapped as they grow */
+} seer_cuda_dev;
+
+/* One instance: the shared device state and this instance's own stream, graphs, staging
+ * and scratch. */
+typedef struct {
+    int device;
+    int n_sm;
+    size_t smem_optin;
+    seer_cuda_dev *dev;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;
 
     seer_cuda_buf xbf16;      /* matmul input converted to bf16 */
     seer_cuda_buf fallback[2];/* index arrays an op uploads itself (no batch_begin copy) */
@@ -232,6 +244,7 @@ typedef struct seer_cuda_prof seer_cuda_prof;
 seer_status seer_cuda_prof_init(seer_cuda *c, const char *path);
 void seer_cuda_prof_mark(seer_cuda *c, bool base, const char *fmt, ...);
 void seer_cuda_prof_free(seer_cuda *c);
+const char *seer_cuda_prof_path(const seer_cuda *c);
 
 static inline seer_cuda *seer_cuda_of(seer_backend *be) { return (seer_cuda *)be->impl; }
 
@@ -262,6 +275,8 @@ void seer_cuda_free(seer_cuda *c, void *p);
 /* Makes b hold at least bytes (contents are not kept when it grows). */
 seer_status seer_cuda_reserve(seer_cuda *c, seer_cuda_buf *b, size_t bytes, const char *what);
 void seer_cuda_buf_free(seer_cuda *c, seer_cuda_buf *b);
+/* Drops an instance's hold on the shared device state; the last one frees it. */
+void seer_cuda_dev_release(seer_cuda_dev *d);
 
 /* The device copy of a host index array of n entries that an op received: batch_begin's
  * copy when host is the array it was given for argument `which` and still holds the same

@@ -121,15 +121,30 @@ static CUmemAllocationProp kv_prop(int device) {
     return p;
 }
 
-static struct seer_cuda_kv_pool *find_pool(seer_cuda *c, const void *kv,
-                                           struct seer_cuda_kv_pool ***link) {
-    for (struct seer_cuda_kv_pool **l = &c->kv_pools; *l; l = &(*l)->next)
+/* The pool whose rows start at kv, unlinked from the list with unlink (a storage is used by
+ * one context, so the pool itself needs no lock once found). */
+static struct seer_cuda_kv_pool *find_pool(seer_cuda *c, const void *kv, bool unlink = false) {
+    seer_cuda_dev *d = c->dev;
+    struct seer_cuda_kv_pool *found = NULL;
+    pthread_mutex_lock(&d->mu);
+    for (struct seer_cuda_kv_pool **l = &d->kv_pools; *l; l = &(*l)->next)
         if ((*l)->rows.base == (CUdeviceptr)kv) {
-            if (link)
-                *link = l;
-            return *l;
+            found = *l;
+            if (unlink)
+                *l = found->next;
+            break;
         }
-    return NULL;
+    pthread_mutex_unlock(&d->mu);
+    return found;
+}
+
+static void count_bytes(seer_cuda *c, size_t add, size_t sub) {
+    seer_cuda_dev *d = c->dev;
+    pthread_mutex_lock(&d->mu);
+    d->in_use = d->in_use + add - sub;
+    if (d->in_use > d->peak)
+        d->peak = d->in_use;
+    pthread_mutex_unlock(&d->mu);
 }
 
 seer_status seer_cuda_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out) {
@@ -184,14 +199,16 @@ seer_status seer_cuda_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **o
             return cu_fail(r, "reserving device addresses for the KV cache's quantised copy");
         }
     }
-    pool->next = c->kv_pools;
-    c->kv_pools = pool;
+    pthread_mutex_lock(&c->dev->mu);
+    pool->next = c->dev->kv_pools;
+    c->dev->kv_pools = pool;
+    pthread_mutex_unlock(&c->dev->mu);
     *out = (void *)pool->rows.base;
     return SEER_OK;
 }
 
 uint8_t *seer_cuda_kv_qdata(seer_cuda *c, const void *kv) {
-    struct seer_cuda_kv_pool *pool = find_pool(c, kv, NULL);
+    struct seer_cuda_kv_pool *pool = find_pool(c, kv);
     return pool && pool->q.base ? (uint8_t *)pool->q.base : NULL;
 }
 
@@ -244,9 +261,7 @@ static seer_status map_chunk(seer_cuda *c, struct kv_region *pool, size_t bytes)
     }
     pool->chunks[pool->n_chunks++] = bytes;
     pool->committed += bytes;
-    c->in_use += bytes;
-    if (c->in_use > c->peak)
-        c->peak = c->in_use;
+    count_bytes(c, bytes, 0);
     return SEER_OK;
 }
 
@@ -268,7 +283,7 @@ static seer_status grow_region(seer_cuda *c, struct kv_region *r, size_t gran, s
 seer_status seer_cuda_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom *g, int n_pages,
                                  int *n_committed) {
     seer_cuda *c = seer_cuda_of(be);
-    struct seer_cuda_kv_pool *pool = find_pool(c, kv, NULL);
+    struct seer_cuda_kv_pool *pool = find_pool(c, kv);
     if (!pool || n_pages < 0 || n_pages > g->n_pages)
         return seer_err(SEER_ERR_INVALID_ARG, "KV cache: %d pages asked of a pool of %d", n_pages,
                         g->n_pages);
@@ -293,8 +308,7 @@ seer_status seer_cuda_kv_mem_available(seer_backend *be, uint64_t *bytes) {
 
 void seer_cuda_kv_free(seer_backend *be, void *kv) {
     seer_cuda *c = seer_cuda_of(be);
-    struct seer_cuda_kv_pool **link = NULL;
-    struct seer_cuda_kv_pool *pool = kv ? find_pool(c, kv, &link) : NULL;
+    struct seer_cuda_kv_pool *pool = kv ? find_pool(c, kv, true) : NULL;
     if (!pool)
         return; /* not ours: freeing it could only do harm */
     /* Work queued on the stream may still read the pages. */
@@ -311,11 +325,10 @@ void seer_cuda_kv_free(seer_backend *be, void *kv) {
             off += r->chunks[i];
         }
         (void)cu().MemAddressFree(r->base, r->reserved);
-        c->in_use -= r->committed;
+        count_bytes(c, 0, r->committed);
         free(r->chunks);
     }
     c->gen++; /* a recorded forward call may hold the base: recordings of older generations go */
-    *link = pool->next;
     free(pool);
 }
 

@@ -2,7 +2,7 @@
  * profile.cu: where the device time of forward calls goes, op by op. With
  * SEER_CUDA_PROFILE=FILE the backend runs without recorded graphs, records an event after
  * every op (matmuls keyed by their weight's shape, attention by its kernels) and, when the
- * backend is freed, writes to FILE each op's calls, total and mean time and share. An op's
+ * backend instance that ran them is freed, writes to FILE each op's calls, total and mean time and share. An op's
  * time is the interval between the events before and after it on the stream, so it includes
  * the launch gap in front of its kernels: what a decode step really pays for the op.
  * Not for: normal runs (the events cost time) or timing recorded (graph) replays.
@@ -36,6 +36,8 @@ seer_status seer_cuda_prof_init(seer_cuda *c, const char *path) {
     c->prof = p;
     return SEER_OK;
 }
+
+const char *seer_cuda_prof_path(const seer_cuda *c) { return c->prof ? c->prof->path : ""; }
 
 static int prof_key(seer_cuda_prof *p, const char *name) {
     for (int i = 0; i < p->n_keys; i++)
@@ -111,7 +113,8 @@ void seer_cuda_prof_free(seer_cuda *c) {
     double total = 0;
     for (int i = 0; i < p->n_keys; i++)
         total += p->ms[i];
-    FILE *f = fopen(p->path, "w");
+    /* Each context has its own instance: the one that ran ops writes FILE, not the model's. */
+    FILE *f = p->n_keys ? fopen(p->path, "w") : NULL;
     if (f) {
         fprintf(f, "%-32s %8s %10s %10s %7s\n", "op", "calls", "total ms", "mean us", "share");
         for (int i = 0; i < p->n_keys; i++)
