@@ -13,6 +13,7 @@
  * Not for: correctness of record (test_backend_ops owns that).
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "lab_util.cuh"
 
 #include <math.h>
 #include <stdio.h>
@@ -36,17 +37,9 @@
         }                                                                                    \
     } while (0)
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static float frand(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f;
-}
-
 static void fill_rand(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++)
-        x[i] = frand() * scale;
+        x[i] = lab_frand() * scale;
 }
 
 typedef struct {
@@ -129,8 +122,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n_pages; i++)
             perm[i] = i;
         for (int i = n_pages - 1; i > 0; i--) {
-            frand();
-            const int j = (int)((rng_state >> 33) % (uint64_t)(i + 1));
+            lab_frand();
+            const int j = (int)((lab_rng >> 33) % (uint64_t)(i + 1));
             const int32_t t = perm[i];
             perm[i] = perm[j];
             perm[j] = t;
@@ -239,38 +232,12 @@ int main(int argc, char **argv) {
         }
         /* time: reps calls in one graph */
         CK(gpu->ops->batch_begin(gpu, &ab, NULL, NULL, tpage, trow, NULL, 0));
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal));
-        for (int r = 0; r < reps; r++)
-            CK(gpu->ops->attention(gpu, dout, dq, kg, &g, 0, &ab));
-        CU(cudaStreamEndCapture(c->stream, &graph));
-        CU(cudaGraphInstantiate(&exec, graph, 0));
-        cudaEvent_t e0, e1;
-        CU(cudaEventCreate(&e0));
-        CU(cudaEventCreate(&e1));
-        CU(cudaGraphLaunch(exec, c->stream));
-        float ms[5];
-        for (int r = 0; r < 5; r++) {
-            CU(cudaEventRecord(e0, c->stream));
-            CU(cudaGraphLaunch(exec, c->stream));
-            CU(cudaEventRecord(e1, c->stream));
-            CU(cudaEventSynchronize(e1));
-            CU(cudaEventElapsedTime(&ms[r], e0, e1));
-        }
-        for (int a = 0; a < 5; a++)
-            for (int b = a + 1; b < 5; b++)
-                if (ms[b] < ms[a]) {
-                    const float t = ms[a];
-                    ms[a] = ms[b];
-                    ms[b] = t;
-                }
+        const double us = lab_graph_us(c->stream, reps, [&] { CK(gpu->ops->attention(gpu, dout, dq, kg, &g, 0, &ab)); });
         /* the graph's replays must reproduce the first run's bits */
         float *o2 = (float *)malloc(nq * sizeof(float));
         CK(gpu->ops->download(gpu, o2, dout, nq * sizeof(float)));
         const bool same = !memcmp(o2, out, nq * sizeof(float));
         free(o2);
-        const double us = ms[2] * 1e3 / reps;
         const double bytes = (double)B * (L + n) * kvd * 2 * 2;
         const double floor_us = bytes / bw * 1e6;
         char name[64];
@@ -278,10 +245,6 @@ int main(int argc, char **argv) {
         printf("%-14s %10.2f %10.2f %6.1f%% %9.2e%s%s%s\n", name, us, floor_us, 100.0 * floor_us / us, rel,
                rel > 1e-2 ? "  WRONG" : "", inv ? "" : "  NOT-INVARIANT", same ? "" : "  REPLAY-CHANGES-BITS");
         fflush(stdout);
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
         gpu->ops->dealloc(gpu, dq);
         gpu->ops->dealloc(gpu, dout);
         gpu->ops->kv_free(gpu, kg);

@@ -12,6 +12,7 @@
  * Not for: correctness of record (test_backend_ops / test_backend_ops_q own that).
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "lab_util.cuh"
 #include "gguf/gguf.h"
 
 #include <math.h>
@@ -31,14 +32,6 @@ static const lab_shape shapes[] = {
     {"gate_up", 28672, 4096, 1},
     {"down", 4096, 14336, 2},
 };
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static float frand(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f;
-}
 
 static int parse_list(const char *s, int *out, int max) {
     int n = 0;
@@ -153,11 +146,11 @@ int main(int argc, char **argv) {
         const size_t n = (size_t)sh->rows * sh->cols;
         float *wf = (float *)malloc(n * sizeof(float));
         for (size_t i = 0; i < n; i++)
-            wf[i] = frand();
+            wf[i] = lab_frand();
         const int out_cols = sh->form == 1 ? sh->rows / 2 : sh->rows;
         float *xh = (float *)malloc((size_t)maxT * sh->cols * sizeof(float));
         for (size_t i = 0; i < (size_t)maxT * sh->cols; i++)
-            xh[i] = frand();
+            xh[i] = lab_frand();
         float *x = NULL, *y = NULL;
         CK(gpu->ops->alloc(gpu, (size_t)maxT * sh->cols * sizeof(float), (void **)&x));
         CK(gpu->ops->alloc(gpu, (size_t)maxT * out_cols * sizeof(float), (void **)&y));
@@ -221,42 +214,12 @@ int main(int argc, char **argv) {
                         free(yh);
                         free(yr);
                         /* time: reps calls in one graph */
-                        cudaGraph_t graph;
-                        cudaGraphExec_t exec;
-                        CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal));
-                        for (int r = 0; r < reps; r++)
-                            CK(run_form(gpu, sh->form, y, x, &wg, T));
-                        CU(cudaStreamEndCapture(c->stream, &graph));
-                        CU(cudaGraphInstantiate(&exec, graph, 0));
-                        cudaEvent_t e0, e1;
-                        CU(cudaEventCreate(&e0));
-                        CU(cudaEventCreate(&e1));
-                        CU(cudaGraphLaunch(exec, c->stream));
-                        float ms[5];
-                        for (int r = 0; r < 5; r++) {
-                            CU(cudaEventRecord(e0, c->stream));
-                            CU(cudaGraphLaunch(exec, c->stream));
-                            CU(cudaEventRecord(e1, c->stream));
-                            CU(cudaEventSynchronize(e1));
-                            CU(cudaEventElapsedTime(&ms[r], e0, e1));
-                        }
-                        for (int a = 0; a < 5; a++)
-                            for (int b = a + 1; b < 5; b++)
-                                if (ms[b] < ms[a]) {
-                                    float t = ms[a];
-                                    ms[a] = ms[b];
-                                    ms[b] = t;
-                                }
-                        const double us = ms[2] * 1e3 / reps;
+                        const double us = lab_graph_us(c->stream, reps, [&] { CK(run_form(gpu, sh->form, y, x, &wg, T)); });
                         const double floor_us = (double)nb / bw * 1e6;
                         printf("%-8s %-8s %3d %5d %5d %9.2f %9.2f %6.1f%% %9.2e%s\n", tys[ti].name, sh->name, T,
                                waves[wi], mins[mi], us, floor_us, 100.0 * floor_us / us, rel,
                                rel > 2e-2 ? "  WRONG" : "");
                         fflush(stdout);
-                        cudaEventDestroy(e0);
-                        cudaEventDestroy(e1);
-                        cudaGraphExecDestroy(exec);
-                        cudaGraphDestroy(graph);
                     }
             gpu->ops->weight_free(gpu, &wg);
             cpu->ops->weight_free(cpu, &wc[0]);

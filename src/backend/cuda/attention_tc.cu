@@ -242,6 +242,35 @@ static __device__ void tc_combine(const att_desc &a, const attn_params &p, const
     }
 }
 
+/* One element d of a row's result from its key parts: part w's (m, l) at ml[w * ml_stride]
+ * and its scaled sum at part[w * part_stride], merged in part order; written as the output of
+ * token i, head h (a token of one split) or as split s's partial. Both kinds of item merge
+ * through this, so their arithmetic is the same. */
+template <int DH>
+static __device__ __forceinline__ void tc_merge_parts(const att_desc &a, const attn_params &p, const float *ml,
+                                                      int ml_stride, const float *part, size_t part_stride,
+                                                      int KP, int i, int h, int d, int S, int s) {
+    float M = -INFINITY;
+    for (int w = 0; w < KP; w++)
+        M = fmaxf(M, ml[w * ml_stride]);
+    float L = 0.f, acc = 0.f;
+    for (int w = 0; w < KP; w++) {
+        const float mw = ml[w * ml_stride];
+        L += mw == -INFINITY ? 0.f : ml[w * ml_stride + 1] * expf(mw - M);
+        acc += part[w * part_stride];
+    }
+    if (S == 1) {
+        p.out[((size_t)i * p.H + h) * DH + d] = L > 0.f ? acc * (1.f / L) : 0.f;
+    } else {
+        const size_t prow = (size_t)(a.qoff[i] + s) * p.H + h;
+        p.part_acc[prow * DH + d] = acc;
+        if (d == 0) {
+            p.part_ml[prow * 2] = M;
+            p.part_ml[prow * 2 + 1] = L;
+        }
+    }
+}
+
 /* Persistent: block b takes items b, b + gridDim.x, ... of its kind's tensor-core items;
  * item = gitem[group] + (split / spi) * Hkv + KV head.
  * DEC (the decode kind): groups of at most 16 rows, not prefilled (decode steps, short
@@ -420,29 +449,10 @@ __global__ void __launch_bounds__(DEC ? 128 : 256, 2) attn_tc_kernel(attn_params
                         const int r8 = e / DH, r = 8 * hr + r8, d = e % DH, tt = r / ng;
                         if (r >= it.rows)
                             break;
-                        const int S = t_S[tt];
-                        if (s >= S)
+                        if (s >= t_S[tt])
                             continue;
-                        float M = -INFINITY;
-                        for (int w = 0; w < KP; w++)
-                            M = fmaxf(M, ml_s[(w * MR + r) * 2]);
-                        float L = 0.f, acc = 0.f;
-                        for (int w = 0; w < KP; w++) {
-                            const float mw = ml_s[(w * MR + r) * 2];
-                            L += mw == -INFINITY ? 0.f : ml_s[(w * MR + r) * 2 + 1] * expf(mw - M);
-                            acc += mb[(size_t)(w * 8 + r8) * DH + d];
-                        }
-                        const int i = t_i[tt], h = kvh * ng + r % ng;
-                        if (S == 1) {
-                            p.out[((size_t)i * p.H + h) * DH + d] = L > 0.f ? acc * (1.f / L) : 0.f;
-                        } else {
-                            const size_t prow = (size_t)(a.qoff[i] + s) * p.H + h;
-                            p.part_acc[prow * DH + d] = acc;
-                            if (d == 0) {
-                                p.part_ml[prow * 2] = M;
-                                p.part_ml[prow * 2 + 1] = L;
-                            }
-                        }
+                        tc_merge_parts<DH>(a, p, ml_s + 2 * r, 2 * MR, mb + (size_t)r8 * DH + d, (size_t)8 * DH, KP,
+                                           t_i[tt], kvh * ng + r % ng, d, t_S[tt], s);
                     }
                     __syncthreads();
                 }
@@ -514,29 +524,10 @@ __global__ void __launch_bounds__(DEC ? 128 : 256, 2) attn_tc_kernel(attn_params
             __syncthreads();
             for (int e = tid; e < it.rows * DH; e += NT) {
                 const int r = e / DH, d = e % DH, tt = r / ng;
-                const int S = t_S[tt];
-                if (s0 >= S)
+                if (s0 >= t_S[tt])
                     continue;
-                float M = -INFINITY;
-                for (int w = 0; w < KP; w++)
-                    M = fmaxf(M, ml_s[(w * MR + r) * 2]);
-                float L = 0.f, acc = 0.f;
-                for (int w = 0; w < KP; w++) {
-                    const float mw = ml_s[(w * MR + r) * 2];
-                    L += mw == -INFINITY ? 0.f : ml_s[(w * MR + r) * 2 + 1] * expf(mw - M);
-                    acc += mrg[(size_t)(w * MR + r) * DH + d];
-                }
-                const int i = t_i[tt], h = kvh * ng + r % ng;
-                if (S == 1) {
-                    p.out[((size_t)i * p.H + h) * DH + d] = L > 0.f ? acc * (1.f / L) : 0.f;
-                } else {
-                    const size_t prow = (size_t)(a.qoff[i] + s0) * p.H + h;
-                    p.part_acc[prow * DH + d] = acc;
-                    if (d == 0) {
-                        p.part_ml[prow * 2] = M;
-                        p.part_ml[prow * 2 + 1] = L;
-                    }
-                }
+                tc_merge_parts<DH>(a, p, ml_s + 2 * r, 2 * MR, mrg + (size_t)r * DH + d, (size_t)MR * DH, KP,
+                                   t_i[tt], kvh * ng + r % ng, d, t_S[tt], s0);
             }
         } while (0);
 

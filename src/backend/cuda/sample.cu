@@ -618,6 +618,44 @@ accept_chains_kernel(const acc_chain *chains, const int32_t *drafts, const doubl
     }
 }
 
+/* One acceptance call's staging: n descriptors of desc_size bytes, n_u uniforms, n_i indices
+ * and out_b bytes of results, laid out alike in the pinned host buffer (h) and on the device
+ * (d): descriptors, uniforms, indices, results. */
+typedef struct {
+    char *h, *d;
+    size_t u_at, i_at, out_at, out_b;
+} acc_stage;
+
+static seer_status acc_stage_begin(seer_cuda *c, size_t desc_bytes, size_t n_u, size_t n_i, size_t out_b,
+                                   acc_stage *st) {
+    st->u_at = smp_align(desc_bytes);
+    st->i_at = st->u_at + smp_align(n_u * sizeof(double));
+    st->out_at = st->i_at + smp_align(n_i * sizeof(int32_t));
+    st->out_b = out_b;
+    SEER_TRY(smp_host(c, st->out_at + out_b, &st->h));
+    SEER_TRY(seer_cuda_reserve(c, &c->smp_dev, st->out_at + out_b, "acceptance descriptors"));
+    st->d = (char *)c->smp_dev.p;
+    return SEER_OK;
+}
+
+static double *acc_u(const acc_stage *st, char *base) { return (double *)(base + st->u_at); }
+static int32_t *acc_i(const acc_stage *st, char *base) { return (int32_t *)(base + st->i_at); }
+static int32_t *acc_out(const acc_stage *st, char *base) { return (int32_t *)(base + st->out_at); }
+
+/* After the host side is filled: to the device (before the kernel). */
+static seer_status acc_stage_upload(seer_cuda *c, const acc_stage *st) {
+    CUDA_TRY(cudaMemcpyAsync(st->d, st->h, st->out_at, cudaMemcpyHostToDevice, c->stream));
+    return SEER_OK;
+}
+
+/* After the kernel: its results back into the host side. */
+static seer_status acc_stage_results(seer_cuda *c, const acc_stage *st) {
+    CUDA_TRY(cudaMemcpyAsync(st->h + st->out_at, st->d + st->out_at, st->out_b, cudaMemcpyDeviceToHost,
+                             c->stream));
+    CUDA_TRY(cudaStreamSynchronize(c->stream));
+    return SEER_OK;
+}
+
 seer_status seer_cuda_accept_chains(seer_backend *be, const seer_accept_chain *chains, int n,
                                     int V, int32_t *n_acc, int32_t *next) {
     seer_cuda *c = seer_cuda_of(be);
@@ -630,16 +668,11 @@ seer_status seer_cuda_accept_chains(seer_backend *be, const seer_accept_chain *c
         n_d += (size_t)chains[k].nd;
         n_u += (size_t)chains[k].nd + 1;
     }
-    const size_t desc_b = smp_align((size_t)n * sizeof(acc_chain));
-    const size_t u_b = smp_align(n_u * sizeof(double));
-    const size_t d_b = smp_align(n_d * sizeof(int32_t));
-    const size_t out_b = (size_t)2 * n * sizeof(int32_t);
-    char *h = NULL;
-    SEER_TRY(smp_host(c, desc_b + u_b + d_b + out_b, &h));
-    SEER_TRY(seer_cuda_reserve(c, &c->smp_dev, desc_b + u_b + d_b + out_b, "acceptance descriptors"));
-    acc_chain *desc = (acc_chain *)h;
-    double *hu = (double *)(h + desc_b);
-    int32_t *hd = (int32_t *)(h + desc_b + u_b);
+    acc_stage st;
+    SEER_TRY(acc_stage_begin(c, (size_t)n * sizeof(acc_chain), n_u, n_d, (size_t)2 * n * sizeof(int32_t), &st));
+    acc_chain *desc = (acc_chain *)st.h;
+    double *hu = acc_u(&st, st.h);
+    int32_t *hd = acc_i(&st, st.h);
     int od = 0, ou = 0;
     for (int k = 0; k < n; k++) {
         const seer_accept_chain *ch = &chains[k];
@@ -658,15 +691,12 @@ seer_status seer_cuda_accept_chains(seer_backend *be, const seer_accept_chain *c
         ou += ch->nd + 1;
         desc[k] = a;
     }
-    char *dev = (char *)c->smp_dev.p;
-    CUDA_TRY(cudaMemcpyAsync(dev, h, desc_b + u_b + d_b, cudaMemcpyHostToDevice, c->stream));
-    int32_t *d_out = (int32_t *)(dev + desc_b + u_b + d_b);
+    SEER_TRY(acc_stage_upload(c, &st));
     accept_chains_kernel<<<(unsigned)n, SMP_THREADS, 0, c->stream>>>(
-        (const acc_chain *)dev, (const int32_t *)(dev + desc_b + u_b), (const double *)(dev + desc_b), V, d_out);
+        (const acc_chain *)st.d, acc_i(&st, st.d), acc_u(&st, st.d), V, acc_out(&st, st.d));
     LAUNCH_TRY("accept_chains_kernel");
-    int32_t *res = (int32_t *)(h + desc_b + u_b + d_b);
-    CUDA_TRY(cudaMemcpyAsync(res, d_out, out_b, cudaMemcpyDeviceToHost, c->stream));
-    CUDA_TRY(cudaStreamSynchronize(c->stream));
+    SEER_TRY(acc_stage_results(c, &st));
+    const int32_t *res = acc_out(&st, st.h);
     for (int k = 0; k < n; k++) {
         n_acc[k] = res[2 * k];
         next[k] = res[2 * k + 1];
@@ -781,17 +811,13 @@ seer_status seer_cuda_accept_trees(seer_backend *be, const seer_accept_tree *tre
         n_t += (size_t)trees[k].n;
         n_uu += (size_t)trees[k].n + 1;
     }
-    const size_t desc_b = smp_align((size_t)n * sizeof(acc_tree));
-    const size_t u_b = smp_align(n_uu * sizeof(double));
-    const size_t t_b = smp_align(2 * n_t * sizeof(int32_t));
-    const size_t out_b = (size_t)n * (3 + stride) * sizeof(int32_t);
-    char *h = NULL;
-    SEER_TRY(smp_host(c, desc_b + u_b + t_b + out_b, &h));
-    SEER_TRY(seer_cuda_reserve(c, &c->smp_dev, desc_b + u_b + t_b + out_b, "acceptance descriptors"));
+    acc_stage st;
+    SEER_TRY(acc_stage_begin(c, (size_t)n * sizeof(acc_tree), n_uu, 2 * n_t, (size_t)n * (3 + stride) * sizeof(int32_t),
+                             &st));
     SEER_TRY(seer_cuda_reserve(c, &c->tree_work, (size_t)n * 2 * V * sizeof(float), "tree acceptance rows"));
-    acc_tree *desc = (acc_tree *)h;
-    double *hu = (double *)(h + desc_b);
-    int32_t *ht = (int32_t *)(h + desc_b + u_b), *hp = ht + n_t;
+    acc_tree *desc = (acc_tree *)st.h;
+    double *hu = acc_u(&st, st.h);
+    int32_t *ht = acc_i(&st, st.h), *hp = ht + n_t;
     int ot = 0, ou = 0;
     for (int k = 0; k < n; k++) {
         const seer_accept_tree *t = &trees[k];
@@ -812,17 +838,14 @@ seer_status seer_cuda_accept_trees(seer_backend *be, const seer_accept_tree *tre
         ou += t->n + 1;
         desc[k] = a;
     }
-    char *dev = (char *)c->smp_dev.p;
-    CUDA_TRY(cudaMemcpyAsync(dev, h, desc_b + u_b + t_b, cudaMemcpyHostToDevice, c->stream));
-    int32_t *d_out = (int32_t *)(dev + desc_b + u_b + t_b);
-    const int32_t *d_tok = (const int32_t *)(dev + desc_b + u_b);
+    SEER_TRY(acc_stage_upload(c, &st));
+    const int32_t *d_tok = acc_i(&st, st.d);
     accept_trees_kernel<<<(unsigned)n, SMP_THREADS, 0, c->stream>>>(
-        (const acc_tree *)dev, d_tok, d_tok + n_t, (const double *)(dev + desc_b), (float *)c->tree_work.p, V,
-        stride, d_out);
+        (const acc_tree *)st.d, d_tok, d_tok + n_t, acc_u(&st, st.d), (float *)c->tree_work.p, V, stride,
+        acc_out(&st, st.d));
     LAUNCH_TRY("accept_trees_kernel");
-    int32_t *res = (int32_t *)(h + desc_b + u_b + t_b);
-    CUDA_TRY(cudaMemcpyAsync(res, d_out, out_b, cudaMemcpyDeviceToHost, c->stream));
-    CUDA_TRY(cudaStreamSynchronize(c->stream));
+    SEER_TRY(acc_stage_results(c, &st));
+    const int32_t *res = acc_out(&st, st.h);
     for (int k = 0; k < n; k++) {
         const int32_t *r = res + (size_t)k * (3 + stride);
         n_acc[k] = r[0];
