@@ -6,7 +6,11 @@
  * can run it in seconds, then timed in a recorded CUDA graph of back-to-back calls against the
  * copy-bandwidth floor of the K and V bytes it must read.
  *
- *   lab_attention [--cases 8x32768+1,14x32768+5,...] [--reps N] [--check-max ROWS]
+ *   lab_attention [--cases 8x32768+1,14x32768+5,...] [--reps N] [--check-max ROWS] [--layers N]
+ *
+ * --layers N: the cache holds N layers (the same rows in each) and the timed calls cycle
+ * through them, so that K and V come from memory as in a forward pass rather than from L2
+ * (which holds the one layer of a 1 x 4K case whole).
  *
  * A case BxL+n is B sequences of L cached slots, each with n new tokens (1: a decode step;
  * G + 1: a verification chain). SEER_CUDA_ATTN picks a kernel family as in the engine.
@@ -67,6 +71,7 @@ int main(int argc, char **argv) {
                         "3x131072+5,1x32768+5";
     int reps = 20;
     long long check_max = 70000;
+    int layers = 1;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--cases") && v)
@@ -75,8 +80,10 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--check-max") && v)
             check_max = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--layers") && v)
+            layers = atoi(argv[++i]) < 1 ? 1 : atoi(argv[i]);
         else {
-            fprintf(stderr, "usage: lab_attention [--cases BxL+n,...] [--reps N] [--check-max ROWS]\n");
+            fprintf(stderr, "usage: lab_attention [--cases BxL+n,...] [--reps N] [--check-max ROWS] [--layers N]\n");
             return 2;
         }
     }
@@ -95,8 +102,8 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     CU(cudaGetDeviceProperties(&prop, c->device));
     printf("# lab_attention: %s, %d SMs, copy bandwidth %.0f GB/s; H %d, Hkv %d, Dh %d, page %d; graph of %d "
-           "calls, median of 5\n",
-           prop.name, c->n_sm, bw / 1e9, H, HKV, DH, PS, reps);
+           "calls over %d layer(s), median of 5\n",
+           prop.name, c->n_sm, bw / 1e9, H, HKV, DH, PS, reps, layers);
     printf("%-14s %10s %10s %7s %9s\n", "case", "us", "floor_us", "%floor", "rel_err");
     const size_t kvd = (size_t)HKV * DH;
     float *hk = (float *)malloc(CH * kvd * sizeof(float)), *hv = (float *)malloc(CH * kvd * sizeof(float));
@@ -108,14 +115,16 @@ int main(int argc, char **argv) {
         const int B = lc.B, L = lc.L, n = lc.n, T = B * n;
         const bool check = (long long)B * (L + n) <= check_max;
         const int per = (L + n + PS - 1) / PS, n_pages = B * per + 1;
-        seer_kv_geom g = {.n_pages = n_pages, .page_size = PS, .n_layers = 1, .n_kv_heads = HKV, .head_dim = DH};
+        seer_kv_geom g = {.n_pages = n_pages, .page_size = PS, .n_layers = layers, .n_kv_heads = HKV, .head_dim = DH};
+        seer_kv_geom g1 = g; /* the CPU reference's: layer 0 alone */
+        g1.n_layers = 1;
         void *kg = NULL, *kc = NULL;
         int committed = 0;
         CK(gpu->ops->kv_alloc(gpu, &g, &kg));
         CK(gpu->ops->kv_reserve(gpu, kg, &g, n_pages, &committed));
         if (check) {
-            CK(cpu->ops->kv_alloc(cpu, &g, &kc));
-            CK(cpu->ops->kv_reserve(cpu, kc, &g, n_pages, &committed));
+            CK(cpu->ops->kv_alloc(cpu, &g1, &kc));
+            CK(cpu->ops->kv_reserve(cpu, kc, &g1, n_pages, &committed));
         }
         /* pages in a shuffled order, as a pool hands them out after some churn */
         int32_t *perm = (int32_t *)malloc(n_pages * sizeof(int32_t));
@@ -148,9 +157,10 @@ int main(int argc, char **argv) {
                     page[i] = seq_pages[(size_t)b * per + (s0 + i) / PS];
                     row[i] = (s0 + i) % PS;
                 }
-                CK(gpu->ops->kv_store(gpu, kg, &g, 0, dk, dv, page, row, m));
+                for (int l = 0; l < layers; l++)
+                    CK(gpu->ops->kv_store(gpu, kg, &g, l, dk, dv, page, row, m));
                 if (check)
-                    CK(cpu->ops->kv_store(cpu, kc, &g, 0, hk, hv, page, row, m));
+                    CK(cpu->ops->kv_store(cpu, kc, &g1, 0, hk, hv, page, row, m));
             }
         /* the batch: n new tokens per sequence, sequence by sequence */
         int32_t *tok_seq = (int32_t *)malloc(T * sizeof(int32_t)), *tok_slot = (int32_t *)malloc(T * sizeof(int32_t));
@@ -188,14 +198,15 @@ int main(int argc, char **argv) {
         CK(gpu->ops->upload(gpu, dv, hv, (size_t)T * kvd * sizeof(float)));
         CU(cudaMemsetAsync(dout, 0xff, nq * sizeof(float), c->stream)); /* NaN: unwritten shows */
         CK(gpu->ops->batch_begin(gpu, &ab, NULL, NULL, tpage, trow, NULL, 0));
-        CK(gpu->ops->kv_store(gpu, kg, &g, 0, dk, dv, tpage, trow, T));
+        for (int l = 0; l < layers; l++)
+            CK(gpu->ops->kv_store(gpu, kg, &g, l, dk, dv, tpage, trow, T));
         CK(gpu->ops->attention(gpu, dout, dq, kg, &g, 0, &ab));
         CK(gpu->ops->download(gpu, out, dout, nq * sizeof(float)));
         double rel = -1;
         if (check) {
             float *ref = (float *)malloc(nq * sizeof(float));
-            CK(cpu->ops->kv_store(cpu, kc, &g, 0, hk, hv, tpage, trow, T));
-            CK(cpu->ops->attention(cpu, ref, q, kc, &g, 0, &ab));
+            CK(cpu->ops->kv_store(cpu, kc, &g1, 0, hk, hv, tpage, trow, T));
+            CK(cpu->ops->attention(cpu, ref, q, kc, &g1, 0, &ab));
             double num = 0, den = 0;
             for (size_t i = 0; i < nq; i++) {
                 const double d = (double)out[i] - ref[i];
@@ -232,7 +243,10 @@ int main(int argc, char **argv) {
         }
         /* time: reps calls in one graph */
         CK(gpu->ops->batch_begin(gpu, &ab, NULL, NULL, tpage, trow, NULL, 0));
-        const double us = lab_graph_us(c->stream, reps, [&] { CK(gpu->ops->attention(gpu, dout, dq, kg, &g, 0, &ab)); });
+        int call = 0;
+        const double us = lab_graph_us(c->stream, reps, [&] {
+            CK(gpu->ops->attention(gpu, dout, dq, kg, &g, call++ % layers, &ab));
+        });
         /* the graph's replays must reproduce the first run's bits */
         float *o2 = (float *)malloc(nq * sizeof(float));
         CK(gpu->ops->download(gpu, o2, dout, nq * sizeof(float)));

@@ -19,7 +19,9 @@
  * splits per (token, KV head), enough blocks for the GPU at one sequence; past 4K the chunk
  * doubles instead, and the partials (2 * Dh * 4 bytes per query head and split) stay under
  * 1% of the K and V they summarise. */
+#ifndef ATT_MAX_SPLITS /* a lab build may set it (part of every token's summation order) */
 #define ATT_MAX_SPLITS 64
+#endif
 #define ATT_COMBINE_W 1024 /* split weights the combine holds in shared memory at a time */
 #define ATT_TC_MAX_SPI 16  /* most consecutive splits one decode-kind item streams through */
 #define ATT_TC_ITEM_COST 0.3 /* an item's start, in split-times (lab/attention_lab.cu fit) */
