@@ -206,16 +206,25 @@ static __device__ void tc_combine(const att_desc &a, const attn_params &p, const
             continue;
         const int i = t_i[tt], h = kvh * ng + r % ng;
         const size_t row0 = (size_t)a.qoff[i] * p.H + h, rs = (size_t)p.H;
+        /* lane j's splits k = j + 32 w: their running maxima, then weights, in registers */
+        constexpr int KW = ATT_MAX_SPLITS > 32 ? (ATT_MAX_SPLITS + 31) / 32 : 1;
+        float mk[KW], wk[KW];
         float M = -INFINITY;
-        for (int k = lane; k < S; k += 32)
-            M = fmaxf(M, __ldcg(&p.part_ml[(row0 + k * rs) * 2]));
+#pragma unroll
+        for (int w = 0; w < KW; w++) {
+            const int k = lane + 32 * w;
+            mk[w] = k < S ? __ldcg(&p.part_ml[(row0 + k * rs) * 2]) : -INFINITY;
+            M = fmaxf(M, mk[w]);
+        }
         for (int o = 16; o > 0; o >>= 1)
             M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
         float L = 0.f;
-        for (int k = lane; k < S; k += 32) { /* written as attn_combine_kernel writes it */
-            const float m = __ldcg(&p.part_ml[(row0 + k * rs) * 2]);
-            const float w = m == -INFINITY ? 0.f : expf(m - M);
-            L += __ldcg(&p.part_ml[(row0 + k * rs) * 2 + 1]) * w;
+#pragma unroll
+        for (int w = 0; w < KW; w++) { /* written as attn_combine_kernel writes it */
+            const int k = lane + 32 * w;
+            wk[w] = mk[w] == -INFINITY ? 0.f : expf(mk[w] - M);
+            if (k < S)
+                L += __ldcg(&p.part_ml[(row0 + k * rs) * 2 + 1]) * wk[w];
         }
         for (int o = 16; o > 0; o >>= 1)
             L += __shfl_xor_sync(0xffffffffu, L, o);
@@ -224,16 +233,19 @@ static __device__ void tc_combine(const att_desc &a, const attn_params &p, const
 #pragma unroll
         for (int e = 0; e < DH / 32; e++)
             acc[e] = 0.f;
-        /* unrolled so that several splits' loads are in flight at once; the sums still run
-         * in split order */
-#pragma unroll 8
+        /* split k's weight from the lane that holds it: the loads below depend on nothing,
+         * so many splits' loads are in flight at once; the sums still run in split order */
+#pragma unroll 16
         for (int k = 0; k < S; k++) {
-            const float m = __ldcg(&p.part_ml[(row0 + k * rs) * 2]);
-            const float w = m == -INFINITY ? 0.f : expf(m - M);
+            float src = wk[0];
+#pragma unroll
+            for (int w = 1; w < KW; w++)
+                src = (k >> 5) == w ? wk[w] : src;
+            const float wt = __shfl_sync(0xffffffffu, src, k & 31);
             const float *pa = p.part_acc + (row0 + k * rs) * DH;
 #pragma unroll
             for (int e = 0; e < DH / 32; e++)
-                acc[e] = fmaf(w, __ldcg(&pa[lane + 32 * e]), acc[e]);
+                acc[e] = fmaf(wt, __ldcg(&pa[lane + 32 * e]), acc[e]);
         }
         float *out = p.out + ((size_t)i * p.H + h) * DH;
 #pragma unroll
