@@ -46,7 +46,7 @@ static void test_generate_golden_json(void **state) {
     for (int k = 0; k < 8; k++) {
         int rc = sh(buf, sizeof buf,
                     "%s generate -m %s -p 'Lily and Tom' --temp 0 -n 300 --json --backend cpu --spec %s %s",
-                    SEER_CLI, m, specs[k % 7], k == 5 ? m : k >= 6 ? cost : "");
+                    SEER_CLI, m, specs[k < 7 ? k : 6], k == 5 ? m : k >= 6 ? cost : "");
         if (rc != 0)
             fail_msg("rc %d: %s", rc, buf);
         /* golden row "Lily and Tom": prompt 1,317,269,274,287; ids start 382,276,337 and end in BOS */
