@@ -296,6 +296,18 @@ static void test_small_things(void **state) {
             SEER_CLI, m);
     if (rc != 0 || !strstr(buf, "\"generated_ids\":[432]"))
         fail_msg("-n 1: rc %d: %s", rc, buf);
+    /* auto without a table (none cached in the file named): a context too short to calibrate
+     * decodes plain, with a note;
+     * a cost file that cannot be written is only a note too */
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 8 --ctx 48 --json --backend cpu "
+                             "--spec-cost-file %s", SEER_CLI, m, tu_tmp_path("short.cost"));
+    if (rc != 0 || !strstr(buf, "cannot calibrate the cost model") || !strstr(buf, "decoding plain") ||
+        !strstr(buf, "\"calibrated\":false") || !strstr(buf, "\"generated_ids\":[432,"))
+        fail_msg("auto, short context: rc %d: %s", rc, buf);
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 8 --backend cpu "
+                             "--spec-cost-file /nonexistent-dir/x.cost", SEER_CLI, m);
+    if (rc != 0 || !strstr(buf, "not saved"))
+        fail_msg("auto, unwritable cost file: rc %d: %s", rc, buf);
     /* a directory is not a prompt file */
     const char *dir = tu_tmp_path("a-directory");
     mkdir(dir, 0700);
