@@ -295,7 +295,15 @@ typedef enum {
     SEER_SPEC_NGRAM,     /* prompt lookup: continue the latest earlier match of the last n tokens */
     SEER_SPEC_QUANTKV,   /* self-draft through the pool's quantised KV copy (kv_quant_bits),
                           * optionally under the streaming view (quant_view) */
+    SEER_SPEC_AUTO,      /* every round, the drafter, K and G (or plain decoding) that the
+                          * calibrated cost model (seer_spec_cost) predicts fastest for the
+                          * batch; plain decoding throughout when no cost table is given */
 } seer_spec_kind;
+
+/* A calibrated cost table for SEER_SPEC_AUTO: measured times of the target's decode and
+ * verification calls and of each drafter's step, per batch size and cache length, for one
+ * model on one device. */
+typedef struct seer_spec_cost seer_spec_cost;
 
 typedef struct {
     seer_spec_kind kind;
@@ -331,6 +339,8 @@ typedef struct {
                               cost table) */
     seer_spec_kind quant_view; /* quantkv: SEER_SPEC_NONE (every slot, quantised) or
                                   SEER_SPEC_STREAMING (sinks + recent within budget, quantised) */
+    const seer_spec_cost *cost; /* auto: the table the choice per round reads (kept alive by the
+                                   caller while the generator or scheduler runs); NULL: plain */
     float synthetic_accept; /* benchmarks on random weights only: when > 0, each draft token is
                                accepted independently with this probability instead of by
                                the verification rule. NOT lossless; labelled in all output. */
@@ -340,7 +350,7 @@ typedef struct {
 #define SEER_TREE_AUTO_MAX 32
 
 seer_spec_params seer_spec_default_params(void);
-/* Parses "none", "streaming", "retrieval", "snapkv", "draft", "ngram", "quantkv". */
+/* Parses "none", "streaming", "retrieval", "snapkv", "draft", "ngram", "quantkv", "auto". */
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out);
 const char *seer_spec_kind_name(seer_spec_kind k);
 
@@ -380,6 +390,43 @@ void seer_gen_release(seer_gen *g, int handle);
 /* Releases the sequence and forgets its output: the handle may be reused by seer_gen_add. */
 void seer_gen_remove(seer_gen *g, int handle);
 void seer_gen_stats(const seer_gen *g, seer_spec_stats *out);
+
+/* What SEER_SPEC_AUTO decided, per round of the generator (or of a scheduler's auto class). */
+typedef struct {
+    bool has_table;         /* a cost table was given (else every round is plain) */
+    int64_t decisions[SEER_SPEC_AUTO]; /* [kind] rounds run with each drafter, [NONE]: plain */
+    int64_t drafted[SEER_SPEC_AUTO], accepted[SEER_SPEC_AUTO]; /* [kind] draft tokens */
+    int64_t gamma_sum;      /* G summed over speculating rounds */
+    double predicted_tokens; /* tokens the chosen options were predicted to emit */
+    double predicted_s;     /* seconds they were predicted to take */
+    double plain_tok_s_sum; /* the table's plain decoding rate, summed over rounds */
+    int64_t emitted;        /* tokens the rounds emitted */
+    double measured_s;      /* seconds the rounds took */
+} seer_spec_auto_stats;
+void seer_gen_auto_stats(const seer_gen *g, seer_spec_auto_stats *out);
+/* Predicted speedup (predicted tokens per second over the table's plain rate) and measured
+ * speedup (tokens per second measured over the same plain rate), from stats st; 0 when no
+ * round was counted. */
+void seer_spec_auto_speedups(const seer_spec_auto_stats *st, double *predicted, double *measured);
+
+/* Cost tables. Calibration measures one on ctx within about time_s seconds (a few hundred
+ * ms on small models); it needs ctx's sequences free (up to 4 of them are used), a context
+ * of at least 73 tokens, and the draft model (may be NULL) in a context of its own that it
+ * makes and frees. The file is a small text cache keyed by model and device. */
+seer_status seer_spec_cost_calibrate(seer_context *ctx, seer_model *draft_model, double time_s,
+                                     seer_spec_cost **out);
+/* Reads a table; SEER_ERR_FORMAT when it is malformed or was measured for another model or
+ * device than ctx's (model's key), SEER_ERR_IO when it cannot be read. */
+seer_status seer_spec_cost_load(const char *path, const seer_context *ctx, seer_spec_cost **out);
+/* A table from text (the file's format: see docs/spec-planning.md), any key. */
+seer_status seer_spec_cost_parse(const char *text, size_t len, seer_spec_cost **out);
+seer_status seer_spec_cost_save(const seer_spec_cost *c, const char *path);
+/* The default cache file of ctx's model on its device: $XDG_CACHE_HOME/seer/<key>.cost (or
+ * $HOME/.cache/seer/...); the directory is created. SEER_ERR_IO when neither is set. */
+seer_status seer_spec_cost_default_path(const seer_context *ctx, char *buf, size_t cap);
+/* Whether the table has a row for kind's drafter (calibration measured it). */
+bool seer_spec_cost_has(const seer_spec_cost *c, seer_spec_kind kind);
+void seer_spec_cost_free(seer_spec_cost *c);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Requests and a scheduler                                                                 */
@@ -494,6 +541,8 @@ typedef struct {
     int kv_pages_cached;      /* pages the prefix cache holds (shared ones included) */
     int64_t spec_drafted[SEER_SPEC_QUANTKV + 1];  /* per seer_spec_kind */
     int64_t spec_accepted[SEER_SPEC_QUANTKV + 1];
+    int64_t spec_auto_decisions[SEER_SPEC_QUANTKV + 1]; /* rounds of requests with auto speculation,
+                                                           per kind chosen ([NONE]: plain) */
 } seer_sched_stats;
 void seer_sched_get_stats(const seer_sched *s, seer_sched_stats *out);
 

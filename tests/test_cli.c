@@ -41,11 +41,12 @@ static void test_generate_golden_json(void **state) {
     snprintf(m, sizeof m, "%s", model);
     const char *specs[] = {"none", "streaming --spec-budget 16", "ngram", "snapkv --spec-budget 24 --spec-window 4",
                            "tree --spec-base retrieval --spec-budget 16 --spec-tree-size 9 --spec-tree-depth 3",
-                           "tree --spec-base draft --draft-budget 16 --draft-model"};
-    for (int k = 0; k < 6; k++) {
+                           "tree --spec-base draft --draft-budget 16 --draft-model", "auto --spec-cost-file"};
+    const char *cost = tu_tmp_path("cli.cost");
+    for (int k = 0; k < 8; k++) {
         int rc = sh(buf, sizeof buf,
                     "%s generate -m %s -p 'Lily and Tom' --temp 0 -n 300 --json --backend cpu --spec %s %s",
-                    SEER_CLI, m, specs[k], k == 5 ? m : "");
+                    SEER_CLI, m, specs[k < 7 ? k : 6], k == 5 ? m : k >= 6 ? cost : "");
         if (rc != 0)
             fail_msg("rc %d: %s", rc, buf);
         /* golden row "Lily and Tom": prompt 1,317,269,274,287; ids start 382,276,337 and end in BOS */
@@ -53,8 +54,17 @@ static void test_generate_golden_json(void **state) {
         assert_non_null(strstr(buf, "\"generated_ids\":[382,276,337,299,322,265"));
         assert_non_null(strstr(buf, "269,381,272,379,426,342,337,266,267,428,316,386,344,363,328,426,1]"));
         assert_non_null(strstr(buf, "\"text\":\" were playing in the park."));
-        if (k >= 4)
+        if (k == 4 || k == 5)
             assert_non_null(strstr(buf, k == 4 ? "\"tree_size\":9" : "\"tree_size\":8"));
+        /* auto: calibrated into the file given, then read back from it; the decisions and
+         * speedups reported */
+        if (k >= 6) {
+            assert_non_null(strstr(buf, k == 6 ? "cost model calibrated in" : "cost table from"));
+            assert_non_null(strstr(buf, "\"kind\":\"auto\""));
+            assert_non_null(strstr(buf, "\"auto\":{\"calibrated\":true,\"decisions\":{"));
+            assert_non_null(strstr(buf, "\"predicted_speedup\":"));
+            assert_non_null(strstr(buf, "rounds by choice:"));
+        }
     }
 }
 
@@ -181,7 +191,7 @@ static void test_chat_session(void **state) {
     const char *in = tu_tmp_path("chat_in.txt");
     const char lines[] = "Hello there\n\xff\xfe not UTF-8\nOnce upon a time\n/quit\nnever answered\n";
     assert_int_equal(tu_write_file(in, lines, sizeof lines - 1), 0);
-    int rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template chatml --temp 0 -n 6 < %s", SEER_CLI, m, in);
+    int rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template chatml --temp 0 -n 6 --spec none < %s", SEER_CLI, m, in);
     if (rc != 0)
         fail_msg("rc %d: %s", rc, buf);
     assert_non_null(strstr(buf, "that line was not used: invalid UTF-8"));
@@ -190,7 +200,7 @@ static void test_chat_session(void **state) {
     const int na = reply_lines(first, ra, 8);
     const char ok[] = "Hello there\nOnce upon a time\n";
     assert_int_equal(tu_write_file(in, ok, sizeof ok - 1), 0);
-    rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template chatml --temp 0 -n 6 < %s", SEER_CLI, m, in);
+    rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template chatml --temp 0 -n 6 --spec none < %s", SEER_CLI, m, in);
     assert_int_equal(rc, 0);
     assert_int_equal(na, 2);
     assert_int_equal(reply_lines(buf, rb, 8), 2);
@@ -198,8 +208,8 @@ static void test_chat_session(void **state) {
         assert_string_equal(ra[i], rb[i]);
     /* greedy replies are the same with speculation (chat runs on the request scheduler) */
     char *plain[2] = {strdup(rb[0]), strdup(rb[1])};
-    const char *specs[] = {"--spec ngram", "--spec streaming --spec-budget 8 --spec-gamma 3"};
-    for (int k = 0; k < 2; k++) {
+    const char *specs[] = {"--spec ngram", "--spec streaming --spec-budget 8 --spec-gamma 3", "", "--spec auto"};
+    for (int k = 0; k < 4; k++) {
         char *rc2[8];
         rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template chatml --temp 0 -n 6 %s < %s", SEER_CLI, m,
                 specs[k], in);
@@ -286,6 +296,18 @@ static void test_small_things(void **state) {
             SEER_CLI, m);
     if (rc != 0 || !strstr(buf, "\"generated_ids\":[432]"))
         fail_msg("-n 1: rc %d: %s", rc, buf);
+    /* auto without a table (none cached in the file named): a context too short to calibrate
+     * decodes plain, with a note;
+     * a cost file that cannot be written is only a note too */
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 8 --ctx 48 --json --backend cpu "
+                             "--spec-cost-file %s", SEER_CLI, m, tu_tmp_path("short.cost"));
+    if (rc != 0 || !strstr(buf, "cannot calibrate the cost model") || !strstr(buf, "decoding plain") ||
+        !strstr(buf, "\"calibrated\":false") || !strstr(buf, "\"generated_ids\":[432,"))
+        fail_msg("auto, short context: rc %d: %s", rc, buf);
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 8 --backend cpu "
+                             "--spec-cost-file /nonexistent-dir/x.cost", SEER_CLI, m);
+    if (rc != 0 || !strstr(buf, "not saved"))
+        fail_msg("auto, unwritable cost file: rc %d: %s", rc, buf);
     /* a directory is not a prompt file */
     const char *dir = tu_tmp_path("a-directory");
     mkdir(dir, 0700);

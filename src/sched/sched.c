@@ -27,6 +27,13 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double sched_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 #define MAX_GROUPS 8
 
@@ -37,6 +44,7 @@ typedef struct {
     seer_spec_params spec;
     seer_gen *g;
     int n_live;
+    int emitted; /* tokens this step's rounds of the class emitted (auto's measured rate) */
     /* per step: this class's rounds (indices into the plan) */
     int n, *plan_idx, *row0;
 } sched_group;
@@ -92,7 +100,7 @@ static bool spec_equal(const seer_spec_params *a, const seer_spec_params *b) {
            a->tree_size == b->tree_size && a->tree_depth == b->tree_depth &&
            a->tree_replan == b->tree_replan && a->tree_draft_cost == b->tree_draft_cost &&
            a->tree_cost_points == b->tree_cost_points && a->tree_cost_n == b->tree_cost_n &&
-           a->tree_cost == b->tree_cost;
+           a->tree_cost == b->tree_cost && a->cost == b->cost;
 }
 
 static void group_clear(seer_sched *s, sched_group *gr) {
@@ -641,8 +649,12 @@ static void commit(seer_sched *s, int n) {
         r->st.rounds++;
         r->st.drafted += nd;
         r->st.accepted += acc;
-        s->stats.spec_drafted[gr->spec.kind] += nd;
-        s->stats.spec_accepted[gr->spec.kind] += acc;
+        /* auto: the kind this round ran with (nd is 0 when it was plain) */
+        const seer_spec_kind kind = seer_gen_round_kind(g);
+        s->stats.spec_drafted[kind] += nd;
+        s->stats.spec_accepted[kind] += acc;
+        if (gr->spec.kind == SEER_SPEC_AUTO && !pe->prefill)
+            s->stats.spec_auto_decisions[kind]++;
         if (nd > 0)
             q->accept_avg = 0.8f * q->accept_avg + 0.2f * (float)acc / nd;
         const int before = r->n_tokens;
@@ -653,6 +665,7 @@ static void commit(seer_sched *s, int n) {
         }
         q->n_tokens = r->n_tokens;
         s->stats.tokens_generated += r->n_tokens - before;
+        gr->emitted += r->n_tokens - before;
         q->rounds++;
         if (st == SEER_OK && !pe->prefill && r->finish == SEER_FINISH_NONE)
             st = seer_gen_drafter_verified(g, k);
@@ -738,13 +751,22 @@ seer_status seer_sched_step(seer_sched *s, int *n_active) {
         n = plan_step(s);
     }
     if (n > 0) {
+        const double t0 = sched_now_s();
         st = run_plan(s, n);
         if (st != SEER_OK) {
             roll_back(s, n);
         } else {
             s->n_step++;
             s->stats.n_steps++;
+            for (int i = 0; i < MAX_GROUPS; i++)
+                s->groups[i].emitted = 0;
             commit(s, n);
+            /* auto classes measure their rate over the whole step (the call they share with
+             * prefill chunks and other classes included) */
+            const double dt = sched_now_s() - t0;
+            for (int i = 0; i < MAX_GROUPS; i++)
+                if (s->groups[i].g && s->groups[i].spec.kind == SEER_SPEC_AUTO && s->groups[i].emitted > 0)
+                    seer_gen_auto_round_done(s->groups[i].g, s->groups[i].emitted, dt);
         }
     }
     for (int i = s->n_running - 1; i >= 0 && st == SEER_OK; i--)

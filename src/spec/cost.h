@@ -100,6 +100,9 @@ void seer_cost_key(const seer_model *model, const char *device, char *buf, size_
 /* dir/<key with every character but [A-Za-z0-9._-] made '_'>.cost into buf [cap]. */
 seer_status seer_cost_cache_path(const char *dir, const char *key, char *buf, size_t cap);
 
+/* The table inside a public seer_spec_cost (cost_api.c); NULL for NULL. */
+const seer_cost_table *seer_spec_cost_table(const seer_spec_cost *c);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Acceptance and the choice per round (cost_plan.c)                                        */
 

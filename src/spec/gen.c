@@ -12,6 +12,9 @@
 #include <string.h>
 #include <time.h>
 
+/* The longest chain automatic speculation considers (the cost model's default). */
+#define AUTO_MAX_GAMMA 8
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -28,7 +31,7 @@ seer_spec_params seer_spec_default_params(void) {
 }
 
 static const char *const KIND_NAMES[] = {"none",  "streaming", "retrieval", "snapkv",
-                                         "draft", "ngram",     "quantkv"};
+                                         "draft", "ngram",     "quantkv",   "auto"};
 
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out) {
     SEER_CHECK_ARG(out);
@@ -38,7 +41,7 @@ seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out) {
             return SEER_OK;
         }
     return seer_err(SEER_ERR_INVALID_ARG,
-                    "unknown speculation '%s' (none, streaming, retrieval, snapkv, draft, ngram, quantkv)",
+                    "unknown speculation '%s' (none, streaming, retrieval, snapkv, draft, ngram, quantkv, auto)",
                     name ? name : "(null)");
 }
 
@@ -47,10 +50,17 @@ const char *seer_spec_kind_name(seer_spec_kind k) {
 }
 
 static seer_status check_params(const seer_context *ctx, const seer_spec_params *p) {
-    if (p->kind < SEER_SPEC_NONE || p->kind > SEER_SPEC_QUANTKV)
+    if (p->kind < SEER_SPEC_NONE || p->kind > SEER_SPEC_AUTO)
         return seer_err(SEER_ERR_INVALID_ARG, "unknown speculation kind %d", (int)p->kind);
     if (p->kind == SEER_SPEC_NONE)
         return SEER_OK;
+    if (p->kind == SEER_SPEC_AUTO) { /* its drafters' settings are checked by their inits */
+        if (p->tree_size != 0)
+            return seer_err(SEER_ERR_INVALID_ARG, "automatic speculation proposes chains, not trees");
+        if (p->synthetic_accept != 0)
+            return seer_err(SEER_ERR_INVALID_ARG, "automatic speculation takes no synthetic acceptance");
+        return SEER_OK;
+    }
     if (p->gamma < 1 || p->gamma + 1 > SEER_INVARIANT_NEW_TOKENS) /* verification stays exact */
         return seer_err(SEER_ERR_INVALID_ARG, "spec gamma %d is out of range [1, %d]", p->gamma,
                         SEER_INVARIANT_NEW_TOKENS - 1);
@@ -79,7 +89,9 @@ void seer_gen_free(seer_gen *g) {
         seer_gen_release(g, h);
         free(g->seqs[h].tokens);
     }
-    if (g->dops && g->dimpl)
+    if (g->autos)
+        seer_gen_auto_free(g); /* its candidates, g->dops among them */
+    else if (g->dops && g->dimpl)
         g->dops->free(&g->env, g->dimpl);
     if (g->qd)
         g->model->be->ops->dealloc(g->model->be, g->qd);
@@ -111,6 +123,11 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
         auto_max = SEER_INVARIANT_NEW_TOKENS - 1;
     g->tree = spec.kind != SEER_SPEC_NONE && spec.tree_size != 0;
     g->G = spec.kind == SEER_SPEC_NONE ? 0 : spec.tree_size > 0 ? spec.tree_size : spec.tree_size < 0 ? auto_max : spec.gamma;
+    if (spec.kind == SEER_SPEC_AUTO) { /* room for the longest chain the planner considers */
+        g->G = AUTO_MAX_GAMMA < TB - 1 ? AUTO_MAX_GAMMA : TB - 1;
+        g->G = g->G < SEER_INVARIANT_NEW_TOKENS - 1 ? g->G : SEER_INVARIANT_NEW_TOKENS - 1;
+        spec.gamma = g->G;
+    }
     g->D = spec.kind == SEER_SPEC_NONE ? 0 : g->tree && spec.tree_depth > 0 ? spec.tree_depth : spec.gamma;
     if (g->D > g->G)
         g->D = g->G;
@@ -175,7 +192,15 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     }
     g->env = (seer_draft_env){.ctx = ctx, .model = ctx->model, .V = g->V, .max_nodes = G,
                               .shape = g->shape, .depth = g->sdepth, .scratch = &g->scratch};
-    g->dops = spec.kind == SEER_SPEC_NONE ? NULL : seer_drafter_find(seer_spec_kind_name(spec.kind));
+    g->dops = spec.kind == SEER_SPEC_NONE || spec.kind == SEER_SPEC_AUTO ? NULL
+                                                                          : seer_drafter_find(seer_spec_kind_name(spec.kind));
+    if (spec.kind == SEER_SPEC_AUTO) {
+        seer_status s = seer_gen_auto_init(g);
+        if (s != SEER_OK) {
+            seer_gen_free(g);
+            return s;
+        }
+    }
     if (g->dops) {
         seer_status s = g->dops->init(&g->env, &g->spec, &g->dimpl);
         if (s != SEER_OK) {
@@ -388,8 +413,7 @@ void seer_gen_limits(const seer_gen *g, const seer_gen_seq *s, int budget, int *
         *gam = 0;
 }
 
-/* The drafter's view of handle h (as round entry k when k >= 0). */
-static seer_draft_seq *view(seer_gen *g, int h, int k) {
+seer_draft_seq *seer_gen_view(seer_gen *g, int h, int k) {
     seer_gen_seq *s = &g->seqs[h];
     seer_draft_seq *v = &g->dv[k >= 0 ? k : 0];
     *v = (seer_draft_seq){.slot = h, .seq = s->seq, .tokens = s->tokens, .n_tokens = s->n_tokens,
@@ -408,46 +432,55 @@ static seer_draft_seq *view(seer_gen *g, int h, int k) {
     return v;
 }
 
-/* The drafter may renew its state: the running acceptance and round count come back. */
-static void unview(seer_gen *g, const seer_draft_seq *v) {
+void seer_gen_unview(seer_gen *g, const seer_draft_seq *v) {
     g->seqs[v->slot].accept_avg = v->accept_avg;
     g->seqs[v->slot].rounds = v->rounds;
 }
 
 seer_status seer_gen_drafter_added(seer_gen *g, int h) {
+    if (g->autos)
+        return seer_gen_auto_added(g, h);
     if (!g->dops || !g->dops->seq_added)
         return SEER_OK;
-    seer_draft_seq *v = view(g, h, -1);
+    seer_draft_seq *v = seer_gen_view(g, h, -1);
     seer_status st = g->dops->seq_added(&g->env, g->dimpl, v);
-    unview(g, v);
+    seer_gen_unview(g, v);
     return st;
 }
 
 void seer_gen_drafter_released(seer_gen *g, int h) {
+    if (g->autos) {
+        seer_gen_auto_released(g, h);
+        return;
+    }
     if (g->dops && g->dops->seq_released)
         g->dops->seq_released(&g->env, g->dimpl, h);
 }
 
 int seer_gen_drafter_q_rows(seer_gen *g, int n_prompt) {
+    if (g->autos)
+        return seer_gen_auto_q_rows(g, n_prompt);
     return g->dops && g->dops->prefill_q_rows ? g->dops->prefill_q_rows(g->dimpl, n_prompt) : 0;
 }
 
 seer_status seer_gen_drafter_prefill_q(seer_gen *g, int h, const float *q, int n_rows) {
+    if (g->autos)
+        return seer_gen_auto_prefill_q(g, h, q, n_rows);
     if (!g->dops || !g->dops->prefill_q)
         return SEER_OK;
-    seer_draft_seq *v = view(g, h, -1);
+    seer_draft_seq *v = seer_gen_view(g, h, -1);
     seer_status st = g->dops->prefill_q(&g->env, g->dimpl, v, q, n_rows);
-    unview(g, v);
+    seer_gen_unview(g, v);
     return st;
 }
 
 seer_status seer_gen_drafter_verified(seer_gen *g, int k) {
     if (!g->dops || !g->dops->verified)
         return SEER_OK;
-    seer_draft_seq *v = view(g, g->hs[k], k);
+    seer_draft_seq *v = seer_gen_view(g, g->hs[k], k);
     v->n = g->nd[k];
     seer_status st = g->dops->verified(&g->env, g->dimpl, v);
-    unview(g, v);
+    seer_gen_unview(g, v);
     return st;
 }
 
@@ -455,7 +488,7 @@ seer_status seer_gen_propose(seer_gen *g, int n, bool sampled) {
     if (sampled && g->dops->has_q)
         SEER_TRY(seer_gen_need_q(g));
     for (int i = 0; i < n; i++)
-        view(g, g->hs[i], i);
+        seer_gen_view(g, g->hs[i], i);
     const double t0 = now_s();
     seer_status st = g->dops->propose(&g->env, g->dimpl, n, g->dv);
     g->plan.t_draft_s += now_s() - t0; /* the draft step's cost, for an automatic tree size */
@@ -463,7 +496,7 @@ seer_status seer_gen_propose(seer_gen *g, int n, bool sampled) {
     for (int i = 0; i < n; i++) {
         g->nd[i] = g->dv[i].n;
         g->onehot[i] = g->dv[i].onehot;
-        unview(g, &g->dv[i]);
+        seer_gen_unview(g, &g->dv[i]);
     }
     SEER_TRY(st);
     for (int i = 0; i < n; i++) {
@@ -495,8 +528,11 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
     *n_active = n;
     if (n == 0)
         return SEER_OK;
-    /* a new shape (online planning) takes effect from this round: the limits follow it */
-    if (g->plan.on) {
+    /* a new shape (online planning) or auto's choice takes effect from this round: the limits
+     * follow it */
+    const int64_t emitted0 = g->stats.emitted;
+    const double t_round0 = now_s();
+    if (g->plan.on || g->autos) {
         SEER_TRY(seer_gen_plan_round(g));
         for (int i = 0; i < n; i++)
             seer_gen_limits(g, &g->seqs[g->hs[i]], -1, &g->gam[i], &g->dl[i]);
@@ -590,6 +626,8 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
     free(tok), free(sq), free(pos), free(want), free(row0);
     g->stats.t_draft_s += t1 - t0;
     g->stats.t_verify_s += now_s() - t1;
+    if (g->autos && st == SEER_OK)
+        seer_gen_auto_round_done(g, (int)(g->stats.emitted - emitted0), now_s() - t_round0);
     for (int i = 0; i < n; i++)
         if (g->seqs[g->hs[i]].finished)
             (*n_active)--;

@@ -159,6 +159,10 @@ seer_status seer_gen_plan_init(seer_gen *g) {
 }
 
 void seer_gen_plan_observe(seer_gen *g, int k) {
+    if (g->autos) {
+        seer_gen_auto_observe(g, k);
+        return;
+    }
     const int nd = g->nd[k], acc = g->acc[k];
     if (!g->plan.on || nd <= 0)
         return;
@@ -180,6 +184,8 @@ void seer_gen_plan_observe(seer_gen *g, int k) {
 }
 
 seer_status seer_gen_plan_round(seer_gen *g) {
+    if (g->autos) /* automatic speculation chooses the drafter and G every round instead */
+        return seer_gen_auto_round(g);
     if (!g->plan.on || ++g->plan.since < g->plan.every)
         return SEER_OK;
     g->plan.since = 0;

@@ -56,8 +56,9 @@ struct seer_gen {
         double t_draft_s, steps;  /* draft seconds and drafting steps since the last plan */
     } plan;
     seer_spec_params spec;
-    const seer_drafter_ops *dops;
+    const seer_drafter_ops *dops; /* the drafter of this round (auto: the one chosen, or NULL) */
     void *dimpl;
+    struct seer_gen_auto *autos;  /* SEER_SPEC_AUTO: the candidates and the planner (auto.c) */
     seer_draft_env env;       /* what the drafter sees of the run */
     seer_draft_scratch scratch;
     seer_draft_seq *dv;       /* [B] views of the round entries (and of one handle at a time
@@ -108,6 +109,34 @@ int seer_gen_drafter_q_rows(seer_gen *g, int n_prompt);
 seer_status seer_gen_drafter_prefill_q(seer_gen *g, int h, const float *q, int n_rows);
 /* After round entry k was verified and emitted. */
 seer_status seer_gen_drafter_verified(seer_gen *g, int k);
+
+/* The drafter's view of handle h (as round entry k when k >= 0), and its return (the drafter
+ * may renew the running acceptance and round count). */
+seer_draft_seq *seer_gen_view(seer_gen *g, int h, int k);
+void seer_gen_unview(seer_gen *g, const seer_draft_seq *v);
+
+/* ---- Speculation chosen per round (auto.c) ------------------------------------------------- */
+
+/* Sets up SEER_SPEC_AUTO after the generator's arrays and env: every candidate drafter the
+ * cost table has a row for (and the settings allow) is initialised once per budget K of its
+ * row; candidates that cannot run here are left out. */
+seer_status seer_gen_auto_init(seer_gen *g);
+void seer_gen_auto_free(seer_gen *g);
+/* Every candidate keeps its per-sequence state for every sequence (so that whichever is
+ * chosen in a round finds it), so these hooks go to all of them. */
+seer_status seer_gen_auto_added(seer_gen *g, int h);
+void seer_gen_auto_released(seer_gen *g, int h);
+int seer_gen_auto_q_rows(seer_gen *g, int n_prompt);
+seer_status seer_gen_auto_prefill_q(seer_gen *g, int h, const float *q, int n_rows);
+/* Before a round: the choice for the generator's unfinished sequences; sets dops, dimpl,
+ * n_shape and D (0 for plain decoding). */
+seer_status seer_gen_auto_round(seer_gen *g);
+/* After round entry k was verified: its acceptance into the request's track. */
+void seer_gen_auto_observe(seer_gen *g, int k);
+/* After a round: tokens it emitted and the seconds it took. */
+void seer_gen_auto_round_done(seer_gen *g, int emitted, double seconds);
+/* The kind that drafted this round: spec.kind, or auto's choice (NONE: plain). */
+seer_spec_kind seer_gen_round_kind(const seer_gen *g);
 
 /* ---- Trees (tree.c) ------------------------------------------------------------------------ */
 

@@ -71,6 +71,16 @@ typedef struct {
  * long its piece. Returns the bytes appended, or -1 when out of memory (message printed). */
 int cli_detok_append(seer_detok *dt, int32_t token, bool flush, cli_text *t);
 
+/* --spec auto's cost table (cli_cost.c): loaded from path (NULL: the default cache file) when
+ * it holds one for ctx's model and device (and the draft model's row when draft is given),
+ * else calibrated on ctx and saved there. NULL with a note on stderr when none can be had:
+ * generation then runs plain. */
+seer_spec_cost *cli_auto_cost(const char *cmd, seer_context *ctx, seer_model *draft, const char *path);
+/* The decisions and speedups of auto speculation, as JSON and as a line on stderr. */
+typedef struct json_t json_t;
+json_t *cli_auto_json(const seer_spec_auto_stats *st);
+void cli_auto_print(const char *cmd, const seer_spec_auto_stats *st);
+
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);

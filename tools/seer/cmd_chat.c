@@ -39,7 +39,9 @@ static void usage(FILE *f) {
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n"
             "      --weights W       stored (default: quantised blocks as in the file), bf16 or f32\n"
-            "      --spec KIND       speculation: none, streaming, retrieval, snapkv, draft, ngram, quantkv\n"
+            "      --spec KIND       speculation: auto (default: chosen every round by a calibrated cost\n"
+            "                        model), none (plain), streaming, retrieval, snapkv, draft, ngram, quantkv\n"
+            "      --spec-cost-file F  auto: the cost table's cache file (default under $XDG_CACHE_HOME/seer)\n"
             "      --spec-gamma G    tokens drafted per round (default 4)\n"
             "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
             CLI_TREE_HELP
@@ -48,7 +50,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *model, *tmpl, *system, *draft_model;
+    const char *model, *tmpl, *system, *draft_model, *cost_file;
     long long n_predict, ctx, threads, kv_bits;
     seer_sampler_params sp;
     seer_spec_params spec;
@@ -59,7 +61,7 @@ typedef struct {
 } chat_opts;
 
 static int parse(int argc, char **argv, chat_opts *o) {
-    enum { O_BACKEND = 256, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB, O_SPEC, O_SG, O_SK, O_DM, O_KVB };
+    enum { O_BACKEND = 256, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB, O_SPEC, O_SG, O_SK, O_DM, O_KVB, O_COST };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},       {"threads", required_argument, 0, 't'},
@@ -74,7 +76,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         CLI_TREE_OPTIONS,
         {"spec", required_argument, 0, O_SPEC},  {"spec-gamma", required_argument, 0, O_SG},
         {"spec-budget", required_argument, 0, O_SK}, {"draft-model", required_argument, 0, O_DM},
-        {"spec-kv-bits", required_argument, 0, O_KVB},
+        {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-cost-file", required_argument, 0, O_COST},
         {0, 0, 0, 0}};
     int c;
     long long v;
@@ -100,6 +102,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
             }
             break;
         case O_DM: o->draft_model = optarg; break;
+        case O_COST: o->cost_file = optarg; break;
         case 'h': usage(stdout); return 0;
         default: {
             const int rt = cli_tree_opt(c, optarg, &o->tree);
@@ -301,6 +304,7 @@ done:
 int cmd_chat(int argc, char **argv) {
     chat_opts o = {.n_predict = -1, .sp = seer_sampler_default_params(), .backend = SEER_BACKEND_AUTO,
                    .spec = seer_spec_default_params()};
+    o.spec.kind = SEER_SPEC_AUTO; /* plain unless a calibrated cost model predicts a gain */
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
@@ -308,6 +312,7 @@ int cmd_chat(int argc, char **argv) {
     chat_state c = {0};
     msg_list msgs = {0};
     seer_model *draft = NULL;
+    seer_spec_cost *cost = NULL;
     char *line = NULL;
     size_t line_cap = 0;
     seer_status s;
@@ -343,6 +348,8 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     }
     o.spec.draft_model = draft;
+    if (o.spec.kind == SEER_SPEC_AUTO) /* measured while every sequence is free */
+        o.spec.cost = cost = cli_auto_cost("chat", c.ctx, draft, o.cost_file);
     /* prefill chunks of 64: the prefix cache keeps the conversation in units of 64 tokens */
     seer_sched_params sp = {.max_batch_tokens = 0, .prefill_chunk = 64, .prefix_cache = 1};
     if ((s = seer_sched_init(c.ctx, sp, &c.sched)) != SEER_OK) {
@@ -384,12 +391,26 @@ int cmd_chat(int argc, char **argv) {
             goto done;
     }
     rc = 0;
+    if (o.spec.kind == SEER_SPEC_AUTO) {
+        seer_sched_stats st;
+        seer_sched_get_stats(c.sched, &st);
+        char buf[256];
+        int n = 0;
+        for (int k = 0; k <= SEER_SPEC_QUANTKV && n < (int)sizeof buf - 48; k++)
+            if (st.spec_auto_decisions[k])
+                n += snprintf(buf + n, sizeof buf - n, "%s%s %lld", n ? ", " : "",
+                              k ? seer_spec_kind_name((seer_spec_kind)k) : "plain",
+                              (long long)st.spec_auto_decisions[k]);
+        if (n)
+            fprintf(stderr, "seer chat: spec auto: rounds by choice: %s\n", buf);
+    }
 done:
     for (int i = 0; i < msgs.n; i++)
         free((char *)msgs.m[i].content);
     free(msgs.m);
     free(line);
     seer_sched_free(c.sched);
+    seer_spec_cost_free(cost);
     seer_context_free(c.ctx);
     seer_model_free(draft);
     seer_model_free(c.model);

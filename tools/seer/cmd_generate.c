@@ -33,7 +33,11 @@ static void usage(FILE *f) {
             "      --system TEXT     a system message before the prompt (implies --chat)\n"
             "      --json            print one JSON object instead of streaming text\n"
             "speculative decoding (lossless: same output as without):\n"
-            "      --spec KIND       none, streaming, retrieval, snapkv, draft, ngram, quantkv (default none)\n"
+            "      --spec KIND       auto, none, streaming, retrieval, snapkv, draft, ngram, quantkv (default\n"
+            "                        auto: every round the drafter, K and G, or plain decoding, that a\n"
+            "                        calibrated cost model predicts fastest; none: plain decoding)\n"
+            "      --spec-cost-file F  auto: the cost table's cache file (default\n"
+            "                        $XDG_CACHE_HOME/seer/<model>@<device>.cost); calibrated when absent\n"
             "      --spec-gamma G    tokens drafted per round (default 4)\n"
             "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
             "      --spec-sinks S    first tokens the streaming view keeps (default 16)\n"
@@ -97,7 +101,7 @@ typedef struct {
     seer_sampler_params sp;
     seer_spec_params spec;
     cli_tree tree;
-    const char *draft_model, *chat_template, *system;
+    const char *draft_model, *chat_template, *system, *cost_file;
     seer_backend_kind backend;
     seer_weights_kind weights;
     bool json, ignore_eos, no_bos, chat, ctx_beyond;
@@ -105,7 +109,7 @@ typedef struct {
 
 static int parse(int argc, char **argv, gen_opts *o) {
     enum { O_BACKEND = 256, O_WEIGHTS, O_JSON, O_IGN, O_NOBOS,
-           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB, O_KVB, O_KVV };
+           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB, O_KVB, O_KVV, O_COST };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
@@ -127,6 +131,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"chat", no_argument, 0, O_CHAT},        {"chat-template", required_argument, 0, O_CTMPL},
         {"system", required_argument, 0, O_SYS}, {"ctx-beyond-trained", no_argument, 0, O_CTXB},
         {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-kv-view", required_argument, 0, O_KVV},
+        {"spec-cost-file", required_argument, 0, O_COST},
         {0, 0, 0, 0}};
     int c;
     long long v;
@@ -157,6 +162,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case O_SW: if (!cli_int("--spec-window", optarg, 1, 4096, &v)) return 2; o->spec.snap_window = (int)v; break;
         case O_SN: if (!cli_int("--spec-ngram", optarg, 1, 64, &v)) return 2; o->spec.ngram_max = (int)v; break;
         case O_DM: o->draft_model = optarg; break;
+        case O_COST: o->cost_file = optarg; break;
         case O_KVB:
             if (!cli_int("--spec-kv-bits", optarg, 4, 8, &o->kv_bits) || (o->kv_bits != 4 && o->kv_bits != 8)) {
                 fprintf(stderr, "seer: --spec-kv-bits must be 4 or 8\n");
@@ -212,6 +218,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
 int cmd_generate(int argc, char **argv) {
     gen_opts o = {.n_predict = -1, .sp = seer_sampler_default_params(),
                   .spec = seer_spec_default_params(), .backend = SEER_BACKEND_AUTO};
+    o.spec.kind = SEER_SPEC_AUTO; /* plain unless a calibrated cost model predicts a gain */
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
@@ -228,6 +235,7 @@ int cmd_generate(int argc, char **argv) {
     seer_model *model = NULL, *draft = NULL;
     seer_context *ctx = NULL;
     seer_gen *gen = NULL;
+    seer_spec_cost *cost = NULL;
     seer_detok *dt = NULL;
     int32_t *ids = NULL;
     json_t *out = NULL;
@@ -312,6 +320,8 @@ int cmd_generate(int argc, char **argv) {
                 n_prompt, n_ctx);
         goto done;
     }
+    if (o.spec.kind == SEER_SPEC_AUTO && o.n_predict != 0)
+        o.spec.cost = cost = cli_auto_cost("generate", ctx, draft, o.cost_file);
     if ((s = seer_gen_init(ctx, o.spec, &gen)) != SEER_OK) {
         cli_error("speculation", s);
         goto done;
@@ -389,6 +399,11 @@ int cmd_generate(int argc, char **argv) {
                         "quant_bytes_committed", (json_int_t)km.quant_bytes_committed,
                         "quant_bytes_reserved", (json_int_t)km.quant_bytes_reserved);
         json_t *jspec = out ? json_object_get(out, "spec") : NULL;
+        if (jspec && o.spec.kind == SEER_SPEC_AUTO) {
+            seer_spec_auto_stats as;
+            seer_gen_auto_stats(gen, &as);
+            json_object_set_new(jspec, "auto", cli_auto_json(&as));
+        }
         if (jspec && o.spec.tree_size != 0) {
             json_object_set_new(jspec, "tree_size", json_integer(o.spec.tree_size));
             json_object_set_new(jspec, "tree_depth", json_integer(o.spec.tree_depth));
@@ -418,6 +433,11 @@ int cmd_generate(int argc, char **argv) {
     if (km.quant_bits)
         fprintf(stderr, "seer: of which the %d-bit KV copy: %.2f MiB committed of %.2f MiB reserved\n",
                 km.quant_bits, km.quant_bytes_committed / 1048576.0, km.quant_bytes_reserved / 1048576.0);
+    if (o.spec.kind == SEER_SPEC_AUTO) {
+        seer_spec_auto_stats as;
+        seer_gen_auto_stats(gen, &as);
+        cli_auto_print("generate", &as);
+    }
     if (o.spec.kind != SEER_SPEC_NONE)
         fprintf(stderr, "seer: spec %s%s: drafted %lld, accepted %lld (%.1f%%), %.2f tokens per verification, "
                         "draft %.3f s, verify %.3f s\n",
@@ -433,6 +453,7 @@ done:
     free(chat_mark);
     seer_detok_free(dt);
     seer_gen_free(gen);
+    seer_spec_cost_free(cost);
     seer_context_free(ctx);
     seer_model_free(draft);
     seer_model_free(model);

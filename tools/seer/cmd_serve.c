@@ -40,7 +40,10 @@ static void usage(FILE *f) {
             "      --prefill-chunk N prompt tokens per prefill chunk (default min(256, batch))\n"
             "      --kv-pages N      KV pool pages of 16 tokens (default: enough for every sequence)\n"
             "      --prefix-cache N  prompt prefixes kept for reuse, LRU (default 8; 0 = off)\n"
-            "      --spec KIND       default speculation: none, streaming, retrieval, snapkv, ngram, quantkv\n"
+            "      --spec KIND       default speculation: auto (default: chosen every round by a cost model\n"
+            "                        calibrated at start), none (plain), streaming, retrieval, snapkv, ngram,\n"
+            "                        quantkv\n"
+            "      --spec-cost-file F  auto: the cost table's cache file (default under $XDG_CACHE_HOME/seer)\n"
             "      --spec-gamma G    tokens drafted per round (default 4)\n"
             "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
             "      --spec-kv-bits B  keep a B-bit (4 or 8) copy of the KV cache, so that requests may\n"
@@ -56,7 +59,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *model, *host, *api_key, *alias, *tmpl;
+    const char *model, *host, *api_key, *alias, *tmpl, *cost_file;
     long long port, max_body, max_requests, max_prompt, n_predict, ctx, parallel, batch, chunk, pages;
     long long threads, drain, prefix, kv_bits;
     seer_backend_kind backend;
@@ -67,7 +70,7 @@ typedef struct {
 
 static int parse(int argc, char **argv, serve_opts *o) {
     enum { O_HOST = 256, O_PORT, O_KEY, O_BODY, O_MAXR, O_MAXP, O_ALIAS, O_TMPL, O_PAR, O_BATCH, O_CHUNK,
-           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX, O_KVB };
+           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX, O_KVB, O_COST };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT},      {"api-key", required_argument, 0, O_KEY},
@@ -79,7 +82,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"kv-pages", required_argument, 0, O_PAGES}, {"spec", required_argument, 0, O_SPEC},
         {"prefix-cache", required_argument, 0, O_PREFIX},
         {"spec-gamma", required_argument, 0, O_SG},  {"spec-budget", required_argument, 0, O_SK},
-        {"spec-kv-bits", required_argument, 0, O_KVB},
+        {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-cost-file", required_argument, 0, O_COST},
         {"drain-timeout", required_argument, 0, O_DRAIN}, {"threads", required_argument, 0, 't'},
         {"backend", required_argument, 0, O_BACKEND}, {"weights", required_argument, 0, O_WEIGHTS},
         {"temp", required_argument, 0, CLI_O_TEMP},  {"top-k", required_argument, 0, CLI_O_TOPK},
@@ -109,10 +112,11 @@ static int parse(int argc, char **argv, serve_opts *o) {
         case O_PREFIX: if (!cli_int("--prefix-cache", optarg, 0, 1024, &o->prefix)) return 2; break;
         case O_SPEC:
             if (seer_spec_kind_parse(optarg, &o->spec.kind) != SEER_OK || o->spec.kind == SEER_SPEC_DRAFT) {
-                fprintf(stderr, "seer serve: --spec: '%s' is not one of none, streaming, retrieval, snapkv, ngram, quantkv\n", optarg);
+                fprintf(stderr, "seer serve: --spec: '%s' is not one of auto, none, streaming, retrieval, snapkv, ngram, quantkv\n", optarg);
                 return 2;
             }
             break;
+        case O_COST: o->cost_file = optarg; break;
         case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 16, &v)) return 2; o->spec.gamma = (int)v; break;
         case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
         case O_KVB:
@@ -274,6 +278,7 @@ int cmd_serve(int argc, char **argv) {
     o.sp.top_k = 0;
     o.sp.min_p = 0.f;
     o.spec = seer_spec_default_params();
+    o.spec.kind = SEER_SPEC_AUTO; /* plain unless a calibrated cost model predicts a gain */
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
@@ -306,6 +311,7 @@ int cmd_serve(int argc, char **argv) {
     pthread_t loop;
     bool loop_started = false;
     struct MHD_Daemon *d = NULL;
+    seer_spec_cost *cost = NULL;
     seer_model_params mp = seer_model_default_params();
     mp.backend = o.backend;
     mp.weights = o.weights;
@@ -337,6 +343,9 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     srv.n_ctx = seer_context_n_ctx(srv.ctx);
+    /* measured while every sequence is free; any request may ask for auto, whatever the
+     * default */
+    srv.spec.cost = cost = cli_auto_cost("serve", srv.ctx, NULL, o.cost_file);
     seer_sched_params sp = seer_sched_default_params();
     sp.prefill_chunk = (int)o.chunk;
     sp.prefix_cache = (int)o.prefix;
@@ -381,6 +390,7 @@ done:
     if (d)
         MHD_stop_daemon(d); /* waits for the connection threads: their jobs are all done */
     seer_sched_free(srv.sched);
+    seer_spec_cost_free(cost);
     seer_context_free(srv.ctx);
     seer_model_free(srv.model);
     free(srv.inbox);

@@ -200,7 +200,7 @@ static bool parse_seer(serve_state *srv, json_t *x, seer_request_params *p, serv
     if (k && !json_is_null(k)) {
         if (!json_is_string(k) || seer_spec_kind_parse(json_string_value(k), &p->spec.kind) != SEER_OK) {
             fail(e, 400, "seer.spec", "invalid_value",
-                 "'seer.spec' must be one of none, streaming, retrieval, snapkv, ngram, quantkv");
+                 "'seer.spec' must be one of auto, none, streaming, retrieval, snapkv, ngram, quantkv");
             return false;
         }
         if (p->spec.kind == SEER_SPEC_DRAFT && !p->spec.draft_model) {

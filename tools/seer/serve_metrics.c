@@ -127,6 +127,11 @@ char *serve_metrics_text(serve_state *srv) {
     for (int k = SEER_SPEC_STREAMING; k <= SEER_SPEC_QUANTKV; k++)
         put(&b, "seer_spec_accepted_total{drafter=\"%s\"} %lld\n", seer_spec_kind_name((seer_spec_kind)k),
             (long long)st->spec_accepted[k]);
+    metric(&b, "seer_spec_auto_rounds_total", "counter",
+           "Rounds of requests with automatic speculation, per choice (none: plain decoding).");
+    for (int k = SEER_SPEC_NONE; k <= SEER_SPEC_QUANTKV; k++)
+        put(&b, "seer_spec_auto_rounds_total{choice=\"%s\"} %lld\n", seer_spec_kind_name((seer_spec_kind)k),
+            (long long)st->spec_auto_decisions[k]);
     hist(&b, "seer_time_to_first_token_seconds", "Seconds from submission to the first token.", &m.ttft);
     hist(&b, "seer_inter_token_latency_seconds", "Seconds between tokens of a request.", &m.itl);
     if (b.oom) {

@@ -1,0 +1,165 @@
+/*
+ * cost_api.c: the public face of the cost table (seer_spec_cost, include/seer.h) that
+ * `--spec auto` reads: calibration fitted to a context, the cache file and its default place.
+ *
+ * Not the model itself (cost.c, cost_plan.c) nor the measuring (calibrate.c): this file
+ * chooses grids a given context can hold, adds the rows calibration does not measure, and
+ * wraps the table in an object tools can hold through the public API.
+ */
+#include "model/model.h"
+#include "spec/cost.h"
+#include "util/error.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct seer_spec_cost {
+    seer_cost_table t;
+};
+
+static seer_status wrap(const seer_cost_table *t, seer_spec_cost **out) {
+    seer_spec_cost *c = malloc(sizeof *c);
+    if (!c)
+        return seer_err(SEER_ERR_OOM, "out of memory for a cost table");
+    c->t = *t;
+    *out = c;
+    return SEER_OK;
+}
+
+/* The n-gram drafter matches suffixes on the host and makes no forward call: its step is
+ * counted as free next to the target's calls (measured on stories260K it is a few µs, below
+ * the timer noise of one decode). */
+static void add_ngram_row(seer_cost_table *t) {
+    if (seer_cost_find_drafter(t, SEER_SPEC_NGRAM) >= 0 || t->n_drafters >= SEER_COST_MAX_DRAFTERS)
+        return;
+    seer_cost_drafter *d = &t->drafter[t->n_drafters++];
+    memset(d, 0, sizeof *d);
+    d->kind = SEER_SPEC_NGRAM;
+    d->n_k = 1;
+    d->k[0] = 0;
+}
+
+seer_status seer_spec_cost_calibrate(seer_context *ctx, seer_model *draft_model, double time_s,
+                                     seer_spec_cost **out) {
+    SEER_CHECK_ARG(ctx);
+    SEER_CHECK_ARG(out);
+    seer_calibrate_params p = seer_calibrate_default_params();
+    if (time_s > 0)
+        p.time_budget_s = time_s;
+    /* batch sizes the context can hold: 1, 2, 4 within its sequences and a verification call
+     * of 8 tokens per sequence within its batch limit */
+    const int n_seq = ctx->params.n_seq_max, TB = ctx->params.n_batch_max;
+    p.n_n = 0;
+    for (int n = 2; n <= 8 && n <= TB; n *= 2)
+        p.n[p.n_n++] = n;
+    if (p.n_n == 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "calibration: a batch limit of %d tokens is too small", TB);
+    const int nm = p.n[p.n_n - 1];
+    for (int b = 1; b <= 4 && b <= n_seq && b * nm <= TB; b *= 2)
+        p.b[p.n_b++] = b;
+    seer_context *dctx = NULL;
+    seer_status st = SEER_OK;
+    if (draft_model) {
+        seer_context_params cp = seer_context_default_params();
+        cp.n_ctx = ctx->params.n_ctx;
+        cp.n_seq_max = p.b[p.n_b - 1];
+        cp.n_batch_max = TB;
+        st = seer_context_init(draft_model, cp, &dctx);
+        p.draft_ctx = dctx;
+    }
+    seer_cost_table *t = calloc(1, sizeof *t);
+    if (st == SEER_OK && !t)
+        st = seer_err(SEER_ERR_OOM, "out of memory for a cost table");
+    if (st == SEER_OK)
+        st = seer_cost_calibrate(ctx, &p, t);
+    if (st == SEER_OK) {
+        add_ngram_row(t);
+        st = wrap(t, out);
+    }
+    free(t);
+    seer_context_free(dctx);
+    return st;
+}
+
+seer_status seer_spec_cost_load(const char *path, const seer_context *ctx, seer_spec_cost **out) {
+    SEER_CHECK_ARG(path);
+    SEER_CHECK_ARG(ctx);
+    SEER_CHECK_ARG(out);
+    char key[SEER_COST_KEY_MAX];
+    seer_cost_key(ctx->model, NULL, key, sizeof key);
+    seer_cost_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return seer_err(SEER_ERR_OOM, "out of memory for a cost table");
+    seer_status st = seer_cost_load(path, key, t);
+    if (st == SEER_OK)
+        st = wrap(t, out);
+    free(t);
+    return st;
+}
+
+seer_status seer_spec_cost_parse(const char *text, size_t len, seer_spec_cost **out) {
+    SEER_CHECK_ARG(text);
+    SEER_CHECK_ARG(out);
+    seer_cost_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return seer_err(SEER_ERR_OOM, "out of memory for a cost table");
+    seer_status st = seer_cost_parse(text, len, t);
+    if (st == SEER_OK)
+        st = wrap(t, out);
+    free(t);
+    return st;
+}
+
+seer_status seer_spec_cost_save(const seer_spec_cost *c, const char *path) {
+    SEER_CHECK_ARG(c);
+    SEER_CHECK_ARG(path);
+    return seer_cost_save(&c->t, path);
+}
+
+/* mkdir -p of the directory part of path's first n bytes. */
+static seer_status make_dirs(char *dir) {
+    for (char *p = dir + 1;; p++) {
+        const char c = *p;
+        if (c != '/' && c != 0)
+            continue;
+        *p = 0;
+        const int r = mkdir(dir, 0755);
+        const int e = errno;
+        *p = c;
+        if (r != 0 && e != EEXIST)
+            return seer_err(SEER_ERR_IO, "cannot create the cache directory '%s': %s", dir, strerror(e));
+        if (!c)
+            return SEER_OK;
+    }
+}
+
+seer_status seer_spec_cost_default_path(const seer_context *ctx, char *buf, size_t cap) {
+    SEER_CHECK_ARG(ctx);
+    SEER_CHECK_ARG(buf);
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[1024];
+    int n;
+    if (xdg && xdg[0] == '/')
+        n = snprintf(dir, sizeof dir, "%s/seer", xdg);
+    else if (home && home[0])
+        n = snprintf(dir, sizeof dir, "%s/.cache/seer", home);
+    else
+        return seer_err(SEER_ERR_IO, "no cache directory: neither XDG_CACHE_HOME nor HOME is set");
+    if (n < 0 || (size_t)n >= sizeof dir)
+        return seer_err(SEER_ERR_IO, "the cache directory's path is too long");
+    SEER_TRY(make_dirs(dir));
+    char key[SEER_COST_KEY_MAX];
+    seer_cost_key(ctx->model, NULL, key, sizeof key);
+    return seer_cost_cache_path(dir, key, buf, cap);
+}
+
+bool seer_spec_cost_has(const seer_spec_cost *c, seer_spec_kind kind) {
+    return c && seer_cost_find_drafter(&c->t, kind) >= 0;
+}
+
+void seer_spec_cost_free(seer_spec_cost *c) { free(c); }
+
+const seer_cost_table *seer_spec_cost_table(const seer_spec_cost *c) { return c ? &c->t : NULL; }

@@ -1,0 +1,524 @@
+/*
+ * test_spec_auto.c: SEER_SPEC_AUTO, speculation chosen every round by the cost model.
+ *
+ *   - greedy output with auto equals plain decoding on a random model (alone and as a ragged
+ *     batch) under a table that makes every drafter look alike, so that the choice moves
+ *     between drafters and plain from round to round, and stories260K's golden ids under a
+ *     calibrated table and under one that always favours drafting, in the generator and in
+ *     the scheduler (auto requests beside plain ones);
+ *   - the choice, seen through the decision counts: plain in every round when every draft is
+ *     predicted to lose (a draft step as dear as a target step), a drafter when drafts are
+ *     cheap and verification flat; plain without a table;
+ *   - sampled generation with auto runs, drafts, and is reproducible from its seed;
+ *   - the public cost table: calibration, save and load, a stale key refused, the default
+ *     cache path.
+ */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static seer_model *load(const char *path) {
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    mp.n_threads = 2;
+    seer_model *m = NULL;
+    ASSERT_OK(seer_model_load(path, mp, &m));
+    return m;
+}
+
+static const char *gen_model(const char *name, int vocab, int dim, int layers, uint64_t seed) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s", tu_tmp_path(name));
+    seer_gen_params p = seer_gen_default_params();
+    p.arch = "llama";
+    p.n_vocab = vocab;
+    p.dim = dim;
+    p.n_layers = layers;
+    p.n_heads = 4;
+    p.n_kv_heads = 2;
+    p.ffn_dim = dim * 2;
+    p.ctx = 512;
+    p.seed = seed;
+    p.scale = 0.3f;
+    ASSERT_OK(seer_gen_model(&p, path));
+    return path;
+}
+
+typedef struct {
+    int n;
+    int32_t ids[600];
+} output;
+
+typedef struct {
+    seer_spec_stats st;
+    seer_spec_auto_stats as;
+} run_stats;
+
+/* Generates from n_prompts prompts together in one generator. */
+static run_stats run(seer_model *m, seer_spec_params spec, int32_t prompts[][64], const int *plen,
+                     int n_prompts, int max_new, seer_sampler_params sp, output *out) {
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_seq_max = n_prompts;
+    cp.n_batch_max = 128;
+    cp.page_size = 16;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_gen *g = NULL;
+    ASSERT_OK(seer_gen_init(c, spec, &g));
+    int h[8];
+    for (int i = 0; i < n_prompts; i++) {
+        seer_sampler_params spi = sp;
+        spi.seed = sp.seed + i;
+        ASSERT_OK(seer_gen_add(g, prompts[i], plen[i], max_new, spi, false, &h[i]));
+    }
+    int active = 1;
+    for (int it = 0; active && it < 10000; it++)
+        ASSERT_OK(seer_gen_step(g, &active));
+    assert_int_equal(active, 0);
+    for (int i = 0; i < n_prompts; i++) {
+        const int32_t *ids;
+        out[i].n = seer_gen_output(g, h[i], &ids);
+        assert_true(out[i].n > 0 && out[i].n <= 600);
+        memcpy(out[i].ids, ids, sizeof(int32_t) * out[i].n);
+    }
+    run_stats rs;
+    seer_gen_stats(g, &rs.st);
+    seer_gen_auto_stats(g, &rs.as);
+    seer_gen_free(g);
+    assert_int_equal(seer_kv_free_pages(c), cp.n_seq_max * (512 / 16));
+    seer_context_free(c);
+    return rs;
+}
+
+static seer_sampler_params greedy(void) {
+    seer_sampler_params sp = seer_sampler_default_params();
+    sp.temperature = 0;
+    return sp;
+}
+
+static void assert_same(const output *a, const output *b, const char *what) {
+    if (a->n != b->n)
+        fail_msg("%s: %d tokens vs %d plain", what, a->n, b->n);
+    for (int i = 0; i < a->n; i++)
+        if (a->ids[i] != b->ids[i])
+            fail_msg("%s: token %d is %d, plain decoding gave %d", what, i, a->ids[i], b->ids[i]);
+}
+
+/* A cost table in the file's format: B 1, 8; L 16, 1024; n 2, 4, 8; a target step of t_t,
+ * verification of n tokens t_t * (1 + v_slope * (n - 1)), and a step of t_d for each listed
+ * drafter (budgets[] for the sparse self-drafts). */
+static int budgets[2] = {8, 256}, n_budgets = 2;
+
+static seer_spec_cost *table(double t_t, double v_slope, double t_d, const char *const *kinds, int n_kinds) {
+    char buf[8192];
+    int n = snprintf(buf, sizeof buf, "seer-cost 1\nkey test table\nb 1 8\nl 16 1024\nn 2 4 8\ntarget");
+    for (int i = 0; i < 4; i++)
+        n += snprintf(buf + n, sizeof buf - n, " %.9g", t_t);
+    const int ns[] = {2, 4, 8};
+    for (int v = 0; v < 3; v++) {
+        n += snprintf(buf + n, sizeof buf - n, "\nverify %d", ns[v]);
+        for (int i = 0; i < 4; i++)
+            n += snprintf(buf + n, sizeof buf - n, " %.9g", t_t * (1 + v_slope * (ns[v] - 1)));
+    }
+    for (int k = 0; k < n_kinds; k++) {
+        const bool budgeted = strcmp(kinds[k], "ngram") && strcmp(kinds[k], "draft");
+        for (int b = 0; b < (budgeted ? n_budgets : 1); b++) {
+            n += snprintf(buf + n, sizeof buf - n, "\ndraft %s %d", kinds[k], budgeted ? budgets[b] : 0);
+            for (int i = 0; i < 4; i++)
+                n += snprintf(buf + n, sizeof buf - n, " %.9g", t_d);
+        }
+    }
+    n += snprintf(buf + n, sizeof buf - n, "\nend\n");
+    seer_spec_cost *c = NULL;
+    ASSERT_OK(seer_spec_cost_parse(buf, (size_t)n, &c));
+    return c;
+}
+
+static const char *const ALL[] = {"streaming", "retrieval", "snapkv", "draft", "ngram"};
+
+static seer_spec_params auto_spec(const seer_spec_cost *c, seer_model *draft) {
+    seer_spec_params sp = seer_spec_default_params();
+    sp.kind = SEER_SPEC_AUTO;
+    sp.cost = c;
+    sp.draft_model = draft;
+    sp.sinks = 4;
+    sp.chunk = 4;
+    sp.snap_window = 4;
+    sp.draft_budget = 24;
+    return sp;
+}
+
+static int64_t rounds_of(const seer_spec_auto_stats *as) {
+    int64_t r = 0;
+    for (int k = 0; k < SEER_SPEC_AUTO; k++)
+        r += as->decisions[k];
+    return r;
+}
+
+static int kinds_chosen(const seer_spec_auto_stats *as) {
+    int n = 0;
+    for (int k = 0; k < SEER_SPEC_AUTO; k++)
+        n += as->decisions[k] > 0;
+    return n;
+}
+
+static void test_parse(void **state) {
+    (void)state;
+    seer_spec_kind k;
+    ASSERT_OK(seer_spec_kind_parse("auto", &k));
+    assert_int_equal(k, SEER_SPEC_AUTO);
+    assert_string_equal(seer_spec_kind_name(SEER_SPEC_AUTO), "auto");
+    /* auto proposes chains: a tree is refused */
+    const char *path = gen_model("a0.gguf", 300, 32, 1, 3);
+    seer_model *m = load(path);
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, seer_context_default_params(), &c));
+    seer_spec_params sp = auto_spec(NULL, NULL);
+    sp.tree_size = 4;
+    seer_gen *g = NULL;
+    assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
+    assert_null(g);
+    seer_context_free(c);
+    seer_model_free(m);
+}
+
+/* Random prompts with repeats (so that n-gram lookups find matches). */
+static void prompts_of(int32_t prompts[3][64], const int *plen, int vocab, uint64_t seed) {
+    uint64_t rng = seed;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < plen[i]; j++)
+            prompts[i][j] = j >= 10 && (tu_rand_u64(&rng) & 1) ? prompts[i][j - 10]
+                                                                : (int32_t)(tu_rand_u64(&rng) % vocab);
+}
+
+/* The choice goes to plain when every draft is predicted to lose, to a drafter when drafting
+ * is predicted to win; without a table every round is plain. Output is plain's throughout. */
+static void test_choice(void **state) {
+    (void)state;
+    const char *path = gen_model("a1.gguf", 300, 64, 2, 11);
+    seer_model *m = load(path), *d = load(path);
+    int32_t prompts[3][64];
+    const int plen[3] = {40, 7, 23};
+    prompts_of(prompts, plen, 300, 17);
+    output plain[3], got[3];
+    run(m, seer_spec_default_params(), prompts, plen, 3, 60, greedy(), plain);
+
+    /* a draft step as dear as a target step, and verification of n tokens n steps: nothing
+     * can win */
+    seer_spec_cost *lose = table(1e-3, 1.0, 1e-3, ALL, 5);
+    run_stats rs = run(m, auto_spec(lose, d), prompts, plen, 3, 60, greedy(), got);
+    for (int i = 0; i < 3; i++)
+        assert_same(&got[i], &plain[i], "auto, drafts predicted to lose");
+    assert_true(rs.as.has_table);
+    assert_true(rounds_of(&rs.as) > 0);
+    assert_int_equal(rs.as.decisions[SEER_SPEC_NONE], rounds_of(&rs.as));
+    assert_int_equal(rs.st.drafted, 0);
+
+    /* drafts nearly free and verification flat: a drafter in (almost) every round. The
+     * full-view budget (256 > every cache here) drafts with the target itself, so acceptance
+     * stays high and the choice stays on drafting. */
+    const char *const streaming[] = {"streaming"};
+    budgets[0] = 256, n_budgets = 1;
+    seer_spec_cost *win = table(1e-3, 0.01, 1e-5, streaming, 1);
+    budgets[0] = 8, n_budgets = 2;
+    rs = run(m, auto_spec(win, d), prompts, plen, 3, 60, greedy(), got);
+    for (int i = 0; i < 3; i++)
+        assert_same(&got[i], &plain[i], "auto, drafts predicted to win");
+    print_message("win table: %lld streaming rounds, %lld plain, mean G %.2f, predicted speedup %.2f\n",
+                  (long long)rs.as.decisions[SEER_SPEC_STREAMING], (long long)rs.as.decisions[SEER_SPEC_NONE],
+                  (double)rs.as.gamma_sum / (rs.as.decisions[SEER_SPEC_STREAMING] + 1e-9),
+                  rs.as.predicted_s > 0 ? rs.as.predicted_tokens / rs.as.predicted_s /
+                                              (rs.as.plain_tok_s_sum / rounds_of(&rs.as)) : 0);
+    assert_true(rs.as.decisions[SEER_SPEC_STREAMING] >= rounds_of(&rs.as) * 9 / 10);
+    assert_true(rs.st.drafted > 0 && rs.st.accepted > 0);
+    assert_int_equal(rs.as.drafted[SEER_SPEC_STREAMING], rs.st.drafted);
+    double pred, meas;
+    seer_spec_auto_speedups(&rs.as, &pred, &meas);
+    assert_true(pred > 1.05);
+    assert_true(meas > 0);
+    /* fewer rounds than tokens: the drafts were accepted */
+    assert_true(rs.st.rounds < rs.st.emitted - 3);
+
+    /* no table: plain, and said so */
+    rs = run(m, auto_spec(NULL, d), prompts, plen, 3, 60, greedy(), got);
+    for (int i = 0; i < 3; i++)
+        assert_same(&got[i], &plain[i], "auto without a table");
+    assert_false(rs.as.has_table);
+    assert_int_equal(rs.as.decisions[SEER_SPEC_NONE], rounds_of(&rs.as));
+    assert_int_equal(rs.st.drafted, 0);
+    seer_spec_cost_free(lose);
+    seer_spec_cost_free(win);
+    seer_model_free(d);
+    seer_model_free(m);
+}
+
+/* Every drafter priced alike (drafts cheap, verification rising): the choice follows each
+ * drafter's measured acceptance and moves between drafters and plain from round to round;
+ * greedy output stays plain decoding's, alone and in a ragged batch. */
+static void test_switching_identical(void **state) {
+    (void)state;
+    const char *path = gen_model("a2.gguf", 300, 64, 2, 5);
+    seer_model *m = load(path), *d = load(path);
+    int32_t prompts[3][64];
+    const int plen[3] = {40, 7, 23};
+    prompts_of(prompts, plen, 300, 29);
+    output plain[3], got[3];
+    run(m, seer_spec_default_params(), prompts, plen, 3, 80, greedy(), plain);
+    seer_spec_cost *mix = table(1e-3, 0.15, 1e-4, ALL, 5);
+    run_stats rs = run(m, auto_spec(mix, d), prompts, plen, 3, 80, greedy(), got);
+    for (int i = 0; i < 3; i++)
+        assert_same(&got[i], &plain[i], "auto switching, batch");
+    print_message("switching: plain %lld, streaming %lld, retrieval %lld, snapkv %lld, draft %lld, ngram %lld\n",
+                  (long long)rs.as.decisions[0], (long long)rs.as.decisions[1], (long long)rs.as.decisions[2],
+                  (long long)rs.as.decisions[3], (long long)rs.as.decisions[4], (long long)rs.as.decisions[5]);
+    assert_true(kinds_chosen(&rs.as) >= 2);
+    for (int i = 0; i < 3; i++) {
+        run(m, auto_spec(mix, d), &prompts[i], &plen[i], 1, 80, greedy(), got);
+        assert_same(&got[0], &plain[i], "auto switching, single");
+    }
+    seer_spec_cost_free(mix);
+    seer_model_free(d);
+    seer_model_free(m);
+}
+
+static int parse_ids(char *s, int32_t *out, int cap) {
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ","))
+        out[n++] = (int32_t)atoi(tok);
+    return n;
+}
+
+static int read_golden(int32_t prompts[5][64], int *plen, output *gold) {
+    size_t sz;
+    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
+    if (!tsv)
+        return 0;
+    tsv = realloc(tsv, sz + 1);
+    tsv[sz] = 0;
+    int n = 0;
+    char *save = NULL;
+    strtok_r(tsv, "\n", &save);
+    for (char *line = strtok_r(NULL, "\n", &save); line && n < 5; line = strtok_r(NULL, "\n", &save)) {
+        char *f1 = strchr(line, '\t') + 1;
+        char *f2 = strchr(f1, '\t');
+        *f2++ = 0;
+        char *f3 = strchr(f2, '\t');
+        *f3 = 0;
+        plen[n] = parse_ids(f1, prompts[n], 64);
+        gold[n].n = parse_ids(f2, gold[n].ids, 600);
+        n++;
+    }
+    free(tsv);
+    return n;
+}
+
+/* stories260K's golden ids with auto: under a table calibrated here and under one where
+ * drafting always looks good, alone and as a batch of five. */
+static void test_golden_stories(void **state) {
+    (void)state;
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *d = load(tu_shared_path("models/stories260K.gguf"));
+    int32_t prompts[5][64];
+    int plen[5];
+    output gold[5], got[5];
+    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_seq_max = 5;
+    cp.n_batch_max = 128;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_spec_cost *cal = NULL;
+    ASSERT_OK(seer_spec_cost_calibrate(c, d, 0.1, &cal));
+    seer_context_free(c);
+    seer_spec_cost *mix = table(1e-3, 0.1, 1e-4, ALL, 5);
+    const seer_spec_cost *tables[] = {cal, mix};
+    for (int t = 0; t < 2; t++) {
+        seer_spec_auto_stats sum = {0};
+        for (int i = 0; i < 5; i++) {
+            run_stats rs = run(m, auto_spec(tables[t], d), &prompts[i], &plen[i], 1, 257 - plen[i], greedy(), &got[i]);
+            char what[64];
+            snprintf(what, sizeof what, "stories auto table %d prompt %d", t, i);
+            assert_same(&got[i], &gold[i], what);
+            for (int k = 0; k < SEER_SPEC_AUTO; k++)
+                sum.decisions[k] += rs.as.decisions[k];
+        }
+        print_message("stories table %d: plain %lld, streaming %lld, retrieval %lld, snapkv %lld, draft %lld, ngram %lld\n",
+                      t, (long long)sum.decisions[0], (long long)sum.decisions[1], (long long)sum.decisions[2],
+                      (long long)sum.decisions[3], (long long)sum.decisions[4], (long long)sum.decisions[5]);
+        if (t == 1)
+            assert_true(sum.decisions[SEER_SPEC_NONE] < rounds_of(&sum));
+        run(m, auto_spec(tables[t], d), prompts, plen, 5, 256, greedy(), got);
+        for (int i = 0; i < 5; i++) {
+            output g2 = got[i];
+            if (g2.n > gold[i].n)
+                g2.n = gold[i].n;
+            assert_same(&g2, &gold[i], "stories auto batch");
+        }
+    }
+    seer_spec_cost_free(mix);
+    seer_spec_cost_free(cal);
+    seer_model_free(d);
+    seer_model_free(m);
+}
+
+/* The scheduler: golden requests with auto (ragged rounds, prefill chunks between them)
+ * beside a plain request; the decision counts reach its stats. */
+static void test_golden_sched(void **state) {
+    (void)state;
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    int32_t prompts[5][64];
+    int plen[5];
+    output gold[5];
+    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_seq_max = 5;
+    cp.n_batch_max = 64;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_spec_cost *mix = table(1e-3, 0.1, 1e-4, ALL, 5);
+    seer_sched_params spm = {.max_batch_tokens = 48, .prefill_chunk = 4};
+    seer_sched *s = NULL;
+    ASSERT_OK(seer_sched_init(c, spm, &s));
+    seer_request *r[5];
+    for (int i = 0; i < 5; i++) {
+        seer_request_params p = seer_request_default_params();
+        p.sampler.temperature = 0;
+        p.max_tokens = gold[i].n;
+        p.spec = auto_spec(mix, NULL);
+        if (i == 4)
+            p.spec.kind = SEER_SPEC_NONE;
+        ASSERT_OK(seer_request_new(m, prompts[i], plen[i], &p, &r[i]));
+        ASSERT_OK(seer_sched_submit(s, r[i]));
+    }
+    int active = 1;
+    for (int steps = 0; active; steps++) {
+        ASSERT_OK(seer_sched_step(s, &active));
+        assert_true(steps < 100000);
+    }
+    seer_sched_stats st;
+    seer_sched_get_stats(s, &st);
+    int64_t auto_rounds = 0, spec_rounds = 0;
+    for (int k = 0; k <= SEER_SPEC_QUANTKV; k++) {
+        auto_rounds += st.spec_auto_decisions[k];
+        spec_rounds += k ? st.spec_auto_decisions[k] : 0;
+    }
+    print_message("scheduler: auto rounds %lld, of which speculating %lld\n", (long long)auto_rounds,
+                  (long long)spec_rounds);
+    assert_true(spec_rounds > 0);
+    int64_t rounds4 = 0;
+    for (int i = 0; i < 5; i++) {
+        const int32_t *ids;
+        output o;
+        o.n = seer_request_tokens(r[i], &ids);
+        memcpy(o.ids, ids, sizeof(int32_t) * o.n);
+        char what[64];
+        snprintf(what, sizeof what, "scheduler auto request %d", i);
+        assert_same(&o, &gold[i], what);
+        seer_request_stats rs;
+        seer_request_get_stats(r[i], &rs);
+        if (i < 4)
+            rounds4 += rs.rounds - 1; /* the prefill's round is not auto's */
+        else
+            assert_int_equal(rs.drafted, 0);
+        seer_request_free(r[i]);
+    }
+    assert_int_equal(auto_rounds, rounds4);
+    seer_sched_free(s);
+    seer_spec_cost_free(mix);
+    seer_context_free(c);
+    seer_model_free(m);
+}
+
+/* Sampled generation with auto: runs, drafts and accepts, and a seed gives the same text. */
+static void test_sampled(void **state) {
+    (void)state;
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    int32_t prompts[5][64];
+    int plen[5];
+    output gold[5], a[5], b[5];
+    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    seer_spec_cost *mix = table(1e-3, 0.1, 1e-4, ALL, 5);
+    seer_sampler_params sp = seer_sampler_default_params();
+    sp.temperature = 0.8f;
+    sp.seed = 42;
+    run_stats ra = run(m, auto_spec(mix, NULL), prompts, plen, 3, 120, sp, a);
+    run(m, auto_spec(mix, NULL), prompts, plen, 3, 120, sp, b);
+    assert_true(ra.st.drafted > 0 && ra.st.accepted > 0);
+    assert_true(rounds_of(&ra.as) > 0);
+    for (int i = 0; i < 3; i++) {
+        assert_same(&a[i], &b[i], "sampled auto, same seed");
+        for (int j = 0; j < a[i].n; j++)
+            assert_true(a[i].ids[j] >= 0 && a[i].ids[j] < 512);
+    }
+    seer_spec_cost_free(mix);
+    seer_model_free(m);
+}
+
+/* The public table: calibration fitted to a one-sequence context, save, load, a stale key
+ * refused, the default cache path under XDG_CACHE_HOME. */
+static void test_cost_file(void **state) {
+    (void)state;
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_context *c = NULL;
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 256;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_spec_cost *cal = NULL;
+    ASSERT_OK(seer_spec_cost_calibrate(c, NULL, 0.05, &cal));
+    assert_true(seer_spec_cost_has(cal, SEER_SPEC_STREAMING));
+    assert_true(seer_spec_cost_has(cal, SEER_SPEC_NGRAM));
+    assert_false(seer_spec_cost_has(cal, SEER_SPEC_DRAFT));
+    const char *p = tu_tmp_path("auto.cost");
+    ASSERT_OK(seer_spec_cost_save(cal, p));
+    seer_spec_cost *back = NULL;
+    ASSERT_OK(seer_spec_cost_load(p, c, &back));
+    assert_true(seer_spec_cost_has(back, SEER_SPEC_SNAPKV));
+    seer_spec_cost_free(back);
+    /* a table of another key is a stale cache */
+    seer_spec_cost *other = table(1e-3, 0.1, 1e-4, ALL, 1);
+    ASSERT_OK(seer_spec_cost_save(other, p));
+    back = NULL;
+    assert_int_equal(seer_spec_cost_load(p, c, &back), SEER_ERR_FORMAT);
+    assert_null(back);
+    assert_int_equal(seer_spec_cost_load(tu_tmp_path("absent.cost"), c, &back), SEER_ERR_IO);
+    /* the default path */
+    const char *dir = tu_tmp_path("xdg");
+    setenv("XDG_CACHE_HOME", dir, 1);
+    char path[1024];
+    ASSERT_OK(seer_spec_cost_default_path(c, path, sizeof path));
+    assert_true(strncmp(path, dir, strlen(dir)) == 0);
+    assert_non_null(strstr(path, "/seer/"));
+    assert_non_null(strstr(path, ".cost"));
+    struct stat sb;
+    char sub[1024];
+    snprintf(sub, sizeof sub, "%s/seer", dir);
+    assert_int_equal(stat(sub, &sb), 0);
+    /* a context too short to calibrate: an error, not a crash, and the context unchanged */
+    seer_context *tiny = NULL;
+    cp.n_ctx = 32;
+    ASSERT_OK(seer_context_init(m, cp, &tiny));
+    seer_spec_cost *none = NULL;
+    assert_int_not_equal(seer_spec_cost_calibrate(tiny, NULL, 0.05, &none), SEER_OK);
+    assert_null(none);
+    seer_context_free(tiny);
+    seer_spec_cost_free(other);
+    seer_spec_cost_free(cal);
+    seer_context_free(c);
+    seer_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse),          cmocka_unit_test(test_choice),
+        cmocka_unit_test(test_switching_identical), cmocka_unit_test(test_golden_stories),
+        cmocka_unit_test(test_golden_sched),   cmocka_unit_test(test_sampled),
+        cmocka_unit_test(test_cost_file),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
