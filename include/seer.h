@@ -294,6 +294,9 @@ typedef enum {
     SEER_SPEC_NGRAM,     /* prompt lookup: continue the latest earlier match of the last n tokens */
     SEER_SPEC_QUANTKV,   /* self-draft through the pool's quantised KV copy (kv_quant_bits),
                           * optionally under the streaming view (quant_view) */
+    SEER_SPEC_HIERARCHY, /* TriForce's hierarchy: the draft model (draft_model) drafts chains of
+                          * hier_gamma for the target under a sparse view (hier_base), which
+                          * verifies them exactly and proposes the result to the full target */
 } seer_spec_kind;
 
 typedef struct {
@@ -330,6 +333,11 @@ typedef struct {
                               cost table) */
     seer_spec_kind quant_view; /* quantkv: SEER_SPEC_NONE (every slot, quantised) or
                                   SEER_SPEC_STREAMING (sinks + recent within budget, quantised) */
+    seer_spec_kind hier_base; /* hierarchy: the middle level's view of the target's cache:
+                                 streaming, retrieval, snapkv or quantkv (SEER_SPEC_NONE:
+                                 streaming); its settings are those of that drafter */
+    int hier_gamma;        /* hierarchy: tokens the draft model proposes per verification by
+                              the middle level (>= 1); gamma is the middle level's chain */
     float synthetic_accept; /* benchmarks on random weights only: when > 0, each draft token is
                                accepted independently with this probability instead of by
                                the verification rule. NOT lossless; labelled in all output. */
@@ -339,7 +347,7 @@ typedef struct {
 #define SEER_TREE_AUTO_MAX 32
 
 seer_spec_params seer_spec_default_params(void);
-/* Parses "none", "streaming", "retrieval", "snapkv", "draft", "ngram", "quantkv". */
+/* Parses "none", "streaming", "retrieval", "snapkv", "draft", "ngram", "quantkv", "hierarchy". */
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out);
 const char *seer_spec_kind_name(seer_spec_kind k);
 
@@ -491,8 +499,8 @@ typedef struct {
     int prefix_entries;       /* prompt prefixes cached */
     int kv_pages_total, kv_pages_free;
     int kv_pages_cached;      /* pages the prefix cache holds (shared ones included) */
-    int64_t spec_drafted[SEER_SPEC_QUANTKV + 1];  /* per seer_spec_kind */
-    int64_t spec_accepted[SEER_SPEC_QUANTKV + 1];
+    int64_t spec_drafted[SEER_SPEC_HIERARCHY + 1];  /* per seer_spec_kind */
+    int64_t spec_accepted[SEER_SPEC_HIERARCHY + 1];
 } seer_sched_stats;
 void seer_sched_get_stats(const seer_sched *s, seer_sched_stats *out);
 

@@ -194,6 +194,10 @@ static int parse(int argc, char **argv, gen_opts *o) {
         fprintf(stderr, "seer generate: --spec draft needs --draft-model\n");
         return 2;
     }
+    if (o->spec.kind == SEER_SPEC_HIERARCHY && !o->draft_model) {
+        fprintf(stderr, "seer generate: --spec hierarchy needs --draft-model (its bottom level)\n");
+        return 2;
+    }
     if (optind < argc) {
         fprintf(stderr, "seer generate: unexpected argument '%s'\n", argv[optind]);
         return 2;
@@ -256,7 +260,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = (int)o.ctx; /* 0: the trained context, as memory allows */
-    if (o.spec.kind == SEER_SPEC_QUANTKV)
+    if (o.spec.kind == SEER_SPEC_QUANTKV || (o.spec.kind == SEER_SPEC_HIERARCHY && o.spec.hier_base == SEER_SPEC_QUANTKV))
         cp.kv_quant_bits = o.kv_bits ? (int)o.kv_bits : 4;
     if ((s = seer_context_init(model, cp, &ctx)) != SEER_OK) {
         cli_error("creating context", s);
