@@ -41,11 +41,12 @@ static void test_generate_golden_json(void **state) {
     snprintf(m, sizeof m, "%s", model);
     const char *specs[] = {"none", "streaming --spec-budget 16", "ngram", "snapkv --spec-budget 24 --spec-window 4",
                            "tree --spec-base retrieval --spec-budget 16 --spec-tree-size 9 --spec-tree-depth 3",
-                           "tree --spec-base draft --draft-budget 16 --draft-model"};
-    for (int k = 0; k < 6; k++) {
+                           "tree --spec-base draft --draft-budget 16 --draft-model",
+                           "hierarchy --spec-base snapkv --spec-budget 24 --spec-window 4 --spec-hier-gamma 3 --draft-model"};
+    for (int k = 0; k < 7; k++) {
         int rc = sh(buf, sizeof buf,
                     "%s generate -m %s -p 'Lily and Tom' --temp 0 -n 300 --json --backend cpu --spec %s %s",
-                    SEER_CLI, m, specs[k], k == 5 ? m : "");
+                    SEER_CLI, m, specs[k], k >= 5 ? m : "");
         if (rc != 0)
             fail_msg("rc %d: %s", rc, buf);
         /* golden row "Lily and Tom": prompt 1,317,269,274,287; ids start 382,276,337 and end in BOS */
@@ -53,8 +54,10 @@ static void test_generate_golden_json(void **state) {
         assert_non_null(strstr(buf, "\"generated_ids\":[382,276,337,299,322,265"));
         assert_non_null(strstr(buf, "269,381,272,379,426,342,337,266,267,428,316,386,344,363,328,426,1]"));
         assert_non_null(strstr(buf, "\"text\":\" were playing in the park."));
-        if (k >= 4)
+        if (k == 4 || k == 5)
             assert_non_null(strstr(buf, k == 4 ? "\"tree_size\":9" : "\"tree_size\":8"));
+        if (k == 6)
+            assert_non_null(strstr(buf, "\"hier_base\":\"snapkv\"")), assert_non_null(strstr(buf, "\"hier_gamma\":3"));
     }
 }
 
@@ -81,6 +84,11 @@ static void test_bad_input(void **state) {
         {"generate -m %s -p hi -n -7", 2, "out of range"},
         {"generate -m %s -p hi --spec magic", 2, "unknown speculation"},
         {"generate -m %s -p hi --spec draft", 2, "--draft-model"},
+        {"generate -m %s -p hi --spec hierarchy", 2, "--draft-model"},
+        {"generate -m %1$s -p hi --spec hierarchy --spec-base ngram --draft-model %1$s", 2, "middle level"},
+        {"generate -m %1$s -p hi --spec hierarchy --spec-tree-size 4 --draft-model %1$s", 2, "chains"},
+        {"generate -m %s -p hi --spec streaming --spec-hier-gamma 2", 2, "--spec hierarchy"},
+        {"generate -m %1$s -p hi --spec hierarchy --spec-hier-gamma 0 --draft-model %1$s", 2, "out of range"},
         {"generate -m %s -p hi --spec tree --spec-tree-size 3 --spec-tree-depth 4", 2, "exceeds"},
         {"generate -m %s -p hi --spec-tree-size 4", 2, "--spec tree"},
         {"generate -m %s -p hi --spec tree --spec-base none", 2, "--spec-base"},
