@@ -295,6 +295,9 @@ typedef enum {
     SEER_SPEC_NGRAM,     /* prompt lookup: continue the latest earlier match of the last n tokens */
     SEER_SPEC_QUANTKV,   /* self-draft through the pool's quantised KV copy (kv_quant_bits),
                           * optionally under the streaming view (quant_view) */
+    SEER_SPEC_HIERARCHY, /* TriForce's hierarchy: the draft model (draft_model) drafts chains of
+                          * hier_gamma for the target under a sparse view (hier_base), which
+                          * verifies them exactly and proposes the result to the full target */
     SEER_SPEC_AUTO,      /* every round, the drafter, K and G (or plain decoding) that the
                           * calibrated cost model (seer_spec_cost) predicts fastest for the
                           * batch; plain decoding throughout when no cost table is given */
@@ -341,6 +344,11 @@ typedef struct {
                                   SEER_SPEC_STREAMING (sinks + recent within budget, quantised) */
     const seer_spec_cost *cost; /* auto: the table the choice per round reads (kept alive by the
                                    caller while the generator or scheduler runs); NULL: plain */
+    seer_spec_kind hier_base; /* hierarchy: the middle level's view of the target's cache:
+                                 streaming, retrieval, snapkv or quantkv (SEER_SPEC_NONE:
+                                 streaming); its settings are those of that drafter */
+    int hier_gamma;        /* hierarchy: tokens the draft model proposes per verification by
+                              the middle level (>= 1); gamma is the middle level's chain */
     float synthetic_accept; /* benchmarks on random weights only: when > 0, each draft token is
                                accepted independently with this probability instead of by
                                the verification rule. NOT lossless; labelled in all output. */
@@ -350,7 +358,8 @@ typedef struct {
 #define SEER_TREE_AUTO_MAX 32
 
 seer_spec_params seer_spec_default_params(void);
-/* Parses "none", "streaming", "retrieval", "snapkv", "draft", "ngram", "quantkv", "auto". */
+/* Parses "none", "streaming", "retrieval", "snapkv", "draft", "ngram", "quantkv", "hierarchy",
+ * "auto". */
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out);
 const char *seer_spec_kind_name(seer_spec_kind k);
 
@@ -539,8 +548,8 @@ typedef struct {
     int prefix_entries;       /* prompt prefixes cached */
     int kv_pages_total, kv_pages_free;
     int kv_pages_cached;      /* pages the prefix cache holds (shared ones included) */
-    int64_t spec_drafted[SEER_SPEC_QUANTKV + 1];  /* per seer_spec_kind */
-    int64_t spec_accepted[SEER_SPEC_QUANTKV + 1];
+    int64_t spec_drafted[SEER_SPEC_HIERARCHY + 1];  /* per seer_spec_kind */
+    int64_t spec_accepted[SEER_SPEC_HIERARCHY + 1];
     int64_t spec_auto_decisions[SEER_SPEC_QUANTKV + 1]; /* rounds of requests with auto speculation,
                                                            per kind chosen ([NONE]: plain) */
 } seer_sched_stats;

@@ -41,12 +41,14 @@ static void test_generate_golden_json(void **state) {
     snprintf(m, sizeof m, "%s", model);
     const char *specs[] = {"none", "streaming --spec-budget 16", "ngram", "snapkv --spec-budget 24 --spec-window 4",
                            "tree --spec-base retrieval --spec-budget 16 --spec-tree-size 9 --spec-tree-depth 3",
-                           "tree --spec-base draft --draft-budget 16 --draft-model", "auto --spec-cost-file"};
+                           "tree --spec-base draft --draft-budget 16 --draft-model",
+                           "hierarchy --spec-base snapkv --spec-budget 24 --spec-window 4 --spec-hier-gamma 3 --draft-model",
+                           "auto --spec-cost-file"};
     const char *cost = tu_tmp_path("cli.cost");
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < 9; k++) {
         int rc = sh(buf, sizeof buf,
                     "%s generate -m %s -p 'Lily and Tom' --temp 0 -n 300 --json --backend cpu --spec %s %s",
-                    SEER_CLI, m, specs[k < 7 ? k : 6], k == 5 ? m : k >= 6 ? cost : "");
+                    SEER_CLI, m, specs[k < 8 ? k : 7], k == 5 || k == 6 ? m : k >= 7 ? cost : "");
         if (rc != 0)
             fail_msg("rc %d: %s", rc, buf);
         /* golden row "Lily and Tom": prompt 1,317,269,274,287; ids start 382,276,337 and end in BOS */
@@ -56,10 +58,12 @@ static void test_generate_golden_json(void **state) {
         assert_non_null(strstr(buf, "\"text\":\" were playing in the park."));
         if (k == 4 || k == 5)
             assert_non_null(strstr(buf, k == 4 ? "\"tree_size\":9" : "\"tree_size\":8"));
+        if (k == 6)
+            assert_non_null(strstr(buf, "\"hier_base\":\"snapkv\"")), assert_non_null(strstr(buf, "\"hier_gamma\":3"));
         /* auto: calibrated into the file given, then read back from it; the decisions and
          * speedups reported */
-        if (k >= 6) {
-            assert_non_null(strstr(buf, k == 6 ? "cost model calibrated in" : "cost table from"));
+        if (k >= 7) {
+            assert_non_null(strstr(buf, k == 7 ? "cost model calibrated in" : "cost table from"));
             assert_non_null(strstr(buf, "\"kind\":\"auto\""));
             assert_non_null(strstr(buf, "\"auto\":{\"calibrated\":true,\"decisions\":{"));
             assert_non_null(strstr(buf, "\"predicted_speedup\":"));
@@ -91,6 +95,11 @@ static void test_bad_input(void **state) {
         {"generate -m %s -p hi -n -7", 2, "out of range"},
         {"generate -m %s -p hi --spec magic", 2, "unknown speculation"},
         {"generate -m %s -p hi --spec draft", 2, "--draft-model"},
+        {"generate -m %s -p hi --spec hierarchy", 2, "--draft-model"},
+        {"generate -m %1$s -p hi --spec hierarchy --spec-base ngram --draft-model %1$s", 2, "middle level"},
+        {"generate -m %1$s -p hi --spec hierarchy --spec-tree-size 4 --draft-model %1$s", 2, "chains"},
+        {"generate -m %s -p hi --spec streaming --spec-hier-gamma 2", 2, "--spec hierarchy"},
+        {"generate -m %1$s -p hi --spec hierarchy --spec-hier-gamma 0 --draft-model %1$s", 2, "out of range"},
         {"generate -m %s -p hi --spec tree --spec-tree-size 3 --spec-tree-depth 4", 2, "exceeds"},
         {"generate -m %s -p hi --spec-tree-size 4", 2, "--spec tree"},
         {"generate -m %s -p hi --spec tree --spec-base none", 2, "--spec-base"},

@@ -159,6 +159,7 @@ int tu_exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_par
 }
 
 int tu_kv_bits;
+int tu_chi2_max_new = 3;
 
 double tu_chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prompt, int n,
                        seer_sampler_params sp, const tu_cell *cells, int nc, int n_runs) {
@@ -175,11 +176,11 @@ double tu_chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prom
     for (int r = 0; r < n_runs; r++) {
         sp.seed = 1000 + (uint64_t)r;
         int h, active = 1;
-        ASSERT_OK(seer_gen_add(g, prompt, n, 3, sp, true, &h));
+        ASSERT_OK(seer_gen_add(g, prompt, n, tu_chi2_max_new, sp, true, &h));
         while (active)
             ASSERT_OK(seer_gen_step(g, &active));
         const int32_t *ids;
-        assert_int_equal(seer_gen_output(g, h, &ids), 3);
+        assert_int_equal(seer_gen_output(g, h, &ids), tu_chi2_max_new);
         int k = 0;
         while (k < nc && memcmp(cells[k].t, ids, sizeof cells[k].t))
             k++;

@@ -53,6 +53,9 @@ double tu_chi2_crit(int k);
 int tu_exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, tu_cell *cells);
 /* kv_quant_bits of the context tu_chi2_of_runs makes (0 unless a test sets it) */
 extern int tu_kv_bits;
+/* tokens each run of tu_chi2_of_runs generates (3 unless a test sets more: the first three
+ * are counted, and the first round then drafts past the third) */
+extern int tu_chi2_max_new;
 double tu_chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prompt, int n,
                        seer_sampler_params sp, const tu_cell *cells, int nc, int n_runs);
 

@@ -100,7 +100,8 @@ static bool spec_equal(const seer_spec_params *a, const seer_spec_params *b) {
            a->tree_size == b->tree_size && a->tree_depth == b->tree_depth &&
            a->tree_replan == b->tree_replan && a->tree_draft_cost == b->tree_draft_cost &&
            a->tree_cost_points == b->tree_cost_points && a->tree_cost_n == b->tree_cost_n &&
-           a->tree_cost == b->tree_cost && a->cost == b->cost;
+           a->tree_cost == b->tree_cost && a->hier_base == b->hier_base && a->hier_gamma == b->hier_gamma &&
+           a->quant_view == b->quant_view && a->cost == b->cost;
 }
 
 static void group_clear(seer_sched *s, sched_group *gr) {

@@ -94,10 +94,17 @@ static seer_status quantkv_propose(const seer_draft_env *env, void *impl, int n,
     return st;
 }
 
+static seer_status quantkv_view(const seer_draft_env *env, void *impl, const seer_draft_seq *s, bool *kv_quant) {
+    (void)env;
+    *kv_quant = true;
+    return set_view(impl, s->seq, s->n_tokens - 1);
+}
+
 const seer_drafter_ops seer_drafter_quantkv = {
     .name = "quantkv",
     .init = quantkv_init,
     .free = quantkv_free,
     .propose = quantkv_propose,
     .has_q = true,
+    .view = quantkv_view,
 };

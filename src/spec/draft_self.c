@@ -358,6 +358,12 @@ static seer_status self_propose(const seer_draft_env *env, void *impl, int n, se
     return st;
 }
 
+static seer_status self_view(const seer_draft_env *env, void *impl, const seer_draft_seq *s, bool *kv_quant) {
+    (void)env;
+    *kv_quant = false;
+    return set_view(impl, s, s->n_tokens - 1);
+}
+
 static seer_status self_verified(const seer_draft_env *env, void *impl, seer_draft_seq *s) {
     self_impl *im = impl;
     self_seq *ss = &im->ss[s->slot];
@@ -388,4 +394,5 @@ const seer_drafter_ops seer_drafter_self = {
     .prefill_q_rows = self_prefill_q_rows,
     .prefill_q = self_prefill_q,
     .has_q = true,
+    .view = self_view,
 };

@@ -85,15 +85,27 @@ struct seer_drafter_ops {
     seer_status (*prefill_q)(const seer_draft_env *env, void *impl, seer_draft_seq *s, const float *q,
                              int n_rows);
     bool has_q; /* proposals carry their distributions (false: one-hot, as n-gram's) */
+    /* Drafters that read the target through a view of its cache (self-drafts, quantkv), NULL
+     * for others: sets the view under which forward calls on the target read s's cache
+     * (n_tokens - 1 slots) as this drafter's own draft steps would, and *kv_quant: whether
+     * those calls read the quantised KV copy. The caller clears the view afterwards. Lets the
+     * hierarchy run the target as this drafter sees it. */
+    seer_status (*view)(const seer_draft_env *env, void *impl, const seer_draft_seq *s, bool *kv_quant);
 };
 
 extern const seer_drafter_ops seer_drafter_self;  /* streaming, retrieval, snapkv */
 extern const seer_drafter_ops seer_drafter_model; /* standalone draft model */
 extern const seer_drafter_ops seer_drafter_ngram;
 extern const seer_drafter_ops seer_drafter_quantkv; /* the target through its quantised KV copy */
+extern const seer_drafter_ops seer_drafter_hierarchy; /* draft model -> sparse self-draft -> target */
+
+/* Test hook: when nonzero, the hierarchy's middle level replaces a rejected draft token by a
+ * sample from its own distribution instead of the residual (TriForce's published code), which
+ * is NOT exact; the distribution test uses it to show its power. */
+extern int seer_hier_wrong_rule_for_tests;
 
 /* The drafter registered under name ("streaming", "retrieval", "snapkv", "draft", "ngram",
- * "quantkv"), NULL for none. */
+ * "quantkv", "hierarchy"), NULL for none. */
 const seer_drafter_ops *seer_drafter_find(const char *name);
 
 /* Step drafting (expand.c): fills the proposals of n sequences by drafting on context c (the

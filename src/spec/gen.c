@@ -26,12 +26,13 @@ seer_spec_params seer_spec_default_params(void) {
         .kind = SEER_SPEC_NONE, .gamma = 4, .budget = 256, .sinks = 16, .chunk = 8,
         .refresh_every = 0, .refresh_below = 0.f, .snap_window = 32, .snap_kernel = 5,
         .ngram_max = 4, .ngram_min = 1, .draft_model = NULL, .draft_budget = 0,
+        .hier_base = SEER_SPEC_STREAMING, .hier_gamma = 2,
     };
     return p;
 }
 
 static const char *const KIND_NAMES[] = {"none",  "streaming", "retrieval", "snapkv",
-                                         "draft", "ngram",     "quantkv",   "auto"};
+                                         "draft", "ngram",     "quantkv",   "hierarchy", "auto"};
 
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out) {
     SEER_CHECK_ARG(out);
@@ -41,7 +42,8 @@ seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out) {
             return SEER_OK;
         }
     return seer_err(SEER_ERR_INVALID_ARG,
-                    "unknown speculation '%s' (none, streaming, retrieval, snapkv, draft, ngram, quantkv, auto)",
+                     "unknown speculation '%s' (none, streaming, retrieval, snapkv, draft, ngram, quantkv, "
+                     "hierarchy, auto)",
                     name ? name : "(null)");
 }
 

@@ -16,6 +16,7 @@ static const struct {
     {"draft", &seer_drafter_model},
     {"ngram", &seer_drafter_ngram},
     {"quantkv", &seer_drafter_quantkv},
+    {"hierarchy", &seer_drafter_hierarchy},
 };
 
 const seer_drafter_ops *seer_drafter_find(const char *name) {

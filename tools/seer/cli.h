@@ -31,7 +31,8 @@ int cli_sampler_opt(int c, const char *arg, seer_sampler_params *sp);
 
 /* --spec with token trees (generate, chat): "--spec tree" proposes trees over the base
  * drafter --spec-base (default streaming) with --spec-tree-size nodes (default 8) and depth
- * --spec-tree-depth (default --spec-gamma). cli_spec_kind parses --spec's value (tree or a
+ * --spec-tree-depth (default --spec-gamma). "--spec hierarchy" takes --spec-base as its
+ * middle level's view and --spec-hier-gamma as its bottom chain. cli_spec_kind parses --spec's value (tree or a
  * drafter), cli_tree_opt the tree flags (1 = taken, 0 = not one of them, -1 = bad value),
  * cli_tree_apply sets spec from them after parsing (false with a message when inconsistent). */
 typedef struct {
@@ -40,13 +41,15 @@ typedef struct {
     seer_spec_kind base;
     int size, depth; /* size -1: auto */
     int replan;
+    int hier_gamma;  /* --spec-hier-gamma (0: not given) */
 } cli_tree;
-enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH, CLI_O_TREPLAN };
+enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH, CLI_O_TREPLAN, CLI_O_HGAMMA };
 #define CLI_TREE_OPTIONS                                                                   \
     {"spec-base", required_argument, 0, CLI_O_SBASE},                                      \
         {"spec-tree-size", required_argument, 0, CLI_O_TSIZE},                             \
         {"spec-tree-depth", required_argument, 0, CLI_O_TDEPTH},                           \
-        {"spec-tree-replan", required_argument, 0, CLI_O_TREPLAN}
+        {"spec-tree-replan", required_argument, 0, CLI_O_TREPLAN},                         \
+        {"spec-hier-gamma", required_argument, 0, CLI_O_HGAMMA}
 #define CLI_TREE_HELP                                                                      \
     "      --spec tree       token trees over --spec-base (SpecInfer / Sequoia verification)\n" \
     "      --spec-base KIND  the drafter that fills the tree: streaming, retrieval, snapkv, draft,\n"     \
@@ -56,7 +59,11 @@ enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH, CLI_O_TREPLAN };
     "                        verification cost measured at start (at most 32 nodes)\n"        \
     "      --spec-tree-depth D depth of a tree (default --spec-gamma)\n"                      \
     "      --spec-tree-replan R re-plan the tree's shape every R rounds from the measured\n"   \
-    "                        acceptance (Sequoia; default 0: fixed shape, 8 with auto)\n"
+    "                        acceptance (Sequoia; default 0: fixed shape, 8 with auto)\n"   \
+    "      --spec hierarchy  TriForce's hierarchy: --draft-model drafts for the target under the\n" \
+    "                        view --spec-base (streaming (default), retrieval, snapkv, quantkv),\n" \
+    "                        which verifies exactly and proposes --spec-gamma tokens to the target\n" \
+    "      --spec-hier-gamma N tokens the draft model proposes per middle verification (default 2)\n"
 bool cli_spec_kind(const char *arg, seer_spec_kind *kind, cli_tree *t);
 int cli_tree_opt(int c, const char *arg, cli_tree *t);
 bool cli_tree_apply(const cli_tree *t, seer_spec_params *spec);

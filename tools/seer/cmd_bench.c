@@ -111,8 +111,8 @@ static bool parse_spec_list(const char *s, bench_opts *o) {
             fprintf(stderr, "seer: --spec: %s\n", seer_last_error());
             return false;
         }
-        if (k == SEER_SPEC_DRAFT) {
-            fprintf(stderr, "seer: --spec: 'draft' needs a draft model, which seer bench does not load\n");
+        if (k == SEER_SPEC_DRAFT || k == SEER_SPEC_HIERARCHY) {
+            fprintf(stderr, "seer: --spec: '%s' needs a draft model, which seer bench does not load\n", tok);
             return false;
         }
         if (o->n_spec == BENCH_MAX_LIST) {

@@ -134,6 +134,10 @@ static int parse(int argc, char **argv, chat_opts *o) {
         fprintf(stderr, "seer chat: --spec draft needs --draft-model\n");
         return 2;
     }
+    if (o->spec.kind == SEER_SPEC_HIERARCHY && !o->draft_model) {
+        fprintf(stderr, "seer chat: --spec hierarchy needs --draft-model (its bottom level)\n");
+        return 2;
+    }
     return -1;
 }
 
@@ -336,7 +340,7 @@ int cmd_chat(int argc, char **argv) {
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = (int)o.ctx; /* 0: the trained context, as memory allows; the pool grows as used */
     cp.n_seq_max = 2;      /* the reply and the prefix cache's copy of the conversation */
-    if (o.spec.kind == SEER_SPEC_QUANTKV)
+    if (o.spec.kind == SEER_SPEC_QUANTKV || (o.spec.kind == SEER_SPEC_HIERARCHY && o.spec.hier_base == SEER_SPEC_QUANTKV))
         cp.kv_quant_bits = o.kv_bits ? (int)o.kv_bits : 4;
     if ((s = seer_context_init(c.model, cp, &c.ctx)) != SEER_OK) {
         cli_error("creating context", s);

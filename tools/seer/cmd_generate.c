@@ -200,6 +200,10 @@ static int parse(int argc, char **argv, gen_opts *o) {
         fprintf(stderr, "seer generate: --spec draft needs --draft-model\n");
         return 2;
     }
+    if (o->spec.kind == SEER_SPEC_HIERARCHY && !o->draft_model) {
+        fprintf(stderr, "seer generate: --spec hierarchy needs --draft-model (its bottom level)\n");
+        return 2;
+    }
     if (optind < argc) {
         fprintf(stderr, "seer generate: unexpected argument '%s'\n", argv[optind]);
         return 2;
@@ -264,7 +268,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = (int)o.ctx; /* 0: the trained context, as memory allows */
-    if (o.spec.kind == SEER_SPEC_QUANTKV)
+    if (o.spec.kind == SEER_SPEC_QUANTKV || (o.spec.kind == SEER_SPEC_HIERARCHY && o.spec.hier_base == SEER_SPEC_QUANTKV))
         cp.kv_quant_bits = o.kv_bits ? (int)o.kv_bits : 4;
     if ((s = seer_context_init(model, cp, &ctx)) != SEER_OK) {
         cli_error("creating context", s);
@@ -408,6 +412,10 @@ int cmd_generate(int argc, char **argv) {
             json_object_set_new(jspec, "tree_size", json_integer(o.spec.tree_size));
             json_object_set_new(jspec, "tree_depth", json_integer(o.spec.tree_depth));
         }
+        if (jspec && o.spec.kind == SEER_SPEC_HIERARCHY) {
+            json_object_set_new(jspec, "hier_base", json_string(seer_spec_kind_name(o.spec.hier_base)));
+            json_object_set_new(jspec, "hier_gamma", json_integer(o.spec.hier_gamma));
+        }
         if (!out) {
             fprintf(stderr, "seer generate: generated text is not valid UTF-8\n");
             goto done;
@@ -430,6 +438,9 @@ int cmd_generate(int argc, char **argv) {
     else if (o.spec.tree_size > 0)
         snprintf(tree, sizeof tree, " tree of %d nodes, depth %d%s", o.spec.tree_size, o.spec.tree_depth,
                  o.spec.tree_replan ? ", shape re-planned online" : "");
+    else if (o.spec.kind == SEER_SPEC_HIERARCHY) /* draft: the middle level's time, bottom's within */
+        snprintf(tree, sizeof tree, " (draft model -> %s view, %d per middle call)",
+                 seer_spec_kind_name(o.spec.hier_base), o.spec.hier_gamma);
     if (km.quant_bits)
         fprintf(stderr, "seer: of which the %d-bit KV copy: %.2f MiB committed of %.2f MiB reserved\n",
                 km.quant_bits, km.quant_bytes_committed / 1048576.0, km.quant_bytes_reserved / 1048576.0);

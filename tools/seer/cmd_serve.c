@@ -111,7 +111,8 @@ static int parse(int argc, char **argv, serve_opts *o) {
         case O_PAGES: if (!cli_int("--kv-pages", optarg, 1, 1 << 24, &o->pages)) return 2; break;
         case O_PREFIX: if (!cli_int("--prefix-cache", optarg, 0, 1024, &o->prefix)) return 2; break;
         case O_SPEC:
-            if (seer_spec_kind_parse(optarg, &o->spec.kind) != SEER_OK || o->spec.kind == SEER_SPEC_DRAFT) {
+            if (seer_spec_kind_parse(optarg, &o->spec.kind) != SEER_OK || o->spec.kind == SEER_SPEC_DRAFT ||
+                o->spec.kind == SEER_SPEC_HIERARCHY) {
                 fprintf(stderr, "seer serve: --spec: '%s' is not one of auto, none, streaming, retrieval, snapkv, ngram, quantkv\n", optarg);
                 return 2;
             }

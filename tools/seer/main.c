@@ -143,14 +143,36 @@ int cli_tree_opt(int c, const char *arg, cli_tree *t) {
         return 1;
     case CLI_O_TREPLAN: if (!cli_int("--spec-tree-replan", arg, 0, 1 << 20, &v)) return -1; t->replan = (int)v; return 1;
     case CLI_O_TDEPTH: if (!cli_int("--spec-tree-depth", arg, 1, 64, &v)) return -1; t->depth = (int)v; return 1;
+    case CLI_O_HGAMMA: if (!cli_int("--spec-hier-gamma", arg, 1, 64, &v)) return -1; t->hier_gamma = (int)v; return 1;
     default: return 0;
     }
 }
 
 bool cli_tree_apply(const cli_tree *t, seer_spec_params *spec) {
+    if (spec->kind == SEER_SPEC_HIERARCHY && !t->on) {
+        if (t->size || t->depth || t->replan) {
+            fprintf(stderr, "seer: --spec hierarchy proposes chains: no --spec-tree-*\n");
+            return false;
+        }
+        if (t->base_set && t->base != SEER_SPEC_STREAMING && t->base != SEER_SPEC_RETRIEVAL &&
+            t->base != SEER_SPEC_SNAPKV && t->base != SEER_SPEC_QUANTKV) {
+            fprintf(stderr, "seer: --spec-base: the hierarchy's middle level is one of streaming, retrieval, "
+                            "snapkv, quantkv\n");
+            return false;
+        }
+        if (t->base_set)
+            spec->hier_base = t->base;
+        if (t->hier_gamma)
+            spec->hier_gamma = t->hier_gamma;
+        return true;
+    }
+    if (t->hier_gamma) {
+        fprintf(stderr, "seer: --spec-hier-gamma goes with --spec hierarchy\n");
+        return false;
+    }
     if (!t->on) {
         if (t->base_set || t->size || t->depth || t->replan) {
-            fprintf(stderr, "seer: --spec-base and --spec-tree-* go with --spec tree\n");
+            fprintf(stderr, "seer: --spec-base and --spec-tree-* go with --spec tree (--spec-base also with --spec hierarchy)\n");
             return false;
         }
         return true;

@@ -203,7 +203,7 @@ static bool parse_seer(serve_state *srv, json_t *x, seer_request_params *p, serv
                  "'seer.spec' must be one of auto, none, streaming, retrieval, snapkv, ngram, quantkv");
             return false;
         }
-        if (p->spec.kind == SEER_SPEC_DRAFT && !p->spec.draft_model) {
+        if ((p->spec.kind == SEER_SPEC_DRAFT || p->spec.kind == SEER_SPEC_HIERARCHY) && !p->spec.draft_model) {
             fail(e, 400, "seer.spec", "invalid_value", "this server has no draft model");
             return false;
         }

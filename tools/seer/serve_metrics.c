@@ -120,11 +120,11 @@ char *serve_metrics_text(serve_state *srv) {
     metric(&b, "seer_prefix_cache_hits_total", "counter", "Prompt pages reused from the prefix cache.");
     put(&b, "seer_prefix_cache_hits_total %lld\n", (long long)st->prefix_hits);
     metric(&b, "seer_spec_drafted_total", "counter", "Draft tokens proposed, per drafter.");
-    for (int k = SEER_SPEC_STREAMING; k <= SEER_SPEC_QUANTKV; k++)
+    for (int k = SEER_SPEC_STREAMING; k <= SEER_SPEC_HIERARCHY; k++)
         put(&b, "seer_spec_drafted_total{drafter=\"%s\"} %lld\n", seer_spec_kind_name((seer_spec_kind)k),
             (long long)st->spec_drafted[k]);
     metric(&b, "seer_spec_accepted_total", "counter", "Draft tokens accepted, per drafter.");
-    for (int k = SEER_SPEC_STREAMING; k <= SEER_SPEC_QUANTKV; k++)
+    for (int k = SEER_SPEC_STREAMING; k <= SEER_SPEC_HIERARCHY; k++)
         put(&b, "seer_spec_accepted_total{drafter=\"%s\"} %lld\n", seer_spec_kind_name((seer_spec_kind)k),
             (long long)st->spec_accepted[k]);
     metric(&b, "seer_spec_auto_rounds_total", "counter",
