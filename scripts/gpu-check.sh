@@ -115,7 +115,7 @@ run_all() {
   echo "== speculation on vs off on the GPU (stories260K, greedy, 200 tokens)"
   local m=$shared/models/stories260K.gguf ref="" ids k
   printf '%-10s %-6s %10s %8s\n' spec same accepted tok/ver
-  for k in none streaming retrieval snapkv ngram draft quantkv; do
+  for k in none streaming retrieval snapkv ngram draft quantkv hierarchy auto; do
     ids=$(build-gpu/seer generate -m "$m" -p "Once upon a time" --temp 0 -n 200 --backend cuda --json \
           --spec $k --spec-budget 32 --spec-gamma 4 --draft-model "$m" --draft-budget 32 2>&1)
     local gen=$(echo "$ids" | grep -o '"generated_ids":\[[0-9,]*\]')
