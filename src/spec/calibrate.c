@@ -9,9 +9,12 @@
  * median of repeated calls after one untimed warm-up (first-touch of pages and scratch), with
  * as many repetitions as the time budget allows.
  *
- * Not measured: the n-gram drafter (host-side suffix matching, no forward call) and the
- * retrieval drafter's selection rebuilds; the sparse self-drafts share one measured step, a
- * view of K slots.
+ * Not measured: the n-gram drafter (host-side suffix matching, no forward call). The sparse
+ * view step is measured as the streaming drafter's (a view of K slots); retrieval and SnapKV
+ * get no row, so the planner never picks them: their per-request set-up (the prompt's keys
+ * scored at prefill, the selection rebuilt as the text grows) is not measured, and it is what
+ * their cost is at long context (on an H100, a trace of 8K-32K-token requests with them among
+ * auto's candidates did not finish in 150 s, where plain decoding served it in 58 s).
  */
 #include "spec/cost.h"
 #include "util/error.h"
@@ -281,12 +284,6 @@ seer_status seer_cost_calibrate(seer_context *ctx, const seer_calibrate_params *
     }
     side_close(&tgt);
     side_close(&dft);
-    if (st == SEER_OK && p->self_drafts)
-        for (seer_spec_kind kd = SEER_SPEC_RETRIEVAL; kd <= SEER_SPEC_SNAPKV; kd++)
-            if (t->n_drafters < SEER_COST_MAX_DRAFTERS) {
-                t->drafter[t->n_drafters] = *self;
-                t->drafter[t->n_drafters++].kind = kd;
-            }
     if (st == SEER_OK) {
         seer_cost_key(seer_context_model(ctx), p->device, t->key, sizeof t->key);
         st = seer_cost_table_check(t);

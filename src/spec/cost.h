@@ -206,8 +206,8 @@ typedef struct {
     int l[SEER_COST_MAX_L];         /* default 3 lengths log-spaced from 32 to what n_ctx allows */
     int n[SEER_COST_MAX_N];         /* default 2, 4, 8 */
     int k[SEER_COST_MAX_K];         /* sparse self-draft budgets; default 16, 64 */
-    bool self_drafts;               /* measure the sparse-view step (streaming, retrieval and
-                                       snapkv share it: a view of K slots) */
+    bool self_drafts;               /* measure the sparse-view step (the streaming drafter's
+                                       row; see calibrate.c for retrieval and snapkv) */
     int sinks;                      /* sink slots of the measured view */
     seer_context *draft_ctx;        /* a draft model's context to measure (NULL: none); it needs
                                        the same free sequences as ctx */
