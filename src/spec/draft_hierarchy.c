@@ -364,8 +364,7 @@ static seer_status hier_propose(const seer_draft_env *env, void *impl, int n, se
             seqs[i].n = ms[i].m;
         if (ms[i].want == 0)
             continue;
-        seer_seq_clear_view(c, seqs[i].seq);
-        seer_status r = seer_seq_rewind(c, seqs[i].seq, seqs[i].n_tokens - 1);
+        seer_status r = seer_draft_leave(c, &seqs[i]);
         if (st == SEER_OK)
             st = r;
         free(ms[i].ext);

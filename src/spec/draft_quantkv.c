@@ -85,8 +85,7 @@ static seer_status quantkv_propose(const seer_draft_env *env, void *impl, int n,
     if (st == SEER_OK)
         st = seer_draft_expand(env, c, n, seqs, dseq, NULL, NULL, NULL, NULL, true);
     for (int i = 0; i < n; i++) {
-        seer_seq_clear_view(c, seqs[i].seq);
-        seer_status r = seer_seq_rewind(c, seqs[i].seq, seqs[i].n_tokens - 1);
+        seer_status r = seer_draft_leave(c, &seqs[i]);
         if (st == SEER_OK)
             st = r;
         seqs[i].onehot = false;

@@ -349,8 +349,7 @@ static seer_status self_propose(const seer_draft_env *env, void *impl, int n, se
         k++;
     }
     for (int i = 0; i < n; i++) {
-        seer_seq_clear_view(c, seqs[i].seq);
-        seer_status r = seer_seq_rewind(c, seqs[i].seq, seqs[i].n_tokens - 1);
+        seer_status r = seer_draft_leave(c, &seqs[i]);
         if (st == SEER_OK)
             st = r;
         seqs[i].onehot = false;

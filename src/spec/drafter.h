@@ -128,6 +128,10 @@ seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n,
                               const seer_seq_id *dseq, float *const *q_of, uint8_t *cap0, float *qbuf,
                               int *kept, bool kv_quant);
 
+/* Leaves s's target sequence as a drafter found it: no view, the cache back to its
+ * n_tokens - 1 slots (the first error of the two). */
+seer_status seer_draft_leave(seer_context *c, const seer_draft_seq *s);
+
 /* The sample row of node u (-1: the pending token) of s's proposal: the penalty history is
  * s's tokens + the path to u, written to hist (room: repeat_last_n + depth entries). */
 seer_sample_row seer_draft_node_row(const seer_draft_seq *s, int u, const float *logits, float *probs,

@@ -301,3 +301,8 @@ seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n,
     free(hist);
     return st;
 }
+
+seer_status seer_draft_leave(seer_context *c, const seer_draft_seq *s) {
+    seer_seq_clear_view(c, s->seq);
+    return seer_seq_rewind(c, s->seq, s->n_tokens - 1);
+}
