@@ -6,6 +6,16 @@
 #   setup   starts the llama.cpp CUDA build in the background (scripts/peer-llamacpp.sh, from
 #           the .peer/llama.cpp.tar.xz carried with the working tree), builds seer and runs the
 #           GPU tests (scripts/gpu-check.sh), and forgets the summary of earlier calls
+#   weights the whole comparison of the weights in ONE call (about 9 minutes on an H100): the
+#           llama.cpp build in the background, seer's build and every GPU test (gpu-check.sh,
+#           ctest -j 8), the bf16, q4_k_m, q4_0 and q8_0 files written while the tests run; per
+#           type B = 1 at 4K and 32K, the prefill of a 4K prompt and verification chains of
+#           5 and 8 tokens (streaming self-draft K 512, G 4 and 7, SYNTHETIC acceptance 0.8)
+#   attention the whole comparison of attention in ONE call (about 8 minutes): both builds, the
+#           bf16 file, 14 x 32K and 3 x 128K plain and with streaming self-speculation (K 512
+#           and 2048, G 2 and 4, SYNTHETIC acceptance 0.8; BENCH_REAL_ALPHA="K:alpha:label ..."
+#           adds projections at acceptances measured on real models), the prefill of 32K and
+#           128K prompts
 #   TYPE    one of $BENCH_LLAMA_TYPES (bf16 q4_0 q8_0, and q4_k_m where gen-model writes it):
 #           writes the GGUF, runs llama.cpp on it (llama-bench B = 1 at 4K and 32K, prefill of
 #           4K and 32K prompts; for bf16 also llama-batched-bench 14 x 32K and 3 x 128K), then
@@ -23,6 +33,8 @@
 #   BENCH_DEADLINE=570        seconds this call may take
 #   BENCH_LLAMA_TYPES         the types `all` means (default: bf16 q4_0 q8_0 [q4_k_m])
 #   BENCH_TYPE_SECS=240       the least time a type's step starts with (bf16: 2x)
+#   BENCH_LLAMA_REPS=5        llama-bench -r (weights: 3; attention: 1, and seer's prefill runs)
+#   BENCH_PEER_SHARE=50       percent of a type's time left that llama.cpp's runs may take
 #   BENCH_LLAMA_PROFILE=1     also seer's per-op profile of a B = 1 step at 4K, per type
 # The same path runs on a CPU machine with a small shape (no GPU tests then), to check it:
 #   BENCH_LLAMA_KIND=cpu BENCH_LLAMA_SEER=build BENCH_LLAMA_SHAPE="--dim 64 ..."
@@ -54,6 +66,10 @@ shape=(${BENCH_LLAMA_SHAPE:---arch llama --vocab 128256 --dim 4096 --layers 32 -
        --kv-heads 8 --ffn 14336 --ctx 131072 --rope-base 500000})
 ctx=${BENCH_LLAMA_CTX:-4096,32768} prefill=${BENCH_LLAMA_PREFILL:-4096,32768}
 batched=${BENCH_LLAMA_BATCHED-14x32768,3x131072} # bf16 only; set and empty: none
+reps=${BENCH_LLAMA_REPS:-5}  # llama-bench -r
+spec_b1=""                   # seer bench's speculation flags at B = 1 (none: plain only)
+spec_batched=""              # ... at the batched points
+pregen=""                    # types whose files a background writer is producing
 at_least() { local v=$1; [ "$v" -lt "$2" ] && v=$2; echo "$v"; }
 
 default_types() {
@@ -102,16 +118,25 @@ seer_build() { # incremental: a build folder kept from an earlier call may be st
     { tail -n 30 "$work/build.log"; return 1; }
 }
 
-setup() {
-  rm -f "$summary"
+setup() { # [build-then-files TYPE...]: after seer's build, write those files while the tests run
+  rm -f "$summary" "$work/tests-summary.txt"
   peer_build_start
+  if [ "${1:-}" = build-then-files ]; then
+    shift
+    seer_build || return 1
+    echo "seer built after ${SECONDS}s"
+    pregen_start "$@"
+  fi
   if [ "$kind" = cuda ]; then
     local secs
     secs=$(at_least $(( $(left) - 60 )) 1)
-    echo "== seer: build and GPU tests (scripts/gpu-check.sh, at most ${secs}s)"
+    echo "== seer: build and GPU tests (scripts/gpu-check.sh, ctest -j ${GPU_CHECK_JOBS:-1}, at most ${secs}s)"
     timeout "$secs" scripts/gpu-check.sh >"$work/gpu-check.txt" 2>&1
-    echo "gpu-check: exit $? after ${SECONDS}s"
-    sed -n '/^== ctest$/,$p' "$work/gpu-check.txt" | tail -n 40
+    local rc=$?
+    echo "gpu-check: exit $rc after ${SECONDS}s"
+    echo "GPU tests (gpu-check exit $rc): $(grep -E 'tests passed|tests failed' "$work/gpu-check.txt" | tail -n 1)" \
+      >"$work/tests-summary.txt"
+    sed -n '/^== speculation on vs off/,$p' "$work/gpu-check.txt" | tail -n 60
   fi
   seer_build
 }
@@ -121,8 +146,12 @@ summarize() { # type, seer JSON...
   local t=$1
   shift
   python3 - "$t" "$@" >>"$summary" <<'EOF'
-import json, sys
+import json, os, sys
 t = sys.argv[1]
+real = []  # BENCH_REAL_ALPHA: "K:alpha:label ...", acceptances measured on real models
+for w in os.environ.get("BENCH_REAL_ALPHA", "").split():
+    k, a_, label = (w.split(":", 2) + ["", ""])[:3]
+    real.append((int(k), float(a_), label.replace("_", " ")))
 matched, alone = set(), []  # the peer's prefill runs: beside seer's, or its own (once each)
 for path in sys.argv[2:]:
     try:
@@ -137,6 +166,27 @@ for path in sys.argv[2:]:
         ratio = "%.2fx" % pe["speedup"] if "speedup" in pe else "-"
         floor = "%.0f%%" % (100 * pl["fraction_of_floor"]) if "fraction_of_floor" in pl else "-"
         print("%s\tdecode B=%d L=%d (ms/step)\t%s\t%s\t%s\t%s" % (t, p["batch"], p["ctx"], peer, seer, ratio, floor))
+        # speculation (SYNTHETIC acceptance): a verification's cost in plain steps, and the
+        # tokens per second against llama.cpp's plain decoding (then at real acceptances)
+        B, ms_peer = p["batch"], pe.get("ms_per_step")
+        for sp in p.get("spec", []):
+            if "verify_ms" not in sp:
+                continue
+            G, K = sp["gamma"], sp["budget"]
+            at = "B=%d L=%d K=%d G=%d" % (B, p["ctx"], K, G)
+            print("%s\tverify of %d tokens / plain step, %s\t-\t%.2f\t-\t-" % (t, G + 1, at, sp["verify_ms"] / sp["target_step_ms"]))
+            rnd = G * sp["draft_step_ms"] + sp["verify_ms"]
+            rows = [("SYNTHETIC a=%.2f" % sp["synthetic_acceptance_alpha"], sp["tokens_per_verification_synthetic"], sp["round_ms_synthetic"])]
+            for spec in real:
+                k, a_, label = spec
+                if k == K:
+                    rows.append(("a=%.2f %s" % (a_, label), (1 - a_ ** (G + 1)) / (1 - a_) if a_ < 1 else G + 1.0, rnd))
+            for name, toks, ms in rows:
+                seer_tps = B * toks / ms * 1e3
+                peer_tps = B / ms_peer * 1e3 if ms_peer else None
+                print("%s\tspec %s %s (tok/s)\t%s\t%.0f\t%s\t-" % (
+                    t, at, name, "%.0f" % peer_tps if peer_tps else "-", seer_tps,
+                    "%.2fx" % (seer_tps / peer_tps) if peer_tps else "-"))
     for p in r.get("prefill", []):
         pe = p.get("peer", {})
         seer = "%.0f" % p["tok_per_s"] if "tok_per_s" in p else p.get("error", "-")[:24]
@@ -154,6 +204,35 @@ for q in alone:
 EOF
 }
 
+# Writes the files of the types given, one after the other, in the background (while the
+# tests run); bench_type waits for each. Each leaves model-TYPE.status with gen-model's status.
+pregen_start() {
+  pregen="$*"
+  local t
+  for t in "$@"; do rm -f "$work/model-$t.gguf" "$work/model-$t.status"; done
+  (
+    for t in "$@"; do
+      "$bdir/seer" gen-model "${shape[@]}" --dtype "$t" -o "$work/model-$t.gguf" >"$work/gen-$t.log" 2>&1
+      echo $? >"$work/model-$t.status"
+    done
+  ) </dev/null &
+  echo "== writing the $* files in the background"
+}
+
+gen_file() { # type, file: written here, or waited for when the background writer has it
+  local t=$1 f=$2 st
+  if [[ " $pregen " == *" $t "* ]]; then
+    while [ ! -f "$work/model-$t.status" ] && [ "$(left)" -gt 30 ]; do sleep 1; done
+    st=$(cat "$work/model-$t.status" 2>/dev/null)
+    echo "== $t: the file written in the background (status ${st:-unfinished}, after ${SECONDS}s)"
+    [ "$st" = 0 ]
+    return
+  fi
+  echo "== $t: seer gen-model ${shape[*]} --dtype $t"
+  rm -f "$work"/model-*.gguf # the disk holds one 8B file at a time
+  "$bdir/seer" gen-model "${shape[@]}" --dtype "$t" -o "$f"
+}
+
 bench_type() {
   local t=$1 need=$type_secs
   [ "$t" = bf16 ] && need=$((2 * type_secs))
@@ -165,32 +244,34 @@ bench_type() {
   seer_build || return 1
   peer_build_wait || { printf '%s\t%s\t-\t-\t-\t-\n' "$t" "llama.cpp build failed" >>"$summary"; return 1; }
   local f=$work/model-$t.gguf peer=$work/peer-$t.json
-  echo "== $t: seer gen-model ${shape[*]} --dtype $t"
-  rm -f "$work"/model-*.gguf # the disk holds one 8B file at a time
-  if ! "$bdir/seer" gen-model "${shape[@]}" --dtype "$t" -o "$f"; then
+  if ! gen_file "$t" "$f"; then
     printf '%s\t%s\t-\t-\t-\t-\n' "$t" "gen-model failed" >>"$summary"
     return 1
   fi
   ls -l "$f"
-  local bat=()
-  [ "$t" = bf16 ] && [ -n "$batched" ] && bat=(--batched "$batched")
+  local bat=""
+  [ "$t" = bf16 ] && bat=$batched
   echo "== $t: llama.cpp (after ${SECONDS}s)"
   rm -f "$peer"
-  # Half the time left for llama.cpp, the rest for seer's runs at the same points.
-  timeout "$(at_least $(( ($(left) - 30) / 2 )) 10)" scripts/peer-llamacpp.sh run "$kind" -m "$f" --out "$peer" \
-    --ctx-list "$ctx" --prefill-list "$prefill" ${bat[@]+"${bat[@]}"}
+  # A share of the time left for llama.cpp (half by default), the rest for seer's runs.
+  timeout "$(at_least $(( ($(left) - 30) * ${BENCH_PEER_SHARE:-50} / 100 )) 10)" scripts/peer-llamacpp.sh run "$kind" -m "$f" --out "$peer" \
+    --ctx-list "$ctx" --prefill-list "$prefill" --reps "$reps" ${bat:+--batched "$bat"}
   echo "peer: exit $? after ${SECONDS}s"
   [ -f "$peer.log" ] && grep -E '^\$ ' "$peer.log"
   local jsons=() peer_args=()
   [ -s "$peer" ] && peer_args=(--peer "$peer") && tr -d '\n' <"$peer" >>"$results" && echo >>"$results"
-  # seer at the same points: B = 1 with prefill; the batched points one run each (a list
-  # of both batch sizes would also measure 14 x 128K, which does not fit).
-  local runs=("--ctx-list $ctx --batch-list 1 --prefill $prefill") bl
-  if [ "$t" = bf16 ] && [ -n "$batched" ]; then
-    for bl in ${batched//,/ }; do
-      runs+=("--ctx-list ${bl#*x} --batch-list ${bl%%x*} --prefill 0")
-    done
+  # seer at the same points: B = 1 with the prefill (or the prefill alone, at its first
+  # size); the batched points one run each (a list of both batch sizes would also measure
+  # 14 x 128K, which does not fit).
+  local runs=() bl
+  if [ -n "$ctx" ]; then
+    runs+=("--ctx-list $ctx --batch-list 1 --prefill ${prefill:-0} $spec_b1")
+  elif [ -n "$prefill" ]; then
+    runs+=("--ctx-list ${prefill%%,*} --batch-list 1 --prefill $prefill --prefill-reps $reps")
   fi
+  for bl in ${bat//,/ }; do
+    runs+=("--ctx-list ${bl#*x} --batch-list ${bl%%x*} --prefill 0 $spec_batched")
+  done
   local i=0 a
   for a in "${runs[@]}"; do
     local j=$work/seer-$t-$i.json
@@ -214,6 +295,31 @@ bench_type() {
   rm -f "$f"
 }
 
+# The weights in one call: setup (both builds, the GPU tests in parallel), the four files
+# written while the tests run, then per type the B = 1 points, a 4K prefill and verification.
+weights() {
+  local types=${BENCH_LLAMA_TYPES:-bf16 q4_k_m q4_0 q8_0}
+  ctx=${BENCH_LLAMA_CTX:-4096,32768} prefill=${BENCH_LLAMA_PREFILL:-4096} batched=${BENCH_LLAMA_BATCHED-}
+  reps=${BENCH_LLAMA_REPS:-3} type_secs=${BENCH_TYPE_SECS:-45}
+  spec_b1="--spec streaming --spec-budget-list 512 --spec-gamma-list 4,7 --synthetic-accept 0.8"
+  setup build-then-files $types
+  local t
+  for t in $types; do bench_type "$t"; done
+}
+
+# Attention in one call: both builds, the bf16 file, the batched points plain and speculative,
+# the long prefills.
+attention() {
+  ctx=${BENCH_LLAMA_CTX-} prefill=${BENCH_LLAMA_PREFILL:-32768,131072} batched=${BENCH_LLAMA_BATCHED-14x32768,3x131072}
+  reps=${BENCH_LLAMA_REPS:-1} type_secs=${BENCH_TYPE_SECS:-90}
+  : "${BENCH_PEER_SHARE:=55}"
+  spec_batched="--spec streaming --spec-budget-list 512,2048 --spec-gamma-list 2,4 --synthetic-accept 0.8"
+  rm -f "$summary" "$work/tests-summary.txt"
+  peer_build_start
+  seer_build || return 1
+  bench_type bf16
+}
+
 run_all() {
   echo "== bench-gpu llama $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null), steps: $*"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
@@ -221,9 +327,11 @@ run_all() {
   for s in "$@"; do
     case $s in
       setup) setup ;;
+      weights) export GPU_CHECK_JOBS=${GPU_CHECK_JOBS:-8}; weights ;;
+      attention) attention ;;
       all) for t in ${BENCH_LLAMA_TYPES:-$(default_types)}; do bench_type "$t"; done ;;
       bf16 | f16 | f32 | q8_0 | q4_0 | q4_1 | q4_k_m) bench_type "$s" ;;
-      *) echo "bench-gpu llama: unknown step '$s' (setup, all, or a type: bf16 q4_0 q8_0 q4_k_m ...)" ;;
+      *) echo "bench-gpu llama: unknown step '$s' (setup, weights, attention, all, or a type: bf16 q4_0 q8_0 q4_k_m ...)" ;;
     esac
   done
   echo
@@ -231,10 +339,11 @@ run_all() {
   echo "   decode: ms per step of the whole batch; floor: W as seer's backend stores it + B*L*c, over BW)"
   if [ -s "$summary" ]; then
     { printf 'type\tpoint\tllama.cpp\tseer\tspeedup\tof floor\n'; cat "$summary"; } |
-      awk -F'\t' '{printf "%-7s %-28s %12s %12s %8s %8s\n", $1, $2, $3, $4, $5, $6}'
+      awk -F'\t' '{printf "%-7s %-50s %10s %10s %8s %8s\n", $1, $2, $3, $4, $5, $6}'
   else
     echo "(nothing measured since the last setup)"
   fi
+  [ -s "$work/tests-summary.txt" ] && cat "$work/tests-summary.txt"
   echo "bench-gpu llama: done in ${SECONDS}s"
 }
 

@@ -10,6 +10,7 @@
 #
 # SEER_SHARED_DIR: the folder with models/ and golden/ (default ../shared; after `stage`,
 # use SEER_SHARED_DIR=$PWD/.gpu/shared). .gpu/deps, when present, is used for cmocka/jansson.
+# GPU_CHECK_JOBS: tests run at once (default 1; each test has its own temporary folder).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -104,7 +105,7 @@ run_all() {
 
   echo "== tests"
   export SEER_SHARED_DIR=$shared
-  ctest --test-dir build-gpu -V --timeout 3000 2>&1 | tee "$tests_log"
+  ctest --test-dir build-gpu -V -j "${GPU_CHECK_JOBS:-1}" --timeout 3000 2>&1 | tee "$tests_log"
   local rc=${PIPESTATUS[0]}
   if grep -q "skipped: no CUDA device" "$tests_log"; then
     echo "FAIL: the CUDA tests skipped: no device visible to them"

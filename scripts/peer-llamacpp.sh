@@ -17,15 +17,18 @@
 #   scripts/peer-llamacpp.sh wait-build [cpu|cuda] [SECONDS]
 #       waits for that marker (default 600 s); exits with the build's status, 124 on timeout.
 #   scripts/peer-llamacpp.sh run [cpu|cuda] -m MODEL.gguf --out PEER.json [--ctx-list L,...]
-#       [--batched BxL,...] [--prefill-list P,...] [--gen N] [--batched-gen N] [--reps N]
-#       [--threads N] [--timeout SECONDS] [--bench-args 'FLAGS']
+#       [--batched BxL,...] [--batched-cache streams|unified] [--prefill-list P,...] [--gen N]
+#       [--batched-gen N] [--reps N] [--threads N] [--timeout SECONDS] [--bench-args 'FLAGS']
 #       llama-bench: plain decode at B = 1 for every L of --ctx-list (tg N at depth L:
 #       `-p 0 -n N -d L`, ms/token = median run / N) and prefill for every P of --prefill-list
-#       (`-p P -n 0 -d 0`); llama-batched-bench for every BxL of --batched: B prompts of L
+#       (`-p P -n 0 -d 0`); llama-batched-bench for every BxL of --batched: B sequences of L
 #       tokens each, then N new tokens each (`-npp L,1 -ntg N -npl B`: the run with a
 #       1-token prompt after it gives llama.cpp's asynchronous log the time to print the
-#       first run's line before the process exits; one unified cache of
-#       B*(L+N) cells: `-kvu -c B*(L+N)`), ms/step = its t_tg / N and its prefill tok/s. All
+#       first run's line before the process exits), ms/step = its t_tg / N. The cache: by
+#       default one stream of L+N cells per sequence, the prompt prefilled once and copied
+#       into each (`-pps -c B*(L+N)`: every step reads B*L cells, as seer's does, and the
+#       setup takes seconds); `--batched-cache unified`: B prompts prefilled into one unified
+#       cache (`-kvu`, minutes at 14 x 32K), whose prefill tok/s is kept too. All
 #       with flash attention (`-fa 1`) and every layer on the device (`-ngl 99`; 0 for cpu),
 #       each point in its own process. Writes the peer file `seer bench --peer` reads
 #       (tools/seer/bench.h): llama.cpp's commit and build, the device, the model and the exact

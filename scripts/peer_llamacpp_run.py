@@ -170,6 +170,11 @@ def main():
     ap.add_argument("--prefill-list", type=int_list, default=[])
     ap.add_argument("--gen", type=int, default=64, help="tokens generated per tg run (llama-bench -n)")
     ap.add_argument("--batched-gen", type=int, default=32, help="new tokens per sequence (-ntg)")
+    ap.add_argument("--batched-cache", default="streams", choices=["streams", "unified"],
+                    help="streams (default): one prompt prefilled once and copied into each "
+                         "sequence's own cache stream (-pps), so a step reads B*L cells as seer's "
+                         "does and the prefill takes seconds; unified: B prompts in one unified "
+                         "cache (-kvu), whose prefill of B long prompts takes minutes")
     ap.add_argument("--reps", type=int, default=5, help="llama-bench -r")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per command")
@@ -206,6 +211,7 @@ def main():
         return tests[0], None
 
     N = a.batched_gen
+    cache_flag = "-pps" if a.batched_cache == "streams" else "-kvu"
 
     def write():
         """The peer file as measured so far: written after every point, so that a run cut off by
@@ -216,10 +222,10 @@ def main():
         flags = " ".join(common)
         bflags = " ".join(common + shlex.split(a.bench_args))
         desc = ("%s; %s Release build; %s; %s; llama-bench -m FILE %s -r %d -o json -p 0 -n %d -d L; "
-                "prefill: llama-bench ... -p P -n 0 -d 0; batched: llama-batched-bench -m FILE %s -kvu "
+                "prefill: llama-bench ... -p P -n 0 -d 0; batched: llama-batched-bench -m FILE %s %s "
                 "-c B*(L+%d) -npp L,1 -ntg %d -npl B --output-format jsonl") % (
             version, a.kind.upper(), device or "device unknown", info.get("model_type") or shape["file_type"],
-            bflags, a.reps, a.gen, flags, N, N)
+            bflags, a.reps, a.gen, flags, cache_flag, N, N)
         model = dict(shape)
         if info.get("model_size"):
             model["llama_cpp_model_bytes"] = info["model_size"]
@@ -258,7 +264,7 @@ def main():
         # the last run may be lost when the process ends right after it (seen with small
         # models); a 1-token-prompt run after the real one gives the log the time to write it.
         cmd = [batched, "-m", a.model] + common + [
-            "-kvu", "-c", str(B * (L + N)), "-npp", "%d,1" % L, "-ntg", str(N), "-npl", str(B),
+            cache_flag, "-c", str(B * (L + N)), "-npp", "%d,1" % L, "-ntg", str(N), "-npl", str(B),
             "--output-format", "jsonl"]
         rc, out, errout = run(cmd, a.timeout, log)
         rows = [r for r in json_objects(out) + json_objects(errout)
@@ -266,13 +272,16 @@ def main():
         if rc != 0 or not rows or not rows[0].get("t_tg"):
             err = failure(out + errout, rc) if rc != 0 else "no result"
             points.append({"ctx": L, "batch": B, "error": err})
-            prefill.append({"tokens": L, "batch": B, "error": err})
+            if a.batched_cache == "unified":
+                prefill.append({"tokens": L, "batch": B, "error": err})
             write()
             continue
         r = rows[0]
         points.append({"ctx": L, "batch": B, "ms_per_step": r["t_tg"] / r["tg"] * 1e3,
                        "tool": "llama-batched-bench"})
-        prefill.append({"tokens": L, "batch": B, "tok_per_s": r["speed_pp"]})
+        # with one shared prompt its prefill is one sequence's, which llama-bench measures
+        if a.batched_cache == "unified":
+            prefill.append({"tokens": L, "batch": B, "tok_per_s": r["speed_pp"]})
         write()
 
     write()

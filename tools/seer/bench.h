@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #define BENCH_MAX_LIST 32
+#define BENCH_MAX_PREFILL_REPS 15
 
 typedef struct {
     const char *synthetic, *model_path;
@@ -16,6 +17,7 @@ typedef struct {
     seer_weights_kind weights;
     int threads, page_size, steps, warmup, sinks;
     int prefill[BENCH_MAX_LIST], n_prefill; /* prompt sizes of the prefill runs (none: skip) */
+    int prefill_reps;                        /* timed runs of each, after a warm-up: the median */
     uint64_t seed;
     double alpha; /* synthetic acceptance of the speculative runs */
     int ctx[BENCH_MAX_LIST], n_ctx;

@@ -46,6 +46,7 @@ static void usage(FILE *f) {
             "  --steps N                timed decode steps / generator rounds per point (default 20)\n"
             "  --warmup N               untimed steps before them (default 3)\n"
             "  --prefill P,...          prompt tokens of the prefill measurements, 0 = skip (default 2048)\n"
+            "  --prefill-reps N         timed runs per prompt size, after one warm-up (default 3; median)\n"
             "  --page-size N            KV page size in tokens (default 16)\n"
             "  --seed S                 weights, KV and tokens (default 1)\n"
             "speculation (timed with SYNTHETIC ACCEPTANCE, labelled in all output):\n"
@@ -126,7 +127,7 @@ static bool parse_spec_list(const char *s, bench_opts *o) {
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
-    enum { O_SYN = 256, O_BACKEND, O_WEIGHTS, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PAGE, O_SEED,
+    enum { O_SYN = 256, O_BACKEND, O_WEIGHTS, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PREFILL_REPS, O_PAGE, O_SEED,
            O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_TREE, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER };
     static const struct option opts[] = {
         {"synthetic", required_argument, 0, O_SYN},   {"model", required_argument, 0, 'm'},
@@ -135,6 +136,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         {"ctx-list", required_argument, 0, O_CTX},    {"batch-list", required_argument, 0, O_BATCH},
         {"steps", required_argument, 0, O_STEPS},     {"warmup", required_argument, 0, O_WARM},
         {"prefill", required_argument, 0, O_PREFILL}, {"page-size", required_argument, 0, O_PAGE},
+        {"prefill-reps", required_argument, 0, O_PREFILL_REPS},
         {"seed", required_argument, 0, O_SEED},       {"spec", required_argument, 0, O_SPEC},
         {"spec-budget-list", required_argument, 0, O_BUDGET},
         {"spec-gamma-list", required_argument, 0, O_GAMMA},
@@ -170,6 +172,11 @@ static int parse(int argc, char **argv, bench_opts *o) {
                     fprintf(stderr, "seer: --prefill: 0 (skip) cannot be one of several sizes\n");
                     return 2;
                 }
+            break;
+        case O_PREFILL_REPS:
+            if (!cli_int("--prefill-reps", optarg, 1, BENCH_MAX_PREFILL_REPS, &v))
+                return 2;
+            o->prefill_reps = (int)v;
             break;
         case O_PAGE: if (!cli_int("--page-size", optarg, 1, 4096, &v)) return 2; o->page_size = (int)v; break;
         case O_SEED: if (!cli_int("--seed", optarg, 0, INT64_MAX, &v)) return 2; o->seed = (uint64_t)v; break;
@@ -281,8 +288,8 @@ static void run_prefill(const bench_opts *o, seer_model *m, const bench_result *
     uint64_t rs = o->seed ^ 0x5EEDull;
     for (int i = 0; i < P; i++)
         tok[i] = rand_token(&rs, r->info.n_vocab);
-    enum { REPS = 3 };
-    double t[REPS];
+    const int REPS = o->prefill_reps;
+    double t[BENCH_MAX_PREFILL_REPS];
     for (int rep = -1; rep < REPS; rep++) { /* rep -1: warm-up */
         seer_seq_id sq;
         if ((s = seer_seq_new(ctx, &sq)) != SEER_OK)
@@ -527,7 +534,7 @@ done:
 
 int cmd_bench(int argc, char **argv) {
     bench_opts o = {.backend = SEER_BACKEND_AUTO, .page_size = 16, .steps = 20, .warmup = 3,
-                    .prefill = {2048}, .n_prefill = 1, .sinks = 16, .seed = 1, .alpha = 0.8,
+                    .prefill = {2048}, .n_prefill = 1, .prefill_reps = 3, .sinks = 16, .seed = 1, .alpha = 0.8,
                     .ctx = {4096, 32768}, .n_ctx = 2, .batch = {1}, .n_batch = 1,
                     .budget = {512}, .n_budget = 1, .gamma = {4}, .n_gamma = 1};
     int rc = parse(argc, argv, &o);
