@@ -109,29 +109,35 @@ peer_build_wait() {
   return "$rc"
 }
 
-seer_build() { # incremental: a build folder kept from an earlier call may be stale
+seer_build() { # [all]: every target (the tests too); incremental: a kept folder may be stale
   if [ ! -f "$bdir/CMakeCache.txt" ]; then
+    # configured as gpu-check.sh configures it, so that its build reuses this one
     cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+      ${SEER_SHARED_DIR:+-DSEER_SHARED_DIR="$SEER_SHARED_DIR"} \
       >"$work/configure.log" 2>&1 || { tail -n 30 "$work/configure.log"; return 1; }
   fi
-  cmake --build "$bdir" -j"$(nproc)" --target seer_cli >"$work/build.log" 2>&1 ||
+  local target=(--target seer_cli)
+  [ "${1:-}" = all ] && target=()
+  cmake --build "$bdir" -j"$(nproc)" ${target[@]+"${target[@]}"} >"$work/build.log" 2>&1 ||
     { tail -n 30 "$work/build.log"; return 1; }
 }
 
 setup() { # [build-then-files TYPE...]: after seer's build, write those files while the tests run
   rm -f "$summary" "$work/tests-summary.txt"
   peer_build_start
+  local nice=()
   if [ "${1:-}" = build-then-files ]; then
     shift
-    seer_build || return 1
+    seer_build all || return 1
     echo "seer built after ${SECONDS}s"
     pregen_start "$@"
+    nice=(nice -n 5) # the llama.cpp build, still under way, goes first
   fi
   if [ "$kind" = cuda ]; then
     local secs
     secs=$(at_least $(( $(left) - 60 )) 1)
     echo "== seer: build and GPU tests (scripts/gpu-check.sh, ctest -j ${GPU_CHECK_JOBS:-1}, at most ${secs}s)"
-    timeout "$secs" scripts/gpu-check.sh >"$work/gpu-check.txt" 2>&1
+    timeout "$secs" ${nice[@]+"${nice[@]}"} scripts/gpu-check.sh >"$work/gpu-check.txt" 2>&1
     local rc=$?
     echo "gpu-check: exit $rc after ${SECONDS}s"
     echo "GPU tests (gpu-check exit $rc): $(grep -E 'tests passed|tests failed' "$work/gpu-check.txt" | tail -n 1)" \
@@ -212,7 +218,7 @@ pregen_start() {
   for t in "$@"; do rm -f "$work/model-$t.gguf" "$work/model-$t.status"; done
   (
     for t in "$@"; do
-      "$bdir/seer" gen-model "${shape[@]}" --dtype "$t" -o "$work/model-$t.gguf" >"$work/gen-$t.log" 2>&1
+      nice -n 15 "$bdir/seer" gen-model "${shape[@]}" --dtype "$t" -o "$work/model-$t.gguf" >"$work/gen-$t.log" 2>&1
       echo $? >"$work/model-$t.status"
     done
   ) </dev/null &
@@ -302,6 +308,7 @@ weights() {
   ctx=${BENCH_LLAMA_CTX:-4096,32768} prefill=${BENCH_LLAMA_PREFILL:-4096} batched=${BENCH_LLAMA_BATCHED-}
   reps=${BENCH_LLAMA_REPS:-3} type_secs=${BENCH_TYPE_SECS:-45}
   spec_b1="--spec streaming --spec-budget-list 512 --spec-gamma-list 4,7 --synthetic-accept 0.8"
+  export PEER_TARGETS=${PEER_TARGETS:-llama-bench llama-batched-bench} # not the server
   setup build-then-files $types
   local t
   for t in $types; do bench_type "$t"; done
@@ -313,6 +320,7 @@ attention() {
   ctx=${BENCH_LLAMA_CTX-} prefill=${BENCH_LLAMA_PREFILL:-32768,131072} batched=${BENCH_LLAMA_BATCHED-14x32768,3x131072}
   reps=${BENCH_LLAMA_REPS:-1} type_secs=${BENCH_TYPE_SECS:-90}
   : "${BENCH_PEER_SHARE:=55}"
+  export PEER_TARGETS=${PEER_TARGETS:-llama-bench llama-batched-bench}
   spec_batched="--spec streaming --spec-budget-list 512,2048 --spec-gamma-list 2,4 --synthetic-accept 0.8"
   rm -f "$summary" "$work/tests-summary.txt"
   peer_build_start

@@ -37,7 +37,7 @@
 #       the CPU comparison in docs/benchmarks.md used --bench-args '--repack 0' (with its
 #       repacking on, llama.cpp crashes in its AMX matmul on the development VM).
 # Needs: cmake, a C++ compiler (nvcc for cuda), python3, xz. PEER_JOBS: build jobs (default
-# all cores); PEER_CMAKE_ARGS: more cmake flags for the build (e.g. -DGGML_AMX_INT8=OFF...).
+# all cores); PEER_TARGETS: the tools to build (default: the three); PEER_CMAKE_ARGS: more cmake flags for the build (e.g. -DGGML_AMX_INT8=OFF...).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -138,7 +138,7 @@ build() {
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
       -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_COMMIT="$LLAMA_COMMIT" -DBUILD_SHARED_LIBS=OFF \
       -DGGML_NATIVE=ON ${PEER_CMAKE_ARGS:-} &&
-      cmake --build "$bdir" -j"$jobs" --target llama-bench llama-batched-bench llama-server
+      cmake --build "$bdir" -j"$jobs" --target ${PEER_TARGETS:-llama-bench llama-batched-bench llama-server}
   } || rc=$?
   echo "$rc" >"$marker"
   if [ "$rc" -eq 0 ]; then

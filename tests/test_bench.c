@@ -455,6 +455,7 @@ static void test_bench_table_and_errors(void **state) {
         {"bench --synthetic tiny --batch-list 0", 2, "out of range"},
         {"bench --synthetic tiny --prefill 64,0", 2, "cannot be one of several"},
         {"bench --synthetic tiny --steps 0", 2, "out of range"},
+        {"bench --synthetic tiny --prefill-reps 0", 2, "out of range"},
         {"bench -m /nonexistent.gguf --backend cpu", 1, "nonexistent"},
         {"bench --replot x.json", 2, "--replot takes --plot"},
         {"bench --replot /nonexistent.json --plot /nonexistent.png", 1, "nonexistent.json"},
@@ -681,7 +682,8 @@ static void test_peer_llamacpp_run(void **state) {
         " \"$p\" \"$n\" \"$d\"\n";
     static const char batched[] =
         "#!/bin/sh\n"
-        "case \" $* \" in *' -kvu -c 80 -npp 32,1 '*' --output-format jsonl '*) ;; *) echo \"flags: $*\" >&2; exit 3 ;; esac\n"
+        "case \" $* \" in *' -pps -c 80 -npp 32,1 '*' --output-format jsonl '*) ;;\n"
+        "  *' -kvu -c 80 -npp 32,1 '*' --output-format jsonl '*) ;; *) echo \"flags: $*\" >&2; exit 3 ;; esac\n"
         "pp=0 tg=0 pl=0\n"
         "while [ $# -gt 0 ]; do case $1 in -npp) pp=${2%%,*}; shift ;; -ntg) tg=$2; shift ;; -npl) pl=$2; shift ;; esac; shift; done\n"
         "echo 'main: n_kv_max = 80' >&2\n"
@@ -714,10 +716,26 @@ static void test_peer_llamacpp_run(void **state) {
     assert_int_equal(strncmp(strstr(e999, "\"error\": "), "\"error\": \"oom\"", strlen("\"error\": \"oom\"")), 0);
     assert_true(fabs(num_after(js, "\"tokens\": 64,", "\"tok_per_s\": ") - 64 / 2.6e-3) < 1e-6);
     assert_true(num_after(js, "\"batch\": 2,", "\"ms_per_step\": ") == 2.0);
-    assert_true(num_after(js, "\"tokens\": 32,", "\"tok_per_s\": ") == 128.0);
+    /* one shared prompt copied into per-sequence streams by default: no batched prefill */
+    assert_null(strstr(js, "\"tokens\": 32,"));
+    assert_non_null(strstr(js, "-pps -c B*(L+8)"));
     assert_non_null(strstr(js, "\"version\": \"llama.cpp abc1234 (build 7), from llama-cpp-python 0.3.36\""));
     assert_non_null(strstr(js, "\"file_type\": \"Q8_0\""));
     assert_non_null(strstr(js, "-fa 1 -ngl 0"));
+    free(js);
+    /* B prompts in one unified cache: the batched run's prefill is kept too */
+    char out_u[640];
+    snprintf(out_u, sizeof out_u, "%s", tu_tmp_path("llama-peer-unified.json"));
+    rc = sh(buf, sizeof buf, "python3 %s/scripts/peer_llamacpp_run.py --bin %s -m %s --out %s "
+            "--ctx-list '' --batched 2x32 --batched-gen 8 --batched-cache unified",
+            SEER_SOURCE_DIR, bin, model, out_u);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    js = (char *)tu_read_file(out_u, &n);
+    assert_non_null(js);
+    assert_true(num_after(js, "\"batch\": 2,", "\"ms_per_step\": ") == 2.0);
+    assert_true(num_after(js, "\"tokens\": 32,", "\"tok_per_s\": ") == 128.0);
+    assert_non_null(strstr(js, "-kvu -c B*(L+8)"));
     free(js);
     /* seer bench takes it: the model's shape matches, and its numbers land at their points. */
     rc = sh(buf, sizeof buf, "%s bench -m %s --backend cpu --ctx-list 32 --batch-list 1,2 --steps 1 "

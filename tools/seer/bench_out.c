@@ -54,10 +54,14 @@ static void print_header(FILE *f, const bench_opts *o, const bench_result *r) {
 
 /* Prefill: seer's runs with the peer's of the same size, then the peer's runs of no size of
  * this run (its batched prefill, say). */
-static void print_prefill(FILE *f, const bench_result *r) {
+static void print_prefill(FILE *f, const bench_opts *o, const bench_result *r) {
     if (!r->n_prefill && !r->n_peer_only)
         return;
-    fprintf(f, "\nprefill: one prompt of P tokens in one sequence, median of 3\n");
+    if (o->prefill_reps > 0)
+        fprintf(f, "\nprefill: one prompt of P tokens in one sequence, median of %d after a warm-up\n",
+                o->prefill_reps);
+    else /* a replotted run's JSON from before the setting was written */
+        fprintf(f, "\nprefill: one prompt of P tokens in one sequence\n");
     fprintf(f, "%8s %10s %10s %9s", "P", "ms", "tok/s", "TFLOP/s");
     if (r->has_peer)
         fprintf(f, " %11s %8s", "peer tok/s", "speedup");
@@ -99,7 +103,7 @@ static void print_peer_cols(FILE *f, const bench_point *p) {
 void bench_print_table(const bench_opts *o, const bench_result *r) {
     FILE *f = stdout;
     print_header(f, o, r);
-    print_prefill(f, r);
+    print_prefill(f, o, r);
     fprintf(f, "\nplain decode: one token per sequence per step, logits of every sequence to the host;\n"
                "median of %d steps after %d warm-up, page size %d\n",
             o->steps, o->warmup, o->page_size);
