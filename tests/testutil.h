@@ -40,6 +40,41 @@ double tu_rel_err(const float *a, const float *b, size_t n);
 uint8_t *tu_read_file(const char *path, size_t *size);
 int tu_write_file(const char *path, const void *data, size_t size);
 
+/* ---- generation (the speculation tests) ---- */
+
+/* A CPU model with two threads, loaded or the test failed. */
+seer_model *tu_load_cpu(const char *path);
+/* Greedy sampler parameters (temperature 0). */
+seer_sampler_params tu_greedy(void);
+
+/* One sequence's emitted tokens. */
+typedef struct {
+    int n;
+    int32_t ids[600];
+} tu_output;
+
+/* The context tu_gen_run makes (its n_seq_max is the number of prompts). */
+typedef struct {
+    int n_ctx;
+    int page_size;
+    int n_batch_max;
+    int kv_quant_bits;
+} tu_gen_ctx;
+
+/* Generates from n (<= 8) prompts together in one seer_gen with spec: prompt i is
+ * prompts[i * stride ..] of plen[i] tokens, sampled with seed sp.seed + i. Steps until none is
+ * active, copies each output to out[i] and checks it finished, and checks that freeing the
+ * generator gives every KV page back. Returns the generator's stats, and its auto stats in
+ * *as unless as is NULL. */
+seer_spec_stats tu_gen_run(seer_model *m, seer_spec_params spec, const int32_t *prompts, int stride,
+                           const int *plen, int n, int max_new, seer_sampler_params sp, tu_gen_ctx cx,
+                           tu_output *out, seer_spec_auto_stats *as);
+/* Fails, naming what, unless a equals the plain decoding b token for token. */
+void tu_assert_same(const tu_output *a, const tu_output *b, const char *what);
+/* The first five prompts of ../shared/golden/stories260K-greedy.tsv and their reference
+ * ids; returns how many rows it read. */
+int tu_read_golden(int32_t prompts[5][64], int *plen, tu_output *gold);
+
 /* Speculative sampling in distribution (test_spec on the CPU, test_gpu_sample on the GPU):
  * the exact joint distribution of the first three emitted tokens (the first from the
  * prefill, the next two from the first speculation round) computed from the target alone,
