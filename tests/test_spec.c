@@ -399,48 +399,29 @@ static void test_distribution(void **state) {
     /* weights scaled up so the distributions are peaked but not degenerate */
     seer_model *m = tu_load_cpu(gen_model("dist.gguf", "llama", 260, 32, 2, 4, 2, 21, 0.6f));
     seer_model *d = tu_load_cpu(gen_model("distd.gguf", "llama", 260, 16, 1, 2, 1, 22, 0.6f));
-    int32_t prompt[24];
-    uint64_t rng = 4;
-    for (int i = 0; i < 24; i++)
-        prompt[i] = i >= 6 ? prompt[i - 6] : (int32_t)(tu_rand_u64(&rng) % 260);
-    seer_sampler_params sp = seer_sampler_default_params();
-    sp.temperature = 0.9f;
-    sp.top_k = 4;
-    sp.top_p = 0.9f;
-    sp.min_p = 0.02f;
-    tu_cell *cells = malloc(sizeof(tu_cell) * 64);
-    int nc = tu_exact_cells(m, prompt, 24, sp, cells);
-    assert_true(nc >= 8);
+    tu_dist dist;
+    tu_dist_init(&dist, m);
     const int runs = 4000;
     seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
     for (int k = 0; k < 3; k++) {
         seer_spec_params spec = spec_of(kinds[k], d, 3, 6);
         spec.sinks = 2;
-        double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-        print_message("distribution %s: chi2 / critical = %.3f over %d cells\n", seer_spec_kind_name(kinds[k]), r, nc);
-        assert_true(r < 1);
+        tu_dist_expect(&dist, spec, runs, NULL, "distribution %s", seer_spec_kind_name(kinds[k]));
     }
-    /* the same test rejects a wrong rule: resampling rejections from p, not the residual */
     /* the quantised-KV draft: 4 bits alone, 4 bits under the streaming view, and 8 bits */
     for (size_t k = 0; k < sizeof QKV / sizeof *QKV; k++) {
         seer_spec_params spec = spec_of(SEER_SPEC_QUANTKV, NULL, 3, 6);
         spec.sinks = 2;
         spec.quant_view = QKV[k].view;
-        tu_kv_bits = QKV[k].bits;
-        double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-        tu_kv_bits = 0;
-        print_message("distribution quantkv %d-bit view %s: chi2 / critical = %.3f over %d cells\n",
-                      QKV[k].bits, seer_spec_kind_name(QKV[k].view), r, nc);
-        assert_true(r < 1);
+        dist.kv_bits = QKV[k].bits;
+        tu_dist_expect(&dist, spec, runs, NULL, "distribution quantkv %d-bit view %s", QKV[k].bits,
+                       seer_spec_kind_name(QKV[k].view));
+        dist.kv_bits = 0;
     }
-    seer_verify_wrong_rule_for_tests = 1;
+    /* the same test rejects a wrong rule: resampling rejections from p, not the residual */
     seer_spec_params spec = spec_of(SEER_SPEC_STREAMING, d, 3, 6);
     spec.sinks = 2;
-    double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-    seer_verify_wrong_rule_for_tests = 0;
-    print_message("distribution with the wrong rule: chi2 / critical = %.3f\n", r);
-    assert_true(r > 1);
-    free(cells);
+    tu_dist_expect(&dist, spec, runs, &seer_verify_wrong_rule_for_tests, "distribution with the wrong rule");
     seer_model_free(d);
     seer_model_free(m);
 }

@@ -308,39 +308,22 @@ static void test_distribution(void **state) {
      * the target's but are sharper (the middle rejects some of its tokens and not all: the
      * case where the middle's rule matters) */
     seer_model *d = tu_load_cpu(gen_model("hdistd.gguf", 260, 32, 2, 4, 2, 21, 1.0f));
-    int32_t prompt[24];
-    uint64_t rng = 4;
-    for (int i = 0; i < 24; i++)
-        prompt[i] = i >= 6 ? prompt[i - 6] : (int32_t)(tu_rand_u64(&rng) % 260);
-    seer_sampler_params sp = seer_sampler_default_params();
-    sp.temperature = 0.9f;
-    sp.top_k = 4;
-    sp.top_p = 0.9f;
-    sp.min_p = 0.02f;
-    tu_cell *cells = malloc(sizeof(tu_cell) * 64);
-    int nc = tu_exact_cells(m, prompt, 24, sp, cells);
-    assert_true(nc >= 8);
-    const int runs = 2000;
+    tu_dist dist;
+    tu_dist_init(&dist, m);
     /* token 1 comes from the prefill; tokens 2 and 3 are the first round's drafts when runs
      * generate 4 tokens, both decided by the middle (streaming, 6 of 24 slots) from bottom
      * chains of 1: two middle calls, the second fed the first's token, so that the q rows of
      * one round come from two calls */
-    tu_chi2_max_new = 4;
+    dist.max_new = 4;
     seer_spec_params spec = hier_of(SEER_SPEC_STREAMING, d, 2, 1, 6);
     spec.sinks = 2;
-    double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-    print_message("hierarchy distribution: chi2 / critical = %.3f over %d cells\n", r, nc);
-    assert_true(r < 1);
-    tu_chi2_max_new = 3;
+    tu_dist_expect(&dist, spec, 2000, NULL, "hierarchy distribution");
+    dist.max_new = 3;
     /* TriForce's middle rule with a middle that is the target (a view of every slot), so that
      * the top accepts whatever the middle gives (token 2): its bias reaches the output */
-    seer_hier_wrong_rule_for_tests = 1;
     spec = hier_of(SEER_SPEC_STREAMING, d, 2, 1, 64);
-    r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, 1200);
-    seer_hier_wrong_rule_for_tests = 0;
-    print_message("hierarchy distribution with the middle's wrong rule: chi2 / critical = %.3f\n", r);
-    assert_true(r > 1);
-    free(cells);
+    tu_dist_expect(&dist, spec, 1200, &seer_hier_wrong_rule_for_tests,
+                   "hierarchy distribution with the middle's wrong rule");
     seer_model_free(d);
     seer_model_free(m);
 }

@@ -650,44 +650,25 @@ static void test_distribution(void **state) {
     (void)state;
     seer_model *m = tu_load_cpu(gen_model("tdist.gguf", "llama", 260, 32, 2, 4, 2, 21, 0.6f));
     seer_model *d = tu_load_cpu(gen_model("tdistd.gguf", "llama", 260, 16, 1, 2, 1, 22, 0.6f));
-    int32_t prompt[24];
-    uint64_t rng = 4;
-    for (int i = 0; i < 24; i++)
-        prompt[i] = i >= 6 ? prompt[i - 6] : (int32_t)(tu_rand_u64(&rng) % 260);
-    seer_sampler_params sp = seer_sampler_default_params();
-    sp.temperature = 0.9f;
-    sp.top_k = 4;
-    sp.top_p = 0.9f;
-    sp.min_p = 0.02f;
-    tu_cell *cells = malloc(sizeof(tu_cell) * 64);
-    int nc = tu_exact_cells(m, prompt, 24, sp, cells);
-    assert_true(nc >= 8);
+    tu_dist dist;
+    tu_dist_init(&dist, m);
     const int runs = 4000;
     /* 8 nodes of depth 2: four children at the root (all of q's support under top-k 4) */
     const seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_DRAFT};
     for (int k = 0; k < 2; k++) {
         seer_spec_params spec = tree_of(kinds[k], d, 8, 2, 6);
         spec.sinks = 2;
-        double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-        print_message("tree distribution %s: chi2 / critical = %.3f over %d cells\n", seer_spec_kind_name(kinds[k]), r, nc);
-        assert_true(r < 1);
+        tu_dist_expect(&dist, spec, runs, NULL, "tree distribution %s", seer_spec_kind_name(kinds[k]));
     }
     /* shapes re-planned every 3 rounds, of fixed and of automatic size, as runs go by */
     for (int a = 0; a < 2; a++) {
         seer_spec_params spec = online(tree_of(SEER_SPEC_DRAFT, d, 8, 2, 6), a);
         spec.sinks = 2;
-        double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-        print_message("tree distribution, online shape (auto=%d): chi2 / critical = %.3f over %d cells\n", a, r, nc);
-        assert_true(r < 1);
+        tu_dist_expect(&dist, spec, runs, NULL, "tree distribution, online shape (auto=%d)", a);
     }
-    seer_verify_wrong_rule_for_tests = 1;
     seer_spec_params spec = tree_of(SEER_SPEC_STREAMING, d, 8, 2, 6);
     spec.sinks = 2;
-    double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-    seer_verify_wrong_rule_for_tests = 0;
-    print_message("tree distribution with the wrong rule: chi2 / critical = %.3f\n", r);
-    assert_true(r > 1);
-    free(cells);
+    tu_dist_expect(&dist, spec, runs, &seer_verify_wrong_rule_for_tests, "tree distribution with the wrong rule");
     seer_model_free(d);
     seer_model_free(m);
 }

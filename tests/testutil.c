@@ -201,7 +201,7 @@ double tu_chi2_crit(int k) {
 
 /* Exact joint distribution of the first three emitted tokens (the first from the prefill,
  * the next two from the first speculation round), computed from the target alone. */
-int tu_exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, tu_cell *cells) {
+static int exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, tu_cell *cells) {
     int V = seer_n_vocab(m);
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 64;
@@ -254,15 +254,15 @@ int tu_exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_par
     return nc;
 }
 
-int tu_kv_bits;
-int tu_chi2_max_new = 3;
-
-double tu_chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prompt, int n,
-                       seer_sampler_params sp, const tu_cell *cells, int nc, int n_runs) {
+static double chi2_of_runs(const tu_dist *d, seer_spec_params spec, int n_runs) {
+    seer_model *m = d->m;
+    const tu_cell *cells = d->cells;
+    const int nc = d->nc, max_new = d->max_new;
+    seer_sampler_params sp = d->sp;
     long *count = calloc(nc, sizeof(long));
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 64;
-    cp.kv_quant_bits = tu_kv_bits;
+    cp.kv_quant_bits = d->kv_bits;
     cp.n_batch_max = 32;
     seer_context *c;
     ASSERT_OK(seer_context_init(m, cp, &c));
@@ -272,11 +272,11 @@ double tu_chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prom
     for (int r = 0; r < n_runs; r++) {
         sp.seed = 1000 + (uint64_t)r;
         int h, active = 1;
-        ASSERT_OK(seer_gen_add(g, prompt, n, tu_chi2_max_new, sp, true, &h));
+        ASSERT_OK(seer_gen_add(g, d->prompt, 24, max_new, sp, true, &h));
         while (active)
             ASSERT_OK(seer_gen_step(g, &active));
         const int32_t *ids;
-        assert_int_equal(seer_gen_output(g, h, &ids), tu_chi2_max_new);
+        assert_int_equal(seer_gen_output(g, h, &ids), max_new);
         int k = 0;
         while (k < nc && memcmp(cells[k].t, ids, sizeof cells[k].t))
             k++;
@@ -309,3 +309,38 @@ double tu_chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prom
     return chi / tu_chi2_crit(used - 1); /* < 1 passes */
 }
 
+void tu_dist_init(tu_dist *d, seer_model *m) {
+    memset(d, 0, sizeof *d);
+    d->m = m;
+    uint64_t rng = 4;
+    for (int i = 0; i < 24; i++)
+        d->prompt[i] = i >= 6 ? d->prompt[i - 6] : (int32_t)(tu_rand_u64(&rng) % (uint64_t)seer_n_vocab(m));
+    d->sp = seer_sampler_default_params();
+    d->sp.temperature = 0.9f;
+    d->sp.top_k = 4;
+    d->sp.top_p = 0.9f;
+    d->sp.min_p = 0.02f;
+    d->nc = exact_cells(m, d->prompt, 24, d->sp, d->cells);
+    assert_true(d->nc >= 8);
+    d->max_new = 3;
+}
+
+double tu_dist_expect(const tu_dist *d, seer_spec_params spec, int n_runs, int *wrong_rule, const char *what,
+                      ...) {
+    char label[256];
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(label, sizeof label, what, ap);
+    va_end(ap);
+    if (wrong_rule)
+        *wrong_rule = 1;
+    double r = chi2_of_runs(d, spec, n_runs);
+    if (wrong_rule)
+        *wrong_rule = 0;
+    print_message("%s: chi2 / critical = %.3f over %d cells\n", label, r, d->nc);
+    if (wrong_rule && !(r > 1))
+        fail_msg("%s: the wrong rule passes the test (%.3f)", label, r);
+    if (!wrong_rule && !(r < 1))
+        fail_msg("%s: fails the test (%.3f)", label, r);
+    return r;
+}
