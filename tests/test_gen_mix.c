@@ -87,11 +87,7 @@ static void check_types(const char *path, int n_layers, const bool *more, want_t
 
 /* Greedy continuation of a fixed prompt and the logits of its last prompt token. */
 static void run_model(const char *path, float *logits, int32_t *next, int n_next) {
-    seer_model_params mp = seer_model_default_params();
-    mp.backend = SEER_BACKEND_CPU;
-    mp.n_threads = 2;
-    seer_model *m = NULL;
-    ASSERT_OK(seer_model_load(path, mp, &m));
+    seer_model *m = tu_load_cpu(path);
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 64;
     cp.n_seq_max = 1;

@@ -513,46 +513,28 @@ static void test_spec_distribution_gpu(void **state) {
     (void)state;
     seer_model *m = load_cuda(gen_model("gsd.gguf", 260, 32, 2, 4, 2, 21, 0.6f));
     seer_model *d = load_cuda(gen_model("gsdd.gguf", 260, 16, 1, 2, 1, 22, 0.6f));
-    int32_t prompt[24];
-    uint64_t rng = 4;
-    for (int i = 0; i < 24; i++)
-        prompt[i] = i >= 6 ? prompt[i - 6] : (int32_t)(tu_rand_u64(&rng) % 260);
-    seer_sampler_params sp = seer_sampler_default_params();
-    sp.temperature = 0.9f;
-    sp.top_k = 4;
-    sp.top_p = 0.9f;
-    sp.min_p = 0.02f;
-    tu_cell *cells = malloc(sizeof(tu_cell) * 64);
-    const int nc = tu_exact_cells(m, prompt, 24, sp, cells);
-    assert_true(nc >= 8);
+    tu_dist dist;
+    tu_dist_init(&dist, m);
     const int runs = 4000;
     const seer_spec_kind kinds[] = {SEER_SPEC_NONE, SEER_SPEC_STREAMING, SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
-    for (int k = 0; k < 4; k++) {
-        const double r = tu_chi2_of_runs(m, spec_of(kinds[k], d), prompt, 24, sp, cells, nc, runs);
-        printf("gpu_sample: distribution %s on the GPU: chi2 / critical = %.3f over %d cells\n",
-               seer_spec_kind_name(kinds[k]), r, nc);
-        assert_true(r < 1);
-    }
+    for (int k = 0; k < 4; k++)
+        tu_dist_expect(&dist, spec_of(kinds[k], d), runs, NULL, "gpu_sample: distribution %s on the GPU",
+                       seer_spec_kind_name(kinds[k]));
     /* token trees: four children at the root (the whole support under top-k 4), depth 2 */
     for (int k = 1; k < 3; k++) {
         seer_spec_params tsp = spec_of(kinds[k], d);
         tsp.tree_size = 8;
         tsp.tree_depth = 2;
-        const double r = tu_chi2_of_runs(m, tsp, prompt, 24, sp, cells, nc, runs);
-        printf("gpu_sample: tree distribution %s on the GPU: chi2 / critical = %.3f\n", seer_spec_kind_name(kinds[k]), r);
-        assert_true(r < 1);
+        tu_dist_expect(&dist, tsp, runs, NULL, "gpu_sample: tree distribution %s on the GPU",
+                       seer_spec_kind_name(kinds[k]));
     }
-    seer_verify_wrong_rule_for_tests = 1;
-    const double r = tu_chi2_of_runs(m, spec_of(SEER_SPEC_STREAMING, d), prompt, 24, sp, cells, nc, runs);
+    tu_dist_expect(&dist, spec_of(SEER_SPEC_STREAMING, d), runs, &seer_verify_wrong_rule_for_tests,
+                   "gpu_sample: distribution with the wrong rule on the GPU (chain)");
     seer_spec_params tw = spec_of(SEER_SPEC_STREAMING, d);
     tw.tree_size = 8;
     tw.tree_depth = 2;
-    const double rt = tu_chi2_of_runs(m, tw, prompt, 24, sp, cells, nc, runs);
-    seer_verify_wrong_rule_for_tests = 0;
-    printf("gpu_sample: distribution with the wrong rule on the GPU: chi2 / critical = %.3f (chain), %.3f (tree)\n", r, rt);
-    assert_true(r > 1);
-    assert_true(rt > 1);
-    free(cells);
+    tu_dist_expect(&dist, tw, runs, &seer_verify_wrong_rule_for_tests,
+                   "gpu_sample: distribution with the wrong rule on the GPU (tree)");
     seer_model_free(d);
     seer_model_free(m);
 }

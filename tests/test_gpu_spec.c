@@ -63,7 +63,8 @@ static seer_model *load_cuda(const char *path, bool graphs) {
     return m;
 }
 
-/* kv_quant_bits of the contexts mkctx makes (gen_run sets it for the quantised-KV draft). */
+/* kv_quant_bits of the contexts mkctx and gen_run make (spec_compare sets it for the
+ * quantised-KV draft). */
 static int mk_kv_bits;
 
 static seer_context *mkctx(seer_model *m, int n_ctx, int n_seq, int n_batch, int page) {
@@ -357,34 +358,10 @@ static void test_graphs_match_eager(void **state) {
 
 /* ---- seer_gen: every drafter against plain decoding --------------------------------------- */
 
-typedef struct {
-    int n;
-    int32_t ids[600];
-} output;
-
 static void gen_run(seer_model *m, seer_spec_params spec, int32_t (*prompts)[128], const int *plen,
-                    int n, int max_new, int n_ctx, int page, output *out, seer_spec_stats *stats) {
-    seer_context *c = mkctx(m, n_ctx, n, 64, page);
-    seer_gen *g = NULL;
-    ASSERT_OK(seer_gen_init(c, spec, &g));
-    seer_sampler_params sp = seer_sampler_default_params();
-    sp.temperature = 0;
-    int h[8];
-    for (int i = 0; i < n; i++)
-        ASSERT_OK(seer_gen_add(g, prompts[i], plen[i], max_new, sp, false, &h[i]));
-    int active = 1;
-    for (int it = 0; active && it < 10000; it++)
-        ASSERT_OK(seer_gen_step(g, &active));
-    assert_int_equal(active, 0);
-    for (int i = 0; i < n; i++) {
-        const int32_t *ids;
-        out[i].n = seer_gen_output(g, h[i], &ids);
-        assert_true(out[i].n > 0 && out[i].n <= 600);
-        memcpy(out[i].ids, ids, sizeof(int32_t) * out[i].n);
-    }
-    seer_gen_stats(g, stats);
-    seer_gen_free(g);
-    seer_context_free(c);
+                    int n, int max_new, int n_ctx, int page, tu_output *out, seer_spec_stats *stats) {
+    tu_gen_ctx cx = {.n_ctx = n_ctx, .page_size = page, .n_batch_max = 64, .kv_quant_bits = mk_kv_bits};
+    *stats = tu_gen_run(m, spec, prompts[0], 128, plen, n, max_new, tu_greedy(), cx, out, NULL);
 }
 
 /* The quantised-KV draft twice: 4 bits over every slot, 8 bits under the streaming view. */
@@ -400,7 +377,7 @@ static const seer_spec_kind KV_VIEW[] = {SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SP
 static int spec_compare(const char *label, seer_model *m, seer_model *draft, int32_t (*prompts)[128],
                         const int *plen, int n, int max_new, int n_ctx, int page, int gamma,
                         int budget) {
-    output plain[8], got[8], one;
+    tu_output plain[8], got[8], one;
     seer_spec_stats st;
     int bad = 0;
     for (int i = 0; i < n; i++)

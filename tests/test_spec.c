@@ -15,15 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static seer_model *load(const char *path) {
-    seer_model_params mp = seer_model_default_params();
-    mp.backend = SEER_BACKEND_CPU;
-    mp.n_threads = 2;
-    seer_model *m = NULL;
-    ASSERT_OK(seer_model_load(path, mp, &m));
-    return m;
-}
-
 static const char *gen_model(const char *name, const char *arch, int vocab, int dim, int layers,
                              int heads, int kv, uint64_t seed, float scale) {
     static char paths[8][512];
@@ -45,57 +36,15 @@ static const char *gen_model(const char *name, const char *arch, int vocab, int 
     return paths[k];
 }
 
-typedef struct {
-    int n;
-    int32_t ids[600];
-} output;
-
 /* kv_quant_bits of the contexts run() makes. */
 static int run_kv_bits;
 
 /* Generates for n_prompts prompts together; returns stats. */
 static seer_spec_stats run(seer_model *m, seer_spec_params spec, int32_t prompts[][64],
                            const int *plen, int n_prompts, int max_new, seer_sampler_params sp,
-                           int n_ctx, int page, output *out) {
-    seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_seq_max = n_prompts;
-    cp.n_batch_max = 128;
-    cp.page_size = page;
-    cp.kv_quant_bits = run_kv_bits;
-    seer_context *c = NULL;
-    ASSERT_OK(seer_context_init(m, cp, &c));
-    seer_gen *g = NULL;
-    ASSERT_OK(seer_gen_init(c, spec, &g));
-    int h[8];
-    for (int i = 0; i < n_prompts; i++) {
-        seer_sampler_params spi = sp;
-        spi.seed = sp.seed + i;
-        ASSERT_OK(seer_gen_add(g, prompts[i], plen[i], max_new, spi, false, &h[i]));
-    }
-    int active = 1;
-    for (int it = 0; active && it < 10000; it++)
-        ASSERT_OK(seer_gen_step(g, &active));
-    assert_int_equal(active, 0);
-    for (int i = 0; i < n_prompts; i++) {
-        const int32_t *ids;
-        out[i].n = seer_gen_output(g, h[i], &ids);
-        assert_true(out[i].n > 0 && out[i].n <= 600);
-        memcpy(out[i].ids, ids, sizeof(int32_t) * out[i].n);
-        assert_true(seer_gen_finished(g, h[i]));
-    }
-    seer_spec_stats st;
-    seer_gen_stats(g, &st);
-    seer_gen_free(g);
-    assert_int_equal(seer_kv_free_pages(c), cp.n_seq_max * ((n_ctx + page - 1) / page));
-    seer_context_free(c);
-    return st;
-}
-
-static seer_sampler_params greedy(void) {
-    seer_sampler_params sp = seer_sampler_default_params();
-    sp.temperature = 0;
-    return sp;
+                           int n_ctx, int page, tu_output *out) {
+    tu_gen_ctx cx = {.n_ctx = n_ctx, .page_size = page, .n_batch_max = 128, .kv_quant_bits = run_kv_bits};
+    return tu_gen_run(m, spec, prompts[0], 64, plen, n_prompts, max_new, sp, cx, out, NULL);
 }
 
 static const seer_spec_kind KINDS[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV,
@@ -115,24 +64,16 @@ static seer_spec_params spec_of(seer_spec_kind k, seer_model *draft, int gamma, 
     return sp;
 }
 
-static void assert_same(const output *a, const output *b, const char *what) {
-    if (a->n != b->n)
-        fail_msg("%s: %d tokens vs %d plain", what, a->n, b->n);
-    for (int i = 0; i < a->n; i++)
-        if (a->ids[i] != b->ids[i])
-            fail_msg("%s: token %d is %d, plain decoding gave %d", what, i, a->ids[i], b->ids[i]);
-}
-
 /* Random-weight models, one sequence and a ragged batch of three, every drafter, several
  * gamma/budget settings, pages of 4 so that every rollback crosses page boundaries. */
 static void test_greedy_identical_random(void **state) {
     const char *archs[2][2] = {{"llama", "t1.gguf"}, {"qwen2", "t2.gguf"}};
     for (int a = 0; a < 2; a++) {
         const char *path = gen_model(archs[a][1], archs[a][0], 300, 64, 2, 4, 2, 11 + a, 0.3f);
-        seer_model *m = load(path);
+        seer_model *m = tu_load_cpu(path);
         /* the draft model: the same weights read through a StreamingLLM view of its own
          * cache, so that it agrees with the target often but not always */
-        seer_model *d = load(path);
+        seer_model *d = tu_load_cpu(path);
         uint64_t rng = 17 + a;
         int32_t prompts[3][64];
         int plen[3] = {40, 7, 23};
@@ -140,95 +81,64 @@ static void test_greedy_identical_random(void **state) {
             for (int j = 0; j < plen[i]; j++) /* repetitive prompts give n-gram matches */
                 prompts[i][j] = j >= 10 && (tu_rand_u64(&rng) & 1) ? prompts[i][j - 10]
                                                                     : (int32_t)(tu_rand_u64(&rng) % 300);
-        output plain[3], got[3];
+        tu_output plain[3], got[3];
         for (int i = 0; i < 3; i++)
-            run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 60, greedy(), 160, 4, &plain[i]);
+            run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 60, tu_greedy(), 160, 4, &plain[i]);
         const int settings[][2] = {{1, 8}, {5, 20}};
         for (size_t k = 0; k < sizeof KINDS / sizeof *KINDS; k++)
             for (int s = 0; s < 2; s++) {
                 seer_spec_params sp = spec_of(KINDS[k], d, settings[s][0], settings[s][1]);
                 char what[128];
-                seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, greedy(), 160, 4, got);
+                seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, tu_greedy(), 160, 4, got);
                 for (int i = 0; i < 3; i++) {
                     snprintf(what, sizeof what, "%s %s G=%d K=%d batch seq %d", archs[a][0],
                              seer_spec_kind_name(KINDS[k]), sp.gamma, sp.budget, i);
-                    assert_same(&got[i], &plain[i], what);
+                    tu_assert_same(&got[i], &plain[i], what);
                 }
                 assert_true(st.drafted > 0);
                 /* ragged acceptance: some but not all drafts accepted */
                 if (KINDS[k] != SEER_SPEC_NGRAM && !(st.accepted > 0 && st.accepted < st.drafted))
                     fail_msg("%s: accepted %lld of %lld drafts; expected a ragged mix", what,
                              (long long)st.accepted, (long long)st.drafted);
-                run(m, sp, &prompts[0], &plen[0], 1, 60, greedy(), 160, 4, got);
+                run(m, sp, &prompts[0], &plen[0], 1, 60, tu_greedy(), 160, 4, got);
                 snprintf(what, sizeof what, "%s %s single", archs[a][0], seer_spec_kind_name(KINDS[k]));
-                assert_same(&got[0], &plain[0], what);
+                tu_assert_same(&got[0], &plain[0], what);
             }
         seer_model_free(d);
         seer_model_free(m);
     }
 }
 
-static int parse_ids(char *s, int32_t *out, int cap) {
-    int n = 0;
-    for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ","))
-        out[n++] = (int32_t)atoi(tok);
-    return n;
-}
-
-/* The first five prompts of the golden file and their reference ids. */
-static void load_golden(int32_t prompts[5][64], int plen[5], output gold[5]) {
-    size_t sz;
-    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
-    assert_non_null(tsv);
-    tsv = realloc(tsv, sz + 1);
-    tsv[sz] = 0;
-    int n = 0;
-    char *save = NULL;
-    strtok_r(tsv, "\n", &save);
-    for (char *line = strtok_r(NULL, "\n", &save); line && n < 5; line = strtok_r(NULL, "\n", &save)) {
-        char *f1 = strchr(line, '\t') + 1;
-        char *f2 = strchr(f1, '\t');
-        *f2++ = 0;
-        char *f3 = strchr(f2, '\t');
-        *f3 = 0;
-        plen[n] = parse_ids(f1, prompts[n], 64);
-        gold[n].n = parse_ids(f2, gold[n].ids, 600);
-        n++;
-    }
-    assert_int_equal(n, 5);
-    free(tsv);
-}
-
 /* The tiny real model: every drafter reproduces the golden ids of every prompt (the story
  * ends with BOS inside an accepted draft at some point, and generation stops there). */
 static void test_greedy_golden_stories(void **state) {
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
-    seer_model *d = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *d = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
-    output gold[5], got[5];
-    load_golden(prompts, plen, gold);
+    tu_output gold[5], got[5];
+    assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     for (size_t k = 0; k < sizeof KINDS / sizeof *KINDS; k++) {
         for (int gm = 2 + 4 * (int)(k % 2); gm <= 6; gm += 8) { /* G = 2 or 6 by kind */
             seer_spec_params sp = spec_of(KINDS[k], d, gm, 48);
             sp.draft_budget = 32;
             /* budget 256 positions in total, as the reference: prompt + generated */
             for (int i = 0; i < 5; i++) {
-                run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], greedy(), 512, 16, &got[i]);
+                run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], tu_greedy(), 512, 16, &got[i]);
                 char what[96];
                 snprintf(what, sizeof what, "stories %s G=%d prompt %d", seer_spec_kind_name(KINDS[k]), gm, i);
-                assert_same(&got[i], &gold[i], what);
+                tu_assert_same(&got[i], &gold[i], what);
             }
             /* all five together: a ragged batch, each stopping at its own BOS or budget;
              * the longest budget is used and outputs are compared up to the reference's */
-            run(m, sp, prompts, plen, 5, 256, greedy(), 512, 16, got);
+            run(m, sp, prompts, plen, 5, 256, tu_greedy(), 512, 16, got);
             for (int i = 0; i < 5; i++) {
                 char what[96];
                 snprintf(what, sizeof what, "stories batch %s prompt %d", seer_spec_kind_name(KINDS[k]), i);
-                output g2 = got[i];
+                tu_output g2 = got[i];
                 if (g2.n > gold[i].n)
                     g2.n = gold[i].n;
-                assert_same(&g2, &gold[i], what);
+                tu_assert_same(&g2, &gold[i], what);
             }
         }
     }
@@ -239,7 +149,7 @@ static void test_greedy_golden_stories(void **state) {
 /* SnapKV's observation window straddling two prefill chunks selects exactly what it selects
  * when the prompt fits one chunk: the drafts, and so the acceptance counts, are equal. */
 static void test_snapkv_window_across_chunks(void **state) {
-    seer_model *m = load(gen_model("sk.gguf", "llama", 300, 64, 2, 4, 2, 31, 0.3f));
+    seer_model *m = tu_load_cpu(gen_model("sk.gguf", "llama", 300, 64, 2, 4, 2, 31, 0.3f));
     int32_t prompt[150];
     for (int i = 0; i < 150; i++)
         prompt[i] = (int32_t)((i * 7919) % 300);
@@ -257,7 +167,7 @@ static void test_snapkv_window_across_chunks(void **state) {
         sp.snap_window = 30;
         ASSERT_OK(seer_gen_init(c[r], sp, &g[r]));
         int h, active = 1;
-        ASSERT_OK(seer_gen_add(g[r], prompt, 150, 40, greedy(), true, &h));
+        ASSERT_OK(seer_gen_add(g[r], prompt, 150, 40, tu_greedy(), true, &h));
         while (active)
             ASSERT_OK(seer_gen_step(g[r], &active));
         n[r] = seer_gen_output(g[r], h, &ids[r]);
@@ -278,17 +188,17 @@ static void test_snapkv_window_across_chunks(void **state) {
 /* The story's closing BOS arrives inside an accepted draft: generation stops right there,
  * the accepted tokens after it are dropped, and the output equals the reference. */
 static void test_stop_inside_draft(void **state) {
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     int32_t prompt[1][64] = {{1, 410, 469, 347}}; /* "Zoo": the reference ends with BOS */
     int plen[1] = {4};
-    output plain, got;
-    run(m, seer_spec_default_params(), prompt, plen, 1, 400, greedy(), 512, 16, &plain);
+    tu_output plain, got;
+    run(m, seer_spec_default_params(), prompt, plen, 1, 400, tu_greedy(), 512, 16, &plain);
     assert_int_equal(plain.ids[plain.n - 1], 1);
     int truncated = 0;
     for (int gm = 3; gm <= 8; gm++) {
         seer_spec_params sp = spec_of(SEER_SPEC_STREAMING, NULL, gm, 4096); /* draft == target */
-        seer_spec_stats st = run(m, sp, prompt, plen, 1, 400, greedy(), 512, 16, &got);
-        assert_same(&got, &plain, "stop inside a draft");
+        seer_spec_stats st = run(m, sp, prompt, plen, 1, 400, tu_greedy(), 512, 16, &got);
+        tu_assert_same(&got, &plain, "stop inside a draft");
         assert_int_equal(st.accepted, st.drafted);
         /* without truncation every round emits accepted + 1 tokens (+1 from the prefill) */
         truncated += st.emitted < st.accepted + st.rounds + 1;
@@ -300,25 +210,25 @@ static void test_stop_inside_draft(void **state) {
 /* Budget >= context: the self-draft is the full model, so greedy accepts every draft. Also
  * gamma larger than the room left, and a prompt of one token. */
 static void test_edge_cases(void **state) {
-    seer_model *m = load(gen_model("e.gguf", "llama", 300, 64, 2, 4, 2, 5, 0.3f));
+    seer_model *m = tu_load_cpu(gen_model("e.gguf", "llama", 300, 64, 2, 4, 2, 5, 0.3f));
     int32_t prompts[1][64] = {{1}};
     int plen[1] = {1};
-    output plain, got;
-    run(m, seer_spec_default_params(), prompts, plen, 1, -1, greedy(), 50, 4, &plain);
+    tu_output plain, got;
+    run(m, seer_spec_default_params(), prompts, plen, 1, -1, tu_greedy(), 50, 4, &plain);
     assert_int_equal(plain.n, 49); /* context of 50 filled: 1 prompt + 49 generated */
     for (int kind = SEER_SPEC_STREAMING; kind <= SEER_SPEC_SNAPKV; kind++) {
         seer_spec_params sp = spec_of((seer_spec_kind)kind, NULL, 8, 1000);
-        seer_spec_stats st = run(m, sp, prompts, plen, 1, -1, greedy(), 50, 4, &got);
-        assert_same(&got, &plain, "budget >= context");
+        seer_spec_stats st = run(m, sp, prompts, plen, 1, -1, tu_greedy(), 50, 4, &got);
+        tu_assert_same(&got, &plain, "budget >= context");
         assert_true(st.drafted > 0);
         assert_int_equal(st.accepted, st.drafted);
     }
     /* gamma 16 near the end of a 50-token context: drafts shrink to the room left */
     seer_spec_params sp = spec_of(SEER_SPEC_STREAMING, NULL, 16, 8);
-    run(m, sp, prompts, plen, 1, -1, greedy(), 50, 4, &got);
-    assert_same(&got, &plain, "gamma beyond the context");
+    run(m, sp, prompts, plen, 1, -1, tu_greedy(), 50, 4, &got);
+    tu_assert_same(&got, &plain, "gamma beyond the context");
     /* max_new smaller than gamma */
-    run(m, sp, prompts, plen, 1, 3, greedy(), 50, 4, &got);
+    run(m, sp, prompts, plen, 1, 3, tu_greedy(), 50, 4, &got);
     assert_int_equal(got.n, 3);
     assert_memory_equal(got.ids, plain.ids, 3 * sizeof(int32_t));
 
@@ -328,8 +238,8 @@ static void test_edge_cases(void **state) {
         int pl[1] = {12};
         for (int i = 0; i < 12; i++)
             pr[0][i] = (int32_t)(i * 37 % 300);
-        output ref;
-        run(m, seer_spec_default_params(), pr, pl, 1, 20, greedy(), 50, 4, &ref);
+        tu_output ref;
+        run(m, seer_spec_default_params(), pr, pl, 1, 20, tu_greedy(), 50, 4, &ref);
         seer_context_params cp = seer_context_default_params();
         cp.n_ctx = 50;
         cp.page_size = 4;
@@ -348,8 +258,8 @@ static void test_edge_cases(void **state) {
         memcpy(toks, pr[0], sizeof(int32_t) * 12);
         toks[12] = ref.ids[0];
         int h, active = 1;
-        assert_int_equal(seer_gen_adopt(g, q, toks, 12, 19, greedy(), false, &h), SEER_ERR_INVALID_ARG);
-        ASSERT_OK(seer_gen_adopt(g, q, toks, 13, 19, greedy(), false, &h));
+        assert_int_equal(seer_gen_adopt(g, q, toks, 12, 19, tu_greedy(), false, &h), SEER_ERR_INVALID_ARG);
+        ASSERT_OK(seer_gen_adopt(g, q, toks, 13, 19, tu_greedy(), false, &h));
         while (active)
             ASSERT_OK(seer_gen_step(g, &active));
         const int32_t *ids;
@@ -371,12 +281,12 @@ static void test_edge_cases(void **state) {
     assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
     ASSERT_OK(seer_gen_init(c, seer_spec_default_params(), &g));
     int h;
-    assert_int_equal(seer_gen_add(g, prompts[0], 0, 5, greedy(), false, &h), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_gen_add(g, prompts[0], 0, 5, tu_greedy(), false, &h), SEER_ERR_INVALID_ARG);
     int32_t longp[40] = {0};
-    assert_int_equal(seer_gen_add(g, longp, 40, 5, greedy(), false, &h), SEER_ERR_CONTEXT);
+    assert_int_equal(seer_gen_add(g, longp, 40, 5, tu_greedy(), false, &h), SEER_ERR_CONTEXT);
     int32_t badtok = 300;
-    assert_int_equal(seer_gen_add(g, &badtok, 1, 5, greedy(), false, &h), SEER_ERR_INVALID_ARG);
-    seer_sampler_params bad = greedy();
+    assert_int_equal(seer_gen_add(g, &badtok, 1, 5, tu_greedy(), false, &h), SEER_ERR_INVALID_ARG);
+    seer_sampler_params bad = tu_greedy();
     bad.top_p = 2;
     assert_int_not_equal(seer_gen_add(g, prompts[0], 1, 5, bad, false, &h), SEER_OK);
     assert_int_equal(seer_kv_free_pages(c), 2);
@@ -387,8 +297,8 @@ static void test_edge_cases(void **state) {
 
 /* A draft model whose vocabulary differs is refused with a clear message. */
 static void test_vocab_mismatch(void **state) {
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
-    seer_model *d = load(gen_model("v.gguf", "llama", 512, 32, 1, 2, 1, 3, 0.3f));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *d = tu_load_cpu(gen_model("v.gguf", "llama", 512, 32, 1, 2, 1, 3, 0.3f));
     seer_context *c;
     ASSERT_OK(seer_context_init(m, seer_context_default_params(), &c));
     seer_gen *g;
@@ -413,32 +323,32 @@ static const struct {
 static void test_quantkv_greedy(void **state) {
     const char *archs[2][2] = {{"llama", "q1.gguf"}, {"qwen2", "q2.gguf"}};
     for (int a = 0; a < 2; a++) {
-        seer_model *m = load(gen_model(archs[a][1], archs[a][0], 300, 64, 2, 4, 2, 41 + a, 0.3f));
+        seer_model *m = tu_load_cpu(gen_model(archs[a][1], archs[a][0], 300, 64, 2, 4, 2, 41 + a, 0.3f));
         uint64_t rng = 47 + a;
         int32_t prompts[3][64];
         int plen[3] = {45, 9, 26};
         for (int i = 0; i < 3; i++)
             for (int j = 0; j < plen[i]; j++)
                 prompts[i][j] = (int32_t)(tu_rand_u64(&rng) % 300);
-        output plain[3], got[3];
+        tu_output plain[3], got[3];
         run_kv_bits = 0;
         for (int i = 0; i < 3; i++)
-            run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 60, greedy(), 160, 4, &plain[i]);
+            run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 60, tu_greedy(), 160, 4, &plain[i]);
         run_kv_bits = 4;
-        run(m, seer_spec_default_params(), prompts, plen, 3, 60, greedy(), 160, 4, got);
+        run(m, seer_spec_default_params(), prompts, plen, 3, 60, tu_greedy(), 160, 4, got);
         for (int i = 0; i < 3; i++)
-            assert_same(&got[i], &plain[i], "plain decoding in a pool with a 4-bit copy");
+            tu_assert_same(&got[i], &plain[i], "plain decoding in a pool with a 4-bit copy");
         for (size_t k = 0; k < sizeof QKV / sizeof *QKV; k++)
             for (int gm = 2; gm <= 5; gm += 3) {
                 seer_spec_params sp = spec_of(SEER_SPEC_QUANTKV, NULL, gm, 20);
                 sp.quant_view = QKV[k].view;
                 run_kv_bits = QKV[k].bits;
                 char what[128];
-                seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, greedy(), 160, 4, got);
+                seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, tu_greedy(), 160, 4, got);
                 for (int i = 0; i < 3; i++) {
                     snprintf(what, sizeof what, "%s quantkv %d-bit view %s G=%d batch seq %d", archs[a][0],
                              QKV[k].bits, seer_spec_kind_name(QKV[k].view), gm, i);
-                    assert_same(&got[i], &plain[i], what);
+                    tu_assert_same(&got[i], &plain[i], what);
                 }
                 print_message("%s quantkv %d-bit view %s G=%d: accepted %lld of %lld\n", archs[a][0],
                               QKV[k].bits, seer_spec_kind_name(QKV[k].view), gm, (long long)st.accepted,
@@ -446,37 +356,37 @@ static void test_quantkv_greedy(void **state) {
                 assert_true(st.drafted > 0 && st.accepted > 0);
                 if (QKV[k].bits == 4 && st.accepted == st.drafted)
                     fail_msg("%s: every 4-bit draft accepted; expected a ragged mix", what);
-                run(m, sp, &prompts[0], &plen[0], 1, 60, greedy(), 160, 4, got);
-                assert_same(&got[0], &plain[0], "quantkv single");
+                run(m, sp, &prompts[0], &plen[0], 1, 60, tu_greedy(), 160, 4, got);
+                tu_assert_same(&got[0], &plain[0], "quantkv single");
             }
         run_kv_bits = 0;
         seer_model_free(m);
     }
 
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
-    output gold[5], got[5];
-    load_golden(prompts, plen, gold);
+    tu_output gold[5], got[5];
+    assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     for (size_t k = 0; k < sizeof QKV / sizeof *QKV; k++) {
         seer_spec_params sp = spec_of(SEER_SPEC_QUANTKV, NULL, 3 + (int)k, 48);
         sp.quant_view = QKV[k].view;
         run_kv_bits = QKV[k].bits;
         for (int i = 0; i < 5; i++) {
-            run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], greedy(), 512, 16, &got[i]);
+            run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], tu_greedy(), 512, 16, &got[i]);
             char what[96];
             snprintf(what, sizeof what, "stories quantkv %d-bit view %s prompt %d", QKV[k].bits,
                      seer_spec_kind_name(QKV[k].view), i);
-            assert_same(&got[i], &gold[i], what);
+            tu_assert_same(&got[i], &gold[i], what);
         }
-        run(m, sp, prompts, plen, 5, 256, greedy(), 512, 16, got);
+        run(m, sp, prompts, plen, 5, 256, tu_greedy(), 512, 16, got);
         for (int i = 0; i < 5; i++) {
             char what[96];
             snprintf(what, sizeof what, "stories batch quantkv %d-bit prompt %d", QKV[k].bits, i);
-            output g2 = got[i];
+            tu_output g2 = got[i];
             if (g2.n > gold[i].n)
                 g2.n = gold[i].n;
-            assert_same(&g2, &gold[i], what);
+            tu_assert_same(&g2, &gold[i], what);
         }
     }
     run_kv_bits = 0;
@@ -487,50 +397,31 @@ static void test_quantkv_greedy(void **state) {
 
 static void test_distribution(void **state) {
     /* weights scaled up so the distributions are peaked but not degenerate */
-    seer_model *m = load(gen_model("dist.gguf", "llama", 260, 32, 2, 4, 2, 21, 0.6f));
-    seer_model *d = load(gen_model("distd.gguf", "llama", 260, 16, 1, 2, 1, 22, 0.6f));
-    int32_t prompt[24];
-    uint64_t rng = 4;
-    for (int i = 0; i < 24; i++)
-        prompt[i] = i >= 6 ? prompt[i - 6] : (int32_t)(tu_rand_u64(&rng) % 260);
-    seer_sampler_params sp = seer_sampler_default_params();
-    sp.temperature = 0.9f;
-    sp.top_k = 4;
-    sp.top_p = 0.9f;
-    sp.min_p = 0.02f;
-    tu_cell *cells = malloc(sizeof(tu_cell) * 64);
-    int nc = tu_exact_cells(m, prompt, 24, sp, cells);
-    assert_true(nc >= 8);
+    seer_model *m = tu_load_cpu(gen_model("dist.gguf", "llama", 260, 32, 2, 4, 2, 21, 0.6f));
+    seer_model *d = tu_load_cpu(gen_model("distd.gguf", "llama", 260, 16, 1, 2, 1, 22, 0.6f));
+    tu_dist dist;
+    tu_dist_init(&dist, m);
     const int runs = 4000;
     seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
     for (int k = 0; k < 3; k++) {
         seer_spec_params spec = spec_of(kinds[k], d, 3, 6);
         spec.sinks = 2;
-        double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-        print_message("distribution %s: chi2 / critical = %.3f over %d cells\n", seer_spec_kind_name(kinds[k]), r, nc);
-        assert_true(r < 1);
+        tu_dist_expect(&dist, spec, runs, NULL, "distribution %s", seer_spec_kind_name(kinds[k]));
     }
-    /* the same test rejects a wrong rule: resampling rejections from p, not the residual */
     /* the quantised-KV draft: 4 bits alone, 4 bits under the streaming view, and 8 bits */
     for (size_t k = 0; k < sizeof QKV / sizeof *QKV; k++) {
         seer_spec_params spec = spec_of(SEER_SPEC_QUANTKV, NULL, 3, 6);
         spec.sinks = 2;
         spec.quant_view = QKV[k].view;
-        tu_kv_bits = QKV[k].bits;
-        double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-        tu_kv_bits = 0;
-        print_message("distribution quantkv %d-bit view %s: chi2 / critical = %.3f over %d cells\n",
-                      QKV[k].bits, seer_spec_kind_name(QKV[k].view), r, nc);
-        assert_true(r < 1);
+        dist.kv_bits = QKV[k].bits;
+        tu_dist_expect(&dist, spec, runs, NULL, "distribution quantkv %d-bit view %s", QKV[k].bits,
+                       seer_spec_kind_name(QKV[k].view));
+        dist.kv_bits = 0;
     }
-    seer_verify_wrong_rule_for_tests = 1;
+    /* the same test rejects a wrong rule: resampling rejections from p, not the residual */
     seer_spec_params spec = spec_of(SEER_SPEC_STREAMING, d, 3, 6);
     spec.sinks = 2;
-    double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-    seer_verify_wrong_rule_for_tests = 0;
-    print_message("distribution with the wrong rule: chi2 / critical = %.3f\n", r);
-    assert_true(r > 1);
-    free(cells);
+    tu_dist_expect(&dist, spec, runs, &seer_verify_wrong_rule_for_tests, "distribution with the wrong rule");
     seer_model_free(d);
     seer_model_free(m);
 }

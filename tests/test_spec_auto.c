@@ -20,15 +20,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static seer_model *load(const char *path) {
-    seer_model_params mp = seer_model_default_params();
-    mp.backend = SEER_BACKEND_CPU;
-    mp.n_threads = 2;
-    seer_model *m = NULL;
-    ASSERT_OK(seer_model_load(path, mp, &m));
-    return m;
-}
-
 static const char *gen_model(const char *name, int vocab, int dim, int layers, uint64_t seed) {
     static char path[512];
     snprintf(path, sizeof path, "%s", tu_tmp_path(name));
@@ -48,64 +39,17 @@ static const char *gen_model(const char *name, int vocab, int dim, int layers, u
 }
 
 typedef struct {
-    int n;
-    int32_t ids[600];
-} output;
-
-typedef struct {
     seer_spec_stats st;
     seer_spec_auto_stats as;
 } run_stats;
 
 /* Generates from n_prompts prompts together in one generator. */
 static run_stats run(seer_model *m, seer_spec_params spec, int32_t prompts[][64], const int *plen,
-                     int n_prompts, int max_new, seer_sampler_params sp, output *out) {
-    seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = 512;
-    cp.n_seq_max = n_prompts;
-    cp.n_batch_max = 128;
-    cp.page_size = 16;
-    seer_context *c = NULL;
-    ASSERT_OK(seer_context_init(m, cp, &c));
-    seer_gen *g = NULL;
-    ASSERT_OK(seer_gen_init(c, spec, &g));
-    int h[8];
-    for (int i = 0; i < n_prompts; i++) {
-        seer_sampler_params spi = sp;
-        spi.seed = sp.seed + i;
-        ASSERT_OK(seer_gen_add(g, prompts[i], plen[i], max_new, spi, false, &h[i]));
-    }
-    int active = 1;
-    for (int it = 0; active && it < 10000; it++)
-        ASSERT_OK(seer_gen_step(g, &active));
-    assert_int_equal(active, 0);
-    for (int i = 0; i < n_prompts; i++) {
-        const int32_t *ids;
-        out[i].n = seer_gen_output(g, h[i], &ids);
-        assert_true(out[i].n > 0 && out[i].n <= 600);
-        memcpy(out[i].ids, ids, sizeof(int32_t) * out[i].n);
-    }
+                     int n_prompts, int max_new, seer_sampler_params sp, tu_output *out) {
+    tu_gen_ctx cx = {.n_ctx = 512, .page_size = 16, .n_batch_max = 128, .kv_quant_bits = 0};
     run_stats rs;
-    seer_gen_stats(g, &rs.st);
-    seer_gen_auto_stats(g, &rs.as);
-    seer_gen_free(g);
-    assert_int_equal(seer_kv_free_pages(c), cp.n_seq_max * (512 / 16));
-    seer_context_free(c);
+    rs.st = tu_gen_run(m, spec, prompts[0], 64, plen, n_prompts, max_new, sp, cx, out, &rs.as);
     return rs;
-}
-
-static seer_sampler_params greedy(void) {
-    seer_sampler_params sp = seer_sampler_default_params();
-    sp.temperature = 0;
-    return sp;
-}
-
-static void assert_same(const output *a, const output *b, const char *what) {
-    if (a->n != b->n)
-        fail_msg("%s: %d tokens vs %d plain", what, a->n, b->n);
-    for (int i = 0; i < a->n; i++)
-        if (a->ids[i] != b->ids[i])
-            fail_msg("%s: token %d is %d, plain decoding gave %d", what, i, a->ids[i], b->ids[i]);
 }
 
 /* A cost table in the file's format: B 1, 8; L 16, 1024; n 2, 4, 8; a target step of t_t,
@@ -174,7 +118,7 @@ static void test_parse(void **state) {
     assert_string_equal(seer_spec_kind_name(SEER_SPEC_AUTO), "auto");
     /* auto proposes chains: a tree is refused */
     const char *path = gen_model("a0.gguf", 300, 32, 1, 3);
-    seer_model *m = load(path);
+    seer_model *m = tu_load_cpu(path);
     seer_context *c = NULL;
     ASSERT_OK(seer_context_init(m, seer_context_default_params(), &c));
     seer_spec_params sp = auto_spec(NULL, NULL);
@@ -200,19 +144,19 @@ static void prompts_of(int32_t prompts[3][64], const int *plen, int vocab, uint6
 static void test_choice(void **state) {
     (void)state;
     const char *path = gen_model("a1.gguf", 300, 64, 2, 11);
-    seer_model *m = load(path), *d = load(path);
+    seer_model *m = tu_load_cpu(path), *d = tu_load_cpu(path);
     int32_t prompts[3][64];
     const int plen[3] = {40, 7, 23};
     prompts_of(prompts, plen, 300, 17);
-    output plain[3], got[3];
-    run(m, seer_spec_default_params(), prompts, plen, 3, 60, greedy(), plain);
+    tu_output plain[3], got[3];
+    run(m, seer_spec_default_params(), prompts, plen, 3, 60, tu_greedy(), plain);
 
     /* a draft step as dear as a target step, and verification of n tokens n steps: nothing
      * can win */
     seer_spec_cost *lose = table(1e-3, 1.0, 1e-3, ALL, 5);
-    run_stats rs = run(m, auto_spec(lose, d), prompts, plen, 3, 60, greedy(), got);
+    run_stats rs = run(m, auto_spec(lose, d), prompts, plen, 3, 60, tu_greedy(), got);
     for (int i = 0; i < 3; i++)
-        assert_same(&got[i], &plain[i], "auto, drafts predicted to lose");
+        tu_assert_same(&got[i], &plain[i], "auto, drafts predicted to lose");
     assert_true(rs.as.has_table);
     assert_true(rounds_of(&rs.as) > 0);
     assert_int_equal(rs.as.decisions[SEER_SPEC_NONE], rounds_of(&rs.as));
@@ -225,9 +169,9 @@ static void test_choice(void **state) {
     budgets[0] = 256, n_budgets = 1;
     seer_spec_cost *win = table(1e-3, 0.01, 1e-5, streaming, 1);
     budgets[0] = 8, n_budgets = 2;
-    rs = run(m, auto_spec(win, d), prompts, plen, 3, 60, greedy(), got);
+    rs = run(m, auto_spec(win, d), prompts, plen, 3, 60, tu_greedy(), got);
     for (int i = 0; i < 3; i++)
-        assert_same(&got[i], &plain[i], "auto, drafts predicted to win");
+        tu_assert_same(&got[i], &plain[i], "auto, drafts predicted to win");
     print_message("win table: %lld streaming rounds, %lld plain, mean G %.2f, predicted speedup %.2f\n",
                   (long long)rs.as.decisions[SEER_SPEC_STREAMING], (long long)rs.as.decisions[SEER_SPEC_NONE],
                   (double)rs.as.gamma_sum / (rs.as.decisions[SEER_SPEC_STREAMING] + 1e-9),
@@ -244,9 +188,9 @@ static void test_choice(void **state) {
     assert_true(rs.st.rounds < rs.st.emitted - 3);
 
     /* no table: plain, and said so */
-    rs = run(m, auto_spec(NULL, d), prompts, plen, 3, 60, greedy(), got);
+    rs = run(m, auto_spec(NULL, d), prompts, plen, 3, 60, tu_greedy(), got);
     for (int i = 0; i < 3; i++)
-        assert_same(&got[i], &plain[i], "auto without a table");
+        tu_assert_same(&got[i], &plain[i], "auto without a table");
     assert_false(rs.as.has_table);
     assert_int_equal(rs.as.decisions[SEER_SPEC_NONE], rounds_of(&rs.as));
     assert_int_equal(rs.st.drafted, 0);
@@ -262,70 +206,39 @@ static void test_choice(void **state) {
 static void test_switching_identical(void **state) {
     (void)state;
     const char *path = gen_model("a2.gguf", 300, 64, 2, 5);
-    seer_model *m = load(path), *d = load(path);
+    seer_model *m = tu_load_cpu(path), *d = tu_load_cpu(path);
     int32_t prompts[3][64];
     const int plen[3] = {40, 7, 23};
     prompts_of(prompts, plen, 300, 29);
-    output plain[3], got[3];
-    run(m, seer_spec_default_params(), prompts, plen, 3, 80, greedy(), plain);
+    tu_output plain[3], got[3];
+    run(m, seer_spec_default_params(), prompts, plen, 3, 80, tu_greedy(), plain);
     seer_spec_cost *mix = table(1e-3, 0.15, 1e-4, ALL, 5);
-    run_stats rs = run(m, auto_spec(mix, d), prompts, plen, 3, 80, greedy(), got);
+    run_stats rs = run(m, auto_spec(mix, d), prompts, plen, 3, 80, tu_greedy(), got);
     for (int i = 0; i < 3; i++)
-        assert_same(&got[i], &plain[i], "auto switching, batch");
+        tu_assert_same(&got[i], &plain[i], "auto switching, batch");
     print_message("switching: plain %lld, streaming %lld, retrieval %lld, snapkv %lld, draft %lld, ngram %lld\n",
                   (long long)rs.as.decisions[0], (long long)rs.as.decisions[1], (long long)rs.as.decisions[2],
                   (long long)rs.as.decisions[3], (long long)rs.as.decisions[4], (long long)rs.as.decisions[5]);
     assert_true(kinds_chosen(&rs.as) >= 2);
     for (int i = 0; i < 3; i++) {
-        run(m, auto_spec(mix, d), &prompts[i], &plen[i], 1, 80, greedy(), got);
-        assert_same(&got[0], &plain[i], "auto switching, single");
+        run(m, auto_spec(mix, d), &prompts[i], &plen[i], 1, 80, tu_greedy(), got);
+        tu_assert_same(&got[0], &plain[i], "auto switching, single");
     }
     seer_spec_cost_free(mix);
     seer_model_free(d);
     seer_model_free(m);
 }
 
-static int parse_ids(char *s, int32_t *out, int cap) {
-    int n = 0;
-    for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ","))
-        out[n++] = (int32_t)atoi(tok);
-    return n;
-}
-
-static int read_golden(int32_t prompts[5][64], int *plen, output *gold) {
-    size_t sz;
-    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
-    if (!tsv)
-        return 0;
-    tsv = realloc(tsv, sz + 1);
-    tsv[sz] = 0;
-    int n = 0;
-    char *save = NULL;
-    strtok_r(tsv, "\n", &save);
-    for (char *line = strtok_r(NULL, "\n", &save); line && n < 5; line = strtok_r(NULL, "\n", &save)) {
-        char *f1 = strchr(line, '\t') + 1;
-        char *f2 = strchr(f1, '\t');
-        *f2++ = 0;
-        char *f3 = strchr(f2, '\t');
-        *f3 = 0;
-        plen[n] = parse_ids(f1, prompts[n], 64);
-        gold[n].n = parse_ids(f2, gold[n].ids, 600);
-        n++;
-    }
-    free(tsv);
-    return n;
-}
-
 /* stories260K's golden ids with auto: under a table calibrated here and under one where
  * drafting always looks good, alone and as a batch of five. */
 static void test_golden_stories(void **state) {
     (void)state;
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
-    seer_model *d = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *d = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
-    output gold[5], got[5];
-    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    tu_output gold[5], got[5];
+    assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 512;
     cp.n_seq_max = 5;
@@ -340,10 +253,11 @@ static void test_golden_stories(void **state) {
     for (int t = 0; t < 2; t++) {
         seer_spec_auto_stats sum = {0};
         for (int i = 0; i < 5; i++) {
-            run_stats rs = run(m, auto_spec(tables[t], d), &prompts[i], &plen[i], 1, 257 - plen[i], greedy(), &got[i]);
+            run_stats rs =
+                run(m, auto_spec(tables[t], d), &prompts[i], &plen[i], 1, 257 - plen[i], tu_greedy(), &got[i]);
             char what[64];
             snprintf(what, sizeof what, "stories auto table %d prompt %d", t, i);
-            assert_same(&got[i], &gold[i], what);
+            tu_assert_same(&got[i], &gold[i], what);
             for (int k = 0; k < SEER_SPEC_AUTO; k++)
                 sum.decisions[k] += rs.as.decisions[k];
         }
@@ -352,12 +266,12 @@ static void test_golden_stories(void **state) {
                       (long long)sum.decisions[3], (long long)sum.decisions[4], (long long)sum.decisions[5]);
         if (t == 1)
             assert_true(sum.decisions[SEER_SPEC_NONE] < rounds_of(&sum));
-        run(m, auto_spec(tables[t], d), prompts, plen, 5, 256, greedy(), got);
+        run(m, auto_spec(tables[t], d), prompts, plen, 5, 256, tu_greedy(), got);
         for (int i = 0; i < 5; i++) {
-            output g2 = got[i];
+            tu_output g2 = got[i];
             if (g2.n > gold[i].n)
                 g2.n = gold[i].n;
-            assert_same(&g2, &gold[i], "stories auto batch");
+            tu_assert_same(&g2, &gold[i], "stories auto batch");
         }
     }
     seer_spec_cost_free(mix);
@@ -370,11 +284,11 @@ static void test_golden_stories(void **state) {
  * beside a plain request; the decision counts reach its stats. */
 static void test_golden_sched(void **state) {
     (void)state;
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
-    output gold[5];
-    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    tu_output gold[5];
+    assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 512;
     cp.n_seq_max = 5;
@@ -414,12 +328,12 @@ static void test_golden_sched(void **state) {
     int64_t rounds4 = 0;
     for (int i = 0; i < 5; i++) {
         const int32_t *ids;
-        output o;
+        tu_output o;
         o.n = seer_request_tokens(r[i], &ids);
         memcpy(o.ids, ids, sizeof(int32_t) * o.n);
         char what[64];
         snprintf(what, sizeof what, "scheduler auto request %d", i);
-        assert_same(&o, &gold[i], what);
+        tu_assert_same(&o, &gold[i], what);
         seer_request_stats rs;
         seer_request_get_stats(r[i], &rs);
         if (i < 4)
@@ -438,11 +352,11 @@ static void test_golden_sched(void **state) {
 /* Sampled generation with auto: runs, drafts and accepts, and a seed gives the same text. */
 static void test_sampled(void **state) {
     (void)state;
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
-    output gold[5], a[5], b[5];
-    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    tu_output gold[5], a[5], b[5];
+    assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     seer_spec_cost *mix = table(1e-3, 0.1, 1e-4, ALL, 5);
     seer_sampler_params sp = seer_sampler_default_params();
     sp.temperature = 0.8f;
@@ -452,7 +366,7 @@ static void test_sampled(void **state) {
     assert_true(ra.st.drafted > 0 && ra.st.accepted > 0);
     assert_true(rounds_of(&ra.as) > 0);
     for (int i = 0; i < 3; i++) {
-        assert_same(&a[i], &b[i], "sampled auto, same seed");
+        tu_assert_same(&a[i], &b[i], "sampled auto, same seed");
         for (int j = 0; j < a[i].n; j++)
             assert_true(a[i].ids[j] >= 0 && a[i].ids[j] < 512);
     }
@@ -464,7 +378,7 @@ static void test_sampled(void **state) {
  * refused, the default cache path under XDG_CACHE_HOME. */
 static void test_cost_file(void **state) {
     (void)state;
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     seer_context *c = NULL;
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 256;

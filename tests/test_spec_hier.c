@@ -27,15 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static seer_model *load(const char *path) {
-    seer_model_params mp = seer_model_default_params();
-    mp.backend = SEER_BACKEND_CPU;
-    mp.n_threads = 2;
-    seer_model *m = NULL;
-    ASSERT_OK(seer_model_load(path, mp, &m));
-    return m;
-}
-
 static const char *gen_model(const char *name, int vocab, int dim, int layers, int heads, int kv, uint64_t seed,
                              float scale) {
     static char paths[4][512];
@@ -57,11 +48,6 @@ static const char *gen_model(const char *name, int vocab, int dim, int layers, i
     return paths[k];
 }
 
-typedef struct {
-    int n;
-    int32_t ids[600];
-} output;
-
 static int n_batch = 128; /* the contexts' batch limit */
 
 static bool needs_quant(const seer_spec_params *sp) {
@@ -70,45 +56,10 @@ static bool needs_quant(const seer_spec_params *sp) {
 
 static seer_spec_stats run(seer_model *m, seer_spec_params spec, int32_t prompts[][64], const int *plen,
                            int n_prompts, int max_new, seer_sampler_params sp, int n_ctx, int page,
-                           output *out) {
-    seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_seq_max = n_prompts;
-    cp.n_batch_max = n_batch;
-    cp.page_size = page;
-    cp.kv_quant_bits = needs_quant(&spec) ? 8 : 0;
-    seer_context *c = NULL;
-    ASSERT_OK(seer_context_init(m, cp, &c));
-    seer_gen *g = NULL;
-    ASSERT_OK(seer_gen_init(c, spec, &g));
-    int h[8];
-    for (int i = 0; i < n_prompts; i++) {
-        seer_sampler_params spi = sp;
-        spi.seed = sp.seed + i;
-        ASSERT_OK(seer_gen_add(g, prompts[i], plen[i], max_new, spi, false, &h[i]));
-    }
-    int active = 1;
-    for (int it = 0; active && it < 10000; it++)
-        ASSERT_OK(seer_gen_step(g, &active));
-    assert_int_equal(active, 0);
-    for (int i = 0; i < n_prompts; i++) {
-        const int32_t *ids;
-        out[i].n = seer_gen_output(g, h[i], &ids);
-        assert_true(out[i].n > 0 && out[i].n <= 600);
-        memcpy(out[i].ids, ids, sizeof(int32_t) * out[i].n);
-    }
-    seer_spec_stats st;
-    seer_gen_stats(g, &st);
-    seer_gen_free(g);
-    assert_int_equal(seer_kv_free_pages(c), cp.n_seq_max * ((n_ctx + page - 1) / page));
-    seer_context_free(c);
-    return st;
-}
-
-static seer_sampler_params greedy(void) {
-    seer_sampler_params sp = seer_sampler_default_params();
-    sp.temperature = 0;
-    return sp;
+                           tu_output *out) {
+    tu_gen_ctx cx = {.n_ctx = n_ctx, .page_size = page, .n_batch_max = n_batch,
+                     .kv_quant_bits = needs_quant(&spec) ? 8 : 0};
+    return tu_gen_run(m, spec, prompts[0], 64, plen, n_prompts, max_new, sp, cx, out, NULL);
 }
 
 static const seer_spec_kind BASES[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV,
@@ -130,20 +81,12 @@ static seer_spec_params hier_of(seer_spec_kind base, seer_model *draft, int gamm
     return sp;
 }
 
-static void assert_same(const output *a, const output *b, const char *what) {
-    if (a->n != b->n)
-        fail_msg("%s: %d tokens vs %d plain", what, a->n, b->n);
-    for (int i = 0; i < a->n; i++)
-        if (a->ids[i] != b->ids[i])
-            fail_msg("%s: token %d is %d, plain decoding gave %d", what, i, a->ids[i], b->ids[i]);
-}
-
 /* ---- bad settings --------------------------------------------------------------------------- */
 
 static void test_bad_settings(void **state) {
     (void)state;
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
-    seer_model *other = load(gen_model("hv.gguf", 300, 32, 1, 2, 1, 3, 0.3f)); /* another vocabulary */
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *other = tu_load_cpu(gen_model("hv.gguf", 300, 32, 1, 2, 1, 3, 0.3f)); /* another vocabulary */
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 128;
     cp.n_batch_max = 32;
@@ -209,18 +152,18 @@ static void test_bad_settings(void **state) {
 static void test_greedy_identical_random(void **state) {
     (void)state;
     const char *tp = gen_model("h1.gguf", 300, 64, 2, 4, 2, 11, 0.3f);
-    seer_model *m = load(tp);
-    seer_model *d = load(gen_model("h1d.gguf", 300, 32, 1, 2, 1, 12, 0.3f)); /* a weaker draft */
-    seer_model *same = load(tp);                                            /* a perfect one */
+    seer_model *m = tu_load_cpu(tp);
+    seer_model *d = tu_load_cpu(gen_model("h1d.gguf", 300, 32, 1, 2, 1, 12, 0.3f)); /* a weaker draft */
+    seer_model *same = tu_load_cpu(tp);                                                     /* a perfect one */
     uint64_t rng = 17;
     int32_t prompts[3][64];
     int plen[3] = {40, 7, 23};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < plen[i]; j++)
             prompts[i][j] = j >= 10 && (tu_rand_u64(&rng) & 1) ? prompts[i][j - 10] : (int32_t)(tu_rand_u64(&rng) % 300);
-    output plain[3], got[3];
+    tu_output plain[3], got[3];
     for (int i = 0; i < 3; i++)
-        run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 40, greedy(), 160, 4, &plain[i]);
+        run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 40, tu_greedy(), 160, 4, &plain[i]);
     /* a weaker bottom with chains of 3, the perfect one with chains of 1 */
     for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++)
         for (int w = 0; w < 2; w++) {
@@ -228,11 +171,11 @@ static void test_greedy_identical_random(void **state) {
             seer_spec_params sp = hier_of(BASES[k], w ? same : d, 4, g1, 20);
             sp.refresh_every = 0; /* the hierarchy keeps the prefill's retrieval selection */
             char what[128];
-            seer_spec_stats st = run(m, sp, prompts, plen, 3, 40, greedy(), 160, 4, got);
+            seer_spec_stats st = run(m, sp, prompts, plen, 3, 40, tu_greedy(), 160, 4, got);
             for (int i = 0; i < 3; i++) {
                 snprintf(what, sizeof what, "hierarchy %s g1=%d draft %d batch seq %d", seer_spec_kind_name(BASES[k]),
                          g1, w, i);
-                assert_same(&got[i], &plain[i], what);
+                tu_assert_same(&got[i], &plain[i], what);
             }
             if (!(st.accepted > 0 && st.accepted < st.drafted))
                 fail_msg("%s: accepted %lld of %lld", what, (long long)st.accepted, (long long)st.drafted);
@@ -240,91 +183,61 @@ static void test_greedy_identical_random(void **state) {
              * proposes and gets accepted the same (checked with the weaker bottom) */
             seer_spec_params self = sp;
             self.kind = BASES[k];
-            seer_spec_stats ss = w ? st : run(m, self, prompts, plen, 3, 40, greedy(), 160, 4, got);
+            seer_spec_stats ss = w ? st : run(m, self, prompts, plen, 3, 40, tu_greedy(), 160, 4, got);
             if (ss.drafted != st.drafted || ss.accepted != st.accepted)
                 fail_msg("%s: %lld of %lld accepted, the self-draft alone %lld of %lld", what,
                          (long long)st.accepted, (long long)st.drafted, (long long)ss.accepted, (long long)ss.drafted);
-            run(m, sp, &prompts[1], &plen[1], 1, 40, greedy(), 160, 4, got);
+            run(m, sp, &prompts[1], &plen[1], 1, 40, tu_greedy(), 160, 4, got);
             snprintf(what, sizeof what, "hierarchy %s g1=%d draft %d single", seer_spec_kind_name(BASES[k]), g1, w);
-            assert_same(&got[0], &plain[1], what);
+            tu_assert_same(&got[0], &plain[1], what);
         }
     /* a batch limit below the middle's rows of three sequences: its calls are cut */
     n_batch = 8;
     for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++) {
-        run(m, hier_of(BASES[k], d, 5, 3, 20), prompts, plen, 3, 40, greedy(), 160, 4, got);
+        run(m, hier_of(BASES[k], d, 5, 3, 20), prompts, plen, 3, 40, tu_greedy(), 160, 4, got);
         for (int i = 0; i < 3; i++)
-            assert_same(&got[i], &plain[i], "hierarchy in calls of 8 tokens");
+            tu_assert_same(&got[i], &plain[i], "hierarchy in calls of 8 tokens");
     }
     n_batch = 128;
     /* with a repetition penalty: every middle row's history is its own prefix */
-    seer_sampler_params pen = greedy();
+    seer_sampler_params pen = tu_greedy();
     pen.repeat_penalty = 1.3f;
     pen.repeat_last_n = 16;
     run(m, seer_spec_default_params(), prompts, plen, 3, 50, pen, 160, 4, plain);
     for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++) {
         run(m, hier_of(BASES[k], d, 4, 2, 12), prompts, plen, 3, 50, pen, 160, 4, got);
         for (int i = 0; i < 3; i++)
-            assert_same(&got[i], &plain[i], "hierarchy with a repetition penalty");
+            tu_assert_same(&got[i], &plain[i], "hierarchy with a repetition penalty");
     }
     seer_model_free(same);
     seer_model_free(d);
     seer_model_free(m);
 }
 
-static int parse_ids(char *s, int32_t *out, int cap) {
-    int n = 0;
-    for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ","))
-        out[n++] = (int32_t)atoi(tok);
-    return n;
-}
-
-static int read_golden(int32_t prompts[5][64], int *plen, output *gold) {
-    size_t sz;
-    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
-    assert_non_null(tsv);
-    tsv = realloc(tsv, sz + 1);
-    tsv[sz] = 0;
-    int n = 0;
-    char *save = NULL;
-    strtok_r(tsv, "\n", &save);
-    for (char *line = strtok_r(NULL, "\n", &save); line && n < 5; line = strtok_r(NULL, "\n", &save)) {
-        char *f1 = strchr(line, '\t') + 1;
-        char *f2 = strchr(f1, '\t');
-        *f2++ = 0;
-        char *f3 = strchr(f2, '\t');
-        *f3 = 0;
-        plen[n] = parse_ids(f1, prompts[n], 64);
-        gold[n].n = parse_ids(f2, gold[n].ids, 600);
-        n++;
-    }
-    free(tsv);
-    return n;
-}
-
 /* stories260K: every middle view reproduces the golden ids (streaming as a batch of five). */
 static void test_greedy_golden_stories(void **state) {
     (void)state;
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
-    seer_model *d = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *d = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
-    output gold[5], got[5];
-    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    tu_output gold[5], got[5];
+    assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++) {
         seer_spec_params sp = hier_of(BASES[k], d, 6, 3, 48);
         sp.draft_budget = 32; /* the bottom reads a streaming view of its own cache */
         /* streaming: the batch of five; the other views: one prompt each, alone */
         const int n = k == 0 ? 5 : 1, first = k == 0 ? 0 : (int)k;
-        seer_spec_stats b = run(m, sp, &prompts[first], &plen[first], n, 256, greedy(), 512, 16, got);
+        seer_spec_stats b = run(m, sp, &prompts[first], &plen[first], n, 256, tu_greedy(), 512, 16, got);
         print_message("stories hierarchy %s, %d prompt(s): %.3f tokens per target verification\n",
                       seer_spec_kind_name(BASES[k]), n, (double)b.emitted / b.rounds);
         for (int i = 0; i < n; i++) {
             char what[96];
             snprintf(what, sizeof what, "stories hierarchy %s prompt %d", seer_spec_kind_name(BASES[k]), first + i);
-            output g2 = got[i];
+            tu_output g2 = got[i];
             if (g2.n > gold[first + i].n)
                 g2.n = gold[first + i].n;
-            assert_same(&g2, &gold[first + i], what);
+            tu_assert_same(&g2, &gold[first + i], what);
         }
     }
     seer_model_free(d);
@@ -334,11 +247,11 @@ static void test_greedy_golden_stories(void **state) {
 /* The scheduler: hierarchy requests of two views beside a chain request, in one context. */
 static void test_greedy_golden_sched(void **state) {
     (void)state;
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
-    output gold[5];
-    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    tu_output gold[5];
+    assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 512;
     cp.n_seq_max = 3;
@@ -367,12 +280,12 @@ static void test_greedy_golden_sched(void **state) {
     }
     for (int i = 0; i < 3; i++) {
         const int32_t *ids;
-        output o;
+        tu_output o;
         o.n = seer_request_tokens(r[i], &ids);
         memcpy(o.ids, ids, sizeof(int32_t) * o.n);
         char what[64];
         snprintf(what, sizeof what, "scheduler hierarchy request %d", i);
-        assert_same(&o, &gold[i], what);
+        tu_assert_same(&o, &gold[i], what);
         seer_request_stats rs;
         seer_request_get_stats(r[i], &rs);
         assert_true(rs.drafted > 0 && rs.accepted > 0);
@@ -390,44 +303,27 @@ static void test_greedy_golden_sched(void **state) {
 
 static void test_distribution(void **state) {
     (void)state;
-    seer_model *m = load(gen_model("hdist.gguf", 260, 32, 2, 4, 2, 21, 0.6f));
+    seer_model *m = tu_load_cpu(gen_model("hdist.gguf", 260, 32, 2, 4, 2, 21, 0.6f));
     /* the bottom: the target's weights at a larger scale, so that its distributions overlap
      * the target's but are sharper (the middle rejects some of its tokens and not all: the
      * case where the middle's rule matters) */
-    seer_model *d = load(gen_model("hdistd.gguf", 260, 32, 2, 4, 2, 21, 1.0f));
-    int32_t prompt[24];
-    uint64_t rng = 4;
-    for (int i = 0; i < 24; i++)
-        prompt[i] = i >= 6 ? prompt[i - 6] : (int32_t)(tu_rand_u64(&rng) % 260);
-    seer_sampler_params sp = seer_sampler_default_params();
-    sp.temperature = 0.9f;
-    sp.top_k = 4;
-    sp.top_p = 0.9f;
-    sp.min_p = 0.02f;
-    tu_cell *cells = malloc(sizeof(tu_cell) * 64);
-    int nc = tu_exact_cells(m, prompt, 24, sp, cells);
-    assert_true(nc >= 8);
-    const int runs = 2000;
+    seer_model *d = tu_load_cpu(gen_model("hdistd.gguf", 260, 32, 2, 4, 2, 21, 1.0f));
+    tu_dist dist;
+    tu_dist_init(&dist, m);
     /* token 1 comes from the prefill; tokens 2 and 3 are the first round's drafts when runs
      * generate 4 tokens, both decided by the middle (streaming, 6 of 24 slots) from bottom
      * chains of 1: two middle calls, the second fed the first's token, so that the q rows of
      * one round come from two calls */
-    tu_chi2_max_new = 4;
+    dist.max_new = 4;
     seer_spec_params spec = hier_of(SEER_SPEC_STREAMING, d, 2, 1, 6);
     spec.sinks = 2;
-    double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-    print_message("hierarchy distribution: chi2 / critical = %.3f over %d cells\n", r, nc);
-    assert_true(r < 1);
-    tu_chi2_max_new = 3;
+    tu_dist_expect(&dist, spec, 2000, NULL, "hierarchy distribution");
+    dist.max_new = 3;
     /* TriForce's middle rule with a middle that is the target (a view of every slot), so that
      * the top accepts whatever the middle gives (token 2): its bias reaches the output */
-    seer_hier_wrong_rule_for_tests = 1;
     spec = hier_of(SEER_SPEC_STREAMING, d, 2, 1, 64);
-    r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, 1200);
-    seer_hier_wrong_rule_for_tests = 0;
-    print_message("hierarchy distribution with the middle's wrong rule: chi2 / critical = %.3f\n", r);
-    assert_true(r > 1);
-    free(cells);
+    tu_dist_expect(&dist, spec, 1200, &seer_hier_wrong_rule_for_tests,
+                   "hierarchy distribution with the middle's wrong rule");
     seer_model_free(d);
     seer_model_free(m);
 }

@@ -212,15 +212,6 @@ static void test_rule_distribution(void **state) {
 
 /* ---- end to end ---------------------------------------------------------------------------- */
 
-static seer_model *load(const char *path) {
-    seer_model_params mp = seer_model_default_params();
-    mp.backend = SEER_BACKEND_CPU;
-    mp.n_threads = 2;
-    seer_model *m = NULL;
-    ASSERT_OK(seer_model_load(path, mp, &m));
-    return m;
-}
-
 static const char *gen_model(const char *name, const char *arch, int vocab, int dim, int layers,
                              int heads, int kv, uint64_t seed, float scale) {
     static char paths[4][512];
@@ -242,54 +233,15 @@ static const char *gen_model(const char *name, const char *arch, int vocab, int 
     return paths[k];
 }
 
-typedef struct {
-    int n;
-    int32_t ids[600];
-} output;
-
 static int n_batch = 128; /* the contexts' batch limit */
 
 static seer_spec_stats run(seer_model *m, seer_spec_params spec, int32_t prompts[][64], const int *plen,
                            int n_prompts, int max_new, seer_sampler_params sp, int n_ctx, int page,
-                           output *out) {
-    seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_seq_max = n_prompts;
-    cp.n_batch_max = n_batch;
-    cp.page_size = page;
-    cp.kv_quant_bits = spec.kind == SEER_SPEC_QUANTKV ? 8 : 0; /* the quantised-KV draft's copy */
-    seer_context *c = NULL;
-    ASSERT_OK(seer_context_init(m, cp, &c));
-    seer_gen *g = NULL;
-    ASSERT_OK(seer_gen_init(c, spec, &g));
-    int h[8];
-    for (int i = 0; i < n_prompts; i++) {
-        seer_sampler_params spi = sp;
-        spi.seed = sp.seed + i;
-        ASSERT_OK(seer_gen_add(g, prompts[i], plen[i], max_new, spi, false, &h[i]));
-    }
-    int active = 1;
-    for (int it = 0; active && it < 10000; it++)
-        ASSERT_OK(seer_gen_step(g, &active));
-    assert_int_equal(active, 0);
-    for (int i = 0; i < n_prompts; i++) {
-        const int32_t *ids;
-        out[i].n = seer_gen_output(g, h[i], &ids);
-        assert_true(out[i].n > 0 && out[i].n <= 600);
-        memcpy(out[i].ids, ids, sizeof(int32_t) * out[i].n);
-    }
-    seer_spec_stats st;
-    seer_gen_stats(g, &st);
-    seer_gen_free(g);
-    assert_int_equal(seer_kv_free_pages(c), cp.n_seq_max * ((n_ctx + page - 1) / page));
-    seer_context_free(c);
-    return st;
-}
-
-static seer_sampler_params greedy(void) {
-    seer_sampler_params sp = seer_sampler_default_params();
-    sp.temperature = 0;
-    return sp;
+                           tu_output *out) {
+    /* the quantised-KV draft's copy */
+    tu_gen_ctx cx = {.n_ctx = n_ctx, .page_size = page, .n_batch_max = n_batch,
+                     .kv_quant_bits = spec.kind == SEER_SPEC_QUANTKV ? 8 : 0};
+    return tu_gen_run(m, spec, prompts[0], 64, plen, n_prompts, max_new, sp, cx, out, NULL);
 }
 
 static const seer_spec_kind BASES[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV,
@@ -311,18 +263,10 @@ static seer_spec_params tree_of(seer_spec_kind k, seer_model *draft, int size, i
     return sp;
 }
 
-static void assert_same(const output *a, const output *b, const char *what) {
-    if (a->n != b->n)
-        fail_msg("%s: %d tokens vs %d plain", what, a->n, b->n);
-    for (int i = 0; i < a->n; i++)
-        if (a->ids[i] != b->ids[i])
-            fail_msg("%s: token %d is %d, plain decoding gave %d", what, i, a->ids[i], b->ids[i]);
-}
-
 static void test_greedy_identical_random(void **state) {
     (void)state;
     const char *path = gen_model("tr1.gguf", "llama", 300, 64, 2, 4, 2, 11, 0.3f);
-    seer_model *m = load(path), *d = load(path);
+    seer_model *m = tu_load_cpu(path), *d = tu_load_cpu(path);
     uint64_t rng = 17;
     int32_t prompts[3][64];
     int plen[3] = {40, 7, 23};
@@ -330,87 +274,57 @@ static void test_greedy_identical_random(void **state) {
         for (int j = 0; j < plen[i]; j++)
             prompts[i][j] = j >= 10 && (tu_rand_u64(&rng) & 1) ? prompts[i][j - 10]
                                                                 : (int32_t)(tu_rand_u64(&rng) % 300);
-    output plain[3], got[3];
+    tu_output plain[3], got[3];
     for (int i = 0; i < 3; i++)
-        run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 60, greedy(), 160, 4, &plain[i]);
+        run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 60, tu_greedy(), 160, 4, &plain[i]);
     const int shapes[][3] = {{8, 3, 8}, {12, 4, 20}}; /* nodes, depth, budget */
     for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++)
         for (int s = 0; s < 2; s++) {
             seer_spec_params sp = tree_of(BASES[k], d, shapes[s][0], shapes[s][1], shapes[s][2]);
             char what[128];
-            seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, greedy(), 160, 4, got);
+            seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, tu_greedy(), 160, 4, got);
             for (int i = 0; i < 3; i++) {
                 snprintf(what, sizeof what, "tree %s n=%d d=%d batch seq %d", seer_spec_kind_name(BASES[k]),
                          sp.tree_size, sp.tree_depth, i);
-                assert_same(&got[i], &plain[i], what);
+                tu_assert_same(&got[i], &plain[i], what);
             }
             assert_true(st.drafted > 0);
             if (!(st.accepted > 0 && st.accepted < st.drafted))
                 fail_msg("%s: accepted %lld of %lld", what, (long long)st.accepted, (long long)st.drafted);
-            run(m, sp, &prompts[1], &plen[1], 1, 60, greedy(), 160, 4, got);
+            run(m, sp, &prompts[1], &plen[1], 1, 60, tu_greedy(), 160, 4, got);
             snprintf(what, sizeof what, "tree %s single", seer_spec_kind_name(BASES[k]));
-            assert_same(&got[0], &plain[1], what);
+            tu_assert_same(&got[0], &plain[1], what);
         }
     /* a batch limit below three trees: drafting and verification in several calls */
     n_batch = 16;
     for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++) {
-        run(m, tree_of(BASES[k], d, 12, 4, 20), prompts, plen, 3, 60, greedy(), 160, 4, got);
+        run(m, tree_of(BASES[k], d, 12, 4, 20), prompts, plen, 3, 60, tu_greedy(), 160, 4, got);
         for (int i = 0; i < 3; i++)
-            assert_same(&got[i], &plain[i], "trees in calls of 16 tokens");
+            tu_assert_same(&got[i], &plain[i], "trees in calls of 16 tokens");
     }
     n_batch = 128;
     /* with a repetition penalty: each node's history is its own path */
-    seer_sampler_params pen = greedy();
+    seer_sampler_params pen = tu_greedy();
     pen.repeat_penalty = 1.3f;
     pen.repeat_last_n = 16;
     run(m, seer_spec_default_params(), prompts, plen, 3, 50, pen, 160, 4, plain);
     run(m, tree_of(SEER_SPEC_STREAMING, d, 10, 3, 12), prompts, plen, 3, 50, pen, 160, 4, got);
     for (int i = 0; i < 3; i++)
-        assert_same(&got[i], &plain[i], "tree with a repetition penalty");
+        tu_assert_same(&got[i], &plain[i], "tree with a repetition penalty");
     seer_model_free(d);
     seer_model_free(m);
-}
-
-static int parse_ids(char *s, int32_t *out, int cap) {
-    int n = 0;
-    for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ","))
-        out[n++] = (int32_t)atoi(tok);
-    return n;
-}
-
-static int read_golden(int32_t prompts[5][64], int *plen, output *gold) {
-    size_t sz;
-    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
-    assert_non_null(tsv);
-    tsv = realloc(tsv, sz + 1);
-    tsv[sz] = 0;
-    int n = 0;
-    char *save = NULL;
-    strtok_r(tsv, "\n", &save);
-    for (char *line = strtok_r(NULL, "\n", &save); line && n < 5; line = strtok_r(NULL, "\n", &save)) {
-        char *f1 = strchr(line, '\t') + 1;
-        char *f2 = strchr(f1, '\t');
-        *f2++ = 0;
-        char *f3 = strchr(f2, '\t');
-        *f3 = 0;
-        plen[n] = parse_ids(f1, prompts[n], 64);
-        gold[n].n = parse_ids(f2, gold[n].ids, 600);
-        n++;
-    }
-    free(tsv);
-    return n;
 }
 
 /* stories260K: every base drafter under trees reproduces the golden ids, alone and as a
  * batch; the tree accepts more per round than its main chain alone would. */
 static void test_greedy_golden_stories(void **state) {
     (void)state;
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
-    seer_model *d = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *d = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
-    output gold[5], got[5];
-    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    tu_output gold[5], got[5];
+    assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++) {
         seer_spec_params sp = tree_of(BASES[k], d, 10, 4, 48);
         sp.draft_budget = 32;
@@ -419,12 +333,12 @@ static void test_greedy_golden_stories(void **state) {
         chain.gamma = 4;
         seer_spec_stats tt = {0}, tc = {0};
         for (int i = 0; i < 5; i++) {
-            seer_spec_stats a = run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], greedy(), 512, 16, &got[i]);
+            seer_spec_stats a = run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], tu_greedy(), 512, 16, &got[i]);
             char what[96];
             snprintf(what, sizeof what, "stories tree %s prompt %d", seer_spec_kind_name(BASES[k]), i);
-            assert_same(&got[i], &gold[i], what);
-            seer_spec_stats b = run(m, chain, &prompts[i], &plen[i], 1, 257 - plen[i], greedy(), 512, 16, &got[i]);
-            assert_same(&got[i], &gold[i], "stories chain");
+            tu_assert_same(&got[i], &gold[i], what);
+            seer_spec_stats b = run(m, chain, &prompts[i], &plen[i], 1, 257 - plen[i], tu_greedy(), 512, 16, &got[i]);
+            tu_assert_same(&got[i], &gold[i], "stories chain");
             tt.rounds += a.rounds, tt.emitted += a.emitted;
             tc.rounds += b.rounds, tc.emitted += b.emitted;
         }
@@ -432,14 +346,14 @@ static void test_greedy_golden_stories(void **state) {
                       seer_spec_kind_name(BASES[k]), (double)tt.emitted / tt.rounds, (double)tc.emitted / tc.rounds);
         /* the tree contains the chain: never fewer rounds */
         assert_true(tt.rounds <= tc.rounds);
-        run(m, sp, prompts, plen, 5, 256, greedy(), 512, 16, got);
+        run(m, sp, prompts, plen, 5, 256, tu_greedy(), 512, 16, got);
         for (int i = 0; i < 5; i++) {
             char what[96];
             snprintf(what, sizeof what, "stories tree batch %s prompt %d", seer_spec_kind_name(BASES[k]), i);
-            output g2 = got[i];
+            tu_output g2 = got[i];
             if (g2.n > gold[i].n)
                 g2.n = gold[i].n;
-            assert_same(&g2, &gold[i], what);
+            tu_assert_same(&g2, &gold[i], what);
         }
     }
     seer_model_free(d);
@@ -450,11 +364,11 @@ static void test_greedy_golden_stories(void **state) {
  * rounds, mixed with a chain class and prefill chunks under the tree mask). */
 static void test_greedy_golden_sched(void **state) {
     (void)state;
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
-    output gold[5];
-    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    tu_output gold[5];
+    assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 512;
     cp.n_seq_max = 5;
@@ -483,12 +397,12 @@ static void test_greedy_golden_sched(void **state) {
     }
     for (int i = 0; i < 5; i++) {
         const int32_t *ids;
-        output o;
+        tu_output o;
         o.n = seer_request_tokens(r[i], &ids);
         memcpy(o.ids, ids, sizeof(int32_t) * o.n);
         char what[64];
         snprintf(what, sizeof what, "scheduler tree request %d", i);
-        assert_same(&o, &gold[i], what);
+        tu_assert_same(&o, &gold[i], what);
         seer_request_stats rs;
         seer_request_get_stats(r[i], &rs);
         assert_true(rs.drafted > 0 && rs.accepted > 0);
@@ -520,29 +434,29 @@ static seer_spec_params online(seer_spec_params sp, bool autosize) {
 static void test_online_greedy_random(void **state) {
     (void)state;
     const char *path = gen_model("tr2.gguf", "llama", 300, 64, 2, 4, 2, 13, 0.3f);
-    seer_model *m = load(path), *d = load(path);
+    seer_model *m = tu_load_cpu(path), *d = tu_load_cpu(path);
     uint64_t rng = 19;
     int32_t prompts[3][64];
     int plen[3] = {33, 9, 21};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < plen[i]; j++)
             prompts[i][j] = j >= 8 && (tu_rand_u64(&rng) & 1) ? prompts[i][j - 8] : (int32_t)(tu_rand_u64(&rng) % 300);
-    output plain[3], got[3];
+    tu_output plain[3], got[3];
     for (int i = 0; i < 3; i++)
-        run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 60, greedy(), 160, 4, &plain[i]);
+        run(m, seer_spec_default_params(), &prompts[i], &plen[i], 1, 60, tu_greedy(), 160, 4, &plain[i]);
     for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++)
         for (int a = 0; a < 2; a++) {
             seer_spec_params sp = online(tree_of(BASES[k], d, 12, 4, 20), a);
             char what[128];
-            seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, greedy(), 160, 4, got);
+            seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, tu_greedy(), 160, 4, got);
             for (int i = 0; i < 3; i++) {
                 snprintf(what, sizeof what, "online tree %s auto=%d batch seq %d", seer_spec_kind_name(BASES[k]), a, i);
-                assert_same(&got[i], &plain[i], what);
+                tu_assert_same(&got[i], &plain[i], what);
             }
             assert_true(st.drafted > 0);
-            run(m, sp, &prompts[0], &plen[0], 1, 60, greedy(), 160, 4, got);
+            run(m, sp, &prompts[0], &plen[0], 1, 60, tu_greedy(), 160, 4, got);
             snprintf(what, sizeof what, "online tree %s auto=%d single", seer_spec_kind_name(BASES[k]), a);
-            assert_same(&got[0], &plain[0], what);
+            tu_assert_same(&got[0], &plain[0], what);
         }
     seer_model_free(d);
     seer_model_free(m);
@@ -552,12 +466,12 @@ static void test_online_greedy_random(void **state) {
  * of five; the automatic size with the cost table measured at init. */
 static void test_online_golden_stories(void **state) {
     (void)state;
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
-    seer_model *d = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *d = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
-    output gold[5], got[5];
-    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    tu_output gold[5], got[5];
+    assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++)
         for (int a = 0; a < 2; a++) {
             seer_spec_params sp = online(tree_of(BASES[k], d, 10, 4, 48), false);
@@ -565,17 +479,17 @@ static void test_online_golden_stories(void **state) {
             if (a) /* measured table, draft cost measured online */
                 sp.tree_size = -1;
             for (int i = 0; i < 5; i++) {
-                run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], greedy(), 512, 16, &got[i]);
+                run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], tu_greedy(), 512, 16, &got[i]);
                 char what[96];
                 snprintf(what, sizeof what, "stories online tree %s auto=%d prompt %d", seer_spec_kind_name(BASES[k]), a, i);
-                assert_same(&got[i], &gold[i], what);
+                tu_assert_same(&got[i], &gold[i], what);
             }
-            run(m, sp, prompts, plen, 5, 256, greedy(), 512, 16, got);
+            run(m, sp, prompts, plen, 5, 256, tu_greedy(), 512, 16, got);
             for (int i = 0; i < 5; i++) {
-                output g2 = got[i];
+                tu_output g2 = got[i];
                 if (g2.n > gold[i].n)
                     g2.n = gold[i].n;
-                assert_same(&g2, &gold[i], "stories online tree batch");
+                tu_assert_same(&g2, &gold[i], "stories online tree batch");
             }
         }
     seer_model_free(d);
@@ -583,9 +497,9 @@ static void test_online_golden_stories(void **state) {
 }
 
 /* Runs one golden prompt to its end on generator g (greedy); returns the output. */
-static void run_on(seer_gen *g, const int32_t *prompt, int n, output *out) {
+static void run_on(seer_gen *g, const int32_t *prompt, int n, tu_output *out) {
     int h, active = 1;
-    ASSERT_OK(seer_gen_add(g, prompt, n, 200, greedy(), false, &h));
+    ASSERT_OK(seer_gen_add(g, prompt, n, 200, tu_greedy(), false, &h));
     while (active)
         ASSERT_OK(seer_gen_step(g, &active));
     const int32_t *ids;
@@ -608,11 +522,11 @@ static int root_children(const int32_t *parent, int n) {
  * a wide tree, most of its nodes children of the pending token. */
 static void test_online_follows_acceptance(void **state) {
     (void)state;
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
-    output gold[5], got;
-    assert_int_equal(read_golden(prompts, plen, gold), 5);
+    tu_output gold[5], got;
+    assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 512;
     cp.page_size = 16;
@@ -638,13 +552,13 @@ static void test_online_follows_acceptance(void **state) {
     seer_context_free(c);
 
     /* a random target and an unrelated random draft of its vocabulary */
-    seer_model *rt = load(gen_model("trt.gguf", "llama", 300, 64, 2, 4, 2, 31, 0.3f));
-    seer_model *bad = load(gen_model("tbad.gguf", "llama", 300, 32, 1, 4, 2, 5, 1.0f));
+    seer_model *rt = tu_load_cpu(gen_model("trt.gguf", "llama", 300, 64, 2, 4, 2, 31, 0.3f));
+    seer_model *bad = tu_load_cpu(gen_model("tbad.gguf", "llama", 300, 32, 1, 4, 2, 5, 1.0f));
     int32_t prompt[24];
     uint64_t rng = 7;
     for (int j = 0; j < 24; j++)
         prompt[j] = (int32_t)(tu_rand_u64(&rng) % 300);
-    output plain;
+    tu_output plain;
     ASSERT_OK(seer_context_init(rt, cp, &c));
     ASSERT_OK(seer_gen_init(c, seer_spec_default_params(), &g));
     run_on(g, prompt, 24, &plain);
@@ -658,7 +572,7 @@ static void test_online_follows_acceptance(void **state) {
     assert_int_equal(n, 12);
     assert_memory_equal(par, deflt, sizeof deflt);
     run_on(g, prompt, 24, &got);
-    assert_same(&got, &plain, "random draft, online shape");
+    tu_assert_same(&got, &plain, "random draft, online shape");
     n = seer_gen_tree_shape(g, &par);
     ASSERT_OK(seer_tree_shape_check(par, n, 4, dd));
     print_message("random draft: %d nodes, %d at the root (default: %d), depth %d\n", n, root_children(par, n),
@@ -675,7 +589,7 @@ static void test_online_follows_acceptance(void **state) {
 /* Bad tree settings are refused, changing nothing. */
 static void test_bad_settings(void **state) {
     (void)state;
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 128;
     cp.n_batch_max = 32;
@@ -734,46 +648,27 @@ static void test_bad_settings(void **state) {
 
 static void test_distribution(void **state) {
     (void)state;
-    seer_model *m = load(gen_model("tdist.gguf", "llama", 260, 32, 2, 4, 2, 21, 0.6f));
-    seer_model *d = load(gen_model("tdistd.gguf", "llama", 260, 16, 1, 2, 1, 22, 0.6f));
-    int32_t prompt[24];
-    uint64_t rng = 4;
-    for (int i = 0; i < 24; i++)
-        prompt[i] = i >= 6 ? prompt[i - 6] : (int32_t)(tu_rand_u64(&rng) % 260);
-    seer_sampler_params sp = seer_sampler_default_params();
-    sp.temperature = 0.9f;
-    sp.top_k = 4;
-    sp.top_p = 0.9f;
-    sp.min_p = 0.02f;
-    tu_cell *cells = malloc(sizeof(tu_cell) * 64);
-    int nc = tu_exact_cells(m, prompt, 24, sp, cells);
-    assert_true(nc >= 8);
+    seer_model *m = tu_load_cpu(gen_model("tdist.gguf", "llama", 260, 32, 2, 4, 2, 21, 0.6f));
+    seer_model *d = tu_load_cpu(gen_model("tdistd.gguf", "llama", 260, 16, 1, 2, 1, 22, 0.6f));
+    tu_dist dist;
+    tu_dist_init(&dist, m);
     const int runs = 4000;
     /* 8 nodes of depth 2: four children at the root (all of q's support under top-k 4) */
     const seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_DRAFT};
     for (int k = 0; k < 2; k++) {
         seer_spec_params spec = tree_of(kinds[k], d, 8, 2, 6);
         spec.sinks = 2;
-        double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-        print_message("tree distribution %s: chi2 / critical = %.3f over %d cells\n", seer_spec_kind_name(kinds[k]), r, nc);
-        assert_true(r < 1);
+        tu_dist_expect(&dist, spec, runs, NULL, "tree distribution %s", seer_spec_kind_name(kinds[k]));
     }
     /* shapes re-planned every 3 rounds, of fixed and of automatic size, as runs go by */
     for (int a = 0; a < 2; a++) {
         seer_spec_params spec = online(tree_of(SEER_SPEC_DRAFT, d, 8, 2, 6), a);
         spec.sinks = 2;
-        double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-        print_message("tree distribution, online shape (auto=%d): chi2 / critical = %.3f over %d cells\n", a, r, nc);
-        assert_true(r < 1);
+        tu_dist_expect(&dist, spec, runs, NULL, "tree distribution, online shape (auto=%d)", a);
     }
-    seer_verify_wrong_rule_for_tests = 1;
     seer_spec_params spec = tree_of(SEER_SPEC_STREAMING, d, 8, 2, 6);
     spec.sinks = 2;
-    double r = tu_chi2_of_runs(m, spec, prompt, 24, sp, cells, nc, runs);
-    seer_verify_wrong_rule_for_tests = 0;
-    print_message("tree distribution with the wrong rule: chi2 / critical = %.3f\n", r);
-    assert_true(r > 1);
-    free(cells);
+    tu_dist_expect(&dist, spec, runs, &seer_verify_wrong_rule_for_tests, "tree distribution with the wrong rule");
     seer_model_free(d);
     seer_model_free(m);
 }

@@ -93,6 +93,102 @@ int tu_write_file(const char *path, const void *data, size_t size) {
     return w == size ? 0 : -1;
 }
 
+/* ---- generation ------------------------------------------------------------------------ */
+
+seer_model *tu_load_cpu(const char *path) {
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    mp.n_threads = 2;
+    seer_model *m = NULL;
+    ASSERT_OK(seer_model_load(path, mp, &m));
+    return m;
+}
+
+seer_sampler_params tu_greedy(void) {
+    seer_sampler_params sp = seer_sampler_default_params();
+    sp.temperature = 0;
+    return sp;
+}
+
+seer_spec_stats tu_gen_run(seer_model *m, seer_spec_params spec, const int32_t *prompts, int stride,
+                           const int *plen, int n, int max_new, seer_sampler_params sp, tu_gen_ctx cx,
+                           tu_output *out, seer_spec_auto_stats *as) {
+    assert_true(n >= 1 && n <= 8);
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = cx.n_ctx;
+    cp.n_seq_max = n;
+    cp.n_batch_max = cx.n_batch_max;
+    cp.page_size = cx.page_size;
+    cp.kv_quant_bits = cx.kv_quant_bits;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_gen *g = NULL;
+    ASSERT_OK(seer_gen_init(c, spec, &g));
+    int h[8];
+    for (int i = 0; i < n; i++) {
+        seer_sampler_params spi = sp;
+        spi.seed = sp.seed + i;
+        ASSERT_OK(seer_gen_add(g, prompts + (size_t)i * stride, plen[i], max_new, spi, false, &h[i]));
+    }
+    int active = 1;
+    for (int it = 0; active && it < 10000; it++)
+        ASSERT_OK(seer_gen_step(g, &active));
+    assert_int_equal(active, 0);
+    for (int i = 0; i < n; i++) {
+        const int32_t *ids;
+        out[i].n = seer_gen_output(g, h[i], &ids);
+        assert_true(out[i].n > 0 && out[i].n <= 600);
+        memcpy(out[i].ids, ids, sizeof(int32_t) * out[i].n);
+        assert_true(seer_gen_finished(g, h[i]));
+    }
+    seer_spec_stats st;
+    seer_gen_stats(g, &st);
+    if (as)
+        seer_gen_auto_stats(g, as);
+    seer_gen_free(g);
+    assert_int_equal(seer_kv_free_pages(c), n * ((cx.n_ctx + cx.page_size - 1) / cx.page_size));
+    seer_context_free(c);
+    return st;
+}
+
+void tu_assert_same(const tu_output *a, const tu_output *b, const char *what) {
+    if (a->n != b->n)
+        fail_msg("%s: %d tokens vs %d plain", what, a->n, b->n);
+    for (int i = 0; i < a->n; i++)
+        if (a->ids[i] != b->ids[i])
+            fail_msg("%s: token %d is %d, plain decoding gave %d", what, i, a->ids[i], b->ids[i]);
+}
+
+static int parse_ids(char *s, int32_t *out, int cap) {
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ","))
+        out[n++] = (int32_t)atoi(tok);
+    return n;
+}
+
+int tu_read_golden(int32_t prompts[5][64], int *plen, tu_output *gold) {
+    size_t sz;
+    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
+    assert_non_null(tsv);
+    tsv = realloc(tsv, sz + 1);
+    tsv[sz] = 0;
+    int n = 0;
+    char *save = NULL;
+    strtok_r(tsv, "\n", &save); /* the header */
+    for (char *line = strtok_r(NULL, "\n", &save); line && n < 5; line = strtok_r(NULL, "\n", &save)) {
+        char *f1 = strchr(line, '\t') + 1;
+        char *f2 = strchr(f1, '\t');
+        *f2++ = 0;
+        char *f3 = strchr(f2, '\t');
+        *f3 = 0;
+        plen[n] = parse_ids(f1, prompts[n], 64);
+        gold[n].n = parse_ids(f2, gold[n].ids, 600);
+        n++;
+    }
+    free(tsv);
+    return n;
+}
+
 /* ---- speculative sampling in distribution ------------------------------------------- */
 
 /* Upper critical value of chi-square with k degrees of freedom at tail probability 1e-6
@@ -105,7 +201,7 @@ double tu_chi2_crit(int k) {
 
 /* Exact joint distribution of the first three emitted tokens (the first from the prefill,
  * the next two from the first speculation round), computed from the target alone. */
-int tu_exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, tu_cell *cells) {
+static int exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, tu_cell *cells) {
     int V = seer_n_vocab(m);
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 64;
@@ -158,15 +254,15 @@ int tu_exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_par
     return nc;
 }
 
-int tu_kv_bits;
-int tu_chi2_max_new = 3;
-
-double tu_chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prompt, int n,
-                       seer_sampler_params sp, const tu_cell *cells, int nc, int n_runs) {
+static double chi2_of_runs(const tu_dist *d, seer_spec_params spec, int n_runs) {
+    seer_model *m = d->m;
+    const tu_cell *cells = d->cells;
+    const int nc = d->nc, max_new = d->max_new;
+    seer_sampler_params sp = d->sp;
     long *count = calloc(nc, sizeof(long));
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 64;
-    cp.kv_quant_bits = tu_kv_bits;
+    cp.kv_quant_bits = d->kv_bits;
     cp.n_batch_max = 32;
     seer_context *c;
     ASSERT_OK(seer_context_init(m, cp, &c));
@@ -176,11 +272,11 @@ double tu_chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prom
     for (int r = 0; r < n_runs; r++) {
         sp.seed = 1000 + (uint64_t)r;
         int h, active = 1;
-        ASSERT_OK(seer_gen_add(g, prompt, n, tu_chi2_max_new, sp, true, &h));
+        ASSERT_OK(seer_gen_add(g, d->prompt, 24, max_new, sp, true, &h));
         while (active)
             ASSERT_OK(seer_gen_step(g, &active));
         const int32_t *ids;
-        assert_int_equal(seer_gen_output(g, h, &ids), tu_chi2_max_new);
+        assert_int_equal(seer_gen_output(g, h, &ids), max_new);
         int k = 0;
         while (k < nc && memcmp(cells[k].t, ids, sizeof cells[k].t))
             k++;
@@ -213,3 +309,38 @@ double tu_chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prom
     return chi / tu_chi2_crit(used - 1); /* < 1 passes */
 }
 
+void tu_dist_init(tu_dist *d, seer_model *m) {
+    memset(d, 0, sizeof *d);
+    d->m = m;
+    uint64_t rng = 4;
+    for (int i = 0; i < 24; i++)
+        d->prompt[i] = i >= 6 ? d->prompt[i - 6] : (int32_t)(tu_rand_u64(&rng) % (uint64_t)seer_n_vocab(m));
+    d->sp = seer_sampler_default_params();
+    d->sp.temperature = 0.9f;
+    d->sp.top_k = 4;
+    d->sp.top_p = 0.9f;
+    d->sp.min_p = 0.02f;
+    d->nc = exact_cells(m, d->prompt, 24, d->sp, d->cells);
+    assert_true(d->nc >= 8);
+    d->max_new = 3;
+}
+
+double tu_dist_expect(const tu_dist *d, seer_spec_params spec, int n_runs, int *wrong_rule, const char *what,
+                      ...) {
+    char label[256];
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(label, sizeof label, what, ap);
+    va_end(ap);
+    if (wrong_rule)
+        *wrong_rule = 1;
+    double r = chi2_of_runs(d, spec, n_runs);
+    if (wrong_rule)
+        *wrong_rule = 0;
+    print_message("%s: chi2 / critical = %.3f over %d cells\n", label, r, d->nc);
+    if (wrong_rule && !(r > 1))
+        fail_msg("%s: the wrong rule passes the test (%.3f)", label, r);
+    if (!wrong_rule && !(r < 1))
+        fail_msg("%s: fails the test (%.3f)", label, r);
+    return r;
+}

@@ -40,24 +40,76 @@ double tu_rel_err(const float *a, const float *b, size_t n);
 uint8_t *tu_read_file(const char *path, size_t *size);
 int tu_write_file(const char *path, const void *data, size_t size);
 
-/* Speculative sampling in distribution (test_spec on the CPU, test_gpu_sample on the GPU):
- * the exact joint distribution of the first three emitted tokens (the first from the
- * prefill, the next two from the first speculation round) computed from the target alone,
- * and the chi-square statistic of n_runs seeded generations against it, divided by the
- * critical value at tail probability 1e-6 (Wilson-Hilferty): < 1 passes. */
+/* ---- generation (the speculation tests) ---- */
+
+/* A CPU model with two threads, loaded or the test failed. */
+seer_model *tu_load_cpu(const char *path);
+/* Greedy sampler parameters (temperature 0). */
+seer_sampler_params tu_greedy(void);
+
+/* One sequence's emitted tokens. */
+typedef struct {
+    int n;
+    int32_t ids[600];
+} tu_output;
+
+/* The context tu_gen_run makes (its n_seq_max is the number of prompts). */
+typedef struct {
+    int n_ctx;
+    int page_size;
+    int n_batch_max;
+    int kv_quant_bits;
+} tu_gen_ctx;
+
+/* Generates from n (<= 8) prompts together in one seer_gen with spec: prompt i is
+ * prompts[i * stride ..] of plen[i] tokens, sampled with seed sp.seed + i. Steps until none is
+ * active, copies each output to out[i] and checks it finished, and checks that freeing the
+ * generator gives every KV page back. Returns the generator's stats, and its auto stats in
+ * *as unless as is NULL. */
+seer_spec_stats tu_gen_run(seer_model *m, seer_spec_params spec, const int32_t *prompts, int stride,
+                           const int *plen, int n, int max_new, seer_sampler_params sp, tu_gen_ctx cx,
+                           tu_output *out, seer_spec_auto_stats *as);
+/* Fails, naming what, unless a equals the plain decoding b token for token. */
+void tu_assert_same(const tu_output *a, const tu_output *b, const char *what);
+/* The first five prompts of ../shared/golden/stories260K-greedy.tsv and their reference
+ * ids; returns how many rows it read. */
+int tu_read_golden(int32_t prompts[5][64], int *plen, tu_output *gold);
+
+/* Speculative sampling in distribution (test_spec, test_spec_tree and test_spec_hier on the
+ * CPU, test_gpu_sample on the GPU): the exact joint distribution of the first three emitted
+ * tokens (the first from the prefill, the next two from the first speculation round)
+ * computed from the target alone, against n_runs seeded generations with speculation. */
 typedef struct {
     int32_t t[3];
     double p;
 } tu_cell;
+/* Upper critical value of chi-square with k degrees of freedom at tail probability 1e-6
+ * (Wilson-Hilferty). */
 double tu_chi2_crit(int k);
-int tu_exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, tu_cell *cells);
-/* kv_quant_bits of the context tu_chi2_of_runs makes (0 unless a test sets it) */
-extern int tu_kv_bits;
-/* tokens each run of tu_chi2_of_runs generates (3 unless a test sets more: the first three
- * are counted, and the first round then drafts past the third) */
-extern int tu_chi2_max_new;
-double tu_chi2_of_runs(seer_model *m, seer_spec_params spec, const int32_t *prompt, int n,
-                       seer_sampler_params sp, const tu_cell *cells, int nc, int n_runs);
+/* The setting every distribution test shares: the target m; a prompt of 24 tokens that
+ * repeats with period 6 (the n-gram draft finds matches in it); sampling at
+ * temperature 0.9 with top-k 4, top-p 0.9 and min-p 0.02 (peaked, yet several tokens left at
+ * each step); and the exact cells of the first three tokens (tu_dist_init checks there are at
+ * least 8: the distribution is not degenerate). */
+typedef struct {
+    seer_model *m;
+    int32_t prompt[24];
+    seer_sampler_params sp;
+    tu_cell cells[64]; /* top-k 4: at most 4 * 4 * 4 */
+    int nc;
+    int kv_bits; /* kv_quant_bits of the runs' context (0 unless a test sets it) */
+    int max_new; /* tokens each run generates (3 unless a test sets more: the first three are
+                  * counted, and the first round then drafts past the third) */
+} tu_dist;
+void tu_dist_init(tu_dist *d, seer_model *m);
+/* Runs n_runs generations with spec (seeds 1000, 1001, ...) and computes the chi-square
+ * statistic of their first three tokens against the exact cells, divided by the critical
+ * value: it asserts that no run left the target's support and that the ratio is < 1 (the test
+ * passes). With wrong_rule not NULL, *wrong_rule (a flag of the library that breaks a rule on
+ * purpose) is 1 during the runs, and it asserts the ratio is > 1 instead: the same test can
+ * tell a wrong rule. Prints what (printf-style) with the ratio; returns the ratio. */
+double tu_dist_expect(const tu_dist *d, seer_spec_params spec, int n_runs, int *wrong_rule, const char *what,
+                      ...) __attribute__((format(printf, 5, 6)));
 
 #define ASSERT_OK(expr)                                                                   \
     do {                                                                                  \
