@@ -131,7 +131,7 @@ setup() { # [build-then-files TYPE...]: after seer's build, write those files wh
     seer_build all || return 1
     echo "seer built after ${SECONDS}s"
     pregen_start "$@"
-    nice=(nice -n 5) # the llama.cpp build, still under way, goes first
+    nice=(nice -n 19) # the llama.cpp build, still under way, goes first: the tests take idle cores
   fi
   if [ "$kind" = cuda ]; then
     local secs
@@ -218,7 +218,7 @@ pregen_start() {
   for t in "$@"; do rm -f "$work/model-$t.gguf" "$work/model-$t.status"; done
   (
     for t in "$@"; do
-      nice -n 15 "$bdir/seer" gen-model "${shape[@]}" --dtype "$t" -o "$work/model-$t.gguf" >"$work/gen-$t.log" 2>&1
+      nice -n 19 "$bdir/seer" gen-model "${shape[@]}" --dtype "$t" -o "$work/model-$t.gguf" >"$work/gen-$t.log" 2>&1
       echo $? >"$work/model-$t.status"
     done
   ) </dev/null &
