@@ -518,6 +518,10 @@ typedef struct {
                              so its numerics do not depend on the other traffic */
     int prefix_cache;     /* sequences of the context kept for cached prompt prefixes (0: no
                              cache); requests run in the other n_seq_max - prefix_cache */
+    int mix_max_tokens;   /* most tokens of a forward call that mixes requests; 0 = the most the
+                             backend computes batch-invariantly (CUDA: 256; CPU: any). A larger
+                             prefill chunk runs alone in its call, taking turns with calls of the
+                             other requests, so that greedy ids do not depend on the traffic */
 } seer_sched_params;
 
 seer_sched_params seer_sched_default_params(void);
@@ -545,6 +549,8 @@ typedef struct {
     int64_t n_preemptions;
     int64_t n_finished;
     int64_t prefix_hits;      /* prompt pages reused from the prefix cache */
+    int64_t n_calls_alone;    /* steps whose call held one prefill chunk alone (mix_max_tokens) */
+    int max_mixed_tokens;     /* most tokens of a step's call that held several requests */
     int prefix_entries;       /* prompt prefixes cached */
     int kv_pages_total, kv_pages_free;
     int kv_pages_cached;      /* pages the prefix cache holds (shared ones included) */

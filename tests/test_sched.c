@@ -339,6 +339,82 @@ static void test_cancel_in_prefill(void **state) {
     seer_context_free(c);
 }
 
+/* Runs a 200-token prompt (greedy, 8 new tokens) beside the golden request gi, or alone
+ * (gi < 0), under a token budget of 64, chunks of 32 and mix_max_tokens mix; the long
+ * request's ids to out, the scheduler's stats to st. */
+static void run_mixed(int mix, int gi, int32_t *out, seer_sched_stats *st) {
+    seer_context *c = mkctx(4, 0);
+    seer_sched_params spm = {.max_batch_tokens = 64, .prefill_chunk = 32, .mix_max_tokens = mix};
+    seer_sched *s = NULL;
+    ASSERT_OK(seer_sched_init(c, spm, &s));
+    int32_t prompt[200];
+    for (int j = 0; j < 200; j++)
+        prompt[j] = 1 + (j * 13) % 500;
+    seer_request_params p = seer_request_default_params();
+    p.sampler.temperature = 0;
+    p.max_tokens = 8;
+    seer_request *big = NULL, *g = gi >= 0 ? greedy_req(gi, SEER_SPEC_NONE) : NULL;
+    ASSERT_OK(seer_request_new(M, prompt, 200, &p, &big));
+    ASSERT_OK(seer_sched_submit(s, big));
+    if (g) {
+        ASSERT_OK(seer_sched_submit(s, g));
+        if (mix) { /* a chunk alone, then the short request, then the next chunk alone */
+            seer_request_stats a, b;
+            ASSERT_OK(seer_sched_step(s, NULL));
+            seer_request_get_stats(big, &a), seer_request_get_stats(g, &b);
+            assert_true(a.n_computed == 32 && b.n_computed == 0);
+            ASSERT_OK(seer_sched_step(s, NULL));
+            seer_request_get_stats(big, &a), seer_request_get_stats(g, &b);
+            assert_true(a.n_computed == 32 && b.n_computed == G[gi].np && b.n_generated == 1);
+            ASSERT_OK(seer_sched_step(s, NULL));
+            seer_request_get_stats(big, &a);
+            assert_int_equal(a.n_computed, 64);
+        }
+    }
+    run_all(s);
+    const int32_t *ids;
+    assert_int_equal(seer_request_tokens(big, &ids), 8);
+    memcpy(out, ids, 8 * sizeof *ids);
+    if (g)
+        assert_gold(g, gi, "beside a long prompt");
+    seer_sched_get_stats(s, st);
+    assert_int_equal(st->kv_pages_free, st->kv_pages_total);
+    seer_request_free(big), seer_request_free(g);
+    seer_sched_free(s);
+    seer_context_free(c);
+}
+
+/* mix_max_tokens: a prefill chunk above it runs alone in its call, taking turns with calls of
+ * the other requests that hold at most that many tokens; without it, calls mix up to the
+ * budget. The ids are the same either way on the CPU (its rows never depend on the others). */
+static void test_mix_limit(void **state) {
+    int gi = 0;
+    for (int i = 1; i < NG; i++)
+        if (G[i].np < G[gi].np)
+            gi = i;
+    assert_true(G[gi].np <= 16);
+    int32_t alone[8], limited[8], mixed[8];
+    seer_sched_stats st;
+    run_mixed(16, -1, alone, &st);
+    assert_int_equal(st.n_calls_alone, 0); /* nothing to mix with */
+    run_mixed(16, gi, limited, &st);
+    assert_int_equal(st.n_calls_alone, 6); /* six chunks of 32, the last 8 tokens mixed */
+    assert_true(st.max_mixed_tokens > 0 && st.max_mixed_tokens <= 16);
+    run_mixed(0, gi, mixed, &st);
+    assert_int_equal(st.n_calls_alone, 0);
+    assert_true(st.max_mixed_tokens > 32);
+    assert_memory_equal(alone, limited, sizeof alone);
+    assert_memory_equal(alone, mixed, sizeof alone);
+
+    seer_context *c = mkctx(2, 0);
+    seer_sched_params bad = {.mix_max_tokens = -1};
+    seer_sched *s = (seer_sched *)&bad;
+    assert_int_equal(seer_sched_init(c, bad, &s), SEER_ERR_INVALID_ARG);
+    assert_null(s);
+    assert_non_null(strstr(seer_last_error(), "mix_max_tokens"));
+    seer_context_free(c);
+}
+
 /* Stop strings end generation where the text first holds one, cut off; max_tokens ends it
  * with LENGTH. */
 static void test_stop_and_length(void **state) {
@@ -614,6 +690,7 @@ int main(void) {
         cmocka_unit_test(test_quantkv_requests),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_cancel_in_prefill),
+        cmocka_unit_test(test_mix_limit),
         cmocka_unit_test(test_stop_and_length),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_failed_step_changes_nothing),

@@ -127,6 +127,9 @@ typedef struct {
 
 typedef struct {
     const char *name;
+    /* The most tokens of a forward call whose every row the backend computes as it would in
+     * any other call (the same bits whatever the other rows are); 0: any number. */
+    int invariant_max_tokens;
     void (*free)(seer_backend *be);
     /* A backend instance for one context's execution state (CPU: scratch and thread pool;
      * CUDA: stream, graphs, staging and scratch) that computes on be's weights and memory, so

@@ -64,6 +64,8 @@ struct seer_sched {
     seer_context *ctx;
     seer_sched_params p;
     int budget, chunk, B;
+    int mix_max;            /* most tokens of a call that mixes requests (0: any) */
+    bool alone, alone_last; /* the plan (the last step's) is one prefill chunk alone */
     int B_run;              /* requests holding sequences at once: B minus the cache's */
     seer_prefix_cache pc;
     sched_group groups[MAX_GROUPS];
@@ -82,7 +84,7 @@ struct seer_sched {
 };
 
 seer_sched_params seer_sched_default_params(void) {
-    seer_sched_params p = {.max_batch_tokens = 0, .prefill_chunk = 0, .prefix_cache = 0};
+    seer_sched_params p = {.max_batch_tokens = 0, .prefill_chunk = 0, .prefix_cache = 0, .mix_max_tokens = 0};
     return p;
 }
 
@@ -155,6 +157,11 @@ seer_status seer_sched_init(seer_context *ctx, seer_sched_params params, seer_sc
         return seer_err(SEER_ERR_INVALID_ARG, "prefill chunk %d is outside [1, budget %d]",
                         params.prefill_chunk, budget);
     }
+    if (params.mix_max_tokens < 0) {
+        free(s);
+        return seer_err(SEER_ERR_INVALID_ARG, "mix_max_tokens %d is negative", params.mix_max_tokens);
+    }
+    s->mix_max = params.mix_max_tokens ? params.mix_max_tokens : ctx->model->be->ops->invariant_max_tokens;
     s->B = ctx->params.n_seq_max;
     if (params.prefix_cache < 0 || params.prefix_cache >= s->B) {
         free(s);
@@ -385,9 +392,9 @@ static int cmp_last_step(const void *a, const void *b) {
 
 static seer_gen_seq *gseq(seer_sched *s, const seer_request *r) { return &s->groups[r->group].g->seqs[r->h]; }
 
-/* Plans the step into s->plan; returns the number of entries. */
-static int plan_step(seer_sched *s) {
-    int left = s->budget, n = 0;
+/* Plans entries into s->plan under a budget of left tokens; returns their number. */
+static int plan_fill(seer_sched *s, int left) {
+    int n = 0;
     seer_request *order[s->B > 0 ? s->B : 1];
     memcpy(order, s->running, sizeof *order * s->n_running);
     qsort(order, s->n_running, sizeof *order, cmp_last_step);
@@ -436,6 +443,38 @@ static int plan_step(seer_sched *s) {
             left -= pe.n_new;
         }
     return n;
+}
+
+/*
+ * Plans the step into s->plan; returns the number of entries. A call of more tokens than the
+ * backend computes batch-invariantly (mix_max) may not mix requests: a row's bits would then
+ * depend on the other traffic. So a prefill chunk larger than that runs alone in its call
+ * (its size comes from the request's own cuts), and the other requests' rounds and small
+ * chunks run in calls of at most mix_max tokens, the two kinds of call taking turns.
+ */
+static int plan_step(seer_sched *s) {
+    s->alone = false;
+    int n = plan_fill(s, s->budget), tokens = 0, big = -1;
+    for (int e = 0; e < n; e++) {
+        tokens += s->plan[e].n_new;
+        if (big < 0 && s->plan[e].prefill && s->plan[e].n_new > s->mix_max)
+            big = e;
+    }
+    if (!s->mix_max || n < 2 || tokens <= s->mix_max)
+        return n;
+    const plan_entry alone = big >= 0 ? s->plan[big] : s->plan[0];
+    const plan_entry first = s->plan[0];
+    int m = plan_fill(s, s->mix_max);
+    if (big >= 0 && (!s->alone_last || m == 0)) {
+        s->plan[0] = alone;
+        s->alone = true;
+        return 1;
+    }
+    if (m == 0) { /* nothing fits under the limit: the first entry alone */
+        s->plan[0] = first;
+        return 1;
+    }
+    return m;
 }
 
 /* Pages the plan needs: drafts are written into the target's cache (self-drafts) before the
@@ -759,6 +798,16 @@ seer_status seer_sched_step(seer_sched *s, int *n_active) {
         } else {
             s->n_step++;
             s->stats.n_steps++;
+            s->alone_last = s->alone;
+            if (s->alone)
+                s->stats.n_calls_alone++;
+            else if (n > 1) {
+                int t = 0;
+                for (int e = 0; e < n; e++)
+                    t += s->plan[e].n_new;
+                if (t > s->stats.max_mixed_tokens)
+                    s->stats.max_mixed_tokens = t;
+            }
             for (int i = 0; i < MAX_GROUPS; i++)
                 s->groups[i].emitted = 0;
             commit(s, n);

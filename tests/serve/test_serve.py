@@ -415,6 +415,8 @@ def test_load(port, golden, alone):
     check(m['seer_time_to_first_token_seconds_count'] > 0, "TTFT histogram")
     check(m['seer_spec_drafted_total{drafter="ngram"}'] > 0, "drafted counter")
     check(sum(v for k, v in m.items() if k.startswith("seer_spec_auto_rounds_total")) > 0, "auto rounds counter")
+    # the CPU computes every row alone whatever the batch: no call needs a prefill chunk alone
+    check(m["seer_scheduler_calls_alone_total"] == 0, "calls alone on the CPU")
     print(f"load: {n_clients} streaming clients ok, {sum(s is not None for s in stops)} disconnected mid-way")
 
 

@@ -38,6 +38,10 @@ static void usage(FILE *f) {
             "      --parallel N      sequences decoding at once (default 16)\n"
             "      --batch N         token budget of one forward call (default 256)\n"
             "      --prefill-chunk N prompt tokens per prefill chunk (default min(256, batch))\n"
+            "      --mix-max-tokens N  most tokens of a forward call that mixes requests; a larger\n"
+            "                        prefill chunk runs alone (default: what the backend computes\n"
+            "                        batch-invariantly, 256 on CUDA, any on the CPU, so that greedy\n"
+            "                        output does not depend on the traffic; --batch: mix freely)\n"
             "      --kv-pages N      KV pool pages of 16 tokens (default: enough for every sequence)\n"
             "      --prefix-cache N  prompt prefixes kept for reuse, LRU (default 8; 0 = off)\n"
             "      --spec KIND       default speculation: auto (default: chosen every round by a cost model\n"
@@ -61,7 +65,7 @@ static void usage(FILE *f) {
 typedef struct {
     const char *model, *host, *api_key, *alias, *tmpl, *cost_file;
     long long port, max_body, max_requests, max_prompt, n_predict, ctx, parallel, batch, chunk, pages;
-    long long threads, drain, prefix, kv_bits;
+    long long threads, drain, prefix, kv_bits, mix;
     seer_backend_kind backend;
     seer_weights_kind weights;
     seer_sampler_params sp;
@@ -70,7 +74,7 @@ typedef struct {
 
 static int parse(int argc, char **argv, serve_opts *o) {
     enum { O_HOST = 256, O_PORT, O_KEY, O_BODY, O_MAXR, O_MAXP, O_ALIAS, O_TMPL, O_PAR, O_BATCH, O_CHUNK,
-           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX, O_KVB, O_COST };
+           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX, O_KVB, O_COST, O_MIX };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT},      {"api-key", required_argument, 0, O_KEY},
@@ -79,6 +83,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"chat-template", required_argument, 0, O_TMPL}, {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},          {"parallel", required_argument, 0, O_PAR},
         {"batch", required_argument, 0, O_BATCH},    {"prefill-chunk", required_argument, 0, O_CHUNK},
+        {"mix-max-tokens", required_argument, 0, O_MIX},
         {"kv-pages", required_argument, 0, O_PAGES}, {"spec", required_argument, 0, O_SPEC},
         {"prefix-cache", required_argument, 0, O_PREFIX},
         {"spec-gamma", required_argument, 0, O_SG},  {"spec-budget", required_argument, 0, O_SK},
@@ -108,6 +113,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         case O_PAR: if (!cli_int("--parallel", optarg, 1, 1024, &o->parallel)) return 2; break;
         case O_BATCH: if (!cli_int("--batch", optarg, 1, 1 << 16, &o->batch)) return 2; break;
         case O_CHUNK: if (!cli_int("--prefill-chunk", optarg, 1, 1 << 16, &o->chunk)) return 2; break;
+        case O_MIX: if (!cli_int("--mix-max-tokens", optarg, 1, 1 << 16, &o->mix)) return 2; break;
         case O_PAGES: if (!cli_int("--kv-pages", optarg, 1, 1 << 24, &o->pages)) return 2; break;
         case O_PREFIX: if (!cli_int("--prefix-cache", optarg, 0, 1024, &o->prefix)) return 2; break;
         case O_SPEC:
@@ -349,6 +355,7 @@ int cmd_serve(int argc, char **argv) {
     srv.spec.cost = cost = cli_auto_cost("serve", srv.ctx, NULL, o.cost_file);
     seer_sched_params sp = seer_sched_default_params();
     sp.prefill_chunk = (int)o.chunk;
+    sp.mix_max_tokens = (int)o.mix;
     sp.prefix_cache = (int)o.prefix;
     if ((s = seer_sched_init(srv.ctx, sp, &srv.sched)) != SEER_OK) {
         cli_error("creating scheduler", s);

@@ -105,6 +105,9 @@ char *serve_metrics_text(serve_state *srv) {
     put(&b, "seer_computed_tokens_total %lld\n", (long long)st->tokens_computed);
     metric(&b, "seer_scheduler_steps_total", "counter", "Forward calls planned by the scheduler.");
     put(&b, "seer_scheduler_steps_total %lld\n", (long long)st->n_steps);
+    metric(&b, "seer_scheduler_calls_alone_total", "counter",
+           "Forward calls that held one large prefill chunk alone, so as not to mix it with other requests.");
+    put(&b, "seer_scheduler_calls_alone_total %lld\n", (long long)st->n_calls_alone);
     metric(&b, "seer_preemptions_total", "counter", "Requests whose KV pages were taken back to be recomputed.");
     put(&b, "seer_preemptions_total %lld\n", (long long)st->n_preemptions);
     metric(&b, "seer_kv_pages_used", "gauge", "KV pages in use.");

@@ -414,6 +414,7 @@ static seer_backend_ops cuda_ops_make(void) {
     seer_backend_ops o;
     memset(&o, 0, sizeof o);
     o.name = "cuda";
+    o.invariant_max_tokens = SEER_CUDA_INVARIANT_MAX_T; /* above it, matmuls go to cuBLAS */
     o.free = cuda_free_be;
     o.exec_clone = cuda_exec_clone;
     o.alloc = cuda_alloc;
