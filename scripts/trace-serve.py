@@ -3,7 +3,7 @@
 
     scripts/trace-serve.py --port 8080 --server seer|llama --requests 8 --rate 0.5 \
         --min-prompt 8192 --max-prompt 32768 --max-tokens 64 --vocab 128256 \
-        [--spec none|streaming|...] [--seed 1] [--json-out FILE]
+        [--spec none|streaming|...] [--seed 1] [--probe N] [--json-out FILE]
 
 Requests arrive as a Poisson process (exponential gaps of mean 1/rate seconds, drawn from
 --seed, so two servers see the same trace). Each prompt is a list of random token ids of a
@@ -11,6 +11,11 @@ length drawn uniformly from [min-prompt, max-prompt], sent to /v1/completions as
 streamed, greedy, generating exactly max-tokens tokens (end-of-sequence ignored: seer's
 "seer": {"ignore_eos": true}, llama-server's "ignore_eos": true). With --spec, seer's requests
 ask for that speculation ("seer": {"spec": ...}).
+
+With --probe N, a greedy request of N prompt tokens (not part of the trace) is sent alone
+before the trace and again while the trace's second request is being served: whether its
+text came out the same under load is reported (a server whose rows depend on the batch they
+are computed in may not give the same).
 
 Reported: requests done and failed, generated tokens per second over the trace (first
 arrival to last completion), prompt tokens per second, and percentiles of the time to the
@@ -73,6 +78,24 @@ def one(a, ids, t_arrive, res):
     res.append(r)
 
 
+def probe(a, ids, out):
+    """A non-streamed greedy completion; its text (or the error) appended to out."""
+    body = {"prompt": ids, "max_tokens": a.max_tokens, "temperature": 0}
+    if a.server == "seer":
+        body["seer"] = {"ignore_eos": True}
+    else:
+        body["ignore_eos"] = True
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", a.port, timeout=a.timeout)
+        c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = c.getresponse()
+        data = resp.read()
+        c.close()
+        out.append(json.loads(data)["choices"][0]["text"] if resp.status == 200 else "HTTP %d" % resp.status)
+    except Exception as e:
+        out.append("error: %r" % e)
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")
@@ -91,6 +114,7 @@ def main():
     ap.add_argument("--spec", help="seer only: the speculation each request asks for")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--probe", type=int, default=0, help="prompt tokens of the greedy probe (0: none)")
     ap.add_argument("--json-out")
     a = ap.parse_args()
     rng = random.Random(a.seed)
@@ -99,8 +123,17 @@ def main():
         n = rng.randint(a.min_prompt, a.max_prompt)
         trace.append((t, [rng.randrange(100, a.vocab - 100) for _ in range(n)]))
         t += rng.expovariate(a.rate)
+    probes, pids = [], [random.Random(a.seed + 1000).randrange(100, a.vocab - 100) for _ in range(a.probe)]
+    if a.probe:
+        probe(a, pids, probes)  # alone
     res, th = [], []
     t0 = time.perf_counter()
+    if a.probe:  # again, while the second request of the trace arrives
+        at = trace[1][0] if len(trace) > 1 else 0.0
+        x = threading.Thread(target=lambda: (time.sleep(max(0.0, t0 + at + 0.5 - time.perf_counter())),
+                                             probe(a, pids, probes)))
+        x.start()
+        th.append(x)
     for at, ids in trace:
         d = t0 + at - time.perf_counter()
         if d > 0:
@@ -124,6 +157,9 @@ def main():
         "itl_ms": {p: 1e3 * pct(gaps, p) for p in (50, 90, 99)},
         "errors": [r["error"] for r in res if r["error"]][:3],
     }
+    if a.probe:
+        out["probe_same_under_load"] = len(probes) == 2 and probes[0] == probes[1] and not probes[0].startswith(("HTTP", "error"))
+        out["probe_texts"] = probes
     print("%-6s spec %-10s %d/%d done, %6.1f s: %7.1f tok/s out, %8.0f prompt tok/s; TTFT p50 %.2f p90 %.2f "
           "p99 %.2f s; ITL p50 %.1f p90 %.1f p99 %.1f ms" %
           (a.server, a.spec or "-", len(ok), a.requests, wall, out["tok_per_s"], out["prompt_tok_per_s"],
@@ -131,6 +167,9 @@ def main():
            out["itl_ms"][99]))
     for e in out["errors"]:
         print("  error:", e)
+    if a.probe:
+        print("  probe of %d tokens, greedy, alone and under load: %s" %
+              (a.probe, "same text" if out["probe_same_under_load"] else "DIFFERENT (%r)" % [p[:60] for p in probes]))
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump(out, f, indent=1)
