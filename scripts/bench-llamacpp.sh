@@ -7,8 +7,9 @@
 #           the .peer/llama.cpp.tar.xz carried with the working tree), builds seer and runs the
 #           GPU tests (scripts/gpu-check.sh), and forgets the summary of earlier calls
 #   weights the whole comparison of the weights in ONE call (about 9 minutes on an H100): the
-#           llama.cpp build in the background, seer's build and every GPU test (gpu-check.sh,
-#           ctest -j 8), the bf16, q4_k_m, q4_0 and q8_0 files written while the tests run; per
+#           llama.cpp build in the background, seer's build and the tests that run CUDA code
+#           (gpu-check.sh, ctest -j 8 -L gpu; GPU_CHECK_LABEL= for all), the bf16, q4_k_m, q4_0
+#           and q8_0 files written while the tests run; per
 #           type B = 1 at 4K and 32K, the prefill of a 4K prompt and verification chains of
 #           5 and 8 tokens (streaming self-draft K 512, G 4 and 7, SYNTHETIC acceptance 0.8)
 #   attention the whole comparison of attention in ONE call (about 8 minutes): both builds, the
@@ -125,19 +126,18 @@ seer_build() { # [all]: every target (the tests too); incremental: a kept folder
 setup() { # [build-then-files TYPE...]: after seer's build, write those files while the tests run
   rm -f "$summary" "$work/tests-summary.txt"
   peer_build_start
-  local nice=()
   if [ "${1:-}" = build-then-files ]; then
     shift
     seer_build all || return 1
     echo "seer built after ${SECONDS}s"
     pregen_start "$@"
-    nice=(nice -n 19) # the llama.cpp build, still under way, goes first: the tests take idle cores
+    export GPU_CHECK_LABEL=${GPU_CHECK_LABEL-gpu} # the tests that run CUDA code: CI runs the rest
   fi
   if [ "$kind" = cuda ]; then
     local secs
     secs=$(at_least $(( $(left) - 60 )) 1)
     echo "== seer: build and GPU tests (scripts/gpu-check.sh, ctest -j ${GPU_CHECK_JOBS:-1}, at most ${secs}s)"
-    timeout "$secs" ${nice[@]+"${nice[@]}"} scripts/gpu-check.sh >"$work/gpu-check.txt" 2>&1
+    timeout "$secs" scripts/gpu-check.sh >"$work/gpu-check.txt" 2>&1
     local rc=$?
     echo "gpu-check: exit $rc after ${SECONDS}s"
     echo "GPU tests (gpu-check exit $rc): $(grep -E 'tests passed|tests failed' "$work/gpu-check.txt" | tail -n 1)" \

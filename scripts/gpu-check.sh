@@ -11,6 +11,7 @@
 # SEER_SHARED_DIR: the folder with models/ and golden/ (default ../shared; after `stage`,
 # use SEER_SHARED_DIR=$PWD/.gpu/shared). .gpu/deps, when present, is used for cmocka/jansson.
 # GPU_CHECK_JOBS: tests run at once (default 1; each test has its own temporary folder).
+# GPU_CHECK_LABEL=gpu: only the tests that run CUDA code (ctest -L; the rest are CPU-only).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -105,7 +106,9 @@ run_all() {
 
   echo "== tests"
   export SEER_SHARED_DIR=$shared
-  ctest --test-dir build-gpu -V -j "${GPU_CHECK_JOBS:-1}" --timeout 3000 2>&1 | tee "$tests_log"
+  local only=()
+  [ -n "${GPU_CHECK_LABEL:-}" ] && only=(-L "$GPU_CHECK_LABEL")
+  ctest --test-dir build-gpu -V -j "${GPU_CHECK_JOBS:-1}" ${only[@]+"${only[@]}"} --timeout 3000 2>&1 | tee "$tests_log"
   local rc=${PIPESTATUS[0]}
   if grep -q "skipped: no CUDA device" "$tests_log"; then
     echo "FAIL: the CUDA tests skipped: no device visible to them"
