@@ -73,11 +73,14 @@ uint8_t *tu_read_file(const char *path, size_t *size) {
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
+    /* one byte more, a NUL after the data, so that a text file reads as a C string */
+    uint8_t *b = malloc(n > 0 ? (size_t)n + 1 : 1);
     if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
         free(b);
         b = NULL;
     }
+    if (b)
+        b[n > 0 ? n : 0] = 0;
     fclose(f);
     if (b)
         *size = (size_t)n;

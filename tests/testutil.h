@@ -37,7 +37,7 @@ void tu_fill_random(float *x, size_t n, uint64_t *state);
 /* Max |a-b| / max(1, max|b|) over n. */
 double tu_rel_err(const float *a, const float *b, size_t n);
 /* Reads a whole file; returns a malloc'd buffer or NULL. */
-uint8_t *tu_read_file(const char *path, size_t *size);
+uint8_t *tu_read_file(const char *path, size_t *size); /* NUL after the data (not counted) */
 int tu_write_file(const char *path, const void *data, size_t size);
 
 /* ---- generation (the speculation tests) ---- */
