@@ -273,8 +273,6 @@ static void test_golden_stories(void **state) {
     size_t sz;
     char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
     assert_non_null(tsv);
-    tsv = realloc(tsv, sz + 1);
-    tsv[sz] = 0;
     int V = seer_n_vocab(m), rows = 0;
     float *logits = malloc(sizeof(float) * V);
     char *save = NULL;

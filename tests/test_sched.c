@@ -44,8 +44,6 @@ static int setup(void **state) {
     char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
     if (!tsv)
         return -1;
-    tsv = realloc(tsv, sz + 1);
-    tsv[sz] = 0;
     char *save = NULL;
     int n = 0;
     strtok_r(tsv, "\n", &save);

@@ -167,8 +167,6 @@ static int read_golden(golden_row *rows, int cap) {
     size_t size;
     char *data = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &size);
     assert_non_null(data);
-    data = realloc(data, size + 1);
-    data[size] = 0;
     int n = 0;
     char *line = strchr(data, '\n'); /* skip the header */
     while (line && line[1] && n < cap) {

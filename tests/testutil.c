@@ -173,8 +173,6 @@ int tu_read_golden(int32_t prompts[5][64], int *plen, tu_output *gold) {
     size_t sz;
     char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
     assert_non_null(tsv);
-    tsv = realloc(tsv, sz + 1);
-    tsv[sz] = 0;
     int n = 0;
     char *save = NULL;
     strtok_r(tsv, "\n", &save); /* the header */

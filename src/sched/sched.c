@@ -462,16 +462,13 @@ static int plan_step(seer_sched *s) {
     }
     if (!s->mix_max || n < 2 || tokens <= s->mix_max)
         return n;
-    const plan_entry alone = big >= 0 ? s->plan[big] : s->plan[0];
-    const plan_entry first = s->plan[0];
+    if (big < 0) /* every entry fits the limit: the plan under it takes at least one */
+        return plan_fill(s, s->mix_max);
+    const plan_entry alone = s->plan[big];
     int m = plan_fill(s, s->mix_max);
-    if (big >= 0 && (!s->alone_last || m == 0)) {
+    if (!s->alone_last || m == 0) {
         s->plan[0] = alone;
         s->alone = true;
-        return 1;
-    }
-    if (m == 0) { /* nothing fits under the limit: the first entry alone */
-        s->plan[0] = first;
         return 1;
     }
     return m;

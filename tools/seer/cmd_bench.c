@@ -288,9 +288,9 @@ static void run_prefill(const bench_opts *o, seer_model *m, const bench_result *
     uint64_t rs = o->seed ^ 0x5EEDull;
     for (int i = 0; i < P; i++)
         tok[i] = rand_token(&rs, r->info.n_vocab);
-    const int REPS = o->prefill_reps;
+    const int reps = o->prefill_reps;
     double t[BENCH_MAX_PREFILL_REPS];
-    for (int rep = -1; rep < REPS; rep++) { /* rep -1: warm-up */
+    for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up */
         seer_seq_id sq;
         if ((s = seer_seq_new(ctx, &sq)) != SEER_OK)
             break;
@@ -321,7 +321,7 @@ static void run_prefill(const bench_opts *o, seer_model *m, const bench_result *
         FAIL(pf->err, "%s", seer_last_error());
         goto done;
     }
-    qsort(t, REPS, sizeof *t, cmp_double);
+    qsort(t, reps, sizeof *t, cmp_double);
     const seer_model_info *in = &r->info;
     /* The layers see every prompt token, the LM head only the last one. */
     const double head = (double)in->n_vocab * in->dim;
@@ -329,9 +329,9 @@ static void run_prefill(const bench_opts *o, seer_model *m, const bench_result *
     double flops = 2 * (params - head) * P + 2 * head +
                    2.0 * in->n_layers * in->n_heads * in->head_dim * (double)P * P;
     pf->ok = true;
-    pf->ms = t[REPS / 2] * 1e3;
-    pf->tok_s = P / t[REPS / 2];
-    pf->tflops = flops / t[REPS / 2] * 1e-12;
+    pf->ms = t[reps / 2] * 1e3;
+    pf->tok_s = P / t[reps / 2];
+    pf->tflops = flops / t[reps / 2] * 1e-12;
 done:
     seer_context_free(ctx);
     free(tok), free(pos), free(seq), free(want), free(logits);
