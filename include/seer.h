@@ -308,6 +308,11 @@ typedef enum {
  * model on one device. */
 typedef struct seer_spec_cost seer_spec_cost;
 
+/* An acceptance trace: what drafters accepted, round by round, per sequence, recorded from
+ * a real model (seer_gen_record_trace) and replayed by benchmarks on random weights
+ * (seer_spec_params.synthetic_trace). Its file format is in src/spec/accept_trace.c. */
+typedef struct seer_accept_trace seer_accept_trace;
+
 typedef struct {
     seer_spec_kind kind;
     int gamma;             /* G: tokens drafted per round */
@@ -352,6 +357,11 @@ typedef struct {
     float synthetic_accept; /* benchmarks on random weights only: when > 0, each draft token is
                                accepted independently with this probability instead of by
                                the verification rule. NOT lossless; labelled in all output. */
+    const seer_accept_trace *synthetic_trace; /* benchmarks on random weights only: when set,
+                               draft tokens are accepted as the trace recorded for the round's
+                               drafter kind (each sequence replays its own line from its own
+                               offset); a kind without lines falls back to synthetic_accept.
+                               NOT lossless; labelled in all output. */
 } seer_spec_params;
 
 /* Most nodes of a tree whose size is chosen online (tree_size -1). */
@@ -400,6 +410,20 @@ void seer_gen_release(seer_gen *g, int handle);
 void seer_gen_remove(seer_gen *g, int handle);
 void seer_gen_stats(const seer_gen *g, seer_spec_stats *out);
 
+/* Records the acceptance of every later round of g into t (which the caller keeps alive
+ * while g runs, and saves); NULL stops recording. */
+seer_status seer_gen_record_trace(seer_gen *g, seer_accept_trace *t);
+
+seer_status seer_accept_trace_new(seer_accept_trace **out);
+/* SEER_ERR_FORMAT (with the line) when malformed, SEER_ERR_IO when unreadable. */
+seer_status seer_accept_trace_load(const char *path, seer_accept_trace **out);
+seer_status seer_accept_trace_parse(const char *text, size_t len, seer_accept_trace **out);
+seer_status seer_accept_trace_save(const seer_accept_trace *t, const char *path);
+/* Rounds, drafted and accepted tokens of kind's lines (SEER_SPEC_NONE: all lines). */
+void seer_accept_trace_counts(const seer_accept_trace *t, seer_spec_kind kind, int64_t *rounds,
+                              int64_t *drafted, int64_t *accepted);
+void seer_accept_trace_free(seer_accept_trace *t);
+
 /* What SEER_SPEC_AUTO decided, per round of the generator (or of a scheduler's auto class). */
 typedef struct {
     bool has_table;         /* a cost table was given (else every round is plain) */
@@ -424,6 +448,15 @@ void seer_spec_auto_speedups(const seer_spec_auto_stats *st, double *predicted, 
  * makes and frees. The file is a small text cache keyed by model and device. */
 seer_status seer_spec_cost_calibrate(seer_context *ctx, seer_model *draft_model, double time_s,
                                      seer_spec_cost **out);
+/* A table of one operating point, measured within about time_s seconds on the caller's n_seq
+ * sequences of ctx as they are (each holding the same number of tokens L; rewound to L after
+ * every call, left as found): the target's step, verification of up to 17 tokens per sequence
+ * (as many as the batch limit holds), the sparse-view draft step at each budget below L
+ * (none: no row for the sparse self-drafts) and, when ngram, the n-gram drafter's row.
+ * For a benchmark or a server that knows the batch and length it runs at. */
+seer_status seer_spec_cost_calibrate_seqs(seer_context *ctx, const seer_seq_id *seqs, int n_seq,
+                                          const int *budgets, int n_budgets, bool ngram, double time_s,
+                                          seer_spec_cost **out);
 /* Reads a table; SEER_ERR_FORMAT when it is malformed or was measured for another model or
  * device than ctx's (model's key), SEER_ERR_IO when it cannot be read. */
 seer_status seer_spec_cost_load(const char *path, const seer_context *ctx, seer_spec_cost **out);

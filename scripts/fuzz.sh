@@ -6,6 +6,7 @@
 #   fuzz_tokenizer  vocabularies, encoders, detok      FUZZ_TOKENIZER_SECONDS (default 25)
 #   fuzz_model      model loading and one forward call FUZZ_MODEL_SECONDS (default 25)
 #   fuzz_cost       the speculation cost file          FUZZ_COST_SECONDS (default 10)
+#   fuzz_trace      the acceptance trace file          FUZZ_TRACE_SECONDS (default 10)
 # FUZZ_SECONDS, when set, gives every target that many seconds. Fails on any crash, leak,
 # sanitizer report, timeout or allocation past the limit; the failing input is left in
 # build-fuzz/artifacts/.
@@ -24,12 +25,14 @@ fi
 echo "fuzz.sh: building the fuzz targets in $out/"
 CC=$cc cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEER_FUZZ=ON -DSEER_CUDA=OFF \
   -DSEER_NATIVE=OFF >/dev/null
-cmake --build "$out" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_model fuzz_cost make_seeds >/dev/null
+cmake --build "$out" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_model fuzz_cost fuzz_trace make_seeds >/dev/null
 
 rm -rf "$out/seeds"
-mkdir -p "$out/seeds/gguf" "$out/seeds/tokenizer" "$out/seeds/cost" "$out/artifacts"
+mkdir -p "$out/seeds/gguf" "$out/seeds/tokenizer" "$out/seeds/cost" "$out/seeds/trace" "$out/artifacts"
 printf 'seer-cost 1\nkey m@cpu\nb 1 4\nl 64 1024\nn 4 8\ntarget 1e-3 2e-3 3e-3 4e-3\nverify 4 2e-3 3e-3 4e-3 5e-3\nverify 8 3e-3 4e-3 5e-3 6e-3\ndraft streaming 16 1e-4 1e-4 2e-4 2e-4\ndraft ngram 0 0 0 0 0\nend\n' \
   > "$out/seeds/cost/valid.cost"
+printf 'seer-accept-trace 1\n# a comment\nseq streaming 256 3/4 4/4 0/4\nseq retrieval 512 1/2 2/2\nseq ngram 0 0/1\nend\n' \
+  > "$out/seeds/trace/valid.trace"
 "$out/make_seeds" "$out/seeds/gguf" "$out/seeds/tokenizer"
 if [[ -f "$shared/models/stories260K.gguf" ]]; then
   cp -f "$shared/models/stories260K.gguf" "$out/seeds/gguf/"
@@ -56,4 +59,5 @@ fuzz fuzz_gguf "${FUZZ_SECONDS:-${FUZZ_GGUF_SECONDS:-30}}" "$out/seeds/gguf"
 fuzz fuzz_tokenizer "${FUZZ_SECONDS:-${FUZZ_TOKENIZER_SECONDS:-25}}" "$out/seeds/tokenizer"
 fuzz fuzz_model "${FUZZ_SECONDS:-${FUZZ_MODEL_SECONDS:-25}}" "$out/seeds/gguf" -malloc_limit_mb=512
 fuzz fuzz_cost "${FUZZ_SECONDS:-${FUZZ_COST_SECONDS:-10}}" "$out/seeds/cost"
+fuzz fuzz_trace "${FUZZ_SECONDS:-${FUZZ_TRACE_SECONDS:-10}}" "$out/seeds/trace"
 echo "fuzz.sh: no crashes"

@@ -395,6 +395,35 @@ static void test_bench_json(void **state) {
             fail_msg("no %s in: %s", sf[i], buf);
     assert_int_equal(count(buf, "SYNTHETIC ACCEPTANCE"), 2);
     assert_null(strstr(buf, "\"prefill\""));
+
+    /* auto beside a fixed setting, under acceptance replayed from a trace */
+    const char *tp = tu_tmp_path("bench.trace");
+    const char *trace = "seer-accept-trace 1\nseq streaming 32 1/2 2/2 0/2\nend\n";
+    assert_int_equal(tu_write_file(tp, trace, strlen(trace)), 0);
+    rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 96 --batch-list 2 "
+            "--steps 4 --warmup 1 --prefill 0 --spec streaming,auto --spec-budget-list 32 "
+            "--spec-gamma-list 2 --accept-trace %s --json 2>/dev/null", SEER_CLI, tp);
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    const char *af[] = {"\"kind\":\"auto\"", "\"auto\":{", "\"plain_fraction\":", "\"mean_gamma\":",
+                        "\"best_fixed_speedup\":", "\"auto_over_best_fixed\":", "\"calibration_s\":",
+                        "\"acceptance_replayed_from\":"};
+    for (size_t i = 0; i < sizeof af / sizeof *af; i++)
+        if (!strstr(buf, af[i]))
+            fail_msg("no %s in: %s", af[i], buf);
+    /* the replayed chain of 2 accepts 1/2, 2/2, 0/2 in turn: 3 of 6 drafts */
+    const char *a = strstr(buf, "\"acceptance_synthetic\":");
+    assert_non_null(a);
+    const double acc = atof(a + strlen("\"acceptance_synthetic\":"));
+    assert_true(acc > 0.3 && acc < 0.7);
+    /* a malformed trace is refused before anything is measured */
+    const char *bad = "seer-accept-trace 1\nseq streaming 32 3/2\nend\n";
+    assert_int_equal(tu_write_file(tp, bad, strlen(bad)), 0);
+    rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --ctx-list 96 --prefill 0 "
+            "--spec streaming --accept-trace %s 2>&1", SEER_CLI, tp);
+    assert_int_equal(rc, 1);
+    if (!strstr(buf, "line 2") || strstr(buf, "plain decode"))
+        fail_msg("rc %d: %s", rc, buf);
 }
 
 /* --json-out writes what --json prints; --replot draws it (when gnuplot is installed). */

@@ -12,8 +12,10 @@
  *   - Recorded calls: a run of decode and verification calls with CUDA graphs on gives
  *     bit-identical logits to the same run with SEER_CUDA_GRAPHS=0, and graphs were in fact
  *     recorded and replayed.
- *   - seer_gen: greedy output with every drafter (streaming, retrieval, snapkv, draft, ngram),
- *     chains and token trees (2 G + 2 nodes, depth G; the tree mask and kv_move_rows),
+ *   - seer_gen: greedy output with every drafter (streaming, retrieval, snapkv, draft, ngram,
+ *     quantkv, the hierarchy, and auto under a table calibrated on the GPU and under one that
+ *     makes it draft), chains and token trees (2 G + 2 nodes, depth G; the tree mask and
+ *     kv_move_rows),
  *     equals plain decoding on the GPU, on stories260K's golden prompts (alone and as one
  *     batch of five) and on random models (alone and ragged batches of three).
  *   - With SEER_GPU_BENCH=1 only: a table of the invariant matmul's time against the floor
@@ -358,25 +360,46 @@ static void test_graphs_match_eager(void **state) {
 
 /* ---- seer_gen: every drafter against plain decoding --------------------------------------- */
 
+static seer_spec_auto_stats gen_auto; /* the last run's auto decisions */
+
 static void gen_run(seer_model *m, seer_spec_params spec, int32_t (*prompts)[128], const int *plen,
                     int n, int max_new, int n_ctx, int page, tu_output *out, seer_spec_stats *stats) {
     tu_gen_ctx cx = {.n_ctx = n_ctx, .page_size = page, .n_batch_max = 64, .kv_quant_bits = mk_kv_bits};
-    *stats = tu_gen_run(m, spec, prompts[0], 128, plen, n, max_new, tu_greedy(), cx, out, NULL);
+    *stats = tu_gen_run(m, spec, prompts[0], 128, plen, n, max_new, tu_greedy(), cx, out, &gen_auto);
 }
 
-/* The quantised-KV draft twice: 4 bits over every slot, 8 bits under the streaming view. */
+/* The quantised-KV draft twice: 4 bits over every slot, 8 bits under the streaming view; the
+ * hierarchy (the draft model under the streaming view); auto under a given cost table. */
 static const seer_spec_kind KINDS[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV,
                                        SEER_SPEC_DRAFT,     SEER_SPEC_NGRAM,     SEER_SPEC_QUANTKV,
-                                       SEER_SPEC_QUANTKV};
-static const int KV_BITS[] = {0, 0, 0, 0, 0, 4, 8};
-static const seer_spec_kind KV_VIEW[] = {SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_NONE,
-                                         SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_STREAMING};
+                                       SEER_SPEC_QUANTKV,   SEER_SPEC_HIERARCHY, SEER_SPEC_AUTO};
+static const int KV_BITS[] = {0, 0, 0, 0, 0, 4, 8, 0, 0};
+static const seer_spec_kind KV_VIEW[] = {SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_NONE,
+                                         SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_NONE,
+                                         SEER_SPEC_STREAMING, SEER_SPEC_NONE, SEER_SPEC_NONE};
 #define N_KINDS ((int)(sizeof KINDS / sizeof *KINDS))
+
+/* A cost table under which drafting always pays (verification as cheap as a step, drafts
+ * almost free), so that auto drafts with every kind it may choose. */
+static seer_spec_cost *drafting_table(int budget) {
+    char buf[4096];
+    int n = snprintf(buf, sizeof buf, "seer-cost 1\nkey gpu test\nb 1 8\nl 16 1024\nn 2 4 8\n"
+                                      "target 1e-3 1e-3 1e-3 1e-3\nverify 2 1e-3 1e-3 1e-3 1e-3\n"
+                                      "verify 4 1e-3 1e-3 1e-3 1e-3\nverify 8 1e-3 1e-3 1e-3 1e-3\n");
+    static const char *const kinds[] = {"streaming", "retrieval", "snapkv", "draft", "ngram"};
+    for (int k = 0; k < 5; k++)
+        n += snprintf(buf + n, sizeof buf - n, "draft %s %d 1e-5 1e-5 1e-5 1e-5\n", kinds[k],
+                      k < 3 ? budget : 0);
+    n += snprintf(buf + n, sizeof buf - n, "end\n");
+    seer_spec_cost *c = NULL;
+    ASSERT_OK(seer_spec_cost_parse(buf, (size_t)n, &c));
+    return c;
+}
 
 /* Runs none and every drafter on the prompts, alone and as one batch; returns mismatches. */
 static int spec_compare(const char *label, seer_model *m, seer_model *draft, int32_t (*prompts)[128],
                         const int *plen, int n, int max_new, int n_ctx, int page, int gamma,
-                        int budget) {
+                        int budget, const seer_spec_cost *table, bool table_drafts) {
     tu_output plain[8], got[8], one;
     seer_spec_stats st;
     int bad = 0;
@@ -388,10 +411,11 @@ static int spec_compare(const char *label, seer_model *m, seer_model *draft, int
         bad += got[i].n != plain[i].n || memcmp(got[i].ids, plain[i].ids, sizeof(int32_t) * got[i].n);
     printf("gpu_spec: %-22s %-9s batch of %d: %s\n", label, "none", n, bad ? "DIFFERS" : "same");
     for (int kt = 0; kt < 2 * N_KINDS; kt++) {
-        /* each drafter with chains, then (but n-gram, whose proposals are chains) with trees
-         * of 2 G + 2 nodes and depth G: the tree mask and the KV row moves on the GPU */
+        /* each drafter with chains, then (but n-gram, the hierarchy and auto, whose proposals
+         * are chains) with trees of 2 G + 2 nodes and depth G: the tree mask and the KV row
+         * moves on the GPU */
         const int k = kt % N_KINDS, tree = kt >= N_KINDS;
-        if (tree && KINDS[k] == SEER_SPEC_NGRAM)
+        if (tree && (KINDS[k] == SEER_SPEC_NGRAM || KINDS[k] == SEER_SPEC_HIERARCHY || KINDS[k] == SEER_SPEC_AUTO))
             continue;
         seer_spec_params sp = seer_spec_default_params();
         sp.tree_size = tree ? 2 * gamma + 2 : 0;
@@ -404,15 +428,25 @@ static int spec_compare(const char *label, seer_model *m, seer_model *draft, int
         sp.snap_window = 8;
         sp.refresh_every = 3;
         sp.draft_model = draft;
-        sp.draft_budget = KINDS[k] == SEER_SPEC_DRAFT ? 24 : 0;
+        sp.draft_budget = KINDS[k] == SEER_SPEC_DRAFT || KINDS[k] == SEER_SPEC_HIERARCHY ? 24 : 0;
+        sp.hier_base = SEER_SPEC_STREAMING;
+        sp.hier_gamma = 2;
+        sp.cost = table;
         sp.quant_view = KV_VIEW[k];
         mk_kv_bits = KV_BITS[k];
         int diff_alone = 0, diff_batch = 0;
-        int64_t acc = 0, drafted = 0;
+        int64_t acc = 0, drafted = 0, plain_rounds = 0, rounds = 0;
         for (int i = 0; i < n; i++) {
             gen_run(m, sp, &prompts[i], &plen[i], 1, max_new, n_ctx, page, &one, &st);
             diff_alone += one.n != plain[i].n || memcmp(one.ids, plain[i].ids, sizeof(int32_t) * one.n);
-            acc += st.accepted, drafted += st.drafted;
+            acc += st.accepted, drafted += st.drafted, rounds += st.rounds;
+            plain_rounds += gen_auto.decisions[SEER_SPEC_NONE];
+        }
+        /* auto under a table that makes drafting pay must have drafted (not decoded plain) */
+        if (KINDS[k] == SEER_SPEC_AUTO && table_drafts && !(drafted > 0 && plain_rounds < rounds)) {
+            printf("gpu_spec: %s auto drafted %lld tokens in %lld rounds (%lld plain): FAIL\n", label,
+                   (long long)drafted, (long long)rounds, (long long)plain_rounds);
+            bad++;
         }
         gen_run(m, sp, prompts, plen, n, max_new, n_ctx, page, got, &st);
         for (int i = 0; i < n; i++)
@@ -459,7 +493,18 @@ static void test_spec_identical(void **state) {
             n++;
         }
         assert_int_equal(n, 5);
-        bad += spec_compare("stories260K", m, d, prompts, plen, 5, 300, 512, 16, 4, 32);
+        /* auto here reads a table calibrated on the GPU, at the context's shape */
+        seer_context_params cp = seer_context_default_params();
+        cp.n_ctx = 512;
+        cp.n_seq_max = 5;
+        cp.n_batch_max = 64;
+        seer_context *c = NULL;
+        ASSERT_OK(seer_context_init(m, cp, &c));
+        seer_spec_cost *cal = NULL;
+        ASSERT_OK(seer_spec_cost_calibrate(c, d, 0.1, &cal));
+        seer_context_free(c);
+        bad += spec_compare("stories260K", m, d, prompts, plen, 5, 300, 512, 16, 4, 32, cal, false);
+        seer_spec_cost_free(cal);
         free(tsv);
         seer_model_free(m);
         seer_model_free(d);
@@ -494,7 +539,9 @@ static void test_spec_identical(void **state) {
             for (int j = 0; j < plen[i]; j++)
                 prompts[i][j] = j >= 10 && (tu_rand_u64(&rng) & 1) ? prompts[i][j - 10]
                                                                     : (int32_t)(tu_rand_u64(&rng) % 300);
-        bad += spec_compare(names[a], m, d, prompts, plen, 3, 120, 256, 4, a ? 5 : 3, 20);
+        seer_spec_cost *table = drafting_table(20);
+        bad += spec_compare(names[a], m, d, prompts, plen, 3, 120, 256, 4, a ? 5 : 3, 20, table, true);
+        seer_spec_cost_free(table);
         seer_model_free(m);
         seer_model_free(d);
     }

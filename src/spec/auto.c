@@ -255,6 +255,12 @@ seer_status seer_gen_auto_round(seer_gen *g) {
     return SEER_OK;
 }
 
+seer_spec_kind seer_gen_auto_current(const seer_gen *g, int *budget) {
+    const struct seer_gen_auto *a = g->autos;
+    *budget = a->cur >= 0 ? a->cand[a->cur].budget : 0;
+    return a->cur >= 0 ? a->cand[a->cur].kind : SEER_SPEC_NONE;
+}
+
 void seer_gen_auto_observe(seer_gen *g, int k) {
     struct seer_gen_auto *a = g->autos;
     if (a->cur < 0 || !a->pl || g->gam[k] <= 0)

@@ -48,9 +48,10 @@ static int cmp_double(const void *a, const void *b) {
 /* One side of the measurement: a context and the sequences calibration made in it. */
 typedef struct {
     seer_context *ctx;
-    seer_seq_id seq[SEER_COST_MAX_B];
+    seer_seq_id seq[SEER_COST_MAX_SEQ];
     int n_seq;
     int V;
+    bool borrowed;  /* the caller's sequences (seer_calibrate_params.seqs): never freed */
 } side;
 
 typedef struct {
@@ -150,7 +151,7 @@ static seer_status side_open(side *s, seer_context *ctx, int B) {
 }
 
 static void side_close(side *s) {
-    for (int i = 0; i < s->n_seq; i++)
+    for (int i = 0; i < s->n_seq && !s->borrowed; i++)
         seer_seq_free(s->ctx, s->seq[i]);
     s->n_seq = 0;
 }
@@ -230,6 +231,8 @@ seer_status seer_cost_calibrate(seer_context *ctx, const seer_calibrate_params *
     int k[SEER_COST_MAX_K], n_k = 0;
     seer_status st = grids(ctx, p, t, k, &n_k);
     const int Bm = t->n_b ? t->b[t->n_b - 1] : 0, Nm = t->n_n ? t->n[t->n_n - 1] : 1;
+    if (st == SEER_OK && Bm > SEER_COST_MAX_SEQ)
+        st = seer_err(SEER_ERR_INVALID_ARG, "calibration: batch size %d (at most %d)", Bm, SEER_COST_MAX_SEQ);
     const int V = seer_n_vocab(seer_context_model(ctx));
     if (st == SEER_OK && p->draft_ctx && seer_n_vocab(seer_context_model(p->draft_ctx)) != V)
         st = seer_err(SEER_ERR_INVALID_ARG, "calibration: the draft model's vocabulary differs");
@@ -250,7 +253,18 @@ seer_status seer_cost_calibrate(seer_context *ctx, const seer_calibrate_params *
     }
     side tgt = {0}, dft = {0};
     bn.deadline = now_s() + p->time_budget_s;
-    if (st == SEER_OK)
+    if (st == SEER_OK && p->seqs) {
+        if (t->n_l != 1 || p->draft_ctx)
+            st = seer_err(SEER_ERR_INVALID_ARG, "calibration in place: one length and no draft model");
+        for (int i = 0; i < Bm && st == SEER_OK; i++)
+            if (seer_seq_len(ctx, p->seqs[i]) != t->l[0])
+                st = seer_err(SEER_ERR_INVALID_ARG, "calibration in place: sequence %d holds %d tokens, not %d",
+                              (int)p->seqs[i], seer_seq_len(ctx, p->seqs[i]), t->l[0]);
+        if (st == SEER_OK) {
+            tgt = (side){.ctx = ctx, .n_seq = Bm, .V = V, .borrowed = true};
+            memcpy(tgt.seq, p->seqs, sizeof(seer_seq_id) * (size_t)Bm);
+        }
+    } else if (st == SEER_OK)
         st = side_open(&tgt, ctx, Bm);
     if (st == SEER_OK && p->draft_ctx)
         st = side_open(&dft, p->draft_ctx, Bm);

@@ -26,6 +26,7 @@
 #include <stddef.h>
 
 #define SEER_COST_MAX_B 8        /* batch sizes in the grid */
+#define SEER_COST_MAX_SEQ 512    /* sequences of the largest batch size calibration times */
 #define SEER_COST_MAX_L 8        /* cache lengths in the grid */
 #define SEER_COST_MAX_N 8        /* verification sizes in the grid */
 #define SEER_COST_MAX_K 6        /* budgets per drafter */
@@ -215,6 +216,10 @@ typedef struct {
                                        each remaining point is timed once */
     int min_reps;                   /* timings per point within the budget (median kept) */
     const char *device;             /* for the key; NULL: the backend's name */
+    const seer_seq_id *seqs;        /* NULL: calibration makes and fills its own sequences;
+                                       else max B sequences of ctx to time in place, each
+                                       holding l[0] tokens (one length, n_l 1), rewound to it
+                                       after every call and left as found (no draft_ctx) */
 } seer_calibrate_params;
 
 seer_calibrate_params seer_calibrate_default_params(void);

@@ -84,6 +84,51 @@ seer_status seer_spec_cost_calibrate(seer_context *ctx, seer_model *draft_model,
     return st;
 }
 
+seer_status seer_spec_cost_calibrate_seqs(seer_context *ctx, const seer_seq_id *seqs, int n_seq,
+                                          const int *budgets, int n_budgets, bool ngram, double time_s,
+                                          seer_spec_cost **out) {
+    SEER_CHECK_ARG(ctx);
+    SEER_CHECK_ARG(seqs);
+    SEER_CHECK_ARG(out);
+    if (n_seq < 1 || n_seq > SEER_COST_MAX_SEQ || n_budgets < 0 || n_budgets > SEER_COST_MAX_K ||
+        (n_budgets > 0 && !budgets))
+        return seer_err(SEER_ERR_INVALID_ARG, "calibration in place: %d sequences, %d budgets", n_seq, n_budgets);
+    seer_calibrate_params p = seer_calibrate_default_params();
+    if (time_s > 0)
+        p.time_budget_s = time_s;
+    p.seqs = seqs;
+    p.n_b = 1;
+    p.b[0] = n_seq;
+    p.n_l = 1;
+    p.l[0] = seer_seq_len(ctx, seqs[0]);
+    /* verification of chains up to the planner's longest, within the batch limit */
+    const int TB = ctx->params.n_batch_max, ns[] = {2, 3, 5, 9, SEER_COST_MAX_G + 1};
+    p.n_n = 0;
+    for (int i = 0; i < 5 && n_seq * ns[i] <= TB; i++)
+        p.n[p.n_n++] = ns[i];
+    if (p.n_n == 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "calibration: a batch limit of %d tokens is too small", TB);
+    p.self_drafts = n_budgets > 0;
+    p.n_k = 0;
+    for (int i = 0; i < n_budgets; i++)
+        if (budgets[i] < p.l[0]) /* a view as large as the cache is no draft */
+            p.k[p.n_k++] = budgets[i];
+    p.self_drafts = p.n_k > 0;
+    if (!p.self_drafts)
+        p.n_k = 1, p.k[0] = 1; /* unused: the grid needs a budget */
+    seer_cost_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return seer_err(SEER_ERR_OOM, "out of memory for a cost table");
+    seer_status st = seer_cost_calibrate(ctx, &p, t);
+    if (st == SEER_OK) {
+        if (ngram)
+            add_ngram_row(t);
+        st = wrap(t, out);
+    }
+    free(t);
+    return st;
+}
+
 seer_status seer_spec_cost_load(const char *path, const seer_context *ctx, seer_spec_cost **out) {
     SEER_CHECK_ARG(path);
     SEER_CHECK_ARG(ctx);

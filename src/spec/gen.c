@@ -5,6 +5,7 @@
  * rewound to what was accepted. Plain decoding is the same loop with G = 0, so greedy
  * output does not depend on which path ran.
  */
+#include "spec/accept_trace.h"
 #include "spec/spec.h"
 #include "util/error.h"
 
@@ -59,8 +60,8 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
     if (p->kind == SEER_SPEC_AUTO) { /* its drafters' settings are checked by their inits */
         if (p->tree_size != 0)
             return seer_err(SEER_ERR_INVALID_ARG, "automatic speculation proposes chains, not trees");
-        if (p->synthetic_accept != 0)
-            return seer_err(SEER_ERR_INVALID_ARG, "automatic speculation takes no synthetic acceptance");
+        if (!(p->synthetic_accept >= 0 && p->synthetic_accept < 1))
+            return seer_err(SEER_ERR_INVALID_ARG, "synthetic acceptance %g must be in [0, 1)", p->synthetic_accept);
         return SEER_OK;
     }
     if (p->gamma < 1 || p->gamma + 1 > SEER_INVARIANT_NEW_TOKENS) /* verification stays exact */
@@ -611,6 +612,11 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
             g->stats.rounds++;
             g->stats.drafted += nd;
             g->stats.accepted += acc;
+            if (g->rec && st == SEER_OK && nd > 0) {
+                int budget;
+                const seer_spec_kind rk = seer_gen_round_drafter(g, &budget);
+                st = seer_accept_trace_record(g->rec, g->rec_epoch, g->hs[k], rk, budget, acc, nd);
+            }
             if (nd > 0)
                 s->accept_avg = 0.8f * s->accept_avg + 0.2f * (float)acc / nd;
             for (int j = 0; j <= acc && !s->finished; j++) {
@@ -668,6 +674,8 @@ void seer_gen_remove(seer_gen *g, int h) {
     seer_gen_release(g, h);
     free(g->seqs[h].tokens);
     g->seqs[h].tokens = NULL;
+    if (g->rec) /* the handle's next sequence records lines of its own */
+        seer_accept_trace_close(g->rec, g->rec_epoch, h);
 }
 
 void seer_gen_stats(const seer_gen *g, seer_spec_stats *out) {
@@ -675,4 +683,44 @@ void seer_gen_stats(const seer_gen *g, seer_spec_stats *out) {
         *out = g->stats;
     else if (out)
         memset(out, 0, sizeof *out);
+}
+
+/* ---- acceptance traces (accept_trace.c): recording and synthetic replay ----------------- */
+
+seer_spec_kind seer_gen_round_drafter(const seer_gen *g, int *budget) {
+    if (g->autos)
+        return seer_gen_auto_current(g, budget);
+    const seer_spec_kind k = seer_gen_round_kind(g);
+    const bool budgeted = k == SEER_SPEC_STREAMING || k == SEER_SPEC_RETRIEVAL || k == SEER_SPEC_SNAPKV ||
+                          k == SEER_SPEC_QUANTKV || k == SEER_SPEC_HIERARCHY;
+    *budget = budgeted ? g->spec.budget : 0;
+    return k;
+}
+
+seer_status seer_gen_record_trace(seer_gen *g, seer_accept_trace *t) {
+    SEER_CHECK_ARG(g);
+    if (g->rec)
+        for (int h = 0; h < g->n_seqs; h++)
+            seer_accept_trace_close(g->rec, g->rec_epoch, h);
+    g->rec = t;
+    g->rec_epoch = t ? seer_accept_trace_begin(t) : 0;
+    return SEER_OK;
+}
+
+bool seer_gen_synthetic_accept(seer_gen *g, int h) {
+    seer_gen_seq *s = &g->seqs[h];
+    const seer_accept_trace *t = g->spec.synthetic_trace;
+    if (t) {
+        int budget;
+        const seer_spec_kind k = seer_gen_round_drafter(g, &budget);
+        if (k > SEER_SPEC_NONE && k < SEER_SPEC_AUTO) {
+            if (s->trace[k].line == 0) {
+                const int line = seer_accept_trace_pick(t, k, budget, h, &s->trace[k].pos);
+                s->trace[k].line = line < 0 ? -1 : line + 1;
+            }
+            if (s->trace[k].line > 0)
+                return seer_accept_trace_next(t, s->trace[k].line - 1, &s->trace[k].pos);
+        }
+    }
+    return seer_sampler_uniform(s->smp) < g->spec.synthetic_accept;
 }

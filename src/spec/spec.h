@@ -28,6 +28,11 @@ typedef struct {
     float accept_avg; /* running acceptance rate (exponential average) */
     int rounds;       /* rounds since the drafter last refreshed its state */
     void *dstate;     /* the drafter's per-sequence state */
+    struct {
+        int line;     /* synthetic_trace replay per drafter kind: line + 1 (0: not picked yet,
+                       * -1: the trace has none of the kind) */
+        int64_t pos;  /* next outcome */
+    } trace[SEER_SPEC_AUTO];
 } seer_gen_seq;
 
 struct seer_gen {
@@ -56,6 +61,8 @@ struct seer_gen {
         double t_draft_s, steps;  /* draft seconds and drafting steps since the last plan */
     } plan;
     seer_spec_params spec;
+    seer_accept_trace *rec;       /* seer_gen_record_trace: rounds recorded here (NULL: none) */
+    int rec_epoch;
     const seer_drafter_ops *dops; /* the drafter of this round (auto: the one chosen, or NULL) */
     void *dimpl;
     struct seer_gen_auto *autos;  /* SEER_SPEC_AUTO: the candidates and the planner (auto.c) */
@@ -100,6 +107,18 @@ struct seer_gen {
 static inline bool seer_gen_argmax_only(const seer_gen_seq *s) {
     return s->sp.temperature <= 0 && s->sp.repeat_penalty == 1.f;
 }
+
+/* Timing runs on random weights (synthetic_accept, synthetic_trace): acceptance is drawn,
+ * not decided by the rule. */
+static inline bool seer_gen_synthetic(const seer_gen *g) {
+    return g->spec.synthetic_accept > 0 || g->spec.synthetic_trace;
+}
+/* The next draft token of sequence s (handle h) in a synthetic run: accepted or not. */
+bool seer_gen_synthetic_accept(seer_gen *g, int h);
+/* seer_gen_round_kind with the budget K of the drafter (0: not a budgeted one). */
+seer_spec_kind seer_gen_round_drafter(const seer_gen *g, int *budget);
+/* auto: the candidate chosen for this round (SEER_SPEC_NONE: plain). */
+seer_spec_kind seer_gen_auto_current(const seer_gen *g, int *budget);
 
 /* The drafter's hooks for handle h through its view (the scheduler calls them too). */
 seer_status seer_gen_drafter_added(seer_gen *g, int h);

@@ -68,7 +68,7 @@ seer_status seer_verify_group(seer_gen *g, int k0, int k1, const int *row0, floa
         if (!(s->sp.temperature > 0)) { /* greedy: the argmax of every node */
             for (int j = 0; j <= nd; j++)
                 g->rows[nr++] = seer_gen_node_row(g, k, s, j - 1, Lk + (size_t)j * V, NULL, -1);
-        } else if (g->spec.synthetic_accept > 0) {
+        } else if (seer_gen_synthetic(g)) {
             /* Timing runs on random weights, where real acceptance means nothing: the ragged
              * batch machinery runs as it would at acceptance rate alpha (first children) */
             const int32_t *p = g->par + (size_t)k * G;
@@ -77,7 +77,7 @@ seer_status seer_verify_group(seer_gen *g, int k0, int k1, const int *row0, floa
                 int c = node + 1;
                 while (c < nd && p[c] != node)
                     c++;
-                if (c == nd || !(seer_sampler_uniform(s->smp) < g->spec.synthetic_accept))
+                if (c == nd || !seer_gen_synthetic_accept(g, g->hs[k]))
                     break;
                 path[a++] = c;
                 node = c;

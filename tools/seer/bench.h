@@ -20,6 +20,8 @@ typedef struct {
     int prefill_reps;                        /* timed runs of each, after a warm-up: the median */
     uint64_t seed;
     double alpha; /* synthetic acceptance of the speculative runs */
+    const char *trace_path;          /* --accept-trace: replayed acceptance instead of alpha */
+    seer_accept_trace *trace;
     int ctx[BENCH_MAX_LIST], n_ctx;
     int batch[BENCH_MAX_LIST], n_batch;
     seer_spec_kind spec[BENCH_MAX_LIST];
@@ -52,6 +54,11 @@ typedef struct {
     double spec_tok_s;
     double speedup;          /* spec_tok_s / gen_plain_tok_s */
     double projected;        /* cost model (§1) at alpha from T_D, T_V and T_T */
+    /* auto: what it chose over the timed rounds, and what the table predicted */
+    double auto_plain_frac;  /* rounds decoded plain */
+    double auto_mean_gamma;  /* G over the speculating rounds */
+    double auto_predicted;   /* predicted speedup over the table's plain rate */
+    double calibrate_s;      /* the point's table: seconds to measure it */
 } bench_spec;
 
 typedef struct {
@@ -135,6 +142,9 @@ typedef struct {
 } bench_peer;
 
 double bench_omega(int gamma, double alpha);
+/* The fastest fixed setting of a point (plain decoding when none beats it): its speedup over
+ * plain, and its index in p->spec (-1: plain). */
+double bench_best_fixed(const bench_point *p, int *idx);
 /* "streaming", or "streaming+tree12" for a tree run (static storage, per call). */
 const char *bench_spec_label(const bench_spec *s);
 

@@ -130,6 +130,11 @@ void bench_print_table(const bench_opts *o, const bench_result *r) {
         any |= r->pts[i].n_spec > 0;
     if (!any)
         return;
+    if (o->trace_path)
+        fprintf(f, "\nREPLAYED ACCEPTANCE: each drafter kind accepts as recorded from a real model in %s\n"
+                   "(its rounds as a stream of per-token outcomes, each sequence its own line and offset;\n"
+                   "kinds without a line accept at alpha); acc and tok/ver below are the replay's\n",
+                o->trace_path);
     fprintf(f, "\nspeculative decode with SYNTHETIC ACCEPTANCE: each draft token accepted independently\n"
                "with probability alpha = %.2f (not lossless, timing only); %d generator rounds after %d\n"
                "warm-up; plain = the same generator without drafts, run just before on the same caches;\n"
@@ -142,19 +147,48 @@ void bench_print_table(const bench_opts *o, const bench_result *r) {
     fprintf(f, "%8s %5s %-9s %6s %3s %8s %8s %8s %6s %7s %10s %10s %8s %9s  %s\n", "L", "B", "spec",
             "K", "G", "T_T ms", "T_D ms", "T_V ms", "acc", "tok/ver", "plain t/s", "spec t/s",
             "speedup", "projected", "acceptance");
+    const char *mode = o->trace_path ? "REPLAYED" : "SYNTHETIC";
+    bool has_auto = false;
     for (int i = 0; i < r->n_pts; i++) {
         const bench_point *p = &r->pts[i];
         for (int k = 0; k < p->n_spec && p->ok; k++) {
             const bench_spec *s = &p->spec[k];
+            has_auto |= s->kind == SEER_SPEC_AUTO;
             if (!s->ok) {
-                fprintf(f, "%8d %5d %-9s %6d %3d  failed: %s  (SYNTHETIC ACCEPTANCE %.2f)\n", p->L, p->B,
-                        bench_spec_label(s), s->budget, s->gamma, s->err, o->alpha);
+                fprintf(f, "%8d %5d %-9s %6d %3d  failed: %s  (%s ACCEPTANCE %.2f)\n", p->L, p->B,
+                        bench_spec_label(s), s->budget, s->gamma, s->err, mode, o->alpha);
                 continue;
             }
-            fprintf(f, "%8d %5d %-9s %6d %3d %8.3f %8.3f %8.3f %6.3f %7.2f %10.1f %10.1f %7.3fx %8.3fx  SYNTHETIC %.2f\n",
+            fprintf(f, "%8d %5d %-9s %6d %3d %8.3f %8.3f %8.3f %6.3f %7.2f %10.1f %10.1f %7.3fx %8.3fx  %s %.2f\n",
                     p->L, p->B, bench_spec_label(s), s->budget, s->gamma, p->step_ms,
                     s->draft_step_ms, s->verify_ms, s->acceptance, s->tok_per_verify,
-                    s->gen_plain_tok_s, s->spec_tok_s, s->speedup, s->projected, o->alpha);
+                    s->gen_plain_tok_s, s->spec_tok_s, s->speedup, s->projected, mode, o->alpha);
+        }
+    }
+    if (!has_auto)
+        return;
+    fprintf(f, "\nauto against the fixed settings (%s acceptance): plain = rounds auto decoded plain,\n"
+               "G = its mean chain over the others, predicted = the point's table's forecast;\n"
+               "best fixed = the fastest of plain decoding and every fixed setting above\n", mode);
+    fprintf(f, "%8s %5s %7s %5s %9s %9s %-22s %9s %9s\n", "L", "B", "plain", "G", "auto", "predicted",
+            "best fixed", "its x", "auto/best");
+    for (int i = 0; i < r->n_pts; i++) {
+        const bench_point *p = &r->pts[i];
+        for (int k = 0; k < p->n_spec && p->ok; k++) {
+            const bench_spec *s = &p->spec[k];
+            if (s->kind != SEER_SPEC_AUTO || !s->ok)
+                continue;
+            int bi;
+            const double best = bench_best_fixed(p, &bi);
+            char bl[64];
+            if (bi < 0)
+                snprintf(bl, sizeof bl, "none");
+            else
+                snprintf(bl, sizeof bl, "%s K%d G%d", bench_spec_label(&p->spec[bi]), p->spec[bi].budget,
+                         p->spec[bi].gamma);
+            fprintf(f, "%8d %5d %6.0f%% %5.1f %8.3fx %8.3fx %-22s %8.3fx %8.3f\n", p->L, p->B,
+                    100 * s->auto_plain_frac, s->auto_mean_gamma, s->speedup, s->auto_predicted, bl, best,
+                    s->speedup / best);
         }
     }
 }
@@ -249,16 +283,27 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
         json_t *sa = json_array();
         for (int k = 0; k < p->n_spec; k++) {
             const bench_spec *s = &p->spec[k];
-            char label[160];
-            snprintf(label, sizeof label,
-                     "SYNTHETIC ACCEPTANCE: each draft token accepted independently with probability %.2f; "
-                     "not lossless; timing only", o->alpha);
+            char label[512];
+            if (o->trace_path)
+                snprintf(label, sizeof label,
+                         "REPLAYED ACCEPTANCE: each drafter kind accepts as recorded in %s (other kinds at "
+                         "%.2f); not lossless; timing only", o->trace_path, o->alpha);
+            else
+                snprintf(label, sizeof label,
+                         "SYNTHETIC ACCEPTANCE: each draft token accepted independently with probability %.2f; "
+                         "not lossless; timing only", o->alpha);
+            const int gm = s->gamma > 0 ? s->gamma : 1; /* auto that never drafted: G 0 */
             json_t *e = json_pack("{s:s, s:i, s:i, s:i, s:f, s:s, s:f, s:f}", "kind",
                                   seer_spec_kind_name(s->kind), "tree_size", s->tree_size, "budget", s->budget, "gamma",
                                   s->gamma, "synthetic_acceptance_alpha", o->alpha,
                                   "acceptance_mode", label, "tokens_per_verification_expected",
-                                  bench_omega(s->gamma, o->alpha), "acceptance_expected",
-                                  (bench_omega(s->gamma, o->alpha) - 1) / s->gamma);
+                                  s->gamma > 0 ? bench_omega(gm, o->alpha) : 1.0, "acceptance_expected",
+                                  s->gamma > 0 ? (bench_omega(gm, o->alpha) - 1) / gm : 0.0);
+            if (!e) { /* a number JSON cannot hold: say so rather than drop the setting */
+                json_decref(sa), json_decref(pt), json_decref(pts), json_decref(root);
+                fprintf(stderr, "seer bench: cannot write %s's numbers as JSON\n", bench_spec_label(s));
+                return 1;
+            }
             if (!s->ok) {
                 json_object_set_new(e, "error", json_string(s->err));
             } else {
@@ -274,6 +319,22 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
                     "speedup_projected_at_alpha", s->projected);
                 json_object_update(e, v);
                 json_decref(v);
+                if (o->trace_path)
+                    json_object_set_new(e, "acceptance_replayed_from", json_string(o->trace_path));
+                if (s->kind == SEER_SPEC_AUTO) {
+                    int bi;
+                    const double best = bench_best_fixed(p, &bi);
+                    json_t *a = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "plain_fraction", s->auto_plain_frac,
+                                          "mean_gamma", s->auto_mean_gamma, "predicted_speedup",
+                                          s->auto_predicted, "calibration_s", s->calibrate_s,
+                                          "best_fixed_speedup", best, "auto_over_best_fixed", s->speedup / best);
+                    json_object_set_new(a, "best_fixed", bi < 0 ? json_string("none")
+                                                                 : json_pack("{s:s, s:i, s:i}", "kind",
+                                                                             bench_spec_label(&p->spec[bi]),
+                                                                             "budget", p->spec[bi].budget,
+                                                                             "gamma", p->spec[bi].gamma));
+                    json_object_set_new(e, "auto", a);
+                }
             }
             json_array_append_new(sa, e);
         }

@@ -50,13 +50,20 @@ static void usage(FILE *f) {
             "  --page-size N            KV page size in tokens (default 16)\n"
             "  --seed S                 weights, KV and tokens (default 1)\n"
             "speculation (timed with SYNTHETIC ACCEPTANCE, labelled in all output):\n"
-            "  --spec KIND,...          none, streaming, retrieval, snapkv, ngram (default none)\n"
+            "  --spec KIND,...          none, streaming, retrieval, snapkv, ngram, auto (default none)\n"
             "  --spec-budget-list K,... KV slots the self-draft reads (default 512)\n"
             "  --spec-gamma-list G,...  tokens drafted per round (default 4)\n"
             "  --spec-sinks S           sinks of the streaming view (default 16)\n"
             "  --spec-tree-size N       token trees of N nodes (depth: each --spec-gamma-list value):\n"
             "                           times tree drafting and tree verification\n"
             "  --synthetic-accept A     probability each draft token is accepted, in (0, 1) (default 0.8)\n"
+            "  --accept-trace FILE      REPLAYED ACCEPTANCE instead: each drafter kind accepts as the\n"
+            "                           trace recorded from a real model (seer generate --accept-trace)\n"
+            "                           (kinds without a line in it: --synthetic-accept)\n"
+            "  auto in --spec           every round auto's choice (plain, or a chain of G up to 16 from\n"
+            "                           the streaming view at a budget of --spec-budget-list, or n-gram,\n"
+            "                           when those are in --spec) from a cost table calibrated at the\n"
+            "                           point; shown beside the fastest fixed setting\n"
             "output:\n"
             "  --json                   one JSON object on stdout instead of the table\n"
             "  --json-out FILE          also write the JSON object to FILE\n"
@@ -122,13 +129,18 @@ static bool parse_spec_list(const char *s, bench_opts *o) {
         }
         if (k != SEER_SPEC_NONE) /* plain decoding is measured at every point anyway */
             o->spec[o->n_spec++] = k;
+        for (int i = 0; i + 1 < o->n_spec; i++)
+            if (o->spec[i] == k) {
+                fprintf(stderr, "seer: --spec: '%s' twice\n", tok);
+                return false;
+            }
     }
     return true;
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
     enum { O_SYN = 256, O_BACKEND, O_WEIGHTS, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PREFILL_REPS, O_PAGE, O_SEED,
-           O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_TREE, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER };
+           O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_TREE, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER, O_TRACE };
     static const struct option opts[] = {
         {"synthetic", required_argument, 0, O_SYN},   {"model", required_argument, 0, 'm'},
         {"backend", required_argument, 0, O_BACKEND},
@@ -143,6 +155,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         {"spec-sinks", required_argument, 0, O_SINKS},
         {"spec-tree-size", required_argument, 0, O_TREE},
         {"synthetic-accept", required_argument, 0, O_ALPHA},
+        {"accept-trace", required_argument, 0, O_TRACE},
         {"json", no_argument, 0, O_JSON},             {"plot", required_argument, 0, O_PLOT},
         {"json-out", required_argument, 0, O_JSON_OUT}, {"replot", required_argument, 0, O_REPLOT},
         {"peer", required_argument, 0, O_PEER},
@@ -194,6 +207,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
             }
             o->alpha = d;
             break;
+        case O_TRACE: o->trace_path = optarg; break;
         case O_JSON: o->json = true; break;
         case O_JSON_OUT: o->json_out = optarg; break;
         case O_REPLOT: o->replot = optarg; break;
@@ -254,6 +268,15 @@ const char *bench_spec_label(const bench_spec *s) {
         return seer_spec_kind_name(s->kind);
     snprintf(buf[k], sizeof buf[k], "%s+tree%d", seer_spec_kind_name(s->kind), s->tree_size);
     return buf[k];
+}
+
+double bench_best_fixed(const bench_point *p, int *idx) {
+    double best = 1;
+    *idx = -1;
+    for (int k = 0; k < p->n_spec; k++)
+        if (p->spec[k].ok && p->spec[k].kind != SEER_SPEC_AUTO && p->spec[k].speedup > best)
+            best = p->spec[k].speedup, *idx = k;
+    return best;
 }
 
 double bench_omega(int gamma, double alpha) {
@@ -350,12 +373,14 @@ typedef struct {
 typedef struct {
     seer_spec_stats d; /* over the timed rounds */
     double wall_s;
+    seer_spec_auto_stats as; /* auto: its decisions over the timed rounds */
 } gen_run;
 
 /* A generator over forks of the base sequences: warm-up rounds, then timed rounds. On
  * failure err gets the message and false comes back. */
 static bool run_gen(const bench_opts *o, point_state *ps, seer_spec_params sp, gen_run *out,
                     char *err, size_t cap) {
+    memset(&out->as, 0, sizeof out->as);
     seer_gen *g = NULL;
     seer_status s = seer_gen_init(ps->ctx, sp, &g);
     if (s != SEER_OK) {
@@ -379,7 +404,9 @@ static bool run_gen(const bench_opts *o, point_state *ps, seer_spec_params sp, g
     for (int i = 0; i < o->warmup && s == SEER_OK; i++)
         s = seer_gen_step(g, &active);
     seer_spec_stats s0, s1;
+    seer_spec_auto_stats a0, a1;
     seer_gen_stats(g, &s0);
+    seer_gen_auto_stats(g, &a0);
     double t0 = cli_now_s();
     for (int i = 0; i < o->steps && s == SEER_OK && !early; i++) {
         s = seer_gen_step(g, &active);
@@ -387,6 +414,13 @@ static bool run_gen(const bench_opts *o, point_state *ps, seer_spec_params sp, g
     }
     double t1 = cli_now_s();
     seer_gen_stats(g, &s1);
+    seer_gen_auto_stats(g, &a1);
+    for (int k = 0; k < SEER_SPEC_AUTO; k++)
+        out->as.decisions[k] = a1.decisions[k] - a0.decisions[k];
+    out->as.gamma_sum = a1.gamma_sum - a0.gamma_sum;
+    out->as.predicted_tokens = a1.predicted_tokens - a0.predicted_tokens;
+    out->as.predicted_s = a1.predicted_s - a0.predicted_s;
+    out->as.plain_tok_s_sum = a1.plain_tok_s_sum - a0.plain_tok_s_sum;
     if (s != SEER_OK)
         snprintf(err, cap, "%s", seer_last_error());
     else if (early)
@@ -412,15 +446,59 @@ static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt
     sp.tree_size = bs->tree_size;
     sp.tree_depth = bs->tree_size ? bs->gamma : 0;
     sp.synthetic_accept = (float)o->alpha;
+    sp.synthetic_trace = o->trace;
+    seer_spec_cost *table = NULL;
+    if (bs->kind == SEER_SPEC_AUTO) {
+        /* the table of this point, measured on its own caches (the plain step, verification
+         * of 2-17 tokens, the view step at each budget) */
+        const double t0 = cli_now_s();
+        /* auto chooses among the fixed settings' kinds: the sparse views (timed as the
+         * streaming view of each budget) and n-gram when asked for */
+        bool views = false, ngram = false;
+        for (int k = 0; k < o->n_spec; k++) {
+            views |= o->spec[k] == SEER_SPEC_STREAMING;
+            ngram |= o->spec[k] == SEER_SPEC_NGRAM;
+        }
+        if (!views && !ngram)
+            views = true;
+        if (seer_spec_cost_calibrate_seqs(ps->ctx, ps->base, ps->B, o->budget, views ? o->n_budget : 0, ngram,
+                                          1.0, &table) != SEER_OK) {
+            snprintf(bs->err, sizeof bs->err, "calibration: %s", seer_last_error());
+            return;
+        }
+        bs->calibrate_s = cli_now_s() - t0;
+        sp.cost = table;
+        sp.tree_size = sp.tree_depth = 0;
+    }
     gen_run plain, spec;
-    if (!run_gen(o, ps, none, &plain, bs->err, sizeof bs->err) ||
-        !run_gen(o, ps, sp, &spec, bs->err, sizeof bs->err))
+    const bool ran = run_gen(o, ps, none, &plain, bs->err, sizeof bs->err) &&
+                     run_gen(o, ps, sp, &spec, bs->err, sizeof bs->err);
+    seer_spec_cost_free(table);
+    if (!ran)
         return;
     const int steps = o->steps;
     bs->gen_plain_tok_s = plain.d.emitted / plain.wall_s;
     bs->spec_tok_s = spec.d.emitted / spec.wall_s;
     bs->speedup = bs->spec_tok_s / bs->gen_plain_tok_s;
     bs->round_ms = spec.wall_s / steps * 1e3;
+    if (bs->kind == SEER_SPEC_AUTO) {
+        int64_t rounds = 0;
+        for (int k = 0; k < SEER_SPEC_AUTO; k++)
+            rounds += spec.as.decisions[k];
+        const int64_t drafting = rounds - spec.as.decisions[SEER_SPEC_NONE];
+        bs->auto_plain_frac = rounds ? (double)spec.as.decisions[SEER_SPEC_NONE] / rounds : 0;
+        bs->auto_mean_gamma = drafting ? (double)spec.as.gamma_sum / drafting : 0;
+        bs->gamma = (int)(bs->auto_mean_gamma + 0.5);
+        seer_spec_auto_speedups(&spec.as, &bs->auto_predicted, &(double){0});
+        bs->draft_step_ms = drafting && bs->auto_mean_gamma > 0
+                                ? spec.d.t_draft_s / (drafting * bs->auto_mean_gamma) * 1e3 : 0;
+        bs->verify_ms = spec.d.t_verify_s / steps * 1e3;
+        bs->acceptance = spec.d.drafted ? (double)spec.d.accepted / spec.d.drafted : 0;
+        bs->tok_per_verify = spec.d.rounds ? (double)spec.d.emitted / spec.d.rounds : 0;
+        bs->projected = bs->auto_predicted;
+        bs->ok = true;
+        return;
+    }
     bs->draft_step_ms = spec.d.t_draft_s / steps / bs->gamma * 1e3;
     bs->verify_ms = spec.d.t_verify_s / steps * 1e3;
     bs->acceptance = spec.d.drafted ? (double)spec.d.accepted / spec.d.drafted : 0;
@@ -436,6 +514,9 @@ static void run_point(const bench_opts *o, seer_model *m, const bench_result *r,
     int gmax = o->n_spec ? max_of(o->gamma, o->n_gamma) : 0;
     if (o->n_spec && o->tree_size > gmax) /* a tree's rows: its nodes */
         gmax = o->tree_size;
+    for (int k = 0; k < o->n_spec; k++)
+        if (o->spec[k] == SEER_SPEC_AUTO && gmax < 16) /* auto's longest chain */
+            gmax = 16;
     /* Room for the generator runs: warm-up and timed rounds of up to G+1 tokens each. */
     const int margin = (o->warmup + o->steps + 2) * (gmax + 1) + 16;
     seer_context_params cp = seer_context_default_params();
@@ -519,8 +600,12 @@ static void run_point(const bench_opts *o, seer_model *m, const bench_result *r,
     pt->fraction = pt->floor_ms / pt->step_ms;
     pt->ok = true;
     for (int k = 0; k < pt->n_spec; k++) {
-        fprintf(stderr, "seer bench: L=%d B=%d spec %s K=%d G=%d (synthetic acceptance %.2f)\n", L, B,
-                seer_spec_kind_name(pt->spec[k].kind), pt->spec[k].budget, pt->spec[k].gamma, o->alpha);
+        if (o->trace)
+            fprintf(stderr, "seer bench: L=%d B=%d spec %s K=%d G=%d (acceptance replayed from %s)\n", L, B,
+                    seer_spec_kind_name(pt->spec[k].kind), pt->spec[k].budget, pt->spec[k].gamma, o->trace_path);
+        else
+            fprintf(stderr, "seer bench: L=%d B=%d spec %s K=%d G=%d (synthetic acceptance %.2f)\n", L, B,
+                    seer_spec_kind_name(pt->spec[k].kind), pt->spec[k].budget, pt->spec[k].gamma, o->alpha);
         run_spec(o, &st, pt, &pt->spec[k]);
     }
 done:
@@ -547,6 +632,14 @@ int cmd_bench(int argc, char **argv) {
     bench_peer peer = {0};
     if (o.peer && bench_peer_load(o.peer, &peer) != 0)
         return 1;
+    if (o.trace_path && !o.replot) {
+        seer_status ts = seer_accept_trace_load(o.trace_path, &o.trace);
+        if (ts != SEER_OK) {
+            cli_error("acceptance trace", ts);
+            bench_peer_free(&peer);
+            return 1;
+        }
+    }
     if (o.replot) {
         bench_result rr;
         memset(&rr, 0, sizeof rr);
@@ -574,6 +667,7 @@ int cmd_bench(int argc, char **argv) {
     if (s != SEER_OK) {
         cli_error(o.synthetic ? "synthetic model" : "loading model", s);
         bench_peer_free(&peer);
+        seer_accept_trace_free(o.trace);
         return 1;
     }
     seer_model_get_info(m, &r.info);
@@ -606,7 +700,11 @@ int cmd_bench(int argc, char **argv) {
         if (!pf->ok)
             fprintf(stderr, "seer bench: prefill of %d tokens: %s\n", pf->tokens, pf->err);
     }
-    const int n_settings = o.n_spec * o.n_budget * o.n_gamma;
+    int n_auto = 0;
+    for (int a = 0; a < o.n_spec; a++)
+        n_auto += o.spec[a] == SEER_SPEC_AUTO;
+    /* auto is one setting: it picks its own K (from the budget list) and G */
+    const int n_settings = (o.n_spec - n_auto) * o.n_budget * o.n_gamma + n_auto;
     r.pts = calloc((size_t)o.n_ctx * o.n_batch, sizeof *r.pts);
     if (!r.pts) {
         fprintf(stderr, "seer bench: out of memory\n");
@@ -624,11 +722,12 @@ int cmd_bench(int argc, char **argv) {
                     goto done;
                 }
                 for (int a = 0; a < o.n_spec; a++)
-                    for (int k = 0; k < o.n_budget; k++)
-                        for (int g = 0; g < o.n_gamma; g++)
-                            pt->spec[pt->n_spec++] = (bench_spec){
-                                .kind = o.spec[a], .budget = o.budget[k], .gamma = o.gamma[g],
-                                .tree_size = o.tree_size};
+                    for (int k = 0; k < (o.spec[a] == SEER_SPEC_AUTO ? 1 : o.n_budget); k++)
+                        for (int g = 0; g < (o.spec[a] == SEER_SPEC_AUTO ? 1 : o.n_gamma); g++)
+                            pt->spec[pt->n_spec++] = o.spec[a] == SEER_SPEC_AUTO
+                                ? (bench_spec){.kind = SEER_SPEC_AUTO}
+                                : (bench_spec){.kind = o.spec[a], .budget = o.budget[k], .gamma = o.gamma[g],
+                                               .tree_size = o.tree_size};
             }
             fprintf(stderr, "seer bench: L=%d B=%d plain decode\n", pt->L, pt->B);
             run_point(&o, m, &r, pt);
@@ -662,5 +761,6 @@ done:
     bench_result_free(&r);
     seer_model_free(m);
     bench_peer_free(&peer);
+    seer_accept_trace_free(o.trace);
     return rc;
 }

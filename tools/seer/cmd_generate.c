@@ -36,6 +36,8 @@ static void usage(FILE *f) {
             "      --spec KIND       auto, none, streaming, retrieval, snapkv, draft, ngram, quantkv (default\n"
             "                        auto: every round the drafter, K and G, or plain decoding, that a\n"
             "                        calibrated cost model predicts fastest; none: plain decoding)\n"
+            "      --accept-trace F  write what the drafter accepted, round by round, to F: a trace\n"
+            "                        that seer bench --accept-trace replays on random weights\n"
             "      --spec-cost-file F  auto: the cost table's cache file (default\n"
             "                        $XDG_CACHE_HOME/seer/<model>@<device>.cost); calibrated when absent\n"
             "      --spec-gamma G    tokens drafted per round (default 4)\n"
@@ -101,7 +103,7 @@ typedef struct {
     seer_sampler_params sp;
     seer_spec_params spec;
     cli_tree tree;
-    const char *draft_model, *chat_template, *system, *cost_file;
+    const char *draft_model, *chat_template, *system, *cost_file, *trace_file;
     seer_backend_kind backend;
     seer_weights_kind weights;
     bool json, ignore_eos, no_bos, chat, ctx_beyond;
@@ -109,7 +111,7 @@ typedef struct {
 
 static int parse(int argc, char **argv, gen_opts *o) {
     enum { O_BACKEND = 256, O_WEIGHTS, O_JSON, O_IGN, O_NOBOS,
-           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB, O_KVB, O_KVV, O_COST };
+           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB, O_KVB, O_KVV, O_COST, O_TRACE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
@@ -132,6 +134,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"system", required_argument, 0, O_SYS}, {"ctx-beyond-trained", no_argument, 0, O_CTXB},
         {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-kv-view", required_argument, 0, O_KVV},
         {"spec-cost-file", required_argument, 0, O_COST},
+        {"accept-trace", required_argument, 0, O_TRACE},
         {0, 0, 0, 0}};
     int c;
     long long v;
@@ -163,6 +166,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case O_SN: if (!cli_int("--spec-ngram", optarg, 1, 64, &v)) return 2; o->spec.ngram_max = (int)v; break;
         case O_DM: o->draft_model = optarg; break;
         case O_COST: o->cost_file = optarg; break;
+        case O_TRACE: o->trace_file = optarg; break;
         case O_KVB:
             if (!cli_int("--spec-kv-bits", optarg, 4, 8, &o->kv_bits) || (o->kv_bits != 4 && o->kv_bits != 8)) {
                 fprintf(stderr, "seer: --spec-kv-bits must be 4 or 8\n");
@@ -240,6 +244,7 @@ int cmd_generate(int argc, char **argv) {
     seer_context *ctx = NULL;
     seer_gen *gen = NULL;
     seer_spec_cost *cost = NULL;
+    seer_accept_trace *trace = NULL;
     seer_detok *dt = NULL;
     int32_t *ids = NULL;
     json_t *out = NULL;
@@ -328,6 +333,11 @@ int cmd_generate(int argc, char **argv) {
         o.spec.cost = cost = cli_auto_cost("generate", ctx, draft, o.cost_file);
     if ((s = seer_gen_init(ctx, o.spec, &gen)) != SEER_OK) {
         cli_error("speculation", s);
+        goto done;
+    }
+    if (o.trace_file && ((s = seer_accept_trace_new(&trace)) != SEER_OK ||
+                         (s = seer_gen_record_trace(gen, trace)) != SEER_OK)) {
+        cli_error("acceptance trace", s);
         goto done;
     }
     if ((s = seer_detok_init(model, &dt)) != SEER_OK) {
@@ -454,6 +464,10 @@ int cmd_generate(int argc, char **argv) {
                         "draft %.3f s, verify %.3f s\n",
                 seer_spec_kind_name(o.spec.kind), tree, (long long)st.drafted, (long long)st.accepted,
                 100 * acc_rate, per_round, st.t_draft_s, st.t_verify_s);
+    if (trace && (s = seer_accept_trace_save(trace, o.trace_file)) != SEER_OK) {
+        cli_error("acceptance trace", s);
+        goto done;
+    }
     rc = 0;
 done:
     json_decref(out);
@@ -464,6 +478,7 @@ done:
     free(chat_mark);
     seer_detok_free(dt);
     seer_gen_free(gen);
+    seer_accept_trace_free(trace);
     seer_spec_cost_free(cost);
     seer_context_free(ctx);
     seer_model_free(draft);
