@@ -430,6 +430,8 @@ typedef struct {
     int64_t decisions[SEER_SPEC_AUTO]; /* [kind] rounds run with each drafter, [NONE]: plain */
     int64_t drafted[SEER_SPEC_AUTO], accepted[SEER_SPEC_AUTO]; /* [kind] draft tokens */
     int64_t gamma_sum;      /* G summed over speculating rounds */
+    int64_t probes;         /* speculating rounds run to measure a drafter's acceptance (the
+                               planner had seen too little of it to choose it) */
     double predicted_tokens; /* tokens the chosen options were predicted to emit */
     double predicted_s;     /* seconds they were predicted to take */
     double plain_tok_s_sum; /* the table's plain decoding rate, summed over rounds */

@@ -9,6 +9,8 @@
  *   - the choice, seen through the decision counts: plain in every round when every draft is
  *     predicted to lose (a draft step as dear as a target step), a drafter when drafts are
  *     cheap and verification flat; plain without a table;
+ *   - exploration: where drafting pays only above the initial prior, probe rounds find a high
+ *     acceptance (auto then drafts in most rounds) and stop soon at a low one;
  *   - sampled generation with auto runs, drafts, and is reproducible from its seed;
  *   - the public cost table: calibration, save and load, a stale key refused, the default
  *     cache path.
@@ -229,6 +231,47 @@ static void test_switching_identical(void **state) {
     seer_model_free(m);
 }
 
+/* Exploration: under a table where drafting pays only at high acceptance, the initial prior
+ * (0.6) predicts plain decoding; probe rounds measure the drafter, so that auto drafts in most
+ * rounds where acceptance is high (synthetic 0.95) and probes only a few times where it is low
+ * (synthetic 0.05). Depths past the chains run are assumed to accept as the one before, so
+ * the chain grows past G 1. */
+static void test_explore(void **state) {
+    (void)state;
+    const char *path = gen_model("a3.gguf", 300, 64, 2, 13);
+    seer_model *m = tu_load_cpu(path);
+    int32_t prompts[3][64];
+    const int plen[3] = {40, 7, 23};
+    prompts_of(prompts, plen, 300, 19);
+    const char *const streaming[] = {"streaming"};
+    budgets[0] = 16, n_budgets = 1;
+    /* G 1 at acceptance a: (1 + a) tokens in 1.55 steps; pays 5 % only above a = 0.63 */
+    seer_spec_cost *t = table(1e-3, 0.05, 0.5e-3, streaming, 1);
+    budgets[0] = 8, n_budgets = 2;
+    static const float alpha[] = {0.95f, 0.05f};
+    for (int i = 0; i < 2; i++) {
+        seer_spec_params sp = auto_spec(t, NULL);
+        sp.synthetic_accept = alpha[i];
+        tu_output got[3];
+        run_stats rs = run(m, sp, prompts, plen, 3, 300, tu_greedy(), got);
+        const int64_t rounds = rounds_of(&rs.as), drafting = rounds - rs.as.decisions[SEER_SPEC_NONE];
+        print_message("synthetic %.2f: %lld rounds, %lld drafting (%lld probes), mean G %.2f\n", alpha[i],
+                      (long long)rounds, (long long)drafting, (long long)rs.as.probes,
+                      drafting ? (double)rs.as.gamma_sum / drafting : 0.0);
+        assert_true(rs.as.probes >= 1);
+        if (i == 0) {
+            /* the first 16 rounds are plain, until the first probe (explore_every) */
+            assert_true(drafting >= (rounds - 16) * 3 / 4);
+            assert_true(rs.as.gamma_sum > drafting * 3 / 2); /* chains longer than one */
+        } else {
+            assert_true(drafting <= rounds / 8);
+            assert_true(rs.as.probes <= 10);
+        }
+    }
+    seer_spec_cost_free(t);
+    seer_model_free(m);
+}
+
 /* stories260K's golden ids with auto: under a table calibrated here and under one where
  * drafting always looks good, alone and as a batch of five. */
 static void test_golden_stories(void **state) {
@@ -430,7 +473,7 @@ static void test_cost_file(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse),          cmocka_unit_test(test_choice),
+        cmocka_unit_test(test_parse),          cmocka_unit_test(test_choice), cmocka_unit_test(test_explore),
         cmocka_unit_test(test_switching_identical), cmocka_unit_test(test_golden_stories),
         cmocka_unit_test(test_golden_sched),   cmocka_unit_test(test_sampled),
         cmocka_unit_test(test_cost_file),

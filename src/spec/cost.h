@@ -135,6 +135,8 @@ typedef struct {
                                exponential average over its recent rounds; 1: all of them) */
     double min_speedup;     /* speculate only when predicted at least this much faster than
                                plain (>= 1; above 1 it keeps marginal options off) */
+    double explore_accept;  /* probe rounds: the depth-0 prior (in [0, 1]) */
+    int explore_every;      /* auto: a probe after this many plain rounds in a row (0: never) */
 } seer_cost_params;
 
 seer_cost_params seer_cost_default_params(void);
@@ -188,6 +190,10 @@ typedef struct {
  * at least min_speedup times faster. */
 seer_status seer_cost_choose(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
                              const int *lens, int B, const bool *allowed, seer_spec_decision *out);
+/* The same choice with explore_accept as the depth-0 prior: the option worth one probe round
+ * (plain when none would pay even then, or when what was seen already rules drafting out). */
+seer_status seer_cost_choose_probe(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
+                                   const int *lens, int B, const bool *allowed, seer_spec_decision *out);
 /* The prediction for one given chain option (gamma 0 or kind NONE: plain), to report next to
  * what a fixed setting measured. SEER_ERR_INVALID_ARG when the table lacks kind or budget. */
 seer_status seer_cost_predict(const seer_cost_planner *pl, const seer_accept_track *const *tracks,

@@ -14,7 +14,17 @@
  * chains where acceptance decays with depth. Each request's estimate shrinks towards the
  * batch-wide estimate of recent rounds (prior_weight pseudo-observations of it), which itself
  * starts from prior_accept: a new request starts at what the batch sees, and a request with
- * a long history follows its own text.
+ * a long history follows its own text. A depth the batch has seen little of is assumed to
+ * accept as the depth before it (its pseudo-observations are of that depth's estimate), so
+ * that rounds of G drafts do not leave depth G + 1 at the initial prior forever: chains of
+ * one accepted at 0.8 make a chain of two look as good as it is.
+ *
+ * Exploration: a drafter never chosen is never observed, so an initial prior under the break-
+ * even acceptance would keep plain decoding for good. seer_cost_choose_probe makes the same
+ * choice with explore_accept as the depth-0 prior: where drafting would pay if acceptance
+ * were that high and little has been seen, it names the option to try (auto.c runs one such
+ * round after explore_every plain rounds in a row); each probe's observations pull the
+ * estimate to what the text gives, so probes stop where drafting does not pay.
  *
  * Known limits: a tree level of w nodes is charged one draft step, which holds while a
  * drafting call of w tokens per sequence stays memory-bound; the batch's mean L stands for
@@ -45,6 +55,8 @@ seer_cost_params seer_cost_default_params(void) {
         .batch_decay = 0.995,
         .request_decay = 0.98,
         .min_speedup = 1.05,
+        .explore_accept = 0.9,
+        .explore_every = 16,
     };
 }
 
@@ -61,12 +73,13 @@ static seer_status check_params(const seer_cost_params *p) {
     if (!(p->prior_accept >= 0 && p->prior_accept <= 1) || !(p->prior_weight > 0) ||
         !isfinite(p->prior_weight) || !(p->batch_decay > 0 && p->batch_decay <= 1) ||
         !(p->request_decay > 0 && p->request_decay <= 1) ||
-        !(p->min_speedup >= 1) || !isfinite(p->min_speedup))
+        !(p->min_speedup >= 1) || !isfinite(p->min_speedup) ||
+        !(p->explore_accept >= 0 && p->explore_accept <= 1) || p->explore_every < 0)
         return seer_err(SEER_ERR_INVALID_ARG,
                         "cost planner: prior %g (in [0, 1]), weight %g (> 0), decays %g and %g (in"
-                        " (0, 1]), min speedup %g (>= 1)",
+                        " (0, 1]), min speedup %g (>= 1), exploration %g (in [0, 1]) every %d (>= 0)",
                         p->prior_accept, p->prior_weight, p->batch_decay, p->request_decay,
-                        p->min_speedup);
+                        p->min_speedup, p->explore_accept, p->explore_every);
     return SEER_OK;
 }
 
@@ -172,15 +185,16 @@ seer_status seer_cost_observe_node(seer_cost_planner *pl, seer_accept_track *tr,
     return SEER_OK;
 }
 
-void seer_cost_accept(const seer_cost_planner *pl, const seer_accept_track *tr,
-                      seer_spec_kind kind, double *a, double *p) {
+static void accept_prior(const seer_cost_planner *pl, const seer_accept_track *tr, seer_spec_kind kind,
+                         double prior, double *a, double *p) {
     const seer_cost_params *q = &pl->p;
     const seer_accept_stats *b = &pl->batch[kind];
     const seer_accept_stats *r = tr ? &tr->kind[kind] : NULL;
     const double w = q->prior_weight;
+    double ab = prior; /* depth j's pseudo-observations: depth j - 1's estimate */
     if (a)
         for (int j = 0; j < q->max_gamma; j++) {
-            const double ab = (b->accepted[j] + w * q->prior_accept) / (b->tried[j] + w);
+            ab = (b->accepted[j] + w * ab) / (b->tried[j] + w);
             a[j] = r ? (r->accepted[j] + w * ab) / (r->tried[j] + w) : ab;
         }
     if (p) {
@@ -189,6 +203,11 @@ void seer_cost_accept(const seer_cost_planner *pl, const seer_accept_track *tr,
             for (int k = 0; k < q->tree_ranks; k++)
                 p[k] = (r->pos.accepted[k] + w * p[k]) / (r->pos.tried[k] + w);
     }
+}
+
+void seer_cost_accept(const seer_cost_planner *pl, const seer_accept_track *tr,
+                      seer_spec_kind kind, double *a, double *p) {
+    accept_prior(pl, tr, kind, pl->p.prior_accept, a, p);
 }
 
 double seer_cost_chain_tokens(const double *a, int G) {
@@ -203,13 +222,13 @@ double seer_cost_chain_tokens(const double *a, int G) {
 /* Per-batch inputs of one drafter: chain tokens for G = 1..max_gamma summed over the batch
  * (ch [max_gamma + 1], ch[0] = B) and the batch's mean positional acceptance p. */
 static void batch_accept(const seer_cost_planner *pl, const seer_accept_track *const *tracks, int B,
-                         seer_spec_kind kind, double *ch, double *p) {
+                         seer_spec_kind kind, double prior, double *ch, double *p) {
     const int Gm = pl->p.max_gamma, R = pl->p.tree_ranks;
     double a[SEER_COST_MAX_G], pi[SEER_TREE_MAX_RANK];
     memset(ch, 0, sizeof(double) * (Gm + 1));
     memset(p, 0, sizeof(double) * R);
     for (int i = 0; i < B; i++) {
-        seer_cost_accept(pl, tracks ? tracks[i] : NULL, kind, a, pi);
+        accept_prior(pl, tracks ? tracks[i] : NULL, kind, prior, a, pi);
         double run = 1.0;
         ch[0] += 1.0;
         for (int g = 1; g <= Gm; g++) {
@@ -250,8 +269,8 @@ static seer_status check_batch(const int *lens, int B, double *L) {
     return SEER_OK;
 }
 
-seer_status seer_cost_choose(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
-                             const int *lens, int B, const bool *allowed, seer_spec_decision *out) {
+static seer_status choose(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
+                          const int *lens, int B, const bool *allowed, double prior, seer_spec_decision *out) {
     SEER_CHECK_ARG(pl);
     SEER_CHECK_ARG(out);
     double L;
@@ -269,7 +288,7 @@ seer_status seer_cost_choose(const seer_cost_planner *pl, const seer_accept_trac
         if (allowed && !allowed[dr->kind])
             continue;
         double ch[SEER_COST_MAX_G + 1], p[SEER_TREE_MAX_RANK];
-        batch_accept(pl, tracks, B, dr->kind, ch, p);
+        batch_accept(pl, tracks, B, dr->kind, prior, ch, p);
         const bool trees = N > 2 && seer_tree_table(p, q->tree_ranks, N, D, f) == SEER_OK;
         for (int ki = 0; ki < dr->n_k; ki++) {
             const double td = seer_cost_draft(t, d, ki, B, L);
@@ -300,6 +319,18 @@ seer_status seer_cost_choose(const seer_cost_planner *pl, const seer_accept_trac
     return SEER_OK;
 }
 
+seer_status seer_cost_choose(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
+                             const int *lens, int B, const bool *allowed, seer_spec_decision *out) {
+    SEER_CHECK_ARG(pl);
+    return choose(pl, tracks, lens, B, allowed, pl->p.prior_accept, out);
+}
+
+seer_status seer_cost_choose_probe(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
+                                   const int *lens, int B, const bool *allowed, seer_spec_decision *out) {
+    SEER_CHECK_ARG(pl);
+    return choose(pl, tracks, lens, B, allowed, pl->p.explore_accept, out);
+}
+
 seer_status seer_cost_predict(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
                               const int *lens, int B, seer_spec_kind kind, int budget, int gamma,
                               seer_spec_decision *out) {
@@ -326,7 +357,7 @@ seer_status seer_cost_predict(const seer_cost_planner *pl, const seer_accept_tra
                         "cost planner: no measured %s step with budget %d, or gamma %d > %d",
                         seer_spec_kind_name(kind), budget, gamma, pl->p.max_gamma);
     double ch[SEER_COST_MAX_G + 1], p[SEER_TREE_MAX_RANK];
-    batch_accept(pl, tracks, B, kind, ch, p);
+    batch_accept(pl, tracks, B, kind, pl->p.prior_accept, ch, p);
     const double tr =
         gamma * seer_cost_draft(t, di, ki, B, L) + seer_cost_verify(t, gamma + 1, B, L);
     fill(&d, kind, budget, gamma, 0, ch[gamma], tr, plain_tps);
