@@ -44,8 +44,10 @@ struct seer_gen_auto {
     auto_cand cand[AUTO_MAX_CAND];
     bool allowed[SEER_COST_KINDS];
     int cur;                   /* this round's candidate, -1: plain */
-    int plain_run;             /* plain rounds in a row (a probe after explore_every) */
-    int explore_every;
+    int plain_run;             /* plain rounds in a row (a probe after gap of them) */
+    int explore_every;         /* the planner's first gap */
+    int gap;                   /* doubles after each probe that did not make drafting pay */
+    bool probed;               /* the last round was a probe */
     seer_accept_track *track;  /* [n_seq_max] per handle */
     bool *tracked;             /* [n_seq_max] its track was started */
     const seer_accept_track **tr; /* [n_seq_max] a round's tracks */
@@ -93,7 +95,7 @@ seer_status seer_gen_auto_init(seer_gen *g) {
     seer_cost_params cp = seer_cost_default_params();
     cp.max_gamma = g->G < SEER_COST_MAX_G ? g->G : SEER_COST_MAX_G;
     SEER_TRY(seer_cost_planner_init(t, cp, &a->pl));
-    a->explore_every = cp.explore_every;
+    a->explore_every = a->gap = cp.explore_every;
     for (int d = 0; d < t->n_drafters; d++) {
         const seer_cost_drafter *dr = &t->drafter[d];
         if (!candidate_kind(dr->kind, &g->spec))
@@ -239,12 +241,15 @@ seer_status seer_gen_auto_round(seer_gen *g) {
             memset(&d, 0, sizeof d);
         /* a drafter the planner has seen too little of to choose, but that would pay at a
          * high acceptance, gets one round now and then (cost_plan.c: exploration) */
-        if (d.kind == SEER_SPEC_NONE && a->explore_every > 0 && ++a->plain_run >= a->explore_every) {
+        if (a->probed) /* what the probe saw: back to the first gap if drafting now pays */
+            a->gap = d.kind != SEER_SPEC_NONE ? a->explore_every : a->gap < (1 << 20) ? 2 * a->gap : a->gap;
+        a->probed = false;
+        if (d.kind == SEER_SPEC_NONE && a->explore_every > 0 && ++a->plain_run >= a->gap) {
             a->plain_run = 0;
             if (seer_cost_choose_probe(a->pl, a->tr, a->lens, B, a->allowed, &d) != SEER_OK)
                 memset(&d, 0, sizeof d);
             if (d.kind != SEER_SPEC_NONE)
-                a->st.probes++;
+                a->st.probes++, a->probed = true;
         } else if (d.kind != SEER_SPEC_NONE)
             a->plain_run = 0;
         for (int i = 0; d.kind != SEER_SPEC_NONE && i < a->n_cand; i++)

@@ -136,7 +136,8 @@ typedef struct {
     double min_speedup;     /* speculate only when predicted at least this much faster than
                                plain (>= 1; above 1 it keeps marginal options off) */
     double explore_accept;  /* probe rounds: the depth-0 prior (in [0, 1]) */
-    int explore_every;      /* auto: a probe after this many plain rounds in a row (0: never) */
+    int explore_every;      /* auto: a probe after this many plain rounds in a row (0: never);
+                               the gap doubles after each probe that leaves plain the choice */
 } seer_cost_params;
 
 seer_cost_params seer_cost_default_params(void);

@@ -23,8 +23,9 @@
  * even acceptance would keep plain decoding for good. seer_cost_choose_probe makes the same
  * choice with explore_accept as the depth-0 prior: where drafting would pay if acceptance
  * were that high and little has been seen, it names the option to try (auto.c runs one such
- * round after explore_every plain rounds in a row); each probe's observations pull the
- * estimate to what the text gives, so probes stop where drafting does not pay.
+ * round after explore_every plain rounds in a row, and doubles that gap after each probe that
+ * leaves plain decoding the choice, so that probes cost O(log n) rounds of n where drafting
+ * does not pay); each probe's observations pull the estimate to what the text gives.
  *
  * Known limits: a tree level of w nodes is charged one draft step, which holds while a
  * drafting call of w tokens per sequence stays memory-bound; the batch's mean L stands for
