@@ -416,6 +416,16 @@ static void test_bench_json(void **state) {
     assert_non_null(a);
     const double acc = atof(a + strlen("\"acceptance_synthetic\":"));
     assert_true(acc > 0.3 && acc < 0.7);
+    /* the draft model's drafters: their rows with a draft model, refused without one */
+    rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --draft-synthetic tiny --backend cpu --ctx-list 96 "
+            "--batch-list 2 --steps 3 --warmup 1 --prefill 0 --spec draft,hierarchy --spec-budget-list 32 "
+            "--spec-gamma-list 3 --json 2>/dev/null", SEER_CLI);
+    if (rc != 0 || !strstr(buf, "\"kind\":\"draft\"") || !strstr(buf, "\"kind\":\"hierarchy\"") ||
+        strstr(buf, "\"error\""))
+        fail_msg("rc %d: %s", rc, buf);
+    rc = sh(buf, sizeof buf, "%s bench --synthetic tiny --backend cpu --spec hierarchy", SEER_CLI);
+    if (rc != 2 || !strstr(buf, "draft model"))
+        fail_msg("rc %d: %s", rc, buf);
     /* a malformed trace is refused before anything is measured */
     const char *bad = "seer-accept-trace 1\nseq streaming 32 3/2\nend\n";
     assert_int_equal(tu_write_file(tp, bad, strlen(bad)), 0);

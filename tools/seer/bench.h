@@ -20,6 +20,9 @@ typedef struct {
     int prefill_reps;                        /* timed runs of each, after a warm-up: the median */
     uint64_t seed;
     double alpha; /* synthetic acceptance of the speculative runs */
+    const char *draft_synthetic, *draft_path; /* the draft model of draft and hierarchy runs */
+    seer_model *draft;
+    int hier_gamma;                  /* hierarchy: the draft model's chain per middle verification */
     const char *trace_path;          /* --accept-trace: replayed acceptance instead of alpha */
     seer_accept_trace *trace;
     int ctx[BENCH_MAX_LIST], n_ctx;

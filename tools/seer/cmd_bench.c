@@ -57,6 +57,13 @@ static void usage(FILE *f) {
             "  --spec-tree-size N       token trees of N nodes (depth: each --spec-gamma-list value):\n"
             "                           times tree drafting and tree verification\n"
             "  --synthetic-accept A     probability each draft token is accepted, in (0, 1) (default 0.8)\n"
+            "  --draft-synthetic SHAPE  the draft model of --spec draft and hierarchy: random weights of a\n"
+            "                           preset (e.g. llama-3.2-1b under llama-3.1-8b: the same vocabulary)\n"
+            "  --draft-model FILE       or a GGUF draft model\n"
+            "  --spec-hier-gamma N      hierarchy: the draft model's chain per middle verification (default 2);\n"
+            "                           the middle level (the target under a streaming view of K slots)\n"
+            "                           verifies it by the exact rule (on random weights it accepts\n"
+            "                           little), the top at the synthetic or replayed rate\n"
             "  --accept-trace FILE      REPLAYED ACCEPTANCE instead: each drafter kind accepts as the\n"
             "                           trace recorded from a real model (seer generate --accept-trace)\n"
             "                           (kinds without a line in it: --synthetic-accept)\n"
@@ -119,8 +126,8 @@ static bool parse_spec_list(const char *s, bench_opts *o) {
             fprintf(stderr, "seer: --spec: %s\n", seer_last_error());
             return false;
         }
-        if (k == SEER_SPEC_DRAFT || k == SEER_SPEC_HIERARCHY) {
-            fprintf(stderr, "seer: --spec: '%s' needs a draft model, which seer bench does not load\n", tok);
+        if (k == SEER_SPEC_QUANTKV) {
+            fprintf(stderr, "seer: --spec: '%s' needs the KV copy at context creation, which seer bench does not make\n", tok);
             return false;
         }
         if (o->n_spec == BENCH_MAX_LIST) {
@@ -140,7 +147,7 @@ static bool parse_spec_list(const char *s, bench_opts *o) {
 
 static int parse(int argc, char **argv, bench_opts *o) {
     enum { O_SYN = 256, O_BACKEND, O_WEIGHTS, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PREFILL_REPS, O_PAGE, O_SEED,
-           O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_TREE, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER, O_TRACE };
+           O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_TREE, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER, O_TRACE, O_DSYN, O_DMODEL, O_HGAMMA };
     static const struct option opts[] = {
         {"synthetic", required_argument, 0, O_SYN},   {"model", required_argument, 0, 'm'},
         {"backend", required_argument, 0, O_BACKEND},
@@ -156,6 +163,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
         {"spec-tree-size", required_argument, 0, O_TREE},
         {"synthetic-accept", required_argument, 0, O_ALPHA},
         {"accept-trace", required_argument, 0, O_TRACE},
+        {"draft-synthetic", required_argument, 0, O_DSYN}, {"draft-model", required_argument, 0, O_DMODEL},
+        {"spec-hier-gamma", required_argument, 0, O_HGAMMA},
         {"json", no_argument, 0, O_JSON},             {"plot", required_argument, 0, O_PLOT},
         {"json-out", required_argument, 0, O_JSON_OUT}, {"replot", required_argument, 0, O_REPLOT},
         {"peer", required_argument, 0, O_PEER},
@@ -208,6 +217,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
             o->alpha = d;
             break;
         case O_TRACE: o->trace_path = optarg; break;
+        case O_DSYN: o->draft_synthetic = optarg; break;
+        case O_DMODEL: o->draft_path = optarg; break;
+        case O_HGAMMA: if (!cli_int("--spec-hier-gamma", optarg, 1, 64, &v)) return 2; o->hier_gamma = (int)v; break;
         case O_JSON: o->json = true; break;
         case O_JSON_OUT: o->json_out = optarg; break;
         case O_REPLOT: o->replot = optarg; break;
@@ -230,6 +242,18 @@ static int parse(int argc, char **argv, bench_opts *o) {
     }
     if (!o->synthetic == !o->model_path) {
         fprintf(stderr, "seer bench: give exactly one of --synthetic SHAPE or -m MODEL\n");
+        return 2;
+    }
+    bool needs_draft = false;
+    for (int k = 0; k < o->n_spec; k++)
+        needs_draft |= o->spec[k] == SEER_SPEC_DRAFT || o->spec[k] == SEER_SPEC_HIERARCHY;
+    if (o->draft_synthetic && o->draft_path) {
+        fprintf(stderr, "seer bench: give at most one of --draft-synthetic and --draft-model\n");
+        return 2;
+    }
+    if (needs_draft != (o->draft_synthetic || o->draft_path)) {
+        fprintf(stderr, "seer bench: --spec draft and hierarchy take a draft model (--draft-synthetic SHAPE or "
+                        "--draft-model FILE), and a draft model needs one of them\n");
         return 2;
     }
     return -1;
@@ -447,6 +471,9 @@ static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt
     sp.tree_depth = bs->tree_size ? bs->gamma : 0;
     sp.synthetic_accept = (float)o->alpha;
     sp.synthetic_trace = o->trace;
+    sp.draft_model = o->draft;
+    sp.hier_base = SEER_SPEC_STREAMING;
+    sp.hier_gamma = o->hier_gamma ? o->hier_gamma : 2;
     seer_spec_cost *table = NULL;
     if (bs->kind == SEER_SPEC_AUTO) {
         /* the table of this point, measured on its own caches (the plain step, verification
@@ -673,6 +700,24 @@ int cmd_bench(int argc, char **argv) {
     seer_model_get_info(m, &r.info);
     seer_model_get_footprint(m, &r.fp);
     rc = 1;
+    if (o.draft_synthetic || o.draft_path) {
+        if (o.draft_synthetic) {
+            seer_gen_params gp = seer_gen_default_params();
+            gp.seed = o.seed + 1;
+            s = seer_model_synthetic(o.draft_synthetic, &gp, mp, &o.draft);
+        } else {
+            s = seer_model_load(o.draft_path, mp, &o.draft);
+        }
+        if (s != SEER_OK) {
+            cli_error("draft model", s);
+            goto done;
+        }
+        if (seer_n_vocab(o.draft) != r.info.n_vocab) {
+            fprintf(stderr, "seer bench: the draft model's vocabulary (%d) is not the model's (%d)\n",
+                    seer_n_vocab(o.draft), r.info.n_vocab);
+            goto done;
+        }
+    }
     /* The peer's shape is checked against this model before anything is measured (a merge
      * into no points); its numbers are merged once every point exists. */
     bench_result shape = {.info = r.info};
@@ -759,6 +804,7 @@ int cmd_bench(int argc, char **argv) {
     }
 done:
     bench_result_free(&r);
+    seer_model_free(o.draft);
     seer_model_free(m);
     bench_peer_free(&peer);
     seer_accept_trace_free(o.trace);
