@@ -369,14 +369,21 @@ static void gen_run(seer_model *m, seer_spec_params spec, int32_t (*prompts)[128
 }
 
 /* The quantised-KV draft twice: 4 bits over every slot, 8 bits under the streaming view; the
- * hierarchy (the draft model under the streaming view); auto under a given cost table. */
+ * hierarchy (the draft model under each middle view: streaming, retrieval, snapkv, the 8-bit
+ * copy); auto under a given cost table. */
 static const seer_spec_kind KINDS[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV,
                                        SEER_SPEC_DRAFT,     SEER_SPEC_NGRAM,     SEER_SPEC_QUANTKV,
-                                       SEER_SPEC_QUANTKV,   SEER_SPEC_HIERARCHY, SEER_SPEC_AUTO};
-static const int KV_BITS[] = {0, 0, 0, 0, 0, 4, 8, 0, 0};
+                                       SEER_SPEC_QUANTKV,   SEER_SPEC_HIERARCHY, SEER_SPEC_HIERARCHY,
+                                       SEER_SPEC_HIERARCHY, SEER_SPEC_HIERARCHY, SEER_SPEC_AUTO};
+static const int KV_BITS[] = {0, 0, 0, 0, 0, 4, 8, 0, 0, 0, 8, 0};
 static const seer_spec_kind KV_VIEW[] = {SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_NONE,
                                          SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_NONE,
-                                         SEER_SPEC_STREAMING, SEER_SPEC_NONE, SEER_SPEC_NONE};
+                                         SEER_SPEC_STREAMING, SEER_SPEC_NONE, SEER_SPEC_NONE,
+                                         SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_NONE};
+static const seer_spec_kind HIER_BASE[] = {SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_NONE,
+                                           SEER_SPEC_NONE, SEER_SPEC_NONE, SEER_SPEC_NONE,
+                                           SEER_SPEC_NONE, SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL,
+                                           SEER_SPEC_SNAPKV, SEER_SPEC_QUANTKV, SEER_SPEC_NONE};
 #define N_KINDS ((int)(sizeof KINDS / sizeof *KINDS))
 
 /* A cost table under which drafting always pays (verification as cheap as a step, drafts
@@ -429,7 +436,7 @@ static int spec_compare(const char *label, seer_model *m, seer_model *draft, int
         sp.refresh_every = 3;
         sp.draft_model = draft;
         sp.draft_budget = KINDS[k] == SEER_SPEC_DRAFT || KINDS[k] == SEER_SPEC_HIERARCHY ? 24 : 0;
-        sp.hier_base = SEER_SPEC_STREAMING;
+        sp.hier_base = HIER_BASE[k];
         sp.hier_gamma = 2;
         sp.cost = table;
         sp.quant_view = KV_VIEW[k];
@@ -453,7 +460,9 @@ static int spec_compare(const char *label, seer_model *m, seer_model *draft, int
             diff_batch += got[i].n != plain[i].n || memcmp(got[i].ids, plain[i].ids, sizeof(int32_t) * got[i].n);
         mk_kv_bits = 0;
         char kname[32];
-        snprintf(kname, sizeof kname, "%s%s%s", seer_spec_kind_name(KINDS[k]),
+        snprintf(kname, sizeof kname, "%s%s%s%s%s", seer_spec_kind_name(KINDS[k]),
+                 HIER_BASE[k] != SEER_SPEC_NONE ? "/" : "",
+                 HIER_BASE[k] != SEER_SPEC_NONE ? seer_spec_kind_name(HIER_BASE[k]) : "",
                  KV_BITS[k] == 4 ? "4" : KV_BITS[k] == 8 ? "8" : "", KV_VIEW[k] == SEER_SPEC_STREAMING ? "s" : "");
         printf("gpu_spec: %-22s %-9s%s G=%d K=%d alone: %d of %d differ, batch of %d: %d differ; "
                "acceptance %.2f %s\n", label, kname, tree ? " tree" : "", gamma, budget, diff_alone,
