@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds seer and runs every test: the release build, the same tests under ASan + UBSan,
 # the server's test under ThreadSanitizer, and the fuzzers (GGUF reader, tokenizers, model
-# loading; about 80 s, see scripts/fuzz.sh).
+# loading, the cost and acceptance-trace files; about 100 s, see scripts/fuzz.sh).
 # Needs ../shared beside the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,5 +26,5 @@ cmake --build build-tsan -j"$jobs" --target seer_cli test_threads
 TSAN_OPTIONS=halt_on_error=1 build-tsan/test_threads
 TSAN_OPTIONS=halt_on_error=1 python3 tests/serve/test_serve.py --seer build-tsan/seer --shared ../shared
 
-echo "== fuzzing the GGUF reader, the tokenizers and model loading"
+echo "== fuzzing the GGUF reader, the tokenizers, model loading and the speculation files"
 scripts/fuzz.sh
