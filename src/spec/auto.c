@@ -241,8 +241,10 @@ seer_status seer_gen_auto_round(seer_gen *g) {
             memset(&d, 0, sizeof d);
         /* a drafter the planner has seen too little of to choose, but that would pay at a
          * high acceptance, gets one round now and then (cost_plan.c: exploration) */
-        if (a->probed) /* what the probe saw: back to the first gap if drafting now pays */
-            a->gap = d.kind != SEER_SPEC_NONE ? a->explore_every : a->gap < (1 << 20) ? 2 * a->gap : a->gap;
+        if (a->probed && d.kind != SEER_SPEC_NONE) /* the probe made drafting pay */
+            a->gap = a->explore_every;
+        else if (a->probed && a->gap < (1 << 20))
+            a->gap *= 2;
         a->probed = false;
         if (d.kind == SEER_SPEC_NONE && a->explore_every > 0 && ++a->plain_run >= a->gap) {
             a->plain_run = 0;

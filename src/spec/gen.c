@@ -57,18 +57,16 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
         return seer_err(SEER_ERR_INVALID_ARG, "unknown speculation kind %d", (int)p->kind);
     if (p->kind == SEER_SPEC_NONE)
         return SEER_OK;
+    if (!(p->synthetic_accept >= 0 && p->synthetic_accept < 1))
+        return seer_err(SEER_ERR_INVALID_ARG, "synthetic acceptance %g must be in [0, 1)", p->synthetic_accept);
     if (p->kind == SEER_SPEC_AUTO) { /* its drafters' settings are checked by their inits */
         if (p->tree_size != 0)
             return seer_err(SEER_ERR_INVALID_ARG, "automatic speculation proposes chains, not trees");
-        if (!(p->synthetic_accept >= 0 && p->synthetic_accept < 1))
-            return seer_err(SEER_ERR_INVALID_ARG, "synthetic acceptance %g must be in [0, 1)", p->synthetic_accept);
         return SEER_OK;
     }
     if (p->gamma < 1 || p->gamma + 1 > SEER_INVARIANT_NEW_TOKENS) /* verification stays exact */
         return seer_err(SEER_ERR_INVALID_ARG, "spec gamma %d is out of range [1, %d]", p->gamma,
                         SEER_INVARIANT_NEW_TOKENS - 1);
-    if (!(p->synthetic_accept >= 0 && p->synthetic_accept < 1))
-        return seer_err(SEER_ERR_INVALID_ARG, "synthetic acceptance %g must be in [0, 1)", p->synthetic_accept);
     if (p->tree_size < -1 || p->tree_depth < 0 || p->tree_replan < 0 || p->tree_size + 1 > SEER_INVARIANT_NEW_TOKENS ||
         p->tree_size + 1 > ctx->params.n_batch_max)
         return seer_err(SEER_ERR_INVALID_ARG, "tree of %d nodes: must be in [0, %d] (and fit in the batch limit %d)",
@@ -707,7 +705,8 @@ seer_status seer_gen_record_trace(seer_gen *g, seer_accept_trace *t) {
     return SEER_OK;
 }
 
-bool seer_gen_synthetic_accept(seer_gen *g, int h) {
+/* The next draft token of handle h in a synthetic run: accepted or not. */
+static bool synthetic_accept(seer_gen *g, int h) {
     seer_gen_seq *s = &g->seqs[h];
     const seer_accept_trace *t = g->spec.synthetic_trace;
     if (t) {
@@ -723,4 +722,21 @@ bool seer_gen_synthetic_accept(seer_gen *g, int h) {
         }
     }
     return seer_sampler_uniform(s->smp) < g->spec.synthetic_accept;
+}
+
+int seer_gen_synthetic_path(seer_gen *g, int k, int32_t *path, int *last) {
+    const int nd = g->nd[k];
+    const int32_t *p = g->par + (size_t)k * g->G;
+    int node = -1, a = 0;
+    for (;;) {
+        int c = node + 1;
+        while (c < nd && p[c] != node)
+            c++;
+        if (c == nd || !synthetic_accept(g, g->hs[k]))
+            break;
+        path[a++] = c;
+        node = c;
+    }
+    *last = node;
+    return a;
 }

@@ -113,8 +113,10 @@ static inline bool seer_gen_argmax_only(const seer_gen_seq *s) {
 static inline bool seer_gen_synthetic(const seer_gen *g) {
     return g->spec.synthetic_accept > 0 || g->spec.synthetic_trace;
 }
-/* The next draft token of sequence s (handle h) in a synthetic run: accepted or not. */
-bool seer_gen_synthetic_accept(seer_gen *g, int h);
+/* A synthetic run's accepted path of round entry k: first children, each accepted at the
+ * synthetic rate or as the replayed trace says, into path; returns their count and the last
+ * accepted node in *last (-1: none). */
+int seer_gen_synthetic_path(seer_gen *g, int k, int32_t *path, int *last);
 /* seer_gen_round_kind with the budget K of the drafter (0: not a budgeted one). */
 seer_spec_kind seer_gen_round_drafter(const seer_gen *g, int *budget);
 /* auto: the candidate chosen for this round (SEER_SPEC_NONE: plain). */

@@ -120,17 +120,8 @@ int seer_verify_tree_ids(seer_gen *g, int k, seer_gen_seq *s, const int32_t *ama
     const int32_t *d = g->draft + (size_t)k * g->G, *p = g->par + (size_t)k * g->G;
     int32_t *path = g->path + (size_t)k * g->G;
     int node = -1, a = 0;
-    if (seer_gen_synthetic(g)) {
-        /* timing runs on random weights: the first child at the synthetic rate */
-        for (;;) {
-            int c = node + 1;
-            while (c < nd && p[c] != node)
-                c++;
-            if (c == nd || !seer_gen_synthetic_accept(g, g->hs[k]))
-                break;
-            path[a++] = c;
-            node = c;
-        }
+    if (seer_gen_synthetic(g)) { /* timing runs on random weights */
+        a = seer_gen_synthetic_path(g, k, path, &node);
         *next = amax[node + 1];
         return a;
     }

@@ -71,18 +71,8 @@ seer_status seer_verify_group(seer_gen *g, int k0, int k1, const int *row0, floa
         } else if (seer_gen_synthetic(g)) {
             /* Timing runs on random weights, where real acceptance means nothing: the ragged
              * batch machinery runs as it would at acceptance rate alpha (first children) */
-            const int32_t *p = g->par + (size_t)k * G;
-            int node = -1, a = 0;
-            for (;;) {
-                int c = node + 1;
-                while (c < nd && p[c] != node)
-                    c++;
-                if (c == nd || !seer_gen_synthetic_accept(g, g->hs[k]))
-                    break;
-                path[a++] = c;
-                node = c;
-            }
-            g->acc[k] = a;
+            int node;
+            g->acc[k] = seer_gen_synthetic_path(g, k, path, &node);
             g->rows[nr++] = seer_gen_node_row(g, k, s, node, Lk + (size_t)(node + 1) * V, NULL, seer_gen_draw(s));
         } else if (nd == 0) { /* nothing to test: a draw from p_0 */
             g->acc[k] = 0;
