@@ -178,7 +178,7 @@ static void test_tracking(void **state) {
     seer_accept_track_init(pl, &good);
     seer_accept_track_init(pl, &bad);
     double a[8], p[4];
-    seer_cost_accept(pl, &good, SEER_SPEC_STREAMING, a, p);
+    seer_cost_accept(pl, &good, SEER_SPEC_STREAMING, 256, a, p);
     for (int j = 0; j < 8; j++)
         assert_true(fabs(a[j] - 0.6) < 1e-15);
     assert_true(fabs(p[0] - 0.6) < 1e-15 && fabs(p[1] - 0.3) < 1e-15);
@@ -189,22 +189,22 @@ static void test_tracking(void **state) {
             int acc = 0;
             while (acc < 8 && (tu_rand_uniform(&st) + 1) / 2 < (v ? 0.5 : 0.95 - 0.05 * acc))
                 acc++;
-            ASSERT_OK(seer_cost_observe_chain(pl, v ? &bad : &good, SEER_SPEC_STREAMING, 8, acc));
+            ASSERT_OK(seer_cost_observe_chain(pl, v ? &bad : &good, SEER_SPEC_STREAMING, 256, 8, acc));
         }
     }
-    seer_cost_accept(pl, &good, SEER_SPEC_STREAMING, a, p);
+    seer_cost_accept(pl, &good, SEER_SPEC_STREAMING, 256, a, p);
     for (int j = 0; j < 4; j++)
         if (fabs(a[j] - (0.95 - 0.05 * j)) > 0.03)
             fail_msg("depth %d: %.3f, true %.3f", j + 1, a[j], 0.95 - 0.05 * j);
-    seer_cost_accept(pl, &bad, SEER_SPEC_STREAMING, a, NULL);
+    seer_cost_accept(pl, &bad, SEER_SPEC_STREAMING, 256, a, NULL);
     assert_true(fabs(a[0] - 0.5) < 0.03);
     /* a new request starts from the batch's recent rounds, not from the initial prior */
     seer_accept_track_init(pl, &fresh);
     double ab[8], af[8];
-    seer_cost_accept(pl, NULL, SEER_SPEC_STREAMING, ab, NULL);
-    seer_cost_accept(pl, &fresh, SEER_SPEC_STREAMING, af, NULL);
+    seer_cost_accept(pl, NULL, SEER_SPEC_STREAMING, 256, ab, NULL);
+    seer_cost_accept(pl, &fresh, SEER_SPEC_STREAMING, 256, af, NULL);
     assert_true(fabs(af[0] - ab[0]) < 1e-15 && ab[0] > 0.65);
-    seer_cost_accept(pl, &fresh, SEER_SPEC_NGRAM, af, NULL);
+    seer_cost_accept(pl, &fresh, SEER_SPEC_NGRAM, 0, af, NULL);
     assert_true(fabs(af[0] - 0.6) < 1e-15); /* other drafters untouched */
     /* the good request gets a longer chain than the bad one */
     const int lens[1] = {65536};
@@ -218,7 +218,7 @@ static void test_tracking(void **state) {
     seer_spec_decision pr;
     ASSERT_OK(seer_cost_predict(pl, tg, lens, 1, dg.kind, dg.budget, dg.gamma, &pr));
     assert_true(pr.tokens_per_s == dg.tokens_per_s);
-    seer_cost_accept(pl, &good, SEER_SPEC_STREAMING, a, NULL);
+    seer_cost_accept(pl, &good, SEER_SPEC_STREAMING, 256, a, NULL);
     assert_true(fabs(pr.tokens_per_round - seer_cost_chain_tokens(a, dg.gamma)) < 1e-12);
     assert_int_equal(seer_cost_predict(pl, tg, lens, 1, SEER_SPEC_STREAMING, 300, 4, &pr),
                      SEER_ERR_INVALID_ARG);
@@ -226,27 +226,55 @@ static void test_tracking(void **state) {
                      SEER_ERR_INVALID_ARG);
     /* tree nodes inform the positional estimate */
     for (int it = 0; it < 2000; it++)
-        ASSERT_OK(seer_cost_observe_node(pl, &fresh, SEER_SPEC_NGRAM, 0, 3, it % 4 == 3 ? 0 : 2));
-    seer_cost_accept(pl, &fresh, SEER_SPEC_NGRAM, af, p);
+        ASSERT_OK(seer_cost_observe_node(pl, &fresh, SEER_SPEC_NGRAM, 0, 0, 3, it % 4 == 3 ? 0 : 2));
+    seer_cost_accept(pl, &fresh, SEER_SPEC_NGRAM, 0, af, p);
     assert_true(p[0] < 0.05 && fabs(p[1] - 0.75) < 0.03 && p[2] < 0.05);
     /* bad observations count nothing */
     seer_accept_track before = good;
-    assert_int_equal(seer_cost_observe_chain(pl, &good, SEER_SPEC_STREAMING, 3, 4), SEER_ERR_INVALID_ARG);
-    assert_int_equal(seer_cost_observe_chain(pl, &good, SEER_SPEC_NONE, 3, 1), SEER_ERR_INVALID_ARG);
-    assert_int_equal(seer_cost_observe_node(pl, &good, SEER_SPEC_STREAMING, 0, 2, 3), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_cost_observe_chain(pl, &good, SEER_SPEC_STREAMING, 256, 3, 4), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_cost_observe_chain(pl, &good, SEER_SPEC_NONE, 0, 3, 1), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_cost_observe_node(pl, &good, SEER_SPEC_STREAMING, 256, 0, 2, 3), SEER_ERR_INVALID_ARG);
     assert_memory_equal(&before, &good, sizeof good);
     seer_cost_planner_free(pl);
     /* with the default forgetting a request follows a change of its text */
     ASSERT_OK(seer_cost_planner_init(&t, seer_cost_default_params(), &pl));
     seer_accept_track_init(pl, &fresh);
     for (int it = 0; it < 300; it++)
-        ASSERT_OK(seer_cost_observe_chain(pl, &fresh, SEER_SPEC_STREAMING, 4, 4));
-    seer_cost_accept(pl, &fresh, SEER_SPEC_STREAMING, a, NULL);
+        ASSERT_OK(seer_cost_observe_chain(pl, &fresh, SEER_SPEC_STREAMING, 256, 4, 4));
+    seer_cost_accept(pl, &fresh, SEER_SPEC_STREAMING, 256, a, NULL);
     assert_true(a[0] > 0.9);
     for (int it = 0; it < 300; it++)
-        ASSERT_OK(seer_cost_observe_chain(pl, &fresh, SEER_SPEC_STREAMING, 4, 0));
-    seer_cost_accept(pl, &fresh, SEER_SPEC_STREAMING, a, NULL);
+        ASSERT_OK(seer_cost_observe_chain(pl, &fresh, SEER_SPEC_STREAMING, 256, 4, 0));
+    seer_cost_accept(pl, &fresh, SEER_SPEC_STREAMING, 256, a, NULL);
     assert_true(a[0] < 0.1);
+    seer_cost_planner_free(pl);
+    /* per budget: K 256 accepts nothing, K 1024 everything; each estimate follows its own
+     * rounds, the kind's lies between, and a probe tries the budget not yet seen */
+    seer_cost_params q = seer_cost_default_params();
+    q.min_speedup = 1.0;
+    ASSERT_OK(seer_cost_planner_init(&t, q, &pl));
+    seer_accept_track_init(pl, &fresh);
+    const int len1[1] = {65536};
+    const seer_accept_track *tf[1] = {&fresh};
+    for (int it = 0; it < 40; it++)
+        ASSERT_OK(seer_cost_observe_chain(pl, &fresh, SEER_SPEC_STREAMING, 256, 4, 0));
+    seer_cost_accept(pl, &fresh, SEER_SPEC_STREAMING, 1024, a, NULL);
+    double a256[8], akind[8];
+    seer_cost_accept(pl, &fresh, SEER_SPEC_STREAMING, 256, a256, NULL);
+    seer_cost_accept(pl, &fresh, SEER_SPEC_STREAMING, 0, akind, NULL); /* not a table budget */
+    assert_true(a256[0] < 0.1 && a[0] < 0.2); /* unseen: the kind's estimate, low */
+    seer_spec_decision dp;
+    ASSERT_OK(seer_cost_choose_probe(pl, tf, len1, 1, only, &dp));
+    assert_int_equal(dp.kind, SEER_SPEC_STREAMING);
+    assert_int_equal(dp.budget, 1024);
+    for (int it = 0; it < 40; it++)
+        ASSERT_OK(seer_cost_observe_chain(pl, &fresh, SEER_SPEC_STREAMING, 1024, 4, 4));
+    seer_cost_accept(pl, &fresh, SEER_SPEC_STREAMING, 1024, a, NULL);
+    seer_cost_accept(pl, &fresh, SEER_SPEC_STREAMING, 256, a256, NULL);
+    seer_cost_accept(pl, &fresh, SEER_SPEC_STREAMING, 0, akind, NULL);
+    assert_true(a[0] > 0.9 && a256[0] < 0.1 && akind[0] > a256[0] && akind[0] < a[0]);
+    ASSERT_OK(seer_cost_choose(pl, tf, len1, 1, only, &dp));
+    assert_int_equal(dp.budget, 1024);
     seer_cost_planner_free(pl);
 }
 

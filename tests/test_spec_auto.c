@@ -10,7 +10,9 @@
  *     predicted to lose (a draft step as dear as a target step), a drafter when drafts are
  *     cheap and verification flat; plain without a table;
  *   - exploration: where drafting pays only above the initial prior, probe rounds find a high
- *     acceptance (auto then drafts in most rounds) and stop soon at a low one;
+ *     acceptance (auto then drafts in most rounds) and stop soon at a low one; acceptance per
+ *     budget: a small view that accepts nothing does not keep a larger one that accepts
+ *     everything from being found (replayed from a trace);
  *   - sampled generation with auto runs, drafts, and is reproducible from its seed;
  *   - the public cost table: calibration, save and load, a stale key refused, the default
  *     cache path.
@@ -58,6 +60,7 @@ static run_stats run(seer_model *m, seer_spec_params spec, int32_t prompts[][64]
  * verification of n tokens t_t * (1 + v_slope * (n - 1)), and a step of t_d for each listed
  * drafter (budgets[] for the sparse self-drafts). */
 static int budgets[2] = {8, 256}, n_budgets = 2;
+static double budget_cost[2] = {1, 1}; /* each budget's step: t_d times this */
 
 static seer_spec_cost *table(double t_t, double v_slope, double t_d, const char *const *kinds, int n_kinds) {
     char buf[8192];
@@ -75,7 +78,7 @@ static seer_spec_cost *table(double t_t, double v_slope, double t_d, const char 
         for (int b = 0; b < (budgeted ? n_budgets : 1); b++) {
             n += snprintf(buf + n, sizeof buf - n, "\ndraft %s %d", kinds[k], budgeted ? budgets[b] : 0);
             for (int i = 0; i < 4; i++)
-                n += snprintf(buf + n, sizeof buf - n, " %.9g", t_d);
+                n += snprintf(buf + n, sizeof buf - n, " %.9g", t_d * (budgeted ? budget_cost[b] : 1));
         }
     }
     n += snprintf(buf + n, sizeof buf - n, "\nend\n");
@@ -245,8 +248,9 @@ static void test_explore(void **state) {
     prompts_of(prompts, plen, 300, 19);
     const char *const streaming[] = {"streaming"};
     budgets[0] = 16, n_budgets = 1;
-    /* G 1 at acceptance a: (1 + a) tokens in 1.55 steps; pays 5 % only above a = 0.63 */
-    seer_spec_cost *t = table(1e-3, 0.05, 0.5e-3, streaming, 1);
+    /* G 1 at acceptance a: (1 + a) tokens in 1.65 steps; pays 2 % (min_speedup) only above
+     * a = 0.68, and no longer chain pays at the initial prior 0.6 */
+    seer_spec_cost *t = table(1e-3, 0.05, 0.6e-3, streaming, 1);
     budgets[0] = 8, n_budgets = 2;
     static const float alpha[] = {0.95f, 0.05f};
     for (int i = 0; i < 2; i++) {
@@ -260,14 +264,50 @@ static void test_explore(void **state) {
                       drafting ? (double)rs.as.gamma_sum / drafting : 0.0);
         assert_true(rs.as.probes >= 1);
         if (i == 0) {
-            /* the first 16 rounds are plain, until the first probe (explore_every) */
-            assert_true(drafting >= (rounds - 16) * 3 / 4);
+            /* the first 8 rounds are plain, until the first probe (explore_every) */
+            assert_true(drafting >= (rounds - 8) * 3 / 4);
             assert_true(rs.as.gamma_sum > drafting * 3 / 2); /* chains longer than one */
         } else {
             assert_true(drafting <= rounds / 8);
             assert_true(rs.as.probes <= 10);
         }
     }
+    seer_spec_cost_free(t);
+    seer_model_free(m);
+}
+
+/* Acceptance is tracked per budget: a view of 16 slots that accepts nothing must not rule out
+ * one of 64 that accepts everything (replayed from a trace whose lines differ by budget). The
+ * cheaper view is tried first, fails, and a probe then finds the larger one. */
+static void test_budgets(void **state) {
+    (void)state;
+    const char *path = gen_model("a4.gguf", 300, 64, 2, 17);
+    seer_model *m = tu_load_cpu(path);
+    int32_t prompts[3][64];
+    const int plen[3] = {40, 7, 23};
+    prompts_of(prompts, plen, 300, 23);
+    const char *const streaming[] = {"streaming"};
+    budgets[0] = 16, budgets[1] = 64, budget_cost[0] = 0.2, budget_cost[1] = 0.4;
+    seer_spec_cost *t = table(1e-3, 0.05, 1e-3, streaming, 1);
+    budgets[0] = 8, budgets[1] = 256, budget_cost[0] = budget_cost[1] = 1;
+    const char *text = "seer-accept-trace 1\nseq streaming 16 0/4\nseq streaming 64 4/4\nend\n";
+    seer_accept_trace *tr = NULL;
+    ASSERT_OK(seer_accept_trace_parse(text, strlen(text), &tr));
+    seer_spec_params sp = auto_spec(t, NULL);
+    sp.synthetic_trace = tr;
+    tu_output got[3];
+    run_stats rs = run(m, sp, prompts, plen, 3, 300, tu_greedy(), got);
+    const int64_t rounds = rounds_of(&rs.as), drafting = rounds - rs.as.decisions[SEER_SPEC_NONE];
+    const double acc = rs.as.drafted[SEER_SPEC_STREAMING]
+                           ? (double)rs.as.accepted[SEER_SPEC_STREAMING] / rs.as.drafted[SEER_SPEC_STREAMING]
+                           : 0;
+    print_message("budgets: %lld rounds, %lld drafting (%lld probes), acceptance %.3f\n", (long long)rounds,
+                  (long long)drafting, (long long)rs.as.probes, acc);
+    /* drafting at 64 in most rounds after the first probe; the rounds at 16 accept nothing */
+    assert_true(rs.as.probes >= 1);
+    assert_true(drafting >= rounds / 2);
+    assert_true(acc > 0.8);
+    seer_accept_trace_free(tr);
     seer_spec_cost_free(t);
     seer_model_free(m);
 }
@@ -473,7 +513,7 @@ static void test_cost_file(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse),          cmocka_unit_test(test_choice), cmocka_unit_test(test_explore),
+        cmocka_unit_test(test_parse),          cmocka_unit_test(test_choice), cmocka_unit_test(test_explore), cmocka_unit_test(test_budgets),
         cmocka_unit_test(test_switching_identical), cmocka_unit_test(test_golden_stories),
         cmocka_unit_test(test_golden_sched),   cmocka_unit_test(test_sampled),
         cmocka_unit_test(test_cost_file),

@@ -5,7 +5,7 @@
  * At init every drafter the cost table has a row for becomes a candidate, once per budget K
  * of its row (a sparse self-draft's K is fixed at its init). Before each round the planner
  * (seer_cost_choose) gets the batch's size B, its cache lengths and each request's online
- * acceptance per drafter kind, and names a drafter, K and G, or plain decoding; the
+ * acceptance per drafter kind and budget, and names a drafter, K and G, or plain decoding; the
  * generator then runs that round with that drafter as if it were its only one.
  *
  * Why this stays exact whatever is chosen when: verification never depends on which drafter
@@ -295,7 +295,8 @@ void seer_gen_auto_observe(seer_gen *g, int k) {
     int tried = nd;
     if (acc == nd && nd < g->gam[k])
         tried = nd + 1;
-    (void)seer_cost_observe_chain(a->pl, a->tracked[h] ? &a->track[h] : NULL, kind, tried, acc);
+    (void)seer_cost_observe_chain(a->pl, a->tracked[h] ? &a->track[h] : NULL, kind,
+                                  a->cand[a->cur].budget, tried, acc);
 }
 
 void seer_gen_auto_round_done(seer_gen *g, int emitted, double seconds) {

@@ -7,7 +7,7 @@
  *     verification call T_V(n, B, L) of n tokens per sequence, and each drafter's step
  *     T_D(drafter, K, B, L); read back bilinearly in (log B, log L) and linearly in n, and
  *     kept in a small text file per model and device (cost_file.c);
- *   - acceptance tracked online per request and drafter, with a batch-wide estimate of the
+ *   - acceptance tracked online per request, drafter and budget, with a batch-wide estimate of the
  *     recent rounds as its prior, and the choice, every round, of the option that maximises
  *     predicted tokens per second, plain decoding whenever nothing is predicted to win
  *     (cost_plan.c);
@@ -107,18 +107,27 @@ const seer_cost_table *seer_spec_cost_table(const seer_spec_cost *c);
 /* ---------------------------------------------------------------------------------------- */
 /* Acceptance and the choice per round (cost_plan.c)                                        */
 
-/* What one drafter's rounds taught: chains as acceptance per depth (the probability that the
- * draft at depth j + 1 is accepted given depths 1..j were), trees as positional acceptance
- * (tree_shape.h). A chain informs both: each of its tried depths is a node with one child. */
+/* Acceptance per depth of a chain: tried[j], accepted[j] (decayed) count the times depth j + 1
+ * was verified, and accepted given depths 1..j were. */
 typedef struct {
-    double tried[SEER_COST_MAX_G];    /* [G] (decayed) times depth j + 1 was verified */
-    double accepted[SEER_COST_MAX_G]; /* [G] ... and accepted */
+    double tried[SEER_COST_MAX_G];
+    double accepted[SEER_COST_MAX_G];
+} seer_accept_depths;
+
+/* What one drafter's rounds taught, every budget together: chains as acceptance per depth,
+ * trees as positional acceptance (tree_shape.h). A chain informs both: each of its tried
+ * depths is a node with one child. */
+typedef struct {
+    seer_accept_depths chain;
     seer_tree_accept_est pos;
 } seer_accept_stats;
 
-/* One request's acceptance, per drafter kind; the caller keeps one per request. */
+/* One request's acceptance: per drafter kind, and per kind and budget K (budget[kind][ki] for
+ * the table's K of index ki in that kind's row: a view of 2048 slots can accept where one of
+ * 512 does not). The caller keeps one per request. */
 typedef struct {
     seer_accept_stats kind[SEER_COST_KINDS];
+    seer_accept_depths budget[SEER_COST_KINDS][SEER_COST_MAX_K];
 } seer_accept_track;
 
 typedef struct {
@@ -153,21 +162,24 @@ const seer_cost_table *seer_cost_planner_table(const seer_cost_planner *pl);
 /* A fresh request's track: nothing seen, every estimate at the batch-wide prior. */
 void seer_accept_track_init(const seer_cost_planner *pl, seer_accept_track *tr);
 
-/* A verified chain of nd drafts of kind of which the first n_acc were accepted, into the
- * request's track (may be NULL) and the batch-wide estimate. Depths past SEER_COST_MAX_G are
- * not counted. SEER_ERR_INVALID_ARG (nothing counted) unless 0 <= n_acc <= nd. */
+/* A verified chain of nd drafts of kind at budget K (a K of the table's row for kind; any
+ * other value, 0 for one without budgets, teaches the kind's estimate only) of which the
+ * first n_acc were accepted, into the request's track (may be NULL) and the batch-wide
+ * estimate. Depths past SEER_COST_MAX_G are not counted. SEER_ERR_INVALID_ARG (nothing
+ * counted) unless 0 <= n_acc <= nd. */
 seer_status seer_cost_observe_chain(seer_cost_planner *pl, seer_accept_track *tr,
-                                    seer_spec_kind kind, int nd, int n_acc);
+                                    seer_spec_kind kind, int budget, int nd, int n_acc);
 /* One verified tree node at depth (its children at depth + 1) with n_children children, of
  * which the one of rank accepted_rank (1-based; 0: none) was accepted. */
 seer_status seer_cost_observe_node(seer_cost_planner *pl, seer_accept_track *tr,
-                                   seer_spec_kind kind, int depth, int n_children,
+                                   seer_spec_kind kind, int budget, int depth, int n_children,
                                    int accepted_rank);
 
 /* The estimates the planner uses: a [max_gamma] per depth (chains) and p [tree_ranks]
- * (trees) of one request under kind (tr NULL: the batch-wide estimate). */
+ * (trees, every budget together) of one request under kind at budget K (tr NULL: the
+ * batch-wide estimate; a K not in the table's row: the kind's estimate over every budget). */
 void seer_cost_accept(const seer_cost_planner *pl, const seer_accept_track *tr,
-                      seer_spec_kind kind, double *a, double *p);
+                      seer_spec_kind kind, int budget, double *a, double *p);
 
 /* One round's plan for a batch. */
 typedef struct {

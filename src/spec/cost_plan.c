@@ -19,10 +19,17 @@
  * that rounds of G drafts do not leave depth G + 1 at the initial prior forever: chains of
  * one accepted at 0.8 make a chain of two look as good as it is.
  *
+ * Acceptance per budget: chains are tracked per drafter kind and per budget K of the table (a
+ * view of 2048 slots can accept 0.5 where one of 512 accepts 0.1 on the same text). A
+ * budget's depth-0 prior is the kind's estimate over all its budgets, so a budget not yet
+ * seen is taken to do as the others did until a probe tries it. Trees' positional estimates
+ * stay per kind.
+ *
  * Exploration: a drafter never chosen is never observed, so an initial prior under the break-
  * even acceptance would keep plain decoding for good. seer_cost_choose_probe makes the same
- * choice with explore_accept as the depth-0 prior: where drafting would pay if acceptance
- * were that high and little has been seen, it names the option to try (auto.c runs one such
+ * choice with explore_accept as the depth-0 prior of every budget: where drafting would pay if
+ * acceptance were that high and little has been seen, it names the option to try (a budget
+ * never tried before one whose failures have been seen) (auto.c runs one such
  * round after explore_every plain rounds in a row, and doubles that gap after each probe that
  * leaves plain decoding the choice, so that probes cost O(log n) rounds of n where drafting
  * does not pay); each probe's observations pull the estimate to what the text gives.
@@ -43,6 +50,7 @@ struct seer_cost_planner {
     seer_cost_table t;
     seer_cost_params p;
     seer_accept_stats batch[SEER_COST_KINDS]; /* recent rounds of every request */
+    seer_accept_depths batch_k[SEER_COST_KINDS][SEER_COST_MAX_K]; /* ... per budget */
 };
 
 seer_cost_params seer_cost_default_params(void) {
@@ -55,9 +63,9 @@ seer_cost_params seer_cost_default_params(void) {
         .prior_weight = 4.0,
         .batch_decay = 0.995,
         .request_decay = 0.98,
-        .min_speedup = 1.05,
+        .min_speedup = 1.02,
         .explore_accept = 0.9,
-        .explore_every = 16,
+        .explore_every = 8,
     };
 }
 
@@ -91,8 +99,7 @@ static void stats_init(const seer_cost_params *p, seer_accept_stats *s) {
     double prior[SEER_TREE_MAX_RANK];
     for (int k = 0; k < p->tree_ranks; k++)
         prior[k] = p->prior_accept / (double)(1 << k);
-    memset(s->tried, 0, sizeof s->tried);
-    memset(s->accepted, 0, sizeof s->accepted);
+    memset(&s->chain, 0, sizeof s->chain);
     /* decay 1: the planner forgets once per observed chain or node (stats_decay), not per
      * depth of a chain */
     seer_status st = seer_tree_est_init(&s->pos, p->tree_ranks, prior, p->prior_weight, 1.0);
@@ -112,7 +119,7 @@ seer_status seer_cost_planner_init(const seer_cost_table *t, seer_cost_params p,
     pl->p = p;
     for (int k = 0; k < SEER_COST_KINDS; k++)
         stats_init(&p, &pl->batch[k]);
-    *out = pl;
+    *out = pl; /* calloc: batch_k starts empty */
     return SEER_OK;
 }
 
@@ -123,46 +130,68 @@ const seer_cost_table *seer_cost_planner_table(const seer_cost_planner *pl) { re
 void seer_accept_track_init(const seer_cost_planner *pl, seer_accept_track *tr) {
     for (int k = 0; k < SEER_COST_KINDS; k++)
         stats_init(&pl->p, &tr->kind[k]);
+    memset(tr->budget, 0, sizeof tr->budget);
 }
 
-static void stats_decay(seer_accept_stats *s, double decay) {
-    if (decay == 1)
-        return;
-    for (int i = 0; i < SEER_COST_MAX_G; i++)
-        s->tried[i] *= decay, s->accepted[i] *= decay;
-    for (int k = 0; k < s->pos.n_rank; k++)
-        s->pos.tried[k] *= decay, s->pos.accepted[k] *= decay;
+static void depths_decay(seer_accept_depths *d, double decay) {
+    for (int i = 0; decay != 1 && i < SEER_COST_MAX_G; i++)
+        d->tried[i] *= decay, d->accepted[i] *= decay;
+}
+
+static void pos_decay(seer_tree_accept_est *e, double decay) {
+    for (int k = 0; decay != 1 && k < e->n_rank; k++)
+        e->tried[k] *= decay, e->accepted[k] *= decay;
 }
 
 static bool kind_ok(seer_spec_kind kind) {
     return kind > SEER_SPEC_NONE && kind < SEER_COST_KINDS;
 }
 
+/* The index of budget in kind's row of the table, -1 when it has none. */
+static int budget_index(const seer_cost_planner *pl, seer_spec_kind kind, int budget) {
+    const int d = seer_cost_find_drafter(&pl->t, kind);
+    for (int ki = 0; d >= 0 && ki < pl->t.drafter[d].n_k; ki++)
+        if (pl->t.drafter[d].k[ki] == budget)
+            return ki;
+    return -1;
+}
+
+/* Depths 0..tried - 1 verified, the first n_acc of them accepted. */
+static void depths_observe(seer_accept_depths *d, double decay, int tried, int n_acc) {
+    depths_decay(d, decay);
+    for (int j = 0; j < tried && j < SEER_COST_MAX_G; j++) {
+        d->tried[j] += 1;
+        d->accepted[j] += j < n_acc;
+    }
+}
+
 seer_status seer_cost_observe_chain(seer_cost_planner *pl, seer_accept_track *tr,
-                                    seer_spec_kind kind, int nd, int n_acc) {
+                                    seer_spec_kind kind, int budget, int nd, int n_acc) {
     SEER_CHECK_ARG(pl);
     if (!kind_ok(kind) || n_acc < 0 || n_acc > nd)
         return seer_err(SEER_ERR_INVALID_ARG, "cost planner: chain of %d with %d accepted (%s)", nd,
                         n_acc, seer_spec_kind_name(kind));
     /* depths 1..n_acc were accepted; depth n_acc + 1 was tried and rejected (when drafted) */
-    const int tried = n_acc < nd ? n_acc + 1 : nd;
+    const int tried = n_acc < nd ? n_acc + 1 : nd, ki = budget_index(pl, kind, budget);
     seer_accept_stats *ss[2] = {&pl->batch[kind], tr ? &tr->kind[kind] : NULL};
+    seer_accept_depths *sk[2] = {ki >= 0 ? &pl->batch_k[kind][ki] : NULL,
+                                 ki >= 0 && tr ? &tr->budget[kind][ki] : NULL};
     const double decay[2] = {pl->p.batch_decay, pl->p.request_decay};
     for (int s = 0; s < 2; s++) {
+        if (sk[s])
+            depths_observe(sk[s], decay[s], tried, n_acc);
         if (!ss[s])
             continue;
-        stats_decay(ss[s], decay[s]);
-        for (int j = 0; j < tried && j < SEER_COST_MAX_G; j++) {
-            ss[s]->tried[j] += 1;
-            ss[s]->accepted[j] += j < n_acc;
+        depths_observe(&ss[s]->chain, decay[s], tried, n_acc);
+        pos_decay(&ss[s]->pos, decay[s]);
+        for (int j = 0; j < tried && j < SEER_COST_MAX_G; j++)
             seer_tree_est_observe(&ss[s]->pos, 1, j < n_acc ? 1 : 0);
-        }
     }
     return SEER_OK;
 }
 
 seer_status seer_cost_observe_node(seer_cost_planner *pl, seer_accept_track *tr,
-                                   seer_spec_kind kind, int depth, int n_children,
+                                   seer_spec_kind kind, int budget, int depth, int n_children,
                                    int accepted_rank) {
     SEER_CHECK_ARG(pl);
     if (!kind_ok(kind) || depth < 0 || n_children < 0 || accepted_rank < 0 ||
@@ -172,32 +201,55 @@ seer_status seer_cost_observe_node(seer_cost_planner *pl, seer_accept_track *tr,
                         depth, accepted_rank, n_children, seer_spec_kind_name(kind));
     if (n_children == 0)
         return SEER_OK;
+    const int ki = budget_index(pl, kind, budget);
     seer_accept_stats *ss[2] = {&pl->batch[kind], tr ? &tr->kind[kind] : NULL};
+    seer_accept_depths *sk[2] = {ki >= 0 ? &pl->batch_k[kind][ki] : NULL,
+                                 ki >= 0 && tr ? &tr->budget[kind][ki] : NULL};
     const double decay[2] = {pl->p.batch_decay, pl->p.request_decay};
-    for (int s = 0; s < 2; s++)
-        if (ss[s]) {
-            stats_decay(ss[s], decay[s]);
-            if (depth < SEER_COST_MAX_G) { /* the first child is what a chain would have drafted */
-                ss[s]->tried[depth] += 1;
-                ss[s]->accepted[depth] += accepted_rank == 1;
+    for (int s = 0; s < 2; s++) {
+        /* the first child is what a chain would have drafted: its depth counts as a chain's */
+        seer_accept_depths *ds[2] = {ss[s] ? &ss[s]->chain : NULL, sk[s]};
+        for (int x = 0; x < 2; x++)
+            if (ds[x]) {
+                depths_decay(ds[x], decay[s]);
+                if (depth < SEER_COST_MAX_G) {
+                    ds[x]->tried[depth] += 1;
+                    ds[x]->accepted[depth] += accepted_rank == 1;
+                }
             }
+        if (ss[s]) {
+            pos_decay(&ss[s]->pos, decay[s]);
             seer_tree_est_observe(&ss[s]->pos, n_children, accepted_rank);
         }
+    }
     return SEER_OK;
 }
 
-static void accept_prior(const seer_cost_planner *pl, const seer_accept_track *tr, seer_spec_kind kind,
-                         double prior, double *a, double *p) {
+/* a [max_gamma] per depth and p [tree_ranks] of one request (tr NULL: the batch) under kind
+ * at its table budget of index ki (-1: every budget together); explore: a probe round's
+ * depth-0 prior. A budget's depth 0 shrinks towards the kind's estimate over every budget (a
+ * budget not yet seen is taken to accept as the others do) or, for a probe, towards
+ * explore_accept (a budget not yet seen is worth trying); p is the kind's. */
+static void accept_est(const seer_cost_planner *pl, const seer_accept_track *tr, seer_spec_kind kind,
+                       int ki, bool explore, double *a, double *p) {
     const seer_cost_params *q = &pl->p;
     const seer_accept_stats *b = &pl->batch[kind];
     const seer_accept_stats *r = tr ? &tr->kind[kind] : NULL;
     const double w = q->prior_weight;
-    double ab = prior; /* depth j's pseudo-observations: depth j - 1's estimate */
-    if (a)
-        for (int j = 0; j < q->max_gamma; j++) {
-            ab = (b->accepted[j] + w * ab) / (b->tried[j] + w);
-            a[j] = r ? (r->accepted[j] + w * ab) / (r->tried[j] + w) : ab;
+    if (a) {
+        const seer_accept_depths *bd = &b->chain, *rd = r ? &r->chain : NULL;
+        double x = explore ? q->explore_accept : q->prior_accept;
+        if (ki >= 0) {
+            if (!explore)
+                x = (bd->accepted[0] + w * x) / (bd->tried[0] + w);
+            bd = &pl->batch_k[kind][ki];
+            rd = tr ? &tr->budget[kind][ki] : NULL;
         }
+        for (int j = 0; j < q->max_gamma; j++) { /* depth j's pseudo-observations: j - 1's */
+            x = (bd->accepted[j] + w * x) / (bd->tried[j] + w);
+            a[j] = rd ? (rd->accepted[j] + w * x) / (rd->tried[j] + w) : x;
+        }
+    }
     if (p) {
         seer_tree_est_get(&b->pos, p);
         if (r)
@@ -207,8 +259,8 @@ static void accept_prior(const seer_cost_planner *pl, const seer_accept_track *t
 }
 
 void seer_cost_accept(const seer_cost_planner *pl, const seer_accept_track *tr,
-                      seer_spec_kind kind, double *a, double *p) {
-    accept_prior(pl, tr, kind, pl->p.prior_accept, a, p);
+                      seer_spec_kind kind, int budget, double *a, double *p) {
+    accept_est(pl, tr, kind, budget_index(pl, kind, budget), false, a, p);
 }
 
 double seer_cost_chain_tokens(const double *a, int G) {
@@ -223,13 +275,13 @@ double seer_cost_chain_tokens(const double *a, int G) {
 /* Per-batch inputs of one drafter: chain tokens for G = 1..max_gamma summed over the batch
  * (ch [max_gamma + 1], ch[0] = B) and the batch's mean positional acceptance p. */
 static void batch_accept(const seer_cost_planner *pl, const seer_accept_track *const *tracks, int B,
-                         seer_spec_kind kind, double prior, double *ch, double *p) {
+                         seer_spec_kind kind, int ki, bool explore, double *ch, double *p) {
     const int Gm = pl->p.max_gamma, R = pl->p.tree_ranks;
     double a[SEER_COST_MAX_G], pi[SEER_TREE_MAX_RANK];
     memset(ch, 0, sizeof(double) * (Gm + 1));
     memset(p, 0, sizeof(double) * R);
     for (int i = 0; i < B; i++) {
-        accept_prior(pl, tracks ? tracks[i] : NULL, kind, prior, a, pi);
+        accept_est(pl, tracks ? tracks[i] : NULL, kind, ki, explore, a, pi);
         double run = 1.0;
         ch[0] += 1.0;
         for (int g = 1; g <= Gm; g++) {
@@ -271,7 +323,7 @@ static seer_status check_batch(const int *lens, int B, double *L) {
 }
 
 static seer_status choose(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
-                          const int *lens, int B, const bool *allowed, double prior, seer_spec_decision *out) {
+                          const int *lens, int B, const bool *allowed, bool explore, seer_spec_decision *out) {
     SEER_CHECK_ARG(pl);
     SEER_CHECK_ARG(out);
     double L;
@@ -288,10 +340,12 @@ static seer_status choose(const seer_cost_planner *pl, const seer_accept_track *
         const seer_cost_drafter *dr = &t->drafter[d];
         if (allowed && !allowed[dr->kind])
             continue;
-        double ch[SEER_COST_MAX_G + 1], p[SEER_TREE_MAX_RANK];
-        batch_accept(pl, tracks, B, dr->kind, prior, ch, p);
-        const bool trees = N > 2 && seer_tree_table(p, q->tree_ranks, N, D, f) == SEER_OK;
+        bool trees = false;
         for (int ki = 0; ki < dr->n_k; ki++) {
+            double ch[SEER_COST_MAX_G + 1], p[SEER_TREE_MAX_RANK];
+            batch_accept(pl, tracks, B, dr->kind, ki, explore, ch, p);
+            if (ki == 0) /* p is the kind's, the same at every budget */
+                trees = N > 2 && seer_tree_table(p, q->tree_ranks, N, D, f) == SEER_OK;
             const double td = seer_cost_draft(t, d, ki, B, L);
             for (int g = 1; g <= q->max_gamma; g++) {
                 const double tr = g * td + seer_cost_verify(t, g + 1, B, L);
@@ -323,13 +377,13 @@ static seer_status choose(const seer_cost_planner *pl, const seer_accept_track *
 seer_status seer_cost_choose(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
                              const int *lens, int B, const bool *allowed, seer_spec_decision *out) {
     SEER_CHECK_ARG(pl);
-    return choose(pl, tracks, lens, B, allowed, pl->p.prior_accept, out);
+    return choose(pl, tracks, lens, B, allowed, false, out);
 }
 
 seer_status seer_cost_choose_probe(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
                                    const int *lens, int B, const bool *allowed, seer_spec_decision *out) {
     SEER_CHECK_ARG(pl);
-    return choose(pl, tracks, lens, B, allowed, pl->p.explore_accept, out);
+    return choose(pl, tracks, lens, B, allowed, true, out);
 }
 
 seer_status seer_cost_predict(const seer_cost_planner *pl, const seer_accept_track *const *tracks,
@@ -358,7 +412,7 @@ seer_status seer_cost_predict(const seer_cost_planner *pl, const seer_accept_tra
                         "cost planner: no measured %s step with budget %d, or gamma %d > %d",
                         seer_spec_kind_name(kind), budget, gamma, pl->p.max_gamma);
     double ch[SEER_COST_MAX_G + 1], p[SEER_TREE_MAX_RANK];
-    batch_accept(pl, tracks, B, kind, pl->p.prior_accept, ch, p);
+    batch_accept(pl, tracks, B, kind, ki, false, ch, p);
     const double tr =
         gamma * seer_cost_draft(t, di, ki, B, L) + seer_cost_verify(t, gamma + 1, B, L);
     fill(&d, kind, budget, gamma, 0, ch[gamma], tr, plain_tps);

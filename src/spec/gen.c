@@ -713,12 +713,22 @@ static bool synthetic_accept(seer_gen *g, int h) {
         int budget;
         const seer_spec_kind k = seer_gen_round_drafter(g, &budget);
         if (k > SEER_SPEC_NONE && k < SEER_SPEC_AUTO) {
-            if (s->trace[k].line == 0) {
-                const int line = seer_accept_trace_pick(t, k, budget, h, &s->trace[k].pos);
-                s->trace[k].line = line < 0 ? -1 : line + 1;
+            /* a line per kind and budget: auto's rounds at K 2048 replay what a view of 2048
+             * accepted, not the line its first round at K 512 picked */
+            int i = 0;
+            while (i < s->n_trace && !(s->trace[i].kind == k && s->trace[i].budget == budget))
+                i++;
+            if (i == s->n_trace) {
+                if (s->n_trace < SEER_GEN_TRACE_SLOTS)
+                    s->n_trace++;
+                else /* the oldest slot goes */
+                    memmove(s->trace, s->trace + 1, sizeof s->trace[0] * --i);
+                s->trace[i].kind = k;
+                s->trace[i].budget = budget;
+                s->trace[i].line = seer_accept_trace_pick(t, k, budget, h, &s->trace[i].pos);
             }
-            if (s->trace[k].line > 0)
-                return seer_accept_trace_next(t, s->trace[k].line - 1, &s->trace[k].pos);
+            if (s->trace[i].line >= 0)
+                return seer_accept_trace_next(t, s->trace[i].line, &s->trace[i].pos);
         }
     }
     return seer_sampler_uniform(s->smp) < g->spec.synthetic_accept;

@@ -15,6 +15,10 @@
 #include "spec/drafter.h"
 #include "spec/tree_shape.h"
 
+/* Replay positions a sequence keeps, one per (drafter kind, budget) it drafted with; past
+ * this many the oldest is reused. */
+#define SEER_GEN_TRACE_SLOTS 8
+
 typedef struct {
     bool alive;      /* handle in use and not released */
     bool finished;
@@ -28,11 +32,13 @@ typedef struct {
     float accept_avg; /* running acceptance rate (exponential average) */
     int rounds;       /* rounds since the drafter last refreshed its state */
     void *dstate;     /* the drafter's per-sequence state */
-    struct {
-        int line;     /* synthetic_trace replay per drafter kind: line + 1 (0: not picked yet,
-                       * -1: the trace has none of the kind) */
+    struct {          /* synthetic_trace replay, one per drafter kind and budget K used */
+        seer_spec_kind kind;
+        int budget;
+        int line;     /* the line replayed, -1: the trace has none of the kind */
         int64_t pos;  /* next outcome */
-    } trace[SEER_SPEC_AUTO];
+    } trace[SEER_GEN_TRACE_SLOTS];
+    int n_trace;
 } seer_gen_seq;
 
 struct seer_gen {
