@@ -232,7 +232,7 @@ typedef struct {
     seer_context *draft_ctx;        /* a draft model's context to measure (NULL: none); it needs
                                        the same free sequences as ctx */
     double time_budget_s;           /* measuring time aimed at, over all points (> 0); past it
-                                       each remaining point is timed once */
+                                       each remaining point is timed once after its warm-up */
     int min_reps;                   /* timings per point within the budget (median kept) */
     const char *device;             /* for the key; NULL: the backend's name */
     const seer_seq_id *seqs;        /* NULL: calibration makes and fills its own sequences;
