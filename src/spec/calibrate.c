@@ -294,11 +294,13 @@ seer_status seer_cost_calibrate(seer_context *ctx, const seer_calibrate_params *
             st = side_fill(&dft, L, 7000u * (uint64_t)j);
         for (int i = 0; i < t->n_b && st == SEER_OK; i++) {
             const int B = t->b[i];
+            /* the cheap single-token calls first, so that they get their repetitions before
+             * the long verifications spend the budget */
             st = time_point(&bn, &tgt, B, L, 1, 0, &t->t_target[i][j]);
-            for (int v = 0; v < t->n_n && st == SEER_OK; v++)
-                st = time_point(&bn, &tgt, B, L, t->n[v], 0, &t->t_verify[v][i][j]);
             for (int q = 0; p->self_drafts && q < n_k && st == SEER_OK; q++)
                 st = time_point(&bn, &tgt, B, L, 1, k[q], &self->t[q][i][j]);
+            for (int v = 0; v < t->n_n && st == SEER_OK; v++)
+                st = time_point(&bn, &tgt, B, L, t->n[v], 0, &t->t_verify[v][i][j]);
             if (st == SEER_OK && p->draft_ctx)
                 st = time_point(&bn, &dft, B, L, 1, 0, &dm->t[0][i][j]);
         }
