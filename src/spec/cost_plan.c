@@ -28,8 +28,8 @@
  * Exploration: a drafter never chosen is never observed, so an initial prior under the break-
  * even acceptance would keep plain decoding for good. seer_cost_choose_probe makes the same
  * choice with explore_accept as the depth-0 prior of every budget: where drafting would pay if
- * acceptance were that high and little has been seen, it names the option to try (a budget
- * never tried before one whose failures have been seen) (auto.c runs one such
+ * acceptance were that high and little has been seen, it names the option to try, a budget
+ * never tried before one whose failures have been seen (auto.c runs one such
  * round after explore_every plain rounds in a row, and doubles that gap after each probe that
  * leaves plain decoding the choice, so that probes cost O(log n) rounds of n where drafting
  * does not pay); each probe's observations pull the estimate to what the text gives.
@@ -100,7 +100,7 @@ static void stats_init(const seer_cost_params *p, seer_accept_stats *s) {
     for (int k = 0; k < p->tree_ranks; k++)
         prior[k] = p->prior_accept / (double)(1 << k);
     memset(&s->chain, 0, sizeof s->chain);
-    /* decay 1: the planner forgets once per observed chain or node (stats_decay), not per
+    /* decay 1: the planner forgets once per observed chain or node (pos_decay), not per
      * depth of a chain */
     seer_status st = seer_tree_est_init(&s->pos, p->tree_ranks, prior, p->prior_weight, 1.0);
     (void)st;
@@ -156,12 +156,33 @@ static int budget_index(const seer_cost_planner *pl, seer_spec_kind kind, int bu
     return -1;
 }
 
-/* Depths 0..tried - 1 verified, the first n_acc of them accepted. */
-static void depths_observe(seer_accept_depths *d, double decay, int tried, int n_acc) {
+/* Depths j0 .. j0 + tried - 1 verified, the first n_acc of them accepted. */
+static void depths_observe(seer_accept_depths *d, double decay, int j0, int tried, int n_acc) {
     depths_decay(d, decay);
-    for (int j = 0; j < tried && j < SEER_COST_MAX_G; j++) {
+    for (int j = j0; j < j0 + tried && j < SEER_COST_MAX_G; j++) {
         d->tried[j] += 1;
-        d->accepted[j] += j < n_acc;
+        d->accepted[j] += j - j0 < n_acc;
+    }
+}
+
+/* The depth counts of one verification into the kind's and the budget's estimates, batch-wide
+ * and the request's (tr may be NULL); ss [2] gets the kind's stats, whose positional estimate
+ * the caller updates. */
+static void observe_depths(seer_cost_planner *pl, seer_accept_track *tr, seer_spec_kind kind,
+                           int budget, int j0, int tried, int n_acc, seer_accept_stats **ss) {
+    const int ki = budget_index(pl, kind, budget);
+    ss[0] = &pl->batch[kind];
+    ss[1] = tr ? &tr->kind[kind] : NULL;
+    seer_accept_depths *sk[2] = {ki >= 0 ? &pl->batch_k[kind][ki] : NULL,
+                                 ki >= 0 && tr ? &tr->budget[kind][ki] : NULL};
+    const double decay[2] = {pl->p.batch_decay, pl->p.request_decay};
+    for (int s = 0; s < 2; s++) {
+        if (sk[s])
+            depths_observe(sk[s], decay[s], j0, tried, n_acc);
+        if (ss[s]) {
+            depths_observe(&ss[s]->chain, decay[s], j0, tried, n_acc);
+            pos_decay(&ss[s]->pos, decay[s]);
+        }
     }
 }
 
@@ -172,21 +193,12 @@ seer_status seer_cost_observe_chain(seer_cost_planner *pl, seer_accept_track *tr
         return seer_err(SEER_ERR_INVALID_ARG, "cost planner: chain of %d with %d accepted (%s)", nd,
                         n_acc, seer_spec_kind_name(kind));
     /* depths 1..n_acc were accepted; depth n_acc + 1 was tried and rejected (when drafted) */
-    const int tried = n_acc < nd ? n_acc + 1 : nd, ki = budget_index(pl, kind, budget);
-    seer_accept_stats *ss[2] = {&pl->batch[kind], tr ? &tr->kind[kind] : NULL};
-    seer_accept_depths *sk[2] = {ki >= 0 ? &pl->batch_k[kind][ki] : NULL,
-                                 ki >= 0 && tr ? &tr->budget[kind][ki] : NULL};
-    const double decay[2] = {pl->p.batch_decay, pl->p.request_decay};
-    for (int s = 0; s < 2; s++) {
-        if (sk[s])
-            depths_observe(sk[s], decay[s], tried, n_acc);
-        if (!ss[s])
-            continue;
-        depths_observe(&ss[s]->chain, decay[s], tried, n_acc);
-        pos_decay(&ss[s]->pos, decay[s]);
-        for (int j = 0; j < tried && j < SEER_COST_MAX_G; j++)
+    const int tried = n_acc < nd ? n_acc + 1 : nd;
+    seer_accept_stats *ss[2];
+    observe_depths(pl, tr, kind, budget, 0, tried, n_acc, ss);
+    for (int s = 0; s < 2; s++)
+        for (int j = 0; ss[s] && j < tried && j < SEER_COST_MAX_G; j++)
             seer_tree_est_observe(&ss[s]->pos, 1, j < n_acc ? 1 : 0);
-    }
     return SEER_OK;
 }
 
@@ -201,27 +213,12 @@ seer_status seer_cost_observe_node(seer_cost_planner *pl, seer_accept_track *tr,
                         depth, accepted_rank, n_children, seer_spec_kind_name(kind));
     if (n_children == 0)
         return SEER_OK;
-    const int ki = budget_index(pl, kind, budget);
-    seer_accept_stats *ss[2] = {&pl->batch[kind], tr ? &tr->kind[kind] : NULL};
-    seer_accept_depths *sk[2] = {ki >= 0 ? &pl->batch_k[kind][ki] : NULL,
-                                 ki >= 0 && tr ? &tr->budget[kind][ki] : NULL};
-    const double decay[2] = {pl->p.batch_decay, pl->p.request_decay};
-    for (int s = 0; s < 2; s++) {
-        /* the first child is what a chain would have drafted: its depth counts as a chain's */
-        seer_accept_depths *ds[2] = {ss[s] ? &ss[s]->chain : NULL, sk[s]};
-        for (int x = 0; x < 2; x++)
-            if (ds[x]) {
-                depths_decay(ds[x], decay[s]);
-                if (depth < SEER_COST_MAX_G) {
-                    ds[x]->tried[depth] += 1;
-                    ds[x]->accepted[depth] += accepted_rank == 1;
-                }
-            }
-        if (ss[s]) {
-            pos_decay(&ss[s]->pos, decay[s]);
+    /* the first child is what a chain would have drafted: its depth counts as a chain's */
+    seer_accept_stats *ss[2];
+    observe_depths(pl, tr, kind, budget, depth, 1, accepted_rank == 1, ss);
+    for (int s = 0; s < 2; s++)
+        if (ss[s])
             seer_tree_est_observe(&ss[s]->pos, n_children, accepted_rank);
-        }
-    }
     return SEER_OK;
 }
 
