@@ -292,11 +292,13 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     /* Which kernel: the tensor-core one (attention_tc.cu) where it serves the head shape. */
     const int H = ab->n_heads, Dh = ab->head_dim;
     const bool heads_ok = Hkv >= 1 && H >= Hkv && H % Hkv == 0 && Dh >= 2 && Dh <= ATT_MAX_DH;
-    int cap_tc = 0, cap_dec = 0;
+    int cap_tc = 0, cap_dec = 0, cap_pre = 0;
     if (heads_ok && attn_tc_eligible(H, Hkv, Dh)) {
-        seer_status st = attn_tc_capacity(c, Dh, false, &cap_tc);
+        seer_status st = attn_tc_capacity(c, Dh, ATT_TC_CHAIN, &cap_tc);
         if (st == SEER_OK)
-            st = attn_tc_capacity(c, Dh, true, &cap_dec);
+            st = attn_tc_capacity(c, Dh, ATT_TC_DEC, &cap_dec);
+        if (st == SEER_OK)
+            st = attn_tc_capacity(c, Dh, ATT_TC_PRE, &cap_pre);
         if (st != SEER_OK) {
             free(maxC);
             return st;
@@ -328,17 +330,31 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
      * start at the same visible index; a token under a view goes alone (its counts differ by
      * layer and head). Items per group: its most splits, times the KV heads.
      * Groups of at most 16 rows that are not prefilled go to the decode kind, first (pass 0);
-     * the rest after them (pass 1). The decode kind's items stream through tc_spi consecutive
+     * the other split groups to the chain kind (pass 1); prefilled groups to the prefill kind,
+     * last (pass 2). The decode kind's items stream through tc_spi consecutive
      * splits each, chosen for the shortest busiest block: that changes the time a call takes,
      * never a bit of its output (each split is computed as alone). */
-    int n_grp = 0, n_grp_dec = 0, tc_spi = 1;
-    long long n_work_tc = 0, n_work_dec = 0;
+    int n_grp = 0, n_grp_dec = 0, n_grp_chain = 0, tc_spi = 1;
+    long long n_work_tc = 0, n_work_dec = 0, n_work_chain = 0;
+    /* Prefill items hold 128 rows, or 64 where that many would not fill the resident blocks
+     * (a short chunk): more items, each with every warp busy. */
+    int cap_pre_tok = attn_tc_tokens(group, true);
     if (tc) {
-        for (int pass = 0; pass < 2; pass++)
+        long long items = 0;
+        for (int b = 0; b < n_seq; b++) {
+            const int n_b = ab->seq_tok_off[b + 1] - ab->seq_tok_off[b];
+            if (n_b > SEER_ATT_TC_PREFILL_MIN)
+                items += (long long)(n_b + cap_pre_tok - 1) / cap_pre_tok * Hkv;
+        }
+        if (items < cap_pre && cap_pre_tok > 1)
+            cap_pre_tok /= 2;
+    }
+    if (tc) {
+        for (int pass = ATT_TC_DEC; pass < ATT_TC_KINDS; pass++)
         for (int b = 0; b < n_seq; b++) {
             const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
             const bool pre = n_b > SEER_ATT_TC_PREFILL_MIN, view = maxC[n_seq + b] != 0;
-            const int cap_tok = view && !pre ? 1 : attn_tc_tokens(group, pre);
+            const int cap_tok = view && !pre ? 1 : pre ? cap_pre_tok : attn_tc_tokens(group, false);
             for (int k = 0; k < n_b;) {
                 const int i0 = ab->seq_toks[o + k];
                 const long long vis0 = (long long)maxC[b] + h[o_ncand + i0];
@@ -352,7 +368,8 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                     S = Sj > S ? Sj : S;
                     n++;
                 }
-                if ((!pre && n * group <= 16) != (pass == 0)) {
+                const int kind = pre ? ATT_TC_PRE : n * group <= 16 ? ATT_TC_DEC : ATT_TC_CHAIN;
+                if (kind != pass) {
                     k += n;
                     continue;
                 }
@@ -368,7 +385,8 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                 if (here)
                     h[o_tmode + i0] = 2;
                 n_grp++;
-                n_grp_dec += pass == 0;
+                n_grp_dec += pass == ATT_TC_DEC;
+                n_grp_chain += pass != ATT_TC_PRE;
                 k += n;
             }
         }
@@ -387,11 +405,17 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         }
         for (int k = 0; k < n_grp; k++) {
             const int S = h[o_grp + 4 * (size_t)k + 3], per = k < n_grp_dec ? tc_spi : 1;
+            if (k == n_grp_dec)
+                n_work_dec = n_work_tc;
+            if (k == n_grp_chain)
+                n_work_chain = n_work_tc;
             h[o_gitem + k] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
             n_work_tc += (long long)((S + per - 1) / per) * Hkv;
-            if (k + 1 == n_grp_dec)
-                n_work_dec = n_work_tc;
         }
+        if (n_grp_dec == n_grp)
+            n_work_dec = n_work_tc;
+        if (n_grp_chain == n_grp)
+            n_work_chain = n_work_tc;
         h[o_gitem + n_grp] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
     }
     free(maxC);
@@ -405,8 +429,9 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         else
             SEER_TRY(attn_capacity(c, gb, Dh, &cap));
     }
-    const long long n_work = !heads_ok ? 0 : tc ? n_work_tc - n_work_dec : n_q * Hkv * n_hc;
-    if (n_work > INT32_MAX)
+    const long long n_work = !heads_ok ? 0 : tc ? n_work_chain - n_work_dec : n_q * Hkv * n_hc;
+    const long long n_work_pre = tc ? n_work_tc - n_work_chain : 0;
+    if (n_work > INT32_MAX || n_work_tc > INT32_MAX)
         return seer_err(SEER_ERR_UNSUPPORTED, "attention batch: %lld work items", n_work);
     if (split && heads_ok) {
         const size_t n_part = (size_t)n_q * H * ((size_t)Dh + 2);
@@ -452,6 +477,8 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     hd[D_TMODE] = (int32_t)o_tmode;
     hd[D_NGRP_DEC] = n_grp_dec;
     hd[D_NWORK_DEC] = (int32_t)n_work_dec;
+    hd[D_NGRP_CHAIN] = n_grp_chain;
+    hd[D_NWORK_CHAIN] = (int32_t)n_work_chain;
     hd[D_TC_SPI] = tc_spi;
 
     SEER_TRY(seer_cuda_reserve(c, &c->batch, bytes, "the batch index arrays"));
@@ -489,6 +516,11 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     while (gbk < n_work_dec && gbk < cap_dec)
         gbk *= 2;
     a->grid_dec_bucket = n_work_dec == 0 ? 0 : gbk < cap_dec ? gbk : cap_dec;
+    a->grid_pre = (int)(n_work_pre < cap_pre ? n_work_pre : cap_pre);
+    gbk = 1;
+    while (gbk < n_work_pre && gbk < cap_pre)
+        gbk *= 2;
+    a->grid_pre_bucket = n_work_pre == 0 ? 0 : gbk < cap_pre ? gbk : cap_pre;
     a->split = split;
     a->need_combine = need_combine;
     a->tc = tc;
@@ -881,7 +913,9 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
 
     const int grid = c->fw.padded ? a->grid_bucket : a->grid;
     if (a->tc) {
-        SEER_TRY(attn_tc_launch(c, p, c->fw.padded ? a->grid_dec_bucket : a->grid_dec, grid));
+        const int grids[ATT_TC_KINDS] = {c->fw.padded ? a->grid_dec_bucket : a->grid_dec, grid,
+                                         c->fw.padded ? a->grid_pre_bucket : a->grid_pre};
+        SEER_TRY(attn_tc_launch(c, p, grids));
     } else {
         attn_partial_kernel<<<(unsigned)grid, ATT_THREADS, attn_smem_bytes(gb, Dh), c->stream>>>(p);
         LAUNCH_TRY("attn_partial_kernel");

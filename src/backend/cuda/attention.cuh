@@ -37,6 +37,7 @@ enum {
     D_TOK_SEQ, D_TOK_SLOT, D_NCAND, D_LEN0, D_TOK_OFF, D_CAND_TOK, D_CAND_SLOT, D_PAGE_OFF,
     D_PAGES, D_VIEW, D_VLIST, D_VIDX, D_QOFF, D_MASK,
     D_NWORK_TC, D_NGRP, D_GRP, D_GITEM, D_TMODE, D_NGRP_DEC, D_NWORK_DEC, D_TC_SPI,
+    D_NGRP_CHAIN, D_NWORK_CHAIN,
     D_WORDS = 32
 };
 
@@ -78,7 +79,8 @@ struct att_desc {
     const int32_t *tok_seq, *tok_slot, *ncand, *len0, *tok_off, *cand_tok, *cand_slot;
     const int32_t *page_off, *pages, *view, *vlist, *vidx, *qoff;
     int n_work_tc, n_grp;
-    int n_grp_dec, n_work_dec; /* the decode kind's groups and items come first */
+    int n_grp_dec, n_work_dec;     /* the decode kind's groups and items come first, */
+    int n_grp_chain, n_work_chain; /* then the chain kind's (ends), then the prefill kind's */
     int tc_spi;                /* consecutive splits per decode-kind item */
     const int32_t *grp;   /* [n_grp][4]: first index into cand_tok, tokens, flags (1 prefill,
                              2 merged in the kernel), splits */
@@ -110,6 +112,8 @@ static __device__ __forceinline__ att_desc att_desc_load(const int32_t *d) {
     a.n_grp = d[D_NGRP];
     a.n_grp_dec = d[D_NGRP_DEC];
     a.n_work_dec = d[D_NWORK_DEC];
+    a.n_grp_chain = d[D_NGRP_CHAIN];
+    a.n_work_chain = d[D_NWORK_CHAIN];
     a.tc_spi = d[D_TC_SPI];
     a.grp = d + d[D_GRP];
     a.gitem = d + d[D_GITEM];
@@ -151,14 +155,16 @@ static __device__ __forceinline__ att_tok att_token(const att_desc &a, int i, in
 }
 
 /* Tensor-core kernel (attention_tc.cu): whether it serves this head shape, how many tokens a
- * work item holds, and the launch of its persistent grid over the descriptor's items. */
+ * work item holds, and the launch of its persistent grids over the descriptor's items. Its
+ * three kinds: decode steps and short chains of at most 16 rows, longer chains, prefills. */
+enum { ATT_TC_DEC, ATT_TC_CHAIN, ATT_TC_PRE, ATT_TC_KINDS };
 bool attn_tc_eligible(int H, int Hkv, int Dh);
 int attn_tc_tokens(int group, bool prefill);
 seer_status attn_tc_init(seer_cuda *c);
-/* Resident blocks of the tensor-core kernel of a head size, decode kind or not; 0: it does
- * not fit (the scalar kernel serves). */
-seer_status attn_tc_capacity(seer_cuda *c, int Dh, bool dec, int *out);
-/* The decode kind over grid_dec blocks, then the other over grid (0: not launched). */
-seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, int grid_dec, int grid);
+/* Resident blocks of one kind of the tensor-core kernel of a head size; 0: it does not fit
+ * (the scalar kernel serves). */
+seer_status attn_tc_capacity(seer_cuda *c, int Dh, int kind, int *out);
+/* Each kind over its grid of blocks (0: not launched), in kind order. */
+seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS]);
 
 #endif

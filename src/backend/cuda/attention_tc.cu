@@ -10,27 +10,33 @@
  * the register layout of P as the next product's operand follows FlashAttention-2, Dao 2023).
  * K/V tiles of 64 keys are double-buffered with cp.async.
  *
- * Two kinds of item:
+ * Two kinds of item, served by three instantiations of the kernel (ATT_TC_DEC, _CHAIN, _PRE):
  *  - split (decode, verification, short chunks: at most SEER_ATT_TC_PREFILL_MIN new tokens in
  *    the sequence): the token's visible slots are cut into chunks by att_chunk(n_vis) exactly
  *    as in attention.cu; up to 32 rows; the four warps take fixed 16-key quarters of every
  *    tile, each with its own softmax state, merged in warp order at the end. A row's result
  *    depends on its own query, its visible set and that fixed order only: the other rows of
  *    the item (one token alone in a decode step, or G + 1 of them in a verification) do not
- *    change a bit of it, which greedy speculation relies on.
- *  - prefill (longer runs of new tokens): flash attention proper, one split over all visible
- *    slots, 64 rows, a warp per 16 rows over every key. Not batch-invariant with the split
- *    kind (different summation order), and need not be: a prompt is prefilled the same way
- *    whatever decodes after it.
+ *    change a bit of it, which greedy speculation relies on. Items of at most 16 rows go to
+ *    the decode kind, the others to the chain kind; the arithmetic per row is the same.
+ *  - prefill (longer runs of new tokens; the prefill kind): flash attention proper, one split
+ *    over all visible slots, 128 rows, a warp per 16 rows over every key of every tile, its
+ *    result written from registers; or, where a call has too few prefill rows to fill the
+ *    GPU that way, 64 rows, two warps per 16 rows over halves of each tile, merged. Not batch-invariant with the split kind (different
+ *    summation order and exponential), and need not be: a prompt is prefilled the same way
+ *    whatever decodes after it. Its own instantiation, so that its larger Q buffer does not
+ *    cost the chain kind shared memory (lab/attention_lab.cu measured it: 1.5-4 % on chains).
  * Not for: head sizes other than 64 and 128 or groups above 16 (attention.cu serves them).
  */
 #include "backend/cuda/attention.cuh"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TC_THREADS 256 /* 8 warps: key parts x m-tiles */
 #define TC_TK 64
+#define TC_PRE_ROWS 128 /* rows of a prefill item: a warp's m-tile each */
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -67,14 +73,21 @@ static __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-/* Shared memory of a block, in the order the kernel carves it (dec: the decode kind). */
-static __host__ __device__ constexpr size_t tc_smem(int dh, bool dec) {
-    return (size_t)(dec ? 16 : 64) * (dh + 8) * 2 /* Q rows, bf16 */
-           + (size_t)4 * 64 * (dh + 8) * 2       /* two stages of K and V tiles */
-           + 2 * 64 * 8 + 2 * 64 * 4             /* key offsets, candidate of each key */
-           + 4 * 64 * 4                          /* token, visible count, slot, splits per row token */
-           + 128 * 2 * 4                         /* (m, l) per key part and row for the merge */
-           + (dec ? (size_t)4 * 8 * dh * 4 : 0); /* decode: a split's merge, eight rows at a time */
+/* Q rows and tokens a block of a kind holds, its threads. */
+static __host__ __device__ constexpr int tc_qrows(int kind) {
+    return kind == ATT_TC_DEC ? 16 : kind == ATT_TC_PRE ? TC_PRE_ROWS : 64;
+}
+static __host__ __device__ constexpr int tc_toks(int kind) { return kind == ATT_TC_PRE ? TC_PRE_ROWS : 64; }
+static __host__ __device__ constexpr int tc_threads(int kind) { return kind == ATT_TC_DEC ? 128 : 256; }
+
+/* Shared memory of a block, in the order the kernel carves it. */
+static __host__ __device__ constexpr size_t tc_smem(int dh, int kind) {
+    return (size_t)tc_qrows(kind) * (dh + 8) * 2  /* Q rows, bf16 */
+           + (size_t)4 * 64 * (dh + 8) * 2        /* two stages of K and V tiles */
+           + 2 * 64 * 8 + 2 * 64 * 4              /* key offsets, candidate of each key */
+           + (size_t)4 * tc_toks(kind) * 4        /* token, visible count, slot, splits per row token */
+           + 128 * 2 * 4                          /* (m, l) per key part and row for the merge */
+           + (kind == ATT_TC_DEC ? (size_t)4 * 8 * dh * 4 : 0); /* decode: a split's merge, eight rows at a time */
 }
 
 /* What the rows of an item share, in shared memory. */
@@ -101,10 +114,11 @@ static __device__ __forceinline__ bool tc_visible(const att_desc &a, const tc_it
 /*
  * One tile for m-tile rows [16 mt, 16 mt + 16) against NKT n8 key tiles starting at tile
  * position kl0: scores, mask, online softmax (state m, l of rows g and g + 8), O update.
+ * FAST_EXP: the prefill kind's exponential (__expf), which the split kinds must not change.
  * full: every row of the item sees every key of the tile (the common case far from the end
  * of the visible range), so the mask is skipped; rows past the item's are zeros, harmless.
  */
-template <int DH, int NKT>
+template <int DH, int NKT, bool FAST_EXP>
 static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item &it,
                                                const bf16 *qs, const bf16 *Ks, const bf16 *Vs,
                                                const long long *koff, const int *kcand, int mt,
@@ -154,12 +168,12 @@ static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item 
             for (int n = 0; n < NKT; n++)
                 S[n][2 * hr] = S[n][2 * hr + 1] = 0.f;
         } else {
-            alpha[hr] = expf(m[hr] - m_new);
+            alpha[hr] = FAST_EXP ? __expf(m[hr] - m_new) : expf(m[hr] - m_new);
 #pragma unroll
             for (int n = 0; n < NKT; n++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const float pv = expf(S[n][2 * hr + e] - m_new);
+                    const float pv = FAST_EXP ? __expf(S[n][2 * hr + e] - m_new) : expf(S[n][2 * hr + e] - m_new);
                     S[n][2 * hr + e] = pv;
                     sum += pv;
                 }
@@ -288,21 +302,23 @@ static __device__ __forceinline__ void tc_merge_parts(const att_desc &a, const a
  * DEC (the decode kind): groups of at most 16 rows, not prefilled (decode steps, short
  * chains): one m-tile, four warps, each item streaming through spi consecutive splits in
  * one pipeline, a split's partial merged while the next split's first tile is in flight.
- * Otherwise (chains of up to 32 rows, prefill): eight warps, one split per item. A row's
- * arithmetic is the same in both: key part kp of every 64-key tile is warp kp's, the parts
- * merge in part order, the splits in split order; so a token gives the same bits in a decode
- * step and in a verification chain whichever kind serves each. */
-template <int DH, bool DEC>
-__global__ void __launch_bounds__(DEC ? 128 : 256, 2) attn_tc_kernel(attn_params p) {
-    constexpr int LD = DH + 8;
-    constexpr int NT = DEC ? 128 : 256;
+ * CHAIN (chains of up to 32 rows): eight warps, one split per item. A row's arithmetic is the
+ * same in both: key part kp of every 64-key tile is warp kp's, the parts merge in part order,
+ * the splits in split order; so a token gives the same bits in a decode step and in a
+ * verification chain whichever kind serves each.
+ * PRE (the prefill kind): eight warps, one m-tile each, over every key of a single split (or
+ * two warps per m-tile, over halves of each tile, in items of at most 64 rows). */
+template <int DH, int KIND>
+__global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_params p) {
+    constexpr bool DEC = KIND == ATT_TC_DEC, pre = KIND == ATT_TC_PRE;
+    constexpr int LD = DH + 8, NT = tc_threads(KIND), NTOK = tc_toks(KIND);
     extern __shared__ __align__(16) unsigned char tc_sm[];
     bf16 *qs = (bf16 *)tc_sm;
-    bf16 *kvs = qs + (DEC ? 16 : 64) * LD; /* [stage][K, V][64][LD] */
+    bf16 *kvs = qs + tc_qrows(KIND) * LD; /* [stage][K, V][64][LD] */
     long long *koff = (long long *)(kvs + 4 * 64 * LD);
     int *kcand = (int *)(koff + 2 * 64);
-    int *t_i = kcand + 2 * 64, *t_nvis = t_i + 64, *t_slot = t_nvis + 64, *t_S = t_slot + 64;
-    float *ml_s = (float *)(t_S + 64); /* [key part][rows of a part][m, l] */
+    int *t_i = kcand + 2 * 64, *t_nvis = t_i + NTOK, *t_slot = t_nvis + NTOK, *t_S = t_slot + NTOK;
+    float *ml_s = (float *)(t_S + NTOK); /* [key part][rows of a part][m, l] */
     float *mrg = (float *)kvs;         /* [key part][rows of a part][DH] after the tiles */
     float *mb = ml_s + 128 * 2;        /* decode: [key part][8 rows][DH], beside the tiles */
     __shared__ int s_last;
@@ -314,10 +330,12 @@ __global__ void __launch_bounds__(DEC ? 128 : 256, 2) attn_tc_kernel(attn_params
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     const int ng = p.group;
 
-    /* this kind's groups and items: the decode kind's come first */
-    const int g_first = DEC ? 0 : a.n_grp_dec, g_last = DEC ? a.n_grp_dec - 1 : a.n_grp - 1;
-    const int i_end = DEC ? a.n_work_dec : a.n_work_tc;
-    for (int item = (DEC ? 0 : a.n_work_dec) + blockIdx.x; item < i_end; item += gridDim.x) {
+    /* this kind's groups and items: the decode kind's, the chain kind's, the prefill kind's */
+    const int g_first = DEC ? 0 : pre ? a.n_grp_chain : a.n_grp_dec;
+    const int g_last = (DEC ? a.n_grp_dec : pre ? a.n_grp : a.n_grp_chain) - 1;
+    const int i_begin = DEC ? 0 : pre ? a.n_work_chain : a.n_work_dec;
+    const int i_end = DEC ? a.n_work_dec : pre ? a.n_work_tc : a.n_work_chain;
+    for (int item = i_begin + blockIdx.x; item < i_end; item += gridDim.x) {
         __syncthreads(); /* the previous item is done with shared memory */
         int lo = g_first, hi = g_last; /* the group: the last with gitem <= item */
         while (lo < hi) {
@@ -329,7 +347,7 @@ __global__ void __launch_bounds__(DEC ? 128 : 256, 2) attn_tc_kernel(attn_params
         }
         const int32_t *gr = a.grp + 4 * lo;
         const int first = gr[0], ntok = gr[1];
-        const bool pre = gr[2] & 1, merge_here = (gr[2] & 2) != 0;
+        const bool merge_here = (gr[2] & 2) != 0;
         const int spi = DEC ? a.tc_spi : 1;
         const int local = item - a.gitem[lo], kvh = local % p.Hkv, s0 = local / p.Hkv * spi;
         const int s1 = min(s0 + spi, gr[3]);
@@ -354,10 +372,12 @@ __global__ void __launch_bounds__(DEC ? 128 : 256, 2) attn_tc_kernel(attn_params
             if (begin >= end)
                 break;
             const tc_item it = {ntok, ng, ntok * ng, t_i, t_nvis, t_slot};
-            const int n_mt = (it.rows + 15) / 16; /* m-tiles with rows: at most 2 split, 4 prefill */
+            const int n_mt = (it.rows + 15) / 16; /* m-tiles with rows: at most 2 split, 8 prefill */
             /* Warp roles: key part kp of each tile (split: four of 16 keys, the fixed order a
-             * row's sum follows; prefill: two of 32) and m-tile mt of the rows. */
-            const int KP = pre ? 2 : 4, MR = DEC ? 16 : pre ? 64 : 32; /* key parts, rows of a part */
+             * row's sum follows; prefill: one, all 64 keys, or two of 32 for items of at most
+             * 64 rows, which then keep every warp busy) and m-tile mt of the rows. */
+            const int KP = pre ? (it.rows > 64 ? 1 : 2) : 4;                 /* key parts */
+            const int MR = DEC ? 16 : pre ? TC_PRE_ROWS / KP : 32;            /* rows of a part */
             const int kp = warp % KP, mt = warp / KP;
 
             /* Q rows (token, head of the group) as bf16; rows past the item's are zeros */
@@ -378,9 +398,11 @@ __global__ void __launch_bounds__(DEC ? 128 : 256, 2) attn_tc_kernel(attn_params
             /* Where each key of the tile at visible index k0 lives; -1: none. */
             /* Keys of every row: a tile inside [0, min over the tokens of n_vis) without candidates
              * is seen whole by every row (with its keys present). */
-            int min_nvis = max_nvis;
-            for (int k = 0; k < ntok; k++)
+            int min_nvis = max_nvis, min_slot = INT_MAX;
+            for (int k = 0; k < ntok; k++) {
                 min_nvis = min(min_nvis, t_nvis[k]);
+                min_slot = min(min_slot, t_slot[k]);
+            }
             const int full_end = min(min_nvis, t0.C);
             auto prep = [&](int st, int k0) -> bool {
                 bool ok = true;
@@ -400,7 +422,9 @@ __global__ void __launch_bounds__(DEC ? 128 : 256, 2) attn_tc_kernel(attn_params
                                  : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
                                                (size_t)(slot % p.page_size) * DH);
                     kcand[st * TC_TK + tid] = ci;
-                    ok = slot >= 0 && k < full_end;
+                    /* new tokens at slots up to every row's own, without a mask, are seen by
+                     * every row too: a prefill chunk tests the predicate on its diagonal only */
+                    ok = slot >= 0 && (k < full_end || (ci >= 0 && k < min_nvis && !a.mask && slot <= min_slot));
                 }
                 return ok;
             };
@@ -496,11 +520,12 @@ __global__ void __launch_bounds__(DEC ? 128 : 256, 2) attn_tc_kernel(attn_params
                 const int *kc = kcand + st * TC_TK;
                 const int kbase = begin + t * TC_TK;
                 if (mt < n_mt) {
-                    if (pre) { /* its 32 keys as two steps of 16: the registers of one */
-                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 32, kbase, full[st], p.scale, m, l, O);
-                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 32 + 16, kbase, full[st], p.scale, m, l, O);
+                    if (pre) { /* the part's keys in steps of 16: the registers of one */
+    #pragma unroll 1
+                        for (int q = kp * 4 / KP; q < (kp + 1) * 4 / KP; q++)
+                            tc_tile<DH, 2, true>(a, it, qs, Ks, Vs, ko, kc, mt, q * 16, kbase, full[st], p.scale, m, l, O);
                     } else
-                        tc_tile<DH, 2>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 16, kbase, full[st], p.scale, m, l, O);
+                        tc_tile<DH, 2, false>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 16, kbase, full[st], p.scale, m, l, O);
                 }
                 __syncthreads();
                 if (DEC && ((t + 1) % tps == 0 || t + 1 == n_tiles))
@@ -508,6 +533,22 @@ __global__ void __launch_bounds__(DEC ? 128 : 256, 2) attn_tc_kernel(attn_params
             }
             if (DEC)
                 break;
+            if (pre && KP == 1) { /* a row's state is its result, written from registers */
+                if (mt < n_mt) {
+    #pragma unroll
+                    for (int hr = 0; hr < 2; hr++) {
+                        const int r = mt * 16 + g + 8 * hr;
+                        if (r >= it.rows)
+                            break;
+                        const float inv = l[hr] > 0.f ? 1.f / l[hr] : 0.f;
+                        float *dst = p.out + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + 2 * c;
+    #pragma unroll
+                        for (int dn = 0; dn < DH / 8; dn++)
+                            *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * inv, O[dn][2 * hr + 1] * inv);
+                    }
+                }
+                break;
+            }
 
             /* Merge the key parts in part order: each warp's (m, l) and its O scaled to the
              * rows' common max, then summed part by part. */
@@ -578,41 +619,49 @@ bool attn_tc_eligible(int H, int Hkv, int Dh) {
     return (Dh == 64 || Dh == 128) && H / Hkv <= 16;
 }
 
-int attn_tc_tokens(int group, bool prefill) { return (prefill ? 64 : 32) / group; }
+int attn_tc_tokens(int group, bool prefill) { return (prefill ? TC_PRE_ROWS : 32) / group; }
+
+template <int DH, int KIND>
+static cudaError_t tc_attr() {
+    return cudaFuncSetAttribute(attn_tc_kernel<DH, KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)tc_smem(DH, KIND));
+}
 
 seer_status attn_tc_init(seer_cuda *c) {
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 6; k++)
         c->att_tc_occ[k] = -1;
-    if (tc_smem(128, false) > c->smem_optin)
+    if (tc_smem(128, ATT_TC_PRE) > c->smem_optin)
         return SEER_OK; /* attn_tc_capacity then says none: the scalar kernel runs */
-    CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<64, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)tc_smem(64, false)));
-    CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<128, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)tc_smem(128, false)));
-    CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<64, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)tc_smem(64, true)));
-    CUDA_TRY(cudaFuncSetAttribute(attn_tc_kernel<128, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)tc_smem(128, true)));
+    CUDA_TRY((tc_attr<64, ATT_TC_DEC>()));
+    CUDA_TRY((tc_attr<64, ATT_TC_CHAIN>()));
+    CUDA_TRY((tc_attr<64, ATT_TC_PRE>()));
+    CUDA_TRY((tc_attr<128, ATT_TC_DEC>()));
+    CUDA_TRY((tc_attr<128, ATT_TC_CHAIN>()));
+    CUDA_TRY((tc_attr<128, ATT_TC_PRE>()));
     return SEER_OK;
 }
 
-template <int DH, bool DEC>
+template <int DH, int KIND>
 static seer_status tc_occupancy(int *n) {
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, attn_tc_kernel<DH, DEC>, DEC ? 128 : 256,
-                                                           tc_smem(DH, DEC)));
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, attn_tc_kernel<DH, KIND>, tc_threads(KIND),
+                                                           tc_smem(DH, KIND)));
     return SEER_OK;
+}
+
+template <int DH>
+static seer_status tc_occupancy_of(int kind, int *n) {
+    return kind == ATT_TC_DEC     ? tc_occupancy<DH, ATT_TC_DEC>(n)
+           : kind == ATT_TC_CHAIN ? tc_occupancy<DH, ATT_TC_CHAIN>(n)
+                                  : tc_occupancy<DH, ATT_TC_PRE>(n);
 }
 
 /* Asked of the runtime once per head size and kind: batch_begin wants it every forward call. */
-seer_status attn_tc_capacity(seer_cuda *c, int Dh, bool dec, int *out) {
-    int *cached = &c->att_tc_occ[(Dh == 64 ? 0 : 2) + dec];
+seer_status attn_tc_capacity(seer_cuda *c, int Dh, int kind, int *out) {
+    int *cached = &c->att_tc_occ[(Dh == 64 ? 0 : 3) + kind];
     if (*cached < 0) {
         int n = 0;
-        if (tc_smem(Dh, dec) <= c->smem_optin && tc_smem(Dh, false) <= c->smem_optin) {
-            if (Dh == 64)
-                SEER_TRY((dec ? tc_occupancy<64, true>(&n) : tc_occupancy<64, false>(&n)));
-            else
-                SEER_TRY((dec ? tc_occupancy<128, true>(&n) : tc_occupancy<128, false>(&n)));
+        if (tc_smem(Dh, ATT_TC_PRE) <= c->smem_optin) { /* the largest kind */
+            SEER_TRY(Dh == 64 ? tc_occupancy_of<64>(kind, &n) : tc_occupancy_of<128>(kind, &n));
             n = (n > 0 ? n : 1) * c->n_sm;
         }
         *cached = n; /* 0: the kernel does not fit; the scalar one runs */
@@ -621,18 +670,25 @@ seer_status attn_tc_capacity(seer_cuda *c, int Dh, bool dec, int *out) {
     return SEER_OK;
 }
 
-template <int DH, bool DEC>
+template <int DH, int KIND>
 static seer_status tc_launch(seer_cuda *c, const attn_params &p, int grid) {
-    CUDA_TRY(seer_cuda_launch(c, attn_tc_kernel<DH, DEC>, dim3((unsigned)grid), dim3(DEC ? 128 : 256),
-                              tc_smem(DH, DEC), p));
+    CUDA_TRY(seer_cuda_launch(c, attn_tc_kernel<DH, KIND>, dim3((unsigned)grid), dim3(tc_threads(KIND)),
+                              tc_smem(DH, KIND), p));
     LAUNCH_TRY("attn_tc_kernel");
     return SEER_OK;
 }
 
-seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, int grid_dec, int grid) {
-    if (grid_dec > 0)
-        SEER_TRY((p.Dh == 64 ? tc_launch<64, true>(c, p, grid_dec) : tc_launch<128, true>(c, p, grid_dec)));
-    if (grid > 0)
-        SEER_TRY((p.Dh == 64 ? tc_launch<64, false>(c, p, grid) : tc_launch<128, false>(c, p, grid)));
+template <int DH>
+static seer_status tc_launch_all(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS]) {
+    if (grid[ATT_TC_DEC] > 0)
+        SEER_TRY((tc_launch<DH, ATT_TC_DEC>(c, p, grid[ATT_TC_DEC])));
+    if (grid[ATT_TC_CHAIN] > 0)
+        SEER_TRY((tc_launch<DH, ATT_TC_CHAIN>(c, p, grid[ATT_TC_CHAIN])));
+    if (grid[ATT_TC_PRE] > 0)
+        SEER_TRY((tc_launch<DH, ATT_TC_PRE>(c, p, grid[ATT_TC_PRE])));
     return SEER_OK;
+}
+
+seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS]) {
+    return p.Dh == 64 ? tc_launch_all<64>(c, p, grid) : tc_launch_all<128>(c, p, grid);
 }

@@ -125,6 +125,7 @@ typedef struct {
     int grid;                    /* its blocks op by op: min(n_work, resident capacity) */
     int grid_bucket;             /* its blocks in a recorded call: a power of two, capped */
     int grid_dec, grid_dec_bucket; /* the same for the decode kind (attention_tc.cu); 0: none */
+    int grid_pre, grid_pre_bucket; /* ... and for the prefill kind */
     bool split;                  /* some token has more than one split */
     bool need_combine;           /* ... which the partial kernel does not merge: the combine runs */
     bool tc;                     /* the tensor-core kernel serves this batch (attention_tc.cu) */
@@ -143,7 +144,7 @@ typedef struct {
  * its device pointers belong to. */
 typedef struct {
     const void *key;
-    int T_pad, n_out_pad, att_grid, att_grid_dec;
+    int T_pad, n_out_pad, att_grid, att_grid_dec, att_grid_pre;
     bool att_split, att_combine, warm, failed;
     unsigned long gen, last_use;
     cudaGraphExec_t exec;  /* NULL: seen (warm) but not recorded yet */
@@ -207,8 +208,8 @@ typedef struct {
     seer_cuda_idx idx[SEER_IDX_COUNT];
     seer_cuda_attn att;
     int att_occ_key, att_occ; /* resident attention blocks per SM for (gb, Dh) = key */
-    int att_tc_occ[4];        /* tensor-core attention blocks the GPU holds, Dh 64 / 128 x
-                               * other / decode kind; -1 unknown */
+    int att_tc_occ[6];        /* tensor-core attention blocks the GPU holds, Dh 64 / 128 x
+                               * decode / chain / prefill kind; -1 unknown */
 
     /* matmul.cu: split-K partial sums and per-tile arrival counters (zero between calls) */
     seer_cuda_buf mm_part, mm_cnt;

@@ -59,7 +59,8 @@ static int entry_find(seer_cuda *c, const void *key) {
     for (int i = 0; i < SEER_CUDA_GRAPHS_MAX; i++) {
         const seer_cuda_graph *e = &c->graph[i];
         if (e->key == key && e->T_pad == f->T_pad && e->n_out_pad == f->n_out_pad &&
-            e->att_grid == a->grid_bucket && e->att_grid_dec == a->grid_dec_bucket && e->att_split == a->split &&
+            e->att_grid == a->grid_bucket && e->att_grid_dec == a->grid_dec_bucket &&
+            e->att_grid_pre == a->grid_pre_bucket && e->att_split == a->split &&
             e->att_combine == a->need_combine)
             return i;
         const seer_cuda_graph *l = lru >= 0 ? &c->graph[lru] : NULL;
@@ -73,6 +74,7 @@ static int entry_find(seer_cuda *c, const void *key) {
     e->n_out_pad = f->n_out_pad;
     e->att_grid = a->grid_bucket;
     e->att_grid_dec = a->grid_dec_bucket;
+    e->att_grid_pre = a->grid_pre_bucket;
     e->att_split = a->split;
     e->att_combine = a->need_combine;
     e->gen = c->gen;
