@@ -182,12 +182,16 @@ static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item 
         m[hr] = m_new;
         l[hr] = l[hr] * alpha[hr] + sum;
     }
+    /* a running max that did not move scales by 1: skipped where no row of the warp moved
+     * (the prefill kind; bit-exact, x * 1 = x) */
+    if (!FAST_EXP || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
     for (int dn = 0; dn < DH / 8; dn++) {
         O[dn][0] *= alpha[0];
         O[dn][1] *= alpha[0];
         O[dn][2] *= alpha[1];
         O[dn][3] *= alpha[1];
+    }
     }
 #pragma unroll
     for (int j = 0; j < NKT / 2; j++) {
