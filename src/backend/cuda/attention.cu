@@ -86,6 +86,16 @@ static size_t attn_smem_bytes(int gb, int Dh) {
            sizeof(float) * ((size_t)gb * Dh + 2 * (size_t)ATT_TK * W + (size_t)gb * ATT_TK + 3 * (size_t)gb);
 }
 
+/* Blocks of a tensor-core kind for n items on cap resident ones: op by op, and in a recorded
+ * call (a power of two, capped); 0: not launched. */
+static void tc_grid(long long n, int cap, int *grid, int *bucket) {
+    *grid = (int)(n < cap ? n : cap);
+    int b = 1;
+    while (b < n && b < cap)
+        b *= 2;
+    *bucket = n == 0 ? 0 : b < cap ? b : cap;
+}
+
 /* Partial-kernel blocks the device holds at once for this head configuration. */
 static seer_status attn_capacity(seer_cuda *c, int gb, int Dh, int *out) {
     const int key = gb * 4096 + Dh;
@@ -340,16 +350,14 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
      * (a short chunk): more items, each with every warp busy. */
     int cap_pre_tok = attn_tc_tokens(group, true);
     if (tc) {
-        long long items = 0;
+        long long pre_items = 0;
         for (int b = 0; b < n_seq; b++) {
             const int n_b = ab->seq_tok_off[b + 1] - ab->seq_tok_off[b];
             if (n_b > SEER_ATT_TC_PREFILL_MIN)
-                items += (long long)(n_b + cap_pre_tok - 1) / cap_pre_tok * Hkv;
+                pre_items += (long long)(n_b + cap_pre_tok - 1) / cap_pre_tok * Hkv;
         }
-        if (items < cap_pre && cap_pre_tok > 1)
+        if (pre_items < cap_pre && cap_pre_tok > 1)
             cap_pre_tok /= 2;
-    }
-    if (tc) {
         for (int pass = ATT_TC_DEC; pass < ATT_TC_KINDS; pass++)
         for (int b = 0; b < n_seq; b++) {
             const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
@@ -380,7 +388,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                  * item; a chain's by the combine kernel, more rows in parallel. Both merge in
                  * the same order with the same arithmetic: the results are identical. */
                 const bool here = !pre && n == 1 && S > 1;
-                gr[2] = pre | (here ? 2 : 0);
+                gr[2] = here ? 2 : 0;
                 gr[3] = S;
                 if (here)
                     h[o_tmode + i0] = 2;
@@ -405,17 +413,13 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         }
         for (int k = 0; k < n_grp; k++) {
             const int S = h[o_grp + 4 * (size_t)k + 3], per = k < n_grp_dec ? tc_spi : 1;
-            if (k == n_grp_dec)
-                n_work_dec = n_work_tc;
-            if (k == n_grp_chain)
-                n_work_chain = n_work_tc;
             h[o_gitem + k] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
             n_work_tc += (long long)((S + per - 1) / per) * Hkv;
+            if (k + 1 == n_grp_dec)
+                n_work_dec = n_work_tc;
+            if (k + 1 == n_grp_chain)
+                n_work_chain = n_work_tc;
         }
-        if (n_grp_dec == n_grp)
-            n_work_dec = n_work_tc;
-        if (n_grp_chain == n_grp)
-            n_work_chain = n_work_tc;
         h[o_gitem + n_grp] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
     }
     free(maxC);
@@ -432,7 +436,8 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     const long long n_work = !heads_ok ? 0 : tc ? n_work_chain - n_work_dec : n_q * Hkv * n_hc;
     const long long n_work_pre = tc ? n_work_tc - n_work_chain : 0;
     if (n_work > INT32_MAX || n_work_tc > INT32_MAX)
-        return seer_err(SEER_ERR_UNSUPPORTED, "attention batch: %lld work items", n_work);
+        return seer_err(SEER_ERR_UNSUPPORTED, "attention batch: %lld work items",
+                        n_work > n_work_tc ? n_work : n_work_tc);
     if (split && heads_ok) {
         const size_t n_part = (size_t)n_q * H * ((size_t)Dh + 2);
         SEER_TRY(seer_cuda_reserve(c, &c->attn_part, n_part * sizeof(float), "attention partials"));
@@ -511,16 +516,8 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     while (gbk < n_work && gbk < cap)
         gbk *= 2;
     a->grid_bucket = tc && n_work == 0 ? 0 : gbk < cap ? gbk : cap;
-    a->grid_dec = (int)(n_work_dec < cap_dec ? n_work_dec : cap_dec);
-    gbk = 1;
-    while (gbk < n_work_dec && gbk < cap_dec)
-        gbk *= 2;
-    a->grid_dec_bucket = n_work_dec == 0 ? 0 : gbk < cap_dec ? gbk : cap_dec;
-    a->grid_pre = (int)(n_work_pre < cap_pre ? n_work_pre : cap_pre);
-    gbk = 1;
-    while (gbk < n_work_pre && gbk < cap_pre)
-        gbk *= 2;
-    a->grid_pre_bucket = n_work_pre == 0 ? 0 : gbk < cap_pre ? gbk : cap_pre;
+    tc_grid(n_work_dec, cap_dec, &a->grid_dec, &a->grid_dec_bucket);
+    tc_grid(n_work_pre, cap_pre, &a->grid_pre, &a->grid_pre_bucket);
     a->split = split;
     a->need_combine = need_combine;
     a->tc = tc;

@@ -82,8 +82,8 @@ struct att_desc {
     int n_grp_dec, n_work_dec;     /* the decode kind's groups and items come first, */
     int n_grp_chain, n_work_chain; /* then the chain kind's (ends), then the prefill kind's */
     int tc_spi;                /* consecutive splits per decode-kind item */
-    const int32_t *grp;   /* [n_grp][4]: first index into cand_tok, tokens, flags (1 prefill,
-                             2 merged in the kernel), splits */
+    const int32_t *grp;   /* [n_grp][4]: first index into cand_tok, tokens, flags (2: merged
+                             in the kernel), splits */
     const int32_t *gitem; /* [n_grp + 1]: first work item of each group */
     const int32_t *tmode; /* [T]: 1 = the token's sequence is prefilled in one split, 2 = the
                              partial kernel merges its splits; 0 = the combine kernel does */

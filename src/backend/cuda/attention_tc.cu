@@ -314,7 +314,7 @@ static __device__ __forceinline__ void tc_merge_parts(const att_desc &a, const a
  * two warps per m-tile, over halves of each tile, in items of at most 64 rows). */
 template <int DH, int KIND>
 __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_params p) {
-    constexpr bool DEC = KIND == ATT_TC_DEC, pre = KIND == ATT_TC_PRE;
+    constexpr bool DEC = KIND == ATT_TC_DEC, PRE = KIND == ATT_TC_PRE;
     constexpr int LD = DH + 8, NT = tc_threads(KIND), NTOK = tc_toks(KIND);
     extern __shared__ __align__(16) unsigned char tc_sm[];
     bf16 *qs = (bf16 *)tc_sm;
@@ -335,10 +335,10 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
     const int ng = p.group;
 
     /* this kind's groups and items: the decode kind's, the chain kind's, the prefill kind's */
-    const int g_first = DEC ? 0 : pre ? a.n_grp_chain : a.n_grp_dec;
-    const int g_last = (DEC ? a.n_grp_dec : pre ? a.n_grp : a.n_grp_chain) - 1;
-    const int i_begin = DEC ? 0 : pre ? a.n_work_chain : a.n_work_dec;
-    const int i_end = DEC ? a.n_work_dec : pre ? a.n_work_tc : a.n_work_chain;
+    const int g_first = DEC ? 0 : PRE ? a.n_grp_chain : a.n_grp_dec;
+    const int g_last = (DEC ? a.n_grp_dec : PRE ? a.n_grp : a.n_grp_chain) - 1;
+    const int i_begin = DEC ? 0 : PRE ? a.n_work_chain : a.n_work_dec;
+    const int i_end = DEC ? a.n_work_dec : PRE ? a.n_work_tc : a.n_work_chain;
     for (int item = i_begin + blockIdx.x; item < i_end; item += gridDim.x) {
         __syncthreads(); /* the previous item is done with shared memory */
         int lo = g_first, hi = g_last; /* the group: the last with gitem <= item */
@@ -362,14 +362,14 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
             t_i[tid] = i;
             t_nvis[tid] = tk.n_vis;
             t_slot[tid] = tk.slot;
-            t_S[tid] = pre ? 1 : att_splits(tk.n_vis);
+            t_S[tid] = PRE ? 1 : att_splits(tk.n_vis);
         }
         __syncthreads();
         int max_nvis = 0;
         for (int k = 0; k < ntok; k++)
             max_nvis = max(max_nvis, t_nvis[k]);
-        const long long chunk = pre ? (long long)max_nvis : att_chunk(t0.n_vis);
-        const int begin = (int)(pre ? 0 : s0 * chunk);
+        const long long chunk = PRE ? (long long)max_nvis : att_chunk(t0.n_vis);
+        const int begin = (int)(PRE ? 0 : s0 * chunk);
         const int end = (int)min((long long)s1 * chunk, (long long)max_nvis);
         pdl_wait(); /* from here on q, the cache and the outputs are ours */
         do { /* break: the item is done */
@@ -380,8 +380,8 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
             /* Warp roles: key part kp of each tile (split: four of 16 keys, the fixed order a
              * row's sum follows; prefill: one, all 64 keys, or two of 32 for items of at most
              * 64 rows, which then keep every warp busy) and m-tile mt of the rows. */
-            const int KP = pre ? (it.rows > 64 ? 1 : 2) : 4;                 /* key parts */
-            const int MR = DEC ? 16 : pre ? TC_PRE_ROWS / KP : 32;            /* rows of a part */
+            const int KP = PRE ? (it.rows > 64 ? 1 : 2) : 4;                 /* key parts */
+            const int MR = DEC ? 16 : PRE ? TC_PRE_ROWS / KP : 32;            /* rows of a part */
             const int kp = warp % KP, mt = warp / KP;
 
             /* Q rows (token, head of the group) as bf16; rows past the item's are zeros */
@@ -524,7 +524,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
                 const int *kc = kcand + st * TC_TK;
                 const int kbase = begin + t * TC_TK;
                 if (mt < n_mt) {
-                    if (pre) { /* the part's keys in steps of 16: the registers of one */
+                    if (PRE) { /* the part's keys in steps of 16: the registers of one */
     #pragma unroll 1
                         for (int q = kp * 4 / KP; q < (kp + 1) * 4 / KP; q++)
                             tc_tile<DH, 2, true>(a, it, qs, Ks, Vs, ko, kc, mt, q * 16, kbase, full[st], p.scale, m, l, O);
@@ -537,7 +537,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
             }
             if (DEC)
                 break;
-            if (pre && KP == 1) { /* a row's state is its result, written from registers */
+            if (PRE && KP == 1) { /* a row's state is its result, written from registers */
                 if (mt < n_mt) {
     #pragma unroll
                     for (int hr = 0; hr < 2; hr++) {
@@ -632,7 +632,7 @@ static cudaError_t tc_attr() {
 }
 
 seer_status attn_tc_init(seer_cuda *c) {
-    for (int k = 0; k < 6; k++)
+    for (size_t k = 0; k < sizeof c->att_tc_occ / sizeof *c->att_tc_occ; k++)
         c->att_tc_occ[k] = -1;
     if (tc_smem(128, ATT_TC_PRE) > c->smem_optin)
         return SEER_OK; /* attn_tc_capacity then says none: the scalar kernel runs */
