@@ -924,10 +924,11 @@ static const attn_case ATTN_CASES[] = {
     {"prefill-mask", 1, 8, 128, 16, 1, 0, 1, {50},          {100},        1, 0, 0, 0},
     {"prefill-view", 2, 4, 64, 16, 2, 1, 1, {300},          {80},         0, 2, 0, 0},
     {"prefill-mha", 4, 1, 64,  16, 1, 0, 1, {33},           {150},        0, 0, 0, 0},
-    /* enough prefill rows to fill an H100's or H200's resident blocks with 128-row items (at
-     * least 2 x 132 of them): a warp over every key of a tile, the result from registers */
+    /* chunks wide enough to fill an H100's or H200's resident blocks with 128-row items (at
+     * least 2 x 132 of them per sequence): a warp over every key of a tile, the result from
+     * registers */
     {"prefill-wide", 8, 4, 128, 16, 1, 0, 1, {300},         {1100},       0, 0, 0, 0},
-    {"prefill-wide", 8, 4, 128, 16, 1, 0, 2, {0, 40},       {700, 600},   1, 0, 0, 1},
+    {"prefill-wide", 8, 4, 128, 16, 1, 0, 2, {0, 40},       {1100, 1060}, 1, 0, 0, 1},
     {"verify-8",    8, 4, 128, 16, 1, 0, 2, {5000, 4095},   {8, 8},       0, 0, 0, 1},
     {"verify-g16",  2, 16, 64, 16, 1, 0, 1, {700},          {5},          0, 0, 0, 0},
 };

@@ -346,23 +346,18 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
      * never a bit of its output (each split is computed as alone). */
     int n_grp = 0, n_grp_dec = 0, n_grp_chain = 0, tc_spi = 1;
     long long n_work_tc = 0, n_work_dec = 0, n_work_chain = 0;
-    /* Prefill items hold 128 rows, or 64 where that many would not fill the resident blocks
-     * (a short chunk): more items, each with every warp busy. */
-    int cap_pre_tok = attn_tc_tokens(group, true);
     if (tc) {
-        long long pre_items = 0;
-        for (int b = 0; b < n_seq; b++) {
-            const int n_b = ab->seq_tok_off[b + 1] - ab->seq_tok_off[b];
-            if (n_b > SEER_ATT_TC_PREFILL_MIN)
-                pre_items += (long long)(n_b + cap_pre_tok - 1) / cap_pre_tok * Hkv;
-        }
-        if (pre_items < cap_pre && cap_pre_tok > 1)
-            cap_pre_tok /= 2;
         for (int pass = ATT_TC_DEC; pass < ATT_TC_KINDS; pass++)
         for (int b = 0; b < n_seq; b++) {
             const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
             const bool pre = n_b > SEER_ATT_TC_PREFILL_MIN, view = maxC[n_seq + b] != 0;
-            const int cap_tok = view && !pre ? 1 : pre ? cap_pre_tok : attn_tc_tokens(group, false);
+            /* Prefill items hold 128 rows, or 64 where the sequence's chunk would not fill the
+             * resident blocks at 128 (more items, each with every warp busy). Decided by the
+             * chunk alone, so that a prefill row's arithmetic never depends on the other
+             * sequences of the call. */
+            int cap_tok = view && !pre ? 1 : attn_tc_tokens(group, pre);
+            if (pre && (long long)(n_b + cap_tok - 1) / cap_tok * Hkv < cap_pre && cap_tok > 1)
+                cap_tok /= 2;
             for (int k = 0; k < n_b;) {
                 const int i0 = ab->seq_toks[o + k];
                 const long long vis0 = (long long)maxC[b] + h[o_ncand + i0];

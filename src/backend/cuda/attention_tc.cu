@@ -21,8 +21,9 @@
  *    the decode kind, the others to the chain kind; the arithmetic per row is the same.
  *  - prefill (longer runs of new tokens; the prefill kind): flash attention proper, one split
  *    over all visible slots, 128 rows, a warp per 16 rows over every key of every tile, its
- *    result written from registers; or, where a call has too few prefill rows to fill the
- *    GPU that way, 64 rows, two warps per 16 rows over halves of each tile, merged. Not batch-invariant with the split kind (different
+ *    result written from registers; or, where a sequence's chunk has too few rows to fill
+ *    the GPU that way, 64 rows, two warps per 16 rows over halves of each tile, merged. A
+ *    row's result depends on its query, its visible keys and its sequence's chunk length. Not batch-invariant with the split kind (different
  *    summation order and exponential), and need not be: a prompt is prefilled the same way
  *    whatever decodes after it. Its own instantiation, so that its larger Q buffer does not
  *    cost the chain kind shared memory (lab/attention_lab.cu measured it: 1.5-4 % on chains).
