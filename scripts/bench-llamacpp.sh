@@ -113,7 +113,7 @@ peer_build_wait() {
 seer_build() { # [all]: every target (the tests too); incremental: a kept folder may be stale
   if [ ! -f "$bdir/CMakeCache.txt" ]; then
     # configured as gpu-check.sh configures it, so that its build reuses this one
-    cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
       ${SEER_SHARED_DIR:+-DSEER_SHARED_DIR="$SEER_SHARED_DIR"} \
       >"$work/configure.log" 2>&1 || { tail -n 30 "$work/configure.log"; return 1; }
   fi

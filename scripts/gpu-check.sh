@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-check.sh: builds seer with the CUDA backend (sm_90, Release) into build-gpu on a GPU
+# gpu-check.sh: builds seer with the CUDA backend (sm_90a, Release) into build-gpu on a GPU
 # machine and runs every test with its output; the log goes to $OUT/gpu-check.log when OUT is
 # set (else build-gpu/gpu-check.log), and a short table of the CUDA checks comes last.
 #
@@ -95,7 +95,7 @@ run_all() {
   fi
 
   echo "== configure"
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
     -DSEER_SHARED_DIR="$shared" 2>&1 | tee build-gpu/configure.log || return 1
   if ! grep -q "seer: CUDA backend enabled" build-gpu/configure.log; then
     echo "FAIL: the CUDA backend was not enabled (nvcc not found?)"

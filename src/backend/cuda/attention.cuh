@@ -167,4 +167,11 @@ seer_status attn_tc_capacity(seer_cuda *c, int Dh, int kind, int *out);
 /* Each kind over its grid of blocks (0: not launched), in kind order. */
 seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS]);
 
+/* attention_wgmma.cu: the prefill kind on Hopper (head size 128): whether this build and device
+ * have it (found out once, by attn_wg_init), its resident blocks, its launch. */
+seer_status attn_wg_init(seer_cuda *c);
+bool attn_wg_serves(const seer_cuda *c, int Dh);
+seer_status attn_wg_capacity(seer_cuda *c, int *out);
+seer_status attn_wg_launch(seer_cuda *c, const attn_params &p, int grid);
+
 #endif

@@ -27,6 +27,8 @@
  *    summation order and exponential), and need not be: a prompt is prefilled the same way
  *    whatever decodes after it. Its own instantiation, so that its larger Q buffer does not
  *    cost the chain kind shared memory (lab/attention_lab.cu measured it: 1.5-4 % on chains).
+ * On Hopper builds with sm_90a, attention_wgmma.cu serves the prefill kind of head size 128
+ * (the same items, descriptor and visible sets; asynchronous warpgroup products).
  * Not for: head sizes other than 64 and 128 or groups above 16 (attention.cu serves them).
  */
 #include "backend/cuda/attention.cuh"
@@ -614,7 +616,8 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
 /* ---- host side ------------------------------------------------------------------------ */
 
 bool attn_tc_eligible(int H, int Hkv, int Dh) {
-    static int forced = -1; /* SEER_CUDA_ATTN=scalar: the scalar kernel for every shape */
+    static int forced = -1; /* SEER_CUDA_ATTN=scalar: the scalar kernel for every shape (=mma:
+                             * these kernels, without attention_wgmma.cu's) */
     if (forced < 0) {
         const char *e = getenv("SEER_CUDA_ATTN");
         forced = e && !strcmp(e, "scalar");
@@ -633,6 +636,7 @@ static cudaError_t tc_attr() {
 }
 
 seer_status attn_tc_init(seer_cuda *c) {
+    c->att_wg = 0;
     for (size_t k = 0; k < sizeof c->att_tc_occ / sizeof *c->att_tc_occ; k++)
         c->att_tc_occ[k] = -1;
     if (tc_smem(128, ATT_TC_PRE) > c->smem_optin)
@@ -643,7 +647,7 @@ seer_status attn_tc_init(seer_cuda *c) {
     CUDA_TRY((tc_attr<128, ATT_TC_DEC>()));
     CUDA_TRY((tc_attr<128, ATT_TC_CHAIN>()));
     CUDA_TRY((tc_attr<128, ATT_TC_PRE>()));
-    return SEER_OK;
+    return attn_wg_init(c);
 }
 
 template <int DH, int KIND>
@@ -665,7 +669,9 @@ seer_status attn_tc_capacity(seer_cuda *c, int Dh, int kind, int *out) {
     int *cached = &c->att_tc_occ[(Dh == 64 ? 0 : 3) + kind];
     if (*cached < 0) {
         int n = 0;
-        if (tc_smem(Dh, ATT_TC_PRE) <= c->smem_optin) { /* the largest kind */
+        if (kind == ATT_TC_PRE && attn_wg_serves(c, Dh)) {
+            SEER_TRY(attn_wg_capacity(c, &n));
+        } else if (tc_smem(Dh, ATT_TC_PRE) <= c->smem_optin) { /* the largest kind */
             SEER_TRY(Dh == 64 ? tc_occupancy_of<64>(kind, &n) : tc_occupancy_of<128>(kind, &n));
             n = (n > 0 ? n : 1) * c->n_sm;
         }
@@ -689,7 +695,9 @@ static seer_status tc_launch_all(seer_cuda *c, const attn_params &p, const int (
         SEER_TRY((tc_launch<DH, ATT_TC_DEC>(c, p, grid[ATT_TC_DEC])));
     if (grid[ATT_TC_CHAIN] > 0)
         SEER_TRY((tc_launch<DH, ATT_TC_CHAIN>(c, p, grid[ATT_TC_CHAIN])));
-    if (grid[ATT_TC_PRE] > 0)
+    if (grid[ATT_TC_PRE] > 0 && attn_wg_serves(c, DH))
+        SEER_TRY(attn_wg_launch(c, p, grid[ATT_TC_PRE]));
+    else if (grid[ATT_TC_PRE] > 0)
         SEER_TRY((tc_launch<DH, ATT_TC_PRE>(c, p, grid[ATT_TC_PRE])));
     return SEER_OK;
 }

@@ -210,6 +210,7 @@ typedef struct {
     int att_occ_key, att_occ; /* resident attention blocks per SM for (gb, Dh) = key */
     int att_tc_occ[6];        /* tensor-core attention blocks the GPU holds, Dh 64 / 128 x
                                * decode / chain / prefill kind; -1 unknown */
+    int att_wg;               /* attention_wgmma.cu serves the prefill kind (Hopper, sm_90a) */
 
     /* matmul.cu: split-K partial sums and per-tile arrival counters (zero between calls) */
     seer_cuda_buf mm_part, mm_cnt;
