@@ -924,6 +924,11 @@ static const attn_case ATTN_CASES[] = {
     {"prefill-mask", 1, 8, 128, 16, 1, 0, 1, {50},          {100},        1, 0, 0, 0},
     {"prefill-view", 2, 4, 64, 16, 2, 1, 1, {300},          {80},         0, 2, 0, 0},
     {"prefill-mha", 4, 1, 64,  16, 1, 0, 1, {33},           {150},        0, 0, 0, 0},
+    /* head size 128: on Hopper the wgmma kernel's (views, one query head per KV head, pages
+     * of one slot, 16 query heads per KV head over two sequences) */
+    {"prefill-view", 2, 4, 128, 16, 2, 1, 1, {300},         {80},         0, 2, 0, 0},
+    {"prefill-mha", 2, 1, 128, 1,  1, 0, 1, {33},           {300},        0, 0, 0, 0},
+    {"prefill-g16", 1, 16, 128, 16, 1, 0, 2, {77, 0},       {150, 90},    0, 0, 0, 1},
     /* chunks wide enough to fill an H100's or H200's resident blocks with 128-row items (at
      * least 2 x 132 of them per sequence): a warp over every key of a tile, the result from
      * registers */
