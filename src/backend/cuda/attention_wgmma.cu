@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attn_wg_kernel(attn_params p) {
 
     if (wg == 0) {
         /* ---- producer ---- */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;" ::: "memory");
         const int pt = tid, warp = pt >> 5;
         int parity = 0;
         for (int item = a.n_work_chain + blockIdx.x; item < a.n_work_tc; item += gridDim.x, parity ^= 1) {
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attn_wg_kernel(attn_params p) {
     }
 
     /* ---- consumers ---- */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;" ::: "memory");
     const int cw = wg - 1, ct = tid - 128, wt = tid & 127, warp = wt >> 5, g = lane >> 2, c = lane & 3;
     const float sl2 = p.scale * 1.4426950408889634f; /* scores to the exp2 domain */
     const uint32_t q_s = base_s + WG_Q + (uint32_t)cw * (WG_ROWS / 2) * WG_DH * 2;
