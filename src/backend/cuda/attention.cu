@@ -86,9 +86,12 @@ static size_t attn_smem_bytes(int gb, int Dh) {
            sizeof(float) * ((size_t)gb * Dh + 2 * (size_t)ATT_TK * W + (size_t)gb * ATT_TK + 3 * (size_t)gb);
 }
 
-/* Blocks of a tensor-core kind for n items on cap resident ones: op by op, and in a recorded
- * call (a power of two, capped); 0: not launched. */
-static void tc_grid(long long n, int cap, int *grid, int *bucket) {
+/* Blocks of an attention kernel for n items on cap resident ones: op by op, and in a recorded
+ * call (a power of two, capped); 0: not launched, unless at_least_one (the scalar kernel,
+ * which always launches). */
+static void att_grid(long long n, int cap, bool at_least_one, int *grid, int *bucket) {
+    if (n == 0 && at_least_one)
+        n = 1;
     *grid = (int)(n < cap ? n : cap);
     int b = 1;
     while (b < n && b < cap)
@@ -506,13 +509,9 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     a->desc = d;
     a->n_work = n_work;
     /* the tensor-core kinds launch only with items (a grid of 0: not launched) */
-    a->grid = (int)(n_work < cap ? (n_work > 0 ? n_work : (tc ? 0 : 1)) : cap);
-    int gbk = 1;
-    while (gbk < n_work && gbk < cap)
-        gbk *= 2;
-    a->grid_bucket = tc && n_work == 0 ? 0 : gbk < cap ? gbk : cap;
-    tc_grid(n_work_dec, cap_dec, &a->grid_dec, &a->grid_dec_bucket);
-    tc_grid(n_work_pre, cap_pre, &a->grid_pre, &a->grid_pre_bucket);
+    att_grid(n_work, cap, !tc, &a->grid, &a->grid_bucket);
+    att_grid(n_work_dec, cap_dec, false, &a->grid_dec, &a->grid_dec_bucket);
+    att_grid(n_work_pre, cap_pre, false, &a->grid_pre, &a->grid_pre_bucket);
     a->split = split;
     a->need_combine = need_combine;
     a->tc = tc;

@@ -25,6 +25,7 @@
 #include "backend/cuda/attention.cuh"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -453,37 +454,56 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attn_wg_kernel(attn_params p) {
 #endif
 }
 
-/* Whether this build has the kernel's body (sm_90a features). */
-__global__ void attn_wg_probe(int *out) {
+/* Whether this build has the kernel's body (sm_90a features): the probe writes it here. */
+__device__ int attn_wg_body;
+
+__global__ void attn_wg_probe() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    *out = 1;
+    attn_wg_body = 1;
 #else
-    *out = 0;
+    attn_wg_body = 0;
 #endif
 }
 
 /* ---- host side ------------------------------------------------------------------------ */
+
+/* The probe's answer for a device, asked once per process (by its first context's
+ * initialisation): a later context must not run it while another records a CUDA graph. */
+static seer_status wg_has_body(seer_cuda *c, bool *out) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static signed char known[64]; /* 0: not asked, 1: no, 2: yes */
+    const int dev = c->device >= 0 && c->device < 64 ? c->device : 0;
+    pthread_mutex_lock(&mu);
+    cudaError_t err = cudaSuccess;
+    if (!known[dev]) {
+        int h = 0;
+        attn_wg_probe<<<1, 1, 0, c->stream>>>();
+        err = cudaGetLastError();
+        if (err == cudaSuccess)
+            err = cudaMemcpyFromSymbolAsync(&h, attn_wg_body, sizeof h, 0, cudaMemcpyDeviceToHost, c->stream);
+        if (err == cudaSuccess)
+            err = cudaStreamSynchronize(c->stream);
+        if (err == cudaSuccess)
+            known[dev] = h ? 2 : 1;
+    }
+    *out = known[dev] == 2;
+    pthread_mutex_unlock(&mu);
+    CUDA_TRY(err);
+    return SEER_OK;
+}
 
 seer_status attn_wg_init(seer_cuda *c) {
     c->att_wg = 0;
     const char *e = getenv("SEER_CUDA_ATTN");
     if (e && (!strcmp(e, "mma") || !strcmp(e, "scalar")))
         return SEER_OK;
-    cudaDeviceProp prop;
-    CUDA_TRY(cudaGetDeviceProperties(&prop, c->device));
-    if (prop.major != 9 || WG_SMEM > c->smem_optin)
+    int major = 0;
+    CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device));
+    if (major != 9 || WG_SMEM > c->smem_optin)
         return SEER_OK;
-    int *d = NULL, h = 0;
-    CUDA_TRY(cudaMalloc(&d, sizeof(int)));
-    attn_wg_probe<<<1, 1, 0, c->stream>>>(d);
-    cudaError_t err = cudaGetLastError();
-    if (err == cudaSuccess)
-        err = cudaMemcpyAsync(&h, d, sizeof(int), cudaMemcpyDeviceToHost, c->stream);
-    if (err == cudaSuccess)
-        err = cudaStreamSynchronize(c->stream);
-    cudaFree(d);
-    CUDA_TRY(err);
-    if (!h)
+    bool body = false;
+    SEER_TRY(wg_has_body(c, &body));
+    if (!body)
         return SEER_OK;
     CUDA_TRY(cudaFuncSetAttribute(attn_wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM));
     c->att_wg = 1;
