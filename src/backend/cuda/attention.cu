@@ -571,15 +571,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p
 
     for (int item = blockIdx.x; item < a.n_work; item += gridDim.x) {
         const int hc = item % HC, qi = item / HC;
-        int lo = 0, hi = a.T - 1; /* the token: the last i with qoff[i] <= qi */
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if (a.qoff[mid] <= qi)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        const int i = lo, s = qi - a.qoff[i];
+        const int i = att_last_le(a.qoff, 0, a.T - 1, qi), s = qi - a.qoff[i]; /* the token */
         const int kvh = hc / p.n_hc, g0 = (hc % p.n_hc) * gb;
         const int ng = min(gb, p.group - g0);
         const int h0 = kvh * p.group + g0;

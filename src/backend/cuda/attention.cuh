@@ -154,6 +154,30 @@ static __device__ __forceinline__ att_tok att_token(const att_desc &a, int i, in
     return t;
 }
 
+/* The last index in [lo, hi] whose v is at most x (v ascending, v[lo] <= x): the token of a
+ * partial row, the group of a work item. */
+static __device__ __forceinline__ int att_last_le(const int32_t *v, int lo, int hi, int x) {
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (v[mid] <= x)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* The slot of visible key k (< t.n_vis) of a token, and in *ci the candidate it is (-1: a
+ * cached slot, through the view where the token has one). */
+static __device__ __forceinline__ int att_key_slot(const att_desc &a, const att_tok &t, int k, int *ci) {
+    if (k < t.C) {
+        *ci = -1;
+        return !t.has_view ? k : (k < t.vcnt ? t.vl[k] : t.tail + (k - t.vcnt));
+    }
+    *ci = t.tok0 + (k - t.C);
+    return a.cand_slot[*ci];
+}
+
 /* Tensor-core kernel (attention_tc.cu): whether it serves this head shape, how many tokens a
  * work item holds, and the launch of its persistent grids over the descriptor's items. Its
  * three kinds: decode steps and short chains of at most 16 rows, longer chains, prefills. */

@@ -344,14 +344,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
     const int i_end = DEC ? a.n_work_dec : PRE ? a.n_work_tc : a.n_work_chain;
     for (int item = i_begin + blockIdx.x; item < i_end; item += gridDim.x) {
         __syncthreads(); /* the previous item is done with shared memory */
-        int lo = g_first, hi = g_last; /* the group: the last with gitem <= item */
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if (a.gitem[mid] <= item)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
+        const int lo = att_last_le(a.gitem, g_first, g_last, item); /* the group */
         const int32_t *gr = a.grp + 4 * lo;
         const int first = gr[0], ntok = gr[1];
         const bool merge_here = (gr[2] & 2) != 0;
@@ -415,15 +408,8 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
                 bool ok = true;
                 if (tid < TC_TK) {
                     const int k = k0 + tid;
-                    int slot = -1, ci = -1;
-                    if (k < end) {
-                        if (k < t0.C) {
-                            slot = !t0.has_view ? k : (k < t0.vcnt ? t0.vl[k] : t0.tail + (k - t0.vcnt));
-                        } else {
-                            ci = t0.tok0 + (k - t0.C);
-                            slot = a.cand_slot[ci];
-                        }
-                    }
+                    int ci = -1;
+                    const int slot = k < end ? att_key_slot(a, t0, k, &ci) : -1;
                     koff[st * TC_TK + tid] =
                         slot < 0 ? -1
                                  : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +

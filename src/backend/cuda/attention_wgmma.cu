@@ -163,14 +163,7 @@ struct wg_item {
 };
 
 static __device__ __forceinline__ wg_item wg_item_of(const att_desc &a, int item, int Hkv) {
-    int lo = a.n_grp_chain, hi = a.n_grp - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (a.gitem[mid] <= item)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
+    const int lo = att_last_le(a.gitem, a.n_grp_chain, a.n_grp - 1, item);
     const int32_t *gr = a.grp + 4 * lo;
     wg_item w;
     w.first = gr[0];
@@ -250,15 +243,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attn_wg_kernel(attn_params p) {
                 mbar_wait(bar_empty + 8 * st, ph ^ 1);
                 /* where key k of the tile lives, and whether every row sees it */
                 const int k = t * WG_TK + pt;
-                int slot = -1, ci = -1;
-                if (k < end) {
-                    if (k < t0.C) {
-                        slot = !t0.has_view ? k : (k < t0.vcnt ? t0.vl[k] : t0.tail + (k - t0.vcnt));
-                    } else {
-                        ci = t0.tok0 + (k - t0.C);
-                        slot = a.cand_slot[ci];
-                    }
-                }
+                int ci = -1;
+                const int slot = k < end ? att_key_slot(a, t0, k, &ci) : -1;
                 koff[st * WG_TK + pt] = slot < 0 ? -1
                                                  : (long long)((size_t)pages[slot / p.page_size] * p.page_stride +
                                                                head_off + (size_t)(slot % p.page_size) * WG_DH);
