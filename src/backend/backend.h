@@ -196,8 +196,8 @@ typedef struct {
      * identifies the caller's buffers: the same key promises the same buffers and, for the
      * same sizes, the same sequence of ops. *done = true: the backend ran the whole forward
      * itself and the caller skips the ops. forward_end follows, after the ops or the replay,
-     * with their status; *redo = true asks the caller to issue the ops again at the batch's
-     * own sizes (a recording failed; nothing of it ran) without calling forward_end again. */
+     * with their status; *redo = true asks the caller to issue the ops again at the same
+     * sizes (a recording failed; nothing of it ran), then to call forward_end once more. */
     seer_status (*forward_begin)(seer_backend *be, const void *key, int T_cap, int *T, int *n_out,
                                  bool *done);
     seer_status (*forward_end)(seer_backend *be, seer_status s, bool *redo);

@@ -107,5 +107,9 @@ seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const i
     SEER_TRY(op->forward_begin(be, ctx, ctx->params.n_batch_max, &T, &n, &done));
     seer_status s = done ? SEER_OK : run_ops(ctx, tokens, pos, ab, out_rows, T, n);
     s = op->forward_end(be, s, &redo);
-    return redo ? run_ops(ctx, tokens, pos, ab, out_rows, ab->T, n_out) : s;
+    if (!redo)
+        return s;
+    /* A recording failed and nothing of it ran: the ops again, at the same sizes. */
+    s = run_ops(ctx, tokens, pos, ab, out_rows, T, n);
+    return op->forward_end(be, s, &redo);
 }

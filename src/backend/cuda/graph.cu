@@ -15,8 +15,9 @@
  * shape needs), its second is captured (then launched), later ones replay. Any free of device
  * memory (a buffer growing, a context freed) bumps the allocator's generation and retires
  * every recording made before it. A capture that fails is dropped and the call runs again op
- * by op (forward_end's redo). SEER_CUDA_GRAPHS=0 turns recording off (calls then run at
- * their own sizes).
+ * by op at the same padded sizes (forward_end's redo), so that its rows have the bits a
+ * replay would give them. SEER_CUDA_GRAPHS=0 turns recording off (calls then run at their
+ * own sizes).
  * Not for: prefill (larger calls run op by op at their own sizes), or calls that download
  * mid-forward (q capture for the drafters: the model code does not ask then).
  */
@@ -151,14 +152,13 @@ seer_status seer_cuda_forward_end(seer_backend *be, seer_status s, bool *redo) {
     if (g && cudaGraphDestroy(g) != cudaSuccess)
         (void)cudaGetLastError();
     if (r != cudaSuccess || s != SEER_OK || !exec || e->gen != c->gen) {
-        /* Nothing of the call ran: the caller issues it again, op by op at its own sizes. */
+        /* Nothing of the call ran. The caller issues it again op by op at the same padded
+         * sizes (the same bits as a replay, whatever made the capture fail), then calls
+         * forward_end again; this key is not captured again. */
         (void)cudaGetLastError();
         if (exec && cudaGraphExecDestroy(exec) != cudaSuccess)
             (void)cudaGetLastError();
         e->failed = true;
-        f->padded = false;
-        f->entry = -1;
-        c->n_eager++;
         *redo = true;
         return SEER_OK;
     }
