@@ -334,9 +334,10 @@ seer_status seer_backend_cpu_init(int n_threads, seer_backend **out);
 seer_status seer_backend_cuda_init(int device, seer_backend **out);
 bool seer_backend_cuda_available(void);
 /* Forward calls of a CUDA backend so far: run as recorded graph replays, recorded (captured),
- * and run op by op (tests check that graphs are in use). */
+ * and run op by op; redone: recordings that failed, whose calls ran again op by op (tests
+ * check that graphs are in use). */
 void seer_backend_cuda_graph_stats(const seer_backend *be, long *replayed, long *captured,
-                                   long *eager);
+                                   long *eager, long *redone);
 #endif
 
 #endif

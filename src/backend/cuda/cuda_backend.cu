@@ -597,11 +597,12 @@ static seer_status cuda_exec_clone(seer_backend *be, seer_backend **out) {
 
 
 extern "C" void seer_backend_cuda_graph_stats(const seer_backend *be, long *replayed,
-                                              long *captured, long *eager) {
+                                              long *captured, long *eager, long *redone) {
     const seer_cuda *c = (const seer_cuda *)be->impl;
     *replayed = c->n_replayed;
     *captured = c->n_captured;
     *eager = c->n_eager;
+    *redone = c->n_redone;
 }
 
 extern "C" bool seer_backend_cuda_available(void) {

@@ -228,9 +228,10 @@ typedef struct {
     unsigned long use_clock;
     seer_cuda_fw fw;
     seer_cuda_graph graph[SEER_CUDA_GRAPHS_MAX];
-    long n_replayed, n_captured, n_eager;
+    long n_replayed, n_captured, n_eager, n_redone;
     struct seer_cuda_prof *prof; /* SEER_CUDA_PROFILE (profile.cu); NULL: off */
-    unsigned long batch_epoch;   /* batch_begin calls so far */
+    unsigned long batch_epoch;   /* batch_begin calls and failed recordings so far: what the ops
+                                  * of one call share (rope_key) holds for one epoch */
     seer_cuda_buf rope_tab;      /* cos, sin per (token, frequency) of the current call */
     seer_cuda_buf glu_tmp;       /* matmul_glu's products before the pairs combine (cuBLAS) */
     seer_cuda_buf wbf16;         /* a slice of a quantised weight's rows in bf16 (cuBLAS) */

@@ -159,6 +159,10 @@ seer_status seer_cuda_forward_end(seer_backend *be, seer_status s, bool *redo) {
         if (exec && cudaGraphExecDestroy(exec) != cudaSuccess)
             (void)cudaGetLastError();
         e->failed = true;
+        c->n_redone++;
+        /* Work the ops share within a call (the RoPE table) was queued into the recording
+         * and never ran: a new epoch makes the ops queue it again. */
+        c->batch_epoch++;
         *redo = true;
         return SEER_OK;
     }
