@@ -7,6 +7,8 @@
  * Error measure: ||out - ref||_2 / ||ref||_2 (NaN counts as infinite). Every case prints a
  * line "op shape rel_err=X tol=Y"; a summary table follows the cmocka report.
  *
+ * A forward call whose CUDA graph recording fails is redone op by op with the same results.
+ *
  * Skips (via cmocka's skip()) when built without CUDA or when no CUDA device is present.
  */
 #include "ops_harness.h"
@@ -641,6 +643,73 @@ static void test_batch_index(void **state) {
     assert_op_passed("rope");
 }
 
+/* A forward call whose recording fails (an op reports an error while the backend records
+ * the call as a CUDA graph) runs again op by op: rope then gives what it gives unrecorded, at
+ * the new call's positions (work the recording only queued, such as the RoPE table of the
+ * call, is done again). */
+static void test_failed_recording(void **state) {
+    (void)state;
+    if (!gpu->ops->forward_begin)
+        skip();
+    uint64_t rng = 6100;
+    enum { T = 9, CAP = 64, NH = 4, DH = 32 };
+    int32_t tok[T], pos[T], page[T], row[T], out_rows[1] = {T - 1};
+    int32_t seq_pages[1] = {0}, len0[1] = {0}, off[2] = {0, T}, toks[T], tseq[T], tslot[T];
+    for (int t = 0; t < T; t++)
+        tok[t] = t, pos[t] = 100 + t, page[t] = 0, row[t] = t, toks[t] = t, tseq[t] = 0, tslot[t] = t;
+    seer_attn_batch ab = {.T = T, .n_heads = NH, .n_kv_heads = NH, .head_dim = DH,
+                          .scale = 1.f / sqrtf(DH), .page_size = 16, .n_seq = 1, .max_pages = 1,
+                          .seq_pages = seq_pages, .seq_len0 = len0, .seq_tok_off = off,
+                          .seq_toks = toks, .tok_seq = tseq, .tok_slot = tslot};
+    float fr[DH / 2];
+    for (int i = 0; i < DH / 2; i++)
+        fr[i] = (float)pow(10000.0, -2.0 * i / DH);
+    float *dfr = dev_copy(fr, DH / 2);
+    const size_t n = (size_t)CAP * NH * DH;
+    float *x = rand_array(n, 1.f, &rng), *ref = nan_array(n);
+    float *dq = dev_alloc(n * sizeof(float));
+    static int key; /* the caller's buffers: one shape, one sequence of ops */
+    long rep0, cap0, eag0, redo0, rep, cap, eag, redo;
+    seer_backend_cuda_graph_stats(gpu, &rep0, &cap0, &eag0, &redo0);
+    /* call 0 runs op by op (the warm-up), call 1 is recorded and fails, call 2 runs op by op
+     * (a key whose recording failed is not recorded again) */
+    for (int call = 0; call < 3; call++) {
+        for (int t = 0; t < T; t++)
+            pos[t] = 100 + 40 * call + t;
+        ASSERT_OK(gpu->ops->upload(gpu, dq, x, n * sizeof *x));
+        ASSERT_OK(gpu->ops->batch_begin(gpu, &ab, tok, pos, page, row, out_rows, 1));
+        int Tp = T, n_out = 1;
+        bool done = false, redo_asked = false;
+        ASSERT_OK(gpu->ops->forward_begin(gpu, &key, CAP, &Tp, &n_out, &done));
+        assert_false(done);
+        assert_true(Tp >= T && Tp <= CAP);
+        seer_status s = gpu->ops->rope(gpu, dq, pos, Tp, NH, DH, dfr, 0);
+        ASSERT_OK(gpu->ops->forward_end(gpu, call == 1 && s == SEER_OK ? SEER_ERR_INTERNAL : s, &redo_asked));
+        assert_int_equal(redo_asked, call == 1);
+        if (redo_asked) {
+            ASSERT_OK(gpu->ops->rope(gpu, dq, pos, Tp, NH, DH, dfr, 0));
+            ASSERT_OK(gpu->ops->forward_end(gpu, SEER_OK, &redo_asked));
+            assert_false(redo_asked);
+        }
+        memcpy(ref, x, (size_t)T * NH * DH * sizeof *ref);
+        ASSERT_OK(cpu->ops->rope(cpu, ref, pos, T, NH, DH, fr, 0));
+        float *out = dev_fetch(dq, (size_t)T * NH * DH);
+        char shape[96];
+        snprintf(shape, sizeof shape, "T=%d heads=%d Dh=%d, call %d%s", T, NH, DH, call,
+                 call == 1 ? ": recording failed, redone" : call ? ": after the failure" : ": warm-up");
+        record("rope", shape, out, ref, (size_t)T * NH * DH, 1e-5);
+        free(out);
+    }
+    seer_backend_cuda_graph_stats(gpu, &rep, &cap, &eag, &redo);
+    printf("failed recording: %ld redone, %ld recorded, %ld replayed\n", redo - redo0, cap - cap0, rep - rep0);
+    assert_int_equal(redo - redo0, 1);
+    assert_int_equal(cap - cap0, 0);
+    assert_int_equal(rep - rep0, 0);
+    dev_free(dfr), dev_free(dq);
+    free(x), free(ref);
+    assert_op_passed("rope");
+}
+
 /* ---- attention ---------------------------------------------------------------------------- */
 
 #define MAX_SEQ 8
@@ -1001,6 +1070,7 @@ int main(void) {
             cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_fused),
             cmocka_unit_test(test_matmul_glu),  cmocka_unit_test(test_rope_kv_store),
             cmocka_unit_test(test_attention),   cmocka_unit_test(test_kv_move_rows),
+            cmocka_unit_test(test_failed_recording),
         };
         /* e.g. SEER_TEST_FILTER=test_attention, to run one family under a sanitizer */
         if (getenv("SEER_TEST_FILTER"))
