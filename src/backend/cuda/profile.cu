@@ -2,9 +2,10 @@
  * profile.cu: where the device time of forward calls goes, op by op. With
  * SEER_CUDA_PROFILE=FILE the backend runs without recorded graphs, records an event after
  * every op (matmuls keyed by their weight's shape, attention by its kernels) and, when the
- * backend instance that ran them is freed, writes to FILE each op's calls, total and mean time and share. An op's
- * time is the interval between the events before and after it on the stream, so it includes
- * the launch gap in front of its kernels: what a decode step really pays for the op.
+ * backend instance that ran them is freed, writes to FILE each op's calls, total and mean
+ * time and share (one table per instance, in the order they are freed). An op's time is the
+ * interval between the events before and after it on the stream, so it includes the launch
+ * gap in front of its kernels: what a decode step really pays for the op.
  * Not for: normal runs (the events cost time) or timing recorded (graph) replays.
  */
 #include "backend/cuda/cuda_common.cuh"
@@ -113,9 +114,16 @@ void seer_cuda_prof_free(seer_cuda *c) {
     double total = 0;
     for (int i = 0; i < p->n_keys; i++)
         total += p->ms[i];
-    /* Each context has its own instance: the one that ran ops writes FILE, not the model's. */
-    FILE *f = p->n_keys ? fopen(p->path, "w") : NULL;
+    /* Each context has its own instance: each that ran ops writes its table to FILE, the
+     * process's first over what FILE held, later ones after it. */
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int written;
+    pthread_mutex_lock(&mu);
+    FILE *f = p->n_keys ? fopen(p->path, written ? "a" : "w") : NULL;
     if (f) {
+        if (written)
+            fputc('\n', f);
+        written = 1;
         fprintf(f, "%-32s %8s %10s %10s %7s\n", "op", "calls", "total ms", "mean us", "share");
         for (int i = 0; i < p->n_keys; i++)
             fprintf(f, "%-32s %8ld %10.3f %10.2f %6.1f%%\n", p->name[i], p->calls[i], p->ms[i],
@@ -124,6 +132,7 @@ void seer_cuda_prof_free(seer_cuda *c) {
         fprintf(f, "%-32s %8s %10.3f\n", "all", "", total);
         fclose(f);
     }
+    pthread_mutex_unlock(&mu);
     for (int i = 0; i < p->n_created; i++)
         if (cudaEventDestroy(p->ev[i]) != cudaSuccess)
             (void)cudaGetLastError();
