@@ -572,6 +572,33 @@ static void test_elementwise(void **state) {
 
 /* ---- index arrays uploaded once per forward call ----------------------------------------- */
 
+/* A batch of T <= 16 tokens of one sequence on page 0 (row t: token t), for ops that take
+ * their index arrays from batch_begin. */
+typedef struct {
+    int32_t page[16], row[16], seq_pages[1], len0[1], off[2], toks[16], tseq[16], tslot[16];
+    seer_attn_batch ab;
+} one_seq;
+
+static void one_seq_batch(one_seq *b, int T, int n_heads, int head_dim) {
+    assert_true(T <= 16);
+    memset(b, 0, sizeof *b);
+    b->off[1] = T;
+    for (int t = 0; t < T; t++)
+        b->row[t] = b->toks[t] = b->tslot[t] = t;
+    b->ab = (seer_attn_batch){.T = T, .n_heads = n_heads, .n_kv_heads = n_heads, .head_dim = head_dim,
+                              .scale = 1.f / sqrtf((float)head_dim), .page_size = 16, .n_seq = 1,
+                              .max_pages = 1, .seq_pages = b->seq_pages, .seq_len0 = b->len0,
+                              .seq_tok_off = b->off, .seq_toks = b->toks, .tok_seq = b->tseq,
+                              .tok_slot = b->tslot};
+}
+
+/* RoPE's frequencies, base 10000, host and device copies. */
+static float *rope_freqs(float *fr, int head_dim) {
+    for (int i = 0; i < head_dim / 2; i++)
+        fr[i] = (float)pow(10000.0, -2.0 * i / head_dim);
+    return dev_copy(fr, head_dim / 2);
+}
+
 /* embed, rope and gather_rows given the arrays batch_begin uploaded, then the same host
  * arrays with changed contents (the backend must notice and not use its stale copy). */
 static void test_batch_index(void **state) {
@@ -583,26 +610,20 @@ static void test_batch_index(void **state) {
     seer_weight wc, wg;
     ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_F32, &wc));
     ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
-    int32_t tok[T], pos[T], page[T], row[T], out_rows[3] = {2, 5, 8};
-    int32_t seq_pages[1] = {0}, len0[1] = {0}, off[2] = {0, T}, toks[T], tseq[T], tslot[T];
+    int32_t tok[T], pos[T], out_rows[3] = {2, 5, 8};
     for (int t = 0; t < T; t++) {
         tok[t] = (int32_t)(tu_rand_u64(&rng) % V);
         pos[t] = 1000 + t;
-        page[t] = 0, row[t] = t, toks[t] = t, tseq[t] = 0, tslot[t] = t;
     }
-    seer_attn_batch ab = {.T = T, .n_heads = NH, .n_kv_heads = NH, .head_dim = DH,
-                          .scale = 1.f / sqrtf(DH), .page_size = 16, .n_seq = 1, .max_pages = 1,
-                          .seq_pages = seq_pages, .seq_len0 = len0, .seq_tok_off = off,
-                          .seq_toks = toks, .tok_seq = tseq, .tok_slot = tslot};
+    one_seq b;
+    one_seq_batch(&b, T, NH, DH);
     float fr[DH / 2];
-    for (int i = 0; i < DH / 2; i++)
-        fr[i] = (float)pow(10000.0, -2.0 * i / DH);
-    float *dfr = dev_copy(fr, DH / 2);
+    float *dfr = rope_freqs(fr, DH);
     float *x = rand_array((size_t)T * NH * DH, 1.f, &rng);
     float *dq = dev_alloc((size_t)T * NH * DH * sizeof(float));
     float *de = dev_nan((size_t)T * D), *dg = dev_nan((size_t)3 * D);
     float *ref = nan_array((size_t)T * NH * DH);
-    ASSERT_OK(gpu->ops->batch_begin(gpu, &ab, tok, pos, page, row, out_rows, 3));
+    ASSERT_OK(gpu->ops->batch_begin(gpu, &b.ab, tok, pos, b.page, b.row, out_rows, 3));
     for (int round = 0; round < 2; round++) {
         const char *how = round ? "changed host arrays" : "batch copies";
         char shape[96];
@@ -653,18 +674,13 @@ static void test_failed_recording(void **state) {
         skip();
     uint64_t rng = 6100;
     enum { T = 9, CAP = 64, NH = 4, DH = 32 };
-    int32_t tok[T], pos[T], page[T], row[T], out_rows[1] = {T - 1};
-    int32_t seq_pages[1] = {0}, len0[1] = {0}, off[2] = {0, T}, toks[T], tseq[T], tslot[T];
+    int32_t tok[T], pos[T], out_rows[1] = {T - 1};
     for (int t = 0; t < T; t++)
-        tok[t] = t, pos[t] = 100 + t, page[t] = 0, row[t] = t, toks[t] = t, tseq[t] = 0, tslot[t] = t;
-    seer_attn_batch ab = {.T = T, .n_heads = NH, .n_kv_heads = NH, .head_dim = DH,
-                          .scale = 1.f / sqrtf(DH), .page_size = 16, .n_seq = 1, .max_pages = 1,
-                          .seq_pages = seq_pages, .seq_len0 = len0, .seq_tok_off = off,
-                          .seq_toks = toks, .tok_seq = tseq, .tok_slot = tslot};
+        tok[t] = t;
+    one_seq b;
+    one_seq_batch(&b, T, NH, DH);
     float fr[DH / 2];
-    for (int i = 0; i < DH / 2; i++)
-        fr[i] = (float)pow(10000.0, -2.0 * i / DH);
-    float *dfr = dev_copy(fr, DH / 2);
+    float *dfr = rope_freqs(fr, DH);
     const size_t n = (size_t)CAP * NH * DH;
     float *x = rand_array(n, 1.f, &rng), *ref = nan_array(n);
     float *dq = dev_alloc(n * sizeof(float));
@@ -677,7 +693,7 @@ static void test_failed_recording(void **state) {
         for (int t = 0; t < T; t++)
             pos[t] = 100 + 40 * call + t;
         ASSERT_OK(gpu->ops->upload(gpu, dq, x, n * sizeof *x));
-        ASSERT_OK(gpu->ops->batch_begin(gpu, &ab, tok, pos, page, row, out_rows, 1));
+        ASSERT_OK(gpu->ops->batch_begin(gpu, &b.ab, tok, pos, b.page, b.row, out_rows, 1));
         int Tp = T, n_out = 1;
         bool done = false, redo_asked = false;
         ASSERT_OK(gpu->ops->forward_begin(gpu, &key, CAP, &Tp, &n_out, &done));
