@@ -219,6 +219,60 @@ static void test_matmul_glu(void **state) {
     assert_op_passed("matmul_glu-vs-plain");
 }
 
+/* ffn_glu (x += Wdown glu(Wgu h)) against matmul_glu then matmul_add on the GPU (tolerance
+ * 0: the same values by its contract) and against the CPU's matmuls, swiglu and matmul_add,
+ * on both sides of the cuBLAS switch, with bf16 and Q8_0 weights. */
+static void test_ffn_glu(void **state) {
+    (void)state;
+    static const struct {
+        int T, F, D;
+        ggml_type type;
+    } cases[] = {{1, 512, 256, GGML_TYPE_BF16}, {7, 320, 128, GGML_TYPE_BF16},
+                 {300, 512, 256, GGML_TYPE_BF16}, {5, 512, 256, GGML_TYPE_Q8_0},
+                 {300, 512, 256, GGML_TYPE_Q8_0}};
+    if (!gpu->ops->ffn_glu)
+        return;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        uint64_t rng = 6500 + k;
+        const int T = cases[k].T, F = cases[k].F, D = cases[k].D;
+        host_tensor ht[3];
+        seer_weight wc[3], wg[3], gu;
+        for (int j = 0; j < 3; j++) { /* gate, up: F x D; down: D x F */
+            make_tensor(&ht[j], "w", cases[k].type, j < 2 ? F : D, j < 2 ? D : F, &rng);
+            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_F32, &wc[j]));
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &wg[j]));
+        }
+        ASSERT_OK(gpu->ops->weight_concat(gpu, wg, 2, true, &gu));
+        float *h = rand_array((size_t)T * D, 1.f, &rng), *x = rand_array((size_t)T * D, 1.f, &rng);
+        float *g = nan_array((size_t)T * F), *u = nan_array((size_t)T * F), *ref = malloc(sizeof(float) * T * D);
+        memcpy(ref, x, sizeof(float) * T * D);
+        ASSERT_OK(cpu->ops->matmul(cpu, g, h, &wc[0], NULL, T));
+        ASSERT_OK(cpu->ops->matmul(cpu, u, h, &wc[1], NULL, T));
+        ASSERT_OK(cpu->ops->swiglu(cpu, g, g, u, (size_t)T * F));
+        ASSERT_OK(cpu->ops->matmul_add(cpu, ref, g, &wc[2], T));
+        float *dh = dev_copy(h, (size_t)T * D), *dx = dev_copy(x, (size_t)T * D), *dx2 = dev_copy(x, (size_t)T * D);
+        float *dg = dev_nan((size_t)T * F), *dg2 = dev_nan((size_t)T * F);
+        ASSERT_OK(gpu->ops->ffn_glu(gpu, dx, dh, &gu, &wg[2], dg, T));
+        ASSERT_OK(gpu->ops->matmul_glu(gpu, dg2, dh, &gu, T));
+        ASSERT_OK(gpu->ops->matmul_add(gpu, dx2, dg2, &wg[2], T));
+        float *out = dev_fetch(dx, (size_t)T * D), *two = dev_fetch(dx2, (size_t)T * D);
+        char shape[96];
+        snprintf(shape, sizeof shape, "T=%d F=%d D=%d %s", T, F, D, ggml_type_name(cases[k].type));
+        record("ffn_glu", shape, out, ref, (size_t)T * D, 1e-2);
+        record("ffn_glu-vs-two-ops", shape, out, two, (size_t)T * D, 0);
+        for (int j = 0; j < 3; j++) {
+            cpu->ops->weight_free(cpu, &wc[j]);
+            gpu->ops->weight_free(gpu, &wg[j]);
+            free(ht[j].data);
+        }
+        gpu->ops->weight_free(gpu, &gu);
+        dev_free(dh), dev_free(dx), dev_free(dx2), dev_free(dg), dev_free(dg2);
+        free(h), free(x), free(g), free(u), free(ref), free(out), free(two);
+    }
+    assert_op_passed("ffn_glu");
+    assert_op_passed("ffn_glu-vs-two-ops");
+}
+
 /* rope_kv_store against rope, rope, kv_store: on the CPU (rope tolerance for q and k, the bf16
  * tolerance for the stored rows) and the GPU's own separate ops (identical). Positions and
  * pages come through batch_begin as in a forward call. */
@@ -1086,7 +1140,7 @@ int main(void) {
             cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_fused),
             cmocka_unit_test(test_matmul_glu),  cmocka_unit_test(test_rope_kv_store),
             cmocka_unit_test(test_attention),   cmocka_unit_test(test_kv_move_rows),
-            cmocka_unit_test(test_failed_recording),
+            cmocka_unit_test(test_failed_recording), cmocka_unit_test(test_ffn_glu),
         };
         /* e.g. SEER_TEST_FILTER=test_attention, to run one family under a sanitizer */
         if (getenv("SEER_TEST_FILTER"))

@@ -237,6 +237,11 @@ typedef struct {
                                 const seer_weight *w, const float *const *biases, int T);
     seer_status (*matmul_add)(seer_backend *be, float *y, const float *x, const seer_weight *w, int T);
     seer_status (*matmul_glu)(seer_backend *be, float *y, const float *x, const seer_weight *w, int T);
+    /* x [T][D] += Wdown glu(Wgu h): matmul_glu into g [T][Wgu rows / 2], then matmul_add of
+     * g with Wdown, as one op with those two ops' values, so that a backend need not write g
+     * (scratch: its contents afterwards are unspecified). May be NULL. */
+    seer_status (*ffn_glu)(seer_backend *be, float *x, const float *h, const seer_weight *wgu,
+                           const seer_weight *wdown, float *g, int T);
     seer_status (*rope_kv_store)(seer_backend *be, float *q, float *k, const float *v,
                                  const int32_t *pos, int T, int H, int Hkv, int Dh,
                                  const float *inv_freq, int neox, void *kv, const seer_kv_geom *g,

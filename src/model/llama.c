@@ -19,6 +19,26 @@ static seer_status residual(seer_backend *be, const seer_backend_ops *op, float 
     return op->add(be, x, tmp, (size_t)T * D);
 }
 
+/* x += Wdown glu(Wgate n(x), Wup n(x)) given h = n(x); g and u are scratch. */
+static seer_status ffn(seer_backend *be, const seer_backend_ops *op, const seer_scratch *s,
+                       const seer_layer *L, int T, int D, int F) {
+    if (L->wgu.interleaved && op->ffn_glu)
+        return op->ffn_glu(be, s->x, s->h, &L->wgu, &L->w_down, s->g, T);
+    if (L->wgu.interleaved) {
+        SEER_TRY(op->matmul_glu(be, s->g, s->h, &L->wgu, T));
+    } else {
+        if (L->wgu.data) {
+            float *const ys[2] = {s->g, s->u};
+            SEER_TRY(op->matmul_split(be, ys, s->h, &L->wgu, NULL, T));
+        } else {
+            SEER_TRY(op->matmul(be, s->g, s->h, &L->w_gate, NULL, T));
+            SEER_TRY(op->matmul(be, s->u, s->h, &L->w_up, NULL, T));
+        }
+        SEER_TRY(op->swiglu(be, s->g, s->g, s->u, (size_t)T * F));
+    }
+    return residual(be, op, s->x, s->g, &L->w_down, s->h, T, D);
+}
+
 /* The ops of one forward call over T rows (>= ab->T when the backend pads to a recorded
  * shape), logits for the first n_out gathered rows. */
 static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32_t *pos,
@@ -70,19 +90,7 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
         SEER_TRY(residual(be, op, s->x, s->att, &L->wo, s->h, T, D));
 
         SEER_TRY(op->rmsnorm(be, s->h, s->x, L->ffn_norm, T, D, eps));
-        if (L->wgu.interleaved) {
-            SEER_TRY(op->matmul_glu(be, s->g, s->h, &L->wgu, T));
-        } else {
-            if (L->wgu.data) {
-                float *const ys[2] = {s->g, s->u};
-                SEER_TRY(op->matmul_split(be, ys, s->h, &L->wgu, NULL, T));
-            } else {
-                SEER_TRY(op->matmul(be, s->g, s->h, &L->w_gate, NULL, T));
-                SEER_TRY(op->matmul(be, s->u, s->h, &L->w_up, NULL, T));
-            }
-            SEER_TRY(op->swiglu(be, s->g, s->g, s->u, (size_t)T * F));
-        }
-        SEER_TRY(residual(be, op, s->x, s->g, &L->w_down, s->h, T, D));
+        SEER_TRY(ffn(be, op, s, L, T, D, F));
     }
     if (n_out == 0)
         return SEER_OK;

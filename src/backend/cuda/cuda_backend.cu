@@ -377,6 +377,14 @@ static seer_status prof_matmul_glu(seer_backend *be, float *y, const float *x, c
     return s;
 }
 
+static seer_status prof_ffn_glu(seer_backend *be, float *x, const float *h, const seer_weight *wgu,
+                                const seer_weight *wdown, float *g, int T) {
+    seer_status s = seer_cuda_ffn_glu(be, x, h, wgu, wdown, g, T);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "ffn_glu %dx%d, %dx%d", wgu->rows, wgu->cols, wdown->rows,
+                        wdown->cols);
+    return s;
+}
+
 static seer_status prof_batch_begin(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
                                     const int32_t *pos, const int32_t *page, const int32_t *row,
                                     const int32_t *out_rows, int n_out) {
@@ -404,6 +412,7 @@ static seer_backend_ops cuda_ops_prof_make(void) {
     o.matmul_split = prof_matmul_split;
     o.matmul_add = prof_matmul_add;
     o.matmul_glu = prof_matmul_glu;
+    o.ffn_glu = prof_ffn_glu;
     PROF(rope_kv_store, seer_cuda_rope_kv_store);
     o.batch_begin = prof_batch_begin;
     return o;
@@ -443,6 +452,7 @@ static seer_backend_ops cuda_ops_make(void) {
     o.matmul_split = seer_cuda_matmul_split;
     o.matmul_add = seer_cuda_matmul_add;
     o.matmul_glu = seer_cuda_matmul_glu;
+    o.ffn_glu = seer_cuda_ffn_glu;
     o.rope_kv_store = seer_cuda_rope_kv_store;
     o.swiglu = seer_cuda_swiglu;
     o.add = seer_cuda_add;

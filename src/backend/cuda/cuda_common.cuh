@@ -297,6 +297,8 @@ seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n,
                                     seer_weight *out);
 seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                  int T);
+seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, const float *h, const seer_weight *wgu,
+                              const seer_weight *wdown, float *g, int T);
 seer_status seer_cuda_rope_kv_store(seer_backend *be, float *q, float *k, const float *v,
                                     const int32_t *pos, int T, int H, int Hkv, int Dh,
                                     const float *inv_freq, int neox, void *kv, const seer_kv_geom *g,

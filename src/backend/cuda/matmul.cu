@@ -361,6 +361,41 @@ seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, con
     return SEER_OK;
 }
 
+/* The same pairs straight to bf16: what f32_to_bf16_kernel makes of glu_pairs_kernel's y. */
+__global__ void glu_pairs_bf16_kernel(bf16 *y, const float *gu, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(glu(gu[2 * i], gu[2 * i + 1]));
+}
+
+/* x += Wdown glu(Wgu h). Where both products go to cuBLAS, the pairs' glu goes to bf16 at
+ * once for the second product, which is what it reads of matmul_glu's output anyway: the same
+ * bits as matmul_glu then matmul_add, without writing g in f32 and reading it back. */
+seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, const float *h, const seer_weight *wgu,
+                              const seer_weight *wdown, float *g, int T) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (!wgu->interleaved || wgu->rows % 2 || wdown->cols != wgu->rows / 2)
+        return seer_err(SEER_ERR_INVALID_ARG, "ffn_glu: a %dx%d (gate, up) weight with a %dx%d down weight",
+                        wgu->rows, wgu->cols, wdown->rows, wdown->cols);
+    if (T <= 0)
+        return SEER_OK;
+    if (T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas) {
+        SEER_TRY(seer_cuda_matmul_glu(be, g, h, wgu, T));
+        return seer_cuda_matmul_add(be, x, g, wdown, T);
+    }
+    const size_t n = (size_t)T * wgu->rows;
+    SEER_TRY(seer_cuda_reserve(c, &c->glu_tmp, n * sizeof(float), "gate and up products"));
+    SEER_TRY(to_bf16(c, h, (size_t)T * wgu->cols));
+    float *gu = (float *)c->glu_tmp.p;
+    SEER_TRY(gemm_rows(c, gu, wgu->rows, (const bf16 *)c->xbf16.p, wgu, 0, wgu->rows, T, false));
+    /* the products' input is read by now in stream order: its buffer takes the pairs */
+    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, n / 2 * sizeof(bf16), "matmul input in bf16"));
+    glu_pairs_bf16_kernel<<<seer_cuda_grid(n / 2, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
+        (bf16 *)c->xbf16.p, gu, n / 2);
+    LAUNCH_TRY("glu_pairs_bf16_kernel");
+    return gemm_rows(c, x, wdown->rows, (const bf16 *)c->xbf16.p, wdown, 0, wdown->rows, T, true);
+}
+
 seer_status seer_cuda_matmul_split(seer_backend *be, float *const *ys, const float *x,
                                    const seer_weight *w, const float *const *biases, int T) {
     if (w->n_seg < 1 || w->n_seg > SEER_WEIGHT_MAX_SEG)
