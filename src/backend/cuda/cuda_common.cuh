@@ -64,6 +64,9 @@ seer_status seer_cublas_fail(cublasStatus_t s, const char *what, const char *fil
  * the decode (T = sequences) and verification (T = B * (G + 1)) calls stay within it. Forward
  * calls of up to this many tokens are also the ones recorded as CUDA graphs (graph.cu). */
 #define SEER_CUDA_INVARIANT_MAX_T 256
+/* A key is recorded again after a failed recording (another thread's device-wide
+ * synchronisation breaks one under way) up to this many failures. */
+#define SEER_CUDA_GRAPH_TRIES 3
 /* Recorded forward calls kept per backend (least recently used goes first). */
 #define SEER_CUDA_GRAPHS_MAX 24
 
@@ -145,7 +148,8 @@ typedef struct {
 typedef struct {
     const void *key;
     int T_pad, n_out_pad, att_grid, att_grid_dec, att_grid_pre;
-    bool att_split, att_combine, warm, failed;
+    bool att_split, att_combine, warm;
+    int failed; /* recordings of this key that failed: after SEER_CUDA_GRAPH_TRIES, op by op */
     unsigned long gen, last_use;
     cudaGraphExec_t exec;  /* NULL: seen (warm) but not recorded yet */
 } seer_cuda_graph;

@@ -16,7 +16,8 @@
  * memory (a buffer growing, a context freed) bumps the allocator's generation and retires
  * every recording made before it. A capture that fails is dropped and the call runs again op
  * by op at the same padded sizes (forward_end's redo), so that its rows have the bits a
- * replay would give them. SEER_CUDA_GRAPHS=0 turns recording off (calls then run at their
+ * replay would give them; the key's next call records again, up to SEER_CUDA_GRAPH_TRIES
+ * failures. SEER_CUDA_GRAPHS=0 turns recording off (calls then run at their
  * own sizes).
  * Not for: prefill (larger calls run op by op at their own sizes), or calls that download
  * mid-forward (q capture for the drafters: the model code does not ask then).
@@ -101,7 +102,8 @@ seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap
         if (e->exec && cudaGraphExecDestroy(e->exec) != cudaSuccess)
             (void)cudaGetLastError();
         e->exec = NULL;
-        e->warm = e->failed = false;
+        e->warm = false;
+        e->failed = 0;
         e->gen = c->gen;
     }
     if (e->exec) {
@@ -114,11 +116,11 @@ seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap
     f->entry = i;
     *T = f->T_pad;
     *n_out = f->n_out_pad;
-    if (e->warm && !e->failed) {
+    if (e->warm && e->failed < SEER_CUDA_GRAPH_TRIES) {
         cudaError_t r = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
         if (r != cudaSuccess) {
             (void)cudaGetLastError();
-            e->failed = true; /* run op by op, padded, from now on */
+            e->failed++; /* this call runs op by op, padded */
         } else {
             f->capturing = true;
         }
@@ -154,11 +156,11 @@ seer_status seer_cuda_forward_end(seer_backend *be, seer_status s, bool *redo) {
     if (r != cudaSuccess || s != SEER_OK || !exec || e->gen != c->gen) {
         /* Nothing of the call ran. The caller issues it again op by op at the same padded
          * sizes (the same bits as a replay, whatever made the capture fail), then calls
-         * forward_end again; this key is not captured again. */
+         * forward_end again. */
         (void)cudaGetLastError();
         if (exec && cudaGraphExecDestroy(exec) != cudaSuccess)
             (void)cudaGetLastError();
-        e->failed = true;
+        e->failed++;
         c->n_redone++;
         /* Work the ops share within a call (the RoPE table) was queued into the recording
          * and never ran: a new epoch makes the ops queue it again. */
