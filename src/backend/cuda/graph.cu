@@ -17,8 +17,7 @@
  * every recording made before it. A capture that fails is dropped and the call runs again op
  * by op at the same padded sizes (forward_end's redo), so that its rows have the bits a
  * replay would give them; the key's next call records again, up to SEER_CUDA_GRAPH_TRIES
- * failures. SEER_CUDA_GRAPHS=0 turns recording off (calls then run at their
- * own sizes).
+ * failures. SEER_CUDA_GRAPHS=0 turns recording off (calls then run at their own sizes).
  * Not for: prefill (larger calls run op by op at their own sizes), or calls that download
  * mid-forward (q capture for the drafters: the model code does not ask then).
  */

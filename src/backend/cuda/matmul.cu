@@ -332,11 +332,30 @@ seer_status seer_cuda_matmul_add(seer_backend *be, float *y, const float *x, con
     return matmul_any(be, one_out(y, NULL, w->rows, true), x, w, T);
 }
 
-/* y [T][rows / 2] from the GEMM's [T][rows] of (gate, up) row pairs (the cuBLAS path). */
-__global__ void glu_pairs_kernel(float *y, const float *gu, size_t n) {
+/* The cuBLAS path of a (gate, up) product: the GEMM's [T][rows] of row pairs in glu_tmp. */
+static seer_status glu_products(seer_backend *be, const float *x, const seer_weight *w, int T,
+                                const float **gu) {
+    seer_cuda *c = seer_cuda_of(be);
+    SEER_TRY(seer_cuda_reserve(c, &c->glu_tmp, (size_t)T * w->rows * sizeof(float), "gate and up products"));
+    SEER_TRY(matmul_any(be, one_out((float *)c->glu_tmp.p, NULL, w->rows, false), x, w, T));
+    *gu = (const float *)c->glu_tmp.p;
+    return SEER_OK;
+}
+
+static __device__ __forceinline__ void glu_store(float *y, float v) { *y = v; }
+static __device__ __forceinline__ void glu_store(bf16 *y, float v) { *y = __float2bfloat16_rn(v); }
+
+/* y [n] = glu of the n pairs in gu, in f32 or rounded to bf16 (as f32_to_bf16_kernel would). */
+template <typename Y> __global__ void glu_pairs_kernel(Y *y, const float *gu, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        y[i] = glu(gu[2 * i], gu[2 * i + 1]);
+        glu_store(y + i, glu(gu[2 * i], gu[2 * i + 1]));
+}
+
+template <typename Y> static seer_status glu_pairs(seer_cuda *c, Y *y, const float *gu, size_t n) {
+    glu_pairs_kernel<Y><<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(y, gu, n);
+    LAUNCH_TRY("glu_pairs_kernel");
+    return SEER_OK;
 }
 
 seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,
@@ -352,20 +371,9 @@ seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, con
         o.glu = 1;
         return matmul_any(be, o, x, w, T); /* the invariant kernel, as matmul_any picks it */
     }
-    const size_t n = (size_t)T * w->rows;
-    SEER_TRY(seer_cuda_reserve(c, &c->glu_tmp, n * sizeof(float), "gate and up products"));
-    SEER_TRY(matmul_any(be, one_out((float *)c->glu_tmp.p, NULL, w->rows, false), x, w, T));
-    glu_pairs_kernel<<<seer_cuda_grid(n / 2, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
-        y, (const float *)c->glu_tmp.p, n / 2);
-    LAUNCH_TRY("glu_pairs_kernel");
-    return SEER_OK;
-}
-
-/* The same pairs straight to bf16: what f32_to_bf16_kernel makes of glu_pairs_kernel's y. */
-__global__ void glu_pairs_bf16_kernel(bf16 *y, const float *gu, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        y[i] = __float2bfloat16_rn(glu(gu[2 * i], gu[2 * i + 1]));
+    const float *gu;
+    SEER_TRY(glu_products(be, x, w, T, &gu));
+    return glu_pairs(c, y, gu, (size_t)T * w->rows / 2);
 }
 
 /* x += Wdown glu(Wgu h). Where both products go to cuBLAS, the pairs' glu goes to bf16 at
@@ -383,16 +391,12 @@ seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, const float *h, const 
         SEER_TRY(seer_cuda_matmul_glu(be, g, h, wgu, T));
         return seer_cuda_matmul_add(be, x, g, wdown, T);
     }
-    const size_t n = (size_t)T * wgu->rows;
-    SEER_TRY(seer_cuda_reserve(c, &c->glu_tmp, n * sizeof(float), "gate and up products"));
-    SEER_TRY(to_bf16(c, h, (size_t)T * wgu->cols));
-    float *gu = (float *)c->glu_tmp.p;
-    SEER_TRY(gemm_rows(c, gu, wgu->rows, (const bf16 *)c->xbf16.p, wgu, 0, wgu->rows, T, false));
+    const float *gu;
+    SEER_TRY(glu_products(be, h, wgu, T, &gu));
     /* the products' input is read by now in stream order: its buffer takes the pairs */
-    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, n / 2 * sizeof(bf16), "matmul input in bf16"));
-    glu_pairs_bf16_kernel<<<seer_cuda_grid(n / 2, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
-        (bf16 *)c->xbf16.p, gu, n / 2);
-    LAUNCH_TRY("glu_pairs_bf16_kernel");
+    const size_t n = (size_t)T * wdown->cols;
+    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, n * sizeof(bf16), "matmul input in bf16"));
+    SEER_TRY(glu_pairs(c, (bf16 *)c->xbf16.p, gu, n));
     return gemm_rows(c, x, wdown->rows, (const bf16 *)c->xbf16.p, wdown, 0, wdown->rows, T, true);
 }
 
