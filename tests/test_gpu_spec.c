@@ -43,6 +43,7 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #endif
 
 static void test_no_device(void **state) {
@@ -294,7 +295,7 @@ static void test_logits_invariant(void **state) {
 /* While on, synchronises the whole device in a loop: a recording under way in another
  * thread then fails (a device-wide synchronisation is invalid during a capture). */
 static struct {
-    volatile int on, stop;
+    atomic_int on, stop;
 } disturb;
 
 static void *disturber(void *arg) {
