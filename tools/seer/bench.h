@@ -18,6 +18,7 @@ typedef struct {
     int threads, page_size, steps, warmup, sinks;
     int prefill[BENCH_MAX_LIST], n_prefill; /* prompt sizes of the prefill runs (none: skip) */
     int prefill_reps;                        /* timed runs of each, after a warm-up: the median */
+    int prefill_chunk;                       /* prompt tokens per forward call of a prefill */
     uint64_t seed;
     double alpha; /* synthetic acceptance of the speculative runs */
     const char *draft_synthetic, *draft_path; /* the draft model of draft and hierarchy runs */

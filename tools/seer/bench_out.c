@@ -58,8 +58,8 @@ static void print_prefill(FILE *f, const bench_opts *o, const bench_result *r) {
     if (!r->n_prefill && !r->n_peer_only)
         return;
     if (o->prefill_reps > 0)
-        fprintf(f, "\nprefill: one prompt of P tokens in one sequence, median of %d after a warm-up\n",
-                o->prefill_reps);
+        fprintf(f, "\nprefill: one prompt of P tokens in one sequence, %d per call, median of %d after a "
+                   "warm-up\n", o->prefill_chunk, o->prefill_reps);
     else /* a replotted run's JSON from before the setting was written */
         fprintf(f, "\nprefill: one prompt of P tokens in one sequence\n");
     fprintf(f, "%8s %10s %10s %9s", "P", "ms", "tok/s", "TFLOP/s");
@@ -220,8 +220,8 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
     json_object_set_new(model, "weight_elems", json_integer((json_int_t)r->fp.weight_elems));
     json_object_set_new(root, "backend", json_string(in->backend));
     json_object_set_new(root, "bandwidth_bytes_per_s", json_real(r->bandwidth));
-    json_object_set_new(root, "settings", json_pack("{s:i, s:i, s:i, s:i, s:I, s:s}", "steps", o->steps,
-        "warmup", o->warmup, "prefill_reps", o->prefill_reps, "page_size", o->page_size, "seed", (json_int_t)o->seed,
+    json_object_set_new(root, "settings", json_pack("{s:i, s:i, s:i, s:i, s:i, s:I, s:s}", "steps", o->steps,
+        "warmup", o->warmup, "prefill_reps", o->prefill_reps, "prefill_chunk", o->prefill_chunk, "page_size", o->page_size, "seed", (json_int_t)o->seed,
         "kv", "synthetic fill (random K/V, not computed)"));
     /* Prefill runs, each with the peer's of the same size; the peer's others in "peer". */
     json_t *pa = json_array();

@@ -47,6 +47,7 @@ static void usage(FILE *f) {
             "  --warmup N               untimed steps before them (default 3)\n"
             "  --prefill P,...          prompt tokens of the prefill measurements, 0 = skip (default 2048)\n"
             "  --prefill-reps N         timed runs per prompt size, after one warm-up (default 3; median)\n"
+            "  --prefill-chunk N        prompt tokens per forward call of the prefill (default 2048)\n"
             "  --page-size N            KV page size in tokens (default 16)\n"
             "  --seed S                 weights, KV and tokens (default 1)\n"
             "speculation (timed with SYNTHETIC ACCEPTANCE, labelled in all output):\n"
@@ -146,7 +147,7 @@ static bool parse_spec_list(const char *s, bench_opts *o) {
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
-    enum { O_SYN = 256, O_BACKEND, O_WEIGHTS, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PREFILL_REPS, O_PAGE, O_SEED,
+    enum { O_SYN = 256, O_BACKEND, O_WEIGHTS, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PREFILL_REPS, O_PREFILL_CHUNK, O_PAGE, O_SEED,
            O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_TREE, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER, O_TRACE, O_DSYN, O_DMODEL, O_HGAMMA };
     static const struct option opts[] = {
         {"synthetic", required_argument, 0, O_SYN},   {"model", required_argument, 0, 'm'},
@@ -156,6 +157,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         {"steps", required_argument, 0, O_STEPS},     {"warmup", required_argument, 0, O_WARM},
         {"prefill", required_argument, 0, O_PREFILL}, {"page-size", required_argument, 0, O_PAGE},
         {"prefill-reps", required_argument, 0, O_PREFILL_REPS},
+        {"prefill-chunk", required_argument, 0, O_PREFILL_CHUNK},
         {"seed", required_argument, 0, O_SEED},       {"spec", required_argument, 0, O_SPEC},
         {"spec-budget-list", required_argument, 0, O_BUDGET},
         {"spec-gamma-list", required_argument, 0, O_GAMMA},
@@ -199,6 +201,11 @@ static int parse(int argc, char **argv, bench_opts *o) {
             if (!cli_int("--prefill-reps", optarg, 1, BENCH_MAX_PREFILL_REPS, &v))
                 return 2;
             o->prefill_reps = (int)v;
+            break;
+        case O_PREFILL_CHUNK:
+            if (!cli_int("--prefill-chunk", optarg, 1, 65536, &v))
+                return 2;
+            o->prefill_chunk = (int)v;
             break;
         case O_PAGE: if (!cli_int("--page-size", optarg, 1, 4096, &v)) return 2; o->page_size = (int)v; break;
         case O_SEED: if (!cli_int("--seed", optarg, 0, INT64_MAX, &v)) return 2; o->seed = (uint64_t)v; break;
@@ -312,7 +319,7 @@ double bench_omega(int gamma, double alpha) {
 /* ---- prefill ------------------------------------------------------------------------- */
 
 static void run_prefill(const bench_opts *o, seer_model *m, const bench_result *r, bench_prefill *pf) {
-    const int P = pf->tokens, chunk = P < 2048 ? P : 2048;
+    const int P = pf->tokens, chunk = P < o->prefill_chunk ? P : o->prefill_chunk;
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = P + 1;
     cp.n_seq_max = 1;
@@ -649,7 +656,7 @@ done:
 
 int cmd_bench(int argc, char **argv) {
     bench_opts o = {.backend = SEER_BACKEND_AUTO, .page_size = 16, .steps = 20, .warmup = 3,
-                    .prefill = {2048}, .n_prefill = 1, .prefill_reps = 3, .sinks = 16, .seed = 1, .alpha = 0.8,
+                    .prefill = {2048}, .n_prefill = 1, .prefill_reps = 3, .prefill_chunk = 2048, .sinks = 16, .seed = 1, .alpha = 0.8,
                     .ctx = {4096, 32768}, .n_ctx = 2, .batch = {1}, .n_batch = 1,
                     .budget = {512}, .n_budget = 1, .gamma = {4}, .n_gamma = 1};
     int rc = parse(argc, argv, &o);
