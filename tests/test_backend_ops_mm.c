@@ -1,6 +1,6 @@
 /*
- * test_backend_ops_mm.c: the CUDA backend's bf16 matmuls and their fused forms (matmul,
- * matmul_split, matmul_add, matmul_glu, ffn_glu) against the CPU reference backend on fresh
+ * test_backend_ops_mm.c: the CUDA backend's matmuls and their fused forms (matmul,
+ * matmul_split, matmul_add, matmul_glu, ffn_glu, norm_matmul_split) against the CPU reference backend on fresh
  * random inputs, on both sides of the switch to cuBLAS (T above SEER_CUDA_INVARIANT_MAX_T),
  * outputs poisoned with NaN; the fused forms also against the plain ops on the GPU.
  *
@@ -162,8 +162,10 @@ static void test_matmul_fused(void **state) {
 
 /* matmul_glu on an interleaved (gate, up) weight: against the CPU's two matmuls and swiglu
  * (matmul tolerance), and against the GPU's own matmul_split of the same rows followed by
- * swiglu: the same sums and the same product formula, so identical (tolerance 0). T on both
- * sides of the cuBLAS switch. */
+ * swiglu: the same sums and the same product formula, so identical (tolerance 0). Above the
+ * invariant rows (cuBLAS) the products are rounded to bf16 first: there the plain side's
+ * products are rounded on the host and combined by the same formula (tolerance 1e-6, the
+ * host's expf against the device's). T on both sides of the cuBLAS switch. */
 static void test_matmul_glu(void **state) {
     (void)state;
     static const struct {
@@ -196,12 +198,24 @@ static void test_matmul_glu(void **state) {
         float *out = dev_fetch(dy, (size_t)T * F);
         float *const ys[2] = {dg, du};
         ASSERT_OK(gpu->ops->matmul_split(gpu, ys, dx, &seg, NULL, T));
-        ASSERT_OK(gpu->ops->swiglu(gpu, dg, dg, du, (size_t)T * F));
-        float *plain = dev_fetch(dg, (size_t)T * F);
+        const bool blas = T > gpu->ops->invariant_max_tokens;
+        float *plain;
+        if (blas) {
+            plain = dev_fetch(dg, (size_t)T * F);
+            float *up = dev_fetch(du, (size_t)T * F);
+            to_bf16_exact(plain, (size_t)T * F);
+            to_bf16_exact(up, (size_t)T * F);
+            for (size_t i = 0; i < (size_t)T * F; i++)
+                plain[i] = plain[i] / (1.f + expf(-plain[i])) * up[i];
+            free(up);
+        } else {
+            ASSERT_OK(gpu->ops->swiglu(gpu, dg, dg, du, (size_t)T * F));
+            plain = dev_fetch(dg, (size_t)T * F);
+        }
         char shape[96];
         snprintf(shape, sizeof shape, "T=%d F=%d D=%d", T, F, D);
         record("matmul_glu", shape, out, ref, (size_t)T * F, 1e-2);
-        record("matmul_glu-vs-plain", shape, out, plain, (size_t)T * F, 0);
+        record("matmul_glu-vs-plain", shape, out, plain, (size_t)T * F, blas ? 1e-6 : 0);
         for (int j = 0; j < 2; j++) {
             cpu->ops->weight_free(cpu, &wc[j]);
             gpu->ops->weight_free(gpu, &a[j]);
@@ -217,9 +231,9 @@ static void test_matmul_glu(void **state) {
     assert_op_passed("matmul_glu-vs-plain");
 }
 
-/* ffn_glu (x += Wdown glu(Wgu h)) against matmul_glu then matmul_add on the GPU (tolerance
- * 0: the same values by its contract) and against the CPU's matmuls, swiglu and add,
- * on both sides of the cuBLAS switch, with bf16 and Q8_0 weights. */
+/* ffn_glu (x += Wdown glu(Wgu rmsnorm(x))) against rmsnorm, matmul_glu and matmul_add on the
+ * GPU (tolerance 0: the same values by its contract) and against the CPU's rmsnorm, matmuls,
+ * swiglu and add, on both sides of the cuBLAS switch, with bf16 and Q8_0 weights. */
 static void test_ffn_glu(void **state) {
     (void)state;
     static const struct {
@@ -227,9 +241,10 @@ static void test_ffn_glu(void **state) {
         ggml_type type;
     } cases[] = {{1, 512, 256, GGML_TYPE_BF16}, {7, 320, 128, GGML_TYPE_BF16},
                  {300, 512, 256, GGML_TYPE_BF16}, {5, 512, 256, GGML_TYPE_Q8_0},
-                 {300, 512, 256, GGML_TYPE_Q8_0}};
+                 {300, 512, 256, GGML_TYPE_Q8_0}, {260, 640, 200, GGML_TYPE_BF16}};
     if (!gpu->ops->ffn_glu)
         return;
+    const float eps = 1e-5f;
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         uint64_t rng = 6500 + k;
         const int T = cases[k].T, F = cases[k].F, D = cases[k].D;
@@ -241,9 +256,11 @@ static void test_ffn_glu(void **state) {
             ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &wg[j]));
         }
         ASSERT_OK(gpu->ops->weight_concat(gpu, wg, 2, true, &gu));
-        float *h = rand_array((size_t)T * D, 1.f, &rng), *x = rand_array((size_t)T * D, 1.f, &rng);
-        float *g = nan_array((size_t)T * F), *u = nan_array((size_t)T * F), *ref = malloc(sizeof(float) * T * D);
+        float *x = rand_array((size_t)T * D, 1.f, &rng), *nw = rand_array(D, 1.f, &rng);
+        float *h = nan_array((size_t)T * D), *g = nan_array((size_t)T * F), *u = nan_array((size_t)T * F);
+        float *ref = malloc(sizeof(float) * T * D);
         memcpy(ref, x, sizeof(float) * T * D);
+        ASSERT_OK(cpu->ops->rmsnorm(cpu, h, x, nw, T, D, eps));
         ASSERT_OK(cpu->ops->matmul(cpu, g, h, &wc[0], NULL, T));
         ASSERT_OK(cpu->ops->matmul(cpu, u, h, &wc[1], NULL, T));
         ASSERT_OK(cpu->ops->swiglu(cpu, g, g, u, (size_t)T * F));
@@ -251,27 +268,110 @@ static void test_ffn_glu(void **state) {
         ASSERT_OK(cpu->ops->matmul(cpu, y, g, &wc[2], NULL, T));
         ASSERT_OK(cpu->ops->add(cpu, ref, y, (size_t)T * D));
         free(y);
-        float *dh = dev_copy(h, (size_t)T * D), *dx = dev_copy(x, (size_t)T * D), *dx2 = dev_copy(x, (size_t)T * D);
+        float *dx = dev_copy(x, (size_t)T * D), *dx2 = dev_copy(x, (size_t)T * D), *dnw = dev_copy(nw, D);
+        float *dh = dev_nan((size_t)T * D), *dh2 = dev_nan((size_t)T * D);
         float *dg = dev_nan((size_t)T * F), *dg2 = dev_nan((size_t)T * F);
-        ASSERT_OK(gpu->ops->ffn_glu(gpu, dx, dh, &gu, &wg[2], dg, T));
-        ASSERT_OK(gpu->ops->matmul_glu(gpu, dg2, dh, &gu, T));
+        ASSERT_OK(gpu->ops->ffn_glu(gpu, dx, dh, dnw, eps, &gu, &wg[2], dg, T));
+        ASSERT_OK(gpu->ops->rmsnorm(gpu, dh2, dx2, dnw, T, D, eps));
+        ASSERT_OK(gpu->ops->matmul_glu(gpu, dg2, dh2, &gu, T));
         ASSERT_OK(gpu->ops->matmul_add(gpu, dx2, dg2, &wg[2], T));
         float *out = dev_fetch(dx, (size_t)T * D), *two = dev_fetch(dx2, (size_t)T * D);
         char shape[96];
         snprintf(shape, sizeof shape, "T=%d F=%d D=%d %s", T, F, D, ggml_type_name(cases[k].type));
         record("ffn_glu", shape, out, ref, (size_t)T * D, 1e-2);
-        record("ffn_glu-vs-two-ops", shape, out, two, (size_t)T * D, 0);
+        record("ffn_glu-vs-ops", shape, out, two, (size_t)T * D, 0);
         for (int j = 0; j < 3; j++) {
             cpu->ops->weight_free(cpu, &wc[j]);
             gpu->ops->weight_free(gpu, &wg[j]);
             free(ht[j].data);
         }
         gpu->ops->weight_free(gpu, &gu);
-        dev_free(dh), dev_free(dx), dev_free(dx2), dev_free(dg), dev_free(dg2);
-        free(h), free(x), free(g), free(u), free(ref), free(out), free(two);
+        dev_free(dx), dev_free(dx2), dev_free(dnw), dev_free(dh), dev_free(dh2), dev_free(dg), dev_free(dg2);
+        free(x), free(nw), free(h), free(g), free(u), free(ref), free(out), free(two);
     }
     assert_op_passed("ffn_glu");
-    assert_op_passed("ffn_glu-vs-two-ops");
+    assert_op_passed("ffn_glu-vs-ops");
+}
+
+/* norm_matmul_split (rmsnorm of x, then the segments of W times it, with biases) against the
+ * CPU's rmsnorm and matmuls of each part, and against the GPU's rmsnorm and matmul_split
+ * (tolerance 0: the same values by its contract); also a weight of one part (matmul). T on
+ * both sides of the cuBLAS switch, bf16 and Q8_0. */
+static void test_norm_matmul_split(void **state) {
+    (void)state;
+    static const struct {
+        int T, n, rows[3], cols, bias;
+        ggml_type type;
+    } cases[] = {
+        {5, 3, {256, 64, 64}, 256, 0, GGML_TYPE_BF16},   {300, 3, {256, 64, 64}, 256, 1, GGML_TYPE_BF16},
+        {9, 3, {128, 32, 32}, 128, 1, GGML_TYPE_Q8_0},   {280, 3, {128, 32, 32}, 128, 0, GGML_TYPE_Q8_0},
+        {3, 1, {200}, 96, 1, GGML_TYPE_BF16},            {270, 1, {200}, 96, 0, GGML_TYPE_BF16},
+    };
+    if (!gpu->ops->norm_matmul_split)
+        return;
+    const float eps = 1e-6f;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        uint64_t rng = 6800 + k;
+        const int T = cases[k].T, n = cases[k].n, C = cases[k].cols;
+        host_tensor ht[3];
+        seer_weight wc[3], wg[3], w;
+        float *ys[3], *ys2[3], *bias[3], *db[3], *ref[3];
+        int rows = 0;
+        float *x = rand_array((size_t)T * C, 1.f, &rng), *nw = rand_array(C, 1.f, &rng);
+        float *h = nan_array((size_t)T * C);
+        ASSERT_OK(cpu->ops->rmsnorm(cpu, h, x, nw, T, C, eps));
+        for (int j = 0; j < n; j++) {
+            const int R = cases[k].rows[j];
+            rows += R;
+            make_tensor(&ht[j], "w", cases[k].type, R, C, &rng);
+            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_F32, &wc[j]));
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &wg[j]));
+            bias[j] = cases[k].bias ? rand_array(R, 1.f, &rng) : NULL;
+            db[j] = bias[j] ? dev_copy(bias[j], R) : NULL;
+            ref[j] = nan_array((size_t)T * R);
+            ASSERT_OK(cpu->ops->matmul(cpu, ref[j], h, &wc[j], bias[j], T));
+            ys[j] = dev_nan((size_t)T * R);
+            ys2[j] = dev_nan((size_t)T * R);
+        }
+        if (n > 1)
+            ASSERT_OK(gpu->ops->weight_concat(gpu, wg, n, false, &w));
+        else
+            w = wg[0];
+        assert_int_equal(w.rows, rows);
+        float *dx = dev_copy(x, (size_t)T * C), *dnw = dev_copy(nw, C);
+        float *dh = dev_nan((size_t)T * C), *dh2 = dev_nan((size_t)T * C);
+        const float *const bs[3] = {db[0], n > 1 ? db[1] : NULL, n > 2 ? db[2] : NULL};
+        ASSERT_OK(gpu->ops->norm_matmul_split(gpu, ys, dh, dx, dnw, eps, &w, bs, T));
+        ASSERT_OK(gpu->ops->rmsnorm(gpu, dh2, dx, dnw, T, C, eps));
+        if (n > 1)
+            ASSERT_OK(gpu->ops->matmul_split(gpu, ys2, dh2, &w, bs, T));
+        else
+            ASSERT_OK(gpu->ops->matmul(gpu, ys2[0], dh2, &w, bs[0], T));
+        for (int j = 0; j < n; j++) {
+            const int R = cases[k].rows[j];
+            float *out = dev_fetch(ys[j], (size_t)T * R), *two = dev_fetch(ys2[j], (size_t)T * R);
+            char shape[128];
+            snprintf(shape, sizeof shape, "T=%d part %d/%d rows=%d cols=%d %s%s", T, j, n, R, C,
+                     ggml_type_name(cases[k].type), bias[j] ? " bias" : "");
+            record("norm_matmul_split", shape, out, ref[j], (size_t)T * R, 1e-2);
+            record("norm_matmul_split-vs-ops", shape, out, two, (size_t)T * R, 0);
+            free(out), free(two);
+        }
+        for (int j = 0; j < n; j++) {
+            cpu->ops->weight_free(cpu, &wc[j]);
+            if (n > 1)
+                gpu->ops->weight_free(gpu, &wg[j]);
+            dev_free(ys[j]), dev_free(ys2[j]);
+            if (db[j])
+                dev_free(db[j]);
+            free(ref[j]), free(bias[j]), free(ht[j].data);
+        }
+        gpu->ops->weight_free(gpu, &w);
+        dev_free(dx), dev_free(dnw), dev_free(dh), dev_free(dh2);
+        free(x), free(nw), free(h);
+    }
+    assert_op_passed("norm_matmul_split");
+    assert_op_passed("norm_matmul_split-vs-ops");
 }
 
 #endif /* SEER_HAVE_CUDA */
@@ -282,6 +382,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_matmul),     cmocka_unit_test(test_matmul_fused),
             cmocka_unit_test(test_matmul_glu), cmocka_unit_test(test_ffn_glu),
+            cmocka_unit_test(test_norm_matmul_split),
         };
         if (getenv("SEER_TEST_FILTER"))
             cmocka_set_test_filter(getenv("SEER_TEST_FILTER"));

@@ -228,7 +228,8 @@ typedef struct {
      * segments of such a weight, in one pass over it.
      * matmul_add: y [T][rows] += x * W^T (the residual connection).
      * matmul_glu: y [T][rows / 2] = silu(x W_{2i}^T) * (x W_{2i+1}^T) for an interleaved
-     * (gate, up) weight, the product exactly as swiglu computes it.
+     * (gate, up) weight, the product exactly as swiglu computes it. Above its
+     * invariant_max_tokens rows a backend may round the two products to bf16 first (CUDA).
      * rope_kv_store: rope of q [T][H][Dh] and k [T][Hkv][Dh] in place, then kv_store of k and
      * v, in one pass: the same results as rope, rope, kv_store. */
     seer_status (*weight_concat)(seer_backend *be, seer_weight *parts, int n, bool interleave,
@@ -237,11 +238,18 @@ typedef struct {
                                 const seer_weight *w, const float *const *biases, int T);
     seer_status (*matmul_add)(seer_backend *be, float *y, const float *x, const seer_weight *w, int T);
     seer_status (*matmul_glu)(seer_backend *be, float *y, const float *x, const seer_weight *w, int T);
-    /* x [T][D] += Wdown glu(Wgu h): matmul_glu into g [T][Wgu rows / 2], then matmul_add of
-     * g with Wdown, as one op with those two ops' values, so that a backend need not write g
-     * (scratch: its contents afterwards are unspecified). May be NULL. */
-    seer_status (*ffn_glu)(seer_backend *be, float *x, const float *h, const seer_weight *wgu,
-                           const seer_weight *wdown, float *g, int T);
+    /* The pre-norm blocks, each as one op with the values of the ops it stands for, so that
+     * a backend need not write the norm's output h [T][cols] (scratch, like g: contents
+     * afterwards unspecified). Both may be NULL.
+     * norm_matmul_split: rmsnorm of x [T][cols] with w_norm into h, then matmul_split of h
+     * (for a weight of one part, n_seg 0: matmul of h into ys[0], bias biases[0]).
+     * ffn_glu: x [T][D] += Wdown glu(Wgu rmsnorm(x)): rmsnorm of x with w_norm into h,
+     * matmul_glu into g [T][Wgu rows / 2], then matmul_add of g with Wdown. */
+    seer_status (*norm_matmul_split)(seer_backend *be, float *const *ys, float *h, const float *x,
+                                     const float *w_norm, float eps, const seer_weight *w,
+                                     const float *const *biases, int T);
+    seer_status (*ffn_glu)(seer_backend *be, float *x, float *h, const float *w_norm, float eps,
+                           const seer_weight *wgu, const seer_weight *wdown, float *g, int T);
     seer_status (*rope_kv_store)(seer_backend *be, float *q, float *k, const float *v,
                                  const int32_t *pos, int T, int H, int Hkv, int Dh,
                                  const float *inv_freq, int neox, void *kv, const seer_kv_geom *g,

@@ -19,11 +19,27 @@ static seer_status residual(seer_backend *be, const seer_backend_ops *op, float 
     return op->add(be, x, tmp, (size_t)T * D);
 }
 
-/* x += Wdown glu(Wgate n(x), Wup n(x)) given h = n(x); g and u are scratch. */
+/* q, k, v = Wq n(x), Wk n(x), Wv n(x) (+ biases); h is scratch. */
+static seer_status qkv(seer_backend *be, const seer_backend_ops *op, const seer_scratch *s,
+                       const seer_layer *L, int T, int D, float eps) {
+    float *const ys[3] = {s->q, s->k, s->v};
+    const float *const bs[3] = {L->bq, L->bk, L->bv};
+    if (L->wqkv.data && op->norm_matmul_split)
+        return op->norm_matmul_split(be, ys, s->h, s->x, L->attn_norm, eps, &L->wqkv, bs, T);
+    SEER_TRY(op->rmsnorm(be, s->h, s->x, L->attn_norm, T, D, eps));
+    if (L->wqkv.data)
+        return op->matmul_split(be, ys, s->h, &L->wqkv, bs, T);
+    SEER_TRY(op->matmul(be, s->q, s->h, &L->wq, L->bq, T));
+    SEER_TRY(op->matmul(be, s->k, s->h, &L->wk, L->bk, T));
+    return op->matmul(be, s->v, s->h, &L->wv, L->bv, T);
+}
+
+/* x += Wdown glu(Wgate n(x), Wup n(x)); h, g and u are scratch. */
 static seer_status ffn(seer_backend *be, const seer_backend_ops *op, const seer_scratch *s,
-                       const seer_layer *L, int T, int D, int F) {
+                       const seer_layer *L, int T, int D, int F, float eps) {
     if (L->wgu.interleaved && op->ffn_glu)
-        return op->ffn_glu(be, s->x, s->h, &L->wgu, &L->w_down, s->g, T);
+        return op->ffn_glu(be, s->x, s->h, L->ffn_norm, eps, &L->wgu, &L->w_down, s->g, T);
+    SEER_TRY(op->rmsnorm(be, s->h, s->x, L->ffn_norm, T, D, eps));
     if (L->wgu.interleaved) {
         SEER_TRY(op->matmul_glu(be, s->g, s->h, &L->wgu, T));
     } else {
@@ -55,16 +71,7 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
     SEER_TRY(op->embed(be, s->x, &m->tok_embd, tokens, T));
     for (int l = 0; l < in->n_layers; l++) {
         const seer_layer *L = &m->layers[l];
-        SEER_TRY(op->rmsnorm(be, s->h, s->x, L->attn_norm, T, D, eps));
-        if (L->wqkv.data) {
-            float *const ys[3] = {s->q, s->k, s->v};
-            const float *const bs[3] = {L->bq, L->bk, L->bv};
-            SEER_TRY(op->matmul_split(be, ys, s->h, &L->wqkv, bs, T));
-        } else {
-            SEER_TRY(op->matmul(be, s->q, s->h, &L->wq, L->bq, T));
-            SEER_TRY(op->matmul(be, s->k, s->h, &L->wk, L->bk, T));
-            SEER_TRY(op->matmul(be, s->v, s->h, &L->wv, L->bv, T));
-        }
+        SEER_TRY(qkv(be, op, s, L, T, D, eps));
         if (op->rope_kv_store) {
             SEER_TRY(op->rope_kv_store(be, s->q, s->k, s->v, pos, T, H, Hkv, Dh, m->inv_freq,
                                        in->rope_neox, ctx->kv_data, &ctx->geom, l, ctx->tok_page,
@@ -88,9 +95,7 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
                                   ctx->tok_row, T));
         SEER_TRY(op->attention(be, s->att, s->q, ctx->kv_data, &ctx->geom, l, ab));
         SEER_TRY(residual(be, op, s->x, s->att, &L->wo, s->h, T, D));
-
-        SEER_TRY(op->rmsnorm(be, s->h, s->x, L->ffn_norm, T, D, eps));
-        SEER_TRY(ffn(be, op, s, L, T, D, F));
+        SEER_TRY(ffn(be, op, s, L, T, D, F, eps));
     }
     if (n_out == 0)
         return SEER_OK;

@@ -377,11 +377,20 @@ static seer_status prof_matmul_glu(seer_backend *be, float *y, const float *x, c
     return s;
 }
 
-static seer_status prof_ffn_glu(seer_backend *be, float *x, const float *h, const seer_weight *wgu,
-                                const seer_weight *wdown, float *g, int T) {
-    seer_status s = seer_cuda_ffn_glu(be, x, h, wgu, wdown, g, T);
-    seer_cuda_prof_mark(seer_cuda_of(be), false, "ffn_glu %dx%d, %dx%d", wgu->rows, wgu->cols, wdown->rows,
-                        wdown->cols);
+static seer_status prof_ffn_glu(seer_backend *be, float *x, float *h, const float *nw, float eps,
+                                const seer_weight *wgu, const seer_weight *wdown, float *g, int T) {
+    seer_status s = seer_cuda_ffn_glu(be, x, h, nw, eps, wgu, wdown, g, T);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "rmsnorm+ffn_glu %dx%d, %dx%d", wgu->rows, wgu->cols,
+                        wdown->rows, wdown->cols);
+    return s;
+}
+
+static seer_status prof_norm_matmul_split(seer_backend *be, float *const *ys, float *h, const float *x,
+                                          const float *nw, float eps, const seer_weight *w,
+                                          const float *const *biases, int T) {
+    seer_status s = seer_cuda_norm_matmul_split(be, ys, h, x, nw, eps, w, biases, T);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "rmsnorm+matmul %dx%d (%d parts)", w->rows, w->cols,
+                        w->n_seg);
     return s;
 }
 
@@ -413,6 +422,7 @@ static seer_backend_ops cuda_ops_prof_make(void) {
     o.matmul_add = prof_matmul_add;
     o.matmul_glu = prof_matmul_glu;
     o.ffn_glu = prof_ffn_glu;
+    o.norm_matmul_split = prof_norm_matmul_split;
     PROF(rope_kv_store, seer_cuda_rope_kv_store);
     o.batch_begin = prof_batch_begin;
     return o;
@@ -453,6 +463,7 @@ static seer_backend_ops cuda_ops_make(void) {
     o.matmul_add = seer_cuda_matmul_add;
     o.matmul_glu = seer_cuda_matmul_glu;
     o.ffn_glu = seer_cuda_ffn_glu;
+    o.norm_matmul_split = seer_cuda_norm_matmul_split;
     o.rope_kv_store = seer_cuda_rope_kv_store;
     o.swiglu = seer_cuda_swiglu;
     o.add = seer_cuda_add;

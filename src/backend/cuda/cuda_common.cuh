@@ -301,8 +301,11 @@ seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n,
                                     seer_weight *out);
 seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                  int T);
-seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, const float *h, const seer_weight *wgu,
-                              const seer_weight *wdown, float *g, int T);
+seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, float *h, const float *nw, float eps,
+                              const seer_weight *wgu, const seer_weight *wdown, float *g, int T);
+seer_status seer_cuda_norm_matmul_split(seer_backend *be, float *const *ys, float *h, const float *x,
+                                        const float *nw, float eps, const seer_weight *w,
+                                        const float *const *biases, int T);
 seer_status seer_cuda_rope_kv_store(seer_backend *be, float *q, float *k, const float *v,
                                     const int32_t *pos, int T, int H, int Hkv, int Dh,
                                     const float *inv_freq, int neox, void *kv, const seer_kv_geom *g,
@@ -353,6 +356,10 @@ seer_status seer_cuda_embed(seer_backend *be, float *y, const seer_weight *emb,
                             const int32_t *tokens, int T);
 seer_status seer_cuda_rmsnorm(seer_backend *be, float *y, const float *x, const float *w, int T,
                               int D, float eps);
+/* rmsnorm rounded to bf16 into y: the bits that seer_cuda_rmsnorm into like (the same kernel:
+ * like's alignment picks it), then rounding, would give. */
+seer_status seer_cuda_rmsnorm_bf16(seer_cuda *c, bf16 *y, const float *x, const float *w, int T, int D,
+                                   float eps, const float *like);
 seer_status seer_cuda_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
                              const float *bias, int T);
 seer_status seer_cuda_rope(seer_backend *be, float *x, const int32_t *pos, int T, int n_heads,

@@ -17,9 +17,11 @@
  * W is streamed with 16-byte loads that skip L1; x is read as f32, rounded to bf16 in
  * registers, and kept in L1 for the other warps.
  *
- * Above it: cuBLAS (x rounded to bf16 into a scratch buffer first), whose kernel choice
- * depends on T: prefill only. Quantised weights take the same route, their rows dequantised
- * to bf16 a slice at a time (matmul_q.cu has their small-T kernel).
+ * Above it: cuBLAS (x rounded to bf16 into a scratch buffer first, or written there in bf16 by
+ * the norm before it), whose kernel choice depends on T: prefill only. The (gate, up)
+ * products come out rounded to bf16 there, as the glu's input. Quantised weights take the
+ * same route, their rows dequantised to bf16 a slice at a time (matmul_q.cu has their small-T
+ * kernel).
  */
 #include "backend/cuda/matmul.cuh"
 
@@ -257,18 +259,20 @@ static seer_status to_bf16(seer_cuda *c, const float *x, size_t n) {
 /* Rows of a quantised weight dequantised per slice: bounds the scratch (bf16) at 64M values. */
 #define Q_SLICE_ELEMS ((size_t)1 << 26)
 
-/* y [T][ldy] (+)= x W_r^T for rows [r0, r0 + n) of w into columns 0..n of y, with cuBLAS. x is
- * already in bf16 (xb). Quantised rows are dequantised to bf16 a slice at a time first. */
-static seer_status gemm_rows(seer_cuda *c, float *y, int ldy, const bf16 *xb, const seer_weight *w,
-                             int r0, int n, int T, bool acc) {
+/* y [T][ldy] (+)= x W_r^T for rows [r0, r0 + n) of w into columns 0..n of y (f32, or bf16 when
+ * yt is CUDA_R_16BF: the f32 sums rounded), with cuBLAS. x is already in bf16 (xb). Quantised
+ * rows are dequantised to bf16 a slice at a time first. */
+static seer_status gemm_rows(seer_cuda *c, void *y, cudaDataType yt, int ldy, const bf16 *xb,
+                             const seer_weight *w, int r0, int n, int T, bool acc) {
     const int cols = w->cols;
     const float one = 1.f, beta = acc ? 1.f : 0.f;
+    const size_t ysz = yt == CUDA_R_16BF ? sizeof(bf16) : sizeof(float);
     if (w->dtype == GGML_TYPE_BF16) {
         /* Column-major view: W [rows][cols] row-major is a cols x rows matrix, x is cols x T,
          * and y^T = W x^T is rows x T with leading dimension ldy, i.e. y [T][ldy] row-major. */
         CUBLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, T, cols, &one,
                                 (const bf16 *)w->data + (size_t)r0 * cols, CUDA_R_16BF, cols, xb,
-                                CUDA_R_16BF, cols, &beta, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F,
+                                CUDA_R_16BF, cols, &beta, y, yt, ldy, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT));
         return SEER_OK;
     }
@@ -282,8 +286,31 @@ static seer_status gemm_rows(seer_cuda *c, float *y, int ldy, const bf16 *xb, co
         const int k = n - i < slice ? n - i : slice;
         SEER_TRY(seer_cuda_q_rows_bf16(c, (bf16 *)c->wbf16.p, w, r0 + i, k));
         CUBLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, k, T, cols, &one, c->wbf16.p,
-                                CUDA_R_16BF, cols, xb, CUDA_R_16BF, cols, &beta, y + i, CUDA_R_32F, ldy,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                CUDA_R_16BF, cols, xb, CUDA_R_16BF, cols, &beta, (char *)y + i * ysz, yt,
+                                ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    return SEER_OK;
+}
+
+/* Whether T rows take the batch-invariant kernels (else cuBLAS). The quantised kernel reads x
+ * in 16-byte pieces: an unaligned x (never from the model's scratch) takes the cuBLAS route. */
+static bool invariant_rows(const seer_cuda *c, const seer_weight *w, const float *x, int T) {
+    return T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas &&
+           (w->dtype == GGML_TYPE_BF16 || (uintptr_t)x % 16 == 0);
+}
+
+/* out's segments of x W^T with x in bf16 in xbf16 already: cuBLAS, then the biases. */
+static seer_status blas_segments(seer_cuda *c, const mm_out &out, const seer_weight *w, int T) {
+    for (int j = 0; j < out.nseg; j++) {
+        const int rows = out.r0[j + 1] - out.r0[j];
+        SEER_TRY(gemm_rows(c, out.y[j], CUDA_R_32F, rows, (const bf16 *)c->xbf16.p, w, out.r0[j], rows, T,
+                           out.acc != 0));
+        if (out.b[j]) {
+            const size_t ny = (size_t)T * rows;
+            add_bias_kernel<<<seer_cuda_grid(ny, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(out.y[j], out.b[j],
+                                                                                           rows, ny);
+            LAUNCH_TRY("add_bias_kernel");
+        }
     }
     return SEER_OK;
 }
@@ -293,23 +320,11 @@ static seer_status matmul_any(seer_backend *be, const mm_out &out, const float *
     seer_cuda *c = seer_cuda_of(be);
     if (T <= 0)
         return SEER_OK;
-    const bool quant = w->dtype != GGML_TYPE_BF16;
-    /* the quantised kernel reads x in 16-byte pieces; an unaligned x (never from the model's
-     * scratch) takes the cuBLAS route */
-    if (T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas && (!quant || (uintptr_t)x % 16 == 0))
-        return quant ? seer_cuda_matmul_q_invariant(c, out, x, w, T) : matmul_invariant(c, out, x, w, T);
+    if (invariant_rows(c, w, x, T))
+        return w->dtype != GGML_TYPE_BF16 ? seer_cuda_matmul_q_invariant(c, out, x, w, T)
+                                          : matmul_invariant(c, out, x, w, T);
     SEER_TRY(to_bf16(c, x, (size_t)T * w->cols));
-    for (int j = 0; j < out.nseg; j++) {
-        const int rows = out.r0[j + 1] - out.r0[j];
-        SEER_TRY(gemm_rows(c, out.y[j], rows, (const bf16 *)c->xbf16.p, w, out.r0[j], rows, T, out.acc != 0));
-        if (out.b[j]) {
-            const size_t ny = (size_t)T * rows;
-            add_bias_kernel<<<seer_cuda_grid(ny, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(out.y[j], out.b[j],
-                                                                                           rows, ny);
-            LAUNCH_TRY("add_bias_kernel");
-        }
-    }
-    return SEER_OK;
+    return blas_segments(c, out, w, T);
 }
 
 static mm_out one_out(float *y, const float *bias, int rows, bool acc) {
@@ -332,28 +347,31 @@ seer_status seer_cuda_matmul_add(seer_backend *be, float *y, const float *x, con
     return matmul_any(be, one_out(y, NULL, w->rows, true), x, w, T);
 }
 
-/* The cuBLAS path of a (gate, up) product: the GEMM's [T][rows] of row pairs in glu_tmp. */
-static seer_status glu_products(seer_backend *be, const float *x, const seer_weight *w, int T,
-                                const float **gu) {
-    seer_cuda *c = seer_cuda_of(be);
-    SEER_TRY(seer_cuda_reserve(c, &c->glu_tmp, (size_t)T * w->rows * sizeof(float), "gate and up products"));
-    SEER_TRY(matmul_any(be, one_out((float *)c->glu_tmp.p, NULL, w->rows, false), x, w, T));
-    *gu = (const float *)c->glu_tmp.p;
+/* The cuBLAS path of a (gate, up) product with its input in xbf16: the [T][rows] row pairs,
+ * rounded to bf16, in glu_tmp. */
+static seer_status glu_products(seer_cuda *c, const seer_weight *w, int T, const bf16 **gu) {
+    SEER_TRY(seer_cuda_reserve(c, &c->glu_tmp, (size_t)T * w->rows * sizeof(bf16), "gate and up products"));
+    SEER_TRY(gemm_rows(c, c->glu_tmp.p, CUDA_R_16BF, w->rows, (const bf16 *)c->xbf16.p, w, 0, w->rows, T, false));
+    *gu = (const bf16 *)c->glu_tmp.p;
     return SEER_OK;
 }
 
 static __device__ __forceinline__ void glu_store(float *y, float v) { *y = v; }
 static __device__ __forceinline__ void glu_store(bf16 *y, float v) { *y = __float2bfloat16_rn(v); }
 
-/* y [n] = glu of the n pairs in gu, in f32 or rounded to bf16 (as f32_to_bf16_kernel would). */
-template <typename Y> __global__ void glu_pairs_kernel(Y *y, const float *gu, size_t n) {
+/* y [n] = glu of the n bf16 pairs in gu, in f32 or rounded to bf16 (as f32_to_bf16_kernel
+ * would). */
+template <typename Y> __global__ void glu_pairs_kernel(Y *y, const __nv_bfloat162 *gu, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        glu_store(y + i, glu(gu[2 * i], gu[2 * i + 1]));
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float2 p = __bfloat1622float2(gu[i]);
+        glu_store(y + i, glu(p.x, p.y));
+    }
 }
 
-template <typename Y> static seer_status glu_pairs(seer_cuda *c, Y *y, const float *gu, size_t n) {
-    glu_pairs_kernel<Y><<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(y, gu, n);
+template <typename Y> static seer_status glu_pairs(seer_cuda *c, Y *y, const bf16 *gu, size_t n) {
+    glu_pairs_kernel<Y><<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
+        y, (const __nv_bfloat162 *)gu, n);
     LAUNCH_TRY("glu_pairs_kernel");
     return SEER_OK;
 }
@@ -365,54 +383,95 @@ seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, con
         return seer_err(SEER_ERR_INVALID_ARG, "matmul_glu: the weight is not interleaved (gate, up) pairs");
     if (T <= 0)
         return SEER_OK;
-    if (T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas &&
-        (w->dtype == GGML_TYPE_BF16 || (uintptr_t)x % 16 == 0)) {
+    if (invariant_rows(c, w, x, T)) {
         mm_out o = one_out(y, NULL, w->rows, false);
         o.glu = 1;
         return matmul_any(be, o, x, w, T); /* the invariant kernel, as matmul_any picks it */
     }
-    const float *gu;
-    SEER_TRY(glu_products(be, x, w, T, &gu));
+    const bf16 *gu;
+    SEER_TRY(to_bf16(c, x, (size_t)T * w->cols));
+    SEER_TRY(glu_products(c, w, T, &gu));
     return glu_pairs(c, y, gu, (size_t)T * w->rows / 2);
 }
 
-/* x += Wdown glu(Wgu h). Where both products go to cuBLAS, the pairs' glu goes to bf16 at
- * once for the second product, which is what it reads of matmul_glu's output anyway: the same
- * bits as matmul_glu then matmul_add, without writing g in f32 and reading it back. */
-seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, const float *h, const seer_weight *wgu,
-                              const seer_weight *wdown, float *g, int T) {
+/* The norm of x [T][D] with nw into xbf16 for cuBLAS: the bits rmsnorm into like and then
+ * to_bf16 would give. */
+static seer_status norm_to_bf16(seer_cuda *c, const float *x, const float *nw, float eps, int T, int D,
+                                const float *like) {
+    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, (size_t)T * D * sizeof(bf16), "matmul input in bf16"));
+    return seer_cuda_rmsnorm_bf16(c, (bf16 *)c->xbf16.p, x, nw, T, D, eps, like);
+}
+
+/* x += Wdown glu(Wgu rmsnorm(x)). Where the products go to cuBLAS, the norm and the pairs' glu
+ * go to bf16 at once, which is what the products read of rmsnorm's and matmul_glu's outputs
+ * anyway: the same bits as rmsnorm, matmul_glu and matmul_add, without writing h and g in f32
+ * and reading them back. */
+seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, float *h, const float *nw, float eps,
+                              const seer_weight *wgu, const seer_weight *wdown, float *g, int T) {
     seer_cuda *c = seer_cuda_of(be);
-    if (!wgu->interleaved || wgu->rows % 2 || wdown->cols != wgu->rows / 2)
+    if (!wgu->interleaved || wgu->rows % 2 || wdown->cols != wgu->rows / 2 || wdown->rows != wgu->cols)
         return seer_err(SEER_ERR_INVALID_ARG, "ffn_glu: a %dx%d (gate, up) weight with a %dx%d down weight",
                         wgu->rows, wgu->cols, wdown->rows, wdown->cols);
     if (T <= 0)
         return SEER_OK;
-    if (T <= SEER_CUDA_INVARIANT_MAX_T && !c->mm_force_blas) {
+    const int D = wgu->cols, F = wdown->cols;
+    if (invariant_rows(c, wgu, h, T) && invariant_rows(c, wdown, g, T)) {
+        SEER_TRY(seer_cuda_rmsnorm(be, h, x, nw, T, D, eps));
         SEER_TRY(seer_cuda_matmul_glu(be, g, h, wgu, T));
         return seer_cuda_matmul_add(be, x, g, wdown, T);
     }
-    const float *gu;
-    SEER_TRY(glu_products(be, h, wgu, T, &gu));
+    /* room for both of xbf16's uses first: it never moves between them */
+    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, (size_t)T * (D > F ? D : F) * sizeof(bf16), "matmul input in bf16"));
+    SEER_TRY(norm_to_bf16(c, x, nw, eps, T, D, h));
+    const bf16 *gu;
+    SEER_TRY(glu_products(c, wgu, T, &gu));
     /* the products' input is read by now in stream order: its buffer takes the pairs */
-    const size_t n = (size_t)T * wdown->cols;
-    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, n * sizeof(bf16), "matmul input in bf16"));
-    SEER_TRY(glu_pairs(c, (bf16 *)c->xbf16.p, gu, n));
-    return gemm_rows(c, x, wdown->rows, (const bf16 *)c->xbf16.p, wdown, 0, wdown->rows, T, true);
+    SEER_TRY(glu_pairs(c, (bf16 *)c->xbf16.p, gu, (size_t)T * F));
+    return gemm_rows(c, x, CUDA_R_32F, D, (const bf16 *)c->xbf16.p, wdown, 0, D, T, true);
+}
+
+/* out's segments from a weight's row ranges (matmul_split's arguments). */
+static seer_status split_out(const char *op, float *const *ys, const seer_weight *w, const float *const *biases,
+                             mm_out *o) {
+    if (w->n_seg < 1 || w->n_seg > SEER_WEIGHT_MAX_SEG)
+        return seer_err(SEER_ERR_INVALID_ARG, "%s: the weight has %d segments", op, w->n_seg);
+    *o = mm_out{};
+    o->nseg = w->n_seg;
+    for (int j = 0; j < w->n_seg; j++) {
+        o->y[j] = ys[j];
+        o->b[j] = biases ? biases[j] : NULL;
+        o->r0[j + 1] = o->r0[j] + w->seg_rows[j];
+    }
+    if (o->r0[w->n_seg] != w->rows)
+        return seer_err(SEER_ERR_INVALID_ARG, "%s: segments of %d rows in a weight of %d", op, o->r0[w->n_seg],
+                        w->rows);
+    return SEER_OK;
 }
 
 seer_status seer_cuda_matmul_split(seer_backend *be, float *const *ys, const float *x,
                                    const seer_weight *w, const float *const *biases, int T) {
-    if (w->n_seg < 1 || w->n_seg > SEER_WEIGHT_MAX_SEG)
-        return seer_err(SEER_ERR_INVALID_ARG, "matmul_split: the weight has %d segments", w->n_seg);
-    mm_out o = {};
-    o.nseg = w->n_seg;
-    for (int j = 0; j < w->n_seg; j++) {
-        o.y[j] = ys[j];
-        o.b[j] = biases ? biases[j] : NULL;
-        o.r0[j + 1] = o.r0[j] + w->seg_rows[j];
-    }
-    if (o.r0[w->n_seg] != w->rows)
-        return seer_err(SEER_ERR_INVALID_ARG, "matmul_split: segments of %d rows in a weight of %d",
-                        o.r0[w->n_seg], w->rows);
+    mm_out o;
+    SEER_TRY(split_out("matmul_split", ys, w, biases, &o));
     return matmul_any(be, o, x, w, T);
+}
+
+/* rmsnorm into h, then matmul_split of h; above the invariant rows the norm goes to bf16 at
+ * once (the same bits), and h is not written. */
+seer_status seer_cuda_norm_matmul_split(seer_backend *be, float *const *ys, float *h, const float *x,
+                                        const float *nw, float eps, const seer_weight *w,
+                                        const float *const *biases, int T) {
+    seer_cuda *c = seer_cuda_of(be);
+    mm_out o;
+    if (w->n_seg < 1) /* a weight of one part */
+        o = one_out(ys[0], biases ? biases[0] : NULL, w->rows, false);
+    else
+        SEER_TRY(split_out("norm_matmul_split", ys, w, biases, &o));
+    if (T <= 0)
+        return SEER_OK;
+    if (invariant_rows(c, w, h, T)) {
+        SEER_TRY(seer_cuda_rmsnorm(be, h, x, nw, T, w->cols, eps));
+        return matmul_any(be, o, h, w, T);
+    }
+    SEER_TRY(norm_to_bf16(c, x, nw, eps, T, w->cols, h));
+    return blas_segments(c, o, w, T);
 }

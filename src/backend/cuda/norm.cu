@@ -1,7 +1,8 @@
 /*
  * norm.cu: RMSNorm over rows of f32 activations, y = x * w / sqrt(mean(x^2) + eps), with the
  * sum of squares in f32 as the CPU reference has it (only the summation order differs).
- * Not for: fusing the norm into the following GEMM (a later optimisation).
+ * Prefill's cuBLAS products read their input in bf16: there the norm writes bf16 at once, the
+ * same bits as the f32 result rounded (seer_cuda_rmsnorm_bf16).
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -34,16 +35,35 @@ rmsnorm_kernel(float *y, const float *x, const float *w, int D, float eps) {
         yr[i] = xr[i] * r * w[i];
 }
 
+/* The same rounded to bf16. */
+__global__ void __launch_bounds__(NORM_THREADS)
+rmsnorm_bf16_kernel(bf16 *y, const float *x, const float *w, int D, float eps) {
+    const float *xr = x + (size_t)blockIdx.x * D;
+    bf16 *yr = y + (size_t)blockIdx.x * D;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < D; i += NORM_THREADS)
+        ss += xr[i] * xr[i];
+    const float r = 1.f / sqrtf(block_sum(ss) / D + eps);
+    for (int i = threadIdx.x; i < D; i += NORM_THREADS)
+        yr[i] = __float2bfloat16_rn(xr[i] * r * w[i]);
+}
+
+/* Four results from element 4 i of a row, as f32 or rounded to bf16. */
+static __device__ __forceinline__ void store4(float *y, int i, float4 v) { ((float4 *)y)[i] = v; }
+static __device__ __forceinline__ void store4(bf16 *y, int i, float4 v) {
+    ((uint2 *)y)[i] = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+}
+
 /* The same for D a multiple of 4 up to NORM_THREADS * 4 * VPT on 16-byte aligned rows: the
  * row stays in registers between the two passes. The sum runs in another order than the
  * kernel above, fixed for a given D. */
-template <int VPT>
+template <int VPT, typename Y>
 __global__ void __launch_bounds__(NORM_THREADS)
-rmsnorm_vec_kernel(float *y, const float *x, const float *w, int D, float eps) {
+rmsnorm_vec_kernel(Y *y, const float *x, const float *w, int D, float eps) {
     pdl_trigger();
     pdl_wait();
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * D);
-    float4 *yr = (float4 *)(y + (size_t)blockIdx.x * D);
+    Y *yr = y + (size_t)blockIdx.x * D;
     const int n4 = D / 4;
     float4 v[VPT];
     float ss = 0.f;
@@ -60,9 +80,16 @@ rmsnorm_vec_kernel(float *y, const float *x, const float *w, int D, float eps) {
         const int i = threadIdx.x + k * NORM_THREADS;
         if (i < n4) {
             const float4 g = w4[i];
-            yr[i] = make_float4(v[k].x * r * g.x, v[k].y * r * g.y, v[k].z * r * g.z, v[k].w * r * g.w);
+            store4(yr, i, make_float4(v[k].x * r * g.x, v[k].y * r * g.y, v[k].z * r * g.z, v[k].w * r * g.w));
         }
     }
+}
+
+/* Which kernel a row of D serves: the vector one (2 or 8 float4 per thread) where the rows
+ * and the weight allow, else the plain one. y_al: whether y is 16-byte aligned. */
+static int norm_kind(const float *x, const float *w, bool y_al, int D) {
+    const bool vec = D % 4 == 0 && y_al && ((uintptr_t)x | (uintptr_t)w) % 16 == 0;
+    return !vec ? 0 : D <= NORM_THREADS * 4 * 2 ? 2 : D <= NORM_THREADS * 4 * 8 ? 8 : 0;
 }
 
 seer_status seer_cuda_rmsnorm(seer_backend *be, float *y, const float *x, const float *w, int T,
@@ -70,13 +97,28 @@ seer_status seer_cuda_rmsnorm(seer_backend *be, float *y, const float *x, const 
     seer_cuda *c = seer_cuda_of(be);
     if (T <= 0 || D <= 0)
         return SEER_OK;
-    const bool vec = D % 4 == 0 && ((uintptr_t)x | (uintptr_t)y | (uintptr_t)w) % 16 == 0;
-    if (vec && D <= NORM_THREADS * 4 * 2)
-        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<2>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
-    else if (vec && D <= NORM_THREADS * 4 * 8)
-        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<8>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
+    const int kind = norm_kind(x, w, (uintptr_t)y % 16 == 0, D);
+    if (kind == 2)
+        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<2, float>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
+    else if (kind == 8)
+        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<8, float>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
     else
         rmsnorm_kernel<<<(unsigned)T, NORM_THREADS, 0, c->stream>>>(y, x, w, D, eps);
     LAUNCH_TRY("rmsnorm_kernel");
+    return SEER_OK;
+}
+
+seer_status seer_cuda_rmsnorm_bf16(seer_cuda *c, bf16 *y, const float *x, const float *w, int T, int D,
+                                   float eps, const float *like) {
+    if (T <= 0 || D <= 0)
+        return SEER_OK;
+    const int kind = norm_kind(x, w, (uintptr_t)like % 16 == 0, D);
+    if (kind == 2)
+        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<2, bf16>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
+    else if (kind == 8)
+        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<8, bf16>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
+    else
+        rmsnorm_bf16_kernel<<<(unsigned)T, NORM_THREADS, 0, c->stream>>>(y, x, w, D, eps);
+    LAUNCH_TRY("rmsnorm_bf16_kernel");
     return SEER_OK;
 }
