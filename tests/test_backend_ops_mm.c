@@ -33,6 +33,8 @@ static void test_matmul(void **state) {
         {33, 1024, 512, 0, GGML_TYPE_Q4_0}, {2, 32000, 288, 0, GGML_TYPE_F32},
         {128, 11008, 1024, 0, GGML_TYPE_BF16},
         {9, 4096, 4096, 1, GGML_TYPE_BF16},
+        {263, 96, 201, 1, GGML_TYPE_BF16}, /* cuBLAS, an input of an odd count */
+        {300, 128, 256, 0, GGML_TYPE_BF16},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         uint64_t rng = 1000 + k;
@@ -170,7 +172,8 @@ static void test_matmul_glu(void **state) {
     (void)state;
     static const struct {
         int T, F, D;
-    } cases[] = {{1, 1000, 256}, {5, 2048, 1024}, {64, 96, 64}, {300, 512, 128}, {17, 14336 / 8, 4096 / 8}};
+    } cases[] = {{1, 1000, 256}, {5, 2048, 1024}, {64, 96, 64}, {300, 512, 128}, {17, 14336 / 8, 4096 / 8},
+                 {261, 98, 64} /* cuBLAS, an odd count of pairs' groups */};
     if (!gpu->ops->matmul_glu)
         return;
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {

@@ -37,6 +37,15 @@ __global__ void f32_to_bf16_kernel(bf16 *y, const float *x, size_t n) {
         y[i] = __float2bfloat16_rn(x[i]);
 }
 
+/* The same four at a time (n4 groups of 16-byte aligned f32 into 8-byte aligned bf16). */
+__global__ void f32_to_bf16_vec_kernel(uint2 *y, const float4 *x, size_t n4) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float4 v = x[i];
+        y[i] = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+    }
+}
+
 /* y [T][rows] += bias [rows] */
 __global__ void add_bias_kernel(float *y, const float *bias, int rows, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -251,7 +260,11 @@ static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float
 /* x [n] to bf16 in the scratch xbf16 (cuBLAS multiplies bf16 by bf16). */
 static seer_status to_bf16(seer_cuda *c, const float *x, size_t n) {
     SEER_TRY(seer_cuda_reserve(c, &c->xbf16, n * sizeof(bf16), "matmul input in bf16"));
-    f32_to_bf16_kernel<<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>((bf16 *)c->xbf16.p, x, n);
+    if (n % 4 == 0 && (uintptr_t)x % 16 == 0)
+        f32_to_bf16_vec_kernel<<<seer_cuda_grid(n / 4, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
+            (uint2 *)c->xbf16.p, (const float4 *)x, n / 4);
+    else
+        f32_to_bf16_kernel<<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>((bf16 *)c->xbf16.p, x, n);
     LAUNCH_TRY("f32_to_bf16_kernel");
     return SEER_OK;
 }
@@ -369,9 +382,31 @@ template <typename Y> __global__ void glu_pairs_kernel(Y *y, const __nv_bfloat16
     }
 }
 
+static __device__ __forceinline__ void glu_store4(float *y, size_t i, float4 v) { ((float4 *)y)[i] = v; }
+static __device__ __forceinline__ void glu_store4(bf16 *y, size_t i, float4 v) {
+    ((uint2 *)y)[i] = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+}
+
+/* The same, four pairs (16 bytes) at a time: n4 groups. */
+template <typename Y> __global__ void glu_pairs_vec_kernel(Y *y, const uint4 *gu, size_t n4) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint4 p = gu[i];
+        const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&p.x),
+                     b = __bfloat1622float2(*(const __nv_bfloat162 *)&p.y),
+                     c = __bfloat1622float2(*(const __nv_bfloat162 *)&p.z),
+                     d = __bfloat1622float2(*(const __nv_bfloat162 *)&p.w);
+        glu_store4(y, i, make_float4(glu(a.x, a.y), glu(b.x, b.y), glu(c.x, c.y), glu(d.x, d.y)));
+    }
+}
+
 template <typename Y> static seer_status glu_pairs(seer_cuda *c, Y *y, const bf16 *gu, size_t n) {
-    glu_pairs_kernel<Y><<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
-        y, (const __nv_bfloat162 *)gu, n);
+    if (n % 4 == 0 && (uintptr_t)y % (4 * sizeof(Y)) == 0 && (uintptr_t)gu % 16 == 0)
+        glu_pairs_vec_kernel<Y><<<seer_cuda_grid(n / 4, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
+            y, (const uint4 *)gu, n / 4);
+    else
+        glu_pairs_kernel<Y><<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
+            y, (const __nv_bfloat162 *)gu, n);
     LAUNCH_TRY("glu_pairs_kernel");
     return SEER_OK;
 }

@@ -22,22 +22,27 @@ __global__ void rope_table_kernel(float2 *tab, const int32_t *pos, const float *
     tab[idx] = make_float2((float)cd, (float)sd);
 }
 
-/* A thread per (token, head, pair). */
-__global__ void rope_kernel(float *x, const float2 *tab, int T, int n_heads, int Dh, int neox) {
-    const int half = Dh / 2;
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)T * n_heads * half)
+/* A block row per token (blockIdx.x), a thread per (head, pair) of it: 32-bit index math. */
+__global__ void rope_kernel(float *x, const float2 *tab, int n_heads, int Dh, int neox) {
+    const int half = Dh / 2, t = blockIdx.x;
+    const int j = blockIdx.y * blockDim.x + threadIdx.x;
+    if (j >= n_heads * half)
         return;
-    const int i = (int)(idx % half);
-    const size_t th = idx / half; /* token * n_heads + head */
-    const int t = (int)(th / n_heads);
+    const int h = j / half, i = j - h * half;
     const float2 cs = tab[(size_t)t * half + i];
-    float *xh = x + th * Dh;
+    float *xh = x + ((size_t)t * n_heads + h) * Dh;
     const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
     const float x0 = xh[i0], x1 = xh[i1];
     /* the products rounded separately, as the reference computes them */
     xh[i0] = __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y));
     xh[i1] = __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
+}
+
+#define ROPE_THREADS 128
+
+/* The grid of the kernels here: a block row per token, enough blocks for the pairs of n heads. */
+static dim3 rope_grid(int T, int n, int half) {
+    return dim3((unsigned)T, (unsigned)((n * half + ROPE_THREADS - 1) / ROPE_THREADS));
 }
 
 /* The table for the positions dp [T] (device), shared by every rope of the forward call when
@@ -75,27 +80,24 @@ seer_status seer_cuda_rope(seer_backend *be, float *x, const int32_t *pos, int T
     const int half = head_dim / 2;
     const float2 *tab;
     SEER_TRY(rope_table(c, dp, T, inv_freq, half, &tab));
-    const size_t n = (size_t)T * n_heads * half;
-    rope_kernel<<<seer_cuda_grid(n, 128), 128, 0, c->stream>>>(x, tab, T, n_heads, head_dim, neox);
+    rope_kernel<<<rope_grid(T, n_heads, half), ROPE_THREADS, 0, c->stream>>>(x, tab, n_heads, head_dim, neox);
     LAUNCH_TRY("rope_kernel");
     return SEER_OK;
 }
 
-/* A thread per (token, head, pair) over the H query heads, then the Hkv key heads, then the
- * Hkv value heads: queries and keys rotate in place as rope_kernel does, keys and values go to
- * the cache as kv_store_kernel (kv.cu) writes them. */
+/* As rope_kernel, a thread per (head, pair) over the H query heads, then the Hkv key heads,
+ * then the Hkv value heads: queries and keys rotate in place as rope_kernel does, keys and
+ * values go to the cache as kv_store_kernel (kv.cu) writes them. */
 __global__ void rope_store_kernel(float *q, float *k, const float *v, const float2 *tab, bf16 *kv,
-                                  const int32_t *page, const int32_t *row, int T, int H, int Hkv,
+                                  const int32_t *page, const int32_t *row, int H, int Hkv,
                                   int Dh, int neox, int layer, int n_layers, int n_pages, int page_size) {
-    const int half = Dh / 2, NH = H + 2 * Hkv;
+    const int half = Dh / 2, NH = H + 2 * Hkv, t = blockIdx.x;
     pdl_trigger();
     pdl_wait();
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)T * NH * half)
+    const int j = blockIdx.y * blockDim.x + threadIdx.x;
+    if (j >= NH * half)
         return;
-    const int i = (int)(idx % half);
-    const size_t th = idx / half;
-    const int t = (int)(th / NH), h = (int)(th % NH);
+    const int h = j / half, i = j - h * half;
     const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
     const int pg = page[t], r = row[t];
     const bool store = pg >= 0 && pg < n_pages && r >= 0 && r < page_size;
@@ -142,10 +144,9 @@ seer_status seer_cuda_rope_kv_store(seer_backend *be, float *q, float *k, const 
     SEER_TRY(rope_table(c, dp, T, inv_freq, half, &tab));
     SEER_TRY(seer_cuda_index(c, SEER_IDX_PAGE, page, T, 0, &dpage));
     SEER_TRY(seer_cuda_index(c, SEER_IDX_ROW, row, T, 1, &drow));
-    const size_t n = (size_t)T * (H + 2 * Hkv) * half;
-    CUDA_TRY(seer_cuda_launch(c, rope_store_kernel, dim3(seer_cuda_grid(n, 128)), dim3(128), 0, q, k, v, tab,
-                              (bf16 *)kv, dpage, drow, T, H, Hkv, Dh, neox, layer, g->n_layers, g->n_pages,
-                              g->page_size));
+    CUDA_TRY(seer_cuda_launch(c, rope_store_kernel, rope_grid(T, H + 2 * Hkv, half), dim3(ROPE_THREADS), 0, q,
+                              k, v, tab, (bf16 *)kv, dpage, drow, H, Hkv, Dh, neox, layer, g->n_layers,
+                              g->n_pages, g->page_size));
     LAUNCH_TRY("rope_store_kernel");
     /* The quantised copy from the same f32 rows, roped in place above. */
     if (g->kv_bits)
