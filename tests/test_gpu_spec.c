@@ -311,15 +311,12 @@ static void *disturber(void *arg) {
     return NULL;
 }
 
-/* The same calls on a model without graphs, one with, and one with graphs whose recordings
- * another thread keeps breaking (each failed recording runs again op by op): decode steps of
- * two sequences, verification chains, a single-sequence decode, with rewinds as speculation
- * does them. */
-static void test_graphs_match_eager(void **state) {
-    (void)state;
+/* One round of the same calls on a model without graphs, one with, and one with graphs whose
+ * recordings another thread keeps breaking (each failed recording runs again op by op), each
+ * in a fresh context: decode steps of two sequences, verification chains, a single-sequence
+ * decode, with rewinds as speculation does them. Returns the recordings the third one redid. */
+static long graphs_round(seer_model *const *m, int round) {
     enum { NM = 3 };
-    const char *path = gen_shape(0, 512);
-    seer_model *m[NM] = {load_cuda(path, false), load_cuda(path, true), load_cuda(path, true)};
     seer_context *c[NM];
     seer_seq_id sq[NM][2];
     const int V = seer_n_vocab(m[0]);
@@ -382,22 +379,35 @@ static void test_graphs_match_eager(void **state) {
     long rep[NM], cap[NM], eag[NM], redo[NM];
     for (int k = 0; k < NM; k++)
         seer_backend_cuda_graph_stats(c[k]->be, &rep[k], &cap[k], &eag[k], &redo[k]);
-    printf("gpu_spec: graphs: %d calls, %d with logits differing from op by op; with graphs %ld "
-           "replayed, %ld captured, %ld op by op; without %ld/%ld/%ld %s\n", calls, differ[1], rep[1],
+    printf("gpu_spec: graphs (round %d): %d calls, %d with logits differing from op by op; with graphs %ld "
+           "replayed, %ld captured, %ld op by op; without %ld/%ld/%ld %s\n", round, calls, differ[1], rep[1],
            cap[1], eag[1], rep[0], cap[0], eag[0], differ[1] ? "FAIL" : "ok");
-    printf("gpu_spec: graphs, recordings broken by another thread: %d calls, %d differing; %ld "
-           "replayed, %ld captured, %ld op by op, %ld recordings redone %s\n", calls, differ[2], rep[2],
-           cap[2], eag[2], redo[2], differ[2] || !redo[2] ? "FAIL" : "ok");
+    printf("gpu_spec: graphs, recordings broken by another thread (round %d): %d calls, %d differing; %ld "
+           "replayed, %ld captured, %ld op by op, %ld recordings redone %s\n", round, calls, differ[2], rep[2],
+           cap[2], eag[2], redo[2], differ[2] ? "FAIL" : "ok");
     assert_int_equal(differ[1], 0);
     assert_int_equal(differ[2], 0);
     assert_true(rep[1] > 0 && cap[1] > 0);
     assert_true(rep[0] == 0 && cap[0] == 0);
-    assert_true(redo[2] > 0); /* the disturbance reached a recording */
     for (int k = 0; k < NM; k++) {
         free(l[k]);
         seer_context_free(c[k]);
-        seer_model_free(m[k]);
     }
+    return redo[2];
+}
+
+/* Rounds until the disturbance has reached a recording (whether it does in a given round
+ * depends on timing: under load it may miss every capture), at most 6. */
+static void test_graphs_match_eager(void **state) {
+    (void)state;
+    const char *path = gen_shape(0, 512);
+    seer_model *m[3] = {load_cuda(path, false), load_cuda(path, true), load_cuda(path, true)};
+    long redone = 0;
+    for (int round = 0; round < 6 && !redone; round++)
+        redone += graphs_round(m, round);
+    assert_true(redone > 0); /* the disturbance reached a recording */
+    for (int k = 0; k < 3; k++)
+        seer_model_free(m[k]);
 }
 
 /* ---- seer_gen: every drafter against plain decoding --------------------------------------- */
