@@ -396,14 +396,14 @@ static long graphs_round(seer_model *const *m, int round) {
     return redo[2];
 }
 
-/* Rounds until the disturbance has reached a recording (whether it does in a given round
- * depends on timing: under load it may miss every capture), at most 6. */
+/* Rounds until the disturbance has reached a recording, at most 16: whether it does in a
+ * given round depends on timing (on an H100 under ctest -j 4, 1 of 3 rounds did). */
 static void test_graphs_match_eager(void **state) {
     (void)state;
     const char *path = gen_shape(0, 512);
     seer_model *m[3] = {load_cuda(path, false), load_cuda(path, true), load_cuda(path, true)};
     long redone = 0;
-    for (int round = 0; round < 6 && !redone; round++)
+    for (int round = 0; round < 16 && !redone; round++)
         redone += graphs_round(m, round);
     assert_true(redone > 0); /* the disturbance reached a recording */
     for (int k = 0; k < 3; k++)
