@@ -60,6 +60,9 @@ fi
 [ -d "$root/.gpu/shared" ] && export SEER_SHARED_DIR=${SEER_SHARED_DIR:-$root/.gpu/shared}
 
 kind=${BENCH_LLAMA_KIND:-cuda}
+# The tools this script runs (not llama-server, whose build takes minutes more), for every
+# step: a setup before another step starts the build that step then waits for.
+export PEER_TARGETS=${PEER_TARGETS:-llama-bench llama-batched-bench}
 bdir=${BENCH_LLAMA_SEER:-build-gpu} # seer's build folder
 # Llama-3.1-8B's shape (the synthetic preset llama-3.1-8b), for gen-model.
 # shellcheck disable=SC2206 # the flags are words
@@ -308,7 +311,6 @@ weights() {
   ctx=${BENCH_LLAMA_CTX:-4096,32768} prefill=${BENCH_LLAMA_PREFILL:-4096} batched=${BENCH_LLAMA_BATCHED-}
   reps=${BENCH_LLAMA_REPS:-3} type_secs=${BENCH_TYPE_SECS:-45}
   spec_b1="--spec streaming --spec-budget-list 512 --spec-gamma-list 4,7 --synthetic-accept 0.8"
-  export PEER_TARGETS=${PEER_TARGETS:-llama-bench llama-batched-bench} # not the server
   setup build-then-files $types
   local t
   for t in $types; do bench_type "$t"; done
@@ -320,7 +322,6 @@ attention() {
   ctx=${BENCH_LLAMA_CTX-} prefill=${BENCH_LLAMA_PREFILL:-32768,131072} batched=${BENCH_LLAMA_BATCHED-14x32768,3x131072}
   reps=${BENCH_LLAMA_REPS:-1} type_secs=${BENCH_TYPE_SECS:-90}
   : "${BENCH_PEER_SHARE:=55}"
-  export PEER_TARGETS=${PEER_TARGETS:-llama-bench llama-batched-bench}
   spec_batched="--spec streaming --spec-budget-list 512,2048 --spec-gamma-list 2,4 --synthetic-accept 0.8"
   rm -f "$summary" "$work/tests-summary.txt"
   peer_build_start
