@@ -1,9 +1,10 @@
 /*
  * test_cli.c: the seer command-line tool end to end: golden greedy ids through
- * `seer generate --json` (with and without speculation), `seer info`, `seer gen-model`,
- * `seer chat` driven through stdin, --ctx against the trained context and memory, and clear
- * failures with a non-zero exit on bad flags, files and prompts; names from a hostile file
- * printed escaped, tokens of any length printed whole.
+ * `seer generate --json` (with and without speculation, prompts prefilled in chunks of
+ * --batch), `seer info`, `seer gen-model`, `seer chat` driven through stdin, --ctx against
+ * the trained context and memory, and clear failures with a non-zero exit on bad flags,
+ * files and prompts; names from a hostile file printed escaped, tokens of any length
+ * printed whole.
  */
 #include "testutil.h"
 
@@ -72,6 +73,18 @@ static void test_generate_golden_json(void **state) {
     }
 }
 
+/* --batch: the prompt prefilled 3 tokens a call gives the same golden ids (the CPU computes a
+ * row the same whatever the batch). */
+static void test_generate_batch(void **state) {
+    int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Lily and Tom' --temp 0 -n 300 --json --backend cpu --spec none -b 3",
+                SEER_CLI, tu_shared_path("models/stories260K.gguf"));
+    if (rc != 0)
+        fail_msg("rc %d: %s", rc, buf);
+    assert_non_null(strstr(buf, "\"prompt_ids\":[1,317,269,274,287]"));
+    assert_non_null(strstr(buf, "\"generated_ids\":[382,276,337,299,322,265"));
+    assert_non_null(strstr(buf, "269,381,272,379,426,342,337,266,267,428,316,386,344,363,328,426,1]"));
+}
+
 static void test_generate_stream_and_stats(void **state) {
     int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 20 --spec streaming --spec-budget 8",
                 SEER_CLI, tu_shared_path("models/stories260K.gguf"));
@@ -105,6 +118,8 @@ static void test_bad_input(void **state) {
         {"generate -m %s -p hi --spec tree --spec-base none", 2, "--spec-base"},
         {"generate -m %s -p hi --spec tree --spec-tree-size 99", 2, "out of range"},
         {"generate -m %s -p hi --bogus", 2, "unrecognized"},
+        {"generate -m %s -p hi --batch 0", 2, "out of range"},
+        {"generate -m %s -p hi --spec streaming --spec-gamma 4 --batch 3", 1, "batch limit 3"},
         {"generate -m %s", 2, "-p PROMPT"},
         {"generate -m %s -p 'Once upon a time there was a girl' --ctx 4", 1, "context"},
         {"generate -m %s -p hi --backend tpu", 2, "not one of"},
@@ -437,7 +452,7 @@ static void test_long_tokens_and_hostile_names(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_generate_golden_json),
+        cmocka_unit_test(test_generate_golden_json), cmocka_unit_test(test_generate_batch),
         cmocka_unit_test(test_generate_stream_and_stats),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_info_and_gen_model),

@@ -22,6 +22,9 @@ static void usage(FILE *f) {
             "  -c, --ctx N           context length (default: the model's trained context, less\n"
             "                        when memory is short); the KV cache grows as it is used\n"
             "      --ctx-beyond-trained  allow --ctx past the trained context (with a warning)\n"
+            "  -b, --batch N         most tokens of one forward call: the prompt is prefilled in\n"
+            "                        chunks of N (default 512; larger prefills faster on a GPU and\n"
+            "                        holds N rows of every activation and of the logits)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n"
             "      --weights W       stored (default: quantised weights stay quantised), or\n"
@@ -99,7 +102,7 @@ static seer_status tokenize_prompt(const seer_model *m, const char *p, const uin
 
 typedef struct {
     const char *model, *prompt, *prompt_file;
-    long long n_predict, ctx, threads, kv_bits;
+    long long n_predict, ctx, threads, kv_bits, batch;
     seer_sampler_params sp;
     seer_spec_params spec;
     cli_tree tree;
@@ -116,6 +119,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},      {"threads", required_argument, 0, 't'},
+        {"batch", required_argument, 0, 'b'},
         {"temp", required_argument, 0, CLI_O_TEMP},  {"top-k", required_argument, 0, CLI_O_TOPK},
         {"top-p", required_argument, 0, CLI_O_TOPP}, {"min-p", required_argument, 0, CLI_O_MINP},
         {"repeat-penalty", required_argument, 0, CLI_O_REP},
@@ -139,7 +143,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
     int c;
     long long v;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:b:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
         case 'p': o->prompt = optarg; break;
@@ -147,6 +151,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case 'n': if (!cli_int("--n-predict", optarg, -1, 1 << 24, &o->n_predict)) return 2; break;
         case 'c': if (!cli_int("--ctx", optarg, 1, 1 << 24, &o->ctx)) return 2; break;
         case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
+        case 'b': if (!cli_int("--batch", optarg, 1, 65536, &o->batch)) return 2; break;
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
         case O_WEIGHTS: if (!cli_weights(optarg, &o->weights)) return 2; break;
         case O_JSON: o->json = true; break;
@@ -273,6 +278,8 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = (int)o.ctx; /* 0: the trained context, as memory allows */
+    if (o.batch)
+        cp.n_batch_max = (int)o.batch;
     if (o.spec.kind == SEER_SPEC_QUANTKV || (o.spec.kind == SEER_SPEC_HIERARCHY && o.spec.hier_base == SEER_SPEC_QUANTKV))
         cp.kv_quant_bits = o.kv_bits ? (int)o.kv_bits : 4;
     if ((s = seer_context_init(model, cp, &ctx)) != SEER_OK) {
