@@ -450,7 +450,8 @@ seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, float *h, const float 
     if (T <= 0)
         return SEER_OK;
     const int D = wgu->cols, F = wdown->cols;
-    if (invariant_rows(c, wgu, h, T) && invariant_rows(c, wdown, g, T)) {
+    /* where either product takes the invariant kernel, each op picks its own route */
+    if (invariant_rows(c, wgu, h, T) || invariant_rows(c, wdown, g, T)) {
         SEER_TRY(seer_cuda_rmsnorm(be, h, x, nw, T, D, eps));
         SEER_TRY(seer_cuda_matmul_glu(be, g, h, wgu, T));
         return seer_cuda_matmul_add(be, x, g, wdown, T);
