@@ -77,6 +77,14 @@ static __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
     return *(uint32_t *)&h;
 }
 
+/* A result stored as f32, or rounded to bf16; four of them at y + 4 i (16 or 8 bytes). */
+static __device__ __forceinline__ void store_f(float *y, float v) { *y = v; }
+static __device__ __forceinline__ void store_f(bf16 *y, float v) { *y = __float2bfloat16_rn(v); }
+static __device__ __forceinline__ void store_f4(float *y, size_t i, float4 v) { ((float4 *)y)[i] = v; }
+static __device__ __forceinline__ void store_f4(bf16 *y, size_t i, float4 v) {
+    ((uint2 *)y)[i] = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+}
+
 static __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1,
                                                 uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "

@@ -38,12 +38,10 @@ __global__ void f32_to_bf16_kernel(bf16 *y, const float *x, size_t n) {
 }
 
 /* The same four at a time (n4 groups of 16-byte aligned f32 into 8-byte aligned bf16). */
-__global__ void f32_to_bf16_vec_kernel(uint2 *y, const float4 *x, size_t n4) {
+__global__ void f32_to_bf16_vec_kernel(bf16 *y, const float4 *x, size_t n4) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float4 v = x[i];
-        y[i] = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        store_f4(y, i, x[i]);
 }
 
 /* y [T][rows] += bias [rows] */
@@ -262,7 +260,7 @@ static seer_status to_bf16(seer_cuda *c, const float *x, size_t n) {
     SEER_TRY(seer_cuda_reserve(c, &c->xbf16, n * sizeof(bf16), "matmul input in bf16"));
     if (n % 4 == 0 && (uintptr_t)x % 16 == 0)
         f32_to_bf16_vec_kernel<<<seer_cuda_grid(n / 4, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
-            (uint2 *)c->xbf16.p, (const float4 *)x, n / 4);
+            (bf16 *)c->xbf16.p, (const float4 *)x, n / 4);
     else
         f32_to_bf16_kernel<<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>((bf16 *)c->xbf16.p, x, n);
     LAUNCH_TRY("f32_to_bf16_kernel");
@@ -369,22 +367,14 @@ static seer_status glu_products(seer_cuda *c, const seer_weight *w, int T, const
     return SEER_OK;
 }
 
-static __device__ __forceinline__ void glu_store(float *y, float v) { *y = v; }
-static __device__ __forceinline__ void glu_store(bf16 *y, float v) { *y = __float2bfloat16_rn(v); }
-
 /* y [n] = glu of the n bf16 pairs in gu, in f32 or rounded to bf16 (as f32_to_bf16_kernel
  * would). */
 template <typename Y> __global__ void glu_pairs_kernel(Y *y, const __nv_bfloat162 *gu, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const float2 p = __bfloat1622float2(gu[i]);
-        glu_store(y + i, glu(p.x, p.y));
+        store_f(y + i, glu(p.x, p.y));
     }
-}
-
-static __device__ __forceinline__ void glu_store4(float *y, size_t i, float4 v) { ((float4 *)y)[i] = v; }
-static __device__ __forceinline__ void glu_store4(bf16 *y, size_t i, float4 v) {
-    ((uint2 *)y)[i] = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
 }
 
 /* The same, four pairs (16 bytes) at a time: n4 groups. */
@@ -396,7 +386,7 @@ template <typename Y> __global__ void glu_pairs_vec_kernel(Y *y, const uint4 *gu
                      b = __bfloat1622float2(*(const __nv_bfloat162 *)&p.y),
                      c = __bfloat1622float2(*(const __nv_bfloat162 *)&p.z),
                      d = __bfloat1622float2(*(const __nv_bfloat162 *)&p.w);
-        glu_store4(y, i, make_float4(glu(a.x, a.y), glu(b.x, b.y), glu(c.x, c.y), glu(d.x, d.y)));
+        store_f4(y, i, make_float4(glu(a.x, a.y), glu(b.x, b.y), glu(c.x, c.y), glu(d.x, d.y)));
     }
 }
 

@@ -23,35 +23,17 @@ static __device__ __forceinline__ float block_sum(float v) {
 }
 
 /* One block per row. Each thread reads and writes the same elements, so y may equal x. */
+template <typename Y>
 __global__ void __launch_bounds__(NORM_THREADS)
-rmsnorm_kernel(float *y, const float *x, const float *w, int D, float eps) {
+rmsnorm_kernel(Y *y, const float *x, const float *w, int D, float eps) {
     const float *xr = x + (size_t)blockIdx.x * D;
-    float *yr = y + (size_t)blockIdx.x * D;
+    Y *yr = y + (size_t)blockIdx.x * D;
     float ss = 0.f;
     for (int i = threadIdx.x; i < D; i += NORM_THREADS)
         ss += xr[i] * xr[i];
     const float r = 1.f / sqrtf(block_sum(ss) / D + eps);
     for (int i = threadIdx.x; i < D; i += NORM_THREADS)
-        yr[i] = xr[i] * r * w[i];
-}
-
-/* The same rounded to bf16. */
-__global__ void __launch_bounds__(NORM_THREADS)
-rmsnorm_bf16_kernel(bf16 *y, const float *x, const float *w, int D, float eps) {
-    const float *xr = x + (size_t)blockIdx.x * D;
-    bf16 *yr = y + (size_t)blockIdx.x * D;
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < D; i += NORM_THREADS)
-        ss += xr[i] * xr[i];
-    const float r = 1.f / sqrtf(block_sum(ss) / D + eps);
-    for (int i = threadIdx.x; i < D; i += NORM_THREADS)
-        yr[i] = __float2bfloat16_rn(xr[i] * r * w[i]);
-}
-
-/* Four results from element 4 i of a row, as f32 or rounded to bf16. */
-static __device__ __forceinline__ void store4(float *y, int i, float4 v) { ((float4 *)y)[i] = v; }
-static __device__ __forceinline__ void store4(bf16 *y, int i, float4 v) {
-    ((uint2 *)y)[i] = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+        store_f(yr + i, xr[i] * r * w[i]);
 }
 
 /* The same for D a multiple of 4 up to NORM_THREADS * 4 * VPT on 16-byte aligned rows: the
@@ -80,7 +62,7 @@ rmsnorm_vec_kernel(Y *y, const float *x, const float *w, int D, float eps) {
         const int i = threadIdx.x + k * NORM_THREADS;
         if (i < n4) {
             const float4 g = w4[i];
-            store4(yr, i, make_float4(v[k].x * r * g.x, v[k].y * r * g.y, v[k].z * r * g.z, v[k].w * r * g.w));
+            store_f4(yr, i, make_float4(v[k].x * r * g.x, v[k].y * r * g.y, v[k].z * r * g.z, v[k].w * r * g.w));
         }
     }
 }
@@ -92,33 +74,27 @@ static int norm_kind(const float *x, const float *w, bool y_al, int D) {
     return !vec ? 0 : D <= NORM_THREADS * 4 * 2 ? 2 : D <= NORM_THREADS * 4 * 8 ? 8 : 0;
 }
 
-seer_status seer_cuda_rmsnorm(seer_backend *be, float *y, const float *x, const float *w, int T,
-                              int D, float eps) {
-    seer_cuda *c = seer_cuda_of(be);
+template <typename Y>
+static seer_status norm_launch(seer_cuda *c, Y *y, const float *x, const float *w, int T, int D, float eps,
+                               int kind) {
     if (T <= 0 || D <= 0)
         return SEER_OK;
-    const int kind = norm_kind(x, w, (uintptr_t)y % 16 == 0, D);
     if (kind == 2)
-        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<2, float>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
+        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<2, Y>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
     else if (kind == 8)
-        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<8, float>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
+        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<8, Y>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
     else
-        rmsnorm_kernel<<<(unsigned)T, NORM_THREADS, 0, c->stream>>>(y, x, w, D, eps);
+        rmsnorm_kernel<Y><<<(unsigned)T, NORM_THREADS, 0, c->stream>>>(y, x, w, D, eps);
     LAUNCH_TRY("rmsnorm_kernel");
     return SEER_OK;
 }
 
+seer_status seer_cuda_rmsnorm(seer_backend *be, float *y, const float *x, const float *w, int T,
+                              int D, float eps) {
+    return norm_launch(seer_cuda_of(be), y, x, w, T, D, eps, norm_kind(x, w, (uintptr_t)y % 16 == 0, D));
+}
+
 seer_status seer_cuda_rmsnorm_bf16(seer_cuda *c, bf16 *y, const float *x, const float *w, int T, int D,
                                    float eps, const float *like) {
-    if (T <= 0 || D <= 0)
-        return SEER_OK;
-    const int kind = norm_kind(x, w, (uintptr_t)like % 16 == 0, D);
-    if (kind == 2)
-        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<2, bf16>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
-    else if (kind == 8)
-        CUDA_TRY(seer_cuda_launch(c, rmsnorm_vec_kernel<8, bf16>, dim3((unsigned)T), dim3(NORM_THREADS), 0, y, x, w, D, eps));
-    else
-        rmsnorm_bf16_kernel<<<(unsigned)T, NORM_THREADS, 0, c->stream>>>(y, x, w, D, eps);
-    LAUNCH_TRY("rmsnorm_bf16_kernel");
-    return SEER_OK;
+    return norm_launch(c, y, x, w, T, D, eps, norm_kind(x, w, (uintptr_t)like % 16 == 0, D));
 }
