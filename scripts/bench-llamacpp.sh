@@ -251,12 +251,13 @@ bench_type() {
     return
   fi
   seer_build || return 1
-  peer_build_wait || { printf '%s\t%s\t-\t-\t-\t-\n' "$t" "llama.cpp build failed" >>"$summary"; return 1; }
+  # the file first: it is written while llama.cpp's build may still run
   local f=$work/model-$t.gguf peer=$work/peer-$t.json
   if ! gen_file "$t" "$f"; then
     printf '%s\t%s\t-\t-\t-\t-\n' "$t" "gen-model failed" >>"$summary"
     return 1
   fi
+  peer_build_wait || { printf '%s\t%s\t-\t-\t-\t-\n' "$t" "llama.cpp build failed" >>"$summary"; return 1; }
   ls -l "$f"
   local bat=""
   [ "$t" = bf16 ] && bat=$batched
