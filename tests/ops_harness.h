@@ -1,5 +1,5 @@
 /*
- * ops_harness.h: what the backend op tests share (test_backend_ops.c, test_backend_ops_q.c):
+ * ops_harness.h: what the backend op tests share (test_backend_ops*.c):
  * the CPU and CUDA backends under test, the relative-error bookkeeping and its summary, device
  * memory helpers that poison outputs with NaN, and random GGUF tensors.
  * Header-only (static functions): each test executable includes it once.
@@ -202,6 +202,24 @@ static void test_no_device(void **state) {
     printf("skipped: no CUDA device (built without CUDA)\n");
 #endif
     skip();
+}
+
+/* A test binary's run: its n tests on the CUDA device (SEER_TEST_FILTER=name: one family, e.g.
+ * to run it under a sanitizer), then the error table; without a device, or built without
+ * CUDA (tests NULL), one skipped test. */
+static int ops_run(const struct CMUnitTest *tests, size_t n) {
+#ifdef SEER_HAVE_CUDA
+    if (n && seer_backend_cuda_available()) {
+        if (getenv("SEER_TEST_FILTER"))
+            cmocka_set_test_filter(getenv("SEER_TEST_FILTER"));
+        int rc = _cmocka_run_group_tests("tests", tests, n, setup, teardown);
+        print_summary();
+        return rc;
+    }
+#endif
+    (void)tests, (void)n;
+    const struct CMUnitTest none[] = {cmocka_unit_test(test_no_device)};
+    return cmocka_run_group_tests(none, NULL, NULL);
 }
 
 #endif

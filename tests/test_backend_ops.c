@@ -874,22 +874,15 @@ static void test_errors(void **state) {
 
 int main(void) {
 #ifdef SEER_HAVE_CUDA
-    if (seer_backend_cuda_available()) {
-        const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_errors),      cmocka_unit_test(test_elementwise),
-            cmocka_unit_test(test_rmsnorm),     cmocka_unit_test(test_rope),
-            cmocka_unit_test(test_embed),       cmocka_unit_test(test_batch_index),
-            cmocka_unit_test(test_rope_kv_store), cmocka_unit_test(test_attention),
-            cmocka_unit_test(test_kv_move_rows), cmocka_unit_test(test_failed_recording),
-        };
-        /* e.g. SEER_TEST_FILTER=test_attention, to run one family under a sanitizer */
-        if (getenv("SEER_TEST_FILTER"))
-            cmocka_set_test_filter(getenv("SEER_TEST_FILTER"));
-        int rc = cmocka_run_group_tests(tests, setup, teardown);
-        print_summary();
-        return rc;
-    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_errors),      cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_rmsnorm),     cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_embed),       cmocka_unit_test(test_batch_index),
+        cmocka_unit_test(test_rope_kv_store), cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_kv_move_rows), cmocka_unit_test(test_failed_recording),
+    };
+    return ops_run(tests, sizeof tests / sizeof *tests);
+#else
+    return ops_run(NULL, 0);
 #endif
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_device)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
 }

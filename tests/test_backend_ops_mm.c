@@ -381,19 +381,13 @@ static void test_norm_matmul_split(void **state) {
 
 int main(void) {
 #ifdef SEER_HAVE_CUDA
-    if (seer_backend_cuda_available()) {
-        const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_matmul),     cmocka_unit_test(test_matmul_fused),
-            cmocka_unit_test(test_matmul_glu), cmocka_unit_test(test_ffn_glu),
-            cmocka_unit_test(test_norm_matmul_split),
-        };
-        if (getenv("SEER_TEST_FILTER"))
-            cmocka_set_test_filter(getenv("SEER_TEST_FILTER"));
-        int rc = cmocka_run_group_tests(tests, setup, teardown);
-        print_summary();
-        return rc;
-    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul),     cmocka_unit_test(test_matmul_fused),
+        cmocka_unit_test(test_matmul_glu), cmocka_unit_test(test_ffn_glu),
+        cmocka_unit_test(test_norm_matmul_split),
+    };
+    return ops_run(tests, sizeof tests / sizeof *tests);
+#else
+    return ops_run(NULL, 0);
 #endif
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_device)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -318,19 +318,13 @@ static void test_weights_kind(void **state) {
 
 int main(void) {
 #ifdef SEER_HAVE_CUDA
-    if (seer_backend_cuda_available()) {
-        const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_matmul_q),   cmocka_unit_test(test_matmul_q_invariant),
-            cmocka_unit_test(test_matmul_q_fused), cmocka_unit_test(test_embed_q),
-            cmocka_unit_test(test_weights_kind),
-        };
-        if (getenv("SEER_TEST_FILTER"))
-            cmocka_set_test_filter(getenv("SEER_TEST_FILTER"));
-        int rc = cmocka_run_group_tests(tests, setup, teardown);
-        print_summary();
-        return rc;
-    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_q),   cmocka_unit_test(test_matmul_q_invariant),
+        cmocka_unit_test(test_matmul_q_fused), cmocka_unit_test(test_embed_q),
+        cmocka_unit_test(test_weights_kind),
+    };
+    return ops_run(tests, sizeof tests / sizeof *tests);
+#else
+    return ops_run(NULL, 0);
 #endif
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_device)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -187,16 +187,12 @@ static void test_qkv_errors(void **state) {
 
 int main(void) {
 #ifdef SEER_HAVE_CUDA
-    if (seer_backend_cuda_available()) {
-        const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_attention_qkv),
-            cmocka_unit_test(test_qkv_errors),
-        };
-        int rc = cmocka_run_group_tests(tests, setup, teardown);
-        print_summary();
-        return rc;
-    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_attention_qkv),
+        cmocka_unit_test(test_qkv_errors),
+    };
+    return ops_run(tests, sizeof tests / sizeof *tests);
+#else
+    return ops_run(NULL, 0);
 #endif
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_device)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
 }
