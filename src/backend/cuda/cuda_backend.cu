@@ -512,7 +512,6 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
         c->mm_waves = parent->mm_waves;
         c->mm_min_steps = parent->mm_min_steps;
         c->mm_tile = parent->mm_tile;
-        c->mm_prefetch = parent->mm_prefetch;
     } else {
         const char *env = getenv("SEER_CUDA_GRAPHS");
         c->graphs = !(env && !strcmp(env, "0"));
@@ -527,10 +526,6 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
         c->mm_pdl = !(env && !strcmp(env, "0"));
         c->mm_waves = 1;
         c->mm_min_steps = 2;
-        env = getenv("SEER_CUDA_MM_PREFETCH");
-        c->mm_prefetch = env ? atoi(env) : 0;
-        if (c->mm_prefetch < 0 || c->mm_prefetch > 8)
-            c->mm_prefetch = 0;
         env = getenv("SEER_CUDA_MM_TILE");
         c->mm_tile = env ? atoi(env) / 8 * 8 : 32;
         if (c->mm_tile < 8 || c->mm_tile > 64)

@@ -233,8 +233,6 @@ typedef struct {
      * warp keeps; fixed at start-up (the lab, lab/matmul_lab.cu, sweeps them): the split is
      * part of every element's summation order */
     int mm_waves, mm_min_steps;
-    int mm_prefetch;          /* K steps ahead a warp prefetches x into L1 (0: none;
-                               * SEER_CUDA_MM_PREFETCH) */
 
     /* graph.cu: recorded forward calls */
     bool graphs;              /* SEER_CUDA_GRAPHS=0 turns them off */

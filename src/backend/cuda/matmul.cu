@@ -108,7 +108,7 @@ static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, 
 template <int NT, bool VEC>
 __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 4 ? 2 : 1)
 mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__ part,
-              int *__restrict__ cnt, int T, int kb_n, int n_steps, int nz, int tile, int pf) {
+              int *__restrict__ cnt, int T, int kb_n, int n_steps, int nz, int tile) {
     const bf16 *__restrict__ W = (const bf16 *)wd.p[0];
     const int rows = wd.rows, cols = wd.cols;
     const int lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
@@ -134,8 +134,6 @@ mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restric
                 wv[q][h] = load_w<VEC>(W, rows, cols, row0 + q * 8 + g, s * MM_KSTEP + h * 32 + c4 * 8);
     };
     auto compute_step = [&](const uint4 (&wv)[4][2], int s) {
-        if (VEC && pf && s + pf < s1)
-            mm_prefetch_x(x, T, cols, tok0, NT, (s + pf) * MM_KSTEP, MM_KSTEP);
 #pragma unroll
         for (int n = 0; n < NT; n++) {
             const int t = tok0 + n * 8 + g;
@@ -163,8 +161,6 @@ mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restric
     if (s0 + 1 < s1)
         load_step(wb, s0 + 1);
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    for (int k = 1; VEC && k < pf && s0 + k < s1; k++) /* the steps before the first prefetch */
-        mm_prefetch_x(x, T, cols, tok0, NT, (s0 + k) * MM_KSTEP, MM_KSTEP);
     /* Two register stages: the next step's weights are in flight while this one computes. */
     for (int s = s0; s < s1; s += 2) {
         compute_step(wa, s);
@@ -240,7 +236,7 @@ seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, 
     }
     /* outputs are written after griddepcontrol.wait, accumulating ones too */
     CUDA_TRY(seer_cuda_launch(c, pick(nt, vec), dim3((unsigned)blocks), dim3(MM_WARPS * 32), 0, out,
-                              w, x, part, cnt, T, kb, n_steps, nz, tile, c->mm_prefetch));
+                              w, x, part, cnt, T, kb, n_steps, nz, tile));
     LAUNCH_TRY("matmul kernel");
     return SEER_OK;
 }

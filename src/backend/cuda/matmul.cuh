@@ -161,23 +161,7 @@ static __device__ __forceinline__ mm_pos mm_position(int kb_n, int n_steps, int 
     return p;
 }
 
-/* Prefetches into L1 the x lines that K step s of this warp's tokens will read: span f32
- * columns from col0 (a multiple of 32, at most 128), one 128-byte line per lane. The loads
- * of step s then wait on L1, not L2; the values, and so every sum, are unchanged. */
-static __device__ __forceinline__ void mm_prefetch_x(const float *x, int T, int cols, int tok0, int nt,
-                                                     int col0, int span) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
-    const int col = col0 + c4 * 32;
-    if (c4 * 32 >= span || col >= cols)
-        return;
-    for (int n = 0; n < nt; n++) {
-        const int t = tok0 + n * 8 + g;
-        if (t < T)
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(x + (size_t)t * cols + col));
-    }
-}
-
-typedef void (*mm_kernel_fn)(mm_out, mm_w, const float *, float *, int *, int, int, int, int, int, int);
+typedef void (*mm_kernel_fn)(mm_out, mm_w, const float *, float *, int *, int, int, int, int, int);
 
 /* Launches fn (one of the kernels above, for n_steps K steps of the weight) over the weight's
  * row groups x KB blocks x token tiles; KB and the tile come from the shape, the device and T
@@ -185,7 +169,6 @@ typedef void (*mm_kernel_fn)(mm_out, mm_w, const float *, float *, int *, int, i
  * the kernel for nt n8 tiles per block. */
 seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, const float *x,
                                 int T, int n_steps, mm_kernel_fn (*pick)(int nt, bool vec), bool vec);
-/* The kernels' last argument: how many K steps ahead a warp prefetches x (0: none). */
 
 /* Weights in a GGUF block encoding (matmul_q.cu). */
 mm_w seer_cuda_qweight_planes(const seer_weight *w);

@@ -195,7 +195,7 @@ static __device__ __forceinline__ uint2 x_pairs(const float *x, int T, int cols,
 template <int QT, int NT, bool VEC>
 __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 4 ? 2 : 1)
 mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__ part,
-           int *__restrict__ cnt, int T, int kb_n, int n_steps, int nz, int tile, int pf) {
+           int *__restrict__ cnt, int T, int kb_n, int n_steps, int nz, int tile) {
     using tr = qtraits<QT>;
     const int rows = wd.rows, cols = wd.cols;
     const int lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
@@ -220,8 +220,6 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
     };
     auto compute_step = [&](const qraw<QT> (&rq)[4], int s, auto par) {
         constexpr int PAR = decltype(par)::value;
-        if (VEC && pf && s + pf < s1)
-            mm_prefetch_x(x, T, cols, tok0, NT, (s + pf) * MMQ_KSTEP, MMQ_KSTEP);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int col = s * MMQ_KSTEP + j * 32 + c4 * 4;
@@ -300,8 +298,6 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
     if (s0 + 1 < s1)
         load_step(rb, s0 + 1);
     pdl_wait();
-    for (int k = 1; VEC && k < pf && s0 + k < s1; k++) /* the steps before the first prefetch */
-        mm_prefetch_x(x, T, cols, tok0, NT, (s0 + k) * MMQ_KSTEP, MMQ_KSTEP);
     /* ra holds the steps of s0's parity, rb the others: one loop per parity of s0 */
     auto steps = [&](auto p0) {
         constexpr int P0 = decltype(p0)::value;
