@@ -22,6 +22,9 @@
 #ifndef ATT_MAX_SPLITS /* a lab build may set it (part of every token's summation order) */
 #define ATT_MAX_SPLITS 64
 #endif
+#ifndef ATT_MIN_CHUNK /* the fewest keys of a split, a multiple of ATT_TK (a lab build may set it) */
+#define ATT_MIN_CHUNK 64
+#endif
 #define ATT_COMBINE_W 1024 /* split weights the combine holds in shared memory at a time */
 #define ATT_TC_MAX_SPI 16  /* most consecutive splits one decode-kind item streams through */
 #define ATT_TC_ITEM_COST 0.3 /* an item's start, in split-times (lab/attention_lab.cu fit) */
@@ -43,7 +46,7 @@ enum {
 
 /* Keys per split of a token that sees n_vis slots. */
 static __host__ __device__ __forceinline__ long long att_chunk(long long n_vis) {
-    long long c = ATT_TK;
+    long long c = ATT_MIN_CHUNK;
     while (c * ATT_MAX_SPLITS < n_vis)
         c *= 2;
     return c;
@@ -55,7 +58,7 @@ static __host__ __device__ __forceinline__ int att_splits(long long n_vis) {
 
 /* At least att_splits(n) for every n <= n_vis (att_splits itself is not monotonic). */
 static inline int att_splits_bound(long long n_vis) {
-    const long long b = (n_vis + ATT_TK - 1) / ATT_TK;
+    const long long b = (n_vis + ATT_MIN_CHUNK - 1) / ATT_MIN_CHUNK;
     return b < 1 ? 1 : (int)(b < ATT_MAX_SPLITS ? b : ATT_MAX_SPLITS);
 }
 
