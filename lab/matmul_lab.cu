@@ -5,10 +5,12 @@
  * back-to-back calls against the copy-bandwidth floor of its stored bytes.
  *
  *   lab_matmul [--types bf16,q4_0,...] [--T 1,2,4,8] [--shapes qkv,o,gate_up,down]
- *              [--waves 1,2] [--min-steps 1,2,4] [--reps N]
+ *              [--waves 1,2] [--min-steps 1,2,4] [--xb-min 1,32]
+ *              [--reps N]
  *
- * --waves / --min-steps sweep the split over K (seer_cuda.mm_waves, mm_min_steps) so a
- * setting can be measured before it becomes the default.
+ * --waves / --min-steps sweep the split over K (seer_cuda.mm_waves, mm_min_steps) and
+ * --xb-min the tokens from which a bf16 weight's x is rounded to bf16 before the matmul
+ * (mm_xb_min_t), so a setting can be measured before it becomes the default.
  * Not for: correctness of record (test_backend_ops / test_backend_ops_q own that).
  */
 #include "backend/cuda/cuda_common.cuh"
@@ -100,6 +102,7 @@ static seer_status run_form(seer_backend *be, int form, float *y, const float *x
 int main(int argc, char **argv) {
     const char *types = "bf16,q4_0,q8_0,q4_k,q6_k", *shape_list = NULL;
     int Ts[16] = {1, 2, 4, 8}, nT = 4, waves[8] = {1}, n_waves = 1, mins[8] = {2}, n_mins = 1, reps = 20;
+    int xbs[8] = {0}, n_xb = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--types") && v)
@@ -112,11 +115,13 @@ int main(int argc, char **argv) {
             n_waves = parse_list(argv[++i], waves, 8);
         else if (!strcmp(argv[i], "--min-steps") && v)
             n_mins = parse_list(argv[++i], mins, 8);
+        else if (!strcmp(argv[i], "--xb-min") && v)
+            n_xb = parse_list(argv[++i], xbs, 8);
         else if (!strcmp(argv[i], "--reps") && v)
             reps = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: lab_matmul [--types bf16,q4_0,..] [--T 1,2,4,8] [--shapes qkv,o,gate_up,down]"
-                            " [--waves 1,2] [--min-steps 1,2,4] [--reps N]\n");
+                            " [--waves 1,2] [--min-steps 1,2,4] [--xb-min 1,32] [--reps N]\n");
             return 2;
         }
     }
@@ -130,8 +135,12 @@ int main(int argc, char **argv) {
     CU(cudaGetDeviceProperties(&prop, c->device));
     printf("# lab_matmul: %s, %d SMs, copy bandwidth %.0f GB/s; graph of %d calls, median of 5\n",
            prop.name, c->n_sm, bw / 1e9, reps);
-    printf("%-8s %-8s %3s %5s %5s %9s %9s %7s %9s\n", "type", "shape", "T", "waves", "minst", "us", "floor_us",
-           "%floor", "max_rel");
+    if (n_xb == 0) {
+        xbs[0] = c->mm_xb_min_t;
+        n_xb = 1;
+    }
+    printf("%-8s %-8s %3s %5s %5s %6s %9s %9s %7s %9s\n", "type", "shape", "T", "waves", "minst", "xbmin", "us",
+           "floor_us", "%floor", "max_rel");
 
     static const struct { const char *name; ggml_type t; } tys[] = {
         {"bf16", GGML_TYPE_BF16}, {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q5_0", GGML_TYPE_Q5_0},
@@ -192,12 +201,14 @@ int main(int argc, char **argv) {
             }
             for (int wi = 0; wi < n_waves; wi++)
                 for (int mi = 0; mi < n_mins; mi++)
+                    for (int xi = 0; xi < n_xb; xi++)
                     for (int k = 0; k < nT; k++) {
                         const int T = Ts[k];
                         if (T < 1 || T > maxT)
                             continue;
                         c->mm_waves = waves[wi];
                         c->mm_min_steps = mins[mi];
+                        c->mm_xb_min_t = xbs[xi];
                         /* check against the CPU (y starts at zero for the residual form) */
                         const size_t ny = (size_t)T * out_cols;
                         float *yh = (float *)calloc(ny, sizeof(float)), *yr = (float *)calloc(ny, sizeof(float));
@@ -216,8 +227,8 @@ int main(int argc, char **argv) {
                         /* time: reps calls in one graph */
                         const double us = lab_graph_us(c->stream, reps, [&] { CK(run_form(gpu, sh->form, y, x, &wg, T)); });
                         const double floor_us = (double)nb / bw * 1e6;
-                        printf("%-8s %-8s %3d %5d %5d %9.2f %9.2f %6.1f%% %9.2e%s\n", tys[ti].name, sh->name, T,
-                               waves[wi], mins[mi], us, floor_us, 100.0 * floor_us / us, rel,
+                        printf("%-8s %-8s %3d %5d %5d %6d %9.2f %9.2f %6.1f%% %9.2e%s\n", tys[ti].name, sh->name,
+                               T, waves[wi], mins[mi], xbs[xi] > 9999 ? -1 : xbs[xi], us, floor_us, 100.0 * floor_us / us, rel,
                                rel > 2e-2 ? "  WRONG" : "");
                         fflush(stdout);
                     }

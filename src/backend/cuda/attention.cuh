@@ -15,15 +15,16 @@
 #define ATT_GB 8           /* most query heads one block holds */
 #define ATT_MAX_DH 256
 #define ATT_PAIRS (ATT_GB * ATT_MAX_DH / 2 / ATT_THREADS) /* (head, dim pair)s per thread */
-/* Most splits of one token. With chunks of at least ATT_TK keys a 4K context still makes 63
- * splits per (token, KV head), enough blocks for the GPU at one sequence; past 4K the chunk
- * doubles instead, and the partials (2 * Dh * 4 bytes per query head and split) stay under
- * 1% of the K and V they summarise. */
+/* Most splits of one token. With chunks of at least ATT_MIN_CHUNK keys (four tiles: shorter
+ * splits spent more on their merges than on their keys, so 14 draft steps over 512 slots
+ * took 5x their floor) a 16K context makes 64 splits per (token, KV head); past it the
+ * chunk doubles instead, and the partials (2 * Dh * 4 bytes per query head and split) stay
+ * under 1% of the K and V they summarise. */
 #ifndef ATT_MAX_SPLITS /* a lab build may set it (part of every token's summation order) */
 #define ATT_MAX_SPLITS 64
 #endif
 #ifndef ATT_MIN_CHUNK /* the fewest keys of a split, a multiple of ATT_TK (a lab build may set it) */
-#define ATT_MIN_CHUNK 64
+#define ATT_MIN_CHUNK 256
 #endif
 #define ATT_COMBINE_W 1024 /* split weights the combine holds in shared memory at a time */
 #define ATT_TC_MAX_SPI 16  /* most consecutive splits one decode-kind item streams through */

@@ -512,6 +512,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
         c->mm_waves = parent->mm_waves;
         c->mm_min_steps = parent->mm_min_steps;
         c->mm_tile = parent->mm_tile;
+        c->mm_xb_min_t = parent->mm_xb_min_t;
     } else {
         const char *env = getenv("SEER_CUDA_GRAPHS");
         c->graphs = !(env && !strcmp(env, "0"));
@@ -526,6 +527,8 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
         c->mm_pdl = !(env && !strcmp(env, "0"));
         c->mm_waves = 1;
         c->mm_min_steps = 2;
+        env = getenv("SEER_CUDA_MM_XB_MIN");
+        c->mm_xb_min_t = env && atoi(env) > 0 ? atoi(env) : 1 << 30;
         env = getenv("SEER_CUDA_MM_TILE");
         c->mm_tile = env ? atoi(env) / 8 * 8 : 32;
         if (c->mm_tile < 8 || c->mm_tile > 64)

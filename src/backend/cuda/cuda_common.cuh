@@ -233,6 +233,8 @@ typedef struct {
      * warp keeps; fixed at start-up (the lab, lab/matmul_lab.cu, sweeps them): the split is
      * part of every element's summation order */
     int mm_waves, mm_min_steps;
+    int mm_xb_min_t;          /* bf16 weights: from this many tokens x is rounded to bf16 once
+                               * before the matmul reads it (SEER_CUDA_MM_XB_MIN) */
 
     /* graph.cu: recorded forward calls */
     bool graphs;              /* SEER_CUDA_GRAPHS=0 turns them off */

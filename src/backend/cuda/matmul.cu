@@ -75,11 +75,14 @@ static __device__ __forceinline__ uint4 load_w(const bf16 *W, int rows, int cols
     }
 }
 
-/* Eight f32 of token t of x from column col, rounded to bf16 pairs (zeros outside). */
-template <bool VEC>
+/* Eight f32 of token t of x from column col, rounded to bf16 pairs (zeros outside). XB: x
+ * holds them already rounded (bf16, 16-byte aligned rows): the same bits, half the bytes. */
+template <bool VEC, bool XB>
 static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, int t, int col) {
     if (t >= T || col >= cols)
         return make_uint4(0, 0, 0, 0);
+    if constexpr (XB)
+        return __ldg((const uint4 *)((const bf16 *)x + (size_t)t * cols + col));
     const float *p = x + (size_t)t * cols + col;
     if constexpr (VEC) {
         const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
@@ -105,7 +108,7 @@ static __device__ __forceinline__ uint4 load_x(const float *x, int T, int cols, 
  * matrix product. Loads are the rows' contiguous 64 bytes per 4 lanes, straight into the
  * fragments, with no shared memory.
  */
-template <int NT, bool VEC>
+template <int NT, bool VEC, bool XB>
 __global__ void __launch_bounds__(MM_WARPS * 32, NT <= 4 ? 2 : 1)
 mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__ part,
               int *__restrict__ cnt, int T, int kb_n, int n_steps, int nz, int tile) {
@@ -137,8 +140,8 @@ mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restric
 #pragma unroll
         for (int n = 0; n < NT; n++) {
             const int t = tok0 + n * 8 + g;
-            const uint4 x0 = load_x<VEC>(x, T, cols, t, s * MM_KSTEP + c4 * 8);
-            const uint4 x1 = load_x<VEC>(x, T, cols, t, s * MM_KSTEP + 32 + c4 * 8);
+            const uint4 x0 = load_x<VEC, XB>(x, T, cols, t, s * MM_KSTEP + c4 * 8);
+            const uint4 x1 = load_x<VEC, XB>(x, T, cols, t, s * MM_KSTEP + 32 + c4 * 8);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const uint4 xv = h ? x1 : x0;
@@ -176,21 +179,25 @@ mm_inv_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restric
     mm_finish<NT>(acc, out, part, cnt, rows, T, ps.kb, kb_n, ps.rg, ps.z, nz, tok0, row0);
 }
 
-template <bool VEC>
+template <bool VEC, bool XB>
 static mm_kernel_fn mm_pick_t(int nt) {
     switch (nt) {
-    case 1: return mm_inv_kernel<1, VEC>;
-    case 2: return mm_inv_kernel<2, VEC>;
-    case 3: return mm_inv_kernel<3, VEC>;
-    case 4: return mm_inv_kernel<4, VEC>;
-    case 5: return mm_inv_kernel<5, VEC>;
-    case 6: return mm_inv_kernel<6, VEC>;
-    case 7: return mm_inv_kernel<7, VEC>;
-    default: return mm_inv_kernel<8, VEC>;
+    case 1: return mm_inv_kernel<1, VEC, XB>;
+    case 2: return mm_inv_kernel<2, VEC, XB>;
+    case 3: return mm_inv_kernel<3, VEC, XB>;
+    case 4: return mm_inv_kernel<4, VEC, XB>;
+    case 5: return mm_inv_kernel<5, VEC, XB>;
+    case 6: return mm_inv_kernel<6, VEC, XB>;
+    case 7: return mm_inv_kernel<7, VEC, XB>;
+    default: return mm_inv_kernel<8, VEC, XB>;
     }
 }
 
-static mm_kernel_fn mm_pick(int nt, bool vec) { return vec ? mm_pick_t<true>(nt) : mm_pick_t<false>(nt); }
+static mm_kernel_fn mm_pick(int nt, bool vec) {
+    return vec ? mm_pick_t<true, false>(nt) : mm_pick_t<false, false>(nt);
+}
+/* x passed as bf16 (vec always holds for it) */
+static mm_kernel_fn mm_pick_xb(int nt, bool) { return mm_pick_t<true, true>(nt); }
 
 /* Blocks over K for a weight: enough blocks to cover the multiprocessors mm_waves times,
  * keeping at least mm_min_steps K steps per warp. A function of the shape and the device
@@ -241,6 +248,8 @@ seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, 
     return SEER_OK;
 }
 
+static seer_status to_bf16(seer_cuda *c, const float *x, size_t n);
+
 static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float *x,
                                     const seer_weight *w, int T) {
     mm_w wd = {};
@@ -250,7 +259,15 @@ static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float
     wd.cols = w->cols;
     wd.type = w->dtype;
     const bool vec = w->cols % 8 == 0 && (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0;
-    return seer_cuda_mm_launch(c, out, wd, x, T, (w->cols + MM_KSTEP - 1) / MM_KSTEP, mm_pick, vec);
+    const int n_steps = (w->cols + MM_KSTEP - 1) / MM_KSTEP;
+    /* From mm_xb_min_t tokens the blocks of several token tiles, and of every row group,
+     * read x from L2 many times over: rounded to bf16 once first, it is half the bytes (the
+     * kernel rounds the same way, so the sums are the same bits). */
+    if (vec && T >= c->mm_xb_min_t) {
+        SEER_TRY(to_bf16(c, x, (size_t)T * w->cols));
+        return seer_cuda_mm_launch(c, out, wd, (const float *)c->xbf16.p, T, n_steps, mm_pick_xb, true);
+    }
+    return seer_cuda_mm_launch(c, out, wd, x, T, n_steps, mm_pick, vec);
 }
 
 /* ---- cuBLAS, for prefill -------------------------------------------------------------- */
