@@ -528,7 +528,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
         c->mm_waves = 1;
         c->mm_min_steps = 2;
         env = getenv("SEER_CUDA_MM_XB_MIN");
-        c->mm_xb_min_t = env && atoi(env) > 0 ? atoi(env) : 1 << 30;
+        c->mm_xb_min_t = env && atoi(env) > 0 ? atoi(env) : 40;
         env = getenv("SEER_CUDA_MM_TILE");
         c->mm_tile = env ? atoi(env) / 8 * 8 : 32;
         if (c->mm_tile < 8 || c->mm_tile > 64)
