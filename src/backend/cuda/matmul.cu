@@ -15,7 +15,8 @@
  * weight's shape and the device alone, never on T or on the other rows. Tokens come in
  * tiles (a grid dimension; weights are read once per tile, from L2 after the first).
  * W is streamed with 16-byte loads that skip L1; x is read as f32, rounded to bf16 in
- * registers, and kept in L1 for the other warps.
+ * registers, and kept in L1 for the other warps; from mm_xb_min_t tokens (several token tiles,
+ * x read from L2 by every row group) it is rounded to bf16 once first, with the same bits.
  *
  * Above it: cuBLAS (x rounded to bf16 into a scratch buffer first, or written there in bf16 by
  * the norm before it), whose kernel choice depends on T: prefill only. The (gate, up)
@@ -248,7 +249,18 @@ seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, 
     return SEER_OK;
 }
 
-static seer_status to_bf16(seer_cuda *c, const float *x, size_t n);
+/* x [n] to bf16 in the scratch xbf16: cuBLAS multiplies bf16 by bf16, and the batch-invariant
+ * kernel reads x there from mm_xb_min_t tokens. */
+static seer_status to_bf16(seer_cuda *c, const float *x, size_t n) {
+    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, n * sizeof(bf16), "matmul input in bf16"));
+    if (n % 4 == 0 && (uintptr_t)x % 16 == 0)
+        f32_to_bf16_vec_kernel<<<seer_cuda_grid(n / 4, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
+            (bf16 *)c->xbf16.p, (const float4 *)x, n / 4);
+    else
+        f32_to_bf16_kernel<<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>((bf16 *)c->xbf16.p, x, n);
+    LAUNCH_TRY("f32_to_bf16_kernel");
+    return SEER_OK;
+}
 
 static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float *x,
                                     const seer_weight *w, int T) {
@@ -271,18 +283,6 @@ static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float
 }
 
 /* ---- cuBLAS, for prefill -------------------------------------------------------------- */
-
-/* x [n] to bf16 in the scratch xbf16 (cuBLAS multiplies bf16 by bf16). */
-static seer_status to_bf16(seer_cuda *c, const float *x, size_t n) {
-    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, n * sizeof(bf16), "matmul input in bf16"));
-    if (n % 4 == 0 && (uintptr_t)x % 16 == 0)
-        f32_to_bf16_vec_kernel<<<seer_cuda_grid(n / 4, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
-            (bf16 *)c->xbf16.p, (const float4 *)x, n / 4);
-    else
-        f32_to_bf16_kernel<<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>((bf16 *)c->xbf16.p, x, n);
-    LAUNCH_TRY("f32_to_bf16_kernel");
-    return SEER_OK;
-}
 
 /* Rows of a quantised weight dequantised per slice: bounds the scratch (bf16) at 64M values. */
 #define Q_SLICE_ELEMS ((size_t)1 << 26)
