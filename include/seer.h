@@ -73,10 +73,19 @@ typedef enum { SEER_BACKEND_AUTO = 0, SEER_BACKEND_CPU, SEER_BACKEND_CUDA } seer
  * BF16: dequantised to bf16 (CUDA); F32: dequantised to f32 (the CPU reference path). */
 typedef enum { SEER_WEIGHTS_STORED = 0, SEER_WEIGHTS_BF16, SEER_WEIGHTS_F32 } seer_weights_kind;
 
+/* The most ranks of tensor parallelism (seer_model_params.tp). */
+#define SEER_TP_MAX 16
+
 typedef struct {
     seer_backend_kind backend; /* AUTO: CUDA when built with it and a GPU is present */
     seer_weights_kind weights; /* STORED by default */
-    int n_threads;             /* CPU threads; 0 = all cores */
+    int n_threads;             /* CPU threads; 0 = all cores (with tp: shared among the ranks) */
+    /* Tensor parallelism: 0 = none; N >= 1 divides the model over N ranks (CUDA: devices
+     * 0..N-1 through NCCL; CPU: N thread pools), Megatron style: heads and FFN columns split,
+     * an all-reduce after the attention output and the FFN, the LM head split by vocabulary.
+     * 1 runs the same machinery over one rank. Greedy decoding is bit-identical to plain
+     * decoding at the same N; against N = 1 the logits differ by the order of the sums. */
+    int tp;                    /* 0 .. SEER_TP_MAX */
     bool vocab_only;           /* read hyper-parameters and vocabulary only: no weights,
                                   no backend (for inspection and tokenisation) */
 } seer_model_params;

@@ -39,6 +39,25 @@ typedef struct {
     int seg_rows[SEER_WEIGHT_MAX_SEG];
 } seer_weight;
 
+/* How a tensor-parallel backend (src/parallel/) divides a weight among its N ranks; other
+ * backends ignore it. The divided dimension is U = (rows or cols) / unit units (heads of Dh,
+ * FFN columns of a block, vocabulary rows); with U >= N rank r holds units
+ * [r U / N, (r + 1) U / N), with U < N (key/value heads when Hkv < N) the one unit r U / N, so
+ * that every rank's query heads find their key/value heads locally.
+ * ROWS: output rows (q, k, v, gate, up): each rank computes its part of y.
+ * COLS: input columns (o, down), matching a ROWS output: each rank computes a partial y over
+ *   its columns and the partials are summed across ranks (needs U >= N).
+ * VOCAB: output rows as ROWS, for the LM head: the logits stay divided until an op needs a
+ *   whole row (an argmax moves only ids and maxima between ranks).
+ * NONE: every rank holds the whole weight (the embedding). */
+typedef enum { SEER_SPLIT_NONE = 0, SEER_SPLIT_ROWS, SEER_SPLIT_COLS, SEER_SPLIT_VOCAB } seer_split_kind;
+typedef struct {
+    seer_split_kind kind;
+    int unit; /* rows or columns per unit, >= 1 (0 = 1) */
+} seer_weight_split;
+
+typedef struct seer_comm seer_comm;
+
 /* Geometry of the KV page storage. kv_bits 4 or 8: the storage also keeps a quantised copy
  * of every K/V row (kv/kv_quant.h), written by kv_store and rope_kv_store from the same f32
  * rows (and by the CPU's kv_fill_random; CUDA's refuses such a storage), committed by
@@ -148,6 +167,10 @@ typedef struct {
      * BF16 / F32 dequantise to that type (SEER_ERR_UNSUPPORTED where the backend has none). */
     seer_status (*weight_load)(seer_backend *be, const gguf_tensor *t, seer_weights_kind how,
                                seer_weight *out);
+    /* weight_load with the division a tensor-parallel backend applies (NULL in the others:
+     * the caller uses weight_load). */
+    seer_status (*weight_load_split)(seer_backend *be, const gguf_tensor *t, seer_weights_kind how,
+                                     seer_weight_split split, seer_weight *out);
     void (*weight_free)(seer_backend *be, seer_weight *w);
 
     /* KV storage: allocated per context; layout private to the backend. kv_alloc reserves
@@ -291,6 +314,10 @@ typedef struct {
      * backend/synth_hash.h, uniform with standard deviation scale, rounded to the dtype. */
     seer_status (*weight_random)(seer_backend *be, int rows, int cols, uint64_t seed, float scale,
                                  seer_weight *out);
+    /* weight_random with a tensor-parallel division (NULL: use weight_random). Each rank draws
+     * its part from a seed of its own: the same statistics, not the undivided weight's values. */
+    seer_status (*weight_random_split)(seer_backend *be, int rows, int cols, uint64_t seed,
+                                       float scale, seer_weight_split split, seer_weight *out);
     /* Random K and V (standard deviation scale) of every layer for n consecutive slots: the
      * first is row row0 of pages[0], the following ones continue through pages[1..n_pages).
      * The value of (layer, which = K 0 / V 1, i-th slot, element e < Hkv*Dh) is
@@ -304,6 +331,12 @@ typedef struct {
     seer_status (*copy_bandwidth)(seer_backend *be, double *bytes_per_s);
     /* Returns when all work queued so far has finished (for timing). */
     seer_status (*sync)(seer_backend *be);
+    /* Tensor parallelism (src/parallel/comm.h): a communicator over ranks[0..n), instances of
+     * this backend on distinct devices (NULL where the backend has none). */
+    seer_status (*comm_init)(seer_backend *const *ranks, int n, seer_comm **out);
+    /* Makes be's device the calling thread's before its ops are issued (NULL: nothing to do);
+     * one thread may drive several devices. */
+    seer_status (*make_current)(seer_backend *be);
     /* Bytes of one stored K or V element (the floor's c); 0 = sizeof(float). */
     int kv_elem_bytes;
 } seer_backend_ops;

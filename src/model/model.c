@@ -4,12 +4,14 @@
  * Not for: the forward pass (llama.c) or the KV cache and batches (context.c).
  */
 #include "model/model.h"
+#include "parallel/tp.h"
 #include "util/error.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 seer_model_params seer_model_default_params(void) {
     seer_model_params p = {.backend = SEER_BACKEND_AUTO, .n_threads = 0};
@@ -184,12 +186,29 @@ static seer_status find(const seer_model *m, const char *name, const gguf_tensor
     return SEER_OK;
 }
 
-static seer_status bind_weight(seer_model *m, const char *name, int rows, int cols, seer_weight *w) {
+/* A weight, divided as split says where the backend divides weights (tensor parallelism). */
+static seer_status bind_weight_split(seer_model *m, const char *name, int rows, int cols,
+                                     seer_weight_split split, seer_weight *w) {
     const gguf_tensor *t;
     SEER_TRY(find(m, name, &t));
     SEER_TRY(check_shape(t, (uint64_t)cols, (uint64_t)rows));
     m->info.n_params += (uint64_t)rows * cols;
-    return m->be->ops->weight_load(m->be, t, m->weights, w);
+    const seer_backend_ops *op = m->be->ops;
+    if (op->weight_load_split)
+        return op->weight_load_split(m->be, t, m->weights, split, w);
+    return op->weight_load(m->be, t, m->weights, w);
+}
+
+static seer_status bind_weight(seer_model *m, const char *name, int rows, int cols, seer_weight *w) {
+    return bind_weight_split(m, name, rows, cols, (seer_weight_split){SEER_SPLIT_NONE, 1}, w);
+}
+
+/* The FFN's unit of division: the down projection's block, so that its column parts are
+ * whole blocks (and the gate and up rows follow the same boundaries). */
+static int ffn_unit(const seer_model *m) {
+    const gguf_tensor *t = gguf_find_tensor(m->gguf, "blk.0.ffn_down.weight");
+    const int b = t ? ggml_type_block_elems(t->type) : 1;
+    return b > 0 ? b : 1;
 }
 
 /* A small f32 vector (norm weight, bias) copied to the backend. */
@@ -222,10 +241,19 @@ static seer_status bind_weights(seer_model *m) {
     const seer_model_info *in = &m->info;
     const int D = in->dim, F = in->ffn_dim, V = in->n_vocab;
     const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
+    const int Dh = in->head_dim, fu = ffn_unit(m);
+    const seer_weight_split heads = {SEER_SPLIT_ROWS, Dh}, heads_in = {SEER_SPLIT_COLS, Dh};
+    const seer_weight_split ffn = {SEER_SPLIT_ROWS, fu}, ffn_in = {SEER_SPLIT_COLS, fu};
+    const seer_weight_split vocab = {SEER_SPLIT_VOCAB, 1};
     SEER_TRY(bind_weight(m, "token_embd.weight", V, D, &m->tok_embd));
     SEER_TRY(bind_vec(m, "output_norm.weight", D, true, &m->output_norm));
     if (gguf_find_tensor(m->gguf, "output.weight")) {
-        SEER_TRY(bind_weight(m, "output.weight", V, D, &m->output));
+        SEER_TRY(bind_weight_split(m, "output.weight", V, D, vocab, &m->output));
+    } else if (m->be->ops->weight_load_split) {
+        /* tied, on a backend that divides the LM head by vocabulary: its own divided copy */
+        SEER_TRY(bind_weight_split(m, "token_embd.weight", V, D, vocab, &m->output));
+        m->info.n_params -= (uint64_t)V * D;
+        m->info.tied_output = true;
     } else {
         m->output = m->tok_embd;
         m->output.owned = false;
@@ -240,13 +268,13 @@ static seer_status bind_weights(seer_model *m) {
         seer_layer *L = &m->layers[l];
         SEER_TRY(bind_vec(m, NAME("attn_norm.weight"), D, true, &L->attn_norm));
         SEER_TRY(bind_vec(m, NAME("ffn_norm.weight"), D, true, &L->ffn_norm));
-        SEER_TRY(bind_weight(m, NAME("attn_q.weight"), qd, D, &L->wq));
-        SEER_TRY(bind_weight(m, NAME("attn_k.weight"), kvd, D, &L->wk));
-        SEER_TRY(bind_weight(m, NAME("attn_v.weight"), kvd, D, &L->wv));
-        SEER_TRY(bind_weight(m, NAME("attn_output.weight"), D, qd, &L->wo));
-        SEER_TRY(bind_weight(m, NAME("ffn_gate.weight"), F, D, &L->w_gate));
-        SEER_TRY(bind_weight(m, NAME("ffn_up.weight"), F, D, &L->w_up));
-        SEER_TRY(bind_weight(m, NAME("ffn_down.weight"), D, F, &L->w_down));
+        SEER_TRY(bind_weight_split(m, NAME("attn_q.weight"), qd, D, heads, &L->wq));
+        SEER_TRY(bind_weight_split(m, NAME("attn_k.weight"), kvd, D, heads, &L->wk));
+        SEER_TRY(bind_weight_split(m, NAME("attn_v.weight"), kvd, D, heads, &L->wv));
+        SEER_TRY(bind_weight_split(m, NAME("attn_output.weight"), D, qd, heads_in, &L->wo));
+        SEER_TRY(bind_weight_split(m, NAME("ffn_gate.weight"), F, D, ffn, &L->w_gate));
+        SEER_TRY(bind_weight_split(m, NAME("ffn_up.weight"), F, D, ffn, &L->w_up));
+        SEER_TRY(bind_weight_split(m, NAME("ffn_down.weight"), D, F, ffn_in, &L->w_down));
         bool bias = m->arch == SEER_ARCH_QWEN2;
         SEER_TRY(bind_vec(m, NAME("attn_q.bias"), qd, bias, &L->bq));
         SEER_TRY(bind_vec(m, NAME("attn_k.bias"), kvd, bias, &L->bk));
@@ -256,24 +284,54 @@ static seer_status bind_weights(seer_model *m) {
     return SEER_OK;
 }
 
-seer_status seer_model_pick_backend(seer_model_params p, seer_backend **out) {
+/* One rank's backend of the kind p asks for (rank: its device). */
+static seer_status pick_one(seer_model_params p, int rank, seer_backend **out) {
     switch (p.backend) {
     case SEER_BACKEND_CPU:
         return seer_backend_cpu_init(p.n_threads, out);
     case SEER_BACKEND_CUDA:
 #ifdef SEER_HAVE_CUDA
-        return seer_backend_cuda_init(0, out);
+        return seer_backend_cuda_init(rank, out);
 #else
         return seer_err(SEER_ERR_UNSUPPORTED, "this build of seer has no CUDA backend");
 #endif
     case SEER_BACKEND_AUTO:
 #ifdef SEER_HAVE_CUDA
         if (seer_backend_cuda_available())
-            return seer_backend_cuda_init(0, out);
+            return seer_backend_cuda_init(rank, out);
 #endif
         return seer_backend_cpu_init(p.n_threads, out);
     }
     return seer_err(SEER_ERR_INVALID_ARG, "unknown backend %d", (int)p.backend);
+}
+
+seer_status seer_model_pick_backend(seer_model_params p, seer_backend **out) {
+    if (p.tp < 0 || p.tp > SEER_TP_MAX)
+        return seer_err(SEER_ERR_INVALID_ARG, "tp %d is out of range [0, %d]", p.tp, SEER_TP_MAX);
+    if (p.tp == 0)
+        return pick_one(p, 0, out);
+    /* the CPU's threads are shared among its ranks */
+    if (p.n_threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        p.n_threads = (int)(cores > 0 ? cores : 1);
+    }
+    p.n_threads = p.n_threads / p.tp > 0 ? p.n_threads / p.tp : 1;
+    seer_backend *ranks[SEER_TP_MAX] = {0};
+    for (int r = 0; r < p.tp; r++) {
+        seer_status s = pick_one(p, r, &ranks[r]);
+        if (s == SEER_OK && r > 0 && ranks[r]->ops != ranks[0]->ops)
+            s = seer_err(SEER_ERR_BACKEND, "rank %d got the %s backend, rank 0 the %s one", r,
+                         ranks[r]->ops->name, ranks[0]->ops->name);
+        if (s != SEER_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", seer_last_error());
+            for (int k = 0; k <= r; k++)
+                if (ranks[k])
+                    ranks[k]->ops->free(ranks[k]);
+            return seer_err(s, "tensor parallelism over %d ranks: rank %d: %s", p.tp, r, msg);
+        }
+    }
+    return seer_backend_tp_init(ranks, p.tp, out);
 }
 
 seer_status seer_model_fuse(seer_model *m) {
@@ -308,6 +366,8 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
         return seer_err(SEER_ERR_INVALID_ARG, "unknown weights kind %d", (int)params.weights);
     if (params.n_threads < 0 || params.n_threads > 1024)
         return seer_err(SEER_ERR_INVALID_ARG, "n_threads %d is out of range [0, 1024]", params.n_threads);
+    if (params.tp < 0 || params.tp > SEER_TP_MAX)
+        return seer_err(SEER_ERR_INVALID_ARG, "tp %d is out of range [0, %d]", params.tp, SEER_TP_MAX);
     seer_model *m = calloc(1, sizeof *m);
     if (!m)
         return seer_err(SEER_ERR_OOM, "out of memory");
@@ -324,7 +384,13 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
         snprintf(m->info.tokenizer, sizeof m->info.tokenizer, "%s", seer_vocab_model_name(m->vocab));
         m->info.file_size = m->gguf->size;
         m->info.backend = "none";
-        if (!params.vocab_only)
+        const seer_model_info *in = &m->info;
+        if (!params.vocab_only && params.tp > 0 && !seer_tp_heads_divide(in->n_heads, in->n_kv_heads, params.tp))
+            s = seer_err(SEER_ERR_UNSUPPORTED,
+                         "%d attention heads with %d key/value heads do not divide over %d ranks (the ranks "
+                         "must divide the heads, and divide or be divided by the key/value heads)",
+                         in->n_heads, in->n_kv_heads, params.tp);
+        if (s == SEER_OK && !params.vocab_only)
             s = seer_model_pick_backend(params, &m->be);
     }
     if (s == SEER_OK && m->be) {
@@ -363,7 +429,7 @@ void seer_model_free(seer_model *m) {
                         be->ops->dealloc(be, vs[i]);
             }
         }
-        if (!m->info.tied_output)
+        if (m->output.data != m->tok_embd.data)
             be->ops->weight_free(be, &m->output);
         be->ops->weight_free(be, &m->tok_embd);
         if (m->output_norm)

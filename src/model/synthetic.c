@@ -9,6 +9,7 @@
  */
 #include "backend/synth_hash.h"
 #include "model/model.h"
+#include "parallel/tp.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -30,6 +31,7 @@ typedef struct {
 /* The published configurations of these models; the small ones are for tests and CPU runs. */
 static const shape_preset k_presets[] = {
     {"llama-3.1-8b", "llama", 128256, 4096, 32, 32, 8, 14336, 131072, 500000.f, 1e-5f, false, true},
+    {"llama-3.1-70b", "llama", 128256, 8192, 80, 64, 8, 28672, 131072, 500000.f, 1e-5f, false, true},
     {"llama-2-7b", "llama", 32000, 4096, 32, 32, 32, 11008, 4096, 10000.f, 1e-5f, false, false},
     {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 18944, 32768, 1000000.f, 1e-6f, false, false},
     {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.f, 1e-5f, true, true},
@@ -127,11 +129,19 @@ typedef struct {
     float scale; /* 0: 1/sqrt(input dim) of each weight */
 } gen_ctx;
 
-static seer_status rand_weight(gen_ctx *g, uint64_t id, int rows, int cols, seer_weight *w) {
+/* A random weight, divided as split says where the backend divides weights. */
+static seer_status rand_weight_split(gen_ctx *g, uint64_t id, int rows, int cols, seer_weight_split split,
+                                     seer_weight *w) {
     seer_backend *be = g->m->be;
     float sc = g->scale > 0 ? g->scale : 1.f / sqrtf((float)cols);
     g->m->info.n_params += (uint64_t)rows * cols;
+    if (be->ops->weight_random_split)
+        return be->ops->weight_random_split(be, rows, cols, seer_synth_seed(g->seed, id), sc, split, w);
     return be->ops->weight_random(be, rows, cols, seer_synth_seed(g->seed, id), sc, w);
+}
+
+static seer_status rand_weight(gen_ctx *g, uint64_t id, int rows, int cols, seer_weight *w) {
+    return rand_weight_split(g, id, rows, cols, (seer_weight_split){SEER_SPLIT_NONE, 1}, w);
 }
 
 /* A small f32 vector: base + uniform noise of deviation dev, made on the host (D floats). */
@@ -159,13 +169,21 @@ static seer_status make_weights(gen_ctx *g) {
     const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
     /* Embedding rows go straight into the residual stream: unit-scale entries would swamp
      * the first layers, so the table gets the linear weights' scale. */
+    const int Dh = in->head_dim;
+    const seer_weight_split heads = {SEER_SPLIT_ROWS, Dh}, heads_in = {SEER_SPLIT_COLS, Dh};
+    const seer_weight_split ffn = {SEER_SPLIT_ROWS, 1}, ffn_in = {SEER_SPLIT_COLS, 1};
+    const seer_weight_split vocab = {SEER_SPLIT_VOCAB, 1};
     SEER_TRY(rand_weight(g, T_EMBD, V, D, &m->tok_embd));
     SEER_TRY(rand_vec(g, T_OUT_NORM, D, 1.f, 0.02f, &m->output_norm));
-    if (in->tied_output) {
+    if (in->tied_output && !m->be->ops->weight_random_split) {
         m->output = m->tok_embd;
         m->output.owned = false;
     } else {
-        SEER_TRY(rand_weight(g, T_OUTPUT, V, D, &m->output));
+        /* tied on a backend that divides the LM head: a divided table of its own (random
+         * either way: these models are for timing) */
+        SEER_TRY(rand_weight_split(g, in->tied_output ? T_EMBD : T_OUTPUT, V, D, vocab, &m->output));
+        if (in->tied_output)
+            m->info.n_params -= (uint64_t)V * D;
     }
     m->layers = seer_calloc_array((size_t)in->n_layers, sizeof *m->layers);
     if (!m->layers)
@@ -175,13 +193,13 @@ static seer_status make_weights(gen_ctx *g) {
         const uint64_t b = (uint64_t)l * T_PER_LAYER;
         SEER_TRY(rand_vec(g, b + T_ATTN_NORM, D, 1.f, 0.02f, &L->attn_norm));
         SEER_TRY(rand_vec(g, b + T_FFN_NORM, D, 1.f, 0.02f, &L->ffn_norm));
-        SEER_TRY(rand_weight(g, b + T_Q, qd, D, &L->wq));
-        SEER_TRY(rand_weight(g, b + T_K, kvd, D, &L->wk));
-        SEER_TRY(rand_weight(g, b + T_V, kvd, D, &L->wv));
-        SEER_TRY(rand_weight(g, b + T_O, D, qd, &L->wo));
-        SEER_TRY(rand_weight(g, b + T_GATE, F, D, &L->w_gate));
-        SEER_TRY(rand_weight(g, b + T_UP, F, D, &L->w_up));
-        SEER_TRY(rand_weight(g, b + T_DOWN, D, F, &L->w_down));
+        SEER_TRY(rand_weight_split(g, b + T_Q, qd, D, heads, &L->wq));
+        SEER_TRY(rand_weight_split(g, b + T_K, kvd, D, heads, &L->wk));
+        SEER_TRY(rand_weight_split(g, b + T_V, kvd, D, heads, &L->wv));
+        SEER_TRY(rand_weight_split(g, b + T_O, D, qd, heads_in, &L->wo));
+        SEER_TRY(rand_weight_split(g, b + T_GATE, F, D, ffn, &L->w_gate));
+        SEER_TRY(rand_weight_split(g, b + T_UP, F, D, ffn, &L->w_up));
+        SEER_TRY(rand_weight_split(g, b + T_DOWN, D, F, ffn_in, &L->w_down));
         if (m->arch == SEER_ARCH_QWEN2) {
             SEER_TRY(rand_vec(g, b + T_BQ, qd, 0.f, 0.02f, &L->bq));
             SEER_TRY(rand_vec(g, b + T_BK, kvd, 0.f, 0.02f, &L->bk));
@@ -263,6 +281,9 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
     in->token_eos = 2;
     in->backend = "none";
     seer_status s = synthetic_vocab(ps.n_vocab, &m->vocab);
+    if (s == SEER_OK && !mp.vocab_only && mp.tp > 0 && !seer_tp_heads_divide(ps.n_heads, ps.n_kv_heads, mp.tp))
+        s = seer_err(SEER_ERR_UNSUPPORTED, "%d attention heads with %d key/value heads do not divide over %d ranks",
+                     ps.n_heads, ps.n_kv_heads, mp.tp);
     if (s == SEER_OK && !mp.vocab_only)
         s = seer_model_pick_backend(mp, &m->be);
     if (s == SEER_OK && m->be) {

@@ -16,6 +16,7 @@ typedef struct {
     seer_backend_kind backend;
     seer_weights_kind weights;
     int threads, page_size, steps, warmup, sinks;
+    int tp; /* --tp: ranks of tensor parallelism (0: none) */
     int prefill[BENCH_MAX_LIST], n_prefill; /* prompt sizes of the prefill runs (none: skip) */
     int prefill_reps;                        /* timed runs of each, after a warm-up: the median */
     int prefill_chunk;                       /* prompt tokens per forward call of a prefill */
@@ -97,6 +98,7 @@ typedef struct {
     seer_model_info info;
     seer_model_footprint fp;
     double bandwidth;        /* bytes/s */
+    int ranks;           /* GPUs the model is divided over (--tp; 1 without) */
     bench_prefill prefill[BENCH_MAX_LIST];
     int n_prefill;
     char date[32];

@@ -45,7 +45,12 @@ static void print_header(FILE *f, const bench_opts *o, const bench_result *r) {
             dtype_name(r->fp.kv_elem_bytes), r->fp.kv_bytes_per_token / 1024.0);
     fprintf(f, "copy bandwidth BW = %.3f TB/s (device-to-device copy, read + write, median)\n",
             r->bandwidth * 1e-12);
-    fprintf(f, "floor = (W + B*L*c) / BW; fraction = floor / measured\n");
+    if (r->ranks > 1)
+        fprintf(f, "floor = (W + B*L*c) / (%d * BW): each of %d GPUs reads its part of the weights and KV "
+                   "(an even division; the all-reduces are not counted); fraction = floor / measured\n",
+                r->ranks, r->ranks);
+    else
+        fprintf(f, "floor = (W + B*L*c) / BW; fraction = floor / measured\n");
     if (r->has_peer)
         fprintf(f, "peer    %s\n        %s\n        peer ms = its ms/step at the same L and B; speedup = "
                    "peer ms / ms/step (> 1: seer is faster)\n",
@@ -220,6 +225,7 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
     json_object_set_new(model, "weight_elems", json_integer((json_int_t)r->fp.weight_elems));
     json_object_set_new(root, "backend", json_string(in->backend));
     json_object_set_new(root, "bandwidth_bytes_per_s", json_real(r->bandwidth));
+    json_object_set_new(root, "ranks", json_integer(r->ranks));
     json_object_set_new(root, "settings", json_pack("{s:i, s:i, s:i, s:i, s:i, s:I, s:s}", "steps", o->steps,
         "warmup", o->warmup, "prefill_reps", o->prefill_reps, "prefill_chunk", o->prefill_chunk, "page_size", o->page_size, "seed", (json_int_t)o->seed,
         "kv", "synthetic fill (random K/V, not computed)"));
@@ -385,6 +391,7 @@ int bench_load_json(const char *path, bench_opts *o, bench_result *r) {
     else
         o->model_path = model;
     r->bandwidth = num(root, "bandwidth_bytes_per_s");
+    r->ranks = json_is_integer(json_object_get(root, "ranks")) ? (int)json_integer_value(json_object_get(root, "ranks")) : 1;
     /* The dimensions, so that --replot --peer can check the peer ran the same shape. */
     r->info.dim = (int)num(m, "dim");
     r->info.n_layers = (int)num(m, "n_layers");

@@ -36,11 +36,13 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: seer bench (--synthetic SHAPE | -m MODEL.gguf) [options]\n"
             "  --synthetic SHAPE        random weights of a real shape, generated on the device:\n"
-            "                           llama-3.1-8b, llama-2-7b, qwen2.5-7b, llama-3.2-1b, small, tiny, tiny-qwen2\n"
+            "                           llama-3.1-8b, llama-3.1-70b, llama-2-7b, qwen2.5-7b, llama-3.2-1b, small, tiny,\n"
+            "                           tiny-qwen2\n"
             "  -m, --model FILE         a GGUF model (its KV is filled synthetically all the same)\n"
             "  --backend B              cpu, cuda or auto (default auto)\n"
             "  --weights W              stored (default), or bf16 / f32: dequantised at load\n"
             "  -t, --threads N          CPU threads (default: all cores)\n"
+            "      --tp N               tensor parallelism: the model divided over N GPUs (NCCL)\n"
             "  --ctx-list L,...         cached tokens per sequence (default 4096,32768)\n"
             "  --batch-list B,...       sequences decoding together (default 1)\n"
             "  --steps N                timed decode steps / generator rounds per point (default 20)\n"
@@ -147,12 +149,12 @@ static bool parse_spec_list(const char *s, bench_opts *o) {
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
-    enum { O_SYN = 256, O_BACKEND, O_WEIGHTS, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PREFILL_REPS, O_PREFILL_CHUNK, O_PAGE, O_SEED,
+    enum { O_SYN = 256, O_TP, O_BACKEND, O_WEIGHTS, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PREFILL_REPS, O_PREFILL_CHUNK, O_PAGE, O_SEED,
            O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_TREE, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER, O_TRACE, O_DSYN, O_DMODEL, O_HGAMMA };
     static const struct option opts[] = {
         {"synthetic", required_argument, 0, O_SYN},   {"model", required_argument, 0, 'm'},
         {"backend", required_argument, 0, O_BACKEND},
-        {"weights", required_argument, 0, O_WEIGHTS}, {"threads", required_argument, 0, 't'},
+        {"weights", required_argument, 0, O_WEIGHTS}, {"threads", required_argument, 0, 't'}, {"tp", required_argument, 0, O_TP},
         {"ctx-list", required_argument, 0, O_CTX},    {"batch-list", required_argument, 0, O_BATCH},
         {"steps", required_argument, 0, O_STEPS},     {"warmup", required_argument, 0, O_WARM},
         {"prefill", required_argument, 0, O_PREFILL}, {"page-size", required_argument, 0, O_PAGE},
@@ -182,6 +184,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
         case O_WEIGHTS: if (!cli_weights(optarg, &o->weights)) return 2; break;
         case 't': if (!cli_int("--threads", optarg, 1, 1024, &v)) return 2; o->threads = (int)v; break;
+        case O_TP: if (!cli_int("--tp", optarg, 1, SEER_TP_MAX, &v)) return 2; o->tp = (int)v; break;
         case O_CTX: if (!parse_int_list("--ctx-list", optarg, 1, 1 << 22, o->ctx, &o->n_ctx)) return 2; break;
         case O_BATCH: if (!parse_int_list("--batch-list", optarg, 1, 4096, o->batch, &o->n_batch)) return 2; break;
         case O_STEPS: if (!cli_int("--steps", optarg, 1, 100000, &v)) return 2; o->steps = (int)v; break;
@@ -629,7 +632,8 @@ static void run_point(const bench_opts *o, seer_model *m, const bench_result *r,
     pt->step_max_ms = times[o->steps - 1] * 1e3;
     pt->tok_s = B / (pt->step_ms * 1e-3);
     pt->bytes = (double)r->fp.weight_bytes + (double)B * L * r->fp.kv_bytes_per_token;
-    pt->floor_ms = r->bandwidth > 0 ? pt->bytes / r->bandwidth * 1e3 : 0;
+    /* each of the ranks reads its 1/ranks of the bytes at the bandwidth of one device */
+    pt->floor_ms = r->bandwidth > 0 ? pt->bytes / (r->bandwidth * r->ranks) * 1e3 : 0;
     pt->floor_tok_s = pt->floor_ms > 0 ? B / (pt->floor_ms * 1e-3) : 0;
     pt->fraction = pt->floor_ms / pt->step_ms;
     pt->ok = true;
@@ -687,6 +691,7 @@ int cmd_bench(int argc, char **argv) {
     mp.backend = o.backend;
     mp.weights = o.weights;
     mp.n_threads = o.threads;
+    mp.tp = o.tp;
     seer_model *m = NULL;
     bench_result r;
     memset(&r, 0, sizeof r);
@@ -736,6 +741,7 @@ int cmd_bench(int argc, char **argv) {
     struct tm tmv;
     gmtime_r(&now, &tmv);
     strftime(r.date, sizeof r.date, "%Y-%m-%d", &tmv);
+    r.ranks = o.tp > 0 ? o.tp : 1;
     if ((s = seer_model_measure_bandwidth(m, &r.bandwidth)) != SEER_OK) {
         cli_error("measuring bandwidth", s);
         goto done;

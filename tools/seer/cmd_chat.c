@@ -37,6 +37,7 @@ static void usage(FILE *f) {
             "                        when memory is short); the KV cache grows as it is used\n"
             "      --ctx-beyond-trained  allow --ctx past the trained context (with a warning)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
+            "      --tp N            tensor parallelism: the model divided over N GPUs (NCCL)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n"
             "      --weights W       stored (default: quantised blocks as in the file), bf16 or f32\n"
             "      --spec KIND       speculation: auto (default: chosen every round by a calibrated cost\n"
@@ -51,7 +52,7 @@ static void usage(FILE *f) {
 
 typedef struct {
     const char *model, *tmpl, *system, *draft_model, *cost_file;
-    long long n_predict, ctx, threads, kv_bits;
+    long long n_predict, ctx, threads, kv_bits, tp;
     seer_sampler_params sp;
     seer_spec_params spec;
     cli_tree tree;
@@ -61,10 +62,10 @@ typedef struct {
 } chat_opts;
 
 static int parse(int argc, char **argv, chat_opts *o) {
-    enum { O_BACKEND = 256, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB, O_SPEC, O_SG, O_SK, O_DM, O_KVB, O_COST };
+    enum { O_BACKEND = 256, O_TP, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB, O_SPEC, O_SG, O_SK, O_DM, O_KVB, O_COST };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"n-predict", required_argument, 0, 'n'},
-        {"ctx", required_argument, 0, 'c'},       {"threads", required_argument, 0, 't'},
+        {"ctx", required_argument, 0, 'c'},       {"threads", required_argument, 0, 't'}, {"tp", required_argument, 0, O_TP},
         {"temp", required_argument, 0, CLI_O_TEMP},   {"top-k", required_argument, 0, CLI_O_TOPK},
         {"top-p", required_argument, 0, CLI_O_TOPP},  {"min-p", required_argument, 0, CLI_O_MINP},
         {"repeat-penalty", required_argument, 0, CLI_O_REP},
@@ -87,6 +88,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         case 'n': if (!cli_int("--n-predict", optarg, -1, 1 << 24, &o->n_predict)) return 2; break;
         case 'c': if (!cli_int("--ctx", optarg, 1, 1 << 24, &o->ctx)) return 2; break;
         case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
+        case O_TP: if (!cli_int("--tp", optarg, 1, SEER_TP_MAX, &o->tp)) return 2; break;
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
         case O_WEIGHTS: if (!cli_weights(optarg, &o->weights)) return 2; break;
         case O_TMPL: o->tmpl = optarg; break;
@@ -324,6 +326,7 @@ int cmd_chat(int argc, char **argv) {
     mp.backend = o.backend;
     mp.weights = o.weights;
     mp.n_threads = (int)o.threads;
+    mp.tp = (int)o.tp;
     if ((s = seer_model_load(o.model, mp, &c.model)) != SEER_OK) {
         cli_error("loading model", s);
         goto done;

@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "                        chunks of N (default 512; larger prefills faster on a GPU and\n"
             "                        holds N rows of every activation and of the logits)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
+            "      --tp N            tensor parallelism: the model divided over N GPUs (NCCL)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n"
             "      --weights W       stored (default: quantised weights stay quantised), or\n"
             "                        dequantised at load: bf16 (cuda) or f32 (cpu)\n"
@@ -102,7 +103,7 @@ static seer_status tokenize_prompt(const seer_model *m, const char *p, const uin
 
 typedef struct {
     const char *model, *prompt, *prompt_file;
-    long long n_predict, ctx, threads, kv_bits, batch;
+    long long n_predict, ctx, threads, kv_bits, batch, tp;
     seer_sampler_params sp;
     seer_spec_params spec;
     cli_tree tree;
@@ -113,12 +114,12 @@ typedef struct {
 } gen_opts;
 
 static int parse(int argc, char **argv, gen_opts *o) {
-    enum { O_BACKEND = 256, O_WEIGHTS, O_JSON, O_IGN, O_NOBOS,
+    enum { O_BACKEND = 256, O_TP, O_WEIGHTS, O_JSON, O_IGN, O_NOBOS,
            O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB, O_KVB, O_KVV, O_COST, O_TRACE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
-        {"ctx", required_argument, 0, 'c'},      {"threads", required_argument, 0, 't'},
+        {"ctx", required_argument, 0, 'c'},      {"threads", required_argument, 0, 't'}, {"tp", required_argument, 0, O_TP},
         {"batch", required_argument, 0, 'b'},
         {"temp", required_argument, 0, CLI_O_TEMP},  {"top-k", required_argument, 0, CLI_O_TOPK},
         {"top-p", required_argument, 0, CLI_O_TOPP}, {"min-p", required_argument, 0, CLI_O_MINP},
@@ -151,6 +152,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case 'n': if (!cli_int("--n-predict", optarg, -1, 1 << 24, &o->n_predict)) return 2; break;
         case 'c': if (!cli_int("--ctx", optarg, 1, 1 << 24, &o->ctx)) return 2; break;
         case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
+        case O_TP: if (!cli_int("--tp", optarg, 1, SEER_TP_MAX, &o->tp)) return 2; break;
         case 'b': if (!cli_int("--batch", optarg, 1, 65536, &o->batch)) return 2; break;
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
         case O_WEIGHTS: if (!cli_weights(optarg, &o->weights)) return 2; break;
@@ -263,6 +265,7 @@ int cmd_generate(int argc, char **argv) {
     mp.backend = o.backend;
     mp.weights = o.weights;
     mp.n_threads = (int)o.threads;
+    mp.tp = (int)o.tp;
     if ((s = seer_model_load(o.model, mp, &model)) != SEER_OK) {
         cli_error("loading model", s);
         goto done;

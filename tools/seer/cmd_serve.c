@@ -54,6 +54,7 @@ static void usage(FILE *f) {
             "                        use quantkv (default: 4 with --spec quantkv, else none)\n"
             "      --drain-timeout S seconds to let requests finish at SIGINT/SIGTERM (default 30)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
+            "      --tp N            tensor parallelism: the model divided over N GPUs (NCCL)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n"
             "      --weights W       stored (default), bf16 or f32\n"
             "Sampling defaults for fields a request leaves out: --temp, --top-k, --top-p, --min-p,\n"
@@ -65,7 +66,7 @@ static void usage(FILE *f) {
 typedef struct {
     const char *model, *host, *api_key, *alias, *tmpl, *cost_file;
     long long port, max_body, max_requests, max_prompt, n_predict, ctx, parallel, batch, chunk, pages;
-    long long threads, drain, prefix, kv_bits, mix;
+    long long threads, drain, prefix, kv_bits, mix, tp;
     seer_backend_kind backend;
     seer_weights_kind weights;
     seer_sampler_params sp;
@@ -73,7 +74,7 @@ typedef struct {
 } serve_opts;
 
 static int parse(int argc, char **argv, serve_opts *o) {
-    enum { O_HOST = 256, O_PORT, O_KEY, O_BODY, O_MAXR, O_MAXP, O_ALIAS, O_TMPL, O_PAR, O_BATCH, O_CHUNK,
+    enum { O_HOST = 256, O_TP, O_PORT, O_KEY, O_BODY, O_MAXR, O_MAXP, O_ALIAS, O_TMPL, O_PAR, O_BATCH, O_CHUNK,
            O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX, O_KVB, O_COST, O_MIX };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"host", required_argument, 0, O_HOST},
@@ -88,7 +89,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"prefix-cache", required_argument, 0, O_PREFIX},
         {"spec-gamma", required_argument, 0, O_SG},  {"spec-budget", required_argument, 0, O_SK},
         {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-cost-file", required_argument, 0, O_COST},
-        {"drain-timeout", required_argument, 0, O_DRAIN}, {"threads", required_argument, 0, 't'},
+        {"drain-timeout", required_argument, 0, O_DRAIN}, {"threads", required_argument, 0, 't'}, {"tp", required_argument, 0, O_TP},
         {"backend", required_argument, 0, O_BACKEND}, {"weights", required_argument, 0, O_WEIGHTS},
         {"temp", required_argument, 0, CLI_O_TEMP},  {"top-k", required_argument, 0, CLI_O_TOPK},
         {"top-p", required_argument, 0, CLI_O_TOPP}, {"min-p", required_argument, 0, CLI_O_MINP},
@@ -134,6 +135,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
             break;
         case O_DRAIN: if (!cli_int("--drain-timeout", optarg, 0, 86400, &o->drain)) return 2; break;
         case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
+        case O_TP: if (!cli_int("--tp", optarg, 1, SEER_TP_MAX, &o->tp)) return 2; break;
         case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
         case O_WEIGHTS: if (!cli_weights(optarg, &o->weights)) return 2; break;
         case 'h': usage(stdout); return 0;
@@ -323,6 +325,7 @@ int cmd_serve(int argc, char **argv) {
     mp.backend = o.backend;
     mp.weights = o.weights;
     mp.n_threads = (int)o.threads;
+    mp.tp = (int)o.tp;
     seer_status s = seer_model_load(o.model, mp, &srv.model);
     if (s != SEER_OK) {
         cli_error("loading model", s);

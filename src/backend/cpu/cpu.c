@@ -736,6 +736,7 @@ static const seer_backend_ops cpu_ops = {
     .kv_fill_random = cpu_kv_fill_random,
     .copy_bandwidth = cpu_copy_bandwidth,
     .sync = cpu_sync,
+    .comm_init = seer_cpu_comm_init,
     .kv_elem_bytes = sizeof(float),
 };
 

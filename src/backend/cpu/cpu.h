@@ -61,6 +61,8 @@ static inline float *seer_cpu_kv_row(const void *kv, const seer_kv_geom *g, int 
  * kv_bits 0. */
 uint8_t *seer_cpu_kv_qdata(const void *kv);
 
+/* The communicator of CPU ranks (cpu_comm.c). */
+seer_status seer_cpu_comm_init(seer_backend *const *ranks, int n, seer_comm **out);
 seer_status seer_cpu_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
                             const float *bias, int T);
 /* cpu_qmatmul.c: the same product with w in one of the block formats below. */

@@ -270,7 +270,7 @@ static void cuda_free_be(seer_backend *be) {
         seer_cuda_buf *bufs[] = {&c->xbf16, &c->fallback[0], &c->fallback[1], &c->gather_tmp,
                                  &c->attn_part, &c->kv_read, &c->batch, &c->argmax_ids,
                                  &c->mm_part, &c->mm_cnt, &c->rope_tab, &c->glu_tmp, &c->wbf16, &c->att_cnt, &c->smp_dev, &c->smp_work,
-                                 &c->tree_work, &c->qkv_idx};
+                                 &c->tree_work, &c->qkv_idx, &c->comm_tmp};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             seer_cuda_buf_free(c, bufs[i]);
         free(c->smp_host);
@@ -476,6 +476,8 @@ static seer_backend_ops cuda_ops_make(void) {
     o.kv_fill_random = seer_cuda_kv_fill_random;
     o.copy_bandwidth = seer_cuda_copy_bandwidth;
     o.sync = seer_cuda_sync;
+    o.comm_init = seer_cuda_comm_init;
+    o.make_current = seer_cuda_make_current;
     o.kv_elem_bytes = (int)sizeof(bf16);
     return o;
 }

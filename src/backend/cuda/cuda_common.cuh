@@ -255,6 +255,9 @@ typedef struct {
     int32_t *qkv_host;
     size_t qkv_host_cap;         /* int32 entries */
     seer_cuda_buf qkv_idx;
+    /* comm_nccl.cu: the gathered parts of an ordered all-reduce [n][count], and rank 0's
+     * staging of gather_cols */
+    seer_cuda_buf comm_tmp;
 } seer_cuda;
 
 typedef struct seer_cuda_prof seer_cuda_prof;
@@ -386,6 +389,11 @@ seer_status seer_cuda_accept_chains(seer_backend *be, const seer_accept_chain *c
 seer_status seer_cuda_accept_trees(seer_backend *be, const seer_accept_tree *trees, int n, int V,
                                    int stride, int32_t *n_acc, int32_t *path, int32_t *next,
                                    int32_t *n_u);
+
+/* Tensor parallelism (comm_nccl.cu): a communicator over NCCL, and making an instance's
+ * device the calling thread's. */
+extern "C" seer_status seer_cuda_comm_init(seer_backend *const *ranks, int n, seer_comm **out);
+extern "C" seer_status seer_cuda_make_current(seer_backend *be);
 
 /* Forward calls (graph.cu). */
 seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap, int *T,

@@ -1,0 +1,917 @@
+/*
+ * tp_backend.c: the tensor-parallel backend's instances, memory, weights and KV storage
+ * (tp.h says what it is; tp_internal.h how memory is kept).
+ * Not for: the compute ops (tp_ops.c) or the collectives (comm.h).
+ */
+#include "parallel/tp_internal.h"
+#include "util/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the allocation table ------------------------------------------------------------- */
+
+/* Index of the allocation holding p, or -1; the caller holds sh->mu. */
+static int find_locked(const tp_shared *sh, const void *p) {
+    const char *c = p;
+    int lo = 0, hi = sh->n_a - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        const tp_alloc *a = &sh->a[mid];
+        if (c < a->base0)
+            hi = mid - 1;
+        else if (c >= a->base0 + (a->bytes ? a->bytes : 1))
+            lo = mid + 1;
+        else
+            return mid;
+    }
+    return -1;
+}
+
+void *tp_ptr(tp_be *t, const void *p, int r) {
+    if (!p)
+        return NULL;
+    if (r == 0)
+        return (void *)p;
+    pthread_mutex_lock(&t->sh->mu);
+    int i = find_locked(t->sh, p);
+    void *q = i < 0 ? NULL : t->sh->a[i].base[r] + ((const char *)p - t->sh->a[i].base0);
+    pthread_mutex_unlock(&t->sh->mu);
+    return q;
+}
+
+bool tp_lookup(tp_be *t, const void *p, tp_alloc *out) {
+    if (!p)
+        return false;
+    pthread_mutex_lock(&t->sh->mu);
+    int i = find_locked(t->sh, p);
+    if (i >= 0)
+        *out = t->sh->a[i];
+    pthread_mutex_unlock(&t->sh->mu);
+    return i >= 0;
+}
+
+static void set_state(tp_be *t, const void *p, tp_state s) {
+    if (!p)
+        return;
+    pthread_mutex_lock(&t->sh->mu);
+    int i = find_locked(t->sh, p);
+    if (i >= 0)
+        t->sh->a[i].state = s;
+    pthread_mutex_unlock(&t->sh->mu);
+}
+
+void tp_set_repl(tp_be *t, const void *p) { set_state(t, p, TP_REPL); }
+void tp_set_root(tp_be *t, const void *p) { set_state(t, p, t->n > 1 ? TP_ROOT : TP_REPL); }
+
+static void set_shard(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w,
+                      bool vocab) {
+    if (!p)
+        return;
+    if (col0[0] == 0 && w[0] == full_w) { /* one rank, or a replicated part: whole everywhere */
+        tp_set_repl(t, p);
+        return;
+    }
+    pthread_mutex_lock(&t->sh->mu);
+    int i = find_locked(t->sh, p);
+    if (i >= 0) {
+        tp_alloc *a = &t->sh->a[i];
+        a->state = TP_SHARD;
+        a->off = (size_t)((const char *)p - a->base0) / sizeof(float);
+        a->rows = rows;
+        a->full_w = full_w;
+        memcpy(a->col0, col0, (size_t)t->n * sizeof *col0);
+        memcpy(a->w, w, (size_t)t->n * sizeof *w);
+        a->vocab = vocab;
+    }
+    pthread_mutex_unlock(&t->sh->mu);
+}
+
+void tp_set_shard(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w) {
+    set_shard(t, p, rows, full_w, col0, w, false);
+}
+
+void tp_set_vocab(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w) {
+    set_shard(t, p, rows, full_w, col0, w, true);
+}
+
+seer_status tp_make_root(tp_be *t, const void *p) {
+    tp_alloc a;
+    if (!tp_lookup(t, p, &a) || a.state != TP_SHARD)
+        return SEER_OK;
+    if (!a.vocab)
+        return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: a divided activation read whole");
+    seer_comm *c = NULL;
+    SEER_TRY(tp_comm(t, &c));
+    const float *src[SEER_TP_MAX];
+    for (int r = 0; r < t->n; r++)
+        src[r] = (const float *)a.base[r] + a.off;
+    /* in place: rank 0's part widens to whole rows within its own copy (gather_cols allows it) */
+    SEER_TRY(c->gather_cols(c, (float *)a.base0 + a.off, (size_t)a.full_w, a.rows, src, a.col0, a.w));
+    set_state(t, p, TP_ROOT);
+    return SEER_OK;
+}
+
+seer_status tp_bind(tp_be *t, int r) {
+    seer_backend *b = t->rank[r];
+    return t->n > 1 && b->ops->make_current ? b->ops->make_current(b) : SEER_OK;
+}
+
+seer_status tp_comm(tp_be *t, seer_comm **out) {
+    if (!t->comm) {
+        const seer_backend_ops *o = t->rank[0]->ops;
+        if (!o->comm_init)
+            return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend has no communicator for tensor parallelism", o->name);
+        SEER_TRY(o->comm_init(t->rank, t->n, &t->comm));
+    }
+    *out = t->comm;
+    return SEER_OK;
+}
+
+seer_status tp_all_reduce(tp_be *t, float *p, int T, int cols) {
+    seer_comm *c = NULL;
+    SEER_TRY(tp_comm(t, &c));
+    float *bufs[SEER_TP_MAX];
+    for (int r = 0; r < t->n; r++)
+        bufs[r] = tp_ptr(t, p, r);
+    /* Two summands add the same either way; past two the order must not depend on the
+     * call's size where rows are to be batch-invariant. */
+    const int inv = t->ops.invariant_max_tokens;
+    const bool ordered = t->n > 2 && (inv == 0 || T <= inv);
+    SEER_TRY(c->all_reduce(c, bufs, (size_t)T * cols, ordered));
+    tp_set_repl(t, p);
+    return SEER_OK;
+}
+
+/* ---- instances -------------------------------------------------------------------------- */
+
+static void tp_batch_clear(tp_be *t) {
+    for (int r = 0; r < SEER_TP_MAX; r++) {
+        free(t->seq_view_r[r]);
+        free(t->views_r[r]);
+        free(t->view_idx_r[r]);
+        t->seq_view_r[r] = NULL;
+        t->views_r[r] = NULL;
+        t->view_idx_r[r] = NULL;
+    }
+    t->ab_key = NULL;
+}
+
+static void tp_free(seer_backend *be) {
+    if (!be)
+        return;
+    tp_be *t = tp_of(be);
+    tp_batch_clear(t);
+    if (t->comm)
+        t->comm->free(t->comm);
+    for (int r = 0; r < t->n; r++) {
+        if (t->amax[r]) {
+            (void)tp_bind(t, r);
+            t->rank[r]->ops->dealloc(t->rank[r], t->amax[r]);
+        }
+    }
+    free(t->amax_rows);
+    if (t->owns_ranks)
+        for (int r = 0; r < t->n; r++)
+            if (t->rank[r]) {
+                (void)tp_bind(t, r);
+                t->rank[r]->ops->free(t->rank[r]);
+            }
+    if (t->sh) {
+        pthread_mutex_lock(&t->sh->mu);
+        const int left = --t->sh->refs;
+        pthread_mutex_unlock(&t->sh->mu);
+        if (!left) {
+            pthread_mutex_destroy(&t->sh->mu);
+            free(t->sh->a);
+            free(t->sh);
+        }
+    }
+    free(t);
+    free(be);
+}
+
+static seer_status tp_new(int n, tp_shared *sh, seer_backend *const *ranks, seer_backend **out);
+
+static seer_status tp_exec_clone(seer_backend *be, seer_backend **out) {
+    tp_be *t = tp_of(be);
+    seer_backend *cl[SEER_TP_MAX] = {0};
+    seer_status s = SEER_OK;
+    bool own = false;
+    for (int r = 0; r < t->n && s == SEER_OK; r++) {
+        seer_backend *b = t->rank[r];
+        if (b->ops->exec_clone) {
+            s = tp_bind(t, r);
+            if (s == SEER_OK)
+                s = b->ops->exec_clone(b, &cl[r]);
+            own = true;
+        } else {
+            cl[r] = b;
+        }
+    }
+    if (s == SEER_OK) {
+        pthread_mutex_lock(&t->sh->mu);
+        t->sh->refs++;
+        pthread_mutex_unlock(&t->sh->mu);
+        s = tp_new(t->n, t->sh, cl, out);
+        if (s == SEER_OK) {
+            tp_of(*out)->owns_ranks = own;
+            return SEER_OK;
+        }
+        pthread_mutex_lock(&t->sh->mu);
+        t->sh->refs--;
+        pthread_mutex_unlock(&t->sh->mu);
+    }
+    for (int r = 0; r < t->n; r++)
+        if (cl[r] && cl[r] != t->rank[r])
+            cl[r]->ops->free(cl[r]);
+    return s;
+}
+
+/* ---- memory ----------------------------------------------------------------------------- */
+
+static seer_status tp_alloc_op(seer_backend *be, size_t bytes, void **out) {
+    tp_be *t = tp_of(be);
+    tp_alloc a = {.bytes = bytes};
+    seer_status s = SEER_OK;
+    int r = 0;
+    for (; r < t->n && s == SEER_OK; r++) {
+        s = tp_bind(t, r);
+        if (s == SEER_OK)
+            s = t->rank[r]->ops->alloc(t->rank[r], bytes, (void **)&a.base[r]);
+    }
+    if (s == SEER_OK) {
+        a.base0 = a.base[0];
+        tp_shared *sh = t->sh;
+        pthread_mutex_lock(&sh->mu);
+        if (sh->n_a == sh->cap) {
+            int cap = sh->cap ? 2 * sh->cap : 64;
+            tp_alloc *na = realloc(sh->a, (size_t)cap * sizeof *na);
+            if (!na) {
+                s = seer_err(SEER_ERR_OOM, "out of memory");
+            } else {
+                sh->a = na;
+                sh->cap = cap;
+            }
+        }
+        if (s == SEER_OK) {
+            int i = sh->n_a;
+            while (i > 0 && sh->a[i - 1].base0 > a.base0) {
+                sh->a[i] = sh->a[i - 1];
+                i--;
+            }
+            sh->a[i] = a;
+            sh->n_a++;
+        }
+        pthread_mutex_unlock(&sh->mu);
+        if (s == SEER_OK) {
+            *out = a.base0;
+            return SEER_OK;
+        }
+        r = t->n;
+    } else {
+        r--; /* rank r failed: nothing of it to give back */
+    }
+    for (int k = 0; k < r; k++) {
+        (void)tp_bind(t, k);
+        t->rank[k]->ops->dealloc(t->rank[k], a.base[k]);
+    }
+    return s;
+}
+
+static void tp_dealloc(seer_backend *be, void *p) {
+    tp_be *t = tp_of(be);
+    if (!p)
+        return;
+    tp_shared *sh = t->sh;
+    pthread_mutex_lock(&sh->mu);
+    int i = find_locked(sh, p);
+    tp_alloc a = {0};
+    if (i >= 0) {
+        a = sh->a[i];
+        memmove(&sh->a[i], &sh->a[i + 1], (size_t)(sh->n_a - i - 1) * sizeof *sh->a);
+        sh->n_a--;
+    }
+    pthread_mutex_unlock(&sh->mu);
+    if (i < 0)
+        return;
+    for (int r = 0; r < t->n; r++) {
+        (void)tp_bind(t, r);
+        t->rank[r]->ops->dealloc(t->rank[r], a.base[r]);
+    }
+}
+
+static seer_status tp_upload(seer_backend *be, void *dst, const void *src, size_t bytes) {
+    tp_be *t = tp_of(be);
+    for (int r = 0; r < t->n; r++) {
+        void *d = tp_ptr(t, dst, r);
+        if (!d)
+            return seer_err(SEER_ERR_INVALID_ARG, "upload: the destination is not this backend's memory");
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->upload(t->rank[r], d, src, bytes));
+    }
+    tp_alloc a;
+    if (tp_lookup(t, dst, &a) && (char *)dst == a.base0 && bytes >= a.bytes)
+        tp_set_repl(t, dst);
+    return SEER_OK;
+}
+
+static seer_status tp_download(seer_backend *be, void *dst, const void *src, size_t bytes) {
+    tp_be *t = tp_of(be);
+    tp_alloc a;
+    if (!tp_lookup(t, src, &a))
+        return seer_err(SEER_ERR_INVALID_ARG, "download: the source is not this backend's memory");
+    seer_backend *b0 = t->rank[0];
+    const size_t e0 = (size_t)((const char *)src - a.base0) / sizeof(float);
+    const size_t n = bytes / sizeof(float);
+    /* logits, or what is not whole rows: gathered whole on rank 0 first (one copy back) */
+    if (a.state == TP_SHARD &&
+        (a.vocab || e0 < a.off || (e0 - a.off) % (size_t)a.full_w || n % (size_t)a.full_w))
+        SEER_TRY(tp_make_root(t, src));
+    if (!tp_lookup(t, src, &a) || a.state != TP_SHARD) {
+        SEER_TRY(tp_bind(t, 0));
+        return b0->ops->download(b0, dst, src, bytes);
+    }
+    /* Whole rows of a divided activation (a q capture): each rank's columns of each row, in
+     * place in every rank's copy (the parts are still to be read). */
+    const size_t t0 = (e0 - a.off) / (size_t)a.full_w, nt = n / (size_t)a.full_w;
+    for (int r = 0; r < t->n; r++) {
+        SEER_TRY(tp_bind(t, r));
+        for (size_t i = 0; i < nt; i++) {
+            const float *s = (const float *)a.base[r] + a.off + (t0 + i) * (size_t)a.w[r];
+            SEER_TRY(t->rank[r]->ops->download(t->rank[r], (float *)dst + i * a.full_w + a.col0[r], s,
+                                               (size_t)a.w[r] * sizeof(float)));
+        }
+    }
+    return SEER_OK;
+}
+
+/* ---- weights ----------------------------------------------------------------------------- */
+
+/* Rows or columns [*x0, *x0 + *nx) of a dimension of size dim held by rank r. */
+static seer_status split_range(const tp_be *t, int dim, seer_weight_split sp, const char *name,
+                               int r, int *x0, int *nx) {
+    const int unit = sp.unit > 0 ? sp.unit : 1;
+    if (dim % unit)
+        return seer_err(SEER_ERR_UNSUPPORTED, "tensor parallelism: %s's %d %s are not a whole number of units of %d",
+                        name, dim, sp.kind == SEER_SPLIT_COLS ? "columns" : "rows", unit);
+    const int U = dim / unit;
+    if (sp.kind == SEER_SPLIT_COLS && U < t->n)
+        return seer_err(SEER_ERR_UNSUPPORTED, "tensor parallelism: %s's %d units of %d columns do not divide over %d ranks",
+                        name, U, unit, t->n);
+    int u0, nu;
+    seer_tp_units(U, t->n, r, &u0, &nu);
+    *x0 = u0 * unit;
+    *nx = nu * unit;
+    return SEER_OK;
+}
+
+static seer_status tp_weight_load_split(seer_backend *be, const gguf_tensor *tt, seer_weights_kind how,
+                                        seer_weight_split sp, seer_weight *out) {
+    tp_be *t = tp_of(be);
+    memset(out, 0, sizeof *out);
+    if (tt->n_dims > 2)
+        return seer_err(SEER_ERR_UNSUPPORTED, "tensor parallelism: %s has %d dimensions", tt->name, tt->n_dims);
+    tp_weight *tw = calloc(1, sizeof *tw);
+    if (!tw)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    tw->split = sp;
+    const int cols = (int)tt->ne[0], rows = (int)tt->ne[1];
+    const int be_ = ggml_type_block_elems(tt->type), bb = ggml_type_block_bytes(tt->type);
+    seer_status s = be_ > 0 && cols % be_ == 0
+                        ? SEER_OK
+                        : seer_err(SEER_ERR_FORMAT, "tensor %s: %d columns of type %s", tt->name, cols,
+                                   ggml_type_name(tt->type));
+    const size_t row_bytes = be_ > 0 ? (size_t)cols / be_ * bb : 0;
+    for (int r = 0; r < t->n && s == SEER_OK; r++) {
+        gguf_tensor sub = *tt;
+        if (sp.kind == SEER_SPLIT_ROWS || sp.kind == SEER_SPLIT_VOCAB) {
+            s = split_range(t, rows, sp, tt->name, r, &tw->r0[r], &tw->nr[r]);
+            if (s != SEER_OK)
+                break;
+            sub.ne[1] = (uint64_t)tw->nr[r];
+            sub.data = (const char *)tt->data + (size_t)tw->r0[r] * row_bytes;
+            sub.offset = tt->offset + (uint64_t)tw->r0[r] * row_bytes;
+            sub.nbytes = (size_t)tw->nr[r] * row_bytes;
+        } else if (sp.kind == SEER_SPLIT_COLS) {
+            s = split_range(t, cols, sp, tt->name, r, &tw->r0[r], &tw->nr[r]);
+            if (s == SEER_OK && (tw->r0[r] % be_ || tw->nr[r] % be_))
+                s = seer_err(SEER_ERR_UNSUPPORTED, "tensor parallelism: %s's columns [%d, %d) split %s blocks of %d",
+                             tt->name, tw->r0[r], tw->r0[r] + tw->nr[r], ggml_type_name(tt->type), be_);
+            if (s != SEER_OK)
+                break;
+            const size_t cb = (size_t)tw->nr[r] / be_ * bb, c0 = (size_t)tw->r0[r] / be_ * bb;
+            char *h = malloc((size_t)rows * cb + 1);
+            if (!h) {
+                s = seer_err(SEER_ERR_OOM, "out of memory for a part of %s", tt->name);
+                break;
+            }
+            for (int i = 0; i < rows; i++)
+                memcpy(h + (size_t)i * cb, (const char *)tt->data + (size_t)i * row_bytes + c0, cb);
+            tw->host[r] = h;
+            sub.ne[0] = (uint64_t)tw->nr[r];
+            sub.data = h;
+            sub.nbytes = (size_t)rows * cb;
+        } else {
+            tw->r0[r] = 0;
+            tw->nr[r] = rows;
+        }
+        s = tp_bind(t, r);
+        if (s == SEER_OK)
+            s = t->rank[r]->ops->weight_load(t->rank[r], &sub, how, &tw->part[r]);
+        /* the copy stays only where the rank's part points into it (the CPU's f32 parts) */
+        if (s == SEER_OK && tw->host[r]) {
+            const char *d = tw->part[r].data, *h = tw->host[r];
+            if (!(d >= h && d < h + sub.nbytes)) {
+                free(tw->host[r]);
+                tw->host[r] = NULL;
+            }
+        }
+    }
+    if (s != SEER_OK) {
+        for (int r = 0; r < t->n; r++) {
+            if (tw->part[r].data) {
+                (void)tp_bind(t, r);
+                t->rank[r]->ops->weight_free(t->rank[r], &tw->part[r]);
+            }
+            free(tw->host[r]);
+        }
+        free(tw);
+        return s;
+    }
+    out->data = tw;
+    out->rows = rows;
+    out->cols = cols;
+    out->dtype = tw->part[0].dtype;
+    out->owned = true;
+    return SEER_OK;
+}
+
+static seer_status tp_weight_load(seer_backend *be, const gguf_tensor *tt, seer_weights_kind how,
+                                  seer_weight *out) {
+    return tp_weight_load_split(be, tt, how, (seer_weight_split){SEER_SPLIT_NONE, 1}, out);
+}
+
+static void tp_weight_free(seer_backend *be, seer_weight *w) {
+    tp_be *t = tp_of(be);
+    tp_weight *tw = w->data;
+    if (!tw)
+        return;
+    for (int r = 0; r < t->n; r++) {
+        if (tw->part[r].data) {
+            (void)tp_bind(t, r);
+            t->rank[r]->ops->weight_free(t->rank[r], &tw->part[r]);
+        }
+        free(tw->host[r]);
+    }
+    free(tw);
+    w->data = NULL;
+}
+
+static seer_status tp_weight_concat(seer_backend *be, seer_weight *parts, int n, bool interleave,
+                                    seer_weight *out) {
+    tp_be *t = tp_of(be);
+    memset(out, 0, sizeof *out);
+    if (n < 1 || n > SEER_WEIGHT_MAX_SEG)
+        return seer_err(SEER_ERR_INVALID_ARG, "weight_concat of %d parts", n);
+    tp_weight *pw[SEER_WEIGHT_MAX_SEG];
+    for (int j = 0; j < n; j++) {
+        pw[j] = parts[j].data;
+        if (!pw[j] || pw[j]->split.kind != pw[0]->split.kind || pw[j]->split.kind == SEER_SPLIT_COLS)
+            return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: parts divided differently");
+    }
+    tp_weight *tw = calloc(1, sizeof *tw);
+    if (!tw)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    tw->split = pw[0]->split;
+    seer_status s = SEER_OK;
+    for (int r = 0; r < t->n && s == SEER_OK; r++) {
+        seer_weight rp[SEER_WEIGHT_MAX_SEG];
+        for (int j = 0; j < n; j++) {
+            rp[j] = pw[j]->part[r];
+            tw->seg_r0[j][r] = pw[j]->r0[r];
+        }
+        tw->r0[r] = pw[0]->r0[r];
+        tw->nr[r] = pw[0]->nr[r];
+        s = tp_bind(t, r);
+        if (s == SEER_OK)
+            s = t->rank[r]->ops->weight_concat(t->rank[r], rp, n, interleave, &tw->part[r]);
+        if (s == SEER_OK)
+            for (int j = 0; j < n; j++)
+                pw[j]->part[r] = rp[j];
+    }
+    /* On failure past rank 0 the earlier ranks' parts are views of their joined weights: out
+     * keeps those, so that freeing the model frees each once. */
+    out->data = tw;
+    out->rows = 0;
+    for (int j = 0; j < n; j++) {
+        out->rows += parts[j].rows;
+        out->seg_rows[j] = parts[j].rows;
+    }
+    out->cols = parts[0].cols;
+    out->dtype = tw->part[0].dtype;
+    out->owned = true;
+    out->n_seg = n;
+    out->interleaved = interleave;
+    if (s != SEER_OK)
+        return s;
+    /* a part whose ranks kept no data is usable through out alone */
+    for (int j = 0; j < n; j++)
+        if (!pw[j]->part[0].data) {
+            free(pw[j]);
+            parts[j].data = NULL;
+        }
+    return SEER_OK;
+}
+
+static seer_status tp_weight_random_split(seer_backend *be, int rows, int cols, uint64_t seed,
+                                          float scale, seer_weight_split sp, seer_weight *out) {
+    tp_be *t = tp_of(be);
+    memset(out, 0, sizeof *out);
+    tp_weight *tw = calloc(1, sizeof *tw);
+    if (!tw)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    tw->split = sp;
+    seer_status s = SEER_OK;
+    for (int r = 0; r < t->n && s == SEER_OK; r++) {
+        int pr = rows, pc = cols;
+        uint64_t sd = seed;
+        if (sp.kind == SEER_SPLIT_NONE) {
+            tw->nr[r] = rows;
+        } else {
+            s = split_range(t, sp.kind == SEER_SPLIT_COLS ? cols : rows, sp, "a random weight", r,
+                            &tw->r0[r], &tw->nr[r]);
+            if (sp.kind == SEER_SPLIT_COLS)
+                pc = tw->nr[r];
+            else
+                pr = tw->nr[r];
+            sd = seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(r + 1));
+        }
+        if (s == SEER_OK)
+            s = tp_bind(t, r);
+        if (s == SEER_OK)
+            s = t->rank[r]->ops->weight_random(t->rank[r], pr, pc, sd, scale, &tw->part[r]);
+    }
+    if (s != SEER_OK) {
+        seer_weight w = {.data = tw};
+        tp_weight_free(be, &w);
+        return s;
+    }
+    out->data = tw;
+    out->rows = rows;
+    out->cols = cols;
+    out->dtype = tw->part[0].dtype;
+    out->owned = true;
+    return SEER_OK;
+}
+
+static seer_status tp_weight_random(seer_backend *be, int rows, int cols, uint64_t seed, float scale,
+                                    seer_weight *out) {
+    return tp_weight_random_split(be, rows, cols, seed, scale, (seer_weight_split){SEER_SPLIT_NONE, 1}, out);
+}
+
+/* ---- KV storage -------------------------------------------------------------------------- */
+
+seer_kv_geom tp_geom(const tp_be *t, const seer_kv_geom *g, int r) {
+    seer_kv_geom l = *g;
+    int h0;
+    seer_tp_units(g->n_kv_heads, t->n, r, &h0, &l.n_kv_heads);
+    return l;
+}
+
+static seer_status tp_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = calloc(1, sizeof *k);
+    if (!k)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    seer_status s = SEER_OK;
+    for (int r = 0; r < t->n && s == SEER_OK; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        s = tp_bind(t, r);
+        if (s == SEER_OK)
+            s = t->rank[r]->ops->kv_alloc(t->rank[r], &l, &k->kv[r]);
+    }
+    if (s != SEER_OK) {
+        for (int r = 0; r < t->n; r++)
+            if (k->kv[r]) {
+                (void)tp_bind(t, r);
+                t->rank[r]->ops->kv_free(t->rank[r], k->kv[r]);
+            }
+        free(k);
+        return s;
+    }
+    *out = k;
+    return SEER_OK;
+}
+
+static void tp_kv_free(seer_backend *be, void *kv) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    if (!k)
+        return;
+    for (int r = 0; r < t->n; r++)
+        if (k->kv[r]) {
+            (void)tp_bind(t, r);
+            t->rank[r]->ops->kv_free(t->rank[r], k->kv[r]);
+        }
+    free(k);
+}
+
+static seer_status tp_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom *g, int n_pages,
+                                 int *n_committed) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    int least = 0;
+    for (int r = 0; r < t->n; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        int c = 0;
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->kv_reserve(t->rank[r], k->kv[r], &l, n_pages, &c));
+        least = r == 0 || c < least ? c : least;
+    }
+    *n_committed = least;
+    return SEER_OK;
+}
+
+static seer_status tp_kv_mem_available(seer_backend *be, uint64_t *bytes) {
+    tp_be *t = tp_of(be);
+    uint64_t least = UINT64_MAX;
+    for (int r = 0; r < t->n; r++) {
+        uint64_t b = 0;
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->kv_mem_available(t->rank[r], &b));
+        least = b < least ? b : least;
+    }
+    /* each rank holds about 1/n of every page (less where key/value heads are replicated:
+     * then the pool's own reservation is what refuses) */
+    *bytes = least * (uint64_t)t->n;
+    return SEER_OK;
+}
+
+static seer_status tp_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                    const seer_kv_copy *copies, int n) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    for (int r = 0; r < t->n; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->kv_copy_pages(t->rank[r], k->kv[r], &l, copies, n));
+    }
+    return SEER_OK;
+}
+
+static seer_status tp_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                   const int32_t *sp, const int32_t *sr, const int32_t *dp,
+                                   const int32_t *dr, int n) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    SEER_TRY(seer_kv_move_check(g, sp, sr, dp, dr, n));
+    for (int r = 0; r < t->n; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->kv_move_rows(t->rank[r], k->kv[r], &l, sp, sr, dp, dr, n));
+    }
+    return SEER_OK;
+}
+
+static seer_status tp_kv_read(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer,
+                              int which, const int32_t *page, const int32_t *row, int n, float *out) {
+    tp_be *t = tp_of(be);
+    const tp_kv *k = kv;
+    const int Dh = g->head_dim, W = g->n_kv_heads * Dh;
+    float *tmp = seer_malloc_array((size_t)n * W + 1, sizeof *tmp);
+    if (!tmp)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    seer_status s = SEER_OK;
+    for (int r = 0; r < t->n && s == SEER_OK; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        int h0, nh;
+        seer_tp_units(g->n_kv_heads, t->n, r, &h0, &nh);
+        s = tp_bind(t, r);
+        if (s == SEER_OK)
+            s = t->rank[r]->ops->kv_read(t->rank[r], k->kv[r], &l, layer, which, page, row, n, tmp);
+        for (int i = 0; i < n && s == SEER_OK; i++)
+            memcpy(out + (size_t)i * W + (size_t)h0 * Dh, tmp + (size_t)i * nh * Dh, (size_t)nh * Dh * sizeof(float));
+    }
+    free(tmp);
+    return s;
+}
+
+static seer_status tp_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g, int layer,
+                               const float *kk, const float *v, const int32_t *page,
+                               const int32_t *row, int T) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    for (int r = 0; r < t->n; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->kv_store(t->rank[r], k->kv[r], &l, layer, tp_ptr(t, kk, r),
+                                            tp_ptr(t, v, r), page, row, T));
+    }
+    return SEER_OK;
+}
+
+static seer_status tp_kv_fill_random(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                     const int32_t *pages, int n_pages, int row0, int n,
+                                     uint64_t seed, float scale) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    SEER_TRY(seer_kv_fill_check(g, pages, n_pages, row0, n));
+    for (int r = 0; r < t->n; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        SEER_TRY(tp_bind(t, r));
+        /* each rank's heads from a seed of its own: random KV of the same statistics */
+        SEER_TRY(t->rank[r]->ops->kv_fill_random(t->rank[r], k->kv[r], &l, pages, n_pages, row0, n,
+                                                 seed ^ (0xbf58476d1ce4e5b9ull * (uint64_t)(r + 1)), scale));
+    }
+    return SEER_OK;
+}
+
+/* ---- the per-rank attention batch --------------------------------------------------------- */
+
+seer_status tp_batch(tp_be *t, const seer_attn_batch *ab) {
+    if (t->ab_key == ab)
+        return SEER_OK;
+    tp_batch_clear(t);
+    const int H = ab->n_heads, Hkv = ab->n_kv_heads;
+    if (!seer_tp_heads_divide(H, Hkv, t->n))
+        return seer_err(SEER_ERR_UNSUPPORTED, "tensor parallelism: %d heads with %d key/value heads do not divide over %d ranks",
+                        H, Hkv, t->n);
+    for (int r = 0; r < t->n; r++) {
+        seer_attn_batch *b = &t->ab_r[r];
+        *b = *ab;
+        int q0, kv0;
+        seer_tp_units(H, t->n, r, &q0, &b->n_heads);
+        seer_tp_units(Hkv, t->n, r, &kv0, &b->n_kv_heads);
+        if (!ab->seq_view)
+            continue;
+        /* views with a list per key/value head keep the rank's heads' lists */
+        size_t n_idx = 0;
+        for (int s = 0; s < ab->n_seq; s++) {
+            const seer_attn_view *v = ab->seq_view[s];
+            if (v && v->n_heads_view > 1)
+                n_idx += (size_t)v->n_layers_view * b->n_kv_heads * v->n;
+        }
+        t->seq_view_r[r] = calloc((size_t)ab->n_seq + 1, sizeof *t->seq_view_r[r]);
+        t->views_r[r] = calloc((size_t)ab->n_seq + 1, sizeof *t->views_r[r]);
+        t->view_idx_r[r] = malloc((n_idx + 1) * sizeof *t->view_idx_r[r]);
+        if (!t->seq_view_r[r] || !t->views_r[r] || !t->view_idx_r[r]) {
+            tp_batch_clear(t);
+            return seer_err(SEER_ERR_OOM, "out of memory");
+        }
+        int32_t *idx = t->view_idx_r[r];
+        for (int s = 0; s < ab->n_seq; s++) {
+            const seer_attn_view *v = ab->seq_view[s];
+            if (!v || v->n_heads_view <= 1) {
+                t->seq_view_r[r][s] = v;
+                continue;
+            }
+            seer_attn_view *lv = &t->views_r[r][s];
+            *lv = *v;
+            lv->idx = idx;
+            lv->n_heads_view = b->n_kv_heads;
+            for (int l = 0; l < v->n_layers_view; l++)
+                for (int h = 0; h < b->n_kv_heads; h++) {
+                    memcpy(idx, v->idx + ((size_t)l * v->n_heads_view + kv0 + h) * v->n, (size_t)v->n * sizeof *idx);
+                    idx += v->n;
+                }
+            t->seq_view_r[r][s] = lv;
+        }
+        b->seq_view = t->seq_view_r[r];
+    }
+    t->ab_key = ab;
+    return SEER_OK;
+}
+
+static seer_status tp_batch_begin(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
+                                  const int32_t *pos, const int32_t *page, const int32_t *row,
+                                  const int32_t *out_rows, int n_out) {
+    tp_be *t = tp_of(be);
+    t->ab_key = NULL; /* a new batch, even at the same address */
+    SEER_TRY(tp_batch(t, ab));
+    for (int r = 0; r < t->n; r++) {
+        seer_backend *b = t->rank[r];
+        if (!b->ops->batch_begin)
+            continue;
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(b->ops->batch_begin(b, &t->ab_r[r], tokens, pos, page, row, out_rows, n_out));
+    }
+    return SEER_OK;
+}
+
+/* ---- graphs (one rank: its recordings carry the collectives) --------------------------------- */
+
+static seer_status tp_forward_begin(seer_backend *be, const void *key, int T_cap, int *T, int *n_out,
+                                    bool *done) {
+    tp_be *t = tp_of(be);
+    return t->rank[0]->ops->forward_begin(t->rank[0], key, T_cap, T, n_out, done);
+}
+
+static seer_status tp_forward_end(seer_backend *be, seer_status s, bool *redo) {
+    tp_be *t = tp_of(be);
+    return t->rank[0]->ops->forward_end(t->rank[0], s, redo);
+}
+
+/* ---- the rest ---------------------------------------------------------------------------- */
+
+static seer_status tp_copy_bandwidth(seer_backend *be, double *bps) {
+    tp_be *t = tp_of(be);
+    SEER_TRY(tp_bind(t, 0));
+    return t->rank[0]->ops->copy_bandwidth(t->rank[0], bps);
+}
+
+static seer_status tp_sync(seer_backend *be) {
+    tp_be *t = tp_of(be);
+    for (int r = 0; r < t->n; r++) {
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->sync(t->rank[r]));
+    }
+    return SEER_OK;
+}
+
+static seer_status tp_new(int n, tp_shared *sh, seer_backend *const *ranks, seer_backend **out) {
+    *out = NULL;
+    seer_backend *be = calloc(1, sizeof *be);
+    tp_be *t = calloc(1, sizeof *t);
+    if (!be || !t) {
+        free(be);
+        free(t);
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    }
+    t->n = n;
+    t->sh = sh;
+    t->owns_ranks = true;
+    memcpy(t->rank, ranks, (size_t)n * sizeof *ranks);
+    const seer_backend_ops *in = ranks[0]->ops;
+    seer_backend_ops *o = &t->ops;
+    snprintf(t->name, sizeof t->name, "%s x%d", in->name, n);
+    o->name = t->name;
+    o->invariant_max_tokens = in->invariant_max_tokens;
+    o->kv_elem_bytes = in->kv_elem_bytes;
+    o->free = tp_free;
+    o->exec_clone = tp_exec_clone;
+    o->alloc = tp_alloc_op;
+    o->dealloc = tp_dealloc;
+    o->upload = tp_upload;
+    o->download = tp_download;
+    o->weight_load = tp_weight_load;
+    o->weight_load_split = tp_weight_load_split;
+    o->weight_free = tp_weight_free;
+    o->weight_concat = in->weight_concat ? tp_weight_concat : NULL;
+    o->kv_alloc = tp_kv_alloc;
+    o->kv_reserve = tp_kv_reserve;
+    o->kv_mem_available = in->kv_mem_available ? tp_kv_mem_available : NULL;
+    o->kv_free = tp_kv_free;
+    o->kv_copy_pages = tp_kv_copy_pages;
+    o->kv_move_rows = tp_kv_move_rows;
+    o->kv_read = tp_kv_read;
+    o->kv_store = tp_kv_store;
+    o->batch_begin = tp_batch_begin;
+    /* Recordings replay one rank's calls: with several, a recording that failed on one rank
+     * while another's launched would leave that one's collectives waiting. */
+    if (n == 1 && in->forward_begin && in->forward_end) {
+        o->forward_begin = tp_forward_begin;
+        o->forward_end = tp_forward_end;
+    }
+    o->weight_random = in->weight_random ? tp_weight_random : NULL;
+    o->weight_random_split = in->weight_random ? tp_weight_random_split : NULL;
+    o->kv_fill_random = in->kv_fill_random ? tp_kv_fill_random : NULL;
+    o->copy_bandwidth = in->copy_bandwidth ? tp_copy_bandwidth : NULL;
+    o->sync = in->sync ? tp_sync : NULL;
+    tp_fill_compute_ops(o, in, n);
+    be->ops = o;
+    be->impl = t;
+    *out = be;
+    return SEER_OK;
+}
+
+seer_status seer_backend_tp_init(seer_backend *const *ranks, int n, seer_backend **out) {
+    *out = NULL;
+    seer_status s = SEER_OK;
+    if (n < 1 || n > SEER_TP_MAX)
+        s = seer_err(SEER_ERR_INVALID_ARG, "tensor parallelism over %d ranks (1 to %d)", n, SEER_TP_MAX);
+    for (int r = 0; r < n && s == SEER_OK; r++)
+        if (!ranks[r] || ranks[r]->ops != ranks[0]->ops)
+            s = seer_err(SEER_ERR_INVALID_ARG, "tensor parallelism: the ranks are not instances of one backend");
+    tp_shared *sh = s == SEER_OK ? calloc(1, sizeof *sh) : NULL;
+    if (s == SEER_OK && !sh)
+        s = seer_err(SEER_ERR_OOM, "out of memory");
+    if (s == SEER_OK && pthread_mutex_init(&sh->mu, NULL) != 0) {
+        free(sh);
+        sh = NULL;
+        s = seer_err(SEER_ERR_OOM, "cannot create a mutex");
+    }
+    if (s == SEER_OK) {
+        sh->refs = 1;
+        s = tp_new(n, sh, ranks, out);
+        if (s == SEER_OK)
+            return SEER_OK;
+        pthread_mutex_destroy(&sh->mu);
+        free(sh);
+    }
+    for (int r = 0; r < n && r < SEER_TP_MAX; r++)
+        if (ranks[r])
+            ranks[r]->ops->free(ranks[r]);
+    return s;
+}

@@ -1,0 +1,109 @@
+/*
+ * tp_internal.h: what tp_backend.c (instances, memory, weights, KV) and tp_ops.c (the
+ * compute ops) share.
+ *
+ * Memory: every allocation exists on every rank with the same size. The caller holds rank
+ * 0's pointer; an interval table maps any pointer into an allocation to the same offset in
+ * another rank's copy. Each allocation also records what its copies hold:
+ *   REPL  every rank holds the same values (activations of dimension D, norms, biases);
+ *   SHARD rows of a wider tensor [rows][full_w], rank r holding columns
+ *         [col0[r], col0[r] + w[r]) as [rows][w[r]] from element off (q, attention output,
+ *         the FFN's hidden activations, logits divided by vocabulary);
+ *   ROOT  only rank 0's copy is current (what sampling wrote).
+ */
+#ifndef SEER_PARALLEL_TP_INTERNAL_H
+#define SEER_PARALLEL_TP_INTERNAL_H
+
+#include "parallel/comm.h"
+#include "parallel/tp.h"
+
+#include <pthread.h>
+
+typedef enum { TP_REPL = 0, TP_SHARD, TP_ROOT } tp_state;
+
+typedef struct {
+    char *base0; /* rank 0's copy: the key */
+    size_t bytes;
+    char *base[SEER_TP_MAX];
+    tp_state state;
+    /* SHARD */
+    size_t off;  /* element where row 0 starts */
+    int rows, full_w;
+    int col0[SEER_TP_MAX], w[SEER_TP_MAX];
+    bool vocab;  /* logits: may be gathered whole into rank 0's copy (nothing reads the parts
+                  * after) */
+} tp_alloc;
+
+/* The allocation table, shared by a model's instance and its contexts' clones. */
+typedef struct {
+    pthread_mutex_t mu;
+    int refs;
+    tp_alloc *a; /* sorted by base0 */
+    int n_a, cap;
+} tp_shared;
+
+/* A weight as the tensor-parallel backend holds it (seer_weight.data). */
+typedef struct {
+    seer_weight_split split;
+    seer_weight part[SEER_TP_MAX];
+    int r0[SEER_TP_MAX], nr[SEER_TP_MAX]; /* rows (ROWS, VOCAB) or columns (COLS) of the undivided weight */
+    int seg_r0[SEER_WEIGHT_MAX_SEG][SEER_TP_MAX]; /* a concatenation: each segment's first row */
+    void *host[SEER_TP_MAX]; /* column copies a rank's part may point into */
+} tp_weight;
+
+/* The KV storage: one per rank, each over the rank's key/value heads. */
+typedef struct {
+    void *kv[SEER_TP_MAX];
+} tp_kv;
+
+typedef struct {
+    int n;
+    seer_backend *rank[SEER_TP_MAX];
+    bool owns_ranks;
+    seer_backend_ops ops;
+    char name[48];
+    tp_shared *sh;
+    seer_comm *comm;
+    /* the per-rank attention batches of the current forward call (batch_begin) */
+    const seer_attn_batch *ab_key;
+    seer_attn_batch ab_r[SEER_TP_MAX];
+    const seer_attn_view **seq_view_r[SEER_TP_MAX];
+    seer_attn_view *views_r[SEER_TP_MAX];
+    int32_t *view_idx_r[SEER_TP_MAX];
+    /* argmax_rows' per-rank maxima */
+    float *amax[SEER_TP_MAX];
+    int amax_cap;
+    int32_t *amax_rows;
+} tp_be;
+
+static inline tp_be *tp_of(seer_backend *be) { return (tp_be *)be->impl; }
+
+/* Makes rank r's device current (several devices driven from one thread). */
+seer_status tp_bind(tp_be *t, int r);
+/* p (rank 0's memory, NULL allowed) as rank r's pointer; NULL for memory the table lacks. */
+void *tp_ptr(tp_be *t, const void *p, int r);
+/* The allocation holding p, copied out (false: none). */
+bool tp_lookup(tp_be *t, const void *p, tp_alloc *out);
+void tp_set_repl(tp_be *t, const void *p);
+void tp_set_root(tp_be *t, const void *p);
+/* p holds rows of [rows][full_w] from its own offset, rank r columns [col0[r], + w[r]); a
+ * division that leaves rank 0 everything is REPL. */
+void tp_set_shard(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w);
+/* ... of logits divided by vocabulary */
+void tp_set_vocab(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w);
+/* Makes rank 0's copy of the allocation holding p whole (gathers divided logits; other
+ * divided tensors are an error: their parts are still to be read). */
+seer_status tp_make_root(tp_be *t, const void *p);
+/* The ranks' communicator, made on first use. */
+seer_status tp_comm(tp_be *t, seer_comm **out);
+/* Sums bufs (T rows of width cols, p's copies) across the ranks. */
+seer_status tp_all_reduce(tp_be *t, float *p, int T, int cols);
+/* The per-rank attention batches of ab (built once per batch). */
+seer_status tp_batch(tp_be *t, const seer_attn_batch *ab);
+/* The KV geometry of rank r: its key/value heads. */
+seer_kv_geom tp_geom(const tp_be *t, const seer_kv_geom *g, int r);
+
+/* tp_ops.c: fills the compute ops of the table from the ranks' (those they lack stay NULL). */
+void tp_fill_compute_ops(seer_backend_ops *o, const seer_backend_ops *in, int n);
+
+#endif

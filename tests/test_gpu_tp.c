@@ -1,0 +1,188 @@
+/*
+ * test_gpu_tp.c: tensor parallelism on a GPU (skipped without one): NCCL's communicator of one
+ * rank against its definition; the model divided over one rank, through that communicator,
+ * bit-identical to plain CUDA decoding (logits, greedy output, greedy speculation); a missing
+ * NCCL is a clear error that leaves the sequence as it was. More ranks need more GPUs than
+ * one machine here has; their arithmetic is test_tp.c's, on the CPU.
+ */
+#include "testutil.h"
+
+#include "backend/backend.h"
+#include "parallel/comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef SEER_HAVE_CUDA
+static seer_model *load(const char *path, seer_backend_kind kind, int tp) {
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = kind;
+    mp.tp = tp;
+    seer_model *m = NULL;
+    seer_status s = seer_model_load(path, mp, &m);
+    if (s != SEER_OK)
+        fail_msg("loading %s with tp %d: %s", path, tp, seer_last_error());
+    return m;
+}
+
+/* Logits [n][V] of every position of a prompt in one call. */
+static void prefill(seer_model *m, const int32_t *tok, int n, float *logits) {
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_batch_max = 128;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_seq_id sq;
+    ASSERT_OK(seer_seq_new(c, &sq));
+    seer_seq_id seqs[128];
+    int32_t pos[128];
+    uint8_t want[128];
+    for (int i = 0; i < n; i++) {
+        seqs[i] = sq;
+        pos[i] = i;
+        want[i] = 1;
+    }
+    seer_batch b = {.n_tokens = n, .token = tok, .seq = seqs, .pos = pos, .logits = want};
+    ASSERT_OK(seer_decode(c, &b, logits));
+    seer_context_free(c);
+}
+
+static seer_spec_params spec_of(seer_spec_kind k, int gamma, int budget) {
+    seer_spec_params sp = seer_spec_default_params();
+    sp.kind = k;
+    sp.gamma = gamma;
+    sp.budget = budget;
+    sp.sinks = 4;
+    sp.chunk = 4;
+    sp.snap_window = 4;
+    sp.refresh_every = 3;
+    return sp;
+}
+
+static void test_gpu_nccl_one_rank(void **state) {
+    (void)state;
+    if (!seer_backend_cuda_available()) {
+        skip();
+        return;
+    }
+    seer_backend *be = NULL;
+    ASSERT_OK(seer_backend_cuda_init(0, &be));
+    seer_comm *c = NULL;
+    if (be->ops->comm_init(&be, 1, &c) != SEER_OK)
+        fail_msg("NCCL: %s", seer_last_error());
+    enum { C = 1000, ROWS = 3 };
+    float h[C], back[C];
+    uint64_t rs = 3;
+    tu_fill_random(h, C, &rs);
+    float *d = NULL;
+    ASSERT_OK(be->ops->alloc(be, sizeof h, (void **)&d));
+    for (int ordered = 0; ordered < 2; ordered++) {
+        ASSERT_OK(be->ops->upload(be, d, h, sizeof h));
+        ASSERT_OK(c->all_reduce(c, &d, C, ordered));
+        memset(back, 0xff, sizeof back);
+        ASSERT_OK(be->ops->download(be, back, d, sizeof back));
+        assert_memory_equal(back, h, sizeof h); /* the sum over one rank */
+    }
+    /* rows of 4 widened in place to rows of 10 */
+    ASSERT_OK(be->ops->upload(be, d, h, sizeof h));
+    const int col0 = 0, nc = 4;
+    const float *src = d;
+    ASSERT_OK(c->gather_cols(c, d, 10, ROWS, &src, &col0, &nc));
+    ASSERT_OK(be->ops->download(be, back, d, sizeof back));
+    for (int t = 0; t < ROWS; t++)
+        assert_memory_equal(back + t * 10, h + t * 4, 4 * sizeof(float));
+    c->free(c);
+    be->ops->dealloc(be, d);
+    be->ops->free(be);
+}
+
+static void test_gpu_tp1_identical(void **state) {
+    (void)state;
+    if (!seer_backend_cuda_available()) {
+        skip();
+        return;
+    }
+    const char *path = tu_shared_path("models/stories260K.gguf");
+    seer_model *ref = load(path, SEER_BACKEND_CUDA, 0), *m = load(path, SEER_BACKEND_CUDA, 1);
+    seer_model_info in;
+    seer_model_get_info(ref, &in);
+    const int V = in.n_vocab, n = 40;
+    int32_t tok[40];
+    uint64_t rs = 21;
+    for (int i = 0; i < n; i++)
+        tok[i] = (int32_t)(tu_rand_u64(&rs) % (uint64_t)V);
+    float *want = malloc(sizeof(float) * n * V), *got = malloc(sizeof(float) * n * V);
+    prefill(ref, tok, n, want);
+    memset(got, 0xff, sizeof(float) * n * V);
+    prefill(m, tok, n, got);
+    assert_memory_equal(got, want, sizeof(float) * n * V);
+    free(want);
+    free(got);
+    /* greedy, plain and speculative, through the communicator of one rank */
+    int32_t prompts[5][64];
+    int plen[5];
+    tu_output gold[5], plain[3], base[3], got3[3];
+    tu_read_golden(prompts, plen, gold);
+    tu_gen_ctx cx = {.n_ctx = 512, .page_size = 16, .n_batch_max = 128};
+    tu_gen_run(ref, seer_spec_default_params(), prompts[0], 64, plen, 3, 100, tu_greedy(), cx, base, NULL);
+    tu_gen_run(m, seer_spec_default_params(), prompts[0], 64, plen, 3, 100, tu_greedy(), cx, plain, NULL);
+    for (int i = 0; i < 3; i++)
+        tu_assert_same(&plain[i], &base[i], "cuda tp 1 greedy");
+    const seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV};
+    for (size_t d = 0; d < 3; d++) {
+        tu_gen_run(m, spec_of(kinds[d], 4, 32), prompts[0], 64, plen, 3, 100, tu_greedy(), cx, got3, NULL);
+        for (int i = 0; i < 3; i++)
+            tu_assert_same(&got3[i], &plain[i], seer_spec_kind_name(kinds[d]));
+    }
+    seer_model_free(m);
+    seer_model_free(ref);
+}
+
+static void test_gpu_nccl_missing(void **state) {
+    (void)state;
+    if (!seer_backend_cuda_available()) {
+        skip();
+        return;
+    }
+    const char *old = getenv("SEER_NCCL_LIB");
+    char *keep = old ? strdup(old) : NULL;
+    setenv("SEER_NCCL_LIB", "/nonexistent/libnccl.so.2", 1);
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CUDA, 1);
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 64;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_seq_id sq;
+    ASSERT_OK(seer_seq_new(c, &sq));
+    const int32_t tok[2] = {1, 5};
+    const seer_seq_id seqs[2] = {sq, sq};
+    const int32_t pos[2] = {0, 1};
+    seer_batch b = {.n_tokens = 2, .token = tok, .seq = seqs, .pos = pos};
+    assert_int_not_equal(seer_decode(c, &b, NULL), SEER_OK);
+    assert_non_null(strstr(seer_last_error(), "NCCL"));
+    assert_int_equal(seer_seq_len(c, sq), 0);
+    seer_context_free(c);
+    seer_model_free(m);
+    if (keep) {
+        setenv("SEER_NCCL_LIB", keep, 1);
+        free(keep);
+    } else {
+        unsetenv("SEER_NCCL_LIB");
+    }
+}
+#else
+static void test_gpu_nccl_missing(void **state) { skip(); }
+static void test_gpu_nccl_one_rank(void **state) { skip(); }
+static void test_gpu_tp1_identical(void **state) { skip(); }
+#endif
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        /* first: once NCCL is loaded the process keeps it, and SEER_NCCL_LIB is not read again */
+        cmocka_unit_test(test_gpu_nccl_missing),
+        cmocka_unit_test(test_gpu_nccl_one_rank),
+        cmocka_unit_test(test_gpu_tp1_identical),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

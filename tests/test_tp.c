@@ -1,0 +1,285 @@
+/*
+ * test_tp.c: tensor parallelism (src/parallel/). On the CPU, N ranks in one process: the
+ * collectives against their definition; the logits of the tiny real model and of a qwen2-shaped
+ * model with biases at N = 1, 2, 4, 8 against undivided decoding (N = 1 bit-identical, others
+ * within the float reordering of the sums, stated below), the captured queries likewise; greedy
+ * output at N = 2 and 4 equal to the reference program's ids, and greedy speculation on vs off
+ * bit-identical at the same N with every drafter; sampling; divisions refused with a clear
+ * error. The GPU's side is test_gpu_tp.c.
+ */
+#include "testutil.h"
+
+#include "backend/backend.h"
+#include "parallel/comm.h"
+#include "parallel/tp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+/* The logits of N ranks against undivided decoding: the sums of the attention output and the
+ * FFN take their partials in another order, so a logit moves by a few f32 roundings of the
+ * residual stream's magnitude. */
+#define TP_REL_TOL 2e-5
+
+static seer_model *load(const char *path, seer_backend_kind kind, int tp) {
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = kind;
+    mp.n_threads = 2;
+    mp.tp = tp;
+    seer_model *m = NULL;
+    seer_status s = seer_model_load(path, mp, &m);
+    if (s != SEER_OK)
+        fail_msg("loading %s with tp %d: %s", path, tp, seer_last_error());
+    return m;
+}
+
+/* Logits [n][V] of every position of a prompt in one call, and the queries of positions
+ * flagged in cap (host [n_layers][n_cap][H*Dh]) when q is not NULL. */
+static void prefill(seer_model *m, const int32_t *tok, int n, float *logits, const uint8_t *cap, float *q) {
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_batch_max = 128;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_seq_id sq;
+    ASSERT_OK(seer_seq_new(c, &sq));
+    seer_seq_id seqs[128];
+    int32_t pos[128];
+    uint8_t want[128];
+    for (int i = 0; i < n; i++) {
+        seqs[i] = sq;
+        pos[i] = i;
+        want[i] = 1;
+    }
+    seer_batch b = {.n_tokens = n, .token = tok, .seq = seqs, .pos = pos, .logits = want,
+                    .capture = q ? cap : NULL, .queries = q};
+    ASSERT_OK(seer_decode(c, &b, logits));
+    seer_context_free(c);
+}
+
+static void tokens_of(int32_t *tok, int n, int V, uint64_t seed) {
+    for (int i = 0; i < n; i++)
+        tok[i] = (int32_t)(tu_rand_u64(&seed) % (uint64_t)V);
+}
+
+/* ---- the collectives ---------------------------------------------------------------------- */
+
+static void test_local_comm(void **state) {
+    (void)state;
+    enum { N = 3, C = 37, ROWS = 4 };
+    seer_backend *be[N];
+    for (int r = 0; r < N; r++)
+        ASSERT_OK(seer_backend_cpu_init(1, &be[r]));
+    seer_comm *c = NULL;
+    ASSERT_OK(be[0]->ops->comm_init(be, N, &c));
+    uint64_t rs = 7;
+    for (int ordered = 0; ordered < 2; ordered++) {
+        float buf[N][C], want[C];
+        float *bufs[N];
+        for (int r = 0; r < N; r++) {
+            tu_fill_random(buf[r], C, &rs);
+            bufs[r] = buf[r];
+        }
+        for (int i = 0; i < C; i++)
+            want[i] = (buf[0][i] + buf[1][i]) + buf[2][i];
+        ASSERT_OK(c->all_reduce(c, bufs, C, ordered));
+        for (int r = 0; r < N; r++)
+            assert_memory_equal(buf[r], want, sizeof want);
+    }
+    /* three ranks' columns into rows of 9, rank 0's block widened in place */
+    const int col0[N] = {0, 2, 6}, nc[N] = {2, 4, 3};
+    float dst[ROWS * 9], p1[ROWS * 4], p2[ROWS * 3], want[ROWS * 9];
+    tu_fill_random(dst, ROWS * 2, &rs);
+    tu_fill_random(p1, ROWS * 4, &rs);
+    tu_fill_random(p2, ROWS * 3, &rs);
+    for (int t = 0; t < ROWS; t++) {
+        memcpy(want + t * 9, dst + t * 2, 2 * sizeof(float));
+        memcpy(want + t * 9 + 2, p1 + t * 4, 4 * sizeof(float));
+        memcpy(want + t * 9 + 6, p2 + t * 3, 3 * sizeof(float));
+    }
+    const float *src[N] = {dst, p1, p2};
+    ASSERT_OK(c->gather_cols(c, dst, 9, ROWS, src, col0, nc));
+    assert_memory_equal(dst, want, sizeof want);
+    c->free(c);
+    for (int r = 0; r < N; r++)
+        be[r]->ops->free(be[r]);
+}
+
+/* ---- logits against undivided decoding (CPU) ------------------------------------------------ */
+
+static void compare_logits(const char *path, const int *tps, int n_tp, const char *what) {
+    seer_model *ref = load(path, SEER_BACKEND_CPU, 0);
+    seer_model_info in;
+    seer_model_get_info(ref, &in);
+    const int V = in.n_vocab, n = 24, qd = in.n_heads * in.head_dim;
+    int32_t tok[24];
+    tokens_of(tok, n, V, 11);
+    uint8_t cap[24] = {0};
+    cap[3] = cap[17] = 1;
+    float *want = malloc(sizeof(float) * n * V), *got = malloc(sizeof(float) * n * V);
+    float *qw = malloc(sizeof(float) * in.n_layers * 2 * qd), *qg = malloc(sizeof(float) * in.n_layers * 2 * qd);
+    prefill(ref, tok, n, want, cap, qw);
+    for (int k = 0; k < n_tp; k++) {
+        seer_model *m = load(path, SEER_BACKEND_CPU, tps[k]);
+        memset(got, 0xff, sizeof(float) * n * V); /* poisoned: every logit must be written */
+        memset(qg, 0xff, sizeof(float) * in.n_layers * 2 * qd);
+        prefill(m, tok, n, got, cap, qg);
+        double e = tu_rel_err(got, want, (size_t)n * V), eq = tu_rel_err(qg, qw, (size_t)in.n_layers * 2 * qd);
+        printf("tp: %s tp %d: logits rel err %.2e, queries %.2e\n", what, tps[k], e, eq);
+        if (tps[k] == 1) {
+            assert_memory_equal(got, want, sizeof(float) * n * V);
+            assert_memory_equal(qg, qw, sizeof(float) * in.n_layers * 2 * qd);
+        }
+        if (!(e <= TP_REL_TOL) || !(eq <= TP_REL_TOL))
+            fail_msg("%s tp %d: logits off by %.3g, queries by %.3g (tolerance %g)", what, tps[k], e, eq, TP_REL_TOL);
+        seer_model_free(m);
+    }
+    free(want);
+    free(got);
+    free(qw);
+    free(qg);
+    seer_model_free(ref);
+}
+
+static void test_logits_stories(void **state) {
+    (void)state;
+    /* 8 heads, 4 key/value heads: 2 and 4 ranks divide both, 8 replicate each key/value head
+     * on two ranks; the FFN's 172 columns divide unevenly over 8 */
+    const int tps[] = {1, 2, 4, 8};
+    compare_logits(tu_shared_path("models/stories260K.gguf"), tps, 4, "stories260K");
+}
+
+static void test_logits_qwen2(void **state) {
+    (void)state;
+    const char *path = tu_tmp_path("tp-qwen2.gguf");
+    seer_gen_params p = seer_gen_default_params();
+    p.arch = "qwen2";
+    p.n_vocab = 300;
+    p.dim = 64;
+    p.n_layers = 2;
+    p.n_heads = 4;
+    p.n_kv_heads = 2;
+    p.ffn_dim = 96;
+    p.ctx = 512;
+    p.seed = 5;
+    p.scale = 0.2f;
+    ASSERT_OK(seer_gen_model(&p, path));
+    const int tps[] = {1, 2, 4};
+    compare_logits(path, tps, 3, "qwen2 (biases, separate LM head)");
+}
+
+/* ---- generation (CPU) -------------------------------------------------------------------- */
+
+static seer_spec_params spec_of(seer_spec_kind k, int gamma, int budget) {
+    seer_spec_params sp = seer_spec_default_params();
+    sp.kind = k;
+    sp.gamma = gamma;
+    sp.budget = budget;
+    sp.sinks = 4;
+    sp.chunk = 4;
+    sp.snap_window = 4;
+    sp.refresh_every = 3;
+    return sp;
+}
+
+static void test_greedy_golden_and_spec(void **state) {
+    (void)state;
+    int32_t prompts[5][64];
+    int plen[5];
+    tu_output gold[5], plain[3], got[3];
+    const int n = tu_read_golden(prompts, plen, gold);
+    assert_true(n >= 3);
+    tu_gen_ctx cx = {.n_ctx = 512, .page_size = 8, .n_batch_max = 128};
+    const seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV, SEER_SPEC_NGRAM};
+    const int tps[] = {2, 4};
+    for (int k = 0; k < 2; k++) {
+        seer_model *m = load(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CPU, tps[k]);
+        /* the reference program's fp32 ids, three prompts in one batch */
+        tu_gen_run(m, seer_spec_default_params(), prompts[0], 64, plen, 3, -1, tu_greedy(), cx, plain, NULL);
+        for (int i = 0; i < 3; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "tp %d golden prompt %d", tps[k], i);
+            tu_output p = plain[i];
+            if (p.n > gold[i].n)
+                p.n = gold[i].n;
+            tu_assert_same(&p, &gold[i], what);
+        }
+        for (size_t d = 0; d < sizeof kinds / sizeof *kinds; d++) {
+            seer_spec_stats st = tu_gen_run(m, spec_of(kinds[d], 4, 24), prompts[0], 64, plen, 3, -1, tu_greedy(),
+                                            cx, got, NULL);
+            assert_true(st.drafted > 0);
+            for (int i = 0; i < 3; i++) {
+                char what[64];
+                snprintf(what, sizeof what, "tp %d %s prompt %d", tps[k], seer_spec_kind_name(kinds[d]), i);
+                tu_assert_same(&got[i], &plain[i], what);
+            }
+        }
+        seer_model_free(m);
+    }
+}
+
+static void test_sampled(void **state) {
+    (void)state;
+    int32_t prompts[5][64];
+    int plen[5];
+    tu_output gold[5], a[2], b[2];
+    tu_read_golden(prompts, plen, gold);
+    tu_gen_ctx cx = {.n_ctx = 256, .page_size = 8, .n_batch_max = 64};
+    seer_sampler_params sp = seer_sampler_default_params();
+    sp.temperature = 0.8f;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.seed = 1234;
+    seer_model *ref = load(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CPU, 0);
+    seer_model *m = load(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CPU, 2);
+    tu_gen_run(ref, seer_spec_default_params(), prompts[0], 64, plen, 2, 60, sp, cx, a, NULL);
+    tu_gen_run(m, seer_spec_default_params(), prompts[0], 64, plen, 2, 60, sp, cx, b, NULL);
+    /* the same uniforms over probabilities a few roundings apart: the same draws unless one
+     * falls within that distance of a step of the CDF */
+    for (int i = 0; i < 2; i++)
+        tu_assert_same(&b[i], &a[i], "tp 2 sampled");
+    /* speculative sampling through rank 0's acceptance */
+    tu_gen_run(m, spec_of(SEER_SPEC_STREAMING, 3, 16), prompts[0], 64, plen, 2, 60, sp, cx, b, NULL);
+    for (int i = 0; i < 2; i++)
+        assert_true(b[i].n > 0);
+    seer_model_free(m);
+    seer_model_free(ref);
+}
+
+static void test_refused(void **state) {
+    (void)state;
+    const char *path = tu_shared_path("models/stories260K.gguf");
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    mp.n_threads = 1;
+    seer_model *m = (seer_model *)1;
+    mp.tp = 3; /* 8 heads do not divide over 3 ranks */
+    assert_int_equal(seer_model_load(path, mp, &m), SEER_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(seer_last_error(), "do not divide over 3 ranks"));
+    const int bad[] = {-1, SEER_TP_MAX + 1};
+    for (int i = 0; i < 2; i++) {
+        mp.tp = bad[i];
+        assert_int_equal(seer_model_load(path, mp, &m), SEER_ERR_INVALID_ARG);
+        assert_null(m);
+    }
+    /* 16 ranks: one head each would need 16 heads */
+    mp.tp = 16;
+    assert_int_equal(seer_model_load(path, mp, &m), SEER_ERR_UNSUPPORTED);
+    assert_null(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_local_comm),
+        cmocka_unit_test(test_logits_stories),
+        cmocka_unit_test(test_logits_qwen2),
+        cmocka_unit_test(test_greedy_golden_and_spec),
+        cmocka_unit_test(test_sampled),
+        cmocka_unit_test(test_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
