@@ -85,6 +85,20 @@ static void test_generate_batch(void **state) {
     assert_non_null(strstr(buf, "269,381,272,379,426,342,337,266,267,428,316,386,344,363,328,426,1]"));
 }
 
+/* --tp 2 on the CPU: the model divided over two thread pools gives the golden ids, plain and
+ * speculative. */
+static void test_generate_tp(void **state) {
+    const char *specs[] = {"none", "streaming --spec-budget 16"};
+    for (int k = 0; k < 2; k++) {
+        int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Lily and Tom' --temp 0 -n 300 --json --backend cpu --tp 2 --spec %s",
+                    SEER_CLI, tu_shared_path("models/stories260K.gguf"), specs[k]);
+        if (rc != 0)
+            fail_msg("rc %d: %s", rc, buf);
+        assert_non_null(strstr(buf, "\"generated_ids\":[382,276,337,299,322,265"));
+        assert_non_null(strstr(buf, "269,381,272,379,426,342,337,266,267,428,316,386,344,363,328,426,1]"));
+    }
+}
+
 static void test_generate_stream_and_stats(void **state) {
     int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 20 --spec streaming --spec-budget 8",
                 SEER_CLI, tu_shared_path("models/stories260K.gguf"));
@@ -123,6 +137,8 @@ static void test_bad_input(void **state) {
         {"generate -m %s", 2, "-p PROMPT"},
         {"generate -m %s -p 'Once upon a time there was a girl' --ctx 4", 1, "context"},
         {"generate -m %s -p hi --backend tpu", 2, "not one of"},
+        {"generate -m %s -p hi --tp 0", 2, "out of range"},
+        {"generate -m %s -p hi --backend cpu --tp 3", 1, "do not divide over 3 ranks"},
         {"generate -m /nonexistent/model.gguf -p hi%.0s", 1, "nonexistent"},
         {"generate -m %s -p hi --spec draft --draft-model /nonexistent.gguf", 1, "draft"},
         {"info %s extra", 2, "unexpected"},
@@ -453,6 +469,7 @@ static void test_long_tokens_and_hostile_names(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_generate_golden_json), cmocka_unit_test(test_generate_batch),
+        cmocka_unit_test(test_generate_tp),
         cmocka_unit_test(test_generate_stream_and_stats),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_info_and_gen_model),
