@@ -195,10 +195,14 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
         s = c->be->ops->kv_alloc(c->be, &c->geom, &c->kv_data);
     if (s == SEER_OK)
         seer_kv_set_grow(c->kv, grow_kv, c, 0);
+    /* Rows for n_batch_max rounded up to 8: a backend that pads a call to a shape it has
+     * recorded (CUDA: 1, 2, 4, 8, then multiples of 8) then has room to pad any call, also one
+     * of exactly n_batch_max tokens (a verification of B x (G + 1)). */
+    c->rows_cap = (p.n_batch_max + 7) / 8 * 8;
     if (s == SEER_OK)
-        s = alloc_scratch(c->be, in, p.n_batch_max, &c->s);
+        s = alloc_scratch(c->be, in, c->rows_cap, &c->s);
     if (s == SEER_OK) {
-        int T = p.n_batch_max, B = p.n_seq_max < T ? p.n_seq_max : T;
+        int T = c->rows_cap, B = p.n_seq_max < p.n_batch_max ? p.n_seq_max : p.n_batch_max;
         c->views = seer_calloc_array(p.n_seq_max, sizeof *c->views);
         c->tok_seq = seer_malloc_array(T, sizeof(int32_t));
         c->tok_slot = seer_malloc_array(T, sizeof(int32_t));

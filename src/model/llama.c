@@ -117,7 +117,7 @@ seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const i
         return run_ops(ctx, tokens, pos, ab, out_rows, ab->T, n_out);
     int T = ab->T, n = n_out;
     bool done = false, redo = false;
-    SEER_TRY(op->forward_begin(be, ctx, ctx->params.n_batch_max, &T, &n, &done));
+    SEER_TRY(op->forward_begin(be, ctx, ctx->rows_cap, &T, &n, &done));
     seer_status s = done ? SEER_OK : run_ops(ctx, tokens, pos, ab, out_rows, T, n);
     s = op->forward_end(be, s, &redo);
     if (!redo)

@@ -65,7 +65,8 @@ struct seer_context {
     seer_kv *kv;
     seer_kv_geom geom;
     void *kv_data;
-    seer_scratch s;
+    seer_scratch s;       /* rows_cap rows */
+    int rows_cap;         /* n_batch_max rounded up to 8 */
     seer_seq_view *views; /* [n_seq_max] */
     /* host scratch for building the attention batch, sized for n_batch_max */
     int32_t *tok_seq, *tok_slot, *tok_page, *tok_row, *seq_toks, *seq_tok_off, *seq_len0;

@@ -514,6 +514,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
         c->mm_waves = parent->mm_waves;
         c->mm_min_steps = parent->mm_min_steps;
         c->mm_tile = parent->mm_tile;
+        c->mm_tile_long = parent->mm_tile_long;
         c->mm_xb_min_t = parent->mm_xb_min_t;
     } else {
         const char *env = getenv("SEER_CUDA_GRAPHS");
@@ -535,6 +536,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
         c->mm_tile = env ? atoi(env) / 8 * 8 : 32;
         if (c->mm_tile < 8 || c->mm_tile > 64)
             c->mm_tile = 32;
+        c->mm_tile_long = env ? c->mm_tile : 48;
     }
     c->fw.entry = -1;
     CUDA_TRY(cudaEventCreateWithFlags(&c->stage_done, cudaEventDisableTiming));

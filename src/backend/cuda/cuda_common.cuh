@@ -229,6 +229,8 @@ typedef struct {
     bool mm_force_blas;       /* SEER_CUDA_MATMUL=cublas: benchmarks only, not invariant */
     bool mm_pdl;              /* programmatic dependent launch (SEER_CUDA_PDL=0: off) */
     int mm_tile;              /* tokens per block, 8 to 64 (SEER_CUDA_MM_TILE) */
+    int mm_tile_long;         /* ... for bf16 weights whose warps run >= 8 K steps (48; the
+                               * same as mm_tile when SEER_CUDA_MM_TILE sets it) */
     /* the split over K (mm_kb): blocks aimed for per multiprocessor, and the fewest K steps a
      * warp keeps; fixed at start-up (the lab, lab/matmul_lab.cu, sweeps them): the split is
      * part of every element's summation order */

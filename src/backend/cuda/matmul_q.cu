@@ -383,7 +383,7 @@ seer_status seer_cuda_matmul_q_invariant(seer_cuda *c, const mm_out &out, const 
     const mm_w wd = seer_cuda_qweight_planes(w);
     seer_qlayout L;
     seer_qlayout_of(w->dtype, w->rows, w->cols, &L);
-    return seer_cuda_mm_launch(c, out, wd, x, T, L.n_quad, pick, true);
+    return seer_cuda_mm_launch(c, out, wd, x, T, L.n_quad, pick, true, c->mm_tile);
 }
 
 /* ---- dequantisation (prefill, embedding rows) ----------------------------------------- */
