@@ -1,14 +1,17 @@
 /*
  * test_gpu_tp.c: tensor parallelism on a GPU (skipped without one): NCCL's communicator of one
  * rank against its definition; the model divided over one rank, through that communicator,
- * bit-identical to plain CUDA decoding (logits, greedy output, greedy speculation); a missing
+ * bit-identical to plain CUDA decoding (logits, greedy output, greedy speculation), its calls
+ * recorded and replayed as several ranks record them; a missing
  * NCCL is a clear error that leaves the sequence as it was. More ranks need more GPUs than
  * one machine here has; their arithmetic is test_tp.c's, on the CPU.
  */
 #include "testutil.h"
 
 #include "backend/backend.h"
+#include "model/model.h"
 #include "parallel/comm.h"
+#include "parallel/tp_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +142,52 @@ static void test_gpu_tp1_identical(void **state) {
     seer_model_free(ref);
 }
 
+/* Decode steps of two sequences, plain and over one rank: the same logits at every step, and
+ * the rank's calls recorded and replayed through the held pair (forward_begin_hold,
+ * forward_end_hold, forward_launch), as several ranks use it. */
+static void test_gpu_tp1_graphs(void **state) {
+    (void)state;
+    if (!seer_backend_cuda_available()) {
+        skip();
+        return;
+    }
+    const char *path = tu_shared_path("models/stories260K.gguf");
+    seer_model *ms[2] = {load(path, SEER_BACKEND_CUDA, 0), load(path, SEER_BACKEND_CUDA, 1)};
+    const int V = seer_n_vocab(ms[0]), steps = 8;
+    float *lg[2];
+    seer_context *cs[2];
+    for (int k = 0; k < 2; k++) {
+        lg[k] = malloc(sizeof(float) * (size_t)steps * 2 * V);
+        seer_context_params cp = seer_context_default_params();
+        cp.n_ctx = 64;
+        cp.n_seq_max = 2;
+        cp.n_batch_max = 16;
+        ASSERT_OK(seer_context_init(ms[k], cp, &cs[k]));
+        seer_seq_id sq[2];
+        ASSERT_OK(seer_seq_new(cs[k], &sq[0]));
+        ASSERT_OK(seer_seq_new(cs[k], &sq[1]));
+        for (int i = 0; i < steps; i++) {
+            const int32_t tok[2] = {(int32_t)(1 + 7 * i % 300), (int32_t)(2 + 11 * i % 300)};
+            const int32_t pos[2] = {i, i};
+            const uint8_t want[2] = {1, 1};
+            seer_batch b = {.n_tokens = 2, .token = tok, .seq = sq, .pos = pos, .logits = want};
+            ASSERT_OK(seer_decode(cs[k], &b, lg[k] + (size_t)i * 2 * V));
+        }
+    }
+    assert_memory_equal(lg[0], lg[1], sizeof(float) * (size_t)steps * 2 * V);
+    long rep, cap, eag, redo;
+    seer_backend_cuda_graph_stats(tp_of(cs[1]->be)->rank[0], &rep, &cap, &eag, &redo);
+    printf("gpu_tp: tp 1 graphs: %ld replayed, %ld recorded, %ld op by op, %ld redone\n", rep, cap, eag, redo);
+    assert_true(cap >= 1);
+    assert_true(rep >= steps - 3);
+    assert_int_equal(redo, 0);
+    for (int k = 0; k < 2; k++) {
+        seer_context_free(cs[k]);
+        seer_model_free(ms[k]);
+        free(lg[k]);
+    }
+}
+
 static void test_gpu_nccl_missing(void **state) {
     (void)state;
     if (!seer_backend_cuda_available()) {
@@ -175,6 +224,7 @@ static void test_gpu_nccl_missing(void **state) {
 static void test_gpu_nccl_missing(void **state) { skip(); }
 static void test_gpu_nccl_one_rank(void **state) { skip(); }
 static void test_gpu_tp1_identical(void **state) { skip(); }
+static void test_gpu_tp1_graphs(void **state) { skip(); }
 #endif
 
 int main(void) {
@@ -183,6 +233,7 @@ int main(void) {
         cmocka_unit_test(test_gpu_nccl_missing),
         cmocka_unit_test(test_gpu_nccl_one_rank),
         cmocka_unit_test(test_gpu_tp1_identical),
+        cmocka_unit_test(test_gpu_tp1_graphs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -224,6 +224,15 @@ typedef struct {
     seer_status (*forward_begin)(seer_backend *be, const void *key, int T_cap, int *T, int *n_out,
                                  bool *done);
     seer_status (*forward_end)(seer_backend *be, seer_status s, bool *redo);
+    /* The pair for backends that must replay or record together (the ranks of tensor
+     * parallelism): a replay (*done) or a recording that succeeded is not launched but held;
+     * forward_launch(run = true) then launches it, run = false drops it, and the ops are
+     * issued op by op at the sizes given (after forward_begin_hold: *done is then ignored;
+     * after forward_end_hold: as after *redo). NULL where the backend has none. */
+    seer_status (*forward_begin_hold)(seer_backend *be, const void *key, int T_cap, int *T,
+                                      int *n_out, bool *done);
+    seer_status (*forward_end_hold)(seer_backend *be, seer_status s, bool *redo);
+    seer_status (*forward_launch)(seer_backend *be, bool run);
 
     /* y [T][D] = rows tokens[T] of the embedding weight (rows = V, cols = D). */
     seer_status (*embed)(seer_backend *be, float *y, const seer_weight *emb,

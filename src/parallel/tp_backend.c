@@ -800,17 +800,70 @@ static seer_status tp_batch_begin(seer_backend *be, const seer_attn_batch *ab, c
     return SEER_OK;
 }
 
-/* ---- graphs (one rank: its recordings carry the collectives) --------------------------------- */
+/* ---- graphs --------------------------------------------------------------------------- */
+
+/* Every rank replays, records or runs op by op together (backend.h's held pair): a forward
+ * pass launched on one rank and run again on another would leave the others' collectives
+ * unmatched. */
+static seer_status launch_all(tp_be *t, bool run) {
+    seer_status first = SEER_OK;
+    for (int r = 0; r < t->n; r++) {
+        seer_status s = tp_bind(t, r);
+        if (s == SEER_OK)
+            s = t->rank[r]->ops->forward_launch(t->rank[r], run);
+        if (first == SEER_OK)
+            first = s;
+    }
+    return first;
+}
 
 static seer_status tp_forward_begin(seer_backend *be, const void *key, int T_cap, int *T, int *n_out,
                                     bool *done) {
     tp_be *t = tp_of(be);
-    return t->rank[0]->ops->forward_begin(t->rank[0], key, T_cap, T, n_out, done);
+    int T0 = *T, n0 = *n_out;
+    bool all = true;
+    seer_status s = SEER_OK;
+    for (int r = 0; r < t->n && s == SEER_OK; r++) {
+        int Tr = *T, nr = *n_out;
+        bool d = false;
+        s = tp_bind(t, r);
+        if (s == SEER_OK)
+            s = t->rank[r]->ops->forward_begin_hold(t->rank[r], key, T_cap, &Tr, &nr, &d);
+        if (s == SEER_OK && r > 0 && (Tr != T0 || nr != n0))
+            s = seer_err(SEER_ERR_INTERNAL, "tensor parallelism: rank %d pads a call to %d rows, rank 0 to %d", r,
+                         Tr, T0);
+        T0 = Tr;
+        n0 = nr;
+        all &= d;
+    }
+    if (s != SEER_OK) {
+        (void)launch_all(t, false);
+        return s;
+    }
+    /* all replay, or none does: a rank that would replay alone runs op by op with the others */
+    SEER_TRY(launch_all(t, all));
+    *T = T0;
+    *n_out = n0;
+    *done = all;
+    return SEER_OK;
 }
 
 static seer_status tp_forward_end(seer_backend *be, seer_status s, bool *redo) {
     tp_be *t = tp_of(be);
-    return t->rank[0]->ops->forward_end(t->rank[0], s, redo);
+    bool any = false;
+    seer_status first = SEER_OK;
+    for (int r = 0; r < t->n; r++) {
+        bool rr = false;
+        seer_status e = tp_bind(t, r);
+        if (e == SEER_OK)
+            e = t->rank[r]->ops->forward_end_hold(t->rank[r], s, &rr);
+        any |= rr;
+        if (first == SEER_OK)
+            first = e;
+    }
+    seer_status l = launch_all(t, first == SEER_OK && !any);
+    *redo = any && first == SEER_OK;
+    return first != SEER_OK ? first : l;
 }
 
 /* ---- the rest ---------------------------------------------------------------------------- */
@@ -868,9 +921,7 @@ static seer_status tp_new(int n, tp_shared *sh, seer_backend *const *ranks, seer
     o->kv_read = tp_kv_read;
     o->kv_store = tp_kv_store;
     o->batch_begin = tp_batch_begin;
-    /* Recordings replay one rank's calls: with several, a recording that failed on one rank
-     * while another's launched would leave that one's collectives waiting. */
-    if (n == 1 && in->forward_begin && in->forward_end) {
+    if (in->forward_begin_hold && in->forward_end_hold && in->forward_launch) {
         o->forward_begin = tp_forward_begin;
         o->forward_end = tp_forward_end;
     }

@@ -453,6 +453,9 @@ static seer_backend_ops cuda_ops_make(void) {
     o.batch_begin = seer_cuda_batch_begin;
     o.forward_begin = seer_cuda_forward_begin;
     o.forward_end = seer_cuda_forward_end;
+    o.forward_begin_hold = seer_cuda_forward_begin_hold;
+    o.forward_end_hold = seer_cuda_forward_end_hold;
+    o.forward_launch = seer_cuda_forward_launch;
     o.embed = seer_cuda_embed;
     o.rmsnorm = seer_cuda_rmsnorm;
     o.matmul = seer_cuda_matmul;
@@ -539,6 +542,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
         c->mm_tile_long = env ? c->mm_tile : 48;
     }
     c->fw.entry = -1;
+    c->fw.held = -1;
     CUDA_TRY(cudaEventCreateWithFlags(&c->stage_done, cudaEventDisableTiming));
     seer_cuda_probe_kernel<<<1, 1, 0, c->stream>>>(NULL);
     cudaError_t e = cudaGetLastError();

@@ -149,6 +149,9 @@ typedef struct {
     bool padded;           /* the ops are issued at the padded sizes */
     bool capturing;        /* ... and recorded into a graph, not run */
     int entry;             /* graph cache entry of this call; -1 none */
+    int held;              /* entry held by forward_begin_hold (a replay) or forward_end_hold
+                            * (a new recording), not yet launched; -1 none */
+    bool held_replay;
 } seer_cuda_fw;
 
 /* A recorded forward call: the key and sizes it was recorded for and the allocator generation
@@ -401,6 +404,10 @@ extern "C" seer_status seer_cuda_make_current(seer_backend *be);
 seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap, int *T,
                                     int *n_out, bool *done);
 seer_status seer_cuda_forward_end(seer_backend *be, seer_status s, bool *redo);
+seer_status seer_cuda_forward_begin_hold(seer_backend *be, const void *key, int T_cap, int *T,
+                                         int *n_out, bool *done);
+seer_status seer_cuda_forward_end_hold(seer_backend *be, seer_status s, bool *redo);
+seer_status seer_cuda_forward_launch(seer_backend *be, bool run);
 /* gather_rows that, in a padded forward call, reads batch_begin's padded out_rows copy. */
 seer_status seer_cuda_gather_rows_fw(seer_backend *be, float *y, const float *x,
                                      const int32_t *rows, int n_rows, int D);

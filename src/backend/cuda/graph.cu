@@ -83,13 +83,14 @@ static int entry_find(seer_cuda *c, const void *key) {
     return lru;
 }
 
-seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap, int *T,
-                                    int *n_out, bool *done) {
+/* forward_begin; hold: a replay is not launched but held for forward_launch. */
+static seer_status forward_begin(seer_backend *be, const void *key, int T_cap, int *T, int *n_out,
+                                 bool *done, bool hold) {
     seer_cuda *c = seer_cuda_of(be);
     seer_cuda_fw *f = &c->fw;
     *done = false;
     f->padded = f->capturing = false;
-    f->entry = -1;
+    f->entry = f->held = -1;
     if (!c->graphs || !c->att.valid || f->T != *T || f->n_out != *n_out ||
         f->T > SEER_CUDA_INVARIANT_MAX_T || f->T_pad > T_cap || f->n_out_pad > T_cap) {
         c->n_eager++;
@@ -107,9 +108,16 @@ seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap
         e->gen = c->gen;
     }
     if (e->exec) {
-        CUDA_TRY(cudaGraphLaunch(e->exec, c->stream));
-        c->n_replayed++;
         *done = true;
+        if (hold) { /* dropped, the call runs op by op at the padded sizes */
+            f->held = f->entry = i;
+            f->held_replay = f->padded = true;
+            *T = f->T_pad;
+            *n_out = f->n_out_pad;
+            return SEER_OK;
+        }
+        c->n_replayed++;
+        CUDA_TRY(cudaGraphLaunch(e->exec, c->stream));
         return SEER_OK;
     }
     f->padded = true;
@@ -128,10 +136,22 @@ seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap
     return SEER_OK;
 }
 
-seer_status seer_cuda_forward_end(seer_backend *be, seer_status s, bool *redo) {
+seer_status seer_cuda_forward_begin(seer_backend *be, const void *key, int T_cap, int *T,
+                                    int *n_out, bool *done) {
+    return forward_begin(be, key, T_cap, T, n_out, done, false);
+}
+
+seer_status seer_cuda_forward_begin_hold(seer_backend *be, const void *key, int T_cap, int *T,
+                                         int *n_out, bool *done) {
+    return forward_begin(be, key, T_cap, T, n_out, done, true);
+}
+
+/* forward_end; launch: false keeps a recording that succeeded for forward_launch. */
+static seer_status forward_end(seer_backend *be, seer_status s, bool *redo, bool launch) {
     seer_cuda *c = seer_cuda_of(be);
     seer_cuda_fw *f = &c->fw;
     *redo = false;
+    f->held = -1;
     const int i = f->entry;
     seer_cuda_graph *e = i >= 0 ? &c->graph[i] : NULL;
     if (!f->capturing) {
@@ -169,10 +189,52 @@ seer_status seer_cuda_forward_end(seer_backend *be, seer_status s, bool *redo) {
         return SEER_OK;
     }
     e->exec = exec;
+    c->n_captured++;
+    if (!launch) {
+        f->held = i; /* padded and entry stay: a redo runs op by op as after a failed capture */
+        f->held_replay = false;
+        return SEER_OK;
+    }
     f->padded = false;
     f->entry = -1;
-    c->n_captured++;
     CUDA_TRY(cudaGraphLaunch(exec, c->stream));
+    return SEER_OK;
+}
+
+seer_status seer_cuda_forward_end(seer_backend *be, seer_status s, bool *redo) {
+    return forward_end(be, s, redo, true);
+}
+
+/* Ranks of a tensor-parallel group replay, record or run op by op together: each holds its
+ * replay (forward_begin_hold) or its finished recording (forward_end_hold) instead of
+ * launching it, and only when every rank has one do they all launch. A rank whose launch is
+ * dropped (run false) issues the ops op by op with the others, its recording kept for the
+ * key's next call; a forward pass launched on one rank and run again on another would leave
+ * the others' collectives unmatched. */
+seer_status seer_cuda_forward_end_hold(seer_backend *be, seer_status s, bool *redo) {
+    return forward_end(be, s, redo, false);
+}
+
+seer_status seer_cuda_forward_launch(seer_backend *be, bool run) {
+    seer_cuda *c = seer_cuda_of(be);
+    seer_cuda_fw *f = &c->fw;
+    const int i = f->held;
+    f->held = -1;
+    if (i < 0)
+        return SEER_OK;
+    if (!run) {
+        /* the ops run op by op at the padded sizes (padded and entry as set); what a
+         * recording would have queued never ran, as after a failed capture */
+        if (!f->held_replay)
+            c->n_redone++;
+        c->batch_epoch++;
+        return SEER_OK;
+    }
+    f->padded = false;
+    f->entry = -1;
+    if (f->held_replay)
+        c->n_replayed++;
+    CUDA_TRY(cudaGraphLaunch(c->graph[i].exec, c->stream));
     return SEER_OK;
 }
 
