@@ -37,6 +37,8 @@
 #   BENCH_LLAMA_REPS=5        llama-bench -r (weights: 3; attention: 1, and seer's prefill runs)
 #   BENCH_PEER_SHARE=50       percent of a type's time left that llama.cpp's runs may take
 #   BENCH_LLAMA_PROFILE=1     also seer's per-op profile of a B = 1 step at 4K, per type
+#   BENCH_TP=N                seer divided over N GPUs (--tp N; docs/tensor-parallel.md)
+#   BENCH_LLAMA_SPLIT=row     llama.cpp over the GPUs with -sm row (or layer): the peer of BENCH_TP
 # The same path runs on a CPU machine with a small shape (no GPU tests then), to check it:
 #   BENCH_LLAMA_KIND=cpu BENCH_LLAMA_SEER=build BENCH_LLAMA_SHAPE="--dim 64 ..."
 #   BENCH_LLAMA_CTX=256,512 BENCH_LLAMA_PREFILL=128 BENCH_LLAMA_BATCHED=4x256
@@ -265,7 +267,8 @@ bench_type() {
   rm -f "$peer"
   # A share of the time left for llama.cpp (half by default), the rest for seer's runs.
   timeout "$(at_least $(( ($(left) - 30) * ${BENCH_PEER_SHARE:-50} / 100 )) 10)" scripts/peer-llamacpp.sh run "$kind" -m "$f" --out "$peer" \
-    --ctx-list "$ctx" --prefill-list "$prefill" --reps "$reps" ${bat:+--batched "$bat"}
+    --ctx-list "$ctx" --prefill-list "$prefill" --reps "$reps" ${bat:+--batched "$bat"} \
+    ${BENCH_LLAMA_SPLIT:+--split-mode "$BENCH_LLAMA_SPLIT"}
   echo "peer: exit $? after ${SECONDS}s"
   [ -f "$peer.log" ] && grep -E '^\$ ' "$peer.log"
   local jsons=() peer_args=()
@@ -289,7 +292,7 @@ bench_type() {
     echo "== $t: seer bench -m $f --backend $kind $a --steps 20 (after ${SECONDS}s)"
     # shellcheck disable=SC2086 # $a holds flags
     timeout "$(at_least $(( $(left) - 30 )) 10)" "$bdir/seer" bench -m "$f" --backend "$kind" $a \
-      --steps 20 ${peer_args[@]+"${peer_args[@]}"} --json-out "$j"
+      ${BENCH_TP:+--tp "$BENCH_TP"} --steps 20 ${peer_args[@]+"${peer_args[@]}"} --json-out "$j"
     echo "seer bench: exit $? after ${SECONDS}s"
     [ -s "$j" ] && cat "$j" >>"$results"
     jsons+=("$j")

@@ -179,6 +179,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per command")
     ap.add_argument("--log", default=None, help="the tools' output (default: OUT.log)")
+    ap.add_argument("--split-mode", default=None, choices=["none", "layer", "row"],
+                    help="llama.cpp's -sm over several GPUs (the peer of seer bench --tp N)")
     ap.add_argument("--bench-args", default="",
                     help="more llama-bench flags, e.g. '--repack 0' where its repacked CPU "
                          "path crashes (the AMX matmul on some VMs)")
@@ -196,6 +198,8 @@ def main():
 
     ngl = "99" if a.kind == "cuda" else "0"
     common = ["-fa", "1", "-ngl", ngl] + (["-t", str(a.threads)] if a.threads else [])
+    if a.split_mode:
+        common += ["-sm", a.split_mode]
     log = open(a.log or a.out + ".log", "w")
     points, prefill, info = [], [], {}
 
