@@ -103,7 +103,13 @@ seer_status tp_batch(tp_be *t, const seer_attn_batch *ab);
 /* The KV geometry of rank r: its key/value heads. */
 seer_kv_geom tp_geom(const tp_be *t, const seer_kv_geom *g, int r);
 
-/* tp_ops.c: fills the compute ops of the table from the ranks' (those they lack stay NULL). */
+/* Forgets the per-rank attention batches. */
+void tp_batch_clear(tp_be *t);
+
+/* The op table's parts, from the ranks' table in (ops the ranks lack stay NULL):
+ * tp_weights.c, tp_kv.c and tp_ops.c (the compute ops). */
+void tp_fill_weight_ops(seer_backend_ops *o, const seer_backend_ops *in);
+void tp_fill_kv_ops(seer_backend_ops *o, const seer_backend_ops *in);
 void tp_fill_compute_ops(seer_backend_ops *o, const seer_backend_ops *in, int n);
 
 #endif

@@ -1,0 +1,252 @@
+/*
+ * tp_kv.c: KV storage on the tensor-parallel backend (each rank's pages hold its key/value
+ * heads) and the per-rank attention batch (its head counts, its heads' view lists).
+ * Not for: page bookkeeping (src/kv/), which sees one pool whatever the ranks.
+ */
+#include "parallel/tp_internal.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- KV storage -------------------------------------------------------------------------- */
+
+seer_kv_geom tp_geom(const tp_be *t, const seer_kv_geom *g, int r) {
+    seer_kv_geom l = *g;
+    int h0;
+    seer_tp_units(g->n_kv_heads, t->n, r, &h0, &l.n_kv_heads);
+    return l;
+}
+
+static seer_status tp_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = calloc(1, sizeof *k);
+    if (!k)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    seer_status s = SEER_OK;
+    for (int r = 0; r < t->n && s == SEER_OK; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        s = tp_bind(t, r);
+        if (s == SEER_OK)
+            s = t->rank[r]->ops->kv_alloc(t->rank[r], &l, &k->kv[r]);
+    }
+    if (s != SEER_OK) {
+        for (int r = 0; r < t->n; r++)
+            if (k->kv[r]) {
+                (void)tp_bind(t, r);
+                t->rank[r]->ops->kv_free(t->rank[r], k->kv[r]);
+            }
+        free(k);
+        return s;
+    }
+    *out = k;
+    return SEER_OK;
+}
+
+static void tp_kv_free(seer_backend *be, void *kv) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    if (!k)
+        return;
+    for (int r = 0; r < t->n; r++)
+        if (k->kv[r]) {
+            (void)tp_bind(t, r);
+            t->rank[r]->ops->kv_free(t->rank[r], k->kv[r]);
+        }
+    free(k);
+}
+
+static seer_status tp_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom *g, int n_pages,
+                                 int *n_committed) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    int least = 0;
+    for (int r = 0; r < t->n; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        int c = 0;
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->kv_reserve(t->rank[r], k->kv[r], &l, n_pages, &c));
+        least = r == 0 || c < least ? c : least;
+    }
+    *n_committed = least;
+    return SEER_OK;
+}
+
+static seer_status tp_kv_mem_available(seer_backend *be, uint64_t *bytes) {
+    tp_be *t = tp_of(be);
+    uint64_t least = UINT64_MAX;
+    for (int r = 0; r < t->n; r++) {
+        uint64_t b = 0;
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->kv_mem_available(t->rank[r], &b));
+        least = b < least ? b : least;
+    }
+    /* each rank holds about 1/n of every page (less where key/value heads are replicated:
+     * then the pool's own reservation is what refuses) */
+    *bytes = least * (uint64_t)t->n;
+    return SEER_OK;
+}
+
+static seer_status tp_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                    const seer_kv_copy *copies, int n) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    for (int r = 0; r < t->n; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->kv_copy_pages(t->rank[r], k->kv[r], &l, copies, n));
+    }
+    return SEER_OK;
+}
+
+static seer_status tp_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                   const int32_t *sp, const int32_t *sr, const int32_t *dp,
+                                   const int32_t *dr, int n) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    SEER_TRY(seer_kv_move_check(g, sp, sr, dp, dr, n));
+    for (int r = 0; r < t->n; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->kv_move_rows(t->rank[r], k->kv[r], &l, sp, sr, dp, dr, n));
+    }
+    return SEER_OK;
+}
+
+static seer_status tp_kv_read(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer,
+                              int which, const int32_t *page, const int32_t *row, int n, float *out) {
+    tp_be *t = tp_of(be);
+    const tp_kv *k = kv;
+    const int Dh = g->head_dim, W = g->n_kv_heads * Dh;
+    float *tmp = seer_malloc_array((size_t)n * W + 1, sizeof *tmp);
+    if (!tmp)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    seer_status s = SEER_OK;
+    for (int r = 0; r < t->n && s == SEER_OK; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        int h0, nh;
+        seer_tp_units(g->n_kv_heads, t->n, r, &h0, &nh);
+        s = tp_bind(t, r);
+        if (s == SEER_OK)
+            s = t->rank[r]->ops->kv_read(t->rank[r], k->kv[r], &l, layer, which, page, row, n, tmp);
+        for (int i = 0; i < n && s == SEER_OK; i++)
+            memcpy(out + (size_t)i * W + (size_t)h0 * Dh, tmp + (size_t)i * nh * Dh, (size_t)nh * Dh * sizeof(float));
+    }
+    free(tmp);
+    return s;
+}
+
+static seer_status tp_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g, int layer,
+                               const float *kk, const float *v, const int32_t *page,
+                               const int32_t *row, int T) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    for (int r = 0; r < t->n; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->kv_store(t->rank[r], k->kv[r], &l, layer, tp_ptr(t, kk, r),
+                                            tp_ptr(t, v, r), page, row, T));
+    }
+    return SEER_OK;
+}
+
+static seer_status tp_kv_fill_random(seer_backend *be, void *kv, const seer_kv_geom *g,
+                                     const int32_t *pages, int n_pages, int row0, int n,
+                                     uint64_t seed, float scale) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    SEER_TRY(seer_kv_fill_check(g, pages, n_pages, row0, n));
+    for (int r = 0; r < t->n; r++) {
+        const seer_kv_geom l = tp_geom(t, g, r);
+        SEER_TRY(tp_bind(t, r));
+        /* each rank's heads from a seed of its own: random KV of the same statistics */
+        SEER_TRY(t->rank[r]->ops->kv_fill_random(t->rank[r], k->kv[r], &l, pages, n_pages, row0, n,
+                                                 seed ^ (0xbf58476d1ce4e5b9ull * (uint64_t)(r + 1)), scale));
+    }
+    return SEER_OK;
+}
+
+/* ---- the per-rank attention batch --------------------------------------------------------- */
+
+seer_status tp_batch(tp_be *t, const seer_attn_batch *ab) {
+    if (t->ab_key == ab)
+        return SEER_OK;
+    tp_batch_clear(t);
+    const int H = ab->n_heads, Hkv = ab->n_kv_heads;
+    if (!seer_tp_heads_divide(H, Hkv, t->n))
+        return seer_err(SEER_ERR_UNSUPPORTED, "tensor parallelism: %d heads with %d key/value heads do not divide over %d ranks",
+                        H, Hkv, t->n);
+    for (int r = 0; r < t->n; r++) {
+        seer_attn_batch *b = &t->ab_r[r];
+        *b = *ab;
+        int q0, kv0;
+        seer_tp_units(H, t->n, r, &q0, &b->n_heads);
+        seer_tp_units(Hkv, t->n, r, &kv0, &b->n_kv_heads);
+        if (!ab->seq_view)
+            continue;
+        /* views with a list per key/value head keep the rank's heads' lists */
+        size_t n_idx = 0;
+        for (int s = 0; s < ab->n_seq; s++) {
+            const seer_attn_view *v = ab->seq_view[s];
+            if (v && v->n_heads_view > 1)
+                n_idx += (size_t)v->n_layers_view * b->n_kv_heads * v->n;
+        }
+        t->seq_view_r[r] = calloc((size_t)ab->n_seq + 1, sizeof *t->seq_view_r[r]);
+        t->views_r[r] = calloc((size_t)ab->n_seq + 1, sizeof *t->views_r[r]);
+        t->view_idx_r[r] = malloc((n_idx + 1) * sizeof *t->view_idx_r[r]);
+        if (!t->seq_view_r[r] || !t->views_r[r] || !t->view_idx_r[r]) {
+            tp_batch_clear(t);
+            return seer_err(SEER_ERR_OOM, "out of memory");
+        }
+        int32_t *idx = t->view_idx_r[r];
+        for (int s = 0; s < ab->n_seq; s++) {
+            const seer_attn_view *v = ab->seq_view[s];
+            if (!v || v->n_heads_view <= 1) {
+                t->seq_view_r[r][s] = v;
+                continue;
+            }
+            seer_attn_view *lv = &t->views_r[r][s];
+            *lv = *v;
+            lv->idx = idx;
+            lv->n_heads_view = b->n_kv_heads;
+            for (int l = 0; l < v->n_layers_view; l++)
+                for (int h = 0; h < b->n_kv_heads; h++) {
+                    memcpy(idx, v->idx + ((size_t)l * v->n_heads_view + kv0 + h) * v->n, (size_t)v->n * sizeof *idx);
+                    idx += v->n;
+                }
+            t->seq_view_r[r][s] = lv;
+        }
+        b->seq_view = t->seq_view_r[r];
+    }
+    t->ab_key = ab;
+    return SEER_OK;
+}
+
+static seer_status tp_batch_begin(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
+                                  const int32_t *pos, const int32_t *page, const int32_t *row,
+                                  const int32_t *out_rows, int n_out) {
+    tp_be *t = tp_of(be);
+    t->ab_key = NULL; /* a new batch, even at the same address */
+    SEER_TRY(tp_batch(t, ab));
+    for (int r = 0; r < t->n; r++) {
+        seer_backend *b = t->rank[r];
+        if (!b->ops->batch_begin)
+            continue;
+        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(b->ops->batch_begin(b, &t->ab_r[r], tokens, pos, page, row, out_rows, n_out));
+    }
+    return SEER_OK;
+}
+
+void tp_fill_kv_ops(seer_backend_ops *o, const seer_backend_ops *in) {
+    o->kv_alloc = tp_kv_alloc;
+    o->kv_reserve = tp_kv_reserve;
+    o->kv_mem_available = in->kv_mem_available ? tp_kv_mem_available : NULL;
+    o->kv_free = tp_kv_free;
+    o->kv_copy_pages = tp_kv_copy_pages;
+    o->kv_move_rows = tp_kv_move_rows;
+    o->kv_read = tp_kv_read;
+    o->kv_store = tp_kv_store;
+    o->kv_fill_random = in->kv_fill_random ? tp_kv_fill_random : NULL;
+    o->batch_begin = tp_batch_begin;
+}
