@@ -18,51 +18,6 @@
 #include <string.h>
 
 #ifdef SEER_HAVE_CUDA
-static seer_model *load(const char *path, seer_backend_kind kind, int tp) {
-    seer_model_params mp = seer_model_default_params();
-    mp.backend = kind;
-    mp.tp = tp;
-    seer_model *m = NULL;
-    seer_status s = seer_model_load(path, mp, &m);
-    if (s != SEER_OK)
-        fail_msg("loading %s with tp %d: %s", path, tp, seer_last_error());
-    return m;
-}
-
-/* Logits [n][V] of every position of a prompt in one call. */
-static void prefill(seer_model *m, const int32_t *tok, int n, float *logits) {
-    seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = 256;
-    cp.n_batch_max = 128;
-    seer_context *c = NULL;
-    ASSERT_OK(seer_context_init(m, cp, &c));
-    seer_seq_id sq;
-    ASSERT_OK(seer_seq_new(c, &sq));
-    seer_seq_id seqs[128];
-    int32_t pos[128];
-    uint8_t want[128];
-    for (int i = 0; i < n; i++) {
-        seqs[i] = sq;
-        pos[i] = i;
-        want[i] = 1;
-    }
-    seer_batch b = {.n_tokens = n, .token = tok, .seq = seqs, .pos = pos, .logits = want};
-    ASSERT_OK(seer_decode(c, &b, logits));
-    seer_context_free(c);
-}
-
-static seer_spec_params spec_of(seer_spec_kind k, int gamma, int budget) {
-    seer_spec_params sp = seer_spec_default_params();
-    sp.kind = k;
-    sp.gamma = gamma;
-    sp.budget = budget;
-    sp.sinks = 4;
-    sp.chunk = 4;
-    sp.snap_window = 4;
-    sp.refresh_every = 3;
-    return sp;
-}
-
 static void test_gpu_nccl_one_rank(void **state) {
     (void)state;
     if (!seer_backend_cuda_available()) {
@@ -107,7 +62,7 @@ static void test_gpu_tp1_identical(void **state) {
         return;
     }
     const char *path = tu_shared_path("models/stories260K.gguf");
-    seer_model *ref = load(path, SEER_BACKEND_CUDA, 0), *m = load(path, SEER_BACKEND_CUDA, 1);
+    seer_model *ref = tu_load_tp(path, SEER_BACKEND_CUDA, 0), *m = tu_load_tp(path, SEER_BACKEND_CUDA, 1);
     seer_model_info in;
     seer_model_get_info(ref, &in);
     const int V = in.n_vocab, n = 40;
@@ -116,9 +71,9 @@ static void test_gpu_tp1_identical(void **state) {
     for (int i = 0; i < n; i++)
         tok[i] = (int32_t)(tu_rand_u64(&rs) % (uint64_t)V);
     float *want = malloc(sizeof(float) * n * V), *got = malloc(sizeof(float) * n * V);
-    prefill(ref, tok, n, want);
+    tu_prefill_logits(ref, tok, n, want, NULL, NULL);
     memset(got, 0xff, sizeof(float) * n * V);
-    prefill(m, tok, n, got);
+    tu_prefill_logits(m, tok, n, got, NULL, NULL);
     assert_memory_equal(got, want, sizeof(float) * n * V);
     free(want);
     free(got);
@@ -134,7 +89,7 @@ static void test_gpu_tp1_identical(void **state) {
         tu_assert_same(&plain[i], &base[i], "cuda tp 1 greedy");
     const seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV};
     for (size_t d = 0; d < 3; d++) {
-        tu_gen_run(m, spec_of(kinds[d], 4, 32), prompts[0], 64, plen, 3, 100, tu_greedy(), cx, got3, NULL);
+        tu_gen_run(m, tu_spec(kinds[d], 4, 32), prompts[0], 64, plen, 3, 100, tu_greedy(), cx, got3, NULL);
         for (int i = 0; i < 3; i++)
             tu_assert_same(&got3[i], &plain[i], seer_spec_kind_name(kinds[d]));
     }
@@ -152,7 +107,7 @@ static void test_gpu_tp1_graphs(void **state) {
         return;
     }
     const char *path = tu_shared_path("models/stories260K.gguf");
-    seer_model *ms[2] = {load(path, SEER_BACKEND_CUDA, 0), load(path, SEER_BACKEND_CUDA, 1)};
+    seer_model *ms[2] = {tu_load_tp(path, SEER_BACKEND_CUDA, 0), tu_load_tp(path, SEER_BACKEND_CUDA, 1)};
     const int V = seer_n_vocab(ms[0]), steps = 8;
     float *lg[2];
     seer_context *cs[2];
@@ -197,7 +152,7 @@ static void test_gpu_nccl_missing(void **state) {
     const char *old = getenv("SEER_NCCL_LIB");
     char *keep = old ? strdup(old) : NULL;
     setenv("SEER_NCCL_LIB", "/nonexistent/libnccl.so.2", 1);
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CUDA, 1);
+    seer_model *m = tu_load_tp(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CUDA, 1);
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 64;
     seer_context *c = NULL;

@@ -51,14 +51,7 @@ static const seer_spec_kind KINDS[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL,
                                        SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
 
 static seer_spec_params spec_of(seer_spec_kind k, seer_model *draft, int gamma, int budget) {
-    seer_spec_params sp = seer_spec_default_params();
-    sp.kind = k;
-    sp.gamma = gamma;
-    sp.budget = budget;
-    sp.sinks = 4;
-    sp.chunk = 4;
-    sp.snap_window = 4;
-    sp.refresh_every = 3;
+    seer_spec_params sp = tu_spec(k, gamma, budget);
     sp.draft_model = draft;
     sp.draft_budget = k == SEER_SPEC_DRAFT ? 24 : 0;
     return sp;

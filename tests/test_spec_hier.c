@@ -66,16 +66,9 @@ static const seer_spec_kind BASES[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL,
                                        SEER_SPEC_QUANTKV};
 
 static seer_spec_params hier_of(seer_spec_kind base, seer_model *draft, int gamma, int g1, int budget) {
-    seer_spec_params sp = seer_spec_default_params();
-    sp.kind = SEER_SPEC_HIERARCHY;
+    seer_spec_params sp = tu_spec(SEER_SPEC_HIERARCHY, gamma, budget);
     sp.hier_base = base;
     sp.hier_gamma = g1;
-    sp.gamma = gamma;
-    sp.budget = budget;
-    sp.sinks = 4;
-    sp.chunk = 4;
-    sp.snap_window = 4;
-    sp.refresh_every = 3;
     sp.quant_view = SEER_SPEC_STREAMING;
     sp.draft_model = draft;
     return sp;

@@ -11,7 +11,6 @@
 
 #include "backend/backend.h"
 #include "parallel/comm.h"
-#include "parallel/tp.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,42 +22,6 @@
  * FFN take their partials in another order, so a logit moves by a few f32 roundings of the
  * residual stream's magnitude. */
 #define TP_REL_TOL 2e-5
-
-static seer_model *load(const char *path, seer_backend_kind kind, int tp) {
-    seer_model_params mp = seer_model_default_params();
-    mp.backend = kind;
-    mp.n_threads = 2;
-    mp.tp = tp;
-    seer_model *m = NULL;
-    seer_status s = seer_model_load(path, mp, &m);
-    if (s != SEER_OK)
-        fail_msg("loading %s with tp %d: %s", path, tp, seer_last_error());
-    return m;
-}
-
-/* Logits [n][V] of every position of a prompt in one call, and the queries of positions
- * flagged in cap (host [n_layers][n_cap][H*Dh]) when q is not NULL. */
-static void prefill(seer_model *m, const int32_t *tok, int n, float *logits, const uint8_t *cap, float *q) {
-    seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = 256;
-    cp.n_batch_max = 128;
-    seer_context *c = NULL;
-    ASSERT_OK(seer_context_init(m, cp, &c));
-    seer_seq_id sq;
-    ASSERT_OK(seer_seq_new(c, &sq));
-    seer_seq_id seqs[128];
-    int32_t pos[128];
-    uint8_t want[128];
-    for (int i = 0; i < n; i++) {
-        seqs[i] = sq;
-        pos[i] = i;
-        want[i] = 1;
-    }
-    seer_batch b = {.n_tokens = n, .token = tok, .seq = seqs, .pos = pos, .logits = want,
-                    .capture = q ? cap : NULL, .queries = q};
-    ASSERT_OK(seer_decode(c, &b, logits));
-    seer_context_free(c);
-}
 
 static void tokens_of(int32_t *tok, int n, int V, uint64_t seed) {
     for (int i = 0; i < n; i++)
@@ -111,7 +74,7 @@ static void test_local_comm(void **state) {
 /* ---- logits against undivided decoding (CPU) ------------------------------------------------ */
 
 static void compare_logits(const char *path, const int *tps, int n_tp, const char *what) {
-    seer_model *ref = load(path, SEER_BACKEND_CPU, 0);
+    seer_model *ref = tu_load_tp(path, SEER_BACKEND_CPU, 0);
     seer_model_info in;
     seer_model_get_info(ref, &in);
     const int V = in.n_vocab, n = 24, qd = in.n_heads * in.head_dim;
@@ -121,12 +84,12 @@ static void compare_logits(const char *path, const int *tps, int n_tp, const cha
     cap[3] = cap[17] = 1;
     float *want = malloc(sizeof(float) * n * V), *got = malloc(sizeof(float) * n * V);
     float *qw = malloc(sizeof(float) * in.n_layers * 2 * qd), *qg = malloc(sizeof(float) * in.n_layers * 2 * qd);
-    prefill(ref, tok, n, want, cap, qw);
+    tu_prefill_logits(ref, tok, n, want, cap, qw);
     for (int k = 0; k < n_tp; k++) {
-        seer_model *m = load(path, SEER_BACKEND_CPU, tps[k]);
+        seer_model *m = tu_load_tp(path, SEER_BACKEND_CPU, tps[k]);
         memset(got, 0xff, sizeof(float) * n * V); /* poisoned: every logit must be written */
         memset(qg, 0xff, sizeof(float) * in.n_layers * 2 * qd);
-        prefill(m, tok, n, got, cap, qg);
+        tu_prefill_logits(m, tok, n, got, cap, qg);
         double e = tu_rel_err(got, want, (size_t)n * V), eq = tu_rel_err(qg, qw, (size_t)in.n_layers * 2 * qd);
         printf("tp: %s tp %d: logits rel err %.2e, queries %.2e\n", what, tps[k], e, eq);
         if (tps[k] == 1) {
@@ -173,18 +136,6 @@ static void test_logits_qwen2(void **state) {
 
 /* ---- generation (CPU) -------------------------------------------------------------------- */
 
-static seer_spec_params spec_of(seer_spec_kind k, int gamma, int budget) {
-    seer_spec_params sp = seer_spec_default_params();
-    sp.kind = k;
-    sp.gamma = gamma;
-    sp.budget = budget;
-    sp.sinks = 4;
-    sp.chunk = 4;
-    sp.snap_window = 4;
-    sp.refresh_every = 3;
-    return sp;
-}
-
 static void test_greedy_golden_and_spec(void **state) {
     (void)state;
     int32_t prompts[5][64];
@@ -196,7 +147,7 @@ static void test_greedy_golden_and_spec(void **state) {
     const seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV, SEER_SPEC_NGRAM};
     const int tps[] = {2, 4};
     for (int k = 0; k < 2; k++) {
-        seer_model *m = load(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CPU, tps[k]);
+        seer_model *m = tu_load_tp(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CPU, tps[k]);
         /* the reference program's fp32 ids, three prompts in one batch */
         tu_gen_run(m, seer_spec_default_params(), prompts[0], 64, plen, 3, -1, tu_greedy(), cx, plain, NULL);
         for (int i = 0; i < 3; i++) {
@@ -208,7 +159,7 @@ static void test_greedy_golden_and_spec(void **state) {
             tu_assert_same(&p, &gold[i], what);
         }
         for (size_t d = 0; d < sizeof kinds / sizeof *kinds; d++) {
-            seer_spec_stats st = tu_gen_run(m, spec_of(kinds[d], 4, 24), prompts[0], 64, plen, 3, -1, tu_greedy(),
+            seer_spec_stats st = tu_gen_run(m, tu_spec(kinds[d], 4, 24), prompts[0], 64, plen, 3, -1, tu_greedy(),
                                             cx, got, NULL);
             assert_true(st.drafted > 0);
             for (int i = 0; i < 3; i++) {
@@ -233,8 +184,8 @@ static void test_sampled(void **state) {
     sp.top_k = 40;
     sp.top_p = 0.95f;
     sp.seed = 1234;
-    seer_model *ref = load(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CPU, 0);
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CPU, 2);
+    seer_model *ref = tu_load_tp(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CPU, 0);
+    seer_model *m = tu_load_tp(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CPU, 2);
     tu_gen_run(ref, seer_spec_default_params(), prompts[0], 64, plen, 2, 60, sp, cx, a, NULL);
     tu_gen_run(m, seer_spec_default_params(), prompts[0], 64, plen, 2, 60, sp, cx, b, NULL);
     /* the same uniforms over probabilities a few roundings apart: the same draws unless one
@@ -242,7 +193,7 @@ static void test_sampled(void **state) {
     for (int i = 0; i < 2; i++)
         tu_assert_same(&b[i], &a[i], "tp 2 sampled");
     /* speculative sampling through rank 0's acceptance */
-    tu_gen_run(m, spec_of(SEER_SPEC_STREAMING, 3, 16), prompts[0], 64, plen, 2, 60, sp, cx, b, NULL);
+    tu_gen_run(m, tu_spec(SEER_SPEC_STREAMING, 3, 16), prompts[0], 64, plen, 2, 60, sp, cx, b, NULL);
     for (int i = 0; i < 2; i++)
         assert_true(b[i].n > 0);
     seer_model_free(m);

@@ -107,6 +107,52 @@ seer_model *tu_load_cpu(const char *path) {
     return m;
 }
 
+seer_model *tu_load_tp(const char *path, seer_backend_kind kind, int tp) {
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = kind;
+    mp.n_threads = 2;
+    mp.tp = tp;
+    seer_model *m = NULL;
+    if (seer_model_load(path, mp, &m) != SEER_OK)
+        fail_msg("loading %s with tp %d: %s", path, tp, seer_last_error());
+    return m;
+}
+
+seer_spec_params tu_spec(seer_spec_kind kind, int gamma, int budget) {
+    seer_spec_params sp = seer_spec_default_params();
+    sp.kind = kind;
+    sp.gamma = gamma;
+    sp.budget = budget;
+    sp.sinks = 4;
+    sp.chunk = 4;
+    sp.snap_window = 4;
+    sp.refresh_every = 3;
+    return sp;
+}
+
+void tu_prefill_logits(seer_model *m, const int32_t *tok, int n, float *logits, const uint8_t *cap, float *q) {
+    assert_true(n >= 1 && n <= 128);
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_batch_max = 128;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_seq_id sq;
+    ASSERT_OK(seer_seq_new(c, &sq));
+    seer_seq_id seqs[128];
+    int32_t pos[128];
+    uint8_t want[128];
+    for (int i = 0; i < n; i++) {
+        seqs[i] = sq;
+        pos[i] = i;
+        want[i] = 1;
+    }
+    seer_batch b = {.n_tokens = n, .token = tok, .seq = seqs, .pos = pos, .logits = want,
+                    .capture = q ? cap : NULL, .queries = q};
+    ASSERT_OK(seer_decode(c, &b, logits));
+    seer_context_free(c);
+}
+
 seer_sampler_params tu_greedy(void) {
     seer_sampler_params sp = seer_sampler_default_params();
     sp.temperature = 0;

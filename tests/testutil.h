@@ -46,6 +46,16 @@ int tu_write_file(const char *path, const void *data, size_t size);
 seer_model *tu_load_cpu(const char *path);
 /* Greedy sampler parameters (temperature 0). */
 seer_sampler_params tu_greedy(void);
+/* A model on the given backend with two threads and tp ranks (0: none), loaded or the test
+ * failed. */
+seer_model *tu_load_tp(const char *path, seer_backend_kind kind, int tp);
+/* Speculation of kind with G = gamma and budget K, and the small sinks, chunks, SnapKV window
+ * and refresh period the tiny models' tests use. */
+seer_spec_params tu_spec(seer_spec_kind kind, int gamma, int budget);
+/* The logits [n][V] of every position of a prompt of n (<= 128) tokens in one call of a fresh
+ * context, and the queries of the positions flagged in cap into q (host [n_layers][n_cap][H*Dh])
+ * unless q is NULL. */
+void tu_prefill_logits(seer_model *m, const int32_t *tok, int n, float *logits, const uint8_t *cap, float *q);
 
 /* One sequence's emitted tokens. */
 typedef struct {

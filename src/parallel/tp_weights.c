@@ -11,6 +11,18 @@
 
 /* ---- weights ----------------------------------------------------------------------------- */
 
+/* Frees each rank's part that has data, the column copies and tw itself. */
+static void parts_free(tp_be *t, tp_weight *tw) {
+    for (int r = 0; r < t->n; r++) {
+        if (tw->part[r].data) {
+            (void)tp_bind(t, r);
+            t->rank[r]->ops->weight_free(t->rank[r], &tw->part[r]);
+        }
+        free(tw->host[r]);
+    }
+    free(tw);
+}
+
 /* Rows or columns [*x0, *x0 + *nx) of a dimension of size dim held by rank r. */
 static seer_status split_range(const tp_be *t, int dim, seer_weight_split sp, const char *name,
                                int r, int *x0, int *nx) {
@@ -92,14 +104,7 @@ static seer_status tp_weight_load_split(seer_backend *be, const gguf_tensor *tt,
         }
     }
     if (s != SEER_OK) {
-        for (int r = 0; r < t->n; r++) {
-            if (tw->part[r].data) {
-                (void)tp_bind(t, r);
-                t->rank[r]->ops->weight_free(t->rank[r], &tw->part[r]);
-            }
-            free(tw->host[r]);
-        }
-        free(tw);
+        parts_free(t, tw);
         return s;
     }
     out->data = tw;
@@ -116,18 +121,8 @@ static seer_status tp_weight_load(seer_backend *be, const gguf_tensor *tt, seer_
 }
 
 static void tp_weight_free(seer_backend *be, seer_weight *w) {
-    tp_be *t = tp_of(be);
-    tp_weight *tw = w->data;
-    if (!tw)
-        return;
-    for (int r = 0; r < t->n; r++) {
-        if (tw->part[r].data) {
-            (void)tp_bind(t, r);
-            t->rank[r]->ops->weight_free(t->rank[r], &tw->part[r]);
-        }
-        free(tw->host[r]);
-    }
-    free(tw);
+    if (w->data)
+        parts_free(tp_of(be), w->data);
     w->data = NULL;
 }
 
@@ -216,8 +211,7 @@ static seer_status tp_weight_random_split(seer_backend *be, int rows, int cols, 
             s = t->rank[r]->ops->weight_random(t->rank[r], pr, pc, sd, scale, &tw->part[r]);
     }
     if (s != SEER_OK) {
-        seer_weight w = {.data = tw};
-        tp_weight_free(be, &w);
+        parts_free(t, tw);
         return s;
     }
     out->data = tw;

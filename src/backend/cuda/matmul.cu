@@ -214,9 +214,15 @@ static int mm_kb(const seer_cuda *c, int rows, int n_steps) {
 
 seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, const float *x,
                                 int T, int n_steps, mm_kernel_fn (*pick)(int, bool), bool vec,
-                                int tile_max) {
+                                int tile_long) {
     const int rows = w.rows;
     const int kb = mm_kb(c, rows, n_steps);
+    /* Blocks whose warps run 8 K steps or more may take tile_long tokens (one block an SM
+     * then, but the weights read fewer times): on an H100 (lab, 2026-11-25) at T = 42 the bf16
+     * FFN products ran 8-11 % faster in one tile of 48 than in two of 24, and q/k/v at T = 72
+     * 12 % faster in two tiles of 40 than in three of 24, while o (4 steps a warp) ran 10-12 %
+     * slower. */
+    const int tile_max = n_steps >= 8 * MM_WARPS * kb ? tile_long : c->mm_tile;
     const long long row_groups = (rows + MM_ROWS - 1) / MM_ROWS;
     /* Tokens per block: any split of the tokens over blocks gives every element the same
      * sum, so this is tuned for speed alone. Larger tiles read the weights fewer times
@@ -273,22 +279,15 @@ static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float
     wd.type = w->dtype;
     const bool vec = w->cols % 8 == 0 && (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0;
     const int n_steps = (w->cols + MM_KSTEP - 1) / MM_KSTEP;
-    /* Blocks whose warps run 8 K steps or more take up to 48 tokens a tile (one block an SM
-     * then, but the weights read fewer times): on an H100 (lab, 2026-11-25) at T = 42 the
-     * FFN's products ran 8-11 % faster in one tile of 48 than in two of 24, and q/k/v at
-     * T = 72 12 % faster in two tiles of 40 than in three of 24, while o (4 steps a warp) ran
-     * 10-12 % slower. */
-    const int kb = mm_kb(c, w->rows, n_steps);
-    const int tile_max = n_steps >= 8 * MM_WARPS * kb ? c->mm_tile_long : c->mm_tile;
     /* From mm_xb_min_t tokens the blocks of several token tiles, and of every row group,
      * read x from L2 many times over: rounded to bf16 once first, it is half the bytes (the
      * kernel rounds the same way, so the sums are the same bits). */
     if (vec && T >= c->mm_xb_min_t) {
         SEER_TRY(to_bf16(c, x, (size_t)T * w->cols));
         return seer_cuda_mm_launch(c, out, wd, (const float *)c->xbf16.p, T, n_steps, mm_pick_xb, true,
-                                   tile_max);
+                                   c->mm_tile_long);
     }
-    return seer_cuda_mm_launch(c, out, wd, x, T, n_steps, mm_pick, vec, tile_max);
+    return seer_cuda_mm_launch(c, out, wd, x, T, n_steps, mm_pick, vec, c->mm_tile_long);
 }
 
 /* ---- cuBLAS, for prefill -------------------------------------------------------------- */

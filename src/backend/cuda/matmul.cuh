@@ -166,10 +166,11 @@ typedef void (*mm_kernel_fn)(mm_out, mm_w, const float *, float *, int *, int, i
 /* Launches fn (one of the kernels above, for n_steps K steps of the weight) over the weight's
  * row groups x KB blocks x token tiles; KB and the tile come from the shape, the device and T
  * (the tile only: any split of the tokens gives every element the same sum), at most
- * tile_max tokens. pick(nt) gives the kernel for nt n8 tiles per block. */
+ * mm_tile tokens, or tile_long where each warp runs many K steps. pick(nt) gives the kernel
+ * for nt n8 tiles per block. */
 seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, const float *x,
                                 int T, int n_steps, mm_kernel_fn (*pick)(int nt, bool vec), bool vec,
-                                int tile_max);
+                                int tile_long);
 
 /* Weights in a GGUF block encoding (matmul_q.cu). */
 mm_w seer_cuda_qweight_planes(const seer_weight *w);
