@@ -344,10 +344,11 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
      * layer and head). Items per group: its most splits, times the KV heads.
      * Groups of at most 16 rows that are not prefilled go to the decode kind, first (pass 0);
      * the other split groups to the chain kind (pass 1); prefilled groups to the prefill kind,
-     * last (pass 2). The decode kind's items stream through tc_spi consecutive
-     * splits each, chosen for the shortest busiest block: that changes the time a call takes,
-     * never a bit of its output (each split is computed as alone). */
-    int n_grp = 0, n_grp_dec = 0, n_grp_chain = 0, tc_spi = 1;
+     * last (pass 2). Work units: a group's splits times the KV heads. The decode kind's
+     * blocks take equal contiguous ranges of its units and stream through the consecutive
+     * splits they hold: that changes the time a call takes, never a bit of its output (each
+     * split is computed as alone). */
+    int n_grp = 0, n_grp_dec = 0, n_grp_chain = 0;
     long long n_work_tc = 0, n_work_dec = 0, n_work_chain = 0;
     if (tc) {
         for (int pass = ATT_TC_DEC; pass < ATT_TC_KINDS; pass++)
@@ -396,23 +397,10 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                 k += n;
             }
         }
-        /* splits per item: the fewest split-times the busiest block streams, counting an
-         * item's start as ATT_TC_ITEM_COST of a split: waves(spi) * (spi + cost) */
-        double best = 0;
-        for (int spi = 1; cap_dec > 0 && spi <= ATT_TC_MAX_SPI; spi++) {
-            long long items = 0;
-            for (int k = 0; k < n_grp_dec; k++)
-                items += (long long)((h[o_grp + 4 * (size_t)k + 3] + spi - 1) / spi) * Hkv;
-            const double t = (double)((items + cap_dec - 1) / cap_dec) * (spi + ATT_TC_ITEM_COST);
-            if (spi == 1 || t < best) {
-                best = t;
-                tc_spi = spi;
-            }
-        }
         for (int k = 0; k < n_grp; k++) {
-            const int S = h[o_grp + 4 * (size_t)k + 3], per = k < n_grp_dec ? tc_spi : 1;
+            const int S = h[o_grp + 4 * (size_t)k + 3];
             h[o_gitem + k] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
-            n_work_tc += (long long)((S + per - 1) / per) * Hkv;
+            n_work_tc += (long long)S * Hkv;
             if (k + 1 == n_grp_dec)
                 n_work_dec = n_work_tc;
             if (k + 1 == n_grp_chain)
@@ -482,7 +470,6 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     hd[D_NWORK_DEC] = (int32_t)n_work_dec;
     hd[D_NGRP_CHAIN] = n_grp_chain;
     hd[D_NWORK_CHAIN] = (int32_t)n_work_chain;
-    hd[D_TC_SPI] = tc_spi;
 
     SEER_TRY(seer_cuda_reserve(c, &c->batch, bytes, "the batch index arrays"));
     CUDA_TRY(cudaMemcpyAsync(c->batch.p, h, bytes, cudaMemcpyHostToDevice, c->stream));

@@ -27,8 +27,6 @@
 #define ATT_MIN_CHUNK 256
 #endif
 #define ATT_COMBINE_W 1024 /* split weights the combine holds in shared memory at a time */
-#define ATT_TC_MAX_SPI 16  /* most consecutive splits one decode-kind item streams through */
-#define ATT_TC_ITEM_COST 0.3 /* an item's start, in split-times (lab/attention_lab.cu fit) */
 /* New tokens of one sequence above which the tensor-core kernel prefills them (one split
  * each, flash attention) instead of splitting their visible slots: verification chains and
  * decode steps stay at or below it (backend.h), and they are the calls that must be
@@ -40,7 +38,7 @@ enum {
     D_T, D_NSEQ, D_NQ, D_NWORK, D_HAS_MASK,
     D_TOK_SEQ, D_TOK_SLOT, D_NCAND, D_LEN0, D_TOK_OFF, D_CAND_TOK, D_CAND_SLOT, D_PAGE_OFF,
     D_PAGES, D_VIEW, D_VLIST, D_VIDX, D_QOFF, D_MASK,
-    D_NWORK_TC, D_NGRP, D_GRP, D_GITEM, D_TMODE, D_NGRP_DEC, D_NWORK_DEC, D_TC_SPI,
+    D_NWORK_TC, D_NGRP, D_GRP, D_GITEM, D_TMODE, D_NGRP_DEC, D_NWORK_DEC,
     D_NGRP_CHAIN, D_NWORK_CHAIN,
     D_WORDS = 32
 };
@@ -85,10 +83,9 @@ struct att_desc {
     int n_work_tc, n_grp;
     int n_grp_dec, n_work_dec;     /* the decode kind's groups and items come first, */
     int n_grp_chain, n_work_chain; /* then the chain kind's (ends), then the prefill kind's */
-    int tc_spi;                /* consecutive splits per decode-kind item */
     const int32_t *grp;   /* [n_grp][4]: first index into cand_tok, tokens, flags (2: merged
                              in the kernel), splits */
-    const int32_t *gitem; /* [n_grp + 1]: first work item of each group */
+    const int32_t *gitem; /* [n_grp + 1]: first work unit (split of a KV head) of each group */
     const int32_t *tmode; /* [T]: 1 = the token's sequence is prefilled in one split, 2 = the
                              partial kernel merges its splits; 0 = the combine kernel does */
     const uint8_t *mask; /* NULL: causal among the new tokens */
@@ -118,7 +115,6 @@ static __device__ __forceinline__ att_desc att_desc_load(const int32_t *d) {
     a.n_work_dec = d[D_NWORK_DEC];
     a.n_grp_chain = d[D_NGRP_CHAIN];
     a.n_work_chain = d[D_NWORK_CHAIN];
-    a.tc_spi = d[D_TC_SPI];
     a.grp = d + d[D_GRP];
     a.gitem = d + d[D_GITEM];
     a.tmode = d + d[D_TMODE];

@@ -304,11 +304,13 @@ static __device__ __forceinline__ void tc_merge_parts(const att_desc &a, const a
     }
 }
 
-/* Persistent: block b takes items b, b + gridDim.x, ... of its kind's tensor-core items;
- * item = gitem[group] + (split / spi) * Hkv + KV head.
+/* Persistent, over its kind's work units (one split of one (group, KV head)): block b takes
+ * units b, b + grid, ..., unit = gitem[group] + split * Hkv + KV head.
  * DEC (the decode kind): groups of at most 16 rows, not prefilled (decode steps, short
- * chains): one m-tile, four warps, each item streaming through spi consecutive splits in
- * one pipeline, a split's partial merged while the next split's first tile is in flight.
+ * chains): one m-tile, four warps. With more units U than blocks, block b takes units
+ * [U b / grid, U (b + 1) / grid) instead, unit = gitem[group] + KV head * splits + split, and
+ * streams through each run of consecutive splits of one (group, head) in one pipeline, a
+ * split's partial merged while the next split's first tile is in flight.
  * CHAIN (chains of up to 32 rows): eight warps, one split per item. A row's arithmetic is the
  * same in both: key part kp of every 64-key tile is warp kp's, the parts merge in part order,
  * the splits in split order; so a token gives the same bits in a decode step and in a
@@ -342,15 +344,26 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
     const int g_last = (DEC ? a.n_grp_dec : PRE ? a.n_grp : a.n_grp_chain) - 1;
     const int i_begin = DEC ? 0 : PRE ? a.n_work_chain : a.n_work_dec;
     const int i_end = DEC ? a.n_work_dec : PRE ? a.n_work_tc : a.n_work_chain;
-    for (int item = i_begin + blockIdx.x; item < i_end; item += gridDim.x) {
+    /* A work unit is one split of one (group, KV head). Where the decode kind has more units
+     * than blocks, a block takes an equal contiguous range of them, counted split by split
+     * within each KV head, and streams through the consecutive splits of each (group, head)
+     * it meets as one item. Otherwise (and in the other kinds) a block takes one unit at a
+     * time, strided over the grid, counted KV head by KV head within each split: the blocks
+     * of one split then read the heads of the same pages side by side. */
+    const long long n_units = i_end - i_begin;
+    const bool ranges = DEC && n_units > gridDim.x;
+    int item = i_begin + (ranges ? (int)(n_units * blockIdx.x / gridDim.x) : (int)blockIdx.x);
+    const int item_stop = ranges ? i_begin + (int)(n_units * (blockIdx.x + 1) / gridDim.x) : i_end;
+    for (int next; item < item_stop; item = next) {
         __syncthreads(); /* the previous item is done with shared memory */
         const int lo = att_last_le(a.gitem, g_first, g_last, item); /* the group */
         const int32_t *gr = a.grp + 4 * lo;
-        const int first = gr[0], ntok = gr[1];
+        const int first = gr[0], ntok = gr[1], S = gr[3];
         const bool merge_here = (gr[2] & 2) != 0;
-        const int spi = DEC ? a.tc_spi : 1;
-        const int local = item - a.gitem[lo], kvh = local % p.Hkv, s0 = local / p.Hkv * spi;
-        const int s1 = min(s0 + spi, gr[3]);
+        const int local = item - a.gitem[lo];
+        const int kvh = ranges ? local / S : local % p.Hkv, s0 = ranges ? local % S : local / p.Hkv;
+        const int s1 = ranges ? min(S, s0 + (item_stop - item)) : min(s0 + 1, S);
+        next = ranges ? item + (s1 - s0) : item + (int)gridDim.x;
         const att_tok t0 = att_token(a, a.cand_tok[first], p.layer, kvh);
         if (tid < ntok) {
             const int i = a.cand_tok[first + tid];
@@ -577,16 +590,16 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
             }
         } while (0);
 
-        /* A group marked so (a lone token): the last split item of (group, KV head) to finish
-         * merges the token's splits, in split order as attn_combine_kernel does
-         * (threadFenceReduction in the CUDA samples); every item arrives, also one whose split
-         * is empty. */
+        /* A group marked so (a lone token): the item that brings the last of the splits of
+         * (group, KV head) merges the token's splits, in split order as attn_combine_kernel
+         * does (threadFenceReduction in the CUDA samples); every item arrives with its count
+         * of splits, also one whose splits are empty. */
         if (merge_here) {
             __threadfence();
             __syncthreads();
             if (tid == 0) {
                 int *ctr = p.att_cnt + (size_t)lo * p.Hkv + kvh;
-                s_last = atomicAdd(ctr, 1) == (gr[3] + spi - 1) / spi - 1; /* the items of (group, head) */
+                s_last = atomicAdd(ctr, s1 - s0) == S - (s1 - s0); /* the splits of (group, head) */
                 if (s_last)
                     *ctr = 0; /* every item has arrived: ready for the next call */
             }
