@@ -258,6 +258,14 @@ typedef struct {
  * On error no sequence changes length. */
 seer_status seer_decode(seer_context *ctx, const seer_batch *batch, float *logits_out);
 
+/* Host memory that the model's backend downloads logits into fastest, for logits_out:
+ * page-locked on a GPU, where a download into ordinary memory is staged and copied again on
+ * the host (on an H100, 7 MB of logits took 0.70 ms that way and 0.14 ms into page-locked
+ * memory); ordinary memory on the CPU. Free it with seer_host_free on the same model, before
+ * the model is freed. */
+seer_status seer_host_alloc(const seer_model *model, size_t bytes, void **out);
+void seer_host_free(const seer_model *model, void *p);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Sampling                                                                                 */
 

@@ -83,6 +83,20 @@ static void test_null_everywhere(void **state) {
     seer_detok_free(dt);
     seer_detok_free(NULL);
 
+    /* host memory for logits; 0 bytes is refused too */
+    void *hp = (void *)0x1;
+    EXPECT_INVALID(seer_host_alloc(NULL, 64, &hp));
+    assert_null(hp);
+    EXPECT_INVALID(seer_host_alloc(m, 64, NULL));
+    hp = (void *)0x1;
+    EXPECT_INVALID(seer_host_alloc(m, 0, &hp));
+    assert_null(hp);
+    seer_host_free(NULL, NULL);
+    seer_host_free(m, NULL);
+    ASSERT_OK(seer_host_alloc(m, 64, &hp));
+    memset(hp, 0, 64);
+    seer_host_free(m, hp);
+
     /* context and sequences */
     seer_context *co = (seer_context *)0x1;
     EXPECT_INVALID(seer_context_init(NULL, cp, &co));

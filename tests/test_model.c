@@ -647,7 +647,9 @@ static void test_fork_and_rewind(void **state) {
     rand_tokens(a, 7, V, &rng);
     rand_tokens(bt, 7, V, &rng);
     float *r1 = malloc(sizeof(float) * 17 * V), *r2 = malloc(sizeof(float) * 17 * V);
-    float *g1 = malloc(sizeof(float) * 17 * V), *g2 = malloc(sizeof(float) * 17 * V);
+    /* g1 in the backend's host memory (seer_host_alloc), which takes logits as any other */
+    float *g1 = NULL, *g2 = malloc(sizeof(float) * 17 * V);
+    ASSERT_OK(seer_host_alloc(m, sizeof(float) * 17 * V, (void **)&g1));
     int32_t s1[17], s2[17];
     memcpy(s1, pre, sizeof pre), memcpy(s1 + 10, a, sizeof a);
     memcpy(s2, pre, sizeof pre), memcpy(s2 + 10, bt, sizeof bt);
@@ -675,7 +677,8 @@ static void test_fork_and_rewind(void **state) {
     seer_seq_free(c, q);
     seer_seq_free(c, f);
     assert_int_equal(seer_kv_free_pages(c), free0);
-    free(r1), free(r2), free(g1), free(g2);
+    free(r1), free(r2), free(g2);
+    seer_host_free(m, g1);
     seer_context_free(c);
     seer_model_free(m);
 }

@@ -161,6 +161,10 @@ typedef struct {
     void (*dealloc)(seer_backend *be, void *p);
     seer_status (*upload)(seer_backend *be, void *dst, const void *src, size_t bytes);
     seer_status (*download)(seer_backend *be, void *dst, const void *src, size_t bytes);
+    /* Host memory that upload and download copy from and into fastest (CUDA: page-locked for
+     * every device of the process), freed with host_free. NULL: ordinary memory is. */
+    seer_status (*host_alloc)(seer_backend *be, size_t bytes, void **out);
+    void (*host_free)(seer_backend *be, void *p);
 
     /* Binds a GGUF tensor of shape [rows][cols] as a weight. how: SEER_WEIGHTS_STORED keeps
      * the tensor's encoding where the backend has kernels for it (else its own float type);

@@ -476,3 +476,24 @@ int seer_token_piece(const seer_model *m, int32_t token, char *buf, int cap) {
 int seer_token_bos(const seer_model *m) { return m ? m->info.token_bos : -1; }
 int seer_token_eos(const seer_model *m) { return m ? m->info.token_eos : -1; }
 int seer_n_vocab(const seer_model *m) { return m ? m->info.n_vocab : 0; }
+
+seer_status seer_host_alloc(const seer_model *m, size_t bytes, void **out) {
+    SEER_CHECK_ARG(out);
+    *out = NULL;
+    SEER_CHECK_ARG(m);
+    if (bytes == 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "host memory of 0 bytes asked for");
+    if (m->be && m->be->ops->host_alloc && m->be->ops->host_free)
+        return m->be->ops->host_alloc(m->be, bytes, out);
+    *out = malloc(bytes);
+    return *out ? SEER_OK : seer_err(SEER_ERR_OOM, "cannot allocate %zu bytes of host memory", bytes);
+}
+
+void seer_host_free(const seer_model *m, void *p) {
+    if (!m || !p)
+        return;
+    if (m->be && m->be->ops->host_alloc && m->be->ops->host_free)
+        m->be->ops->host_free(m->be, p);
+    else
+        free(p);
+}

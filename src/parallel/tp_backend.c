@@ -422,6 +422,18 @@ static seer_status tp_copy_bandwidth(seer_backend *be, double *bps) {
     return t->rank[0]->ops->copy_bandwidth(t->rank[0], bps);
 }
 
+/* Host memory of rank 0, which every download of a whole activation goes through. */
+static seer_status tp_host_alloc(seer_backend *be, size_t bytes, void **out) {
+    tp_be *t = tp_of(be);
+    SEER_TRY(tp_bind(t, 0));
+    return t->rank[0]->ops->host_alloc(t->rank[0], bytes, out);
+}
+
+static void tp_host_free(seer_backend *be, void *p) {
+    tp_be *t = tp_of(be);
+    t->rank[0]->ops->host_free(t->rank[0], p);
+}
+
 static seer_status tp_sync(seer_backend *be) {
     tp_be *t = tp_of(be);
     for (int r = 0; r < t->n; r++) {
@@ -456,6 +468,10 @@ static seer_status tp_new(int n, tp_shared *sh, seer_backend *const *ranks, seer
     o->dealloc = tp_dealloc;
     o->upload = tp_upload;
     o->download = tp_download;
+    if (in->host_alloc && in->host_free) {
+        o->host_alloc = tp_host_alloc;
+        o->host_free = tp_host_free;
+    }
     if (in->forward_begin_hold && in->forward_end_hold && in->forward_launch) {
         o->forward_begin = tp_forward_begin;
         o->forward_end = tp_forward_end;

@@ -6,7 +6,8 @@
  * Every point starts from B sequences whose caches hold L slots of synthetic KV (timing does
  * not depend on the values, and filling 128K real tokens would take longer than the run).
  * Plain decode: one token per sequence per step through seer_decode, the logits of every
- * sequence downloaded (a step is not done before its logits are on the host), the sequences
+ * sequence downloaded into the backend's host memory (seer_host_alloc: page-locked on a GPU,
+ * as llama.cpp's output buffer is; a step is not done before its logits are on the host), the sequences
  * rewound after each step so every step sees exactly L cached slots; median over --steps
  * after --warmup, the device synchronised before each clock reading.
  * Speculation: on random weights real acceptance means nothing, so every speculative run
@@ -332,8 +333,8 @@ static void run_prefill(const bench_opts *o, seer_model *m, const bench_result *
     int32_t *tok = malloc(sizeof *tok * P), *pos = malloc(sizeof *pos * chunk),
             *seq = malloc(sizeof *seq * chunk);
     uint8_t *want = calloc(chunk, 1);
-    float *logits = malloc(sizeof *logits * r->info.n_vocab);
-    seer_status s = SEER_OK;
+    float *logits = NULL; /* the backend's fastest host memory, as an engine's caller would use */
+    seer_status s = seer_host_alloc(m, sizeof *logits * r->info.n_vocab, (void **)&logits);
     if (!tok || !pos || !seq || !want || !logits) {
         FAIL(pf->err, "out of memory");
         goto done;
@@ -391,7 +392,8 @@ static void run_prefill(const bench_opts *o, seer_model *m, const bench_result *
     pf->tflops = flops / t[reps / 2] * 1e-12;
 done:
     seer_context_free(ctx);
-    free(tok), free(pos), free(seq), free(want), free(logits);
+    free(tok), free(pos), free(seq), free(want);
+    seer_host_free(m, logits);
 }
 
 /* ---- one point ----------------------------------------------------------------------- */
@@ -566,7 +568,9 @@ static void run_point(const bench_opts *o, seer_model *m, const bench_result *r,
     point_state st = {.m = m, .L = L, .B = B, .V = V};
     int32_t *tok = malloc(sizeof *tok * B), *pos = malloc(sizeof *pos * B);
     uint8_t *want = malloc(B);
-    float *logits = malloc(sizeof *logits * (size_t)B * V);
+    float *logits = NULL; /* downloaded each step: the backend's fastest host memory */
+    if (seer_host_alloc(m, sizeof *logits * (size_t)B * V, (void **)&logits) != SEER_OK)
+        logits = NULL;
     double *times = malloc(sizeof *times * o->steps);
     st.base = malloc(sizeof *st.base * B);
     st.toks = calloc(B, sizeof *st.toks);
@@ -653,7 +657,8 @@ done:
     if (st.toks)
         for (int b = 0; b < B; b++)
             free(st.toks[b]);
-    free(st.toks), free(st.base), free(tok), free(pos), free(want), free(logits), free(times);
+    free(st.toks), free(st.base), free(tok), free(pos), free(want), free(times);
+    seer_host_free(m, logits);
 }
 
 /* ---- the command --------------------------------------------------------------------- */

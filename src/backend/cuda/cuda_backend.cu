@@ -323,6 +323,25 @@ static seer_status cuda_download(seer_backend *be, void *dst, const void *src, s
     return SEER_OK;
 }
 
+static seer_status cuda_host_alloc(seer_backend *be, size_t bytes, void **out) {
+    (void)be;
+    *out = NULL;
+    cudaError_t e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *out = NULL;
+        return seer_err(SEER_ERR_OOM, "CUDA: cannot allocate %.1f MiB of page-locked host memory: %s",
+                        bytes / 1048576.0, cudaGetErrorString(e));
+    }
+    return SEER_OK;
+}
+
+static void cuda_host_free(seer_backend *be, void *p) {
+    (void)be;
+    if (p && cudaFreeHost(p) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
 /* Benchmark ops (synthetic.cu). */
 seer_status seer_cuda_weight_random(seer_backend *be, int rows, int cols, uint64_t seed,
                                     float scale, seer_weight *out);
@@ -440,6 +459,8 @@ static seer_backend_ops cuda_ops_make(void) {
     o.dealloc = cuda_dealloc;
     o.upload = cuda_upload;
     o.download = cuda_download;
+    o.host_alloc = cuda_host_alloc;
+    o.host_free = cuda_host_free;
     o.weight_load = seer_cuda_weight_load;
     o.weight_free = seer_cuda_weight_free;
     o.kv_alloc = seer_cuda_kv_alloc;
