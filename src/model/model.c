@@ -305,6 +305,15 @@ static seer_status pick_one(seer_model_params p, int rank, seer_backend **out) {
     return seer_err(SEER_ERR_INVALID_ARG, "unknown backend %d", (int)p.backend);
 }
 
+seer_status seer_model_check_tp(int H, int Hkv, int tp) {
+    if (tp > 0 && !seer_tp_heads_divide(H, Hkv, tp))
+        return seer_err(SEER_ERR_UNSUPPORTED,
+                        "%d attention heads with %d key/value heads do not divide over %d ranks (the ranks "
+                        "must divide the heads, and divide or be divided by the key/value heads)",
+                        H, Hkv, tp);
+    return SEER_OK;
+}
+
 seer_status seer_model_pick_backend(seer_model_params p, seer_backend **out) {
     if (p.tp < 0 || p.tp > SEER_TP_MAX)
         return seer_err(SEER_ERR_INVALID_ARG, "tp %d is out of range [0, %d]", p.tp, SEER_TP_MAX);
@@ -384,12 +393,8 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
         snprintf(m->info.tokenizer, sizeof m->info.tokenizer, "%s", seer_vocab_model_name(m->vocab));
         m->info.file_size = m->gguf->size;
         m->info.backend = "none";
-        const seer_model_info *in = &m->info;
-        if (!params.vocab_only && params.tp > 0 && !seer_tp_heads_divide(in->n_heads, in->n_kv_heads, params.tp))
-            s = seer_err(SEER_ERR_UNSUPPORTED,
-                         "%d attention heads with %d key/value heads do not divide over %d ranks (the ranks "
-                         "must divide the heads, and divide or be divided by the key/value heads)",
-                         in->n_heads, in->n_kv_heads, params.tp);
+        if (!params.vocab_only)
+            s = seer_model_check_tp(m->info.n_heads, m->info.n_kv_heads, params.tp);
         if (s == SEER_OK && !params.vocab_only)
             s = seer_model_pick_backend(params, &m->be);
     }
@@ -477,13 +482,18 @@ int seer_token_bos(const seer_model *m) { return m ? m->info.token_bos : -1; }
 int seer_token_eos(const seer_model *m) { return m ? m->info.token_eos : -1; }
 int seer_n_vocab(const seer_model *m) { return m ? m->info.n_vocab : 0; }
 
+/* Whether the model's backend has host memory of its own (else malloc's serves). */
+static bool own_host_memory(const seer_model *m) {
+    return m->be && m->be->ops->host_alloc && m->be->ops->host_free;
+}
+
 seer_status seer_host_alloc(const seer_model *m, size_t bytes, void **out) {
     SEER_CHECK_ARG(out);
     *out = NULL;
     SEER_CHECK_ARG(m);
     if (bytes == 0)
         return seer_err(SEER_ERR_INVALID_ARG, "host memory of 0 bytes asked for");
-    if (m->be && m->be->ops->host_alloc && m->be->ops->host_free)
+    if (own_host_memory(m))
         return m->be->ops->host_alloc(m->be, bytes, out);
     *out = malloc(bytes);
     return *out ? SEER_OK : seer_err(SEER_ERR_OOM, "cannot allocate %zu bytes of host memory", bytes);
@@ -492,7 +502,7 @@ seer_status seer_host_alloc(const seer_model *m, size_t bytes, void **out) {
 void seer_host_free(const seer_model *m, void *p) {
     if (!m || !p)
         return;
-    if (m->be && m->be->ops->host_alloc && m->be->ops->host_free)
+    if (own_host_memory(m))
         m->be->ops->host_free(m->be, p);
     else
         free(p);

@@ -96,6 +96,9 @@ seer_status seer_context_accept_trees(seer_context *c, const seer_accept_tree *t
 
 /* The backend params ask for (AUTO: CUDA when built with it and a device is present). */
 seer_status seer_model_pick_backend(seer_model_params params, seer_backend **out);
+/* SEER_ERR_UNSUPPORTED where H query heads over Hkv key/value heads do not divide over tp
+ * ranks (tp 0: no division). */
+seer_status seer_model_check_tp(int H, int Hkv, int tp);
 /* After the weights are bound: joins the weights the forward pass multiplies by the same
  * input (q, k, v; gate, up) into one each where the backend can (weight_concat), so that one
  * pass over memory serves them. */

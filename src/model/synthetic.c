@@ -9,7 +9,6 @@
  */
 #include "backend/synth_hash.h"
 #include "model/model.h"
-#include "parallel/tp.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -281,9 +280,8 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
     in->token_eos = 2;
     in->backend = "none";
     seer_status s = synthetic_vocab(ps.n_vocab, &m->vocab);
-    if (s == SEER_OK && !mp.vocab_only && mp.tp > 0 && !seer_tp_heads_divide(ps.n_heads, ps.n_kv_heads, mp.tp))
-        s = seer_err(SEER_ERR_UNSUPPORTED, "%d attention heads with %d key/value heads do not divide over %d ranks",
-                     ps.n_heads, ps.n_kv_heads, mp.tp);
+    if (s == SEER_OK && !mp.vocab_only)
+        s = seer_model_check_tp(ps.n_heads, ps.n_kv_heads, mp.tp);
     if (s == SEER_OK && !mp.vocab_only)
         s = seer_model_pick_backend(mp, &m->be);
     if (s == SEER_OK && m->be) {

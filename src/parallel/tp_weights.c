@@ -23,6 +23,20 @@ static void parts_free(tp_be *t, tp_weight *tw) {
     free(tw);
 }
 
+/* out takes tw's parts of a rows x cols weight, or on failure (s) they are freed. */
+static seer_status parts_bind(tp_be *t, tp_weight *tw, seer_status s, int rows, int cols, seer_weight *out) {
+    if (s != SEER_OK) {
+        parts_free(t, tw);
+        return s;
+    }
+    out->data = tw;
+    out->rows = rows;
+    out->cols = cols;
+    out->dtype = tw->part[0].dtype;
+    out->owned = true;
+    return SEER_OK;
+}
+
 /* Rows or columns [*x0, *x0 + *nx) of a dimension of size dim held by rank r. */
 static seer_status split_range(const tp_be *t, int dim, seer_weight_split sp, const char *name,
                                int r, int *x0, int *nx) {
@@ -103,16 +117,7 @@ static seer_status tp_weight_load_split(seer_backend *be, const gguf_tensor *tt,
             }
         }
     }
-    if (s != SEER_OK) {
-        parts_free(t, tw);
-        return s;
-    }
-    out->data = tw;
-    out->rows = rows;
-    out->cols = cols;
-    out->dtype = tw->part[0].dtype;
-    out->owned = true;
-    return SEER_OK;
+    return parts_bind(t, tw, s, rows, cols, out);
 }
 
 static seer_status tp_weight_load(seer_backend *be, const gguf_tensor *tt, seer_weights_kind how,
@@ -210,16 +215,7 @@ static seer_status tp_weight_random_split(seer_backend *be, int rows, int cols, 
         if (s == SEER_OK)
             s = t->rank[r]->ops->weight_random(t->rank[r], pr, pc, sd, scale, &tw->part[r]);
     }
-    if (s != SEER_OK) {
-        parts_free(t, tw);
-        return s;
-    }
-    out->data = tw;
-    out->rows = rows;
-    out->cols = cols;
-    out->dtype = tw->part[0].dtype;
-    out->owned = true;
-    return SEER_OK;
+    return parts_bind(t, tw, s, rows, cols, out);
 }
 
 static seer_status tp_weight_random(seer_backend *be, int rows, int cols, uint64_t seed, float scale,

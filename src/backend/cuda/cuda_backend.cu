@@ -325,7 +325,6 @@ static seer_status cuda_download(seer_backend *be, void *dst, const void *src, s
 
 static seer_status cuda_host_alloc(seer_backend *be, size_t bytes, void **out) {
     (void)be;
-    *out = NULL;
     cudaError_t e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
