@@ -88,6 +88,12 @@ typedef struct {
     int tp;                    /* 0 .. SEER_TP_MAX */
     bool vocab_only;           /* read hyper-parameters and vocabulary only: no weights,
                                   no backend (for inspection and tokenisation) */
+    /* Draft weights: "q8_0" or "q4_0" makes, at load, a copy of every linear weight and of
+     * the LM head quantised to that type (ggml's rule) from the weights as held (f32 or bf16;
+     * not with tp), which forward calls with seer_batch.draft_weights multiply by: draft
+     * steps of self-drafts (seer_spec_params.draft_weights) then read a quarter to a half of
+     * the bytes. Its size is seer_model_footprint.draft_weight_bytes. NULL or "": none. */
+    const char *draft_weights;
 } seer_model_params;
 
 seer_model_params seer_model_default_params(void);
@@ -251,6 +257,8 @@ typedef struct {
     bool kv_quant;           /* attend through the pool's quantised copy of K/V instead of the
                               * full-precision rows (the context needs kv_quant_bits); the
                               * rows this call writes are stored in full precision as always */
+    bool draft_weights;      /* multiply by the model's draft weights (seer_model_params.
+                              * draft_weights; the model needs them) instead of its weights */
 } seer_batch;
 
 /* Runs the batch. logits_out receives [n_out][V] floats in batch order of the flagged
@@ -374,6 +382,9 @@ typedef struct {
     float synthetic_accept; /* benchmarks on random weights only: when > 0, each draft token is
                                accepted independently with this probability instead of by
                                the verification rule. NOT lossless; labelled in all output. */
+    bool draft_weights;    /* self-drafts (streaming, retrieval, snapkv, quantkv, and the
+                              hierarchy's middle level): draft steps multiply by the model's
+                              quantised draft weights (seer_model_params.draft_weights) */
     const seer_accept_trace *synthetic_trace; /* benchmarks on random weights only: when set,
                                draft tokens are accepted as the trace recorded for the round's
                                drafter kind (each sequence replays its own line from its own
@@ -698,6 +709,9 @@ typedef struct {
         char name[16];           /* ggml's name of the dtype: "bf16", "q8_0", "q4_K", ... */
         uint64_t bytes;
     } weight_types[SEER_FOOTPRINT_MAX_TYPES];
+    uint64_t draft_weight_bytes; /* the draft weights' copy of W (seer_model_params.
+                                    draft_weights), 0 without one */
+    char draft_weights[16];      /* their dtype's name ("q4_0"), "" without */
     char file_type[16];          /* the GGUF's general.file_type as llama.cpp names it
                                     ("BF16", "Q4_0", "Q4_K_M"), "" when absent or synthetic */
 } seer_model_footprint;

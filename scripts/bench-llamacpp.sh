@@ -13,10 +13,10 @@
 #           type B = 1 at 4K and 32K, the prefill of a 4K prompt and verification chains of
 #           5 and 8 tokens (streaming self-draft K 512, G 4 and 7, SYNTHETIC acceptance 0.8)
 #   attention the whole comparison of attention in ONE call (about 8 minutes): both builds, the
-#           bf16 file, 14 x 32K and 3 x 128K plain and with streaming self-speculation (K 512
-#           and 2048, G 2 and 4, SYNTHETIC acceptance 0.8; BENCH_REAL_ALPHA="K:alpha:label ..."
-#           adds projections at acceptances measured on real models), the prefill of 32K and
-#           128K prompts
+#           bf16 file, 14 x 32K and 3 x 128K plain and with streaming self-speculation (K 512,
+#           G 2 and 4, draft steps with the model's weights and with its q4_0 draft weights,
+#           SYNTHETIC acceptance 0.8; BENCH_REAL_ALPHA="K:alpha:label ..." adds projections at
+#           acceptances measured on real models), the prefill of 32K and 128K prompts
 #   TYPE    one of $BENCH_LLAMA_TYPES (bf16 q4_0 q8_0, and q4_k_m where gen-model writes it):
 #           writes the GGUF, runs llama.cpp on it (llama-bench B = 1 at 4K and 32K, prefill of
 #           4K and 32K prompts; for bf16 also llama-batched-bench 14 x 32K and 3 x 128K), then
@@ -184,7 +184,8 @@ for path in sys.argv[2:]:
             if "verify_ms" not in sp:
                 continue
             G, K = sp["gamma"], sp["budget"]
-            at = "B=%d L=%d K=%d G=%d" % (B, p["ctx"], K, G)
+            dw = sp.get("draft_weights", "none")
+            at = "B=%d L=%d K=%d G=%d%s" % (B, p["ctx"], K, G, "" if dw == "none" else " draft " + dw)
             print("%s\tverify of %d tokens / plain step, %s\t-\t%.2f\t-\t-" % (t, G + 1, at, sp["verify_ms"] / sp["target_step_ms"]))
             rnd = G * sp["draft_step_ms"] + sp["verify_ms"]
             rows = [("SYNTHETIC a=%.2f" % sp["synthetic_acceptance_alpha"], sp["tokens_per_verification_synthetic"], sp["round_ms_synthetic"])]
@@ -326,7 +327,7 @@ attention() {
   ctx=${BENCH_LLAMA_CTX-} prefill=${BENCH_LLAMA_PREFILL:-32768,131072} batched=${BENCH_LLAMA_BATCHED-14x32768,3x131072}
   reps=${BENCH_LLAMA_REPS:-1} type_secs=${BENCH_TYPE_SECS:-90}
   : "${BENCH_PEER_SHARE:=55}"
-  spec_batched="--spec streaming --spec-budget-list 512,2048 --spec-gamma-list 2,4 --synthetic-accept 0.8"
+  spec_batched="--spec streaming --spec-budget-list 512 --spec-gamma-list 2,4 --spec-weights none,q4_0 --synthetic-accept 0.8"
   rm -f "$summary" "$work/tests-summary.txt"
   peer_build_start
   seer_build || return 1

@@ -314,6 +314,97 @@ static void test_weights_kind(void **state) {
     free(x), free(a), free(b), free(ht.data);
 }
 
+/* weight_quantize: a bf16 weight's copy quantised on the device gives the same products, bit
+ * for bit, as the blocks gguf_quant writes on the host from the same values, loaded as stored
+ * (so the bytes are the host's: a quantiser that rounds one code differently shows); a fused
+ * weight quantised whole gives the fused quantised parts' products (matmul_glu); the CPU's
+ * copy computes the same products within the reference's tolerance; a non-finite value is
+ * refused. Odd row counts and rows ending inside a 128-column quad. */
+static void test_weight_quantize(void **state) {
+    (void)state;
+    static const ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+    for (int qi = 0; qi < 2; qi++) {
+        const ggml_type type = types[qi];
+        const int R = 203, C = 320, T = 5;
+        uint64_t rng = 12000 + (uint64_t)qi;
+        host_tensor hb, hq;
+        make_tensor(&hb, "w", GGML_TYPE_BF16, R, C, &rng);
+        /* the host's blocks from the same bf16 values */
+        float *f = malloc(sizeof(float) * R * C);
+        assert_non_null(f);
+        ASSERT_OK(gguf_dequant(GGML_TYPE_BF16, hb.data, f, (uint64_t)R * C));
+        size_t nb = 0;
+        ASSERT_OK(ggml_nbytes(type, (uint64_t)R * C, &nb));
+        hq = hb;
+        hq.data = malloc(nb);
+        assert_non_null(hq.data);
+        ASSERT_OK(gguf_quant(type, f, hq.data, (uint64_t)R * C));
+        hq.t.type = type;
+        hq.t.data = hq.data;
+        hq.t.nbytes = nb;
+        seer_weight wb, wq, wr, cf, cq;
+        ASSERT_OK(gpu->ops->weight_load(gpu, &hb.t, SEER_WEIGHTS_STORED, &wb));
+        assert_int_equal(wb.dtype, GGML_TYPE_BF16);
+        ASSERT_OK(gpu->ops->weight_quantize(gpu, &wb, type, &wq));
+        assert_int_equal(wq.dtype, type);
+        assert_true(wq.owned && wq.rows == R && wq.cols == C);
+        ASSERT_OK(gpu->ops->weight_load(gpu, &hq.t, SEER_WEIGHTS_STORED, &wr));
+        ASSERT_OK(cpu->ops->weight_load(cpu, &hb.t, SEER_WEIGHTS_F32, &cf));
+        ASSERT_OK(cpu->ops->weight_quantize(cpu, &cf, type, &cq));
+        float *x = rand_array((size_t)T * C, 1.f, &rng);
+        float *dx = dev_copy(x, (size_t)T * C), *d1 = dev_nan((size_t)T * R), *d2 = dev_nan((size_t)T * R);
+        float *ref = nan_array((size_t)T * R);
+        ASSERT_OK(gpu->ops->matmul(gpu, d1, dx, &wq, NULL, T));
+        ASSERT_OK(gpu->ops->matmul(gpu, d2, dx, &wr, NULL, T));
+        ASSERT_OK(cpu->ops->matmul(cpu, ref, x, &cq, NULL, T));
+        float *a = dev_fetch(d1, (size_t)T * R), *b = dev_fetch(d2, (size_t)T * R);
+        if (memcmp(a, b, sizeof(float) * T * R))
+            fail_msg("%s: the device's quantised copy differs from the host's blocks", ggml_type_name(type));
+        char shape[96];
+        snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d bf16 -> %s", T, R, C, ggml_type_name(type));
+        record("weight_quantize", shape, a, ref, (size_t)T * R, 1e-2);
+        assert_op_passed("weight_quantize");
+
+        /* fused and interleaved (gate|up for matmul_glu): whole = the fusion of the parts */
+        host_tensor hp[2];
+        seer_weight pb[2], pq[2], fb, fq, fqq;
+        for (int j = 0; j < 2; j++) {
+            make_tensor(&hp[j], "p", GGML_TYPE_BF16, 96, C, &rng);
+            ASSERT_OK(gpu->ops->weight_load(gpu, &hp[j].t, SEER_WEIGHTS_STORED, &pb[j]));
+            ASSERT_OK(gpu->ops->weight_quantize(gpu, &pb[j], type, &pq[j]));
+        }
+        ASSERT_OK(gpu->ops->weight_concat(gpu, pb, 2, true, &fb));
+        ASSERT_OK(gpu->ops->weight_quantize(gpu, &fb, type, &fq));
+        assert_true(fq.n_seg == 2 && fq.interleaved && fq.seg_rows[0] == 96);
+        ASSERT_OK(gpu->ops->weight_concat(gpu, pq, 2, true, &fqq));
+        float *g1 = dev_nan((size_t)T * 96), *g2 = dev_nan((size_t)T * 96);
+        ASSERT_OK(gpu->ops->matmul_glu(gpu, g1, dx, &fq, T));
+        ASSERT_OK(gpu->ops->matmul_glu(gpu, g2, dx, &fqq, T));
+        float *ga = dev_fetch(g1, (size_t)T * 96), *gb = dev_fetch(g2, (size_t)T * 96);
+        if (memcmp(ga, gb, sizeof(float) * T * 96))
+            fail_msg("%s: a fused weight quantised whole differs from its quantised parts fused",
+                     ggml_type_name(type));
+
+        /* a value that is not finite: refused, nothing made */
+        ((uint16_t *)hb.data)[7 * C + 3] = 0x7F80; /* +inf */
+        seer_weight wi, bad = {0};
+        ASSERT_OK(gpu->ops->weight_load(gpu, &hb.t, SEER_WEIGHTS_STORED, &wi));
+        assert_int_equal(gpu->ops->weight_quantize(gpu, &wi, type, &bad), SEER_ERR_INVALID_ARG);
+        assert_null(bad.data);
+        assert_int_equal(gpu->ops->weight_quantize(gpu, &wq, GGML_TYPE_Q4_0, &bad), SEER_ERR_UNSUPPORTED);
+        assert_int_equal(gpu->ops->weight_quantize(gpu, &wb, GGML_TYPE_Q4_K, &bad), SEER_ERR_UNSUPPORTED);
+
+        seer_weight *ws[] = {&wb, &wq, &wr, &fb, &fq, &fqq, &wi, &pb[0], &pb[1], &pq[0], &pq[1]};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+            gpu->ops->weight_free(gpu, ws[i]);
+        cpu->ops->weight_free(cpu, &cf);
+        cpu->ops->weight_free(cpu, &cq);
+        dev_free(dx), dev_free(d1), dev_free(d2), dev_free(g1), dev_free(g2);
+        free(x), free(a), free(b), free(ref), free(ga), free(gb), free(f);
+        free(hb.data), free(hq.data), free(hp[0].data), free(hp[1].data);
+    }
+}
+
 #endif /* SEER_HAVE_CUDA */
 
 int main(void) {
@@ -321,7 +412,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_q),   cmocka_unit_test(test_matmul_q_invariant),
         cmocka_unit_test(test_matmul_q_fused), cmocka_unit_test(test_embed_q),
-        cmocka_unit_test(test_weights_kind),
+        cmocka_unit_test(test_weights_kind), cmocka_unit_test(test_weight_quantize),
     };
     return ops_run(tests, sizeof tests / sizeof *tests);
 #else

@@ -16,7 +16,8 @@
  *   - seer_gen: greedy output with every drafter (streaming, retrieval, snapkv, draft, ngram,
  *     quantkv, the hierarchy, and auto under a table calibrated on the GPU and under one that
  *     makes it draft), chains and token trees (2 G + 2 nodes, depth G; the tree mask and
- *     kv_move_rows),
+ *     kv_move_rows), and the drafters that read the target again with the model's draft
+ *     weights (Q4_0 and Q8_0 copies made on the GPU),
  *     equals plain decoding on the GPU, on stories260K's golden prompts (alone and as one
  *     batch of five) and on random models (alone and ragged batches of three).
  *   - With SEER_GPU_BENCH=1 only: a table of the invariant matmul's time against the floor
@@ -51,6 +52,9 @@ static void test_no_device(void **state) {
 
 #ifdef SEER_HAVE_CUDA
 
+/* The draft weights load_cuda gives its models (NULL: none). */
+static const char *load_dw;
+
 static seer_model *load_cuda(const char *path, bool graphs) {
     if (graphs)
         unsetenv("SEER_CUDA_GRAPHS");
@@ -58,6 +62,7 @@ static seer_model *load_cuda(const char *path, bool graphs) {
         setenv("SEER_CUDA_GRAPHS", "0", 1);
     seer_model_params mp = seer_model_default_params();
     mp.backend = SEER_BACKEND_CUDA;
+    mp.draft_weights = load_dw;
     seer_model *m = NULL;
     ASSERT_OK(seer_model_load(path, mp, &m));
     unsetenv("SEER_CUDA_GRAPHS");
@@ -476,12 +481,18 @@ static int spec_compare(const char *label, seer_model *m, seer_model *draft, int
     for (int i = 0; i < n; i++)
         bad += got[i].n != plain[i].n || memcmp(got[i].ids, plain[i].ids, sizeof(int32_t) * got[i].n);
     printf("gpu_spec: %-22s %-9s batch of %d: %s\n", label, "none", n, bad ? "DIFFERS" : "same");
-    for (int kt = 0; kt < 2 * N_KINDS; kt++) {
+    seer_model_footprint fp;
+    seer_model_get_footprint(m, &fp);
+    for (int kt = 0; kt < (fp.draft_weight_bytes ? 4 : 2) * N_KINDS; kt++) {
         /* each drafter with chains, then (but n-gram, the hierarchy and auto, whose proposals
          * are chains) with trees of 2 G + 2 nodes and depth G: the tree mask and the KV row
-         * moves on the GPU */
-        const int k = kt % N_KINDS, tree = kt >= N_KINDS;
+         * moves on the GPU; then, where the model has draft weights, the drafters that read
+         * the target with them (trees: the streaming view's) */
+        const int k = kt % N_KINDS, tree = (kt / N_KINDS) % 2, dw = kt >= 2 * N_KINDS;
         if (tree && (KINDS[k] == SEER_SPEC_NGRAM || KINDS[k] == SEER_SPEC_HIERARCHY || KINDS[k] == SEER_SPEC_AUTO))
+            continue;
+        if (dw && (KINDS[k] == SEER_SPEC_DRAFT || KINDS[k] == SEER_SPEC_NGRAM || KINDS[k] == SEER_SPEC_AUTO ||
+                   (tree && KINDS[k] != SEER_SPEC_STREAMING)))
             continue;
         seer_spec_params sp = seer_spec_default_params();
         sp.tree_size = tree ? 2 * gamma + 2 : 0;
@@ -499,6 +510,7 @@ static int spec_compare(const char *label, seer_model *m, seer_model *draft, int
         sp.hier_gamma = 2;
         sp.cost = table;
         sp.quant_view = KV_VIEW[k];
+        sp.draft_weights = dw;
         mk_kv_bits = KV_BITS[k];
         int diff_alone = 0, diff_batch = 0;
         int64_t acc = 0, drafted = 0, plain_rounds = 0, rounds = 0;
@@ -518,11 +530,14 @@ static int spec_compare(const char *label, seer_model *m, seer_model *draft, int
         for (int i = 0; i < n; i++)
             diff_batch += got[i].n != plain[i].n || memcmp(got[i].ids, plain[i].ids, sizeof(int32_t) * got[i].n);
         mk_kv_bits = 0;
-        char kname[32];
-        snprintf(kname, sizeof kname, "%s%s%s%s%s", seer_spec_kind_name(KINDS[k]),
+        char kname[48];
+        snprintf(kname, sizeof kname, "%s%s%s%s%s%s", seer_spec_kind_name(KINDS[k]),
                  HIER_BASE[k] != SEER_SPEC_NONE ? "/" : "",
                  HIER_BASE[k] != SEER_SPEC_NONE ? seer_spec_kind_name(HIER_BASE[k]) : "",
-                 KV_BITS[k] == 4 ? "4" : KV_BITS[k] == 8 ? "8" : "", KV_VIEW[k] == SEER_SPEC_STREAMING ? "s" : "");
+                 KV_BITS[k] == 4 ? "4" : KV_BITS[k] == 8 ? "8" : "", KV_VIEW[k] == SEER_SPEC_STREAMING ? "s" : "",
+                 dw ? "+" : "");
+        if (dw)
+            snprintf(kname + strlen(kname), sizeof kname - strlen(kname), "%s", fp.draft_weights);
         printf("gpu_spec: %-22s %-9s%s G=%d K=%d alone: %d of %d differ, batch of %d: %d differ; "
                "acceptance %.2f %s\n", label, kname, tree ? " tree" : "", gamma, budget, diff_alone,
                n, n, diff_batch, drafted ? (double)acc / drafted : 0.0,
@@ -538,7 +553,10 @@ static void test_spec_identical(void **state) {
     /* stories260K: the golden prompts, long generations (past an attention split) */
     {
         const char *path = tu_shared_path("models/stories260K.gguf");
-        seer_model *m = load_cuda(path, true), *d = load_cuda(path, true);
+        load_dw = "q4_0"; /* its FFN's down rows (172) are no whole blocks: shared */
+        seer_model *m = load_cuda(path, true);
+        load_dw = NULL;
+        seer_model *d = load_cuda(path, true);
         size_t sz;
         char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
         assert_non_null(tsv);
@@ -599,7 +617,11 @@ static void test_spec_identical(void **state) {
         snprintf(name, sizeof name, "gpu_spec_r%d.gguf", a);
         const char *path = tu_tmp_path(name);
         ASSERT_OK(seer_gen_model(&p, path));
-        seer_model *m = load_cuda(path, true), *d = load_cuda(path, true);
+        /* draft weights from the f32 files (bf16 on the GPU) */
+        load_dw = a == 1 ? "q8_0" : a < 3 ? "q4_0" : NULL;
+        seer_model *m = load_cuda(path, true);
+        load_dw = NULL;
+        seer_model *d = load_cuda(path, true);
         uint64_t rng = 17 + a;
         int32_t prompts[3][128];
         int plen[3] = {big ? 100 : 40, 7, 23};

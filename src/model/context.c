@@ -394,6 +394,9 @@ static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
     if (b->kv_quant && !c->params.kv_quant_bits)
         return seer_err(SEER_ERR_INVALID_ARG, "batch asks for the quantised KV copy; the context keeps none "
                                               "(kv_quant_bits 0)");
+    if (b->draft_weights && !c->model->draft_layers)
+        return seer_err(SEER_ERR_INVALID_ARG, "batch asks for the draft weights; the model has none "
+                                              "(seer_model_params.draft_weights)");
     const int V = c->model->info.n_vocab;
     for (int i = 0; i < T; i++) {
         if (b->token[i] < 0 || b->token[i] >= V)
@@ -504,10 +507,12 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
         .tok_seq = c->tok_seq, .tok_slot = c->tok_slot, .mask = b->mask, .kv_quant = b->kv_quant,
     };
     c->cap_rows = b->capture;
+    c->draft_call = b->draft_weights;
     c->cap_out = b->queries;
     if (s == SEER_OK)
         s = seer_llama_forward(c, b->token, b->pos, &ab, c->out_rows, n_out);
     c->cap_rows = NULL;
+    c->draft_call = false;
     c->cap_out = NULL;
     if (s == SEER_OK && n_out && logits_out)
         s = be->ops->download(be, logits_out, c->s.logits, (size_t)n_out * in->n_vocab * sizeof(float));

@@ -68,9 +68,12 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
     const int H = in->n_heads, Hkv = in->n_kv_heads, Dh = in->head_dim;
     const float eps = in->norm_eps;
 
+    const seer_layer *layers = ctx->draft_call ? m->draft_layers : m->layers;
+    const seer_weight *head = ctx->draft_call ? &m->draft_output : &m->output;
+
     SEER_TRY(op->embed(be, s->x, &m->tok_embd, tokens, T));
     for (int l = 0; l < in->n_layers; l++) {
-        const seer_layer *L = &m->layers[l];
+        const seer_layer *L = &layers[l];
         SEER_TRY(qkv(be, op, s, L, T, D, eps));
         if (op->rope_kv_store) {
             SEER_TRY(op->rope_kv_store(be, s->q, s->k, s->v, pos, T, H, Hkv, Dh, m->inv_freq,
@@ -101,7 +104,7 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
         return SEER_OK;
     SEER_TRY(op->gather_rows(be, s->h, s->x, out_rows, n_out, D));
     SEER_TRY(op->rmsnorm(be, s->h, s->h, m->output_norm, n_out, D, eps));
-    return op->matmul(be, s->logits, s->h, &m->output, NULL, n_out);
+    return op->matmul(be, s->logits, s->h, head, NULL, n_out);
 }
 
 seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const int32_t *pos,
@@ -117,7 +120,8 @@ seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const i
         return run_ops(ctx, tokens, pos, ab, out_rows, ab->T, n_out);
     int T = ab->T, n = n_out;
     bool done = false, redo = false;
-    SEER_TRY(op->forward_begin(be, ctx, ctx->rows_cap, &T, &n, &done));
+    const void *key = ctx->draft_call ? (const void *)&ctx->draft_call : (const void *)ctx;
+    SEER_TRY(op->forward_begin(be, key, ctx->rows_cap, &T, &n, &done));
     seer_status s = done ? SEER_OK : run_ops(ctx, tokens, pos, ab, out_rows, T, n);
     s = op->forward_end(be, s, &redo);
     if (!redo)

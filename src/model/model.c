@@ -377,6 +377,8 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
         return seer_err(SEER_ERR_INVALID_ARG, "n_threads %d is out of range [0, 1024]", params.n_threads);
     if (params.tp < 0 || params.tp > SEER_TP_MAX)
         return seer_err(SEER_ERR_INVALID_ARG, "tp %d is out of range [0, %d]", params.tp, SEER_TP_MAX);
+    int draft = 0;
+    SEER_TRY(seer_draft_dtype_parse(params.draft_weights, &draft));
     seer_model *m = calloc(1, sizeof *m);
     if (!m)
         return seer_err(SEER_ERR_OOM, "out of memory");
@@ -405,6 +407,8 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
             s = bind_weights(m);
         if (s == SEER_OK)
             s = seer_model_fuse(m);
+        if (s == SEER_OK)
+            s = seer_model_make_draft(m, draft);
     }
     if (s != SEER_OK) {
         char msg[1024];
@@ -421,6 +425,7 @@ void seer_model_free(seer_model *m) {
         return;
     seer_backend *be = m->be;
     if (be) {
+        seer_model_free_draft(m);
         if (m->layers) {
             for (int l = 0; l < m->info.n_layers; l++) {
                 seer_layer *L = &m->layers[l];

@@ -37,6 +37,12 @@ struct seer_model {
     seer_weight output;                   /* [V][D]; same data as tok_embd when tied */
     float *output_norm;                   /* [D] */
     seer_layer *layers;                   /* [n_layers] */
+    /* The draft weights (draft_weights.c): the layers with their linear weights quantised to
+     * draft_dtype (norms and biases shared with layers), and the LM head's copy; NULL / 0
+     * without */
+    seer_layer *draft_layers;
+    seer_weight draft_output;
+    int draft_dtype;
 };
 
 /* Per-sequence attention view stored by the context. */
@@ -76,6 +82,9 @@ struct seer_context {
     /* the capture flags and output of the call in progress (seer_batch.capture) */
     const uint8_t *cap_rows;
     float *cap_out;
+    /* the call in progress multiplies by the draft weights (seer_batch.draft_weights); the
+     * address of this field keys its recordings, as the context's address keys the others */
+    bool draft_call;
 };
 
 /* seer_decode that returns, instead of logits, the argmax id of each flagged token's logits
@@ -103,6 +112,15 @@ seer_status seer_model_check_tp(int H, int Hkv, int tp);
  * input (q, k, v; gate, up) into one each where the backend can (weight_concat), so that one
  * pass over memory serves them. */
 seer_status seer_model_fuse(seer_model *m);
+
+/* The ggml type of a draft-weights name (seer_model_params.draft_weights): 0 for NULL or "". */
+seer_status seer_draft_dtype_parse(const char *name, int *dtype);
+/* After seer_model_fuse: makes the draft weights of dtype (0: none). On failure the caller
+ * frees the model (seer_model_free frees what was made). */
+seer_status seer_model_make_draft(seer_model *m, int dtype);
+void seer_model_free_draft(seer_model *m);
+/* The draft weights' bytes as the backend holds them (0 without). */
+uint64_t seer_model_draft_bytes(const seer_model *m);
 
 /* Applies Llama-3.1 RoPE scaling to inverse frequencies fr [half] in place. */
 seer_status seer_rope_llama3(float *fr, int half, float factor, float lo, float hi, int orig);

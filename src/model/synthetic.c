@@ -253,6 +253,8 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
     const uint64_t seed = p ? p->seed : 1;
     const float scale = p ? p->scale : 0.f;
     SEER_TRY(check_shape(&ps, scale));
+    int draft = 0;
+    SEER_TRY(seer_draft_dtype_parse(mp.draft_weights, &draft));
     if (mp.n_threads < 0 || mp.n_threads > 1024)
         return seer_err(SEER_ERR_INVALID_ARG, "n_threads %d is out of range [0, 1024]", mp.n_threads);
 
@@ -295,6 +297,8 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
             s = make_weights(&g);
         if (s == SEER_OK)
             s = seer_model_fuse(m);
+        if (s == SEER_OK)
+            s = seer_model_make_draft(m, draft);
     }
     if (s != SEER_OK) {
         char msg[1024];
@@ -412,6 +416,9 @@ void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
         }
         by_type[best] = 0;
     }
+    out->draft_weight_bytes = seer_model_draft_bytes(m);
+    if (m->draft_dtype)
+        snprintf(out->draft_weights, sizeof out->draft_weights, "%s", ggml_type_name((ggml_type)m->draft_dtype));
     const uint64_t n_out = (uint64_t)m->output.rows * m->output.cols;
     const uint64_t b_out = weight_bytes(&m->output);
     out->weight_elem_bytes = n_out && b_out % n_out == 0 ? (int)(b_out / n_out) : 0;

@@ -165,7 +165,7 @@ typedef struct {
  * middle's view, in calls within the batch limit, and appends the tokens the exact rule
  * decides to each sequence's middle chain. */
 static seer_status mid_verify(const seer_draft_env *env, hier_impl *im, seer_draft_seq *seqs, mid_seq *ms,
-                              const int *act, int na, bool kv_quant) {
+                              const int *act, int na, seer_draft_reads reads) {
     seer_context *c = env->ctx;
     const int TB = c->params.n_batch_max, V = env->V;
     seer_draft_scratch *sc = env->scratch;
@@ -203,7 +203,8 @@ static seer_status mid_verify(const seer_draft_env *env, hier_impl *im, seer_dra
             }
             amax &= argmax_only(&seqs[i]);
         }
-        seer_batch bt = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want, .kv_quant = kv_quant};
+        seer_batch bt = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want,
+                        .kv_quant = reads.kv_quant, .draft_weights = reads.draft_weights};
         float *Lg = NULL;
         if (amax) {
             st = seer_decode_argmax(c, &bt, sc->ids);
@@ -316,7 +317,7 @@ static seer_status hier_propose(const seer_draft_env *env, void *impl, int n, se
     mid_seq *ms = calloc(n > 0 ? n : 1, sizeof *ms);
     int *act = malloc(sizeof(int) * (n > 0 ? n : 1));
     seer_status st = ms && act ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory for the hierarchy");
-    bool kv_quant = false;
+    seer_draft_reads reads = {0};
     for (int i = 0; i < n && st == SEER_OK; i++) {
         seer_draft_seq *s = &seqs[i];
         s->n = 0;
@@ -333,7 +334,7 @@ static seer_status hier_propose(const seer_draft_env *env, void *impl, int n, se
             break;
         }
         memcpy(ms[i].ext, s->tokens, sizeof(int32_t) * s->n_tokens);
-        st = im->mops->view(env, im->mid, s, &kv_quant);
+        st = im->mops->view(env, im->mid, s, &reads);
     }
     /* middle rounds until every sequence holds its G tokens: the bottom drafts for all of
      * them in one go, the middle verifies them in one call */
@@ -357,7 +358,7 @@ static seer_status hier_propose(const seer_draft_env *env, void *impl, int n, se
         }
         st = seer_drafter_model.propose(&im->benv, im->bot, na, im->bs);
         if (st == SEER_OK)
-            st = mid_verify(env, im, seqs, ms, act, na, kv_quant);
+            st = mid_verify(env, im, seqs, ms, act, na, reads);
     }
     for (int i = 0; i < n; i++) {
         if (st == SEER_OK)

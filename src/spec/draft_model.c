@@ -186,7 +186,7 @@ static seer_status dm_propose(const seer_draft_env *env, void *impl, int n, seer
         dseq[i] = im->ds[seqs[i].slot].dseq;
         q_of[i] = apart ? im->qd + (size_t)i * G * env->V : seqs[i].q;
     }
-    seer_status st = seer_draft_expand(env, im->dctx, n, seqs, dseq, q_of, NULL, NULL, kept, false);
+    seer_status st = seer_draft_expand(env, im->dctx, n, seqs, dseq, q_of, NULL, NULL, kept, (seer_draft_reads){0});
     for (int i = 0; i < n && st == SEER_OK; i++) {
         dm_seq *d = &im->ds[seqs[i].slot];
         if (!d->round_n)

@@ -20,6 +20,7 @@ typedef struct {
     seer_context *ctx;
     int budget, sinks;
     bool streaming; /* under the streaming view as well */
+    bool draft_weights;
     int32_t *sink_idx; /* [budget] slots 0..sinks-1 of the streaming view */
 } quantkv_impl;
 
@@ -27,6 +28,9 @@ static seer_status quantkv_init(const seer_draft_env *env, const seer_spec_param
     if (!env->ctx->params.kv_quant_bits)
         return seer_err(SEER_ERR_INVALID_ARG, "speculation 'quantkv' needs a context with a quantised KV "
                                               "copy (kv_quant_bits 4 or 8)");
+    if (p->draft_weights && !env->model->draft_layers)
+        return seer_err(SEER_ERR_INVALID_ARG, "speculation with draft weights: the model was loaded without "
+                                              "them (seer_model_params.draft_weights)");
     if (p->quant_view != SEER_SPEC_NONE && p->quant_view != SEER_SPEC_STREAMING)
         return seer_err(SEER_ERR_INVALID_ARG, "quantkv view '%s' must be none or streaming",
                         seer_spec_kind_name(p->quant_view));
@@ -44,6 +48,7 @@ static seer_status quantkv_init(const seer_draft_env *env, const seer_spec_param
     }
     im->ctx = env->ctx;
     im->streaming = streaming;
+    im->draft_weights = p->draft_weights;
     im->budget = p->budget;
     im->sinks = p->sinks < p->budget ? p->sinks : p->budget;
     for (int i = 0; streaming && i < p->budget; i++)
@@ -83,7 +88,8 @@ static seer_status quantkv_propose(const seer_draft_env *env, void *impl, int n,
         st = set_view(im, seqs[i].seq, seqs[i].n_tokens - 1);
     }
     if (st == SEER_OK)
-        st = seer_draft_expand(env, c, n, seqs, dseq, NULL, NULL, NULL, NULL, true);
+        st = seer_draft_expand(env, c, n, seqs, dseq, NULL, NULL, NULL, NULL,
+                               (seer_draft_reads){.kv_quant = true, .draft_weights = im->draft_weights});
     for (int i = 0; i < n; i++) {
         seer_status r = seer_draft_leave(c, &seqs[i]);
         if (st == SEER_OK)
@@ -93,9 +99,10 @@ static seer_status quantkv_propose(const seer_draft_env *env, void *impl, int n,
     return st;
 }
 
-static seer_status quantkv_view(const seer_draft_env *env, void *impl, const seer_draft_seq *s, bool *kv_quant) {
+static seer_status quantkv_view(const seer_draft_env *env, void *impl, const seer_draft_seq *s,
+                                seer_draft_reads *reads) {
     (void)env;
-    *kv_quant = true;
+    *reads = (seer_draft_reads){.kv_quant = true, .draft_weights = ((quantkv_impl *)impl)->draft_weights};
     return set_view(impl, s->seq, s->n_tokens - 1);
 }
 

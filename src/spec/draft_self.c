@@ -41,6 +41,7 @@ typedef struct {
     seer_spec_kind kind; /* streaming, retrieval or snapkv */
     int budget, sinks, chunk, refresh_every, snap_window, snap_kernel;
     float refresh_below;
+    bool draft_weights;
     seer_context *ctx;   /* the target's: the draft reads its cache */
     const seer_model_info *in;
     int n_seq_max;
@@ -64,6 +65,9 @@ static seer_status self_init(const seer_draft_env *env, const seer_spec_params *
         return seer_err(SEER_ERR_INVALID_ARG,
                         "snapkv window %d must be in [1, n_batch_max %d], kernel %d odd and positive",
                         p->snap_window, ctx->params.n_batch_max, p->snap_kernel);
+    if (p->draft_weights && !env->model->draft_layers)
+        return seer_err(SEER_ERR_INVALID_ARG, "speculation with draft weights: the model was loaded without "
+                                              "them (seer_model_params.draft_weights)");
     self_impl *im = calloc(1, sizeof *im);
     const seer_model_info *in = &env->model->info;
     int B = ctx->params.n_seq_max;
@@ -76,6 +80,7 @@ static seer_status self_init(const seer_draft_env *env, const seer_spec_params *
         im->refresh_below = p->refresh_below;
         im->snap_window = p->snap_window;
         im->snap_kernel = p->snap_kernel;
+        im->draft_weights = p->draft_weights;
         im->ctx = ctx;
         im->in = in;
         im->n_seq_max = B;
@@ -330,7 +335,8 @@ static seer_status self_propose(const seer_draft_env *env, void *impl, int n, se
         st = set_view(im, &seqs[i], seqs[i].n_tokens - 1);
     }
     if (st == SEER_OK)
-        st = seer_draft_expand(env, c, n, seqs, dseq, NULL, cap0, im->qbuf, NULL, false);
+        st = seer_draft_expand(env, c, n, seqs, dseq, NULL, cap0, im->qbuf, NULL,
+                               (seer_draft_reads){.draft_weights = im->draft_weights});
     for (int i = 0; i < n; i++)
         n_cap += cap0[i];
     /* keep the captured queries for the rebuild in self_verified (flagged rows in order) */
@@ -357,9 +363,10 @@ static seer_status self_propose(const seer_draft_env *env, void *impl, int n, se
     return st;
 }
 
-static seer_status self_view(const seer_draft_env *env, void *impl, const seer_draft_seq *s, bool *kv_quant) {
+static seer_status self_view(const seer_draft_env *env, void *impl, const seer_draft_seq *s,
+                             seer_draft_reads *reads) {
     (void)env;
-    *kv_quant = false;
+    *reads = (seer_draft_reads){.draft_weights = ((self_impl *)impl)->draft_weights};
     return set_view(impl, s, s->n_tokens - 1);
 }
 

@@ -19,6 +19,12 @@
 #include "model/model.h"
 #include "seer.h"
 
+/* How a drafter's forward calls read the target: through the pool's quantised KV copy
+ * (seer_batch.kv_quant), with the model's draft weights (seer_batch.draft_weights). */
+typedef struct {
+    bool kv_quant, draft_weights;
+} seer_draft_reads;
+
 /* One sequence as a drafter sees it. */
 typedef struct {
     int slot;                      /* index of the drafter's state for this sequence: stable
@@ -87,10 +93,10 @@ struct seer_drafter_ops {
     bool has_q; /* proposals carry their distributions (false: one-hot, as n-gram's) */
     /* Drafters that read the target through a view of its cache (self-drafts, quantkv), NULL
      * for others: sets the view under which forward calls on the target read s's cache
-     * (n_tokens - 1 slots) as this drafter's own draft steps would, and *kv_quant: whether
-     * those calls read the quantised KV copy. The caller clears the view afterwards. Lets the
+     * (n_tokens - 1 slots) as this drafter's own draft steps would, and *reads: what else
+     * those calls read as its own do. The caller clears the view afterwards. Lets the
      * hierarchy run the target as this drafter sees it. */
-    seer_status (*view)(const seer_draft_env *env, void *impl, const seer_draft_seq *s, bool *kv_quant);
+    seer_status (*view)(const seer_draft_env *env, void *impl, const seer_draft_seq *s, seer_draft_reads *reads);
 };
 
 extern const seer_drafter_ops seer_drafter_self;  /* streaming, retrieval, snapkv */
@@ -121,12 +127,11 @@ const seer_drafter_ops *seer_drafter_find(const char *name);
  * the queries of its first row (the pending token) into qbuf ([n_layers][flagged][H*Dh],
  * flagged rows in order of i); cleared for a sequence that drafts nothing. Afterwards dseq[i]
  * holds L + the pending token + kept[i] nodes (the chain's first nodes when the tree is a
- * chain, else none; kept may be NULL). kv_quant: every draft call attends through the pool's
- * quantised KV copy (seer_batch.kv_quant).
+ * chain, else none; kept may be NULL). reads: what every draft call reads (on c).
  */
 seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n, seer_draft_seq *seqs,
                               const seer_seq_id *dseq, float *const *q_of, uint8_t *cap0, float *qbuf,
-                              int *kept, bool kv_quant);
+                              int *kept, seer_draft_reads reads);
 
 /* Leaves s's target sequence as a drafter found it: no view, the cache back to its
  * n_tokens - 1 slots (the first error of the two). */

@@ -94,7 +94,7 @@ static int32_t draw_without(const float *q, int V, const int32_t *skip, int n_sk
 
 seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n, seer_draft_seq *seqs,
                               const seer_seq_id *dseq, float *const *q_of, uint8_t *cap0, float *qbuf,
-                              int *kept, bool kv_quant) {
+                              int *kept, seer_draft_reads reads) {
     const int G = env->max_nodes, V = env->V, TB = c->params.n_batch_max;
     const int32_t *shape = env->shape, *sdepth = env->depth;
     seer_draft_scratch *sc = env->scratch;
@@ -196,7 +196,8 @@ seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n,
                     }
             }
             seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want, .mask = mask,
-                            .capture = n_cap ? cap : NULL, .queries = qbuf, .kv_quant = kv_quant};
+                            .capture = n_cap ? cap : NULL, .queries = qbuf, .kv_quant = reads.kv_quant,
+                            .draft_weights = reads.draft_weights};
             bool amax = true, branching = false;
             int nf = 0;
             for (int t = 0; t < T; t++) {

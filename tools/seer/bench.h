@@ -33,6 +33,11 @@ typedef struct {
     int n_spec;
     int budget[BENCH_MAX_LIST], n_budget;
     int gamma[BENCH_MAX_LIST], n_gamma;
+    /* --spec-weights: each self-draft setting with the model's weights (false) and/or its
+     * draft weights (true) of type spec_weights */
+    bool dweights[2];
+    int n_dweights;
+    const char *spec_weights;
     int tree_size;        /* > 0: the speculative runs draft trees of this many nodes, depth gamma */
     bool json;
     const char *json_out; /* also write the JSON object to this file */
@@ -47,6 +52,7 @@ typedef struct {
     seer_spec_kind kind;
     int budget, gamma;
     int tree_size;           /* > 0: trees of this many nodes and depth gamma */
+    bool draft_weights;      /* the draft steps multiply by the draft weights */
     bool ok;
     char err[256];
     double draft_step_ms;    /* T_D: one draft forward step of the whole batch */

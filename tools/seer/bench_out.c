@@ -96,6 +96,17 @@ static void print_prefill(FILE *f, const bench_opts *o, const bench_result *r) {
 }
 
 /* The peer's two columns of a plain row: its ms/step and seer's speedup over it. */
+/* A self-draft step's floor: the weights it multiplies by (the draft weights with /dw) and the
+ * B * min(K, L) KV slots of its view, over the bandwidth; 0 for other drafters. */
+static double draft_floor_ms(const bench_result *r, const bench_point *p, const bench_spec *s) {
+    if ((s->kind != SEER_SPEC_STREAMING && s->kind != SEER_SPEC_RETRIEVAL && s->kind != SEER_SPEC_SNAPKV) ||
+        r->bandwidth <= 0)
+        return 0;
+    const double w = s->draft_weights ? (double)r->fp.draft_weight_bytes : (double)r->fp.weight_bytes;
+    const double kv = (double)p->B * (s->budget < p->L ? s->budget : p->L) * (double)r->fp.kv_bytes_per_token;
+    return (w + kv) / (r->bandwidth * (r->ranks > 0 ? r->ranks : 1)) * 1e3;
+}
+
 static void print_peer_cols(FILE *f, const bench_point *p) {
     if (!p->peer_has)
         fprintf(f, " %10s %8s", "-", "-");
@@ -140,6 +151,9 @@ void bench_print_table(const bench_opts *o, const bench_result *r) {
                    "(its rounds as a stream of per-token outcomes, each sequence its own line and offset;\n"
                    "kinds without a line accept at alpha); acc and tok/ver below are the replay's\n",
                 o->trace_path);
+    if (r->fp.draft_weight_bytes)
+        fprintf(f, "\ndraft weights (/dw): %s, W_D = %.3f GB; D floor = a self-draft step's (W or W_D + B*min(K, L)*c) / BW\n",
+                r->fp.draft_weights, r->fp.draft_weight_bytes * 1e-9);
     fprintf(f, "\nspeculative decode with SYNTHETIC ACCEPTANCE: each draft token accepted independently\n"
                "with probability alpha = %.2f (not lossless, timing only); %d generator rounds after %d\n"
                "warm-up; plain = the same generator without drafts, run just before on the same caches;\n"
@@ -149,8 +163,8 @@ void bench_print_table(const bench_opts *o, const bench_result *r) {
                "(expected Omega(G, alpha) = (1 - alpha^(G+1)) / (1 - alpha));\n"
                "projected = Omega(G, alpha) / (G T_D/T_T + T_V/T_T)\n",
             o->alpha, o->steps, o->warmup);
-    fprintf(f, "%8s %5s %-9s %6s %3s %8s %8s %8s %6s %7s %10s %10s %8s %9s  %s\n", "L", "B", "spec",
-            "K", "G", "T_T ms", "T_D ms", "T_V ms", "acc", "tok/ver", "plain t/s", "spec t/s",
+    fprintf(f, "%8s %5s %-12s %6s %3s %8s %8s %8s %8s %6s %7s %10s %10s %8s %9s  %s\n", "L", "B", "spec",
+            "K", "G", "T_T ms", "T_D ms", "D floor", "T_V ms", "acc", "tok/ver", "plain t/s", "spec t/s",
             "speedup", "projected", "acceptance");
     const char *mode = o->trace_path ? "REPLAYED" : "SYNTHETIC";
     bool has_auto = false;
@@ -160,13 +174,13 @@ void bench_print_table(const bench_opts *o, const bench_result *r) {
             const bench_spec *s = &p->spec[k];
             has_auto |= s->kind == SEER_SPEC_AUTO;
             if (!s->ok) {
-                fprintf(f, "%8d %5d %-9s %6d %3d  failed: %s  (%s ACCEPTANCE %.2f)\n", p->L, p->B,
+                fprintf(f, "%8d %5d %-12s %6d %3d  failed: %s  (%s ACCEPTANCE %.2f)\n", p->L, p->B,
                         bench_spec_label(s), s->budget, s->gamma, s->err, mode, o->alpha);
                 continue;
             }
-            fprintf(f, "%8d %5d %-9s %6d %3d %8.3f %8.3f %8.3f %6.3f %7.2f %10.1f %10.1f %7.3fx %8.3fx  %s %.2f\n",
+            fprintf(f, "%8d %5d %-12s %6d %3d %8.3f %8.3f %8.3f %8.3f %6.3f %7.2f %10.1f %10.1f %7.3fx %8.3fx  %s %.2f\n",
                     p->L, p->B, bench_spec_label(s), s->budget, s->gamma, p->step_ms,
-                    s->draft_step_ms, s->verify_ms, s->acceptance, s->tok_per_verify,
+                    s->draft_step_ms, draft_floor_ms(r, p, s), s->verify_ms, s->acceptance, s->tok_per_verify,
                     s->gen_plain_tok_s, s->spec_tok_s, s->speedup, s->projected, mode, o->alpha);
         }
     }
@@ -323,6 +337,9 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
                     "spec_tok_per_s_synthetic", s->spec_tok_s,
                     "speedup_measured_synthetic", s->speedup,
                     "speedup_projected_at_alpha", s->projected);
+                json_object_set_new(v, "draft_floor_ms", json_real(draft_floor_ms(r, p, s)));
+                json_object_set_new(v, "draft_weights",
+                                    json_string(s->draft_weights ? r->fp.draft_weights : "none"));
                 json_object_update(e, v);
                 json_decref(v);
                 if (o->trace_path)

@@ -58,6 +58,9 @@ static void usage(FILE *f) {
             "  --spec-budget-list K,... KV slots the self-draft reads (default 512)\n"
             "  --spec-gamma-list G,...  tokens drafted per round (default 4)\n"
             "  --spec-sinks S           sinks of the streaming view (default 16)\n"
+            "  --spec-weights W,...     the self-drafts' steps with the model's weights (none) and/or its\n"
+            "                           draft weights quantised to one type, q8_0 or q4_0 (default none);\n"
+            "                           labelled /dw\n"
             "  --spec-tree-size N       token trees of N nodes (depth: each --spec-gamma-list value):\n"
             "                           times tree drafting and tree verification\n"
             "  --synthetic-accept A     probability each draft token is accepted, in (0, 1) (default 0.8)\n"
@@ -149,9 +152,42 @@ static bool parse_spec_list(const char *s, bench_opts *o) {
     return true;
 }
 
+/* --spec-weights: none and at most one quantised type, each once. */
+static bool parse_weights_list(const char *s, bench_opts *o) {
+    char buf[256];
+    if (strlen(s) >= sizeof buf) {
+        fprintf(stderr, "seer: --spec-weights: list too long\n");
+        return false;
+    }
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_dweights = 0;
+    o->spec_weights = NULL;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const bool q = strcmp(tok, "none") != 0;
+        if (q && strcmp(tok, "q8_0") && strcmp(tok, "q4_0")) {
+            fprintf(stderr, "seer: --spec-weights: '%s' is not one of none, q8_0, q4_0\n", tok);
+            return false;
+        }
+        for (int i = 0; i < o->n_dweights; i++)
+            if (o->dweights[i] == q) {
+                fprintf(stderr, "seer: --spec-weights: %s\n", q ? "one quantised type at most" : "'none' twice");
+                return false;
+            }
+        if (q)
+            o->spec_weights = strcmp(tok, "q8_0") ? "q4_0" : "q8_0";
+        o->dweights[o->n_dweights++] = q;
+    }
+    if (o->n_dweights == 0) {
+        fprintf(stderr, "seer: --spec-weights: empty list\n");
+        return false;
+    }
+    return true;
+}
+
 static int parse(int argc, char **argv, bench_opts *o) {
     enum { O_SYN = 256, O_TP, O_BACKEND, O_WEIGHTS, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PREFILL_REPS, O_PREFILL_CHUNK, O_PAGE, O_SEED,
-           O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_TREE, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER, O_TRACE, O_DSYN, O_DMODEL, O_HGAMMA };
+           O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_TREE, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER, O_TRACE, O_DSYN, O_DMODEL, O_HGAMMA, O_SWT };
     static const struct option opts[] = {
         {"synthetic", required_argument, 0, O_SYN},   {"model", required_argument, 0, 'm'},
         {"backend", required_argument, 0, O_BACKEND},
@@ -164,6 +200,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         {"seed", required_argument, 0, O_SEED},       {"spec", required_argument, 0, O_SPEC},
         {"spec-budget-list", required_argument, 0, O_BUDGET},
         {"spec-gamma-list", required_argument, 0, O_GAMMA},
+        {"spec-weights", required_argument, 0, O_SWT},
         {"spec-sinks", required_argument, 0, O_SINKS},
         {"spec-tree-size", required_argument, 0, O_TREE},
         {"synthetic-accept", required_argument, 0, O_ALPHA},
@@ -216,6 +253,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         case O_SPEC: if (!parse_spec_list(optarg, o)) return 2; break;
         case O_BUDGET: if (!parse_int_list("--spec-budget-list", optarg, 1, 1 << 22, o->budget, &o->n_budget)) return 2; break;
         case O_GAMMA: if (!parse_int_list("--spec-gamma-list", optarg, 1, 64, o->gamma, &o->n_gamma)) return 2; break;
+        case O_SWT: if (!parse_weights_list(optarg, o)) return 2; break;
         case O_SINKS: if (!cli_int("--spec-sinks", optarg, 0, 1 << 22, &v)) return 2; o->sinks = (int)v; break;
         case O_TREE: if (!cli_int("--spec-tree-size", optarg, 1, 64, &v)) return 2; o->tree_size = (int)v; break;
         case O_ALPHA:
@@ -299,9 +337,9 @@ const char *bench_spec_label(const bench_spec *s) {
     static char buf[4][48];
     static int k;
     k = (k + 1) % 4;
-    if (!s->tree_size)
-        return seer_spec_kind_name(s->kind);
-    snprintf(buf[k], sizeof buf[k], "%s+tree%d", seer_spec_kind_name(s->kind), s->tree_size);
+    snprintf(buf[k], sizeof buf[k], "%s%s", seer_spec_kind_name(s->kind), s->draft_weights ? "/dw" : "");
+    if (s->tree_size)
+        snprintf(buf[k] + strlen(buf[k]), sizeof buf[k] - strlen(buf[k]), "+tree%d", s->tree_size);
     return buf[k];
 }
 
@@ -487,6 +525,7 @@ static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt
     sp.draft_model = o->draft;
     sp.hier_base = SEER_SPEC_STREAMING;
     sp.hier_gamma = o->hier_gamma ? o->hier_gamma : 2;
+    sp.draft_weights = bs->draft_weights;
     seer_spec_cost *table = NULL;
     if (bs->kind == SEER_SPEC_AUTO) {
         /* the table of this point, measured on its own caches (the plain step, verification
@@ -667,7 +706,8 @@ int cmd_bench(int argc, char **argv) {
     bench_opts o = {.backend = SEER_BACKEND_AUTO, .page_size = 16, .steps = 20, .warmup = 3,
                     .prefill = {2048}, .n_prefill = 1, .prefill_reps = 3, .prefill_chunk = 2048, .sinks = 16, .seed = 1, .alpha = 0.8,
                     .ctx = {4096, 32768}, .n_ctx = 2, .batch = {1}, .n_batch = 1,
-                    .budget = {512}, .n_budget = 1, .gamma = {4}, .n_gamma = 1};
+                    .budget = {512}, .n_budget = 1, .gamma = {4}, .n_gamma = 1,
+                    .dweights = {false}, .n_dweights = 1};
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
@@ -697,6 +737,7 @@ int cmd_bench(int argc, char **argv) {
     mp.weights = o.weights;
     mp.n_threads = o.threads;
     mp.tp = o.tp;
+    mp.draft_weights = o.spec_weights;
     seer_model *m = NULL;
     bench_result r;
     memset(&r, 0, sizeof r);
@@ -717,6 +758,7 @@ int cmd_bench(int argc, char **argv) {
     seer_model_get_info(m, &r.info);
     seer_model_get_footprint(m, &r.fp);
     rc = 1;
+    mp.draft_weights = NULL;
     if (o.draft_synthetic || o.draft_path) {
         if (o.draft_synthetic) {
             seer_gen_params gp = seer_gen_default_params();
@@ -767,7 +809,7 @@ int cmd_bench(int argc, char **argv) {
     for (int a = 0; a < o.n_spec; a++)
         n_auto += o.spec[a] == SEER_SPEC_AUTO;
     /* auto is one setting: it picks its own K (from the budget list) and G */
-    const int n_settings = (o.n_spec - n_auto) * o.n_budget * o.n_gamma + n_auto;
+    const int n_settings = (o.n_spec - n_auto) * o.n_budget * o.n_gamma * o.n_dweights + n_auto;
     r.pts = calloc((size_t)o.n_ctx * o.n_batch, sizeof *r.pts);
     if (!r.pts) {
         fprintf(stderr, "seer bench: out of memory\n");
@@ -784,13 +826,21 @@ int cmd_bench(int argc, char **argv) {
                     fprintf(stderr, "seer bench: out of memory\n");
                     goto done;
                 }
-                for (int a = 0; a < o.n_spec; a++)
-                    for (int k = 0; k < (o.spec[a] == SEER_SPEC_AUTO ? 1 : o.n_budget); k++)
-                        for (int g = 0; g < (o.spec[a] == SEER_SPEC_AUTO ? 1 : o.n_gamma); g++)
-                            pt->spec[pt->n_spec++] = o.spec[a] == SEER_SPEC_AUTO
-                                ? (bench_spec){.kind = SEER_SPEC_AUTO}
-                                : (bench_spec){.kind = o.spec[a], .budget = o.budget[k], .gamma = o.gamma[g],
-                                               .tree_size = o.tree_size};
+                for (int a = 0; a < o.n_spec; a++) {
+                    const seer_spec_kind sk = o.spec[a];
+                    const bool fixed = sk != SEER_SPEC_AUTO;
+                    /* the draft weights are the self-drafts' (and the hierarchy's middle level's) */
+                    const bool reads = sk == SEER_SPEC_STREAMING || sk == SEER_SPEC_RETRIEVAL ||
+                                       sk == SEER_SPEC_SNAPKV || sk == SEER_SPEC_HIERARCHY;
+                    for (int w = 0; w < (reads ? o.n_dweights : 1); w++)
+                        for (int k = 0; k < (fixed ? o.n_budget : 1); k++)
+                            for (int g = 0; g < (fixed ? o.n_gamma : 1); g++)
+                                pt->spec[pt->n_spec++] = fixed
+                                    ? (bench_spec){.kind = o.spec[a], .budget = o.budget[k], .gamma = o.gamma[g],
+                                                   .tree_size = o.tree_size,
+                                                   .draft_weights = reads && o.dweights[w]}
+                                    : (bench_spec){.kind = SEER_SPEC_AUTO};
+                }
             }
             fprintf(stderr, "seer bench: L=%d B=%d plain decode\n", pt->L, pt->B);
             run_point(&o, m, &r, pt);

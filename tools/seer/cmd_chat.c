@@ -47,11 +47,12 @@ static void usage(FILE *f) {
             "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
             CLI_TREE_HELP
             "      --draft-model M   draft model for --spec draft (same vocabulary)\n"
-            "      --spec-kv-bits B  quantkv: bits of the KV copy the draft reads, 4 or 8 (default 4)\n");
+            "      --spec-kv-bits B  quantkv: bits of the KV copy the draft reads, 4 or 8 (default 4)\n"
+            CLI_SPEC_WEIGHTS_HELP);
 }
 
 typedef struct {
-    const char *model, *tmpl, *system, *draft_model, *cost_file;
+    const char *model, *tmpl, *system, *draft_model, *cost_file, *spec_weights;
     long long n_predict, ctx, threads, kv_bits, tp;
     seer_sampler_params sp;
     seer_spec_params spec;
@@ -62,7 +63,7 @@ typedef struct {
 } chat_opts;
 
 static int parse(int argc, char **argv, chat_opts *o) {
-    enum { O_BACKEND = 256, O_TP, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB, O_SPEC, O_SG, O_SK, O_DM, O_KVB, O_COST };
+    enum { O_BACKEND = 256, O_TP, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB, O_SPEC, O_SG, O_SK, O_DM, O_KVB, O_COST, O_SWT };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},       {"threads", required_argument, 0, 't'}, {"tp", required_argument, 0, O_TP},
@@ -78,6 +79,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         {"spec", required_argument, 0, O_SPEC},  {"spec-gamma", required_argument, 0, O_SG},
         {"spec-budget", required_argument, 0, O_SK}, {"draft-model", required_argument, 0, O_DM},
         {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-cost-file", required_argument, 0, O_COST},
+        {"spec-weights", required_argument, 0, O_SWT},
         {0, 0, 0, 0}};
     int c;
     long long v;
@@ -105,6 +107,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
             break;
         case O_DM: o->draft_model = optarg; break;
         case O_COST: o->cost_file = optarg; break;
+        case O_SWT: o->spec_weights = optarg; break;
         case 'h': usage(stdout); return 0;
         default: {
             const int rt = cli_tree_opt(c, optarg, &o->tree);
@@ -130,7 +133,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         fprintf(stderr, "seer chat: -m MODEL is required\n");
         return 2;
     }
-    if (!cli_tree_apply(&o->tree, &o->spec))
+    if (!cli_tree_apply(&o->tree, &o->spec) || !cli_spec_weights("chat", o->spec_weights, &o->spec))
         return 2;
     if (o->spec.kind == SEER_SPEC_DRAFT && !o->draft_model) {
         fprintf(stderr, "seer chat: --spec draft needs --draft-model\n");
@@ -327,10 +330,12 @@ int cmd_chat(int argc, char **argv) {
     mp.weights = o.weights;
     mp.n_threads = (int)o.threads;
     mp.tp = (int)o.tp;
+    mp.draft_weights = o.spec_weights;
     if ((s = seer_model_load(o.model, mp, &c.model)) != SEER_OK) {
         cli_error("loading model", s);
         goto done;
     }
+    mp.draft_weights = NULL;
     seer_chat_template t;
     if ((s = seer_chat_template_init(c.model, o.tmpl, &t)) != SEER_OK) {
         cli_error("chat template", s);

@@ -56,7 +56,8 @@ static void usage(FILE *f) {
             "      --draft-budget K  StreamingLLM budget of the draft model's own cache (default 0 = full)\n"
             "      --spec-kv-bits B  quantkv: bits of the KV copy the draft reads, 4 or 8 (default 4)\n"
             "      --spec-kv-view V  quantkv: none (every slot) or streaming (sinks + recent within\n"
-            "                        the budget) (default none)\n");
+            "                        the budget) (default none)\n"
+            CLI_SPEC_WEIGHTS_HELP);
 }
 
 /* The whole file, NUL-terminated; NULL with a message printed when it cannot be read (a
@@ -107,7 +108,7 @@ typedef struct {
     seer_sampler_params sp;
     seer_spec_params spec;
     cli_tree tree;
-    const char *draft_model, *chat_template, *system, *cost_file, *trace_file;
+    const char *draft_model, *chat_template, *system, *cost_file, *trace_file, *spec_weights;
     seer_backend_kind backend;
     seer_weights_kind weights;
     bool json, ignore_eos, no_bos, chat, ctx_beyond;
@@ -115,7 +116,7 @@ typedef struct {
 
 static int parse(int argc, char **argv, gen_opts *o) {
     enum { O_BACKEND = 256, O_TP, O_WEIGHTS, O_JSON, O_IGN, O_NOBOS,
-           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB, O_KVB, O_KVV, O_COST, O_TRACE };
+           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB, O_KVB, O_KVV, O_COST, O_TRACE, O_SWT };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
@@ -140,6 +141,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-kv-view", required_argument, 0, O_KVV},
         {"spec-cost-file", required_argument, 0, O_COST},
         {"accept-trace", required_argument, 0, O_TRACE},
+        {"spec-weights", required_argument, 0, O_SWT},
         {0, 0, 0, 0}};
     int c;
     long long v;
@@ -174,6 +176,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case O_DM: o->draft_model = optarg; break;
         case O_COST: o->cost_file = optarg; break;
         case O_TRACE: o->trace_file = optarg; break;
+        case O_SWT: o->spec_weights = optarg; break;
         case O_KVB:
             if (!cli_int("--spec-kv-bits", optarg, 4, 8, &o->kv_bits) || (o->kv_bits != 4 && o->kv_bits != 8)) {
                 fprintf(stderr, "seer: --spec-kv-bits must be 4 or 8\n");
@@ -205,7 +208,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         }
         }
     }
-    if (!cli_tree_apply(&o->tree, &o->spec))
+    if (!cli_tree_apply(&o->tree, &o->spec) || !cli_spec_weights("generate", o->spec_weights, &o->spec))
         return 2;
     if (o->spec.kind == SEER_SPEC_DRAFT && !o->draft_model) {
         fprintf(stderr, "seer generate: --spec draft needs --draft-model\n");
@@ -266,10 +269,12 @@ int cmd_generate(int argc, char **argv) {
     mp.weights = o.weights;
     mp.n_threads = (int)o.threads;
     mp.tp = (int)o.tp;
+    mp.draft_weights = o.spec_weights;
     if ((s = seer_model_load(o.model, mp, &model)) != SEER_OK) {
         cli_error("loading model", s);
         goto done;
     }
+    mp.draft_weights = NULL;
     if (o.draft_model && (s = seer_model_load(o.draft_model, mp, &draft)) != SEER_OK) {
         cli_error("loading draft model", s);
         goto done;

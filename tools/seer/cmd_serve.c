@@ -52,6 +52,7 @@ static void usage(FILE *f) {
             "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
             "      --spec-kv-bits B  keep a B-bit (4 or 8) copy of the KV cache, so that requests may\n"
             "                        use quantkv (default: 4 with --spec quantkv, else none)\n"
+            CLI_SPEC_WEIGHTS_HELP
             "      --drain-timeout S seconds to let requests finish at SIGINT/SIGTERM (default 30)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "      --tp N            tensor parallelism: the model divided over N GPUs (NCCL)\n"
@@ -64,7 +65,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *model, *host, *api_key, *alias, *tmpl, *cost_file;
+    const char *model, *host, *api_key, *alias, *tmpl, *cost_file, *spec_weights;
     long long port, max_body, max_requests, max_prompt, n_predict, ctx, parallel, batch, chunk, pages;
     long long threads, drain, prefix, kv_bits, mix, tp;
     seer_backend_kind backend;
@@ -75,7 +76,7 @@ typedef struct {
 
 static int parse(int argc, char **argv, serve_opts *o) {
     enum { O_HOST = 256, O_TP, O_PORT, O_KEY, O_BODY, O_MAXR, O_MAXP, O_ALIAS, O_TMPL, O_PAR, O_BATCH, O_CHUNK,
-           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX, O_KVB, O_COST, O_MIX };
+           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX, O_KVB, O_COST, O_MIX, O_SWT };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT},      {"api-key", required_argument, 0, O_KEY},
@@ -89,6 +90,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"prefix-cache", required_argument, 0, O_PREFIX},
         {"spec-gamma", required_argument, 0, O_SG},  {"spec-budget", required_argument, 0, O_SK},
         {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-cost-file", required_argument, 0, O_COST},
+        {"spec-weights", required_argument, 0, O_SWT},
         {"drain-timeout", required_argument, 0, O_DRAIN}, {"threads", required_argument, 0, 't'}, {"tp", required_argument, 0, O_TP},
         {"backend", required_argument, 0, O_BACKEND}, {"weights", required_argument, 0, O_WEIGHTS},
         {"temp", required_argument, 0, CLI_O_TEMP},  {"top-k", required_argument, 0, CLI_O_TOPK},
@@ -125,6 +127,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
             }
             break;
         case O_COST: o->cost_file = optarg; break;
+        case O_SWT: o->spec_weights = optarg; break;
         case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 16, &v)) return 2; o->spec.gamma = (int)v; break;
         case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
         case O_KVB:
@@ -158,6 +161,8 @@ static int parse(int argc, char **argv, serve_opts *o) {
         fprintf(stderr, "seer serve: -m MODEL is required\n");
         return 2;
     }
+    if (!cli_spec_weights("serve", o->spec_weights, &o->spec))
+        return 2;
     return -1;
 }
 
@@ -326,6 +331,7 @@ int cmd_serve(int argc, char **argv) {
     mp.weights = o.weights;
     mp.n_threads = (int)o.threads;
     mp.tp = (int)o.tp;
+    mp.draft_weights = o.spec_weights;
     seer_status s = seer_model_load(o.model, mp, &srv.model);
     if (s != SEER_OK) {
         cli_error("loading model", s);

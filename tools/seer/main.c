@@ -58,6 +58,25 @@ bool cli_weights(const char *s, seer_weights_kind *out) {
     return true;
 }
 
+bool cli_spec_weights(const char *cmd, const char *type, seer_spec_params *spec) {
+    if (!type)
+        return true;
+    if (strcmp(type, "q8_0") && strcmp(type, "q4_0")) {
+        fprintf(stderr, "seer %s: --spec-weights: '%s' is not one of q8_0, q4_0\n", cmd, type);
+        return false;
+    }
+    switch (spec->kind) {
+    case SEER_SPEC_STREAMING: case SEER_SPEC_RETRIEVAL: case SEER_SPEC_SNAPKV: case SEER_SPEC_QUANTKV:
+    case SEER_SPEC_HIERARCHY:
+        spec->draft_weights = true;
+        return true;
+    default:
+        fprintf(stderr, "seer %s: --spec-weights goes with --spec streaming, retrieval, snapkv, quantkv, "
+                        "hierarchy, or tree over one of the first four\n", cmd);
+        return false;
+    }
+}
+
 bool cli_backend(const char *s, seer_backend_kind *out) {
     if (!strcmp(s, "cpu"))
         *out = SEER_BACKEND_CPU;

@@ -712,6 +712,7 @@ static const seer_backend_ops cpu_ops = {
     .download = cpu_copy,
     .weight_load = cpu_weight_load,
     .weight_free = cpu_weight_free,
+    .weight_quantize = seer_cpu_weight_quantize,
     .kv_alloc = cpu_kv_alloc,
     .kv_reserve = cpu_kv_reserve,
     .kv_mem_available = cpu_kv_mem_available,

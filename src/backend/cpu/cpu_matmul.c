@@ -1,5 +1,6 @@
 /*
- * cpu_matmul.c: y = x W^T in f32 on the CPU (weights in block formats go to cpu_qmatmul.c).
+ * cpu_matmul.c: y = x W^T in f32 on the CPU (weights in block formats go to cpu_qmatmul.c), and
+ * the quantised copy of a weight (weight_quantize).
  *
  * Every output element is computed by the same sequence of operations whatever T, the
  * tile it lands in or the thread that runs it: 16 lane accumulators over the input in
@@ -8,7 +9,10 @@
  * verified among γ+1 others, which greedy speculative decoding relies on.
  */
 #include "backend/cpu/cpu.h"
+#include "gguf/gguf.h"
+#include "util/error.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define LANES 16
@@ -73,5 +77,71 @@ seer_status seer_cpu_matmul(seer_backend *be, float *y, const float *x, const se
         return seer_cpu_qmatmul(be, y, x, w, bias, T);
     matmul_args a = {y, x, (const float *)w->data, bias, w->rows, w->cols, T};
     seer_cpu_for(be, (size_t)w->rows * w->cols * T > ((size_t)1 << 20), w->rows, matmul_rows, &a);
+    return SEER_OK;
+}
+
+typedef struct {
+    const seer_weight *w;
+    uint8_t *dst;
+    size_t row_bytes;
+    int dtype;
+    seer_status *st; /* [rows]: each row's status (rows quantise independently) */
+} quant_args;
+
+static void quant_rows(void *ctx, int64_t r0, int64_t r1) {
+    const quant_args *a = ctx;
+    const int cols = a->w->cols;
+    float *f = malloc((size_t)cols * sizeof *f);
+    for (int64_t r = r0; r < r1; r++) {
+        if (!f) {
+            a->st[r] = SEER_ERR_OOM;
+            continue;
+        }
+        const float *x = (const float *)a->w->data + (size_t)r * cols;
+        if (a->w->dtype == GGML_TYPE_BF16) {
+            for (int i = 0; i < cols; i++)
+                f[i] = seer_bf16_to_f32(((const uint16_t *)a->w->data)[(size_t)r * cols + i]);
+            x = f;
+        }
+        a->st[r] = gguf_quant((ggml_type)a->dtype, x, a->dst + (size_t)r * a->row_bytes, (uint64_t)cols);
+    }
+    free(f);
+}
+
+seer_status seer_cpu_weight_quantize(seer_backend *be, const seer_weight *w, int dtype, seer_weight *out) {
+    if (dtype != GGML_TYPE_Q8_0 && dtype != GGML_TYPE_Q4_0)
+        return seer_err(SEER_ERR_UNSUPPORTED, "weight_quantize: to %s (q8_0 or q4_0)",
+                        ggml_type_name((ggml_type)dtype));
+    if (!w->data || (w->dtype != GGML_TYPE_F32 && w->dtype != GGML_TYPE_BF16))
+        return seer_err(SEER_ERR_UNSUPPORTED, "weight_quantize: from a %s weight (f32 or bf16)",
+                        ggml_type_name((ggml_type)w->dtype));
+    if (w->rows < 1 || w->cols < 1 || w->cols % 32)
+        return seer_err(SEER_ERR_INVALID_ARG, "weight_quantize: %d columns are not whole blocks of 32",
+                        w->cols);
+    size_t row_bytes = 0;
+    SEER_TRY(ggml_nbytes((ggml_type)dtype, (uint64_t)w->cols, &row_bytes));
+    uint8_t *dst = malloc(row_bytes * (size_t)w->rows);
+    seer_status *st = calloc((size_t)w->rows, sizeof *st);
+    if (!dst || !st) {
+        free(dst);
+        free(st);
+        return seer_err(SEER_ERR_OOM, "weight_quantize: out of memory for %d rows", w->rows);
+    }
+    quant_args a = {w, dst, row_bytes, dtype, st};
+    seer_cpu_for(be, (size_t)w->rows * w->cols > ((size_t)1 << 16), w->rows, quant_rows, &a);
+    seer_status s = SEER_OK;
+    for (int r = 0; r < w->rows && s == SEER_OK; r++)
+        if (st[r] != SEER_OK)
+            s = st[r] == SEER_ERR_OOM ? seer_err(SEER_ERR_OOM, "weight_quantize: out of memory")
+                                      : seer_err(st[r], "weight_quantize: row %d: a value is not finite", r);
+    free(st);
+    if (s != SEER_OK) {
+        free(dst);
+        return s;
+    }
+    *out = *w;
+    out->data = dst;
+    out->dtype = dtype;
+    out->owned = true;
     return SEER_OK;
 }

@@ -367,39 +367,42 @@ template <typename... A> struct prof_wrap<seer_status (*)(seer_backend *, A...)>
         o.field = prof_wrap<decltype(&fn)>::run<fn, name_>;                   \
     } while (0)
 
+/* a weight's dtype in the profile's keys (a model's draft weights have its shapes) */
+#define DT(w) ggml_type_name((ggml_type)(w)->dtype)
+
 static seer_status prof_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                const float *bias, int T) {
     seer_status s = seer_cuda_matmul(be, y, x, w, bias, T);
-    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul %dx%d", w->rows, w->cols);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul %dx%d %s", w->rows, w->cols, DT(w));
     return s;
 }
 
 static seer_status prof_matmul_split(seer_backend *be, float *const *ys, const float *x,
                                      const seer_weight *w, const float *const *biases, int T) {
     seer_status s = seer_cuda_matmul_split(be, ys, x, w, biases, T);
-    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul %dx%d (%d parts)", w->rows, w->cols, w->n_seg);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul %dx%d %s (%d parts)", w->rows, w->cols, DT(w), w->n_seg);
     return s;
 }
 
 static seer_status prof_matmul_add(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                    int T) {
     seer_status s = seer_cuda_matmul_add(be, y, x, w, T);
-    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul+add %dx%d", w->rows, w->cols);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul+add %dx%d %s", w->rows, w->cols, DT(w));
     return s;
 }
 
 static seer_status prof_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                    int T) {
     seer_status s = seer_cuda_matmul_glu(be, y, x, w, T);
-    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul+glu %dx%d", w->rows, w->cols);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "matmul+glu %dx%d %s", w->rows, w->cols, DT(w));
     return s;
 }
 
 static seer_status prof_ffn_glu(seer_backend *be, float *x, float *h, const float *nw, float eps,
                                 const seer_weight *wgu, const seer_weight *wdown, float *g, int T) {
     seer_status s = seer_cuda_ffn_glu(be, x, h, nw, eps, wgu, wdown, g, T);
-    seer_cuda_prof_mark(seer_cuda_of(be), false, "rmsnorm+ffn_glu %dx%d, %dx%d", wgu->rows, wgu->cols,
-                        wdown->rows, wdown->cols);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "rmsnorm+ffn_glu %dx%d, %dx%d %s", wgu->rows, wgu->cols,
+                        wdown->rows, wdown->cols, DT(wgu));
     return s;
 }
 
@@ -407,8 +410,8 @@ static seer_status prof_norm_matmul_split(seer_backend *be, float *const *ys, fl
                                           const float *nw, float eps, const seer_weight *w,
                                           const float *const *biases, int T) {
     seer_status s = seer_cuda_norm_matmul_split(be, ys, h, x, nw, eps, w, biases, T);
-    seer_cuda_prof_mark(seer_cuda_of(be), false, "rmsnorm+matmul %dx%d (%d parts)", w->rows, w->cols,
-                        w->n_seg);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "rmsnorm+matmul %dx%d %s (%d parts)", w->rows, w->cols,
+                        DT(w), w->n_seg);
     return s;
 }
 
@@ -482,6 +485,7 @@ static seer_backend_ops cuda_ops_make(void) {
     o.rope = seer_cuda_rope;
     o.attention = seer_cuda_attention_any; /* attention.cu, or through the quantised KV copy */
     o.weight_concat = seer_cuda_weight_concat;
+    o.weight_quantize = seer_cuda_weight_quantize;
     o.matmul_split = seer_cuda_matmul_split;
     o.matmul_add = seer_cuda_matmul_add;
     o.matmul_glu = seer_cuda_matmul_glu;

@@ -315,6 +315,7 @@ seer_status seer_cuda_index(seer_cuda *c, int which, const int32_t *host, int n,
 seer_status seer_cuda_weight_load(seer_backend *be, const gguf_tensor *t, seer_weights_kind how,
                                   seer_weight *out);
 void seer_cuda_weight_free(seer_backend *be, seer_weight *w);
+seer_status seer_cuda_weight_quantize(seer_backend *be, const seer_weight *w, int dtype, seer_weight *out);
 seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n, bool interleave,
                                     seer_weight *out);
 seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,

@@ -4,7 +4,7 @@
  * kernels read; bf16 is copied as it is. Otherwise (another type, or SEER_WEIGHTS_BF16): the
  * tensor is dequantised on the host (gguf_dequant) a slice of rows at a time, rounded to bf16
  * (nearest even) and copied to device memory [rows][cols]. Also fusing weights (rows of
- * several as one, plane by plane).
+ * several as one, plane by plane) and a bf16 weight's quantised copy (weight_quantize).
  * Not for: the matmul kernels (matmul.cu, matmul_q.cu).
  */
 #include "backend/cuda/qweights.cuh"
@@ -111,16 +111,17 @@ static __device__ void group_codes(int type, const uint8_t *b, int s, uint8_t (&
     }
 }
 
-/* One thread per (row, group): its codes into the lo/hi planes, its scales (a K-quant's
- * super-block header by the thread of its first group) into sc/d. The planes start zeroed. */
+/* One thread per (row, group) of src's rows, which are the weight's rows [row0, row0 + rows):
+ * its codes into the lo/hi planes, its scales (a K-quant's super-block header by the thread of
+ * its first group) into sc/d. The planes start zeroed. */
 __global__ void repack_kernel(uint8_t *dst, seer_qlayout L, const uint8_t *src, size_t src_row,
-                              int block_bytes, int rows, int groups) {
+                              int block_bytes, int row0, int rows, int groups) {
     const bool kq = seer_qtype_k(L.type);
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (long long)rows * groups;
          i += (long long)gridDim.x * blockDim.x) {
-        const int r = (int)(i / groups), gi = (int)(i % groups);
+        const int sr = (int)(i / groups), gi = (int)(i % groups), r = row0 + sr;
         const int s = kq ? gi % 8 : 0;
-        const uint8_t *b = src + (size_t)r * src_row + (size_t)(kq ? gi / 8 : gi) * block_bytes;
+        const uint8_t *b = src + (size_t)sr * src_row + (size_t)(kq ? gi / 8 : gi) * block_bytes;
         uint8_t code[32];
         group_codes(L.type, b, s, code);
         const int quad = gi >> 2, j = gi & 3;
@@ -188,7 +189,7 @@ static seer_status load_planes(seer_cuda *c, const gguf_tensor *t, const seer_ql
     if (e == cudaSuccess) {
         const int groups = (int)(cols / 32);
         repack_kernel<<<seer_cuda_grid(rows * groups, 256), 256, 0, c->stream>>>(
-            d, *L, (const uint8_t *)raw, row_bytes, ggml_type_block_bytes(t->type), (int)rows, groups);
+            d, *L, (const uint8_t *)raw, row_bytes, ggml_type_block_bytes(t->type), 0, (int)rows, groups);
         e = cudaGetLastError();
     }
     if (e == cudaSuccess)
@@ -196,6 +197,144 @@ static seer_status load_planes(seer_cuda *c, const gguf_tensor *t, const seer_ql
     seer_cuda_free(c, raw);
     if (e != cudaSuccess)
         return seer_cuda_fail(e, "rearranging a quantised weight", __FILE__, __LINE__);
+    return SEER_OK;
+}
+
+/* ---- quantising a weight on the device ------------------------------------------------- */
+
+/* f32 -> f16 bits, round to nearest even: quant.c's seer_f32_to_f16 in integers, so that the
+ * scale's bytes are the host's whatever the intrinsics do. */
+static __device__ uint32_t f16_bits(float f) {
+    const uint32_t x = __float_as_uint(f), sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u)
+        return sign | 0x7e00 | ((ax >> 13) & 0x3ff);
+    if (ax >= 0x477ff000u)
+        return sign | 0x7c00;
+    if (ax < 0x38800000u) {
+        if (ax <= 0x33000000u)
+            return sign;
+        const uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, shift = 126 - e;
+        uint32_t q = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1)))
+            q++;
+        return sign | q;
+    }
+    uint32_t h = (ax - 0x38000000u) >> 13;
+    const uint32_t rem = ax & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+        h++;
+    return sign | h;
+}
+
+/* One thread per block of 32 of w's rows [row0, row0 + rows): the block's bytes into dst (rows
+ * of row_bytes) as gguf_quant writes them (quant.c's quant_q8_0 and quant_q4_0), with the same
+ * f32 operations one at a time, never contracted, so that the bytes are the host's. A
+ * non-finite value sets *bad (gguf_quant refuses those). */
+__global__ void quantize_kernel(uint8_t *dst, const bf16 *w, int cols, int type, size_t row_bytes,
+                                long long row0, int rows, int *bad) {
+    const int groups = cols / 32, bb = type == GGML_TYPE_Q8_0 ? 34 : 18;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (long long)rows * groups;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int r = (int)(i / groups), g = (int)(i % groups);
+        const bf16 *x = w + (size_t)(row0 + r) * cols + (size_t)g * 32;
+        float v[32], amax = 0.f, vmax = 0.f;
+        for (int e = 0; e < 32; e++) {
+            v[e] = __bfloat162float(x[e]);
+            if (!isfinite(v[e]))
+                *bad = 1;
+            if (type == GGML_TYPE_Q8_0) {
+                amax = fmaxf(amax, fabsf(v[e]));
+            } else if (fabsf(v[e]) > amax) {
+                amax = fabsf(v[e]);
+                vmax = v[e];
+            }
+        }
+        const float d = type == GGML_TYPE_Q8_0 ? __fdiv_rn(amax, 127.f) : __fdiv_rn(vmax, -8.f);
+        const float id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
+        uint8_t blk[34];
+        const uint32_t h = f16_bits(d);
+        blk[0] = (uint8_t)(h & 0xFF);
+        blk[1] = (uint8_t)(h >> 8);
+        if (type == GGML_TYPE_Q8_0) {
+            for (int e = 0; e < 32; e++)
+                blk[2 + e] = (uint8_t)(int)roundf(fminf(127.f, fmaxf(-127.f, __fmul_rn(v[e], id))));
+        } else {
+            for (int e = 0; e < 16; e++) {
+                const int q0 = (int)fminf(15.f, fmaxf(0.f, __fadd_rn(__fmul_rn(v[e], id), 8.5f)));
+                const int q1 = (int)fminf(15.f, fmaxf(0.f, __fadd_rn(__fmul_rn(v[e + 16], id), 8.5f)));
+                blk[2 + e] = (uint8_t)(q0 | q1 << 4);
+            }
+        }
+        uint8_t *b = dst + (size_t)r * row_bytes + (size_t)g * bb;
+        for (int k = 0; k < bb; k++)
+            b[k] = blk[k];
+    }
+}
+
+/* Blocks quantised per slice: bounds the scratch a big LM head needs. */
+#define QUANT_SLICE_BYTES ((size_t)64 << 20)
+
+seer_status seer_cuda_weight_quantize(seer_backend *be, const seer_weight *w, int dtype, seer_weight *out) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (dtype != GGML_TYPE_Q8_0 && dtype != GGML_TYPE_Q4_0)
+        return seer_err(SEER_ERR_UNSUPPORTED, "weight_quantize: to %s (q8_0 or q4_0)",
+                        ggml_type_name((ggml_type)dtype));
+    if (!w->data || w->dtype != GGML_TYPE_BF16)
+        return seer_err(SEER_ERR_UNSUPPORTED, "weight_quantize: from a %s weight (the CUDA backend's is bf16)",
+                        ggml_type_name((ggml_type)w->dtype));
+    seer_qlayout L;
+    if (!seer_qlayout_of(dtype, w->rows, w->cols, &L))
+        return seer_err(SEER_ERR_INVALID_ARG, "weight_quantize: %d columns are not whole blocks of 32", w->cols);
+    size_t row_bytes = 0;
+    SEER_TRY(ggml_nbytes((ggml_type)dtype, (uint64_t)w->cols, &row_bytes));
+    int rows_per = (int)(QUANT_SLICE_BYTES / row_bytes);
+    if (rows_per < 1)
+        rows_per = 1;
+    if (rows_per > w->rows)
+        rows_per = w->rows;
+    void *d = NULL, *raw = NULL, *bad = NULL;
+    seer_status s = seer_cuda_malloc(c, L.bytes, "a quantised copy of a weight", &d);
+    if (s == SEER_OK)
+        s = seer_cuda_malloc(c, row_bytes * (size_t)rows_per, "quantisation scratch", &raw);
+    if (s == SEER_OK)
+        s = seer_cuda_malloc(c, sizeof(int), "quantisation flag", &bad);
+    cudaError_t e = cudaSuccess;
+    if (s == SEER_OK) {
+        e = cudaMemsetAsync(d, 0, L.bytes, c->stream);
+        if (e == cudaSuccess)
+            e = cudaMemsetAsync(bad, 0, sizeof(int), c->stream);
+        const int groups = w->cols / 32;
+        for (int r0 = 0; r0 < w->rows && e == cudaSuccess; r0 += rows_per) {
+            const int nr = w->rows - r0 < rows_per ? w->rows - r0 : rows_per;
+            const long long n = (long long)nr * groups;
+            quantize_kernel<<<seer_cuda_grid(n, 256), 256, 0, c->stream>>>(
+                (uint8_t *)raw, (const bf16 *)w->data, w->cols, dtype, row_bytes, r0, nr, (int *)bad);
+            repack_kernel<<<seer_cuda_grid(n, 256), 256, 0, c->stream>>>(
+                (uint8_t *)d, L, (const uint8_t *)raw, row_bytes, ggml_type_block_bytes((ggml_type)dtype), r0, nr,
+                groups);
+            e = cudaGetLastError();
+        }
+    }
+    int flag = 0;
+    if (s == SEER_OK && e == cudaSuccess)
+        e = cudaMemcpyAsync(&flag, bad, sizeof flag, cudaMemcpyDeviceToHost, c->stream);
+    if (s == SEER_OK && e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (s == SEER_OK && e != cudaSuccess)
+        s = seer_cuda_fail(e, "quantising a weight", __FILE__, __LINE__);
+    if (s == SEER_OK && flag)
+        s = seer_err(SEER_ERR_INVALID_ARG, "weight_quantize: the weight holds a value that is not finite");
+    seer_cuda_free(c, raw);
+    seer_cuda_free(c, bad);
+    if (s != SEER_OK) {
+        seer_cuda_free(c, d);
+        return s;
+    }
+    *out = *w;
+    out->data = d;
+    out->dtype = dtype;
+    out->owned = true;
     return SEER_OK;
 }
 
