@@ -44,12 +44,12 @@ static void test_generate_golden_json(void **state) {
                            "tree --spec-base retrieval --spec-budget 16 --spec-tree-size 9 --spec-tree-depth 3",
                            "tree --spec-base draft --draft-budget 16 --draft-model",
                            "hierarchy --spec-base snapkv --spec-budget 24 --spec-window 4 --spec-hier-gamma 3 --draft-model",
-                           "auto --spec-cost-file"};
+                           "auto --spec-cost-file", "streaming --spec-budget 16 --spec-weights q4_0"};
     const char *cost = tu_tmp_path("cli.cost");
-    for (int k = 0; k < 9; k++) {
+    for (int k = 0; k < 10; k++) {
         int rc = sh(buf, sizeof buf,
                     "%s generate -m %s -p 'Lily and Tom' --temp 0 -n 300 --json --backend cpu --spec %s %s",
-                    SEER_CLI, m, specs[k < 8 ? k : 7], k == 5 || k == 6 ? m : k >= 7 ? cost : "");
+                    SEER_CLI, m, specs[k < 8 ? k : k == 9 ? 8 : 7], k == 5 || k == 6 ? m : k == 7 || k == 8 ? cost : "");
         if (rc != 0)
             fail_msg("rc %d: %s", rc, buf);
         /* golden row "Lily and Tom": prompt 1,317,269,274,287; ids start 382,276,337 and end in BOS */
@@ -63,7 +63,7 @@ static void test_generate_golden_json(void **state) {
             assert_non_null(strstr(buf, "\"hier_base\":\"snapkv\"")), assert_non_null(strstr(buf, "\"hier_gamma\":3"));
         /* auto: calibrated into the file given, then read back from it; the decisions and
          * speedups reported */
-        if (k >= 7) {
+        if (k == 7 || k == 8) {
             assert_non_null(strstr(buf, k == 7 ? "cost model calibrated in" : "cost table from"));
             assert_non_null(strstr(buf, "\"kind\":\"auto\""));
             assert_non_null(strstr(buf, "\"auto\":{\"calibrated\":true,\"decisions\":{"));
@@ -141,6 +141,11 @@ static void test_bad_input(void **state) {
         {"generate -m %s -p hi --backend cpu --tp 3", 1, "do not divide over 3 ranks"},
         {"generate -m /nonexistent/model.gguf -p hi%.0s", 1, "nonexistent"},
         {"generate -m %s -p hi --spec draft --draft-model /nonexistent.gguf", 1, "draft"},
+        {"generate -m %s -p hi --spec streaming --spec-weights q4_k", 2, "not one of q8_0, q4_0"},
+        {"generate -m %s -p hi --spec ngram --spec-weights q4_0", 2, "--spec-weights goes with"},
+        {"generate -m %s -p hi --spec-weights q8_0", 2, "--spec-weights goes with"},
+        {"serve -m %s --spec-weights q4_0", 2, "--spec-weights goes with"},
+        {"bench --synthetic tiny --spec streaming --spec-weights q4_0,q8_0%.0s", 2, "one quantised type"},
         {"info %s extra", 2, "unexpected"},
         {"frobnicate %s", 2, "unknown command"},
     };

@@ -683,10 +683,10 @@ static void run_point(const bench_opts *o, seer_model *m, const bench_result *r,
     for (int k = 0; k < pt->n_spec; k++) {
         if (o->trace)
             fprintf(stderr, "seer bench: L=%d B=%d spec %s K=%d G=%d (acceptance replayed from %s)\n", L, B,
-                    seer_spec_kind_name(pt->spec[k].kind), pt->spec[k].budget, pt->spec[k].gamma, o->trace_path);
+                    bench_spec_label(&pt->spec[k]), pt->spec[k].budget, pt->spec[k].gamma, o->trace_path);
         else
             fprintf(stderr, "seer bench: L=%d B=%d spec %s K=%d G=%d (synthetic acceptance %.2f)\n", L, B,
-                    seer_spec_kind_name(pt->spec[k].kind), pt->spec[k].budget, pt->spec[k].gamma, o->alpha);
+                    bench_spec_label(&pt->spec[k]), pt->spec[k].budget, pt->spec[k].gamma, o->alpha);
         run_spec(o, &st, pt, &pt->spec[k]);
     }
 done:
