@@ -71,14 +71,13 @@ seer_status seer_model_make_draft(seer_model *m, int dtype) {
         *D = *L; /* norms and biases shared */
         for (int i = 0; layer_weights(D, i); i++)
             memset(layer_weights(D, i), 0, sizeof(seer_weight));
-        const bool qkv = L->wqkv.data != NULL, gu = L->wgu.data != NULL;
-        /* wq wk wv wo w_gate w_up w_down wqkv wgu: which are parts of a fused weight, which
-         * fused weights exist */
-        const bool part[9] = {qkv, qkv, qkv, false, gu, gu, false, false, false};
-        const bool none[9] = {false, false, false, false, false, false, false, !qkv, !gu};
+        /* wq wk wv wo w_gate w_up w_down wqkv wgu: the parts of a fused weight that exists
+         * keep their shape only; a fused weight the backend did not make stays empty */
         for (int i = 0; layer_weights(L, i); i++) {
-            if (!none[i])
-                SEER_TRY(quantize(be, layer_weights(L, i), dtype, part[i], layer_weights(D, i)));
+            const seer_weight *s = layer_weights(L, i);
+            const bool part = i <= 2 ? L->wqkv.data != NULL : (i == 4 || i == 5) && L->wgu.data;
+            if (part || s->data)
+                SEER_TRY(quantize(be, s, dtype, part, layer_weights(D, i)));
         }
     }
     return quantize(be, &m->output, dtype, false, &m->draft_output);
@@ -95,22 +94,4 @@ void seer_model_free_draft(seer_model *m) {
     if (m->draft_output.data)
         be->ops->weight_free(be, &m->draft_output);
     m->draft_dtype = 0;
-}
-
-static uint64_t bytes_of(const seer_weight *w) {
-    const int be = ggml_type_block_elems((ggml_type)w->dtype), bb = ggml_type_block_bytes((ggml_type)w->dtype);
-    return be > 0 && bb > 0 ? (uint64_t)w->rows * w->cols / be * bb : 0;
-}
-
-uint64_t seer_model_draft_bytes(const seer_model *m) {
-    if (!m->draft_layers)
-        return 0;
-    uint64_t b = bytes_of(&m->draft_output);
-    for (int l = 0; l < m->info.n_layers; l++) {
-        const seer_layer *D = &m->draft_layers[l];
-        const seer_weight *ws[] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->w_gate, &D->w_up, &D->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-            b += bytes_of(ws[i]);
-    }
-    return b;
 }

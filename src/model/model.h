@@ -119,8 +119,6 @@ seer_status seer_draft_dtype_parse(const char *name, int *dtype);
  * frees the model (seer_model_free frees what was made). */
 seer_status seer_model_make_draft(seer_model *m, int dtype);
 void seer_model_free_draft(seer_model *m);
-/* The draft weights' bytes as the backend holds them (0 without). */
-uint64_t seer_model_draft_bytes(const seer_model *m);
 
 /* Applies Llama-3.1 RoPE scaling to inverse frequencies fr [half] in place. */
 seer_status seer_rope_llama3(float *fr, int half, float factor, float lo, float hi, int orig);

@@ -378,6 +378,20 @@ static void count_type(seer_model_footprint *out, const seer_weight *w, uint64_t
         by_type[w->dtype] += b;
 }
 
+/* The draft weights' bytes as the backend holds them (0 without), counted as W is. */
+static uint64_t draft_bytes(const seer_model *m) {
+    if (!m->draft_layers)
+        return 0;
+    uint64_t b = weight_bytes(&m->draft_output);
+    for (int l = 0; l < m->info.n_layers; l++) {
+        const seer_layer *D = &m->draft_layers[l];
+        const seer_weight *ws[] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->w_gate, &D->w_up, &D->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+            b += weight_bytes(ws[i]);
+    }
+    return b;
+}
+
 void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
     if (!out)
         return;
@@ -416,7 +430,7 @@ void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
         }
         by_type[best] = 0;
     }
-    out->draft_weight_bytes = seer_model_draft_bytes(m);
+    out->draft_weight_bytes = draft_bytes(m);
     if (m->draft_dtype)
         snprintf(out->draft_weights, sizeof out->draft_weights, "%s", ggml_type_name((ggml_type)m->draft_dtype));
     const uint64_t n_out = (uint64_t)m->output.rows * m->output.cols;

@@ -28,9 +28,6 @@ static seer_status quantkv_init(const seer_draft_env *env, const seer_spec_param
     if (!env->ctx->params.kv_quant_bits)
         return seer_err(SEER_ERR_INVALID_ARG, "speculation 'quantkv' needs a context with a quantised KV "
                                               "copy (kv_quant_bits 4 or 8)");
-    if (p->draft_weights && !env->model->draft_layers)
-        return seer_err(SEER_ERR_INVALID_ARG, "speculation with draft weights: the model was loaded without "
-                                              "them (seer_model_params.draft_weights)");
     if (p->quant_view != SEER_SPEC_NONE && p->quant_view != SEER_SPEC_STREAMING)
         return seer_err(SEER_ERR_INVALID_ARG, "quantkv view '%s' must be none or streaming",
                         seer_spec_kind_name(p->quant_view));

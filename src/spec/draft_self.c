@@ -65,9 +65,6 @@ static seer_status self_init(const seer_draft_env *env, const seer_spec_params *
         return seer_err(SEER_ERR_INVALID_ARG,
                         "snapkv window %d must be in [1, n_batch_max %d], kernel %d odd and positive",
                         p->snap_window, ctx->params.n_batch_max, p->snap_kernel);
-    if (p->draft_weights && !env->model->draft_layers)
-        return seer_err(SEER_ERR_INVALID_ARG, "speculation with draft weights: the model was loaded without "
-                                              "them (seer_model_params.draft_weights)");
     self_impl *im = calloc(1, sizeof *im);
     const seer_model_info *in = &env->model->info;
     int B = ctx->params.n_seq_max;

@@ -57,6 +57,9 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
         return seer_err(SEER_ERR_INVALID_ARG, "unknown speculation kind %d", (int)p->kind);
     if (p->kind == SEER_SPEC_NONE)
         return SEER_OK;
+    if (p->draft_weights && !ctx->model->draft_layers)
+        return seer_err(SEER_ERR_INVALID_ARG, "speculation with draft weights: the model was loaded without "
+                                              "them (seer_model_params.draft_weights)");
     if (!(p->synthetic_accept >= 0 && p->synthetic_accept < 1))
         return seer_err(SEER_ERR_INVALID_ARG, "synthetic acceptance %g must be in [0, 1)", p->synthetic_accept);
     if (p->kind == SEER_SPEC_AUTO) { /* its drafters' settings are checked by their inits */
