@@ -153,6 +153,8 @@ static void test_bad_input(void **state) {
         char args[1200];
         snprintf(args, sizeof args, cases[i].args, m);
         int rc = sh(buf, sizeof buf, "%s %s", SEER_CLI, args);
+        if (rc == 1 && strstr(buf, "this build has no HTTP server")) /* serve without libmicrohttpd */
+            continue;
         if (rc != cases[i].rc || !strstr(buf, cases[i].msg))
             fail_msg("'seer %s': rc %d (want %d), output: %s", args, rc, cases[i].rc, buf);
     }
