@@ -33,6 +33,7 @@ static const lab_shape shapes[] = {
     {"o", 4096, 4096, 2},
     {"gate_up", 28672, 4096, 1},
     {"down", 4096, 14336, 2},
+    {"head", 128256, 4096, 0},
 };
 
 static int parse_list(const char *s, int *out, int max) {

@@ -61,6 +61,8 @@ static void test_generate_golden_json(void **state) {
             assert_non_null(strstr(buf, k == 4 ? "\"tree_size\":9" : "\"tree_size\":8"));
         if (k == 6)
             assert_non_null(strstr(buf, "\"hier_base\":\"snapkv\"")), assert_non_null(strstr(buf, "\"hier_gamma\":3"));
+        /* the draft steps' weights: the model's, or the q4_0 copy */
+        assert_non_null(strstr(buf, k == 9 ? "\"draft_weights\":\"q4_0\"" : "\"draft_weights\":\"none\""));
         /* auto: calibrated into the file given, then read back from it; the decisions and
          * speedups reported */
         if (k == 7 || k == 8) {

@@ -483,6 +483,8 @@ int bench_load_json(const char *path, bench_opts *o, bench_result *r) {
             bs->budget = (int)num(e, "budget");
             bs->gamma = (int)num(e, "gamma");
             bs->tree_size = (int)num(e, "tree_size"); /* 0 where an older run has none */
+            const char *dw = json_string_value(json_object_get(e, "draft_weights"));
+            bs->draft_weights = dw && strcmp(dw, "none"); /* labelled /dw as when measured */
             bs->ok = !json_object_get(e, "error");
             bs->speedup = num(e, "speedup_measured_synthetic");
             bs->projected = num(e, "speedup_projected_at_alpha");

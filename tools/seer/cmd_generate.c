@@ -437,6 +437,9 @@ int cmd_generate(int argc, char **argv) {
             json_object_set_new(jspec, "tree_size", json_integer(o.spec.tree_size));
             json_object_set_new(jspec, "tree_depth", json_integer(o.spec.tree_depth));
         }
+        if (jspec) /* the type of the weights the draft steps multiply by, or none */
+            json_object_set_new(jspec, "draft_weights",
+                                json_string(o.spec.draft_weights ? o.spec_weights : "none"));
         if (jspec && o.spec.kind == SEER_SPEC_HIERARCHY) {
             json_object_set_new(jspec, "hier_base", json_string(seer_spec_kind_name(o.spec.hier_base)));
             json_object_set_new(jspec, "hier_gamma", json_integer(o.spec.hier_gamma));
