@@ -384,7 +384,9 @@ typedef struct {
                                the verification rule. NOT lossless; labelled in all output. */
     bool draft_weights;    /* self-drafts (streaming, retrieval, snapkv, quantkv, and the
                               hierarchy's middle level): draft steps multiply by the model's
-                              quantised draft weights (seer_model_params.draft_weights) */
+                              quantised draft weights (seer_model_params.draft_weights).
+                              auto's sparse self-drafts do so whenever the model holds them,
+                              as its cost table was calibrated */
     const seer_accept_trace *synthetic_trace; /* benchmarks on random weights only: when set,
                                draft tokens are accepted as the trace recorded for the round's
                                drafter kind (each sequence replays its own line from its own

@@ -3,13 +3,15 @@
  * CPU. The copy holds, for every linear weight and the LM head, the bytes gguf_quant gives
  * for its values; a forward call that asks for it computes near the model's logits but not
  * equal to them; greedy speculation whose draft steps multiply by it (every drafter that
- * reads the target, chains and trees, the hierarchy's middle level) stays bit-identical to
- * plain decoding; bad names, batches and settings are refused and leave state as it was.
+ * reads the target, chains and trees, the hierarchy's middle level, auto's sparse views) stays
+ * bit-identical to plain decoding; auto's cost table for such a model is its own; bad names,
+ * batches and settings are refused and leave state as it was.
  */
 #include "testutil.h"
 
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "spec/cost.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -250,11 +252,87 @@ static void test_greedy_identical(void **state) {
     }
 }
 
+
+/* A cost table where a streaming view of 8 or 32 slots pays at any acceptance (a draft step a
+ * tenth of a target step): auto drafts in every round. */
+static seer_spec_cost *streaming_table(void) {
+    const char *text = "seer-cost 1\nkey test table\nb 1 8\nl 16 1024\nn 2 4 8\n"
+                       "target 1e-3 1e-3 1e-3 1e-3\n"
+                       "verify 2 1.1e-3 1.1e-3 1.1e-3 1.1e-3\nverify 4 1.2e-3 1.2e-3 1.2e-3 1.2e-3\n"
+                       "verify 8 1.4e-3 1.4e-3 1.4e-3 1.4e-3\n"
+                       "draft streaming 8 1e-4 1e-4 1e-4 1e-4\ndraft streaming 32 1e-4 1e-4 1e-4 1e-4\nend\n";
+    seer_spec_cost *c = NULL;
+    ASSERT_OK(seer_spec_cost_parse(text, strlen(text), &c));
+    return c;
+}
+
+/* Auto on a model holding draft weights: its sparse self-draft candidates draft through them
+ * (greedy output still the plain one, the drafts not those of the same model without the
+ * copy); calibration times their step so; the cost table's key names the copy, so that a
+ * table measured without it is not read for it. */
+static void test_auto(void **state) {
+    (void)state;
+    const char *path = gen_model("da1.gguf", "llama", 128, 97);
+    seer_model *m = NULL, *plain_m = NULL;
+    ASSERT_OK(load(path, "q4_0", &m));
+    ASSERT_OK(load(path, NULL, &plain_m));
+    char key[SEER_COST_KEY_MAX], key0[SEER_COST_KEY_MAX];
+    seer_cost_key(m, NULL, key, sizeof key);
+    seer_cost_key(plain_m, NULL, key0, sizeof key0);
+    assert_non_null(strstr(key, "+dw-q4_0@"));
+    assert_null(strstr(key0, "+dw"));
+    uint64_t rng = 5;
+    int32_t prompts[2][64];
+    int plen[2] = {30, 11};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < plen[i]; j++)
+            prompts[i][j] = (int32_t)(tu_rand_u64(&rng) % 300);
+    tu_gen_ctx cx = {.n_ctx = 200, .page_size = 4, .n_batch_max = 128};
+    tu_output plain[2], got[2];
+    tu_gen_run(m, seer_spec_default_params(), prompts[0], 64, plen, 2, 80, tu_greedy(), cx, plain, NULL);
+    seer_spec_cost *c = streaming_table();
+    seer_spec_params sp = seer_spec_default_params();
+    sp.kind = SEER_SPEC_AUTO;
+    sp.cost = c;
+    sp.sinks = 4;
+    seer_spec_auto_stats as[2];
+    seer_spec_stats st[2];
+    seer_model *models[2] = {m, plain_m};
+    for (int k = 0; k < 2; k++) {
+        st[k] = tu_gen_run(models[k], sp, prompts[0], 64, plen, 2, 80, tu_greedy(), cx, got, &as[k]);
+        for (int i = 0; i < 2; i++)
+            tu_assert_same(&got[i], &plain[i], k ? "auto without draft weights" : "auto with draft weights");
+        assert_true(st[k].drafted > 0 && as[k].decisions[SEER_SPEC_STREAMING] > 0);
+    }
+    print_message("auto: accepted %lld of %lld drafts through the copy, %lld of %lld without it\n",
+                  (long long)st[0].accepted, (long long)st[0].drafted, (long long)st[1].accepted,
+                  (long long)st[1].drafted);
+    /* the same model values, prompts and table: only the weights the drafts multiply by differ */
+    assert_true(st[0].accepted != st[1].accepted || st[0].drafted != st[1].drafted);
+    seer_spec_cost_free(c);
+    /* calibration on the model with the copy (its view step through it) */
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 200;
+    cp.n_seq_max = 4;
+    cp.n_batch_max = 64;
+    seer_context *ctx = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &ctx));
+    c = NULL;
+    ASSERT_OK(seer_spec_cost_calibrate(ctx, NULL, 0.05, &c));
+    assert_true(seer_spec_cost_has(c, SEER_SPEC_STREAMING));
+    assert_string_equal(seer_spec_cost_table(c)->key, key);
+    seer_spec_cost_free(c);
+    seer_context_free(ctx);
+    seer_model_free(plain_m);
+    seer_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_copy_and_forward),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_greedy_identical),
+        cmocka_unit_test(test_auto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

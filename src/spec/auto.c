@@ -17,6 +17,10 @@
  * model catches its own cache up on the tokens emitted meanwhile, n-gram reads the tokens.
  * Only the drafter that proposed a round sees its verification (verified hook).
  *
+ * A model holding draft weights (seer_model_params.draft_weights) gives the sparse self-draft
+ * candidates their cheaper steps: they draft through the copy whatever the generator's
+ * draft_weights says, as calibration measured them (calibrate.c).
+ *
  * Not here: trees (the cost model's tree options stay off: auto proposes chains), and the
  * quantised-KV self-draft (calibration does not measure it and it needs the KV copy at
  * context creation, which every plain step would pay for).
@@ -109,6 +113,11 @@ seer_status seer_gen_auto_init(seer_gen *g) {
             c->spec.tree_size = 0;
             if (c->budget > 0)
                 c->spec.budget = c->budget;
+            /* the sparse self-drafts draft through the model's draft weights where it holds
+             * them: calibration timed their step so (calibrate.c) */
+            c->spec.draft_weights = g->ctx->model->draft_layers &&
+                                    (c->kind == SEER_SPEC_STREAMING || c->kind == SEER_SPEC_RETRIEVAL ||
+                                     c->kind == SEER_SPEC_SNAPKV);
             c->ops = seer_drafter_find(seer_spec_kind_name(dr->kind));
             /* a candidate that cannot run with these settings (a budget its view refuses, a
              * draft model of another vocabulary) is left out rather than failing generation */

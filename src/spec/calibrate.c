@@ -13,6 +13,10 @@
  * median of repeated calls after one untimed warm-up (first-touch of pages and scratch), with
  * as many repetitions as the time budget allows.
  *
+ * A model that holds draft weights (seer_model_params.draft_weights) has its view step timed
+ * through them: auto's self-draft candidates draft through them (auto.c), and the table's key
+ * names them (seer_cost_key), so a table measured without them is not read for it.
+ *
  * Not measured: the n-gram drafter (host-side suffix matching, no forward call). The sparse
  * view step is measured as the streaming drafter's (a view of K slots); retrieval and SnapKV
  * get no row, so the planner never picks them: their per-request set-up (the prompt's keys
@@ -88,8 +92,11 @@ static seer_status time_point(bench *bn, side *s, int B, int L, int n, int K, do
             bn->sid[t] = s->seq[i];
             bn->pos[t] = L + j;
         }
+    /* a self-draft's step multiplies by the model's draft weights where it holds them, as
+     * auto's candidates then do */
     const seer_batch b = {.n_tokens = T, .token = bn->tok, .seq = bn->sid, .pos = bn->pos,
-                          .logits = bn->flag, .mask = NULL};
+                          .logits = bn->flag, .mask = NULL,
+                          .draft_weights = K > 0 && seer_context_model(s->ctx)->draft_layers != NULL};
     /* A streaming view of K slots: the sinks and the latest K - sinks (MagicDec). */
     const bool view = K > 0 && K < L;
     if (view) {

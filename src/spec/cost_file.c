@@ -7,6 +7,7 @@
  * record's order and count, and fills a scratch table that reaches the caller only whole.
  * fuzz/ drives seer_cost_parse with arbitrary bytes.
  */
+#include "model/model.h"
 #include "spec/cost.h"
 #include "util/error.h"
 
@@ -385,8 +386,12 @@ void seer_cost_key(const seer_model *model, const char *device, char *buf, size_
         return;
     seer_model_info mi;
     seer_model_get_info(model, &mi);
-    snprintf(buf, cap, "%s-%s-%llu-%llu@%s", mi.arch, mi.name[0] ? mi.name : "unnamed",
-             (unsigned long long)mi.n_params, (unsigned long long)mi.file_size,
+    /* a model holding draft weights drafts through them (auto.c): its own table */
+    char dw[32] = "";
+    if (model->draft_layers)
+        snprintf(dw, sizeof dw, "+dw-%s", ggml_type_name((ggml_type)model->draft_dtype));
+    snprintf(buf, cap, "%s-%s-%llu-%llu%s@%s", mi.arch, mi.name[0] ? mi.name : "unnamed",
+             (unsigned long long)mi.n_params, (unsigned long long)mi.file_size, dw,
              device ? device : mi.backend);
     for (char *p = buf; *p; p++) /* the key is one line of a text file */
         if ((unsigned char)*p < 0x20 || *p == 0x7f)

@@ -67,11 +67,13 @@ enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH, CLI_O_TREPLAN, CLI_O_HGAMMA
 bool cli_spec_kind(const char *arg, seer_spec_kind *kind, cli_tree *t);
 /* --spec-weights T (after cli_tree_apply; type NULL: not given): the draft weights' type, q8_0
  * or q4_0, for a drafter that reads the target (streaming, retrieval, snapkv, quantkv, the
- * hierarchy); sets spec->draft_weights. false with a message for another type or drafter. */
+ * hierarchy) or auto (its sparse self-drafts); sets spec->draft_weights. false with a message
+ * for another type or drafter. */
 bool cli_spec_weights(const char *cmd, const char *type, seer_spec_params *spec);
 #define CLI_SPEC_WEIGHTS_HELP                                                              \
     "      --spec-weights T  the self-draft's steps multiply by a copy of the weights quantised\n" \
-    "                        to T (q8_0 or q4_0; made at load, from f32 or bf16 weights)\n"
+    "                        to T (q8_0 or q4_0; made at load, from f32 or bf16 weights);\n" \
+    "                        with auto, its sparse self-drafts' steps\n"
 int cli_tree_opt(int c, const char *arg, cli_tree *t);
 bool cli_tree_apply(const cli_tree *t, seer_spec_params *spec);
 

@@ -60,7 +60,7 @@ static void usage(FILE *f) {
             "  --spec-sinks S           sinks of the streaming view (default 16)\n"
             "  --spec-weights W,...     the self-drafts' steps with the model's weights (none) and/or its\n"
             "                           draft weights quantised to one type, q8_0 or q4_0 (default none);\n"
-            "                           labelled /dw\n"
+            "                           labelled /dw; auto drafts through them when a type is listed\n"
             "  --spec-tree-size N       token trees of N nodes (depth: each --spec-gamma-list value):\n"
             "                           times tree drafting and tree verification\n"
             "  --synthetic-accept A     probability each draft token is accepted, in (0, 1) (default 0.8)\n"
@@ -839,7 +839,9 @@ int cmd_bench(int argc, char **argv) {
                                     ? (bench_spec){.kind = o.spec[a], .budget = o.budget[k], .gamma = o.gamma[g],
                                                    .tree_size = o.tree_size,
                                                    .draft_weights = reads && o.dweights[w]}
-                                    : (bench_spec){.kind = SEER_SPEC_AUTO};
+                                    /* auto's views draft through the draft weights when the
+                                     * model holds them (any --spec-weights type) */
+                                    : (bench_spec){.kind = SEER_SPEC_AUTO, .draft_weights = o.spec_weights != NULL};
                 }
             }
             fprintf(stderr, "seer bench: L=%d B=%d plain decode\n", pt->L, pt->B);

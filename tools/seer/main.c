@@ -67,12 +67,12 @@ bool cli_spec_weights(const char *cmd, const char *type, seer_spec_params *spec)
     }
     switch (spec->kind) {
     case SEER_SPEC_STREAMING: case SEER_SPEC_RETRIEVAL: case SEER_SPEC_SNAPKV: case SEER_SPEC_QUANTKV:
-    case SEER_SPEC_HIERARCHY:
+    case SEER_SPEC_HIERARCHY: case SEER_SPEC_AUTO: /* auto: its sparse self-drafts' steps */
         spec->draft_weights = true;
         return true;
     default:
         fprintf(stderr, "seer %s: --spec-weights goes with --spec streaming, retrieval, snapkv, quantkv, "
-                        "hierarchy, or tree over one of the first four\n", cmd);
+                        "hierarchy, auto, or tree over one of the first four\n", cmd);
         return false;
     }
 }
