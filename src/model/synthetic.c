@@ -378,18 +378,17 @@ static void count_type(seer_model_footprint *out, const seer_weight *w, uint64_t
         by_type[w->dtype] += b;
 }
 
-/* The draft weights' bytes as the backend holds them (0 without), counted as W is. */
-static uint64_t draft_bytes(const seer_model *m) {
-    if (!m->draft_layers)
-        return 0;
-    uint64_t b = weight_bytes(&m->draft_output);
-    for (int l = 0; l < m->info.n_layers; l++) {
-        const seer_layer *D = &m->draft_layers[l];
-        const seer_weight *ws[] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->w_gate, &D->w_up, &D->w_down};
+/* The LM head and the layers' linear weights (a fused weight as its parts) into out and
+ * by_type: the model's W, or its draft weights'. */
+static void count_weights(seer_model_footprint *out, const seer_layer *layers, int n_layers,
+                          const seer_weight *head, uint64_t *by_type) {
+    count_type(out, head, by_type);
+    for (int l = 0; l < n_layers; l++) {
+        const seer_layer *L = &layers[l];
+        const seer_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-            b += weight_bytes(ws[i]);
+            count_type(out, ws[i], by_type);
     }
-    return b;
 }
 
 void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
@@ -400,13 +399,7 @@ void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
         return;
     const seer_model_info *in = &m->info;
     uint64_t by_type[GGML_TYPE_COUNT] = {0};
-    count_type(out, &m->output, by_type);
-    for (int l = 0; l < in->n_layers; l++) {
-        const seer_layer *L = &m->layers[l];
-        const seer_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-            count_type(out, ws[i], by_type);
-    }
+    count_weights(out, m->layers, in->n_layers, &m->output, by_type);
     /* Largest first; the tail past the table's room is summed as "other". */
     for (;;) {
         int best = -1;
@@ -430,9 +423,13 @@ void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
         }
         by_type[best] = 0;
     }
-    out->draft_weight_bytes = draft_bytes(m);
-    if (m->draft_dtype)
+    if (m->draft_layers) { /* counted as W is, in a footprint of their own */
+        seer_model_footprint d = {0};
+        uint64_t d_type[GGML_TYPE_COUNT] = {0};
+        count_weights(&d, m->draft_layers, in->n_layers, &m->draft_output, d_type);
+        out->draft_weight_bytes = d.weight_bytes;
         snprintf(out->draft_weights, sizeof out->draft_weights, "%s", ggml_type_name((ggml_type)m->draft_dtype));
+    }
     const uint64_t n_out = (uint64_t)m->output.rows * m->output.cols;
     const uint64_t b_out = weight_bytes(&m->output);
     out->weight_elem_bytes = n_out && b_out % n_out == 0 ? (int)(b_out / n_out) : 0;

@@ -95,7 +95,6 @@ static void print_prefill(FILE *f, const bench_opts *o, const bench_result *r) {
     }
 }
 
-/* The peer's two columns of a plain row: its ms/step and seer's speedup over it. */
 /* A self-draft step's floor: the weights it multiplies by (the draft weights with /dw) and the
  * B * min(K, L) KV slots of its view, over the bandwidth; 0 for other drafters. */
 static double draft_floor_ms(const bench_result *r, const bench_point *p, const bench_spec *s) {
@@ -107,6 +106,7 @@ static double draft_floor_ms(const bench_result *r, const bench_point *p, const 
     return (w + kv) / (r->bandwidth * (r->ranks > 0 ? r->ranks : 1)) * 1e3;
 }
 
+/* The peer's two columns of a plain row: its ms/step and seer's speedup over it. */
 static void print_peer_cols(FILE *f, const bench_point *p) {
     if (!p->peer_has)
         fprintf(f, " %10s %8s", "-", "-");
