@@ -112,7 +112,7 @@ run_all() {
   fi
   echo "== build"
   if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-           -DSEER_SHARED_DIR="$root/.gpu/shared" >"$tmp/configure.log" 2>&1 &&
+           >"$tmp/configure.log" 2>&1 &&
          cmake --build build-gpu -j"$(nproc)" --target seer_cli test_bench >"$tmp/build.log" 2>&1; }; then
     tail -n 40 "$tmp/configure.log" "$tmp/build.log"
     echo "bench-gpu: build failed"

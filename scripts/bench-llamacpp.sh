@@ -59,7 +59,6 @@ if [ -d "$root/.gpu/deps" ]; then
   export PKG_CONFIG_PATH=$root/.gpu/deps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
   export LD_LIBRARY_PATH=$root/.gpu/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
-[ -d "$root/.gpu/shared" ] && export SEER_SHARED_DIR=${SEER_SHARED_DIR:-$root/.gpu/shared}
 
 kind=${BENCH_LLAMA_KIND:-cuda}
 # The tools this script runs (not llama-server, whose build takes minutes more), for every
@@ -119,7 +118,7 @@ seer_build() { # [all]: every target (the tests too); incremental: a kept folder
   if [ ! -f "$bdir/CMakeCache.txt" ]; then
     # configured as gpu-check.sh configures it, so that its build reuses this one
     cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-      ${SEER_SHARED_DIR:+-DSEER_SHARED_DIR="$SEER_SHARED_DIR"} \
+      ${SEER_DATA_DIR:+-DSEER_DATA_DIR="$SEER_DATA_DIR"} \
       >"$work/configure.log" 2>&1 || { tail -n 30 "$work/configure.log"; return 1; }
   fi
   local target=(--target seer_cli)

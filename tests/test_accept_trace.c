@@ -160,7 +160,7 @@ static seer_spec_params streaming(int gamma) {
 
 static void test_record(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     seer_accept_trace *t = NULL;
     ASSERT_OK(seer_accept_trace_new(&t));
     tu_output plain[3], got[3];
@@ -196,7 +196,7 @@ static void test_record(void **state) {
 
 static void test_replay_gen(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     static const char *const traces[] = {
         "seer-accept-trace 1\nseq streaming 16 4/4\nend\n",
         "seer-accept-trace 1\nseq streaming 16 0/4\nend\n",
@@ -238,7 +238,7 @@ static void test_replay_gen(void **state) {
 
 static void test_calibrate_seqs(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 256;
     cp.n_seq_max = 3;

@@ -22,7 +22,7 @@ static void test_null_everywhere(void **state) {
     seer_model_params mp = seer_model_default_params();
     mp.backend = SEER_BACKEND_CPU;
     seer_model *m = NULL;
-    ASSERT_OK(seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &m));
+    ASSERT_OK(seer_model_load(tu_data_path("models/stories260K.gguf"), mp, &m));
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 64;
     cp.n_seq_max = 2;
@@ -195,7 +195,7 @@ static void test_null_everywhere(void **state) {
     assert_null(seer_gguf_key(NULL, 0));
     seer_gguf_value_text(NULL, 0, b, sizeof b);
     assert_string_equal(b, "");
-    ASSERT_OK(seer_gguf_open(tu_shared_path("models/stories260K.gguf"), &gg));
+    ASSERT_OK(seer_gguf_open(tu_data_path("models/stories260K.gguf"), &gg));
     seer_gguf_value_text(gg, 0, NULL, 16);
     seer_gguf_tensor(NULL, 0, NULL);
     seer_gguf_tensor(gg, 0, NULL);

@@ -20,7 +20,7 @@ static int setup(void **state) {
     seer_model_params mp = seer_model_default_params();
     mp.backend = SEER_BACKEND_CPU;
     mp.n_threads = 2;
-    return seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &g_model) == SEER_OK ? 0 : -1;
+    return seer_model_load(tu_data_path("models/stories260K.gguf"), mp, &g_model) == SEER_OK ? 0 : -1;
 }
 
 static int teardown(void **state) {

@@ -230,7 +230,7 @@ static void test_marked_specials(void **state) {
     seer_model_params mp = seer_model_default_params();
     mp.vocab_only = true;
     seer_model *m = NULL;
-    ASSERT_OK(seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &m));
+    ASSERT_OK(seer_model_load(tu_data_path("models/stories260K.gguf"), mp, &m));
     const int bos = seer_token_bos(m), eos = seer_token_eos(m);
     ASSERT_OK(seer_chat_detect(NULL, 0, "llama2", &t));
     seer_chat_message conv[] = {{"user", "hi </s> there <s>"}, {"assistant", "ok"}, {"user", "</s>"}};

@@ -37,7 +37,7 @@ static int sh(char *out, size_t cap, const char *fmt, ...) {
 static char buf[1 << 20];
 
 static void test_generate_golden_json(void **state) {
-    const char *model = tu_shared_path("models/stories260K.gguf");
+    const char *model = tu_data_path("models/stories260K.gguf");
     char m[1024];
     snprintf(m, sizeof m, "%s", model);
     const char *specs[] = {"none", "streaming --spec-budget 16", "ngram", "snapkv --spec-budget 24 --spec-window 4",
@@ -83,7 +83,7 @@ static void test_generate_golden_json(void **state) {
  * row the same whatever the batch). */
 static void test_generate_batch(void **state) {
     int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Lily and Tom' --temp 0 -n 300 --json --backend cpu --spec none -b 3",
-                SEER_CLI, tu_shared_path("models/stories260K.gguf"));
+                SEER_CLI, tu_data_path("models/stories260K.gguf"));
     if (rc != 0)
         fail_msg("rc %d: %s", rc, buf);
     assert_non_null(strstr(buf, "\"prompt_ids\":[1,317,269,274,287]"));
@@ -97,7 +97,7 @@ static void test_generate_tp(void **state) {
     const char *specs[] = {"none", "streaming --spec-budget 16"};
     for (int k = 0; k < 2; k++) {
         int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Lily and Tom' --temp 0 -n 300 --json --backend cpu --tp 2 --spec %s",
-                    SEER_CLI, tu_shared_path("models/stories260K.gguf"), specs[k]);
+                    SEER_CLI, tu_data_path("models/stories260K.gguf"), specs[k]);
         if (rc != 0)
             fail_msg("rc %d: %s", rc, buf);
         assert_non_null(strstr(buf, "\"generated_ids\":[382,276,337,299,322,265"));
@@ -107,7 +107,7 @@ static void test_generate_tp(void **state) {
 
 static void test_generate_stream_and_stats(void **state) {
     int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 20 --spec streaming --spec-budget 8",
-                SEER_CLI, tu_shared_path("models/stories260K.gguf"));
+                SEER_CLI, tu_data_path("models/stories260K.gguf"));
     assert_int_equal(rc, 0);
     assert_non_null(strstr(buf, ", there was a little girl named Lily."));
     assert_non_null(strstr(buf, "prefill"));
@@ -117,7 +117,7 @@ static void test_generate_stream_and_stats(void **state) {
 
 static void test_bad_input(void **state) {
     char m[1024];
-    snprintf(m, sizeof m, "%s", tu_shared_path("models/stories260K.gguf"));
+    snprintf(m, sizeof m, "%s", tu_data_path("models/stories260K.gguf"));
     struct {
         const char *args;
         int rc;
@@ -182,7 +182,7 @@ static void test_bad_input(void **state) {
 }
 
 static void test_info_and_gen_model(void **state) {
-    int rc = sh(buf, sizeof buf, "%s info %s", SEER_CLI, tu_shared_path("models/stories260K.gguf"));
+    int rc = sh(buf, sizeof buf, "%s info %s", SEER_CLI, tu_data_path("models/stories260K.gguf"));
     assert_int_equal(rc, 0);
     assert_non_null(strstr(buf, "architecture  llama"));
     assert_non_null(strstr(buf, "8 query, 4 kv"));
@@ -240,7 +240,7 @@ static int reply_lines(char *s, char **out, int cap) {
 /* `seer chat` with piped lines: a bad line is refused and the chat goes on, a full context
  * loses its oldest turns, /quit and end of input end it with status 0. */
 static void test_chat_session(void **state) {
-    const char *m = tu_shared_path("models/stories260K.gguf");
+    const char *m = tu_data_path("models/stories260K.gguf");
     const char *in = tu_tmp_path("chat_in.txt");
     const char lines[] = "Hello there\n\xff\xfe not UTF-8\nOnce upon a time\n/quit\nnever answered\n";
     assert_int_equal(tu_write_file(in, lines, sizeof lines - 1), 0);
@@ -302,7 +302,7 @@ static void test_chat_session(void **state) {
  * used, so a context of 4M tokens on a 1 MB model commits what 13 tokens need; a pool that
  * can never fit in memory is refused before any work. */
 static void test_ctx(void **state) {
-    const char *m = tu_shared_path("models/stories260K.gguf");
+    const char *m = tu_data_path("models/stories260K.gguf");
     int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 8 --ctx 16777216", SEER_CLI, m);
     assert_int_equal(rc, 1);
     assert_non_null(strstr(buf, "beyond the model's trained context (512 tokens)"));
@@ -340,7 +340,7 @@ static void test_ctx(void **state) {
 
 static void test_small_things(void **state) {
     char m[1024];
-    snprintf(m, sizeof m, "%s", tu_shared_path("models/stories260K.gguf"));
+    snprintf(m, sizeof m, "%s", tu_data_path("models/stories260K.gguf"));
     /* -n 0 generates no token */
     int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 0 --json --backend cpu",
                 SEER_CLI, m);

@@ -472,10 +472,10 @@ static void test_weights_mode(void **state) {
     mp.backend = SEER_BACKEND_CPU;
     mp.weights = (seer_weights_kind)7;
     seer_model *m = NULL;
-    assert_int_equal(seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &m), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_model_load(tu_data_path("models/stories260K.gguf"), mp, &m), SEER_ERR_INVALID_ARG);
     assert_null(m);
     mp.weights = SEER_WEIGHTS_BF16;
-    assert_int_not_equal(seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &m), SEER_OK);
+    assert_int_not_equal(seer_model_load(tu_data_path("models/stories260K.gguf"), mp, &m), SEER_OK);
     assert_null(m);
 }
 

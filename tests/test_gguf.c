@@ -680,7 +680,7 @@ static void test_escaped_messages(void **state) {
 static void test_stories260k(void **state) {
     (void)state;
     gguf_file *f = NULL;
-    ASSERT_OK(gguf_open(tu_shared_path("models/stories260K.gguf"), &f));
+    ASSERT_OK(gguf_open(tu_data_path("models/stories260K.gguf"), &f));
     assert_int_equal(f->version, 3);
     char s[64];
     ASSERT_OK(gguf_get_str(f, "general.architecture", s, sizeof s));

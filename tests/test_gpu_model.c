@@ -97,14 +97,14 @@ static float best_other(const float *x, int n, int id) {
  * rounding flips reads very differently from a wrong result. */
 static void test_golden_stories(void **state) {
     (void)state;
-    const char *path = tu_shared_path("models/stories260K.gguf");
+    const char *path = tu_data_path("models/stories260K.gguf");
     printf("model: %s\n", path);
     seer_model *m[2] = {load(path, SEER_BACKEND_CPU), load(path, SEER_BACKEND_CUDA)};
     seer_model_info info;
     seer_model_get_info(m[1], &info);
     assert_string_equal(info.backend, "cuda");
     size_t sz;
-    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
+    char *tsv = (char *)tu_read_file(tu_data_path("golden/stories260K-greedy.tsv"), &sz);
     assert_non_null(tsv);
     tsv = realloc(tsv, sz + 1);
     tsv[sz] = 0;

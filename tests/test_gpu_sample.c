@@ -543,7 +543,7 @@ static void test_spec_distribution_gpu(void **state) {
  * at temperature 0. Speculation must not change the output. */
 static void test_greedy_penalty_spec_identical(void **state) {
     (void)state;
-    seer_model *m = load_cuda(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = load_cuda(tu_data_path("models/stories260K.gguf"));
     seer_sampler_params sp = seer_sampler_default_params();
     sp.temperature = 0;
     sp.repeat_penalty = 1.3f;

@@ -552,13 +552,13 @@ static void test_spec_identical(void **state) {
     int bad = 0;
     /* stories260K: the golden prompts, long generations (past an attention split) */
     {
-        const char *path = tu_shared_path("models/stories260K.gguf");
+        const char *path = tu_data_path("models/stories260K.gguf");
         load_dw = "q4_0"; /* its FFN's down rows (172) are no whole blocks: shared */
         seer_model *m = load_cuda(path, true);
         load_dw = NULL;
         seer_model *d = load_cuda(path, true);
         size_t sz;
-        char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
+        char *tsv = (char *)tu_read_file(tu_data_path("golden/stories260K-greedy.tsv"), &sz);
         assert_non_null(tsv);
         tsv = realloc(tsv, sz + 1);
         tsv[sz] = 0;
@@ -885,7 +885,7 @@ static void test_bench(void **state) {
     if (be->ops->copy_bandwidth)
         ASSERT_OK(be->ops->copy_bandwidth(be, &bw));
     be->ops->free(be);
-    bench_decode("stories260K", NULL, tu_shared_path("models/stories260K.gguf"), 200, bw);
+    bench_decode("stories260K", NULL, tu_data_path("models/stories260K.gguf"), 200, bw);
     bench_decode("llama-3.1-8b", "llama-3.1-8b", NULL, 4000, bw);
 }
 

@@ -61,7 +61,7 @@ static void test_gpu_tp1_identical(void **state) {
         skip();
         return;
     }
-    const char *path = tu_shared_path("models/stories260K.gguf");
+    const char *path = tu_data_path("models/stories260K.gguf");
     seer_model *ref = tu_load_tp(path, SEER_BACKEND_CUDA, 0), *m = tu_load_tp(path, SEER_BACKEND_CUDA, 1);
     seer_model_info in;
     seer_model_get_info(ref, &in);
@@ -106,7 +106,7 @@ static void test_gpu_tp1_graphs(void **state) {
         skip();
         return;
     }
-    const char *path = tu_shared_path("models/stories260K.gguf");
+    const char *path = tu_data_path("models/stories260K.gguf");
     seer_model *ms[2] = {tu_load_tp(path, SEER_BACKEND_CUDA, 0), tu_load_tp(path, SEER_BACKEND_CUDA, 1)};
     const int V = seer_n_vocab(ms[0]), steps = 8;
     float *lg[2];
@@ -152,7 +152,7 @@ static void test_gpu_nccl_missing(void **state) {
     const char *old = getenv("SEER_NCCL_LIB");
     char *keep = old ? strdup(old) : NULL;
     setenv("SEER_NCCL_LIB", "/nonexistent/libnccl.so.2", 1);
-    seer_model *m = tu_load_tp(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CUDA, 1);
+    seer_model *m = tu_load_tp(tu_data_path("models/stories260K.gguf"), SEER_BACKEND_CUDA, 1);
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 64;
     seer_context *c = NULL;

@@ -313,7 +313,7 @@ static void test_context(void **state) {
     mp.backend = SEER_BACKEND_CPU;
     mp.n_threads = 1;
     seer_model *m;
-    ASSERT_OK(seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &m));
+    ASSERT_OK(seer_model_load(tu_data_path("models/stories260K.gguf"), mp, &m));
     seer_kv_memory mem[3];
     seer_context *c[3];
     int32_t toks[6] = {1, 410, 469, 347, 300, 301}, pos[6] = {0, 1, 2, 3, 4, 5}, sq[6] = {0};

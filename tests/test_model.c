@@ -268,10 +268,10 @@ static int parse_ids(char *s, int32_t *out, int cap) {
 }
 
 static void test_golden_stories(void **state) {
-    const char *path = tu_shared_path("models/stories260K.gguf");
+    const char *path = tu_data_path("models/stories260K.gguf");
     seer_model *m = load(path, 0);
     size_t sz;
-    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
+    char *tsv = (char *)tu_read_file(tu_data_path("golden/stories260K-greedy.tsv"), &sz);
     assert_non_null(tsv);
     int V = seer_n_vocab(m), rows = 0;
     float *logits = malloc(sizeof(float) * V);
@@ -759,7 +759,7 @@ static void test_bad_model_files(void **state) {
     assert_int_equal(seer_model_load("/nonexistent/x.gguf", mp, &m), SEER_ERR_IO);
     assert_null(m);
     size_t sz;
-    uint8_t *buf = tu_read_file(tu_shared_path("models/stories260K.gguf"), &sz);
+    uint8_t *buf = tu_read_file(tu_data_path("models/stories260K.gguf"), &sz);
     assert_non_null(buf);
     const char *p = tu_tmp_path("trunc.gguf");
     size_t cuts[] = {0, 3, 10, 100, 5000, sz / 2, sz - 1};
@@ -829,7 +829,7 @@ static void prefill_all(seer_context *c, seer_seq_id seq, const int32_t *toks, i
 /* A huge context starts with no KV storage and commits what its tokens use; the outputs of
  * a pool that grows across many chunks equal those of a pool committed whole at the start. */
 static void test_kv_grows(void **state) {
-    seer_model *m = load(tu_shared_path("models/stories260K.gguf"), 0);
+    seer_model *m = load(tu_data_path("models/stories260K.gguf"), 0);
     const int V = seer_n_vocab(m);
     seer_context *big = mkctx(m, 1 << 20, 1, 16, 0);
     seer_kv_memory km;

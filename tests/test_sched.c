@@ -38,10 +38,10 @@ static int setup(void **state) {
     seer_model_params mp = seer_model_default_params();
     mp.backend = SEER_BACKEND_CPU;
     mp.n_threads = 2;
-    if (seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &M) != SEER_OK)
+    if (seer_model_load(tu_data_path("models/stories260K.gguf"), mp, &M) != SEER_OK)
         return -1;
     size_t sz;
-    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
+    char *tsv = (char *)tu_read_file(tu_data_path("golden/stories260K-greedy.tsv"), &sz);
     if (!tsv)
         return -1;
     char *save = NULL;

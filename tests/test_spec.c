@@ -105,8 +105,8 @@ static void test_greedy_identical_random(void **state) {
 /* The tiny real model: every drafter reproduces the golden ids of every prompt (the story
  * ends with BOS inside an accepted draft at some point, and generation stops there). */
 static void test_greedy_golden_stories(void **state) {
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
-    seer_model *d = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
+    seer_model *d = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
     tu_output gold[5], got[5];
@@ -181,7 +181,7 @@ static void test_snapkv_window_across_chunks(void **state) {
 /* The story's closing BOS arrives inside an accepted draft: generation stops right there,
  * the accepted tokens after it are dropped, and the output equals the reference. */
 static void test_stop_inside_draft(void **state) {
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     int32_t prompt[1][64] = {{1, 410, 469, 347}}; /* "Zoo": the reference ends with BOS */
     int plen[1] = {4};
     tu_output plain, got;
@@ -290,7 +290,7 @@ static void test_edge_cases(void **state) {
 
 /* A draft model whose vocabulary differs is refused with a clear message. */
 static void test_vocab_mismatch(void **state) {
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     seer_model *d = tu_load_cpu(gen_model("v.gguf", "llama", 512, 32, 1, 2, 1, 3, 0.3f));
     seer_context *c;
     ASSERT_OK(seer_context_init(m, seer_context_default_params(), &c));
@@ -356,7 +356,7 @@ static void test_quantkv_greedy(void **state) {
         seer_model_free(m);
     }
 
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
     tu_output gold[5], got[5];

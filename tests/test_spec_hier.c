@@ -78,7 +78,7 @@ static seer_spec_params hier_of(seer_spec_kind base, seer_model *draft, int gamm
 
 static void test_bad_settings(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     seer_model *other = tu_load_cpu(gen_model("hv.gguf", 300, 32, 1, 2, 1, 3, 0.3f)); /* another vocabulary */
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 128;
@@ -210,8 +210,8 @@ static void test_greedy_identical_random(void **state) {
 /* stories260K: every middle view reproduces the golden ids (streaming as a batch of five). */
 static void test_greedy_golden_stories(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
-    seer_model *d = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
+    seer_model *d = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
     tu_output gold[5], got[5];
@@ -240,7 +240,7 @@ static void test_greedy_golden_stories(void **state) {
 /* The scheduler: hierarchy requests of two views beside a chain request, in one context. */
 static void test_greedy_golden_sched(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
     tu_output gold[5];

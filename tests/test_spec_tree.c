@@ -319,8 +319,8 @@ static void test_greedy_identical_random(void **state) {
  * batch; the tree accepts more per round than its main chain alone would. */
 static void test_greedy_golden_stories(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
-    seer_model *d = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
+    seer_model *d = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
     tu_output gold[5], got[5];
@@ -364,7 +364,7 @@ static void test_greedy_golden_stories(void **state) {
  * rounds, mixed with a chain class and prefill chunks under the tree mask). */
 static void test_greedy_golden_sched(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
     tu_output gold[5];
@@ -466,8 +466,8 @@ static void test_online_greedy_random(void **state) {
  * of five; the automatic size with the cost table measured at init. */
 static void test_online_golden_stories(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
-    seer_model *d = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
+    seer_model *d = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
     tu_output gold[5], got[5];
@@ -522,7 +522,7 @@ static int root_children(const int32_t *parent, int n) {
  * a wide tree, most of its nodes children of the pending token. */
 static void test_online_follows_acceptance(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
     tu_output gold[5], got;
@@ -589,7 +589,7 @@ static void test_online_follows_acceptance(void **state) {
 /* Bad tree settings are refused, changing nothing. */
 static void test_bad_settings(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 128;
     cp.n_batch_max = 32;

@@ -131,7 +131,7 @@ static void *work(void *arg) {
 
 static void load_golden(void) {
     size_t sz;
-    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
+    char *tsv = (char *)tu_read_file(tu_data_path("golden/stories260K-greedy.tsv"), &sz);
     assert_non_null(tsv);
     tsv = realloc(tsv, sz + 1);
     tsv[sz] = 0;
@@ -176,7 +176,7 @@ static void test_contexts_in_threads(void **state) {
     seer_model_params mp = seer_model_default_params();
     mp.backend = SEER_BACKEND_CPU;
     mp.n_threads = 2;
-    ASSERT_OK(seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &M));
+    ASSERT_OK(seer_model_load(tu_data_path("models/stories260K.gguf"), mp, &M));
     load_golden();
     check_gold = true;
     static worker w[NT];
@@ -201,7 +201,7 @@ static void test_cuda_contexts_in_threads(void **state) {
     }
     seer_model_params mp = seer_model_default_params();
     mp.backend = SEER_BACKEND_CUDA;
-    ASSERT_OK(seer_model_load(tu_shared_path("models/stories260K.gguf"), mp, &M));
+    ASSERT_OK(seer_model_load(tu_data_path("models/stories260K.gguf"), mp, &M));
     load_golden();
     check_gold = false;
     static worker alone[NT], together[NT];

@@ -104,7 +104,7 @@ static char *detok_all(const seer_vocab *v, const int32_t *ids, size_t n, size_t
 
 static seer_vocab *load_stories(void) {
     gguf_file *f = NULL;
-    ASSERT_OK(gguf_open(tu_shared_path("models/stories260K.gguf"), &f));
+    ASSERT_OK(gguf_open(tu_data_path("models/stories260K.gguf"), &f));
     seer_vocab *v = NULL;
     ASSERT_OK(seer_vocab_load(f, &v));
     gguf_close(f); /* the vocabulary must not point into the mapping */
@@ -165,7 +165,7 @@ static char *unescape_newlines(const char *s) {
 
 static int read_golden(golden_row *rows, int cap) {
     size_t size;
-    char *data = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &size);
+    char *data = (char *)tu_read_file(tu_data_path("golden/stories260K-greedy.tsv"), &size);
     assert_non_null(data);
     int n = 0;
     char *line = strchr(data, '\n'); /* skip the header */
@@ -1046,7 +1046,7 @@ static void test_gguf_corrupt(void **state) {
 /* The public API over a loaded model: seer_tokenize and seer_detok_* reach the same code. */
 static void test_public_api(void **state) {
     seer_model *m = NULL;
-    ASSERT_OK(seer_model_load(tu_shared_path("models/stories260K.gguf"),
+    ASSERT_OK(seer_model_load(tu_data_path("models/stories260K.gguf"),
                               seer_model_default_params(), &m));
     int32_t ids[16];
     int n = -1;

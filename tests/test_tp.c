@@ -112,7 +112,7 @@ static void test_logits_stories(void **state) {
     /* 8 heads, 4 key/value heads: 2 and 4 ranks divide both, 8 replicate each key/value head
      * on two ranks; the FFN's 172 columns divide unevenly over 8 */
     const int tps[] = {1, 2, 4, 8};
-    compare_logits(tu_shared_path("models/stories260K.gguf"), tps, 4, "stories260K");
+    compare_logits(tu_data_path("models/stories260K.gguf"), tps, 4, "stories260K");
 }
 
 static void test_logits_qwen2(void **state) {
@@ -147,7 +147,7 @@ static void test_greedy_golden_and_spec(void **state) {
     const seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV, SEER_SPEC_NGRAM};
     const int tps[] = {2, 4};
     for (int k = 0; k < 2; k++) {
-        seer_model *m = tu_load_tp(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CPU, tps[k]);
+        seer_model *m = tu_load_tp(tu_data_path("models/stories260K.gguf"), SEER_BACKEND_CPU, tps[k]);
         /* the reference program's fp32 ids, three prompts in one batch */
         tu_gen_run(m, seer_spec_default_params(), prompts[0], 64, plen, 3, -1, tu_greedy(), cx, plain, NULL);
         for (int i = 0; i < 3; i++) {
@@ -184,8 +184,8 @@ static void test_sampled(void **state) {
     sp.top_k = 40;
     sp.top_p = 0.95f;
     sp.seed = 1234;
-    seer_model *ref = tu_load_tp(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CPU, 0);
-    seer_model *m = tu_load_tp(tu_shared_path("models/stories260K.gguf"), SEER_BACKEND_CPU, 2);
+    seer_model *ref = tu_load_tp(tu_data_path("models/stories260K.gguf"), SEER_BACKEND_CPU, 0);
+    seer_model *m = tu_load_tp(tu_data_path("models/stories260K.gguf"), SEER_BACKEND_CPU, 2);
     tu_gen_run(ref, seer_spec_default_params(), prompts[0], 64, plen, 2, 60, sp, cx, a, NULL);
     tu_gen_run(m, seer_spec_default_params(), prompts[0], 64, plen, 2, 60, sp, cx, b, NULL);
     /* the same uniforms over probabilities a few roundings apart: the same draws unless one
@@ -202,7 +202,7 @@ static void test_sampled(void **state) {
 
 static void test_refused(void **state) {
     (void)state;
-    const char *path = tu_shared_path("models/stories260K.gguf");
+    const char *path = tu_data_path("models/stories260K.gguf");
     seer_model_params mp = seer_model_default_params();
     mp.backend = SEER_BACKEND_CPU;
     mp.n_threads = 1;

@@ -18,10 +18,10 @@ int tu_group_result(int n_failed) {
     return g_n_skipped ? TU_SKIP_CODE : 0;
 }
 
-const char *tu_shared_path(const char *rel) {
+const char *tu_data_path(const char *rel) {
     static char buf[4096];
-    const char *env = getenv("SEER_SHARED_DIR");
-    snprintf(buf, sizeof buf, "%s/%s", env ? env : SEER_SHARED_DIR, rel);
+    const char *env = getenv("SEER_DATA_DIR");
+    snprintf(buf, sizeof buf, "%s/%s", env && env[0] ? env : SEER_DATA_DIR, rel);
     return buf;
 }
 
@@ -217,7 +217,7 @@ static int parse_ids(char *s, int32_t *out, int cap) {
 
 int tu_read_golden(int32_t prompts[5][64], int *plen, tu_output *gold) {
     size_t sz;
-    char *tsv = (char *)tu_read_file(tu_shared_path("golden/stories260K-greedy.tsv"), &sz);
+    char *tsv = (char *)tu_read_file(tu_data_path("golden/stories260K-greedy.tsv"), &sz);
     assert_non_null(tsv);
     int n = 0;
     char *save = NULL;

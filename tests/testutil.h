@@ -26,8 +26,9 @@ int tu_group_result(int n_failed);
                                             sizeof(group_tests) / sizeof((group_tests)[0]),    \
                                             group_setup, group_teardown))
 
-/* ../shared/<rel> as an absolute path in a static buffer. */
-const char *tu_shared_path(const char *rel);
+/* tests/data/<rel> (or $SEER_DATA_DIR/<rel>, a folder of the same layout) as a path in a
+ * static buffer. */
+const char *tu_data_path(const char *rel);
 /* A fresh path under a per-process temp directory, name given by the caller. */
 const char *tu_tmp_path(const char *name);
 /* Deterministic xorshift random numbers. */
@@ -81,7 +82,7 @@ seer_spec_stats tu_gen_run(seer_model *m, seer_spec_params spec, const int32_t *
                            tu_output *out, seer_spec_auto_stats *as);
 /* Fails, naming what, unless a equals the plain decoding b token for token. */
 void tu_assert_same(const tu_output *a, const tu_output *b, const char *what);
-/* The first five prompts of ../shared/golden/stories260K-greedy.tsv and their reference
+/* The first five prompts of tests/data/golden/stories260K-greedy.tsv and their reference
  * ids; returns how many rows it read. */
 int tu_read_golden(int32_t prompts[5][64], int *plen, tu_output *gold);
 

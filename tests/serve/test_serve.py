@@ -486,14 +486,14 @@ def test_busy_and_sigint(seer, model, golden):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seer", required=True)
-    ap.add_argument("--shared", required=True)
+    ap.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
     a = ap.parse_args()
-    model = os.path.join(a.shared, "models", "stories260K.gguf")
+    model = os.path.join(a.data, "models", "stories260K.gguf")
     if not os.path.exists(model):
         print("no stories260K.gguf: skipped")
         sys.exit(SKIP)
     ensure_openai()
-    golden = load_golden(a.shared)
+    golden = load_golden(a.data)
     srv = Server(a.seer, model, ["--max-requests", "48", "--parallel", "12", "--batch", "64",
                                  "--prefill-chunk", "16", "--max-body", "65536", "--max-prompt", "400"])
     try:
