@@ -2,8 +2,9 @@
  * test_sched.c: requests and the scheduler on the tiny real model (stories260K): greedy
  * requests reproduce the golden ids alone; the same requests beside other traffic (sampled
  * requests, speculation of every kind, arrivals between steps, a small token budget and
- * chunked prefill) give identical ids; cancellation inside a prefill; preemption when the
- * KV pool runs out; stop strings; bad requests refused with nothing changed.
+ * chunked prefill) give identical ids; streams keep getting rounds while a long prompt is read
+ * (fair scheduling); cancellation inside a prefill; preemption when the KV pool runs out; stop
+ * strings; bad requests refused with nothing changed.
  */
 #include "testutil.h"
 
@@ -413,6 +414,112 @@ static void test_mix_limit(void **state) {
     seer_context_free(c);
 }
 
+/* A 400-token prompt (greedy, 8 new tokens) arriving while three greedy streams decode (plain,
+ * ngram chains, streaming trees), under a token budget, chunk and mix_max_tokens: the most
+ * steps from one round of a stream to its next while the prompt is read to *gap (1: a round
+ * in every step; the step before the arrival counts as a round), the steps
+ * the prompt's prefill took to *prefill_steps, its ids to out; the streams' ids must be the
+ * golden ones. Without streams (alone) only the long request runs. */
+static void run_arrival(int budget, int chunk, int mix, bool streams, int32_t *out, int *gap, int *prefill_steps) {
+    enum { NS = 3, NP = 400 };
+    seer_context *c = mkctx(4, 0);
+    seer_sched_params spm = {.max_batch_tokens = budget, .prefill_chunk = chunk, .mix_max_tokens = mix};
+    seer_sched *s = NULL;
+    ASSERT_OK(seer_sched_init(c, spm, &s));
+    const int gi[NS] = {0, 2, 3};
+    seer_request *st[NS] = {0};
+    for (int k = 0; k < NS && streams; k++) {
+        st[k] = greedy_req(gi[k], k == 1 ? SEER_SPEC_NGRAM : k == 2 ? SEER_SPEC_STREAMING : SEER_SPEC_NONE);
+        if (k == 2) { /* a tree of 6 nodes, depth 3: re-plan the request with it */
+            seer_request_free(st[k]);
+            seer_request_params p = seer_request_default_params();
+            p.sampler.temperature = 0;
+            p.max_tokens = G[gi[k]].ng;
+            p.spec.kind = SEER_SPEC_STREAMING;
+            p.spec.budget = 24;
+            p.spec.sinks = 4;
+            p.spec.gamma = 3;
+            p.spec.tree_size = 6;
+            p.spec.tree_depth = 3;
+            ASSERT_OK(seer_request_new(M, G[gi[k]].prompt, G[gi[k]].np, &p, &st[k]));
+        }
+        ASSERT_OK(seer_sched_submit(s, st[k]));
+    }
+    /* the streams decode for a while first */
+    for (int k = 0; k < NS && streams; k++)
+        while (seer_request_tokens(st[k], NULL) < 8)
+            ASSERT_OK(seer_sched_step(s, NULL));
+    int32_t prompt[NP];
+    for (int j = 0; j < NP; j++)
+        prompt[j] = 1 + (j * 29) % 500;
+    seer_request_params p = seer_request_default_params();
+    p.sampler.temperature = 0;
+    p.max_tokens = 8;
+    seer_request *big = NULL;
+    ASSERT_OK(seer_request_new(M, prompt, NP, &p, &big));
+    ASSERT_OK(seer_sched_submit(s, big));
+    int n_tok[NS], last[NS];
+    for (int k = 0; k < NS && streams; k++)
+        n_tok[k] = seer_request_tokens(st[k], NULL), last[k] = 0;
+    *gap = 0;
+    int step = 0;
+    while (seer_request_tokens(big, NULL) == 0) {
+        ASSERT_OK(seer_sched_step(s, NULL));
+        step++;
+        assert_true(step < 10 * NP);
+        for (int k = 0; k < NS && streams; k++) {
+            const int nt = seer_request_tokens(st[k], NULL);
+            /* steps from its last round to this one, or at least to the next one */
+            const int d = nt > n_tok[k] ? step - last[k] : step + 1 - last[k];
+            if (nt > n_tok[k])
+                n_tok[k] = nt, last[k] = step;
+            if (d > *gap)
+                *gap = d;
+        }
+    }
+    *prefill_steps = step;
+    for (int k = 0; k < NS && streams; k++)
+        assert_false(seer_request_finished(st[k])); /* they decoded through the whole prefill */
+    run_all(s);
+    const int32_t *ids;
+    assert_int_equal(seer_request_tokens(big, &ids), 8);
+    memcpy(out, ids, 8 * sizeof *ids);
+    for (int k = 0; k < NS && streams; k++) {
+        assert_gold(st[k], gi[k], "a stream while a long prompt arrives");
+        seer_request_free(st[k]);
+    }
+    seer_request_free(big);
+    seer_sched_stats ss;
+    seer_sched_get_stats(s, &ss);
+    assert_int_equal(ss.kv_pages_free, ss.kv_pages_total);
+    seer_sched_free(s);
+    seer_context_free(c);
+}
+
+/* Fair scheduling: while a long prompt is read in chunks, every decoding stream gets a round in
+ * at least every other step, also when the chunk fills the whole budget (the CPU's default,
+ * budget = chunk, mixing freely) and when a chunk above mix_max_tokens fills it (CUDA's long
+ * chunks); the prompt still gets a chunk in at least every other step, and a chunk that fits
+ * beside the rounds runs in every step with them. Ids are the same as alone. */
+static void test_fair_long_prompt(void **state) {
+    const struct {
+        int budget, chunk, mix, max_gap;
+    } cfg[] = {{32, 32, 0, 2}, {64, 64, 16, 2}, {64, 32, 16, 2}, {48, 32, 0, 1}};
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        int32_t alone[8], loaded[8];
+        int gap, steps_alone, steps;
+        run_arrival(cfg[i].budget, cfg[i].chunk, cfg[i].mix, false, alone, &gap, &steps_alone);
+        run_arrival(cfg[i].budget, cfg[i].chunk, cfg[i].mix, true, loaded, &gap, &steps);
+        if (gap > cfg[i].max_gap)
+            fail_msg("budget %d, chunk %d, mix_max %d: a stream waited %d steps for a round (at most %d)",
+                     cfg[i].budget, cfg[i].chunk, cfg[i].mix, gap, cfg[i].max_gap);
+        const int chunks = (400 + cfg[i].chunk - 1) / cfg[i].chunk;
+        assert_int_equal(steps_alone, chunks);
+        assert_true(steps <= 2 * chunks);
+        assert_memory_equal(alone, loaded, sizeof alone);
+    }
+}
+
 /* Stop strings end generation where the text first holds one, cut off; max_tokens ends it
  * with LENGTH. */
 static void test_stop_and_length(void **state) {
@@ -689,6 +796,7 @@ int main(void) {
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_cancel_in_prefill),
         cmocka_unit_test(test_mix_limit),
+        cmocka_unit_test(test_fair_long_prompt),
         cmocka_unit_test(test_stop_and_length),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_failed_step_changes_nothing),

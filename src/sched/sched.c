@@ -3,11 +3,18 @@
  *
  *   1. cancelled requests leave (their KV pages are freed);
  *   2. waiting requests are admitted while the context has sequences free;
- *   3. a plan under the token budget: the oldest prefilling request's next chunk, then the
- *      rounds of decoding requests (longest waiting first; pending token + up to G drafts),
- *      then more prefill chunks while they fit. A prompt is cut at fixed multiples of the
- *      chunk size and a chunk waits until it fits whole, so each request's rows are computed
- *      the same way alone and under load (greedy ids do not depend on the traffic);
+ *   3. a plan under the token budget: the rounds of decoding requests (longest waiting
+ *      first; pending token + up to G drafts), then prefill chunks while they fit. A prompt
+ *      is cut at fixed multiples of the chunk size and a chunk waits until it fits whole, so
+ *      each request's rows are computed the same way alone and under load (greedy ids do not
+ *      depend on the traffic). Fairness (Sarathi-Serve's stall-free batching, within fixed
+ *      cuts): the longest-waiting prefill's chunk goes before the rounds when it fits beside
+ *      one row per round, or when the step before left it out; otherwise the rounds go first
+ *      and it waits. So while a long prompt is read, every decoding request gets a round in
+ *      at least every other call (its inter-token latency is at most about two calls, one of
+ *      them a full chunk, also when the chunk fills the budget; as long as one row per round
+ *      fits in the budget), and the prompt a chunk in at least every other call. The calls
+ *      above mix_max (plan_step) keep the same alternation;
  *   4. the KV pages the step needs are counted first; while the pool cannot hold them the
  *      most recently admitted request is preempted (pages freed, tokens kept, recomputed
  *      when it is admitted again, as vLLM's recompute preemption): a step is never applied
@@ -66,6 +73,9 @@ struct seer_sched {
     int budget, chunk, B;
     int mix_max;            /* most tokens of a call that mixes requests (0: any) */
     bool alone, alone_last; /* the plan (the last step's) is one prefill chunk alone */
+    seer_request *head;     /* the plan's longest-waiting prefilling request, or NULL */
+    bool head_left;         /* the plan leaves the head's chunk out */
+    bool chunk_turn;        /* the last step left the head's chunk out: this one plans it first */
     int B_run;              /* requests holding sequences at once: B minus the cache's */
     seer_prefix_cache pc;
     sched_group groups[MAX_GROUPS];
@@ -393,14 +403,41 @@ static int cmp_last_step(const void *a, const void *b) {
 
 static seer_gen_seq *gseq(seer_sched *s, const seer_request *r) { return &s->groups[r->group].g->seqs[r->h]; }
 
-/* Plans entries into s->plan under a budget of left tokens; returns their number. */
+/* The next chunk of prefilling request r: prompts are cut at multiples of s->chunk from the
+ * start, the same cuts whatever else runs. */
+static int chunk_len(const seer_sched *s, const seer_request *r) {
+    int end = (r->n_cached / s->chunk + 1) * s->chunk;
+    if (end > r->n_target)
+        end = r->n_target;
+    return end - r->n_cached;
+}
+
+/*
+ * Plans entries into s->plan under a budget of left tokens; returns their number.
+ *
+ * Decoding requests' rounds come before prefill chunks (Sarathi-Serve's stall-free batching),
+ * but a chunk is never cut to the room the rounds leave (the cuts are fixed), so the chunk of
+ * the longest-waiting prefill (s->head) goes first when it fits beside one row per round (the
+ * rounds' drafts then take what is left), or when the last step left it out (chunk_turn);
+ * otherwise the rounds take the budget and it waits one step. A stream thus gets a round in
+ * at least every other call, and the head prefill a chunk in at least every other call.
+ */
 static int plan_fill(seer_sched *s, int left) {
     int n = 0;
     seer_request *order[s->B > 0 ? s->B : 1];
     memcpy(order, s->running, sizeof *order * s->n_running);
     qsort(order, s->n_running, sizeof *order, cmp_last_step);
-    bool first_prefill = true;
-    /* pass 0: the oldest prefill's chunk; pass 1: rounds; pass 2: other prefills */
+    seer_request *head = NULL;
+    int n_rounds = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        if (!head && order[i]->state == REQ_PREFILL)
+            head = order[i];
+        n_rounds += order[i]->state == REQ_DECODE;
+    }
+    s->head = head;
+    const bool head_first = head && (s->chunk_turn || chunk_len(s, head) + n_rounds <= left);
+    /* pass 0: the head's chunk when it goes first; pass 1: rounds; pass 2: prefill chunks
+     * while they fit, longest waiting first */
     for (int pass = 0; pass < 3; pass++)
         for (int i = 0; i < s->n_running && left > 0; i++) {
             seer_request *r = order[i];
@@ -411,23 +448,19 @@ static int plan_fill(seer_sched *s, int left) {
                 continue;
             plan_entry pe = {.r = r};
             if (r->state == REQ_PREFILL && pass != 1) {
-                if (pass == 0 && !first_prefill)
+                if (pass == 0 && (r != head || !head_first))
                     continue;
-                first_prefill = false;
-                /* chunks cut at multiples of s->chunk from the start: the same cuts whatever
-                 * else runs */
-                int end = (r->n_cached / s->chunk + 1) * s->chunk;
-                if (end > r->n_target)
-                    end = r->n_target;
-                pe.n_new = end - r->n_cached;
+                pe.n_new = chunk_len(s, r);
                 pe.prefill = true;
-                pe.round = end == r->n_target;
+                pe.round = r->n_cached + pe.n_new == r->n_target;
                 if (pe.n_new > left)
                     continue;
             } else if (r->state == REQ_DECODE && pass == 1) {
                 const seer_gen_seq *q = gseq(s, r);
+                /* drafts within the budget less a row for each round still to plan */
+                const int later = --n_rounds, room = left - later > 1 ? left - later : 1;
                 /* the generator's max_new is -1: the request's own limit cuts the depth */
-                seer_gen_limits(s->groups[r->group].g, q, left, &pe.gam, &pe.dl);
+                seer_gen_limits(s->groups[r->group].g, q, room, &pe.gam, &pe.dl);
                 int rest = r->p.max_tokens - (q->n_tokens - q->n_prompt) - 1;
                 pe.dl = pe.dl < rest ? pe.dl : (rest > 0 ? rest : 0);
                 if (!s->groups[r->group].g->tree && pe.gam > pe.dl)
@@ -451,7 +484,8 @@ static int plan_fill(seer_sched *s, int left) {
  * backend computes batch-invariantly (mix_max) may not mix requests: a row's bits would then
  * depend on the other traffic. So a prefill chunk larger than that runs alone in its call
  * (its size comes from the request's own cuts), and the other requests' rounds and small
- * chunks run in calls of at most mix_max tokens, the two kinds of call taking turns.
+ * chunks run in calls of at most mix_max tokens, the two kinds of call taking turns. Sets
+ * s->head_left: the plan leaves the head prefill out (the next step plans it first).
  */
 static int plan_step(seer_sched *s) {
     s->alone = false;
@@ -461,18 +495,27 @@ static int plan_step(seer_sched *s) {
         if (big < 0 && s->plan[e].prefill && s->plan[e].n_new > s->mix_max)
             big = e;
     }
-    if (!s->mix_max || n < 2 || tokens <= s->mix_max)
-        return n;
-    if (big < 0) /* every entry fits the limit: the plan under it takes at least one */
-        return plan_fill(s, s->mix_max);
-    const plan_entry alone = s->plan[big];
-    int m = plan_fill(s, s->mix_max);
-    if (!s->alone_last || m == 0) {
-        s->plan[0] = alone;
-        s->alone = true;
-        return 1;
+    if (s->mix_max && tokens > s->mix_max) {
+        if (n == 1) { /* a chunk above the limit with nothing beside it: alone if others wait */
+            s->alone = s->plan[0].prefill && s->n_running > 1;
+        } else if (big < 0) { /* every entry fits the limit: the plan under it takes at least one */
+            n = plan_fill(s, s->mix_max);
+        } else {
+            const plan_entry alone = s->plan[big];
+            const int m = plan_fill(s, s->mix_max);
+            if (!s->alone_last || m == 0) {
+                s->plan[0] = alone;
+                s->alone = true;
+                n = 1;
+            } else {
+                n = m;
+            }
+        }
     }
-    return m;
+    s->head_left = s->head != NULL;
+    for (int e = 0; e < n && s->head_left; e++)
+        s->head_left = s->plan[e].r != s->head;
+    return n;
 }
 
 /* Pages the plan needs: drafts are written into the target's cache (self-drafts) before the
@@ -797,6 +840,7 @@ seer_status seer_sched_step(seer_sched *s, int *n_active) {
             s->n_step++;
             s->stats.n_steps++;
             s->alone_last = s->alone;
+            s->chunk_turn = s->head_left;
             if (s->alone)
                 s->stats.n_calls_alone++;
             else if (n > 1) {
