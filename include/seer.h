@@ -494,7 +494,13 @@ seer_status seer_spec_cost_calibrate_seqs(seer_context *ctx, const seer_seq_id *
 seer_status seer_spec_cost_load(const char *path, const seer_context *ctx, seer_spec_cost **out);
 /* A table from text (the file's format: see docs/spec-planning.md), any key. */
 seer_status seer_spec_cost_parse(const char *text, size_t len, seer_spec_cost **out);
+/* Writes the table to path through a temporary file beside it renamed over it. Cost files
+ * are regular files only: load and save refuse (SEER_ERR_IO, path untouched) a path that is
+ * a symbolic link, device, FIFO, socket or directory. */
 seer_status seer_spec_cost_save(const seer_spec_cost *c, const char *path);
+/* SEER_ERR_IO, naming what it is, when path exists and is not a regular file (what load and
+ * save refuse); SEER_OK otherwise. For checking a path a person gave, at start. */
+seer_status seer_spec_cost_check_path(const char *path);
 /* The default cache file of ctx's model on its device: $XDG_CACHE_HOME/seer/<key>.cost (or
  * $HOME/.cache/seer/...); the directory is created. SEER_ERR_IO when neither is set. */
 seer_status seer_spec_cost_default_path(const seer_context *ctx, char *buf, size_t cap);
@@ -629,7 +635,8 @@ void seer_sched_get_stats(const seer_sched *s, seer_sched_stats *out);
 /* ---------------------------------------------------------------------------------------- */
 /* Model files                                                                              */
 
-/* Inspection of a GGUF file's metadata and tensor table, without loading weights. */
+/* Inspection of a GGUF file's metadata and tensor table, without loading weights: the file
+ * is mapped, not read (seer_model_load reads it), so it must not shrink while open. */
 typedef struct seer_gguf seer_gguf;
 seer_status seer_gguf_open(const char *path, seer_gguf **out);
 void seer_gguf_close(seer_gguf *g);

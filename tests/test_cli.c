@@ -3,19 +3,22 @@
  * `seer generate --json` (with and without speculation, prompts prefilled in chunks of
  * --batch), `seer info`, `seer gen-model`, `seer chat` driven through stdin, --ctx against
  * the trained context and memory, and clear failures with a non-zero exit on bad flags,
- * files and prompts; names from a hostile file printed escaped, tokens of any length
- * printed whole.
+ * files and prompts (prompts bounded by the context before they are read whole, NUL bytes
+ * refused), on output that cannot be written, and on a cost file that is not a regular
+ * file; names from a hostile file printed escaped, tokens of any length printed whole.
  */
 #include "testutil.h"
 
 #include "backend/backend.h"
 #include "gguf/gguf.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* Runs a shell command; captures stdout+stderr into out (NUL-terminated); returns the exit code. */
 static int sh(char *out, size_t cap, const char *fmt, ...) {
@@ -479,8 +482,159 @@ static void test_long_tokens_and_hostile_names(void **state) {
             fail_msg("a control character reached the output at %zu", (size_t)(p - buf));
 }
 
+/* Runs a shell command with stdout a pipe whose reader is already gone (every write is
+ * EPIPE, or SIGPIPE where not ignored) and stderr captured into out; returns the exit code,
+ * or 128 + the signal that ended it. */
+static int sh_closed_pipe(char *out, size_t cap, const char *cmd) {
+    int po[2], pe[2];
+    assert_int_equal(pipe(po), 0);
+    assert_int_equal(pipe(pe), 0);
+    close(po[0]);
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        close(po[1]), close(pe[0]), close(pe[1]);
+        signal(SIGPIPE, SIG_DFL);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    size_t n = 0;
+    for (ssize_t r; n + 1 < cap && (r = read(pe[0], out + n, cap - 1 - n)) > 0;)
+        n += (size_t)r;
+    out[n] = 0;
+    close(pe[0]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Output that cannot be written is an error, not lost text with exit 0: a full device, a
+ * closed stdout and a pipe nobody reads, for generate (streamed and --json) and chat. */
+static void test_output_errors(void **state) {
+    char m[1024];
+    snprintf(m, sizeof m, "%s", tu_data_path("models/stories260K.gguf"));
+    const char *gen = "generate -p 'Once upon a time' --temp 0 -n 40 --ignore-eos --backend cpu --spec none";
+    const char *json[] = {"", "--json"};
+    for (int j = 0; j < 2; j++) {
+        int rc = sh(buf, sizeof buf, "{ %s %s -m %s %s > /dev/full; }", SEER_CLI, gen, m, json[j]);
+        if (rc != 1 || !strstr(buf, "cannot write the output to stdout: No space left on device"))
+            fail_msg("generate %s > /dev/full: rc %d: %s", json[j], rc, buf);
+        rc = sh(buf, sizeof buf, "{ %s %s -m %s %s >&-; }", SEER_CLI, gen, m, json[j]);
+        if (rc != 1 || !strstr(buf, "stdout is closed"))
+            fail_msg("generate %s >&-: rc %d: %s", json[j], rc, buf);
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "%s %s -m %s %s", SEER_CLI, gen, m, json[j]);
+        rc = sh_closed_pipe(buf, sizeof buf, cmd);
+        if (rc != 1 || !strstr(buf, "cannot write the output to stdout: Broken pipe"))
+            fail_msg("generate %s into a closed pipe: rc %d: %s", json[j], rc, buf);
+    }
+    const char *chat = "chat --chat-template chatml --temp 0 -n 8 --backend cpu --spec none";
+    int rc = sh(buf, sizeof buf, "{ echo hi | %s %s -m %s > /dev/full; }", SEER_CLI, chat, m);
+    if (rc != 1 || !strstr(buf, "cannot write the output to stdout: No space left on device"))
+        fail_msg("chat > /dev/full: rc %d: %s", rc, buf);
+    rc = sh(buf, sizeof buf, "{ echo hi | %s %s -m %s >&-; }", SEER_CLI, chat, m);
+    if (rc != 1 || !strstr(buf, "stdout is closed"))
+        fail_msg("chat >&-: rc %d: %s", rc, buf);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "echo hi | %s %s -m %s", SEER_CLI, chat, m);
+    rc = sh_closed_pipe(buf, sizeof buf, cmd);
+    if (rc != 1 || !strstr(buf, "Broken pipe"))
+        fail_msg("chat into a closed pipe: rc %d: %s", rc, buf);
+}
+
+/* Prompts are bounded before they are tokenized (a 50 MB file was tokenized whole before the
+ * context refused it; /dev/zero grew until memory ran out) and are text: a NUL byte, where a
+ * prompt file used to be cut silently, is refused. timeout turns the old unbounded reads
+ * into failures rather than hangs. */
+static void test_prompt_bounds(void **state) {
+    char m[1024];
+    snprintf(m, sizeof m, "%s", tu_data_path("models/stories260K.gguf"));
+    const char *nul = tu_tmp_path("nul-prompt.txt");
+    assert_int_equal(tu_write_file(nul, "Once upon\0 a time", 17), 0);
+    int rc = sh(buf, sizeof buf, "%s generate -m %s -f %s -n 4 --backend cpu", SEER_CLI, m, nul);
+    if (rc != 1 || !strstr(buf, "has a NUL byte (at offset 9)"))
+        fail_msg("-f with a NUL: rc %d: %s", rc, buf);
+    rc = sh(buf, sizeof buf, "timeout 60 %s generate -m %s -f /dev/zero -n 4 --backend cpu", SEER_CLI, m);
+    if (rc != 1 || !strstr(buf, "has a NUL byte (at offset 0)"))
+        fail_msg("-f /dev/zero: rc %d: %s", rc, buf);
+    /* 4 MB of text against a context of 64 tokens: refused by its size, unread */
+    const size_t big_n = 4 << 20;
+    char *big = malloc(big_n);
+    assert_non_null(big);
+    for (size_t i = 0; i < big_n; i++)
+        big[i] = i % 7 == 6 ? ' ' : 'a' + (char)(i % 26);
+    const char *bigp = tu_tmp_path("big-prompt.txt");
+    assert_int_equal(tu_write_file(bigp, big, big_n), 0);
+    free(big);
+    rc = sh(buf, sizeof buf, "timeout 60 %s generate -m %s -f %s --ctx 64 -n 4 --backend cpu", SEER_CLI, m, bigp);
+    if (rc != 1 || !strstr(buf, "is larger than the context can hold (4194304 bytes; at most"))
+        fail_msg("-f 4 MB: rc %d: %s", rc, buf);
+    /* a stream without end: read up to the bound, then refused */
+    rc = sh(buf, sizeof buf, "yes | timeout 60 %s generate -m %s -f /dev/stdin --ctx 64 -n 4 --backend cpu",
+            SEER_CLI, m);
+    if (rc != 1 || !strstr(buf, "is larger than the context can hold (more than"))
+        fail_msg("-f endless stream: rc %d: %s", rc, buf);
+    /* -p: the same bound */
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p \"$(head -c 100000 %s)\" --ctx 64 -n 4 --backend cpu",
+            SEER_CLI, m, bigp);
+    if (rc != 1 || !strstr(buf, "the prompt is larger than the context can hold (100000 bytes"))
+        fail_msg("-p 100 kB: rc %d: %s", rc, buf);
+    /* a prompt within the bound still runs */
+    rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Once upon a time' --ctx 64 -n 4 --backend cpu", SEER_CLI, m);
+    if (rc != 0)
+        fail_msg("-p short: rc %d: %s", rc, buf);
+    /* chat: a line with a NUL is refused and the chat goes on; endless input ends it */
+    const char *chat = "chat --chat-template chatml --temp 0 -n 4 --backend cpu --spec none";
+    rc = sh(buf, sizeof buf, "printf 'a\\0b\\nhello\\n' | %s %s -m %s", SEER_CLI, chat, m);
+    if (rc != 0 || !strstr(buf, "that line was not used: it has a NUL byte"))
+        fail_msg("chat, a line with a NUL: rc %d: %s", rc, buf);
+    rc = sh(buf, sizeof buf, "timeout 60 %s %s -m %s --ctx 64 < /dev/zero", SEER_CLI, chat, m);
+    if (rc != 1 || !strstr(buf, "the input is not a conversation"))
+        fail_msg("chat < /dev/zero: rc %d: %s", rc, buf);
+}
+
+/* --spec-cost-file naming a symlink or a FIFO is refused at start, and neither is replaced
+ * (the table used to be renamed over whatever the path named; as root, /dev/null) nor read
+ * (a FIFO blocked the open). */
+static void test_cost_file_not_regular(void **state) {
+    char m[1024], target[512], link[512], fifo[512];
+    snprintf(m, sizeof m, "%s", tu_data_path("models/stories260K.gguf"));
+    snprintf(target, sizeof target, "%s", tu_tmp_path("cli-cost-target"));
+    snprintf(link, sizeof link, "%s", tu_tmp_path("cli-cost-link"));
+    snprintf(fifo, sizeof fifo, "%s", tu_tmp_path("cli-cost-fifo"));
+    assert_int_equal(tu_write_file(target, "precious\n", 9), 0);
+    unlink(link), unlink(fifo);
+    assert_int_equal(symlink(target, link), 0);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    const char *paths[] = {link, fifo}, *what[] = {"is a symbolic link", "is a FIFO"};
+    const char *cmds[] = {"generate -p 'Once upon a time' -n 4", "chat --chat-template chatml -n 4"};
+    for (int i = 0; i < 2; i++)
+        for (int c = 0; c < 2; c++) {
+            int rc = sh(buf, sizeof buf, "echo hi | timeout 60 %s %s -m %s --backend cpu --spec-cost-file %s",
+                        SEER_CLI, cmds[c], m, paths[i]);
+            if (rc != 2 || !strstr(buf, what[i]) || !strstr(buf, "not a regular file"))
+                fail_msg("%s --spec-cost-file %s: rc %d: %s", cmds[c], paths[i], rc, buf);
+            struct stat sb;
+            assert_int_equal(lstat(paths[i], &sb), 0);
+            assert_true(i == 0 ? S_ISLNK(sb.st_mode) : S_ISFIFO(sb.st_mode));
+        }
+    size_t n = 0;
+    uint8_t *kept = tu_read_file(target, &n);
+    assert_non_null(kept);
+    assert_int_equal(n, 9);
+    assert_memory_equal(kept, "precious\n", 9);
+    free(kept);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_output_errors),
+        cmocka_unit_test(test_prompt_bounds),
+        cmocka_unit_test(test_cost_file_not_regular),
         cmocka_unit_test(test_generate_golden_json), cmocka_unit_test(test_generate_batch),
         cmocka_unit_test(test_generate_tp),
         cmocka_unit_test(test_generate_stream_and_stats),

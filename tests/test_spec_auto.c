@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const char *gen_model(const char *name, int vocab, int dim, int layers, uint64_t seed) {
     static char path[512];
@@ -316,8 +317,8 @@ static void test_budgets(void **state) {
  * drafting always looks good, alone and as a batch of five. */
 static void test_golden_stories(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
-    seer_model *d = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
+    seer_model *d = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
     tu_output gold[5], got[5];
@@ -367,7 +368,7 @@ static void test_golden_stories(void **state) {
  * beside a plain request; the decision counts reach its stats. */
 static void test_golden_sched(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
     tu_output gold[5];
@@ -435,7 +436,7 @@ static void test_golden_sched(void **state) {
 /* Sampled generation with auto: runs, drafts and accepts, and a seed gives the same text. */
 static void test_sampled(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     int32_t prompts[5][64];
     int plen[5];
     tu_output gold[5], a[5], b[5];
@@ -461,7 +462,7 @@ static void test_sampled(void **state) {
  * refused, the default cache path under XDG_CACHE_HOME. */
 static void test_cost_file(void **state) {
     (void)state;
-    seer_model *m = tu_load_cpu(tu_shared_path("models/stories260K.gguf"));
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
     seer_context *c = NULL;
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 256;
@@ -511,8 +512,65 @@ static void test_cost_file(void **state) {
     seer_model_free(m);
 }
 
+/* A cost file is only ever a regular file: a symlink (to a file or to nothing) and a FIFO
+ * named as the cost file are refused by save and load and left exactly as they were (a save
+ * used to rename its temporary file over them, turning a link into a file; as root, over
+ * /dev/null). A regular file is replaced, and nothing is left beside it. */
+static void test_cost_file_not_regular(void **state) {
+    (void)state;
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, seer_context_default_params(), &c));
+    seer_spec_cost *t = table(1e-3, 0.1, 1e-4, ALL, 1);
+    char target[512], link[512], dangling[512], fifo[512]; /* tu_tmp_path's buffers rotate */
+    snprintf(target, sizeof target, "%s", tu_tmp_path("nr-target.txt"));
+    snprintf(link, sizeof link, "%s", tu_tmp_path("nr-link.cost"));
+    snprintf(dangling, sizeof dangling, "%s", tu_tmp_path("nr-dangling.cost"));
+    snprintf(fifo, sizeof fifo, "%s", tu_tmp_path("nr-fifo.cost"));
+    assert_int_equal(tu_write_file(target, "precious\n", 9), 0);
+    unlink(link), unlink(dangling), unlink(fifo);
+    assert_int_equal(symlink(target, link), 0);
+    assert_int_equal(symlink(tu_tmp_path("nr-nothing"), dangling), 0);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    const char *paths[] = {link, dangling, fifo};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(seer_spec_cost_check_path(paths[i]), SEER_ERR_IO);
+        assert_int_equal(seer_spec_cost_save(t, paths[i]), SEER_ERR_IO);
+        assert_non_null(strstr(seer_last_error(), "not a regular file"));
+        seer_spec_cost *back = NULL;
+        assert_int_equal(seer_spec_cost_load(paths[i], c, &back), SEER_ERR_IO); /* FIFO: no wait */
+        assert_null(back);
+        struct stat sb;
+        assert_int_equal(lstat(paths[i], &sb), 0);
+        assert_true(i < 2 ? S_ISLNK(sb.st_mode) : S_ISFIFO(sb.st_mode));
+    }
+    size_t n = 0;
+    uint8_t *kept = tu_read_file(target, &n);
+    assert_non_null(kept);
+    assert_int_equal(n, 9);
+    assert_memory_equal(kept, "precious\n", 9);
+    free(kept);
+    assert_int_equal(access(tu_tmp_path("nr-nothing"), F_OK), -1); /* not created through the link */
+    /* a regular file: replaced; a directory: refused */
+    const char *reg = tu_tmp_path("nr-regular.cost");
+    assert_int_equal(tu_write_file(reg, "old", 3), 0);
+    assert_int_equal(seer_spec_cost_check_path(reg), SEER_OK);
+    ASSERT_OK(seer_spec_cost_save(t, reg));
+    kept = tu_read_file(reg, &n);
+    assert_non_null(kept);
+    assert_true(n > 3 && !memcmp(kept, "seer-cost 1", 11));
+    free(kept);
+    assert_int_equal(seer_spec_cost_check_path(tu_tmp_path("nr-absent.cost")), SEER_OK);
+    mkdir(tu_tmp_path("nr-dir.cost"), 0700);
+    assert_int_equal(seer_spec_cost_save(t, tu_tmp_path("nr-dir.cost")), SEER_ERR_IO);
+    seer_spec_cost_free(t);
+    seer_context_free(c);
+    seer_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cost_file_not_regular),
         cmocka_unit_test(test_parse),          cmocka_unit_test(test_choice), cmocka_unit_test(test_explore), cmocka_unit_test(test_budgets),
         cmocka_unit_test(test_switching_identical), cmocka_unit_test(test_golden_stories),
         cmocka_unit_test(test_golden_sched),   cmocka_unit_test(test_sampled),

@@ -1,7 +1,8 @@
 /*
  * gguf.h: reading and writing GGUF v2/v3 files, and the ggml block formats of their tensors.
  *
- * The reader maps the file and validates everything before handing out pointers: every
+ * The reader copies the file into private memory (gguf_open_mapped maps it instead) and
+ * validates everything before handing out pointers: every
  * count, length, dimension and offset is checked against the file size, so a corrupt or
  * hostile file gives an error naming the problem, never a crash or an absurd allocation.
  * Not for: binding tensors to a model (src/model/) or interpreting tokenizer metadata.
@@ -96,19 +97,31 @@ typedef struct {
     gguf_tensor *tensors; /* [n_tensors] */
     size_t alignment;
     size_t data_offset;   /* start of the tensor data section in the file */
-    const uint8_t *base;  /* mapping (or the caller's buffer) */
+    const uint8_t *base;  /* private copy or mapping (or the caller's buffer) */
     size_t size;
-    bool mapped;
+    bool mapped;          /* base is ours to unmap */
+    bool data_dropped;    /* gguf_drop_tensor_data ran: tensor bytes read as zeros */
     /* internal allocation arena for decoded values */
     void *arena;
 } gguf_file;
 
-/* Maps and parses a file. On failure *out is NULL and the message names the problem (and
+/* Reads and parses a file. The file's bytes are copied into private anonymous memory with
+ * read(), not mapped: a file truncated or rewritten while the model is in use can then
+ * neither crash the process (SIGBUS on a mapped page past the new end) nor change its
+ * weights. On failure *out is NULL and the message names the problem (and
  * the key or tensor). Tensor types whose block size is unknown fail here with
  * SEER_ERR_UNSUPPORTED "unsupported tensor type T in tensor NAME"; types of known size
  * without a dequantiser (q8_1, q2_K, q3_K, q8_K) open, and fail in gguf_tensor_dequant.
  * Arrays may nest at most 8 deep; keys and tensor names must be unique and free of NUL. */
 seer_status gguf_open(const char *path, gguf_file **out);
+/* gguf_open over a read-only mapping of the file instead of a copy: for a short look at
+ * the metadata of a large file (seer info), where reading every byte would be slow. The file
+ * must not shrink while it is open (a page past the new end faults). */
+seer_status gguf_open_mapped(const char *path, gguf_file **out);
+/* Gives the memory of the tensor data section of a gguf_open copy back to the system once
+ * nothing reads it any more (a backend that uploaded every weight); metadata stays.
+ * Afterwards tensor data reads as zeros. No effect on other files. */
+void gguf_drop_tensor_data(gguf_file *f);
 /* Parses a buffer the caller keeps alive until gguf_close (used by the fuzzer and tests). */
 seer_status gguf_open_memory(const void *data, size_t size, gguf_file **out);
 void gguf_close(gguf_file *f);

@@ -15,7 +15,7 @@ seer_status seer_gguf_open(const char *path, seer_gguf **out) {
     gguf_file *f;
     *out = NULL;
     SEER_CHECK_ARG(path);
-    SEER_TRY(gguf_open(path, &f));
+    SEER_TRY(gguf_open_mapped(path, &f)); /* metadata only: no need to read the weights */
     *out = (seer_gguf *)f; /* seer_gguf is a gguf_file seen from outside */
     return SEER_OK;
 }

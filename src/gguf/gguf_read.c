@@ -1,5 +1,5 @@
 /*
- * gguf_read.c: the GGUF v2/v3 parser, the mmap wrapper around it and the metadata getters.
+ * gguf_read.c: the GGUF v2/v3 parser, the file reader around it and the metadata getters.
  *
  * The parser trusts nothing in the file: every read checks the bytes left, every count is
  * compared with what the remaining bytes could hold before anything is allocated, and all
@@ -9,7 +9,7 @@
  * (q5_0, the K-quants, ...) open, and fail when dequantised.
  * Not for: interpreting the metadata (src/model/, src/tokenizer/).
  */
-#define _POSIX_C_SOURCE 200809L /* mmap, O_CLOEXEC under -std=c11 */
+#define _DEFAULT_SOURCE /* mmap, MAP_ANONYMOUS, madvise, O_CLOEXEC under -std=c11 */
 #include "gguf/gguf.h"
 #include "util/error.h"
 
@@ -516,7 +516,43 @@ seer_status gguf_open_memory(const void *data, size_t size, gguf_file **out) {
     return parse(data ? data : "", size, false, out);
 }
 
-seer_status gguf_open(const char *path, gguf_file **out) {
+/* The file's size bytes into a private anonymous mapping: the model then never reads the
+ * file again, so a file truncated or rewritten under a running process can neither fault
+ * (SIGBUS on a page past the new end) nor change the weights. A file that shrinks while it
+ * is read is an error; bytes appended past size are ignored. */
+static seer_status read_private(int fd, const char *path, size_t size, const uint8_t **out) {
+    uint8_t *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return seer_err(SEER_ERR_OOM, "cannot allocate %zu bytes to read %s: %s", size, path,
+                        strerror(errno));
+    size_t got = 0;
+    while (got < size) {
+        size_t want = size - got;
+        if (want > ((size_t)1 << 30))
+            want = (size_t)1 << 30; /* read() moves at most ~2 GiB per call on Linux */
+        const ssize_t n = read(fd, m + got, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            const int e = n < 0 ? errno : 0;
+            munmap(m, size);
+            if (e)
+                return seer_err(SEER_ERR_IO, "cannot read %s: %s", path, strerror(e));
+            return seer_err(SEER_ERR_IO, "%s changed while it was read (%zu of %zu bytes)",
+                            path, got, size);
+        }
+        got += (size_t)n;
+    }
+    if (mprotect(m, size, PROT_READ) != 0) { /* read-only from here, as the file mapping was */
+        const int e = errno;
+        munmap(m, size);
+        return seer_err(SEER_ERR_OOM, "cannot protect the copy of %s: %s", path, strerror(e));
+    }
+    *out = m;
+    return SEER_OK;
+}
+
+static seer_status open_file(const char *path, bool copy, gguf_file **out) {
     if (!path || !out)
         return seer_err(SEER_ERR_INVALID_ARG, "gguf_open: NULL argument");
     *out = NULL;
@@ -539,9 +575,15 @@ seer_status gguf_open(const char *path, gguf_file **out) {
     }
     size_t size = (size_t)st.st_size;
     const uint8_t *base = (const uint8_t *)"";
-    if (size) {
-        /* note: a file truncated by someone else while mapped faults on access (SIGBUS);
-         * GGUF files are treated as immutable while open */
+    if (size && copy) {
+        seer_status s = read_private(fd, path, size, &base);
+        if (s != SEER_OK) {
+            close(fd);
+            return s;
+        }
+    } else if (size) {
+        /* a file truncated by someone else while mapped faults on access (SIGBUS): only for
+         * a short look at the metadata (gguf_open_mapped) */
         void *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
             int e = errno;
@@ -560,6 +602,23 @@ seer_status gguf_open(const char *path, gguf_file **out) {
         return seer_err(s, "%s: %s", path, msg);
     }
     return SEER_OK;
+}
+
+seer_status gguf_open(const char *path, gguf_file **out) { return open_file(path, true, out); }
+
+seer_status gguf_open_mapped(const char *path, gguf_file **out) {
+    return open_file(path, false, out);
+}
+
+void gguf_drop_tensor_data(gguf_file *f) {
+    if (!f || !f->mapped || f->data_dropped)
+        return;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t b = (uintptr_t)f->base, lo = (b + f->data_offset + page - 1) / page * page;
+    const uintptr_t hi = (b + f->size + page - 1) / page * page;
+    /* zero-filled pages from here on: a stray read gives zeros, never a fault */
+    if (hi > lo && madvise((void *)lo, hi - lo, MADV_DONTNEED) == 0)
+        f->data_dropped = true;
 }
 
 void gguf_close(gguf_file *f) {

@@ -409,6 +409,12 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
             s = seer_model_fuse(m);
         if (s == SEER_OK)
             s = seer_model_make_draft(m, draft);
+        /* The CUDA backend has copied every weight to the device (the CPU backend and the
+         * tensor-parallel one over it use the tensors in place): the host copy of the file's
+         * tensor data is no longer read, so its memory goes back; the metadata (vocabulary,
+         * chat template) stays. */
+        if (s == SEER_OK && !strcmp(m->be->ops->name, "cuda"))
+            gguf_drop_tensor_data(m->gguf);
     }
     if (s != SEER_OK) {
         char msg[1024];

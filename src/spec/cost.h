@@ -90,8 +90,12 @@ seer_status seer_cost_parse(const char *text, size_t len, seer_cost_table *out);
 /* Reads path; with want_key not NULL a table for another key is SEER_ERR_FORMAT (a stale
  * cache). SEER_ERR_IO when the file cannot be read. */
 seer_status seer_cost_load(const char *path, const char *want_key, seer_cost_table *out);
-/* Writes t (checked first) to path through a temporary file renamed over it. */
+/* Writes t (checked first) to path through a fresh temporary file beside it (mkstemp)
+ * renamed over it; SEER_ERR_IO, with path untouched, when path is anything but a regular
+ * file or nothing (seer_cost_check_path). seer_cost_load refuses the same: it reads only a
+ * regular file, never through a symbolic link. */
 seer_status seer_cost_save(const seer_cost_table *t, const char *path);
+seer_status seer_cost_check_path(const char *path);
 /* The text of t into buf [cap]; *len (may be NULL) its length. SEER_ERR_INVALID_ARG when it
  * does not fit. */
 seer_status seer_cost_format(const seer_cost_table *t, char *buf, size_t cap, size_t *len);

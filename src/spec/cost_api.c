@@ -164,6 +164,8 @@ seer_status seer_spec_cost_save(const seer_spec_cost *c, const char *path) {
     return seer_cost_save(&c->t, path);
 }
 
+seer_status seer_spec_cost_check_path(const char *path) { return seer_cost_check_path(path); }
+
 /* mkdir -p of the directory part of path's first n bytes. */
 static seer_status make_dirs(char *dir) {
     for (char *p = dir + 1;; p++) {

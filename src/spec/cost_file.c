@@ -6,17 +6,26 @@
  * each token into a bounded buffer before converting it, checks every number's range, every
  * record's order and count, and fills a scratch table that reaches the caller only whole.
  * fuzz/ drives seer_cost_parse with arbitrary bytes.
+ *
+ * The path may be one a person named, so the file is only ever a regular file: one that is
+ * a symlink, device, FIFO or directory is neither read nor replaced (as root, renaming over
+ * /dev/null would have replaced the device), and the new text goes to a fresh mkstemp file
+ * beside it that is then renamed into place, so a crash never leaves half a table.
  */
+#define _POSIX_C_SOURCE 200809L /* lstat, mkstemp, O_NOFOLLOW under -std=c11 */
 #include "model/model.h"
 #include "spec/cost.h"
 #include "util/error.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define LINE_MAX_BYTES 65536
 #define FILE_MAX_BYTES (1 << 20)
@@ -316,6 +325,36 @@ seer_status seer_cost_format(const seer_cost_table *t, char *buf, size_t cap, si
     return SEER_OK;
 }
 
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m) ? "directory" : S_ISLNK(m) ? "symbolic link" : S_ISFIFO(m) ? "FIFO"
+         : S_ISCHR(m) ? "character device" : S_ISBLK(m) ? "block device"
+         : S_ISSOCK(m) ? "socket" : "special file";
+}
+
+/* SEER_OK when path names a regular file (not a symlink to one) or nothing that lstat can
+ * see (creating the file then fails, or not): the only things a cost file may replace. */
+seer_status seer_cost_check_path(const char *path) {
+    SEER_CHECK_ARG(path);
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return seer_err(SEER_ERR_IO, "cost file: %s is a %s, not a regular file", path,
+                        file_kind(st.st_mode));
+    return SEER_OK;
+}
+
+/* 0, or the errno of the write that failed. */
+static int write_all(int fd, const char *text, size_t len) {
+    while (len > 0) {
+        const ssize_t n = write(fd, text, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? errno : EIO;
+        text += n, len -= (size_t)n;
+    }
+    return 0;
+}
+
 seer_status seer_cost_save(const seer_cost_table *t, const char *path) {
     SEER_CHECK_ARG(path);
     size_t len = 0;
@@ -323,26 +362,35 @@ seer_status seer_cost_save(const seer_cost_table *t, const char *path) {
     seer_status st = seer_cost_format(t, probe, 0, &len);
     if (st != SEER_OK && len == 0)
         return st; /* the table itself is bad */
+    SEER_TRY(seer_cost_check_path(path));
     char *text = malloc(len + 1);
-    char *tmp = malloc(strlen(path) + 8);
+    char *tmp = malloc(strlen(path) + 16);
     if (!text || !tmp) {
         free(text);
         free(tmp);
         return seer_err(SEER_ERR_OOM, "cost file: out of memory");
     }
     st = seer_cost_format(t, text, len + 1, NULL);
-    sprintf(tmp, "%s.tmp", path);
-    FILE *f = st == SEER_OK ? fopen(tmp, "wb") : NULL;
-    if (st == SEER_OK && !f)
-        st = seer_err(SEER_ERR_IO, "cost file: cannot write %s: %s", tmp, strerror(errno));
-    if (f) {
-        const bool ok = fwrite(text, 1, len, f) == len;
-        if (fclose(f) != 0 || !ok)
-            st = seer_err(SEER_ERR_IO, "cost file: writing %s failed", tmp);
-        else if (rename(tmp, path) != 0)
+    /* the temporary file in the same directory (rename stays within one file system);
+     * mkstemp creates it with O_EXCL, so nothing already at that name is followed */
+    sprintf(tmp, "%s.XXXXXX", path);
+    const int fd = st == SEER_OK ? mkstemp(tmp) : -1;
+    if (st == SEER_OK && fd < 0)
+        st = seer_err(SEER_ERR_IO, "cost file: cannot create a file beside %s: %s", path,
+                      strerror(errno));
+    if (fd >= 0) {
+        int werr = write_all(fd, text, len);
+        if (close(fd) != 0 && !werr)
+            werr = errno;
+        if (werr)
+            st = seer_err(SEER_ERR_IO, "cost file: writing %s failed: %s", tmp, strerror(werr));
+        /* checked again just before the rename: what path names may have changed */
+        if (st == SEER_OK)
+            st = seer_cost_check_path(path);
+        if (st == SEER_OK && rename(tmp, path) != 0)
             st = seer_err(SEER_ERR_IO, "cost file: cannot rename to %s: %s", path, strerror(errno));
         if (st != SEER_OK)
-            remove(tmp);
+            unlink(tmp);
     }
     free(text);
     free(tmp);
@@ -352,9 +400,28 @@ seer_status seer_cost_save(const seer_cost_table *t, const char *path) {
 seer_status seer_cost_load(const char *path, const char *want_key, seer_cost_table *out) {
     SEER_CHECK_ARG(path);
     SEER_CHECK_ARG(out);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return seer_err(SEER_ERR_IO, "cost file: cannot open %s: %s", path, strerror(errno));
+    /* O_NOFOLLOW: a symlink is refused (ELOOP); O_NONBLOCK: a FIFO does not wait for a writer
+     * before fstat refuses it */
+    const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return seer_err(SEER_ERR_IO, "cost file: cannot open %s: %s", path,
+                        errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        const int e = errno;
+        close(fd);
+        return seer_err(SEER_ERR_IO, "cost file: cannot stat %s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return seer_err(SEER_ERR_IO, "cost file: %s is a %s, not a regular file", path,
+                        file_kind(sb.st_mode));
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return seer_err(SEER_ERR_OOM, "cost file: out of memory");
+    }
     char *text = malloc(FILE_MAX_BYTES + 1);
     if (!text) {
         fclose(f);

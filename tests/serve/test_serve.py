@@ -8,6 +8,11 @@ gets its 4xx with the server alive and correct afterwards; a bounded load test r
 concurrent streaming clients, some of which disconnect in the middle, and checks that no
 response is lost or corrupted, that greedy ids under load equal those alone, and that every
 KV page is free at the end; SIGTERM drains a stream in flight and the server exits 0.
+Hostile use: hundreds of half-sent requests do not shut out /health or a client with a key;
+half-closed clients get their answers; request slots are free when an answer arrives; null
+fields count as absent; streams cut by the drain timeout end as OpenAI streams do; CORS,
+/metrics behind the key, duplicate Content-Length, an empty --api-key and --ctx past the
+trained context are checked too. `--only NAME[,NAME]` runs some of the tests alone.
 
 Exit 77 (CTest's skip) only when the openai package can be neither imported nor installed.
 """
@@ -26,6 +31,9 @@ import time
 
 SKIP = 77
 KEY = "test-key-123"
+# seconds within which a request beside 300 slow connections must be served; sanitizers
+# (ThreadSanitizer above all) make each of the 300 connection threads slow to start
+SLOW = 5 if os.environ.get("TSAN_OPTIONS") or os.environ.get("ASAN_OPTIONS") else 1
 
 
 def ensure_openai():
@@ -95,6 +103,11 @@ class Server:
         for line in self.p.stderr:
             self.log.append(line)
 
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
 
 def raw(port, method, path, body=None, key=KEY, headers=None, timeout=60):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
@@ -112,7 +125,7 @@ def raw(port, method, path, body=None, key=KEY, headers=None, timeout=60):
 
 
 def metrics(port):
-    st, data = raw(port, "GET", "/metrics", key=None)
+    st, data = raw(port, "GET", "/metrics")
     check(st == 200, f"/metrics: {st}")
     out = {}
     for line in data.decode().splitlines():
@@ -421,7 +434,8 @@ def test_load(port, golden, alone):
     check(sum(v for k, v in m.items() if k.startswith("seer_spec_auto_rounds_total")) > 0, "auto rounds counter")
     # the CPU computes every row alone whatever the batch: no call needs a prefill chunk alone
     check(m["seer_scheduler_calls_alone_total"] == 0, "calls alone on the CPU")
-    print(f"load: {n_clients} streaming clients ok, {sum(s is not None for s in stops)} disconnected mid-way")
+    print(f"load: {n_clients} streaming clients ok, {n_gone} disconnected mid-way")
+    return n_gone
 
 
 def test_drain(srv, port, golden):
@@ -449,7 +463,8 @@ def test_drain(srv, port, golden):
 
 def test_busy_and_sigint(seer, model, golden):
     """--max-requests 1: a second generation while one streams gets 429; after the first
-    client hangs up the server takes requests again; SIGINT stops it with status 0."""
+    client hangs up the server takes requests again, and a client that sends one request at a
+    time never gets 429; SIGINT stops it with status 0."""
     srv = Server(seer, model, ["--max-requests", "1", "--parallel", "2"])
     port = srv.port
     try:
@@ -462,17 +477,18 @@ def test_busy_and_sigint(seer, model, golden):
         r.readline()
         st, data = raw(port, "POST", "/v1/completions", '{"prompt": "x", "max_tokens": 2}')
         check(st == 429 and json.loads(data)["error"]["type"] == "rate_limit_error", f"busy: {st} {data[:200]!r}")
+        for _ in range(500):  # the scheduler's snapshot shows the stream running (else "idle" below is stale)
+            if metrics(port)["seer_requests_running"] == 1:
+                break
+            time.sleep(0.01)
         c.sock.shutdown(socket.SHUT_RDWR)
         c.close()
         wait_idle(port, "after the hang-up")
         row = golden[3]
-        for _ in range(100):  # the job is let go of just after its request is
-            st, data = raw(port, "POST", "/v1/completions", json.dumps(
-                {"prompt": row["prompt"], "max_tokens": 20, "temperature": 0}))
-            if st != 429:
-                break
-            time.sleep(0.05)
-        check(st == 200 and json.loads(data)["seer"]["token_ids"] == row["ids"][:20], f"after busy: {st}")
+        st, data = raw(port, "POST", "/v1/completions", json.dumps(
+            {"prompt": row["prompt"], "max_tokens": 20, "temperature": 0}))
+        check(st == 200 and json.loads(data)["seer"]["token_ids"] == row["ids"][:20], f"after busy: {st} {data[:300]!r}")
+        test_slots(port)
         srv.p.send_signal(signal.SIGINT)
         rc = srv.p.wait(timeout=60)
         check(rc == 0, f"exit status after SIGINT {rc}: {''.join(srv.log[-10:])}")
@@ -483,29 +499,368 @@ def test_busy_and_sigint(seer, model, golden):
     print("limits and SIGINT: ok")
 
 
+def sock_exchange(port, data, half_close=False, timeout=10):
+    """Sends raw bytes on a new connection (then shutdown(SHUT_WR) if half_close) and returns all
+    bytes received until the server closes it or timeout passes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    if half_close:
+        s.shutdown(socket.SHUT_WR)
+    out = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            out += d
+    except socket.timeout:
+        pass
+    s.close()
+    return out
+
+
+def parse_response(data):
+    """(status, headers (lower-case names), body) of the final response in data; 1xx interim
+    responses before it are skipped; a chunked body is decoded."""
+    while True:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1]) if lines[0].startswith("HTTP/") else 0
+        if 100 <= status < 200:
+            data = rest
+            continue
+        break
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    if headers.get("transfer-encoding") == "chunked":
+        body = b""
+        while rest:
+            size_line, _, rest = rest.partition(b"\r\n")
+            n = int(size_line.split(b";")[0], 16)
+            if n == 0:
+                break
+            body += rest[:n]
+            rest = rest[n + 2:]
+        rest = body
+    return status, headers, rest
+
+
+def post_bytes(path, body, extra=""):
+    b = body.encode() if isinstance(body, str) else body
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+            f"{extra}Content-Length: {len(b)}\r\n\r\n").encode() + b
+
+
+def sse_events(body):
+    """The data payloads of an SSE body (comments skipped), and whether it ended with [DONE]."""
+    events, done = [], False
+    for line in body.decode().split("\n"):
+        if line.startswith("data: "):
+            if line[6:] == "[DONE]":
+                done = True
+            else:
+                events.append(json.loads(line[6:]))
+    return events, done
+
+
+def test_nulls(port, golden):
+    """null for an optional field is the field left out (max_completion_tokens: null used to
+    hide max_tokens)."""
+    row = golden[1]
+    nulls = {k: None for k in ("max_completion_tokens", "top_p", "top_k", "min_p", "repeat_penalty", "seed",
+                               "stop", "stream", "stream_options", "n", "logprobs", "top_logprobs", "echo",
+                               "best_of", "presence_penalty", "frequency_penalty", "logit_bias", "suffix", "user",
+                               "response_format", "model", "seer")}
+    body = dict(nulls, prompt=row["prompt"], max_tokens=3, temperature=0)
+    st, data = raw(port, "POST", "/v1/completions", json.dumps(body))
+    check(st == 200, f"nulls: {st} {data[:200]!r}")
+    r = json.loads(data)
+    check(r["usage"]["completion_tokens"] == 3 and r["seer"]["token_ids"] == row["ids"][:3],
+          f"max_completion_tokens null: max_tokens 3 ignored: {r['usage']}")
+    body = dict(prompt=row["prompt"], max_tokens=3, max_completion_tokens=None, temperature=0, stream=True,
+                stream_options={"include_usage": None})
+    st, data = raw(port, "POST", "/v1/completions", json.dumps(body))
+    ev, done = sse_events(data)
+    check(st == 200 and done and ev[-1]["seer"]["token_ids"] == row["ids"][:3], f"null in a stream: {st} {ev[-1:]}")
+    msgs = [{"role": "user", "content": "Hi", "name": None}, {"role": "assistant", "content": None},
+            {"role": "user", "content": "Tell me a story"}]
+    st, data = raw(port, "POST", "/v1/chat/completions", json.dumps(
+        {"messages": msgs, "max_completion_tokens": 4, "max_tokens": None, "tools": None, "tool_choice": None,
+         "temperature": None, "seer": {"spec": None, "gamma": None}}))
+    check(st == 200 and json.loads(data)["usage"]["completion_tokens"] <= 4, f"chat nulls: {st} {data[:200]!r}")
+    for extra, param in (({"logit_bias": {"5": 1}}, "logit_bias"), ({"best_of": 2}, "best_of"),
+                         ({"suffix": "x"}, "suffix"), ({"top_logprobs": 2}, "top_logprobs"),
+                         ({"response_format": {"type": "json_object"}}, "response_format")):
+        st, data = raw(port, "POST", "/v1/completions", json.dumps(dict(prompt="x", max_tokens=2, **extra)))
+        check(st == 400 and json.loads(data)["error"]["param"] == param, f"{param}: {st} {data[:200]!r}")
+    print("null fields: ok")
+
+
+def test_http_edges(port):
+    """CORS, /metrics behind the key, ambiguous framing, half-closed clients."""
+    # CORS: any origin by default (as llama-server); a preflight needs no key
+    st, h, _ = parse_response(sock_exchange(
+        port, b"OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: https://a.example\r\n"
+        b"Access-Control-Request-Method: POST\r\n"
+        b"Access-Control-Request-Headers: authorization, content-type, x-stainless-os\r\n"
+        b"Connection: close\r\n\r\n"))
+    check(st == 204 and h.get("access-control-allow-origin") == "*" and "POST" in h.get("access-control-allow-methods", "")
+          and "x-stainless-os" in h.get("access-control-allow-headers", ""), f"preflight: {st} {h}")
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/health", headers={"Origin": "https://a.example"})
+    r = c.getresponse()
+    r.read()
+    check(r.status == 200 and r.getheader("Access-Control-Allow-Origin") == "*", "CORS header on /health")
+    c.close()
+    # /metrics: the key when there is one; /health stays open
+    for key, want in ((None, 401), ("wrong", 401), (KEY, 200)):
+        st, _ = raw(port, "GET", "/metrics", key=key)
+        check(st == want, f"/metrics with key {key}: {st}, want {want}")
+    check(raw(port, "GET", "/health", key=None)[0] == 200, "/health without a key")
+    # two Content-Length headers, or one beside Transfer-Encoding: 400 and the connection closed
+    body = '{"prompt": "x", "max_tokens": 2}'
+    for extra in (f"Content-Length: {len(body)}\r\n", "Transfer-Encoding: chunked\r\n"):
+        st, h, data = parse_response(sock_exchange(port, post_bytes("/v1/completions", body, extra)))
+        check(st == 400 and "error" in json.loads(data), f"framing {extra.strip()}: {st} {data[:200]!r}")
+    # half-closed clients (shutdown(SHUT_WR) after the request) get whole answers
+    for stream in (False, True):
+        b = json.dumps({"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "stream": stream})
+        st, h, data = parse_response(sock_exchange(port, post_bytes("/v1/completions", b), half_close=True))
+        check(st == 200, f"half-closed, stream {stream}: status {st}")
+        if stream:
+            ev, done = sse_events(data)
+            check(done and ev and ev[-1]["choices"][0]["finish_reason"] in ("stop", "length"),
+                  f"half-closed stream cut: {data[-200:]!r}")
+        else:
+            check(json.loads(data)["choices"][0]["finish_reason"] in ("stop", "length"), f"half-closed: {data[:200]!r}")
+    print("CORS, /metrics key, framing, half-close: ok")
+
+
+def check_quiet_hangups(srv, port, n_gone, n_log):
+    """Clients that hang up are counted, not logged (n_log: lines logged before they did)."""
+    m = metrics(port)
+    got = m['seer_http_connections_closed_total{reason="client"}']
+    check(got >= n_gone, f"hang-ups counted: {got} < {n_gone}")
+    noisy = srv.log[n_log:]
+    check(not noisy, f"hang-ups logged: {noisy[:3]}")
+    print("hang-ups: counted, not logged")
+
+
+def test_slots(port):
+    """--max-requests 1: a client sending one request at a time never gets 429, streamed or not."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    n429 = 0
+    for k in range(100):
+        stream = k % 2 == 1
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Once", "max_tokens": 4, "stream": stream}),
+                  headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+        r = c.getresponse()
+        data = r.read()
+        n429 += r.status == 429
+        check(r.status in (200, 429), f"sequential request {k}: {r.status} {data[:200]!r}")
+    c.close()
+    check(n429 == 0, f"{n429} of 100 sequential requests got 429 with --max-requests 1")
+    print("sequential requests with one slot: no 429")
+
+
+def stream_until_end(port, body, out, k):
+    try:
+        data = sock_exchange(port, post_bytes("/v1/completions", json.dumps(dict(body, stream=True))), timeout=120)
+        st, _, b = parse_response(data)
+        out[k] = (st,) + sse_events(b)
+    except Exception as e:  # noqa: BLE001 - reported as this client's failure
+        out[k] = ("exception", repr(e))
+
+
+def whole_until_end(port, body, out, k):
+    try:
+        st, _, b = parse_response(sock_exchange(port, post_bytes("/v1/completions", json.dumps(body)), timeout=120))
+        out[k] = (st, json.loads(b) if b else None)
+    except Exception as e:  # noqa: BLE001 - reported as this client's failure
+        out[k] = ("exception", repr(e))
+
+
+def test_slowloris(seer, model):
+    """300 connections that each send half a request line do not shut out a client with a key
+    nor /health; they are evicted or timed out; answers that take longer than the header timeout
+    are not cut; a client that closes while its whole answer is computed is cancelled; SIGHUP
+    drains."""
+    srv = Server(seer, model, ["--header-timeout", "1", "--max-requests", "16", "--parallel", "1",
+                               "--cors-origin", "https://app.example"])
+    port = srv.port
+    slow = []
+    try:
+        t0 = time.time()
+        for _ in range(300):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(b"POST /v1/compl")
+            slow.append(s)
+        t_open = time.time() - t0
+        t0 = time.time()
+        st, data = raw(port, "POST", "/v1/completions", '{"prompt": "Once", "max_tokens": 4}', timeout=SLOW)
+        t_key = time.time() - t0
+        check(st == 200, f"keyed request beside 300 slow connections: {st}")
+        t0 = time.time()
+        st, _ = raw(port, "GET", "/health", key=None, timeout=SLOW)
+        t_health = time.time() - t0
+        check(st == 200, f"/health beside 300 slow connections: {st}")
+        m = metrics(port)
+        gone = (m['seer_http_connections_closed_total{reason="evicted"}']
+                + m['seer_http_connections_closed_total{reason="header_timeout"}'])
+        check(gone >= 300 - 64, f"slow connections evicted or timed out: {gone}")
+        # every slow connection ends: evicted, or after --header-timeout
+        t0 = time.time()
+        for s in slow:
+            s.settimeout(15)
+            try:
+                check(s.recv(100) == b"", "a slow connection got bytes")
+            except ConnectionResetError:
+                pass
+        t_closed = time.time() - t0
+        check(metrics(port)['seer_http_connections_closed_total{reason="header_timeout"}'] > 0, "no header timeout")
+        print(f"slowloris: 300 opened in {t_open:.2f}s; keyed request {t_key * 1000:.0f} ms, /health "
+              f"{t_health * 1000:.0f} ms; all slow ones closed {t_closed:.2f}s later")
+        # CORS with one origin: only that one is allowed
+        for origin, want in (("https://app.example", "https://app.example"), ("https://evil.example", None)):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request("GET", "/health", headers={"Origin": origin})
+            r = c.getresponse()
+            r.read()
+            got = r.getheader("Access-Control-Allow-Origin")
+            check(got == want, f"CORS for {origin}: {got}")
+            c.close()
+        # one sequence at a time: the last answers wait well past the 1 s header timeout (about
+        # 2 s of generation, from the speed measured here)
+        took = []
+        for _ in range(2):
+            t0 = time.time()
+            raw(port, "POST", "/v1/completions", '{"prompt": "Once", "max_tokens": 128, "seer": {"ignore_eos": true}}')
+            took.append(time.time() - t0)
+        n_tok = max(16, min(480, int(2.0 / 10 * 128 / min(took))))
+        long = {"prompt": "Once", "max_tokens": n_tok, "temperature": 0, "seer": {"ignore_eos": True}}
+        out = [None] * 10
+        th = [threading.Thread(target=stream_until_end if k % 2 else whole_until_end, args=(port, long, out, k))
+              for k in range(10)]
+        t0 = time.time()
+        for t in th:
+            t.start()
+        time.sleep(0.2)
+        gone = socket.create_connection(("127.0.0.1", port))  # a client that leaves while it waits
+        gone.sendall(post_bytes("/v1/completions", json.dumps(dict(long, max_tokens=480))))
+        gone.close()
+        for t in th:
+            t.join(timeout=120)
+        took = time.time() - t0
+        for k, res in enumerate(out):
+            if k % 2:
+                check(res[0] == 200 and res[2] and res[1][-1]["choices"][0]["finish_reason"] == "length",
+                      f"long stream {k} cut: {str(res)[:300]}")
+            else:
+                check(res[0] == 200 and res[1]["usage"]["completion_tokens"] == n_tok, f"long answer {k}: {str(res)[:300]}")
+        m = wait_idle(port, "after the long answers")
+        check(m['seer_requests_finished_total{reason="cancelled"}'] == 1, f"the client that left was not cancelled: {m}")
+        print(f"answers over {took:.1f}s with a 1 s header timeout: whole; a client that left: cancelled")
+        srv.p.send_signal(signal.SIGHUP)
+        rc = srv.p.wait(timeout=60)
+        check(rc == 0 and any("SIGHUP: draining" in line for line in srv.log), f"SIGHUP: exit status {rc}")
+    finally:
+        for s in slow:
+            s.close()
+        srv.kill()
+    print("SIGHUP drains: ok")
+
+
+def test_drain_cut(seer, model):
+    """Requests cut by the drain timeout end as OpenAI answers do: a final chunk with a
+    finish_reason of OpenAI's, then [DONE]."""
+    srv = Server(seer, model, ["--drain-timeout", "0", "--parallel", "1"])
+    port = srv.port
+    try:
+        long = {"prompt": "Once", "max_tokens": 480, "temperature": 0, "seer": {"ignore_eos": True}}
+        out = [None] * 6
+        th = [threading.Thread(target=stream_until_end if k % 3 else whole_until_end, args=(port, long, out, k))
+              for k in range(6)]
+        for t in th:
+            t.start()
+        for _ in range(500):  # every request submitted, at most one running
+            m = metrics(port)
+            if m["seer_requests_running"] + m["seer_requests_waiting"] + sum(
+                    v for k, v in m.items() if k.startswith("seer_requests_finished_total")) >= len(out):
+                break
+            time.sleep(0.01)
+        srv.p.send_signal(signal.SIGTERM)
+        for t in th:
+            t.join(timeout=60)
+        rc = srv.p.wait(timeout=60)
+        check(rc == 0, f"exit status {rc}")
+        for k, res in enumerate(out):
+            if k % 3:
+                check(res[0] == 200 and res[2], f"cut stream {k}: no [DONE]: {str(res)[:300]}")
+                fin = res[1][-1]["choices"][0]["finish_reason"] if res[1] else None
+                check(fin in ("stop", "length"), f"cut stream {k}: final finish_reason {fin!r}")
+            else:
+                check(res[0] == 200 and res[1]["choices"][0]["finish_reason"] in ("stop", "length"),
+                      f"cut answer {k}: {str(res)[:300]}")
+    finally:
+        srv.kill()
+    print("drain timeout: cut answers end with finish_reason length and [DONE]")
+
+
+def test_refusals(seer, model):
+    """An empty --api-key (an unset variable) is refused, not taken as no key; --ctx past the
+    trained context needs --ctx-beyond-trained, as in seer generate."""
+    p = subprocess.run([seer, "serve", "-m", model, "--port", "0", "--api-key", ""], capture_output=True, text=True,
+                       timeout=60)
+    check(p.returncode != 0 and "api-key" in p.stderr, f"--api-key '': status {p.returncode}: {p.stderr}")
+    p = subprocess.run([seer, "serve", "-m", model, "--port", "0", "--ctx", "1024", "-t", "2"], capture_output=True,
+                       text=True, timeout=60)
+    check(p.returncode != 0 and "--ctx-beyond-trained" in p.stderr, f"--ctx 1024: status {p.returncode}: {p.stderr}")
+    srv = Server(seer, model, ["--ctx", "1024", "--ctx-beyond-trained"])
+    srv.kill()
+    check(any("warning" in line and "trained context" in line for line in srv.log), f"no warning: {srv.log}")
+    print("empty --api-key, --ctx past the trained context: refused")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seer", required=True)
     ap.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
+    ap.add_argument("--only", default="", help="comma-separated test names (default: all)")
     a = ap.parse_args()
+    only = set(filter(None, a.only.split(",")))
+
+    def want(name):
+        return not only or name in only
     model = os.path.join(a.data, "models", "stories260K.gguf")
     if not os.path.exists(model):
         print("no stories260K.gguf: skipped")
         sys.exit(SKIP)
     ensure_openai()
     golden = load_golden(a.data)
-    srv = Server(a.seer, model, ["--max-requests", "48", "--parallel", "12", "--batch", "64",
-                                 "--prefill-chunk", "16", "--max-body", "65536", "--max-prompt", "400"])
-    try:
-        alone = test_openai_client(srv.port, golden, "stories260K")
-        test_malformed(srv.port, golden, "stories260K")
-        test_load(srv.port, golden, alone)
-        test_drain(srv, srv.port, golden)
-    finally:
-        if srv.p.poll() is None:
-            srv.p.kill()
-            srv.p.wait()
-    test_busy_and_sigint(a.seer, model, golden)
+    if want("refusals"):
+        test_refusals(a.seer, model)
+    if want("main"):
+        srv = Server(a.seer, model, ["--max-requests", "48", "--parallel", "12", "--batch", "64",
+                                     "--prefill-chunk", "16", "--max-body", "65536", "--max-prompt", "400"])
+        try:
+            alone = test_openai_client(srv.port, golden, "stories260K")
+            test_malformed(srv.port, golden, "stories260K")
+            test_nulls(srv.port, golden)
+            test_http_edges(srv.port)
+            n_log = len(srv.log)
+            n_gone = test_load(srv.port, golden, alone)
+            check_quiet_hangups(srv, srv.port, n_gone, n_log)
+            test_drain(srv, srv.port, golden)
+        finally:
+            srv.kill()
+    if want("busy"):
+        test_busy_and_sigint(a.seer, model, golden)
+    if want("slowloris"):
+        test_slowloris(a.seer, model)
+    if want("drain_cut"):
+        test_drain_cut(a.seer, model)
     print("test_serve: all ok")
 
 

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Strict parsers: the whole string must be a number within [lo, hi]; on failure they print
  * "seer: --flag: ..." to stderr and return false. */
@@ -87,11 +88,36 @@ typedef struct {
  * long its piece. Returns the bytes appended, or -1 when out of memory (message printed). */
 int cli_detok_append(seer_detok *dt, int32_t token, bool flush, cli_text *t);
 
+/* Output on stdout (cli_io.c). cli_stdout_open, at a command's start: ignores SIGPIPE (a
+ * closed pipe becomes an EPIPE that is reported) and refuses, with a message, a closed stdout.
+ * cli_out writes n bytes (and flushes when asked); after the first failure it writes nothing
+ * more and returns false. cli_stdout_done flushes and, when any write failed, prints why on
+ * stderr and returns false: the command then exits non-zero. */
+bool cli_stdout_open(const char *cmd);
+bool cli_out(const char *s, size_t n, bool flush);
+bool cli_stdout_done(const char *cmd);
+
+/* Prompts (cli_io.c), bounded before they are tokenized. cli_prompt_max_bytes: the most bytes
+ * a prompt can have and still fit n_ctx tokens of m's vocabulary (no token stands for more
+ * text than its piece). cli_prompt_open opens a prompt file before the model loads (NULL with
+ * a message when it cannot be read or is a directory); cli_prompt_read reads it (and closes
+ * nothing), refusing with a message (NULL) a file of more than max bytes (a regular file
+ * unread, a device or pipe after max + 1 bytes) or one with a NUL byte. cli_prompt_fits:
+ * false with a message when a prompt of len bytes is over max. */
+size_t cli_prompt_max_bytes(const seer_model *m, int n_ctx);
+FILE *cli_prompt_open(const char *cmd, const char *path);
+char *cli_prompt_read(const char *cmd, FILE *f, const char *path, size_t max, int n_ctx);
+bool cli_prompt_fits(const char *cmd, const char *what, size_t len, size_t max, int n_ctx);
+
 /* --spec auto's cost table (cli_cost.c): loaded from path (NULL: the default cache file) when
  * it holds one for ctx's model and device (and the draft model's row when draft is given),
  * else calibrated on ctx and saved there. NULL with a note on stderr when none can be had:
  * generation then runs plain. */
 seer_spec_cost *cli_auto_cost(const char *cmd, seer_context *ctx, seer_model *draft, const char *path);
+/* --spec-cost-file at start: false with a message when path (NULL: not given) exists and is
+ * not a regular file (a symlink, device, FIFO or directory), which a cost file never
+ * replaces or reads. */
+bool cli_cost_file_ok(const char *cmd, const char *path);
 /* The decisions and speedups of auto speculation, as JSON and as a line on stderr. */
 typedef struct json_t json_t;
 json_t *cli_auto_json(const seer_spec_auto_stats *st);

@@ -41,6 +41,14 @@ seer_spec_cost *cli_auto_cost(const char *cmd, seer_context *ctx, seer_model *dr
     return c;
 }
 
+bool cli_cost_file_ok(const char *cmd, const char *path) {
+    if (!path || seer_spec_cost_check_path(path) == SEER_OK)
+        return true;
+    fprintf(stderr, "seer %s: --spec-cost-file: %s (cost files are only read and written as regular files)\n",
+            cmd, seer_last_error());
+    return false;
+}
+
 json_t *cli_auto_json(const seer_spec_auto_stats *st) {
     json_t *dec = json_object();
     double pred, meas;

@@ -143,6 +143,8 @@ static int parse(int argc, char **argv, chat_opts *o) {
         fprintf(stderr, "seer chat: --spec hierarchy needs --draft-model (its bottom level)\n");
         return 2;
     }
+    if (!cli_cost_file_ok("chat", o->cost_file))
+        return 2;
     return -1;
 }
 
@@ -220,8 +222,7 @@ static void show_reply(seer_request *r, void *user) {
     size_t len;
     const char *t = seer_request_text(r, &len);
     if (len > v->shown) {
-        fwrite(t + v->shown, 1, len - v->shown, stdout);
-        fflush(stdout);
+        cli_out(t + v->shown, len - v->shown, true); /* a failure is reported after the turn */
         v->shown = len;
     }
 }
@@ -298,8 +299,10 @@ static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, 
     show_reply(r, &view);
     if (seer_request_finish_reason(r) == SEER_FINISH_LENGTH && n + seer_request_tokens(r, NULL) >= c->n_ctx)
         fprintf(stderr, "\nseer chat: context full (%d tokens)\n", c->n_ctx);
-    printf("\n");
-    fflush(stdout);
+    if (!cli_out("\n", 1, true)) {
+        cli_stdout_done("chat"); /* the reply was lost: end the session, and say why */
+        goto done;
+    }
     rc = msg_add(msgs, "assistant", reply, len) ? 0 : 1;
 done:
     if (r && seer_request_finished(r))
@@ -310,6 +313,43 @@ done:
     return rc;
 }
 
+/* Bytes of one line past which the input is taken for no conversation (stdin may be
+ * /dev/zero, whose line never ends): the session ends instead of reading on. */
+#define LINE_SKIP_MAX ((size_t)64 << 20)
+
+/* One line of stdin (without its end) into *buf, at most max bytes: the rest of a longer line
+ * is read and dropped with *too_long set, up to LINE_SKIP_MAX bytes (then *endless is set and
+ * reading stops). -1 at the end of input with nothing read. */
+static ssize_t read_line(char **buf, size_t *cap, size_t max, bool *too_long, bool *endless) {
+    size_t n = 0, skipped = 0;
+    int ch = EOF;
+    *too_long = *endless = false;
+    while ((ch = getchar()) != EOF && ch != '\n') {
+        if (n == max) {
+            *too_long = true;
+            if (++skipped == LINE_SKIP_MAX) {
+                *endless = true;
+                break;
+            }
+            continue;
+        }
+        if (n + 1 >= *cap) {
+            size_t nc = *cap ? *cap * 2 : 256;
+            char *nb = realloc(*buf, nc);
+            if (!nb)
+                return -1;
+            *buf = nb, *cap = nc;
+        }
+        (*buf)[n++] = (char)ch;
+    }
+    if (ch == EOF && n == 0 && !*too_long)
+        return -1;
+    if (!*buf && !(*buf = malloc(*cap = 1)))
+        return -1;
+    (*buf)[n] = 0;
+    return (ssize_t)n;
+}
+
 int cmd_chat(int argc, char **argv) {
     chat_opts o = {.n_predict = -1, .sp = seer_sampler_default_params(), .backend = SEER_BACKEND_AUTO,
                    .spec = seer_spec_default_params()};
@@ -317,6 +357,8 @@ int cmd_chat(int argc, char **argv) {
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
+    if (!cli_stdout_open("chat"))
+        return 1;
     rc = 1;
     chat_state c = {0};
     msg_list msgs = {0};
@@ -375,15 +417,30 @@ int cmd_chat(int argc, char **argv) {
             seer_text_escape(info.name[0] ? info.name : o.model, shown_name, sizeof shown_name),
             seer_chat_kind_name(t.kind), c.n_ctx);
     bool tty = isatty(0);
+    /* a line longer than the whole context could hold is refused unread past that bound */
+    const size_t line_max = cli_prompt_max_bytes(c.model, c.n_ctx);
     for (;;) {
-        if (tty) {
-            printf("> ");
-            fflush(stdout);
-        }
-        ssize_t got = getline(&line, &line_cap, stdin);
+        if (tty)
+            cli_out("> ", 2, true);
+        bool too_long, endless;
+        ssize_t got = read_line(&line, &line_cap, line_max, &too_long, &endless);
         if (got < 0)
             break;
-        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r'))
+        if (endless) {
+            fprintf(stderr, "seer chat: a line of more than %zu bytes: the input is not a conversation; "
+                            "ending\n", LINE_SKIP_MAX);
+            goto done;
+        }
+        if (too_long) { /* the words turn() says for a message of too many tokens */
+            fprintf(stderr, "seer chat: that message does not fit in the context (%d tokens, at most %zu "
+                            "bytes; use --ctx); it is dropped\n", c.n_ctx, line_max);
+            continue;
+        }
+        if (memchr(line, 0, (size_t)got)) {
+            fprintf(stderr, "seer chat: that line was not used: it has a NUL byte (a message is text)\n");
+            continue;
+        }
+        while (got > 0 && line[got - 1] == '\r')
             line[--got] = 0;
         if (got == 0)
             continue;
@@ -402,6 +459,8 @@ int cmd_chat(int argc, char **argv) {
         if (r == 1)
             goto done;
     }
+    if (!cli_stdout_done("chat"))
+        goto done;
     rc = 0;
     if (o.spec.kind == SEER_SPEC_AUTO) {
         seer_sched_stats st;

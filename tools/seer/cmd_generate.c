@@ -60,40 +60,6 @@ static void usage(FILE *f) {
             CLI_SPEC_WEIGHTS_HELP);
 }
 
-/* The whole file, NUL-terminated; NULL with a message printed when it cannot be read (a
- * directory opens with fopen but fails at the first read: EISDIR, not an empty prompt). */
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "seer generate: cannot read prompt file '%s': %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0, r;
-    char *b = malloc(cap);
-    while (b && (r = fread(b + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (n + 1 == cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb)
-                free(b);
-            b = nb;
-        }
-    }
-    const int err = ferror(f) ? errno : 0;
-    fclose(f);
-    if (!b) {
-        fprintf(stderr, "seer generate: out of memory reading prompt file '%s'\n", path);
-        return NULL;
-    }
-    if (err) {
-        fprintf(stderr, "seer generate: cannot read prompt file '%s': %s\n", path, strerror(err));
-        free(b);
-        return NULL;
-    }
-    b[n] = 0;
-    return b;
-}
-
 /* A chat prompt (mark given) has special tokens where its template put them; a plain one
  * has none. */
 static seer_status tokenize_prompt(const seer_model *m, const char *p, const uint8_t *mark, size_t len,
@@ -230,6 +196,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
         fprintf(stderr, "seer generate: give exactly one of -p PROMPT or -f FILE\n");
         return 2;
     }
+    if (!cli_cost_file_ok("generate", o->cost_file))
+        return 2;
     return -1;
 }
 
@@ -241,14 +209,14 @@ int cmd_generate(int argc, char **argv) {
     if (rc >= 0)
         return rc;
 
+    if (!cli_stdout_open("generate"))
+        return 1;
+    /* opened now, to fail before the model loads; read once the context bounds its size */
+    FILE *prompt_f = o.prompt_file ? cli_prompt_open("generate", o.prompt_file) : NULL;
+    if (o.prompt_file && !prompt_f)
+        return 1;
     char *file_text = NULL;
     const char *prompt = o.prompt;
-    if (o.prompt_file) {
-        file_text = read_file(o.prompt_file);
-        if (!file_text)
-            return 1;
-        prompt = file_text;
-    }
 
     seer_model *model = NULL, *draft = NULL;
     seer_context *ctx = NULL;
@@ -295,6 +263,12 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     const int n_ctx = seer_context_n_ctx(ctx);
+    /* A prompt that cannot fit is refused before it is read whole or tokenized. */
+    const size_t prompt_max = cli_prompt_max_bytes(model, n_ctx);
+    if (prompt_f && !(prompt = file_text = cli_prompt_read("generate", prompt_f, o.prompt_file, prompt_max, n_ctx)))
+        goto done;
+    if (!prompt_f && !cli_prompt_fits("generate", "the prompt", strlen(prompt), prompt_max, n_ctx))
+        goto done;
     if (o.chat) {
         /* The prompt becomes one user message (after an optional system message); only the
          * template's own special tokens are parsed as such, never text the prompt spells. */
@@ -377,9 +351,9 @@ int cmd_generate(int argc, char **argv) {
             int k = cli_detok_append(dt, gen_ids[shown], false, &text);
             if (k < 0)
                 goto done;
-            if (k > 0 && !o.json) {
-                fwrite(text.s + at, 1, (size_t)k, stdout);
-                fflush(stdout);
+            if (k > 0 && !o.json && !cli_out(text.s + at, (size_t)k, true)) {
+                cli_stdout_done("generate"); /* the text is lost: stop, and say why */
+                goto done;
             }
         }
         if (!active || seer_gen_finished(gen, h))
@@ -394,7 +368,7 @@ int cmd_generate(int argc, char **argv) {
     if (k < 0)
         goto done;
     if (k > 0 && !o.json)
-        fwrite(text.s + at, 1, (size_t)k, stdout);
+        cli_out(text.s + at, (size_t)k, false);
     double t2 = cli_now_s();
     int n_gen = h >= 0 ? seer_gen_output(gen, h, &gen_ids) : 0;
     seer_spec_stats st;
@@ -449,11 +423,16 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
         char *js = json_dumps(out, JSON_COMPACT);
-        puts(js);
+        if (!js) {
+            fprintf(stderr, "seer generate: out of memory\n");
+            goto done;
+        }
+        cli_out(js, strlen(js), false);
         free(js);
-    } else {
-        printf("\n");
     }
+    cli_out("\n", 1, false);
+    if (!cli_stdout_done("generate"))
+        goto done;
     fprintf(stderr, "seer: prompt %d tokens, prefill %.1f tok/s; generated %d tokens, decode %.1f tok/s (%s)\n",
             n_prompt, pf_tps, n_gen, dec_tps, info.backend);
     seer_kv_memory km;
@@ -492,6 +471,8 @@ done:
     free(ids);
     free(text.s);
     free(file_text);
+    if (prompt_f)
+        fclose(prompt_f);
     free(chat_text);
     free(chat_mark);
     seer_detok_free(dt);

@@ -4,9 +4,11 @@
  * layer is serve_http.c, the JSON of the API serve_api.c, /metrics serve_metrics.c.
  *
  * The scheduler thread submits queued jobs between steps and steps while anything is
- * active; it sleeps on a condition variable otherwise. SIGINT or SIGTERM drains: new
+ * active; it sleeps on a condition variable otherwise. SIGINT, SIGTERM or SIGHUP drains: new
  * generations get 503, those in flight finish (up to --drain-timeout seconds, then they are
- * cancelled), then the HTTP daemon stops and everything is freed; the exit status is 0.
+ * cancelled: their answers end as truncated ones, finish_reason "length", and are let out
+ * for a few seconds more), then the HTTP daemon stops and everything is freed; the exit
+ * status is 0.
  */
 #include "cli.h"
 #include "serve.h"
@@ -19,6 +21,9 @@
 #include <string.h>
 #include <time.h>
 
+/* After the drain timeout: how long cancelled requests have to send the end of their answers. */
+enum { DRAIN_FLUSH_S = 5 };
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: seer serve -m MODEL.gguf [options]\n"
@@ -26,15 +31,25 @@ static void usage(FILE *f) {
             "(\"stream\": true for server-sent events), GET /v1/models, /health, /metrics.\n"
             "      --host H          address to listen on (default 127.0.0.1)\n"
             "      --port P          port (default 8080; 0 = any free one, printed at start)\n"
-            "      --api-key KEY     require \"Authorization: Bearer KEY\" on /v1/ routes\n"
+            "      --api-key KEY     require \"Authorization: Bearer KEY\" on /v1/ routes and /metrics\n"
+            "                        (an empty KEY is refused)\n"
+            "      --cors-origin O   the origin browsers may call from: * (default, any), one origin\n"
+            "                        (https://app.example), or none\n"
             "      --max-body N      largest request body in bytes (default 1048576)\n"
             "      --max-requests N  most generations at once; more get 429 (default 64)\n"
+            "      --max-connections N  most open connections (default 1024, at least --max-requests\n"
+            "                        + 64); past it the oldest one still sending its request is closed\n"
+            "      --max-connections-per-client N  most open connections of one IP address, the same\n"
+            "                        way (default 64, at least --max-requests + 16; 0 = no limit)\n"
+            "      --header-timeout S  seconds a client has to send a whole request, headers and\n"
+            "                        body, from its connection or previous answer (default 10)\n"
             "      --max-prompt N    most prompt tokens (default: the context)\n"
             "      --alias NAME      the model's id in the API (default: the file's base name)\n"
             "      --chat-template NAME  chatml, llama3 or llama2 (default: from the model;\n"
             "                        llama2 when the model has none)\n"
             "  -n, --n-predict N     max_tokens when a request gives none (default 256)\n"
             "  -c, --ctx N           context length per sequence (default: the trained context)\n"
+            "      --ctx-beyond-trained  allow --ctx past the trained context (with a warning)\n"
             "      --parallel N      sequences decoding at once (default 16)\n"
             "      --batch N         token budget of one forward call (default 256)\n"
             "      --prefill-chunk N prompt tokens per prefill chunk (default min(256, batch))\n"
@@ -53,7 +68,8 @@ static void usage(FILE *f) {
             "      --spec-kv-bits B  keep a B-bit (4 or 8) copy of the KV cache, so that requests may\n"
             "                        use quantkv (default: 4 with --spec quantkv, else none)\n"
             CLI_SPEC_WEIGHTS_HELP
-            "      --drain-timeout S seconds to let requests finish at SIGINT/SIGTERM (default 30)\n"
+            "      --drain-timeout S seconds to let requests finish at SIGINT/SIGTERM/SIGHUP (default 30)\n"
+            "  -v, --verbose         also log HTTP events: hang-ups, timeouts, evictions\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "      --tp N            tensor parallelism: the model divided over N GPUs (NCCL)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n"
@@ -65,9 +81,10 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *model, *host, *api_key, *alias, *tmpl, *cost_file, *spec_weights;
+    const char *model, *host, *api_key, *alias, *tmpl, *cost_file, *spec_weights, *cors;
     long long port, max_body, max_requests, max_prompt, n_predict, ctx, parallel, batch, chunk, pages;
-    long long threads, drain, prefix, kv_bits, mix, tp;
+    long long threads, drain, prefix, kv_bits, mix, tp, max_conns, per_client, header_timeout;
+    bool ctx_beyond, verbose;
     seer_backend_kind backend;
     seer_weights_kind weights;
     seer_sampler_params sp;
@@ -76,7 +93,8 @@ typedef struct {
 
 static int parse(int argc, char **argv, serve_opts *o) {
     enum { O_HOST = 256, O_TP, O_PORT, O_KEY, O_BODY, O_MAXR, O_MAXP, O_ALIAS, O_TMPL, O_PAR, O_BATCH, O_CHUNK,
-           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX, O_KVB, O_COST, O_MIX, O_SWT };
+           O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX, O_KVB, O_COST, O_MIX, O_SWT,
+           O_CORS, O_MAXC, O_MAXCC, O_HTO, O_CTXB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT},      {"api-key", required_argument, 0, O_KEY},
@@ -96,16 +114,36 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"temp", required_argument, 0, CLI_O_TEMP},  {"top-k", required_argument, 0, CLI_O_TOPK},
         {"top-p", required_argument, 0, CLI_O_TOPP}, {"min-p", required_argument, 0, CLI_O_MINP},
         {"repeat-penalty", required_argument, 0, CLI_O_REP}, {"seed", required_argument, 0, CLI_O_SEED},
+        {"cors-origin", required_argument, 0, O_CORS}, {"max-connections", required_argument, 0, O_MAXC},
+        {"max-connections-per-client", required_argument, 0, O_MAXCC},
+        {"header-timeout", required_argument, 0, O_HTO}, {"ctx-beyond-trained", no_argument, 0, O_CTXB},
+        {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
     int c;
     long long v;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:n:c:t:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:n:c:t:hv", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o->model = optarg; break;
         case O_HOST: o->host = optarg; break;
         case O_PORT: if (!cli_int("--port", optarg, 0, 65535, &o->port)) return 2; break;
-        case O_KEY: o->api_key = optarg; break;
+        case O_KEY:
+            if (!*optarg) {
+                fprintf(stderr, "seer serve: --api-key is empty (an unset variable?); give a key, or leave "
+                                "--api-key out to serve without one\n");
+                return 2;
+            }
+            o->api_key = optarg;
+            break;
+        case O_CORS: o->cors = optarg; break;
+        case O_MAXC: if (!cli_int("--max-connections", optarg, 1, 65536, &o->max_conns)) return 2; break;
+        case O_MAXCC:
+            if (!cli_int("--max-connections-per-client", optarg, 0, 65536, &o->per_client))
+                return 2;
+            break;
+        case O_HTO: if (!cli_int("--header-timeout", optarg, 1, 3600, &o->header_timeout)) return 2; break;
+        case O_CTXB: o->ctx_beyond = true; break;
+        case 'v': o->verbose = true; break;
         case O_BODY: if (!cli_int("--max-body", optarg, 64, 1LL << 30, &o->max_body)) return 2; break;
         case O_MAXR: if (!cli_int("--max-requests", optarg, 1, 4096, &o->max_requests)) return 2; break;
         case O_MAXP: if (!cli_int("--max-prompt", optarg, 1, 1 << 24, &o->max_prompt)) return 2; break;
@@ -161,7 +199,17 @@ static int parse(int argc, char **argv, serve_opts *o) {
         fprintf(stderr, "seer serve: -m MODEL is required\n");
         return 2;
     }
-    if (!cli_spec_weights("serve", o->spec_weights, &o->spec))
+    /* generations are never evicted: the connection limit leaves room beside them */
+    if (o->max_conns < 0)
+        o->max_conns = o->max_requests + 64 > 1024 ? o->max_requests + 64 : 1024;
+    else if (o->max_conns <= o->max_requests) {
+        fprintf(stderr, "seer serve: --max-connections %lld must exceed --max-requests %lld, so that /health is "
+                        "answered while every request slot is taken\n", o->max_conns, o->max_requests);
+        return 2;
+    }
+    if (o->per_client < 0)
+        o->per_client = o->max_requests + 16 > 64 ? o->max_requests + 16 : 64;
+    if (!cli_spec_weights("serve", o->spec_weights, &o->spec) || !cli_cost_file_ok("serve", o->cost_file))
         return 2;
     return -1;
 }
@@ -190,6 +238,7 @@ bool serve_enqueue(serve_state *srv, serve_job *j) {
 }
 
 static void job_fail(serve_job *j, const char *msg) {
+    serve_job_release_slot(j);
     pthread_mutex_lock(&j->mu);
     j->failed = true;
     j->done = true;
@@ -285,6 +334,7 @@ static const char *base_name(const char *path, char *buf, size_t cap) {
 int cmd_serve(int argc, char **argv) {
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .max_body = 1 << 20, .max_requests = 64,
                     .n_predict = 256, .parallel = 16, .batch = 256, .drain = 30, .prefix = 8,
+                    .max_conns = -1, .per_client = -1, .header_timeout = 10, .cors = "*",
                     .backend = SEER_BACKEND_AUTO, .weights = SEER_WEIGHTS_STORED};
     o.sp = seer_sampler_default_params();
     o.sp.temperature = 1.f;
@@ -296,12 +346,14 @@ int cmd_serve(int argc, char **argv) {
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
-    /* SIGINT and SIGTERM are taken by sigwait below: blocked here, before any thread starts,
-     * so that every thread inherits the mask. A client that closes early must not kill us. */
+    /* SIGINT, SIGTERM and SIGHUP (a closed terminal, or a service manager's reload) are taken
+     * by sigwait below: blocked here, before any thread starts, so that every thread inherits
+     * the mask. A client that closes early must not kill us. */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -310,6 +362,11 @@ int cmd_serve(int argc, char **argv) {
     srv.model_path = o.model;
     srv.model_id = o.alias ? o.alias : base_name(o.model, id, sizeof id);
     srv.api_key = o.api_key;
+    srv.cors_origin = !*o.cors || !strcmp(o.cors, "none") ? NULL : o.cors;
+    srv.max_conns = (int)o.max_conns;
+    srv.max_conns_per_client = (int)o.per_client;
+    srv.header_timeout_s = (int)o.header_timeout;
+    srv.verbose = o.verbose;
     srv.host = o.host;
     srv.port = (int)o.port;
     srv.max_requests = (int)o.max_requests;
@@ -337,6 +394,10 @@ int cmd_serve(int argc, char **argv) {
         cli_error("loading model", s);
         goto done;
     }
+    seer_model_info info;
+    seer_model_get_info(srv.model, &info);
+    if (!cli_ctx_ok(o.ctx, info.ctx_train, o.ctx_beyond))
+        goto done;
     if ((s = seer_chat_template_init(srv.model, o.tmpl, &srv.tmpl)) != SEER_OK) {
         if (o.tmpl) {
             cli_error("chat template", s);
@@ -375,6 +436,10 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     loop_started = true;
+    if (!(srv.conns = serve_conns_new(&srv))) {
+        fprintf(stderr, "seer serve: cannot start the connection watchdog\n");
+        goto done;
+    }
     if (!(d = serve_http_start(&srv)))
         goto done;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
@@ -382,7 +447,7 @@ int cmd_serve(int argc, char **argv) {
             srv.host, di ? di->port : srv.port, srv.n_ctx, (int)o.parallel, cp.n_batch_max);
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "seer serve: %s: draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    fprintf(stderr, "seer serve: %s: draining\n", sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
     pthread_mutex_lock(&srv.mu);
     srv.draining = true;
     struct timespec until;
@@ -404,8 +469,19 @@ done:
         pthread_mutex_unlock(&srv.mu);
         pthread_join(loop, NULL);
     }
-    if (d)
-        MHD_stop_daemon(d); /* waits for the connection threads: their jobs are all done */
+    if (d) {
+        /* every request is finished now; their answers (a cancelled stream's final chunk and
+         * [DONE]) get a few seconds to be sent before the connections are closed */
+        pthread_mutex_lock(&srv.mu);
+        struct timespec flush_until;
+        clock_gettime(CLOCK_REALTIME, &flush_until);
+        flush_until.tv_sec += DRAIN_FLUSH_S;
+        while (srv.n_jobs > 0 && pthread_cond_timedwait(&srv.wake, &srv.mu, &flush_until) == 0)
+            ;
+        pthread_mutex_unlock(&srv.mu);
+        MHD_stop_daemon(d); /* waits for the connection threads */
+    }
+    serve_conns_free(srv.conns);
     seer_sched_free(srv.sched);
     seer_spec_cost_free(cost);
     seer_context_free(srv.ctx);

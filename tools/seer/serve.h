@@ -7,7 +7,9 @@
  * seer_sched and every seer_request in it. They meet in a job: the HTTP thread fills it and
  * queues it in the inbox; the scheduler thread submits it and, on each update, copies the
  * new text under the job's mutex and signals; a client that goes away cancels its request
- * (seer_request_cancel is the one library call safe from any thread).
+ * (seer_request_cancel is the one library call safe from any thread). The connection table
+ * (serve_conn.c) has a watchdog thread of its own that ends connections which do not send
+ * their request in time.
  */
 #ifndef SEER_SERVE_H
 #define SEER_SERVE_H
@@ -15,11 +17,25 @@
 #include "seer.h"
 
 #include <jansson.h>
+#include <microhttpd.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 enum { SERVE_HIST_BUCKETS = 14 };
+/* A client that takes none of its answer for this long is disconnected (libmicrohttpd's
+ * inactivity timeout; the time spent generating does not count). */
+enum { SERVE_SEND_TIMEOUT_S = 300 };
+
+/* Why a connection ended before its answer was whole (seer_http_connections_closed_total). */
+typedef enum {
+    SERVE_CLOSE_CLIENT,         /* the client hung up, or its socket failed */
+    SERVE_CLOSE_HEADER_TIMEOUT, /* no whole request within --header-timeout */
+    SERVE_CLOSE_EVICTED,        /* made room for a newer connection (connection limits) */
+    SERVE_CLOSE_SEND_TIMEOUT,   /* the client read nothing of its answer for too long */
+    SERVE_CLOSE_N
+} serve_close_why;
 
 /* A Prometheus histogram with fixed upper bounds (seconds). */
 typedef struct {
@@ -32,16 +48,21 @@ typedef struct {
     pthread_mutex_t mu;
     uint64_t http_requests[6];   /* by status class: 1xx .. 5xx, [0] unused */
     uint64_t finished[SEER_FINISH_ERROR + 1]; /* generations by finish reason */
+    uint64_t conn_closed[SERVE_CLOSE_N];      /* connections ended early, by serve_close_why */
     serve_hist ttft, itl;
     seer_sched_stats sched;      /* snapshot after each scheduler step */
 } serve_metrics;
 
 typedef struct serve_job serve_job;
+typedef struct serve_conns serve_conns;
 
 typedef struct {
     /* settings */
     const char *model_path, *model_id, *api_key, *host;
+    const char *cors_origin;     /* Access-Control-Allow-Origin: "*", one origin, or NULL (none) */
     int port, max_requests, max_prompt, n_ctx;
+    int max_conns, max_conns_per_client, header_timeout_s;
+    bool verbose;                /* log HTTP-level events (hang-ups, timeouts) */
     long long max_body;
     seer_spec_params spec;       /* default speculation (--spec ...) */
     seer_sampler_params sampler; /* defaults of unset fields */
@@ -55,10 +76,12 @@ typedef struct {
     pthread_cond_t wake;         /* the scheduler loop: work arrived or stop */
     serve_job **inbox;
     int n_inbox, cap_inbox;
-    int n_jobs;                  /* generating HTTP requests alive */
+    int n_jobs;                  /* jobs alive (their answers not yet all sent) */
+    int n_slots;                 /* generations holding one of --max-requests slots */
     bool draining, stop;
     uint64_t next_id;
     serve_metrics metrics;
+    serve_conns *conns;
 } serve_state;
 
 typedef enum { JOB_COMPLETION, JOB_CHAT } serve_kind;
@@ -68,6 +91,7 @@ struct serve_job {
     serve_state *srv;
     serve_kind kind;
     bool stream, include_usage;
+    bool slot;                   /* holds a slot (srv->n_slots), under srv->mu */
     char id[48];
     long long created;
     seer_request *req;
@@ -92,6 +116,9 @@ struct serve_job {
     size_t pending_len, pending_off, pending_cap;
     int phase;                   /* 0: role chunk (chat), 1: text, 2: final sent, 3: [DONE] sent */
     int fd;                      /* the client's socket, to notice it is gone */
+    struct MHD_Connection *conn; /* its connection, to reset the send timeout while waiting */
+    bool read_closed;            /* the client half-closed (or closed): probe before cancelling */
+    double t_sent;               /* when stream bytes were last handed over (probes) */
 };
 
 /* serve_api.c */
@@ -114,7 +141,13 @@ char *serve_job_response(serve_job *j);
  * j->pending. Returns false when nothing new is there. */
 bool serve_job_next_events(serve_job *j);
 char *serve_models_json(serve_state *srv);
+/* A finish reason as /metrics labels it (cancelled and error included). */
 const char *serve_finish_name(seer_finish_reason f);
+/* A finish reason as the API reports it: one of OpenAI's ("stop", "length"); a request cut
+ * short by the server (the drain timeout) reports "length", as its output was truncated. */
+const char *serve_finish_api(seer_finish_reason f);
+/* Gives back the job's --max-requests slot, once: when its answer is final. */
+void serve_job_release_slot(serve_job *j);
 
 /* serve_metrics.c */
 void serve_metrics_init(serve_metrics *m);
@@ -122,8 +155,29 @@ void serve_metrics_destroy(serve_metrics *m);
 void serve_hist_observe(serve_hist *h, double v);
 char *serve_metrics_text(serve_state *srv);
 
+/* serve_conn.c: every open connection, its phase and deadline. A connection is "reading"
+ * from its accept (or the end of its previous answer) until its request is whole, then
+ * "busy" until its answer is sent. Reading connections past --header-timeout are shut down
+ * by a watchdog; when a client has more than --max-connections-per-client connections, or
+ * all have more than --max-connections, the oldest reading one (of that client first) is
+ * shut down to make room. Busy connections are never evicted. */
+serve_conns *serve_conns_new(serve_state *srv);
+void serve_conns_free(serve_conns *t);    /* after the HTTP daemon stopped */
+int serve_conns_open(serve_conns *t);     /* connections open, evicted ones not counted */
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (cls: the serve_conns). */
+void serve_conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                        enum MHD_ConnectionNotificationCode toe);
+void serve_conn_busy(struct MHD_Connection *c);    /* its request is whole */
+/* Its request ended (libmicrohttpd's MHD_OPTION_NOTIFY_COMPLETED): it reads the next one;
+ * a request cut short is counted by why (but not twice when the table evicted it). */
+void serve_conn_done(struct MHD_Connection *c, enum MHD_RequestTerminationCode toe);
+/* Restarts libmicrohttpd's inactivity timer of the connection: the time a handler spends
+ * waiting for tokens is not the client's inactivity. Call from the connection's thread. */
+void serve_conn_touch(struct MHD_Connection *c);
+/* libmicrohttpd's log: only with --verbose (a hang-up is not an error of the server). */
+void serve_conn_log(void *cls, const char *fmt, va_list ap);
+
 /* serve_http.c */
-struct MHD_Daemon;
 struct MHD_Daemon *serve_http_start(serve_state *srv);
 /* Queues a job for the scheduler thread; false (job untouched) when the server drains. */
 bool serve_enqueue(serve_state *srv, serve_job *j);

@@ -4,9 +4,11 @@
  * its settings), the JSON of whole responses, streamed chunks (SSE) and errors.
  *
  * Every field is checked for its type and range before anything is queued, so a bad request
- * gets a 4xx with an OpenAI-style error object and changes nothing. Fields of the OpenAI API
- * that seer cannot honour (n > 1, logprobs, echo, nonzero presence or frequency penalties)
- * are refused rather than ignored. The "seer" object carries what OpenAI has no field for:
+ * gets a 4xx with an OpenAI-style error object and changes nothing; null for an optional
+ * field is the field left out (clients send nulls for what they do not set). Fields of the
+ * OpenAI API that seer cannot honour (n > 1, logprobs, echo, nonzero presence or frequency
+ * penalties, best_of, logit_bias, suffix, tools, non-text response formats) are refused
+ * rather than ignored. Answers carry OpenAI's finish reasons only ("stop", "length"). The "seer" object carries what OpenAI has no field for:
  * speculation settings per request ({"spec": "ngram", "gamma": 4, ...}; "tree_size" and
  * "tree_depth" for token trees) and ignore_eos.
  */
@@ -42,6 +44,25 @@ const char *serve_finish_name(seer_finish_reason f) {
     }
 }
 
+const char *serve_finish_api(seer_finish_reason f) {
+    switch (f) {
+    case SEER_FINISH_STOP: return "stop";
+    case SEER_FINISH_LENGTH:
+    case SEER_FINISH_CANCELLED: return "length";
+    default: return NULL;
+    }
+}
+
+void serve_job_release_slot(serve_job *j) {
+    serve_state *srv = j->srv;
+    pthread_mutex_lock(&srv->mu);
+    if (j->slot) {
+        j->slot = false;
+        srv->n_slots--;
+    }
+    pthread_mutex_unlock(&srv->mu);
+}
+
 char *serve_error_json(const serve_error *e) {
     const char *type = e->status == 401 ? "authentication_error"
                        : e->status >= 500 ? "server_error"
@@ -63,6 +84,7 @@ void serve_job_unref(serve_job *j) {
     if (left > 0)
         return;
     serve_state *srv = j->srv;
+    serve_job_release_slot(j);
     seer_request_free(j->req);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -84,6 +106,9 @@ static void on_update(seer_request *r, void *user) {
     int n = seer_request_tokens(r, &ids);
     double ttft = -1, itl = -1;
     int n_itl = 0;
+    const bool fin = seer_request_finished(r);
+    if (fin) /* before the answer is there: a client that has it may ask again at once */
+        serve_job_release_slot(j);
     pthread_mutex_lock(&j->mu);
     if (len > j->text_len) {
         if (len + 1 > j->text_cap) {
@@ -123,7 +148,6 @@ static void on_update(seer_request *r, void *user) {
             j->n_ids = n;
         }
     }
-    const bool fin = seer_request_finished(r);
     if (fin) {
         j->done = true;
         j->finish = seer_request_finish_reason(r);
@@ -242,6 +266,8 @@ static bool parse_seer(serve_state *srv, json_t *x, seer_request_params *p, serv
 
 /* Text of a message's content: a string or an array of {"type": "text", "text": ...}. */
 static char *content_text(json_t *c, serve_error *e) {
+    if (json_is_null(c)) /* an assistant turn may have no content */
+        return strdup("");
     if (json_is_string(c))
         return strdup(json_string_value(c));
     if (!json_is_array(c)) {
@@ -387,6 +413,62 @@ static int32_t *completion_prompt(serve_state *srv, json_t *p, int *n, serve_err
     return NULL;
 }
 
+/* Fields of the OpenAI API that seer cannot honour: refused unless absent, null or their
+ * neutral value (0 penalties, false logprobs and echo, best_of 1, no bias, suffix, tools or
+ * response format other than text). */
+static bool only_supported(json_t *root, serve_error *e) {
+    double dv;
+    long long iv;
+    bool flag;
+    int r;
+    for (int k = 0; k < 2; k++) {
+        const char *key = k ? "frequency_penalty" : "presence_penalty";
+        if ((r = get_num(root, key, -2, 2, &dv, e)) < 0)
+            return false;
+        if (r && dv != 0) {
+            fail(e, 400, key, "unsupported", "'%s' is not supported (only 0)", key);
+            return false;
+        }
+    }
+    json_t *lp = json_object_get(root, "logprobs");
+    if (lp && !json_is_null(lp) && !json_is_false(lp)) {
+        fail(e, 400, "logprobs", "unsupported", "'logprobs' is not supported");
+        return false;
+    }
+    if ((r = get_bool(root, "echo", &flag, e)) < 0)
+        return false;
+    if (r && flag) {
+        fail(e, 400, "echo", "unsupported", "'echo' is not supported");
+        return false;
+    }
+    if (get_int(root, "best_of", 1, 1, &iv, e) < 0 || get_int(root, "top_logprobs", 0, 0, &iv, e) < 0) {
+        snprintf(e->message, sizeof e->message, "'%s' is not supported (only %s)", e->param,
+                 !strcmp(e->param, "best_of") ? "1" : "0");
+        e->code = "unsupported";
+        return false;
+    }
+    static const char *const empty_only[] = {"logit_bias", "suffix", "tools", "functions"};
+    for (size_t k = 0; k < sizeof empty_only / sizeof *empty_only; k++) {
+        json_t *v = json_object_get(root, empty_only[k]);
+        const bool empty = !v || json_is_null(v) || (json_is_object(v) && json_object_size(v) == 0) ||
+                           (json_is_array(v) && json_array_size(v) == 0) ||
+                           (json_is_string(v) && json_string_length(v) == 0);
+        if (!empty) {
+            fail(e, 400, empty_only[k], "unsupported", "'%s' is not supported", empty_only[k]);
+            return false;
+        }
+    }
+    json_t *rf = json_object_get(root, "response_format");
+    if (rf && !json_is_null(rf)) {
+        json_t *ty = json_object_get(rf, "type");
+        if (!json_is_object(rf) || !json_is_string(ty) || strcmp(json_string_value(ty), "text")) {
+            fail(e, 400, "response_format", "unsupported", "only the 'text' response format is supported");
+            return false;
+        }
+    }
+    return true;
+}
+
 serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *body, size_t len,
                                serve_error *e) {
     memset(e, 0, sizeof *e);
@@ -403,7 +485,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     p.sampler = srv->sampler;
     p.spec = srv->spec;
     p.max_tokens = srv->default_max_tokens;
-    bool stream = false, include_usage = false, flag;
+    bool stream = false, include_usage = false;
     long long iv;
     double dv;
     int r;
@@ -433,7 +515,8 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
             goto out;
         }
     }
-    const char *mt = json_object_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    json_t *mct = json_object_get(root, "max_completion_tokens");
+    const char *mt = mct && !json_is_null(mct) ? "max_completion_tokens" : "max_tokens";
     if ((r = get_int(root, mt, 1, 1 << 24, &iv, e)) < 0)
         goto out;
     if (r)
@@ -468,26 +551,8 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     }
     if ((r = get_int(root, "n", 1, 1, &iv, e)) < 0)
         goto out;
-    for (int k = 0; k < 2; k++) {
-        const char *key = k ? "frequency_penalty" : "presence_penalty";
-        if ((r = get_num(root, key, -2, 2, &dv, e)) < 0)
-            goto out;
-        if (r && dv != 0) {
-            fail(e, 400, key, "unsupported", "'%s' is not supported (only 0)", key);
-            goto out;
-        }
-    }
-    json_t *lp = json_object_get(root, "logprobs");
-    if (lp && !json_is_null(lp) && !json_is_false(lp)) {
-        fail(e, 400, "logprobs", "unsupported", "'logprobs' is not supported");
+    if (!only_supported(root, e))
         goto out;
-    }
-    if ((r = get_bool(root, "echo", &flag, e)) < 0)
-        goto out;
-    if (r && flag) {
-        fail(e, 400, "echo", "unsupported", "'echo' is not supported");
-        goto out;
-    }
     json_t *stop = json_object_get(root, "stop");
     if (stop && !json_is_null(stop)) {
         json_t *one = json_is_string(stop) ? stop : NULL;
@@ -515,7 +580,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
         ids = chat_prompt(srv, json_object_get(root, "messages"), &n, e);
     } else {
         json_t *pr = json_object_get(root, "prompt");
-        if (!pr) {
+        if (!pr || json_is_null(pr)) {
             fail(e, 400, "prompt", "missing", "'prompt' is required");
             goto out;
         }
@@ -597,7 +662,7 @@ static const char *model_of(const serve_job *j) { return j->srv->model_id; }
 
 char *serve_job_response(serve_job *j) {
     json_t *choice;
-    const char *fin = serve_finish_name(j->finish);
+    const char *fin = serve_finish_api(j->finish);
     if (j->kind == JOB_CHAT)
         choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:n}", "index", 0, "message", "role", "assistant",
                            "content", j->text ? j->text : "", j->text_len,
@@ -661,9 +726,9 @@ bool serve_job_next_events(serve_job *j) {
             return push_event(j, chunk(j, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta", "role",
                                                     "assistant", "content", "", "logprobs", "finish_reason")));
     }
-    if (j->phase == 1 && j->failed) {
-        serve_error e = {.status = 400, .code = "invalid_value"};
-        snprintf(e.message, sizeof e.message, "%s", j->error_msg);
+    if (j->phase == 1 && (j->failed || (j->done && j->finish == SEER_FINISH_ERROR))) {
+        serve_error e = {.status = j->failed ? 400 : 500, .code = j->failed ? "invalid_value" : "generation_failed"};
+        snprintf(e.message, sizeof e.message, "%s", j->failed ? j->error_msg : "the generation failed");
         char *s = serve_error_json(&e);
         bool ok = s && push_event(j, json_loads(s, 0, NULL));
         free(s);
@@ -676,7 +741,7 @@ bool serve_job_next_events(serve_job *j) {
         return ok;
     }
     if (j->phase == 1 && j->done) {
-        json_t *c = chunk(j, choice_of(j, NULL, 0, serve_finish_name(j->finish)));
+        json_t *c = chunk(j, choice_of(j, NULL, 0, serve_finish_api(j->finish)));
         if (c)
             json_object_set_new(c, "seer", seer_of(j));
         if (c && j->include_usage)

@@ -1,8 +1,8 @@
 /*
  * serve_metrics.c: /metrics of `seer serve` in the Prometheus text format (version 0.0.4):
- * requests running and waiting, tokens in and out, KV pages used and free, prefix-cache hits,
- * speculation drafted and accepted per drafter, and histograms of the time to first token
- * and of inter-token latency. Scheduler numbers are the snapshot taken after its latest step.
+ * requests running and waiting, HTTP connections open and cut short, tokens in and out, KV
+ * pages used and free, prefix-cache hits, speculation drafted and accepted per drafter, and
+ * histograms of the time to first token and of inter-token latency. Scheduler numbers are the snapshot taken after its latest step.
  */
 #include "serve.h"
 
@@ -97,6 +97,15 @@ char *serve_metrics_text(serve_state *srv) {
     metric(&b, "seer_http_requests_total", "counter", "HTTP responses by status class.");
     for (int c = 1; c <= 5; c++)
         put(&b, "seer_http_requests_total{code=\"%dxx\"} %llu\n", c, (unsigned long long)m.http_requests[c]);
+    metric(&b, "seer_http_connections_open", "gauge", "HTTP connections open.");
+    put(&b, "seer_http_connections_open %d\n", serve_conns_open(srv->conns));
+    metric(&b, "seer_http_connections_closed_total", "counter",
+           "HTTP connections ended before their answer was whole, by why: the client hung up, sent no whole "
+           "request within --header-timeout, was evicted for a newer connection, or read nothing for too long.");
+    static const char *const why[SERVE_CLOSE_N] = {"client", "header_timeout", "evicted", "send_timeout"};
+    for (int k = 0; k < SERVE_CLOSE_N; k++)
+        put(&b, "seer_http_connections_closed_total{reason=\"%s\"} %llu\n", why[k],
+            (unsigned long long)m.conn_closed[k]);
     metric(&b, "seer_prompt_tokens_total", "counter", "Prompt tokens of submitted requests.");
     put(&b, "seer_prompt_tokens_total %lld\n", (long long)st->tokens_prompt);
     metric(&b, "seer_generated_tokens_total", "counter", "Tokens generated.");

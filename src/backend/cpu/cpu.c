@@ -61,12 +61,12 @@ static seer_status cpu_weight_load(seer_backend *be, const gguf_tensor *t, seer_
     out->cols = (int)cols;
     out->dtype = GGML_TYPE_F32;
     if (t->type == GGML_TYPE_F32) {
-        out->data = (void *)t->data; /* straight from the mapping: no copy */
+        out->data = (void *)t->data; /* straight from the file's private copy (gguf_open) */
         return SEER_OK;
     }
     if (how == SEER_WEIGHTS_STORED && seer_cpu_qtype_supported(t->type) &&
         cols % ggml_type_block_elems(t->type) == 0) {
-        out->data = (void *)t->data; /* the blocks as stored, from the mapping */
+        out->data = (void *)t->data; /* the blocks as stored, in place */
         out->dtype = t->type;
         return SEER_OK;
     }
