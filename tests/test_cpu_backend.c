@@ -247,6 +247,9 @@ static void test_attention_tiles(void **state) {
         {1, 4, 48, 8, 3, {5, 10, 0}, {100, 3, 65}},      /* a decode and a 65-token chunk beside */
         {2, 2, 40, 16, 1, {20}, {90}},                   /* Dh not a multiple of 16 */
         {1, 1, 16, 1, 1, {130}, {70}},                   /* one-slot pages */
+        {2, 6, 128, 16, 1, {300}, {130}},                /* Qwen2.5-1.5B's: Dh 128, rows 96 */
+        {2, 7, 80, 16, 1, {3}, {97}},                    /* rows 112 (7 lanes of 16), Dh 5 x 16 */
+        {1, 2, 36, 16, 1, {33}, {80}},                   /* Dh % 8 != 0: plain C only */
     };
     uint64_t rng = 77;
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
@@ -315,7 +318,10 @@ static void test_attention_tiles(void **state) {
         cpu->attn_ref = 1;
         ASSERT_OK(be->ops->attention(be, ref, q, kv, &g, 0, &ab));
         cpu->attn_ref = 0;
-        for (int isa = 0; isa <= SEER_CPU_ISA_AVX2; isa += SEER_CPU_ISA_AVX2) { /* best; no AVX-512 */
+        /* the best the CPU has, then plain C and AVX2 (cpu_attention_tile.c has all three) */
+        static const int isas[] = {0, SEER_CPU_ISA_SCALAR, SEER_CPU_ISA_AVX2};
+        for (int ii = 0; ii < 3; ii++) {
+            const int isa = isas[ii];
             cpu->isa_cap = isa;
             for (size_t i = 0; i < n; i++)
                 out[i] = NAN;

@@ -23,8 +23,9 @@ typedef struct {
     int n_threads;
     seer_cpu_pool *pool;
     int attn_ref;         /* 1: every sequence takes the reference attention (tests) */
-    int isa_cap;          /* SEER_CPU_ISA_*: the best the quantised dots may use (tests
-                           * compare the paths); 0: whatever the CPU has */
+    int isa_cap;          /* SEER_CPU_ISA_*: the best the quantised dots and the tiled prompt
+                           * attention may use (tests compare the paths); 0: whatever the
+                           * CPU has */
     void *xq;             /* quantised activations for cpu_qmatmul.c, grow-only */
     size_t xq_cap;        /* bytes */
     void *smp;       /* sample_rows / accept_chains scratch, grow-only */
