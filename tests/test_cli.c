@@ -1,7 +1,8 @@
 /*
  * test_cli.c: the seer command-line tool end to end: golden greedy ids through
  * `seer generate --json` (with and without speculation, prompts prefilled in chunks of
- * --batch), `seer info`, `seer gen-model`, `seer chat` driven through stdin, --ctx against
+ * --batch), `seer info`, `seer gen-model`, `seer chat` driven through stdin (messages of many
+ * lines piped and on a pseudo-terminal), --ctx against
  * the trained context and memory, and clear failures with a non-zero exit on bad flags,
  * files and prompts (prompts bounded by the context before they are read whole, NUL bytes
  * refused), on output that cannot be written, and on a cost file that is not a regular
@@ -12,6 +13,7 @@
 #include "backend/backend.h"
 #include "gguf/gguf.h"
 
+#include <pty.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,16 +247,16 @@ static int reply_lines(char *s, char **out, int cap) {
 static void test_chat_session(void **state) {
     const char *m = tu_data_path("models/stories260K.gguf");
     const char *in = tu_tmp_path("chat_in.txt");
-    const char lines[] = "Hello there\n\xff\xfe not UTF-8\nOnce upon a time\n/quit\nnever answered\n";
+    const char lines[] = "Hello there\n/send\n\xff\xfe not UTF-8\n/send\nOnce upon a time\n/quit\nnever answered\n";
     assert_int_equal(tu_write_file(in, lines, sizeof lines - 1), 0);
     int rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template chatml --temp 0 -n 6 --spec none < %s", SEER_CLI, m, in);
     if (rc != 0)
         fail_msg("rc %d: %s", rc, buf);
-    assert_non_null(strstr(buf, "that line was not used: invalid UTF-8"));
+    assert_non_null(strstr(buf, "that message was not used: invalid UTF-8"));
     /* the same session without the bad line and the lines after /quit answers the same */
     char *first = strdup(buf), *ra[8], *rb[8];
     const int na = reply_lines(first, ra, 8);
-    const char ok[] = "Hello there\nOnce upon a time\n";
+    const char ok[] = "Hello there\n/send\nOnce upon a time\n";
     assert_int_equal(tu_write_file(in, ok, sizeof ok - 1), 0);
     rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template chatml --temp 0 -n 6 --spec none < %s", SEER_CLI, m, in);
     assert_int_equal(rc, 0);
@@ -278,7 +280,8 @@ static void test_chat_session(void **state) {
     free(first);
 
     /* A small context: turns are dropped with a notice; every line is answered. */
-    const char many[] = "Hello there my friend\nOnce upon a time there was\nThe little dog ran\nA big red ball\n";
+    const char many[] = "Hello there my friend\n/send\nOnce upon a time there was\n/send\nThe little dog ran\n/send\n"
+                        "A big red ball\n";
     assert_int_equal(tu_write_file(in, many, sizeof many - 1), 0);
     rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template llama2 --temp 0 -n 20 --ctx 96 --system 'Tell a story' < %s",
             SEER_CLI, m, in);
@@ -289,7 +292,7 @@ static void test_chat_session(void **state) {
     char longer[2048] = "";
     for (int i = 0; i < 100; i++)
         strcat(longer, "word ");
-    strcat(longer, "\nhi\n");
+    strcat(longer, "\n/send\nhi\n");
     assert_int_equal(tu_write_file(in, longer, strlen(longer)), 0);
     rc = sh(buf, sizeof buf, "%s chat -m %s --chat-template llama2 --temp 0 -n 3 --ctx 64 < %s", SEER_CLI, m, in);
     assert_int_equal(rc, 0);
@@ -299,6 +302,108 @@ static void test_chat_session(void **state) {
     assert_int_equal(rc, 0);
     assert_non_null(strstr(buf, "/quit"));
     assert_non_null(strstr(buf, "Ctrl-D"));
+}
+
+/* Runs `seer ARGS` on a pseudo-terminal (stdin, stdout and stderr), types input and returns
+ * what the terminal showed (typed text echoed, "\r\n" line ends) in out. */
+static void on_terminal(char *out, size_t cap, const char *args, const char *input) {
+    int fd = -1;
+    pid_t pid = forkpty(&fd, NULL, NULL, NULL);
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", args, (char *)NULL);
+        _exit(127);
+    }
+    /* the terminal keeps typed lines until they are read (they fit its 4 KiB line buffer) */
+    assert_int_equal(write(fd, input, strlen(input)), (ssize_t)strlen(input));
+    size_t n = 0;
+    for (ssize_t k; n + 1 < cap && (k = read(fd, out + n, cap - 1 - n)) > 0;)
+        n += (size_t)k; /* read fails (EIO) once the program has exited */
+    out[n] = 0;
+    close(fd);
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("on a terminal: status %d: %s", st, out);
+}
+
+/* `seer chat` takes messages of many lines: piped input is one message (a pasted document is
+ * one turn) unless /send lines divide it, and its replies are divided by a blank line; on a
+ * terminal a """ block or lines ending in \ are one message, each turn after a "> " prompt. */
+static void test_chat_multiline(void **state) {
+    char m[1024], in[512], cmd[2048];
+    snprintf(m, sizeof m, "%s", tu_data_path("models/stories260K.gguf"));
+    snprintf(in, sizeof in, "%s", tu_tmp_path("chat_multi.txt"));
+    const char *chat = "chat --chat-template chatml --temp 0 -n 8 --backend cpu --spec none";
+    /* a document of three lines: one reply, one line of output */
+    const char doc[] = "Hello there\nOnce upon a time\nThe little dog ran\n";
+    assert_int_equal(tu_write_file(in, doc, sizeof doc - 1), 0);
+    int rc = sh(buf, sizeof buf, "{ %s %s -m %s < %s 2>/dev/null; }", SEER_CLI, chat, m, in);
+    assert_int_equal(rc, 0);
+    if (count(buf, "\n") != 1 || buf[strlen(buf) - 1] != '\n' || strlen(buf) < 2)
+        fail_msg("a document of three lines piped: not one reply: '%s'", buf);
+    char *one = strdup(buf);
+    one[strlen(one) - 1] = 0;
+    /* CRLF text and blank lines around it are the same message */
+    const char crlf[] = "\r\n\nHello there\r\nOnce upon a time\r\nThe little dog ran\r\n\r\n";
+    assert_int_equal(tu_write_file(in, crlf, sizeof crlf - 1), 0);
+    rc = sh(buf, sizeof buf, "{ %s %s -m %s < %s 2>/dev/null; }", SEER_CLI, chat, m, in);
+    assert_int_equal(rc, 0);
+    if (strncmp(buf, one, strlen(one)) || strcmp(buf + strlen(one), "\n"))
+        fail_msg("CRLF: '%s', want '%s'", buf, one);
+    /* /send divides it: three replies, a blank line between each two */
+    const char three[] = "Hello there\n/send\nOnce upon a time\n/send\nThe little dog ran\n/send\n";
+    assert_int_equal(tu_write_file(in, three, sizeof three - 1), 0);
+    rc = sh(buf, sizeof buf, "{ %s %s -m %s < %s 2>/dev/null; }", SEER_CLI, chat, m, in);
+    assert_int_equal(rc, 0);
+    char *replies[3] = {0};
+    char *p = buf;
+    for (int i = 0; i < 3; i++) {
+        char *end = strstr(p, i < 2 ? "\n\n" : "\n");
+        if (!end || end == p)
+            fail_msg("piped /send: reply %d missing: '%s'", i, buf);
+        *end = 0;
+        replies[i] = p;
+        p = end + (i < 2 ? 2 : 1);
+        if (strchr(replies[i], '\n'))
+            fail_msg("piped /send: reply %d runs into the next: '%s'", i, replies[i]);
+    }
+    assert_string_equal(p, "");
+    /* the first turn alone answers as in the conversation, and differs from the document's */
+    rc = sh(buf, sizeof buf, "{ printf 'Hello there\\n' | %s %s -m %s 2>/dev/null; }", SEER_CLI, chat, m);
+    assert_int_equal(rc, 0);
+    buf[strcspn(buf, "\n")] = 0;
+    assert_string_equal(buf, replies[0]);
+    /* on a terminal: a """ block and a line continued with \ are two turns (three "> ": one
+     * before each and one before /quit); the block is the document, the continued line the
+     * text with its line end and without the \ */
+    snprintf(cmd, sizeof cmd, "%s %s -m %s", SEER_CLI, chat, m);
+    on_terminal(buf, sizeof buf, cmd,
+                "\"\"\"\nHello there\nOnce upon a time\nThe little dog ran\n\"\"\"\nThe little \\\ndog ran\n/quit\n");
+    if (count(buf, "> ") != 3 || count(buf, "... ") != 5)
+        fail_msg("on a terminal: %d prompts, %d continuations: %s", count(buf, "> "), count(buf, "... "), buf);
+    const char *after = strstr(buf, "... ... ... ... ");
+    if (!after || strncmp(after + 16, one, strlen(one)))
+        fail_msg("on a terminal: the \"\"\" block's reply is not the document's '%s': %s", one, buf);
+    char *term = strdup(buf);
+    /* the same conversation piped: the document, then "The little \ndog ran" */
+    const char cont[] = "Hello there\nOnce upon a time\nThe little dog ran\n/send\nThe little \ndog ran\n";
+    assert_int_equal(tu_write_file(in, cont, sizeof cont - 1), 0);
+    rc = sh(buf, sizeof buf, "{ %s %s -m %s < %s 2>/dev/null; }", SEER_CLI, chat, m, in);
+    assert_int_equal(rc, 0);
+    const char *two = strstr(buf, "\n\n");
+    assert_non_null(two);
+    memmove(buf, two + 2, strlen(two + 2) + 1);
+    buf[strcspn(buf, "\n")] = 0;
+    const char *second = strstr(term + (after - buf) + 16 + strlen(one), "\r\n> ... ");
+    if (!second || strncmp(second + 8, buf, strlen(buf)))
+        fail_msg("on a terminal: the continued line's reply is not '%s': %s", buf, term);
+    /* """one line""" is a message too; text before /quit on a terminal is not sent */
+    on_terminal(buf, sizeof buf, cmd, "\"\"\"Hello there\"\"\"\nnot sent \\\n/quit\n");
+    if (count(buf, "> ") != 2 || count(buf, "... ") != 1)
+        fail_msg("on a terminal, \"\"\"one line\"\"\": %s", buf);
+    free(term);
+    free(one);
 }
 
 /* --ctx: past the trained context only when asked (with a warning); the KV cache grows as
@@ -589,8 +694,8 @@ static void test_prompt_bounds(void **state) {
         fail_msg("-p short: rc %d: %s", rc, buf);
     /* chat: a line with a NUL is refused and the chat goes on; endless input ends it */
     const char *chat = "chat --chat-template chatml --temp 0 -n 4 --backend cpu --spec none";
-    rc = sh(buf, sizeof buf, "printf 'a\\0b\\nhello\\n' | %s %s -m %s", SEER_CLI, chat, m);
-    if (rc != 0 || !strstr(buf, "that line was not used: it has a NUL byte"))
+    rc = sh(buf, sizeof buf, "printf 'a\\0b\\n/send\\nhello\\n' | %s %s -m %s", SEER_CLI, chat, m);
+    if (rc != 0 || !strstr(buf, "that message was not used: it has a NUL byte"))
         fail_msg("chat, a line with a NUL: rc %d: %s", rc, buf);
     rc = sh(buf, sizeof buf, "timeout 60 %s %s -m %s --ctx 64 < /dev/zero", SEER_CLI, chat, m);
     if (rc != 1 || !strstr(buf, "the input is not a conversation"))
@@ -641,6 +746,7 @@ int main(void) {
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_info_and_gen_model),
         cmocka_unit_test(test_chat_session),
+        cmocka_unit_test(test_chat_multiline),
         cmocka_unit_test(test_ctx),
         cmocka_unit_test(test_small_things),
         cmocka_unit_test(test_long_tokens_and_hostile_names),

@@ -10,7 +10,9 @@ response is lost or corrupted, that greedy ids under load equal those alone, and
 KV page is free at the end; SIGTERM drains a stream in flight and the server exits 0.
 Hostile use: hundreds of half-sent requests do not shut out /health or a client with a key;
 half-closed clients get their answers; request slots are free when an answer arrives; null
-fields count as absent; streams cut by the drain timeout end as OpenAI streams do; CORS,
+fields count as absent; every top-level field of OpenAI's request bodies is honoured or
+refused by name, unknown ones refused; include_usage sends the usage on a chunk of its own with
+no choice; streams cut by the drain timeout end as OpenAI streams do; CORS,
 /metrics behind the key, duplicate Content-Length, an empty --api-key and --ctx past the
 trained context are checked too. `--only NAME[,NAME]` runs some of the tests alone.
 
@@ -21,6 +23,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -189,14 +192,16 @@ def test_openai_client(port, golden, model_id):
         check(r.usage.completion_tokens == n, "usage")
         alone[i] = ids
         # the same, streamed
-        text, last = "", None
+        text, last, final = "", None, None
         for ch in cl.completions.create(model=model_id, prompt=row["prompt"], max_tokens=n, temperature=0,
                                         stream=True, stream_options={"include_usage": True}):
             if ch.choices:
                 text += ch.choices[0].text
+                if ch.choices[0].finish_reason:
+                    final = ch
             last = ch
         check(text == r.choices[0].text, f"golden {i}: streamed text differs")
-        check(seer_extra(last)["token_ids"] == row["ids"], f"golden {i}: streamed ids differ")
+        check(final is not None and seer_extra(final)["token_ids"] == row["ids"], f"golden {i}: streamed ids differ")
         check(last.usage is not None and last.usage.completion_tokens == n, "streamed usage")
     # speculation per request: greedy output is identical
     # (auto: chosen per round by the cost model calibrated at start; it may well stay plain)
@@ -598,6 +603,221 @@ def test_nulls(port, golden):
     print("null fields: ok")
 
 
+def test_usage_chunk(port, model_id):
+    """stream_options.include_usage: the totals come on a chunk of their own with no choice
+    (choices == []) just before [DONE], as OpenAI and llama-server send them; every other chunk
+    has usage None. Parsed by the openai client itself."""
+    import openai
+    cl = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=120)
+    n = 7
+    fixed = {"seer": {"ignore_eos": True}}
+    msgs = [{"role": "user", "content": "Tell me a story"}]
+    for kind in ("completions", "chat"):
+        if kind == "completions":
+            whole = cl.completions.create(model=model_id, prompt="Once upon a time", max_tokens=n, temperature=0,
+                                          extra_body=fixed)
+            want_text, want_prompt = whole.choices[0].text, 5  # BOS and 4 tokens
+            stream = cl.completions.create(model=model_id, prompt="Once upon a time", max_tokens=n, temperature=0,
+                                           stream=True, stream_options={"include_usage": True}, extra_body=fixed)
+        else:
+            whole = cl.chat.completions.create(model=model_id, messages=msgs, max_tokens=n, temperature=0,
+                                               extra_body=fixed)
+            want_text, want_prompt = whole.choices[0].message.content, whole.usage.prompt_tokens
+            stream = cl.chat.completions.create(model=model_id, messages=msgs, max_tokens=n, temperature=0,
+                                                stream=True, stream_options={"include_usage": True}, extra_body=fixed)
+        chunks = list(stream)
+        check(whole.usage.prompt_tokens == want_prompt and want_prompt > 0, f"{kind}: prompt tokens {whole.usage}")
+        check(len(chunks) >= 2, f"{kind}: {len(chunks)} chunks")
+        last = chunks[-1]
+        check(last.choices == [] and last.usage is not None, f"{kind}: the last chunk is not the usage chunk: {last}")
+        u = last.usage
+        check(u.prompt_tokens == want_prompt and u.completion_tokens == n and u.total_tokens == want_prompt + n,
+              f"{kind}: usage {u}, want {want_prompt} + {n}")
+        for ch in chunks[:-1]:
+            check(ch.usage is None and len(ch.choices) == 1, f"{kind}: a chunk before the usage chunk: {ch}")
+        check(chunks[-2].choices[0].finish_reason == "length", f"{kind}: finish {chunks[-2]}")
+        text = "".join((c.choices[0].text if kind == "completions" else c.choices[0].delta.content or "")
+                       for c in chunks[:-1])
+        check(text == want_text, f"{kind}: streamed {text!r}, whole {want_text!r}")
+        # without include_usage no chunk lacks a choice, and none has a usage
+        plain = list(cl.completions.create(model=model_id, prompt="Once", max_tokens=3, stream=True)
+                     if kind == "completions" else
+                     cl.chat.completions.create(model=model_id, messages=msgs, max_tokens=3, stream=True))
+        check(all(len(c.choices) == 1 and c.usage is None for c in plain), f"{kind}: without include_usage: {plain}")
+    print("usage chunk: choices [] and the totals last, usage None before it")
+
+
+# Every top-level field of OpenAI's request bodies (chat and completions).
+CHAT_FIELDS = (
+    "messages model audio frequency_penalty function_call functions logit_bias logprobs max_completion_tokens "
+    "max_tokens metadata modalities n parallel_tool_calls prediction presence_penalty prompt_cache_key "
+    "reasoning_effort response_format safety_identifier seed service_tier stop store stream stream_options "
+    "temperature tool_choice tools top_logprobs top_p user web_search_options verbosity").split()
+COMPLETION_FIELDS = (
+    "model prompt best_of echo frequency_penalty logit_bias logprobs max_tokens n presence_penalty seed stop "
+    "stream stream_options suffix temperature top_p user").split()
+# accepted with no effect on the output by definition (they are metadata on OpenAI's side)
+METADATA_ONLY = {"user": "user-1", "metadata": {"k": "v"}, "store": False, "service_tier": "auto",
+                 "safety_identifier": "sid-1", "prompt_cache_key": "pck-1"}
+
+
+def test_fields(port, model_id):
+    """Every top-level field, given a value other than its default, is honoured (a 200 whose
+    output shows it) or refused (a 4xx OpenAI error naming it); unknown fields are refused,
+    the `seer` object is not."""
+    chat = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 12, "temperature": 0}
+    compl = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}
+
+    def post(path, body):
+        st, data = raw(port, "POST", path, json.dumps(body))
+        return st, data
+
+    def answer(path, body):
+        st, data = post(path, body)
+        check(st == 200, f"{path} {body}: {st} {data[:300]!r}")
+        if body.get("stream"):
+            return sse_events(data)
+        return json.loads(data)
+
+    def text_of(r):
+        c = r["choices"][0]
+        return c["message"]["content"] if "message" in c else c["text"]
+
+    def streamed_text(ev):
+        return "".join(e["choices"][0]["delta"].get("content") or "" if "delta" in e["choices"][0]
+                       else e["choices"][0]["text"] for e in ev if e["choices"])
+
+    for path, base, fields in (("/v1/chat/completions", chat, CHAT_FIELDS), ("/v1/completions", compl,
+                                                                             COMPLETION_FIELDS)):
+        is_chat = "messages" in base
+        ref = answer(path, base)
+        ref_text = text_of(ref)
+        check(len(ref_text) > 10, f"{path}: reference {ref_text!r}")
+        same = ("same", None)  # a 200 with the reference output
+
+        def refused(v):
+            return (v, ("refused", None))
+
+        stop_at = ref_text[len(ref_text) // 2:len(ref_text) // 2 + 3]
+        cases = {
+            "model": [(model_id, same), ("gpt-4o", ("refused", 404))],
+            "frequency_penalty": [(0, same), refused(0.5)], "presence_penalty": [(0, same), refused(-1)],
+            "logit_bias": [({}, same), refused({"5": 10})],
+            "logprobs": [(False, same), refused(True if is_chat else 2)],
+            "max_tokens": [(3, ("length", 3))],
+            "n": [(1, same), refused(2)],
+            "seed": [(7, ("seeded", None))],
+            "stop": [([stop_at], ("stop", ref_text[:ref_text.index(stop_at)]))],
+            "stream": [(True, ("stream", None))],
+            "stream_options": [({"include_usage": True}, ("usage", None))],
+            "temperature": [(1.5, ("sampled", None))],
+            "top_p": [(1e-6, ("nucleus", None))],
+            "user": [("user-1", same)],
+        }
+        if is_chat:
+            cases.update({
+                "messages": [([{"role": "system", "content": "Be brief."},
+                               {"role": "user", "content": "A story about a dog"}], ("other_prompt", None))],
+                "audio": [refused({"voice": "alloy", "format": "wav"})],
+                "function_call": [("none", same), refused("auto"), refused({"name": "f"})],
+                "functions": [([], same), refused([{"name": "f", "parameters": {"type": "object"}}])],
+                "max_completion_tokens": [(3, ("length", 3))],
+                "metadata": [({"k": "v"}, same)],
+                "modalities": [(["text"], same), refused(["text", "audio"])],
+                "parallel_tool_calls": [refused(False)],
+                "prediction": [refused({"type": "content", "content": "Once upon a time"})],
+                "prompt_cache_key": [("pck-1", same)],
+                "reasoning_effort": [refused("low")],
+                "response_format": [({"type": "text"}, same), refused({"type": "json_object"}),
+                                    refused({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})],
+                "safety_identifier": [("sid-1", same)],
+                "service_tier": [("auto", same), ("default", same), refused("flex"), refused("priority")],
+                "store": [(False, same), refused(True)],
+                "tool_choice": [("none", same), refused("auto"), refused("required"),
+                                refused({"type": "function", "function": {"name": "f"}})],
+                "tools": [([], same), refused([{"type": "function", "function": {"name": "f"}}])],
+                "top_logprobs": [(0, same), refused(3)],
+                "web_search_options": [refused({})],
+                "verbosity": [("medium", same), refused("low")],
+            })
+        else:
+            cases.update({
+                "prompt": [("Lily and Tom went to the park", ("other_prompt", None))],
+                "best_of": [(1, same), refused(2)],
+                "echo": [(True, ("echo", None))],
+                "suffix": [("", same), refused("The end.")],
+            })
+        check(sorted(cases) == sorted(fields), f"{path}: fields tested {sorted(set(cases) ^ set(fields))}")
+        for field, variants in cases.items():
+            for value, (kind, arg) in variants:
+                body = dict(base, **{field: value})
+                what = f"{path} {field}={value!r}"
+                if kind == "refused":
+                    st, data = post(path, body)
+                    want = arg or 400
+                    try:
+                        err = json.loads(data)["error"]
+                    except (ValueError, KeyError, TypeError):
+                        fail(f"{what}: not an OpenAI error: {st} {data[:200]!r}")
+                    check(st == want and err.get("param") == field and err.get("type") == "invalid_request_error"
+                          and isinstance(err.get("code"), str) and field in err.get("message", ""),
+                          f"{what}: want {want} naming the field: {st} {err}")
+                    continue
+                # what shows the field's effect: a fixed length, sampling, a stream
+                if kind in ("length", "seeded", "sampled", "nucleus"):
+                    body["seer"] = {"spec": "none", "ignore_eos": kind in ("length", "nucleus")}
+                if kind in ("seeded", "nucleus"):
+                    body["temperature"] = 1.0
+                if kind in ("sampled", "nucleus"):
+                    body["seed"] = 3
+                if kind == "usage":
+                    body["stream"] = True
+                r = answer(path, body)
+                if kind == "same":
+                    check(text_of(r) == ref_text, f"{what}: output changed: {text_of(r)!r} vs {ref_text!r}")
+                elif kind == "length":
+                    check(r["usage"]["completion_tokens"] == arg and r["choices"][0]["finish_reason"] == "length"
+                          and ref_text.startswith(text_of(r)), f"{what}: {r['usage']} {text_of(r)!r}")
+                elif kind == "stop":
+                    check(text_of(r) == arg and r["choices"][0]["finish_reason"] == "stop",
+                          f"{what}: {text_of(r)!r}, want {arg!r}")
+                elif kind == "stream":
+                    ev, done = r
+                    check(done and streamed_text(ev) == ref_text, f"{what}: {streamed_text(ev)!r}")
+                elif kind == "usage":
+                    ev, done = r
+                    check(done and ev[-1]["choices"] == [] and ev[-1]["usage"]["completion_tokens"]
+                          == ref["usage"]["completion_tokens"] and all(e["usage"] is None for e in ev[:-1])
+                          and streamed_text(ev) == ref_text, f"{what}: {ev[-2:]}")
+                elif kind == "seeded":  # at temperature 1: the same seed the same text, another seed another
+                    b = text_of(answer(path, body))
+                    c = text_of(answer(path, dict(body, seed=value + 1)))
+                    check(text_of(r) == b and b != c, f"{what}: {text_of(r)!r} {b!r} (seed+1: {c!r})")
+                elif kind == "sampled":  # a high temperature leaves the greedy path
+                    check(text_of(r) != ref_text and len(text_of(r)) > 0, f"{what}: {text_of(r)!r}")
+                elif kind == "nucleus":  # at temperature 1 a nucleus of one token is greedy decoding
+                    check(text_of(r).startswith(ref_text), f"{what}: not greedy: {text_of(r)!r}")
+                elif kind == "other_prompt":
+                    check(r["usage"]["prompt_tokens"] != ref["usage"]["prompt_tokens"] and text_of(r) != ref_text,
+                          f"{what}: {r['usage']} {text_of(r)!r}")
+                elif kind == "echo":
+                    check(text_of(r) == base["prompt"] + ref_text, f"{what}: {text_of(r)!r}")
+                    ev, done = answer(path, dict(body, stream=True))
+                    check(done and streamed_text(ev) == base["prompt"] + ref_text, f"{what} streamed: {ev[:2]}")
+        # fields of no endpoint, or of the other one, are refused; `seer` is seer's own
+        other = {"prompt": "x", "echo": True, "suffix": "x", "best_of": 1} if is_chat else \
+            {"messages": chat["messages"], "max_completion_tokens": 3, "tools": [], "response_format": {"type": "text"}}
+        for field, value in dict(other, frobnicate=1, temprature=0.5).items():
+            st, data = post(path, dict(base, **{field: value}))
+            err = json.loads(data).get("error") or {}
+            check(st == 400 and err.get("param") == field and err.get("code") == "unknown_parameter",
+                  f"{path} unknown field {field}: {st} {data[:200]!r}")
+        check(text_of(answer(path, dict(base, seer={"spec": "none"}))) == ref_text, f"{path}: seer object")
+        check(post(path, dict(base, stream_options={"include_usage": True}))[0] == 400,
+              f"{path}: stream_options without stream")
+    print(f"fields: {len(CHAT_FIELDS)} chat and {len(COMPLETION_FIELDS)} completion fields honoured or refused")
+
+
 def test_http_edges(port):
     """CORS, /metrics behind the key, ambiguous framing, half-closed clients."""
     # CORS: any origin by default (as llama-server); a preflight needs no key
@@ -823,6 +1043,70 @@ def test_refusals(seer, model):
     print("empty --api-key, --ctx past the trained context: refused")
 
 
+def test_health_loading(seer):
+    """While the model loads and speculation calibrates, /health answers 503
+    {"status": "loading"} and the API 503 with Retry-After; then /health answers 200
+    {"status": "ok"} and requests are served. The default model with no cached cost table
+    calibrates for seconds (bounded here by --spec-calibrate-budget 3), so the first poll,
+    made as soon as the listener is up, finds it loading."""
+    model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models",
+                         "smollm2-135m-instruct.gguf")
+    if not os.path.exists(model):
+        print("health while loading: no models/smollm2-135m-instruct.gguf (scripts/get-model.sh): skipped")
+        return
+    cache = tempfile.mkdtemp(prefix="seer-health-")
+    p = subprocess.Popen(
+        [seer, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "--api-key", KEY, "-t", "2",
+         "--ctx", "2048", "--parallel", "2", "--spec-calibrate-budget", "3"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        env=dict(os.environ, XDG_CACHE_HOME=cache))
+    log = []
+    try:
+        port = None
+        deadline = time.time() + 60
+        while time.time() < deadline and port is None:
+            line = p.stderr.readline()
+            if not line:
+                break
+            log.append(line)
+            m = re.search(r"listening at http://[^:]+:(\d+)", line)
+            if m:
+                port = int(m.group(1))
+        check(port is not None, "no listening line: " + "".join(log))
+        threading.Thread(target=lambda: log.extend(p.stderr), daemon=True).start()
+        st, data = raw(port, "GET", "/health", key=None)
+        check(st == 503 and json.loads(data) == {"status": "loading"}, f"/health while loading: {st} {data!r}")
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("POST", "/v1/completions", body='{"prompt": "x", "max_tokens": 2}',
+                  headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        check(r.status == 503 and r.getheader("Retry-After") and json.loads(body)["error"]["code"] == "loading",
+              f"a completion while loading: {r.status} {r.getheader('Retry-After')} {body!r}")
+        st, data = raw(port, "GET", "/v1/models")
+        check(st == 503, f"/v1/models while loading: {st}")
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            st, data = raw(port, "GET", "/health", key=None)
+            if st != 503 or json.loads(data) != {"status": "loading"}:
+                break
+            time.sleep(0.05)
+        check(st == 200 and json.loads(data) == {"status": "ok"}, f"/health when ready: {st} {data!r}")
+        check(any("calibrating" in line for line in log), "no calibration progress on stderr: " + "".join(log))
+        st, data = raw(port, "POST", "/v1/completions", '{"prompt": "Hello", "max_tokens": 3, "temperature": 0}')
+        check(st == 200 and len(json.loads(data)["seer"]["token_ids"]) >= 1, f"a completion when ready: {st} {data[:200]!r}")
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(timeout=60)
+        check(rc == 0, f"exit status after SIGINT {rc}: {''.join(log[-10:])}")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        shutil.rmtree(cache, ignore_errors=True)
+    print("health while loading: ok")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seer", required=True)
@@ -848,6 +1132,8 @@ def main():
             alone = test_openai_client(srv.port, golden, "stories260K")
             test_malformed(srv.port, golden, "stories260K")
             test_nulls(srv.port, golden)
+            test_usage_chunk(srv.port, "stories260K")
+            test_fields(srv.port, "stories260K")
             test_http_edges(srv.port)
             n_log = len(srv.log)
             n_gone = test_load(srv.port, golden, alone)
@@ -861,6 +1147,8 @@ def main():
         test_slowloris(a.seer, model)
     if want("drain_cut"):
         test_drain_cut(a.seer, model)
+    if want("loading"):
+        test_health_loading(a.seer)
     print("test_serve: all ok")
 
 

@@ -1,5 +1,11 @@
 /*
- * cmd_chat.c: `seer chat`: a conversation on stdin/stdout, one user message per line.
+ * cmd_chat.c: `seer chat`: a conversation on stdin/stdout.
+ *
+ * On a terminal a message is a line; a line ending in \ goes on on the next one, and """ at
+ * the start of a line opens a message of many lines that """ at the end of a line closes (as
+ * llama.cpp's and Ollama's CLIs do). Piped input is text, not typing: all of it is one
+ * message (a pasted document is one turn), unless lines holding only /send divide it into
+ * several; its replies are printed with a blank line between them, and no prompt.
  *
  * Each turn is a request to the scheduler (the same request API `seer serve` uses, with
  * speculation when --spec asks for it): the whole conversation is rendered with the model's
@@ -21,9 +27,12 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: seer chat -m MODEL.gguf [options]\n"
-            "One message per line on stdin; /quit or end of input (Ctrl-D) ends the chat. When\n"
-            "the conversation outgrows the context, its oldest turns are dropped (the system\n"
-            "message stays).\n"
+            "On a terminal a message is a line: end a line with \\ to go on on the next one, or\n"
+            "write a message of many lines between \"\"\" at the start of its first line and\n"
+            "\"\"\" at the end of its last. Piped input is one message, or several divided by\n"
+            "lines holding only /send; its replies are divided by a blank line. A line /quit or\n"
+            "end of input (Ctrl-D) ends the chat. When the conversation outgrows the context,\n"
+            "its oldest turns are dropped (the system message stays).\n"
             "      --chat-template NAME  chatml, llama3 or llama2 (default: from the model)\n"
             "      --system TEXT     a system message to start the conversation with\n"
             "  -n, --n-predict N     most tokens per reply (default: until the end of the turn)\n"
@@ -153,6 +162,8 @@ typedef struct {
     seer_context *ctx;
     seer_sched *sched;
     int n_ctx;
+    bool blank_between; /* a blank line between replies (piped input: no prompt divides them) */
+    int n_replies;      /* replies printed */
 } chat_state;
 
 typedef struct {
@@ -274,6 +285,10 @@ static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, 
     if (dropped)
         fprintf(stderr, "seer chat: the context (%d tokens) is full: the oldest %d turn%s dropped\n",
                 c->n_ctx, dropped, dropped == 1 ? " was" : "s were");
+    if (c->blank_between && c->n_replies > 0 && !cli_out("\n", 1, true)) {
+        cli_stdout_done("chat");
+        goto done;
+    }
     reply_view view = {0};
     seer_request_params p = seer_request_default_params();
     p.sampler = o->sp;
@@ -303,6 +318,7 @@ static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, 
         cli_stdout_done("chat"); /* the reply was lost: end the session, and say why */
         goto done;
     }
+    c->n_replies++;
     rc = msg_add(msgs, "assistant", reply, len) ? 0 : 1;
 done:
     if (r && seer_request_finished(r))
@@ -313,24 +329,22 @@ done:
     return rc;
 }
 
-/* Bytes of one line past which the input is taken for no conversation (stdin may be
- * /dev/zero, whose line never ends): the session ends instead of reading on. */
-#define LINE_SKIP_MAX ((size_t)64 << 20)
+/* Bytes of one message past which the input is taken for no conversation (stdin may be
+ * /dev/zero, whose line never ends, or `yes`, whose lines never do): the session ends instead
+ * of reading on. */
+#define SKIP_MAX ((size_t)64 << 20)
 
 /* One line of stdin (without its end) into *buf, at most max bytes: the rest of a longer line
- * is read and dropped with *too_long set, up to LINE_SKIP_MAX bytes (then *endless is set and
- * reading stops). -1 at the end of input with nothing read. */
-static ssize_t read_line(char **buf, size_t *cap, size_t max, bool *too_long, bool *endless) {
-    size_t n = 0, skipped = 0;
+ * is read and dropped, counted in *skipped, up to SKIP_MAX bytes. -1 at the end of input with
+ * nothing read. */
+static ssize_t read_line(char **buf, size_t *cap, size_t max, size_t *skipped) {
+    size_t n = 0;
     int ch = EOF;
-    *too_long = *endless = false;
+    *skipped = 0;
     while ((ch = getchar()) != EOF && ch != '\n') {
         if (n == max) {
-            *too_long = true;
-            if (++skipped == LINE_SKIP_MAX) {
-                *endless = true;
+            if (++*skipped == SKIP_MAX)
                 break;
-            }
             continue;
         }
         if (n + 1 >= *cap) {
@@ -342,12 +356,109 @@ static ssize_t read_line(char **buf, size_t *cap, size_t max, bool *too_long, bo
         }
         (*buf)[n++] = (char)ch;
     }
-    if (ch == EOF && n == 0 && !*too_long)
+    if (ch == EOF && n == 0 && !*skipped)
         return -1;
     if (!*buf && !(*buf = malloc(*cap = 1)))
         return -1;
     (*buf)[n] = 0;
     return (ssize_t)n;
+}
+
+/* A message as it is read: at most max bytes are kept, the rest counted in skipped. */
+typedef struct {
+    char *buf;
+    size_t len, cap, max, skipped;
+} msg_text;
+
+static bool msg_put(msg_text *m, const char *p, size_t n) {
+    if (m->skipped || m->len + n > m->max) {
+        m->skipped += n + 1;
+        return true;
+    }
+    if (m->len + n + 1 > m->cap) {
+        size_t nc = m->cap ? m->cap : 256;
+        while (nc < m->len + n + 1)
+            nc *= 2;
+        char *nb = realloc(m->buf, nc);
+        if (!nb)
+            return false;
+        m->buf = nb, m->cap = nc;
+    }
+    memcpy(m->buf + m->len, p, n);
+    m->len += n;
+    m->buf[m->len] = 0;
+    return true;
+}
+
+static bool ends_with(const char *s, size_t n, const char *end) {
+    const size_t k = strlen(end);
+    return n >= k && !memcmp(s + n - k, end, k);
+}
+
+#define QUOTES "\"\"\""
+
+typedef enum {
+    READ_MESSAGE, /* a message is in m (possibly too long: m->skipped) */
+    READ_QUIT,    /* a /quit line; m holds what came before it */
+    READ_END,     /* end of input; m holds what came before it */
+    READ_ENDLESS, /* more than SKIP_MAX bytes of one message: not a conversation */
+    READ_OOM
+} read_end;
+
+/* One message from stdin. On a terminal (tty): a line, a line ending in \ joined to the next
+ * (the \ dropped, the line's end kept), or the lines from one starting with """ to one ending
+ * with """ (the quotes dropped). Piped: the lines up to one holding only /send. Either way
+ * "/quit" alone on a line ends the chat, and a line's end \r (CRLF text) is dropped. */
+static read_end read_message(bool tty, char **line, size_t *line_cap, msg_text *m) {
+    bool block = false, more = false;
+    m->len = m->skipped = 0;
+    for (;;) {
+        if (tty)
+            cli_out(block || more ? "... " : "> ", block || more ? 4 : 2, true);
+        size_t skipped;
+        ssize_t got = read_line(line, line_cap, m->max, &skipped);
+        if (got < 0)
+            return READ_END;
+        char *l = *line;
+        size_t n = (size_t)got;
+        if (skipped) { /* a line past the bound: the message is too long whatever the line says */
+            m->skipped += skipped + n;
+            if (m->skipped >= SKIP_MAX)
+                return READ_ENDLESS;
+            if (tty && !block)
+                return READ_MESSAGE;
+            continue;
+        }
+        while (n > 0 && l[n - 1] == '\r')
+            l[--n] = 0;
+        if (!block && strlen(l) == n && !strcmp(l, "/quit"))
+            return READ_QUIT;
+        bool last = false;
+        if (!tty) {
+            if (strlen(l) == n && !strcmp(l, "/send"))
+                return READ_MESSAGE;
+        } else if (block) {
+            last = ends_with(l, n, QUOTES);
+            n -= last ? 3 : 0;
+        } else if (!more && n >= 3 && !memcmp(l, QUOTES, 3)) {
+            block = true;
+            l += 3, n -= 3;
+            last = ends_with(l, n, QUOTES); /* """one line""" */
+            n -= last ? 3 : 0;
+            if (n == 0 && !last)
+                continue; /* the opening line holds only the quotes */
+        } else {
+            more = ends_with(l, n, "\\");
+            n -= more ? 1 : 0;
+            last = !more;
+        }
+        if (!msg_put(m, l, n) || (!last && !msg_put(m, "\n", 1)))
+            return READ_OOM;
+        if (m->skipped >= SKIP_MAX)
+            return READ_ENDLESS;
+        if (last)
+            return READ_MESSAGE;
+    }
 }
 
 int cmd_chat(int argc, char **argv) {
@@ -366,6 +477,7 @@ int cmd_chat(int argc, char **argv) {
     seer_spec_cost *cost = NULL;
     char *line = NULL;
     size_t line_cap = 0;
+    msg_text m = {0};
     seer_status s;
     seer_model_params mp = seer_model_default_params();
     mp.backend = o.backend;
@@ -416,44 +528,48 @@ int cmd_chat(int argc, char **argv) {
     fprintf(stderr, "seer: chat with %s (%s template, context %d); /quit or Ctrl-D to quit\n",
             seer_text_escape(info.name[0] ? info.name : o.model, shown_name, sizeof shown_name),
             seer_chat_kind_name(t.kind), c.n_ctx);
-    bool tty = isatty(0);
-    /* a line longer than the whole context could hold is refused unread past that bound */
-    const size_t line_max = cli_prompt_max_bytes(c.model, c.n_ctx);
-    for (;;) {
-        if (tty)
-            cli_out("> ", 2, true);
-        bool too_long, endless;
-        ssize_t got = read_line(&line, &line_cap, line_max, &too_long, &endless);
-        if (got < 0)
-            break;
-        if (endless) {
-            fprintf(stderr, "seer chat: a line of more than %zu bytes: the input is not a conversation; "
-                            "ending\n", LINE_SKIP_MAX);
+    const bool tty = isatty(0);
+    c.blank_between = !tty;
+    /* a message longer than the whole context could hold is refused unread past that bound */
+    m.max = cli_prompt_max_bytes(c.model, c.n_ctx);
+    for (read_end how = READ_MESSAGE; how == READ_MESSAGE;) {
+        how = read_message(tty, &line, &line_cap, &m);
+        if (how == READ_OOM)
+            goto done;
+        if (how == READ_ENDLESS) {
+            fprintf(stderr, "seer chat: a message of more than %zu bytes: the input is not a conversation; "
+                            "ending\n", SKIP_MAX);
             goto done;
         }
-        if (too_long) { /* the words turn() says for a message of too many tokens */
+        if (how == READ_QUIT && tty)
+            break; /* what was typed before /quit is not sent */
+        if (m.skipped) { /* the words turn() says for a message of too many tokens */
             fprintf(stderr, "seer chat: that message does not fit in the context (%d tokens, at most %zu "
-                            "bytes; use --ctx); it is dropped\n", c.n_ctx, line_max);
+                            "bytes; use --ctx); it is dropped\n", c.n_ctx, m.max);
             continue;
         }
-        if (memchr(line, 0, (size_t)got)) {
-            fprintf(stderr, "seer chat: that line was not used: it has a NUL byte (a message is text)\n");
+        /* the lines around a message are not part of it */
+        size_t from = 0;
+        while (from < m.len && (m.buf[from] == '\n' || m.buf[from] == '\r'))
+            from++;
+        while (m.len > from && (m.buf[m.len - 1] == '\n' || m.buf[m.len - 1] == '\r'))
+            m.len--;
+        if (m.len == from)
+            continue;
+        const char *text = m.buf + from;
+        const size_t len = m.len - from;
+        if (memchr(text, 0, len)) {
+            fprintf(stderr, "seer chat: that message was not used: it has a NUL byte (a message is text)\n");
             continue;
         }
-        while (got > 0 && line[got - 1] == '\r')
-            line[--got] = 0;
-        if (got == 0)
-            continue;
-        if (!strcmp(line, "/quit"))
-            break;
-        /* A line that cannot be tokenized (invalid UTF-8) is refused; the chat goes on. */
+        /* A message that cannot be tokenized (invalid UTF-8) is refused; the chat goes on. */
         int n_tok = 0;
-        s = seer_tokenize(c.model, line, (size_t)got, false, false, NULL, 0, &n_tok);
+        s = seer_tokenize(c.model, text, len, false, false, NULL, 0, &n_tok);
         if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
-            fprintf(stderr, "seer chat: that line was not used: %s\n", seer_last_error());
+            fprintf(stderr, "seer chat: that message was not used: %s\n", seer_last_error());
             continue;
         }
-        if (!msg_add(&msgs, "user", line, (size_t)got))
+        if (!msg_add(&msgs, "user", text, len))
             goto done;
         int r = turn(&c, &o, &t, &msgs);
         if (r == 1)
@@ -480,6 +596,7 @@ done:
         free((char *)msgs.m[i].content);
     free(msgs.m);
     free(line);
+    free(m.buf);
     seer_sched_free(c.sched);
     seer_spec_cost_free(cost);
     seer_context_free(c.ctx);

@@ -79,6 +79,8 @@ typedef struct {
     int n_jobs;                  /* jobs alive (their answers not yet all sent) */
     int n_slots;                 /* generations holding one of --max-requests slots */
     bool draining, stop;
+    bool ready;                  /* the model is loaded and calibration done: until then
+                                    /health answers 503 "loading" and every other route 503 */
     uint64_t next_id;
     serve_metrics metrics;
     serve_conns *conns;
@@ -91,6 +93,8 @@ struct serve_job {
     serve_state *srv;
     serve_kind kind;
     bool stream, include_usage;
+    char *echo;                  /* /v1/completions with echo: the prompt's text, sent first */
+    size_t echo_len;
     bool slot;                   /* holds a slot (srv->n_slots), under srv->mu */
     char id[48];
     long long created;
@@ -114,7 +118,8 @@ struct serve_job {
     size_t sent_text;            /* bytes of text already sent as events */
     char *pending;               /* SSE bytes not yet handed to libmicrohttpd */
     size_t pending_len, pending_off, pending_cap;
-    int phase;                   /* 0: role chunk (chat), 1: text, 2: final sent, 3: [DONE] sent */
+    int phase;                   /* 0: role chunk (chat) or echo, 1: text, 2: final chunk (and the usage
+                                  * chunk, if asked for) sent, 3: [DONE] sent */
     int fd;                      /* the client's socket, to notice it is gone */
     struct MHD_Connection *conn; /* its connection, to reset the send timeout while waiting */
     bool read_closed;            /* the client half-closed (or closed): probe before cancelling */
@@ -126,7 +131,20 @@ typedef struct {
     int status;                  /* 0 = ok; else the HTTP status of the error */
     char message[256];
     const char *param, *code;
+    char param_buf[128];         /* param's text when it names no field of seer's (unknown ones) */
 } serve_error;
+
+/* serve_fields.c: the top-level request fields, each honoured or refused. */
+/* Fills e and returns NULL (for `return serve_fail(...)` in functions returning a job). */
+serve_job *serve_fail(serve_error *e, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* A field of o: absent or null (returns 0), valid (1, *out set) or an error (-1, e filled). */
+int serve_get_num(json_t *o, const char *key, double lo, double hi, double *out, serve_error *e);
+int serve_get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, serve_error *e);
+int serve_get_bool(json_t *o, const char *key, bool *out, serve_error *e);
+/* Refuses (400, e filled, false) a top-level field the endpoint does not know and a value
+ * seer cannot honour; the fields seer honours are read by serve_job_from_json. */
+bool serve_fields_check(json_t *root, serve_kind kind, serve_error *e);
 
 /* Parses a /v1/completions or /v1/chat/completions body into a job (its request made but not
  * queued). On failure fills err and returns NULL. */

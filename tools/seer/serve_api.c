@@ -5,12 +5,13 @@
  *
  * Every field is checked for its type and range before anything is queued, so a bad request
  * gets a 4xx with an OpenAI-style error object and changes nothing; null for an optional
- * field is the field left out (clients send nulls for what they do not set). Fields of the
- * OpenAI API that seer cannot honour (n > 1, logprobs, echo, nonzero presence or frequency
- * penalties, best_of, logit_bias, suffix, tools, non-text response formats) are refused
- * rather than ignored. Answers carry OpenAI's finish reasons only ("stop", "length"). The "seer" object carries what OpenAI has no field for:
- * speculation settings per request ({"spec": "ngram", "gamma": 4, ...}; "tree_size" and
- * "tree_depth" for token trees) and ignore_eos.
+ * field is the field left out (clients send nulls for what they do not set). Which top-level
+ * fields exist and which values seer refuses rather than ignores is serve_fields.c's table;
+ * this file reads the values seer honours. Answers carry OpenAI's finish reasons only
+ * ("stop", "length"); a stream with stream_options.include_usage ends with a chunk of its own
+ * holding the usage and no choice, as OpenAI's does. The "seer" object carries what OpenAI
+ * has no field for: speculation settings per request ({"spec": "ngram", "gamma": 4, ...};
+ * "tree_size" and "tree_depth" for token trees) and ignore_eos.
  */
 #include "serve.h"
 
@@ -19,20 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static serve_job *fail(serve_error *e, int status, const char *param, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static serve_job *fail(serve_error *e, int status, const char *param, const char *code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    e->status = status;
-    e->param = param;
-    e->code = code;
-    return NULL;
-}
 
 const char *serve_finish_name(seer_finish_reason f) {
     switch (f) {
@@ -88,7 +75,7 @@ void serve_job_unref(serve_job *j) {
     seer_request_free(j->req);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
-    free(j->text), free(j->ids), free(j->pending);
+    free(j->text), free(j->ids), free(j->pending), free(j->echo);
     free(j);
     pthread_mutex_lock(&srv->mu);
     srv->n_jobs--;
@@ -165,77 +152,30 @@ static void on_update(seer_request *r, void *user) {
     pthread_mutex_unlock(&srv->metrics.mu);
 }
 
-/* A number field: absent (returns 0), valid (1, *out set) or an error (-1, e filled). */
-static int get_num(json_t *o, const char *key, double lo, double hi, double *out, serve_error *e) {
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_number(v)) {
-        fail(e, 400, key, "invalid_type", "'%s' must be a number", key);
-        return -1;
-    }
-    double d = json_number_value(v);
-    if (!isfinite(d) || d < lo || d > hi) {
-        fail(e, 400, key, "invalid_value", "'%s' is %g; it must be in [%g, %g]", key, d, lo, hi);
-        return -1;
-    }
-    *out = d;
-    return 1;
-}
-
-static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, serve_error *e) {
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_integer(v)) {
-        fail(e, 400, key, "invalid_type", "'%s' must be an integer", key);
-        return -1;
-    }
-    long long d = json_integer_value(v);
-    if (d < lo || d > hi) {
-        fail(e, 400, key, "invalid_value", "'%s' is %lld; it must be in [%lld, %lld]", key, d, lo, hi);
-        return -1;
-    }
-    *out = d;
-    return 1;
-}
-
-static int get_bool(json_t *o, const char *key, bool *out, serve_error *e) {
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_boolean(v)) {
-        fail(e, 400, key, "invalid_type", "'%s' must be true or false", key);
-        return -1;
-    }
-    *out = json_is_true(v);
-    return 1;
-}
-
 /* The "seer" extension object: speculation per request. */
 static bool parse_seer(serve_state *srv, json_t *x, seer_request_params *p, serve_error *e) {
     if (!x || json_is_null(x))
         return true;
     if (!json_is_object(x)) {
-        fail(e, 400, "seer", "invalid_type", "'seer' must be an object");
+        serve_fail(e, 400, "seer", "invalid_type", "'seer' must be an object");
         return false;
     }
     json_t *k = json_object_get(x, "spec");
     if (k && !json_is_null(k)) {
         if (!json_is_string(k) || seer_spec_kind_parse(json_string_value(k), &p->spec.kind) != SEER_OK) {
-            fail(e, 400, "seer.spec", "invalid_value",
+            serve_fail(e, 400, "seer.spec", "invalid_value",
                  "'seer.spec' must be one of auto, none, streaming, retrieval, snapkv, ngram, quantkv");
             return false;
         }
         if ((p->spec.kind == SEER_SPEC_DRAFT || p->spec.kind == SEER_SPEC_HIERARCHY) && !p->spec.draft_model) {
-            fail(e, 400, "seer.spec", "invalid_value", "this server has no draft model");
+            serve_fail(e, 400, "seer.spec", "invalid_value", "this server has no draft model");
             return false;
         }
     }
     long long v;
     int r;
 #define SEER_INT(name, field, lo, hi)                                            \
-    if ((r = get_int(x, name, lo, hi, &v, e)) < 0)                               \
+    if ((r = serve_get_int(x, name, lo, hi, &v, e)) < 0)                               \
         return false;                                                            \
     if (r > 0)                                                                   \
         p->spec.field = (int)v;
@@ -250,15 +190,15 @@ static bool parse_seer(serve_state *srv, json_t *x, seer_request_params *p, serv
 #undef SEER_INT
     const int depth = p->spec.tree_depth ? p->spec.tree_depth : p->spec.gamma;
     if (p->spec.tree_size > 0 && depth > p->spec.tree_size) {
-        fail(e, 400, "seer.tree_depth", "invalid_value", "a tree's depth %d exceeds its %d nodes", depth,
+        serve_fail(e, 400, "seer.tree_depth", "invalid_value", "a tree's depth %d exceeds its %d nodes", depth,
              p->spec.tree_size);
         return false;
     }
     if (p->spec.ngram_max < p->spec.ngram_min) {
-        fail(e, 400, "seer.ngram_max", "invalid_value", "'ngram_max' must be at least 'ngram_min'");
+        serve_fail(e, 400, "seer.ngram_max", "invalid_value", "'ngram_max' must be at least 'ngram_min'");
         return false;
     }
-    if (get_bool(x, "ignore_eos", &p->ignore_eos, e) < 0)
+    if (serve_get_bool(x, "ignore_eos", &p->ignore_eos, e) < 0)
         return false;
     (void)srv;
     return true;
@@ -271,7 +211,7 @@ static char *content_text(json_t *c, serve_error *e) {
     if (json_is_string(c))
         return strdup(json_string_value(c));
     if (!json_is_array(c)) {
-        fail(e, 400, "messages", "invalid_type", "a message's content must be a string or an array of text parts");
+        serve_fail(e, 400, "messages", "invalid_type", "a message's content must be a string or an array of text parts");
         return NULL;
     }
     size_t n = 0, i;
@@ -280,7 +220,7 @@ static char *content_text(json_t *c, serve_error *e) {
         json_t *t = json_object_get(part, "text"), *ty = json_object_get(part, "type");
         if (!json_is_object(part) || !json_is_string(ty) || strcmp(json_string_value(ty), "text") ||
             !json_is_string(t)) {
-            fail(e, 400, "messages", "invalid_type", "only text content parts are supported");
+            serve_fail(e, 400, "messages", "invalid_type", "only text content parts are supported");
             return NULL;
         }
         n += json_string_length(t);
@@ -300,12 +240,12 @@ static char *content_text(json_t *c, serve_error *e) {
 /* Prompt ids of a chat: the messages rendered with the model's template. */
 static int32_t *chat_prompt(serve_state *srv, json_t *msgs, int *n, serve_error *e) {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-        fail(e, 400, "messages", "invalid_type", "'messages' must be a non-empty array");
+        serve_fail(e, 400, "messages", "invalid_type", "'messages' must be a non-empty array");
         return NULL;
     }
     const size_t nm = json_array_size(msgs);
     if (nm > 4096) {
-        fail(e, 400, "messages", "invalid_value", "too many messages");
+        serve_fail(e, 400, "messages", "invalid_value", "too many messages");
         return NULL;
     }
     seer_chat_message *m = calloc(nm, sizeof *m);
@@ -319,18 +259,18 @@ static int32_t *chat_prompt(serve_state *srv, json_t *msgs, int *n, serve_error 
     json_array_foreach(msgs, i, msg) {
         json_t *role = json_object_get(msg, "role"), *c = json_object_get(msg, "content");
         if (!json_is_object(msg) || !json_is_string(role)) {
-            fail(e, 400, "messages", "invalid_type", "message %zu needs a string 'role'", i);
+            serve_fail(e, 400, "messages", "invalid_type", "message %zu needs a string 'role'", i);
             goto out;
         }
         const char *r = json_string_value(role);
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer")) {
-            fail(e, 400, "messages", "invalid_value", "message %zu: role must be system, user or assistant", i);
+            serve_fail(e, 400, "messages", "invalid_value", "message %zu: role must be system, user or assistant", i);
             goto out;
         }
         m[i].role = !strcmp(r, "developer") ? "system" : r;
         if (!c || !(m[i].content = content_text(c, e))) {
             if (!e->status)
-                fail(e, 400, "messages", "invalid_type", "message %zu needs a 'content'", i);
+                serve_fail(e, 400, "messages", "invalid_type", "message %zu needs a 'content'", i);
             goto out;
         }
     }
@@ -339,20 +279,20 @@ static int32_t *chat_prompt(serve_state *srv, json_t *msgs, int *n, serve_error 
     buf = malloc(need + 1);
     mark = malloc(need + 1);
     if (!buf || !mark || seer_chat_render_marked(&srv->tmpl, m, (int)nm, true, buf, mark, need + 1, &len) != SEER_OK) {
-        fail(e, 400, "messages", "invalid_value", "the conversation cannot be rendered: %s", seer_last_error());
+        serve_fail(e, 400, "messages", "invalid_value", "the conversation cannot be rendered: %s", seer_last_error());
         goto out;
     }
     int cnt = 0;
     seer_status s = seer_tokenize_marked(srv->model, buf, mark, len, true, NULL, 0, &cnt);
     if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
-        fail(e, 400, "messages", "invalid_value", "the messages cannot be tokenized: %s", seer_last_error());
+        serve_fail(e, 400, "messages", "invalid_value", "the messages cannot be tokenized: %s", seer_last_error());
         goto out;
     }
     ids = malloc(sizeof(int32_t) * (cnt + 1));
     if (!ids || seer_tokenize_marked(srv->model, buf, mark, len, true, ids, cnt, &cnt) != SEER_OK) {
         free(ids);
         ids = NULL;
-        fail(e, 500, NULL, NULL, "tokenizing failed");
+        serve_fail(e, 500, NULL, NULL, "tokenizing failed");
         goto out;
     }
     *n = cnt;
@@ -367,13 +307,13 @@ static int32_t *tokenize_text(serve_state *srv, const char *t, size_t len, int *
     int cnt = 0;
     seer_status s = seer_tokenize(srv->model, t, len, true, false, NULL, 0, &cnt);
     if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
-        fail(e, 400, "prompt", "invalid_value", "the prompt cannot be tokenized: %s", seer_last_error());
+        serve_fail(e, 400, "prompt", "invalid_value", "the prompt cannot be tokenized: %s", seer_last_error());
         return NULL;
     }
     int32_t *ids = malloc(sizeof(int32_t) * (cnt + 1));
     if (!ids || seer_tokenize(srv->model, t, len, true, false, ids, cnt, &cnt) != SEER_OK) {
         free(ids);
-        fail(e, 500, NULL, NULL, "tokenizing failed");
+        serve_fail(e, 500, NULL, NULL, "tokenizing failed");
         return NULL;
     }
     *n = cnt;
@@ -390,7 +330,7 @@ static int32_t *completion_prompt(serve_state *srv, json_t *p, int *n, serve_err
         const size_t np = json_array_size(p);
         const int V = seer_n_vocab(srv->model);
         if (np > (size_t)srv->n_ctx) {
-            fail(e, 400, "prompt", "context_length_exceeded", "the prompt has %zu tokens; the context holds %d", np, srv->n_ctx);
+            serve_fail(e, 400, "prompt", "context_length_exceeded", "the prompt has %zu tokens; the context holds %d", np, srv->n_ctx);
             return NULL;
         }
         int32_t *ids = malloc(sizeof(int32_t) * np);
@@ -401,7 +341,7 @@ static int32_t *completion_prompt(serve_state *srv, json_t *p, int *n, serve_err
         json_array_foreach(p, i, v) {
             if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= V) {
                 free(ids);
-                fail(e, 400, "prompt", "invalid_value", "prompt token %zu is not an id of the vocabulary", i);
+                serve_fail(e, 400, "prompt", "invalid_value", "prompt token %zu is not an id of the vocabulary", i);
                 return NULL;
             }
             ids[i] = (int32_t)json_integer_value(v);
@@ -409,64 +349,39 @@ static int32_t *completion_prompt(serve_state *srv, json_t *p, int *n, serve_err
         *n = (int)np;
         return ids;
     }
-    fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string, an array of one string or an array of token ids");
+    serve_fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string, an array of one string or an array of token ids");
     return NULL;
 }
 
-/* Fields of the OpenAI API that seer cannot honour: refused unless absent, null or their
- * neutral value (0 penalties, false logprobs and echo, best_of 1, no bias, suffix, tools or
- * response format other than text). */
-static bool only_supported(json_t *root, serve_error *e) {
-    double dv;
-    long long iv;
-    bool flag;
-    int r;
-    for (int k = 0; k < 2; k++) {
-        const char *key = k ? "frequency_penalty" : "presence_penalty";
-        if ((r = get_num(root, key, -2, 2, &dv, e)) < 0)
-            return false;
-        if (r && dv != 0) {
-            fail(e, 400, key, "unsupported", "'%s' is not supported (only 0)", key);
-            return false;
+/* The text of token ids as the detokenizer writes generated text (control tokens have none; a
+ * BOS drops the space SentencePiece puts before the first word): what `echo` sends of a
+ * prompt given as ids. NULL when out of memory. */
+static char *ids_text(serve_state *srv, const int32_t *ids, int n, size_t *len) {
+    seer_detok *d = NULL;
+    size_t cap = 256, used = 0;
+    char *s = malloc(cap);
+    if (!s || seer_detok_init(srv->model, &d) != SEER_OK) {
+        free(s);
+        return NULL;
+    }
+    for (int i = 0; i <= n; i++) {
+        int k;
+        /* a piece that does not fit consumes nothing: the room doubles until it does */
+        while ((k = i < n ? seer_detok_push(d, ids[i], s + used, (int)(cap - used))
+                          : seer_detok_flush(d, s + used, (int)(cap - used))) < 0) {
+            char *p = cap < ((size_t)1 << 30) ? realloc(s, cap * 2) : NULL;
+            if (!p) {
+                free(s);
+                seer_detok_free(d);
+                return NULL;
+            }
+            s = p, cap *= 2;
         }
+        used += (size_t)k;
     }
-    json_t *lp = json_object_get(root, "logprobs");
-    if (lp && !json_is_null(lp) && !json_is_false(lp)) {
-        fail(e, 400, "logprobs", "unsupported", "'logprobs' is not supported");
-        return false;
-    }
-    if ((r = get_bool(root, "echo", &flag, e)) < 0)
-        return false;
-    if (r && flag) {
-        fail(e, 400, "echo", "unsupported", "'echo' is not supported");
-        return false;
-    }
-    if (get_int(root, "best_of", 1, 1, &iv, e) < 0 || get_int(root, "top_logprobs", 0, 0, &iv, e) < 0) {
-        snprintf(e->message, sizeof e->message, "'%s' is not supported (only %s)", e->param,
-                 !strcmp(e->param, "best_of") ? "1" : "0");
-        e->code = "unsupported";
-        return false;
-    }
-    static const char *const empty_only[] = {"logit_bias", "suffix", "tools", "functions"};
-    for (size_t k = 0; k < sizeof empty_only / sizeof *empty_only; k++) {
-        json_t *v = json_object_get(root, empty_only[k]);
-        const bool empty = !v || json_is_null(v) || (json_is_object(v) && json_object_size(v) == 0) ||
-                           (json_is_array(v) && json_array_size(v) == 0) ||
-                           (json_is_string(v) && json_string_length(v) == 0);
-        if (!empty) {
-            fail(e, 400, empty_only[k], "unsupported", "'%s' is not supported", empty_only[k]);
-            return false;
-        }
-    }
-    json_t *rf = json_object_get(root, "response_format");
-    if (rf && !json_is_null(rf)) {
-        json_t *ty = json_object_get(rf, "type");
-        if (!json_is_object(rf) || !json_is_string(ty) || strcmp(json_string_value(ty), "text")) {
-            fail(e, 400, "response_format", "unsupported", "only the 'text' response format is supported");
-            return false;
-        }
-    }
-    return true;
+    seer_detok_free(d);
+    *len = used;
+    return s;
 }
 
 serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *body, size_t len,
@@ -475,7 +390,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     json_error_t je;
     json_t *root = json_loadb(body, len, 0, &je);
     if (!root)
-        return fail(e, 400, NULL, "invalid_json", "the body is not valid JSON: %s (at byte %d)", je.text, je.position);
+        return serve_fail(e, 400, NULL, "invalid_json", "the body is not valid JSON: %s (at byte %d)", je.text, je.position);
     serve_job *j = NULL;
     int32_t *ids = NULL;
     int n = 0;
@@ -486,79 +401,107 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     p.spec = srv->spec;
     p.max_tokens = srv->default_max_tokens;
     bool stream = false, include_usage = false;
+    char *echo_text = NULL;
+    size_t echo_len = 0;
     long long iv;
     double dv;
     int r;
     if (!json_is_object(root)) {
-        fail(e, 400, NULL, "invalid_type", "the body must be a JSON object");
+        serve_fail(e, 400, NULL, "invalid_type", "the body must be a JSON object");
+        goto out;
+    }
+    if (!serve_fields_check(root, kind, e)) {
+        if (e->param && !strcmp(e->code, "unknown_parameter")) { /* the name lives in root */
+            snprintf(e->param_buf, sizeof e->param_buf, "%s", e->param);
+            e->param = e->param_buf;
+        }
         goto out;
     }
     json_t *model = json_object_get(root, "model");
     if (model && !json_is_null(model)) {
         if (!json_is_string(model)) {
-            fail(e, 400, "model", "invalid_type", "'model' must be a string");
+            serve_fail(e, 400, "model", "invalid_type", "'model' must be a string");
             goto out;
         }
         if (strcmp(json_string_value(model), srv->model_id)) {
-            fail(e, 404, "model", "model_not_found", "the model '%.100s' does not exist (this server serves '%.100s')",
+            serve_fail(e, 404, "model", "model_not_found", "the model '%.100s' does not exist (this server serves '%.100s')",
                  json_string_value(model), srv->model_id);
             goto out;
         }
     }
-    if (get_bool(root, "stream", &stream, e) < 0)
+    if (serve_get_bool(root, "stream", &stream, e) < 0)
         goto out;
     json_t *so = json_object_get(root, "stream_options");
+    if (so && !json_is_null(so) && !stream) { /* as OpenAI: it would have no effect */
+        serve_fail(e, 400, "stream_options", "invalid_value", "'stream_options' is only allowed when 'stream' is true");
+        goto out;
+    }
     if (so && !json_is_null(so)) {
-        if (!json_is_object(so) || get_bool(so, "include_usage", &include_usage, e) < 0) {
-            if (!e->status)
-                fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
+        bool obfuscate = false;
+        const char *k;
+        json_t *x;
+        if (!json_is_object(so) || serve_get_bool(so, "include_usage", &include_usage, e) < 0 ||
+            serve_get_bool(so, "include_obfuscation", &obfuscate, e) < 0) {
+            serve_fail(e, 400, "stream_options", "invalid_type",
+                       "'stream_options' must be an object of booleans (include_usage)");
             goto out;
         }
+        if (obfuscate) {
+            serve_fail(e, 400, "stream_options", "unsupported",
+                       "'stream_options.include_obfuscation' is not supported (only false)");
+            goto out;
+        }
+        json_object_foreach(so, k, x) {
+            if (!json_is_null(x) && strcmp(k, "include_usage") && strcmp(k, "include_obfuscation")) {
+                serve_fail(e, 400, "stream_options", "unknown_parameter",
+                           "unknown parameter 'stream_options.%.100s'", k);
+                goto out;
+            }
+        }
     }
+    bool echo = false;
+    if (serve_get_bool(root, "echo", &echo, e) < 0)
+        goto out;
     json_t *mct = json_object_get(root, "max_completion_tokens");
     const char *mt = mct && !json_is_null(mct) ? "max_completion_tokens" : "max_tokens";
-    if ((r = get_int(root, mt, 1, 1 << 24, &iv, e)) < 0)
+    if ((r = serve_get_int(root, mt, 1, 1 << 24, &iv, e)) < 0)
         goto out;
     if (r)
         p.max_tokens = (int)iv;
-    if ((r = get_num(root, "temperature", 0, 2, &dv, e)) < 0)
+    if ((r = serve_get_num(root, "temperature", 0, 2, &dv, e)) < 0)
         goto out;
     if (r)
         p.sampler.temperature = (float)dv;
-    if ((r = get_num(root, "top_p", 1e-9, 1, &dv, e)) < 0)
+    if ((r = serve_get_num(root, "top_p", 1e-9, 1, &dv, e)) < 0)
         goto out;
     if (r)
         p.sampler.top_p = (float)dv;
-    if ((r = get_int(root, "top_k", 0, 1 << 24, &iv, e)) < 0)
+    if ((r = serve_get_int(root, "top_k", 0, 1 << 24, &iv, e)) < 0)
         goto out;
     if (r)
         p.sampler.top_k = (int)iv;
-    if ((r = get_num(root, "min_p", 0, 1, &dv, e)) < 0)
+    if ((r = serve_get_num(root, "min_p", 0, 1, &dv, e)) < 0)
         goto out;
     if (r)
         p.sampler.min_p = (float)dv;
-    if ((r = get_num(root, "repeat_penalty", 1e-3, 100, &dv, e)) < 0)
+    if ((r = serve_get_num(root, "repeat_penalty", 1e-3, 100, &dv, e)) < 0)
         goto out;
     if (r)
         p.sampler.repeat_penalty = (float)dv;
     json_t *seed = json_object_get(root, "seed");
     if (seed && !json_is_null(seed)) {
         if (!json_is_integer(seed)) {
-            fail(e, 400, "seed", "invalid_type", "'seed' must be an integer");
+            serve_fail(e, 400, "seed", "invalid_type", "'seed' must be an integer");
             goto out;
         }
         p.sampler.seed = (uint64_t)json_integer_value(seed);
     }
-    if ((r = get_int(root, "n", 1, 1, &iv, e)) < 0)
-        goto out;
-    if (!only_supported(root, e))
-        goto out;
     json_t *stop = json_object_get(root, "stop");
     if (stop && !json_is_null(stop)) {
         json_t *one = json_is_string(stop) ? stop : NULL;
         n_stop = one ? 1 : json_is_array(stop) ? json_array_size(stop) : (size_t)-1;
         if (n_stop > 4) {
-            fail(e, 400, "stop", "invalid_type", "'stop' must be a string or an array of up to 4 strings");
+            serve_fail(e, 400, "stop", "invalid_type", "'stop' must be a string or an array of up to 4 strings");
             goto out;
         }
         stops = calloc(n_stop ? n_stop : 1, sizeof *stops);
@@ -566,7 +509,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
             json_t *s = one ? one : json_array_get(stop, k);
             if (!json_is_string(s) || json_string_length(s) < 1 || json_string_length(s) > 256 ||
                 strlen(json_string_value(s)) != json_string_length(s)) {
-                fail(e, 400, "stop", "invalid_value", "each stop string must have 1 to 256 bytes");
+                serve_fail(e, 400, "stop", "invalid_value", "each stop string must have 1 to 256 bytes");
                 goto out;
             }
             stops[k] = json_string_value(s);
@@ -581,27 +524,38 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     } else {
         json_t *pr = json_object_get(root, "prompt");
         if (!pr || json_is_null(pr)) {
-            fail(e, 400, "prompt", "missing", "'prompt' is required");
+            serve_fail(e, 400, "prompt", "missing", "'prompt' is required");
             goto out;
         }
         ids = completion_prompt(srv, pr, &n, e);
+        if (ids && echo) {
+            json_t *one = json_is_array(pr) && json_is_string(json_array_get(pr, 0)) ? json_array_get(pr, 0) : pr;
+            echo_len = json_is_string(one) ? json_string_length(one) : 0;
+            echo_text = json_is_string(one) ? malloc(echo_len + 1) : ids_text(srv, ids, n, &echo_len);
+            if (!echo_text) {
+                serve_fail(e, 500, NULL, NULL, "out of memory");
+                goto out;
+            }
+            if (json_is_string(one))
+                memcpy(echo_text, json_string_value(one), echo_len + 1);
+        }
     }
     if (!ids) {
         if (!e->status)
-            fail(e, 500, NULL, NULL, "out of memory");
+            serve_fail(e, 500, NULL, NULL, "out of memory");
         goto out;
     }
     if (n < 1) {
-        fail(e, 400, "prompt", "invalid_value", "the prompt is empty");
+        serve_fail(e, 400, "prompt", "invalid_value", "the prompt is empty");
         goto out;
     }
     if (n >= srv->n_ctx) {
-        fail(e, 400, kind == JOB_CHAT ? "messages" : "prompt", "context_length_exceeded",
+        serve_fail(e, 400, kind == JOB_CHAT ? "messages" : "prompt", "context_length_exceeded",
              "the prompt has %d tokens; the context holds %d", n, srv->n_ctx);
         goto out;
     }
     if (srv->max_prompt > 0 && n > srv->max_prompt) {
-        fail(e, 400, kind == JOB_CHAT ? "messages" : "prompt", "prompt_too_long",
+        serve_fail(e, 400, kind == JOB_CHAT ? "messages" : "prompt", "prompt_too_long",
              "the prompt has %d tokens; this server takes at most %d", n, srv->max_prompt);
         goto out;
     }
@@ -609,7 +563,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
         p.max_tokens = srv->n_ctx - n;
     j = calloc(1, sizeof *j);
     if (!j) {
-        fail(e, 500, NULL, NULL, "out of memory");
+        serve_fail(e, 500, NULL, NULL, "out of memory");
         goto out;
     }
     pthread_mutex_init(&j->mu, NULL);
@@ -618,6 +572,8 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     j->kind = kind;
     j->stream = stream;
     j->include_usage = include_usage;
+    j->echo = echo_text, j->echo_len = echo_len;
+    echo_text = NULL;
     j->created = (long long)time(NULL);
     j->n_prompt = n;
     j->refs = 1;
@@ -625,9 +581,10 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     p.on_update = on_update;
     p.user = j;
     if (seer_request_new(srv->model, ids, n, &p, &j->req) != SEER_OK) {
-        fail(e, 400, NULL, "invalid_value", "%s", seer_last_error());
+        serve_fail(e, 400, NULL, "invalid_value", "%s", seer_last_error());
         pthread_mutex_destroy(&j->mu);
         pthread_cond_destroy(&j->cv);
+        free(j->echo);
         free(j);
         j = NULL;
         goto out;
@@ -639,6 +596,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     pthread_mutex_unlock(&srv->mu);
 out:
     free(ids);
+    free(echo_text);
     free(stops);
     json_decref(root);
     return j;
@@ -667,9 +625,21 @@ char *serve_job_response(serve_job *j) {
         choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:n}", "index", 0, "message", "role", "assistant",
                            "content", j->text ? j->text : "", j->text_len,
                            "finish_reason", fin ? json_string(fin) : json_null(), "logprobs");
-    else
-        choice = json_pack("{s:i,s:s%,s:n,s:o}", "index", 0, "text", j->text ? j->text : "", j->text_len,
-                           "logprobs", "finish_reason", fin ? json_string(fin) : json_null());
+    else {
+        /* echo: the prompt's text, then the completion's */
+        const size_t n = j->echo_len + j->text_len;
+        char *t = malloc(n + 1);
+        if (!t)
+            return NULL;
+        if (j->echo_len)
+            memcpy(t, j->echo, j->echo_len);
+        if (j->text_len)
+            memcpy(t + j->echo_len, j->text, j->text_len);
+        t[n] = 0;
+        choice = json_pack("{s:i,s:s%,s:n,s:o}", "index", 0, "text", t, n, "logprobs", "finish_reason",
+                           fin ? json_string(fin) : json_null());
+        free(t);
+    }
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:o}", "id", j->id, "object",
                           j->kind == JOB_CHAT ? "chat.completion" : "text_completion", "created",
                           (json_int_t)j->created, "model", model_of(j), "choices", choice,
@@ -703,10 +673,21 @@ static bool push_event(serve_job *j, json_t *o) {
     return true;
 }
 
+/* A chunk of a stream with one choice, or none (the usage chunk). With include_usage every
+ * chunk but the usage chunk has "usage": null, as OpenAI's. */
 static json_t *chunk(serve_job *j, json_t *choice) {
-    return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object",
-                     j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-                     (json_int_t)j->created, "model", model_of(j), "choices", choice);
+    json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", j->id, "object",
+                          j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                          (json_int_t)j->created, "model", model_of(j), "choices");
+    if (!c) {
+        json_decref(choice);
+        return NULL;
+    }
+    if (choice)
+        json_array_append_new(json_object_get(c, "choices"), choice);
+    if (j->include_usage)
+        json_object_set_new(c, "usage", choice ? json_null() : usage_of(j));
+    return c;
 }
 
 static json_t *choice_of(serve_job *j, const char *text, size_t n, const char *fin) {
@@ -725,6 +706,8 @@ bool serve_job_next_events(serve_job *j) {
         if (j->kind == JOB_CHAT && !j->failed)
             return push_event(j, chunk(j, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta", "role",
                                                     "assistant", "content", "", "logprobs", "finish_reason")));
+        if (j->echo_len && !j->failed)
+            return push_event(j, chunk(j, choice_of(j, j->echo, j->echo_len, NULL)));
     }
     if (j->phase == 1 && (j->failed || (j->done && j->finish == SEER_FINISH_ERROR))) {
         serve_error e = {.status = j->failed ? 400 : 500, .code = j->failed ? "invalid_value" : "generation_failed"};
@@ -744,10 +727,9 @@ bool serve_job_next_events(serve_job *j) {
         json_t *c = chunk(j, choice_of(j, NULL, 0, serve_finish_api(j->finish)));
         if (c)
             json_object_set_new(c, "seer", seer_of(j));
-        if (c && j->include_usage)
-            json_object_set_new(c, "usage", usage_of(j));
         j->phase = 2;
-        return push_event(j, c);
+        /* the totals on a chunk of their own with no choice, as OpenAI's and llama-server's */
+        return push_event(j, c) && (!j->include_usage || push_event(j, chunk(j, NULL)));
     }
     if (j->phase == 2) {
         const char *d = "data: [DONE]\n\n";
