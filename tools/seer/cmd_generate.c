@@ -201,6 +201,95 @@ static int parse(int argc, char **argv, gen_opts *o) {
     return -1;
 }
 
+/* What one generation produced, for its JSON object and its statistics lines. */
+typedef struct {
+    const int32_t *ids, *gen_ids;
+    int n_prompt, n_gen;
+    const char *text;
+    size_t text_len;
+    double prefill_s, decode_s, pf_tps, dec_tps, acc_rate, per_round;
+    seer_spec_stats st;
+} gen_result;
+
+/* The --json object (NULL after saying why: the text is not valid UTF-8). */
+static json_t *gen_json(const gen_opts *o, seer_context *ctx, seer_gen *gen, const gen_result *r) {
+    json_t *pids = json_array(), *gids = json_array();
+    for (int i = 0; i < r->n_prompt; i++)
+        json_array_append_new(pids, json_integer(r->ids[i]));
+    for (int i = 0; i < r->n_gen; i++)
+        json_array_append_new(gids, json_integer(r->gen_ids[i]));
+    seer_kv_memory km;
+    seer_context_kv_memory(ctx, &km);
+    json_t *out = json_pack("{s:o, s:o, s:s%, s:{s:i, s:i, s:f, s:f, s:f, s:f}, s:{s:s, s:i, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f}, "
+                            "s:{s:I, s:I, s:i, s:I, s:I}}",
+                            "prompt_ids", pids, "generated_ids", gids, "text", r->text, r->text_len,
+                            "stats", "prompt_tokens", r->n_prompt, "generated_tokens", r->n_gen,
+                            "prefill_tok_s", r->pf_tps, "decode_tok_s", r->dec_tps, "prefill_s", r->prefill_s,
+                            "decode_s", r->decode_s,
+                            "spec", "kind", seer_spec_kind_name(o->spec.kind), "gamma", o->spec.gamma,
+                            "budget", o->spec.budget, "rounds", (json_int_t)r->st.rounds,
+                            "drafted", (json_int_t)r->st.drafted, "accepted", (json_int_t)r->st.accepted,
+                            "acceptance", r->acc_rate, "tokens_per_round", r->per_round,
+                            "draft_s", r->st.t_draft_s, "verify_s", r->st.t_verify_s,
+                            "kv", "bytes_committed", (json_int_t)km.bytes_committed,
+                            "bytes_reserved", (json_int_t)km.bytes_reserved, "quant_bits", km.quant_bits,
+                            "quant_bytes_committed", (json_int_t)km.quant_bytes_committed,
+                            "quant_bytes_reserved", (json_int_t)km.quant_bytes_reserved);
+    json_t *jspec = out ? json_object_get(out, "spec") : NULL;
+    if (jspec && o->spec.kind == SEER_SPEC_AUTO) {
+        seer_spec_auto_stats as;
+        seer_gen_auto_stats(gen, &as);
+        json_object_set_new(jspec, "auto", cli_auto_json(&as));
+    }
+    if (jspec && o->spec.tree_size != 0) {
+        json_object_set_new(jspec, "tree_size", json_integer(o->spec.tree_size));
+        json_object_set_new(jspec, "tree_depth", json_integer(o->spec.tree_depth));
+    }
+    if (jspec) /* the type of the weights the draft steps multiply by, or none */
+        json_object_set_new(jspec, "draft_weights",
+                            json_string(o->spec.draft_weights ? o->spec_weights : "none"));
+    if (jspec && o->spec.kind == SEER_SPEC_HIERARCHY) {
+        json_object_set_new(jspec, "hier_base", json_string(seer_spec_kind_name(o->spec.hier_base)));
+        json_object_set_new(jspec, "hier_gamma", json_integer(o->spec.hier_gamma));
+    }
+    if (!out)
+        fprintf(stderr, "seer generate: generated text is not valid UTF-8\n");
+    return out;
+}
+
+/* The statistics lines on stderr. */
+static void print_stats(const gen_opts *o, seer_context *ctx, seer_gen *gen, const seer_model_info *info, int n_ctx,
+                        const gen_result *r) {
+    fprintf(stderr, "seer: prompt %d tokens, prefill %.1f tok/s; generated %d tokens, decode %.1f tok/s (%s)\n",
+            r->n_prompt, r->pf_tps, r->n_gen, r->dec_tps, info->backend);
+    seer_kv_memory km;
+    seer_context_kv_memory(ctx, &km);
+    fprintf(stderr, "seer: KV cache %.2f MiB committed of %.2f MiB reserved (context %d tokens)\n",
+            km.bytes_committed / 1048576.0, km.bytes_reserved / 1048576.0, n_ctx);
+    char tree[96] = "";
+    if (o->spec.tree_size < 0)
+        snprintf(tree, sizeof tree, " tree of automatic size, depth %d", o->spec.tree_depth);
+    else if (o->spec.tree_size > 0)
+        snprintf(tree, sizeof tree, " tree of %d nodes, depth %d%s", o->spec.tree_size, o->spec.tree_depth,
+                 o->spec.tree_replan ? ", shape re-planned online" : "");
+    else if (o->spec.kind == SEER_SPEC_HIERARCHY) /* draft: the middle level's time, bottom's within */
+        snprintf(tree, sizeof tree, " (draft model -> %s view, %d per middle call)",
+                 seer_spec_kind_name(o->spec.hier_base), o->spec.hier_gamma);
+    if (km.quant_bits)
+        fprintf(stderr, "seer: of which the %d-bit KV copy: %.2f MiB committed of %.2f MiB reserved\n",
+                km.quant_bits, km.quant_bytes_committed / 1048576.0, km.quant_bytes_reserved / 1048576.0);
+    if (o->spec.kind == SEER_SPEC_AUTO) {
+        seer_spec_auto_stats as;
+        seer_gen_auto_stats(gen, &as);
+        cli_auto_print("generate", &as);
+    }
+    if (o->spec.kind != SEER_SPEC_NONE)
+        fprintf(stderr, "seer: spec %s%s: drafted %lld, accepted %lld (%.1f%%), %.2f tokens per verification, "
+                        "draft %.3f s, verify %.3f s\n",
+                seer_spec_kind_name(o->spec.kind), tree, (long long)r->st.drafted, (long long)r->st.accepted,
+                100 * r->acc_rate, r->per_round, r->st.t_draft_s, r->st.t_verify_s);
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_opts o = {.n_predict = -1, .sp = seer_sampler_default_params(),
                   .spec = seer_spec_default_params(), .backend = SEER_BACKEND_AUTO};
@@ -378,50 +467,13 @@ int cmd_generate(int argc, char **argv) {
     double dec_tps = n_steps / (t2 - t1 > 0 ? t2 - t1 : 1e-9);
     double acc_rate = st.drafted ? (double)st.accepted / st.drafted : 0;
     double per_round = st.rounds ? (double)(st.emitted - 1) / st.rounds : 0;
+    gen_result res = {.ids = ids, .n_prompt = n_prompt, .gen_ids = gen_ids, .n_gen = n_gen,
+                      .text = text.s ? text.s : "", .text_len = text.n, .prefill_s = t1 - t0,
+                      .decode_s = t2 - t1, .pf_tps = pf_tps, .dec_tps = dec_tps, .acc_rate = acc_rate,
+                      .per_round = per_round, .st = st};
     if (o.json) {
-        json_t *pids = json_array(), *gids = json_array();
-        for (int i = 0; i < n_prompt; i++)
-            json_array_append_new(pids, json_integer(ids[i]));
-        for (int i = 0; i < n_gen; i++)
-            json_array_append_new(gids, json_integer(gen_ids[i]));
-        seer_kv_memory km;
-        seer_context_kv_memory(ctx, &km);
-        out = json_pack("{s:o, s:o, s:s%, s:{s:i, s:i, s:f, s:f, s:f, s:f}, s:{s:s, s:i, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f}, "
-                        "s:{s:I, s:I, s:i, s:I, s:I}}",
-                        "prompt_ids", pids, "generated_ids", gids, "text", text.s ? text.s : "", text.n,
-                        "stats", "prompt_tokens", n_prompt, "generated_tokens", n_gen,
-                        "prefill_tok_s", pf_tps, "decode_tok_s", dec_tps, "prefill_s", t1 - t0,
-                        "decode_s", t2 - t1,
-                        "spec", "kind", seer_spec_kind_name(o.spec.kind), "gamma", o.spec.gamma,
-                        "budget", o.spec.budget, "rounds", (json_int_t)st.rounds,
-                        "drafted", (json_int_t)st.drafted, "accepted", (json_int_t)st.accepted,
-                        "acceptance", acc_rate, "tokens_per_round", per_round,
-                        "draft_s", st.t_draft_s, "verify_s", st.t_verify_s,
-                        "kv", "bytes_committed", (json_int_t)km.bytes_committed,
-                        "bytes_reserved", (json_int_t)km.bytes_reserved, "quant_bits", km.quant_bits,
-                        "quant_bytes_committed", (json_int_t)km.quant_bytes_committed,
-                        "quant_bytes_reserved", (json_int_t)km.quant_bytes_reserved);
-        json_t *jspec = out ? json_object_get(out, "spec") : NULL;
-        if (jspec && o.spec.kind == SEER_SPEC_AUTO) {
-            seer_spec_auto_stats as;
-            seer_gen_auto_stats(gen, &as);
-            json_object_set_new(jspec, "auto", cli_auto_json(&as));
-        }
-        if (jspec && o.spec.tree_size != 0) {
-            json_object_set_new(jspec, "tree_size", json_integer(o.spec.tree_size));
-            json_object_set_new(jspec, "tree_depth", json_integer(o.spec.tree_depth));
-        }
-        if (jspec) /* the type of the weights the draft steps multiply by, or none */
-            json_object_set_new(jspec, "draft_weights",
-                                json_string(o.spec.draft_weights ? o.spec_weights : "none"));
-        if (jspec && o.spec.kind == SEER_SPEC_HIERARCHY) {
-            json_object_set_new(jspec, "hier_base", json_string(seer_spec_kind_name(o.spec.hier_base)));
-            json_object_set_new(jspec, "hier_gamma", json_integer(o.spec.hier_gamma));
-        }
-        if (!out) {
-            fprintf(stderr, "seer generate: generated text is not valid UTF-8\n");
+        if (!(out = gen_json(&o, ctx, gen, &res)))
             goto done;
-        }
         char *js = json_dumps(out, JSON_COMPACT);
         if (!js) {
             fprintf(stderr, "seer generate: out of memory\n");
@@ -433,34 +485,7 @@ int cmd_generate(int argc, char **argv) {
     cli_out("\n", 1, false);
     if (!cli_stdout_done("generate"))
         goto done;
-    fprintf(stderr, "seer: prompt %d tokens, prefill %.1f tok/s; generated %d tokens, decode %.1f tok/s (%s)\n",
-            n_prompt, pf_tps, n_gen, dec_tps, info.backend);
-    seer_kv_memory km;
-    seer_context_kv_memory(ctx, &km);
-    fprintf(stderr, "seer: KV cache %.2f MiB committed of %.2f MiB reserved (context %d tokens)\n",
-            km.bytes_committed / 1048576.0, km.bytes_reserved / 1048576.0, n_ctx);
-    char tree[96] = "";
-    if (o.spec.tree_size < 0)
-        snprintf(tree, sizeof tree, " tree of automatic size, depth %d", o.spec.tree_depth);
-    else if (o.spec.tree_size > 0)
-        snprintf(tree, sizeof tree, " tree of %d nodes, depth %d%s", o.spec.tree_size, o.spec.tree_depth,
-                 o.spec.tree_replan ? ", shape re-planned online" : "");
-    else if (o.spec.kind == SEER_SPEC_HIERARCHY) /* draft: the middle level's time, bottom's within */
-        snprintf(tree, sizeof tree, " (draft model -> %s view, %d per middle call)",
-                 seer_spec_kind_name(o.spec.hier_base), o.spec.hier_gamma);
-    if (km.quant_bits)
-        fprintf(stderr, "seer: of which the %d-bit KV copy: %.2f MiB committed of %.2f MiB reserved\n",
-                km.quant_bits, km.quant_bytes_committed / 1048576.0, km.quant_bytes_reserved / 1048576.0);
-    if (o.spec.kind == SEER_SPEC_AUTO) {
-        seer_spec_auto_stats as;
-        seer_gen_auto_stats(gen, &as);
-        cli_auto_print("generate", &as);
-    }
-    if (o.spec.kind != SEER_SPEC_NONE)
-        fprintf(stderr, "seer: spec %s%s: drafted %lld, accepted %lld (%.1f%%), %.2f tokens per verification, "
-                        "draft %.3f s, verify %.3f s\n",
-                seer_spec_kind_name(o.spec.kind), tree, (long long)st.drafted, (long long)st.accepted,
-                100 * acc_rate, per_round, st.t_draft_s, st.t_verify_s);
+    print_stats(&o, ctx, gen, &info, n_ctx, &res);
     if (trace && (s = seer_accept_trace_save(trace, o.trace_file)) != SEER_OK) {
         cli_error("acceptance trace", s);
         goto done;
