@@ -474,13 +474,40 @@ void seer_gen_auto_stats(const seer_gen *g, seer_spec_auto_stats *out);
  * round was counted. */
 void seer_spec_auto_speedups(const seer_spec_auto_stats *st, double *predicted, double *measured);
 
-/* Cost tables. Calibration measures one on ctx within about time_s seconds (a few hundred
- * ms on small models); it needs ctx's sequences free (up to 4 of them are used), a context
- * of at least 73 tokens, and the draft model (may be NULL) in a context of its own that it
- * makes and frees. The file is a small text cache keyed by model and device. */
+/* Cost tables. Calibration measures one on ctx within time_s seconds (0: the default
+ * budget; a few hundred ms suffice for the whole table of a small model); it needs ctx's
+ * sequences free (up to 4 of them are used), a context of at least 73 tokens, and the draft
+ * model (may be NULL) in a context of its own that it makes and frees. The file is a small
+ * text cache keyed by model and device. */
 seer_status seer_spec_cost_calibrate(seer_context *ctx, seer_model *draft_model, double time_s,
                                      seer_spec_cost **out);
-/* A table of one operating point, measured within about time_s seconds on the caller's n_seq
+/* Calibration with its options. budget_s bounds the measuring: no call starts that is
+ * predicted to end past it; the most informative cells are measured first, then the cheapest,
+ * and the rest are estimated from them (time = a + b * tokens + c * KV rows read) and marked,
+ * so that auto trusts them less (an option that reads an estimated cell must win by a margin;
+ * a drafter with nothing measured gets no row). A table with estimated cells is partial
+ * (seer_spec_cost_count); given as prev to a later calibration of the same model and
+ * context shape, its measured cells are kept and the budget goes to the rest. progress, when
+ * set, is called after every measured cell and once at the end (done). */
+typedef struct {
+    int measured, total;   /* cells of the table measured (this run and prev's) and in all */
+    double elapsed_s, budget_s;
+    bool done;
+} seer_spec_calibrate_progress;
+typedef struct {
+    double budget_s;             /* seconds; 0: seer_spec_cost_default_budget */
+    seer_model *draft_model;     /* measure its step too (NULL: none) */
+    const seer_spec_cost *prev;  /* a partial table to continue (NULL: none) */
+    void (*progress)(void *user, const seer_spec_calibrate_progress *p);
+    void *progress_user;
+} seer_spec_calibrate_params;
+seer_spec_calibrate_params seer_spec_calibrate_default_params(void);
+seer_status seer_spec_cost_measure(seer_context *ctx, seer_spec_calibrate_params p, seer_spec_cost **out);
+/* The default bound on calibration: 10 s on the CPU, 2 s on a GPU. */
+double seer_spec_cost_default_budget(const seer_context *ctx);
+/* Cells of the table measured and in all; measured < total: partial, the rest estimated. */
+void seer_spec_cost_count(const seer_spec_cost *c, int *measured, int *total);
+/* A table of one operating point, measured in about time_s seconds (at most 30 times that) on the caller's n_seq
  * sequences of ctx as they are (each holding the same number of tokens L; rewound to L after
  * every call, left as found): the target's step, verification of up to 17 tokens per sequence
  * (as many as the batch limit holds), the sparse-view draft step at each budget below L

@@ -31,6 +31,8 @@ rm -rf "$out/seeds"
 mkdir -p "$out/seeds/gguf" "$out/seeds/tokenizer" "$out/seeds/cost" "$out/seeds/trace" "$out/artifacts"
 printf 'seer-cost 1\nkey m@cpu\nb 1 4\nl 64 1024\nn 4 8\ntarget 1e-3 2e-3 3e-3 4e-3\nverify 4 2e-3 3e-3 4e-3 5e-3\nverify 8 3e-3 4e-3 5e-3 6e-3\ndraft streaming 16 1e-4 1e-4 2e-4 2e-4\ndraft ngram 0 0 0 0 0\nend\n' \
   > "$out/seeds/cost/valid.cost"
+printf 'seer-cost 2\nkey m@cpu\nb 1 4\nl 64 1024\nn 4\ntarget 1e-3 2e-3 3e-3 4e-3\nest target 0 0 1 1\nverify 4 2e-3 3e-3 4e-3 5e-3\nest verify 4 0 1 1 1\ndraft streaming 16 1e-4 1e-4 2e-4 2e-4\nest draft streaming 16 0 0 0 1\ndraft ngram 0 0 0 0 0\nend\n' \
+  > "$out/seeds/cost/partial.cost"
 printf 'seer-accept-trace 1\n# a comment\nseq streaming 256 3/4 4/4 0/4\nseq retrieval 512 1/2 2/2\nseq ngram 0 0/1\nend\n' \
   > "$out/seeds/trace/valid.trace"
 "$out/make_seeds" "$out/seeds/gguf" "$out/seeds/tokenizer"

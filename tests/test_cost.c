@@ -417,6 +417,116 @@ static void expect_bad_edit(const char *prefix, const char *line) {
     expect_bad(buf, strlen(buf), why);
 }
 
+/* Version 2's estimate flags (a partial calibration): read, kept through the file, trusted
+ * less by the planner; every misplaced or malformed flag record refused. */
+static const char *VALID2 =
+    "seer-cost 2\n"
+    "key m@cpu\n"
+    "b 1 2\n"
+    "l 16 64\n"
+    "n 4\n"
+    "target 1e-3 2e-3 3e-3 4e-3\n"
+    "est target 0 0 1 1\n"
+    "verify 4 2e-3 3e-3 4e-3 5e-3\n"
+    "est verify 4 0 1 1 1\n"
+    "draft streaming 8 1e-4 1e-4 2e-4 2e-4\n"
+    "est draft streaming 8 0 1 0 1\n"
+    "end\n";
+
+static void expect_bad_v2(const char *find, const char *repl) {
+    char buf[2048];
+    const char *p = strstr(VALID2, find);
+    assert_non_null(p);
+    const size_t pre = (size_t)(p - VALID2);
+    snprintf(buf, sizeof buf, "%.*s%s%s", (int)pre, VALID2, repl, p + strlen(find));
+    expect_bad(buf, strlen(buf), repl[0] ? repl : find);
+}
+
+static void test_estimates(void **state) {
+    seer_cost_table t, u;
+    ASSERT_OK(seer_cost_parse(VALID2, strlen(VALID2), &t));
+    assert_int_equal(t.est_target[0][0], 0);
+    assert_int_equal(t.est_target[1][1], 1);
+    assert_int_equal(t.est_verify[0][0][1], 1);
+    assert_int_equal(t.drafter[0].est[0][1][0], 0);
+    int m, n;
+    seer_cost_table_count(&t, &m, &n);
+    assert_int_equal(n, 12);
+    assert_int_equal(m, 12 - 2 - 3 - 2);
+    /* the flags survive the file; a whole table writes none */
+    char text[4096];
+    size_t len;
+    ASSERT_OK(seer_cost_format(&t, text, sizeof text, &len));
+    assert_non_null(strstr(text, "est verify 4 0 1 1 1"));
+    ASSERT_OK(seer_cost_parse(text, len, &u));
+    assert_memory_equal(u.est_target, t.est_target, sizeof t.est_target);
+    assert_memory_equal(u.est_verify, t.est_verify, sizeof t.est_verify);
+    assert_memory_equal(u.drafter[0].est, t.drafter[0].est, sizeof t.drafter[0].est);
+    ASSERT_OK(seer_cost_parse(VALID, strlen(VALID), &u)); /* version 1: measured throughout */
+    seer_cost_table_count(&u, &m, &n);
+    assert_int_equal(m, n);
+    ASSERT_OK(seer_cost_format(&u, text, sizeof text, &len));
+    assert_null(strstr(text, "est "));
+    /* reading an estimated cell says so; a measured one does not */
+    bool e = true;
+    seer_cost_target_est(&t, 1, 16, &e);
+    assert_false(e);
+    seer_cost_target_est(&t, 1.5, 16, &e); /* between B 1 (measured) and 2 (estimated) */
+    assert_true(e);
+    seer_cost_verify_est(&t, 4, 1, 16, &e);
+    assert_false(e);
+    seer_cost_verify_est(&t, 4, 1, 64, &e);
+    assert_true(e);
+    seer_cost_draft_est(&t, 0, 0, 1, 64, &e);
+    assert_true(e);
+    seer_cost_draft_est(&t, 0, 0, 2, 16, &e);
+    assert_false(e);
+    /* misplaced, repeated, out-of-range or unknown flags; no target measured */
+    expect_bad_v2("est target 0 0 1 1\n", "est target 1 1 1 1\n");
+    expect_bad_v2("est target 0 0 1 1\n", "est target 0 0 1 2\n");
+    expect_bad_v2("est target 0 0 1 1\n", "est target 0 0 1\n");
+    expect_bad_v2("est target 0 0 1 1\n", "est target 0 0 1 1 0\n");
+    expect_bad_v2("est target 0 0 1 1\n", "est target 0 0 1 1\nest target 0 0 1 1\n");
+    expect_bad_v2("target 1e-3 2e-3 3e-3 4e-3\nest target 0 0 1 1\n",
+                  "est target 0 0 1 1\ntarget 1e-3 2e-3 3e-3 4e-3\n");
+    expect_bad_v2("est verify 4 0 1 1 1\n", "est verify 8 0 1 1 1\n");
+    expect_bad_v2("est draft streaming 8 0 1 0 1\n", "est draft streaming 16 0 1 0 1\n");
+    expect_bad_v2("est draft streaming 8 0 1 0 1\n", "est draft ngram 0 0 1 0 1\n");
+    expect_bad_v2("est draft streaming 8 0 1 0 1\n", "est frobnicate 0 1 0 1\n");
+    expect_bad_v2("est draft streaming 8 0 1 0 1\n", "est\n");
+
+    /* the planner: drafting predicted 1.27x plain on measured times is chosen; the same on
+     * an estimated draft step must win by the margin (1.25: 1.01x, under min_speedup) */
+    seer_cost_table w;
+    ASSERT_OK(seer_cost_parse(VALID2, strlen(VALID2), &w));
+    memset(w.est_target, 0, sizeof w.est_target);
+    memset(w.est_verify, 0, sizeof w.est_verify);
+    memset(w.drafter[0].est, 0, sizeof w.drafter[0].est);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            w.t_target[i][j] = 1e-3;
+            w.t_verify[0][i][j] = 1e-3; /* verification costs a step */
+            w.drafter[0].t[0][i][j] = 0.5e-3;
+        }
+    seer_cost_params cp = seer_cost_default_params();
+    cp.prior_accept = 0.9; /* G = 1: 1.9 tokens in 1.5 ms against 1 in 1 ms */
+    cp.max_gamma = 1;
+    const int lens[1] = {16};
+    seer_spec_decision d;
+    seer_cost_planner *pl = NULL;
+    ASSERT_OK(seer_cost_planner_init(&w, cp, &pl));
+    ASSERT_OK(seer_cost_choose(pl, NULL, lens, 1, NULL, &d));
+    assert_int_equal(d.kind, SEER_SPEC_STREAMING);
+    seer_cost_planner_free(pl);
+    w.drafter[0].est[0][0][0] = 1; /* the draft step at (1, 16) was estimated */
+    ASSERT_OK(seer_cost_planner_init(&w, cp, &pl));
+    ASSERT_OK(seer_cost_choose(pl, NULL, lens, 1, NULL, &d));
+    assert_int_equal(d.kind, SEER_SPEC_NONE);
+    seer_cost_planner_free(pl);
+    cp.est_margin = 0.5; /* below 1: refused */
+    assert_int_equal(seer_cost_planner_init(&w, cp, &pl), SEER_ERR_INVALID_ARG);
+}
+
 static void test_malformed(void **state) {
     seer_cost_table t;
     ASSERT_OK(seer_cost_parse(VALID, strlen(VALID), &t));
@@ -428,7 +538,9 @@ static void test_malformed(void **state) {
     for (size_t k = 0; k + 2 < n; k++)
         expect_bad(VALID, k, "truncated");
     ASSERT_OK(seer_cost_parse(VALID, n - 1, &t)); /* no final newline is fine */
-    expect_bad_edit("seer-cost", "seer-cost 2\n");
+    expect_bad_edit("seer-cost", "seer-cost 3\n"); /* a later version than this reader's */
+    expect_bad_edit("seer-cost", "seer-cost 0\n");
+    expect_bad_edit("end", "est target 0 1 1 1\nend\n"); /* VALID is version 1: no est records */
     expect_bad_edit("seer-cost", "gguf 1\n");
     expect_bad_edit("key", "key \n");
     expect_bad_edit("key", "key a\x1b[2Jb\n");
@@ -497,6 +609,7 @@ int main(void) {
         cmocka_unit_test(test_trees_and_formula),
         cmocka_unit_test(test_file_round_trip),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_estimates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,7 +11,8 @@
  *     recent rounds as its prior, and the choice, every round, of the option that maximises
  *     predicted tokens per second, plain decoding whenever nothing is predicted to win
  *     (cost_plan.c);
- *   - calibration, which measures the table on a live context (calibrate.c).
+ *   - calibration, which measures the table on a live context within a time budget,
+ *     estimating and flagging the cells it had no time for (calibrate.c).
  *
  * Not for running speculation: the generator and the scheduler do that and report outcomes
  * here. Times are seconds throughout.
@@ -24,6 +25,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define SEER_COST_MAX_B 8        /* batch sizes in the grid */
 #define SEER_COST_MAX_SEQ 512    /* sequences of the largest batch size calibration times */
@@ -34,6 +36,7 @@
 #define SEER_COST_MAX_G 16       /* longest chain the planner considers */
 #define SEER_COST_KINDS (SEER_SPEC_NGRAM + 1)
 #define SEER_COST_KEY_MAX 128
+#define SEER_COST_FILE_VERSION 2 /* what seer_cost_format writes; 1 is read too */
 #define SEER_COST_MAX_TIME_S 1e6 /* a time past this is a broken measurement or file */
 
 /* One drafter's measured step: every sequence of the batch drafts one token. */
@@ -43,6 +46,7 @@ typedef struct {
     int k[SEER_COST_MAX_K];                                    /* [n_k] ascending budgets K
                                                                   (0: not a budgeted drafter) */
     double t[SEER_COST_MAX_K][SEER_COST_MAX_B][SEER_COST_MAX_L]; /* [n_k][n_b][n_l] s, >= 0 */
+    uint8_t est[SEER_COST_MAX_K][SEER_COST_MAX_B][SEER_COST_MAX_L]; /* 1: estimated, not measured */
 } seer_cost_drafter;
 
 typedef struct {
@@ -54,14 +58,23 @@ typedef struct {
                                     >= 2: n = 1 is t_target */
     double t_target[SEER_COST_MAX_B][SEER_COST_MAX_L];                 /* [n_b][n_l] s, > 0 */
     double t_verify[SEER_COST_MAX_N][SEER_COST_MAX_B][SEER_COST_MAX_L]; /* [n_n][n_b][n_l] s */
+    /* 1 where a time was estimated from the measured ones (calibration out of time), not
+     * measured; 0 throughout for a whole table. The planner trusts estimated cells less
+     * (seer_cost_params.est_margin). */
+    uint8_t est_target[SEER_COST_MAX_B][SEER_COST_MAX_L];
+    uint8_t est_verify[SEER_COST_MAX_N][SEER_COST_MAX_B][SEER_COST_MAX_L];
     int n_drafters;
     seer_cost_drafter drafter[SEER_COST_MAX_DRAFTERS]; /* [n_drafters], one per kind */
 } seer_cost_table;
 
 /* SEER_OK when the grids ascend within their limits, every time is positive (drafters'
- * >= 0) and at most SEER_COST_MAX_TIME_S, and no kind appears twice; otherwise
- * SEER_ERR_INVALID_ARG naming the first fault. */
+ * >= 0) and at most SEER_COST_MAX_TIME_S, every estimate flag is 0 or 1 with at least one
+ * target time measured, and no kind appears twice; otherwise SEER_ERR_INVALID_ARG naming
+ * the first fault. */
 seer_status seer_cost_table_check(const seer_cost_table *t);
+/* Cells (times) of t that were measured, and all of them (the n-gram row, zero by rule, not
+ * counted): *measured < *total for a partial table. Either pointer may be NULL. */
+void seer_cost_table_count(const seer_cost_table *t, int *measured, int *total);
 
 /* Interpolated times at batch size B and mean cache length L (clamped to the grid: outside
  * it the nearest edge's value, which under-estimates long contexts: calibrate to the longest
@@ -74,18 +87,27 @@ double seer_cost_verify(const seer_cost_table *t, int n, double B, double L);
 int seer_cost_find_drafter(const seer_cost_table *t, seer_spec_kind kind);
 /* Drafter d's step at its budget index ki. */
 double seer_cost_draft(const seer_cost_table *t, int d, int ki, double B, double L);
+/* The same three, setting *est (when not NULL) to whether any cell the value was read from
+ * (with a weight above 0) is estimated. */
+double seer_cost_target_est(const seer_cost_table *t, double B, double L, bool *est);
+double seer_cost_verify_est(const seer_cost_table *t, int n, double B, double L, bool *est);
+double seer_cost_draft_est(const seer_cost_table *t, int d, int ki, double B, double L, bool *est);
 
 /* The text file (cost_file.c). Format, one record per line ('#' comments and blank lines
  * allowed; numbers separated by spaces; rows of n_b * n_l times, B-major):
- *   seer-cost 1
+ *   seer-cost 2
  *   key <text to the end of the line>
  *   b <B ...>            l <L ...>            n <n ...>       (n may be absent)
  *   target <times>
  *   verify <n> <times>                                          (one per n of the grid)
  *   draft <kind name> <K> <times>                               (K ascending per kind)
+ *   est target <flags>  est verify <n> <flags>  est draft <kind name> <K> <flags>
+ *                       (optional, after the row they mark: n_b * n_l flags, 1 where the
+ *                        time was estimated; a row without one was measured throughout)
  *   end
- * Parsing never trusts the input: every malformed, truncated, out-of-range or duplicated
- * record is SEER_ERR_FORMAT naming its line, and *out is left as it was. */
+ * Version 1 (no est records) is read as a table measured throughout; a later version is
+ * refused. Parsing never trusts the input: every malformed, truncated, out-of-range or
+ * duplicated record is SEER_ERR_FORMAT naming its line, and *out is left as it was. */
 seer_status seer_cost_parse(const char *text, size_t len, seer_cost_table *out);
 /* Reads path; with want_key not NULL a table for another key is SEER_ERR_FORMAT (a stale
  * cache). SEER_ERR_IO when the file cannot be read. */
@@ -151,6 +173,9 @@ typedef struct {
     double explore_accept;  /* probe rounds: the depth-0 prior (in [0, 1]) */
     int explore_every;      /* auto: a probe after this many plain rounds in a row (0: never);
                                the gap doubles after each probe that leaves plain the choice */
+    double est_margin;      /* an option whose draft or verification time reads an estimated
+                               cell of a partial table is charged this many times its
+                               predicted round time (>= 1): unmeasured, plain is preferred */
 } seer_cost_params;
 
 seer_cost_params seer_cost_default_params(void);
@@ -235,9 +260,17 @@ typedef struct {
     int sinks;                      /* sink slots of the measured view */
     seer_context *draft_ctx;        /* a draft model's context to measure (NULL: none); it needs
                                        the same free sequences as ctx */
-    double time_budget_s;           /* measuring time aimed at, over all points (> 0); past it
-                                       each remaining point is timed once after its warm-up */
-    int min_reps;                   /* timings per point within the budget (median kept) */
+    double time_budget_s;           /* the bound on measuring (> 0): no call starts that is
+                                       predicted to end past it; the points left are estimated
+                                       from the measured ones and flagged (est_*) */
+    double aim_s;                   /* measuring time aimed at when calls are cheap (> 0; the
+                                       repetitions per point are sized to it) */
+    int min_reps;                   /* timings per point when cheap enough (median kept) */
+    const seer_cost_table *prev;    /* NULL, or a partial table of the same grids and key:
+                                       its measured cells are kept and only the rest measured */
+    void (*progress)(void *user, int measured, int total, double elapsed_s); /* NULL, or called
+                                       after every measured point and at the end */
+    void *progress_user;
     const char *device;             /* for the key; NULL: the backend's name */
     const seer_seq_id *seqs;        /* NULL: calibration makes and fills its own sequences;
                                        else max B sequences of ctx to time in place, each
@@ -247,13 +280,15 @@ typedef struct {
 
 seer_calibrate_params seer_calibrate_default_params(void);
 
-/* Measures the table on ctx through the public API: for each B it makes B sequences, fills
- * them with synthetic KV to each L (seer_seq_fill_synthetic), times decode calls of 1 and n
- * tokens per sequence (every token's logits returned, as a round needs them) and a draft step
- * under a view of K slots, rewinding after each call, and frees the sequences. ctx (and
- * draft_ctx) needs max B free sequences, room for max L + max n tokens in each and a batch of
- * max B * max n tokens; otherwise the decode's error is returned. The contexts are left as
- * found. */
+/* Measures the table on ctx through the public API: it makes max B sequences, fills them
+ * with synthetic KV to each L as needed (seer_seq_fill_synthetic), times decode calls of 1
+ * and n tokens per sequence (every token's logits returned, as a round needs them) and a
+ * draft step under a view of K slots, rewinding after each call, and frees the sequences.
+ * Within time_budget_s: the most informative points first, then the cheapest; what is left
+ * is estimated (time = a + b * tokens + c * KV rows read, fitted to the measured points) and
+ * flagged. ctx (and draft_ctx) needs max B free sequences, room for max L + max n tokens in
+ * each and a batch of max B * max n tokens; otherwise SEER_ERR_INVALID_ARG (or the decode's
+ * error). The contexts are left as found. */
 seer_status seer_cost_calibrate(seer_context *ctx, const seer_calibrate_params *p,
                                 seer_cost_table *out);
 

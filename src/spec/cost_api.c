@@ -11,10 +11,12 @@
 #include "util/error.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 struct seer_spec_cost {
     seer_cost_table t;
@@ -42,13 +44,40 @@ static void add_ngram_row(seer_cost_table *t) {
     d->k[0] = 0;
 }
 
-seer_status seer_spec_cost_calibrate(seer_context *ctx, seer_model *draft_model, double time_s,
-                                     seer_spec_cost **out) {
+seer_spec_calibrate_params seer_spec_calibrate_default_params(void) {
+    return (seer_spec_calibrate_params){0};
+}
+
+double seer_spec_cost_default_budget(const seer_context *ctx) {
+    /* the CPU's steps are the slow ones (a 1.5B model's is near a second on two cores): its
+     * bound is what a person waits for once; a GPU measures the whole table of an 8B model in
+     * well under a second */
+    return ctx && !strcmp(ctx->model->be->ops->name, "cpu") ? 10.0 : 2.0;
+}
+
+typedef struct {
+    const seer_spec_calibrate_params *p;
+    double budget_s;
+} progress_relay;
+
+static void relay(void *user, int measured, int total, double elapsed_s) {
+    const progress_relay *r = user;
+    const seer_spec_calibrate_progress pr = {measured, total, elapsed_s, r->budget_s, false};
+    r->p->progress(r->p->progress_user, &pr);
+}
+
+seer_status seer_spec_cost_measure(seer_context *ctx, seer_spec_calibrate_params sp, seer_spec_cost **out) {
     SEER_CHECK_ARG(ctx);
     SEER_CHECK_ARG(out);
+    if (sp.budget_s < 0 || !isfinite(sp.budget_s))
+        return seer_err(SEER_ERR_INVALID_ARG, "calibration: a budget of %g s", sp.budget_s);
     seer_calibrate_params p = seer_calibrate_default_params();
-    if (time_s > 0)
-        p.time_budget_s = time_s;
+    p.time_budget_s = sp.budget_s > 0 ? sp.budget_s : seer_spec_cost_default_budget(ctx);
+    if (p.aim_s > p.time_budget_s)
+        p.aim_s = p.time_budget_s;
+    progress_relay rl = {&sp, p.time_budget_s};
+    if (sp.progress)
+        p.progress = relay, p.progress_user = &rl;
     /* batch sizes the context can hold: 1, 2, 4 within its sequences and a verification call
      * of 8 tokens per sequence within its batch limit */
     const int n_seq = ctx->params.n_seq_max, TB = ctx->params.n_batch_max;
@@ -62,26 +91,60 @@ seer_status seer_spec_cost_calibrate(seer_context *ctx, seer_model *draft_model,
         p.b[p.n_b++] = b;
     seer_context *dctx = NULL;
     seer_status st = SEER_OK;
-    if (draft_model) {
+    if (sp.draft_model) {
         seer_context_params cp = seer_context_default_params();
         cp.n_ctx = ctx->params.n_ctx;
         cp.n_seq_max = p.b[p.n_b - 1];
         cp.n_batch_max = TB;
-        st = seer_context_init(draft_model, cp, &dctx);
+        st = seer_context_init(sp.draft_model, cp, &dctx);
         p.draft_ctx = dctx;
+    }
+    /* the n-gram row is added after measuring: the previous table's comes off for the match */
+    seer_cost_table *prev = NULL;
+    if (sp.prev) {
+        prev = malloc(sizeof *prev);
+        if (prev) {
+            *prev = sp.prev->t;
+            const int d = seer_cost_find_drafter(prev, SEER_SPEC_NGRAM);
+            if (d >= 0) {
+                memmove(&prev->drafter[d], &prev->drafter[d + 1],
+                        sizeof prev->drafter[0] * (size_t)(prev->n_drafters - d - 1));
+                prev->n_drafters--;
+            }
+            p.prev = prev;
+        }
     }
     seer_cost_table *t = calloc(1, sizeof *t);
     if (st == SEER_OK && !t)
         st = seer_err(SEER_ERR_OOM, "out of memory for a cost table");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (st == SEER_OK)
         st = seer_cost_calibrate(ctx, &p, t);
     if (st == SEER_OK) {
         add_ngram_row(t);
         st = wrap(t, out);
     }
+    if (st == SEER_OK && sp.progress) {
+        int m, n;
+        seer_cost_table_count(t, &m, &n);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double el = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        const seer_spec_calibrate_progress pr = {m, n, el, p.time_budget_s, true};
+        sp.progress(sp.progress_user, &pr);
+    }
+    free(prev);
     free(t);
     seer_context_free(dctx);
     return st;
+}
+
+seer_status seer_spec_cost_calibrate(seer_context *ctx, seer_model *draft_model, double time_s,
+                                     seer_spec_cost **out) {
+    seer_spec_calibrate_params p = seer_spec_calibrate_default_params();
+    p.budget_s = time_s > 0 ? time_s : 0;
+    p.draft_model = draft_model;
+    return seer_spec_cost_measure(ctx, p, out);
 }
 
 seer_status seer_spec_cost_calibrate_seqs(seer_context *ctx, const seer_seq_id *seqs, int n_seq,
@@ -93,9 +156,12 @@ seer_status seer_spec_cost_calibrate_seqs(seer_context *ctx, const seer_seq_id *
     if (n_seq < 1 || n_seq > SEER_COST_MAX_SEQ || n_budgets < 0 || n_budgets > SEER_COST_MAX_K ||
         (n_budgets > 0 && !budgets))
         return seer_err(SEER_ERR_INVALID_ARG, "calibration in place: %d sequences, %d budgets", n_seq, n_budgets);
+    /* a benchmark's one point: time_s is the measuring aimed at, and the bound is generous
+     * (the point's table should be whole; past the bound the rest is estimated) */
     seer_calibrate_params p = seer_calibrate_default_params();
     if (time_s > 0)
-        p.time_budget_s = time_s;
+        p.aim_s = time_s;
+    p.time_budget_s = 30 * p.aim_s;
     p.seqs = seqs;
     p.n_b = 1;
     p.b[0] = n_seq;
@@ -201,6 +267,17 @@ seer_status seer_spec_cost_default_path(const seer_context *ctx, char *buf, size
     char key[SEER_COST_KEY_MAX];
     seer_cost_key(ctx->model, NULL, key, sizeof key);
     return seer_cost_cache_path(dir, key, buf, cap);
+}
+
+void seer_spec_cost_count(const seer_spec_cost *c, int *measured, int *total) {
+    if (!c) {
+        if (measured)
+            *measured = 0;
+        if (total)
+            *total = 0;
+        return;
+    }
+    seer_cost_table_count(&c->t, measured, total);
 }
 
 bool seer_spec_cost_has(const seer_spec_cost *c, seer_spec_kind kind) {

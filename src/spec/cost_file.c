@@ -5,7 +5,9 @@
  * it reads from a buffer with an explicit length (NUL bytes are an error, not an end), copies
  * each token into a bounded buffer before converting it, checks every number's range, every
  * record's order and count, and fills a scratch table that reaches the caller only whole.
- * fuzz/ drives seer_cost_parse with arbitrary bytes.
+ * fuzz/ drives seer_cost_parse with arbitrary bytes. Version 2 added the est records of a
+ * partial table; a version 1 file is read as a whole table, a later version refused (and so
+ * measured again by the tools).
  *
  * The path may be one a person named, so the file is only ever a regular file: one that is
  * a symlink, device, FIFO or directory is neither read nor replaced (as root, renaming over
@@ -97,6 +99,16 @@ static seer_status read_row(cursor *c, const seer_cost_table *t, bool zero_ok,
     return SEER_OK;
 }
 
+static seer_status read_flags(cursor *c, const seer_cost_table *t, uint8_t (*row)[SEER_COST_MAX_L]) {
+    for (int i = 0; i < t->n_b; i++)
+        for (int j = 0; j < t->n_l; j++) {
+            int v;
+            SEER_TRY(read_int(c, 0, 1, "estimate flag", &v));
+            row[i][j] = (uint8_t)v;
+        }
+    return SEER_OK;
+}
+
 static seer_status read_grid(cursor *c, const char *name, int *v, int *n, int max, int lo) {
     if (*n)
         return seer_err(SEER_ERR_FORMAT, "cost file line %d: second '%s' grid", c->line, name);
@@ -139,9 +151,65 @@ static seer_status read_key(cursor *c, char *key) {
     return SEER_OK;
 }
 
+/* Which rows were given estimate flags (each at most once). */
+typedef struct {
+    bool target;
+    bool verify[SEER_COST_MAX_N];
+    bool draft[SEER_COST_MAX_DRAFTERS][SEER_COST_MAX_K];
+} est_seen;
+
+/* "est <row> <flags>": the flags of a row already read. */
+static seer_status est_record(cursor *c, seer_cost_table *t, bool have_target,
+                              const bool *have_verify, est_seen *seen) {
+    char what[64];
+    bool lt;
+    if (!next_tok(c, what, &lt) || lt)
+        return bad(c, "est: which row");
+    if (!strcmp(what, "target")) {
+        if (!have_target)
+            return bad(c, "est target before the target row");
+        if (seen->target)
+            return bad(c, "second est target");
+        seen->target = true;
+        return read_flags(c, t, t->est_target);
+    }
+    if (!strcmp(what, "verify")) {
+        int n, i = 0;
+        SEER_TRY(read_int(c, 2, 1 << 24, "verification size", &n));
+        while (i < t->n_n && t->n[i] != n)
+            i++;
+        if (i == t->n_n || !have_verify[i])
+            return bad(c, "est verify before its verify row");
+        if (seen->verify[i])
+            return bad(c, "second est for this verify row");
+        seen->verify[i] = true;
+        return read_flags(c, t, t->est_verify[i]);
+    }
+    if (!strcmp(what, "draft")) {
+        char name[64];
+        seer_spec_kind kind;
+        if (!next_tok(c, name, &lt))
+            return bad(c, "drafter name missing");
+        if (lt || seer_spec_kind_parse(name, &kind) != SEER_OK || kind == SEER_SPEC_NONE)
+            return seer_err(SEER_ERR_FORMAT, "cost file line %d: unknown drafter '%s'", c->line, name);
+        const int d = seer_cost_find_drafter(t, kind);
+        int k, ki = 0;
+        SEER_TRY(read_int(c, 0, 1 << 24, "budget", &k));
+        while (d >= 0 && ki < t->drafter[d].n_k && t->drafter[d].k[ki] != k)
+            ki++;
+        if (d < 0 || ki == t->drafter[d].n_k)
+            return bad(c, "est draft before its draft row");
+        if (seen->draft[d][ki])
+            return bad(c, "second est for this draft row");
+        seen->draft[d][ki] = true;
+        return read_flags(c, t, t->drafter[d].est[ki]);
+    }
+    return bad(c, "est: not a target, verify or draft row");
+}
+
 /* One record (the line's first token is word) into t. */
 static seer_status record(cursor *c, const char *word, seer_cost_table *t, bool *have_target,
-                          bool *have_verify) {
+                          bool *have_verify, est_seen *seen) {
     if (!strcmp(word, "key"))
         return t->key[0] ? bad(c, "second key") : read_key(c, t->key);
     if (!strcmp(word, "b"))
@@ -155,6 +223,8 @@ static seer_status record(cursor *c, const char *word, seer_cost_table *t, bool 
     }
     if (!t->n_b || !t->n_l)
         return bad(c, "times before the b and l grids");
+    if (!strcmp(word, "est"))
+        return est_record(c, t, *have_target, have_verify, seen);
     if (!strcmp(word, "target")) {
         if (*have_target)
             return bad(c, "second target row");
@@ -216,6 +286,9 @@ seer_status seer_cost_parse(const char *text, size_t len, seer_cost_table *out) 
         return seer_err(SEER_ERR_OOM, "cost file: out of memory");
     bool have_header = false, have_target = false, have_end = false;
     bool have_verify[SEER_COST_MAX_N] = {false};
+    est_seen seen;
+    memset(&seen, 0, sizeof seen);
+    int version = 0;
     seer_status st = SEER_OK;
     cursor c = {text, text, 0};
     for (const char *p = text, *end = text + len; p < end && st == SEER_OK;) {
@@ -235,13 +308,17 @@ seer_status seer_cost_parse(const char *text, size_t len, seer_cost_table *out) 
             st = bad(&c, "text after 'end'");
         else if (!have_header) {
             int v;
-            st = strcmp(word, "seer-cost") ? bad(&c, "not a seer cost file (no 'seer-cost 1')")
-                                           : read_int(&c, 1, 1, "version", &v);
+            /* version 1 has no est records: read, it is a table measured throughout */
+            st = strcmp(word, "seer-cost") ? bad(&c, "not a seer cost file (no 'seer-cost 2')")
+                                           : read_int(&c, 1, SEER_COST_FILE_VERSION, "version", &v);
+            version = v;
             have_header = true;
         } else if (!strcmp(word, "end"))
             have_end = true;
+        else if (version < 2 && !strcmp(word, "est"))
+            st = bad(&c, "est record in a version 1 file");
         else
-            st = record(&c, word, t, &have_target, have_verify);
+            st = record(&c, word, t, &have_target, have_verify, &seen);
         if (st == SEER_OK && next_tok(&c, word, &lt))
             st = seer_err(SEER_ERR_FORMAT, "cost file line %d: unexpected '%s'", c.line, word);
     }
@@ -286,12 +363,28 @@ static void append_row(char *buf, size_t cap, size_t *pos, const seer_cost_table
     appendf(buf, cap, pos, "\n");
 }
 
+/* "est <what> <flags>" when any cell of the row was estimated; nothing for a measured row. */
+static void append_est(char *buf, size_t cap, size_t *pos, const seer_cost_table *t,
+                       const uint8_t (*f)[SEER_COST_MAX_L], const char *what) {
+    bool any = false;
+    for (int i = 0; i < t->n_b; i++)
+        for (int j = 0; j < t->n_l; j++)
+            any |= f[i][j] != 0;
+    if (!any)
+        return;
+    appendf(buf, cap, pos, "est %s", what);
+    for (int i = 0; i < t->n_b; i++)
+        for (int j = 0; j < t->n_l; j++)
+            appendf(buf, cap, pos, " %d", f[i][j]);
+    appendf(buf, cap, pos, "\n");
+}
+
 seer_status seer_cost_format(const seer_cost_table *t, char *buf, size_t cap, size_t *len) {
     SEER_TRY(seer_cost_table_check(t));
     if (!t->key[0] || strpbrk(t->key, "\n\r"))
         return seer_err(SEER_ERR_INVALID_ARG, "cost table: the key must be one non-empty line");
     size_t pos = 0;
-    appendf(buf, cap, &pos, "seer-cost 1\nkey %s\nb", t->key);
+    appendf(buf, cap, &pos, "seer-cost %d\nkey %s\nb", SEER_COST_FILE_VERSION, t->key);
     for (int i = 0; i < t->n_b; i++)
         appendf(buf, cap, &pos, " %d", t->b[i]);
     appendf(buf, cap, &pos, "\nl");
@@ -304,17 +397,30 @@ seer_status seer_cost_format(const seer_cost_table *t, char *buf, size_t cap, si
             appendf(buf, cap, &pos, " %d", t->n[i]);
         appendf(buf, cap, &pos, "\n");
     }
-    appendf(buf, cap, &pos, "# seconds per call, rows B-major over the l grid\ntarget");
+    int measured, total;
+    seer_cost_table_count(t, &measured, &total);
+    appendf(buf, cap, &pos, "# seconds per call, rows B-major over the l grid\n");
+    if (measured < total)
+        appendf(buf, cap, &pos, "# partial: %d of %d times measured, the rest estimated (est rows)\n",
+                measured, total);
+    appendf(buf, cap, &pos, "target");
     append_row(buf, cap, &pos, t, t->t_target);
+    append_est(buf, cap, &pos, t, t->est_target, "target");
     for (int i = 0; i < t->n_n; i++) {
         appendf(buf, cap, &pos, "verify %d", t->n[i]);
         append_row(buf, cap, &pos, t, t->t_verify[i]);
+        char what[32];
+        snprintf(what, sizeof what, "verify %d", t->n[i]);
+        append_est(buf, cap, &pos, t, t->est_verify[i], what);
     }
     for (int d = 0; d < t->n_drafters; d++)
         for (int k = 0; k < t->drafter[d].n_k; k++) {
-            appendf(buf, cap, &pos, "draft %s %d", seer_spec_kind_name(t->drafter[d].kind),
-                    t->drafter[d].k[k]);
+            const char *name = seer_spec_kind_name(t->drafter[d].kind);
+            appendf(buf, cap, &pos, "draft %s %d", name, t->drafter[d].k[k]);
             append_row(buf, cap, &pos, t, t->drafter[d].t[k]);
+            char what[96];
+            snprintf(what, sizeof what, "draft %s %d", name, t->drafter[d].k[k]);
+            append_est(buf, cap, &pos, t, t->drafter[d].est[k], what);
         }
     appendf(buf, cap, &pos, "end\n");
     if (len)

@@ -66,6 +66,7 @@ seer_cost_params seer_cost_default_params(void) {
         .min_speedup = 1.02,
         .explore_accept = 0.9,
         .explore_every = 8,
+        .est_margin = 1.25,
     };
 }
 
@@ -83,12 +84,14 @@ static seer_status check_params(const seer_cost_params *p) {
         !isfinite(p->prior_weight) || !(p->batch_decay > 0 && p->batch_decay <= 1) ||
         !(p->request_decay > 0 && p->request_decay <= 1) ||
         !(p->min_speedup >= 1) || !isfinite(p->min_speedup) ||
-        !(p->explore_accept >= 0 && p->explore_accept <= 1) || p->explore_every < 0)
+        !(p->explore_accept >= 0 && p->explore_accept <= 1) || p->explore_every < 0 ||
+        !(p->est_margin >= 1) || !isfinite(p->est_margin))
         return seer_err(SEER_ERR_INVALID_ARG,
                         "cost planner: prior %g (in [0, 1]), weight %g (> 0), decays %g and %g (in"
-                        " (0, 1]), min speedup %g (>= 1), exploration %g (in [0, 1]) every %d (>= 0)",
+                        " (0, 1]), min speedup %g (>= 1), exploration %g (in [0, 1]) every %d (>= 0),"
+                        " estimate margin %g (>= 1)",
                         p->prior_accept, p->prior_weight, p->batch_decay, p->request_decay,
-                        p->min_speedup, p->explore_accept, p->explore_every);
+                        p->min_speedup, p->explore_accept, p->explore_every, p->est_margin);
     return SEER_OK;
 }
 
@@ -327,7 +330,8 @@ static seer_status choose(const seer_cost_planner *pl, const seer_accept_track *
     SEER_TRY(check_batch(lens, B, &L));
     const seer_cost_table *t = &pl->t;
     const seer_cost_params *q = &pl->p;
-    const double t_plain = seer_cost_target(t, B, L), plain_tps = B / t_plain;
+    bool plain_est;
+    const double t_plain = seer_cost_target_est(t, B, L, &plain_est), plain_tps = B / t_plain;
     seer_spec_decision best;
     memset(&best, 0, sizeof best);
     fill(&best, SEER_SPEC_NONE, 0, 0, 0, B, t_plain, plain_tps);
@@ -343,9 +347,13 @@ static seer_status choose(const seer_cost_planner *pl, const seer_accept_track *
             batch_accept(pl, tracks, B, dr->kind, ki, explore, ch, p);
             if (ki == 0) /* p is the kind's, the same at every budget */
                 trees = N > 2 && seer_tree_table(p, q->tree_ranks, N, D, f) == SEER_OK;
-            const double td = seer_cost_draft(t, d, ki, B, L);
+            bool d_est;
+            const double td = seer_cost_draft_est(t, d, ki, B, L, &d_est);
             for (int g = 1; g <= q->max_gamma; g++) {
-                const double tr = g * td + seer_cost_verify(t, g + 1, B, L);
+                bool v_est;
+                const double tv = seer_cost_verify_est(t, g + 1, B, L, &v_est);
+                /* a partial table's guesses: drafting must win by the margin too */
+                const double tr = (g * td + tv) * (plain_est || d_est || v_est ? q->est_margin : 1.0);
                 if (ch[g] / tr > best.tokens_per_s)
                     fill(&best, dr->kind, dr->k[ki], g, 0, ch[g], tr, plain_tps);
             }
@@ -354,7 +362,9 @@ static seer_status choose(const seer_cost_planner *pl, const seer_accept_track *
             for (int dep = 1; trees && dep <= D; dep++)
                 for (int n = dep + 2; n <= N; n++) {
                     const double tok = B * f[dep * (N + 1) + n];
-                    const double tr = dep * td + seer_cost_verify(t, n, B, L);
+                    bool v_est;
+                    const double tv = seer_cost_verify_est(t, n, B, L, &v_est);
+                    const double tr = (dep * td + tv) * (plain_est || d_est || v_est ? q->est_margin : 1.0);
                     if (tok / tr > best.tokens_per_s) {
                         fill(&best, dr->kind, dr->k[ki], dep, n, tok, tr, plain_tps);
                         best.tree_ranks = q->tree_ranks;

@@ -44,9 +44,11 @@ typedef struct {
     int replan;
     int hier_gamma;  /* --spec-hier-gamma (0: not given) */
 } cli_tree;
-enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH, CLI_O_TREPLAN, CLI_O_HGAMMA };
+enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH, CLI_O_TREPLAN, CLI_O_HGAMMA, CLI_O_CALBUDGET };
+/* (--spec-calibrate-budget rides with these: generate and chat take them both) */
 #define CLI_TREE_OPTIONS                                                                   \
     {"spec-base", required_argument, 0, CLI_O_SBASE},                                      \
+        {"spec-calibrate-budget", required_argument, 0, CLI_O_CALBUDGET},                  \
         {"spec-tree-size", required_argument, 0, CLI_O_TSIZE},                             \
         {"spec-tree-depth", required_argument, 0, CLI_O_TDEPTH},                           \
         {"spec-tree-replan", required_argument, 0, CLI_O_TREPLAN},                         \
@@ -64,7 +66,8 @@ enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH, CLI_O_TREPLAN, CLI_O_HGAMMA
     "      --spec hierarchy  TriForce's hierarchy: --draft-model drafts for the target under the\n" \
     "                        view --spec-base (streaming (default), retrieval, snapkv, quantkv),\n" \
     "                        which verifies exactly and proposes --spec-gamma tokens to the target\n" \
-    "      --spec-hier-gamma N tokens the draft model proposes per middle verification (default 2)\n"
+    "      --spec-hier-gamma N tokens the draft model proposes per middle verification (default 2)\n" \
+    CLI_CALIBRATE_HELP
 bool cli_spec_kind(const char *arg, seer_spec_kind *kind, cli_tree *t);
 /* --spec-weights T (after cli_tree_apply; type NULL: not given): the draft weights' type, q8_0
  * or q4_0, for a drafter that reads the target (streaming, retrieval, snapkv, quantkv, the
@@ -114,6 +117,13 @@ bool cli_prompt_fits(const char *cmd, const char *what, size_t len, size_t max, 
  * else calibrated on ctx and saved there. NULL with a note on stderr when none can be had:
  * generation then runs plain. */
 seer_spec_cost *cli_auto_cost(const char *cmd, seer_context *ctx, seer_model *draft, const char *path);
+/* --spec-calibrate-budget: the bound on calibration's time for cli_auto_cost (0: the
+ * library's default, 10 s on the CPU, 2 s on a GPU). */
+void cli_cost_set_budget(double seconds);
+#define CLI_CALIBRATE_HELP                                                                 \
+    "      --spec-calibrate-budget S  auto: seconds calibration may take at most (default 10 on\n" \
+    "                        the CPU, 2 on a GPU); cells it has no time for are estimated\n"
+
 /* --spec-cost-file at start: false with a message when path (NULL: not given) exists and is
  * not a regular file (a symlink, device, FIFO or directory), which a cost file never
  * replaces or reads. */

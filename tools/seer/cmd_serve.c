@@ -3,6 +3,12 @@
  * Options, loading, the scheduler thread and the signal-driven shutdown live here; the HTTP
  * layer is serve_http.c, the JSON of the API serve_api.c, /metrics serve_metrics.c.
  *
+ * The HTTP listener starts first, so that a client (or a load balancer's health check) can
+ * tell a server that is loading from one that is not there: until the model is loaded, the
+ * context made and speculation calibrated (a loader thread does that), /health answers 503
+ * {"status":"loading"} and every other route 503 with Retry-After. A signal while loading
+ * stops the process at once (loading cannot be cut short; nothing is being served).
+ *
  * The scheduler thread submits queued jobs between steps and steps while anything is
  * active; it sleeps on a condition variable otherwise. SIGINT, SIGTERM or SIGHUP drains: new
  * generations get 503, those in flight finish (up to --drain-timeout seconds, then they are
@@ -16,6 +22,7 @@
 #include <getopt.h>
 #include <microhttpd.h>
 #include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +70,7 @@ static void usage(FILE *f) {
             "                        calibrated at start), none (plain), streaming, retrieval, snapkv, ngram,\n"
             "                        quantkv\n"
             "      --spec-cost-file F  auto: the cost table's cache file (default under $XDG_CACHE_HOME/seer)\n"
+            CLI_CALIBRATE_HELP
             "      --spec-gamma G    tokens drafted per round (default 4)\n"
             "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
             "      --spec-kv-bits B  keep a B-bit (4 or 8) copy of the KV cache, so that requests may\n"
@@ -94,7 +102,7 @@ typedef struct {
 static int parse(int argc, char **argv, serve_opts *o) {
     enum { O_HOST = 256, O_TP, O_PORT, O_KEY, O_BODY, O_MAXR, O_MAXP, O_ALIAS, O_TMPL, O_PAR, O_BATCH, O_CHUNK,
            O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX, O_KVB, O_COST, O_MIX, O_SWT,
-           O_CORS, O_MAXC, O_MAXCC, O_HTO, O_CTXB };
+           O_CORS, O_MAXC, O_MAXCC, O_HTO, O_CTXB, O_CALB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT},      {"api-key", required_argument, 0, O_KEY},
@@ -108,7 +116,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"prefix-cache", required_argument, 0, O_PREFIX},
         {"spec-gamma", required_argument, 0, O_SG},  {"spec-budget", required_argument, 0, O_SK},
         {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-cost-file", required_argument, 0, O_COST},
-        {"spec-weights", required_argument, 0, O_SWT},
+        {"spec-weights", required_argument, 0, O_SWT}, {"spec-calibrate-budget", required_argument, 0, O_CALB},
         {"drain-timeout", required_argument, 0, O_DRAIN}, {"threads", required_argument, 0, 't'}, {"tp", required_argument, 0, O_TP},
         {"backend", required_argument, 0, O_BACKEND}, {"weights", required_argument, 0, O_WEIGHTS},
         {"temp", required_argument, 0, CLI_O_TEMP},  {"top-k", required_argument, 0, CLI_O_TOPK},
@@ -165,6 +173,13 @@ static int parse(int argc, char **argv, serve_opts *o) {
             }
             break;
         case O_COST: o->cost_file = optarg; break;
+        case O_CALB: {
+            double sec;
+            if (!cli_float("--spec-calibrate-budget", optarg, 0.01, 3600, &sec))
+                return 2;
+            cli_cost_set_budget(sec);
+            break;
+        }
         case O_SWT: o->spec_weights = optarg; break;
         case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 16, &v)) return 2; o->spec.gamma = (int)v; break;
         case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
@@ -331,6 +346,114 @@ static const char *base_name(const char *path, char *buf, size_t cap) {
     return buf;
 }
 
+/* Why the context is shorter than the model's (the pool of every sequence at the trained
+ * length did not fit the free memory) and how to get more, on stderr. */
+static void ctx_note(const serve_opts *o, const seer_context_params *cp, const serve_state *srv, int ctx_train) {
+    seer_kv_memory km;
+    seer_context_kv_memory(srv->ctx, &km);
+    if (km.n_pages <= 0 || cp->page_size <= 0)
+        return;
+    const double per_tok = (double)km.bytes_reserved / ((double)km.n_pages * cp->page_size); /* one sequence */
+    const double gib = 1024.0 * 1024.0 * 1024.0, free_b = (double)km.bytes_reserved;
+    const double need = per_tok * ctx_train * cp->n_seq_max;
+    const long long full_seqs = (long long)(free_b / (per_tok * ctx_train));
+    fprintf(stderr,
+            "seer serve: context %d tokens, not the model's %d: a KV cache of %d tokens for each of %d sequences "
+            "(--parallel %lld + --prefix-cache %lld) needs %.1f GiB, and %.1f GiB of memory is free for it.\n",
+            srv->n_ctx, ctx_train, ctx_train, cp->n_seq_max, o->parallel, o->prefix, need / gib, free_b / gib);
+    if (full_seqs >= 1)
+        fprintf(stderr, "seer serve:   for the whole context: fewer sequences (--parallel and --prefix-cache "
+                        "adding up to %lld or less);\n", full_seqs);
+    fprintf(stderr,
+            "seer serve:   or --ctx %d --kv-pages %d: one pool of %d pages of %d tokens that the sequences share "
+            "(a long one takes what it needs; when the pool runs out a request is preempted);\n"
+            "seer serve:   or --ctx N for another length%s.\n",
+            ctx_train, km.n_pages, km.n_pages, cp->page_size,
+            km.quant_bits ? ", or without --spec-kv-bits (its copy of the cache costs memory too)" : "");
+}
+
+/* What the loader thread makes; the main thread waits for signals meanwhile. */
+typedef struct {
+    serve_state *srv;
+    const serve_opts *o;
+    int port;
+    seer_spec_cost *cost;
+    pthread_t loop;
+    bool loop_started;
+    bool ok;
+} loader;
+
+static void *load_all(void *arg) {
+    loader *ld = arg;
+    serve_state *srv = ld->srv;
+    const serve_opts *o = ld->o;
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = o->backend;
+    mp.weights = o->weights;
+    mp.n_threads = (int)o->threads;
+    mp.tp = (int)o->tp;
+    mp.draft_weights = o->spec_weights;
+    seer_status s = seer_model_load(o->model, mp, &srv->model);
+    if (s != SEER_OK) {
+        cli_error("loading model", s);
+        goto fail;
+    }
+    seer_model_info info;
+    seer_model_get_info(srv->model, &info);
+    if (!cli_ctx_ok(o->ctx, info.ctx_train, o->ctx_beyond))
+        goto fail;
+    if ((s = seer_chat_template_init(srv->model, o->tmpl, &srv->tmpl)) != SEER_OK) {
+        if (o->tmpl) {
+            cli_error("chat template", s);
+            goto fail;
+        }
+        fprintf(stderr, "seer serve: the model has no chat template it recognises; chat uses llama2's\n");
+        if ((s = seer_chat_template_init(srv->model, "llama2", &srv->tmpl)) != SEER_OK) {
+            cli_error("chat template", s);
+            goto fail;
+        }
+    }
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = (int)o->ctx;
+    cp.n_seq_max = (int)(o->parallel + o->prefix); /* the cache's sequences are its own */
+    cp.n_batch_max = (int)o->batch;
+    cp.n_pages = (int)o->pages;
+    cp.kv_quant_bits = o->kv_bits ? (int)o->kv_bits : o->spec.kind == SEER_SPEC_QUANTKV ? 4 : 0;
+    if ((s = seer_context_init(srv->model, cp, &srv->ctx)) != SEER_OK) {
+        cli_error("creating context", s);
+        goto fail;
+    }
+    srv->n_ctx = seer_context_n_ctx(srv->ctx);
+    if (!o->ctx && srv->n_ctx < info.ctx_train)
+        ctx_note(o, &cp, srv, info.ctx_train);
+    /* measured while every sequence is free; any request may ask for auto, whatever the
+     * default */
+    srv->spec.cost = ld->cost = cli_auto_cost("serve", srv->ctx, NULL, o->cost_file);
+    seer_sched_params sp = seer_sched_default_params();
+    sp.prefill_chunk = (int)o->chunk;
+    sp.mix_max_tokens = (int)o->mix;
+    sp.prefix_cache = (int)o->prefix;
+    if ((s = seer_sched_init(srv->ctx, sp, &srv->sched)) != SEER_OK) {
+        cli_error("creating scheduler", s);
+        goto fail;
+    }
+    if (pthread_create(&ld->loop, NULL, sched_loop, srv) != 0) {
+        fprintf(stderr, "seer serve: cannot start the scheduler thread\n");
+        goto fail;
+    }
+    ld->loop_started = true;
+    ld->ok = true;
+    pthread_mutex_lock(&srv->mu);
+    srv->ready = true;
+    pthread_mutex_unlock(&srv->mu);
+    fprintf(stderr, "seer serve: %s on http://%s:%d (context %d, %d sequences, batch %d)\n", srv->model_id,
+            srv->host, ld->port, srv->n_ctx, (int)o->parallel, cp.n_batch_max);
+    return NULL;
+fail:
+    kill(getpid(), SIGUSR1); /* wakes the main thread's sigwait */
+    return NULL;
+}
+
 int cmd_serve(int argc, char **argv) {
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .max_body = 1 << 20, .max_requests = 64,
                     .n_predict = 256, .parallel = 16, .batch = 256, .drain = 30, .prefix = 8,
@@ -348,12 +471,13 @@ int cmd_serve(int argc, char **argv) {
         return rc;
     /* SIGINT, SIGTERM and SIGHUP (a closed terminal, or a service manager's reload) are taken
      * by sigwait below: blocked here, before any thread starts, so that every thread inherits
-     * the mask. A client that closes early must not kill us. */
+     * the mask. A client that closes early must not kill us. SIGUSR1: the loader failed. */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -379,63 +503,10 @@ int cmd_serve(int argc, char **argv) {
     pthread_cond_init(&srv.wake, NULL);
     serve_metrics_init(&srv.metrics);
     rc = 1;
-    pthread_t loop;
-    bool loop_started = false;
+    loader ld = {.srv = &srv, .o = &o};
+    pthread_t load_thread;
+    bool loading = false;
     struct MHD_Daemon *d = NULL;
-    seer_spec_cost *cost = NULL;
-    seer_model_params mp = seer_model_default_params();
-    mp.backend = o.backend;
-    mp.weights = o.weights;
-    mp.n_threads = (int)o.threads;
-    mp.tp = (int)o.tp;
-    mp.draft_weights = o.spec_weights;
-    seer_status s = seer_model_load(o.model, mp, &srv.model);
-    if (s != SEER_OK) {
-        cli_error("loading model", s);
-        goto done;
-    }
-    seer_model_info info;
-    seer_model_get_info(srv.model, &info);
-    if (!cli_ctx_ok(o.ctx, info.ctx_train, o.ctx_beyond))
-        goto done;
-    if ((s = seer_chat_template_init(srv.model, o.tmpl, &srv.tmpl)) != SEER_OK) {
-        if (o.tmpl) {
-            cli_error("chat template", s);
-            goto done;
-        }
-        fprintf(stderr, "seer serve: the model has no chat template it recognises; chat uses llama2's\n");
-        if ((s = seer_chat_template_init(srv.model, "llama2", &srv.tmpl)) != SEER_OK) {
-            cli_error("chat template", s);
-            goto done;
-        }
-    }
-    seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = (int)o.ctx;
-    cp.n_seq_max = (int)(o.parallel + o.prefix); /* the cache's sequences are its own */
-    cp.n_batch_max = (int)o.batch;
-    cp.n_pages = (int)o.pages;
-    cp.kv_quant_bits = o.kv_bits ? (int)o.kv_bits : o.spec.kind == SEER_SPEC_QUANTKV ? 4 : 0;
-    if ((s = seer_context_init(srv.model, cp, &srv.ctx)) != SEER_OK) {
-        cli_error("creating context", s);
-        goto done;
-    }
-    srv.n_ctx = seer_context_n_ctx(srv.ctx);
-    /* measured while every sequence is free; any request may ask for auto, whatever the
-     * default */
-    srv.spec.cost = cost = cli_auto_cost("serve", srv.ctx, NULL, o.cost_file);
-    seer_sched_params sp = seer_sched_default_params();
-    sp.prefill_chunk = (int)o.chunk;
-    sp.mix_max_tokens = (int)o.mix;
-    sp.prefix_cache = (int)o.prefix;
-    if ((s = seer_sched_init(srv.ctx, sp, &srv.sched)) != SEER_OK) {
-        cli_error("creating scheduler", s);
-        goto done;
-    }
-    if (pthread_create(&loop, NULL, sched_loop, &srv) != 0) {
-        fprintf(stderr, "seer serve: cannot start the scheduler thread\n");
-        goto done;
-    }
-    loop_started = true;
     if (!(srv.conns = serve_conns_new(&srv))) {
         fprintf(stderr, "seer serve: cannot start the connection watchdog\n");
         goto done;
@@ -443,10 +514,30 @@ int cmd_serve(int argc, char **argv) {
     if (!(d = serve_http_start(&srv)))
         goto done;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "seer serve: %s on http://%s:%d (context %d, %d sequences, batch %d)\n", srv.model_id,
-            srv.host, di ? di->port : srv.port, srv.n_ctx, (int)o.parallel, cp.n_batch_max);
+    ld.port = di ? di->port : srv.port;
+    fprintf(stderr, "seer serve: loading %s; listening at http://%s:%d (/health answers 503 \"loading\" "
+                    "until it is ready)\n", o.model, srv.host, ld.port);
+    if (pthread_create(&load_thread, NULL, load_all, &ld) != 0) {
+        fprintf(stderr, "seer serve: cannot start the loader thread\n");
+        goto done;
+    }
+    loading = true;
     int sig = 0;
     sigwait(&sigs, &sig);
+    if (sig == SIGUSR1) /* the loader failed and said why */
+        goto done;
+    pthread_mutex_lock(&srv.mu);
+    const bool ready = srv.ready;
+    pthread_mutex_unlock(&srv.mu);
+    if (!ready) {
+        /* nothing is served yet, and loading cannot be cut short */
+        fprintf(stderr, "seer serve: %s while loading: stopped\n",
+                sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
+        fflush(stderr);
+        _exit(0);
+    }
+    pthread_join(load_thread, NULL);
+    loading = false;
     fprintf(stderr, "seer serve: %s: draining\n", sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM");
     pthread_mutex_lock(&srv.mu);
     srv.draining = true;
@@ -462,12 +553,14 @@ int cmd_serve(int argc, char **argv) {
     pthread_mutex_unlock(&srv.mu);
     rc = 0;
 done:
-    if (loop_started) {
+    if (loading)
+        pthread_join(load_thread, NULL); /* it failed: it is ending */
+    if (ld.loop_started) {
         pthread_mutex_lock(&srv.mu);
         srv.stop = true;
         pthread_cond_broadcast(&srv.wake);
         pthread_mutex_unlock(&srv.mu);
-        pthread_join(loop, NULL);
+        pthread_join(ld.loop, NULL);
     }
     if (d) {
         /* every request is finished now; their answers (a cancelled stream's final chunk and
@@ -476,14 +569,15 @@ done:
         struct timespec flush_until;
         clock_gettime(CLOCK_REALTIME, &flush_until);
         flush_until.tv_sec += DRAIN_FLUSH_S;
-        while (srv.n_jobs > 0 && pthread_cond_timedwait(&srv.wake, &srv.mu, &flush_until) == 0)
+        while ((srv.n_jobs > 0 || srv.n_answers > 0) &&
+               pthread_cond_timedwait(&srv.wake, &srv.mu, &flush_until) == 0)
             ;
         pthread_mutex_unlock(&srv.mu);
         MHD_stop_daemon(d); /* waits for the connection threads */
     }
     serve_conns_free(srv.conns);
     seer_sched_free(srv.sched);
-    seer_spec_cost_free(cost);
+    seer_spec_cost_free(ld.cost);
     seer_context_free(srv.ctx);
     seer_model_free(srv.model);
     free(srv.inbox);

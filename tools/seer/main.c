@@ -163,6 +163,13 @@ int cli_tree_opt(int c, const char *arg, cli_tree *t) {
     case CLI_O_TREPLAN: if (!cli_int("--spec-tree-replan", arg, 0, 1 << 20, &v)) return -1; t->replan = (int)v; return 1;
     case CLI_O_TDEPTH: if (!cli_int("--spec-tree-depth", arg, 1, 64, &v)) return -1; t->depth = (int)v; return 1;
     case CLI_O_HGAMMA: if (!cli_int("--spec-hier-gamma", arg, 1, 64, &v)) return -1; t->hier_gamma = (int)v; return 1;
+    case CLI_O_CALBUDGET: {
+        double sec;
+        if (!cli_float("--spec-calibrate-budget", arg, 0.01, 3600, &sec))
+            return -1;
+        cli_cost_set_budget(sec);
+        return 1;
+    }
     default: return 0;
     }
 }

@@ -77,6 +77,8 @@ typedef struct {
     serve_job **inbox;
     int n_inbox, cap_inbox;
     int n_jobs;                  /* jobs alive (their answers not yet all sent) */
+    int n_answers;               /* generation requests whose answer libmicrohttpd has not
+                                  * finished sending (a job may be gone before that) */
     int n_slots;                 /* generations holding one of --max-requests slots */
     bool draining, stop;
     bool ready;                  /* the model is loaded and calibration done: until then

@@ -36,6 +36,7 @@ typedef struct {
     char *body;
     size_t len, cap;
     bool too_big;
+    bool answering; /* a generation request, counted in serve_state.n_answers */
 } conn_state;
 
 /* Probes of a client that reads as closed: how many, how far apart. */
@@ -106,6 +107,23 @@ static enum MHD_Result send_errorf(struct MHD_Connection *c, serve_state *srv, i
     vsnprintf(e.message, sizeof e.message, fmt, ap);
     va_end(ap);
     return send_error(c, srv, &e);
+}
+
+/* 503 with Retry-After while the model loads: nothing but /health is served before it is. */
+static enum MHD_Result send_loading(struct MHD_Connection *c, serve_state *srv) {
+    const serve_error e = {.status = 503, .code = "loading",
+                           .message = "the model is loading (and speculation calibrating); retry shortly"};
+    char *body = serve_error_json(&e);
+    if (!body)
+        return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Retry-After", "5");
+    return queue(c, srv, 503, r);
 }
 
 /* What a peek at the client's socket says: 0 nothing new, 1 its side is closed (a half-close
@@ -268,6 +286,12 @@ static enum MHD_Result generate(struct MHD_Connection *c, serve_state *srv, serv
         return send_errorf(c, srv, 503, "shutting_down", "the server is shutting down");
     if (why == 429)
         return send_errorf(c, srv, 429, "too_many_requests", "%d requests are running; try again later", n_busy);
+    /* counted until completed() hears that the answer is sent: a drain waits for that, not
+     * only for the job, whose answer may still be queued when the job ends */
+    pthread_mutex_lock(&srv->mu);
+    srv->n_answers++;
+    pthread_mutex_unlock(&srv->mu);
+    cs->answering = true;
     serve_error e;
     serve_job *j = serve_job_from_json(srv, kind, cs->body ? cs->body : "", cs->len, &e);
     if (!j) {
@@ -406,16 +430,20 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(method, "OPTIONS"))
         return preflight(c, srv);
+    pthread_mutex_lock(&srv->mu);
+    const bool draining = srv->draining, ready = srv->ready;
+    pthread_mutex_unlock(&srv->mu);
     if (!strcmp(url, "/health")) {
         if (!get)
             return send_errorf(c, srv, 405, "method_not_allowed", "use GET for %s", url);
-        pthread_mutex_lock(&srv->mu);
-        bool draining = srv->draining;
-        pthread_mutex_unlock(&srv->mu);
-        return send_body(c, srv, draining ? 503 : 200,
-                         strdup(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}"), "application/json",
-                         false);
+        /* as llama-server: 503 while the model loads (here also while speculation calibrates) */
+        return send_body(c, srv, draining || !ready ? 503 : 200,
+                         strdup(draining ? "{\"status\":\"draining\"}"
+                                : !ready ? "{\"status\":\"loading\"}" : "{\"status\":\"ok\"}"),
+                         "application/json", false);
     }
+    if (!ready)
+        return send_loading(c, srv);
     const bool metrics = !strcmp(url, "/metrics");
     if ((metrics || !strncmp(url, "/v1/", 4)) && !authorized(c, srv))
         return send_errorf(c, srv, 401, "invalid_api_key", "a valid API key is required (Authorization: Bearer KEY)");
@@ -439,9 +467,15 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
+    serve_state *srv = cls;
     conn_state *cs = *con_cls;
     if (cs) {
+        if (cs->answering) {
+            pthread_mutex_lock(&srv->mu);
+            srv->n_answers--;
+            pthread_cond_broadcast(&srv->wake);
+            pthread_mutex_unlock(&srv->mu);
+        }
         free(cs->body);
         free(cs);
         *con_cls = NULL;
@@ -482,7 +516,7 @@ struct MHD_Daemon *serve_http_start(serve_state *srv) {
     raise_fd_limit(hard + 64);
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)srv->port, NULL, NULL, handler, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, serve_conns_notify, srv->conns,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_NOTIFY_CONNECTION, serve_conns_notify, srv->conns,
         MHD_OPTION_CONNECTION_LIMIT, hard, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SERVE_SEND_TIMEOUT_S,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_EXTERNAL_LOGGER, serve_conn_log, srv, MHD_OPTION_END);
     freeaddrinfo(ai);
