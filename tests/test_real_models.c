@@ -582,7 +582,8 @@ static void test_cli_generate_chat(void **state) {
     fixture_free(&fx);
 }
 
-/* `seer chat` holds a two-turn conversation on stdin and exits 0 at end of input. */
+/* `seer chat` holds a two-turn conversation on stdin (piped, the messages divided by /send)
+ * and exits 0 at end of input. */
 static void test_cli_chat(void **state) {
     (void)state;
     const char *name = k_models[0];
@@ -591,7 +592,7 @@ static void test_cli_chat(void **state) {
     static char out[1 << 16];
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "printf 'Hi!\\nWhat is 2+2?\\n' | %s chat -m %s --backend cpu --temp 0 -n 24 -c 512 "
+             "printf 'Hi!\\n/send\\nWhat is 2+2?\\n' | %s chat -m %s --backend cpu --temp 0 -n 24 -c 512 "
              "2>/dev/null",
              SEER_CLI, model_path(name));
     assert_int_equal(run(out, sizeof out, cmd), 0);
