@@ -386,17 +386,44 @@ qdot8_avx2_t(const qmm_args *a, int o, int t0, int nr, float out[][8], const int
     for (int r = 0; r < ROWS; r++)
         acc[r] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
+    /* The run of 8 rows after the next, prefetched into L2 in order, as the AVX-512 path
+     * does (cpu_qmatmul_avx512.c says why). */
+    const uint8_t *next = w + 2 * 8 * a->row_bytes;
+    const size_t step = (8 * a->row_bytes + (size_t)ng - 1) / (size_t)ng;
+    size_t pf = 0, want = 0;
+    /* K-quants (8 groups a block): every group's scales of the 8 rows' current blocks, made
+     * once per block ([group][row]; group_scale_of's values, the same f32 steps), so that
+     * the f16 reads and the 6-bit unpacking are not repeated for each group. The formats of
+     * one group per block make theirs with the codes (measured faster). */
+    const bool kq = type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
+    float ka0[8][8], ka1[8][8], kb[8][8];
     for (int gi = 0; gi < ng; gi++) {
+        for (want += step; pf < want; pf += 64)
+            _mm_prefetch((const char *)(next + pf), _MM_HINT_T1);
+        const int g = gi % gpb;
+        const uint8_t *blk = w + (size_t)(gi / gpb) * a->blk_bytes;
+        if (kq && g == 0)
+            for (int j = 0; j < 8; j++) {
+                const uint8_t *b = blk + (size_t)j * a->row_bytes;
+                const float d = f16_hw(b + d_offset(type)), dm = has_min(type) ? f16_hw(b + 2) : 0.f;
+                for (int k = 0; k < 8; k++) {
+                    const gscale s = group_scale_of(type, b, k, d, dm);
+                    ka0[k][j] = s.a0, ka1[k][j] = s.a1, kb[k][j] = s.b;
+                }
+            }
         __m256i c[8], cs[8];
         float a0[8], a1[8], bb[8];
         for (int j = 0; j < 8; j++) {
-            const uint8_t *b = w + (size_t)j * a->row_bytes + (size_t)(gi / gpb) * a->blk_bytes;
-            const gscale s = group_scale_hw(type, b, gi % gpb);
-            a0[j] = s.a0, a1[j] = s.a1, bb[j] = s.b;
-            c[j] = group_codes_avx2(type, b, gi % gpb);
+            const uint8_t *b = blk + (size_t)j * a->row_bytes;
+            if (!kq) {
+                const gscale s = group_scale_hw(type, b, g);
+                a0[j] = s.a0, a1[j] = s.a1, bb[j] = s.b;
+            }
+            c[j] = group_codes_avx2(type, b, g);
             cs[j] = is_signed ? _mm256_sign_epi8(c[j], c[j]) : c[j];
         }
-        const __m256 va0 = _mm256_loadu_ps(a0), va1 = _mm256_loadu_ps(a1), vb = _mm256_loadu_ps(bb);
+        const __m256 va0 = _mm256_loadu_ps(kq ? ka0[g] : a0), va1 = _mm256_loadu_ps(kq ? ka1[g] : a1),
+                     vb = _mm256_loadu_ps(kq ? kb[g] : bb);
         for (int r = 0; r < nr; r++) {
             const size_t t = (size_t)t0 + r;
             const __m256i x = _mm256_loadu_si256((const __m256i *)(a->xq + t * a->cols + (size_t)gi * QK));
