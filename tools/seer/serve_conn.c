@@ -18,6 +18,7 @@
  * reports the connection closed (before it closes the descriptor, so the descriptor shut
  * down is always still this connection's).
  */
+#include "cli.h"
 #include "serve.h"
 
 #include <netinet/in.h>
@@ -47,12 +48,6 @@ struct serve_conns {
     bool stop;
     pthread_t watchdog;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void count_close(serve_state *srv, serve_close_why why) {
     pthread_mutex_lock(&srv->metrics.mu);
@@ -115,7 +110,7 @@ static void conn_started(serve_conns *t, struct MHD_Connection *c, void **socket
     }
     e->t = t;
     e->fd = ci ? ci->connect_fd : -1;
-    e->t_phase = now_s();
+    e->t_phase = cli_now_s();
     client_address(c, e);
     *socket_context = e;
     pthread_mutex_lock(&t->mu);
@@ -181,7 +176,7 @@ static void set_phase(struct MHD_Connection *c, bool busy) {
     pthread_mutex_lock(&e->t->mu);
     e->busy = busy;
     if (!busy)
-        e->t_phase = now_s();
+        e->t_phase = cli_now_s();
     pthread_mutex_unlock(&e->t->mu);
 }
 
@@ -231,7 +226,7 @@ static void *watchdog(void *arg) {
         if (ts.tv_nsec >= 1000000000)
             ts.tv_sec++, ts.tv_nsec -= 1000000000;
         pthread_cond_timedwait(&t->cv, &t->mu, &ts);
-        const double now = now_s();
+        const double now = cli_now_s();
         for (conn_entry *e = t->head; e; e = e->next)
             if (!e->evicted && !e->busy && now - e->t_phase > limit)
                 evict(t, e, SERVE_CLOSE_HEADER_TIMEOUT);

@@ -19,6 +19,7 @@
  * is cancelled, which frees its KV pages at the scheduler's next step. Connection limits and
  * timeouts are serve_conn.c's.
  */
+#include "cli.h"
 #include "serve.h"
 
 #include <errno.h>
@@ -42,12 +43,6 @@ typedef struct {
 /* Probes of a client that reads as closed: how many, how far apart. */
 enum { PROBES = 3 };
 static const double PROBE_EVERY_S = 0.5;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void count_status(serve_state *srv, int status) {
     pthread_mutex_lock(&srv->metrics.mu);
@@ -78,16 +73,24 @@ static enum MHD_Result queue(struct MHD_Connection *c, serve_state *srv, int sta
     return ret;
 }
 
-static enum MHD_Result send_body(struct MHD_Connection *c, serve_state *srv, int status, char *body,
-                                 const char *type, bool close) {
+/* A response owning body (freed here when none can be made), with its Content-Type. */
+static struct MHD_Response *body_response(char *body, const char *type) {
     if (!body)
-        return MHD_NO;
+        return NULL;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
-        return MHD_NO;
+        return NULL;
     }
     MHD_add_response_header(r, "Content-Type", type);
+    return r;
+}
+
+static enum MHD_Result send_body(struct MHD_Connection *c, serve_state *srv, int status, char *body,
+                                 const char *type, bool close) {
+    struct MHD_Response *r = body_response(body, type);
+    if (!r)
+        return MHD_NO;
     if (close)
         MHD_add_response_header(r, "Connection", "close");
     return queue(c, srv, status, r);
@@ -113,15 +116,9 @@ static enum MHD_Result send_errorf(struct MHD_Connection *c, serve_state *srv, i
 static enum MHD_Result send_loading(struct MHD_Connection *c, serve_state *srv) {
     const serve_error e = {.status = 503, .code = "loading",
                            .message = "the model is loading (and speculation calibrating); retry shortly"};
-    char *body = serve_error_json(&e);
-    if (!body)
+    struct MHD_Response *r = body_response(serve_error_json(&e), "application/json");
+    if (!r)
         return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/json");
     MHD_add_response_header(r, "Retry-After", "5");
     return queue(c, srv, 503, r);
 }
@@ -158,10 +155,10 @@ static bool client_alive(serve_job *j, int *probes, double *t_probe, const char 
         return false;
     if (ps == 1)
         j->read_closed = true;
-    if (!j->read_closed || *probes >= PROBES || now_s() - *t_probe < PROBE_EVERY_S)
+    if (!j->read_closed || *probes >= PROBES || cli_now_s() - *t_probe < PROBE_EVERY_S)
         return true;
     (*probes)++;
-    *t_probe = now_s();
+    *t_probe = cli_now_s();
     if (stream) {
         /* an SSE comment: clients skip it; a write to a client that is gone fails */
         static const char ping[] = ": ping\n\n";
