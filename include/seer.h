@@ -259,7 +259,21 @@ typedef struct {
                               * rows this call writes are stored in full precision as always */
     bool draft_weights;      /* multiply by the model's draft weights (seer_model_params.
                               * draft_weights; the model needs them) instead of its weights */
+    const uint8_t *prompt;   /* [T] nonzero: a prompt token. A sequence's leading flagged
+                              * tokens in the call (attending causally, under a full view) may
+                              * be computed another way than decode steps (the CPU: in tiles,
+                              * faster); where seer_context_prompt_cuts_free says so, each of
+                              * them the same whatever call it is in and however the prompt is
+                              * cut into calls. Unflagged tokens are computed as decode and
+                              * verification steps are. NULL: a sequence's run of more than
+                              * SEER_INVARIANT_NEW_TOKENS new tokens (no mask) counts as prompt */
 } seer_batch;
+
+/* Whether the context's backend computes every prompt token (seer_batch.prompt) the same
+ * whatever call it is in and however its prompt is cut (the CPU: yes; CUDA: no, its long
+ * calls take other kernels). Where it does, a scheduler may cut prompts anywhere, e.g. to
+ * the time left beside running streams. */
+bool seer_context_prompt_cuts_free(const seer_context *ctx);
 
 /* Runs the batch. logits_out receives [n_out][V] floats in batch order of the flagged
  * tokens, where n_out is the number of flagged tokens (logits_out may be NULL if none).
@@ -611,15 +625,24 @@ void seer_request_get_stats(const seer_request *r, seer_request_stats *out);
 
 typedef struct {
     int max_batch_tokens; /* token budget of one forward call; 0 = the context's n_batch_max */
-    int prefill_chunk;    /* prompt tokens per prefill chunk; 0 = min(256, budget). A prompt
-                             is always cut at the same multiples of it, whatever else runs,
-                             so its numerics do not depend on the other traffic */
+    int prefill_chunk;    /* most prompt tokens per prefill chunk; 0 = min(256, budget). On a
+                             backend whose prompt tokens do not depend on the cuts
+                             (seer_context_prompt_cuts_free: the CPU), a chunk beside decoding
+                             requests is cut to prefill_stall; elsewhere a prompt is always
+                             cut at the same multiples of it, whatever else runs, so its
+                             numerics do not depend on the other traffic */
     int prefix_cache;     /* sequences of the context kept for cached prompt prefixes (0: no
                              cache); requests run in the other n_seq_max - prefix_cache */
     int mix_max_tokens;   /* most tokens of a forward call that mixes requests; 0 = the most the
                              backend computes batch-invariantly (CUDA: 256; CPU: any). A larger
                              prefill chunk runs alone in its call, taking turns with calls of the
                              other requests, so that greedy ids do not depend on the traffic */
+    float prefill_stall;  /* where cuts are free: the prompt tokens planned beside decoding
+                             requests are those the step times measured so far say take about
+                             this many times a step of their rounds alone, so a stream's gap
+                             between tokens stays near (1 + prefill_stall) times its idle one
+                             while prompts are read (Sarathi-Serve's stall-free batching with
+                             a time budget). 0 = 1; negative: fixed cuts, as elsewhere */
 } seer_sched_params;
 
 seer_sched_params seer_sched_default_params(void);

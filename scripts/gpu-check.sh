@@ -3,8 +3,10 @@
 # machine and runs every test with its output; the log goes to $OUT/gpu-check.log when OUT is
 # set (else build-gpu/gpu-check.log), and a short table of the CUDA checks comes last.
 #
-#   scripts/gpu-check.sh stage   on a machine with the build deps: copies the cmocka, jansson
-#                                and pcre2 headers and libraries into .gpu/deps (git-ignored)
+#   scripts/gpu-check.sh stage   on a machine with the build deps: copies the cmocka, jansson,
+#                                pcre2 and libmicrohttpd headers and libraries (and the libraries
+#                                libmicrohttpd loads: gnutls and its own) into .gpu/deps
+#                                (git-ignored), so the GPU build has `seer serve` too
 #   scripts/gpu-check.sh         on the GPU machine, from the repository root
 #
 # SEER_DATA_DIR: the tests' models/ and golden/ (default tests/data, in the repository).
@@ -19,15 +21,21 @@ stage() {
   set -e
   mkdir -p .gpu/deps/include .gpu/deps/lib/pkgconfig
   local pkg hdrs h incdir libdir soname
-  for pkg in cmocka jansson pcre2-8; do
+  for pkg in cmocka jansson pcre2-8 microhttpd; do
     case $pkg in
       cmocka) hdrs="cmocka.h cmocka_pbc.h" ;;
       jansson) hdrs="jansson.h jansson_config.h" ;;
       pcre2-8) hdrs="pcre2.h" ;;
+      microhttpd) hdrs="microhttpd.h" ;;
     esac
     # not every .pc file sets includedir/libdir: read them off the flags
     local pc=$pkg
     [ $pkg = pcre2-8 ] && pc=libpcre2-8
+    [ $pkg = microhttpd ] && pc=libmicrohttpd
+    if ! pkg-config --exists $pc; then
+      echo "stage: $pc not installed here; the GPU build goes without it"
+      continue
+    fi
     incdir=$(pkg-config --cflags-only-I $pc | tr ' ' '\n' | sed -n 's/^-I//p' | head -n 1)
     libdir=$(pkg-config --libs-only-L $pc | tr ' ' '\n' | sed -n 's/^-L//p' | head -n 1)
     : "${incdir:=/usr/include}" "${libdir:=/usr/lib/$(gcc -print-multiarch)}"
@@ -48,6 +56,10 @@ Version: $(pkg-config --modversion $pc)
 Cflags: -I\${includedir}
 Libs: -L\${libdir} -l$pkg
 EOF
+    if [ $pkg = microhttpd ]; then # what it loads (gnutls...), which the GPU machine may lack
+      ldd "$libdir/lib$pkg.so" | awk '$3 ~ /^\// {print $3}' | grep -v -E '/(libc|libm|libpthread|libdl)\.so' |
+        while read -r dep; do mkdir -p .gpu/deps/libdeps && cp -L "$dep" .gpu/deps/libdeps/; done
+    fi
   done
   echo "staged into $root/.gpu:"
   find .gpu -type f | sort
@@ -87,6 +99,10 @@ run_all() {
   if [ -d "$root/.gpu/deps" ]; then
     export PKG_CONFIG_PATH=$root/.gpu/deps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
     export LD_LIBRARY_PATH=$root/.gpu/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # libmicrohttpd's own libraries only where the machine lacks them
+    if [ -d "$root/.gpu/deps/libdeps" ] && ! ldconfig -p 2>/dev/null | grep -q 'libgnutls\.so\.30 '; then
+      export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$root/.gpu/deps/libdeps
+    fi
     echo "using staged deps in .gpu/deps"
   fi
 

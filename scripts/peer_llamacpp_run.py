@@ -188,7 +188,7 @@ def main():
 
     bench = os.path.join(a.bin, "llama-bench")
     batched = os.path.join(a.bin, "llama-batched-bench")
-    for b in (bench, batched):
+    for b in (bench, batched) if a.batched else (bench,):  # the tools the points need
         if not os.access(b, os.X_OK):
             sys.exit("peer_llamacpp_run: no %s: run 'scripts/peer-llamacpp.sh build %s' first" % (b, a.kind))
     try:

@@ -10,6 +10,7 @@
 
 #include "sched/sched.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,7 +344,7 @@ static void test_cancel_in_prefill(void **state) {
  * request's ids to out, the scheduler's stats to st. */
 static void run_mixed(int mix, int gi, int32_t *out, seer_sched_stats *st) {
     seer_context *c = mkctx(4, 0);
-    seer_sched_params spm = {.max_batch_tokens = 64, .prefill_chunk = 32, .mix_max_tokens = mix};
+    seer_sched_params spm = {.max_batch_tokens = 64, .prefill_chunk = 32, .mix_max_tokens = mix, .prefill_stall = -1};
     seer_sched *s = NULL;
     ASSERT_OK(seer_sched_init(c, spm, &s));
     int32_t prompt[200];
@@ -420,10 +421,12 @@ static void test_mix_limit(void **state) {
  * in every step; the step before the arrival counts as a round), the steps
  * the prompt's prefill took to *prefill_steps, its ids to out; the streams' ids must be the
  * golden ones. Without streams (alone) only the long request runs. */
-static void run_arrival(int budget, int chunk, int mix, bool streams, int32_t *out, int *gap, int *prefill_steps) {
+static void run_arrival(int budget, int chunk, int mix, float stall, bool streams, int32_t *out, int *gap,
+                        int *prefill_steps) {
     enum { NS = 3, NP = 400 };
     seer_context *c = mkctx(4, 0);
-    seer_sched_params spm = {.max_batch_tokens = budget, .prefill_chunk = chunk, .mix_max_tokens = mix};
+    seer_sched_params spm = {.max_batch_tokens = budget, .prefill_chunk = chunk, .mix_max_tokens = mix,
+                             .prefill_stall = stall};
     seer_sched *s = NULL;
     ASSERT_OK(seer_sched_init(c, spm, &s));
     const int gi[NS] = {0, 2, 3};
@@ -462,12 +465,17 @@ static void run_arrival(int budget, int chunk, int mix, bool streams, int32_t *o
     for (int k = 0; k < NS && streams; k++)
         n_tok[k] = seer_request_tokens(st[k], NULL), last[k] = 0;
     *gap = 0;
-    int step = 0;
+    int step = 0, watched = 0; /* steps with every stream still running */
     while (seer_request_tokens(big, NULL) == 0) {
         ASSERT_OK(seer_sched_step(s, NULL));
         step++;
         assert_true(step < 10 * NP);
+        bool all = true;
         for (int k = 0; k < NS && streams; k++) {
+            if (seer_request_finished(st[k])) { /* free cuts: time decides how long the prompt takes */
+                all = false;
+                continue;
+            }
             const int nt = seer_request_tokens(st[k], NULL);
             /* steps from its last round to this one, or at least to the next one */
             const int d = nt > n_tok[k] ? step - last[k] : step + 1 - last[k];
@@ -476,10 +484,13 @@ static void run_arrival(int budget, int chunk, int mix, bool streams, int32_t *o
             if (d > *gap)
                 *gap = d;
         }
+        watched += all;
     }
     *prefill_steps = step;
-    for (int k = 0; k < NS && streams; k++)
-        assert_false(seer_request_finished(st[k])); /* they decoded through the whole prefill */
+    if (streams && stall < 0)
+        assert_int_equal(watched, step); /* they decoded through the whole prefill */
+    else if (streams)
+        assert_true(watched >= 8);
     run_all(s);
     const int32_t *ids;
     assert_int_equal(seer_request_tokens(big, &ids), 8);
@@ -496,11 +507,12 @@ static void run_arrival(int budget, int chunk, int mix, bool streams, int32_t *o
     seer_context_free(c);
 }
 
-/* Fair scheduling: while a long prompt is read in chunks, every decoding stream gets a round in
- * at least every other step, also when the chunk fills the whole budget (the CPU's default,
- * budget = chunk, mixing freely) and when a chunk above mix_max_tokens fills it (CUDA's long
- * chunks); the prompt still gets a chunk in at least every other step, and a chunk that fits
- * beside the rounds runs in every step with them. Ids are the same as alone. */
+/* Fair scheduling with fixed cuts (CUDA's regime; prefill_stall -1 on the CPU): while a long
+ * prompt is read in chunks, every decoding stream gets a round in at least every other step,
+ * also when the chunk fills the whole budget (budget = chunk, mixing freely) and when a chunk
+ * above mix_max_tokens fills it (CUDA's long chunks); the prompt still gets a chunk in at
+ * least every other step, and a chunk that fits beside the rounds runs in every step with
+ * them. Ids are the same as alone. */
 static void test_fair_long_prompt(void **state) {
     const struct {
         int budget, chunk, mix, max_gap;
@@ -508,8 +520,8 @@ static void test_fair_long_prompt(void **state) {
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
         int32_t alone[8], loaded[8];
         int gap, steps_alone, steps;
-        run_arrival(cfg[i].budget, cfg[i].chunk, cfg[i].mix, false, alone, &gap, &steps_alone);
-        run_arrival(cfg[i].budget, cfg[i].chunk, cfg[i].mix, true, loaded, &gap, &steps);
+        run_arrival(cfg[i].budget, cfg[i].chunk, cfg[i].mix, -1, false, alone, &gap, &steps_alone);
+        run_arrival(cfg[i].budget, cfg[i].chunk, cfg[i].mix, -1, true, loaded, &gap, &steps);
         if (gap > cfg[i].max_gap)
             fail_msg("budget %d, chunk %d, mix_max %d: a stream waited %d steps for a round (at most %d)",
                      cfg[i].budget, cfg[i].chunk, cfg[i].mix, gap, cfg[i].max_gap);
@@ -518,6 +530,70 @@ static void test_fair_long_prompt(void **state) {
         assert_true(steps <= 2 * chunks);
         assert_memory_equal(alone, loaded, sizeof alone);
     }
+}
+
+/* Free cuts (the CPU's default): beside decoding streams a prompt is read in pieces sized by
+ * the measured step times, cut anywhere, and every stream gets a round in every step, also
+ * when the chunk fills the whole budget. The prompt's ids equal those of the same prompt
+ * read alone in fixed chunks of 32, and beside streams in free chunks of up to 64 or 32: its prompt tokens have the
+ * same bits however they are cut (seer_context_prompt_cuts_free). */
+static void test_free_cuts(void **state) {
+    seer_context *c = mkctx(1, 0);
+    assert_true(seer_context_prompt_cuts_free(c)); /* the CPU */
+    seer_context_free(c);
+    int32_t fixed[8], alone[8], loaded[8], full[8];
+    int gap, steps;
+    run_arrival(48, 32, 0, -1, false, fixed, &gap, &steps);
+    run_arrival(48, 32, 0, 0, false, alone, &gap, &steps);
+    assert_int_equal(steps, (400 + 31) / 32); /* alone: chunks of up to 32 */
+    run_arrival(64, 64, 0, 0, true, full, &gap, &steps);
+    assert_int_equal(gap, 1);
+    run_arrival(32, 32, 0, 2.5f, true, loaded, &gap, &steps);
+    assert_int_equal(gap, 1);
+    assert_memory_equal(fixed, alone, sizeof alone);
+    assert_memory_equal(fixed, loaded, sizeof alone);
+    assert_memory_equal(fixed, full, sizeof alone);
+
+    seer_context *c2 = mkctx(2, 0);
+    seer_sched_params bad = {.prefill_stall = NAN};
+    seer_sched *s = (seer_sched *)&bad;
+    assert_int_equal(seer_sched_init(c2, bad, &s), SEER_ERR_INVALID_ARG);
+    assert_null(s);
+    bad.prefill_stall = 1e9f;
+    assert_int_equal(seer_sched_init(c2, bad, &s), SEER_ERR_INVALID_ARG);
+    seer_context_free(c2);
+}
+
+/* The time budget (stall.c) on given step times: a probe of 16 until both times are known,
+ * then the tokens that add prefill_stall times a step of rounds alone, within [1, chunk];
+ * a step quicker than the rounds' own counts as free tokens but at most halves the cost. */
+static void test_stall_budget(void **state) {
+    seer_stall st = {.stall = 1, .chunk = 256};
+    assert_int_equal(seer_stall_tokens(&st), 16);
+    seer_stall_observe(&st, 0.050, 16, 1); /* beside rounds before their time is known: ignored */
+    assert_true(st.t_tok == 0);
+    for (int i = 0; i < 20; i++)
+        seer_stall_observe(&st, 0.010, 0, 3);
+    assert_true(fabs(st.t_rounds - 0.010) < 1e-9);
+    assert_int_equal(seer_stall_tokens(&st), 16);
+    seer_stall_observe(&st, 0.026, 16, 3); /* 16 tokens added 16 ms: 1 ms each */
+    assert_true(fabs(st.t_tok - 0.001) < 1e-12);
+    assert_int_equal(seer_stall_tokens(&st), 10); /* 10 ms of prompt beside 10 ms of rounds */
+    st.stall = 2.5;
+    assert_int_equal(seer_stall_tokens(&st), 25);
+    st.stall = 1000;
+    assert_int_equal(seer_stall_tokens(&st), 256);
+    st.stall = 0.01;
+    assert_int_equal(seer_stall_tokens(&st), 1);
+    st.stall = 1;
+    seer_stall_observe(&st, 0.005, 10, 3); /* quicker than the rounds alone: halves */
+    assert_true(fabs(st.t_tok - 0.0005) < 1e-12);
+    assert_int_equal(seer_stall_tokens(&st), 20);
+    seer_stall_observe(&st, 0.0605, 10, 0); /* a prefill alone: 6.05 ms a token, averaged */
+    assert_true(fabs(st.t_tok - 0.003275) < 1e-12);
+    assert_int_equal(seer_stall_tokens(&st), 3);
+    seer_stall_observe(&st, NAN, 10, 0);
+    assert_true(fabs(st.t_tok - 0.003275) < 1e-12);
 }
 
 /* Stop strings end generation where the text first holds one, cut off; max_tokens ends it
@@ -797,6 +873,8 @@ int main(void) {
         cmocka_unit_test(test_cancel_in_prefill),
         cmocka_unit_test(test_mix_limit),
         cmocka_unit_test(test_fair_long_prompt),
+        cmocka_unit_test(test_free_cuts),
+        cmocka_unit_test(test_stall_budget),
         cmocka_unit_test(test_stop_and_length),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_failed_step_changes_nothing),

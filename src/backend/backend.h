@@ -93,6 +93,9 @@ typedef struct {
     const uint8_t *mask;         /* [T][T] or NULL = causal by slot among new tokens */
     bool kv_quant;               /* attend through the quantised copy (geom kv_bits != 0):
                                   * every key and value seen, cached or new, is read from it */
+    const int32_t *seq_prompt;   /* [n_seq] the sequence's leading new tokens that are prompt
+                                  * tokens (seer_batch.prompt; causal among themselves): a
+                                  * backend may compute those another way than decode steps */
 } seer_attn_batch;
 
 /* One row of sample_rows: the sampler transform of src/sample/sample.h
@@ -149,6 +152,9 @@ typedef struct {
     /* The most tokens of a forward call whose every row the backend computes as it would in
      * any other call (the same bits whatever the other rows are); 0: any number. */
     int invariant_max_tokens;
+    /* Prompt tokens (seer_attn_batch.seq_prompt) are computed the same whatever the call
+     * around them and however the prompt is cut (seer_context_prompt_cuts_free). */
+    bool prompt_cuts_free;
     void (*free)(seer_backend *be);
     /* A backend instance for one context's execution state (CPU: scratch and thread pool;
      * CUDA: stream, graphs, staging and scratch) that computes on be's weights and memory, so

@@ -135,7 +135,7 @@ void seer_context_free(seer_context *c) {
     free(c->views);
     seer_kv_free(c->kv);
     void *host[] = {c->tok_seq, c->tok_slot, c->tok_page, c->tok_row, c->seq_toks, c->seq_tok_off,
-                    c->seq_len0, c->seq_ids, c->seq_ntok, c->seq_pages, c->out_rows,
+                    c->seq_len0, c->seq_prompt, c->seq_ids, c->seq_ntok, c->seq_pages, c->out_rows,
                     (void *)c->seq_view, c->copies};
     for (size_t i = 0; i < sizeof host / sizeof *host; i++)
         free(host[i]);
@@ -212,13 +212,14 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
         c->out_rows = seer_malloc_array(T, sizeof(int32_t));
         c->seq_tok_off = seer_malloc_array(B + 1, sizeof(int32_t));
         c->seq_len0 = seer_malloc_array(B, sizeof(int32_t));
+        c->seq_prompt = seer_malloc_array(B, sizeof(int32_t));
         c->seq_ids = seer_malloc_array(B, sizeof(int32_t));
         c->seq_ntok = seer_malloc_array(B, sizeof(int32_t));
         c->seq_view = seer_malloc_array(B, sizeof(void *));
         c->copies = seer_malloc_array(B, sizeof(seer_kv_copy));
         c->seq_pages = seer_malloc_array((size_t)B * c->kv->max_pages_per_seq, sizeof(int32_t));
         if (!c->views || !c->tok_seq || !c->tok_slot || !c->tok_page || !c->tok_row ||
-            !c->seq_toks || !c->out_rows || !c->seq_tok_off || !c->seq_len0 || !c->seq_ids ||
+            !c->seq_toks || !c->out_rows || !c->seq_tok_off || !c->seq_len0 || !c->seq_prompt || !c->seq_ids ||
             !c->seq_ntok || !c->seq_view || !c->copies || !c->seq_pages)
             s = seer_err(SEER_ERR_OOM, "out of memory for context bookkeeping");
     }
@@ -451,6 +452,29 @@ seer_status seer_context_accept(seer_context *c, const seer_accept_chain *chains
     return be->ops->accept_chains(be, chains, n, c->model->info.n_vocab, n_acc, next);
 }
 
+/* Sequence k's leading new tokens that are prompt tokens (seer_batch.prompt): the flagged
+ * run, cut where a mask lets a token see other than the new tokens up to itself; without
+ * flags, every new token of a run longer than SEER_INVARIANT_NEW_TOKENS with no mask. */
+static int prompt_run(const seer_context *c, const seer_batch *b, int k) {
+    const int off = c->seq_tok_off[k], n = c->seq_tok_off[k + 1] - off, T = b->n_tokens;
+    if (!b->prompt)
+        return n > SEER_INVARIANT_NEW_TOKENS && !b->mask ? n : 0;
+    int m = 0;
+    while (m < n && b->prompt[c->seq_toks[off + m]])
+        m++;
+    for (int x = 0; x < m && b->mask; x++) {
+        const uint8_t *row = b->mask + (size_t)c->seq_toks[off + x] * T;
+        for (int y = 0; y < n; y++)
+            if (!row[c->seq_toks[off + y]] != (y > x)) {
+                m = x;
+                break;
+            }
+    }
+    return m;
+}
+
+bool seer_context_prompt_cuts_free(const seer_context *c) { return c && c->be->ops->prompt_cuts_free; }
+
 static seer_status decode(seer_context *c, const seer_batch *b, float *logits_out, int32_t *ids_out,
                           float **dev_out) {
     SEER_TRY(validate_batch(c, b));
@@ -505,7 +529,10 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
         .max_pages = mp, .seq_pages = c->seq_pages, .seq_len0 = c->seq_len0,
         .seq_tok_off = c->seq_tok_off, .seq_toks = c->seq_toks, .seq_view = c->seq_view,
         .tok_seq = c->tok_seq, .tok_slot = c->tok_slot, .mask = b->mask, .kv_quant = b->kv_quant,
+        .seq_prompt = c->seq_prompt,
     };
+    for (int k = 0; k < n_seq; k++)
+        c->seq_prompt[k] = prompt_run(c, b, k);
     c->cap_rows = b->capture;
     c->draft_call = b->draft_weights;
     c->cap_out = b->queries;

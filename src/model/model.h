@@ -76,7 +76,7 @@ struct seer_context {
     seer_seq_view *views; /* [n_seq_max] */
     /* host scratch for building the attention batch, sized for n_batch_max */
     int32_t *tok_seq, *tok_slot, *tok_page, *tok_row, *seq_toks, *seq_tok_off, *seq_len0;
-    int32_t *seq_ids, *seq_ntok, *seq_pages, *out_rows;
+    int32_t *seq_ids, *seq_ntok, *seq_pages, *out_rows, *seq_prompt;
     const seer_attn_view **seq_view;
     seer_kv_copy *copies;
     /* the capture flags and output of the call in progress (seer_batch.capture) */

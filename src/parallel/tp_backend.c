@@ -461,6 +461,7 @@ static seer_status tp_new(int n, tp_shared *sh, seer_backend *const *ranks, seer
     snprintf(t->name, sizeof t->name, "%s x%d", in->name, n);
     o->name = t->name;
     o->invariant_max_tokens = in->invariant_max_tokens;
+    o->prompt_cuts_free = in->prompt_cuts_free;
     o->kv_elem_bytes = in->kv_elem_bytes;
     o->free = tp_free;
     o->exec_clone = tp_exec_clone;

@@ -4,17 +4,23 @@
  *   1. cancelled requests leave (their KV pages are freed);
  *   2. waiting requests are admitted while the context has sequences free;
  *   3. a plan under the token budget: the rounds of decoding requests (longest waiting
- *      first; pending token + up to G drafts), then prefill chunks while they fit. A prompt
- *      is cut at fixed multiples of the chunk size and a chunk waits until it fits whole, so
- *      each request's rows are computed the same way alone and under load (greedy ids do not
- *      depend on the traffic). Fairness (Sarathi-Serve's stall-free batching, within fixed
- *      cuts): the longest-waiting prefill's chunk goes before the rounds when it fits beside
- *      one row per round, or when the step before left it out; otherwise the rounds go first
- *      and it waits. So while a long prompt is read, every decoding request gets a round in
- *      at least every other call (its inter-token latency is at most about two calls, one of
- *      them a full chunk, also when the chunk fills the budget; as long as one row per round
- *      fits in the budget), and the prompt a chunk in at least every other call. The calls
- *      above mix_max (plan_step) keep the same alternation;
+ *      first; pending token + up to G drafts), then prefill chunks while they fit. Each
+ *      request's rows must be computed the same way alone and under load (greedy ids do not
+ *      depend on the traffic). Two regimes:
+ *      - free cuts (seer_context_prompt_cuts_free: a prompt token's bits do not depend on
+ *        the call, the CPU; prefill_stall not negative): beside rounds, the prompt tokens
+ *        are sized by time (stall.c): as many as the measured step times say add about
+ *        prefill_stall times a step of the rounds alone, so a stream's gap between tokens
+ *        stays near (1 + prefill_stall) times its idle one; without rounds, chunks of up
+ *        to the chunk size;
+ *      - fixed cuts (CUDA; or prefill_stall negative): a prompt is cut at fixed multiples of the chunk size and a chunk
+ *        waits until it fits whole. The longest-waiting prefill's chunk goes before the
+ *        rounds when it fits beside one row per round, or when the step before left it out;
+ *        otherwise the rounds go first and it waits. So while a long prompt is read, every
+ *        decoding request gets a round in at least every other call (its inter-token
+ *        latency is at most about two calls, one of them a full chunk, as long as one row
+ *        per round fits in the budget), and the prompt a chunk in at least every other call.
+ *        The calls above mix_max (plan_step) keep the same alternation;
  *   4. the KV pages the step needs are counted first; while the pool cannot hold them the
  *      most recently admitted request is preempted (pages freed, tokens kept, recomputed
  *      when it is admitted again, as vLLM's recompute preemption): a step is never applied
@@ -72,6 +78,10 @@ struct seer_sched {
     seer_sched_params p;
     int budget, chunk, B;
     int mix_max;            /* most tokens of a call that mixes requests (0: any) */
+    bool free_cuts;         /* prompts may be cut anywhere (seer_context_prompt_cuts_free and
+                             * prefill_stall >= 0) */
+    seer_stall stall;       /* the time budget of prompt tokens beside rounds */
+    int stall_left;         /* prompt tokens the plan may still put beside rounds */
     bool alone, alone_last; /* the plan (the last step's) is one prefill chunk alone */
     seer_request *head;     /* the plan's longest-waiting prefilling request, or NULL */
     bool head_left;         /* the plan leaves the head's chunk out */
@@ -88,13 +98,14 @@ struct seer_sched {
     /* step scratch */
     plan_entry *plan;       /* [B] */
     int32_t *tok, *sq, *pos, *ids; /* [budget] */
-    uint8_t *want, *capf;   /* [budget] */
+    uint8_t *want, *capf, *prompt; /* [budget] */
     uint8_t *mask;          /* [budget][budget] tree mask of a call, allocated at the first tree */
     float *qbuf;            /* [n_layers][budget][H*Dh] captured queries, or NULL */
 };
 
 seer_sched_params seer_sched_default_params(void) {
-    seer_sched_params p = {.max_batch_tokens = 0, .prefill_chunk = 0, .prefix_cache = 0, .mix_max_tokens = 0};
+    seer_sched_params p = {.max_batch_tokens = 0, .prefill_chunk = 0, .prefix_cache = 0, .mix_max_tokens = 0,
+                           .prefill_stall = 0};
     return p;
 }
 
@@ -142,7 +153,7 @@ void seer_sched_free(seer_sched *s) {
         group_clear(s, &s->groups[i]);
     seer_prefix_free(&s->pc, s->ctx);
     free(s->running), free(s->waiting), free(s->plan);
-    free(s->tok), free(s->sq), free(s->pos), free(s->ids), free(s->want), free(s->capf), free(s->qbuf);
+    free(s->tok), free(s->sq), free(s->pos), free(s->ids), free(s->want), free(s->capf), free(s->prompt), free(s->qbuf);
     free(s->mask);
     free(s);
 }
@@ -173,6 +184,12 @@ seer_status seer_sched_init(seer_context *ctx, seer_sched_params params, seer_sc
         return seer_err(SEER_ERR_INVALID_ARG, "mix_max_tokens %d is negative", params.mix_max_tokens);
     }
     s->mix_max = params.mix_max_tokens ? params.mix_max_tokens : ctx->model->be->ops->invariant_max_tokens;
+    if (!(params.prefill_stall <= 1e3f)) { /* NaN too */
+        free(s);
+        return seer_err(SEER_ERR_INVALID_ARG, "prefill_stall %g is above 1000", (double)params.prefill_stall);
+    }
+    s->free_cuts = seer_context_prompt_cuts_free(ctx) && params.prefill_stall >= 0;
+    s->stall = (seer_stall){.stall = params.prefill_stall > 0 ? params.prefill_stall : 1, .chunk = s->chunk};
     s->B = ctx->params.n_seq_max;
     if (params.prefix_cache < 0 || params.prefix_cache >= s->B) {
         free(s);
@@ -180,8 +197,8 @@ seer_status seer_sched_init(seer_context *ctx, seer_sched_params params, seer_sc
                         params.prefix_cache, ctx->params.n_seq_max);
     }
     s->B_run = s->B - params.prefix_cache;
-    int unit = ctx->params.page_size; /* lcm(page size, chunk) */
-    while (unit % s->chunk)
+    int unit = ctx->params.page_size; /* lcm(page size, chunk); with free cuts the page size */
+    while (!s->free_cuts && unit % s->chunk)
         unit += ctx->params.page_size;
     if (seer_prefix_init(&s->pc, params.prefix_cache, unit) != SEER_OK) {
         free(s);
@@ -195,7 +212,8 @@ seer_status seer_sched_init(seer_context *ctx, seer_sched_params params, seer_sc
     s->ids = seer_malloc_array(s->budget, sizeof(int32_t));
     s->want = calloc(s->budget, 1);
     s->capf = calloc(s->budget, 1);
-    if (!s->running || !s->plan || !s->tok || !s->sq || !s->pos || !s->ids || !s->want || !s->capf) {
+    s->prompt = calloc(s->budget, 1);
+    if (!s->running || !s->plan || !s->tok || !s->sq || !s->pos || !s->ids || !s->want || !s->capf || !s->prompt) {
         seer_sched_free(s);
         return seer_err(SEER_ERR_OOM, "out of memory for the scheduler");
     }
@@ -403,9 +421,15 @@ static int cmp_last_step(const void *a, const void *b) {
 
 static seer_gen_seq *gseq(seer_sched *s, const seer_request *r) { return &s->groups[r->group].g->seqs[r->h]; }
 
-/* The next chunk of prefilling request r: prompts are cut at multiples of s->chunk from the
- * start, the same cuts whatever else runs. */
+/* The next chunk of prefilling request r: with fixed cuts, up to the next multiple of s->chunk
+ * from the start, the same cuts whatever else runs; with free cuts, up to s->chunk tokens
+ * and the prompt tokens the plan may still put beside rounds (stall_left). */
 static int chunk_len(const seer_sched *s, const seer_request *r) {
+    if (s->free_cuts) {
+        int n = r->n_target - r->n_cached;
+        n = n < s->chunk ? n : s->chunk;
+        return n < s->stall_left ? n : s->stall_left;
+    }
     int end = (r->n_cached / s->chunk + 1) * s->chunk;
     if (end > r->n_target)
         end = r->n_target;
@@ -435,6 +459,9 @@ static int plan_fill(seer_sched *s, int left) {
         n_rounds += order[i]->state == REQ_DECODE;
     }
     s->head = head;
+    s->stall_left = n_rounds > 0 ? seer_stall_tokens(&s->stall) : s->budget;
+    if (s->free_cuts && head && left - n_rounds < s->stall_left) /* room for a row per round */
+        s->stall_left = left - n_rounds > 1 ? left - n_rounds : 1;
     const bool head_first = head && (s->chunk_turn || chunk_len(s, head) + n_rounds <= left);
     /* pass 0: the head's chunk when it goes first; pass 1: rounds; pass 2: prefill chunks
      * while they fit, longest waiting first */
@@ -451,10 +478,13 @@ static int plan_fill(seer_sched *s, int left) {
                 if (pass == 0 && (r != head || !head_first))
                     continue;
                 pe.n_new = chunk_len(s, r);
+                if (s->free_cuts && pe.n_new > left)
+                    pe.n_new = left; /* cut to the room */
                 pe.prefill = true;
                 pe.round = r->n_cached + pe.n_new == r->n_target;
-                if (pe.n_new > left)
+                if (pe.n_new > left || pe.n_new <= 0)
                     continue;
+                s->stall_left -= pe.n_new;
             } else if (r->state == REQ_DECODE && pass == 1) {
                 const seer_gen_seq *q = gseq(s, r);
                 /* drafts within the budget less a row for each round still to plan */
@@ -615,6 +645,7 @@ static seer_status run_plan(seer_sched *s, int n) {
                 s->pos[T] = j;
                 s->want[T] = pe->round && j == r->n_target - 1;
                 s->capf[T] = r->tail > 0 && j >= r->n_target - r->tail;
+                s->prompt[T] = j < r->n_prompt; /* not a generated token recomputed */
                 ncap += s->capf[T];
                 if (s->want[T])
                     gr->row0[pe->k] = nf++;
@@ -627,6 +658,7 @@ static seer_status run_plan(seer_sched *s, int n) {
                 s->sq[T] = q->seq;
                 s->want[T] = 1;
                 s->capf[T] = 0;
+                s->prompt[T] = 0;
                 nf++;
             }
         }
@@ -654,7 +686,7 @@ static seer_status run_plan(seer_sched *s, int n) {
         }
     }
     seer_batch b = {.n_tokens = T, .token = s->tok, .seq = s->sq, .pos = s->pos, .logits = s->want, .mask = mask,
-                    .capture = ncap ? s->capf : NULL, .queries = s->qbuf};
+                    .capture = ncap ? s->capf : NULL, .queries = s->qbuf, .prompt = s->prompt};
     if (amax) {
         SEER_TRY(seer_decode_argmax(c, &b, s->ids));
         for (int i = 0; i < MAX_GROUPS; i++) {
@@ -856,6 +888,12 @@ seer_status seer_sched_step(seer_sched *s, int *n_active) {
             /* auto classes measure their rate over the whole step (the call they share with
              * prefill chunks and other classes included) */
             const double dt = sched_now_s() - t0;
+            int n_prompt = 0, n_rounds = 0;
+            for (int e = 0; e < n; e++) {
+                n_prompt += s->plan[e].prefill ? s->plan[e].n_new : 0;
+                n_rounds += !s->plan[e].prefill;
+            }
+            seer_stall_observe(&s->stall, dt, n_prompt, n_rounds);
             for (int i = 0; i < MAX_GROUPS; i++)
                 if (s->groups[i].g && s->groups[i].spec.kind == SEER_SPEC_AUTO && s->groups[i].emitted > 0)
                     seer_gen_auto_round_done(s->groups[i].g, s->groups[i].emitted, dt);

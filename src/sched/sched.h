@@ -50,6 +50,20 @@ struct seer_request {
     seer_request_stats st;
 };
 
+/* The time budget of prompt tokens beside decoding requests (stall.c). */
+typedef struct {
+    double stall;           /* seer_sched_params.prefill_stall; <= 0: whole chunks */
+    int chunk;              /* the most prompt tokens of a step */
+    double t_rounds, t_tok; /* seconds (moving averages; 0: none yet): a step of rounds
+                             * alone; what a prompt token adds to a step */
+} seer_stall;
+
+/* The prompt tokens a step may put beside rounds, in [1, chunk]. */
+int seer_stall_tokens(const seer_stall *st);
+/* Folds in a finished step of dt seconds that held prompt_tokens prompt tokens and rounds
+ * rounds (decode or verification). */
+void seer_stall_observe(seer_stall *st, double dt, int prompt_tokens, int rounds);
+
 /* The prefix cache (prefix.c): prompt prefixes kept in sequences of their own. */
 typedef struct {
     seer_seq_id seq;

@@ -241,12 +241,14 @@ static seer_status prefill(seer_gen *g, seer_gen_seq *s, int tail, float *q_cap,
     const size_t qd = (size_t)in->n_heads * in->head_dim;
     const int n = s->n_prompt, chunk = c->params.n_batch_max;
     int32_t *seq = malloc(sizeof(int32_t) * chunk), *pos = malloc(sizeof(int32_t) * chunk);
-    uint8_t *want = calloc(chunk, 1), *cap = calloc(chunk, 1);
+    uint8_t *want = calloc(chunk, 1), *cap = calloc(chunk, 1), *prompt = malloc(chunk);
     int cap_rows = tail < chunk ? tail : chunk;
     float *tmp = tail > 0 ? seer_malloc_array((size_t)in->n_layers * cap_rows * qd, sizeof(float)) : NULL;
     seer_status st = SEER_OK;
-    if (!seq || !pos || !want || !cap || (tail > 0 && !tmp))
+    if (!seq || !pos || !want || !cap || !prompt || (tail > 0 && !tmp))
         st = seer_err(SEER_ERR_OOM, "out of memory");
+    else
+        memset(prompt, 1, chunk); /* as the scheduler's chunks flag them: the same rows */
     for (int i = 0; i < n && st == SEER_OK; i += chunk) {
         int k = n - i < chunk ? n - i : chunk, first = -1, nc = 0;
         for (int j = 0; j < k; j++) {
@@ -259,14 +261,14 @@ static seer_status prefill(seer_gen *g, seer_gen_seq *s, int tail, float *q_cap,
             nc += cap[j];
         }
         seer_batch b = {.n_tokens = k, .token = s->tokens + i, .seq = seq, .pos = pos, .logits = want,
-                        .capture = nc ? cap : NULL, .queries = tmp};
+                        .capture = nc ? cap : NULL, .queries = tmp, .prompt = prompt};
         st = want[k - 1] ? seer_decode_keep(c, &b, out) : seer_decode(c, &b, NULL);
         /* rows [i + first, i + first + nc) are tail rows (i + first) - (n - tail) onwards */
         for (int l = 0; l < in->n_layers && nc && st == SEER_OK; l++)
             memcpy(q_cap + ((size_t)l * tail + (i + first - (n - tail))) * qd, tmp + (size_t)l * nc * qd,
                    (size_t)nc * qd * sizeof(float));
     }
-    free(seq), free(pos), free(want), free(cap), free(tmp);
+    free(seq), free(pos), free(want), free(cap), free(prompt), free(tmp);
     return st;
 }
 

@@ -59,7 +59,12 @@ static void usage(FILE *f) {
             "      --ctx-beyond-trained  allow --ctx past the trained context (with a warning)\n"
             "      --parallel N      sequences decoding at once (default 16)\n"
             "      --batch N         token budget of one forward call (default 256)\n"
-            "      --prefill-chunk N prompt tokens per prefill chunk (default min(256, batch))\n"
+            "      --prefill-chunk N most prompt tokens per prefill chunk (default min(256, batch))\n"
+            "      --prefill-stall R beside decoding streams, read prompts in pieces that add about\n"
+            "                        R times a stream's step, sized by the measured step times,\n"
+            "                        so a stream's gap between tokens stays near (1 + R) times\n"
+            "                        its idle one (default 1; backends whose prompt tokens do not\n"
+            "                        depend on the cuts: the CPU); -1: fixed chunks (CUDA's way)\n"
             "      --mix-max-tokens N  most tokens of a forward call that mixes requests; a larger\n"
             "                        prefill chunk runs alone (default: what the backend computes\n"
             "                        batch-invariantly, 256 on CUDA, any on the CPU, so that greedy\n"
@@ -93,6 +98,7 @@ typedef struct {
     long long port, max_body, max_requests, max_prompt, n_predict, ctx, parallel, batch, chunk, pages;
     long long threads, drain, prefix, kv_bits, mix, tp, max_conns, per_client, header_timeout;
     bool ctx_beyond, verbose;
+    double stall;
     seer_backend_kind backend;
     seer_weights_kind weights;
     seer_sampler_params sp;
@@ -102,7 +108,7 @@ typedef struct {
 static int parse(int argc, char **argv, serve_opts *o) {
     enum { O_HOST = 256, O_TP, O_PORT, O_KEY, O_BODY, O_MAXR, O_MAXP, O_ALIAS, O_TMPL, O_PAR, O_BATCH, O_CHUNK,
            O_PAGES, O_SPEC, O_SG, O_SK, O_DRAIN, O_BACKEND, O_WEIGHTS, O_PREFIX, O_KVB, O_COST, O_MIX, O_SWT,
-           O_CORS, O_MAXC, O_MAXCC, O_HTO, O_CTXB, O_CALB };
+           O_CORS, O_MAXC, O_MAXCC, O_HTO, O_CTXB, O_CALB, O_STALL };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT},      {"api-key", required_argument, 0, O_KEY},
@@ -111,7 +117,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"chat-template", required_argument, 0, O_TMPL}, {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},          {"parallel", required_argument, 0, O_PAR},
         {"batch", required_argument, 0, O_BATCH},    {"prefill-chunk", required_argument, 0, O_CHUNK},
-        {"mix-max-tokens", required_argument, 0, O_MIX},
+        {"mix-max-tokens", required_argument, 0, O_MIX}, {"prefill-stall", required_argument, 0, O_STALL},
         {"kv-pages", required_argument, 0, O_PAGES}, {"spec", required_argument, 0, O_SPEC},
         {"prefix-cache", required_argument, 0, O_PREFIX},
         {"spec-gamma", required_argument, 0, O_SG},  {"spec-budget", required_argument, 0, O_SK},
@@ -163,6 +169,19 @@ static int parse(int argc, char **argv, serve_opts *o) {
         case O_BATCH: if (!cli_int("--batch", optarg, 1, 1 << 16, &o->batch)) return 2; break;
         case O_CHUNK: if (!cli_int("--prefill-chunk", optarg, 1, 1 << 16, &o->chunk)) return 2; break;
         case O_MIX: if (!cli_int("--mix-max-tokens", optarg, 1, 1 << 16, &o->mix)) return 2; break;
+        case O_STALL:
+            if (!cli_float("--prefill-stall", optarg, -1, 1000, &o->stall))
+                return 2;
+            if (o->stall < 0 && o->stall != -1) {
+                fprintf(stderr, "seer serve: --prefill-stall: '%s' is neither -1 nor in (0, 1000]\n", optarg);
+                return 2;
+            }
+            if (o->stall == 0) {
+                fprintf(stderr, "seer serve: --prefill-stall: 0 would stop prompts beside streams; give a "
+                                "positive ratio or -1\n");
+                return 2;
+            }
+            break;
         case O_PAGES: if (!cli_int("--kv-pages", optarg, 1, 1 << 24, &o->pages)) return 2; break;
         case O_PREFIX: if (!cli_int("--prefix-cache", optarg, 0, 1024, &o->prefix)) return 2; break;
         case O_SPEC:
@@ -432,6 +451,7 @@ static void *load_all(void *arg) {
     seer_sched_params sp = seer_sched_default_params();
     sp.prefill_chunk = (int)o->chunk;
     sp.mix_max_tokens = (int)o->mix;
+    sp.prefill_stall = (float)o->stall;
     sp.prefix_cache = (int)o->prefix;
     if ((s = seer_sched_init(srv->ctx, sp, &srv->sched)) != SEER_OK) {
         cli_error("creating scheduler", s);

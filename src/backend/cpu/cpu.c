@@ -704,6 +704,7 @@ static seer_status cpu_sync(seer_backend *be) { return SEER_OK; }
 
 static const seer_backend_ops cpu_ops = {
     .name = "cpu",
+    .prompt_cuts_free = true, /* tiles aligned to slot 0 (cpu_attention_tile.c) */
     .free = cpu_free,
     .exec_clone = cpu_exec_clone,
     .alloc = cpu_alloc,

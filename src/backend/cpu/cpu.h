@@ -73,12 +73,13 @@ seer_status seer_cpu_qmatmul(seer_backend *be, float *y, const float *x, const s
                              const float *bias, int T);
 seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, const void *kv,
                                const seer_kv_geom *g, int layer, const seer_attn_batch *ab);
-/* cpu_attention_tile.c: whether sequence b's new tokens may go through the tiled path (a
- * prompt: more than SEER_INVARIANT_NEW_TOKENS of them, causal, full view), and that path for
- * the sequences marked in tiled [n_seq]. */
-bool seer_cpu_attn_tileable(const seer_attn_batch *ab, int b);
+/* cpu_attention_tile.c: how many of sequence b's leading new tokens go through the tiled path
+ * (its prompt tokens, seer_attn_batch.seq_prompt, under a full view; without seq_prompt, all
+ * of a run longer than SEER_INVARIANT_NEW_TOKENS with no mask; 0: none), and that path for
+ * the leading tiled[b] new tokens of each sequence b ([n_seq]). */
+int seer_cpu_attn_tileable(const seer_attn_batch *ab, int b);
 seer_status seer_cpu_attention_tiles(seer_backend *be, float *out, const float *q, const void *kv,
                                      const seer_kv_geom *g, int layer, const seer_attn_batch *ab,
-                                     const uint8_t *tiled);
+                                     const int32_t *tiled);
 
 #endif

@@ -8,9 +8,10 @@
  * summed in 8 lanes and a fixed tree (dot_lanes), which the compiler turns into vector FMAs:
  * one serial f32 chain per key made long prompts latency-bound.
  *
- * Sequences with a prompt's worth of new tokens (more than SEER_INVARIANT_NEW_TOKENS, causal,
- * full view) go to the tiled path instead (cpu_attention_tile.c), which is not
- * batch-invariant; decode and verification steps never do.
+ * A sequence's prompt tokens (seer_attn_batch.seq_prompt: its leading new tokens, causal, full
+ * view) go to the tiled path instead (cpu_attention_tile.c), which sums in another order but
+ * gives a token the same bits however its prompt is cut into calls; decode and verification
+ * steps never do.
  *
  * A batch with kv_quant reads every key and value from the storage's quantised copy
  * (kv/kv_quant.h), dequantised a head row at a time into scratch, through the same
@@ -117,7 +118,7 @@ typedef struct {
     const seer_kv_geom *g;
     int layer, max_slots;
     const seer_attn_batch *ab;
-    const uint8_t *tiled; /* [n_seq] sequences cpu_attention_tile.c does, or NULL */
+    const int32_t *tiled; /* [n_seq] leading tokens of each that cpu_attention_tile.c did, or NULL */
     const uint8_t *qkv;   /* the quantised copy when the batch reads it, else NULL */
     _Atomic int oom;
 } attn_args;
@@ -167,8 +168,8 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
     }
     for (int64_t j = j0; j < j1; j++) {
         const int i = (int)(j / Hkv), kvh = (int)(j % Hkv);
-        if (a->tiled && a->tiled[ab->tok_seq[i]])
-            continue;
+        if (a->tiled && ab->tok_slot[i] - ab->seq_len0[ab->tok_seq[i]] < a->tiled[ab->tok_seq[i]])
+            continue; /* one of its sequence's leading tokens the tiles did */
         const int32_t *pages = ab->seq_pages + (size_t)ab->tok_seq[i] * ab->max_pages;
         int n = visible_slots(ab, i, layer, kvh, slots);
         const float *qh = q + ((size_t)i * H + (size_t)kvh * group) * Dh;
@@ -262,16 +263,18 @@ seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, con
     const uint8_t *qkv = NULL;
     if (ab->kv_quant && !(qkv = g->kv_bits ? seer_cpu_kv_qdata(kv) : NULL))
         return seer_err(SEER_ERR_INVALID_ARG, "attention: the batch reads a quantised KV copy the cache does not keep");
-    uint8_t *tiled = NULL;
+    int32_t *tiled = NULL;
     int n_tiled = 0, n_ref = T;
-    for (int b = 0; b < ab->n_seq && !((seer_cpu *)be->impl)->attn_ref && !qkv; b++)
-        if (seer_cpu_attn_tileable(ab, b)) {
-            if (!tiled && !(tiled = calloc((size_t)ab->n_seq, 1)))
+    for (int b = 0; b < ab->n_seq && !((seer_cpu *)be->impl)->attn_ref && !qkv; b++) {
+        const int m = seer_cpu_attn_tileable(ab, b);
+        if (m > 0) {
+            if (!tiled && !(tiled = calloc((size_t)ab->n_seq, sizeof *tiled)))
                 return seer_err(SEER_ERR_OOM, "attention: out of memory");
-            tiled[b] = 1;
+            tiled[b] = m;
             n_tiled++;
-            n_ref -= ab->seq_tok_off[b + 1] - ab->seq_tok_off[b];
+            n_ref -= m;
         }
+    }
     if (n_tiled) {
         seer_status st = seer_cpu_attention_tiles(be, out, q, kv, g, layer, ab, tiled);
         if (st != SEER_OK) {

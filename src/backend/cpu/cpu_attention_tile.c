@@ -12,13 +12,15 @@
  * layout, o [RP][Dh], broadcasting each row's probability against value rows. Scores are
  * kept in log2 units (the queries are scaled by scale * log2 e) so the exponent is a 2^x.
  *
- * Not batch-invariant and not the reference: the f32 sums run in another order than
- * cpu_attention.c's (tests check it against that reference within a stated tolerance). A
- * row's output depends only on its own slot and on the keys its item visits (steps aligned to
- * slot 0, ending at the last slot of its query block), never on the thread that runs it. So
- * it takes only sequences with more than SEER_INVARIANT_NEW_TOKENS new tokens in the call
- * (never a decode or verification step), with a full view and causal order among the new
- * tokens (no mask), new slots following the cached ones.
+ * Not the reference: the f32 sums run in another order than cpu_attention.c's (tests check
+ * it against that reference within a stated tolerance), so it takes only prompt tokens
+ * (seer_attn_batch.seq_prompt: a sequence's leading new tokens, causal, full view), never a
+ * decode or verification step. But a row's output depends only on its own slot and its
+ * queries: the key steps are aligned to slot 0, and the steps past the row's slot (up to
+ * the last slot of its query block) are masked for it, which adds exact zeros and rescales
+ * by exactly 1. So a prompt token gets the same bits whatever call it is in and however its
+ * prompt is cut into calls (the backend's prompt_cuts_free; test_cpu_backend checks it), never
+ * depending on the thread that runs it.
  *
  * Three builds of the same step: AVX-512 (head dims that are multiples of 16), AVX2 with FMA
  * (multiples of 8), both chosen at run time under the backend's isa_cap, and plain C written
@@ -57,15 +59,16 @@
 #define EXP2_C6 0.00015403530393381608f
 #define EXP2_C7 1.525273380405984e-05f
 
-bool seer_cpu_attn_tileable(const seer_attn_batch *ab, int b) {
+int seer_cpu_attn_tileable(const seer_attn_batch *ab, int b) {
     const int off = ab->seq_tok_off[b], n = ab->seq_tok_off[b + 1] - off;
-    if (n <= SEER_INVARIANT_NEW_TOKENS || ab->mask || (ab->seq_view && ab->seq_view[b]) ||
-        ab->head_dim > MAX_DH || ab->n_heads / ab->n_kv_heads > MAX_GROUP)
-        return false;
-    for (int k = 0; k < n; k++)
+    const int m = ab->seq_prompt ? ab->seq_prompt[b] : (n > SEER_INVARIANT_NEW_TOKENS && !ab->mask ? n : 0);
+    if (m <= 0 || m > n || (ab->seq_view && ab->seq_view[b]) || ab->head_dim > MAX_DH ||
+        ab->n_heads / ab->n_kv_heads > MAX_GROUP)
+        return 0;
+    for (int k = 0; k < m; k++)
         if (ab->tok_slot[ab->seq_toks[off + k]] != ab->seq_len0[b] + k)
-            return false;
-    return true;
+            return 0;
+    return m;
 }
 
 enum { TILE_C, TILE_AVX2, TILE_AVX512 };
@@ -79,6 +82,7 @@ typedef struct {
     const seer_attn_batch *ab;
     const int32_t *item_seq; /* [n_tiled + 1]: first item of each tiled sequence */
     const int32_t *tiled;    /* [n_tiled] the sequences */
+    const int32_t *n_rows;   /* [n_tiled] their leading new tokens in tiles */
     int n_tiled, path;       /* TILE_* */
     _Atomic int oom;
 } tile_args;
@@ -463,7 +467,7 @@ static void tile_items(void *ctx, int64_t i0, int64_t i1) {
         while (a->item_seq[si + 1] <= it)
             si++;
         const int b = a->tiled[si], rel = (int)(it - a->item_seq[si]);
-        const int off = ab->seq_tok_off[b], n = ab->seq_tok_off[b + 1] - off, len0 = ab->seq_len0[b];
+        const int off = ab->seq_tok_off[b], n = a->n_rows[si], len0 = ab->seq_len0[b];
         const int nqb = (n + BQ - 1) / BQ, kvh = rel % Hkv, qb = nqb - 1 - rel / Hkv;
         const int qt0 = qb * BQ, qt1 = qt0 + BQ < n ? qt0 + BQ : n;
         const int32_t *pages = ab->seq_pages + (size_t)b * ab->max_pages;
@@ -508,9 +512,9 @@ static void tile_items(void *ctx, int64_t i0, int64_t i1) {
 
 seer_status seer_cpu_attention_tiles(seer_backend *be, float *out, const float *q, const void *kv,
                                      const seer_kv_geom *g, int layer, const seer_attn_batch *ab,
-                                     const uint8_t *tiled) {
+                                     const int32_t *tiled) {
     const seer_cpu *c = be->impl;
-    int32_t *seqs = malloc(sizeof(int32_t) * (size_t)ab->n_seq);
+    int32_t *seqs = malloc(sizeof(int32_t) * 2 * (size_t)ab->n_seq), *rows = seqs + ab->n_seq;
     int32_t *first = malloc(sizeof(int32_t) * ((size_t)ab->n_seq + 1));
     if (!seqs || !first) {
         free(seqs), free(first);
@@ -520,9 +524,9 @@ seer_status seer_cpu_attention_tiles(seer_backend *be, float *out, const float *
     first[0] = 0;
     for (int b = 0; b < ab->n_seq; b++)
         if (tiled[b]) {
-            const int n = ab->seq_tok_off[b + 1] - ab->seq_tok_off[b];
             seqs[nt] = b;
-            first[nt + 1] = first[nt] + (n + BQ - 1) / BQ * ab->n_kv_heads;
+            rows[nt] = tiled[b];
+            first[nt + 1] = first[nt] + (tiled[b] + BQ - 1) / BQ * ab->n_kv_heads;
             nt++;
         }
     int path = TILE_C;
@@ -535,7 +539,7 @@ seer_status seer_cpu_attention_tiles(seer_backend *be, float *out, const float *
              __builtin_cpu_supports("fma"))
         path = TILE_AVX2;
 #endif
-    tile_args a = {out, q, kv, g, layer, ab, first, seqs, nt, path, 0};
+    tile_args a = {out, q, kv, g, layer, ab, first, seqs, rows, nt, path, 0};
     if (c->n_threads > 1 && first[nt] > 1)
         seer_cpu_pool_run(c->pool, first[nt], 1, tile_items, &a);
     else if (first[nt] > 0)
