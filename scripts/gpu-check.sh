@@ -39,8 +39,11 @@ stage() {
     incdir=$(pkg-config --cflags-only-I $pc | tr ' ' '\n' | sed -n 's/^-I//p' | head -n 1)
     libdir=$(pkg-config --libs-only-L $pc | tr ' ' '\n' | sed -n 's/^-L//p' | head -n 1)
     : "${incdir:=/usr/include}" "${libdir:=/usr/lib/$(gcc -print-multiarch)}"
-    for h in $hdrs; do
-      cp "$incdir/$h" .gpu/deps/include/
+    for h in $hdrs; do # the first of the flags' folders (and /usr/include) that holds it
+      local d
+      for d in $(pkg-config --cflags-only-I $pc | tr ' ' '\n' | sed -n 's/^-I//p') /usr/include; do
+        [ -f "$d/$h" ] && { cp "$d/$h" .gpu/deps/include/; break; }
+      done
     done
     # real files, not links: the link name for linking, the soname for running
     cp -L "$libdir/lib$pkg.so" .gpu/deps/lib/
