@@ -30,7 +30,7 @@ static int find_locked(const tp_shared *sh, const void *p) {
     return -1;
 }
 
-void *tp_ptr(tp_be *t, const void *p, int r) {
+void *seer_tp_ptr(tp_be *t, const void *p, int r) {
     if (!p)
         return NULL;
     if (r == 0)
@@ -42,7 +42,7 @@ void *tp_ptr(tp_be *t, const void *p, int r) {
     return q;
 }
 
-bool tp_lookup(tp_be *t, const void *p, tp_alloc *out) {
+bool seer_tp_lookup(tp_be *t, const void *p, tp_alloc *out) {
     if (!p)
         return false;
     pthread_mutex_lock(&t->sh->mu);
@@ -63,15 +63,15 @@ static void set_state(tp_be *t, const void *p, tp_state s) {
     pthread_mutex_unlock(&t->sh->mu);
 }
 
-void tp_set_repl(tp_be *t, const void *p) { set_state(t, p, TP_REPL); }
-void tp_set_root(tp_be *t, const void *p) { set_state(t, p, t->n > 1 ? TP_ROOT : TP_REPL); }
+void seer_tp_set_repl(tp_be *t, const void *p) { set_state(t, p, TP_REPL); }
+void seer_tp_set_root(tp_be *t, const void *p) { set_state(t, p, t->n > 1 ? TP_ROOT : TP_REPL); }
 
 static void set_shard(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w,
                       bool vocab) {
     if (!p)
         return;
     if (col0[0] == 0 && w[0] == full_w) { /* one rank, or a replicated part: whole everywhere */
-        tp_set_repl(t, p);
+        seer_tp_set_repl(t, p);
         return;
     }
     pthread_mutex_lock(&t->sh->mu);
@@ -89,22 +89,22 @@ static void set_shard(tp_be *t, const void *p, int rows, int full_w, const int *
     pthread_mutex_unlock(&t->sh->mu);
 }
 
-void tp_set_shard(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w) {
+void seer_tp_set_shard(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w) {
     set_shard(t, p, rows, full_w, col0, w, false);
 }
 
-void tp_set_vocab(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w) {
+void seer_tp_set_vocab(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w) {
     set_shard(t, p, rows, full_w, col0, w, true);
 }
 
-seer_status tp_make_root(tp_be *t, const void *p) {
+seer_status seer_tp_make_root(tp_be *t, const void *p) {
     tp_alloc a;
-    if (!tp_lookup(t, p, &a) || a.state != TP_SHARD)
+    if (!seer_tp_lookup(t, p, &a) || a.state != TP_SHARD)
         return SEER_OK;
     if (!a.vocab)
         return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: a divided activation read whole");
     seer_comm *c = NULL;
-    SEER_TRY(tp_comm(t, &c));
+    SEER_TRY(seer_tp_comm(t, &c));
     const float *src[SEER_TP_MAX];
     for (int r = 0; r < t->n; r++)
         src[r] = (const float *)a.base[r] + a.off;
@@ -114,12 +114,12 @@ seer_status tp_make_root(tp_be *t, const void *p) {
     return SEER_OK;
 }
 
-seer_status tp_bind(tp_be *t, int r) {
+seer_status seer_tp_bind(tp_be *t, int r) {
     seer_backend *b = t->rank[r];
     return t->n > 1 && b->ops->make_current ? b->ops->make_current(b) : SEER_OK;
 }
 
-seer_status tp_comm(tp_be *t, seer_comm **out) {
+seer_status seer_tp_comm(tp_be *t, seer_comm **out) {
     if (!t->comm) {
         const seer_backend_ops *o = t->rank[0]->ops;
         if (!o->comm_init)
@@ -130,24 +130,24 @@ seer_status tp_comm(tp_be *t, seer_comm **out) {
     return SEER_OK;
 }
 
-seer_status tp_all_reduce(tp_be *t, float *p, int T, int cols) {
+seer_status seer_tp_all_reduce(tp_be *t, float *p, int T, int cols) {
     seer_comm *c = NULL;
-    SEER_TRY(tp_comm(t, &c));
+    SEER_TRY(seer_tp_comm(t, &c));
     float *bufs[SEER_TP_MAX];
     for (int r = 0; r < t->n; r++)
-        bufs[r] = tp_ptr(t, p, r);
+        bufs[r] = seer_tp_ptr(t, p, r);
     /* Two summands add the same either way; past two the order must not depend on the
      * call's size where rows are to be batch-invariant. */
     const int inv = t->ops.invariant_max_tokens;
     const bool ordered = t->n > 2 && (inv == 0 || T <= inv);
     SEER_TRY(c->all_reduce(c, bufs, (size_t)T * cols, ordered));
-    tp_set_repl(t, p);
+    seer_tp_set_repl(t, p);
     return SEER_OK;
 }
 
 /* ---- instances -------------------------------------------------------------------------- */
 
-void tp_batch_clear(tp_be *t) {
+void seer_tp_batch_clear(tp_be *t) {
     for (int r = 0; r < SEER_TP_MAX; r++) {
         free(t->seq_view_r[r]);
         free(t->views_r[r]);
@@ -163,12 +163,12 @@ static void tp_free(seer_backend *be) {
     if (!be)
         return;
     tp_be *t = tp_of(be);
-    tp_batch_clear(t);
+    seer_tp_batch_clear(t);
     if (t->comm)
         t->comm->free(t->comm);
     for (int r = 0; r < t->n; r++) {
         if (t->amax[r]) {
-            (void)tp_bind(t, r);
+            (void)seer_tp_bind(t, r);
             t->rank[r]->ops->dealloc(t->rank[r], t->amax[r]);
         }
     }
@@ -176,7 +176,7 @@ static void tp_free(seer_backend *be) {
     if (t->owns_ranks)
         for (int r = 0; r < t->n; r++)
             if (t->rank[r]) {
-                (void)tp_bind(t, r);
+                (void)seer_tp_bind(t, r);
                 t->rank[r]->ops->free(t->rank[r]);
             }
     if (t->sh) {
@@ -203,7 +203,7 @@ static seer_status tp_exec_clone(seer_backend *be, seer_backend **out) {
     for (int r = 0; r < t->n && s == SEER_OK; r++) {
         seer_backend *b = t->rank[r];
         if (b->ops->exec_clone) {
-            s = tp_bind(t, r);
+            s = seer_tp_bind(t, r);
             if (s == SEER_OK)
                 s = b->ops->exec_clone(b, &cl[r]);
             own = true;
@@ -238,7 +238,7 @@ static seer_status tp_alloc_op(seer_backend *be, size_t bytes, void **out) {
     seer_status s = SEER_OK;
     int r = 0;
     for (; r < t->n && s == SEER_OK; r++) {
-        s = tp_bind(t, r);
+        s = seer_tp_bind(t, r);
         if (s == SEER_OK)
             s = t->rank[r]->ops->alloc(t->rank[r], bytes, (void **)&a.base[r]);
     }
@@ -275,7 +275,7 @@ static seer_status tp_alloc_op(seer_backend *be, size_t bytes, void **out) {
         r--; /* rank r failed: nothing of it to give back */
     }
     for (int k = 0; k < r; k++) {
-        (void)tp_bind(t, k);
+        (void)seer_tp_bind(t, k);
         t->rank[k]->ops->dealloc(t->rank[k], a.base[k]);
     }
     return s;
@@ -298,7 +298,7 @@ static void tp_dealloc(seer_backend *be, void *p) {
     if (i < 0)
         return;
     for (int r = 0; r < t->n; r++) {
-        (void)tp_bind(t, r);
+        (void)seer_tp_bind(t, r);
         t->rank[r]->ops->dealloc(t->rank[r], a.base[r]);
     }
 }
@@ -306,22 +306,22 @@ static void tp_dealloc(seer_backend *be, void *p) {
 static seer_status tp_upload(seer_backend *be, void *dst, const void *src, size_t bytes) {
     tp_be *t = tp_of(be);
     for (int r = 0; r < t->n; r++) {
-        void *d = tp_ptr(t, dst, r);
+        void *d = seer_tp_ptr(t, dst, r);
         if (!d)
             return seer_err(SEER_ERR_INVALID_ARG, "upload: the destination is not this backend's memory");
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(t->rank[r]->ops->upload(t->rank[r], d, src, bytes));
     }
     tp_alloc a;
-    if (tp_lookup(t, dst, &a) && (char *)dst == a.base0 && bytes >= a.bytes)
-        tp_set_repl(t, dst);
+    if (seer_tp_lookup(t, dst, &a) && (char *)dst == a.base0 && bytes >= a.bytes)
+        seer_tp_set_repl(t, dst);
     return SEER_OK;
 }
 
 static seer_status tp_download(seer_backend *be, void *dst, const void *src, size_t bytes) {
     tp_be *t = tp_of(be);
     tp_alloc a;
-    if (!tp_lookup(t, src, &a))
+    if (!seer_tp_lookup(t, src, &a))
         return seer_err(SEER_ERR_INVALID_ARG, "download: the source is not this backend's memory");
     seer_backend *b0 = t->rank[0];
     const size_t e0 = (size_t)((const char *)src - a.base0) / sizeof(float);
@@ -329,16 +329,16 @@ static seer_status tp_download(seer_backend *be, void *dst, const void *src, siz
     /* logits, or what is not whole rows: gathered whole on rank 0 first (one copy back) */
     if (a.state == TP_SHARD &&
         (a.vocab || e0 < a.off || (e0 - a.off) % (size_t)a.full_w || n % (size_t)a.full_w))
-        SEER_TRY(tp_make_root(t, src));
-    if (!tp_lookup(t, src, &a) || a.state != TP_SHARD) {
-        SEER_TRY(tp_bind(t, 0));
+        SEER_TRY(seer_tp_make_root(t, src));
+    if (!seer_tp_lookup(t, src, &a) || a.state != TP_SHARD) {
+        SEER_TRY(seer_tp_bind(t, 0));
         return b0->ops->download(b0, dst, src, bytes);
     }
     /* Whole rows of a divided activation (a q capture): each rank's columns of each row, in
      * place in every rank's copy (the parts are still to be read). */
     const size_t t0 = (e0 - a.off) / (size_t)a.full_w, nt = n / (size_t)a.full_w;
     for (int r = 0; r < t->n; r++) {
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         for (size_t i = 0; i < nt; i++) {
             const float *s = (const float *)a.base[r] + a.off + (t0 + i) * (size_t)a.w[r];
             SEER_TRY(t->rank[r]->ops->download(t->rank[r], (float *)dst + i * a.full_w + a.col0[r], s,
@@ -356,7 +356,7 @@ static seer_status tp_download(seer_backend *be, void *dst, const void *src, siz
 static seer_status launch_all(tp_be *t, bool run) {
     seer_status first = SEER_OK;
     for (int r = 0; r < t->n; r++) {
-        seer_status s = tp_bind(t, r);
+        seer_status s = seer_tp_bind(t, r);
         if (s == SEER_OK)
             s = t->rank[r]->ops->forward_launch(t->rank[r], run);
         if (first == SEER_OK)
@@ -374,7 +374,7 @@ static seer_status tp_forward_begin(seer_backend *be, const void *key, int T_cap
     for (int r = 0; r < t->n && s == SEER_OK; r++) {
         int Tr = *T, nr = *n_out;
         bool d = false;
-        s = tp_bind(t, r);
+        s = seer_tp_bind(t, r);
         if (s == SEER_OK)
             s = t->rank[r]->ops->forward_begin_hold(t->rank[r], key, T_cap, &Tr, &nr, &d);
         if (s == SEER_OK && r > 0 && (Tr != T0 || nr != n0))
@@ -402,7 +402,7 @@ static seer_status tp_forward_end(seer_backend *be, seer_status s, bool *redo) {
     seer_status first = SEER_OK;
     for (int r = 0; r < t->n; r++) {
         bool rr = false;
-        seer_status e = tp_bind(t, r);
+        seer_status e = seer_tp_bind(t, r);
         if (e == SEER_OK)
             e = t->rank[r]->ops->forward_end_hold(t->rank[r], s, &rr);
         any |= rr;
@@ -418,14 +418,14 @@ static seer_status tp_forward_end(seer_backend *be, seer_status s, bool *redo) {
 
 static seer_status tp_copy_bandwidth(seer_backend *be, double *bps) {
     tp_be *t = tp_of(be);
-    SEER_TRY(tp_bind(t, 0));
+    SEER_TRY(seer_tp_bind(t, 0));
     return t->rank[0]->ops->copy_bandwidth(t->rank[0], bps);
 }
 
 /* Host memory of rank 0, which every download of a whole activation goes through. */
 static seer_status tp_host_alloc(seer_backend *be, size_t bytes, void **out) {
     tp_be *t = tp_of(be);
-    SEER_TRY(tp_bind(t, 0));
+    SEER_TRY(seer_tp_bind(t, 0));
     return t->rank[0]->ops->host_alloc(t->rank[0], bytes, out);
 }
 
@@ -437,7 +437,7 @@ static void tp_host_free(seer_backend *be, void *p) {
 static seer_status tp_sync(seer_backend *be) {
     tp_be *t = tp_of(be);
     for (int r = 0; r < t->n; r++) {
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(t->rank[r]->ops->sync(t->rank[r]));
     }
     return SEER_OK;
@@ -479,9 +479,9 @@ static seer_status tp_new(int n, tp_shared *sh, seer_backend *const *ranks, seer
     }
     o->copy_bandwidth = in->copy_bandwidth ? tp_copy_bandwidth : NULL;
     o->sync = in->sync ? tp_sync : NULL;
-    tp_fill_weight_ops(o, in);
-    tp_fill_kv_ops(o, in);
-    tp_fill_compute_ops(o, in, n);
+    seer_tp_fill_weight_ops(o, in);
+    seer_tp_fill_kv_ops(o, in);
+    seer_tp_fill_compute_ops(o, in, n);
     be->ops = o;
     be->impl = t;
     *out = be;

@@ -79,37 +79,37 @@ typedef struct {
 static inline tp_be *tp_of(seer_backend *be) { return (tp_be *)be->impl; }
 
 /* Makes rank r's device current (several devices driven from one thread). */
-seer_status tp_bind(tp_be *t, int r);
+seer_status seer_tp_bind(tp_be *t, int r);
 /* p (rank 0's memory, NULL allowed) as rank r's pointer; NULL for memory the table lacks. */
-void *tp_ptr(tp_be *t, const void *p, int r);
+void *seer_tp_ptr(tp_be *t, const void *p, int r);
 /* The allocation holding p, copied out (false: none). */
-bool tp_lookup(tp_be *t, const void *p, tp_alloc *out);
-void tp_set_repl(tp_be *t, const void *p);
-void tp_set_root(tp_be *t, const void *p);
+bool seer_tp_lookup(tp_be *t, const void *p, tp_alloc *out);
+void seer_tp_set_repl(tp_be *t, const void *p);
+void seer_tp_set_root(tp_be *t, const void *p);
 /* p holds rows of [rows][full_w] from its own offset, rank r columns [col0[r], + w[r]); a
  * division that leaves rank 0 everything is REPL. */
-void tp_set_shard(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w);
+void seer_tp_set_shard(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w);
 /* ... of logits divided by vocabulary */
-void tp_set_vocab(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w);
+void seer_tp_set_vocab(tp_be *t, const void *p, int rows, int full_w, const int *col0, const int *w);
 /* Makes rank 0's copy of the allocation holding p whole (gathers divided logits; other
  * divided tensors are an error: their parts are still to be read). */
-seer_status tp_make_root(tp_be *t, const void *p);
+seer_status seer_tp_make_root(tp_be *t, const void *p);
 /* The ranks' communicator, made on first use. */
-seer_status tp_comm(tp_be *t, seer_comm **out);
+seer_status seer_tp_comm(tp_be *t, seer_comm **out);
 /* Sums bufs (T rows of width cols, p's copies) across the ranks. */
-seer_status tp_all_reduce(tp_be *t, float *p, int T, int cols);
+seer_status seer_tp_all_reduce(tp_be *t, float *p, int T, int cols);
 /* The per-rank attention batches of ab (built once per batch). */
-seer_status tp_batch(tp_be *t, const seer_attn_batch *ab);
+seer_status seer_tp_batch(tp_be *t, const seer_attn_batch *ab);
 /* The KV geometry of rank r: its key/value heads. */
-seer_kv_geom tp_geom(const tp_be *t, const seer_kv_geom *g, int r);
+seer_kv_geom seer_tp_geom(const tp_be *t, const seer_kv_geom *g, int r);
 
 /* Forgets the per-rank attention batches. */
-void tp_batch_clear(tp_be *t);
+void seer_tp_batch_clear(tp_be *t);
 
 /* The op table's parts, from the ranks' table in (ops the ranks lack stay NULL):
  * tp_weights.c, tp_kv.c and tp_ops.c (the compute ops). */
-void tp_fill_weight_ops(seer_backend_ops *o, const seer_backend_ops *in);
-void tp_fill_kv_ops(seer_backend_ops *o, const seer_backend_ops *in);
-void tp_fill_compute_ops(seer_backend_ops *o, const seer_backend_ops *in, int n);
+void seer_tp_fill_weight_ops(seer_backend_ops *o, const seer_backend_ops *in);
+void seer_tp_fill_kv_ops(seer_backend_ops *o, const seer_backend_ops *in);
+void seer_tp_fill_compute_ops(seer_backend_ops *o, const seer_backend_ops *in, int n);
 
 #endif

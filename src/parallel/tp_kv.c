@@ -11,7 +11,7 @@
 
 /* ---- KV storage -------------------------------------------------------------------------- */
 
-seer_kv_geom tp_geom(const tp_be *t, const seer_kv_geom *g, int r) {
+seer_kv_geom seer_tp_geom(const tp_be *t, const seer_kv_geom *g, int r) {
     seer_kv_geom l = *g;
     int h0;
     seer_tp_units(g->n_kv_heads, t->n, r, &h0, &l.n_kv_heads);
@@ -25,15 +25,15 @@ static seer_status tp_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **o
         return seer_err(SEER_ERR_OOM, "out of memory");
     seer_status s = SEER_OK;
     for (int r = 0; r < t->n && s == SEER_OK; r++) {
-        const seer_kv_geom l = tp_geom(t, g, r);
-        s = tp_bind(t, r);
+        const seer_kv_geom l = seer_tp_geom(t, g, r);
+        s = seer_tp_bind(t, r);
         if (s == SEER_OK)
             s = t->rank[r]->ops->kv_alloc(t->rank[r], &l, &k->kv[r]);
     }
     if (s != SEER_OK) {
         for (int r = 0; r < t->n; r++)
             if (k->kv[r]) {
-                (void)tp_bind(t, r);
+                (void)seer_tp_bind(t, r);
                 t->rank[r]->ops->kv_free(t->rank[r], k->kv[r]);
             }
         free(k);
@@ -50,7 +50,7 @@ static void tp_kv_free(seer_backend *be, void *kv) {
         return;
     for (int r = 0; r < t->n; r++)
         if (k->kv[r]) {
-            (void)tp_bind(t, r);
+            (void)seer_tp_bind(t, r);
             t->rank[r]->ops->kv_free(t->rank[r], k->kv[r]);
         }
     free(k);
@@ -62,9 +62,9 @@ static seer_status tp_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom 
     tp_kv *k = kv;
     int least = 0;
     for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = tp_geom(t, g, r);
+        const seer_kv_geom l = seer_tp_geom(t, g, r);
         int c = 0;
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(t->rank[r]->ops->kv_reserve(t->rank[r], k->kv[r], &l, n_pages, &c));
         least = r == 0 || c < least ? c : least;
     }
@@ -77,7 +77,7 @@ static seer_status tp_kv_mem_available(seer_backend *be, uint64_t *bytes) {
     uint64_t least = UINT64_MAX;
     for (int r = 0; r < t->n; r++) {
         uint64_t b = 0;
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(t->rank[r]->ops->kv_mem_available(t->rank[r], &b));
         least = b < least ? b : least;
     }
@@ -92,8 +92,8 @@ static seer_status tp_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_ge
     tp_be *t = tp_of(be);
     tp_kv *k = kv;
     for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = tp_geom(t, g, r);
-        SEER_TRY(tp_bind(t, r));
+        const seer_kv_geom l = seer_tp_geom(t, g, r);
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(t->rank[r]->ops->kv_copy_pages(t->rank[r], k->kv[r], &l, copies, n));
     }
     return SEER_OK;
@@ -106,8 +106,8 @@ static seer_status tp_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geo
     tp_kv *k = kv;
     SEER_TRY(seer_kv_move_check(g, sp, sr, dp, dr, n));
     for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = tp_geom(t, g, r);
-        SEER_TRY(tp_bind(t, r));
+        const seer_kv_geom l = seer_tp_geom(t, g, r);
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(t->rank[r]->ops->kv_move_rows(t->rank[r], k->kv[r], &l, sp, sr, dp, dr, n));
     }
     return SEER_OK;
@@ -123,10 +123,10 @@ static seer_status tp_kv_read(seer_backend *be, const void *kv, const seer_kv_ge
         return seer_err(SEER_ERR_OOM, "out of memory");
     seer_status s = SEER_OK;
     for (int r = 0; r < t->n && s == SEER_OK; r++) {
-        const seer_kv_geom l = tp_geom(t, g, r);
+        const seer_kv_geom l = seer_tp_geom(t, g, r);
         int h0, nh;
         seer_tp_units(g->n_kv_heads, t->n, r, &h0, &nh);
-        s = tp_bind(t, r);
+        s = seer_tp_bind(t, r);
         if (s == SEER_OK)
             s = t->rank[r]->ops->kv_read(t->rank[r], k->kv[r], &l, layer, which, page, row, n, tmp);
         for (int i = 0; i < n && s == SEER_OK; i++)
@@ -142,10 +142,10 @@ static seer_status tp_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g
     tp_be *t = tp_of(be);
     tp_kv *k = kv;
     for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = tp_geom(t, g, r);
-        SEER_TRY(tp_bind(t, r));
-        SEER_TRY(t->rank[r]->ops->kv_store(t->rank[r], k->kv[r], &l, layer, tp_ptr(t, kk, r),
-                                            tp_ptr(t, v, r), page, row, T));
+        const seer_kv_geom l = seer_tp_geom(t, g, r);
+        SEER_TRY(seer_tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->kv_store(t->rank[r], k->kv[r], &l, layer, seer_tp_ptr(t, kk, r),
+                                            seer_tp_ptr(t, v, r), page, row, T));
     }
     return SEER_OK;
 }
@@ -157,8 +157,8 @@ static seer_status tp_kv_fill_random(seer_backend *be, void *kv, const seer_kv_g
     tp_kv *k = kv;
     SEER_TRY(seer_kv_fill_check(g, pages, n_pages, row0, n));
     for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = tp_geom(t, g, r);
-        SEER_TRY(tp_bind(t, r));
+        const seer_kv_geom l = seer_tp_geom(t, g, r);
+        SEER_TRY(seer_tp_bind(t, r));
         /* each rank's heads from a seed of its own: random KV of the same statistics */
         SEER_TRY(t->rank[r]->ops->kv_fill_random(t->rank[r], k->kv[r], &l, pages, n_pages, row0, n,
                                                  seed ^ (0xbf58476d1ce4e5b9ull * (uint64_t)(r + 1)), scale));
@@ -168,10 +168,10 @@ static seer_status tp_kv_fill_random(seer_backend *be, void *kv, const seer_kv_g
 
 /* ---- the per-rank attention batch --------------------------------------------------------- */
 
-seer_status tp_batch(tp_be *t, const seer_attn_batch *ab) {
+seer_status seer_tp_batch(tp_be *t, const seer_attn_batch *ab) {
     if (t->ab_key == ab)
         return SEER_OK;
-    tp_batch_clear(t);
+    seer_tp_batch_clear(t);
     const int H = ab->n_heads, Hkv = ab->n_kv_heads;
     if (!seer_tp_heads_divide(H, Hkv, t->n))
         return seer_err(SEER_ERR_UNSUPPORTED, "tensor parallelism: %d heads with %d key/value heads do not divide over %d ranks",
@@ -195,7 +195,7 @@ seer_status tp_batch(tp_be *t, const seer_attn_batch *ab) {
         t->views_r[r] = calloc((size_t)ab->n_seq + 1, sizeof *t->views_r[r]);
         t->view_idx_r[r] = malloc((n_idx + 1) * sizeof *t->view_idx_r[r]);
         if (!t->seq_view_r[r] || !t->views_r[r] || !t->view_idx_r[r]) {
-            tp_batch_clear(t);
+            seer_tp_batch_clear(t);
             return seer_err(SEER_ERR_OOM, "out of memory");
         }
         int32_t *idx = t->view_idx_r[r];
@@ -227,18 +227,18 @@ static seer_status tp_batch_begin(seer_backend *be, const seer_attn_batch *ab, c
                                   const int32_t *out_rows, int n_out) {
     tp_be *t = tp_of(be);
     t->ab_key = NULL; /* a new batch, even at the same address */
-    SEER_TRY(tp_batch(t, ab));
+    SEER_TRY(seer_tp_batch(t, ab));
     for (int r = 0; r < t->n; r++) {
         seer_backend *b = t->rank[r];
         if (!b->ops->batch_begin)
             continue;
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(b->ops->batch_begin(b, &t->ab_r[r], tokens, pos, page, row, out_rows, n_out));
     }
     return SEER_OK;
 }
 
-void tp_fill_kv_ops(seer_backend_ops *o, const seer_backend_ops *in) {
+void seer_tp_fill_kv_ops(seer_backend_ops *o, const seer_backend_ops *in) {
     o->kv_alloc = tp_kv_alloc;
     o->kv_reserve = tp_kv_reserve;
     o->kv_mem_available = in->kv_mem_available ? tp_kv_mem_available : NULL;

@@ -16,10 +16,10 @@
 
 #define RANK(t, r) ((t)->rank[r])
 #define ROPS(t, r) ((t)->rank[r]->ops)
-#define P(t, p, r) ((float *)tp_ptr((t), (p), (r)))
+#define P(t, p, r) ((float *)seer_tp_ptr((t), (p), (r)))
 
 static tp_state state_of(tp_be *t, const void *p, tp_alloc *a) {
-    return tp_lookup(t, p, a) ? a->state : TP_REPL;
+    return seer_tp_lookup(t, p, a) ? a->state : TP_REPL;
 }
 
 /* The part of tw rank r holds as rows of the output (col0, width) for a tagged output. */
@@ -37,10 +37,10 @@ static seer_status tp_embed(seer_backend *be, float *y, const seer_weight *emb, 
     if (tw->split.kind != SEER_SPLIT_NONE)
         return seer_err(SEER_ERR_UNSUPPORTED, "tensor parallelism: a divided embedding");
     for (int r = 0; r < t->n; r++) {
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(ROPS(t, r)->embed(RANK(t, r), P(t, y, r), &tw->part[r], tokens, T));
     }
-    tp_set_repl(t, y);
+    seer_tp_set_repl(t, y);
     return SEER_OK;
 }
 
@@ -52,13 +52,13 @@ static seer_status tp_rmsnorm(seer_backend *be, float *y, const float *x, const 
         return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: rmsnorm of a divided tensor");
     const int n = st == TP_ROOT ? 1 : t->n;
     for (int r = 0; r < n; r++) {
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(ROPS(t, r)->rmsnorm(RANK(t, r), P(t, y, r), P(t, x, r), P(t, w, r), T, D, eps));
     }
     if (st == TP_ROOT)
-        tp_set_root(t, y);
+        seer_tp_set_root(t, y);
     else
-        tp_set_repl(t, y);
+        seer_tp_set_repl(t, y);
     return SEER_OK;
 }
 
@@ -71,21 +71,21 @@ static seer_status tp_matmul(seer_backend *be, float *y, const float *x, const s
         const float *b = NULL;
         if (bias && (k != SEER_SPLIT_COLS || r == 0)) /* a partial sum takes the bias once */
             b = P(t, bias, r) + (k == SEER_SPLIT_ROWS || k == SEER_SPLIT_VOCAB ? tw->r0[r] : 0);
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(ROPS(t, r)->matmul(RANK(t, r), P(t, y, r), P(t, x, r), &tw->part[r], b, T));
     }
     if (k == SEER_SPLIT_COLS)
-        return tp_all_reduce(t, y, T, w->rows);
+        return seer_tp_all_reduce(t, y, T, w->rows);
     if (k == SEER_SPLIT_NONE) {
-        tp_set_repl(t, y);
+        seer_tp_set_repl(t, y);
         return SEER_OK;
     }
     int col0[SEER_TP_MAX], wd[SEER_TP_MAX];
     part_cols(t, tw, 0, 1, col0, wd);
     if (k == SEER_SPLIT_VOCAB)
-        tp_set_vocab(t, y, T, w->rows, col0, wd);
+        seer_tp_set_vocab(t, y, T, w->rows, col0, wd);
     else
-        tp_set_shard(t, y, T, w->rows, col0, wd);
+        seer_tp_set_shard(t, y, T, w->rows, col0, wd);
     return SEER_OK;
 }
 
@@ -94,22 +94,22 @@ static seer_status tp_matmul_add(seer_backend *be, float *y, const float *x, con
     const tp_weight *tw = w->data;
     if (tw->split.kind != SEER_SPLIT_COLS) {
         for (int r = 0; r < t->n; r++) {
-            SEER_TRY(tp_bind(t, r));
+            SEER_TRY(seer_tp_bind(t, r));
             SEER_TRY(ROPS(t, r)->matmul_add(RANK(t, r), P(t, y, r), P(t, x, r), &tw->part[r], T));
         }
-        tp_set_repl(t, y);
+        seer_tp_set_repl(t, y);
         return SEER_OK;
     }
     /* rank 0 adds its partial product to y; the others overwrite theirs with it, and the sum
      * across ranks is y plus every partial */
     for (int r = 0; r < t->n; r++) {
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         if (r == 0)
             SEER_TRY(ROPS(t, r)->matmul_add(RANK(t, r), y, x, &tw->part[r], T));
         else
             SEER_TRY(ROPS(t, r)->matmul(RANK(t, r), P(t, y, r), P(t, x, r), &tw->part[r], NULL, T));
     }
-    return tp_all_reduce(t, y, T, w->rows);
+    return seer_tp_all_reduce(t, y, T, w->rows);
 }
 
 static void split_outputs(tp_be *t, float *const *ys, const tp_weight *tw, const seer_weight *w,
@@ -125,12 +125,12 @@ static void tag_outputs(tp_be *t, float *const *ys, const tp_weight *tw, const s
     const int nseg = w->n_seg ? w->n_seg : 1;
     for (int j = 0; j < nseg; j++) {
         if (tw->split.kind == SEER_SPLIT_NONE) {
-            tp_set_repl(t, ys[j]);
+            seer_tp_set_repl(t, ys[j]);
             continue;
         }
         int col0[SEER_TP_MAX], wd[SEER_TP_MAX];
         part_cols(t, tw, j, 1, col0, wd);
-        tp_set_shard(t, ys[j], T, w->n_seg ? w->seg_rows[j] : w->rows, col0, wd);
+        seer_tp_set_shard(t, ys[j], T, w->n_seg ? w->seg_rows[j] : w->rows, col0, wd);
     }
 }
 
@@ -142,7 +142,7 @@ static seer_status tp_matmul_split(seer_backend *be, float *const *ys, const flo
         float *ys_r[SEER_WEIGHT_MAX_SEG];
         const float *bs_r[SEER_WEIGHT_MAX_SEG];
         split_outputs(t, ys, tw, w, biases, r, ys_r, bs_r);
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(ROPS(t, r)->matmul_split(RANK(t, r), ys_r, P(t, x, r), &tw->part[r], biases ? bs_r : NULL, T));
     }
     tag_outputs(t, ys, tw, w, T);
@@ -158,11 +158,11 @@ static seer_status tp_norm_matmul_split(seer_backend *be, float *const *ys, floa
         float *ys_r[SEER_WEIGHT_MAX_SEG];
         const float *bs_r[SEER_WEIGHT_MAX_SEG];
         split_outputs(t, ys, tw, w, biases, r, ys_r, bs_r);
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(ROPS(t, r)->norm_matmul_split(RANK(t, r), ys_r, P(t, h, r), P(t, x, r), P(t, w_norm, r),
                                                eps, &tw->part[r], biases ? bs_r : NULL, T));
     }
-    tp_set_repl(t, h);
+    seer_tp_set_repl(t, h);
     tag_outputs(t, ys, tw, w, T);
     return SEER_OK;
 }
@@ -171,11 +171,11 @@ static seer_status tp_matmul_glu(seer_backend *be, float *y, const float *x, con
     tp_be *t = tp_of(be);
     const tp_weight *tw = w->data;
     for (int r = 0; r < t->n; r++) {
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(ROPS(t, r)->matmul_glu(RANK(t, r), P(t, y, r), P(t, x, r), &tw->part[r], T));
     }
     if (tw->split.kind == SEER_SPLIT_NONE) {
-        tp_set_repl(t, y);
+        seer_tp_set_repl(t, y);
         return SEER_OK;
     }
     int col0[SEER_TP_MAX], wd[SEER_TP_MAX];
@@ -183,7 +183,7 @@ static seer_status tp_matmul_glu(seer_backend *be, float *y, const float *x, con
     /* the joined weight's first segment is the gate: its rows are the output's columns */
     for (int r = 0; r < t->n; r++)
         col0[r] = tw->seg_r0[0][r];
-    tp_set_shard(t, y, T, w->rows / 2, col0, wd);
+    seer_tp_set_shard(t, y, T, w->rows / 2, col0, wd);
     return SEER_OK;
 }
 
@@ -193,13 +193,13 @@ static seer_status tp_ffn_glu(seer_backend *be, float *x, float *h, const float 
     const tp_weight *gu = wgu->data, *dn = wdown->data;
     if (dn->split.kind != SEER_SPLIT_COLS || t->n == 1) {
         for (int r = 0; r < t->n; r++) {
-            SEER_TRY(tp_bind(t, r));
+            SEER_TRY(seer_tp_bind(t, r));
             SEER_TRY(ROPS(t, r)->ffn_glu(RANK(t, r), P(t, x, r), P(t, h, r), P(t, w_norm, r), eps,
                                          &gu->part[r], &dn->part[r], P(t, g, r), T));
         }
         if (dn->split.kind == SEER_SPLIT_COLS)
-            return tp_all_reduce(t, x, T, wdown->rows); /* one rank: through the communicator still */
-        tp_set_repl(t, x);
+            return seer_tp_all_reduce(t, x, T, wdown->rows); /* one rank: through the communicator still */
+        seer_tp_set_repl(t, x);
         return SEER_OK;
     }
     /* rank 0 adds its partial to x in the fused op; the others write theirs over x once they
@@ -207,7 +207,7 @@ static seer_status tp_ffn_glu(seer_backend *be, float *x, float *h, const float 
     const int D = wgu->cols;
     for (int r = 0; r < t->n; r++) {
         seer_backend *b = RANK(t, r);
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         if (r == 0) {
             SEER_TRY(b->ops->ffn_glu(b, x, h, w_norm, eps, &gu->part[0], &dn->part[0], g, T));
             continue;
@@ -217,7 +217,7 @@ static seer_status tp_ffn_glu(seer_backend *be, float *x, float *h, const float 
         SEER_TRY(b->ops->matmul_glu(b, gr, hr, &gu->part[r], T));
         SEER_TRY(b->ops->matmul(b, xr, gr, &dn->part[r], NULL, T));
     }
-    return tp_all_reduce(t, x, T, wdown->rows);
+    return seer_tp_all_reduce(t, x, T, wdown->rows);
 }
 
 /* Local heads of a tensor of n_heads heads of Dh on rank r: its part's width where divided. */
@@ -230,7 +230,7 @@ static seer_status tp_rope(seer_backend *be, float *x, const int32_t *pos, int T
                            const float *inv_freq, int neox) {
     tp_be *t = tp_of(be);
     for (int r = 0; r < t->n; r++) {
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(ROPS(t, r)->rope(RANK(t, r), P(t, x, r), pos, T, local_heads(t, x, n_heads, Dh, r), Dh,
                                   P(t, inv_freq, r), neox));
     }
@@ -243,8 +243,8 @@ static seer_status tp_rope_kv_store(seer_backend *be, float *q, float *k, const 
     tp_be *t = tp_of(be);
     tp_kv *tk = kv;
     for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = tp_geom(t, g, r);
-        SEER_TRY(tp_bind(t, r));
+        const seer_kv_geom l = seer_tp_geom(t, g, r);
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(ROPS(t, r)->rope_kv_store(RANK(t, r), P(t, q, r), P(t, k, r), P(t, v, r), pos, T,
                                            local_heads(t, q, H, Dh, r), l.n_kv_heads, Dh, P(t, inv_freq, r),
                                            neox, tk->kv[r], &l, layer, page, row));
@@ -256,18 +256,18 @@ static seer_status tp_attention(seer_backend *be, float *out, const float *q, co
                                 const seer_kv_geom *g, int layer, const seer_attn_batch *ab) {
     tp_be *t = tp_of(be);
     const tp_kv *tk = kv;
-    SEER_TRY(tp_batch(t, ab));
+    SEER_TRY(seer_tp_batch(t, ab));
     int col0[SEER_TP_MAX], w[SEER_TP_MAX];
     for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = tp_geom(t, g, r);
+        const seer_kv_geom l = seer_tp_geom(t, g, r);
         int h0, nh;
         seer_tp_units(ab->n_heads, t->n, r, &h0, &nh);
         col0[r] = h0 * ab->head_dim;
         w[r] = nh * ab->head_dim;
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(ROPS(t, r)->attention(RANK(t, r), P(t, out, r), P(t, q, r), tk->kv[r], &l, layer, &t->ab_r[r]));
     }
-    tp_set_shard(t, out, ab->T, ab->n_heads * ab->head_dim, col0, w);
+    seer_tp_set_shard(t, out, ab->T, ab->n_heads * ab->head_dim, col0, w);
     return SEER_OK;
 }
 
@@ -284,15 +284,16 @@ static seer_status elementwise(tp_be *t, const void *key, float *y, const float 
         return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: an elementwise op over part of a divided row");
     for (int r = 0; r < nr; r++) {
         const size_t nl = st == TP_SHARD ? n / (size_t)al.full_w * (size_t)al.w[r] : n;
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(f(RANK(t, r), P(t, y, r), P(t, a, r), P(t, c, r), nl));
     }
     if (st == TP_SHARD)
-        (al.vocab ? tp_set_vocab : tp_set_shard)(t, y, (int)(n / (size_t)al.full_w), al.full_w, al.col0, al.w);
+        (al.vocab ? seer_tp_set_vocab : seer_tp_set_shard)(t, y, (int)(n / (size_t)al.full_w), al.full_w, al.col0,
+                                                             al.w);
     else if (st == TP_ROOT)
-        tp_set_root(t, y);
+        seer_tp_set_root(t, y);
     else
-        tp_set_repl(t, y);
+        seer_tp_set_repl(t, y);
     return SEER_OK;
 }
 
@@ -322,20 +323,20 @@ static seer_status tp_gather_rows(seer_backend *be, float *y, const float *x, co
     tp_alloc a;
     const tp_state st = state_of(t, x, &a);
     if (st == TP_SHARD && D != a.full_w)
-        SEER_TRY(tp_make_root(t, x));
+        SEER_TRY(seer_tp_make_root(t, x));
     const tp_state s2 = state_of(t, x, &a);
     const int nr = s2 == TP_ROOT ? 1 : t->n;
     for (int r = 0; r < nr; r++) {
-        SEER_TRY(tp_bind(t, r));
+        SEER_TRY(seer_tp_bind(t, r));
         SEER_TRY(ROPS(t, r)->gather_rows(RANK(t, r), P(t, y, r), P(t, x, r), rows, n_rows,
                                          s2 == TP_SHARD ? a.w[r] : D));
     }
     if (s2 == TP_SHARD)
-        (a.vocab ? tp_set_vocab : tp_set_shard)(t, y, n_rows, a.full_w, a.col0, a.w);
+        (a.vocab ? seer_tp_set_vocab : seer_tp_set_shard)(t, y, n_rows, a.full_w, a.col0, a.w);
     else if (s2 == TP_ROOT)
-        tp_set_root(t, y);
+        seer_tp_set_root(t, y);
     else
-        tp_set_repl(t, y);
+        seer_tp_set_repl(t, y);
     return SEER_OK;
 }
 
@@ -345,7 +346,7 @@ static seer_status argmax_divided(tp_be *t, int32_t *ids, const float *logits, i
     if (n > t->amax_cap) {
         for (int r = 0; r < t->n; r++)
             if (t->amax[r]) {
-                SEER_TRY(tp_bind(t, r));
+                SEER_TRY(seer_tp_bind(t, r));
                 ROPS(t, r)->dealloc(RANK(t, r), t->amax[r]);
                 t->amax[r] = NULL;
             }
@@ -355,7 +356,7 @@ static seer_status argmax_divided(tp_be *t, int32_t *ids, const float *logits, i
             return seer_err(SEER_ERR_OOM, "out of memory");
         t->amax_rows = nr;
         for (int r = 0; r < t->n; r++) {
-            SEER_TRY(tp_bind(t, r));
+            SEER_TRY(seer_tp_bind(t, r));
             SEER_TRY(ROPS(t, r)->alloc(RANK(t, r), (size_t)n * sizeof(float), (void **)&t->amax[r]));
         }
         t->amax_cap = n;
@@ -366,7 +367,7 @@ static seer_status argmax_divided(tp_be *t, int32_t *ids, const float *logits, i
     for (int r = 0; r < t->n && s == SEER_OK; r++) {
         seer_backend *b = RANK(t, r);
         const float *lr = P(t, logits, r);
-        s = tp_bind(t, r);
+        s = seer_tp_bind(t, r);
         if (s == SEER_OK)
             s = b->ops->argmax_rows(b, lid, lr, n, a->w[r]);
         /* the maxima: element lid[i] of row i of the part, gathered as rows of one float */
@@ -394,20 +395,20 @@ static seer_status tp_argmax_rows(seer_backend *be, int32_t *ids, const float *l
     if (state_of(t, logits, &a) == TP_SHARD && a.full_w == V &&
         (size_t)((const char *)logits - a.base0) / sizeof(float) == a.off)
         return argmax_divided(t, ids, logits, n, &a);
-    SEER_TRY(tp_make_root(t, logits));
-    SEER_TRY(tp_bind(t, 0));
+    SEER_TRY(seer_tp_make_root(t, logits));
+    SEER_TRY(seer_tp_bind(t, 0));
     return ROPS(t, 0)->argmax_rows(RANK(t, 0), ids, logits, n, V);
 }
 
 static seer_status tp_sample_rows(seer_backend *be, const seer_sample_row *rows, int n, int V, int32_t *ids) {
     tp_be *t = tp_of(be);
     for (int i = 0; i < n; i++)
-        SEER_TRY(tp_make_root(t, rows[i].logits));
-    SEER_TRY(tp_bind(t, 0));
+        SEER_TRY(seer_tp_make_root(t, rows[i].logits));
+    SEER_TRY(seer_tp_bind(t, 0));
     SEER_TRY(ROPS(t, 0)->sample_rows(RANK(t, 0), rows, n, V, ids));
     for (int i = 0; i < n; i++)
         if (rows[i].probs)
-            tp_set_root(t, rows[i].probs);
+            seer_tp_set_root(t, rows[i].probs);
     return SEER_OK;
 }
 
@@ -415,10 +416,10 @@ static seer_status tp_accept_chains(seer_backend *be, const seer_accept_chain *c
                                     int32_t *n_acc, int32_t *next) {
     tp_be *t = tp_of(be);
     for (int i = 0; i < n; i++) {
-        SEER_TRY(tp_make_root(t, chains[i].p));
-        SEER_TRY(tp_make_root(t, chains[i].q));
+        SEER_TRY(seer_tp_make_root(t, chains[i].p));
+        SEER_TRY(seer_tp_make_root(t, chains[i].q));
     }
-    SEER_TRY(tp_bind(t, 0));
+    SEER_TRY(seer_tp_bind(t, 0));
     return ROPS(t, 0)->accept_chains(RANK(t, 0), chains, n, V, n_acc, next);
 }
 
@@ -426,14 +427,14 @@ static seer_status tp_accept_trees(seer_backend *be, const seer_accept_tree *tre
                                    int32_t *n_acc, int32_t *path, int32_t *next, int32_t *n_u) {
     tp_be *t = tp_of(be);
     for (int i = 0; i < n; i++) {
-        SEER_TRY(tp_make_root(t, trees[i].p));
-        SEER_TRY(tp_make_root(t, trees[i].q));
+        SEER_TRY(seer_tp_make_root(t, trees[i].p));
+        SEER_TRY(seer_tp_make_root(t, trees[i].q));
     }
-    SEER_TRY(tp_bind(t, 0));
+    SEER_TRY(seer_tp_bind(t, 0));
     return ROPS(t, 0)->accept_trees(RANK(t, 0), trees, n, V, stride, n_acc, path, next, n_u);
 }
 
-void tp_fill_compute_ops(seer_backend_ops *o, const seer_backend_ops *in, int n) {
+void seer_tp_fill_compute_ops(seer_backend_ops *o, const seer_backend_ops *in, int n) {
     o->embed = tp_embed;
     o->rmsnorm = tp_rmsnorm;
     o->matmul = tp_matmul;

@@ -15,7 +15,7 @@
 static void parts_free(tp_be *t, tp_weight *tw) {
     for (int r = 0; r < t->n; r++) {
         if (tw->part[r].data) {
-            (void)tp_bind(t, r);
+            (void)seer_tp_bind(t, r);
             t->rank[r]->ops->weight_free(t->rank[r], &tw->part[r]);
         }
         free(tw->host[r]);
@@ -105,7 +105,7 @@ static seer_status tp_weight_load_split(seer_backend *be, const gguf_tensor *tt,
             tw->r0[r] = 0;
             tw->nr[r] = rows;
         }
-        s = tp_bind(t, r);
+        s = seer_tp_bind(t, r);
         if (s == SEER_OK)
             s = t->rank[r]->ops->weight_load(t->rank[r], &sub, how, &tw->part[r]);
         /* the copy stays only where the rank's part points into it (the CPU's f32 parts) */
@@ -156,7 +156,7 @@ static seer_status tp_weight_concat(seer_backend *be, seer_weight *parts, int n,
         }
         tw->r0[r] = pw[0]->r0[r];
         tw->nr[r] = pw[0]->nr[r];
-        s = tp_bind(t, r);
+        s = seer_tp_bind(t, r);
         if (s == SEER_OK)
             s = t->rank[r]->ops->weight_concat(t->rank[r], rp, n, interleave, &tw->part[r]);
         if (s == SEER_OK)
@@ -211,7 +211,7 @@ static seer_status tp_weight_random_split(seer_backend *be, int rows, int cols, 
             sd = seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(r + 1));
         }
         if (s == SEER_OK)
-            s = tp_bind(t, r);
+            s = seer_tp_bind(t, r);
         if (s == SEER_OK)
             s = t->rank[r]->ops->weight_random(t->rank[r], pr, pc, sd, scale, &tw->part[r]);
     }
@@ -223,7 +223,7 @@ static seer_status tp_weight_random(seer_backend *be, int rows, int cols, uint64
     return tp_weight_random_split(be, rows, cols, seed, scale, (seer_weight_split){SEER_SPLIT_NONE, 1}, out);
 }
 
-void tp_fill_weight_ops(seer_backend_ops *o, const seer_backend_ops *in) {
+void seer_tp_fill_weight_ops(seer_backend_ops *o, const seer_backend_ops *in) {
     o->weight_load = tp_weight_load;
     o->weight_load_split = tp_weight_load_split;
     o->weight_free = tp_weight_free;
