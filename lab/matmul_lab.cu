@@ -6,14 +6,18 @@
  *
  *   lab_matmul [--types bf16,q4_0,...] [--T 1,2,4,8] [--shapes qkv,o,gate_up,down]
  *              [--waves 1,2] [--min-steps 1,2,4] [--xb-min 1,32]
- *              [--reps N]
+ *              [--gemv-max N] [--mm-tile N] [--reps N]
  *
  * --waves / --min-steps sweep the split over K (seer_cuda.mm_waves, mm_min_steps) and
  * --xb-min the tokens from which a bf16 weight's x is rounded to bf16 before the matmul
  * (mm_xb_min_t), so a setting can be measured before it becomes the default.
+ * q4_k_t is Q4_K in matmul_qt.cu's row blocks (seer_cuda.qt; q4_k: matmul_q.cu's planes), and
+ * --gemv-max N the most tokens its GEMV takes (the tensor-core kernel above, the same bits);
+ * --mm-tile N the most tokens a block takes (seer_cuda.mm_tile; 32 at most for q4_k_t).
  * Not for: correctness of record (test_backend_ops / test_backend_ops_q own that).
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/matmul.cuh"
 #include "lab_util.cuh"
 #include "gguf/gguf.h"
 
@@ -103,7 +107,7 @@ static seer_status run_form(seer_backend *be, int form, float *y, const float *x
 int main(int argc, char **argv) {
     const char *types = "bf16,q4_0,q8_0,q4_k,q6_k", *shape_list = NULL;
     int Ts[16] = {1, 2, 4, 8}, nT = 4, waves[8] = {1}, n_waves = 1, mins[8] = {2}, n_mins = 1, reps = 20;
-    int xbs[8] = {0}, n_xb = 0;
+    int xbs[8] = {0}, n_xb = 0, gemv_max = -1, mm_tile = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--types") && v)
@@ -118,11 +122,15 @@ int main(int argc, char **argv) {
             n_mins = parse_list(argv[++i], mins, 8);
         else if (!strcmp(argv[i], "--xb-min") && v)
             n_xb = parse_list(argv[++i], xbs, 8);
+        else if (!strcmp(argv[i], "--mm-tile") && v)
+            mm_tile = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gemv-max") && v)
+            gemv_max = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && v)
             reps = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: lab_matmul [--types bf16,q4_0,..] [--T 1,2,4,8] [--shapes qkv,o,gate_up,down]"
-                            " [--waves 1,2] [--min-steps 1,2,4] [--xb-min 1,32] [--reps N]\n");
+                            " [--waves 1,2] [--min-steps 1,2,4] [--xb-min 1,32] [--gemv-max N] [--mm-tile N] [--reps N]\n");
             return 2;
         }
     }
@@ -130,6 +138,10 @@ int main(int argc, char **argv) {
     CK(seer_backend_cuda_init(0, &gpu));
     CK(seer_backend_cpu_init(0, &cpu));
     seer_cuda *c = seer_cuda_of(gpu);
+    if (gemv_max >= 0)
+        c->qt_gemv_max_t = gemv_max;
+    if (mm_tile >= 8 && mm_tile <= 64)
+        c->mm_tile = mm_tile / 8 * 8;
     double bw = 0;
     CK(gpu->ops->copy_bandwidth(gpu, &bw));
     cudaDeviceProp prop;
@@ -146,7 +158,7 @@ int main(int argc, char **argv) {
     static const struct { const char *name; ggml_type t; } tys[] = {
         {"bf16", GGML_TYPE_BF16}, {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q5_0", GGML_TYPE_Q5_0},
         {"q5_1", GGML_TYPE_Q5_1}, {"q8_0", GGML_TYPE_Q8_0}, {"q4_k", GGML_TYPE_Q4_K}, {"q5_k", GGML_TYPE_Q5_K},
-        {"q6_k", GGML_TYPE_Q6_K},
+        {"q6_k", GGML_TYPE_Q6_K}, {"q4_k_t", GGML_TYPE_Q4_K},
     };
     const int maxT = SEER_CUDA_INVARIANT_MAX_T;
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
@@ -183,6 +195,7 @@ int main(int argc, char **argv) {
             gt.data = raw;
             gt.nbytes = nb;
             seer_weight wg, wc[2];
+            c->qt = !strcmp(tys[ti].name, "q4_k_t"); /* the layout follows it at load and in the product */
             if (sh->form == 1) { /* gate and up halves, rows alternating, as the model binds them */
                 gguf_tensor half = gt;
                 half.ne[1] = (uint64_t)(sh->rows / 2);
@@ -227,7 +240,9 @@ int main(int argc, char **argv) {
                         free(yr);
                         /* time: reps calls in one graph */
                         const double us = lab_graph_us(c->stream, reps, [&] { CK(run_form(gpu, sh->form, y, x, &wg, T)); });
-                        const double floor_us = (double)nb / bw * 1e6;
+                        /* the bytes the kernel reads: the file's, or the row blocks' (4.625 bits a weight) */
+                        const double fb = c->qt ? (double)seer_cuda_qt_bytes(sh->rows, sh->cols) : (double)nb;
+                        const double floor_us = fb / bw * 1e6;
                         printf("%-8s %-8s %3d %5d %5d %7d %9.2f %9.2f %6.1f%% %9.2e%s\n", tys[ti].name, sh->name,
                                T, waves[wi], mins[mi], xbs[xi], us, floor_us, 100.0 * floor_us / us, rel,
                                rel > 2e-2 ? "  WRONG" : "");

@@ -5,7 +5,9 @@
  * Outputs are poisoned with NaN; the error measure and summary are test_backend_ops.c's.
  *
  * Checked: matmul below and above the cuBLAS switch, with bias, odd row counts and rows that
- * end inside a 128-column quad; the fused forms (matmul_split, matmul_add, matmul_glu); batch
+ * end inside a 128-column quad; Q4_K in row blocks (matmul_qt.cu, the default) at T = 1, 2, 5,
+ * 8 and the invariant limit, its GEMV and tensor-core kernels giving a row the same bits at
+ * every T and whichever of the two computes it; the fused forms (matmul_split, matmul_add, matmul_glu); batch
  * invariance (a token's row bit-identical alone and in any batch); embedding rows; and that
  * the encoding is kept (dtype) or dequantised on request (SEER_WEIGHTS_BF16).
  *
@@ -159,6 +161,80 @@ static void test_matmul_q_invariant(void **state) {
         dev_free(dx), dev_free(dy), dev_free(d40);
         free(x), free(alone), free(last), free(b40), free(ht.data);
     }
+}
+
+/* Q4_K in row blocks (matmul_qt.cu): the GEMV (T <= SEER_CUDA_QT_GEMV_MAX, 1 by default) and
+ * the tensor-core kernel above it against the CPU at T = 1, 2, 5, 8 and the invariant limit,
+ * row counts not a multiple of the 32-row block; then every token's row at T = n bit for bit
+ * against the same token alone (T = 1, the GEMV), and against a second backend whose GEMV
+ * takes up to 8 tokens (the same sums by another kernel must give the same bits). */
+static void test_matmul_qt(void **state) {
+    (void)state;
+    static const int Ts[] = {1, 2, 5, 8, 256};
+    const int R = 328, C = 1024;
+    uint64_t rng = 8500;
+    host_tensor ht;
+    make_qtensor(&ht, "w", GGML_TYPE_Q4_K, R, C, &rng);
+    seer_weight wc, wg, wg8;
+    ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_F32, &wc));
+    ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
+    assert_int_equal(wg.dtype, GGML_TYPE_Q4_K);
+    setenv("SEER_CUDA_QT_GEMV_MAX", "8", 1);
+    seer_backend *gpu8 = NULL;
+    ASSERT_OK(seer_backend_cuda_init(0, &gpu8));
+    unsetenv("SEER_CUDA_QT_GEMV_MAX");
+    ASSERT_OK(gpu8->ops->weight_load(gpu8, &ht.t, SEER_WEIGHTS_STORED, &wg8));
+    const int maxT = 256;
+    float *x = rand_array((size_t)maxT * C, 1.f, &rng);
+    float *dx = dev_copy(x, (size_t)maxT * C);
+    /* each token alone */
+    float *alone = malloc(sizeof(float) * (size_t)maxT * R);
+    assert_non_null(alone);
+    for (int t = 0; t < maxT; t++) {
+        float *dy = dev_nan((size_t)R);
+        ASSERT_OK(gpu->ops->matmul(gpu, dy, dx + (size_t)t * C, &wg, NULL, 1));
+        float *o = dev_fetch(dy, (size_t)R);
+        memcpy(alone + (size_t)t * R, o, sizeof(float) * R);
+        free(o);
+        dev_free(dy);
+    }
+    int differ = 0;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+        const int T = Ts[ti];
+        float *ref = nan_array((size_t)T * R);
+        ASSERT_OK(cpu->ops->matmul(cpu, ref, x, &wc, NULL, T));
+        for (int k = 0; k < 2; k++) {
+            /* each backend has its own stream: its output goes through its own copies */
+            seer_backend *be = k ? gpu8 : gpu;
+            const size_t bytes = sizeof(float) * (size_t)T * R;
+            float *dy = NULL, *out = nan_array((size_t)T * R);
+            ASSERT_OK(be->ops->alloc(be, bytes, (void **)&dy));
+            ASSERT_OK(be->ops->upload(be, dy, out, bytes));
+            ASSERT_OK(be->ops->matmul(be, dy, dx, k ? &wg8 : &wg, NULL, T));
+            ASSERT_OK(be->ops->download(be, out, dy, bytes));
+            be->ops->dealloc(be, dy);
+            char shape[96];
+            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d q4_K rows%s", T, R, C, k ? " gemv<=8" : "");
+            record("matmul_qt", shape, out, ref, (size_t)T * R, 1e-2);
+            int d = 0;
+            for (int t = 0; t < T; t++)
+                d += memcmp(out + (size_t)t * R, alone + (size_t)t * R, sizeof(float) * R) != 0;
+            if (d)
+                printf("matmul_qt %s: %d of %d token rows differ from the token alone\n", shape, d, T);
+            differ += d;
+            free(out);
+        }
+        free(ref);
+    }
+    printf("matmul_qt invariance: %d token rows differ from the token alone\n", differ);
+    assert_int_equal(differ, 0);
+    assert_op_passed("matmul_qt");
+    gpu8->ops->weight_free(gpu8, &wg8);
+    gpu8->ops->free(gpu8);
+    cpu->ops->weight_free(cpu, &wc);
+    gpu->ops->weight_free(gpu, &wg);
+    dev_free(dx);
+    free(x), free(alone), free(ht.data);
 }
 
 /* matmul_split over three joined parts, matmul_add, and matmul_glu over an interleaved
@@ -411,6 +487,7 @@ int main(void) {
 #ifdef SEER_HAVE_CUDA
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_q),   cmocka_unit_test(test_matmul_q_invariant),
+        cmocka_unit_test(test_matmul_qt),
         cmocka_unit_test(test_matmul_q_fused), cmocka_unit_test(test_embed_q),
         cmocka_unit_test(test_weights_kind), cmocka_unit_test(test_weight_quantize),
     };

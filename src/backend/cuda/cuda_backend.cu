@@ -543,6 +543,8 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
         c->mm_tile = parent->mm_tile;
         c->mm_tile_long = parent->mm_tile_long;
         c->mm_xb_min_t = parent->mm_xb_min_t;
+        c->qt = parent->qt;
+        c->qt_gemv_max_t = parent->qt_gemv_max_t;
     } else {
         const char *env = getenv("SEER_CUDA_GRAPHS");
         c->graphs = !(env && !strcmp(env, "0"));
@@ -564,6 +566,10 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
         if (c->mm_tile < 8 || c->mm_tile > 64)
             c->mm_tile = 32;
         c->mm_tile_long = env ? c->mm_tile : 48;
+        env = getenv("SEER_CUDA_QT");
+        c->qt = !(env && !strcmp(env, "0"));
+        env = getenv("SEER_CUDA_QT_GEMV_MAX");
+        c->qt_gemv_max_t = env ? atoi(env) : 1;
     }
     c->fw.entry = -1;
     c->fw.held = -1;

@@ -15,6 +15,7 @@
  * Above it (prefill): rows of W are dequantised to bf16 a slice at a time into scratch and
  * multiplied by cuBLAS, as bf16 weights are.
  * Also: the rows of a quantised embedding table (embed.cu).
+ * Q4_K weights in row blocks (the default, seer_cuda.qt) go to matmul_qt.cu instead.
  */
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/qweights.cuh"
@@ -380,6 +381,8 @@ seer_status seer_cuda_matmul_q_invariant(seer_cuda *c, const mm_out &out, const 
                         ggml_type_name((ggml_type)w->dtype));
     if ((uintptr_t)x % 16)
         return seer_err(SEER_ERR_INTERNAL, "matmul: activations not 16-byte aligned");
+    if (seer_cuda_qt_of(c, w->dtype))
+        return seer_cuda_qt_matmul(c, out, x, w->data, w->rows, w->cols, T);
     const mm_w wd = seer_cuda_qweight_planes(w);
     seer_qlayout L;
     seer_qlayout_of(w->dtype, w->rows, w->cols, &L);
@@ -497,10 +500,14 @@ static seer_status q_dequant(seer_cuda *c, OUT *out, const seer_weight *w, const
 }
 
 seer_status seer_cuda_q_rows_bf16(seer_cuda *c, bf16 *out, const seer_weight *w, int row0, int n_rows) {
+    if (seer_cuda_qt_of(c, w->dtype))
+        return seer_cuda_qt_rows_bf16(c, out, w, row0, n_rows);
     return q_dequant<bf16>(c, out, w, NULL, row0, n_rows);
 }
 
 seer_status seer_cuda_q_gather_f32(seer_cuda *c, float *out, const seer_weight *w, const int32_t *rows,
                                    int n_rows) {
+    if (seer_cuda_qt_of(c, w->dtype))
+        return seer_cuda_qt_gather_f32(c, out, w, rows, n_rows);
     return q_dequant<float>(c, out, w, rows, 0, n_rows);
 }

@@ -5,8 +5,10 @@
  * tensor is dequantised on the host (gguf_dequant) a slice of rows at a time, rounded to bf16
  * (nearest even) and copied to device memory [rows][cols]. Also fusing weights (rows of
  * several as one, plane by plane) and a bf16 weight's quantised copy (weight_quantize).
- * Not for: the matmul kernels (matmul.cu, matmul_q.cu).
+ * Q4_K goes to matmul_qt.cu's row blocks instead of the planes (seer_cuda.qt, the default).
+ * Not for: the matmul kernels (matmul.cu, matmul_q.cu, matmul_qt.cu).
  */
+#include "backend/cuda/matmul.cuh"
 #include "backend/cuda/qweights.cuh"
 
 #include <stdio.h>
@@ -183,10 +185,19 @@ static seer_status load_planes(seer_cuda *c, const gguf_tensor *t, const seer_ql
         return seer_err(SEER_ERR_FORMAT, "tensor %s: data shorter than its shape", t->name);
     void *raw = NULL;
     SEER_TRY(seer_cuda_malloc(c, bytes, "a quantised weight's blocks", &raw));
-    cudaError_t e = cudaMemsetAsync(d, 0, L->bytes, c->stream);
+    /* Q4_K: matmul_qt.cu's row blocks (the repack clears d itself) */
+    const bool qt = seer_cuda_qt_of(c, t->type);
+    cudaError_t e = qt ? cudaSuccess : cudaMemsetAsync(d, 0, L->bytes, c->stream);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(raw, t->data, bytes, cudaMemcpyHostToDevice, c->stream);
-    if (e == cudaSuccess) {
+    if (e == cudaSuccess && qt) {
+        const seer_status s = seer_cuda_qt_repack(c, d, raw, (int)rows, (int)cols);
+        if (s != SEER_OK) {
+            (void)cudaStreamSynchronize(c->stream);
+            seer_cuda_free(c, raw);
+            return s;
+        }
+    } else if (e == cudaSuccess) {
         const int groups = (int)(cols / 32);
         repack_kernel<<<seer_cuda_grid(rows * groups, 256), 256, 0, c->stream>>>(
             d, *L, (const uint8_t *)raw, row_bytes, ggml_type_block_bytes(t->type), 0, (int)rows, groups);
@@ -348,7 +359,9 @@ seer_status seer_cuda_weight_load(seer_backend *be, const gguf_tensor *t, seer_w
         return seer_err(SEER_ERR_UNSUPPORTED, "the CUDA backend keeps weights as stored or in bf16, not in f32");
     seer_qlayout L;
     const bool keep = how == SEER_WEIGHTS_STORED && seer_qlayout_of(t->type, (long long)rows, (long long)cols, &L);
-    const size_t bytes = keep ? L.bytes : (size_t)(rows * cols) * sizeof(bf16);
+    const size_t bytes = !keep ? (size_t)(rows * cols) * sizeof(bf16)
+                         : seer_cuda_qt_of(c, t->type) ? seer_cuda_qt_bytes((int)rows, (int)cols)
+                                                         : L.bytes;
     char what[160];
     snprintf(what, sizeof what, "weight %s", t->name);
     void *d = NULL;
@@ -407,6 +420,61 @@ static bool planes_of(int dtype, long long rows, long long cols, size_t (&off)[4
     return true;
 }
 
+/* weight_concat's output: out made of parts (rows in all) at p; the parts' own data go, and
+ * bf16 parts not interleaved become views of their rows in p. */
+static void concat_done(seer_backend *be, seer_weight *parts, int n, bool interleave, long long rows, void *p,
+                        seer_weight *out) {
+    const int dtype = parts[0].dtype;
+    memset(out, 0, sizeof *out);
+    out->data = p;
+    out->rows = (int)rows;
+    out->cols = parts[0].cols;
+    out->dtype = dtype;
+    out->owned = true;
+    out->n_seg = n;
+    out->interleaved = interleave;
+    size_t r0 = 0;
+    for (int j = 0; j < n; j++) {
+        out->seg_rows[j] = parts[j].rows;
+        const int pr = parts[j].rows, cols = parts[j].cols;
+        seer_cuda_weight_free(be, &parts[j]);
+        parts[j].data = interleave || dtype != GGML_TYPE_BF16 ? NULL : (bf16 *)p + r0 * cols;
+        parts[j].rows = pr;
+        parts[j].cols = cols;
+        parts[j].dtype = dtype;
+        parts[j].owned = false;
+        r0 += (size_t)pr;
+    }
+}
+
+/* weight_concat of Q4_K weights in row blocks: each part's rows gathered into place. */
+static seer_status concat_qt(seer_backend *be, seer_weight *parts, int n, bool interleave, long long rows,
+                             seer_weight *out) {
+    seer_cuda *c = seer_cuda_of(be);
+    const int cols = parts[0].cols;
+    const size_t bytes = seer_cuda_qt_bytes((int)rows, cols);
+    void *p = NULL;
+    SEER_TRY(seer_cuda_malloc(c, bytes, "a fused weight", &p));
+    cudaError_t e = cudaMemsetAsync(p, 0, bytes, c->stream);
+    seer_status s = SEER_OK;
+    int r0 = 0;
+    for (int j = 0; j < n && s == SEER_OK && e == cudaSuccess; j++) {
+        s = seer_cuda_qt_gather(c, p, parts[j].data, parts[j].rows, cols, interleave ? j : r0, interleave ? 2 : 1);
+        r0 += parts[j].rows;
+    }
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (s == SEER_OK && e != cudaSuccess)
+        s = seer_cuda_fail(e, "gathering a weight into a fused one", __FILE__, __LINE__);
+    if (s != SEER_OK) {
+        (void)cudaGetLastError();
+        seer_cuda_free(c, p);
+        return s;
+    }
+    concat_done(be, parts, n, interleave, rows, p, out);
+    return SEER_OK;
+}
+
 /* Rows of several weights of one dtype as one (matmul_split then reads them in one pass),
  * plane by plane. bf16 parts become views of their rows in it. Interleaved (two parts, for
  * matmul_glu): row i of part j goes to row 2 i + j; such parts, and quantised ones (whose
@@ -427,6 +495,8 @@ seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n,
                             ggml_type_name((ggml_type)dtype), parts[0].cols);
         rows += parts[j].rows;
     }
+    if (seer_cuda_qt_of(c, dtype))
+        return concat_qt(be, parts, n, interleave, rows, out);
     size_t off[4], poff[4], bytes, pbytes;
     int stride[4], pstride[4];
     if (rows > INT32_MAX || !planes_of(dtype, rows, parts[0].cols, off, stride, &bytes))
@@ -459,25 +529,6 @@ seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n,
         seer_cuda_free(c, p);
         return seer_cuda_fail(e, "copying a weight into a fused one", __FILE__, __LINE__);
     }
-    memset(out, 0, sizeof *out);
-    out->data = p;
-    out->rows = (int)rows;
-    out->cols = parts[0].cols;
-    out->dtype = dtype;
-    out->owned = true;
-    out->n_seg = n;
-    out->interleaved = interleave;
-    r0 = 0;
-    for (int j = 0; j < n; j++) {
-        out->seg_rows[j] = parts[j].rows;
-        const int pr = parts[j].rows, cols = parts[j].cols;
-        seer_cuda_weight_free(be, &parts[j]);
-        parts[j].data = interleave || dtype != GGML_TYPE_BF16 ? NULL : (bf16 *)p + r0 * cols;
-        parts[j].rows = pr;
-        parts[j].cols = cols;
-        parts[j].dtype = dtype;
-        parts[j].owned = false;
-        r0 += (size_t)pr;
-    }
+    concat_done(be, parts, n, interleave, rows, p, out);
     return SEER_OK;
 }
