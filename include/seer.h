@@ -103,7 +103,7 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
 void seer_model_free(seer_model *model);
 
 typedef struct {
-    char arch[32];        /* "llama", "qwen2" */
+    char arch[32];        /* "llama", "qwen2", "gemma3" */
     char name[128];       /* general.name, may be "" */
     int n_vocab;          /* V */
     int dim;              /* D */
@@ -707,9 +707,9 @@ typedef struct {
 } seer_tensor_info;
 void seer_gguf_tensor(const seer_gguf *g, int i, seer_tensor_info *out);
 
-/* Writes a GGUF file with random weights of a Llama-family shape (tests, benchmarks). */
+/* Writes a GGUF file with random weights of a registered family's shape (tests, benchmarks). */
 typedef struct {
-    const char *arch;  /* "llama" or "qwen2" */
+    const char *arch;  /* "llama", "qwen2" or "gemma3" */
     int n_vocab, dim, n_layers, n_heads, n_kv_heads, ffn_dim, ctx;
     int head_dim;      /* 0 = dim / n_heads */
     float rope_base;
@@ -720,6 +720,8 @@ typedef struct {
                           "q4_k_m", "q5_k_m" */
     uint64_t seed;
     float scale;       /* std of the random weights; 0 = 1/sqrt(dim) */
+    int window;        /* families with sliding-window layers: its size (0: the family's
+                          default, none for gemma3) */
 } seer_gen_params;
 
 seer_gen_params seer_gen_default_params(void);
@@ -795,6 +797,7 @@ typedef enum {
     SEER_CHAT_CHATML = 1, /* <|im_start|>ROLE\nTEXT<|im_end|>\n (Qwen2, SmolLM2) */
     SEER_CHAT_LLAMA3,     /* <|start_header_id|>ROLE<|end_header_id|>\n\nTEXT<|eot_id|> */
     SEER_CHAT_LLAMA2,     /* [INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nTEXT [/INST] ANSWER </s> */
+    SEER_CHAT_GEMMA,      /* <start_of_turn>ROLE\nTEXT<end_of_turn>\n, ROLE user or model */
 } seer_chat_kind;
 
 /* A recognised chat format. default_system is the system prompt the model's own template

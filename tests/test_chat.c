@@ -165,6 +165,25 @@ static void test_llama3(void **state) {
                         "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
+static void test_gemma(void **state) {
+    (void)state;
+    static const char k_gemma[] = "{{ bos_token }}{%- for message in loop_messages -%}"
+                                  "{{ '<start_of_turn>' + role + '\\n' }}{%- endfor -%}";
+    seer_chat_template t;
+    ASSERT_OK(seer_chat_detect(k_gemma, sizeof k_gemma - 1, NULL, &t));
+    assert_int_equal(t.kind, SEER_CHAT_GEMMA);
+    assert_string_equal(seer_chat_kind_name(t.kind), "gemma");
+    assert_string_equal(R(&t, k_one), "<start_of_turn>user\nHello!<end_of_turn>\n<start_of_turn>model\n");
+    assert_string_equal(R(&t, k_sys), "<start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n"
+                                      "<start_of_turn>model\n");
+    assert_string_equal(R(&t, k_multi), "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n"
+                                        "<start_of_turn>model\n4<end_of_turn>\n"
+                                        "<start_of_turn>user\nAnd 3+3?<end_of_turn>\n"
+                                        "<start_of_turn>model\n");
+    ASSERT_OK(seer_chat_detect(NULL, 0, "gemma", &t));
+    assert_int_equal(t.kind, SEER_CHAT_GEMMA);
+}
+
 static void test_llama2(void **state) {
     (void)state;
     seer_chat_template t;
@@ -260,6 +279,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chatml_smollm2), cmocka_unit_test(test_chatml_qwen25),
         cmocka_unit_test(test_llama3),         cmocka_unit_test(test_llama2),
+        cmocka_unit_test(test_gemma),
         cmocka_unit_test(test_override_and_errors),
         cmocka_unit_test(test_marked_specials),
     };

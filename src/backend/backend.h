@@ -96,6 +96,11 @@ typedef struct {
     const int32_t *seq_prompt;   /* [n_seq] the sequence's leading new tokens that are prompt
                                   * tokens (seer_batch.prompt; causal among themselves): a
                                   * backend may compute those another way than decode steps */
+    int window;                  /* > 0: sliding-window attention (a windowed layer's call):
+                                  * a token at position p sees only keys at positions
+                                  * > p - window (a cached slot's position is the slot, a new
+                                  * token's is tok_pos); only backends with attn_window */
+    const int32_t *tok_pos;      /* [T] positions of the new tokens (NULL: their slots) */
 } seer_attn_batch;
 
 /* One row of sample_rows: the sampler transform of src/sample/sample.h
@@ -303,6 +308,13 @@ typedef struct {
                                  int layer, const int32_t *page, const int32_t *row);
     /* y [n] = silu(g) * u */
     seer_status (*swiglu)(seer_backend *be, float *y, const float *g, const float *u, size_t n);
+    /* Blocks some families need (NULL where the backend lacks them; the loader refuses a model
+     * that needs a missing one, seer_model_check_blocks).
+     * scale: x [n] *= s (the embedding times sqrt(D)).
+     * geglu: y [n] = gelu(g) * u with GELU's tanh approximation,
+     *   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+    seer_status (*scale)(seer_backend *be, float *x, float s, size_t n);
+    seer_status (*geglu)(seer_backend *be, float *y, const float *g, const float *u, size_t n);
     /* y [n] += x */
     seer_status (*add)(seer_backend *be, float *y, const float *x, size_t n);
     /* y [n_rows][D] = x[rows[i]] */
@@ -363,6 +375,8 @@ typedef struct {
     seer_status (*make_current)(seer_backend *be);
     /* Bytes of one stored K or V element (the floor's c); 0 = sizeof(float). */
     int kv_elem_bytes;
+    /* attention honours seer_attn_batch.window (sliding-window layers) */
+    bool attn_window;
 } seer_backend_ops;
 
 /* kv_move_rows's arguments, as every backend checks them. */

@@ -525,11 +525,11 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
     const seer_model_info *in = &c->model->info;
     seer_attn_batch ab = {
         .T = T, .n_heads = in->n_heads, .n_kv_heads = in->n_kv_heads, .head_dim = in->head_dim,
-        .scale = 1.f / sqrtf((float)in->head_dim), .page_size = kv->page_size, .n_seq = n_seq,
+        .scale = c->model->attn_scale, .page_size = kv->page_size, .n_seq = n_seq,
         .max_pages = mp, .seq_pages = c->seq_pages, .seq_len0 = c->seq_len0,
         .seq_tok_off = c->seq_tok_off, .seq_toks = c->seq_toks, .seq_view = c->seq_view,
         .tok_seq = c->tok_seq, .tok_slot = c->tok_slot, .mask = b->mask, .kv_quant = b->kv_quant,
-        .seq_prompt = c->seq_prompt,
+        .seq_prompt = c->seq_prompt, .tok_pos = b->pos,
     };
     for (int k = 0; k < n_seq; k++)
         c->seq_prompt[k] = prompt_run(c, b, k);
@@ -537,7 +537,7 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
     c->draft_call = b->draft_weights;
     c->cap_out = b->queries;
     if (s == SEER_OK)
-        s = seer_llama_forward(c, b->token, b->pos, &ab, c->out_rows, n_out);
+        s = seer_decoder_forward(c, b->token, b->pos, &ab, c->out_rows, n_out);
     c->cap_rows = NULL;
     c->draft_call = false;
     c->cap_out = NULL;

@@ -1,9 +1,10 @@
 /*
- * gen_model.c: writes GGUF files of Llama-family shape ("llama", "qwen2") with random
- * weights and a synthetic SentencePiece vocabulary, for tests and benchmarks.
+ * gen_model.c: writes GGUF files of any registered family (arch/arch.h: "llama", "qwen2",
+ * "gemma3") with random weights and a synthetic SentencePiece vocabulary, for tests and
+ * benchmarks.
  *
- * The file carries everything a Llama-family GGUF loader reads: hyper-parameters under the
- * architecture prefix, a tokenizer.ggml.* vocabulary (specials, 256 byte-fallback tokens,
+ * The file carries everything the family's GGUF loader reads: hyper-parameters under the
+ * architecture prefix (the family's own keys at their defaults), a tokenizer.ggml.* vocabulary (specials, 256 byte-fallback tokens,
  * then merge-consistent pieces) and every weight tensor in GGUF order (ne[0] = input dim).
  * Output depends only on the parameters: the same seed gives a byte-identical file, and
  * the same weights (up to rounding) in every dtype, since each value is drawn by its place
@@ -13,6 +14,7 @@
  * Not for: anything resembling trained weights; the text such a model writes is noise.
  */
 #include "gguf/gguf.h"
+#include "model/arch/arch.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -263,8 +265,13 @@ static ggml_type weight_type(const dtype_info *dt, weight_role role, int layer, 
 
 static seer_status check_params(const seer_gen_params *p, const dtype_info **dt, int *head_dim) {
 #define BAD(...) return seer_err(SEER_ERR_INVALID_ARG, "gen-model: " __VA_ARGS__)
-    if (!p->arch || (strcmp(p->arch, "llama") != 0 && strcmp(p->arch, "qwen2") != 0))
-        BAD("unknown architecture %s (llama or qwen2)", p->arch ? p->arch : "(null)");
+    if (!seer_arch_find(p->arch)) {
+        char list[256];
+        seer_arch_list(list, sizeof list);
+        BAD("unknown architecture %s (%s)", p->arch ? p->arch : "(null)", list);
+    }
+    if (p->window < 0)
+        BAD("window %d must be >= 0", p->window);
     if (!p->dtype || !(*dt = find_dtype(p->dtype)))
         BAD("unknown dtype %s (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, "
             "q6_k, q4_k_m, q5_k_m)",
@@ -414,31 +421,33 @@ static seer_status add_weights(gen_state *g, const seer_gen_params *p, const dty
     uint64_t D = (uint64_t)p->dim, V = (uint64_t)p->n_vocab, F = (uint64_t)p->ffn_dim;
     uint64_t QD = (uint64_t)p->n_heads * (uint64_t)head_dim;
     uint64_t KD = (uint64_t)p->n_kv_heads * (uint64_t)head_dim;
-    bool qwen2 = strcmp(p->arch, "qwen2") == 0;
+    const seer_arch_desc *d = seer_arch_find(p->arch);
     SEER_TRY(add_linear(g, p, dt, W_TOKEN_EMBD, 0, "token_embd.weight", D, V));
     SEER_TRY(add_tensor(g, "output_norm.weight", GGML_TYPE_F32, D, 1, FILL_NORM_WEIGHT, 0));
     if (!p->tied)
         SEER_TRY(add_linear(g, p, dt, W_OUTPUT, 0, "output.weight", D, V));
+    static const weight_role roles[] = {
+        [SEER_QROLE_ATTN_Q] = W_ATTN_Q,     [SEER_QROLE_ATTN_K] = W_ATTN_K,
+        [SEER_QROLE_ATTN_V] = W_ATTN_V,     [SEER_QROLE_ATTN_OUT] = W_ATTN_OUT,
+        [SEER_QROLE_FFN_GATE] = W_FFN_GATE, [SEER_QROLE_FFN_UP] = W_FFN_UP,
+        [SEER_QROLE_FFN_DOWN] = W_FFN_DOWN,
+    };
     char name[96];
     for (int l = 0; l < p->n_layers; l++) {
-#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
-        SEER_TRY(add_tensor(g, NAME("attn_norm.weight"), GGML_TYPE_F32, D, 1, FILL_NORM_WEIGHT,
-                            0));
-        SEER_TRY(add_linear(g, p, dt, W_ATTN_Q, l, NAME("attn_q.weight"), D, QD));
-        SEER_TRY(add_linear(g, p, dt, W_ATTN_K, l, NAME("attn_k.weight"), D, KD));
-        SEER_TRY(add_linear(g, p, dt, W_ATTN_V, l, NAME("attn_v.weight"), D, KD));
-        if (qwen2) {
-            SEER_TRY(add_tensor(g, NAME("attn_q.bias"), GGML_TYPE_F32, QD, 1, FILL_BIAS, 0));
-            SEER_TRY(add_tensor(g, NAME("attn_k.bias"), GGML_TYPE_F32, KD, 1, FILL_BIAS, 0));
-            SEER_TRY(add_tensor(g, NAME("attn_v.bias"), GGML_TYPE_F32, KD, 1, FILL_BIAS, 0));
+        for (int i = 0; i < d->n_tensors; i++) {
+            const seer_arch_tensor *t = &d->tensors[i];
+            const seer_layer_tensor_info *ti = seer_layer_tensor_get(t->role);
+            if (!t->required)
+                continue;
+            snprintf(name, sizeof name, "blk.%d.%s", l, t->name);
+            int rows, cols;
+            seer_arch_shape(t->role, (int)D, (int)F, (int)QD, (int)KD, head_dim, &rows, &cols);
+            if (ti->vec)
+                SEER_TRY(add_tensor(g, name, GGML_TYPE_F32, (uint64_t)cols, 1,
+                                    ti->fill == SEER_FILL_BIAS ? FILL_BIAS : FILL_NORM_WEIGHT, 0));
+            else
+                SEER_TRY(add_linear(g, p, dt, roles[ti->qrole], l, name, (uint64_t)cols, (uint64_t)rows));
         }
-        SEER_TRY(add_linear(g, p, dt, W_ATTN_OUT, l, NAME("attn_output.weight"), QD, D));
-        SEER_TRY(add_tensor(g, NAME("ffn_norm.weight"), GGML_TYPE_F32, D, 1, FILL_NORM_WEIGHT,
-                            0));
-        SEER_TRY(add_linear(g, p, dt, W_FFN_GATE, l, NAME("ffn_gate.weight"), D, F));
-        SEER_TRY(add_linear(g, p, dt, W_FFN_UP, l, NAME("ffn_up.weight"), D, F));
-        SEER_TRY(add_linear(g, p, dt, W_FFN_DOWN, l, NAME("ffn_down.weight"), F, D));
-#undef NAME
     }
     return SEER_OK;
 }
@@ -465,6 +474,19 @@ static void add_metadata(gguf_writer *w, const seer_gen_params *p, const dtype_i
     gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)head_dim);
     gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)p->n_vocab);
 #undef K
+    /* the family's own keys, at their defaults (the window as asked); zeros are left out */
+    const seer_arch_desc *d = seer_arch_find(a);
+    for (int i = 0; i < d->n_keys; i++) {
+        const seer_arch_key *k = &d->keys[i];
+        double v = k->hp == SEER_HP_WINDOW && p->window ? p->window : k->def;
+        if (v == 0)
+            continue;
+        snprintf(key, sizeof key, "%s.%s", a, k->key);
+        if (k->integer)
+            gguf_writer_set_u32(w, key, (uint32_t)v);
+        else
+            gguf_writer_set_f32(w, key, (float)v);
+    }
     gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)vb->tok,
                             (uint64_t)vb->n);

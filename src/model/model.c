@@ -1,7 +1,8 @@
 /*
- * model.c: loading a Llama-family model from GGUF: hyper-parameters, RoPE frequencies,
- * weight binding on the chosen backend, the vocabulary; and the public accessors.
- * Not for: the forward pass (llama.c) or the KV cache and batches (context.c).
+ * model.c: loading a model from GGUF as its family's descriptor (arch/arch.h) declares it:
+ * hyper-parameters, RoPE frequencies, weight binding on the chosen backend, the
+ * vocabulary; and the public accessors.
+ * Not for: the forward pass (decoder.c) or the KV cache and batches (context.c).
  */
 #include "model/model.h"
 #include "parallel/tp.h"
@@ -52,17 +53,44 @@ static seer_status get_f_opt(const gguf_file *f, const char *arch, const char *k
     return SEER_OK;
 }
 
+/* The family's own keys (seer_arch_key) into m->hp, defaults where the file has none. */
+static seer_status read_family_keys(seer_model *m) {
+    const seer_arch_desc *d = m->desc;
+    const char *a = m->info.arch;
+    seer_arch_defaults(d, &m->hp);
+    for (int i = 0; i < d->n_keys; i++) {
+        const seer_arch_key *k = &d->keys[i];
+        double v;
+        if (k->integer) {
+            int iv = 0;
+            SEER_TRY(get_u_opt(m->gguf, a, k->key, (int)k->def, (int)k->min, (int)k->max, &iv));
+            v = iv;
+        } else {
+            float fv;
+            SEER_TRY(get_f_opt(m->gguf, a, k->key, (float)k->def, &fv));
+            if (fv < k->min || (k->max > k->min && fv > k->max))
+                return seer_err(SEER_ERR_FORMAT, "metadata %s.%s = %g is out of range", a, k->key, fv);
+            v = fv;
+        }
+        m->hp.v[k->hp] = v;
+    }
+    if (m->hp.v[SEER_HP_FINAL_SOFTCAP] != 0 || m->hp.v[SEER_HP_ATTN_SOFTCAP] != 0)
+        return seer_err(SEER_ERR_UNSUPPORTED, "logit soft-capping is not supported");
+    m->window = (int)m->hp.v[SEER_HP_WINDOW];
+    return SEER_OK;
+}
+
 static seer_status read_hparams(seer_model *m) {
     const gguf_file *f = m->gguf;
     seer_model_info *in = &m->info;
     SEER_TRY(gguf_get_str(f, "general.architecture", in->arch, sizeof in->arch));
-    if (!strcmp(in->arch, "llama"))
-        m->arch = SEER_ARCH_LLAMA;
-    else if (!strcmp(in->arch, "qwen2"))
-        m->arch = SEER_ARCH_QWEN2;
-    else
-        return seer_err(SEER_ERR_UNSUPPORTED, "unsupported architecture '%s' (supported: llama, qwen2)",
-                        in->arch);
+    m->desc = seer_arch_find(in->arch);
+    if (!m->desc) {
+        char list[256];
+        seer_arch_list(list, sizeof list);
+        return seer_err(SEER_ERR_UNSUPPORTED, "unsupported architecture '%s' (supported: %s)", in->arch, list);
+    }
+    const seer_arch_desc *d = m->desc;
     SEER_TRY(gguf_get_str_opt(f, "general.name", "", in->name, sizeof in->name));
     const char *a = in->arch;
     const int big = 1 << 20;
@@ -71,7 +99,7 @@ static seer_status read_hparams(seer_model *m) {
     SEER_TRY(get_u(f, a, "feed_forward_length", 1, big, &in->ffn_dim));
     SEER_TRY(get_u(f, a, "attention.head_count", 1, 4096, &in->n_heads));
     SEER_TRY(get_u_opt(f, a, "attention.head_count_kv", in->n_heads, 1, 4096, &in->n_kv_heads));
-    SEER_TRY(get_u_opt(f, a, "context_length", 2048, 1, 1 << 24, &in->ctx_train));
+    SEER_TRY(get_u_opt(f, a, "context_length", d->ctx_default, 1, 1 << 24, &in->ctx_train));
     if (in->n_heads % in->n_kv_heads)
         return seer_err(SEER_ERR_FORMAT, "head_count %d is not a multiple of head_count_kv %d",
                         in->n_heads, in->n_kv_heads);
@@ -87,13 +115,13 @@ static seer_status read_hparams(seer_model *m) {
     if (n_rot != in->head_dim)
         return seer_err(SEER_ERR_UNSUPPORTED, "partial rotary embeddings (%d of %d dims) are not supported",
                         n_rot, in->head_dim);
-    SEER_TRY(get_f_opt(f, a, "rope.freq_base", 10000.f, &in->rope_base));
-    SEER_TRY(get_f_opt(f, a, "attention.layer_norm_rms_epsilon", 1e-5f, &in->norm_eps));
+    SEER_TRY(get_f_opt(f, a, "rope.freq_base", d->rope_base_default, &in->rope_base));
+    SEER_TRY(get_f_opt(f, a, "attention.layer_norm_rms_epsilon", d->norm_eps_default, &in->norm_eps));
     if (in->rope_base <= 0 || in->norm_eps < 0)
         return seer_err(SEER_ERR_FORMAT, "invalid rope.freq_base %g or rms epsilon %g",
                         in->rope_base, in->norm_eps);
-    in->rope_neox = m->arch == SEER_ARCH_QWEN2;
-    return SEER_OK;
+    in->rope_neox = d->rope_neox;
+    return read_family_keys(m);
 }
 
 seer_status seer_rope_llama3(float *fr, int half, float factor, float lo, float hi, int orig) {
@@ -125,8 +153,7 @@ static seer_status rope_freqs(seer_model *m) {
     if (!fr)
         return seer_err(SEER_ERR_OOM, "out of memory");
     m->inv_freq_host = fr;
-    for (int i = 0; i < half; i++)
-        fr[i] = (float)pow(in->rope_base, -2.0 * i / in->head_dim);
+    seer_rope_base_freqs(fr, in->head_dim, in->rope_base);
 
     char key[128], type[32];
     snprintf(key, sizeof key, "%s.rope.scaling.type", in->arch);
@@ -161,7 +188,47 @@ static seer_status rope_freqs(seer_model *m) {
         return seer_err(SEER_ERR_UNSUPPORTED, "unsupported rope scaling type '%s'", type);
     }
     SEER_TRY(m->be->ops->alloc(m->be, half * sizeof(float), (void **)&m->inv_freq));
-    return m->be->ops->upload(m->be, m->inv_freq, fr, half * sizeof(float));
+    SEER_TRY(m->be->ops->upload(m->be, m->inv_freq, fr, half * sizeof(float)));
+    return seer_model_finish_rope(m);
+}
+
+void seer_rope_base_freqs(float *fr, int head_dim, float base) {
+    for (int i = 0; i < head_dim / 2; i++)
+        fr[i] = (float)pow(base, -2.0 * i / head_dim);
+}
+
+seer_status seer_model_finish_rope(seer_model *m) {
+    const seer_model_info *in = &m->info;
+    const seer_arch_desc *d = m->desc;
+    m->attn_scale = 1.f / sqrtf((float)in->head_dim);
+    if (d->qscale == SEER_QSCALE_GEMMA3 && in->n_layers == 62)
+        m->attn_scale = 1.f / sqrtf((float)(in->dim / in->n_heads));
+    if (!m->window || m->hp.v[SEER_HP_ROPE_BASE_LOCAL] <= 0)
+        return SEER_OK;
+    /* the windowed layers: their own base, unscaled (llama.cpp's freq_scale_swa is 1) */
+    const int half = in->head_dim / 2;
+    float *fr = seer_malloc_array(half, sizeof *fr);
+    if (!fr)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    m->inv_freq_local_host = fr;
+    seer_rope_base_freqs(fr, in->head_dim, (float)m->hp.v[SEER_HP_ROPE_BASE_LOCAL]);
+    SEER_TRY(m->be->ops->alloc(m->be, half * sizeof(float), (void **)&m->inv_freq_local));
+    return m->be->ops->upload(m->be, m->inv_freq_local, fr, half * sizeof(float));
+}
+
+seer_status seer_model_check_blocks(const seer_model *m) {
+    const seer_backend_ops *op = m->be->ops;
+    const char *need = NULL;
+    if (m->desc->embed_scale && !op->scale)
+        need = "the scaled embedding";
+    else if (m->desc->act == SEER_ACT_GELU_TANH && !op->geglu)
+        need = "the GeGLU feed-forward block";
+    else if (m->window && !op->attn_window)
+        need = "sliding-window attention";
+    if (need)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend lacks %s, which %s models need", op->name,
+                        need, m->desc->name);
+    return SEER_OK;
 }
 
 static seer_status check_shape(const gguf_tensor *t, uint64_t ne0, uint64_t ne1) {
@@ -262,25 +329,28 @@ static seer_status bind_weights(seer_model *m) {
     m->layers = seer_calloc_array(in->n_layers, sizeof *m->layers);
     if (!m->layers)
         return seer_err(SEER_ERR_OOM, "out of memory");
-    char n[96];
-#define NAME(fmt) (snprintf(n, sizeof n, "blk.%d." fmt, l), n)
+    const seer_arch_desc *d = m->desc;
     for (int l = 0; l < in->n_layers; l++) {
         seer_layer *L = &m->layers[l];
-        SEER_TRY(bind_vec(m, NAME("attn_norm.weight"), D, true, &L->attn_norm));
-        SEER_TRY(bind_vec(m, NAME("ffn_norm.weight"), D, true, &L->ffn_norm));
-        SEER_TRY(bind_weight_split(m, NAME("attn_q.weight"), qd, D, heads, &L->wq));
-        SEER_TRY(bind_weight_split(m, NAME("attn_k.weight"), kvd, D, heads, &L->wk));
-        SEER_TRY(bind_weight_split(m, NAME("attn_v.weight"), kvd, D, heads, &L->wv));
-        SEER_TRY(bind_weight_split(m, NAME("attn_output.weight"), D, qd, heads_in, &L->wo));
-        SEER_TRY(bind_weight_split(m, NAME("ffn_gate.weight"), F, D, ffn, &L->w_gate));
-        SEER_TRY(bind_weight_split(m, NAME("ffn_up.weight"), F, D, ffn, &L->w_up));
-        SEER_TRY(bind_weight_split(m, NAME("ffn_down.weight"), D, F, ffn_in, &L->w_down));
-        bool bias = m->arch == SEER_ARCH_QWEN2;
-        SEER_TRY(bind_vec(m, NAME("attn_q.bias"), qd, bias, &L->bq));
-        SEER_TRY(bind_vec(m, NAME("attn_k.bias"), kvd, bias, &L->bk));
-        SEER_TRY(bind_vec(m, NAME("attn_v.bias"), kvd, bias, &L->bv));
+        for (int i = 0; i < d->n_tensors; i++) {
+            const seer_arch_tensor *t = &d->tensors[i];
+            const seer_layer_tensor_info *ti = seer_layer_tensor_get(t->role);
+            char n[96];
+            snprintf(n, sizeof n, "blk.%d.%s", l, t->name);
+            int rows, cols;
+            seer_arch_shape(t->role, D, F, qd, kvd, Dh, &rows, &cols);
+            if (ti->vec) {
+                SEER_TRY(bind_vec(m, n, cols, t->required, seer_layer_vec(L, t->role)));
+                continue;
+            }
+            const seer_weight_split sp = ti->div == SEER_DIV_HEADS      ? heads
+                                         : ti->div == SEER_DIV_HEADS_IN ? heads_in
+                                         : ti->div == SEER_DIV_FFN      ? ffn
+                                         : ti->div == SEER_DIV_FFN_IN   ? ffn_in
+                                                                        : (seer_weight_split){SEER_SPLIT_NONE, 1};
+            SEER_TRY(bind_weight_split(m, n, rows, cols, sp, seer_layer_weight(L, t->role)));
+        }
     }
-#undef NAME
     return SEER_OK;
 }
 
@@ -356,10 +426,11 @@ seer_status seer_model_fuse(seer_model *m) {
             SEER_TRY(op->weight_concat(m->be, qkv, 3, false, &L->wqkv));
             L->wq = qkv[0], L->wk = qkv[1], L->wv = qkv[2];
         }
-        /* with matmul_glu the gate and up rows alternate and the product comes out whole */
+        /* with matmul_glu the gate and up rows alternate and the SiLU product comes out whole */
         seer_weight gu[2] = {L->w_gate, L->w_up};
         if (gu[0].dtype == gu[1].dtype) {
-            SEER_TRY(op->weight_concat(m->be, gu, 2, op->matmul_glu != NULL, &L->wgu));
+            const bool glu = op->matmul_glu != NULL && m->desc->act == SEER_ACT_SILU;
+            SEER_TRY(op->weight_concat(m->be, gu, 2, glu, &L->wgu));
             L->w_gate = gu[0], L->w_up = gu[1];
         }
     }
@@ -402,7 +473,9 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
     }
     if (s == SEER_OK && m->be) {
         m->info.backend = m->be->ops->name;
-        s = rope_freqs(m);
+        s = seer_model_check_blocks(m);
+        if (s == SEER_OK)
+            s = rope_freqs(m);
         if (s == SEER_OK)
             s = bind_weights(m);
         if (s == SEER_OK)
@@ -439,7 +512,8 @@ void seer_model_free(seer_model *m) {
                                      &L->w_up,   &L->w_down, &L->wqkv, &L->wgu};
                 for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
                     be->ops->weight_free(be, ws[i]);
-                float *vs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv};
+                float *vs[] = {L->attn_norm, L->ffn_norm,       L->bq,          L->bk,
+                               L->bv,        L->q_norm, L->k_norm, L->attn_post_norm, L->ffn_post_norm};
                 for (size_t i = 0; i < sizeof vs / sizeof *vs; i++)
                     if (vs[i])
                         be->ops->dealloc(be, vs[i]);
@@ -452,10 +526,13 @@ void seer_model_free(seer_model *m) {
             be->ops->dealloc(be, m->output_norm);
         if (m->inv_freq)
             be->ops->dealloc(be, m->inv_freq);
+        if (m->inv_freq_local)
+            be->ops->dealloc(be, m->inv_freq_local);
         be->ops->free(be);
     }
     free(m->layers);
     free(m->inv_freq_host);
+    free(m->inv_freq_local_host);
     seer_vocab_free(m->vocab);
     gguf_close(m->gguf);
     free(m);

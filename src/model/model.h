@@ -1,7 +1,8 @@
 /*
  * model.h: the loaded model (hyper-parameters, weights bound on a backend, vocabulary) and
- * the per-context state that the forward pass uses. Architectures are sequences of backend
- * ops (llama.c); this header is what they share.
+ * the per-context state that the forward pass uses. A family is a descriptor (arch/arch.h)
+ * that the loader, the synthetic builder and the forward pass (decoder.c) read; this header
+ * is what they share.
  */
 #ifndef SEER_MODEL_H
 #define SEER_MODEL_H
@@ -9,30 +10,65 @@
 #include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "kv/kv.h"
+#include "model/arch/arch.h"
 #include "seer.h"
 #include "tokenizer/tokenizer.h"
-
-typedef enum { SEER_ARCH_LLAMA = 1, SEER_ARCH_QWEN2 } seer_arch;
 
 typedef struct {
     float *attn_norm, *ffn_norm;          /* [D] backend memory */
     seer_weight wq, wk, wv, wo;           /* [H*Dh][D], [Hkv*Dh][D] x2, [D][H*Dh] */
     seer_weight w_gate, w_up, w_down;     /* [F][D], [F][D], [D][F] */
-    float *bq, *bk, *bv;                  /* qwen2 biases or NULL */
+    float *bq, *bk, *bv;                  /* biases or NULL */
+    float *q_norm, *k_norm;               /* [Dh] per-head RMSNorm of q and k, or NULL */
+    float *attn_post_norm, *ffn_post_norm; /* [D] sandwich norms, or NULL */
     /* wq|wk|wv and w_gate|w_up joined (seer_model_fuse; then the parts are views of their
      * rows in them); data NULL where the backend cannot */
     seer_weight wqkv, wgu;
 } seer_layer;
 
+/* The field of L that holds role t: a weight, or (vector roles) a float pointer. */
+static inline seer_weight *seer_layer_weight(seer_layer *L, seer_layer_tensor t) {
+    switch (t) {
+    case SEER_LT_Q: return &L->wq;
+    case SEER_LT_K: return &L->wk;
+    case SEER_LT_V: return &L->wv;
+    case SEER_LT_O: return &L->wo;
+    case SEER_LT_GATE: return &L->w_gate;
+    case SEER_LT_UP: return &L->w_up;
+    case SEER_LT_DOWN: return &L->w_down;
+    default: return NULL;
+    }
+}
+static inline float **seer_layer_vec(seer_layer *L, seer_layer_tensor t) {
+    switch (t) {
+    case SEER_LT_ATTN_NORM: return &L->attn_norm;
+    case SEER_LT_FFN_NORM: return &L->ffn_norm;
+    case SEER_LT_BQ: return &L->bq;
+    case SEER_LT_BK: return &L->bk;
+    case SEER_LT_BV: return &L->bv;
+    case SEER_LT_Q_NORM: return &L->q_norm;
+    case SEER_LT_K_NORM: return &L->k_norm;
+    case SEER_LT_ATTN_POST_NORM: return &L->attn_post_norm;
+    case SEER_LT_FFN_POST_NORM: return &L->ffn_post_norm;
+    default: return NULL;
+    }
+}
+
 struct seer_model {
     seer_model_info info;
-    seer_arch arch;
+    const seer_arch_desc *desc;           /* the family */
+    seer_arch_hparams hp;                 /* its own hyper-parameters */
+    int window;                           /* sliding window of the windowed layers, 0: none */
+    float attn_scale;                     /* the query scale of attention */
     gguf_file *gguf;
     seer_vocab *vocab;
     seer_backend *be;
     seer_weights_kind weights;            /* how the backend holds the weights */
     float *inv_freq;                      /* [Dh/2] backend memory, llama3 scaling applied */
     float *inv_freq_host;                 /* [Dh/2] */
+    float *inv_freq_local;                /* [Dh/2] backend memory: the windowed layers' RoPE
+                                           * (their own base), or NULL: as inv_freq */
+    float *inv_freq_local_host;
     seer_weight tok_embd;                 /* [V][D] */
     seer_weight output;                   /* [V][D]; same data as tok_embd when tied */
     float *output_norm;                   /* [D] */
@@ -120,6 +156,15 @@ seer_status seer_draft_dtype_parse(const char *name, int *dtype);
 seer_status seer_model_make_draft(seer_model *m, int dtype);
 void seer_model_free_draft(seer_model *m);
 
+/* The backend ops m's family needs beyond the common ones, checked against its backend:
+ * SEER_ERR_UNSUPPORTED naming the block where the backend lacks one. */
+seer_status seer_model_check_blocks(const seer_model *m);
+/* The layers' 1/base^(2i/Dh) frequencies for base into fr [Dh/2]. */
+void seer_rope_base_freqs(float *fr, int head_dim, float base);
+/* After the hyper-parameters and the backend: the windowed layers' own RoPE frequencies
+ * (when the family gives them another base), and the query scale. */
+seer_status seer_model_finish_rope(seer_model *m);
+
 /* Applies Llama-3.1 RoPE scaling to inverse frequencies fr [half] in place. */
 seer_status seer_rope_llama3(float *fr, int half, float factor, float lo, float hi, int orig);
 
@@ -137,9 +182,9 @@ seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, in
 seer_status seer_seq_move_slots(seer_context *c, seer_seq_id seq, const int32_t *src,
                                 const int32_t *dst, int n);
 
-/* Runs the architecture's forward pass for a batch already placed in the KV cache
- * (ab describes it). Writes logits of the rows out_rows[0..n_out) into ctx->s.logits. */
-seer_status seer_llama_forward(seer_context *ctx, const int32_t *tokens, const int32_t *pos,
+/* Runs the family's forward pass for a batch already placed in the KV cache (ab describes
+ * it). Writes logits of the rows out_rows[0..n_out) into ctx->s.logits. */
+seer_status seer_decoder_forward(seer_context *ctx, const int32_t *tokens, const int32_t *pos,
                                const seer_attn_batch *ab, const int32_t *out_rows, int n_out);
 
 #endif

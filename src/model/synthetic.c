@@ -1,7 +1,7 @@
 /*
  * synthetic.c: what benchmarks at real shapes need from the library: models with random
  * weights generated directly on the backend (named presets of real models' shapes, or any
- * Llama-family shape), random KV appended to a sequence without computing it, and the
+ * shape of a registered family, whose descriptor says which tensors a layer has), random KV appended to a sequence without computing it, and the
  * numbers the decode floor is computed from (bytes of the weights and of a token's KV, the
  * device's copy bandwidth, a synchronisation for timing).
  * Not for: anything whose output should mean something: these models compute noise, and
@@ -51,8 +51,11 @@ const char *const *seer_synthetic_shapes(void) {
 
 static seer_status check_shape(const shape_preset *p, float scale) {
 #define BAD(...) return seer_err(SEER_ERR_INVALID_ARG, "synthetic model: " __VA_ARGS__)
-    if (!p->arch || (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2")))
-        BAD("unknown architecture %s (llama or qwen2)", p->arch ? p->arch : "(null)");
+    if (!seer_arch_find(p->arch)) {
+        char list[256];
+        seer_arch_list(list, sizeof list);
+        BAD("unknown architecture %s (%s)", p->arch ? p->arch : "(null)", list);
+    }
     if (p->n_vocab < 259 + 1 || p->n_vocab > (1 << 22))
         BAD("n_vocab %d out of range [260, %d] (3 specials and 256 byte tokens come first)",
             p->n_vocab, 1 << 22);
@@ -116,8 +119,8 @@ static seer_status synthetic_vocab(int V, seer_vocab **out) {
 
 /* ---- weights ------------------------------------------------------------------------- */
 
-/* Sub-streams of the seed: one per tensor. */
-enum { T_Q, T_K, T_V, T_O, T_GATE, T_UP, T_DOWN, T_ATTN_NORM, T_FFN_NORM, T_BQ, T_BK, T_BV, T_PER_LAYER };
+/* Sub-streams of the seed: one per tensor (a layer's: seer_layer_tensor_info.synth_id). */
+#define T_PER_LAYER 12
 #define T_EMBD ((uint64_t)1 << 32)
 #define T_OUTPUT (T_EMBD + 1)
 #define T_OUT_NORM (T_EMBD + 2)
@@ -187,22 +190,27 @@ static seer_status make_weights(gen_ctx *g) {
     m->layers = seer_calloc_array((size_t)in->n_layers, sizeof *m->layers);
     if (!m->layers)
         return seer_err(SEER_ERR_OOM, "out of memory");
+    const seer_arch_desc *d = m->desc;
     for (int l = 0; l < in->n_layers; l++) {
         seer_layer *L = &m->layers[l];
         const uint64_t b = (uint64_t)l * T_PER_LAYER;
-        SEER_TRY(rand_vec(g, b + T_ATTN_NORM, D, 1.f, 0.02f, &L->attn_norm));
-        SEER_TRY(rand_vec(g, b + T_FFN_NORM, D, 1.f, 0.02f, &L->ffn_norm));
-        SEER_TRY(rand_weight_split(g, b + T_Q, qd, D, heads, &L->wq));
-        SEER_TRY(rand_weight_split(g, b + T_K, kvd, D, heads, &L->wk));
-        SEER_TRY(rand_weight_split(g, b + T_V, kvd, D, heads, &L->wv));
-        SEER_TRY(rand_weight_split(g, b + T_O, D, qd, heads_in, &L->wo));
-        SEER_TRY(rand_weight_split(g, b + T_GATE, F, D, ffn, &L->w_gate));
-        SEER_TRY(rand_weight_split(g, b + T_UP, F, D, ffn, &L->w_up));
-        SEER_TRY(rand_weight_split(g, b + T_DOWN, D, F, ffn_in, &L->w_down));
-        if (m->arch == SEER_ARCH_QWEN2) {
-            SEER_TRY(rand_vec(g, b + T_BQ, qd, 0.f, 0.02f, &L->bq));
-            SEER_TRY(rand_vec(g, b + T_BK, kvd, 0.f, 0.02f, &L->bk));
-            SEER_TRY(rand_vec(g, b + T_BV, kvd, 0.f, 0.02f, &L->bv));
+        for (int i = 0; i < d->n_tensors; i++) {
+            const seer_arch_tensor *t = &d->tensors[i];
+            const seer_layer_tensor_info *ti = seer_layer_tensor_get(t->role);
+            if (!t->required)
+                continue;
+            int rows, cols;
+            seer_arch_shape(t->role, D, F, qd, kvd, Dh, &rows, &cols);
+            if (ti->vec) {
+                SEER_TRY(rand_vec(g, b + ti->synth_id, cols, ti->synth_base, 0.02f, seer_layer_vec(L, t->role)));
+                continue;
+            }
+            const seer_weight_split sp = ti->div == SEER_DIV_HEADS      ? heads
+                                         : ti->div == SEER_DIV_HEADS_IN ? heads_in
+                                         : ti->div == SEER_DIV_FFN      ? ffn
+                                         : ti->div == SEER_DIV_FFN_IN   ? ffn_in
+                                                                        : (seer_weight_split){SEER_SPLIT_NONE, 1};
+            SEER_TRY(rand_weight_split(g, b + ti->synth_id, rows, cols, sp, seer_layer_weight(L, t->role)));
         }
     }
     return SEER_OK;
@@ -215,12 +223,12 @@ static seer_status make_rope(seer_model *m, bool llama3) {
     if (!fr)
         return seer_err(SEER_ERR_OOM, "out of memory");
     m->inv_freq_host = fr;
-    for (int i = 0; i < half; i++)
-        fr[i] = (float)pow(in->rope_base, -2.0 * i / in->head_dim);
+    seer_rope_base_freqs(fr, in->head_dim, in->rope_base);
     if (llama3)
         SEER_TRY(seer_rope_llama3(fr, half, 8.f, 1.f, 4.f, 8192));
     SEER_TRY(m->be->ops->alloc(m->be, (size_t)half * sizeof(float), (void **)&m->inv_freq));
-    return m->be->ops->upload(m->be, m->inv_freq, fr, (size_t)half * sizeof(float));
+    SEER_TRY(m->be->ops->upload(m->be, m->inv_freq, fr, (size_t)half * sizeof(float)));
+    return seer_model_finish_rope(m);
 }
 
 seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, seer_model_params mp,
@@ -264,7 +272,11 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
     seer_model_info *in = &m->info;
     snprintf(in->arch, sizeof in->arch, "%s", ps.arch);
     snprintf(in->name, sizeof in->name, "synthetic %s", ps.name);
-    m->arch = strcmp(ps.arch, "qwen2") ? SEER_ARCH_LLAMA : SEER_ARCH_QWEN2;
+    m->desc = seer_arch_find(ps.arch);
+    seer_arch_defaults(m->desc, &m->hp);
+    if (p && !shape && p->window > 0)
+        m->hp.v[SEER_HP_WINDOW] = p->window;
+    m->window = (int)m->hp.v[SEER_HP_WINDOW];
     in->n_vocab = ps.n_vocab;
     in->dim = ps.dim;
     in->n_layers = ps.n_layers;
@@ -276,7 +288,7 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
     in->rope_base = ps.rope_base;
     in->norm_eps = ps.norm_eps;
     in->tied_output = ps.tied;
-    in->rope_neox = m->arch == SEER_ARCH_QWEN2;
+    in->rope_neox = m->desc->rope_neox;
     snprintf(in->tokenizer, sizeof in->tokenizer, "llama");
     in->token_bos = 1;
     in->token_eos = 2;
@@ -290,6 +302,8 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
         in->backend = m->be->ops->name;
         if (!m->be->ops->weight_random)
             s = seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot generate weights", in->backend);
+        if (s == SEER_OK)
+            s = seer_model_check_blocks(m);
         if (s == SEER_OK)
             s = make_rope(m, ps.llama3_rope);
         gen_ctx g = {.m = m, .seed = seed, .scale = scale};

@@ -12,6 +12,10 @@
  *   llama2  "[INST]"               <s>[INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nUSER [/INST] ANSWER </s>
  *           with contents stripped, the system message folded into the first user turn and
  *           the first <s> left to tokenization (Meta's template).
+ *   gemma   "<start_of_turn>"      <start_of_turn>ROLE\nCONTENT<end_of_turn>\n with ROLE user or
+ *           model (the assistant), contents trimmed, a system message's text (untrimmed)
+ *           and "\n\n" put before the first user message's (Google's Gemma 3 template; its
+ *           leading <bos> is the BOS that tokenization adds).
  * Not for: Jinja in general, tool calls, or templates outside these families (the caller is
  * told to pick one with --chat-template).
  */
@@ -23,10 +27,10 @@
 
 #include <string.h>
 
-static const char *const k_names[] = {NULL, "chatml", "llama3", "llama2"};
+static const char *const k_names[] = {NULL, "chatml", "llama3", "llama2", "gemma"};
 
 const char *seer_chat_kind_name(seer_chat_kind k) {
-    return k >= SEER_CHAT_CHATML && k <= SEER_CHAT_LLAMA2 ? k_names[k] : "unknown";
+    return k >= SEER_CHAT_CHATML && k <= SEER_CHAT_GEMMA ? k_names[k] : "unknown";
 }
 
 static const char *find_in(const char *s, size_t n, const char *lit) {
@@ -84,27 +88,29 @@ seer_status seer_chat_detect(const char *tmpl, size_t len, const char *name,
         len = 0;
     seer_chat_kind k = 0;
     if (name) {
-        for (int i = SEER_CHAT_CHATML; i <= SEER_CHAT_LLAMA2; i++)
+        for (int i = SEER_CHAT_CHATML; i <= SEER_CHAT_GEMMA; i++)
             if (!strcmp(name, k_names[i]))
                 k = (seer_chat_kind)i;
         if (!k)
             return seer_err(SEER_ERR_UNSUPPORTED,
-                            "unknown chat template '%s' (--chat-template takes chatml, llama3 "
-                            "or llama2)", name);
+                            "unknown chat template '%s' (--chat-template takes chatml, llama3, "
+                            "llama2 or gemma)", name);
     } else if (!tmpl) {
         return seer_err(SEER_ERR_UNSUPPORTED,
                         "the model has no chat template (tokenizer.chat_template); choose one "
-                        "with --chat-template chatml|llama3|llama2");
+                        "with --chat-template chatml|llama3|llama2|gemma");
     } else if (find_in(tmpl, len, "<|im_start|>")) {
         k = SEER_CHAT_CHATML;
     } else if (find_in(tmpl, len, "<|start_header_id|>")) {
         k = SEER_CHAT_LLAMA3;
     } else if (find_in(tmpl, len, "[INST]")) {
         k = SEER_CHAT_LLAMA2;
+    } else if (find_in(tmpl, len, "<start_of_turn>")) {
+        k = SEER_CHAT_GEMMA;
     } else {
         return seer_err(SEER_ERR_UNSUPPORTED,
                         "the model's chat template is not one seer knows; choose one with "
-                        "--chat-template chatml|llama3|llama2");
+                        "--chat-template chatml|llama3|llama2|gemma");
     }
     out->kind = k;
     if (k == SEER_CHAT_CHATML && tmpl)
@@ -237,6 +243,28 @@ static void render_llama2(const seer_chat_message *m, int n, out_buf *o) {
     }
 }
 
+static void render_gemma(const seer_chat_message *m, int n, bool add_assistant, out_buf *o) {
+    const char *sys = NULL;
+    int first = 0;
+    if (n > 0 && !strcmp(m[0].role, "system")) {
+        sys = m[0].content;
+        first = 1;
+    }
+    for (int i = first; i < n; i++) {
+        put(o, "<start_of_turn>");
+        put(o, strcmp(m[i].role, "assistant") ? m[i].role : "model");
+        put(o, "\n");
+        if (sys && i == first) { /* Google's template: the system text as it is, then "\n\n" */
+            put_content(o, sys);
+            put(o, "\n\n");
+        }
+        put_trimmed(o, m[i].content);
+        put(o, "<end_of_turn>\n");
+    }
+    if (add_assistant)
+        put(o, "<start_of_turn>model\n");
+}
+
 seer_status seer_chat_render(const seer_chat_template *t, const seer_chat_message *msgs, int n,
                              bool add_assistant, char *buf, size_t cap, size_t *len) {
     return seer_chat_render_marked(t, msgs, n, add_assistant, buf, NULL, cap, len);
@@ -264,6 +292,9 @@ seer_status seer_chat_render_marked(const seer_chat_template *t, const seer_chat
         break;
     case SEER_CHAT_LLAMA2:
         render_llama2(msgs, n, &o);
+        break;
+    case SEER_CHAT_GEMMA:
+        render_gemma(msgs, n, add_assistant, &o);
         break;
     default:
         return seer_err(SEER_ERR_INVALID_ARG, "seer_chat_render: unknown template kind %d",

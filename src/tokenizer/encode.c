@@ -118,9 +118,10 @@ static seer_status encode_all(const seer_vocab *v, const char *text, size_t len,
      * text), not after each special token: the rule of llama.cpp's SPM tokenizer from its
      * special-token parsing onwards, and what HF's non-legacy Llama tokenizer does. */
     bool prefix = !bpe && seer_vocab_add_space_prefix(v);
-    /* SentencePiece text never contains special tokens unless asked; BPE text always has
-     * its user-defined (added) tokens matched, as Hugging Face tokenizers and llama.cpp do. */
-    if ((!parse_special && !bpe) || seer_vocab_n_special(v) == 0)
+    /* Control tokens are matched only when asked; user-defined tokens always are, in
+     * SentencePiece text as in BPE text, as llama.cpp partitions it (Gemma's vocabulary has
+     * user-defined tokens for runs of spaces and HTML tags). */
+    if (seer_vocab_n_special(v) == 0)
         return encode_plain(v, text, len, prefix, ids);
     special_match *mv;
     size_t nm;

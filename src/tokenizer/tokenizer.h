@@ -44,11 +44,11 @@ const char *seer_vocab_model_name(const seer_vocab *v); /* "llama", "gpt2" */
 const char *seer_vocab_text(const seer_vocab *v, int32_t id);
 int seer_vocab_type(const seer_vocab *v, int32_t id);
 
-/* Same contract as seer_tokenize in seer.h, with these rules for BPE vocabularies (those of
- * llama.cpp): BOS is prepended only when add_bos is set AND the vocabulary asks for it
+/* Same contract as seer_tokenize in seer.h, with the rules of llama.cpp: for BPE
+ * vocabularies BOS is prepended only when add_bos is set AND the vocabulary asks for it
  * (seer_vocab_add_bos: tokenizer.ggml.add_bos_token, by default true only for the Llama 3
- * pre-tokenizer family); user-defined tokens are matched in the text even without
- * parse_special, control tokens only with it. */
+ * pre-tokenizer family); in every vocabulary user-defined tokens are matched in the text even
+ * without parse_special, control tokens only with it. */
 seer_status seer_vocab_encode(const seer_vocab *v, const char *text, size_t len, bool add_bos,
                               bool parse_special, int32_t *out, int cap, int *n_out);
 /* seer_vocab_encode with parse_special, where a control token is recognised only where every

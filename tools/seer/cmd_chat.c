@@ -33,7 +33,7 @@ static void usage(FILE *f) {
             "lines holding only /send; its replies are divided by a blank line. A line /quit or\n"
             "end of input (Ctrl-D) ends the chat. When the conversation outgrows the context,\n"
             "its oldest turns are dropped (the system message stays).\n"
-            "      --chat-template NAME  chatml, llama3 or llama2 (default: from the model)\n"
+            "      --chat-template NAME  chatml, llama3, llama2 or gemma (default: from the model)\n"
             "      --system TEXT     a system message to start the conversation with\n"
             "  -n, --n-predict N     most tokens per reply (default: until the end of the turn)\n"
             "      --temp T          temperature, 0 = greedy (default 0.8)\n"

@@ -8,7 +8,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: seer gen-model -o OUT.gguf [options]\n"
-            "  --arch llama|qwen2   (default llama)\n"
+            "  --arch llama|qwen2|gemma3 (default llama)\n"
+            "  --window N           sliding window of the windowed layers (gemma3; default none)\n"
             "  --vocab N            (default 512, at least 259)\n"
             "  --dim N --layers N --heads N --kv-heads N --ffn N --head-dim N\n"
             "  --ctx N              trained context length (default 2048)\n"
@@ -23,7 +24,7 @@ static void usage(FILE *f) {
 int cmd_gen_model(int argc, char **argv) {
     seer_gen_params p = seer_gen_default_params();
     const char *outp = NULL;
-    enum { O_ARCH = 256, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV, O_FFN, O_HD, O_CTX, O_ROPE, O_DTYPE, O_TIED, O_SEED, O_SCALE };
+    enum { O_ARCH = 256, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV, O_FFN, O_HD, O_CTX, O_ROPE, O_DTYPE, O_TIED, O_SEED, O_SCALE, O_WINDOW };
     static const struct option opts[] = {
         {"arch", required_argument, 0, O_ARCH},     {"vocab", required_argument, 0, O_VOCAB},
         {"dim", required_argument, 0, O_DIM},       {"layers", required_argument, 0, O_LAYERS},
@@ -32,7 +33,8 @@ int cmd_gen_model(int argc, char **argv) {
         {"ctx", required_argument, 0, O_CTX},       {"rope-base", required_argument, 0, O_ROPE},
         {"dtype", required_argument, 0, O_DTYPE},   {"tied", no_argument, 0, O_TIED},
         {"seed", required_argument, 0, O_SEED},     {"scale", required_argument, 0, O_SCALE},
-        {"output", required_argument, 0, 'o'},      {"help", no_argument, 0, 'h'},
+        {"window", required_argument, 0, O_WINDOW}, {"output", required_argument, 0, 'o'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int c;
     long long v;
@@ -55,6 +57,7 @@ int cmd_gen_model(int argc, char **argv) {
         case O_TIED: p.tied = true; break;
         case O_SEED: if (!cli_int("--seed", optarg, 0, INT64_MAX, &v)) return 2; p.seed = (uint64_t)v; break;
         case O_SCALE: if (!cli_float("--scale", optarg, 0, 100, &d)) return 2; p.scale = (float)d; break;
+        case O_WINDOW: if (!cli_int("--window", optarg, 0, 1 << 24, &v)) return 2; p.window = (int)v; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

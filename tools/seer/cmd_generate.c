@@ -33,7 +33,7 @@ static void usage(FILE *f) {
             "      --ignore-eos      keep going past end-of-text tokens\n"
             "      --no-bos          do not prepend BOS to the prompt\n"
             "      --chat            wrap the prompt as one user message in the model's chat template\n"
-            "      --chat-template NAME  chatml, llama3 or llama2 instead of the model's (implies --chat)\n"
+            "      --chat-template NAME  chatml, llama3, llama2 or gemma instead of the model's (implies --chat)\n"
             "      --system TEXT     a system message before the prompt (implies --chat)\n"
             "      --json            print one JSON object instead of streaming text\n"
             "speculative decoding (lossless: same output as without):\n"

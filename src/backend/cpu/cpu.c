@@ -393,6 +393,28 @@ static seer_status cpu_swiglu(seer_backend *be, float *y, const float *g, const 
     return SEER_OK;
 }
 
+static void geglu_range(void *ctx, int64_t i0, int64_t i1) {
+    const swiglu_args *a = ctx;
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int64_t i = i0; i < i1; i++) {
+        const float x = a->g[i];
+        a->y[i] = 0.5f * x * (1.f + tanhf(c * x * (1.f + 0.044715f * x * x))) * a->u[i];
+    }
+}
+
+static seer_status cpu_geglu(seer_backend *be, float *y, const float *g, const float *u,
+                             size_t n) {
+    swiglu_args a = {y, g, u};
+    seer_cpu_for(be, n > 65536, (int64_t)n, geglu_range, &a);
+    return SEER_OK;
+}
+
+static seer_status cpu_scale(seer_backend *be, float *x, float s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+    return SEER_OK;
+}
+
 static seer_status cpu_add(seer_backend *be, float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
         y[i] += x[i];
@@ -728,6 +750,8 @@ static const seer_backend_ops cpu_ops = {
     .rope = cpu_rope,
     .attention = seer_cpu_attention,
     .swiglu = cpu_swiglu,
+    .geglu = cpu_geglu,
+    .scale = cpu_scale,
     .add = cpu_add,
     .gather_rows = cpu_gather_rows,
     .argmax_rows = cpu_argmax_rows,
@@ -740,6 +764,7 @@ static const seer_backend_ops cpu_ops = {
     .sync = cpu_sync,
     .comm_init = seer_cpu_comm_init,
     .kv_elem_bytes = sizeof(float),
+    .attn_window = true, /* on the reference path (cpu_attention.c) */
 };
 
 static seer_status cpu_exec_clone(seer_backend *be, seer_backend **out) {

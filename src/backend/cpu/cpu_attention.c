@@ -13,6 +13,9 @@
  * gives a token the same bits however its prompt is cut into calls; decode and verification
  * steps never do.
  *
+ * A windowed layer's call (seer_attn_batch.window) drops the keys behind the window from
+ * each token's slots, views included, and always stays on this path.
+ *
  * A batch with kv_quant reads every key and value from the storage's quantised copy
  * (kv/kv_quant.h), dequantised a head row at a time into scratch, through the same
  * arithmetic; it never takes the tiled path.
@@ -81,14 +84,24 @@ static bool have_avx2(void) {
 }
 #endif
 
-/* Slots token i may see, in ascending order; returns the count. */
+/* The cached slots below len0 that a window leaves token i: from lo up. */
+static int window_lo(const seer_attn_batch *ab, int i) {
+    if (ab->window <= 0)
+        return 0;
+    const int p = ab->tok_pos ? ab->tok_pos[i] : ab->tok_slot[i];
+    return p - ab->window + 1 > 0 ? p - ab->window + 1 : 0;
+}
+
+/* Slots token i may see, in ascending order; returns the count. Under a window a cached
+ * slot's position is the slot, a new token's its position. */
 static int visible_slots(const seer_attn_batch *ab, int i, int layer, int kvh, int32_t *out) {
     int b = ab->tok_seq[i];
     int len0 = ab->seq_len0[b];
     const seer_attn_view *v = ab->seq_view ? ab->seq_view[b] : NULL;
+    const int lo = window_lo(ab, i);
     int n = 0;
     if (!v) {
-        for (int s = 0; s < len0; s++)
+        for (int s = lo; s < len0; s++)
             out[n++] = s;
     } else {
         int li = v->n_layers_view > 1 ? layer : 0;
@@ -96,15 +109,19 @@ static int visible_slots(const seer_attn_batch *ab, int i, int layer, int kvh, i
         const int32_t *idx = v->idx + ((size_t)li * v->n_heads_view + hi) * v->n;
         int tail = v->tail_start < 0 ? 0 : v->tail_start;
         for (int k = 0; k < v->n; k++)
-            if (idx[k] >= 0 && idx[k] < len0 && idx[k] < tail)
+            if (idx[k] >= lo && idx[k] < len0 && idx[k] < tail)
                 out[n++] = idx[k];
-        for (int s = tail; s < len0; s++)
+        for (int s = tail > lo ? tail : lo; s < len0; s++)
             out[n++] = s;
     }
     int slot_i = ab->tok_slot[i];
     for (int k = ab->seq_tok_off[b]; k < ab->seq_tok_off[b + 1]; k++) {
         int j = ab->seq_toks[k];
         int ok = ab->mask ? ab->mask[(size_t)i * ab->T + j] != 0 : ab->tok_slot[j] <= slot_i;
+        if (ok && ab->window > 0 && ab->tok_pos && ab->tok_pos[i] - ab->tok_pos[j] >= ab->window)
+            ok = 0;
+        else if (ok && ab->window > 0 && !ab->tok_pos && slot_i - ab->tok_slot[j] >= ab->window)
+            ok = 0;
         if (ok)
             out[n++] = ab->tok_slot[j];
     }
