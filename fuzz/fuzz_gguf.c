@@ -41,25 +41,25 @@ static void try_getters(const gguf_file *f, const char *key) {
     bool b;
     char s[64];
     const gguf_value *arr;
-    g_sink += (uint64_t)gguf_get_i64(f, key, &i);
-    g_sink += (uint64_t)gguf_get_f32(f, key, &x);
-    g_sink += (uint64_t)gguf_get_bool_opt(f, key, false, &b);
-    g_sink += (uint64_t)gguf_get_str(f, key, s, sizeof s);
-    g_sink += (uint64_t)gguf_get_arr(f, key, GGUF_TYPE_COUNT, &arr);
-    g_sink += (uint64_t)gguf_get_arr(f, key, GGUF_TYPE_STRING, &arr);
+    g_sink += (uint64_t)seer_gguf_get_i64(f, key, &i);
+    g_sink += (uint64_t)seer_gguf_get_f32(f, key, &x);
+    g_sink += (uint64_t)seer_gguf_get_bool_opt(f, key, false, &b);
+    g_sink += (uint64_t)seer_gguf_get_str(f, key, s, sizeof s);
+    g_sink += (uint64_t)seer_gguf_get_arr(f, key, GGUF_TYPE_COUNT, &arr);
+    g_sink += (uint64_t)seer_gguf_get_arr(f, key, GGUF_TYPE_STRING, &arr);
 }
 
 static void dequant_head(const gguf_tensor *t) {
     float out[256];
-    uint64_t blk = (uint64_t)ggml_type_block_elems(t->type);
+    uint64_t blk = (uint64_t)seer_ggml_type_block_elems(t->type);
     if (blk == 0 || blk > 256)
         abort(); /* the reader only admits types with a known block size */
-    uint64_t n = gguf_tensor_nelements(t);
+    uint64_t n = seer_gguf_tensor_nelements(t);
     uint64_t blocks = n / blk, want = 64 / blk ? 64 / blk : 1;
     if (blocks > want)
         blocks = want;
-    seer_status s = gguf_tensor_dequant(t, out, blocks * blk);
-    if (ggml_type_supported(t->type) != (s == SEER_OK))
+    seer_status s = seer_gguf_tensor_dequant(t, out, blocks * blk);
+    if (seer_ggml_type_supported(t->type) != (s == SEER_OK))
         abort();
     for (uint64_t i = 0; s == SEER_OK && i < blocks * blk; i++) {
         uint32_t u;
@@ -70,58 +70,58 @@ static void dequant_head(const gguf_tensor *t) {
 
 /* Writer(reader(input)) must be a file the reader accepts, with the same content names. */
 static void rewrite(const gguf_file *f) {
-    gguf_writer *w = gguf_writer_init();
+    gguf_writer *w = seer_gguf_writer_init();
     if (!w)
         return;
     for (uint64_t i = 0; i < f->n_kv; i++)
-        if (gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].val) != SEER_OK)
+        if (seer_gguf_writer_set_value(w, f->kv[i].key, &f->kv[i].val) != SEER_OK)
             abort();
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
-        if (gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) != SEER_OK)
+        if (seer_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) != SEER_OK)
             abort();
     }
     uint8_t *buf = NULL;
     size_t size = 0;
-    if (gguf_writer_to_buffer(w, &buf, &size) != SEER_OK)
+    if (seer_gguf_writer_to_buffer(w, &buf, &size) != SEER_OK)
         abort();
-    gguf_writer_free(w);
+    seer_gguf_writer_free(w);
     gguf_file *g = NULL;
-    if (gguf_open_memory(buf, size, &g) != SEER_OK)
+    if (seer_gguf_file_open_memory(buf, size, &g) != SEER_OK)
         abort();
     if (g->n_kv != f->n_kv || g->n_tensors != f->n_tensors || g->alignment != f->alignment)
         abort();
     for (uint64_t i = 0; i < f->n_kv; i++) {
-        const gguf_kv *kv = gguf_find_kv(g, f->kv[i].key);
+        const gguf_kv *kv = seer_gguf_find_kv(g, f->kv[i].key);
         if (!kv || kv->val.type != f->kv[i].val.type)
             abort();
     }
     for (uint64_t i = 0; i < f->n_tensors; i++) {
-        const gguf_tensor *a = &f->tensors[i], *b = gguf_find_tensor(g, a->name);
+        const gguf_tensor *a = &f->tensors[i], *b = seer_gguf_find_tensor(g, a->name);
         if (!b || b->type != a->type || b->nbytes != a->nbytes || memcmp(a->ne, b->ne, 32) ||
             memcmp(a->data, b->data, a->nbytes))
             abort();
     }
-    gguf_close(g);
+    seer_gguf_file_close(g);
     free(buf);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gguf_file *f = NULL;
-    if (gguf_open_memory(data, size, &f) != SEER_OK) {
+    if (seer_gguf_file_open_memory(data, size, &f) != SEER_OK) {
         if (f)
             abort(); /* failure must leave *out NULL */
         return 0;
     }
     for (uint64_t i = 0; i < f->n_kv; i++) {
-        if (gguf_find_kv(f, f->kv[i].key) != &f->kv[i])
+        if (seer_gguf_find_kv(f, f->kv[i].key) != &f->kv[i])
             abort();
         walk_value(&f->kv[i].val);
         try_getters(f, f->kv[i].key);
     }
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
-        if (gguf_find_tensor(f, t->name) != t)
+        if (seer_gguf_find_tensor(f, t->name) != t)
             abort();
         if ((const uint8_t *)t->data < f->base ||
             t->nbytes > f->size - (size_t)((const uint8_t *)t->data - f->base))
@@ -129,6 +129,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         dequant_head(t);
     }
     rewrite(f);
-    gguf_close(f);
+    seer_gguf_file_close(f);
     return 0;
 }

@@ -37,7 +37,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     for (char *p = strtok_r(copy, ":", &save); p && g_n_fixed < MAX_FIXED; p = strtok_r(NULL, ":", &save)) {
         gguf_file *f = NULL;
         seer_vocab *v = NULL;
-        if (gguf_open(p, &f) != SEER_OK || seer_vocab_load(f, &v) != SEER_OK) {
+        if (seer_gguf_file_open(p, &f) != SEER_OK || seer_vocab_load(f, &v) != SEER_OK) {
             fprintf(stderr, "fuzz_tokenizer: cannot load %s: %s\n", p, seer_last_error());
             abort();
         }
@@ -119,10 +119,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *text = (const char *)data + 3;
     gguf_file *f = NULL;
     seer_vocab *v = NULL;
-    if (gguf_open_memory(data + 3 + n, size - 3 - n, &f) == SEER_OK &&
+    if (seer_gguf_file_open_memory(data + 3 + n, size - 3 - n, &f) == SEER_OK &&
         seer_vocab_load(f, &v) == SEER_OK)
         run(v, text, n, add_bos, special);
     seer_vocab_free(v);
-    gguf_close(f);
+    seer_gguf_file_close(f);
     return 0;
 }

@@ -56,19 +56,19 @@ static int gen_models(void) {
 }
 
 static int rich_file(void) {
-    gguf_writer *w = gguf_writer_init();
+    gguf_writer *w = seer_gguf_writer_init();
     gguf_value v = {.type = GGUF_TYPE_UINT8, .u64 = 7};
-    gguf_writer_set_value(w, "u8", &v);
+    seer_gguf_writer_set_value(w, "u8", &v);
     v = (gguf_value){.type = GGUF_TYPE_INT16, .i64 = -3};
-    gguf_writer_set_value(w, "i16", &v);
+    seer_gguf_writer_set_value(w, "i16", &v);
     v = (gguf_value){.type = GGUF_TYPE_INT64, .i64 = -1};
-    gguf_writer_set_value(w, "i64", &v);
+    seer_gguf_writer_set_value(w, "i64", &v);
     v = (gguf_value){.type = GGUF_TYPE_FLOAT64, .f64 = 0.25};
-    gguf_writer_set_value(w, "f64", &v);
-    gguf_writer_set_u64(w, "u64", 1ull << 40);
-    gguf_writer_set_bool(w, "b", true);
-    gguf_writer_set_f32(w, "f", 1.5f);
-    gguf_writer_set_str(w, "s", "text");
+    seer_gguf_writer_set_value(w, "f64", &v);
+    seer_gguf_writer_set_u64(w, "u64", 1ull << 40);
+    seer_gguf_writer_set_bool(w, "b", true);
+    seer_gguf_writer_set_f32(w, "f", 1.5f);
+    seer_gguf_writer_set_str(w, "s", "text");
     gguf_value s1[2], a1[2], a2[1];
     s1[0] = (gguf_value){.type = GGUF_TYPE_STRING, .str = {"ab", 2}};
     s1[1] = (gguf_value){.type = GGUF_TYPE_STRING, .str = {"", 0}};
@@ -76,24 +76,24 @@ static int rich_file(void) {
     a1[1] = (gguf_value){.type = GGUF_TYPE_ARRAY, .arr = {GGUF_TYPE_STRING, 0, NULL}};
     a2[0] = (gguf_value){.type = GGUF_TYPE_ARRAY, .arr = {GGUF_TYPE_ARRAY, 2, a1}};
     v = (gguf_value){.type = GGUF_TYPE_ARRAY, .arr = {GGUF_TYPE_ARRAY, 1, a2}};
-    gguf_writer_set_value(w, "nested", &v);
+    seer_gguf_writer_set_value(w, "nested", &v);
     const int32_t is[] = {1, 2, 3};
-    gguf_writer_set_arr_i32(w, "ints", is, 3);
+    seer_gguf_writer_set_arr_i32(w, "ints", is, 3);
     float d[64];
     for (int i = 0; i < 64; i++)
         d[i] = (float)i * 0.5f - 8.f;
     uint8_t q[64 * 4];
     uint64_t ne2[2] = {32, 2};
-    int bad = check(gguf_quant(GGML_TYPE_Q4_1, d, q, 64), "quant");
-    bad |= check(gguf_writer_add_tensor(w, "q41", GGML_TYPE_Q4_1, 2, ne2, q), "q41");
+    int bad = check(seer_gguf_quant(GGML_TYPE_Q4_1, d, q, 64), "quant");
+    bad |= check(seer_gguf_writer_add_tensor(w, "q41", GGML_TYPE_Q4_1, 2, ne2, q), "q41");
     uint64_t ne1 = 5;
-    bad |= check(gguf_writer_add_tensor(w, "f32", GGML_TYPE_F32, 1, &ne1, d), "f32");
-    bad |= check(gguf_writer_write(w, path_of("rich.gguf")), "rich.gguf");
+    bad |= check(seer_gguf_writer_add_tensor(w, "f32", GGML_TYPE_F32, 1, &ne1, d), "f32");
+    bad |= check(seer_gguf_writer_write(w, path_of("rich.gguf")), "rich.gguf");
 
     /* the same, as version 2 */
     uint8_t *buf;
     size_t size;
-    if (gguf_writer_to_buffer(w, &buf, &size) == SEER_OK) {
+    if (seer_gguf_writer_to_buffer(w, &buf, &size) == SEER_OK) {
         buf[4] = 2;
         FILE *fp = fopen(path_of("rich-v2.gguf"), "wb");
         if (fp) {
@@ -102,21 +102,21 @@ static int rich_file(void) {
         }
         free(buf);
     }
-    gguf_writer_free(w);
+    seer_gguf_writer_free(w);
     return bad;
 }
 
 static int odd_layouts(void) {
-    gguf_writer *w = gguf_writer_init();
-    gguf_writer_set_u32(w, "general.alignment", 8);
+    gguf_writer *w = seer_gguf_writer_init();
+    seer_gguf_writer_set_u32(w, "general.alignment", 8);
     uint8_t zeros[1024] = {0};
     uint64_t ne_k[1] = {256}, ne_5[2] = {32, 3}, ne_h[3] = {3, 1, 2};
-    int bad = check(gguf_writer_add_tensor(w, "k", GGML_TYPE_Q6_K, 1, ne_k, zeros), "q6_K");
-    bad |= check(gguf_writer_add_tensor(w, "q5", GGML_TYPE_Q5_0, 2, ne_5, zeros), "q5_0");
-    bad |= check(gguf_writer_add_tensor(w, "h", GGML_TYPE_F16, 3, ne_h, zeros), "f16");
-    bad |= check(gguf_writer_add_tensor(w, "b", GGML_TYPE_BF16, 1, ne_h, zeros), "bf16");
-    bad |= check(gguf_writer_write(w, path_of("odd.gguf")), "odd.gguf");
-    gguf_writer_free(w);
+    int bad = check(seer_gguf_writer_add_tensor(w, "k", GGML_TYPE_Q6_K, 1, ne_k, zeros), "q6_K");
+    bad |= check(seer_gguf_writer_add_tensor(w, "q5", GGML_TYPE_Q5_0, 2, ne_5, zeros), "q5_0");
+    bad |= check(seer_gguf_writer_add_tensor(w, "h", GGML_TYPE_F16, 3, ne_h, zeros), "f16");
+    bad |= check(seer_gguf_writer_add_tensor(w, "b", GGML_TYPE_BF16, 1, ne_h, zeros), "bf16");
+    bad |= check(seer_gguf_writer_write(w, path_of("odd.gguf")), "odd.gguf");
+    seer_gguf_writer_free(w);
     return bad;
 }
 

@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
     printf("%-18s %-5s %7s %6s %4s %8s %8s %8s\n", "matrix", "type", "rows", "cols", "T", "scalar", "avx2", "avx512");
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         const int R = cases[k].rows, C = cases[k].cols;
-        const size_t bytes = (size_t)R * C / ggml_type_block_elems(cases[k].type) * ggml_type_block_bytes(cases[k].type);
+        const size_t bytes = (size_t)R * C / seer_ggml_type_block_elems(cases[k].type) * seer_ggml_type_block_bytes(cases[k].type);
         uint8_t *blk = malloc(bytes);
         for (size_t i = 0; i < bytes; i++)
             blk[i] = (uint8_t)rnd();
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
             float *x = malloc(sizeof(float) * T * C), *y = malloc(sizeof(float) * T * R);
             for (size_t i = 0; i < (size_t)T * C; i++)
                 x[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.f;
-            printf("%-18s %-5s %7d %6d %4d", cases[k].what, ggml_type_name(cases[k].type), R, C, T);
+            printf("%-18s %-5s %7d %6d %4d", cases[k].what, seer_ggml_type_name(cases[k].type), R, C, T);
             for (int isa = SEER_CPU_ISA_SCALAR; isa <= SEER_CPU_ISA_AVX512; isa++) {
                 c->isa_cap = isa;
                 double best = 1e30;

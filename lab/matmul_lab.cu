@@ -181,9 +181,9 @@ int main(int argc, char **argv) {
             if (!in_list(types, tys[ti].name))
                 continue;
             uint64_t nb = 0;
-            CK(ggml_nbytes(tys[ti].t, n, &nb));
+            CK(seer_ggml_nbytes(tys[ti].t, n, &nb));
             void *raw = malloc(nb);
-            CK(gguf_quant(tys[ti].t, wf, raw, n));
+            CK(seer_gguf_quant(tys[ti].t, wf, raw, n));
             gguf_tensor gt;
             memset(&gt, 0, sizeof gt);
             gt.name = "w";

@@ -19,6 +19,7 @@ fi
 echo "== release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
+scripts/check-symbols.sh build
 ctest --test-dir build --output-on-failure
 
 echo "== ASan + UBSan build and tests"

@@ -156,10 +156,10 @@ static void make_tensor(host_tensor *ht, const char *name, ggml_type type, int r
                         uint64_t *rng) {
     size_t n = (size_t)rows * cols, nb = 0;
     float *f = rand_array(n, 1.f, rng);
-    ASSERT_OK(ggml_nbytes(type, n, &nb));
+    ASSERT_OK(seer_ggml_nbytes(type, n, &nb));
     ht->data = malloc(nb);
     assert_non_null(ht->data);
-    ASSERT_OK(gguf_quant(type, f, ht->data, n));
+    ASSERT_OK(seer_gguf_quant(type, f, ht->data, n));
     free(f);
     memset(&ht->t, 0, sizeof ht->t);
     ht->t.name = name;

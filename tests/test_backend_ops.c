@@ -210,7 +210,7 @@ static void test_embed(void **state) {
         ASSERT_OK(gpu->ops->embed(gpu, dy, &wg, tok, T));
         float *out = dev_fetch(dy, (size_t)T * D);
         char shape[128];
-        snprintf(shape, sizeof shape, "V=%d D=%d T=%d %s", V, D, T, ggml_type_name(cases[k].type));
+        snprintf(shape, sizeof shape, "V=%d D=%d T=%d %s", V, D, T, seer_ggml_type_name(cases[k].type));
         record("embed", shape, out, ref, (size_t)T * D, cases[k].type == GGML_TYPE_BF16 ? 0 : 5e-3);
         cpu->ops->weight_free(cpu, &wc);
         gpu->ops->weight_free(gpu, &wg);

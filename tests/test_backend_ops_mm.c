@@ -59,7 +59,7 @@ static void test_matmul(void **state) {
         float *out = dev_fetch(dy, (size_t)T * R);
         char shape[128];
         snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s%s%s", T, R, C,
-                 ggml_type_name(cases[k].type), bias ? " bias" : "", exact ? " exact" : "");
+                 seer_ggml_type_name(cases[k].type), bias ? " bias" : "", exact ? " exact" : "");
         record("matmul", shape, out, ref, (size_t)T * R, exact ? 1e-4 : 1e-2);
         cpu->ops->weight_free(cpu, &wc);
         gpu->ops->weight_free(gpu, &wg);
@@ -280,7 +280,7 @@ static void test_ffn_glu(void **state) {
         ASSERT_OK(gpu->ops->matmul_add(gpu, dx2, dg2, &wg[2], T));
         float *out = dev_fetch(dx, (size_t)T * D), *two = dev_fetch(dx2, (size_t)T * D);
         char shape[96];
-        snprintf(shape, sizeof shape, "T=%d F=%d D=%d %s", T, F, D, ggml_type_name(cases[k].type));
+        snprintf(shape, sizeof shape, "T=%d F=%d D=%d %s", T, F, D, seer_ggml_type_name(cases[k].type));
         record("ffn_glu", shape, out, ref, (size_t)T * D, 1e-2);
         record("ffn_glu-vs-ops", shape, out, two, (size_t)T * D, 0);
         for (int j = 0; j < 3; j++) {
@@ -355,7 +355,7 @@ static void test_norm_matmul_split(void **state) {
             float *out = dev_fetch(ys[j], (size_t)T * R), *two = dev_fetch(ys2[j], (size_t)T * R);
             char shape[128];
             snprintf(shape, sizeof shape, "T=%d part %d/%d rows=%d cols=%d %s%s", T, j, n, R, C,
-                     ggml_type_name(cases[k].type), bias[j] ? " bias" : "");
+                     seer_ggml_type_name(cases[k].type), bias[j] ? " bias" : "");
             record("norm_matmul_split", shape, out, ref[j], (size_t)T * R, 1e-2);
             record("norm_matmul_split-vs-ops", shape, out, two, (size_t)T * R, 0);
             free(out), free(two);

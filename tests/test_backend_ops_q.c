@@ -33,12 +33,12 @@ static void put_f16(uint8_t *p, float v) {
 static void make_qtensor(host_tensor *ht, const char *name, ggml_type t, int rows, int cols,
                          uint64_t *rng) {
     size_t nb = 0;
-    ASSERT_OK(ggml_nbytes(t, (uint64_t)rows * cols, &nb));
+    ASSERT_OK(seer_ggml_nbytes(t, (uint64_t)rows * cols, &nb));
     uint8_t *d = malloc(nb);
     assert_non_null(d);
     for (size_t i = 0; i < nb; i++)
         d[i] = (uint8_t)tu_rand_u64(rng);
-    const int bb = ggml_type_block_bytes(t);
+    const int bb = seer_ggml_type_block_bytes(t);
     for (size_t off = 0; off + (size_t)bb <= nb; off += (size_t)bb) {
         uint8_t *b = d + off;
         const float s = 0.002f + 0.01f * (float)(tu_rand_u64(rng) % 1000) / 1000.f;
@@ -103,7 +103,7 @@ static void test_matmul_q(void **state) {
             ASSERT_OK(gpu->ops->matmul(gpu, dy, dx, &wg, db, T));
             float *out = dev_fetch(dy, (size_t)T * R);
             char shape[128];
-            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s%s", T, R, C, ggml_type_name(type),
+            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s%s", T, R, C, seer_ggml_type_name(type),
                      bias ? " bias" : "");
             record("matmul_q", shape, out, ref, (size_t)T * R, 1e-2);
             cpu->ops->weight_free(cpu, &wc);
@@ -155,7 +155,7 @@ static void test_matmul_q_invariant(void **state) {
         float *b40 = dev_fetch(d40, (size_t)40 * R);
         differ += memcmp(b40 + (size_t)39 * R, last, (size_t)R * sizeof *last) != 0;
         printf("matmul_q invariance %s: %d of 4 batch sizes differ from the token alone\n",
-               ggml_type_name(type), differ);
+               seer_ggml_type_name(type), differ);
         assert_int_equal(differ, 0);
         gpu->ops->weight_free(gpu, &wg);
         dev_free(dx), dev_free(dy), dev_free(d40);
@@ -269,7 +269,7 @@ static void test_matmul_q_fused(void **state) {
             for (int j = 0; j < 3; j++) {
                 float *out = dev_fetch(dy[j], (size_t)T * rows[j]);
                 snprintf(shape, sizeof shape, "T=%d part %d/3 rows=%d cols=%d %s bias", T, j, rows[j], C,
-                         ggml_type_name(type));
+                         seer_ggml_type_name(type));
                 record("matmul_q_split", shape, out, ref[j], (size_t)T * rows[j], 1e-2);
                 free(out);
             }
@@ -283,7 +283,7 @@ static void test_matmul_q_fused(void **state) {
             float *dr = dev_copy(r, (size_t)T * rows[0]);
             ASSERT_OK(gpu->ops->matmul_add(gpu, dr, dx, &w0, T));
             float *got = dev_fetch(dr, (size_t)T * rows[0]);
-            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s", T, rows[0], C, ggml_type_name(type));
+            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s", T, rows[0], C, seer_ggml_type_name(type));
             record("matmul_q_add", shape, got, sum, (size_t)T * rows[0], 1e-2);
             free(r), free(sum), free(got);
             dev_free(dr);
@@ -305,7 +305,7 @@ static void test_matmul_q_fused(void **state) {
             float *dgl = dev_nan((size_t)T * F);
             ASSERT_OK(gpu->ops->matmul_glu(gpu, dgl, dx, &inter, T));
             float *gout = dev_fetch(dgl, (size_t)T * F);
-            snprintf(shape, sizeof shape, "T=%d F=%d D=%d %s", T, F, C, ggml_type_name(type));
+            snprintf(shape, sizeof shape, "T=%d F=%d D=%d %s", T, F, C, seer_ggml_type_name(type));
             record("matmul_q_glu", shape, gout, gref, (size_t)T * F, 1e-2);
             free(g), free(u), free(gref), free(gout);
             dev_free(dgl);
@@ -353,7 +353,7 @@ static void test_embed_q(void **state) {
         ASSERT_OK(gpu->ops->embed(gpu, dy, &wg, tok, T));
         float *out = dev_fetch(dy, (size_t)T * D);
         char shape[96];
-        snprintf(shape, sizeof shape, "V=%d D=%d T=%d %s", V, D, T, ggml_type_name(type));
+        snprintf(shape, sizeof shape, "V=%d D=%d T=%d %s", V, D, T, seer_ggml_type_name(type));
         record("embed_q", shape, out, ref, (size_t)T * D, 1e-6);
         cpu->ops->weight_free(cpu, &wc);
         gpu->ops->weight_free(gpu, &wg);
@@ -391,7 +391,7 @@ static void test_weights_kind(void **state) {
 }
 
 /* weight_quantize: a bf16 weight's copy quantised on the device gives the same products, bit
- * for bit, as the blocks gguf_quant writes on the host from the same values, loaded as stored
+ * for bit, as the blocks seer_gguf_quant writes on the host from the same values, loaded as stored
  * (so the bytes are the host's: a quantiser that rounds one code differently shows); a fused
  * weight quantised whole gives the fused quantised parts' products (matmul_glu); the CPU's
  * copy computes the same products within the reference's tolerance; a non-finite value is
@@ -408,13 +408,13 @@ static void test_weight_quantize(void **state) {
         /* the host's blocks from the same bf16 values */
         float *f = malloc(sizeof(float) * R * C);
         assert_non_null(f);
-        ASSERT_OK(gguf_dequant(GGML_TYPE_BF16, hb.data, f, (uint64_t)R * C));
+        ASSERT_OK(seer_gguf_dequant(GGML_TYPE_BF16, hb.data, f, (uint64_t)R * C));
         size_t nb = 0;
-        ASSERT_OK(ggml_nbytes(type, (uint64_t)R * C, &nb));
+        ASSERT_OK(seer_ggml_nbytes(type, (uint64_t)R * C, &nb));
         hq = hb;
         hq.data = malloc(nb);
         assert_non_null(hq.data);
-        ASSERT_OK(gguf_quant(type, f, hq.data, (uint64_t)R * C));
+        ASSERT_OK(seer_gguf_quant(type, f, hq.data, (uint64_t)R * C));
         hq.t.type = type;
         hq.t.data = hq.data;
         hq.t.nbytes = nb;
@@ -435,9 +435,9 @@ static void test_weight_quantize(void **state) {
         ASSERT_OK(cpu->ops->matmul(cpu, ref, x, &cq, NULL, T));
         float *a = dev_fetch(d1, (size_t)T * R), *b = dev_fetch(d2, (size_t)T * R);
         if (memcmp(a, b, sizeof(float) * T * R))
-            fail_msg("%s: the device's quantised copy differs from the host's blocks", ggml_type_name(type));
+            fail_msg("%s: the device's quantised copy differs from the host's blocks", seer_ggml_type_name(type));
         char shape[96];
-        snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d bf16 -> %s", T, R, C, ggml_type_name(type));
+        snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d bf16 -> %s", T, R, C, seer_ggml_type_name(type));
         record("weight_quantize", shape, a, ref, (size_t)T * R, 1e-2);
         assert_op_passed("weight_quantize");
 
@@ -459,7 +459,7 @@ static void test_weight_quantize(void **state) {
         float *ga = dev_fetch(g1, (size_t)T * 96), *gb = dev_fetch(g2, (size_t)T * 96);
         if (memcmp(ga, gb, sizeof(float) * T * 96))
             fail_msg("%s: a fused weight quantised whole differs from its quantised parts fused",
-                     ggml_type_name(type));
+                     seer_ggml_type_name(type));
 
         /* a value that is not finite: refused, nothing made */
         ((uint16_t *)hb.data)[7 * C + 3] = 0x7F80; /* +inf */

@@ -523,7 +523,7 @@ static void test_round_trip(void **state) {
 /* Loading from GGUF                                                                        */
 
 static gguf_writer *bpe_writer(const char *pre, bool merges) {
-    gguf_writer *w = gguf_writer_init();
+    gguf_writer *w = seer_gguf_writer_init();
     const char *toks[260];
     char store[256][3];
     for (int b = 0; b < 256; b++) {
@@ -539,28 +539,28 @@ static gguf_writer *bpe_writer(const char *pre, bool merges) {
     for (int i = 0; i < 260; i++)
         types[i] = i >= 256 && i <= 258 ? SEER_TOKEN_CONTROL : SEER_TOKEN_NORMAL;
     const char *m[] = {"h i"};
-    gguf_writer_set_str(w, "general.architecture", "qwen2");
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    seer_gguf_writer_set_str(w, "general.architecture", "qwen2");
+    seer_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
     if (pre)
-        gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 260);
-    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, 260);
+        seer_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
+    seer_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 260);
+    seer_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, 260);
     if (merges)
-        gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", m, 1);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 256);
-    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 258);
+        seer_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", m, 1);
+    seer_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 256);
+    seer_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 258);
     return w;
 }
 
 static seer_status load(gguf_writer *w, seer_vocab **v) {
     uint8_t *buf;
     size_t size;
-    ASSERT_OK(gguf_writer_to_buffer(w, &buf, &size));
-    gguf_writer_free(w);
+    ASSERT_OK(seer_gguf_writer_to_buffer(w, &buf, &size));
+    seer_gguf_writer_free(w);
     gguf_file *f = NULL;
-    ASSERT_OK(gguf_open_memory(buf, size, &f));
+    ASSERT_OK(seer_gguf_file_open_memory(buf, size, &f));
     seer_status s = seer_vocab_load(f, v);
-    gguf_close(f);
+    seer_gguf_file_close(f);
     free(buf);
     return s;
 }

@@ -498,10 +498,10 @@ static void test_small_things(void **state) {
  * token (type 1) replaced by piece_len bytes of one letter. */
 static void rewrite_vocab(const char *src, const char *dst, size_t piece_len, const char *name) {
     gguf_file *f = NULL;
-    ASSERT_OK(gguf_open(src, &f));
+    ASSERT_OK(seer_gguf_file_open(src, &f));
     const gguf_value *tok = NULL, *type = NULL;
-    ASSERT_OK(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tok));
-    ASSERT_OK(gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_COUNT, &type));
+    ASSERT_OK(seer_gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tok));
+    ASSERT_OK(seer_gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_COUNT, &type));
     const uint64_t n = tok->arr.n;
     char **pieces = calloc(n, sizeof *pieces);
     assert_non_null(pieces);
@@ -517,26 +517,26 @@ static void rewrite_vocab(const char *src, const char *dst, size_t piece_len, co
             memcpy(pieces[i], t->str.s, len);
         pieces[i][len] = 0;
     }
-    gguf_writer *w = gguf_writer_init();
+    gguf_writer *w = seer_gguf_writer_init();
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const char *k = f->kv[i].key;
         if (!strcmp(k, "tokenizer.ggml.tokens"))
-            gguf_writer_set_arr_str(w, k, (const char *const *)pieces, n);
+            seer_gguf_writer_set_arr_str(w, k, (const char *const *)pieces, n);
         else if (!strcmp(k, "general.name") && name)
-            gguf_writer_set_str(w, k, name);
+            seer_gguf_writer_set_str(w, k, name);
         else
-            ASSERT_OK(gguf_writer_set_value(w, k, &f->kv[i].val));
+            ASSERT_OK(seer_gguf_writer_set_value(w, k, &f->kv[i].val));
     }
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
-        ASSERT_OK(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data));
+        ASSERT_OK(seer_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data));
     }
-    ASSERT_OK(gguf_writer_write(w, dst));
-    gguf_writer_free(w);
+    ASSERT_OK(seer_gguf_writer_write(w, dst));
+    seer_gguf_writer_free(w);
     for (uint64_t i = 0; i < n; i++)
         free(pieces[i]);
     free(pieces);
-    gguf_close(f);
+    seer_gguf_file_close(f);
 }
 
 static void test_long_tokens_and_hostile_names(void **state) {

@@ -48,7 +48,7 @@ static const fmt FMTS[] = {
 /* Random blocks: random bytes, with each f16 scale replaced by a finite value in
  * [2^-10, 2^-6) so that every weight is finite and of a plausible size. */
 static uint8_t *rand_blocks(const fmt *f, int rows, int cols, uint64_t *rng, size_t *bytes) {
-    const int be = ggml_type_block_elems(f->type), bb = ggml_type_block_bytes(f->type);
+    const int be = seer_ggml_type_block_elems(f->type), bb = seer_ggml_type_block_bytes(f->type);
     const size_t nb = (size_t)rows * (cols / be);
     uint8_t *p = malloc(nb * bb);
     for (size_t i = 0; i < nb * bb; i++)
@@ -135,16 +135,16 @@ static void test_qmatmul(void **state) {
             float *y1 = run(q1, &w1, x, bias, T);
             float *y3 = run(q3, &w3, x, bias, T);
             double e = tu_rel_err(y1, yr, (size_t)T * R);
-            printf("%-5s T=%-3d rows=%-4d cols=%-4d rel_err=%.2e\n", ggml_type_name(FMTS[k].type),
+            printf("%-5s T=%-3d rows=%-4d cols=%-4d rel_err=%.2e\n", seer_ggml_type_name(FMTS[k].type),
                    T, R, C, e);
             if (!(e <= QTOL))
-                fail_msg("%s: rel err %g > %g", ggml_type_name(FMTS[k].type), e, QTOL);
+                fail_msg("%s: rel err %g > %g", seer_ggml_type_name(FMTS[k].type), e, QTOL);
             assert_memory_equal(y1, y3, sizeof(float) * T * R);
             float *xe = exact_x((size_t)T * C, &rng);
             float *yre = run(ref, &wr, xe, bias, T), *y1e = run(q1, &w1, xe, bias, T);
             e = tu_rel_err(y1e, yre, (size_t)T * R);
             if (!(e <= XTOL))
-                fail_msg("%s: exact x: rel err %g > %g", ggml_type_name(FMTS[k].type), e, XTOL);
+                fail_msg("%s: exact x: rel err %g > %g", seer_ggml_type_name(FMTS[k].type), e, XTOL);
             free(xe), free(yre), free(y1e);
             /* batch invariance: each token alone */
             for (int i = 0; i < T; i++) {
@@ -159,7 +159,7 @@ static void test_qmatmul(void **state) {
                 ((seer_cpu *)q1->impl)->isa_cap = 0;
                 if (memcmp(ys, y1, sizeof(float) * T * R) != 0)
                     fail_msg("%s T=%d rows=%d: ISA level %d differs from the default path",
-                             ggml_type_name(FMTS[k].type), T, R, isa);
+                             seer_ggml_type_name(FMTS[k].type), T, R, isa);
                 free(ys);
             }
             free(yr), free(y1), free(y3), free(x), free(bias);
@@ -219,7 +219,7 @@ static void test_qembed(void **state) {
         seer_weight w;
         ASSERT_OK(be->ops->weight_load(be, &t, SEER_WEIGHTS_STORED, &w));
         float *all = malloc(sizeof(float) * V * D), *y = malloc(sizeof(float) * 3 * D);
-        ASSERT_OK(gguf_dequant(FMTS[k].type, blk, all, (uint64_t)V * D));
+        ASSERT_OK(seer_gguf_dequant(FMTS[k].type, blk, all, (uint64_t)V * D));
         const int32_t toks[3] = {7, 0, V - 1};
         ASSERT_OK(be->ops->embed(be, y, &w, toks, 3));
         for (int i = 0; i < 3; i++)

@@ -1,6 +1,6 @@
 /*
  * test_draft_weights.c: the model's draft weights (seer_model_params.draft_weights) on the
- * CPU. The copy holds, for every linear weight and the LM head, the bytes gguf_quant gives
+ * CPU. The copy holds, for every linear weight and the LM head, the bytes seer_gguf_quant gives
  * for its values; a forward call that asks for it computes near the model's logits but not
  * equal to them; greedy speculation whose draft steps multiply by it (every drafter that
  * reads the target, chains and trees, the hierarchy's middle level, auto's sparse views) stays
@@ -46,18 +46,18 @@ static seer_status load(const char *path, const char *dw, seer_model **m) {
     return seer_model_load(path, mp, m);
 }
 
-/* The weight's copy holds gguf_quant's bytes of the weight's values, row by row. */
+/* The weight's copy holds seer_gguf_quant's bytes of the weight's values, row by row. */
 static void assert_copy(const seer_weight *w, const seer_weight *d, ggml_type t, const char *what) {
     assert_int_equal(w->dtype, GGML_TYPE_F32);
     assert_int_equal(d->dtype, t);
     assert_true(d->owned && d->rows == w->rows && d->cols == w->cols && d->data != w->data);
     size_t nb = 0;
-    ASSERT_OK(ggml_nbytes(t, (uint64_t)w->rows * w->cols, &nb));
+    ASSERT_OK(seer_ggml_nbytes(t, (uint64_t)w->rows * w->cols, &nb));
     uint8_t *ref = malloc(nb);
     assert_non_null(ref);
-    ASSERT_OK(gguf_quant(t, w->data, ref, (uint64_t)w->rows * w->cols));
+    ASSERT_OK(seer_gguf_quant(t, w->data, ref, (uint64_t)w->rows * w->cols));
     if (memcmp(ref, d->data, nb))
-        fail_msg("%s: the %s copy is not gguf_quant's bytes", what, ggml_type_name(t));
+        fail_msg("%s: the %s copy is not seer_gguf_quant's bytes", what, seer_ggml_type_name(t));
     free(ref);
 }
 
@@ -86,7 +86,7 @@ static void test_copy_and_forward(void **state) {
             seer_model_get_footprint(m, &fp);
             assert_string_equal(fp.draft_weights, names[q]);
             /* 7 weights a layer and the head, whole blocks of 32 */
-            const uint64_t elems = fp.weight_elems, bb = (uint64_t)ggml_type_block_bytes(types[q]);
+            const uint64_t elems = fp.weight_elems, bb = (uint64_t)seer_ggml_type_block_bytes(types[q]);
             assert_true(fp.draft_weight_bytes == elems / 32 * bb);
 
             /* one call with the draft weights, one without, on two sequences of a context */

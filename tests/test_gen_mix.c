@@ -31,7 +31,7 @@ static seer_gen_params small_params(const char *dtype) {
 }
 
 static ggml_type type_of(const gguf_file *f, const char *name) {
-    const gguf_tensor *t = gguf_find_tensor(f, name);
+    const gguf_tensor *t = seer_gguf_find_tensor(f, name);
     if (!t)
         fail_msg("missing tensor %s", name);
     return t->type;
@@ -41,8 +41,8 @@ static ggml_type type_of(const gguf_file *f, const char *name) {
     do {                                                                                    \
         ggml_type got_ = type_of((f), (name));                                              \
         if (got_ != (want))                                                                 \
-            fail_msg("%s is %s, want %s", (name), ggml_type_name(got_),                     \
-                     ggml_type_name(want));                                                 \
+            fail_msg("%s is %s, want %s", (name), seer_ggml_type_name(got_),                     \
+                     seer_ggml_type_name(want));                                                 \
     } while (0)
 
 /* Checks every tensor of a file written with `base` as the mix's base type. more[l] says
@@ -58,14 +58,14 @@ typedef struct {
 static void check_types(const char *path, int n_layers, const bool *more, want_types w,
                         bool tied, int64_t file_type) {
     gguf_file *f = NULL;
-    ASSERT_OK(gguf_open(path, &f));
+    ASSERT_OK(seer_gguf_file_open(path, &f));
     int64_t ft = -1;
-    ASSERT_OK(gguf_get_i64(f, "general.file_type", &ft));
+    ASSERT_OK(seer_gguf_get_i64(f, "general.file_type", &ft));
     assert_int_equal(ft, file_type);
     EXPECT_TYPE(f, "token_embd.weight", w.embd);
     EXPECT_TYPE(f, "output_norm.weight", GGML_TYPE_F32);
     if (tied)
-        assert_null(gguf_find_tensor(f, "output.weight"));
+        assert_null(seer_gguf_find_tensor(f, "output.weight"));
     else
         EXPECT_TYPE(f, "output.weight", w.output);
     char n[64];
@@ -82,7 +82,7 @@ static void check_types(const char *path, int n_layers, const bool *more, want_t
         EXPECT_TYPE(f, AT("ffn_down.weight"), more[l] ? w.more_f : w.base_f);
 #undef AT
     }
-    gguf_close(f);
+    seer_gguf_file_close(f);
 }
 
 /* Greedy continuation of a fixed prompt and the logits of its last prompt token. */

@@ -21,7 +21,7 @@ static seer_status open_exact(const uint8_t *buf, size_t size, gguf_file **out) 
     uint8_t *copy = malloc(size ? size : 1);
     assert_non_null(copy);
     memcpy(copy, buf, size);
-    seer_status s = gguf_open_memory(copy, size, out);
+    seer_status s = seer_gguf_file_open_memory(copy, size, out);
     if (s != SEER_OK) {
         assert_null(*out);
         free(copy);
@@ -35,7 +35,7 @@ static void close_exact(gguf_file *f) {
     if (!f)
         return;
     void *base = (void *)f->base;
-    gguf_close(f);
+    seer_gguf_file_close(f);
     free(base);
 }
 
@@ -112,7 +112,7 @@ static raw one_tensor_file(const char *name, uint32_t n_dims, const uint64_t *ne
 }
 
 static const gguf_kv *must_kv(const gguf_file *f, const char *key) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const gguf_kv *kv = seer_gguf_find_kv(f, key);
     if (!kv)
         fail_msg("key %s missing", key);
     return kv;
@@ -144,68 +144,68 @@ static bool str_is(const gguf_value *v, const char *s) {
 
 /* Writer with every value type, nested arrays and three tensors. */
 static gguf_writer *make_rich_writer(void) {
-    gguf_writer *w = gguf_writer_init();
+    gguf_writer *w = seer_gguf_writer_init();
     assert_non_null(w);
     gguf_value v;
     v = val_u(GGUF_TYPE_UINT8, 250);
-    ASSERT_OK(gguf_writer_set_value(w, "t.u8", &v));
+    ASSERT_OK(seer_gguf_writer_set_value(w, "t.u8", &v));
     v = val_i(GGUF_TYPE_INT8, -120);
-    ASSERT_OK(gguf_writer_set_value(w, "t.i8", &v));
+    ASSERT_OK(seer_gguf_writer_set_value(w, "t.i8", &v));
     v = val_u(GGUF_TYPE_UINT16, 65000);
-    ASSERT_OK(gguf_writer_set_value(w, "t.u16", &v));
+    ASSERT_OK(seer_gguf_writer_set_value(w, "t.u16", &v));
     v = val_i(GGUF_TYPE_INT16, -32000);
-    ASSERT_OK(gguf_writer_set_value(w, "t.i16", &v));
-    gguf_writer_set_u32(w, "t.u32", 4000000000u);
-    gguf_writer_set_i32(w, "t.i32", -2000000000);
-    gguf_writer_set_f32(w, "t.f32", 0.15625f);
-    gguf_writer_set_bool(w, "t.bool", true);
-    gguf_writer_set_bool(w, "t.bool_false", false);
-    gguf_writer_set_str(w, "t.str", "h\xc3\xa9llo");
-    gguf_writer_set_str(w, "t.empty", "");
-    gguf_writer_set_u64(w, "t.u64", 0xfedcba9876543210ull);
+    ASSERT_OK(seer_gguf_writer_set_value(w, "t.i16", &v));
+    seer_gguf_writer_set_u32(w, "t.u32", 4000000000u);
+    seer_gguf_writer_set_i32(w, "t.i32", -2000000000);
+    seer_gguf_writer_set_f32(w, "t.f32", 0.15625f);
+    seer_gguf_writer_set_bool(w, "t.bool", true);
+    seer_gguf_writer_set_bool(w, "t.bool_false", false);
+    seer_gguf_writer_set_str(w, "t.str", "h\xc3\xa9llo");
+    seer_gguf_writer_set_str(w, "t.empty", "");
+    seer_gguf_writer_set_u64(w, "t.u64", 0xfedcba9876543210ull);
     v = val_i(GGUF_TYPE_INT64, INT64_MIN);
-    ASSERT_OK(gguf_writer_set_value(w, "t.i64", &v));
+    ASSERT_OK(seer_gguf_writer_set_value(w, "t.i64", &v));
     v = val_f(GGUF_TYPE_FLOAT64, 1.0 / 3.0);
-    ASSERT_OK(gguf_writer_set_value(w, "t.f64", &v));
+    ASSERT_OK(seer_gguf_writer_set_value(w, "t.f64", &v));
     const char *strs[] = {"a", "", "\xe2\x96\x81the"};
-    gguf_writer_set_arr_str(w, "t.arr_str", strs, 3);
+    seer_gguf_writer_set_arr_str(w, "t.arr_str", strs, 3);
     const float fs[] = {0.f, -1.5f, 3e38f, -0.0f};
-    gguf_writer_set_arr_f32(w, "t.arr_f32", fs, 4);
+    seer_gguf_writer_set_arr_f32(w, "t.arr_f32", fs, 4);
     const int32_t is[] = {1, -2, INT32_MAX, INT32_MIN, 6};
-    gguf_writer_set_arr_i32(w, "t.arr_i32", is, 5);
-    gguf_writer_set_arr_i32(w, "t.arr_empty", NULL, 0);
+    seer_gguf_writer_set_arr_i32(w, "t.arr_i32", is, 5);
+    seer_gguf_writer_set_arr_i32(w, "t.arr_empty", NULL, 0);
     /* [["x","yy"], [], ["zzz"]] */
     gguf_value s0[] = {val_s("x"), val_s("yy")}, s2[] = {val_s("zzz")};
     gguf_value outer[] = {val_arr(GGUF_TYPE_STRING, s0, 2), val_arr(GGUF_TYPE_STRING, NULL, 0),
                           val_arr(GGUF_TYPE_STRING, s2, 1)};
     v = val_arr(GGUF_TYPE_ARRAY, outer, 3);
-    ASSERT_OK(gguf_writer_set_value(w, "t.nested", &v));
+    ASSERT_OK(seer_gguf_writer_set_value(w, "t.nested", &v));
     gguf_value bools[] = {{.type = GGUF_TYPE_BOOL, .b = true}, {.type = GGUF_TYPE_BOOL, .b = 0}};
     v = val_arr(GGUF_TYPE_BOOL, bools, 2);
-    ASSERT_OK(gguf_writer_set_value(w, "t.arr_bool", &v));
+    ASSERT_OK(seer_gguf_writer_set_value(w, "t.arr_bool", &v));
     /* eight levels of arrays, the most the reader accepts */
     gguf_value lv[8];
     gguf_value leaf = val_u(GGUF_TYPE_UINT8, 42);
     lv[0] = val_arr(GGUF_TYPE_UINT8, &leaf, 1);
     for (int i = 1; i < 8; i++)
         lv[i] = val_arr(GGUF_TYPE_ARRAY, &lv[i - 1], 1);
-    ASSERT_OK(gguf_writer_set_value(w, "t.deep", &lv[7]));
+    ASSERT_OK(seer_gguf_writer_set_value(w, "t.deep", &lv[7]));
 
     float a[6] = {1, 2, 3, 4, 5, 6};
     uint64_t ne_a[2] = {3, 2};
-    ASSERT_OK(gguf_writer_add_tensor(w, "a", GGML_TYPE_F32, 2, ne_a, a));
+    ASSERT_OK(seer_gguf_writer_add_tensor(w, "a", GGML_TYPE_F32, 2, ne_a, a));
     uint16_t h[5];
     for (int i = 0; i < 5; i++)
         h[i] = seer_f32_to_f16((float)i - 2.f);
     uint64_t ne_h[1] = {5};
-    ASSERT_OK(gguf_writer_add_tensor(w, "b.half", GGML_TYPE_F16, 1, ne_h, h));
+    ASSERT_OK(seer_gguf_writer_add_tensor(w, "b.half", GGML_TYPE_F16, 1, ne_h, h));
     float q[64];
     for (int i = 0; i < 64; i++)
         q[i] = (float)(i - 32) / 8.f;
     uint8_t qb[68];
-    ASSERT_OK(gguf_quant(GGML_TYPE_Q8_0, q, qb, 64));
+    ASSERT_OK(seer_gguf_quant(GGML_TYPE_Q8_0, q, qb, 64));
     uint64_t ne_q[4] = {32, 1, 2, 1};
-    ASSERT_OK(gguf_writer_add_tensor(w, "c.q8", GGML_TYPE_Q8_0, 4, ne_q, qb));
+    ASSERT_OK(seer_gguf_writer_add_tensor(w, "c.q8", GGML_TYPE_Q8_0, 4, ne_q, qb));
     return w;
 }
 
@@ -232,24 +232,24 @@ static void check_rich_file(const gguf_file *f) {
     assert_true(must_kv(f, "t.f64")->val.f64 == 1.0 / 3.0);
 
     const gguf_value *arr;
-    ASSERT_OK(gguf_get_arr(f, "t.arr_str", GGUF_TYPE_STRING, &arr));
+    ASSERT_OK(seer_gguf_get_arr(f, "t.arr_str", GGUF_TYPE_STRING, &arr));
     assert_int_equal(arr->arr.n, 3);
     assert_true(str_is(&arr->arr.items[0], "a"));
     assert_true(str_is(&arr->arr.items[1], ""));
     assert_true(str_is(&arr->arr.items[2], "\xe2\x96\x81the"));
-    ASSERT_OK(gguf_get_arr(f, "t.arr_f32", GGUF_TYPE_FLOAT32, &arr));
+    ASSERT_OK(seer_gguf_get_arr(f, "t.arr_f32", GGUF_TYPE_FLOAT32, &arr));
     assert_int_equal(arr->arr.n, 4);
     assert_true(arr->arr.items[1].f64 == -1.5 && arr->arr.items[2].f64 == (double)3e38f);
     assert_true(signbit(arr->arr.items[3].f64));
-    ASSERT_OK(gguf_get_arr(f, "t.arr_i32", GGUF_TYPE_INT32, &arr));
+    ASSERT_OK(seer_gguf_get_arr(f, "t.arr_i32", GGUF_TYPE_INT32, &arr));
     assert_int_equal(arr->arr.n, 5);
     assert_true(arr->arr.items[2].i64 == INT32_MAX && arr->arr.items[3].i64 == INT32_MIN);
-    ASSERT_OK(gguf_get_arr(f, "t.arr_empty", GGUF_TYPE_INT32, &arr));
+    ASSERT_OK(seer_gguf_get_arr(f, "t.arr_empty", GGUF_TYPE_INT32, &arr));
     assert_int_equal(arr->arr.n, 0);
-    ASSERT_OK(gguf_get_arr(f, "t.arr_bool", GGUF_TYPE_BOOL, &arr));
+    ASSERT_OK(seer_gguf_get_arr(f, "t.arr_bool", GGUF_TYPE_BOOL, &arr));
     assert_true(arr->arr.items[0].b && !arr->arr.items[1].b);
 
-    ASSERT_OK(gguf_get_arr(f, "t.nested", GGUF_TYPE_ARRAY, &arr));
+    ASSERT_OK(seer_gguf_get_arr(f, "t.nested", GGUF_TYPE_ARRAY, &arr));
     assert_int_equal(arr->arr.n, 3);
     assert_int_equal(arr->arr.items[0].arr.type, GGUF_TYPE_STRING);
     assert_int_equal(arr->arr.items[0].arr.n, 2);
@@ -257,7 +257,7 @@ static void check_rich_file(const gguf_file *f) {
     assert_int_equal(arr->arr.items[1].arr.n, 0);
     assert_true(str_is(&arr->arr.items[2].arr.items[0], "zzz"));
 
-    ASSERT_OK(gguf_get_arr(f, "t.deep", GGUF_TYPE_COUNT, &arr));
+    ASSERT_OK(seer_gguf_get_arr(f, "t.deep", GGUF_TYPE_COUNT, &arr));
     const gguf_value *v = arr;
     for (int i = 0; i < 7; i++) {
         assert_int_equal(v->arr.type, GGUF_TYPE_ARRAY);
@@ -267,32 +267,32 @@ static void check_rich_file(const gguf_file *f) {
     assert_int_equal(v->arr.type, GGUF_TYPE_UINT8);
     assert_int_equal(v->arr.items[0].u64, 42);
 
-    const gguf_tensor *t = gguf_find_tensor(f, "a");
+    const gguf_tensor *t = seer_gguf_find_tensor(f, "a");
     assert_non_null(t);
     assert_int_equal(t->n_dims, 2);
     assert_true(t->ne[0] == 3 && t->ne[1] == 2 && t->ne[2] == 1 && t->ne[3] == 1);
     assert_int_equal(t->type, GGML_TYPE_F32);
     assert_int_equal(t->nbytes, 24);
     float got[64];
-    ASSERT_OK(gguf_tensor_dequant(t, got, 6));
+    ASSERT_OK(seer_gguf_tensor_dequant(t, got, 6));
     for (int i = 0; i < 6; i++)
         assert_true(got[i] == (float)(i + 1));
-    t = gguf_find_tensor(f, "b.half");
+    t = seer_gguf_find_tensor(f, "b.half");
     assert_non_null(t);
     assert_int_equal(t->nbytes, 10);
-    ASSERT_OK(gguf_tensor_dequant(t, got, 5));
+    ASSERT_OK(seer_gguf_tensor_dequant(t, got, 5));
     assert_true(got[0] == -2.f && got[4] == 2.f);
-    t = gguf_find_tensor(f, "c.q8");
+    t = seer_gguf_find_tensor(f, "c.q8");
     assert_non_null(t);
     assert_int_equal(t->n_dims, 4);
-    assert_int_equal(gguf_tensor_nelements(t), 64);
+    assert_int_equal(seer_gguf_tensor_nelements(t), 64);
     assert_int_equal(t->nbytes, 68);
-    ASSERT_OK(gguf_tensor_dequant(t, got, 64));
+    ASSERT_OK(seer_gguf_tensor_dequant(t, got, 64));
     for (int i = 0; i < 64; i++)
         assert_true(fabsf(got[i] - (float)(i - 32) / 8.f) < 0.02f);
-    assert_int_equal(gguf_tensor_dequant(t, got, 96), SEER_ERR_INVALID_ARG);
-    assert_null(gguf_find_tensor(f, "missing"));
-    assert_null(gguf_find_kv(f, "t.missing"));
+    assert_int_equal(seer_gguf_tensor_dequant(t, got, 96), SEER_ERR_INVALID_ARG);
+    assert_null(seer_gguf_find_tensor(f, "missing"));
+    assert_null(seer_gguf_find_kv(f, "t.missing"));
 
     /* layout: aligned data section, aligned offsets, pointers into the buffer */
     assert_int_equal(f->alignment, 32);
@@ -309,8 +309,8 @@ static void test_roundtrip_memory(void **state) {
     gguf_writer *w = make_rich_writer();
     uint8_t *buf;
     size_t size;
-    ASSERT_OK(gguf_writer_to_buffer(w, &buf, &size));
-    gguf_writer_free(w);
+    ASSERT_OK(seer_gguf_writer_to_buffer(w, &buf, &size));
+    seer_gguf_writer_free(w);
     gguf_file *f = NULL;
     ASSERT_OK(open_exact(buf, size, &f));
     assert_int_equal(f->version, 3);
@@ -324,11 +324,11 @@ static void test_roundtrip_file(void **state) {
     (void)state;
     gguf_writer *w = make_rich_writer();
     const char *path = tu_tmp_path("rich.gguf");
-    ASSERT_OK(gguf_writer_write(w, path));
+    ASSERT_OK(seer_gguf_writer_write(w, path));
     uint8_t *buf;
     size_t size;
-    ASSERT_OK(gguf_writer_to_buffer(w, &buf, &size));
-    gguf_writer_free(w);
+    ASSERT_OK(seer_gguf_writer_to_buffer(w, &buf, &size));
+    seer_gguf_writer_free(w);
     size_t fsize;
     uint8_t *fbuf = tu_read_file(path, &fsize);
     assert_non_null(fbuf);
@@ -337,11 +337,11 @@ static void test_roundtrip_file(void **state) {
     free(fbuf);
     free(buf);
     gguf_file *f = NULL;
-    ASSERT_OK(gguf_open(path, &f));
+    ASSERT_OK(seer_gguf_file_open(path, &f));
     assert_true(f->mapped);
     assert_int_equal(f->size, size);
     check_rich_file(f);
-    gguf_close(f);
+    seer_gguf_file_close(f);
 }
 
 /* Streaming: declared tensors filled at write time give the bytes of a writer that was
@@ -373,31 +373,31 @@ static void test_stream_write(void **state) {
     stream_data(0, a, sizeof a);
     stream_data(2, c, sizeof c);
     float b[7] = {1, 2, 3, 4, 5, 6, 7};
-    gguf_writer *full = gguf_writer_init(), *lazy = gguf_writer_init();
-    gguf_writer_set_u32(full, "k", 5);
-    gguf_writer_set_u32(lazy, "k", 5);
-    ASSERT_OK(gguf_writer_add_tensor(full, "a", GGML_TYPE_Q8_0, 2, ne_a, a));
-    ASSERT_OK(gguf_writer_add_tensor(full, "b", GGML_TYPE_F32, 1, ne_b, b));
-    ASSERT_OK(gguf_writer_add_tensor(full, "c", GGML_TYPE_Q4_K, 1, ne_c, c));
-    ASSERT_OK(gguf_writer_declare_tensor(lazy, "a", GGML_TYPE_Q8_0, 2, ne_a));
-    ASSERT_OK(gguf_writer_add_tensor(lazy, "b", GGML_TYPE_F32, 1, ne_b, b)); /* mixed */
-    ASSERT_OK(gguf_writer_declare_tensor(lazy, "c", GGML_TYPE_Q4_K, 1, ne_c));
-    assert_int_equal(gguf_writer_declare_tensor(lazy, "c", GGML_TYPE_F32, 1, ne_c),
+    gguf_writer *full = seer_gguf_writer_init(), *lazy = seer_gguf_writer_init();
+    seer_gguf_writer_set_u32(full, "k", 5);
+    seer_gguf_writer_set_u32(lazy, "k", 5);
+    ASSERT_OK(seer_gguf_writer_add_tensor(full, "a", GGML_TYPE_Q8_0, 2, ne_a, a));
+    ASSERT_OK(seer_gguf_writer_add_tensor(full, "b", GGML_TYPE_F32, 1, ne_b, b));
+    ASSERT_OK(seer_gguf_writer_add_tensor(full, "c", GGML_TYPE_Q4_K, 1, ne_c, c));
+    ASSERT_OK(seer_gguf_writer_declare_tensor(lazy, "a", GGML_TYPE_Q8_0, 2, ne_a));
+    ASSERT_OK(seer_gguf_writer_add_tensor(lazy, "b", GGML_TYPE_F32, 1, ne_b, b)); /* mixed */
+    ASSERT_OK(seer_gguf_writer_declare_tensor(lazy, "c", GGML_TYPE_Q4_K, 1, ne_c));
+    assert_int_equal(seer_gguf_writer_declare_tensor(lazy, "c", GGML_TYPE_F32, 1, ne_c),
                      SEER_ERR_INVALID_ARG); /* duplicate */
-    assert_int_equal(gguf_writer_declare_tensor(lazy, "d", GGML_TYPE_Q4_K, 1, ne_b),
+    assert_int_equal(seer_gguf_writer_declare_tensor(lazy, "d", GGML_TYPE_Q4_K, 1, ne_b),
                      SEER_ERR_INVALID_ARG); /* 7 is not a multiple of 256 */
-    assert_int_equal(gguf_writer_add_tensor(lazy, "e", GGML_TYPE_F32, 1, ne_b, NULL),
+    assert_int_equal(seer_gguf_writer_add_tensor(lazy, "e", GGML_TYPE_F32, 1, ne_b, NULL),
                      SEER_ERR_INVALID_ARG);
     const char *pf = tu_tmp_path("full.gguf"), *pl = tu_tmp_path("lazy.gguf");
-    ASSERT_OK(gguf_writer_write(full, pf));
+    ASSERT_OK(seer_gguf_writer_write(full, pf));
     /* declared tensors need the streaming call */
-    assert_int_equal(gguf_writer_write(lazy, pl), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_gguf_writer_write(lazy, pl), SEER_ERR_INVALID_ARG);
     uint8_t *buf;
     size_t size;
-    assert_int_equal(gguf_writer_to_buffer(lazy, &buf, &size), SEER_ERR_INVALID_ARG);
-    assert_int_equal(gguf_writer_write_stream(lazy, pl, NULL, NULL), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_gguf_writer_to_buffer(lazy, &buf, &size), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_gguf_writer_write_stream(lazy, pl, NULL, NULL), SEER_ERR_INVALID_ARG);
     stream_ctx sc = {.fail_at = SIZE_MAX};
-    ASSERT_OK(gguf_writer_write_stream(lazy, pl, stream_fill, &sc));
+    ASSERT_OK(seer_gguf_writer_write_stream(lazy, pl, stream_fill, &sc));
     assert_int_equal(sc.calls, 2);
     size_t nf, nl;
     uint8_t *bf = tu_read_file(pf, &nf), *bl = tu_read_file(pl, &nl);
@@ -407,12 +407,12 @@ static void test_stream_write(void **state) {
     free(bf);
     free(bl);
     sc = (stream_ctx){.fail_at = 2};
-    assert_int_equal(gguf_writer_write_stream(lazy, pl, stream_fill, &sc), SEER_ERR_OOM);
+    assert_int_equal(seer_gguf_writer_write_stream(lazy, pl, stream_fill, &sc), SEER_ERR_OOM);
     assert_non_null(strstr(seer_last_error(), "no bytes for c"));
     struct stat st;
     assert_int_not_equal(stat(pl, &st), 0); /* removed */
-    gguf_writer_free(full);
-    gguf_writer_free(lazy);
+    seer_gguf_writer_free(full);
+    seer_gguf_writer_free(lazy);
 }
 
 static void test_getters(void **state) {
@@ -420,94 +420,94 @@ static void test_getters(void **state) {
     gguf_writer *w = make_rich_writer();
     uint8_t *buf;
     size_t size;
-    ASSERT_OK(gguf_writer_to_buffer(w, &buf, &size));
-    gguf_writer_free(w);
+    ASSERT_OK(seer_gguf_writer_to_buffer(w, &buf, &size));
+    seer_gguf_writer_free(w);
     gguf_file *f = NULL;
     ASSERT_OK(open_exact(buf, size, &f));
 
     int64_t i = 0;
-    ASSERT_OK(gguf_get_i64(f, "t.u8", &i));
+    ASSERT_OK(seer_gguf_get_i64(f, "t.u8", &i));
     assert_int_equal(i, 250);
-    ASSERT_OK(gguf_get_i64(f, "t.i16", &i));
+    ASSERT_OK(seer_gguf_get_i64(f, "t.i16", &i));
     assert_int_equal(i, -32000);
-    ASSERT_OK(gguf_get_i64(f, "t.u32", &i));
+    ASSERT_OK(seer_gguf_get_i64(f, "t.u32", &i));
     assert_int_equal(i, 4000000000ll);
-    ASSERT_OK(gguf_get_i64(f, "t.i64", &i));
+    ASSERT_OK(seer_gguf_get_i64(f, "t.i64", &i));
     assert_true(i == INT64_MIN);
     i = 5;
-    assert_int_equal(gguf_get_i64(f, "t.u64", &i), SEER_ERR_FORMAT); /* > INT64_MAX */
+    assert_int_equal(seer_gguf_get_i64(f, "t.u64", &i), SEER_ERR_FORMAT); /* > INT64_MAX */
     assert_int_equal(i, 5);
-    assert_int_equal(gguf_get_i64(f, "t.str", &i), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_get_i64(f, "t.str", &i), SEER_ERR_FORMAT);
     assert_non_null(strstr(seer_last_error(), "t.str"));
-    assert_int_equal(gguf_get_i64(f, "t.f32", &i), SEER_ERR_FORMAT);
-    assert_int_equal(gguf_get_i64(f, "no.such.key", &i), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_get_i64(f, "t.f32", &i), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_get_i64(f, "no.such.key", &i), SEER_ERR_FORMAT);
     assert_non_null(strstr(seer_last_error(), "missing required metadata no.such.key"));
     assert_int_equal(i, 5);
-    ASSERT_OK(gguf_get_i64_opt(f, "no.such.key", 77, &i));
+    ASSERT_OK(seer_gguf_get_i64_opt(f, "no.such.key", 77, &i));
     assert_int_equal(i, 77);
-    assert_int_equal(gguf_get_i64_opt(f, "t.bool", 1, &i), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_get_i64_opt(f, "t.bool", 1, &i), SEER_ERR_FORMAT);
 
     float x = 0;
-    ASSERT_OK(gguf_get_f32(f, "t.f32", &x));
+    ASSERT_OK(seer_gguf_get_f32(f, "t.f32", &x));
     assert_true(x == 0.15625f);
-    ASSERT_OK(gguf_get_f32(f, "t.f64", &x));
+    ASSERT_OK(seer_gguf_get_f32(f, "t.f64", &x));
     assert_true(x == (float)(1.0 / 3.0));
-    ASSERT_OK(gguf_get_f32(f, "t.i16", &x));
+    ASSERT_OK(seer_gguf_get_f32(f, "t.i16", &x));
     assert_true(x == -32000.f);
-    assert_int_equal(gguf_get_f32(f, "t.arr_f32", &x), SEER_ERR_FORMAT);
-    assert_int_equal(gguf_get_f32(f, "nope", &x), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_get_f32(f, "t.arr_f32", &x), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_get_f32(f, "nope", &x), SEER_ERR_FORMAT);
     assert_non_null(strstr(seer_last_error(), "missing required metadata nope"));
-    ASSERT_OK(gguf_get_f32_opt(f, "nope", 2.5f, &x));
+    ASSERT_OK(seer_gguf_get_f32_opt(f, "nope", 2.5f, &x));
     assert_true(x == 2.5f);
-    assert_int_equal(gguf_get_f32_opt(f, "t.str", 2.5f, &x), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_get_f32_opt(f, "t.str", 2.5f, &x), SEER_ERR_FORMAT);
 
     bool b = false;
-    ASSERT_OK(gguf_get_bool_opt(f, "t.bool", false, &b));
+    ASSERT_OK(seer_gguf_get_bool_opt(f, "t.bool", false, &b));
     assert_true(b);
-    ASSERT_OK(gguf_get_bool_opt(f, "nope", true, &b));
+    ASSERT_OK(seer_gguf_get_bool_opt(f, "nope", true, &b));
     assert_true(b);
-    assert_int_equal(gguf_get_bool_opt(f, "t.u8", false, &b), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_get_bool_opt(f, "t.u8", false, &b), SEER_ERR_FORMAT);
 
     char s[16];
-    ASSERT_OK(gguf_get_str(f, "t.str", s, sizeof s));
+    ASSERT_OK(seer_gguf_get_str(f, "t.str", s, sizeof s));
     assert_string_equal(s, "h\xc3\xa9llo");
-    ASSERT_OK(gguf_get_str(f, "t.empty", s, sizeof s));
+    ASSERT_OK(seer_gguf_get_str(f, "t.empty", s, sizeof s));
     assert_string_equal(s, "");
     strcpy(s, "keep");
-    assert_int_equal(gguf_get_str(f, "t.str", s, 6), SEER_ERR_FORMAT); /* 6 bytes + NUL */
+    assert_int_equal(seer_gguf_get_str(f, "t.str", s, 6), SEER_ERR_FORMAT); /* 6 bytes + NUL */
     assert_string_equal(s, "keep");
-    ASSERT_OK(gguf_get_str(f, "t.str", s, 7));
-    assert_int_equal(gguf_get_str(f, "t.u32", s, sizeof s), SEER_ERR_FORMAT);
-    assert_int_equal(gguf_get_str(f, "nope", s, sizeof s), SEER_ERR_FORMAT);
+    ASSERT_OK(seer_gguf_get_str(f, "t.str", s, 7));
+    assert_int_equal(seer_gguf_get_str(f, "t.u32", s, sizeof s), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_get_str(f, "nope", s, sizeof s), SEER_ERR_FORMAT);
     assert_non_null(strstr(seer_last_error(), "missing required metadata nope"));
-    ASSERT_OK(gguf_get_str_opt(f, "nope", "dflt", s, sizeof s));
+    ASSERT_OK(seer_gguf_get_str_opt(f, "nope", "dflt", s, sizeof s));
     assert_string_equal(s, "dflt");
-    ASSERT_OK(gguf_get_str_opt(f, "t.str", "dflt", s, sizeof s));
+    ASSERT_OK(seer_gguf_get_str_opt(f, "t.str", "dflt", s, sizeof s));
     assert_string_equal(s, "h\xc3\xa9llo");
 
     const gguf_value *arr = NULL;
-    assert_int_equal(gguf_get_arr(f, "t.arr_f32", GGUF_TYPE_INT32, &arr), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_get_arr(f, "t.arr_f32", GGUF_TYPE_INT32, &arr), SEER_ERR_FORMAT);
     assert_non_null(strstr(seer_last_error(), "t.arr_f32"));
     assert_null(arr);
-    assert_int_equal(gguf_get_arr(f, "t.u8", GGUF_TYPE_COUNT, &arr), SEER_ERR_FORMAT);
-    assert_int_equal(gguf_get_arr(f, "nope", GGUF_TYPE_COUNT, &arr), SEER_ERR_FORMAT);
-    ASSERT_OK(gguf_get_arr(f, "t.arr_f32", GGUF_TYPE_COUNT, &arr));
+    assert_int_equal(seer_gguf_get_arr(f, "t.u8", GGUF_TYPE_COUNT, &arr), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_get_arr(f, "nope", GGUF_TYPE_COUNT, &arr), SEER_ERR_FORMAT);
+    ASSERT_OK(seer_gguf_get_arr(f, "t.arr_f32", GGUF_TYPE_COUNT, &arr));
     close_exact(f);
     free(buf);
 
     /* doubles beyond the f32 range: an error for the getter, inf when written as f32 */
-    w = gguf_writer_init();
+    w = seer_gguf_writer_init();
     gguf_value big = val_f(GGUF_TYPE_FLOAT64, 1e300);
-    ASSERT_OK(gguf_writer_set_value(w, "big", &big));
+    ASSERT_OK(seer_gguf_writer_set_value(w, "big", &big));
     big.type = GGUF_TYPE_FLOAT32;
-    ASSERT_OK(gguf_writer_set_value(w, "big32", &big));
-    ASSERT_OK(gguf_writer_to_buffer(w, &buf, &size));
-    gguf_writer_free(w);
+    ASSERT_OK(seer_gguf_writer_set_value(w, "big32", &big));
+    ASSERT_OK(seer_gguf_writer_to_buffer(w, &buf, &size));
+    seer_gguf_writer_free(w);
     ASSERT_OK(open_exact(buf, size, &f));
     x = 1.f;
-    assert_int_equal(gguf_get_f32(f, "big", &x), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_get_f32(f, "big", &x), SEER_ERR_FORMAT);
     assert_true(x == 1.f);
-    ASSERT_OK(gguf_get_f32(f, "big32", &x));
+    ASSERT_OK(seer_gguf_get_f32(f, "big32", &x));
     assert_true(isinf(x));
     close_exact(f);
     free(buf);
@@ -518,8 +518,8 @@ static void test_version2(void **state) {
     gguf_writer *w = make_rich_writer();
     uint8_t *buf;
     size_t size;
-    ASSERT_OK(gguf_writer_to_buffer(w, &buf, &size));
-    gguf_writer_free(w);
+    ASSERT_OK(seer_gguf_writer_to_buffer(w, &buf, &size));
+    seer_gguf_writer_free(w);
     /* v2 and v3 share the layout (v3 only added big-endian files) */
     buf[4] = 2;
     gguf_file *f = NULL;
@@ -541,21 +541,21 @@ static void test_version2(void **state) {
 }
 
 static void check_alignment(size_t align) {
-    gguf_writer *w = gguf_writer_init();
+    gguf_writer *w = seer_gguf_writer_init();
     if (align)
-        gguf_writer_set_u32(w, "general.alignment", (uint32_t)align);
-    gguf_writer_set_str(w, "k", "abc");
+        seer_gguf_writer_set_u32(w, "general.alignment", (uint32_t)align);
+    seer_gguf_writer_set_str(w, "k", "abc");
     uint8_t data[40];
     for (int i = 0; i < 40; i++)
         data[i] = (uint8_t)(i * 7);
     uint64_t ne1 = 5, ne2 = 3, ne3 = 10;
-    ASSERT_OK(gguf_writer_add_tensor(w, "x", GGML_TYPE_F16, 1, &ne1, data));
-    ASSERT_OK(gguf_writer_add_tensor(w, "y", GGML_TYPE_F32, 1, &ne2, data));
-    ASSERT_OK(gguf_writer_add_tensor(w, "z", GGML_TYPE_F32, 1, &ne3, data));
+    ASSERT_OK(seer_gguf_writer_add_tensor(w, "x", GGML_TYPE_F16, 1, &ne1, data));
+    ASSERT_OK(seer_gguf_writer_add_tensor(w, "y", GGML_TYPE_F32, 1, &ne2, data));
+    ASSERT_OK(seer_gguf_writer_add_tensor(w, "z", GGML_TYPE_F32, 1, &ne3, data));
     uint8_t *buf;
     size_t size;
-    ASSERT_OK(gguf_writer_to_buffer(w, &buf, &size));
-    gguf_writer_free(w);
+    ASSERT_OK(seer_gguf_writer_to_buffer(w, &buf, &size));
+    seer_gguf_writer_free(w);
     gguf_file *f = NULL;
     ASSERT_OK(open_exact(buf, size, &f));
     size_t a = align ? align : 32;
@@ -584,13 +584,13 @@ static void test_alignment(void **state) {
     /* writer refuses alignments the reader would refuse */
     const uint32_t bad[] = {48, 1, 2, 4};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        gguf_writer *w = gguf_writer_init();
-        gguf_writer_set_u32(w, "general.alignment", bad[i]);
+        gguf_writer *w = seer_gguf_writer_init();
+        seer_gguf_writer_set_u32(w, "general.alignment", bad[i]);
         uint8_t *buf;
         size_t size;
-        assert_int_equal(gguf_writer_to_buffer(w, &buf, &size), SEER_ERR_INVALID_ARG);
+        assert_int_equal(seer_gguf_writer_to_buffer(w, &buf, &size), SEER_ERR_INVALID_ARG);
         assert_non_null(strstr(seer_last_error(), "power of two"));
-        gguf_writer_free(w);
+        seer_gguf_writer_free(w);
     }
 }
 
@@ -680,46 +680,46 @@ static void test_escaped_messages(void **state) {
 static void test_stories260k(void **state) {
     (void)state;
     gguf_file *f = NULL;
-    ASSERT_OK(gguf_open(tu_data_path("models/stories260K.gguf"), &f));
+    ASSERT_OK(seer_gguf_file_open(tu_data_path("models/stories260K.gguf"), &f));
     assert_int_equal(f->version, 3);
     char s[64];
-    ASSERT_OK(gguf_get_str(f, "general.architecture", s, sizeof s));
+    ASSERT_OK(seer_gguf_get_str(f, "general.architecture", s, sizeof s));
     assert_string_equal(s, "llama");
     int64_t v;
-    ASSERT_OK(gguf_get_i64(f, "llama.embedding_length", &v));
+    ASSERT_OK(seer_gguf_get_i64(f, "llama.embedding_length", &v));
     assert_int_equal(v, 64);
-    ASSERT_OK(gguf_get_i64(f, "llama.block_count", &v));
+    ASSERT_OK(seer_gguf_get_i64(f, "llama.block_count", &v));
     assert_int_equal(v, 5);
-    ASSERT_OK(gguf_get_i64(f, "llama.attention.head_count_kv", &v));
+    ASSERT_OK(seer_gguf_get_i64(f, "llama.attention.head_count_kv", &v));
     assert_int_equal(v, 4);
     float eps;
-    ASSERT_OK(gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon", &eps));
+    ASSERT_OK(seer_gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon", &eps));
     assert_true(eps > 0.9e-5f && eps < 1.1e-5f);
     const gguf_value *tok;
-    ASSERT_OK(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tok));
+    ASSERT_OK(seer_gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tok));
     assert_int_equal(tok->arr.n, 512);
     assert_true(str_is(&tok->arr.items[1], "<s>"));
     const gguf_value *sc;
-    ASSERT_OK(gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, &sc));
+    ASSERT_OK(seer_gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, &sc));
     assert_int_equal(sc->arr.n, 512);
     bool add_bos = false;
-    ASSERT_OK(gguf_get_bool_opt(f, "tokenizer.ggml.add_bos_token", false, &add_bos));
+    ASSERT_OK(seer_gguf_get_bool_opt(f, "tokenizer.ggml.add_bos_token", false, &add_bos));
     assert_true(add_bos);
 
     assert_int_equal(f->n_tensors, 47);
-    const gguf_tensor *t = gguf_find_tensor(f, "token_embd.weight");
+    const gguf_tensor *t = seer_gguf_find_tensor(f, "token_embd.weight");
     assert_non_null(t);
     assert_int_equal(t->type, GGML_TYPE_F32);
     assert_true(t->ne[0] == 64 && t->ne[1] == 512);
-    assert_null(gguf_find_tensor(f, "output.weight")); /* tied */
-    t = gguf_find_tensor(f, "blk.4.ffn_down.weight");
+    assert_null(seer_gguf_find_tensor(f, "output.weight")); /* tied */
+    t = seer_gguf_find_tensor(f, "blk.4.ffn_down.weight");
     assert_non_null(t);
     assert_true(t->ne[0] == 172 && t->ne[1] == 64);
     float row[172];
-    ASSERT_OK(gguf_tensor_dequant(t, row, 172));
+    ASSERT_OK(seer_gguf_tensor_dequant(t, row, 172));
     for (int i = 0; i < 172; i++)
         assert_true(isfinite(row[i]) && fabsf(row[i]) < 10.f);
-    gguf_close(f);
+    seer_gguf_file_close(f);
 }
 
 /* ---- corrupt files, one test per class ------------------------------------------------ */
@@ -741,17 +741,17 @@ static void test_bad_magic_and_io(void **state) {
     free(r.p);
 
     f = (gguf_file *)0x1;
-    assert_int_equal(gguf_open(tu_tmp_path("does-not-exist.gguf"), &f), SEER_ERR_IO);
+    assert_int_equal(seer_gguf_file_open(tu_tmp_path("does-not-exist.gguf"), &f), SEER_ERR_IO);
     assert_null(f);
     assert_non_null(strstr(seer_last_error(), "does-not-exist.gguf"));
-    assert_int_equal(gguf_open("/tmp", &f), SEER_ERR_IO);
+    assert_int_equal(seer_gguf_file_open("/tmp", &f), SEER_ERR_IO);
     const char *empty = tu_tmp_path("empty.gguf");
     assert_int_equal(tu_write_file(empty, "", 0), 0);
-    assert_int_equal(gguf_open(empty, &f), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_file_open(empty, &f), SEER_ERR_FORMAT);
     assert_non_null(strstr(seer_last_error(), "empty.gguf"));
     const char *bad = tu_tmp_path("bad.gguf");
     assert_int_equal(tu_write_file(bad, "GGUF\x03\0\0\0\x01", 9), 0);
-    assert_int_equal(gguf_open(bad, &f), SEER_ERR_FORMAT);
+    assert_int_equal(seer_gguf_file_open(bad, &f), SEER_ERR_FORMAT);
     assert_non_null(strstr(seer_last_error(), "truncated"));
     assert_null(f);
 }
@@ -825,9 +825,9 @@ static void test_bad_arrays(void **state) {
     lv[0] = val_arr(GGUF_TYPE_UINT8, NULL, 0);
     for (int i = 1; i < 9; i++)
         lv[i] = val_arr(GGUF_TYPE_ARRAY, &lv[i - 1], 1);
-    gguf_writer *w = gguf_writer_init();
-    assert_int_equal(gguf_writer_set_value(w, "deep", &lv[8]), SEER_ERR_INVALID_ARG);
-    gguf_writer_free(w);
+    gguf_writer *w = seer_gguf_writer_init();
+    assert_int_equal(seer_gguf_writer_set_value(w, "deep", &lv[8]), SEER_ERR_INVALID_ARG);
+    seer_gguf_writer_free(w);
 }
 
 static void test_bad_strings(void **state) {
@@ -865,7 +865,7 @@ static void test_bad_strings(void **state) {
     raw_u8(&r, 9);
     gguf_file *f = NULL;
     ASSERT_OK(open_exact(r.p, r.n, &f));
-    assert_non_null(gguf_find_kv(f, "k\xff\xfe"));
+    assert_non_null(seer_gguf_find_kv(f, "k\xff\xfe"));
     close_exact(f);
     free(r.p);
 }
@@ -963,19 +963,19 @@ static void test_bad_types(void **state) {
         raw r = one_tensor_file("blk.0.ffn_up.weight", 2, kne, known[i], 0, 1024);
         gguf_file *f = NULL;
         ASSERT_OK(open_exact(r.p, r.n, &f));
-        const gguf_tensor *t = gguf_find_tensor(f, "blk.0.ffn_up.weight");
+        const gguf_tensor *t = seer_gguf_find_tensor(f, "blk.0.ffn_up.weight");
         assert_non_null(t);
         size_t nb;
-        ASSERT_OK(ggml_nbytes((ggml_type)known[i], 512, &nb));
+        ASSERT_OK(seer_ggml_nbytes((ggml_type)known[i], 512, &nb));
         assert_int_equal(t->nbytes, nb);
         float out[256];
-        assert_int_equal(gguf_tensor_dequant(t, out, 256), SEER_ERR_UNSUPPORTED);
+        assert_int_equal(seer_gguf_tensor_dequant(t, out, 256), SEER_ERR_UNSUPPORTED);
         char want[96];
         snprintf(want, sizeof want, "unsupported tensor type %s (%u) in tensor blk.0.ffn_up.weight",
-                 ggml_type_name((ggml_type)known[i]), known[i]);
+                 seer_ggml_type_name((ggml_type)known[i]), known[i]);
         if (!strstr(seer_last_error(), want))
             fail_msg("message \"%s\" lacks \"%s\"", seer_last_error(), want);
-        assert_int_equal(gguf_dequant(t->type, t->data, out, 256), SEER_ERR_UNSUPPORTED);
+        assert_int_equal(seer_gguf_dequant(t->type, t->data, out, 256), SEER_ERR_UNSUPPORTED);
         close_exact(f);
         free(r.p);
     }
@@ -1043,29 +1043,29 @@ static void test_bad_offsets(void **state) {
 /* A small file whose last tensor ends exactly at the end of the file, so that every
  * truncation removes something the reader needs. */
 static void make_small_file(uint8_t **buf, size_t *size) {
-    gguf_writer *w = gguf_writer_init();
-    gguf_writer_set_str(w, "general.architecture", "llama");
-    gguf_writer_set_u32(w, "llama.block_count", 1);
+    gguf_writer *w = seer_gguf_writer_init();
+    seer_gguf_writer_set_str(w, "general.architecture", "llama");
+    seer_gguf_writer_set_u32(w, "llama.block_count", 1);
     const char *toks[] = {"<unk>", "a", "bc"};
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    seer_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
     const float sc[] = {0, -1, -2};
-    gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", sc, 3);
+    seer_gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", sc, 3);
     gguf_value inner[] = {val_s("x")};
     gguf_value outer[] = {val_arr(GGUF_TYPE_STRING, inner, 1)};
     gguf_value v = val_arr(GGUF_TYPE_ARRAY, outer, 1);
-    ASSERT_OK(gguf_writer_set_value(w, "nested", &v));
-    gguf_writer_set_bool(w, "flag", true);
+    ASSERT_OK(seer_gguf_writer_set_value(w, "nested", &v));
+    seer_gguf_writer_set_bool(w, "flag", true);
     float d[16];
     for (int i = 0; i < 16; i++)
         d[i] = (float)i;
     uint64_t ne_a[2] = {4, 2}, ne_b = 32;
-    ASSERT_OK(gguf_writer_add_tensor(w, "a", GGML_TYPE_F32, 2, ne_a, d));
+    ASSERT_OK(seer_gguf_writer_add_tensor(w, "a", GGML_TYPE_F32, 2, ne_a, d));
     uint8_t q[34] = {0};
-    ASSERT_OK(gguf_writer_add_tensor(w, "b", GGML_TYPE_Q8_0, 1, &ne_b, q));
+    ASSERT_OK(seer_gguf_writer_add_tensor(w, "b", GGML_TYPE_Q8_0, 1, &ne_b, q));
     uint64_t ne_c = 8;
-    ASSERT_OK(gguf_writer_add_tensor(w, "c", GGML_TYPE_F32, 1, &ne_c, d));
-    ASSERT_OK(gguf_writer_to_buffer(w, buf, size));
-    gguf_writer_free(w);
+    ASSERT_OK(seer_gguf_writer_add_tensor(w, "c", GGML_TYPE_F32, 1, &ne_c, d));
+    ASSERT_OK(seer_gguf_writer_to_buffer(w, buf, size));
+    seer_gguf_writer_free(w);
 }
 
 static void test_truncation_everywhere(void **state) {
@@ -1127,31 +1127,31 @@ static void test_byte_flips(void **state) {
 
 static void test_writer_errors(void **state) {
     (void)state;
-    gguf_writer *w = gguf_writer_init();
+    gguf_writer *w = seer_gguf_writer_init();
     float d[64] = {0};
     uint64_t ne[2] = {32, 2};
-    ASSERT_OK(gguf_writer_add_tensor(w, "x", GGML_TYPE_F32, 2, ne, d));
-    assert_int_equal(gguf_writer_add_tensor(w, "x", GGML_TYPE_F32, 2, ne, d),
+    ASSERT_OK(seer_gguf_writer_add_tensor(w, "x", GGML_TYPE_F32, 2, ne, d));
+    assert_int_equal(seer_gguf_writer_add_tensor(w, "x", GGML_TYPE_F32, 2, ne, d),
                      SEER_ERR_INVALID_ARG);
     assert_non_null(strstr(seer_last_error(), "duplicate"));
-    assert_int_equal(gguf_writer_add_tensor(w, "y", GGML_TYPE_F32, 0, ne, d),
+    assert_int_equal(seer_gguf_writer_add_tensor(w, "y", GGML_TYPE_F32, 0, ne, d),
                      SEER_ERR_INVALID_ARG);
-    assert_int_equal(gguf_writer_add_tensor(w, "y", GGML_TYPE_F32, 5, ne, d),
+    assert_int_equal(seer_gguf_writer_add_tensor(w, "y", GGML_TYPE_F32, 5, ne, d),
                      SEER_ERR_INVALID_ARG);
     uint64_t odd[1] = {33};
-    assert_int_equal(gguf_writer_add_tensor(w, "y", GGML_TYPE_Q4_0, 1, odd, d),
+    assert_int_equal(seer_gguf_writer_add_tensor(w, "y", GGML_TYPE_Q4_0, 1, odd, d),
                      SEER_ERR_INVALID_ARG);
-    assert_int_equal(gguf_writer_add_tensor(w, "y", (ggml_type)20, 1, ne, d),
+    assert_int_equal(seer_gguf_writer_add_tensor(w, "y", (ggml_type)20, 1, ne, d),
                      SEER_ERR_UNSUPPORTED);
     uint64_t zero[1] = {0};
-    assert_int_equal(gguf_writer_add_tensor(w, "y", GGML_TYPE_F32, 1, zero, d),
+    assert_int_equal(seer_gguf_writer_add_tensor(w, "y", GGML_TYPE_F32, 1, zero, d),
                      SEER_ERR_INVALID_ARG);
     /* setting a key twice keeps one entry with the last value */
-    gguf_writer_set_u32(w, "k", 1);
-    gguf_writer_set_str(w, "k", "two");
+    seer_gguf_writer_set_u32(w, "k", 1);
+    seer_gguf_writer_set_str(w, "k", "two");
     uint8_t *buf;
     size_t size;
-    ASSERT_OK(gguf_writer_to_buffer(w, &buf, &size));
+    ASSERT_OK(seer_gguf_writer_to_buffer(w, &buf, &size));
     gguf_file *f = NULL;
     ASSERT_OK(open_exact(buf, size, &f));
     assert_int_equal(f->n_kv, 1);
@@ -1159,46 +1159,46 @@ static void test_writer_errors(void **state) {
     assert_int_equal(f->n_tensors, 1);
     close_exact(f);
     free(buf);
-    assert_int_equal(gguf_writer_write(w, "/nonexistent-dir/x.gguf"), SEER_ERR_IO);
+    assert_int_equal(seer_gguf_writer_write(w, "/nonexistent-dir/x.gguf"), SEER_ERR_IO);
     /* a failed void setter is reported by write */
-    gguf_writer_set_str(w, NULL, "v");
-    assert_int_equal(gguf_writer_to_buffer(w, &buf, &size), SEER_ERR_INVALID_ARG);
-    assert_int_equal(gguf_writer_write(w, tu_tmp_path("never.gguf")), SEER_ERR_INVALID_ARG);
+    seer_gguf_writer_set_str(w, NULL, "v");
+    assert_int_equal(seer_gguf_writer_to_buffer(w, &buf, &size), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_gguf_writer_write(w, tu_tmp_path("never.gguf")), SEER_ERR_INVALID_ARG);
     struct stat st;
     assert_int_not_equal(stat(tu_tmp_path("never.gguf"), &st), 0);
-    gguf_writer_free(w);
+    seer_gguf_writer_free(w);
 
-    w = gguf_writer_init();
+    w = seer_gguf_writer_init();
     gguf_value bad = val_arr(GGUF_TYPE_UINT32, NULL, 0);
     gguf_value items[2] = {val_u(GGUF_TYPE_UINT32, 1), val_i(GGUF_TYPE_INT32, 2)};
     bad.arr.items = items;
     bad.arr.n = 2;
-    assert_int_equal(gguf_writer_set_value(w, "mixed", &bad), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_gguf_writer_set_value(w, "mixed", &bad), SEER_ERR_INVALID_ARG);
     gguf_value t13 = {.type = (gguf_type)13};
-    assert_int_equal(gguf_writer_set_value(w, "t13", &t13), SEER_ERR_INVALID_ARG);
-    ASSERT_OK(gguf_writer_to_buffer(w, &buf, &size)); /* the returning setter records nothing */
+    assert_int_equal(seer_gguf_writer_set_value(w, "t13", &t13), SEER_ERR_INVALID_ARG);
+    ASSERT_OK(seer_gguf_writer_to_buffer(w, &buf, &size)); /* the returning setter records nothing */
     free(buf);
-    gguf_writer_free(w);
-    gguf_writer_free(NULL);
+    seer_gguf_writer_free(w);
+    seer_gguf_writer_free(NULL);
 }
 
 /* ---- the random-model generator ------------------------------------------------------- */
 
 static void expect_tensor(const gguf_file *f, const char *name, ggml_type type, uint64_t ne0,
                           uint64_t ne1) {
-    const gguf_tensor *t = gguf_find_tensor(f, name);
+    const gguf_tensor *t = seer_gguf_find_tensor(f, name);
     if (!t)
         fail_msg("tensor %s missing", name);
     if (t->type != type || t->ne[0] != ne0 || t->ne[1] != ne1 || t->n_dims != (ne1 > 1 ? 2 : 1))
         fail_msg("tensor %s: type %s [%llu, %llu], expected %s [%llu, %llu]", name,
-                 ggml_type_name(t->type), (unsigned long long)t->ne[0],
-                 (unsigned long long)t->ne[1], ggml_type_name(type), (unsigned long long)ne0,
+                 seer_ggml_type_name(t->type), (unsigned long long)t->ne[0],
+                 (unsigned long long)t->ne[1], seer_ggml_type_name(type), (unsigned long long)ne0,
                  (unsigned long long)ne1);
 }
 
 static int64_t get_i(const gguf_file *f, const char *key) {
     int64_t v = -1;
-    ASSERT_OK(gguf_get_i64(f, key, &v));
+    ASSERT_OK(seer_gguf_get_i64(f, key, &v));
     return v;
 }
 
@@ -1219,12 +1219,12 @@ static bool vocab_has(const gguf_value *tok, const char *s, size_t n) {
 
 static void check_vocab(const gguf_file *f, int n_vocab) {
     char s[32];
-    ASSERT_OK(gguf_get_str(f, "tokenizer.ggml.model", s, sizeof s));
+    ASSERT_OK(seer_gguf_get_str(f, "tokenizer.ggml.model", s, sizeof s));
     assert_string_equal(s, "llama");
     const gguf_value *tok, *sc, *ty;
-    ASSERT_OK(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tok));
-    ASSERT_OK(gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, &sc));
-    ASSERT_OK(gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, &ty));
+    ASSERT_OK(seer_gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tok));
+    ASSERT_OK(seer_gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, &sc));
+    ASSERT_OK(seer_gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, &ty));
     assert_int_equal(tok->arr.n, (uint64_t)n_vocab);
     assert_int_equal(sc->arr.n, (uint64_t)n_vocab);
     assert_int_equal(ty->arr.n, (uint64_t)n_vocab);
@@ -1269,11 +1269,11 @@ static void check_vocab(const gguf_file *f, int n_vocab) {
 
 static void check_generated(const seer_gen_params *p, const char *path) {
     gguf_file *f = NULL;
-    ASSERT_OK(gguf_open(path, &f));
+    ASSERT_OK(seer_gguf_file_open(path, &f));
     char s[64], key[128];
-    ASSERT_OK(gguf_get_str(f, "general.architecture", s, sizeof s));
+    ASSERT_OK(seer_gguf_get_str(f, "general.architecture", s, sizeof s));
     assert_string_equal(s, p->arch);
-    ASSERT_OK(gguf_get_str(f, "general.name", s, sizeof s));
+    ASSERT_OK(seer_gguf_get_str(f, "general.name", s, sizeof s));
     int hd = p->head_dim ? p->head_dim : p->dim / p->n_heads;
     const char *a = p->arch;
 #define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
@@ -1289,9 +1289,9 @@ static void check_generated(const seer_gen_params *p, const char *path) {
     assert_int_equal(must_kv(f, KEY("context_length"))->val.type, GGUF_TYPE_UINT32);
     assert_int_equal(must_kv(f, KEY("rope.freq_base"))->val.type, GGUF_TYPE_FLOAT32);
     float x;
-    ASSERT_OK(gguf_get_f32(f, KEY("rope.freq_base"), &x));
+    ASSERT_OK(seer_gguf_get_f32(f, KEY("rope.freq_base"), &x));
     assert_true(x == p->rope_base);
-    ASSERT_OK(gguf_get_f32(f, KEY("attention.layer_norm_rms_epsilon"), &x));
+    ASSERT_OK(seer_gguf_get_f32(f, KEY("attention.layer_norm_rms_epsilon"), &x));
     assert_true(x == p->norm_eps);
 #undef KEY
     check_vocab(f, p->n_vocab);
@@ -1313,7 +1313,7 @@ static void check_generated(const seer_gen_params *p, const char *path) {
     expect_tensor(f, "token_embd.weight", wt, D, V);
     expect_tensor(f, "output_norm.weight", GGML_TYPE_F32, D, 1);
     if (p->tied)
-        assert_null(gguf_find_tensor(f, "output.weight"));
+        assert_null(seer_gguf_find_tensor(f, "output.weight"));
     else
         expect_tensor(f, "output.weight", wt, D, V);
     char name[64];
@@ -1335,17 +1335,17 @@ static void check_generated(const seer_gen_params *p, const char *path) {
             T("attn_v.bias", GGML_TYPE_F32, KD, 1);
         } else {
             snprintf(name, sizeof name, "blk.%d.attn_q.bias", l);
-            assert_null(gguf_find_tensor(f, name));
+            assert_null(seer_gguf_find_tensor(f, name));
         }
 #undef T
     }
 
     /* weights: roughly the requested spread; norms near 1 */
-    const gguf_tensor *t = gguf_find_tensor(f, "blk.0.ffn_down.weight");
-    size_t n = (size_t)gguf_tensor_nelements(t);
+    const gguf_tensor *t = seer_gguf_find_tensor(f, "blk.0.ffn_down.weight");
+    size_t n = (size_t)seer_gguf_tensor_nelements(t);
     float *w = malloc(n * sizeof(float));
     assert_non_null(w);
-    ASSERT_OK(gguf_tensor_dequant(t, w, n));
+    ASSERT_OK(seer_gguf_tensor_dequant(t, w, n));
     double ss = 0;
     for (size_t i = 0; i < n; i++)
         ss += (double)w[i] * w[i];
@@ -1354,12 +1354,12 @@ static void check_generated(const seer_gen_params *p, const char *path) {
     if (fabs(got - want) > 0.15 * want)
         fail_msg("std %g, expected about %g", got, want);
     free(w);
-    t = gguf_find_tensor(f, "blk.0.attn_norm.weight");
+    t = seer_gguf_find_tensor(f, "blk.0.attn_norm.weight");
     float nw[4096];
-    ASSERT_OK(gguf_tensor_dequant(t, nw, D));
+    ASSERT_OK(seer_gguf_tensor_dequant(t, nw, D));
     for (uint64_t i = 0; i < D; i++)
         assert_true(nw[i] >= 0.9f && nw[i] <= 1.1f);
-    gguf_close(f);
+    seer_gguf_file_close(f);
 }
 
 static void test_gen_model_variants(void **state) {

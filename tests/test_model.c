@@ -111,7 +111,7 @@ typedef struct {
 } naive;
 
 static float *deq(const gguf_file *f, const char *name, bool required) {
-    const gguf_tensor *t = gguf_find_tensor(f, name);
+    const gguf_tensor *t = seer_gguf_find_tensor(f, name);
     if (!t) {
         if (required)
             fail_msg("missing %s", name);
@@ -119,16 +119,16 @@ static float *deq(const gguf_file *f, const char *name, bool required) {
     }
     uint64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
     float *x = malloc(n * sizeof *x);
-    ASSERT_OK(gguf_dequant(t->type, t->data, x, n));
+    ASSERT_OK(seer_gguf_dequant(t->type, t->data, x, n));
     return x;
 }
 
 static void naive_init(naive *nv, const char *path, const seer_model *m, int maxlen) {
     gguf_file *f;
-    ASSERT_OK(gguf_open(path, &f));
+    ASSERT_OK(seer_gguf_file_open(path, &f));
     seer_model_get_info(m, &nv->in);
     nv->emb = deq(f, "token_embd.weight", true);
-    nv->out = gguf_find_tensor(f, "output.weight") ? deq(f, "output.weight", true) : NULL;
+    nv->out = seer_gguf_find_tensor(f, "output.weight") ? deq(f, "output.weight", true) : NULL;
     nv->onorm = deq(f, "output_norm.weight", true);
     char n[64];
     for (int l = 0; l < nv->in.n_layers; l++) {
@@ -140,7 +140,7 @@ static void naive_init(naive *nv, const char *path, const seer_model *m, int max
         W(bq, "attn_q.bias", false); W(bk, "attn_k.bias", false); W(bv, "attn_v.bias", false);
 #undef W
     }
-    gguf_close(f);
+    seer_gguf_file_close(f);
     int kvd = nv->in.n_kv_heads * nv->in.head_dim;
     nv->maxlen = maxlen;
     nv->K = calloc((size_t)nv->in.n_layers * maxlen * kvd, sizeof(float));

@@ -3,7 +3,7 @@
  * to nothing, or rewritten in place with other bytes, under a loaded model: generation still
  * gives the same greedy ids and the tokenizer the same tokens, without a fault (the weights
  * were a mapping of the file, and a truncated file's pages faulted with SIGBUS). Also the
- * reader's own side: a gguf_open file read after its file changed, and gguf_drop_tensor_data.
+ * reader's own side: a seer_gguf_file_open file read after its file changed, and seer_gguf_drop_tensor_data.
  * Not for the GGUF format itself (test_gguf.c).
  */
 #include "testutil.h"
@@ -86,19 +86,19 @@ static void test_gguf_copy_and_drop(void **state) {
     size_t size;
     const char *path = copy_model("reader.gguf", &size);
     gguf_file *f = NULL;
-    ASSERT_OK(gguf_open(path, &f));
+    ASSERT_OK(seer_gguf_file_open(path, &f));
     assert_int_equal(truncate(path, 0), 0);
-    const gguf_tensor *t = gguf_find_tensor(f, "token_embd.weight");
+    const gguf_tensor *t = seer_gguf_find_tensor(f, "token_embd.weight");
     assert_non_null(t);
     float *v = malloc(64 * sizeof *v);
     assert_non_null(v);
-    ASSERT_OK(gguf_tensor_dequant(t, v, 64)); /* the bytes of a file that no longer has them */
+    ASSERT_OK(seer_gguf_tensor_dequant(t, v, 64)); /* the bytes of a file that no longer has them */
     float sum = 0;
     for (int i = 0; i < 64; i++)
         sum += v[i] * v[i];
     assert_true(sum > 0);
     char arch[64];
-    ASSERT_OK(gguf_get_str(f, "general.architecture", arch, sizeof arch));
+    ASSERT_OK(seer_gguf_get_str(f, "general.architecture", arch, sizeof arch));
     assert_string_equal(arch, "llama");
 
     /* the tensor bytes given back: metadata stays readable, tensors read as zeros */
@@ -106,9 +106,9 @@ static void test_gguf_copy_and_drop(void **state) {
     for (uint64_t i = 0; i < f->n_tensors; i++)
         if (!big || f->tensors[i].nbytes > big->nbytes)
             big = &f->tensors[i];
-    gguf_drop_tensor_data(f);
+    seer_gguf_drop_tensor_data(f);
     assert_true(f->data_dropped);
-    ASSERT_OK(gguf_get_str(f, "general.architecture", arch, sizeof arch));
+    ASSERT_OK(seer_gguf_get_str(f, "general.architecture", arch, sizeof arch));
     assert_string_equal(arch, "llama");
     const uint8_t *b = big->data;
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -116,7 +116,7 @@ static void test_gguf_copy_and_drop(void **state) {
     for (size_t i = page; i + page < big->nbytes; i++) /* whole pages inside the tensor */
         if (b[i])
             fail_msg("byte %zu of %s is %d after the data was dropped", i, big->name, b[i]);
-    gguf_close(f);
+    seer_gguf_file_close(f);
     free(v);
     unlink(path);
 }

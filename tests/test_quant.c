@@ -42,31 +42,31 @@ static void test_type_table(void **state) {
         {GGML_TYPE_Q8_K, "q8_K", 256, 292, false},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        assert_string_equal(ggml_type_name(want[i].t), want[i].name);
-        assert_int_equal(ggml_type_block_elems(want[i].t), want[i].blk);
-        assert_int_equal(ggml_type_block_bytes(want[i].t), want[i].bytes);
-        assert_int_equal(ggml_type_supported(want[i].t), want[i].sup);
+        assert_string_equal(seer_ggml_type_name(want[i].t), want[i].name);
+        assert_int_equal(seer_ggml_type_block_elems(want[i].t), want[i].blk);
+        assert_int_equal(seer_ggml_type_block_bytes(want[i].t), want[i].bytes);
+        assert_int_equal(seer_ggml_type_supported(want[i].t), want[i].sup);
     }
     /* 4 and 5 were removed from ggml; 16+ are formats we do not know the size of */
     ggml_type unknown[] = {(ggml_type)4, (ggml_type)5, (ggml_type)16, (ggml_type)39,
                            (ggml_type)40, (ggml_type)-1};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
-        assert_int_equal(ggml_type_block_elems(unknown[i]), 0);
-        assert_int_equal(ggml_type_block_bytes(unknown[i]), 0);
-        assert_false(ggml_type_supported(unknown[i]));
+        assert_int_equal(seer_ggml_type_block_elems(unknown[i]), 0);
+        assert_int_equal(seer_ggml_type_block_bytes(unknown[i]), 0);
+        assert_false(seer_ggml_type_supported(unknown[i]));
     }
-    assert_string_equal(ggml_type_name((ggml_type)16), "type16");
+    assert_string_equal(seer_ggml_type_name((ggml_type)16), "type16");
 
     size_t nb = 0;
-    ASSERT_OK(ggml_nbytes(GGML_TYPE_Q4_K, 512, &nb));
+    ASSERT_OK(seer_ggml_nbytes(GGML_TYPE_Q4_K, 512, &nb));
     assert_int_equal(nb, 288);
-    ASSERT_OK(ggml_nbytes(GGML_TYPE_F16, 3, &nb));
+    ASSERT_OK(seer_ggml_nbytes(GGML_TYPE_F16, 3, &nb));
     assert_int_equal(nb, 6);
     nb = 77;
-    assert_int_equal(ggml_nbytes(GGML_TYPE_Q8_0, 33, &nb), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_ggml_nbytes(GGML_TYPE_Q8_0, 33, &nb), SEER_ERR_INVALID_ARG);
     assert_int_equal(nb, 77);
-    assert_int_equal(ggml_nbytes((ggml_type)20, 32, &nb), SEER_ERR_UNSUPPORTED);
-    assert_int_equal(ggml_nbytes(GGML_TYPE_Q8_K, UINT64_MAX / 256 * 256, &nb),
+    assert_int_equal(seer_ggml_nbytes((ggml_type)20, 32, &nb), SEER_ERR_UNSUPPORTED);
+    assert_int_equal(seer_ggml_nbytes(GGML_TYPE_Q8_K, UINT64_MAX / 256 * 256, &nb),
                      SEER_ERR_INVALID_ARG); /* 2^56 blocks of 292 bytes */
 }
 
@@ -159,7 +159,7 @@ static void test_dequant_f32_f16_bf16(void **state) {
     (void)state;
     float y[4];
     const float xf[4] = {1.5f, -0.0f, 1e-40f, -3e38f};
-    ASSERT_OK(gguf_dequant(GGML_TYPE_F32, xf, y, 4));
+    ASSERT_OK(seer_gguf_dequant(GGML_TYPE_F32, xf, y, 4));
     assert_memory_equal(y, xf, sizeof xf);
 
     uint8_t h[8];
@@ -167,20 +167,20 @@ static void test_dequant_f32_f16_bf16(void **state) {
     put16(h + 2, 0xb800);
     put16(h + 4, 0x0001);
     put16(h + 6, 0xfc00);
-    ASSERT_OK(gguf_dequant(GGML_TYPE_F16, h, y, 4));
+    ASSERT_OK(seer_gguf_dequant(GGML_TYPE_F16, h, y, 4));
     assert_true(y[0] == 1.0f && y[1] == -0.5f && y[2] == 0x1p-24f && isinf(y[3]) && y[3] < 0);
 
     put16(h, 0x3f80);
     put16(h + 2, 0xbf00);
     put16(h + 4, 0x4049);
     put16(h + 6, 0x7f80);
-    ASSERT_OK(gguf_dequant(GGML_TYPE_BF16, h, y, 4));
+    ASSERT_OK(seer_gguf_dequant(GGML_TYPE_BF16, h, y, 4));
     assert_true(y[0] == 1.0f && y[1] == -0.5f && y[2] == 3.140625f && isinf(y[3]));
 
     /* sources inside a file need not be aligned */
     uint8_t un[9] = {0xff};
     memcpy(un + 1, xf, 8);
-    ASSERT_OK(gguf_dequant(GGML_TYPE_F32, un + 1, y, 2));
+    ASSERT_OK(seer_gguf_dequant(GGML_TYPE_F32, un + 1, y, 2));
     assert_true(y[0] == 1.5f);
 }
 
@@ -196,7 +196,7 @@ static void test_dequant_q8_0(void **state) {
     for (int j = 0; j < 32; j++)
         b[36 + j] = (uint8_t)(int8_t)(j % 2 ? 1 : -1);
     float y[64];
-    ASSERT_OK(gguf_dequant(GGML_TYPE_Q8_0, b, y, 64));
+    ASSERT_OK(seer_gguf_dequant(GGML_TYPE_Q8_0, b, y, 64));
     assert_true(y[0] == -64.0f);
     assert_true(y[1] == -7.5f);
     assert_true(y[16] == 0.0f);
@@ -215,7 +215,7 @@ static void test_dequant_q4_0(void **state) {
     for (int j = 0; j < 16; j++)
         b[2 + j] = (uint8_t)(j | ((15 - j) << 4));
     float y[32];
-    ASSERT_OK(gguf_dequant(GGML_TYPE_Q4_0, b, y, 32));
+    ASSERT_OK(seer_gguf_dequant(GGML_TYPE_Q4_0, b, y, 32));
     for (int j = 0; j < 16; j++) {
         assert_true(y[j] == (float)((j - 8) * 2));
         assert_true(y[j + 16] == (float)((7 - j) * 2));
@@ -231,7 +231,7 @@ static void test_dequant_q4_1(void **state) {
     for (int j = 0; j < 16; j++)
         b[4 + j] = (uint8_t)(j | ((15 - j) << 4));
     float y[32];
-    ASSERT_OK(gguf_dequant(GGML_TYPE_Q4_1, b, y, 32));
+    ASSERT_OK(seer_gguf_dequant(GGML_TYPE_Q4_1, b, y, 32));
     for (int j = 0; j < 16; j++) {
         assert_true(y[j] == j * 0.25f - 1.0f);
         assert_true(y[j + 16] == (15 - j) * 0.25f - 1.0f);
@@ -247,10 +247,10 @@ static void test_quant_hand_blocks(void **state) {
         x[j] = (float)((j % 9) - 4) * 0.5f; /* -2 .. 2 */
     x[5] = 4.0f;
     uint8_t b[20];
-    ASSERT_OK(gguf_quant(GGML_TYPE_Q4_0, x, b, 32));
+    ASSERT_OK(seer_gguf_quant(GGML_TYPE_Q4_0, x, b, 32));
     assert_int_equal(b[0] | (b[1] << 8), 0xb800); /* d = -0.5 */
     assert_int_equal(b[2 + 5] & 0x0f, 0);         /* x[5] = (0 - 8) * -0.5 */
-    ASSERT_OK(gguf_dequant(GGML_TYPE_Q4_0, b, y, 32));
+    ASSERT_OK(seer_gguf_dequant(GGML_TYPE_Q4_0, b, y, 32));
     for (int j = 0; j < 32; j++) /* all values are multiples of d: exact */
         assert_true(x[j] == y[j]);
 }
@@ -261,7 +261,7 @@ static void test_quant_q8_0_bytes(void **state) {
     for (int j = 0; j < 32; j++)
         x[j] = (float)(j - 16); /* amax 16: d = 16/127, codes round(x * 127/16) */
     uint8_t b[34];
-    ASSERT_OK(gguf_quant(GGML_TYPE_Q8_0, x, b, 32));
+    ASSERT_OK(seer_gguf_quant(GGML_TYPE_Q8_0, x, b, 32));
     assert_int_equal(b[0] | (b[1] << 8), seer_f32_to_f16(16.0f / 127.0f));
     assert_int_equal((int8_t)b[2 + 0], -127); /* -16 */
     assert_int_equal((int8_t)b[2 + 16], 0);
@@ -274,7 +274,7 @@ static void test_quant_q8_0_bytes(void **state) {
     for (int j = 0; j < 32; j++)
         x[j] = -1.0f + 0.2f * (float)(j % 16);
     uint8_t c[20];
-    ASSERT_OK(gguf_quant(GGML_TYPE_Q4_1, x, c, 32));
+    ASSERT_OK(seer_gguf_quant(GGML_TYPE_Q4_1, x, c, 32));
     assert_int_equal(c[0] | (c[1] << 8), seer_f32_to_f16(0.2f));
     assert_int_equal(c[2] | (c[3] << 8), 0xbc00);
     for (int j = 0; j < 16; j++) {
@@ -284,8 +284,8 @@ static void test_quant_q8_0_bytes(void **state) {
 
     /* all-zero blocks get d = 0 and dequantise to zeros */
     float z[32] = {0}, y[32];
-    ASSERT_OK(gguf_quant(GGML_TYPE_Q4_0, z, b, 32));
-    ASSERT_OK(gguf_dequant(GGML_TYPE_Q4_0, b, y, 32));
+    ASSERT_OK(seer_gguf_quant(GGML_TYPE_Q4_0, z, b, 32));
+    ASSERT_OK(seer_gguf_dequant(GGML_TYPE_Q4_0, b, y, 32));
     for (int j = 0; j < 32; j++)
         assert_true(y[j] == 0.0f);
 }
@@ -304,8 +304,8 @@ static void check_roundtrip(ggml_type t, size_t n, uint64_t seed) {
     uint64_t s = seed;
     for (size_t i = 0; i < n; i++) /* per-block magnitudes from 1e-3 to 1e3 */
         x[i] = tu_rand_uniform(&s) * powf(10.f, (float)((i / 32) % 7) - 3.f);
-    ASSERT_OK(gguf_quant(t, x, q, n));
-    ASSERT_OK(gguf_dequant(t, q, y, n));
+    ASSERT_OK(seer_gguf_quant(t, x, q, n));
+    ASSERT_OK(seer_gguf_dequant(t, q, y, n));
     for (size_t b0 = 0; b0 < n; b0 += 32) {
         float amax = 0, mn = x[b0], mx = x[b0];
         for (size_t i = b0; i < b0 + 32; i++) {
@@ -326,7 +326,7 @@ static void check_roundtrip(ggml_type t, size_t n, uint64_t seed) {
             default: bound = 0; break;
             }
             if (err > bound * 1.0001)
-                fail_msg("%s element %zu: %g -> %g, error %g > bound %g", ggml_type_name(t), i,
+                fail_msg("%s element %zu: %g -> %g, error %g > bound %g", seer_ggml_type_name(t), i,
                          (double)x[i], (double)y[i], err, bound);
         }
     }
@@ -344,7 +344,7 @@ static void test_roundtrip_bounds(void **state) {
     float x[64], y[64];
     uint64_t s = 7;
     tu_fill_random(x, 64, &s);
-    ASSERT_OK(gguf_quant(GGML_TYPE_F32, x, y, 64));
+    ASSERT_OK(seer_gguf_quant(GGML_TYPE_F32, x, y, 64));
     assert_memory_equal(x, y, sizeof x);
 }
 
@@ -353,22 +353,22 @@ static void test_quant_errors(void **state) {
     float x[64] = {0};
     uint8_t q[256];
     float y[64];
-    assert_int_equal(gguf_quant(GGML_TYPE_Q8_0, x, q, 31), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_gguf_quant(GGML_TYPE_Q8_0, x, q, 31), SEER_ERR_INVALID_ARG);
     assert_non_null(strstr(seer_last_error(), "block size"));
-    assert_int_equal(gguf_dequant(GGML_TYPE_Q4_1, q, y, 48), SEER_ERR_INVALID_ARG);
-    assert_int_equal(gguf_quant(GGML_TYPE_Q3_K, x, q, 256), SEER_ERR_UNSUPPORTED);
-    assert_int_equal(gguf_dequant(GGML_TYPE_Q3_K, q, y, 0), SEER_ERR_UNSUPPORTED);
+    assert_int_equal(seer_gguf_dequant(GGML_TYPE_Q4_1, q, y, 48), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_gguf_quant(GGML_TYPE_Q3_K, x, q, 256), SEER_ERR_UNSUPPORTED);
+    assert_int_equal(seer_gguf_dequant(GGML_TYPE_Q3_K, q, y, 0), SEER_ERR_UNSUPPORTED);
     assert_non_null(strstr(seer_last_error(), "q3_K"));
-    assert_int_equal(gguf_dequant((ggml_type)77, q, y, 1), SEER_ERR_UNSUPPORTED);
+    assert_int_equal(seer_gguf_dequant((ggml_type)77, q, y, 1), SEER_ERR_UNSUPPORTED);
     assert_non_null(strstr(seer_last_error(), "77"));
     x[3] = NAN;
-    assert_int_equal(gguf_quant(GGML_TYPE_Q4_0, x, q, 32), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_gguf_quant(GGML_TYPE_Q4_0, x, q, 32), SEER_ERR_INVALID_ARG);
     assert_non_null(strstr(seer_last_error(), "index 3"));
     x[3] = INFINITY;
-    assert_int_equal(gguf_quant(GGML_TYPE_Q8_0, x, q, 32), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_gguf_quant(GGML_TYPE_Q8_0, x, q, 32), SEER_ERR_INVALID_ARG);
     /* the float formats carry non-finite values */
-    ASSERT_OK(gguf_quant(GGML_TYPE_F16, x, q, 32));
-    ASSERT_OK(gguf_quant(GGML_TYPE_BF16, x, q, 32));
+    ASSERT_OK(seer_gguf_quant(GGML_TYPE_F16, x, q, 32));
+    ASSERT_OK(seer_gguf_quant(GGML_TYPE_BF16, x, q, 32));
 }
 
 int main(void) {

@@ -92,16 +92,16 @@ static void test_reference_bytes(void **state) {
         if (!want)
             fail_msg("cannot read %s", path);
         size_t nbytes = 0;
-        ASSERT_OK(ggml_nbytes(k_cases[k].t, IN_ROWS * IN_COLS, &nbytes));
+        ASSERT_OK(seer_ggml_nbytes(k_cases[k].t, IN_ROWS * IN_COLS, &nbytes));
         assert_int_equal(size, nbytes);
         uint8_t *got = malloc(nbytes);
         assert_non_null(got);
-        ASSERT_OK(gguf_quant(k_cases[k].t, x, got, IN_ROWS * IN_COLS));
-        int bb = ggml_type_block_bytes(k_cases[k].t);
+        ASSERT_OK(seer_gguf_quant(k_cases[k].t, x, got, IN_ROWS * IN_COLS));
+        int bb = seer_ggml_type_block_bytes(k_cases[k].t);
         for (size_t i = 0; i < nbytes; i++)
             if (got[i] != want[i])
                 fail_msg("%s: byte %zu (block %zu, offset %zu) is %u, ggml wrote %u",
-                         ggml_type_name(k_cases[k].t), i, i / (size_t)bb, i % (size_t)bb,
+                         seer_ggml_type_name(k_cases[k].t), i, i / (size_t)bb, i % (size_t)bb,
                          got[i], want[i]);
         free(got);
         free(want);
@@ -119,9 +119,9 @@ static void test_blockwise(void **state) {
     make_inputs(x);
     for (size_t k = 0; k < sizeof k_cases / sizeof *k_cases; k++) {
         ggml_type t = k_cases[k].t;
-        int be = ggml_type_block_elems(t), bb = ggml_type_block_bytes(t);
+        int be = seer_ggml_type_block_elems(t), bb = seer_ggml_type_block_bytes(t);
         int nb = IN_ROWS * IN_COLS / be;
-        ASSERT_OK(gguf_quant(t, x, all, (uint64_t)IN_ROWS * IN_COLS));
+        ASSERT_OK(seer_gguf_quant(t, x, all, (uint64_t)IN_ROWS * IN_COLS));
         for (int b = 0; b < nb; b++)
             ASSERT_OK(seer_quant_k(t, x + (size_t)b * be, one + (size_t)b * bb, (uint64_t)be));
         assert_memory_equal(all, one, (size_t)nb * bb);
@@ -144,8 +144,8 @@ static void test_round_trip(void **state) {
             uint64_t s = 7 + (uint64_t)si;
             for (int i = 0; i < N; i++)
                 x[i] = (in_unif(&s) + in_unif(&s) + in_unif(&s) + in_unif(&s)) * scales[si];
-            ASSERT_OK(gguf_quant(t, x, q, N));
-            ASSERT_OK(gguf_dequant(t, q, y, N));
+            ASSERT_OK(seer_gguf_quant(t, x, q, N));
+            ASSERT_OK(seer_gguf_dequant(t, q, y, N));
             double se = 0, sx = 0;
             for (int i = 0; i < N; i++) {
                 se += (double)(y[i] - x[i]) * (y[i] - x[i]);
@@ -154,12 +154,12 @@ static void test_round_trip(void **state) {
             double rel = sqrt(se / sx);
             if (!(rel < k_cases[k].rms_tol))
                 fail_msg("%s at scale %g: relative rms error %.4f, tolerance %.3f",
-                         ggml_type_name(t), (double)scales[si], rel, k_cases[k].rms_tol);
+                         seer_ggml_type_name(t), (double)scales[si], rel, k_cases[k].rms_tol);
         }
         /* zeros stay zero exactly */
         memset(x, 0, sizeof(float) * 1024);
-        ASSERT_OK(gguf_quant(t, x, q, 1024));
-        ASSERT_OK(gguf_dequant(t, q, y, 1024));
+        ASSERT_OK(seer_gguf_quant(t, x, q, 1024));
+        ASSERT_OK(seer_gguf_dequant(t, q, y, 1024));
         for (int i = 0; i < 1024; i++)
             assert_true(y[i] == 0.f);
     }
@@ -174,19 +174,19 @@ static void test_bad_input(void **state) {
     uint8_t q[256];
     for (size_t k = 0; k < sizeof k_cases / sizeof *k_cases; k++) {
         ggml_type t = k_cases[k].t;
-        int be = ggml_type_block_elems(t);
-        assert_int_equal(gguf_quant(t, x, q, (uint64_t)be + 1), SEER_ERR_INVALID_ARG);
+        int be = seer_ggml_type_block_elems(t);
+        assert_int_equal(seer_gguf_quant(t, x, q, (uint64_t)be + 1), SEER_ERR_INVALID_ARG);
         x[be - 1] = NAN;
-        assert_int_equal(gguf_quant(t, x, q, (uint64_t)be), SEER_ERR_INVALID_ARG);
+        assert_int_equal(seer_gguf_quant(t, x, q, (uint64_t)be), SEER_ERR_INVALID_ARG);
         x[be - 1] = INFINITY;
-        assert_int_equal(gguf_quant(t, x, q, (uint64_t)be), SEER_ERR_INVALID_ARG);
+        assert_int_equal(seer_gguf_quant(t, x, q, (uint64_t)be), SEER_ERR_INVALID_ARG);
         x[be - 1] = 0;
         assert_int_equal(seer_quant_k(t, NULL, q, (uint64_t)be), SEER_ERR_INVALID_ARG);
         ASSERT_OK(seer_quant_k(t, NULL, NULL, 0));
     }
     assert_false(seer_quant_k_supported(GGML_TYPE_Q8_0));
     assert_int_equal(seer_quant_k(GGML_TYPE_Q3_K, x, q, 256), SEER_ERR_UNSUPPORTED);
-    assert_int_equal(gguf_quant(GGML_TYPE_Q3_K, x, q, 256), SEER_ERR_UNSUPPORTED);
+    assert_int_equal(seer_gguf_quant(GGML_TYPE_Q3_K, x, q, 256), SEER_ERR_UNSUPPORTED);
 }
 
 int main(void) {

@@ -104,10 +104,10 @@ static char *detok_all(const seer_vocab *v, const int32_t *ids, size_t n, size_t
 
 static seer_vocab *load_stories(void) {
     gguf_file *f = NULL;
-    ASSERT_OK(gguf_open(tu_data_path("models/stories260K.gguf"), &f));
+    ASSERT_OK(seer_gguf_file_open(tu_data_path("models/stories260K.gguf"), &f));
     seer_vocab *v = NULL;
     ASSERT_OK(seer_vocab_load(f, &v));
-    gguf_close(f); /* the vocabulary must not point into the mapping */
+    seer_gguf_file_close(f); /* the vocabulary must not point into the mapping */
     return v;
 }
 
@@ -897,12 +897,12 @@ static void test_fuzz_bytes(void **state) {
 static seer_status load_from_writer(gguf_writer *w, seer_vocab **out) {
     uint8_t *buf = NULL;
     size_t size = 0;
-    ASSERT_OK(gguf_writer_to_buffer(w, &buf, &size));
-    gguf_writer_free(w);
+    ASSERT_OK(seer_gguf_writer_to_buffer(w, &buf, &size));
+    seer_gguf_writer_free(w);
     gguf_file *f = NULL;
-    ASSERT_OK(gguf_open_memory(buf, size, &f));
+    ASSERT_OK(seer_gguf_file_open_memory(buf, size, &f));
     seer_status s = seer_vocab_load(f, out);
-    gguf_close(f);
+    seer_gguf_file_close(f);
     free(buf);
     return s;
 }
@@ -910,10 +910,10 @@ static seer_status load_from_writer(gguf_writer *w, seer_vocab **out) {
 static gguf_writer *tiny_writer(const char *model) {
     static const char *const texts[] = {"<unk>", "<s>", "</s>", "<0x41>", SP "hi",
                                         "h",     "i",   SP,     "hi"};
-    gguf_writer *w = gguf_writer_init();
+    gguf_writer *w = seer_gguf_writer_init();
     if (model)
-        gguf_writer_set_str(w, "tokenizer.ggml.model", model);
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", texts, 9);
+        seer_gguf_writer_set_str(w, "tokenizer.ggml.model", model);
+    seer_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", texts, 9);
     return w;
 }
 
@@ -933,12 +933,12 @@ static void test_gguf_load(void **state) {
     gguf_writer *w = tiny_writer("llama");
     float scores[9] = {0, 0, 0, 0, -1, -2, -2, -3, -1.5f};
     int32_t types[9] = {2, 3, 3, 6, 1, 1, 1, 1, 1};
-    gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores, 9);
-    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, 9);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
-    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 80);
-    gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", false);
-    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    seer_gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores, 9);
+    seer_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, 9);
+    seer_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
+    seer_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 80);
+    seer_gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    seer_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
     ASSERT_OK(load_from_writer(w, &v));
     assert_int_equal(seer_vocab_bos(v), 2);
     assert_int_equal(seer_vocab_eos(v), -1);
@@ -958,35 +958,35 @@ static void test_gguf_load(void **state) {
     assert_int_equal(load_from_writer(tiny_writer(NULL), &v), SEER_ERR_FORMAT);
     assert_non_null(strstr(seer_last_error(), "tokenizer.ggml.model"));
 
-    w = gguf_writer_init();
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    w = seer_gguf_writer_init();
+    seer_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     assert_int_not_equal(load_from_writer(w, &v), SEER_OK); /* no tokens */
     assert_null(v);
 
     w = tiny_writer("llama");
-    gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores, 8);
+    seer_gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores, 8);
     assert_int_equal(load_from_writer(w, &v), SEER_ERR_FORMAT);
     assert_non_null(strstr(seer_last_error(), "scores"));
 
     w = tiny_writer("llama");
-    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, 7);
+    seer_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, 7);
     assert_int_equal(load_from_writer(w, &v), SEER_ERR_FORMAT);
 
     w = tiny_writer("llama");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.scores", (const char *const[]){"x"}, 1);
+    seer_gguf_writer_set_arr_str(w, "tokenizer.ggml.scores", (const char *const[]){"x"}, 1);
     assert_int_not_equal(load_from_writer(w, &v), SEER_OK);
 
     w = tiny_writer("llama");
-    gguf_writer_set_str(w, "tokenizer.ggml.bos_token_id", "one");
+    seer_gguf_writer_set_str(w, "tokenizer.ggml.bos_token_id", "one");
     assert_int_not_equal(load_from_writer(w, &v), SEER_OK);
     assert_null(v);
 
     /* Odd but harmless: unknown token types count as normal, empty texts are never found. */
-    w = gguf_writer_init();
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const[]){"", "x", "", SP},
+    w = seer_gguf_writer_init();
+    seer_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    seer_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const[]){"", "x", "", SP},
                             4);
-    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", (const int32_t[]){1, 99, -3, 1}, 4);
+    seer_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", (const int32_t[]){1, 99, -3, 1}, 4);
     ASSERT_OK(load_from_writer(w, &v));
     assert_int_equal(seer_vocab_type(v, 1), SEER_TOKEN_NORMAL);
     assert_int_equal(seer_vocab_find(v, "", 0), -1);
@@ -1000,13 +1000,13 @@ static void test_gguf_corrupt(void **state) {
     gguf_writer *w = tiny_writer("llama");
     float scores[9] = {0, 0, 0, 0, -1, -2, -2, -3, -1.5f};
     int32_t types[9] = {2, 3, 3, 6, 1, 1, 1, 1, 4};
-    gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores, 9);
-    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, 9);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    seer_gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores, 9);
+    seer_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, 9);
+    seer_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
     uint8_t *orig = NULL;
     size_t size = 0;
-    ASSERT_OK(gguf_writer_to_buffer(w, &orig, &size));
-    gguf_writer_free(w);
+    ASSERT_OK(seer_gguf_writer_to_buffer(w, &orig, &size));
+    seer_gguf_writer_free(w);
     uint8_t *buf = malloc(size);
     uint64_t rng = 4242;
     int n_loaded = 0;
@@ -1018,11 +1018,11 @@ static void test_gguf_corrupt(void **state) {
             buf[r % size] = (uint8_t)(r >> 32);
         }
         gguf_file *f = NULL;
-        if (gguf_open_memory(buf, size, &f) != SEER_OK)
+        if (seer_gguf_file_open_memory(buf, size, &f) != SEER_OK)
             continue;
         seer_vocab *v = NULL;
         seer_status s = seer_vocab_load(f, &v);
-        gguf_close(f);
+        seer_gguf_file_close(f);
         if (s != SEER_OK) {
             assert_null(v);
             assert_true(seer_last_error()[0] != 0);

@@ -188,7 +188,7 @@ typedef struct {
                                      seer_weight_split split, seer_weight *out);
     void (*weight_free)(seer_backend *be, seer_weight *w);
     /* A new owned weight of w's shape (and segments) whose rows are w's rows quantised to
-     * dtype (Q8_0 or Q4_0) by ggml's reference rule, gguf_quant's: the same bytes as gguf_quant
+     * dtype (Q8_0 or Q4_0) by ggml's reference rule, seer_gguf_quant's: the same bytes as seer_gguf_quant
      * of w's values gives, held as weight_load holds a stored tensor of that type. w is f32 or
      * bf16 (SEER_ERR_UNSUPPORTED for other dtypes). May be NULL: the backend cannot. */
     seer_status (*weight_quantize)(seer_backend *be, const seer_weight *w, int dtype, seer_weight *out);

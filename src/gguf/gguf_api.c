@@ -15,12 +15,12 @@ seer_status seer_gguf_open(const char *path, seer_gguf **out) {
     gguf_file *f;
     *out = NULL;
     SEER_CHECK_ARG(path);
-    SEER_TRY(gguf_open_mapped(path, &f)); /* metadata only: no need to read the weights */
+    SEER_TRY(seer_gguf_file_open_mapped(path, &f)); /* metadata only: no need to read the weights */
     *out = (seer_gguf *)f; /* seer_gguf is a gguf_file seen from outside */
     return SEER_OK;
 }
 
-void seer_gguf_close(seer_gguf *g) { gguf_close((gguf_file *)g); }
+void seer_gguf_close(seer_gguf *g) { seer_gguf_file_close((gguf_file *)g); }
 int seer_gguf_version(const seer_gguf *g) { return g ? (int)g->f.version : 0; }
 int seer_gguf_n_kv(const seer_gguf *g) { return g ? (int)g->f.n_kv : 0; }
 int seer_gguf_n_tensors(const seer_gguf *g) { return g ? (int)g->f.n_tensors : 0; }
@@ -93,7 +93,7 @@ void seer_gguf_tensor(const seer_gguf *g, int i, seer_tensor_info *out) {
         return;
     const gguf_tensor *t = &g->f.tensors[i];
     out->name = t->name;
-    out->type = ggml_type_name(t->type);
+    out->type = seer_ggml_type_name(t->type);
     out->n_dims = t->n_dims;
     memcpy(out->ne, t->ne, sizeof out->ne);
     out->nbytes = t->nbytes;

@@ -4,7 +4,7 @@
  * The parser trusts nothing in the file: every read checks the bytes left, every count is
  * compared with what the remaining bytes could hold before anything is allocated, and all
  * tensor geometry is checked (types, sizes, alignment, bounds, overlaps) before a data
- * pointer is handed out. Decoded metadata lives in one arena freed by gguf_close.
+ * pointer is handed out. Decoded metadata lives in one arena freed by seer_gguf_file_close.
  * Tensor types whose block size is unknown fail at open; known types without a dequantiser
  * (q5_0, the K-quants, ...) open, and fail when dequantised.
  * Not for: interpreting the metadata (src/model/, src/tokenizer/).
@@ -342,11 +342,11 @@ static seer_status read_kvs(reader *r, gguf_file *f, gguf_internal *in) {
 
 static seer_status read_alignment(gguf_file *f) {
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
-    const gguf_kv *kv = gguf_find_kv(f, "general.alignment");
+    const gguf_kv *kv = seer_gguf_find_kv(f, "general.alignment");
     if (!kv)
         return SEER_OK;
     int64_t a;
-    SEER_TRY(gguf_get_i64(f, "general.alignment", &a));
+    SEER_TRY(seer_gguf_get_i64(f, "general.alignment", &a));
     /* The GGUF spec asks for a multiple of 8; below that, tensor data would start at
      * offsets where f32 and f16 loads are misaligned. */
     if (a < GGUF_MIN_ALIGNMENT || a > (int64_t)GGUF_MAX_ALIGNMENT || (a & (a - 1)))
@@ -385,18 +385,18 @@ static seer_status read_tensor_info(reader *r, gguf_file *f, gguf_tensor *t, uin
     uint32_t type;
     SEER_TRY(rd_u32(r, &type, "tensor type"));
     SEER_TRY(rd_u64(r, &t->offset, "tensor offset"));
-    if (type >= GGML_TYPE_COUNT || ggml_type_block_elems((ggml_type)type) == 0)
+    if (type >= GGML_TYPE_COUNT || seer_ggml_type_block_elems((ggml_type)type) == 0)
         return seer_err(SEER_ERR_UNSUPPORTED,
                         "unsupported tensor type %u in tensor %.200s (unknown block size)",
                         type, t->name);
     t->type = (ggml_type)type;
-    uint64_t blk = (uint64_t)ggml_type_block_elems(t->type);
+    uint64_t blk = (uint64_t)seer_ggml_type_block_elems(t->type);
     if (t->ne[0] % blk)
         return seer_err(SEER_ERR_FORMAT,
                         "tensor %.200s: ne[0] = %llu is not a multiple of the %s block size %llu",
-                        t->name, (unsigned long long)t->ne[0], ggml_type_name(t->type),
+                        t->name, (unsigned long long)t->ne[0], seer_ggml_type_name(t->type),
                         (unsigned long long)blk);
-    uint64_t bytes = (uint64_t)ggml_type_block_bytes(t->type);
+    uint64_t bytes = (uint64_t)seer_ggml_type_block_bytes(t->type);
     if (n / blk > SIZE_MAX / bytes)
         return seer_err(SEER_ERR_FORMAT, "tensor %.200s has absurd dimensions (size overflow)",
                         t->name);
@@ -509,9 +509,9 @@ static seer_status parse(const uint8_t *data, size_t size, bool mapped, gguf_fil
     return SEER_OK;
 }
 
-seer_status gguf_open_memory(const void *data, size_t size, gguf_file **out) {
+seer_status seer_gguf_file_open_memory(const void *data, size_t size, gguf_file **out) {
     if (!out || (!data && size))
-        return seer_err(SEER_ERR_INVALID_ARG, "gguf_open_memory: NULL argument");
+        return seer_err(SEER_ERR_INVALID_ARG, "seer_gguf_file_open_memory: NULL argument");
     *out = NULL;
     return parse(data ? data : "", size, false, out);
 }
@@ -554,7 +554,7 @@ static seer_status read_private(int fd, const char *path, size_t size, const uin
 
 static seer_status open_file(const char *path, bool copy, gguf_file **out) {
     if (!path || !out)
-        return seer_err(SEER_ERR_INVALID_ARG, "gguf_open: NULL argument");
+        return seer_err(SEER_ERR_INVALID_ARG, "seer_gguf_file_open: NULL argument");
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -583,7 +583,7 @@ static seer_status open_file(const char *path, bool copy, gguf_file **out) {
         }
     } else if (size) {
         /* a file truncated by someone else while mapped faults on access (SIGBUS): only for
-         * a short look at the metadata (gguf_open_mapped) */
+         * a short look at the metadata (seer_gguf_file_open_mapped) */
         void *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
             int e = errno;
@@ -604,13 +604,13 @@ static seer_status open_file(const char *path, bool copy, gguf_file **out) {
     return SEER_OK;
 }
 
-seer_status gguf_open(const char *path, gguf_file **out) { return open_file(path, true, out); }
+seer_status seer_gguf_file_open(const char *path, gguf_file **out) { return open_file(path, true, out); }
 
-seer_status gguf_open_mapped(const char *path, gguf_file **out) {
+seer_status seer_gguf_file_open_mapped(const char *path, gguf_file **out) {
     return open_file(path, false, out);
 }
 
-void gguf_drop_tensor_data(gguf_file *f) {
+void seer_gguf_drop_tensor_data(gguf_file *f) {
     if (!f || !f->mapped || f->data_dropped)
         return;
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -621,7 +621,7 @@ void gguf_drop_tensor_data(gguf_file *f) {
         f->data_dropped = true;
 }
 
-void gguf_close(gguf_file *f) {
+void seer_gguf_file_close(gguf_file *f) {
     if (!f)
         return;
     if (f->mapped)
@@ -632,7 +632,7 @@ void gguf_close(gguf_file *f) {
 
 /* ---- lookups and getters ------------------------------------------------------------- */
 
-const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {
+const gguf_kv *seer_gguf_find_kv(const gguf_file *f, const char *key) {
     if (!f || !key)
         return NULL;
     const gguf_internal *in = f->arena;
@@ -640,7 +640,7 @@ const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {
     return i == SIZE_MAX ? NULL : &f->kv[i];
 }
 
-const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
+const gguf_tensor *seer_gguf_find_tensor(const gguf_file *f, const char *name) {
     if (!f || !name)
         return NULL;
     const gguf_internal *in = f->arena;
@@ -689,23 +689,23 @@ static seer_status value_i64(const char *key, const gguf_value *v, int64_t *out)
     return wrong_type(key, v->type, "an integer");
 }
 
-seer_status gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+seer_status seer_gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
+    const gguf_kv *kv = seer_gguf_find_kv(f, key);
     if (!kv)
         return missing(key);
     return value_i64(key, &kv->val, out);
 }
 
-seer_status gguf_get_i64_opt(const gguf_file *f, const char *key, int64_t def, int64_t *out) {
-    if (!gguf_find_kv(f, key)) {
+seer_status seer_gguf_get_i64_opt(const gguf_file *f, const char *key, int64_t def, int64_t *out) {
+    if (!seer_gguf_find_kv(f, key)) {
         *out = def;
         return SEER_OK;
     }
-    return gguf_get_i64(f, key, out);
+    return seer_gguf_get_i64(f, key, out);
 }
 
-seer_status gguf_get_f32(const gguf_file *f, const char *key, float *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+seer_status seer_gguf_get_f32(const gguf_file *f, const char *key, float *out) {
+    const gguf_kv *kv = seer_gguf_find_kv(f, key);
     if (!kv)
         return missing(key);
     const gguf_value *v = &kv->val;
@@ -724,16 +724,16 @@ seer_status gguf_get_f32(const gguf_file *f, const char *key, float *out) {
     return SEER_OK;
 }
 
-seer_status gguf_get_f32_opt(const gguf_file *f, const char *key, float def, float *out) {
-    if (!gguf_find_kv(f, key)) {
+seer_status seer_gguf_get_f32_opt(const gguf_file *f, const char *key, float def, float *out) {
+    if (!seer_gguf_find_kv(f, key)) {
         *out = def;
         return SEER_OK;
     }
-    return gguf_get_f32(f, key, out);
+    return seer_gguf_get_f32(f, key, out);
 }
 
-seer_status gguf_get_bool_opt(const gguf_file *f, const char *key, bool def, bool *out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+seer_status seer_gguf_get_bool_opt(const gguf_file *f, const char *key, bool def, bool *out) {
+    const gguf_kv *kv = seer_gguf_find_kv(f, key);
     if (!kv) {
         *out = def;
         return SEER_OK;
@@ -756,16 +756,16 @@ static seer_status copy_str(const char *key, const gguf_value *v, char *buf, siz
     return SEER_OK;
 }
 
-seer_status gguf_get_str(const gguf_file *f, const char *key, char *buf, size_t cap) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+seer_status seer_gguf_get_str(const gguf_file *f, const char *key, char *buf, size_t cap) {
+    const gguf_kv *kv = seer_gguf_find_kv(f, key);
     if (!kv)
         return missing(key);
     return copy_str(key, &kv->val, buf, cap);
 }
 
-seer_status gguf_get_str_opt(const gguf_file *f, const char *key, const char *def, char *buf,
+seer_status seer_gguf_get_str_opt(const gguf_file *f, const char *key, const char *def, char *buf,
                              size_t cap) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const gguf_kv *kv = seer_gguf_find_kv(f, key);
     if (kv)
         return copy_str(key, &kv->val, buf, cap);
     size_t n = def ? strlen(def) : 0;
@@ -777,9 +777,9 @@ seer_status gguf_get_str_opt(const gguf_file *f, const char *key, const char *de
     return SEER_OK;
 }
 
-seer_status gguf_get_arr(const gguf_file *f, const char *key, gguf_type elem_type,
+seer_status seer_gguf_get_arr(const gguf_file *f, const char *key, gguf_type elem_type,
                          const gguf_value **out) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
+    const gguf_kv *kv = seer_gguf_find_kv(f, key);
     if (!kv)
         return missing(key);
     if (kv->val.type != GGUF_TYPE_ARRAY)

@@ -6,7 +6,7 @@
  * value trees. Output follows the reader's rules: tensor offsets and the data section are
  * aligned to general.alignment (default 32), each tensor's data is zero-padded to it.
  * Tensors are either copied in when added, or declared without data and filled one at a
- * time while the file is written (gguf_writer_write_stream), so that files larger than
+ * time while the file is written (seer_gguf_writer_write_stream), so that files larger than
  * memory can be written with one tensor's bytes held at a time.
  * Not for: editing files in place.
  */
@@ -93,14 +93,14 @@ static bool put_str(bytes *b, const char *s, uint64_t len) {
     return put_u64(b, len) && put(b, s, (size_t)len);
 }
 
-gguf_writer *gguf_writer_init(void) {
+gguf_writer *seer_gguf_writer_init(void) {
     gguf_writer *w = calloc(1, sizeof *w);
     if (w)
         w->alignment = 32;
     return w;
 }
 
-void gguf_writer_free(gguf_writer *w) {
+void seer_gguf_writer_free(gguf_writer *w) {
     if (!w)
         return;
     for (size_t i = 0; i < w->n_kv; i++) {
@@ -240,7 +240,7 @@ static seer_status note_alignment(const char *key, const gguf_value *v, size_t *
     return SEER_OK;
 }
 
-seer_status gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v) {
+seer_status seer_gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v) {
     seer_status s = check_key(w, key);
     if (s == SEER_OK && !v)
         s = seer_err(SEER_ERR_INVALID_ARG, "metadata %s: NULL value", key);
@@ -259,30 +259,30 @@ seer_status gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_va
 }
 
 static void set_scalar(gguf_writer *w, const char *key, gguf_value v) {
-    record(w, gguf_writer_set_value(w, key, &v));
+    record(w, seer_gguf_writer_set_value(w, key, &v));
 }
 
-void gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v) {
+void seer_gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v) {
     set_scalar(w, key, (gguf_value){.type = GGUF_TYPE_UINT32, .u64 = v});
 }
 
-void gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v) {
+void seer_gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v) {
     set_scalar(w, key, (gguf_value){.type = GGUF_TYPE_INT32, .i64 = v});
 }
 
-void gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v) {
+void seer_gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v) {
     set_scalar(w, key, (gguf_value){.type = GGUF_TYPE_UINT64, .u64 = v});
 }
 
-void gguf_writer_set_f32(gguf_writer *w, const char *key, float v) {
+void seer_gguf_writer_set_f32(gguf_writer *w, const char *key, float v) {
     set_scalar(w, key, (gguf_value){.type = GGUF_TYPE_FLOAT32, .f64 = v});
 }
 
-void gguf_writer_set_bool(gguf_writer *w, const char *key, bool v) {
+void seer_gguf_writer_set_bool(gguf_writer *w, const char *key, bool v) {
     set_scalar(w, key, (gguf_value){.type = GGUF_TYPE_BOOL, .b = v});
 }
 
-void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) {
+void seer_gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) {
     if (!v) {
         record(w, seer_err(SEER_ERR_INVALID_ARG, "metadata %s: NULL string", key ? key : ""));
         return;
@@ -328,15 +328,15 @@ static void set_arr_raw(gguf_writer *w, const char *key, gguf_type et, const voi
     record(w, s);
 }
 
-void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n) {
+void seer_gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n) {
     set_arr_raw(w, key, GGUF_TYPE_STRING, v, n, sizeof(char *));
 }
 
-void gguf_writer_set_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n) {
+void seer_gguf_writer_set_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n) {
     set_arr_raw(w, key, GGUF_TYPE_FLOAT32, v, n, 4);
 }
 
-void gguf_writer_set_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n) {
+void seer_gguf_writer_set_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n) {
     set_arr_raw(w, key, GGUF_TYPE_INT32, v, n, 4);
 }
 
@@ -351,7 +351,7 @@ static seer_status add_tensor(gguf_writer *w, const char *name, ggml_type type, 
     for (size_t i = 0; i < w->n_t; i++)
         if (strcmp(w->t[i].name, name) == 0)
             return seer_err(SEER_ERR_INVALID_ARG, "duplicate tensor name %s", name);
-    int blk = ggml_type_block_elems(type);
+    int blk = seer_ggml_type_block_elems(type);
     if (!blk)
         return seer_err(SEER_ERR_UNSUPPORTED, "unsupported tensor type %d in tensor %s",
                         (int)type, name);
@@ -365,9 +365,9 @@ static seer_status add_tensor(gguf_writer *w, const char *name, ggml_type type, 
     if (ne[0] % (uint64_t)blk)
         return seer_err(SEER_ERR_INVALID_ARG,
                         "tensor %s: ne[0] = %llu is not a multiple of the %s block size %d",
-                        name, (unsigned long long)ne[0], ggml_type_name(type), blk);
+                        name, (unsigned long long)ne[0], seer_ggml_type_name(type), blk);
     size_t nbytes;
-    SEER_TRY(ggml_nbytes(type, n, &nbytes));
+    SEER_TRY(seer_ggml_nbytes(type, n, &nbytes));
     void *p = w->t;
     char *nm = malloc(strlen(name) + 1);
     void *copy = data ? malloc(nbytes) : NULL;
@@ -390,7 +390,7 @@ static seer_status add_tensor(gguf_writer *w, const char *name, ggml_type type, 
     return SEER_OK;
 }
 
-seer_status gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type type, int n_dims,
+seer_status seer_gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type type, int n_dims,
                                    const uint64_t *ne, const void *data) {
     if (!data)
         return seer_err(SEER_ERR_INVALID_ARG, "gguf writer: tensor %s without data",
@@ -398,7 +398,7 @@ seer_status gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type t
     return add_tensor(w, name, type, n_dims, ne, data);
 }
 
-seer_status gguf_writer_declare_tensor(gguf_writer *w, const char *name, ggml_type type,
+seer_status seer_gguf_writer_declare_tensor(gguf_writer *w, const char *name, ggml_type type,
                                        int n_dims, const uint64_t *ne) {
     return add_tensor(w, name, type, n_dims, ne, NULL);
 }
@@ -492,15 +492,15 @@ static seer_status check_writer(const gguf_writer *w, bool streaming) {
         return seer_err(w->err, "%s", w->errmsg);
     if (w->n_deferred && !streaming)
         return seer_err(SEER_ERR_INVALID_ARG,
-                        "gguf writer: %zu declared tensors need gguf_writer_write_stream",
+                        "gguf writer: %zu declared tensors need seer_gguf_writer_write_stream",
                         w->n_deferred);
     return SEER_OK;
 }
 
-seer_status gguf_writer_to_buffer(gguf_writer *w, uint8_t **buf, size_t *size) {
+seer_status seer_gguf_writer_to_buffer(gguf_writer *w, uint8_t **buf, size_t *size) {
     SEER_TRY(check_writer(w, false));
     if (!buf || !size)
-        return seer_err(SEER_ERR_INVALID_ARG, "gguf_writer_to_buffer: NULL argument");
+        return seer_err(SEER_ERR_INVALID_ARG, "seer_gguf_writer_to_buffer: NULL argument");
     sink count = {0};
     emit_all(w, &count);
     uint8_t *b = malloc(count.pos ? count.pos : 1);
@@ -515,7 +515,7 @@ seer_status gguf_writer_to_buffer(gguf_writer *w, uint8_t **buf, size_t *size) {
 
 static seer_status write_file(gguf_writer *w, const char *path, sink *out) {
     if (!path)
-        return seer_err(SEER_ERR_INVALID_ARG, "gguf_writer_write: NULL path");
+        return seer_err(SEER_ERR_INVALID_ARG, "seer_gguf_writer_write: NULL path");
     FILE *fp = fopen(path, "wb");
     if (!fp)
         return seer_err(SEER_ERR_IO, "cannot create %s: %s", path, strerror(errno));
@@ -533,17 +533,17 @@ static seer_status write_file(gguf_writer *w, const char *path, sink *out) {
     return SEER_OK;
 }
 
-seer_status gguf_writer_write(gguf_writer *w, const char *path) {
+seer_status seer_gguf_writer_write(gguf_writer *w, const char *path) {
     SEER_TRY(check_writer(w, false));
     sink out = {0};
     return write_file(w, path, &out);
 }
 
-seer_status gguf_writer_write_stream(gguf_writer *w, const char *path, gguf_fill_fn fill,
+seer_status seer_gguf_writer_write_stream(gguf_writer *w, const char *path, gguf_fill_fn fill,
                                      void *ctx) {
     SEER_TRY(check_writer(w, true));
     if (!fill && w->n_deferred)
-        return seer_err(SEER_ERR_INVALID_ARG, "gguf_writer_write_stream: NULL fill function");
+        return seer_err(SEER_ERR_INVALID_ARG, "seer_gguf_writer_write_stream: NULL fill function");
     size_t largest = 0;
     for (size_t i = 0; i < w->n_t; i++)
         if (!w->t[i].data && w->t[i].nbytes > largest)

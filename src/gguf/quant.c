@@ -6,7 +6,7 @@
  * implementations, so files written here load in other GGUF readers and files from ggml
  * converters dequantise to the same floats. Not for: fast kernels (the backends have those)
  * or the dequantisers of Q5_0, Q5_1 and the K-quants Q4_K/Q5_K/Q6_K (quant_k.c, dispatched
- * from gguf_dequant); the other K formats' sizes are known here so that files holding them
+ * from seer_gguf_dequant); the other K formats' sizes are known here so that files holding them
  * can be opened, but they cannot be dequantised.
  */
 #include "gguf/gguf.h"
@@ -48,7 +48,7 @@ static const type_info *info_of(ggml_type t) {
     return &g_types[t];
 }
 
-const char *ggml_type_name(ggml_type t) {
+const char *seer_ggml_type_name(ggml_type t) {
     static _Thread_local char buf[24];
     const type_info *ti = info_of(t);
     if (ti)
@@ -57,26 +57,26 @@ const char *ggml_type_name(ggml_type t) {
     return buf;
 }
 
-bool ggml_type_supported(ggml_type t) {
+bool seer_ggml_type_supported(ggml_type t) {
     const type_info *ti = info_of(t);
     return ti && (ti->supported || seer_dequant_k_supported(t));
 }
 
-int ggml_type_block_elems(ggml_type t) {
+int seer_ggml_type_block_elems(ggml_type t) {
     const type_info *ti = info_of(t);
     return ti ? ti->blk : 0;
 }
 
-int ggml_type_block_bytes(ggml_type t) {
+int seer_ggml_type_block_bytes(ggml_type t) {
     const type_info *ti = info_of(t);
     return ti ? ti->bytes : 0;
 }
 
-seer_status ggml_nbytes(ggml_type t, uint64_t n, size_t *out) {
+seer_status seer_ggml_nbytes(ggml_type t, uint64_t n, size_t *out) {
     const type_info *ti = info_of(t);
     if (!ti)
         return seer_err(SEER_ERR_UNSUPPORTED, "unsupported tensor type %s (%d)",
-                        ggml_type_name(t), (int)t);
+                        seer_ggml_type_name(t), (int)t);
     if (n % (uint64_t)ti->blk)
         return seer_err(SEER_ERR_INVALID_ARG,
                         "%llu elements of type %s are not a multiple of its block size %d",
@@ -250,7 +250,7 @@ static seer_status check_n(ggml_type t, uint64_t n, const char *what) {
     const type_info *ti = info_of(t);
     if (!ti || !ti->supported)
         return seer_err(SEER_ERR_UNSUPPORTED, "unsupported tensor type %s (%d) for %s",
-                        ggml_type_name(t), (int)t, what);
+                        seer_ggml_type_name(t), (int)t, what);
     if (n % (uint64_t)ti->blk)
         return seer_err(SEER_ERR_INVALID_ARG,
                         "%s of %llu elements: not a multiple of the %s block size %d", what,
@@ -258,7 +258,7 @@ static seer_status check_n(ggml_type t, uint64_t n, const char *what) {
     return SEER_OK;
 }
 
-seer_status gguf_dequant(ggml_type t, const void *src, float *dst, uint64_t n) {
+seer_status seer_gguf_dequant(ggml_type t, const void *src, float *dst, uint64_t n) {
     if (seer_dequant_k_supported(t)) /* K-quants and Q5_0/Q5_1: quant_k.c */
         return seer_dequant_k(t, src, dst, n);
     SEER_TRY(check_n(t, n, "dequantisation"));
@@ -288,33 +288,33 @@ seer_status gguf_dequant(ggml_type t, const void *src, float *dst, uint64_t n) {
             dequant_q4_1(s + 20 * i, dst + 32 * i);
         break;
     default:
-        return seer_err(SEER_ERR_INTERNAL, "dequantiser missing for %s", ggml_type_name(t));
+        return seer_err(SEER_ERR_INTERNAL, "dequantiser missing for %s", seer_ggml_type_name(t));
     }
     return SEER_OK;
 }
 
-seer_status gguf_tensor_dequant(const gguf_tensor *t, float *dst, uint64_t n) {
-    if (!ggml_type_supported(t->type))
+seer_status seer_gguf_tensor_dequant(const gguf_tensor *t, float *dst, uint64_t n) {
+    if (!seer_ggml_type_supported(t->type))
         return seer_err(SEER_ERR_UNSUPPORTED, "unsupported tensor type %s (%d) in tensor %s",
-                        ggml_type_name(t->type), (int)t->type, t->name);
-    uint64_t ne = gguf_tensor_nelements(t);
+                        seer_ggml_type_name(t->type), (int)t->type, t->name);
+    uint64_t ne = seer_gguf_tensor_nelements(t);
     if (n > ne)
         return seer_err(SEER_ERR_INVALID_ARG, "tensor %s has %llu elements, %llu requested",
                         t->name, (unsigned long long)ne, (unsigned long long)n);
-    seer_status s = gguf_dequant(t->type, t->data, dst, n);
+    seer_status s = seer_gguf_dequant(t->type, t->data, dst, n);
     if (s != SEER_OK)
         return seer_err(s, "tensor %s: %s", t->name, seer_last_error());
     return SEER_OK;
 }
 
-uint64_t gguf_tensor_nelements(const gguf_tensor *t) {
+uint64_t seer_gguf_tensor_nelements(const gguf_tensor *t) {
     uint64_t n = 1;
     for (int d = 0; d < t->n_dims && d < 4; d++)
         n *= t->ne[d];
     return n;
 }
 
-seer_status gguf_quant(ggml_type t, const float *src, void *dst, uint64_t n) {
+seer_status seer_gguf_quant(ggml_type t, const float *src, void *dst, uint64_t n) {
     if (seer_quant_k_supported(t)) /* K-quants and Q5_0/Q5_1: quant_k_write.c */
         return seer_quant_k(t, src, dst, n);
     SEER_TRY(check_n(t, n, "quantisation"));
@@ -326,7 +326,7 @@ seer_status gguf_quant(ggml_type t, const float *src, void *dst, uint64_t n) {
             if (!isfinite(src[i]))
                 return seer_err(SEER_ERR_INVALID_ARG,
                                 "cannot quantise the non-finite value at index %llu to %s",
-                                (unsigned long long)i, ggml_type_name(t));
+                                (unsigned long long)i, seer_ggml_type_name(t));
     }
     switch (t) {
     case GGML_TYPE_F32:
@@ -353,7 +353,7 @@ seer_status gguf_quant(ggml_type t, const float *src, void *dst, uint64_t n) {
             quant_q4_1(src + 32 * i, d + 20 * i);
         break;
     default:
-        return seer_err(SEER_ERR_INTERNAL, "quantiser missing for %s", ggml_type_name(t));
+        return seer_err(SEER_ERR_INTERNAL, "quantiser missing for %s", seer_ggml_type_name(t));
     }
     return SEER_OK;
 }

@@ -146,11 +146,11 @@ seer_status seer_dequant_k(ggml_type t, const void *src, float *dst, uint64_t n)
     const k_info *ki = find(t);
     if (!ki)
         return seer_err(SEER_ERR_UNSUPPORTED, "seer_dequant_k: type %s (%d) is not handled here",
-                        ggml_type_name(t), (int)t);
+                        seer_ggml_type_name(t), (int)t);
     if (n % (uint64_t)ki->blk)
         return seer_err(SEER_ERR_INVALID_ARG,
                         "%llu elements of type %s are not a multiple of its block size %d",
-                        (unsigned long long)n, ggml_type_name(t), ki->blk);
+                        (unsigned long long)n, seer_ggml_type_name(t), ki->blk);
     if (n > 0 && (!src || !dst))
         return seer_err(SEER_ERR_INVALID_ARG, "seer_dequant_k: NULL buffer");
     void (*fn)(const uint8_t *, float *) = t == GGML_TYPE_Q4_K   ? block_q4_k

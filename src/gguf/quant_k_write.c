@@ -364,12 +364,12 @@ bool seer_quant_k_supported(ggml_type t) {
 seer_status seer_quant_k(ggml_type t, const float *src, void *dst, uint64_t n) {
     if (!seer_quant_k_supported(t))
         return seer_err(SEER_ERR_UNSUPPORTED, "seer_quant_k: type %s (%d) is not handled here",
-                        ggml_type_name(t), (int)t);
-    const int blk = ggml_type_block_elems(t), bytes = ggml_type_block_bytes(t);
+                        seer_ggml_type_name(t), (int)t);
+    const int blk = seer_ggml_type_block_elems(t), bytes = seer_ggml_type_block_bytes(t);
     if (n % (uint64_t)blk)
         return seer_err(SEER_ERR_INVALID_ARG,
                         "%llu elements of type %s are not a multiple of its block size %d",
-                        (unsigned long long)n, ggml_type_name(t), blk);
+                        (unsigned long long)n, seer_ggml_type_name(t), blk);
     if (n > 0 && (!src || !dst))
         return seer_err(SEER_ERR_INVALID_ARG, "seer_quant_k: NULL buffer");
     /* the fits divide by ranges and scales: inf or NaN would give meaningless codes and
@@ -378,7 +378,7 @@ seer_status seer_quant_k(ggml_type t, const float *src, void *dst, uint64_t n) {
         if (!isfinite(src[i]))
             return seer_err(SEER_ERR_INVALID_ARG,
                             "cannot quantise the non-finite value at index %llu to %s",
-                            (unsigned long long)i, ggml_type_name(t));
+                            (unsigned long long)i, seer_ggml_type_name(t));
     void (*fn)(const float *, uint8_t *) = t == GGML_TYPE_Q4_K   ? quant_q4_k
                                            : t == GGML_TYPE_Q5_K ? quant_q5_k
                                            : t == GGML_TYPE_Q6_K ? quant_q6_k

@@ -309,7 +309,7 @@ static seer_status check_params(const seer_gen_params *p, const dtype_info **dt,
         BAD("scale %g must be >= 0", (double)p->scale);
     /* the 256-element formats fall back per tensor (weight_type); the others need whole
      * blocks in every row */
-    int blk = is_k_type((*dt)->type) ? 1 : ggml_type_block_elems((*dt)->type);
+    int blk = is_k_type((*dt)->type) ? 1 : seer_ggml_type_block_elems((*dt)->type);
     int q_dim = p->n_heads * *head_dim;
     if (p->dim % blk || q_dim % blk || p->ffn_dim % blk)
         BAD("dtype %s needs dim (%d), n_heads*head_dim (%d) and ffn_dim (%d) divisible by %d",
@@ -356,7 +356,7 @@ static seer_status add_tensor(gen_state *g, const char *name, ggml_type type, ui
         g->cap = cap;
     }
     uint64_t ne[2] = {ne0, ne1};
-    SEER_TRY(gguf_writer_declare_tensor(g->w, name, type, ne1 > 1 ? 2 : 1, ne));
+    SEER_TRY(seer_gguf_writer_declare_tensor(g->w, name, type, ne1 > 1 ? 2 : 1, ne));
     g->t[g->n++] = (gen_tensor){.type = type, .ne0 = ne0, .ne1 = ne1, .fill = fill,
                                 .std = std, .first_draw = g->draws};
     g->draws += ne0 * ne1;
@@ -392,7 +392,7 @@ static seer_status fill_tensor(void *ctx, size_t index, const char *name, void *
                                                          : 0.1 * rng_uniform(u);
                 row[i] = (float)v;
             }
-            if (gguf_quant(t->type, row, (uint8_t *)dst + (size_t)r * row_bytes, t->ne0) !=
+            if (seer_gguf_quant(t->type, row, (uint8_t *)dst + (size_t)r * row_bytes, t->ne0) !=
                 SEER_OK) {
 #pragma omp atomic write
                 bad = 1;
@@ -404,7 +404,7 @@ static seer_status fill_tensor(void *ctx, size_t index, const char *name, void *
         return seer_err(SEER_ERR_OOM, "gen-model: out of memory generating %s", name);
     if (bad) /* the values are finite and the shapes checked: not reachable from input */
         return seer_err(SEER_ERR_INTERNAL, "gen-model: cannot quantise %s to %s", name,
-                        ggml_type_name(t->type));
+                        seer_ggml_type_name(t->type));
     return SEER_OK;
 }
 
@@ -457,22 +457,22 @@ static void add_metadata(gguf_writer *w, const seer_gen_params *p, const dtype_i
     char key[128], name[160];
     const char *a = p->arch;
 #define K(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
-    gguf_writer_set_str(w, "general.architecture", a);
+    seer_gguf_writer_set_str(w, "general.architecture", a);
     snprintf(name, sizeof name, "random-%s-d%d-l%d-%s", a, p->dim, p->n_layers, dt->name);
-    gguf_writer_set_str(w, "general.name", name);
-    gguf_writer_set_u32(w, "general.file_type", dt->file_type);
-    gguf_writer_set_u32(w, K("context_length"), (uint32_t)p->ctx);
-    gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)p->dim);
-    gguf_writer_set_u32(w, K("block_count"), (uint32_t)p->n_layers);
-    gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)p->ffn_dim);
-    gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)p->n_heads);
-    gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)p->n_kv_heads);
-    gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)head_dim);
-    gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)head_dim);
-    gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), p->norm_eps);
-    gguf_writer_set_f32(w, K("rope.freq_base"), p->rope_base);
-    gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)head_dim);
-    gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)p->n_vocab);
+    seer_gguf_writer_set_str(w, "general.name", name);
+    seer_gguf_writer_set_u32(w, "general.file_type", dt->file_type);
+    seer_gguf_writer_set_u32(w, K("context_length"), (uint32_t)p->ctx);
+    seer_gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)p->dim);
+    seer_gguf_writer_set_u32(w, K("block_count"), (uint32_t)p->n_layers);
+    seer_gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)p->ffn_dim);
+    seer_gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)p->n_heads);
+    seer_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)p->n_kv_heads);
+    seer_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)head_dim);
+    seer_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)head_dim);
+    seer_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), p->norm_eps);
+    seer_gguf_writer_set_f32(w, K("rope.freq_base"), p->rope_base);
+    seer_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)head_dim);
+    seer_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)p->n_vocab);
 #undef K
     /* the family's own keys, at their defaults (the window as asked); zeros are left out */
     const seer_arch_desc *d = seer_arch_find(a);
@@ -483,20 +483,20 @@ static void add_metadata(gguf_writer *w, const seer_gen_params *p, const dtype_i
             continue;
         snprintf(key, sizeof key, "%s.%s", a, k->key);
         if (k->integer)
-            gguf_writer_set_u32(w, key, (uint32_t)v);
+            seer_gguf_writer_set_u32(w, key, (uint32_t)v);
         else
-            gguf_writer_set_f32(w, key, (float)v);
+            seer_gguf_writer_set_f32(w, key, (float)v);
     }
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)vb->tok,
+    seer_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    seer_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)vb->tok,
                             (uint64_t)vb->n);
-    gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", vb->score, (uint64_t)vb->n);
-    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", vb->type, (uint64_t)vb->n);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
-    gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+    seer_gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", vb->score, (uint64_t)vb->n);
+    seer_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", vb->type, (uint64_t)vb->n);
+    seer_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    seer_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    seer_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    seer_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    seer_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
 }
 
 seer_status seer_gen_model(const seer_gen_params *p, const char *path) {
@@ -510,7 +510,7 @@ seer_status seer_gen_model(const seer_gen_params *p, const char *path) {
     gen_state g = {.seed = p->seed};
     seer_status s = build_vocab(p->n_vocab, &vb);
     if (s == SEER_OK) {
-        g.w = gguf_writer_init();
+        g.w = seer_gguf_writer_init();
         if (!g.w)
             s = seer_err(SEER_ERR_OOM, "gen-model: out of memory");
     }
@@ -519,8 +519,8 @@ seer_status seer_gen_model(const seer_gen_params *p, const char *path) {
         s = add_weights(&g, p, dt, head_dim);
     }
     if (s == SEER_OK)
-        s = gguf_writer_write_stream(g.w, path, fill_tensor, &g);
-    gguf_writer_free(g.w);
+        s = seer_gguf_writer_write_stream(g.w, path, fill_tensor, &g);
+    seer_gguf_writer_free(g.w);
     free(g.t);
     vocab_free(&vb);
     return s;

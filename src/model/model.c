@@ -24,7 +24,7 @@ static seer_status get_u(const gguf_file *f, const char *arch, const char *key, 
     char k[128];
     snprintf(k, sizeof k, "%s.%s", arch, key);
     int64_t v;
-    SEER_TRY(gguf_get_i64(f, k, &v));
+    SEER_TRY(seer_gguf_get_i64(f, k, &v));
     if (v < min || v > max)
         return seer_err(SEER_ERR_FORMAT, "metadata %s = %lld is out of range [%d, %d]", k,
                         (long long)v, min, max);
@@ -36,7 +36,7 @@ static seer_status get_u_opt(const gguf_file *f, const char *arch, const char *k
                              int min, int max, int *out) {
     char k[128];
     snprintf(k, sizeof k, "%s.%s", arch, key);
-    if (!gguf_find_kv(f, k)) {
+    if (!seer_gguf_find_kv(f, k)) {
         *out = def;
         return SEER_OK;
     }
@@ -47,7 +47,7 @@ static seer_status get_f_opt(const gguf_file *f, const char *arch, const char *k
                              float *out) {
     char k[128];
     snprintf(k, sizeof k, "%s.%s", arch, key);
-    SEER_TRY(gguf_get_f32_opt(f, k, def, out));
+    SEER_TRY(seer_gguf_get_f32_opt(f, k, def, out));
     if (!isfinite(*out))
         return seer_err(SEER_ERR_FORMAT, "metadata %s is not finite", k);
     return SEER_OK;
@@ -83,7 +83,7 @@ static seer_status read_family_keys(seer_model *m) {
 static seer_status read_hparams(seer_model *m) {
     const gguf_file *f = m->gguf;
     seer_model_info *in = &m->info;
-    SEER_TRY(gguf_get_str(f, "general.architecture", in->arch, sizeof in->arch));
+    SEER_TRY(seer_gguf_get_str(f, "general.architecture", in->arch, sizeof in->arch));
     m->desc = seer_arch_find(in->arch);
     if (!m->desc) {
         char list[256];
@@ -91,7 +91,7 @@ static seer_status read_hparams(seer_model *m) {
         return seer_err(SEER_ERR_UNSUPPORTED, "unsupported architecture '%s' (supported: %s)", in->arch, list);
     }
     const seer_arch_desc *d = m->desc;
-    SEER_TRY(gguf_get_str_opt(f, "general.name", "", in->name, sizeof in->name));
+    SEER_TRY(seer_gguf_get_str_opt(f, "general.name", "", in->name, sizeof in->name));
     const char *a = in->arch;
     const int big = 1 << 20;
     SEER_TRY(get_u(f, a, "embedding_length", 1, big, &in->dim));
@@ -157,8 +157,8 @@ static seer_status rope_freqs(seer_model *m) {
 
     char key[128], type[32];
     snprintf(key, sizeof key, "%s.rope.scaling.type", in->arch);
-    SEER_TRY(gguf_get_str_opt(f, key, "none", type, sizeof type));
-    const gguf_tensor *ft = gguf_find_tensor(f, "rope_freqs.weight");
+    SEER_TRY(seer_gguf_get_str_opt(f, key, "none", type, sizeof type));
+    const gguf_tensor *ft = seer_gguf_find_tensor(f, "rope_freqs.weight");
     if (ft) {
         /* llama.cpp's converters store Llama-3 scaling as per-frequency divisors. */
         if (ft->ne[0] != (uint64_t)half || ft->n_dims != 1 || ft->type != GGML_TYPE_F32)
@@ -247,7 +247,7 @@ static seer_status check_shape(const gguf_tensor *t, uint64_t ne0, uint64_t ne1)
 }
 
 static seer_status find(const seer_model *m, const char *name, const gguf_tensor **out) {
-    *out = gguf_find_tensor(m->gguf, name);
+    *out = seer_gguf_find_tensor(m->gguf, name);
     if (!*out)
         return seer_err(SEER_ERR_FORMAT, "missing tensor %s", name);
     return SEER_OK;
@@ -273,15 +273,15 @@ static seer_status bind_weight(seer_model *m, const char *name, int rows, int co
 /* The FFN's unit of division: the down projection's block, so that its column parts are
  * whole blocks (and the gate and up rows follow the same boundaries). */
 static int ffn_unit(const seer_model *m) {
-    const gguf_tensor *t = gguf_find_tensor(m->gguf, "blk.0.ffn_down.weight");
-    const int b = t ? ggml_type_block_elems(t->type) : 1;
+    const gguf_tensor *t = seer_gguf_find_tensor(m->gguf, "blk.0.ffn_down.weight");
+    const int b = t ? seer_ggml_type_block_elems(t->type) : 1;
     return b > 0 ? b : 1;
 }
 
 /* A small f32 vector (norm weight, bias) copied to the backend. */
 static seer_status bind_vec(seer_model *m, const char *name, int n, bool required, float **out) {
     *out = NULL;
-    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    const gguf_tensor *t = seer_gguf_find_tensor(m->gguf, name);
     if (!t) {
         if (required)
             return seer_err(SEER_ERR_FORMAT, "missing tensor %s", name);
@@ -291,7 +291,7 @@ static seer_status bind_vec(seer_model *m, const char *name, int n, bool require
     float *host = seer_malloc_array(n, sizeof *host);
     if (!host)
         return seer_err(SEER_ERR_OOM, "out of memory");
-    seer_status s = gguf_tensor_dequant(t, host, (uint64_t)n);
+    seer_status s = seer_gguf_tensor_dequant(t, host, (uint64_t)n);
     if (s != SEER_OK) {
         free(host);
         return s;
@@ -314,7 +314,7 @@ static seer_status bind_weights(seer_model *m) {
     const seer_weight_split vocab = {SEER_SPLIT_VOCAB, 1};
     SEER_TRY(bind_weight(m, "token_embd.weight", V, D, &m->tok_embd));
     SEER_TRY(bind_vec(m, "output_norm.weight", D, true, &m->output_norm));
-    if (gguf_find_tensor(m->gguf, "output.weight")) {
+    if (seer_gguf_find_tensor(m->gguf, "output.weight")) {
         SEER_TRY(bind_weight_split(m, "output.weight", V, D, vocab, &m->output));
     } else if (m->be->ops->weight_load_split) {
         /* tied, on a backend that divides the LM head by vocabulary: its own divided copy */
@@ -454,7 +454,7 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
     if (!m)
         return seer_err(SEER_ERR_OOM, "out of memory");
     m->weights = params.weights;
-    seer_status s = gguf_open(path, &m->gguf);
+    seer_status s = seer_gguf_file_open(path, &m->gguf);
     if (s == SEER_OK)
         s = read_hparams(m);
     if (s == SEER_OK)
@@ -487,7 +487,7 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
          * tensor data is no longer read, so its memory goes back; the metadata (vocabulary,
          * chat template) stays. */
         if (s == SEER_OK && !strcmp(m->be->ops->name, "cuda"))
-            gguf_drop_tensor_data(m->gguf);
+            seer_gguf_drop_tensor_data(m->gguf);
     }
     if (s != SEER_OK) {
         char msg[1024];
@@ -534,7 +534,7 @@ void seer_model_free(seer_model *m) {
     free(m->inv_freq_host);
     free(m->inv_freq_local_host);
     seer_vocab_free(m->vocab);
-    gguf_close(m->gguf);
+    seer_gguf_file_close(m->gguf);
     free(m);
 }
 

@@ -362,8 +362,8 @@ seer_status seer_seq_fill_synthetic(seer_context *c, seer_seq_id seq, int len, u
  * (a backend that keeps Q4_K blocks holds 144 bytes per 256 elements, one that dequantized
  * them to bf16 holds 512), so W follows whatever each backend chose. */
 static uint64_t weight_bytes(const seer_weight *w) {
-    const int be = ggml_type_block_elems((ggml_type)w->dtype);
-    const int bb = ggml_type_block_bytes((ggml_type)w->dtype);
+    const int be = seer_ggml_type_block_elems((ggml_type)w->dtype);
+    const int bb = seer_ggml_type_block_bytes((ggml_type)w->dtype);
     if (be <= 0 || bb <= 0)
         return 0;
     return (uint64_t)w->rows * w->cols / be * bb;
@@ -425,7 +425,7 @@ void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
         const int k = out->n_weight_types;
         if (k < SEER_FOOTPRINT_MAX_TYPES - 1) {
             snprintf(out->weight_types[k].name, sizeof out->weight_types[k].name, "%s",
-                     ggml_type_name((ggml_type)best));
+                     seer_ggml_type_name((ggml_type)best));
             out->weight_types[k].bytes = by_type[best];
             out->n_weight_types++;
         } else {
@@ -442,17 +442,17 @@ void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
         uint64_t d_type[GGML_TYPE_COUNT] = {0};
         count_weights(&d, m->draft_layers, in->n_layers, &m->draft_output, d_type);
         out->draft_weight_bytes = d.weight_bytes;
-        snprintf(out->draft_weights, sizeof out->draft_weights, "%s", ggml_type_name((ggml_type)m->draft_dtype));
+        snprintf(out->draft_weights, sizeof out->draft_weights, "%s", seer_ggml_type_name((ggml_type)m->draft_dtype));
     }
     const uint64_t n_out = (uint64_t)m->output.rows * m->output.cols;
     const uint64_t b_out = weight_bytes(&m->output);
     out->weight_elem_bytes = n_out && b_out % n_out == 0 ? (int)(b_out / n_out) : 0;
     out->kv_elem_bytes = m->be->ops->kv_elem_bytes ? m->be->ops->kv_elem_bytes : (int)sizeof(float);
     out->kv_bytes_per_token = 2ull * in->n_layers * in->n_kv_heads * in->head_dim * out->kv_elem_bytes;
-    const gguf_kv *kv = m->gguf ? gguf_find_kv(m->gguf, "general.file_type") : NULL;
+    const gguf_kv *kv = m->gguf ? seer_gguf_find_kv(m->gguf, "general.file_type") : NULL;
     int64_t ft = -1;
     /* Read only when it is an integer: a footprint query reports, it does not fail. */
-    if (kv && gguf_get_i64_opt(m->gguf, "general.file_type", -1, &ft) == SEER_OK && file_type_name(ft))
+    if (kv && seer_gguf_get_i64_opt(m->gguf, "general.file_type", -1, &ft) == SEER_OK && file_type_name(ft))
         snprintf(out->file_type, sizeof out->file_type, "%s", file_type_name(ft));
 }
 

@@ -66,11 +66,11 @@ static seer_status tp_weight_load_split(seer_backend *be, const gguf_tensor *tt,
         return seer_err(SEER_ERR_OOM, "out of memory");
     tw->split = sp;
     const int cols = (int)tt->ne[0], rows = (int)tt->ne[1];
-    const int be_ = ggml_type_block_elems(tt->type), bb = ggml_type_block_bytes(tt->type);
+    const int be_ = seer_ggml_type_block_elems(tt->type), bb = seer_ggml_type_block_bytes(tt->type);
     seer_status s = be_ > 0 && cols % be_ == 0
                         ? SEER_OK
                         : seer_err(SEER_ERR_FORMAT, "tensor %s: %d columns of type %s", tt->name, cols,
-                                   ggml_type_name(tt->type));
+                                   seer_ggml_type_name(tt->type));
     const size_t row_bytes = be_ > 0 ? (size_t)cols / be_ * bb : 0;
     for (int r = 0; r < t->n && s == SEER_OK; r++) {
         gguf_tensor sub = *tt;
@@ -86,7 +86,7 @@ static seer_status tp_weight_load_split(seer_backend *be, const gguf_tensor *tt,
             s = split_range(t, cols, sp, tt->name, r, &tw->r0[r], &tw->nr[r]);
             if (s == SEER_OK && (tw->r0[r] % be_ || tw->nr[r] % be_))
                 s = seer_err(SEER_ERR_UNSUPPORTED, "tensor parallelism: %s's columns [%d, %d) split %s blocks of %d",
-                             tt->name, tw->r0[r], tw->r0[r] + tw->nr[r], ggml_type_name(tt->type), be_);
+                             tt->name, tw->r0[r], tw->r0[r] + tw->nr[r], seer_ggml_type_name(tt->type), be_);
             if (s != SEER_OK)
                 break;
             const size_t cb = (size_t)tw->nr[r] / be_ * bb, c0 = (size_t)tw->r0[r] / be_ * bb;

@@ -562,7 +562,7 @@ void seer_cost_key(const seer_model *model, const char *device, char *buf, size_
     /* a model holding draft weights drafts through them (auto.c): its own table */
     char dw[32] = "";
     if (model->draft_layers)
-        snprintf(dw, sizeof dw, "+dw-%s", ggml_type_name((ggml_type)model->draft_dtype));
+        snprintf(dw, sizeof dw, "+dw-%s", seer_ggml_type_name((ggml_type)model->draft_dtype));
     snprintf(buf, cap, "%s-%s-%llu-%llu%s@%s", mi.arch, mi.name[0] ? mi.name : "unnamed",
              (unsigned long long)mi.n_params, (unsigned long long)mi.file_size, dw,
              device ? device : mi.backend);

@@ -122,7 +122,7 @@ seer_status seer_chat_template_init(const seer_model *model, const char *name,
                                     seer_chat_template *out) {
     if (!model || !out)
         return seer_err(SEER_ERR_INVALID_ARG, "seer_chat_template_init: bad arguments");
-    const gguf_kv *kv = gguf_find_kv(model->gguf, "tokenizer.chat_template");
+    const gguf_kv *kv = seer_gguf_find_kv(model->gguf, "tokenizer.chat_template");
     if (kv && kv->val.type == GGUF_TYPE_STRING)
         return seer_chat_detect(kv->val.str.s, (size_t)kv->val.str.len, name, out);
     return seer_chat_detect(NULL, 0, name, out);

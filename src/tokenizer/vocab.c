@@ -349,7 +349,7 @@ static bool is_signed_type(gguf_type t) {
 /* An optional token id; absent keys take def, values outside [0, n) count as absent. */
 static seer_status get_id(const gguf_file *f, const char *key, int def, int n, int *out) {
     int64_t x;
-    SEER_TRY(gguf_get_i64_opt(f, key, def, &x));
+    SEER_TRY(seer_gguf_get_i64_opt(f, key, def, &x));
     *out = x >= 0 && x < n ? (int)x : -1;
     return SEER_OK;
 }
@@ -366,9 +366,9 @@ typedef struct {
 
 static seer_status load_merges(const gguf_file *f, load_tmp *t) {
     const gguf_value *a;
-    if (!gguf_find_kv(f, "tokenizer.ggml.merges"))
+    if (!seer_gguf_find_kv(f, "tokenizer.ggml.merges"))
         return seer_err(SEER_ERR_FORMAT, "a BPE vocabulary needs tokenizer.ggml.merges");
-    SEER_TRY(gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_TYPE_STRING, &a));
+    SEER_TRY(seer_gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_TYPE_STRING, &a));
     if (a->arr.n > MAX_TOKENS)
         return seer_err(SEER_ERR_FORMAT, "tokenizer.ggml.merges has %llu entries",
                         (unsigned long long)a->arr.n);
@@ -400,9 +400,9 @@ static seer_status load_arrays(const gguf_file *f, int n, const gguf_value *tok,
         t->texts[i] = it->str.s;
         t->lens[i] = (size_t)it->str.len;
     }
-    if (gguf_find_kv(f, "tokenizer.ggml.scores")) {
+    if (seer_gguf_find_kv(f, "tokenizer.ggml.scores")) {
         const gguf_value *a;
-        SEER_TRY(gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, &a));
+        SEER_TRY(seer_gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, &a));
         if (a->arr.n != (uint64_t)n)
             return seer_err(SEER_ERR_FORMAT,
                             "tokenizer.ggml.scores has %llu entries but there are %d tokens",
@@ -413,9 +413,9 @@ static seer_status load_arrays(const gguf_file *f, int n, const gguf_value *tok,
         for (int i = 0; i < n; i++)
             t->scores[i] = (float)a->arr.items[i].f64;
     }
-    if (gguf_find_kv(f, "tokenizer.ggml.token_type")) {
+    if (seer_gguf_find_kv(f, "tokenizer.ggml.token_type")) {
         const gguf_value *a;
-        SEER_TRY(gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_COUNT, &a));
+        SEER_TRY(seer_gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_COUNT, &a));
         if (!is_int_type(a->arr.type))
             return seer_err(SEER_ERR_FORMAT, "tokenizer.ggml.token_type is not an integer array");
         if (a->arr.n != (uint64_t)n)
@@ -443,7 +443,7 @@ seer_status seer_vocab_load(const gguf_file *f, seer_vocab **out) {
     *out = NULL;
     if (!f)
         return seer_err(SEER_ERR_INVALID_ARG, "seer_vocab_load: no file");
-    const gguf_kv *mkv = gguf_find_kv(f, "tokenizer.ggml.model");
+    const gguf_kv *mkv = seer_gguf_find_kv(f, "tokenizer.ggml.model");
     if (!mkv)
         return seer_err(SEER_ERR_FORMAT, "missing required metadata tokenizer.ggml.model");
     if (mkv->val.type != GGUF_TYPE_STRING)
@@ -457,7 +457,7 @@ seer_status seer_vocab_load(const gguf_file *f, seer_vocab **out) {
     }
 
     const gguf_value *tok;
-    SEER_TRY(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tok));
+    SEER_TRY(seer_gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tok));
     if (tok->arr.n == 0 || tok->arr.n > MAX_TOKENS)
         return seer_err(SEER_ERR_FORMAT, "tokenizer.ggml.tokens has %llu entries",
                         (unsigned long long)tok->arr.n);
@@ -469,7 +469,7 @@ seer_status seer_vocab_load(const gguf_file *f, seer_vocab **out) {
     seer_status s = SEER_OK;
     if (bpe) {
         /* An unknown pre-tokenizer is refused before anything large is read. */
-        s = gguf_get_str_opt(f, "tokenizer.ggml.pre", "default", pre, sizeof pre);
+        s = seer_gguf_get_str_opt(f, "tokenizer.ggml.pre", "default", pre, sizeof pre);
         if (s == SEER_OK)
             s = seer_bpe_check_pre(pre);
         d.pre = pre;
@@ -486,10 +486,10 @@ seer_status seer_vocab_load(const gguf_file *f, seer_vocab **out) {
     if (s == SEER_OK)
         s = get_id(f, "tokenizer.ggml.padding_token_id", -1, n, &d.pad);
     if (s == SEER_OK)
-        s = gguf_get_bool_opt(f, "tokenizer.ggml.add_bos_token",
+        s = seer_gguf_get_bool_opt(f, "tokenizer.ggml.add_bos_token",
                               bpe ? seer_bpe_pre_add_bos(pre) : true, &d.add_bos);
     if (s == SEER_OK)
-        s = gguf_get_bool_opt(f, "tokenizer.ggml.add_space_prefix", !bpe, &d.add_space_prefix);
+        s = seer_gguf_get_bool_opt(f, "tokenizer.ggml.add_space_prefix", !bpe, &d.add_space_prefix);
     if (s != SEER_OK)
         return s;
 

@@ -14,20 +14,20 @@ int main(int argc, char **argv) {
         return 2;
     }
     gguf_file *f;
-    if (gguf_open(argv[1], &f) != SEER_OK) {
+    if (seer_gguf_file_open(argv[1], &f) != SEER_OK) {
         fprintf(stderr, "extract_vocab: %s\n", seer_last_error());
         return 1;
     }
-    gguf_writer *w = gguf_writer_init();
+    gguf_writer *w = seer_gguf_writer_init();
     /* everything but general.* (licences, URLs, alignment), keeping the architecture */
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const char *k = f->kv[i].key;
         if (strncmp(k, "general.", 8) || !strcmp(k, "general.architecture") || !strcmp(k, "general.name"))
-            gguf_writer_set_value(w, k, &f->kv[i].val);
+            seer_gguf_writer_set_value(w, k, &f->kv[i].val);
     }
-    seer_status s = gguf_writer_write(w, argv[2]);
-    gguf_writer_free(w);
-    gguf_close(f);
+    seer_status s = seer_gguf_writer_write(w, argv[2]);
+    seer_gguf_writer_free(w);
+    seer_gguf_file_close(f);
     if (s != SEER_OK) {
         fprintf(stderr, "extract_vocab: %s\n", seer_last_error());
         return 1;

@@ -61,18 +61,18 @@ static seer_status cpu_weight_load(seer_backend *be, const gguf_tensor *t, seer_
     out->cols = (int)cols;
     out->dtype = GGML_TYPE_F32;
     if (t->type == GGML_TYPE_F32) {
-        out->data = (void *)t->data; /* straight from the file's private copy (gguf_open) */
+        out->data = (void *)t->data; /* straight from the file's private copy (seer_gguf_file_open) */
         return SEER_OK;
     }
     if (how == SEER_WEIGHTS_STORED && seer_cpu_qtype_supported(t->type) &&
-        cols % ggml_type_block_elems(t->type) == 0) {
+        cols % seer_ggml_type_block_elems(t->type) == 0) {
         out->data = (void *)t->data; /* the blocks as stored, in place */
         out->dtype = t->type;
         return SEER_OK;
     }
     void *buf = NULL;
     SEER_TRY(cpu_alloc(be, rows * cols * sizeof(float), &buf));
-    seer_status s = gguf_tensor_dequant(t, buf, rows * cols);
+    seer_status s = seer_gguf_tensor_dequant(t, buf, rows * cols);
     if (s != SEER_OK) {
         free(buf);
         return s;
@@ -313,9 +313,9 @@ static seer_status cpu_embed(seer_backend *be, float *y, const seer_weight *emb,
                              const int32_t *tokens, int T) {
     if (emb->dtype != GGML_TYPE_F32) {
         const ggml_type ty = (ggml_type)emb->dtype;
-        const size_t row = (size_t)(emb->cols / ggml_type_block_elems(ty)) * ggml_type_block_bytes(ty);
+        const size_t row = (size_t)(emb->cols / seer_ggml_type_block_elems(ty)) * seer_ggml_type_block_bytes(ty);
         for (int t = 0; t < T; t++)
-            SEER_TRY(gguf_dequant(ty, (const char *)emb->data + (size_t)tokens[t] * row,
+            SEER_TRY(seer_gguf_dequant(ty, (const char *)emb->data + (size_t)tokens[t] * row,
                                   y + (size_t)t * emb->cols, (uint64_t)emb->cols));
         return SEER_OK;
     }

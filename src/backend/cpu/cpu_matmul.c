@@ -103,7 +103,7 @@ static void quant_rows(void *ctx, int64_t r0, int64_t r1) {
                 f[i] = seer_bf16_to_f32(((const uint16_t *)a->w->data)[(size_t)r * cols + i]);
             x = f;
         }
-        a->st[r] = gguf_quant((ggml_type)a->dtype, x, a->dst + (size_t)r * a->row_bytes, (uint64_t)cols);
+        a->st[r] = seer_gguf_quant((ggml_type)a->dtype, x, a->dst + (size_t)r * a->row_bytes, (uint64_t)cols);
     }
     free(f);
 }
@@ -111,15 +111,15 @@ static void quant_rows(void *ctx, int64_t r0, int64_t r1) {
 seer_status seer_cpu_weight_quantize(seer_backend *be, const seer_weight *w, int dtype, seer_weight *out) {
     if (dtype != GGML_TYPE_Q8_0 && dtype != GGML_TYPE_Q4_0)
         return seer_err(SEER_ERR_UNSUPPORTED, "weight_quantize: to %s (q8_0 or q4_0)",
-                        ggml_type_name((ggml_type)dtype));
+                        seer_ggml_type_name((ggml_type)dtype));
     if (!w->data || (w->dtype != GGML_TYPE_F32 && w->dtype != GGML_TYPE_BF16))
         return seer_err(SEER_ERR_UNSUPPORTED, "weight_quantize: from a %s weight (f32 or bf16)",
-                        ggml_type_name((ggml_type)w->dtype));
+                        seer_ggml_type_name((ggml_type)w->dtype));
     if (w->rows < 1 || w->cols < 1 || w->cols % 32)
         return seer_err(SEER_ERR_INVALID_ARG, "weight_quantize: %d columns are not whole blocks of 32",
                         w->cols);
     size_t row_bytes = 0;
-    SEER_TRY(ggml_nbytes((ggml_type)dtype, (uint64_t)w->cols, &row_bytes));
+    SEER_TRY(seer_ggml_nbytes((ggml_type)dtype, (uint64_t)w->cols, &row_bytes));
     uint8_t *dst = malloc(row_bytes * (size_t)w->rows);
     seer_status *st = calloc((size_t)w->rows, sizeof *st);
     if (!dst || !st) {

@@ -650,8 +650,8 @@ seer_status seer_cpu_qmatmul(seer_backend *be, float *y, const float *x, const s
     xquant_args xa = {x, xq, xd, xs, xh, cols, isa >= SEER_CPU_ISA_AVX512};
     seer_cpu_for(be, (size_t)T * cols > ((size_t)1 << 16), T, xquant_rows, &xa);
     qmm_args a = {y, w->data, xq, xd, xs, xh, bias, w->dtype, w->rows, cols, T, 0,
-                  ggml_type_block_elems((ggml_type)w->dtype),
-                  ggml_type_block_bytes((ggml_type)w->dtype)};
+                  seer_ggml_type_block_elems((ggml_type)w->dtype),
+                  seer_ggml_type_block_bytes((ggml_type)w->dtype)};
     a.row_bytes = (size_t)(cols / a.blk_elems) * a.blk_bytes;
     qmm_job j = {&a, qdot_scalar, false, false};
 #ifdef HAVE_X86

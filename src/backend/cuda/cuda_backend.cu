@@ -368,7 +368,7 @@ template <typename... A> struct prof_wrap<seer_status (*)(seer_backend *, A...)>
     } while (0)
 
 /* a weight's dtype in the profile's keys (a model's draft weights have its shapes) */
-#define DT(w) ggml_type_name((ggml_type)(w)->dtype)
+#define DT(w) seer_ggml_type_name((ggml_type)(w)->dtype)
 
 static seer_status prof_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                const float *bias, int T) {

@@ -378,7 +378,7 @@ seer_status seer_cuda_matmul_q_invariant(seer_cuda *c, const mm_out &out, const 
     mm_kernel_fn (*pick)(int, bool) = mmq_picker(w->dtype);
     if (!pick)
         return seer_err(SEER_ERR_UNSUPPORTED, "matmul: no CUDA kernel for weights of type %s",
-                        ggml_type_name((ggml_type)w->dtype));
+                        seer_ggml_type_name((ggml_type)w->dtype));
     if ((uintptr_t)x % 16)
         return seer_err(SEER_ERR_INTERNAL, "matmul: activations not 16-byte aligned");
     if (seer_cuda_qt_of(c, w->dtype))
@@ -493,7 +493,7 @@ static seer_status q_dequant(seer_cuda *c, OUT *out, const seer_weight *w, const
 #undef CASE
     default:
         return seer_err(SEER_ERR_UNSUPPORTED, "no CUDA dequantiser for type %s",
-                        ggml_type_name((ggml_type)w->dtype));
+                        seer_ggml_type_name((ggml_type)w->dtype));
     }
     LAUNCH_TRY("q_dequant_kernel");
     return SEER_OK;

@@ -2,7 +2,7 @@
  * weights.cu: binding a GGUF tensor as a CUDA weight. As stored (the default): a type with
  * CUDA kernels (qweights.cuh) keeps its bits, rearranged on the device into the planes the
  * kernels read; bf16 is copied as it is. Otherwise (another type, or SEER_WEIGHTS_BF16): the
- * tensor is dequantised on the host (gguf_dequant) a slice of rows at a time, rounded to bf16
+ * tensor is dequantised on the host (seer_gguf_dequant) a slice of rows at a time, rounded to bf16
  * (nearest even) and copied to device memory [rows][cols]. Also fusing weights (rows of
  * several as one, plane by plane) and a bf16 weight's quantised copy (weight_quantize).
  * Q4_K goes to matmul_qt.cu's row blocks instead of the planes (seer_cuda.qt, the default).
@@ -24,10 +24,10 @@ extern "C" {
 
 static seer_status load_rows(seer_cuda *c, const gguf_tensor *t, bf16 *dst, uint64_t rows,
                              uint64_t cols) {
-    const int be = ggml_type_block_elems(t->type);
-    if (be <= 0 || !ggml_type_supported(t->type))
+    const int be = seer_ggml_type_block_elems(t->type);
+    if (be <= 0 || !seer_ggml_type_supported(t->type))
         return seer_err(SEER_ERR_UNSUPPORTED, "tensor %s: unsupported type %s (%d)", t->name,
-                        ggml_type_name(t->type), (int)t->type);
+                        seer_ggml_type_name(t->type), (int)t->type);
     /* Slices of whole rows need rows that end on a block boundary; otherwise one slice. */
     uint64_t rows_per = cols % (uint64_t)be ? rows : SLICE_ELEMS / cols;
     if (rows_per < 1)
@@ -45,11 +45,11 @@ static seer_status load_rows(seer_cuda *c, const gguf_tensor *t, bf16 *dst, uint
         const uint64_t nr = rows - r0 < rows_per ? rows - r0 : rows_per;
         const uint64_t ne = nr * cols;
         size_t off = 0;
-        s = ggml_nbytes(t->type, r0 * cols, &off);
+        s = seer_ggml_nbytes(t->type, r0 * cols, &off);
         if (s == SEER_OK && off > t->nbytes)
             s = seer_err(SEER_ERR_FORMAT, "tensor %s: data shorter than its shape", t->name);
         if (s == SEER_OK)
-            s = gguf_dequant(t->type, (const uint8_t *)t->data + off, f, ne);
+            s = seer_gguf_dequant(t->type, (const uint8_t *)t->data + off, f, ne);
         if (s != SEER_OK) {
             s = seer_err(s, "tensor %s: %s", t->name, seer_last_error());
             break;
@@ -179,7 +179,7 @@ __global__ void repack_kernel(uint8_t *dst, seer_qlayout L, const uint8_t *src, 
 static seer_status load_planes(seer_cuda *c, const gguf_tensor *t, const seer_qlayout *L, uint8_t *d,
                                uint64_t rows, uint64_t cols) {
     size_t row_bytes = 0;
-    SEER_TRY(ggml_nbytes(t->type, cols, &row_bytes));
+    SEER_TRY(seer_ggml_nbytes(t->type, cols, &row_bytes));
     const size_t bytes = row_bytes * rows;
     if (t->nbytes < bytes)
         return seer_err(SEER_ERR_FORMAT, "tensor %s: data shorter than its shape", t->name);
@@ -200,7 +200,7 @@ static seer_status load_planes(seer_cuda *c, const gguf_tensor *t, const seer_ql
     } else if (e == cudaSuccess) {
         const int groups = (int)(cols / 32);
         repack_kernel<<<seer_cuda_grid(rows * groups, 256), 256, 0, c->stream>>>(
-            d, *L, (const uint8_t *)raw, row_bytes, ggml_type_block_bytes(t->type), 0, (int)rows, groups);
+            d, *L, (const uint8_t *)raw, row_bytes, seer_ggml_type_block_bytes(t->type), 0, (int)rows, groups);
         e = cudaGetLastError();
     }
     if (e == cudaSuccess)
@@ -239,9 +239,9 @@ static __device__ uint32_t f16_bits(float f) {
 }
 
 /* One thread per block of 32 of w's rows [row0, row0 + rows): the block's bytes into dst (rows
- * of row_bytes) as gguf_quant writes them (quant.c's quant_q8_0 and quant_q4_0), with the same
+ * of row_bytes) as seer_gguf_quant writes them (quant.c's quant_q8_0 and quant_q4_0), with the same
  * f32 operations one at a time, never contracted, so that the bytes are the host's. A
- * non-finite value sets *bad (gguf_quant refuses those). */
+ * non-finite value sets *bad (seer_gguf_quant refuses those). */
 __global__ void quantize_kernel(uint8_t *dst, const bf16 *w, int cols, int type, size_t row_bytes,
                                 long long row0, int rows, int *bad) {
     const int groups = cols / 32, bb = type == GGML_TYPE_Q8_0 ? 34 : 18;
@@ -290,15 +290,15 @@ seer_status seer_cuda_weight_quantize(seer_backend *be, const seer_weight *w, in
     seer_cuda *c = seer_cuda_of(be);
     if (dtype != GGML_TYPE_Q8_0 && dtype != GGML_TYPE_Q4_0)
         return seer_err(SEER_ERR_UNSUPPORTED, "weight_quantize: to %s (q8_0 or q4_0)",
-                        ggml_type_name((ggml_type)dtype));
+                        seer_ggml_type_name((ggml_type)dtype));
     if (!w->data || w->dtype != GGML_TYPE_BF16)
         return seer_err(SEER_ERR_UNSUPPORTED, "weight_quantize: from a %s weight (the CUDA backend's is bf16)",
-                        ggml_type_name((ggml_type)w->dtype));
+                        seer_ggml_type_name((ggml_type)w->dtype));
     seer_qlayout L;
     if (!seer_qlayout_of(dtype, w->rows, w->cols, &L))
         return seer_err(SEER_ERR_INVALID_ARG, "weight_quantize: %d columns are not whole blocks of 32", w->cols);
     size_t row_bytes = 0;
-    SEER_TRY(ggml_nbytes((ggml_type)dtype, (uint64_t)w->cols, &row_bytes));
+    SEER_TRY(seer_ggml_nbytes((ggml_type)dtype, (uint64_t)w->cols, &row_bytes));
     int rows_per = (int)(QUANT_SLICE_BYTES / row_bytes);
     if (rows_per < 1)
         rows_per = 1;
@@ -322,7 +322,7 @@ seer_status seer_cuda_weight_quantize(seer_backend *be, const seer_weight *w, in
             quantize_kernel<<<seer_cuda_grid(n, 256), 256, 0, c->stream>>>(
                 (uint8_t *)raw, (const bf16 *)w->data, w->cols, dtype, row_bytes, r0, nr, (int *)bad);
             repack_kernel<<<seer_cuda_grid(n, 256), 256, 0, c->stream>>>(
-                (uint8_t *)d, L, (const uint8_t *)raw, row_bytes, ggml_type_block_bytes((ggml_type)dtype), r0, nr,
+                (uint8_t *)d, L, (const uint8_t *)raw, row_bytes, seer_ggml_type_block_bytes((ggml_type)dtype), r0, nr,
                 groups);
             e = cudaGetLastError();
         }
@@ -492,7 +492,7 @@ seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n,
         if (parts[j].dtype != dtype || parts[j].cols != parts[0].cols || parts[j].n_seg || !parts[j].data)
             return seer_err(SEER_ERR_INVALID_ARG,
                             "weight_concat: part %d is not a plain weight of type %s and %d columns", j,
-                            ggml_type_name((ggml_type)dtype), parts[0].cols);
+                            seer_ggml_type_name((ggml_type)dtype), parts[0].cols);
         rows += parts[j].rows;
     }
     if (seer_cuda_qt_of(c, dtype))
@@ -501,7 +501,7 @@ seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n,
     int stride[4], pstride[4];
     if (rows > INT32_MAX || !planes_of(dtype, rows, parts[0].cols, off, stride, &bytes))
         return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: %lld rows of type %s", rows,
-                        ggml_type_name((ggml_type)dtype));
+                        seer_ggml_type_name((ggml_type)dtype));
     void *p = NULL;
     SEER_TRY(seer_cuda_malloc(c, bytes, "a fused weight", &p));
     cudaError_t e = dtype == GGML_TYPE_BF16 ? cudaSuccess : cudaMemsetAsync(p, 0, bytes, c->stream);
