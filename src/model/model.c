@@ -309,8 +309,6 @@ static seer_status bind_weights(seer_model *m) {
     const int D = in->dim, F = in->ffn_dim, V = in->n_vocab;
     const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
     const int Dh = in->head_dim, fu = ffn_unit(m);
-    const seer_weight_split heads = {SEER_SPLIT_ROWS, Dh}, heads_in = {SEER_SPLIT_COLS, Dh};
-    const seer_weight_split ffn = {SEER_SPLIT_ROWS, fu}, ffn_in = {SEER_SPLIT_COLS, fu};
     const seer_weight_split vocab = {SEER_SPLIT_VOCAB, 1};
     SEER_TRY(bind_weight(m, "token_embd.weight", V, D, &m->tok_embd));
     SEER_TRY(bind_vec(m, "output_norm.weight", D, true, &m->output_norm));
@@ -343,11 +341,7 @@ static seer_status bind_weights(seer_model *m) {
                 SEER_TRY(bind_vec(m, n, cols, t->required, seer_layer_vec(L, t->role)));
                 continue;
             }
-            const seer_weight_split sp = ti->div == SEER_DIV_HEADS      ? heads
-                                         : ti->div == SEER_DIV_HEADS_IN ? heads_in
-                                         : ti->div == SEER_DIV_FFN      ? ffn
-                                         : ti->div == SEER_DIV_FFN_IN   ? ffn_in
-                                                                        : (seer_weight_split){SEER_SPLIT_NONE, 1};
+            const seer_weight_split sp = seer_div_split(ti->div, Dh, fu);
             SEER_TRY(bind_weight_split(m, n, rows, cols, sp, seer_layer_weight(L, t->role)));
         }
     }

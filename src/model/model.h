@@ -26,6 +26,18 @@ typedef struct {
     seer_weight wqkv, wgu;
 } seer_layer;
 
+/* How tensor parallelism divides a layer tensor of division kind div: attention heads of
+ * head_unit rows (or columns, _IN), FFN units of ffn_unit, or not at all. */
+static inline seer_weight_split seer_div_split(seer_arch_div div, int head_unit, int ffn_unit) {
+    switch (div) {
+    case SEER_DIV_HEADS: return (seer_weight_split){SEER_SPLIT_ROWS, head_unit};
+    case SEER_DIV_HEADS_IN: return (seer_weight_split){SEER_SPLIT_COLS, head_unit};
+    case SEER_DIV_FFN: return (seer_weight_split){SEER_SPLIT_ROWS, ffn_unit};
+    case SEER_DIV_FFN_IN: return (seer_weight_split){SEER_SPLIT_COLS, ffn_unit};
+    default: return (seer_weight_split){SEER_SPLIT_NONE, 1};
+    }
+}
+
 /* The field of L that holds role t: a weight, or (vector roles) a float pointer. */
 static inline seer_weight *seer_layer_weight(seer_layer *L, seer_layer_tensor t) {
     switch (t) {

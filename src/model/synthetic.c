@@ -172,8 +172,6 @@ static seer_status make_weights(gen_ctx *g) {
     /* Embedding rows go straight into the residual stream: unit-scale entries would swamp
      * the first layers, so the table gets the linear weights' scale. */
     const int Dh = in->head_dim;
-    const seer_weight_split heads = {SEER_SPLIT_ROWS, Dh}, heads_in = {SEER_SPLIT_COLS, Dh};
-    const seer_weight_split ffn = {SEER_SPLIT_ROWS, 1}, ffn_in = {SEER_SPLIT_COLS, 1};
     const seer_weight_split vocab = {SEER_SPLIT_VOCAB, 1};
     SEER_TRY(rand_weight(g, T_EMBD, V, D, &m->tok_embd));
     SEER_TRY(rand_vec(g, T_OUT_NORM, D, 1.f, 0.02f, &m->output_norm));
@@ -205,11 +203,7 @@ static seer_status make_weights(gen_ctx *g) {
                 SEER_TRY(rand_vec(g, b + ti->synth_id, cols, ti->synth_base, 0.02f, seer_layer_vec(L, t->role)));
                 continue;
             }
-            const seer_weight_split sp = ti->div == SEER_DIV_HEADS      ? heads
-                                         : ti->div == SEER_DIV_HEADS_IN ? heads_in
-                                         : ti->div == SEER_DIV_FFN      ? ffn
-                                         : ti->div == SEER_DIV_FFN_IN   ? ffn_in
-                                                                        : (seer_weight_split){SEER_SPLIT_NONE, 1};
+            const seer_weight_split sp = seer_div_split(ti->div, Dh, 1);
             SEER_TRY(rand_weight_split(g, b + ti->synth_id, rows, cols, sp, seer_layer_weight(L, t->role)));
         }
     }
