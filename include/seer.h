@@ -270,9 +270,10 @@ typedef struct {
 } seer_batch;
 
 /* Whether the context's backend computes every prompt token (seer_batch.prompt) the same
- * whatever call it is in and however its prompt is cut (the CPU: yes; CUDA: no, its long
- * calls take other kernels). Where it does, a scheduler may cut prompts anywhere, e.g. to
- * the time left beside running streams. */
+ * whatever call it is in and however its prompt is cut, in calls of up to the tokens it
+ * computes batch-invariantly (seer_sched_params.mix_max_tokens's default: the CPU any, CUDA
+ * 256; CUDA's longer calls take other kernels). Where it does, a scheduler may cut prompts
+ * anywhere, e.g. to the time left beside running streams. */
 bool seer_context_prompt_cuts_free(const seer_context *ctx);
 
 /* Runs the batch. logits_out receives [n_out][V] floats in batch order of the flagged
@@ -627,7 +628,8 @@ typedef struct {
     int max_batch_tokens; /* token budget of one forward call; 0 = the context's n_batch_max */
     int prefill_chunk;    /* most prompt tokens per prefill chunk; 0 = min(256, budget). On a
                              backend whose prompt tokens do not depend on the cuts
-                             (seer_context_prompt_cuts_free: the CPU), a chunk beside decoding
+                             (seer_context_prompt_cuts_free: the CPU, and CUDA where the chunk
+                             and mix_max_tokens stay within its 256), a chunk beside decoding
                              requests is cut to prefill_stall; elsewhere a prompt is always
                              cut at the same multiples of it, whatever else runs, so its
                              numerics do not depend on the other traffic */

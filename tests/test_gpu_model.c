@@ -14,6 +14,8 @@
  * the CUDA path rounds weights, matmul inputs and the KV cache to bf16 (relative 2^-9 each),
  * which over two layers stays near 1e-2 of the logit scale.
  *
+ * A prompt cut into calls in four ways gives the same bits on the GPU (free cuts).
+ *
  * Skips (via cmocka's skip()) when built without CUDA or when no CUDA device is present.
  */
 #include "testutil.h"
@@ -53,15 +55,19 @@ static seer_model *load(const char *path, seer_backend_kind kind) {
     return m;
 }
 
-static seer_context *mkctx(seer_model *m, int n_ctx, int n_seq, int page) {
+static seer_context *mkctx_b(seer_model *m, int n_ctx, int n_seq, int page, int n_batch) {
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_seq_max = n_seq;
-    cp.n_batch_max = 128;
+    cp.n_batch_max = n_batch;
     cp.page_size = page;
     seer_context *c = NULL;
     ASSERT_OK(seer_context_init(m, cp, &c));
     return c;
+}
+
+static seer_context *mkctx(seer_model *m, int n_ctx, int n_seq, int page) {
+    return mkctx_b(m, n_ctx, n_seq, page, 128);
 }
 
 /* ---- golden ids of the tiny real model ------------------------------------------------- */
@@ -235,13 +241,8 @@ static const shape SHAPES[] = {
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof *SHAPES))
 
-static const char *gen(int k) {
-    static char keep[N_SHAPES][512];
-    char name[64];
-    snprintf(name, sizeof name, "gpu_model%d.gguf", k);
-    snprintf(keep[k], sizeof keep[k], "%s", tu_tmp_path(name));
+static void gen_shape(const shape *s, const char *path, int ctx, uint64_t seed) {
     seer_gen_params p = seer_gen_default_params();
-    const shape *s = &SHAPES[k];
     p.arch = s->arch;
     p.n_vocab = s->vocab;
     p.dim = s->dim;
@@ -251,13 +252,21 @@ static const char *gen(int k) {
     p.ffn_dim = s->ffn;
     p.tied = s->tied;
     p.dtype = s->dtype;
-    p.ctx = 256;
-    p.seed = 500 + k;
+    p.ctx = ctx;
+    p.seed = seed;
     /* The generator's default scale, 1/sqrt(dim), as trained models are initialised. With
      * test_model.c's 0.15 the softmaxes are so peaked that bf16 rounding of K and of the
      * matmul inputs moves logits by up to 9e-2 of their scale (D=512, Dh=128). */
     p.scale = 0.f;
-    ASSERT_OK(seer_gen_model(&p, keep[k]));
+    ASSERT_OK(seer_gen_model(&p, path));
+}
+
+static const char *gen(int k) {
+    static char keep[N_SHAPES][512];
+    char name[64];
+    snprintf(name, sizeof name, "gpu_model%d.gguf", k);
+    snprintf(keep[k], sizeof keep[k], "%s", tu_tmp_path(name));
+    gen_shape(&SHAPES[k], keep[k], 256, 500 + (uint64_t)k);
     return keep[k];
 }
 
@@ -425,6 +434,104 @@ static void test_random_models(void **state) {
         fail_msg("%d comparisons over tolerance (worst %.3e)", fails, worst);
 }
 
+/* ---- prompt cuts ---------------------------------------------------------------------- */
+
+/* Feeds the prompt toks[0..n) to a new sequence in calls of cuts[0], cuts[1], ... (the last
+ * repeated), flagged as prompt tokens, each call after another sequence's decode step when
+ * other >= 0, and keeps every row's logits in out [n][V]. */
+static void feed_cuts(seer_context *c, const int32_t *toks, int n, const int *cuts, int n_cuts,
+                      seer_seq_id other, float *out, int V) {
+    seer_seq_id q;
+    ASSERT_OK(seer_seq_new(c, &q));
+    int32_t tok[260], pos[260];
+    seer_seq_id sq[260];
+    uint8_t lg[260], pr[260];
+    float *buf = malloc(sizeof(float) * 260 * (size_t)V);
+    assert_non_null(buf);
+    for (int at = 0, k = 0; at < n; k++) {
+        int len = cuts[k < n_cuts ? k : n_cuts - 1], T = 0;
+        len = len < n - at ? len : n - at;
+        if (other >= 0) {
+            tok[T] = 5 + k % 7, sq[T] = other, pos[T] = seer_seq_len(c, other), lg[T] = 0, pr[T] = 0;
+            T++;
+        }
+        for (int i = 0; i < len; i++, T++)
+            tok[T] = toks[at + i], sq[T] = q, pos[T] = at + i, lg[T] = 1, pr[T] = 1;
+        memset(buf, 0xff, sizeof(float) * (size_t)len * V); /* NaN: rows left unwritten fail */
+        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = lg, .prompt = pr};
+        ASSERT_OK(seer_decode(c, &b, buf));
+        memcpy(out + (size_t)at * V, buf, sizeof(float) * (size_t)len * V);
+        at += len;
+    }
+    free(buf);
+    seer_seq_free(c, q);
+}
+
+/*
+ * Prompt tokens keep their bits however the prompt is cut into calls of up to the backend's
+ * batch-invariant size, and whatever else the calls hold (seer_context_prompt_cuts_free),
+ * on the head sizes each attention kernel serves: 16 (the scalar kernel), 64 (tensor cores,
+ * whole prefill items) and 128 (the same, or the warpgroup kernel on Hopper). A prompt of
+ * 300 tokens in calls of 256 and 44 (the reference, within tolerance of the CPU), of 1, 7,
+ * 70 and 222, of 150, 10 and 140, and of 13 beside another sequence's decode step.
+ */
+static void test_prompt_cuts(void **state) {
+    (void)state;
+    static const shape CUT_SHAPES[] = {
+        {"llama", 320, 128, 2, 8, 2, 256, false, "f32"},  /* Dh 16 */
+        {"llama", 256, 256, 2, 4, 2, 512, false, "bf16"}, /* Dh 64, GQA 2 */
+        {"qwen2", 192, 512, 2, 4, 1, 512, false, "bf16"}, /* Dh 128, GQA 4 */
+    };
+    enum { N = 300 };
+    int fails = 0;
+    for (int k = 0; k < (int)(sizeof CUT_SHAPES / sizeof *CUT_SHAPES); k++) {
+        const shape *sh = &CUT_SHAPES[k];
+        char name[64];
+        snprintf(name, sizeof name, "gpu_cuts%d.gguf", k);
+        const char *path = tu_tmp_path(name);
+        gen_shape(sh, path, 512, 900 + (uint64_t)k);
+        seer_model *mg = load(path, SEER_BACKEND_CUDA), *mc = load(path, SEER_BACKEND_CPU);
+        seer_context *c = mkctx_b(mg, 512, 2, 16, 256), *cc = mkctx_b(mc, 512, 2, 16, 256);
+        assert_true(seer_context_prompt_cuts_free(c));
+        const int V = seer_n_vocab(mg);
+        int32_t toks[N];
+        for (int i = 0; i < N; i++)
+            toks[i] = (int32_t)((7 * i * i + 3) % V);
+        float *ref = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
+        assert_non_null(ref);
+        assert_non_null(got);
+        const int one[] = {256}, a[] = {1, 7, 70, 222}, b[] = {150, 10, 140}, d[] = {13};
+        feed_cuts(cc, toks, N, one, 1, -1, got, V);
+        feed_cuts(c, toks, N, one, 1, -1, ref, V);
+        const double e = logit_err(ref, got, (size_t)N * V);
+        printf("gpu_model: prompt cuts, %s D=%d H=%d Hkv=%d %s: against the CPU err=%.3e tol=%.1e\n",
+               sh->arch, sh->dim, sh->heads, sh->kv_heads, sh->dtype, e, LOGIT_TOL);
+        fails += !(e <= LOGIT_TOL);
+        seer_seq_id other;
+        ASSERT_OK(seer_seq_new(c, &other));
+        const struct {
+            const int *cuts;
+            int n;
+            seer_seq_id other;
+            const char *what;
+        } runs[] = {{a, 4, -1, "1, 7, 70, 222"}, {b, 3, -1, "150, 10, 140"}, {d, 1, other, "13 beside a decode step"}};
+        for (int r = 0; r < 3; r++) {
+            feed_cuts(c, toks, N, runs[r].cuts, runs[r].n, runs[r].other, got, V);
+            const bool same = memcmp(ref, got, sizeof(float) * N * V) == 0;
+            printf("gpu_model: prompt cuts, head size %d, calls of %s: %s\n", sh->dim / sh->heads, runs[r].what,
+                   same ? "the same bits" : "FAIL: bits differ");
+            fails += !same;
+        }
+        free(ref), free(got);
+        seer_context_free(c);
+        seer_context_free(cc);
+        seer_model_free(mg);
+        seer_model_free(mc);
+    }
+    if (fails)
+        fail_msg("%d prompt-cut comparisons failed", fails);
+}
+
 #endif /* SEER_HAVE_CUDA */
 
 int main(void) {
@@ -433,6 +540,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_golden_stories),
             cmocka_unit_test(test_random_models),
+            cmocka_unit_test(test_prompt_cuts),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
     }

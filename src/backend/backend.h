@@ -158,7 +158,8 @@ typedef struct {
      * any other call (the same bits whatever the other rows are); 0: any number. */
     int invariant_max_tokens;
     /* Prompt tokens (seer_attn_batch.seq_prompt) are computed the same whatever the call
-     * around them and however the prompt is cut (seer_context_prompt_cuts_free). */
+     * around them and however the prompt is cut (seer_context_prompt_cuts_free), in calls
+     * of at most invariant_max_tokens tokens (where that is not 0). */
     bool prompt_cuts_free;
     void (*free)(seer_backend *be);
     /* A backend instance for one context's execution state (CPU: scratch and thread pool;

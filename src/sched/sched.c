@@ -8,12 +8,14 @@
  *      request's rows must be computed the same way alone and under load (greedy ids do not
  *      depend on the traffic). Two regimes:
  *      - free cuts (seer_context_prompt_cuts_free: a prompt token's bits do not depend on
- *        the call, the CPU; prefill_stall not negative): beside rounds, the prompt tokens
+ *        the call, the CPU, and CUDA in calls of up to its batch-invariant 256 tokens, so
+ *        there with a chunk and mix_max within them; prefill_stall not negative): beside
+ *        rounds, the prompt tokens
  *        are sized by time (stall.c): as many as the measured step times say add about
  *        prefill_stall times a step of the rounds alone, so a stream's gap between tokens
  *        stays near (1 + prefill_stall) times its idle one; without rounds, chunks of up
  *        to the chunk size;
- *      - fixed cuts (CUDA; or prefill_stall negative): a prompt is cut at fixed multiples of the chunk size and a chunk
+ *      - fixed cuts (otherwise, or prefill_stall negative): a prompt is cut at fixed multiples of the chunk size and a chunk
  *        waits until it fits whole. The longest-waiting prefill's chunk goes before the
  *        rounds when it fits beside one row per round, or when the step before left it out;
  *        otherwise the rounds go first and it waits. So while a long prompt is read, every
@@ -188,7 +190,10 @@ seer_status seer_sched_init(seer_context *ctx, seer_sched_params params, seer_sc
         free(s);
         return seer_err(SEER_ERR_INVALID_ARG, "prefill_stall %g is above 1000", (double)params.prefill_stall);
     }
-    s->free_cuts = seer_context_prompt_cuts_free(ctx) && params.prefill_stall >= 0;
+    /* free cuts hold in calls the backend computes batch-invariantly (CUDA: 256 tokens) */
+    const int inv = ctx->model->be->ops->invariant_max_tokens;
+    s->free_cuts = seer_context_prompt_cuts_free(ctx) && params.prefill_stall >= 0 &&
+                   (inv == 0 || (s->chunk <= inv && s->mix_max && s->mix_max <= inv));
     s->stall = (seer_stall){.stall = params.prefill_stall > 0 ? params.prefill_stall : 1, .chunk = s->chunk};
     s->B = ctx->params.n_seq_max;
     if (params.prefix_cache < 0 || params.prefix_cache >= s->B) {

@@ -45,6 +45,14 @@ static seer_status bad_batch(const char *what, int a, int b) {
     return seer_err(SEER_ERR_INVALID_ARG, "attention batch: %s (%d, %d)", what, a, b);
 }
 
+/* Sequence b's leading new tokens that are prefilled (of its n_b): its prompt tokens
+ * (seq_prompt); without that array, all of a run longer than SEER_ATT_TC_PREFILL_MIN. */
+static int prompt_run(const seer_attn_batch *ab, int b, int n_b) {
+    if (ab->seq_prompt)
+        return ab->seq_prompt[b] < n_b ? ab->seq_prompt[b] : n_b;
+    return n_b > SEER_ATT_TC_PREFILL_MIN ? n_b : 0;
+}
+
 /* Pinned staging buffer of at least bytes, after the copy that last read it has finished. */
 static seer_status stage_reserve(seer_cuda *c, size_t bytes) {
     if (c->stage_pending) {
@@ -320,12 +328,13 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     const bool tc = cap_tc > 0;
     const int group = heads_ok ? H / Hkv : 1;
 
-    /* A sequence with more than SEER_ATT_TC_PREFILL_MIN new tokens is prefilled: one split
-     * per token (tensor cores only). Then each token's splits and their running sum. */
+    /* A sequence's prompt tokens are prefilled: one split per token (tensor cores only).
+     * Then each token's splits and their running sum. */
     for (int b = 0; b < n_seq; b++) {
         const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
+        const int m_b = prompt_run(ab, b, n_b);
         for (int k = 0; k < n_b; k++)
-            h[o_tmode + ab->seq_toks[o + k]] = tc && n_b > SEER_ATT_TC_PREFILL_MIN;
+            h[o_tmode + ab->seq_toks[o + k]] = tc && k < m_b;
     }
     long long n_q = 0;
     bool split = false;
@@ -354,19 +363,25 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         for (int pass = ATT_TC_DEC; pass < ATT_TC_KINDS; pass++)
         for (int b = 0; b < n_seq; b++) {
             const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
-            const bool pre = n_b > SEER_ATT_TC_PREFILL_MIN, view = maxC[n_seq + b] != 0;
-            /* Prefill items hold 128 rows, or 64 where the sequence's chunk would not fill the
-             * resident blocks at 128 (more items, each with every warp busy). Decided by the
-             * chunk alone, so that a prefill row's arithmetic never depends on the other
-             * sequences of the call. */
-            int cap_tok = view && !pre ? 1 : attn_tc_tokens(group, pre);
-            if (pre && (long long)(n_b + cap_tok - 1) / cap_tok * Hkv < cap_pre && cap_tok > 1)
-                cap_tok /= 2;
+            const int m_b = prompt_run(ab, b, n_b);
+            const bool view = maxC[n_seq + b] != 0;
             for (int k = 0; k < n_b;) {
+                /* A group is all prompt tokens (the prefill kind) or none. Prefill items hold
+                 * 128 rows. Flagged prompt tokens (seq_prompt) go whole: one key part per
+                 * row, so a row's arithmetic depends on its query and visible keys alone,
+                 * however the prompt is cut into calls (prompt_cuts_free). Unflagged runs may
+                 * take items of 64 rows with two key parts where the run would not fill the
+                 * resident blocks at 128 (decided by the run alone, never by the other
+                 * sequences of the call). */
+                const bool pre = k < m_b, whole = pre && ab->seq_prompt;
+                const int lim = pre ? m_b : n_b;
+                int cap_tok = view && !pre ? 1 : attn_tc_tokens(group, pre);
+                if (pre && !whole && (long long)(m_b + cap_tok - 1) / cap_tok * Hkv < cap_pre && cap_tok > 1)
+                    cap_tok /= 2;
                 const int i0 = ab->seq_toks[o + k];
                 const long long vis0 = (long long)maxC[b] + h[o_ncand + i0];
                 int n = 1, S = h[o_qoff + i0 + 1] - h[o_qoff + i0];
-                while (k + n < n_b && n < cap_tok) {
+                while (k + n < lim && n < cap_tok) {
                     const int j = ab->seq_toks[o + k + n];
                     const long long vis = (long long)maxC[b] + h[o_ncand + j];
                     if (!pre && att_chunk(vis) != att_chunk(vis0))
@@ -387,7 +402,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                  * item; a chain's by the combine kernel, more rows in parallel. Both merge in
                  * the same order with the same arithmetic: the results are identical. */
                 const bool here = !pre && n == 1 && S > 1;
-                gr[2] = here ? 2 : 0;
+                gr[2] = (here ? 2 : 0) | (whole ? 1 : 0);
                 gr[3] = S;
                 if (here)
                     h[o_tmode + i0] = 2;

@@ -23,9 +23,12 @@
  *    over all visible slots, 128 rows, a warp per 16 rows over every key of every tile, its
  *    result written from registers; or, where a sequence's chunk has too few rows to fill
  *    the GPU that way, 64 rows, two warps per 16 rows over halves of each tile, merged. A
- *    row's result depends on its query, its visible keys and its sequence's chunk length. Not batch-invariant with the split kind (different
- *    summation order and exponential), and need not be: a prompt is prefilled the same way
- *    whatever decodes after it. Its own instantiation, so that its larger Q buffer does not
+ *    flagged prompt token (seer_attn_batch.seq_prompt) always takes the first way, whatever
+ *    its chunk: its result then depends on its query and its visible keys alone (key tiles
+ *    at fixed visible indices; tiles past a row's keys add exact zeros), so a prompt gives
+ *    the same bits however it is cut into calls (the backend's prompt_cuts_free). Not
+ *    batch-invariant with the split kind (different summation order and exponential), and
+ *    need not be: a prompt is prefilled the same way whatever decodes after it. Its own instantiation, so that its larger Q buffer does not
  *    cost the chain kind shared memory (lab/attention_lab.cu measured it: 1.5-4 % on chains).
  * On Hopper builds with sm_90a, attention_wgmma.cu serves the prefill kind of head size 128
  * (the same items, descriptor and visible sets; asynchronous warpgroup products).
@@ -315,8 +318,9 @@ static __device__ __forceinline__ void tc_merge_parts(const att_desc &a, const a
  * same in both: key part kp of every 64-key tile is warp kp's, the parts merge in part order,
  * the splits in split order; so a token gives the same bits in a decode step and in a
  * verification chain whichever kind serves each.
- * PRE (the prefill kind): eight warps, one m-tile each, over every key of a single split (or
- * two warps per m-tile, over halves of each tile, in items of at most 64 rows). */
+ * PRE (the prefill kind): eight warps, one m-tile each, over every key of a single split (or,
+ * for items of at most 64 rows not flagged whole, two warps per m-tile over halves of each
+ * tile). */
 template <int DH, int KIND>
 __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_params p) {
     constexpr bool DEC = KIND == ATT_TC_DEC, PRE = KIND == ATT_TC_PRE;
@@ -359,7 +363,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
         const int lo = att_last_le(a.gitem, g_first, g_last, item); /* the group */
         const int32_t *gr = a.grp + 4 * lo;
         const int first = gr[0], ntok = gr[1], S = gr[3];
-        const bool merge_here = (gr[2] & 2) != 0;
+        const bool merge_here = (gr[2] & 2) != 0, whole = (gr[2] & 1) != 0;
         const int local = item - a.gitem[lo];
         const int kvh = ranges ? local / S : local % p.Hkv, s0 = ranges ? local % S : local / p.Hkv;
         const int s1 = ranges ? min(S, s0 + (item_stop - item)) : min(s0 + 1, S);
@@ -389,7 +393,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
             /* Warp roles: key part kp of each tile (split: four of 16 keys, the fixed order a
              * row's sum follows; prefill: one, all 64 keys, or two of 32 for items of at most
              * 64 rows, which then keep every warp busy) and m-tile mt of the rows. */
-            const int KP = PRE ? (it.rows > 64 ? 1 : 2) : 4;                 /* key parts */
+            const int KP = PRE ? (whole || it.rows > 64 ? 1 : 2) : 4;        /* key parts */
             const int MR = DEC ? 16 : PRE ? TC_PRE_ROWS / KP : 32;            /* rows of a part */
             const int kp = warp % KP, mt = warp / KP;
 
