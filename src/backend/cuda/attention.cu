@@ -314,12 +314,18 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     const int H = ab->n_heads, Dh = ab->head_dim;
     const bool heads_ok = Hkv >= 1 && H >= Hkv && H % Hkv == 0 && Dh >= 2 && Dh <= ATT_MAX_DH;
     int cap_tc = 0, cap_dec = 0, cap_pre = 0;
+    /* Prompt tokens (seq_prompt) in a call of at most the batch-invariant size are split at
+     * fixed key positions (att_chunk of each token's visible count, as the split kinds do),
+     * whole items of 128 rows, merged by the combine kernel: a token's bits then depend on its
+     * query and visible keys alone, however its prompt is cut into such calls
+     * (prompt_cuts_free), and a short piece of a long prompt spreads over the GPU. */
+    const bool fixed = ab->seq_prompt && T <= SEER_CUDA_INVARIANT_MAX_T;
     if (heads_ok && attn_tc_eligible(H, Hkv, Dh)) {
         seer_status st = attn_tc_capacity(c, Dh, ATT_TC_CHAIN, &cap_tc);
         if (st == SEER_OK)
             st = attn_tc_capacity(c, Dh, ATT_TC_DEC, &cap_dec);
         if (st == SEER_OK)
-            st = attn_tc_capacity(c, Dh, ATT_TC_PRE, &cap_pre);
+            st = attn_tc_capacity(c, Dh, fixed ? ATT_TC_PRE_MMA : ATT_TC_PRE, &cap_pre);
         if (st != SEER_OK) {
             free(maxC);
             return st;
@@ -328,19 +334,22 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     const bool tc = cap_tc > 0;
     const int group = heads_ok ? H / Hkv : 1;
 
-    /* A sequence's prompt tokens are prefilled: one split per token (tensor cores only).
-     * Then each token's splits and their running sum. */
+    /* A sequence's prompt tokens are prefilled (tensor cores only): in one split each (tmode
+     * 1), or split at fixed positions (fixed, no view: tmode 3, the combine merges). Then
+     * each token's splits and their running sum. */
     for (int b = 0; b < n_seq; b++) {
         const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
         const int m_b = prompt_run(ab, b, n_b);
+        const int mode = fixed && !maxC[n_seq + b] ? 3 : 1;
         for (int k = 0; k < n_b; k++)
-            h[o_tmode + ab->seq_toks[o + k]] = tc && k < m_b;
+            h[o_tmode + ab->seq_toks[o + k]] = tc && k < m_b ? mode : 0;
     }
     long long n_q = 0;
     bool split = false;
     for (int i = 0; i < T; i++) {
         const long long vis = (long long)maxC[ab->tok_seq[i]] + h[o_ncand + i];
-        const int S = h[o_tmode + i] ? 1 : maxC[n_seq + ab->tok_seq[i]] ? att_splits_bound(vis) : att_splits(vis);
+        const int tm = h[o_tmode + i];
+        const int S = tm == 3 ? att_pre_splits(vis) : tm ? 1 : maxC[n_seq + ab->tok_seq[i]] ? att_splits_bound(vis) : att_splits(vis);
         h[o_qoff + i] = (int32_t)(n_q < INT32_MAX ? n_q : INT32_MAX);
         n_q += S;
         split |= S > 1;
@@ -367,13 +376,11 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
             const bool view = maxC[n_seq + b] != 0;
             for (int k = 0; k < n_b;) {
                 /* A group is all prompt tokens (the prefill kind) or none. Prefill items hold
-                 * 128 rows. Flagged prompt tokens (seq_prompt) go whole: one key part per
-                 * row, so a row's arithmetic depends on its query and visible keys alone,
-                 * however the prompt is cut into calls (prompt_cuts_free). Unflagged runs may
-                 * take items of 64 rows with two key parts where the run would not fill the
-                 * resident blocks at 128 (decided by the run alone, never by the other
-                 * sequences of the call). */
-                const bool pre = k < m_b, whole = pre && ab->seq_prompt;
+                 * 128 rows; split at fixed positions (whole: one key part per row, the
+                 * tokens of one chunk size), or else in one split, where they may hold 64
+                 * rows with two key parts when the run would not fill the resident blocks at
+                 * 128 (decided by the run alone, never by the other sequences of the call). */
+                const bool pre = k < m_b, whole = pre && fixed && !view;
                 const int lim = pre ? m_b : n_b;
                 int cap_tok = view && !pre ? 1 : attn_tc_tokens(group, pre);
                 if (pre && !whole && (long long)(m_b + cap_tok - 1) / cap_tok * Hkv < cap_pre && cap_tok > 1)
@@ -384,7 +391,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                 while (k + n < lim && n < cap_tok) {
                     const int j = ab->seq_toks[o + k + n];
                     const long long vis = (long long)maxC[b] + h[o_ncand + j];
-                    if (!pre && att_chunk(vis) != att_chunk(vis0))
+                    if (whole ? att_pre_chunk(vis) != att_pre_chunk(vis0) : !pre && att_chunk(vis) != att_chunk(vis0))
                         break;
                     const int Sj = h[o_qoff + j + 1] - h[o_qoff + j];
                     S = Sj > S ? Sj : S;
@@ -445,7 +452,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     }
     bool need_combine = false; /* a token with splits left to the combine kernel */
     for (int i = 0; i < T; i++)
-        need_combine |= h[o_qoff + i + 1] - h[o_qoff + i] > 1 && h[o_tmode + i] == 0;
+        need_combine |= h[o_qoff + i + 1] - h[o_qoff + i] > 1 && (h[o_tmode + i] == 0 || h[o_tmode + i] == 3);
     if (tc) { /* the tensor-core kernel's arrival counters: zero, and kept so. Reserved for
                  every batch, so that a recording never holds a pointer from before them. */
         const size_t n_cnt = (size_t)(n_grp > 16 ? n_grp : 16) * Hkv * sizeof(int);
@@ -517,6 +524,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     a->split = split;
     a->need_combine = need_combine;
     a->tc = tc;
+    a->pre_fixed = tc && fixed;
     a->valid = true;
     c->fw.T = T;
     c->fw.n_out = n_out;
@@ -761,10 +769,10 @@ __global__ void attn_combine_kernel(attn_params p) {
     pdl_wait();
     const att_desc a = att_desc_load(p.desc);
     const int i = blockIdx.x / p.H, h = blockIdx.x % p.H;
-    if (i >= a.T || a.tmode[i])
+    if (i >= a.T || a.tmode[i] == 1 || a.tmode[i] == 2)
         return;
     const att_tok tk = att_token(a, i, p.layer, h / p.group);
-    const int S = att_splits(tk.n_vis), Dh = p.Dh;
+    const int S = a.tmode[i] == 3 ? att_pre_splits(tk.n_vis) : att_splits(tk.n_vis), Dh = p.Dh;
     if (S == 1)
         return;
     const size_t row0 = (size_t)a.qoff[i] * p.H + h, rstride = (size_t)p.H;

@@ -55,6 +55,24 @@ static __host__ __device__ __forceinline__ int att_splits(long long n_vis) {
     return n_vis > ATT_TK ? (int)((n_vis + att_chunk(n_vis) - 1) / att_chunk(n_vis)) : 1;
 }
 
+/* Keys per split of a prompt token in a whole prefill item (attention_tc.cu): longer splits
+ * than att_chunk's, at most ATT_PRE_SPLITS of them, since a prefill item's 128 rows each
+ * write a partial per split (at 32K, 256 prompt tokens of 32 heads of 128 write 68 MB a layer
+ * in 16 splits, 272 MB in 64), while a few prompt tokens beside a decode step still spread
+ * over the GPU. */
+#define ATT_PRE_MIN_CHUNK 1024
+#define ATT_PRE_SPLITS 16
+static __host__ __device__ __forceinline__ long long att_pre_chunk(long long n_vis) {
+    long long c = ATT_PRE_MIN_CHUNK;
+    while (c * ATT_PRE_SPLITS < n_vis)
+        c *= 2;
+    return c;
+}
+
+static __host__ __device__ __forceinline__ int att_pre_splits(long long n_vis) {
+    return n_vis > 0 ? (int)((n_vis + att_pre_chunk(n_vis) - 1) / att_pre_chunk(n_vis)) : 1;
+}
+
 /* At least att_splits(n) for every n <= n_vis (att_splits itself is not monotonic). */
 static inline int att_splits_bound(long long n_vis) {
     const long long b = (n_vis + ATT_MIN_CHUNK - 1) / ATT_MIN_CHUNK;
@@ -87,7 +105,8 @@ struct att_desc {
                              in the kernel), splits */
     const int32_t *gitem; /* [n_grp + 1]: first work unit (split of a KV head) of each group */
     const int32_t *tmode; /* [T]: 1 = the token's sequence is prefilled in one split, 2 = the
-                             partial kernel merges its splits; 0 = the combine kernel does */
+                             partial kernel merges its splits; 0 = the combine kernel does; 3
+                             = the same, for a prompt token in whole items (att_pre_splits) */
     const uint8_t *mask; /* NULL: causal among the new tokens */
 };
 
@@ -182,6 +201,9 @@ static __device__ __forceinline__ int att_key_slot(const att_desc &a, const att_
  * work item holds, and the launch of its persistent grids over the descriptor's items. Its
  * three kinds: decode steps and short chains of at most 16 rows, longer chains, prefills. */
 enum { ATT_TC_DEC, ATT_TC_CHAIN, ATT_TC_PRE, ATT_TC_KINDS };
+/* attn_tc_capacity's key for the prefill kind on its mma.sync kernel where attention_wgmma.cu
+ * would serve it (prompt tokens split at fixed positions, seer_cuda_attn.pre_fixed) */
+#define ATT_TC_PRE_MMA ATT_TC_KINDS
 bool attn_tc_eligible(int H, int Hkv, int Dh);
 int attn_tc_tokens(int group, bool prefill);
 seer_status attn_tc_init(seer_cuda *c);

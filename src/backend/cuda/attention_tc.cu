@@ -23,10 +23,14 @@
  *    over all visible slots, 128 rows, a warp per 16 rows over every key of every tile, its
  *    result written from registers; or, where a sequence's chunk has too few rows to fill
  *    the GPU that way, 64 rows, two warps per 16 rows over halves of each tile, merged. A
- *    flagged prompt token (seer_attn_batch.seq_prompt) always takes the first way, whatever
- *    its chunk: its result then depends on its query and its visible keys alone (key tiles
- *    at fixed visible indices; tiles past a row's keys add exact zeros), so a prompt gives
- *    the same bits however it is cut into calls (the backend's prompt_cuts_free). Not
+ *    flagged prompt token (seer_attn_batch.seq_prompt) in a call of at most
+ *    SEER_CUDA_INVARIANT_MAX_T tokens takes a third way, "whole" items: 128 rows, one key
+ *    part, split at fixed visible indices (att_pre_chunk of its visible count), the splits
+ *    merged by the combine kernel in split order. Its result then
+ *    depends on its query and its visible keys alone (tiles past a row's keys add exact
+ *    zeros), so a prompt gives the same bits however it is cut into such calls (the
+ *    backend's prompt_cuts_free), and a short piece of a long prompt beside a decode step
+ *    spreads over the GPU instead of reading every key in one block per head. Not
  *    batch-invariant with the split kind (different summation order and exponential), and
  *    need not be: a prompt is prefilled the same way whatever decodes after it. Its own instantiation, so that its larger Q buffer does not
  *    cost the chain kind shared memory (lab/attention_lab.cu measured it: 1.5-4 % on chains).
@@ -320,7 +324,7 @@ static __device__ __forceinline__ void tc_merge_parts(const att_desc &a, const a
  * verification chain whichever kind serves each.
  * PRE (the prefill kind): eight warps, one m-tile each, over every key of a single split (or,
  * for items of at most 64 rows not flagged whole, two warps per m-tile over halves of each
- * tile). */
+ * tile); whole items over one fixed split each, their partials left to the combine. */
 template <int DH, int KIND>
 __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_params p) {
     constexpr bool DEC = KIND == ATT_TC_DEC, PRE = KIND == ATT_TC_PRE;
@@ -363,7 +367,9 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
         const int lo = att_last_le(a.gitem, g_first, g_last, item); /* the group */
         const int32_t *gr = a.grp + 4 * lo;
         const int first = gr[0], ntok = gr[1], S = gr[3];
+        /* whole: prompt tokens split at fixed key positions (batch_begin), one key part */
         const bool merge_here = (gr[2] & 2) != 0, whole = (gr[2] & 1) != 0;
+        const bool one_split = PRE && !whole;
         const int local = item - a.gitem[lo];
         const int kvh = ranges ? local / S : local % p.Hkv, s0 = ranges ? local % S : local / p.Hkv;
         const int s1 = ranges ? min(S, s0 + (item_stop - item)) : min(s0 + 1, S);
@@ -375,14 +381,14 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
             t_i[tid] = i;
             t_nvis[tid] = tk.n_vis;
             t_slot[tid] = tk.slot;
-            t_S[tid] = PRE ? 1 : att_splits(tk.n_vis);
+            t_S[tid] = one_split ? 1 : whole ? att_pre_splits(tk.n_vis) : att_splits(tk.n_vis);
         }
         __syncthreads();
         int max_nvis = 0;
         for (int k = 0; k < ntok; k++)
             max_nvis = max(max_nvis, t_nvis[k]);
-        const long long chunk = PRE ? (long long)max_nvis : att_chunk(t0.n_vis);
-        const int begin = (int)(PRE ? 0 : s0 * chunk);
+        const long long chunk = one_split ? (long long)max_nvis : whole ? att_pre_chunk(t0.n_vis) : att_chunk(t0.n_vis);
+        const int begin = (int)(one_split ? 0 : s0 * chunk);
         const int end = (int)min((long long)s1 * chunk, (long long)max_nvis);
         pdl_wait(); /* from here on q, the cache and the outputs are ours */
         do { /* break: the item is done */
@@ -543,7 +549,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
             }
             if (DEC)
                 break;
-            if (PRE && KP == 1) { /* a row's state is its result, written from registers */
+            if (one_split && KP == 1) { /* a row's state is its result, written from registers */
                 if (mt < n_mt) {
     #pragma unroll
                     for (int hr = 0; hr < 2; hr++) {
@@ -669,13 +675,14 @@ static seer_status tc_occupancy_of(int kind, int *n) {
 
 /* Asked of the runtime once per head size and kind: batch_begin wants it every forward call. */
 seer_status attn_tc_capacity(seer_cuda *c, int Dh, int kind, int *out) {
-    int *cached = &c->att_tc_occ[(Dh == 64 ? 0 : 3) + kind];
+    int *cached = &c->att_tc_occ[(Dh == 64 ? 0 : 4) + kind];
     if (*cached < 0) {
         int n = 0;
+        const int k = kind == ATT_TC_PRE_MMA ? ATT_TC_PRE : kind;
         if (kind == ATT_TC_PRE && attn_wg_serves(c, Dh)) {
             SEER_TRY(attn_wg_capacity(c, &n));
         } else if (tc_smem(Dh, ATT_TC_PRE) <= c->smem_optin) { /* the largest kind */
-            SEER_TRY(Dh == 64 ? tc_occupancy_of<64>(kind, &n) : tc_occupancy_of<128>(kind, &n));
+            SEER_TRY(Dh == 64 ? tc_occupancy_of<64>(k, &n) : tc_occupancy_of<128>(k, &n));
             n = (n > 0 ? n : 1) * c->n_sm;
         }
         *cached = n; /* 0: the kernel does not fit; the scalar one runs */
@@ -698,7 +705,7 @@ static seer_status tc_launch_all(seer_cuda *c, const attn_params &p, const int (
         SEER_TRY((tc_launch<DH, ATT_TC_DEC>(c, p, grid[ATT_TC_DEC])));
     if (grid[ATT_TC_CHAIN] > 0)
         SEER_TRY((tc_launch<DH, ATT_TC_CHAIN>(c, p, grid[ATT_TC_CHAIN])));
-    if (grid[ATT_TC_PRE] > 0 && attn_wg_serves(c, DH))
+    if (grid[ATT_TC_PRE] > 0 && attn_wg_serves(c, DH) && !c->att.pre_fixed)
         SEER_TRY(attn_wg_launch(c, p, grid[ATT_TC_PRE]));
     else if (grid[ATT_TC_PRE] > 0)
         SEER_TRY((tc_launch<DH, ATT_TC_PRE>(c, p, grid[ATT_TC_PRE])));

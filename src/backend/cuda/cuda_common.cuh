@@ -140,6 +140,8 @@ typedef struct {
     bool split;                  /* some token has more than one split */
     bool need_combine;           /* ... which the partial kernel does not merge: the combine runs */
     bool tc;                     /* the tensor-core kernel serves this batch (attention_tc.cu) */
+    bool pre_fixed;              /* prompt tokens split at fixed key positions (attention_tc.cu):
+                                  * the mma.sync prefill kind serves them, never attention_wgmma */
 } seer_cuda_attn;
 
 /* How the ops of the current forward call run (graph.cu). batch_begin resets it. */
@@ -159,7 +161,7 @@ typedef struct {
 typedef struct {
     const void *key;
     int T_pad, n_out_pad, att_grid, att_grid_dec, att_grid_pre;
-    bool att_split, att_combine, warm;
+    bool att_split, att_combine, att_pre_fixed, warm;
     int failed; /* recordings of this key that failed: after SEER_CUDA_GRAPH_TRIES, op by op */
     unsigned long gen, last_use;
     cudaGraphExec_t exec;  /* NULL: seen (warm) but not recorded yet */
@@ -223,7 +225,7 @@ typedef struct {
     seer_cuda_idx idx[SEER_IDX_COUNT];
     seer_cuda_attn att;
     int att_occ_key, att_occ; /* resident attention blocks per SM for (gb, Dh) = key */
-    int att_tc_occ[6];        /* tensor-core attention blocks the GPU holds, Dh 64 / 128 x
+    int att_tc_occ[8];        /* tensor-core attention blocks the GPU holds, Dh 64 / 128 x
                                * decode / chain / prefill kind; -1 unknown */
     int att_wg;               /* attention_wgmma.cu serves the prefill kind (Hopper, sm_90a) */
 

@@ -8,7 +8,8 @@
  * batch lives in device memory that batch_begin writes outside the graph (the index arrays
  * at offsets fixed by the bucket, attention's descriptor with its own header), so a
  * recording stays valid for every later batch of the same key: the caller's buffers, the two
- * bucket sizes, attention's grid buckets, whether attention splits and whether the combine
+ * bucket sizes, attention's grid buckets, whether attention splits, which prefill kernel
+ * runs and whether the combine
  * kernel runs.
  *
  * Policy: a key's first call runs op by op at the padded sizes (buffers grow to what the
@@ -63,7 +64,7 @@ static int entry_find(seer_cuda *c, const void *key) {
         if (e->key == key && e->T_pad == f->T_pad && e->n_out_pad == f->n_out_pad &&
             e->att_grid == a->grid_bucket && e->att_grid_dec == a->grid_dec_bucket &&
             e->att_grid_pre == a->grid_pre_bucket && e->att_split == a->split &&
-            e->att_combine == a->need_combine)
+            e->att_combine == a->need_combine && e->att_pre_fixed == a->pre_fixed)
             return i;
         const seer_cuda_graph *l = lru >= 0 ? &c->graph[lru] : NULL;
         if (!l || (l->key && (!e->key || e->last_use < l->last_use)))
@@ -79,6 +80,7 @@ static int entry_find(seer_cuda *c, const void *key) {
     e->att_grid_pre = a->grid_pre_bucket;
     e->att_split = a->split;
     e->att_combine = a->need_combine;
+    e->att_pre_fixed = a->pre_fixed;
     e->gen = c->gen;
     return lru;
 }
