@@ -121,21 +121,34 @@ static seer_status attn_capacity(seer_cuda *c, int gb, int Dh, int *out) {
     return SEER_OK;
 }
 
-seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
-                                  const int32_t *tokens, const int32_t *pos, const int32_t *page,
-                                  const int32_t *row, const int32_t *out_rows, int n_out) {
-    seer_cuda *c = seer_cuda_of(be);
-    if (c->fw.capturing)
-        return seer_err(SEER_ERR_INTERNAL, "CUDA: batch_begin during a graph capture");
-    /* Forget the last call's copies first: whatever fails below, no op uses stale ones. */
-    memset(c->idx, 0, sizeof c->idx);
-    c->att.valid = false;
-    memset(&c->fw, 0, sizeof c->fw);
-    c->fw.entry = -1;
-    c->batch_epoch++;
-    if (!ab)
-        return SEER_OK;
-    const int T = ab->T, n_seq = ab->n_seq, ps = ab->page_size, Hkv = ab->n_kv_heads;
+/* What batch_begin works out, step by step: bb_check (the batch and its sizes), bb_fill (the
+ * descriptor's layout and its index arrays), bb_plan_tokens (which kernel, each token's splits),
+ * bb_plan_tc (the tensor-core kinds' groups and items), bb_plan_scalar (the scalar kernel's
+ * items, the scratch they need), bb_upload (header, copy, the state the ops read). */
+typedef struct {
+    seer_cuda *c;
+    const seer_attn_batch *ab;
+    const int32_t *src_idx[SEER_IDX_COUNT]; /* tokens, pos, page, row, out_rows */
+    int T, n_seq, ps, Hkv, n_out, Tb, nb, min_lv;
+    size_t n_pages_all, n_lists, n_entries, bytes;
+    /* word offsets of the descriptor's arrays */
+    size_t o_idx[SEER_IDX_COUNT], o_tok_seq, o_tok_slot, o_ncand, o_len0, o_tok_off, o_cand_tok,
+        o_cand_slot, o_page_off, o_pages, o_view, o_vlist, o_vidx, o_qoff, o_mask, o_grp, o_gitem, o_tmode;
+    int n_idx[SEER_IDX_COUNT], n_pad[SEER_IDX_COUNT];
+    int32_t *h;    /* the staging copy of the descriptor */
+    int32_t *maxC; /* [2 n_seq]: each sequence's largest cached count, whether it has a view */
+    /* the plan */
+    int H, Dh, group, cap, cap_tc, cap_dec, cap_pre;
+    bool heads_ok, fixed, tc, split, need_combine;
+    long long n_q, n_work, n_work_pre, n_work_tc, n_work_dec, n_work_chain;
+    int n_grp, n_grp_dec, n_grp_chain;
+} bb_t;
+
+/* The batch's arrays in range and consistent; the sizes of its page tables and view lists. */
+static seer_status bb_check(bb_t *B) {
+    const seer_attn_batch *ab = B->ab;
+    const int T = B->T, n_seq = B->n_seq, ps = B->ps, Hkv = B->Hkv, n_out = B->n_out;
+    const int32_t *out_rows = B->src_idx[SEER_IDX_COUNT - 1];
     if (T < 1 || n_seq < 1 || ps < 1 || ab->max_pages < 0 || n_out < 0 || n_out > T)
         return bad_batch("T, n_seq, page_size or n_out out of range", T, n_seq);
     if (ab->seq_tok_off[0] != 0 || ab->seq_tok_off[n_seq] != T)
@@ -160,8 +173,10 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
             return bad_batch("out_rows entry out of range at", i, out_rows[i]);
 
     /* Sizes: pages each sequence needs, view lists and their entries. */
-    size_t n_pages_all = 0, n_lists = 0, n_entries = 0;
-    int min_lv = INT32_MAX;
+    size_t &n_pages_all = B->n_pages_all, &n_lists = B->n_lists, &n_entries = B->n_entries;
+    int &min_lv = B->min_lv;
+    n_pages_all = n_lists = n_entries = 0;
+    min_lv = INT32_MAX;
     for (int b = 0; b < n_seq; b++) {
         long long max_slot = (long long)ab->seq_len0[b] - 1;
         for (int k = ab->seq_tok_off[b]; k < ab->seq_tok_off[b + 1]; k++) {
@@ -192,11 +207,20 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     if (n_pages_all > INT32_MAX || n_entries > INT32_MAX)
         return bad_batch("page tables or view lists too large", (int)(n_pages_all >> 31),
                          (int)(n_entries >> 31));
+    return SEER_OK;
+}
 
+/* The descriptor's layout, the ops' index arrays (padded to the bucket), the batch's arrays,
+ * pages and views, each token's candidates. Leaves B->maxC for the caller to free. */
+static seer_status bb_fill(bb_t *B) {
+    seer_cuda *c = B->c;
+    const seer_attn_batch *ab = B->ab;
+    const int T = B->T, n_seq = B->n_seq, ps = B->ps, n_out = B->n_out;
+    const size_t n_pages_all = B->n_pages_all, n_lists = B->n_lists, n_entries = B->n_entries;
     /* Layout in int32 words: the header, the ops' index arrays padded to the bucket (their
      * offsets depend on the bucket alone, so a recorded call finds them where it expects),
      * then attention's arrays, found through the header. */
-    const int Tb = seer_cuda_bucket(T), nb = n_out ? seer_cuda_bucket(n_out) : 0;
+    const int Tb = B->Tb = seer_cuda_bucket(T), nb = B->nb = n_out ? seer_cuda_bucket(n_out) : 0;
     size_t off = 0;
     auto take = [&off](size_t words) {
         size_t o = off;
@@ -204,25 +228,43 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         return o;
     };
     (void)take(D_WORDS);
-    const size_t o_idx[SEER_IDX_COUNT] = {take(Tb), take(Tb), take(Tb), take(Tb), take((size_t)nb)};
-    const size_t o_tok_seq = take(T), o_tok_slot = take(T), o_ncand = take(T);
-    const size_t o_len0 = take(n_seq), o_tok_off = take((size_t)n_seq + 1);
-    const size_t o_cand_tok = take(T), o_cand_slot = take(T);
-    const size_t o_page_off = take((size_t)n_seq + 1), o_pages = take(n_pages_all);
-    const size_t o_view = take((size_t)n_seq * 5), o_vlist = take(n_lists * 2);
-    const size_t o_vidx = take(n_entries), o_qoff = take((size_t)T + 1);
-    const size_t o_mask = take(ab->mask ? ((size_t)T * T + 3) / 4 : 0);
-    const size_t o_grp = take((size_t)T * 4), o_gitem = take((size_t)T + 1), o_tmode = take(T);
+    for (int k = 0; k < SEER_IDX_COUNT; k++)
+        B->o_idx[k] = take(k < SEER_IDX_COUNT - 1 ? (size_t)Tb : (size_t)nb);
+    B->o_tok_seq = take(T);
+    B->o_tok_slot = take(T);
+    B->o_ncand = take(T);
+    B->o_len0 = take(n_seq);
+    B->o_tok_off = take((size_t)n_seq + 1);
+    B->o_cand_tok = take(T);
+    B->o_cand_slot = take(T);
+    B->o_page_off = take((size_t)n_seq + 1);
+    B->o_pages = take(n_pages_all);
+    B->o_view = take((size_t)n_seq * 5);
+    B->o_vlist = take(n_lists * 2);
+    B->o_vidx = take(n_entries);
+    B->o_qoff = take((size_t)T + 1);
+    B->o_mask = take(ab->mask ? ((size_t)T * T + 3) / 4 : 0);
+    B->o_grp = take((size_t)T * 4);
+    B->o_gitem = take((size_t)T + 1);
+    B->o_tmode = take(T);
     if (off > INT32_MAX)
         return bad_batch("batch descriptor too large", (int)(off >> 31), 0);
-    const size_t bytes = off * sizeof(int32_t);
-    SEER_TRY(stage_reserve(c, bytes));
-    int32_t *h = c->stage;
+    B->bytes = off * sizeof(int32_t);
+    SEER_TRY(stage_reserve(c, B->bytes));
+    int32_t *h = B->h = c->stage;
+    const size_t *o_idx = B->o_idx;
+    const size_t o_tok_seq = B->o_tok_seq, o_tok_slot = B->o_tok_slot, o_ncand = B->o_ncand,
+                 o_len0 = B->o_len0, o_tok_off = B->o_tok_off, o_cand_tok = B->o_cand_tok,
+                 o_cand_slot = B->o_cand_slot, o_page_off = B->o_page_off, o_pages = B->o_pages,
+                 o_view = B->o_view, o_vlist = B->o_vlist, o_vidx = B->o_vidx, o_mask = B->o_mask;
 
     /* padding rows: token 0 at position 0, no KV write (page -1), gathering row 0 */
-    const int32_t *src_idx[SEER_IDX_COUNT] = {tokens, pos, page, row, out_rows};
-    const int n_idx[SEER_IDX_COUNT] = {T, T, T, T, n_out};
-    const int n_pad[SEER_IDX_COUNT] = {Tb, Tb, Tb, Tb, nb};
+    const int32_t *const *src_idx = B->src_idx;
+    int *n_idx = B->n_idx, *n_pad = B->n_pad;
+    for (int k = 0; k < SEER_IDX_COUNT; k++) {
+        n_idx[k] = k < SEER_IDX_COUNT - 1 ? T : n_out;
+        n_pad[k] = k < SEER_IDX_COUNT - 1 ? Tb : nb;
+    }
     const int32_t pad_val[SEER_IDX_COUNT] = {0, 0, -1, 0, 0};
     for (int k = 0; k < SEER_IDX_COUNT; k++) {
         const int from = src_idx[k] ? n_idx[k] : 0;
@@ -243,7 +285,7 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
 
     /* Pages, views (filtered as the reference filters them) and the largest cached count
      * (a view's per-list counts differ: has_view[b] then asks for a bound on the splits). */
-    int32_t *maxC = (int32_t *)seer_malloc_array((size_t)n_seq * 2, sizeof(int32_t));
+    int32_t *maxC = B->maxC = (int32_t *)seer_malloc_array((size_t)n_seq * 2, sizeof(int32_t));
     if (!maxC)
         return seer_err(SEER_ERR_OOM, "attention batch: out of host memory");
     size_t pg = 0, nl = 0, ne = 0;
@@ -304,18 +346,28 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         for (int k = 0; k < n_b; k++) {
             const int j = ab->seq_toks[o + k];
             if (h[o_ncand + j] != -1) {
-                free(maxC);
                 return bad_batch("seq_toks lists a token twice", o + k, j);
             }
             h[o_ncand + j] = ab->mask || !ascending ? n_b : k + 1;
         }
     }
+    return SEER_OK;
+}
+
+/* Which kernel serves the batch, how each token is attended (tmode) and its splits (qoff). */
+static seer_status bb_plan_tokens(bb_t *B) {
+    seer_cuda *c = B->c;
+    const seer_attn_batch *ab = B->ab;
+    const int T = B->T, n_seq = B->n_seq, Hkv = B->Hkv;
+    int32_t *h = B->h;
+    const int32_t *maxC = B->maxC;
+    const size_t o_ncand = B->o_ncand, o_qoff = B->o_qoff, o_tmode = B->o_tmode;
     /* Which kernel: the tensor-core one (attention_tc.cu) where it serves the head shape. */
     const int H = ab->n_heads, Dh = ab->head_dim;
     const bool heads_ok = Hkv >= 1 && H >= Hkv && H % Hkv == 0 && Dh >= 2 && Dh <= ATT_MAX_DH;
     int cap_tc = 0, cap_dec = 0, cap_pre = 0;
     /* Prompt tokens (seq_prompt) in a call of at most the batch-invariant size are split at
-     * fixed key positions (att_chunk of each token's visible count, as the split kinds do),
+     * fixed key positions (att_pre_chunk of each token's visible count),
      * whole items of 128 rows, merged by the combine kernel: a token's bits then depend on its
      * query and visible keys alone, however its prompt is cut into such calls
      * (prompt_cuts_free), and a short piece of a long prompt spreads over the GPU. */
@@ -326,10 +378,8 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
             st = attn_tc_capacity(c, Dh, ATT_TC_DEC, &cap_dec);
         if (st == SEER_OK)
             st = attn_tc_capacity(c, Dh, fixed ? ATT_TC_PRE_MMA : ATT_TC_PRE, &cap_pre);
-        if (st != SEER_OK) {
-            free(maxC);
+        if (st != SEER_OK)
             return st;
-        }
     }
     const bool tc = cap_tc > 0;
     const int group = heads_ok ? H / Hkv : 1;
@@ -349,13 +399,29 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     for (int i = 0; i < T; i++) {
         const long long vis = (long long)maxC[ab->tok_seq[i]] + h[o_ncand + i];
         const int tm = h[o_tmode + i];
-        const int S = tm == 3 ? att_pre_splits(vis) : tm ? 1 : maxC[n_seq + ab->tok_seq[i]] ? att_splits_bound(vis) : att_splits(vis);
+        const int S = tm == 3                        ? att_pre_splits(vis)
+                      : tm                           ? 1
+                      : maxC[n_seq + ab->tok_seq[i]] ? att_splits_bound(vis)
+                                                     : att_splits(vis);
         h[o_qoff + i] = (int32_t)(n_q < INT32_MAX ? n_q : INT32_MAX);
         n_q += S;
         split |= S > 1;
     }
     h[o_qoff + T] = (int32_t)(n_q < INT32_MAX ? n_q : INT32_MAX);
+    B->H = H, B->Dh = Dh, B->heads_ok = heads_ok, B->fixed = fixed, B->tc = tc, B->group = group;
+    B->cap_tc = cap_tc, B->cap_dec = cap_dec, B->cap_pre = cap_pre, B->n_q = n_q, B->split = split;
+    return SEER_OK;
+}
 
+/* The tensor-core kinds' groups (of tokens sharing each K/V tile) and their work units. */
+static void bb_plan_tc(bb_t *B) {
+    const seer_attn_batch *ab = B->ab;
+    const int n_seq = B->n_seq, Hkv = B->Hkv, group = B->group, cap_pre = B->cap_pre;
+    const bool tc = B->tc, fixed = B->fixed;
+    int32_t *h = B->h;
+    const int32_t *maxC = B->maxC;
+    const size_t o_ncand = B->o_ncand, o_qoff = B->o_qoff, o_grp = B->o_grp, o_gitem = B->o_gitem,
+                 o_tmode = B->o_tmode;
     /* Tensor-core items: groups of consecutive tokens of a sequence (in seq_toks order) whose
      * rows share each K/V tile. A split group's tokens have one chunk size, so their splits
      * start at the same visible index; a token under a view goes alone (its counts differ by
@@ -366,8 +432,10 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
      * blocks take equal contiguous ranges of its units and stream through the consecutive
      * splits they hold: that changes the time a call takes, never a bit of its output (each
      * split is computed as alone). */
-    int n_grp = 0, n_grp_dec = 0, n_grp_chain = 0;
-    long long n_work_tc = 0, n_work_dec = 0, n_work_chain = 0;
+    int &n_grp = B->n_grp, &n_grp_dec = B->n_grp_dec, &n_grp_chain = B->n_grp_chain;
+    long long &n_work_tc = B->n_work_tc, &n_work_dec = B->n_work_dec, &n_work_chain = B->n_work_chain;
+    n_grp = n_grp_dec = n_grp_chain = 0;
+    n_work_tc = n_work_dec = n_work_chain = 0;
     if (tc) {
         for (int pass = ATT_TC_DEC; pass < ATT_TC_KINDS; pass++)
         for (int b = 0; b < n_seq; b++) {
@@ -391,7 +459,9 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                 while (k + n < lim && n < cap_tok) {
                     const int j = ab->seq_toks[o + k + n];
                     const long long vis = (long long)maxC[b] + h[o_ncand + j];
-                    if (whole ? att_pre_chunk(vis) != att_pre_chunk(vis0) : !pre && att_chunk(vis) != att_chunk(vis0))
+                    const bool other_chunk = whole ? att_pre_chunk(vis) != att_pre_chunk(vis0)
+                                                   : !pre && att_chunk(vis) != att_chunk(vis0);
+                    if (other_chunk)
                         break;
                     const int Sj = h[o_qoff + j + 1] - h[o_qoff + j];
                     S = Sj > S ? Sj : S;
@@ -430,10 +500,20 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         }
         h[o_gitem + n_grp] = (int32_t)(n_work_tc < INT32_MAX ? n_work_tc : INT32_MAX);
     }
-    free(maxC);
+}
 
+/* The scalar kernel's items; the partials, split counters and whether the combine runs. */
+static seer_status bb_plan_scalar(bb_t *B) {
+    seer_cuda *c = B->c;
+    const int T = B->T, Hkv = B->Hkv, H = B->H, Dh = B->Dh, cap_tc = B->cap_tc, n_grp = B->n_grp;
+    const bool heads_ok = B->heads_ok, tc = B->tc, split = B->split;
+    const long long n_q = B->n_q, n_work_tc = B->n_work_tc, n_work_dec = B->n_work_dec,
+                    n_work_chain = B->n_work_chain;
+    const int32_t *h = B->h;
+    const size_t o_qoff = B->o_qoff, o_tmode = B->o_tmode;
     /* Scalar items per (token, split): one per KV head and head chunk. */
-    int n_hc = 0, gb = 0, cap = 1;
+    int n_hc = 0, gb = 0, &cap = B->cap;
+    cap = 1;
     if (heads_ok) {
         head_chunks(H, Hkv, &n_hc, &gb);
         if (tc)
@@ -441,8 +521,8 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         else
             SEER_TRY(attn_capacity(c, gb, Dh, &cap));
     }
-    const long long n_work = !heads_ok ? 0 : tc ? n_work_chain - n_work_dec : n_q * Hkv * n_hc;
-    const long long n_work_pre = tc ? n_work_tc - n_work_chain : 0;
+    const long long n_work = B->n_work = !heads_ok ? 0 : tc ? n_work_chain - n_work_dec : n_q * Hkv * n_hc;
+    B->n_work_pre = tc ? n_work_tc - n_work_chain : 0;
     if (n_work > INT32_MAX || n_work_tc > INT32_MAX)
         return seer_err(SEER_ERR_UNSUPPORTED, "attention batch: %lld work items",
                         n_work > n_work_tc ? n_work : n_work_tc);
@@ -450,7 +530,8 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
         const size_t n_part = (size_t)n_q * H * ((size_t)Dh + 2);
         SEER_TRY(seer_cuda_reserve(c, &c->attn_part, n_part * sizeof(float), "attention partials"));
     }
-    bool need_combine = false; /* a token with splits left to the combine kernel */
+    bool &need_combine = B->need_combine; /* a token with splits left to the combine kernel */
+    need_combine = false;
     for (int i = 0; i < T; i++)
         need_combine |= h[o_qoff + i + 1] - h[o_qoff + i] > 1 && (h[o_tmode + i] == 0 || h[o_tmode + i] == 3);
     if (tc) { /* the tensor-core kernel's arrival counters: zero, and kept so. Reserved for
@@ -461,7 +542,25 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
             CUDA_TRY(cudaMemsetAsync(c->att_cnt.p, 0, c->att_cnt.cap, c->stream));
         }
     }
+    return SEER_OK;
+}
 
+/* The header, the copy to the device (one, asynchronous), and what the ops read of it. */
+static seer_status bb_upload(bb_t *B) {
+    seer_cuda *c = B->c;
+    const seer_attn_batch *ab = B->ab;
+    const int T = B->T, n_seq = B->n_seq, n_out = B->n_out, n_grp = B->n_grp, n_grp_dec = B->n_grp_dec,
+              n_grp_chain = B->n_grp_chain;
+    const bool tc = B->tc, fixed = B->fixed, split = B->split, need_combine = B->need_combine;
+    const int min_lv = B->min_lv;
+    const long long n_q = B->n_q, n_work = B->n_work, n_work_tc = B->n_work_tc, n_work_dec = B->n_work_dec,
+                    n_work_chain = B->n_work_chain;
+    int32_t *h = B->h;
+    const size_t o_tok_seq = B->o_tok_seq, o_tok_slot = B->o_tok_slot, o_ncand = B->o_ncand,
+                 o_len0 = B->o_len0, o_tok_off = B->o_tok_off, o_cand_tok = B->o_cand_tok,
+                 o_cand_slot = B->o_cand_slot, o_page_off = B->o_page_off, o_pages = B->o_pages,
+                 o_view = B->o_view, o_vlist = B->o_vlist, o_vidx = B->o_vidx, o_qoff = B->o_qoff,
+                 o_mask = B->o_mask, o_grp = B->o_grp, o_gitem = B->o_gitem, o_tmode = B->o_tmode;
     int32_t *hd = h;
     memset(hd, 0, D_WORDS * sizeof(int32_t));
     hd[D_T] = T;
@@ -493,15 +592,16 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     hd[D_NGRP_CHAIN] = n_grp_chain;
     hd[D_NWORK_CHAIN] = (int32_t)n_work_chain;
 
-    SEER_TRY(seer_cuda_reserve(c, &c->batch, bytes, "the batch index arrays"));
-    CUDA_TRY(cudaMemcpyAsync(c->batch.p, h, bytes, cudaMemcpyHostToDevice, c->stream));
+    SEER_TRY(seer_cuda_reserve(c, &c->batch, B->bytes, "the batch index arrays"));
+    CUDA_TRY(cudaMemcpyAsync(c->batch.p, h, B->bytes, cudaMemcpyHostToDevice, c->stream));
     CUDA_TRY(cudaEventRecord(c->stage_done, c->stream));
     c->stage_pending = true;
 
     const int32_t *d = (const int32_t *)c->batch.p;
+    const int32_t *const *src_idx = B->src_idx;
     for (int k = 0; k < SEER_IDX_COUNT; k++)
         if (src_idx[k])
-            c->idx[k] = seer_cuda_idx{src_idx[k], n_idx[k], n_pad[k], d + o_idx[k], h + o_idx[k]};
+            c->idx[k] = seer_cuda_idx{src_idx[k], B->n_idx[k], B->n_pad[k], d + B->o_idx[k], h + B->o_idx[k]};
     seer_cuda_attn *a = &c->att;
     a->ab_ptr = ab;
     a->ab = *ab;
@@ -518,9 +618,9 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     a->desc = d;
     a->n_work = n_work;
     /* the tensor-core kinds launch only with items (a grid of 0: not launched) */
-    att_grid(n_work, cap, !tc, &a->grid, &a->grid_bucket);
-    att_grid(n_work_dec, cap_dec, false, &a->grid_dec, &a->grid_dec_bucket);
-    att_grid(n_work_pre, cap_pre, false, &a->grid_pre, &a->grid_pre_bucket);
+    att_grid(B->n_work, B->cap, !tc, &a->grid, &a->grid_bucket);
+    att_grid(n_work_dec, B->cap_dec, false, &a->grid_dec, &a->grid_dec_bucket);
+    att_grid(B->n_work_pre, B->cap_pre, false, &a->grid_pre, &a->grid_pre_bucket);
     a->split = split;
     a->need_combine = need_combine;
     a->tc = tc;
@@ -528,9 +628,42 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
     a->valid = true;
     c->fw.T = T;
     c->fw.n_out = n_out;
-    c->fw.T_pad = Tb;
-    c->fw.n_out_pad = nb;
+    c->fw.T_pad = B->Tb;
+    c->fw.n_out_pad = B->nb;
     return SEER_OK;
+}
+
+seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
+                                  const int32_t *tokens, const int32_t *pos, const int32_t *page,
+                                  const int32_t *row, const int32_t *out_rows, int n_out) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (c->fw.capturing)
+        return seer_err(SEER_ERR_INTERNAL, "CUDA: batch_begin during a graph capture");
+    /* Forget the last call's copies first: whatever fails below, no op uses stale ones. */
+    memset(c->idx, 0, sizeof c->idx);
+    c->att.valid = false;
+    memset(&c->fw, 0, sizeof c->fw);
+    c->fw.entry = -1;
+    c->batch_epoch++;
+    if (!ab)
+        return SEER_OK;
+    bb_t B = {};
+    B.c = c;
+    B.ab = ab;
+    B.src_idx[0] = tokens, B.src_idx[1] = pos, B.src_idx[2] = page, B.src_idx[3] = row, B.src_idx[4] = out_rows;
+    B.T = ab->T, B.n_seq = ab->n_seq, B.ps = ab->page_size, B.Hkv = ab->n_kv_heads, B.n_out = n_out;
+    SEER_TRY(bb_check(&B));
+    seer_status st = bb_fill(&B);
+    if (st == SEER_OK)
+        st = bb_plan_tokens(&B);
+    if (st == SEER_OK)
+        bb_plan_tc(&B);
+    free(B.maxC);
+    if (st == SEER_OK)
+        st = bb_plan_scalar(&B);
+    if (st == SEER_OK)
+        st = bb_upload(&B);
+    return st;
 }
 
 /* Whether batch_begin's descriptors still describe ab (else attention rebuilds them). The

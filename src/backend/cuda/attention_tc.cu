@@ -32,8 +32,8 @@
  *    backend's prompt_cuts_free), and a short piece of a long prompt beside a decode step
  *    spreads over the GPU instead of reading every key in one block per head. Not
  *    batch-invariant with the split kind (different summation order and exponential), and
- *    need not be: a prompt is prefilled the same way whatever decodes after it. Its own instantiation, so that its larger Q buffer does not
- *    cost the chain kind shared memory (lab/attention_lab.cu measured it: 1.5-4 % on chains).
+ *    need not be: a prompt is prefilled the same way whatever decodes after it. Its own
+ *    instantiation, so that its larger Q buffer does not cost the chain kind shared memory (lab/attention_lab.cu measured it: 1.5-4 % on chains).
  * On Hopper builds with sm_90a, attention_wgmma.cu serves the prefill kind of head size 128
  * (the same items, descriptor and visible sets; asynchronous warpgroup products).
  * Not for: head sizes other than 64 and 128 or groups above 16 (attention.cu serves them).
