@@ -183,6 +183,7 @@ static void test_gpu_tp1_graphs(void **state) { skip(); }
 #endif
 
 int main(void) {
+    setenv("NCCL_NVLS_ENABLE", "0", 0); /* as the seer tool does (tools/seer/main.c) */
     const struct CMUnitTest tests[] = {
         /* first: once NCCL is loaded the process keeps it, and SEER_NCCL_LIB is not read again */
         cmocka_unit_test(test_gpu_nccl_missing),

@@ -256,6 +256,10 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* NCCL's NVLink multicast (tensor parallelism) reserves device memory per communicator for
+     * little gain at seer's message sizes, and some shared machines forbid it: off unless the
+     * user set it. NCCL reads its environment when it first initialises, after this. */
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
     if (argc < 2) {
         usage(stderr);
         return 2;

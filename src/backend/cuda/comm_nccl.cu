@@ -323,12 +323,9 @@ extern "C" seer_status seer_cuda_comm_init(seer_backend *const *ranks, int n, se
                                 "tensor parallelism needs one CUDA device per rank: ranks %d and %d "
                                 "are both on device %d", q, r, seer_cuda_of(ranks[r])->device);
     }
-    /* NVLink multicast (NVLS) must stay off on the shared machines this runs on, and it would
-     * reserve device memory per communicator for little gain at these sizes; a value the user
-     * set wins. NCCL reads its environment when it first initialises, hence before anything of
-     * it runs. (setenv is not safe against another thread's getenv: models are loaded before
-     * the threads that use them start.) */
-    setenv("NCCL_NVLS_ENABLE", "0", 0);
+    /* NVLink multicast (NVLS) reserves device memory per communicator for little gain at
+     * these sizes; the seer tool turns it off in its environment (tools/seer/main.c) unless
+     * the user set it. The library leaves the environment as the process has it. */
     SEER_TRY(nccl_load());
 
     nccl_comm *c = (nccl_comm *)calloc(1, sizeof *c);
