@@ -64,6 +64,51 @@ static __device__ __forceinline__ uint4 ld_stream16(const void *p) {
     return v;
 }
 
+/* Token t, row r's sum from one block (lane er of its warp holds row r, the warp holds rows of
+ * one token): with one block over K, to the output, or for a glu its pair's (the up row is the
+ * next lane's) product; else to block kb's partial. Every lane of the warp calls it. */
+static __device__ __forceinline__ void mm_put(const mm_out &out, float *__restrict__ part, int rows, int T,
+                                              int kb, int kb_n, int t, int r, int er, float sum) {
+    if (kb_n == 1 && out.glu) {
+        const float up = __shfl_xor_sync(0xffffffffu, sum, 1);
+        if (t < T && r < rows && !(er & 1))
+            out.y[0][(size_t)t * (rows / 2) + r / 2] = glu(sum, up);
+    } else if (t < T && r < rows) {
+        if (kb_n == 1)
+            mm_store(out, t, r, sum);
+        else
+            part[((size_t)kb * T + t) * rows + r] = sum;
+    }
+}
+
+/* Whether this block is the last of the kb_n over K of its tile to arrive at *ctr (which it
+ * then resets for the next call): the one that adds the partials (threadFenceReduction in the
+ * CUDA samples). Every thread of the block calls it. */
+static __device__ __forceinline__ bool mm_last_block(int *ctr, int kb_n) {
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        s_last = atomicAdd(ctr, 1) == kb_n - 1;
+    __syncthreads();
+    const bool last = s_last;
+    if (last)
+        __threadfence();
+    return last;
+}
+
+/* The last block's store of token t, row r: the KB blocks' partials added in block order. */
+static __device__ __forceinline__ void mm_put_parts(const mm_out &out, const float *__restrict__ part, int rows,
+                                                    int T, int kb_n, int t, int r, int er) {
+    float sum = 0.f;
+    if (t < T && r < rows) {
+        sum = __ldcg(&part[(size_t)t * rows + r]);
+        for (int k = 1; k < kb_n; k++)
+            sum += __ldcg(&part[((size_t)k * T + t) * rows + r]);
+    }
+    mm_put(out, NULL, rows, T, 0, 1, t, r, er, sum);
+}
+
 /*
  * The end of a block: acc[m][n][e] holds, in the mma accumulator layout, this warp's sums for
  * rows row0 + m*16 + g (+ 8) and tokens tok0 + n*8 + 2c (+ 1). The warps' sums are added in
@@ -77,7 +122,6 @@ static __device__ __forceinline__ void mm_finish(float (&acc)[2][NT][4], const m
                                                  int rows, int T, int kb, int kb_n, int rg, int z,
                                                  int nz, int tok0, int row0) {
     __shared__ float red[MM_WARPS][8][MM_ROWS + 1]; /* [warp][token of the n8 tile][row] */
-    __shared__ int s_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
     const int et = threadIdx.x >> 5, er = threadIdx.x & 31;
 #pragma unroll
@@ -94,47 +138,14 @@ static __device__ __forceinline__ void mm_finish(float (&acc)[2][NT][4], const m
 #pragma unroll
         for (int w = 1; w < MM_WARPS; w++)
             sum += red[w][et][er];
-        const int t = tok0 + n * 8 + et, r = row0 + er;
-        if (kb_n == 1 && out.glu) { /* the pair's up row is the next lane's */
-            const float up = __shfl_xor_sync(0xffffffffu, sum, 1);
-            if (t < T && r < rows && !(er & 1))
-                out.y[0][(size_t)t * (rows / 2) + r / 2] = glu(sum, up);
-        } else if (t < T && r < rows) {
-            if (kb_n == 1)
-                mm_store(out, t, r, sum);
-            else
-                part[((size_t)kb * T + t) * rows + r] = sum;
-        }
+        mm_put(out, part, rows, T, kb, kb_n, tok0 + n * 8 + et, row0 + er, er, sum);
         __syncthreads();
     }
-    if (kb_n == 1)
+    if (kb_n == 1 || !mm_last_block(&cnt[(size_t)rg * nz + z], kb_n))
         return;
-
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        s_last = atomicAdd(&cnt[(size_t)rg * nz + z], 1) == kb_n - 1;
-    __syncthreads();
-    if (!s_last)
-        return;
-    __threadfence();
 #pragma unroll
-    for (int n = 0; n < NT; n++) {
-        const int t = tok0 + n * 8 + et, r = row0 + er;
-        float sum = 0.f;
-        if (t < T && r < rows) {
-            sum = __ldcg(&part[(size_t)t * rows + r]);
-            for (int k = 1; k < kb_n; k++)
-                sum += __ldcg(&part[((size_t)k * T + t) * rows + r]);
-        }
-        if (out.glu) {
-            const float up = __shfl_xor_sync(0xffffffffu, sum, 1);
-            if (t < T && r < rows && !(er & 1))
-                out.y[0][(size_t)t * (rows / 2) + r / 2] = glu(sum, up);
-        } else if (t < T && r < rows) {
-            mm_store(out, t, r, sum);
-        }
-    }
+    for (int n = 0; n < NT; n++)
+        mm_put_parts(out, part, rows, T, kb_n, tok0 + n * 8 + et, row0 + er, er);
     if (threadIdx.x == 0)
         cnt[(size_t)rg * nz + z] = 0; /* ready for the next call */
 }

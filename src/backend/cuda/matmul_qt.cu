@@ -203,7 +203,6 @@ static __device__ __forceinline__ void qt_finish(float (&acc)[NTOK], const mm_ou
                                                  int *__restrict__ cnt, int rows, int T, int kb, int kb_n, int rg,
                                                  int row0) {
     __shared__ float red[MM_WARPS][NTOK][QT_ROWS + 1];
-    __shared__ int s_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
     for (int t = 0; t < NTOK; t++)
@@ -211,52 +210,17 @@ static __device__ __forceinline__ void qt_finish(float (&acc)[NTOK], const mm_ou
     __syncthreads();
     /* warp et sums token et */
     const int et = warp, er = lane, r = row0 + er;
-    float sum = 0.f;
     if (et < NTOK) {
-        sum = red[0][et][er];
+        float sum = red[0][et][er];
 #pragma unroll
         for (int w = 1; w < MM_WARPS; w++)
             sum += red[w][et][er];
+        mm_put(out, part, rows, T, kb, kb_n, et, r, er, sum);
     }
-    if (et < NTOK) {
-        const int t = et;
-        if (kb_n == 1 && out.glu) {
-            const float up = __shfl_xor_sync(0xffffffffu, sum, 1);
-            if (t < T && r < rows && !(er & 1))
-                out.y[0][(size_t)t * (rows / 2) + r / 2] = glu(sum, up);
-        } else if (t < T && r < rows) {
-            if (kb_n == 1)
-                mm_store(out, t, r, sum);
-            else
-                part[((size_t)kb * T + t) * rows + r] = sum;
-        }
-    }
-    if (kb_n == 1)
+    if (kb_n == 1 || !mm_last_block(&cnt[rg], kb_n))
         return;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        s_last = atomicAdd(&cnt[rg], 1) == kb_n - 1;
-    __syncthreads();
-    if (!s_last)
-        return;
-    __threadfence();
-    if (et < NTOK) {
-        const int t = et;
-        float s = 0.f;
-        if (t < T && r < rows) {
-            s = __ldcg(&part[(size_t)t * rows + r]);
-            for (int k = 1; k < kb_n; k++)
-                s += __ldcg(&part[((size_t)k * T + t) * rows + r]);
-        }
-        if (out.glu) {
-            const float up = __shfl_xor_sync(0xffffffffu, s, 1);
-            if (t < T && r < rows && !(er & 1))
-                out.y[0][(size_t)t * (rows / 2) + r / 2] = glu(s, up);
-        } else if (t < T && r < rows) {
-            mm_store(out, t, r, s);
-        }
-    }
+    if (et < NTOK)
+        mm_put_parts(out, part, rows, T, kb_n, et, r, er);
     if (threadIdx.x == 0)
         cnt[rg] = 0;
 }
