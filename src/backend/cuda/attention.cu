@@ -110,14 +110,14 @@ static void att_grid(long long n, int cap, bool at_least_one, int *grid, int *bu
 /* Partial-kernel blocks the device holds at once for this head configuration. */
 static seer_status attn_capacity(seer_cuda *c, int gb, int Dh, int *out) {
     const int key = gb * 4096 + Dh;
-    if (c->att_occ_key != key) {
+    if (c->attn->occ_key != key) {
         int n = 0;
         CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_partial_kernel, ATT_THREADS,
                                                                attn_smem_bytes(gb, Dh)));
-        c->att_occ_key = key;
-        c->att_occ = n > 0 ? n : 1;
+        c->attn->occ_key = key;
+        c->attn->occ = n > 0 ? n : 1;
     }
-    *out = c->att_occ * c->n_sm;
+    *out = c->attn->occ * c->n_sm;
     return SEER_OK;
 }
 
@@ -528,7 +528,7 @@ static seer_status bb_plan_scalar(bb_t *B) {
                         n_work > n_work_tc ? n_work : n_work_tc);
     if (split && heads_ok) {
         const size_t n_part = (size_t)n_q * H * ((size_t)Dh + 2);
-        SEER_TRY(seer_cuda_reserve(c, &c->attn_part, n_part * sizeof(float), "attention partials"));
+        SEER_TRY(seer_cuda_reserve(c, &c->attn->part, n_part * sizeof(float), "attention partials"));
     }
     bool &need_combine = B->need_combine; /* a token with splits left to the combine kernel */
     need_combine = false;
@@ -537,9 +537,9 @@ static seer_status bb_plan_scalar(bb_t *B) {
     if (tc) { /* the tensor-core kernel's arrival counters: zero, and kept so. Reserved for
                  every batch, so that a recording never holds a pointer from before them. */
         const size_t n_cnt = (size_t)(n_grp > 16 ? n_grp : 16) * Hkv * sizeof(int);
-        if (n_cnt > c->att_cnt.cap) {
-            SEER_TRY(seer_cuda_reserve(c, &c->att_cnt, n_cnt, "attention split counters"));
-            CUDA_TRY(cudaMemsetAsync(c->att_cnt.p, 0, c->att_cnt.cap, c->stream));
+        if (n_cnt > c->attn->cnt.cap) {
+            SEER_TRY(seer_cuda_reserve(c, &c->attn->cnt, n_cnt, "attention split counters"));
+            CUDA_TRY(cudaMemsetAsync(c->attn->cnt.p, 0, c->attn->cnt.cap, c->stream));
         }
     }
     return SEER_OK;
@@ -969,6 +969,9 @@ __global__ void attn_combine_kernel(attn_params p) {
 size_t seer_cuda_attention_smem_max(void) { return attn_smem_bytes(ATT_GB, ATT_MAX_DH); }
 
 seer_status seer_cuda_attention_init(seer_cuda *c) {
+    c->attn = (seer_cuda_att *)calloc(1, sizeof *c->attn);
+    if (!c->attn)
+        return seer_err(SEER_ERR_OOM, "out of memory");
     const size_t need = seer_cuda_attention_smem_max();
     if (need > c->smem_optin)
         return seer_err(SEER_ERR_UNSUPPORTED,
@@ -976,8 +979,19 @@ seer_status seer_cuda_attention_init(seer_cuda *c) {
                         need, c->smem_optin);
     CUDA_TRY(cudaFuncSetAttribute(attn_partial_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)need));
-    c->att_occ_key = -1;
+    c->attn->occ_key = -1;
     return attn_tc_init(c);
+}
+
+void seer_cuda_attention_free(seer_cuda *c) {
+    if (!c->attn)
+        return;
+    seer_cuda_buf_free(c, &c->attn->part);
+    seer_cuda_buf_free(c, &c->attn->cnt);
+    seer_cuda_buf_free(c, &c->attn->qkv_idx);
+    free(c->attn->qkv_host);
+    free(c->attn);
+    c->attn = NULL;
 }
 
 seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, const void *kv,
@@ -1017,12 +1031,12 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
         /* batch_begin reserved room for the accumulators of n_q (token, split) rows, then
          * their (m, l): placed by the buffer's capacity, fixed until it is reallocated (which
          * drops every recording), not by this call's n_q */
-        const size_t q_cap = c->attn_part.cap / (sizeof(float) * (size_t)H * ((size_t)Dh + 2));
-        p.part_acc = (float *)c->attn_part.p;
+        const size_t q_cap = c->attn->part.cap / (sizeof(float) * (size_t)H * ((size_t)Dh + 2));
+        p.part_acc = (float *)c->attn->part.p;
         p.part_ml = p.part_acc + q_cap * H * Dh;
     }
     p.desc = a->desc;
-    p.att_cnt = (int *)c->att_cnt.p;
+    p.att_cnt = (int *)c->attn->cnt.p;
     p.H = H;
     p.Hkv = Hkv;
     p.Dh = Dh;

@@ -197,6 +197,22 @@ static __device__ __forceinline__ int att_key_slot(const att_desc &a, const att_
     return a.cand_slot[*ci];
 }
 
+/* The attention family's scratch and state (attention.cu, attention_tc.cu, attention_wgmma.cu,
+ * attention_qkv.cu); the plan of the current call is the instance's (seer_cuda.att). */
+struct seer_cuda_att {
+    seer_cuda_buf part;  /* flash-decoding partials */
+    seer_cuda_buf cnt;   /* tensor-core attention's arrival counters (zero between calls) */
+    int occ_key, occ;    /* resident attention blocks per SM for (gb, Dh) = key */
+    int tc_occ[8];       /* tensor-core attention blocks the GPU holds, Dh 64 / 128 x decode /
+                          * chain / prefill kind / prefill on mma.sync; -1 unknown */
+    int wg;              /* attention_wgmma.cu serves the prefill kind (Hopper, sm_90a) */
+    /* attention_qkv.cu: the slot lists of an attention through the quantised copy, host
+     * staging (int32 entries) and their device copy */
+    int32_t *qkv_host;
+    size_t qkv_host_cap;
+    seer_cuda_buf qkv_idx;
+};
+
 /* Tensor-core kernel (attention_tc.cu): whether it serves this head shape, how many tokens a
  * work item holds, and the launch of its persistent grids over the descriptor's items. Its
  * three kinds: decode steps and short chains of at most 16 rows, longer chains, prefills. */

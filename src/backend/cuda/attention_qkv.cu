@@ -18,7 +18,7 @@
  * Not for: attention over the bf16 rows (attention.cu, attention_tc.cu) or the copy's storage
  * (kv.cu).
  */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/attention.cuh"
 
 #include <math.h>
 #include <stdlib.h>
@@ -230,15 +230,15 @@ static seer_status qkv_attention(seer_cuda *c, float *out, const float *q, const
     const size_t n_off = (size_t)T * Hkv + 1, want = (n_off + 1) / 2 * 2 + 2 * most;
     if (most > (size_t)INT32_MAX)
         return seer_err(SEER_ERR_UNSUPPORTED, "attention through the quantised KV copy: %zu slots in one call", most);
-    if (want > c->qkv_host_cap) {
-        int32_t *p = (int32_t *)realloc(c->qkv_host, want * sizeof(int32_t));
+    if (want > c->attn->qkv_host_cap) {
+        int32_t *p = (int32_t *)realloc(c->attn->qkv_host, want * sizeof(int32_t));
         if (!p)
             return seer_err(SEER_ERR_OOM, "attention through the quantised KV copy: out of host memory");
-        c->qkv_host = p;
-        c->qkv_host_cap = want;
+        c->attn->qkv_host = p;
+        c->attn->qkv_host_cap = want;
     }
-    int32_t *off = c->qkv_host;
-    int2 *locs = (int2 *)(c->qkv_host + (n_off + 1) / 2 * 2); /* 8-byte aligned */
+    int32_t *off = c->attn->qkv_host;
+    int2 *locs = (int2 *)(c->attn->qkv_host + (n_off + 1) / 2 * 2); /* 8-byte aligned */
     int32_t n = 0;
     for (int i = 0; i < T; i++)
         for (int kvh = 0; kvh < Hkv; kvh++) {
@@ -247,12 +247,12 @@ static seer_status qkv_attention(seer_cuda *c, float *out, const float *q, const
         }
     off[(size_t)T * Hkv] = n;
     const size_t bytes = ((n_off + 1) / 2 * 2 + 2 * (size_t)n) * sizeof(int32_t);
-    SEER_TRY(seer_cuda_reserve(c, &c->qkv_idx, bytes, "the quantised KV attention's slot lists"));
+    SEER_TRY(seer_cuda_reserve(c, &c->attn->qkv_idx, bytes, "the quantised KV attention's slot lists"));
     /* From pageable memory the copy returns once the source is staged: the staging buffer is
      * free for the next layer at once; the stream orders it after the kernel that read the
      * device buffer last. */
-    CUDA_TRY(cudaMemcpyAsync(c->qkv_idx.p, c->qkv_host, bytes, cudaMemcpyHostToDevice, c->stream));
-    const int32_t *d_off = (const int32_t *)c->qkv_idx.p;
+    CUDA_TRY(cudaMemcpyAsync(c->attn->qkv_idx.p, c->attn->qkv_host, bytes, cudaMemcpyHostToDevice, c->stream));
+    const int32_t *d_off = (const int32_t *)c->attn->qkv_idx.p;
     const int2 *d_locs = (const int2 *)(d_off + (n_off + 1) / 2 * 2);
     const size_t rb = seer_kvq_row_bytes(Hkv * Dh, g->kv_bits);
     const dim3 grid((unsigned)((size_t)T * H)), block(QKV_WARPS * 32);

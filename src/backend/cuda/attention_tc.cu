@@ -645,9 +645,9 @@ static cudaError_t tc_attr() {
 }
 
 seer_status attn_tc_init(seer_cuda *c) {
-    c->att_wg = 0;
-    for (size_t k = 0; k < sizeof c->att_tc_occ / sizeof *c->att_tc_occ; k++)
-        c->att_tc_occ[k] = -1;
+    c->attn->wg = 0;
+    for (size_t k = 0; k < sizeof c->attn->tc_occ / sizeof *c->attn->tc_occ; k++)
+        c->attn->tc_occ[k] = -1;
     if (tc_smem(128, ATT_TC_PRE) > c->smem_optin)
         return SEER_OK; /* attn_tc_capacity then says none: the scalar kernel runs */
     CUDA_TRY((tc_attr<64, ATT_TC_DEC>()));
@@ -675,7 +675,7 @@ static seer_status tc_occupancy_of(int kind, int *n) {
 
 /* Asked of the runtime once per head size and kind: batch_begin wants it every forward call. */
 seer_status attn_tc_capacity(seer_cuda *c, int Dh, int kind, int *out) {
-    int *cached = &c->att_tc_occ[(Dh == 64 ? 0 : 4) + kind];
+    int *cached = &c->attn->tc_occ[(Dh == 64 ? 0 : 4) + kind];
     if (*cached < 0) {
         int n = 0;
         const int k = kind == ATT_TC_PRE_MMA ? ATT_TC_PRE : kind;

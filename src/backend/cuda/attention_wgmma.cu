@@ -479,7 +479,7 @@ static seer_status wg_has_body(seer_cuda *c, bool *out) {
 }
 
 seer_status attn_wg_init(seer_cuda *c) {
-    c->att_wg = 0;
+    c->attn->wg = 0;
     const char *e = getenv("SEER_CUDA_ATTN");
     if (e && (!strcmp(e, "mma") || !strcmp(e, "scalar")))
         return SEER_OK;
@@ -492,11 +492,11 @@ seer_status attn_wg_init(seer_cuda *c) {
     if (!body)
         return SEER_OK;
     CUDA_TRY(cudaFuncSetAttribute(attn_wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM));
-    c->att_wg = 1;
+    c->attn->wg = 1;
     return SEER_OK;
 }
 
-bool attn_wg_serves(const seer_cuda *c, int Dh) { return c->att_wg && Dh == WG_DH; }
+bool attn_wg_serves(const seer_cuda *c, int Dh) { return c->attn->wg && Dh == WG_DH; }
 
 seer_status attn_wg_capacity(seer_cuda *c, int *out) {
     int n = 0;

@@ -18,6 +18,24 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
+/* The gathered parts of an ordered all-reduce [n][count], and rank 0's staging of gather_cols. */
+struct seer_cuda_comm {
+    seer_cuda_buf tmp;
+};
+
+seer_status seer_cuda_comm_state_init(seer_cuda *c) {
+    c->comm = (seer_cuda_comm *)calloc(1, sizeof *c->comm);
+    return c->comm ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
+}
+
+void seer_cuda_comm_state_free(seer_cuda *c) {
+    if (!c->comm)
+        return;
+    seer_cuda_buf_free(c, &c->comm->tmp);
+    free(c->comm);
+    c->comm = NULL;
+}
+
 /* ---- the part of NCCL's ABI used here ----------------------------------------------------- */
 
 /* Declared here rather than taken from nccl.h, so that the build needs no NCCL headers.
@@ -207,13 +225,13 @@ static seer_status nccl_all_reduce(seer_comm *base, float *const *bufs, size_t c
         seer_cuda *cr = c->rank[r];
         CUDA_TRY(cudaSetDevice(cr->device));
         /* During a graph capture a growth fails, and the forward call runs again op by op. */
-        SEER_TRY(seer_cuda_reserve(cr, &cr->comm_tmp, (size_t)n * count * sizeof(float),
+        SEER_TRY(seer_cuda_reserve(cr, &cr->comm->tmp, (size_t)n * count * sizeof(float),
                                    "the tensor-parallel all-reduce's staging"));
     }
     NCCL_TRY("ncclGroupStart", nccl.group_start());
     for (int r = 0; r < n; r++)
         if (!nccl_ok(&f, "ncclAllGather",
-                     nccl.all_gather(bufs[r], c->rank[r]->comm_tmp.p, count, NCCL_FLOAT, c->nc[r],
+                     nccl.all_gather(bufs[r], c->rank[r]->comm->tmp.p, count, NCCL_FLOAT, c->nc[r],
                                      c->rank[r]->stream)))
             break;
     SEER_TRY(nccl_group_end(&f));
@@ -221,7 +239,7 @@ static seer_status nccl_all_reduce(seer_comm *base, float *const *bufs, size_t c
         seer_cuda *cr = c->rank[r];
         CUDA_TRY(cudaSetDevice(cr->device)); /* a kernel goes to the current device's stream */
         comm_sum_ordered<<<seer_cuda_grid(count, 256), 256, 0, cr->stream>>>(
-            bufs[r], (const float *)cr->comm_tmp.p, count, n);
+            bufs[r], (const float *)cr->comm->tmp.p, count, n);
         LAUNCH_TRY("comm_sum_ordered");
     }
     return SEER_OK;
@@ -246,8 +264,8 @@ static seer_status nccl_gather_cols(seer_comm *base, float *dst, size_t ld, int 
         for (int r = 0; r < n; r++)
             staged += (size_t)rows * (size_t)ncols[r];
     if (staged)
-        SEER_TRY(seer_cuda_reserve(c0, &c0->comm_tmp, staged * fs, "the tensor-parallel gather's staging"));
-    float *tmp = (float *)c0->comm_tmp.p;
+        SEER_TRY(seer_cuda_reserve(c0, &c0->comm->tmp, staged * fs, "the tensor-parallel gather's staging"));
+    float *tmp = (float *)c0->comm->tmp.p;
     if (ncols[0] > 0 && rows == 1 && dst + col0[0] != src[0])
         CUDA_TRY(cudaMemcpyAsync(dst + col0[0], src[0], (size_t)ncols[0] * fs, cudaMemcpyDeviceToDevice,
                                  c0->stream));

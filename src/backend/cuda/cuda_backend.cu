@@ -258,6 +258,17 @@ seer_status seer_cuda_index(seer_cuda *c, int which, const int32_t *host, int n,
 
 /* ---- op table entries that live here ----------------------------------------------------- */
 
+/* The op families whose state an instance holds (each made and freed by its own files). */
+static const struct {
+    seer_status (*init)(seer_cuda *c);
+    void (*free)(seer_cuda *c);
+} families[] = {
+    {seer_cuda_mm_init, seer_cuda_mm_free},     {seer_cuda_attention_init, seer_cuda_attention_free},
+    {seer_cuda_smp_init, seer_cuda_smp_free},   {seer_cuda_rope_init, seer_cuda_rope_free},
+    {seer_cuda_kvs_init, seer_cuda_kvs_free},   {seer_cuda_ew_init, seer_cuda_ew_free},
+    {seer_cuda_comm_state_init, seer_cuda_comm_state_free},
+};
+
 static void cuda_free_be(seer_backend *be) {
     if (!be)
         return;
@@ -267,15 +278,11 @@ static void cuda_free_be(seer_backend *be) {
             (void)cudaGetLastError();
         seer_cuda_graphs_free(c);
         seer_cuda_prof_free(c);
-        seer_cuda_buf *bufs[] = {&c->xbf16, &c->fallback[0], &c->fallback[1], &c->gather_tmp,
-                                 &c->attn_part, &c->kv_read, &c->batch, &c->argmax_ids,
-                                 &c->mm_part, &c->mm_cnt, &c->rope_tab, &c->glu_tmp, &c->wbf16, &c->att_cnt, &c->smp_dev, &c->smp_work,
-                                 &c->tree_work, &c->qkv_idx, &c->comm_tmp};
+        for (size_t i = 0; i < sizeof families / sizeof *families; i++)
+            families[i].free(c);
+        seer_cuda_buf *bufs[] = {&c->fallback[0], &c->fallback[1], &c->batch};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             seer_cuda_buf_free(c, bufs[i]);
-        free(c->smp_host);
-        free(c->smp_mark);
-        free(c->qkv_host);
         if (c->blas)
             cublasDestroy(c->blas);
         seer_cuda_free(c, c->blas_ws);
@@ -590,7 +597,9 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
     const size_t ws = 32u << 20;
     SEER_TRY(seer_cuda_malloc(c, ws, "the cuBLAS workspace", &c->blas_ws));
     CUBLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, ws));
-    return seer_cuda_attention_init(c);
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
+        SEER_TRY(families[i].init(c));
+    return SEER_OK;
 }
 
 /* An instance on device with the shared state d (whose hold it takes over: released with

@@ -189,9 +189,19 @@ typedef struct {
     struct seer_cuda_kv_pool *kv_pools; /* kv.cu: KV storages, reserved whole, mapped as they grow */
 } seer_cuda_dev;
 
-/* One instance: the shared device state and this instance's own stream, graphs, staging
- * and scratch. */
-typedef struct {
+/* Each op family's own scratch and state, defined, made and freed by its files: the instance
+ * holds a pointer to each (seer_cuda_families_init / _free in cuda_backend.cu list them). */
+typedef struct seer_cuda_mm seer_cuda_mm;     /* matmul.cuh: the matmuls */
+typedef struct seer_cuda_att seer_cuda_att;   /* attention.cuh: attention */
+typedef struct seer_cuda_smp seer_cuda_smp;   /* sample.cu: sampling and acceptance */
+typedef struct seer_cuda_rot seer_cuda_rot;   /* rope.cu: the RoPE table */
+typedef struct seer_cuda_kvs seer_cuda_kvs;   /* kv.cu: kv_read's rows */
+typedef struct seer_cuda_ew seer_cuda_ew;     /* elementwise.cu: gather_rows */
+typedef struct seer_cuda_comm seer_cuda_comm; /* comm_nccl.cu: the collectives' staging */
+
+/* One instance: the shared device state and this instance's own stream, graphs, staging of
+ * the call's index arrays and tuning; each op family's state behind its pointer. */
+typedef struct seer_cuda {
     int device;
     int n_sm;
     size_t smem_optin;
@@ -200,21 +210,14 @@ typedef struct {
     cublasHandle_t blas;
     void *blas_ws;
 
-    seer_cuda_buf xbf16;      /* matmul input converted to bf16 */
     seer_cuda_buf fallback[2];/* index arrays an op uploads itself (no batch_begin copy) */
-    seer_cuda_buf gather_tmp; /* gather_rows when y overlaps x */
-    seer_cuda_buf attn_part;  /* flash-decoding partials */
-    seer_cuda_buf att_cnt;    /* tensor-core attention's arrival counters (zero between calls) */
-    seer_cuda_buf kv_read;    /* kv_read's rows in f32 before they go to the host */
-    seer_cuda_buf argmax_ids; /* argmax_rows results before they go to the host */
-    /* sample.cu: sample_rows / accept_chains descriptors and results, working rows of
-     * sampled rows that keep no probabilities, host staging, penalty marks [V] */
-    seer_cuda_buf smp_dev, smp_work;
-    seer_cuda_buf tree_work;  /* accept_trees: working p and q rows, [n][2][V] */
-    void *smp_host;
-    size_t smp_host_cap;
-    uint8_t *smp_mark;
-    int smp_mark_cap;
+    seer_cuda_mm *mm;
+    seer_cuda_att *attn;
+    seer_cuda_smp *smp;
+    seer_cuda_rot *rope;
+    seer_cuda_kvs *kvs;
+    seer_cuda_ew *ew;
+    seer_cuda_comm *comm;
 
     /* batch_begin: one pinned staging buffer, one device buffer, both grow-only */
     int32_t *stage;
@@ -223,14 +226,9 @@ typedef struct {
     bool stage_pending;
     seer_cuda_buf batch;
     seer_cuda_idx idx[SEER_IDX_COUNT];
-    seer_cuda_attn att;
-    int att_occ_key, att_occ; /* resident attention blocks per SM for (gb, Dh) = key */
-    int att_tc_occ[8];        /* tensor-core attention blocks the GPU holds, Dh 64 / 128 x
-                               * decode / chain / prefill kind; -1 unknown */
-    int att_wg;               /* attention_wgmma.cu serves the prefill kind (Hopper, sm_90a) */
+    seer_cuda_attn att;       /* attention's plan of the current call (batch_begin) */
 
-    /* matmul.cu: split-K partial sums and per-tile arrival counters (zero between calls) */
-    seer_cuda_buf mm_part, mm_cnt;
+    /* tuning of the matmuls (matmul.cu), fixed at start-up */
     bool mm_force_blas;       /* SEER_CUDA_MATMUL=cublas: benchmarks only, not invariant */
     bool mm_pdl;              /* programmatic dependent launch (SEER_CUDA_PDL=0: off) */
     int mm_tile;              /* tokens per block, 8 to 64 (SEER_CUDA_MM_TILE) */
@@ -257,19 +255,7 @@ typedef struct {
     long n_replayed, n_captured, n_eager, n_redone;
     struct seer_cuda_prof *prof; /* SEER_CUDA_PROFILE (profile.cu); NULL: off */
     unsigned long batch_epoch;   /* batch_begin calls and failed recordings so far: what the ops
-                                  * of one call share (rope_key) holds for one epoch */
-    seer_cuda_buf rope_tab;      /* cos, sin per (token, frequency) of the current call */
-    seer_cuda_buf glu_tmp;       /* matmul_glu's products before the pairs combine (cuBLAS) */
-    seer_cuda_buf wbf16;         /* a slice of a quantised weight's rows in bf16 (cuBLAS) */
-    seer_cuda_rope_key rope_key;
-    /* attention_qkv.cu: the slot lists of an attention through the quantised copy, host
-     * staging and their device copy */
-    int32_t *qkv_host;
-    size_t qkv_host_cap;         /* int32 entries */
-    seer_cuda_buf qkv_idx;
-    /* comm_nccl.cu: the gathered parts of an ordered all-reduce [n][count], and rank 0's
-     * staging of gather_cols */
-    seer_cuda_buf comm_tmp;
+                                  * of one call share (rope.cu's key) holds for one epoch */
 } seer_cuda;
 
 typedef struct seer_cuda_prof seer_cuda_prof;
@@ -307,6 +293,25 @@ void seer_cuda_free(seer_cuda *c, void *p);
 /* Makes b hold at least bytes (contents are not kept when it grows). */
 seer_status seer_cuda_reserve(seer_cuda *c, seer_cuda_buf *b, size_t bytes, const char *what);
 void seer_cuda_buf_free(seer_cuda *c, seer_cuda_buf *b);
+/* Each family's state: made zeroed (its init), and freed with what it holds (its free, which
+ * takes a state never made too). The instance calls them in cuda_backend.cu's list. */
+struct seer_cuda;
+seer_status seer_cuda_mm_init(struct seer_cuda *c);
+void seer_cuda_mm_free(struct seer_cuda *c);
+seer_status seer_cuda_attention_init(struct seer_cuda *c);
+void seer_cuda_attention_free(struct seer_cuda *c);
+seer_status seer_cuda_smp_init(struct seer_cuda *c);
+void seer_cuda_smp_free(struct seer_cuda *c);
+seer_status seer_cuda_rope_init(struct seer_cuda *c);
+void seer_cuda_rope_free(struct seer_cuda *c);
+seer_status seer_cuda_kvs_init(struct seer_cuda *c);
+void seer_cuda_kvs_free(struct seer_cuda *c);
+seer_status seer_cuda_ew_init(struct seer_cuda *c);
+void seer_cuda_ew_free(struct seer_cuda *c);
+seer_status seer_cuda_comm_state_init(struct seer_cuda *c);
+void seer_cuda_comm_state_free(struct seer_cuda *c);
+/* gather_rows' scratch of at least bytes (elementwise.cu), for a gather whose rows overlap */
+seer_status seer_cuda_gather_scratch(struct seer_cuda *c, size_t bytes, float **out);
 /* Drops an instance's hold on the shared device state; the last one frees it. */
 void seer_cuda_dev_release(seer_cuda_dev *d);
 

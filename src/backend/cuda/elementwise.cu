@@ -5,6 +5,32 @@
  */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <stdlib.h>
+
+/* gather_rows' scratch, for a gather whose output overlaps its input. */
+struct seer_cuda_ew {
+    seer_cuda_buf gather_tmp;
+};
+
+seer_status seer_cuda_ew_init(seer_cuda *c) {
+    c->ew = (seer_cuda_ew *)calloc(1, sizeof *c->ew);
+    return c->ew ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
+}
+
+void seer_cuda_ew_free(seer_cuda *c) {
+    if (!c->ew)
+        return;
+    seer_cuda_buf_free(c, &c->ew->gather_tmp);
+    free(c->ew);
+    c->ew = NULL;
+}
+
+seer_status seer_cuda_gather_scratch(seer_cuda *c, size_t bytes, float **out) {
+    SEER_TRY(seer_cuda_reserve(c, &c->ew->gather_tmp, bytes, "gather_rows scratch"));
+    *out = (float *)c->ew->gather_tmp.p;
+    return SEER_OK;
+}
+
 #define EW_THREADS 256
 
 /* y may equal g or u: each element is read and written by one thread. */
@@ -69,10 +95,8 @@ seer_status seer_cuda_gather_rows(seer_backend *be, float *y, const float *x, co
      * scratch first. */
     const bool overlap = y0 < x1 && x0 < y1;
     float *dst = y;
-    if (overlap) {
-        SEER_TRY(seer_cuda_reserve(c, &c->gather_tmp, out_bytes, "gather_rows scratch"));
-        dst = (float *)c->gather_tmp.p;
-    }
+    if (overlap)
+        SEER_TRY(seer_cuda_gather_scratch(c, out_bytes, &dst));
     gather_rows_kernel<<<(unsigned)n_rows, 128, 0, c->stream>>>(dst, x, dr, D);
     LAUNCH_TRY("gather_rows_kernel");
     if (overlap)

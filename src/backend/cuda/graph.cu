@@ -263,10 +263,8 @@ seer_status seer_cuda_gather_rows_fw(seer_backend *be, float *y, const float *x,
     const char *x0 = (const char *)x, *x1 = x0 + (size_t)c->fw.T_pad * D * sizeof(float);
     const bool overlap = y0 < x1 && x0 < y1;
     float *dst = y;
-    if (overlap) {
-        SEER_TRY(seer_cuda_reserve(c, &c->gather_tmp, out_bytes, "gather_rows scratch"));
-        dst = (float *)c->gather_tmp.p;
-    }
+    if (overlap)
+        SEER_TRY(seer_cuda_gather_scratch(c, out_bytes, &dst));
     gather_rows_fw_kernel<<<(unsigned)n_rows, 128, 0, c->stream>>>(dst, x, e->dev, D);
     LAUNCH_TRY("gather_rows_fw_kernel");
     if (overlap)

@@ -16,6 +16,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* kv_read's rows in f32 before they go to the host. */
+struct seer_cuda_kvs {
+    seer_cuda_buf read;
+};
+
+seer_status seer_cuda_kvs_init(seer_cuda *c) {
+    c->kvs = (seer_cuda_kvs *)calloc(1, sizeof *c->kvs);
+    return c->kvs ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
+}
+
+void seer_cuda_kvs_free(seer_cuda *c) {
+    if (!c->kvs)
+        return;
+    seer_cuda_buf_free(c, &c->kvs->read);
+    free(c->kvs);
+    c->kvs = NULL;
+}
+
 static size_t page_elems(const seer_kv_geom *g) {
     return (size_t)g->n_layers * 2 * g->n_kv_heads * g->page_size * g->head_dim;
 }
@@ -493,15 +511,15 @@ seer_status seer_cuda_kv_read(seer_backend *be, const void *kv, const seer_kv_ge
         return seer_err(SEER_ERR_INVALID_ARG, "kv_read: layer %d of %d, which %d", layer,
                         g->n_layers, which);
     const size_t bytes = (size_t)n * g->n_kv_heads * g->head_dim * sizeof(float);
-    SEER_TRY(seer_cuda_reserve(c, &c->kv_read, bytes, "kv_read rows"));
+    SEER_TRY(seer_cuda_reserve(c, &c->kvs->read, bytes, "kv_read rows"));
     const int32_t *dpage, *drow;
     SEER_TRY(seer_cuda_index(c, -1, page, n, 0, &dpage));
     SEER_TRY(seer_cuda_index(c, -1, row, n, 1, &drow));
-    kv_read_kernel<<<(unsigned)n, 128, 0, c->stream>>>((float *)c->kv_read.p, (const bf16 *)kv, dpage,
+    kv_read_kernel<<<(unsigned)n, 128, 0, c->stream>>>((float *)c->kvs->read.p, (const bf16 *)kv, dpage,
                                                        drow, layer, which, g->n_layers, g->n_pages,
                                                        g->page_size, g->n_kv_heads, g->head_dim);
     LAUNCH_TRY("kv_read_kernel");
-    CUDA_TRY(cudaMemcpyAsync(out, c->kv_read.p, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_TRY(cudaMemcpyAsync(out, c->kvs->read.p, bytes, cudaMemcpyDeviceToHost, c->stream));
     CUDA_TRY(cudaStreamSynchronize(c->stream));
     return SEER_OK;
 }

@@ -239,15 +239,15 @@ seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, 
     int *cnt = NULL;
     if (kb > 1) {
         const size_t n_cnt = (size_t)row_groups * nz;
-        if (n_cnt * sizeof(int) > c->mm_cnt.cap) {
-            SEER_TRY(seer_cuda_reserve(c, &c->mm_cnt, n_cnt * sizeof(int), "matmul split counters"));
+        if (n_cnt * sizeof(int) > c->mm->cnt.cap) {
+            SEER_TRY(seer_cuda_reserve(c, &c->mm->cnt, n_cnt * sizeof(int), "matmul split counters"));
             /* counters start at zero; the last block of each tile resets its own */
-            CUDA_TRY(cudaMemsetAsync(c->mm_cnt.p, 0, c->mm_cnt.cap, c->stream));
+            CUDA_TRY(cudaMemsetAsync(c->mm->cnt.p, 0, c->mm->cnt.cap, c->stream));
         }
-        SEER_TRY(seer_cuda_reserve(c, &c->mm_part, (size_t)kb * T * rows * sizeof(float),
+        SEER_TRY(seer_cuda_reserve(c, &c->mm->part, (size_t)kb * T * rows * sizeof(float),
                                    "matmul split partials"));
-        part = (float *)c->mm_part.p;
-        cnt = (int *)c->mm_cnt.p;
+        part = (float *)c->mm->part.p;
+        cnt = (int *)c->mm->cnt.p;
     }
     /* outputs are written after griddepcontrol.wait, accumulating ones too */
     CUDA_TRY(seer_cuda_launch(c, pick(nt, vec), dim3((unsigned)blocks), dim3(MM_WARPS * 32), 0, out,
@@ -259,12 +259,12 @@ seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, 
 /* x [n] to bf16 in the scratch xbf16: cuBLAS multiplies bf16 by bf16, and the batch-invariant
  * kernel reads x there from mm_xb_min_t tokens. */
 static seer_status to_bf16(seer_cuda *c, const float *x, size_t n) {
-    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, n * sizeof(bf16), "matmul input in bf16"));
+    SEER_TRY(seer_cuda_reserve(c, &c->mm->xbf16, n * sizeof(bf16), "matmul input in bf16"));
     if (n % 4 == 0 && (uintptr_t)x % 16 == 0)
         f32_to_bf16_vec_kernel<<<seer_cuda_grid(n / 4, CVT_THREADS), CVT_THREADS, 0, c->stream>>>(
-            (bf16 *)c->xbf16.p, (const float4 *)x, n / 4);
+            (bf16 *)c->mm->xbf16.p, (const float4 *)x, n / 4);
     else
-        f32_to_bf16_kernel<<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>((bf16 *)c->xbf16.p, x, n);
+        f32_to_bf16_kernel<<<seer_cuda_grid(n, CVT_THREADS), CVT_THREADS, 0, c->stream>>>((bf16 *)c->mm->xbf16.p, x, n);
     LAUNCH_TRY("f32_to_bf16_kernel");
     return SEER_OK;
 }
@@ -284,7 +284,7 @@ static seer_status matmul_invariant(seer_cuda *c, const mm_out &out, const float
      * kernel rounds the same way, so the sums are the same bits). */
     if (vec && T >= c->mm_xb_min_t) {
         SEER_TRY(to_bf16(c, x, (size_t)T * w->cols));
-        return seer_cuda_mm_launch(c, out, wd, (const float *)c->xbf16.p, T, n_steps, mm_pick_xb, true,
+        return seer_cuda_mm_launch(c, out, wd, (const float *)c->mm->xbf16.p, T, n_steps, mm_pick_xb, true,
                                    c->mm_tile_long);
     }
     return seer_cuda_mm_launch(c, out, wd, x, T, n_steps, mm_pick, vec, c->mm_tile_long);
@@ -317,11 +317,11 @@ static seer_status gemm_rows(seer_cuda *c, void *y, cudaDataType yt, int ldy, co
         slice = 1;
     if (slice > n)
         slice = n;
-    SEER_TRY(seer_cuda_reserve(c, &c->wbf16, (size_t)slice * cols * sizeof(bf16), "dequantised weight rows"));
+    SEER_TRY(seer_cuda_reserve(c, &c->mm->wbf16, (size_t)slice * cols * sizeof(bf16), "dequantised weight rows"));
     for (int i = 0; i < n; i += slice) {
         const int k = n - i < slice ? n - i : slice;
-        SEER_TRY(seer_cuda_q_rows_bf16(c, (bf16 *)c->wbf16.p, w, r0 + i, k));
-        CUBLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, k, T, cols, &one, c->wbf16.p,
+        SEER_TRY(seer_cuda_q_rows_bf16(c, (bf16 *)c->mm->wbf16.p, w, r0 + i, k));
+        CUBLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, k, T, cols, &one, c->mm->wbf16.p,
                                 CUDA_R_16BF, cols, xb, CUDA_R_16BF, cols, &beta, (char *)y + i * ysz, yt,
                                 ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
@@ -339,7 +339,7 @@ static bool invariant_rows(const seer_cuda *c, const seer_weight *w, const float
 static seer_status blas_segments(seer_cuda *c, const mm_out &out, const seer_weight *w, int T) {
     for (int j = 0; j < out.nseg; j++) {
         const int rows = out.r0[j + 1] - out.r0[j];
-        SEER_TRY(gemm_rows(c, out.y[j], CUDA_R_32F, rows, (const bf16 *)c->xbf16.p, w, out.r0[j], rows, T,
+        SEER_TRY(gemm_rows(c, out.y[j], CUDA_R_32F, rows, (const bf16 *)c->mm->xbf16.p, w, out.r0[j], rows, T,
                            out.acc != 0));
         if (out.b[j]) {
             const size_t ny = (size_t)T * rows;
@@ -386,9 +386,9 @@ seer_status seer_cuda_matmul_add(seer_backend *be, float *y, const float *x, con
 /* The cuBLAS path of a (gate, up) product with its input in xbf16: the [T][rows] row pairs,
  * rounded to bf16, in glu_tmp. */
 static seer_status glu_products(seer_cuda *c, const seer_weight *w, int T, const bf16 **gu) {
-    SEER_TRY(seer_cuda_reserve(c, &c->glu_tmp, (size_t)T * w->rows * sizeof(bf16), "gate and up products"));
-    SEER_TRY(gemm_rows(c, c->glu_tmp.p, CUDA_R_16BF, w->rows, (const bf16 *)c->xbf16.p, w, 0, w->rows, T, false));
-    *gu = (const bf16 *)c->glu_tmp.p;
+    SEER_TRY(seer_cuda_reserve(c, &c->mm->glu_tmp, (size_t)T * w->rows * sizeof(bf16), "gate and up products"));
+    SEER_TRY(gemm_rows(c, c->mm->glu_tmp.p, CUDA_R_16BF, w->rows, (const bf16 *)c->mm->xbf16.p, w, 0, w->rows, T, false));
+    *gu = (const bf16 *)c->mm->glu_tmp.p;
     return SEER_OK;
 }
 
@@ -448,8 +448,8 @@ seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, con
  * to_bf16 would give. */
 static seer_status norm_to_bf16(seer_cuda *c, const float *x, const float *nw, float eps, int T, int D,
                                 const float *like) {
-    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, (size_t)T * D * sizeof(bf16), "matmul input in bf16"));
-    return seer_cuda_rmsnorm_bf16(c, (bf16 *)c->xbf16.p, x, nw, T, D, eps, like);
+    SEER_TRY(seer_cuda_reserve(c, &c->mm->xbf16, (size_t)T * D * sizeof(bf16), "matmul input in bf16"));
+    return seer_cuda_rmsnorm_bf16(c, (bf16 *)c->mm->xbf16.p, x, nw, T, D, eps, like);
 }
 
 /* x += Wdown glu(Wgu rmsnorm(x)). Where the products go to cuBLAS, the norm and the pairs' glu
@@ -472,13 +472,13 @@ seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, float *h, const float 
         return seer_cuda_matmul_add(be, x, g, wdown, T);
     }
     /* room for both of xbf16's uses first: it never moves between them */
-    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, (size_t)T * (D > F ? D : F) * sizeof(bf16), "matmul input in bf16"));
+    SEER_TRY(seer_cuda_reserve(c, &c->mm->xbf16, (size_t)T * (D > F ? D : F) * sizeof(bf16), "matmul input in bf16"));
     SEER_TRY(norm_to_bf16(c, x, nw, eps, T, D, h));
     const bf16 *gu;
     SEER_TRY(glu_products(c, wgu, T, &gu));
     /* the products' input is read by now in stream order: its buffer takes the pairs */
-    SEER_TRY(glu_pairs(c, (bf16 *)c->xbf16.p, gu, (size_t)T * F));
-    return gemm_rows(c, x, CUDA_R_32F, D, (const bf16 *)c->xbf16.p, wdown, 0, D, T, true);
+    SEER_TRY(glu_pairs(c, (bf16 *)c->mm->xbf16.p, gu, (size_t)T * F));
+    return gemm_rows(c, x, CUDA_R_32F, D, (const bf16 *)c->mm->xbf16.p, wdown, 0, D, T, true);
 }
 
 /* out's segments from a weight's row ranges (matmul_split's arguments). */
@@ -525,4 +525,21 @@ seer_status seer_cuda_norm_matmul_split(seer_backend *be, float *const *ys, floa
     }
     SEER_TRY(norm_to_bf16(c, x, nw, eps, T, w->cols, h));
     return blas_segments(c, o, w, T);
+}
+
+/* ---- the family's state ---------------------------------------------------------------- */
+
+seer_status seer_cuda_mm_init(seer_cuda *c) {
+    c->mm = (seer_cuda_mm *)calloc(1, sizeof *c->mm);
+    return c->mm ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
+}
+
+void seer_cuda_mm_free(seer_cuda *c) {
+    if (!c->mm)
+        return;
+    seer_cuda_buf *bufs[] = {&c->mm->xbf16, &c->mm->part, &c->mm->cnt, &c->mm->glu_tmp, &c->mm->wbf16};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        seer_cuda_buf_free(c, bufs[i]);
+    free(c->mm);
+    c->mm = NULL;
 }

@@ -185,6 +185,14 @@ seer_status seer_cuda_mm_launch(seer_cuda *c, const mm_out &out, const mm_w &w, 
 
 /* Weights in a GGUF block encoding (matmul_q.cu). */
 mm_w seer_cuda_qweight_planes(const seer_weight *w);
+/* The matmul family's scratch (matmul.cu, matmul_q.cu, matmul_qt.cu): x in bf16 (or the row
+ * blocks' 8-bit x), the split-K partials and per-tile arrival counters (zero between calls),
+ * matmul_glu's products before the pairs combine and a slice of a quantised weight's rows in
+ * bf16 (both cuBLAS). Its tuning is the instance's (seer_cuda.mm_*). */
+struct seer_cuda_mm {
+    seer_cuda_buf xbf16, part, cnt, glu_tmp, wbf16;
+};
+
 seer_status seer_cuda_matmul_q_invariant(seer_cuda *c, const mm_out &out, const float *x,
                                          const seer_weight *w, int T);
 /* Q4_K in row blocks for T <= QT_MAX_T (matmul_qt.cu): the bytes of a [rows][cols] weight

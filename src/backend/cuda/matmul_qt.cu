@@ -402,9 +402,9 @@ seer_status seer_cuda_qt_matmul(seer_cuda *c, const mm_out &out, const float *x,
         return seer_err(SEER_ERR_INVALID_ARG, "q4_K tiles: T = %d, %d columns", T, cols);
     const int groups = cols / 32, n_steps = cols / 128;
     const size_t xq_bytes = ((size_t)T * cols + 15) / 16 * 16;
-    SEER_TRY(seer_cuda_reserve(c, &c->xbf16, xq_bytes + (size_t)T * groups * sizeof(float2), "matmul input in 8 bits"));
-    int8_t *xq = (int8_t *)c->xbf16.p;
-    float2 *xd = (float2 *)((uint8_t *)c->xbf16.p + xq_bytes);
+    SEER_TRY(seer_cuda_reserve(c, &c->mm->xbf16, xq_bytes + (size_t)T * groups * sizeof(float2), "matmul input in 8 bits"));
+    int8_t *xq = (int8_t *)c->mm->xbf16.p;
+    float2 *xd = (float2 *)((uint8_t *)c->mm->xbf16.p + xq_bytes);
     CUDA_TRY(seer_cuda_launch(c, qt_xprep_kernel, dim3(seer_cuda_grid((size_t)T * groups * 32, 256)), dim3(256), 0,
                               xq, xd, x, T, cols));
     LAUNCH_TRY("qt_xprep_kernel");
@@ -418,13 +418,13 @@ seer_status seer_cuda_qt_matmul(seer_cuda *c, const mm_out &out, const float *x,
     float *part = NULL;
     int *cnt = NULL;
     if (kb > 1) {
-        if ((size_t)rgs * nz * sizeof(int) > c->mm_cnt.cap) {
-            SEER_TRY(seer_cuda_reserve(c, &c->mm_cnt, (size_t)rgs * nz * sizeof(int), "matmul split counters"));
-            CUDA_TRY(cudaMemsetAsync(c->mm_cnt.p, 0, c->mm_cnt.cap, c->stream));
+        if ((size_t)rgs * nz * sizeof(int) > c->mm->cnt.cap) {
+            SEER_TRY(seer_cuda_reserve(c, &c->mm->cnt, (size_t)rgs * nz * sizeof(int), "matmul split counters"));
+            CUDA_TRY(cudaMemsetAsync(c->mm->cnt.p, 0, c->mm->cnt.cap, c->stream));
         }
-        SEER_TRY(seer_cuda_reserve(c, &c->mm_part, (size_t)kb * T * rows * sizeof(float), "matmul split partials"));
-        part = (float *)c->mm_part.p;
-        cnt = (int *)c->mm_cnt.p;
+        SEER_TRY(seer_cuda_reserve(c, &c->mm->part, (size_t)kb * T * rows * sizeof(float), "matmul split partials"));
+        part = (float *)c->mm->part.p;
+        cnt = (int *)c->mm->cnt.p;
     }
     const uint8_t *W = (const uint8_t *)wt;
     const int8_t *cxq = xq;

@@ -11,6 +11,27 @@
  */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <stdlib.h>
+
+/* The table of the current call and what it was made for. */
+struct seer_cuda_rot {
+    seer_cuda_buf tab; /* cos, sin per (token, frequency) */
+    seer_cuda_rope_key key;
+};
+
+seer_status seer_cuda_rope_init(seer_cuda *c) {
+    c->rope = (seer_cuda_rot *)calloc(1, sizeof *c->rope);
+    return c->rope ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
+}
+
+void seer_cuda_rope_free(seer_cuda *c) {
+    if (!c->rope)
+        return;
+    seer_cuda_buf_free(c, &c->rope->tab);
+    free(c->rope);
+    c->rope = NULL;
+}
+
 __global__ void rope_table_kernel(float2 *tab, const int32_t *pos, const float *inv_freq, int T,
                                   int half) {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
@@ -49,13 +70,13 @@ static dim3 rope_grid(int T, int n, int half) {
  * dp is batch_begin's copy. */
 static seer_status rope_table(seer_cuda *c, const int32_t *dp, int T, const float *inv_freq, int half,
                               const float2 **tab) {
-    seer_cuda_rope_key *k = &c->rope_key;
+    seer_cuda_rope_key *k = &c->rope->key;
     const bool shared = dp == c->idx[SEER_IDX_POS].dev;
     if (!shared || !k->valid || k->epoch != c->batch_epoch || k->inv_freq != inv_freq || k->half != half ||
         k->T < T) {
-        SEER_TRY(seer_cuda_reserve(c, &c->rope_tab, (size_t)T * half * sizeof(float2), "the RoPE table"));
+        SEER_TRY(seer_cuda_reserve(c, &c->rope->tab, (size_t)T * half * sizeof(float2), "the RoPE table"));
         const int n = T * half;
-        rope_table_kernel<<<(unsigned)((n + 127) / 128), 128, 0, c->stream>>>((float2 *)c->rope_tab.p, dp,
+        rope_table_kernel<<<(unsigned)((n + 127) / 128), 128, 0, c->stream>>>((float2 *)c->rope->tab.p, dp,
                                                                                 inv_freq, T, half);
         LAUNCH_TRY("rope_table_kernel");
         k->valid = shared;
@@ -64,7 +85,7 @@ static seer_status rope_table(seer_cuda *c, const int32_t *dp, int T, const floa
         k->half = half;
         k->T = T;
     }
-    *tab = (const float2 *)c->rope_tab.p;
+    *tab = (const float2 *)c->rope->tab.p;
     return SEER_OK;
 }
 

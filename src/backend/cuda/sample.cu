@@ -33,6 +33,35 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
+/* The sampling family's scratch: sample_rows / accept_chains descriptors and results, working
+ * rows of sampled rows that keep no probabilities, accept_trees' working p and q rows
+ * ([n][2][V]), argmax_rows' results before they go to the host, host staging, penalty marks
+ * [V]. */
+struct seer_cuda_smp {
+    seer_cuda_buf dev, work, tree_work, argmax_ids;
+    void *host;
+    size_t host_cap;
+    uint8_t *mark;
+    int mark_cap;
+};
+
+seer_status seer_cuda_smp_init(seer_cuda *c) {
+    c->smp = (seer_cuda_smp *)calloc(1, sizeof *c->smp);
+    return c->smp ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
+}
+
+void seer_cuda_smp_free(seer_cuda *c) {
+    if (!c->smp)
+        return;
+    seer_cuda_buf *bufs[] = {&c->smp->dev, &c->smp->work, &c->smp->tree_work, &c->smp->argmax_ids};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        seer_cuda_buf_free(c, bufs[i]);
+    free(c->smp->host);
+    free(c->smp->mark);
+    free(c->smp);
+    c->smp = NULL;
+}
+
 #define AMAX_THREADS 1024
 
 /* Better candidate: larger value, ties to the lower id; NaN never wins (as seer_argmax). */
@@ -72,8 +101,8 @@ seer_status seer_cuda_argmax_rows(seer_backend *be, int32_t *ids, const float *l
     seer_cuda *c = seer_cuda_of(be);
     if (n <= 0)
         return SEER_OK;
-    SEER_TRY(seer_cuda_reserve(c, &c->argmax_ids, (size_t)n * sizeof(int32_t), "argmax ids"));
-    int32_t *d = (int32_t *)c->argmax_ids.p;
+    SEER_TRY(seer_cuda_reserve(c, &c->smp->argmax_ids, (size_t)n * sizeof(int32_t), "argmax ids"));
+    int32_t *d = (int32_t *)c->smp->argmax_ids.p;
     argmax_rows_kernel<<<(unsigned)n, AMAX_THREADS, 0, c->stream>>>(d, logits, V);
     LAUNCH_TRY("argmax_rows_kernel");
     CUDA_TRY(cudaMemcpyAsync(ids, d, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream));
@@ -463,15 +492,15 @@ sample_rows_kernel(const smp_row *rows, const int32_t *pen, int V, int32_t *ids)
 
 /* Host staging: grow-only, pageable (a copy from it returns once the data is staged). */
 static seer_status smp_host(seer_cuda *c, size_t bytes, char **out) {
-    if (bytes > c->smp_host_cap) {
+    if (bytes > c->smp->host_cap) {
         void *p = malloc(bytes);
         if (!p)
             return seer_err(SEER_ERR_OOM, "CUDA sampling: out of host memory");
-        free(c->smp_host);
-        c->smp_host = p;
-        c->smp_host_cap = bytes;
+        free(c->smp->host);
+        c->smp->host = p;
+        c->smp->host_cap = bytes;
     }
-    *out = (char *)c->smp_host;
+    *out = (char *)c->smp->host;
     return SEER_OK;
 }
 
@@ -495,27 +524,27 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
             n_pen += (size_t)(rows[r].n_hist < p->repeat_last_n ? rows[r].n_hist : p->repeat_last_n);
         n_scratch += !rows[r].probs && (p->temperature > 0.0f || pen);
     }
-    if (c->smp_mark_cap < V) {
+    if (c->smp->mark_cap < V) {
         uint8_t *m = (uint8_t *)malloc((size_t)V);
         if (!m)
             return seer_err(SEER_ERR_OOM, "CUDA sampling: out of host memory");
-        free(c->smp_mark);
-        c->smp_mark = m;
-        c->smp_mark_cap = V;
+        free(c->smp->mark);
+        c->smp->mark = m;
+        c->smp->mark_cap = V;
     }
     const size_t desc_b = smp_align((size_t)n * sizeof(smp_row));
     const size_t pen_b = smp_align(n_pen * sizeof(int32_t));
     const size_t ids_b = (size_t)n * sizeof(int32_t);
     char *h = NULL;
     SEER_TRY(smp_host(c, desc_b + pen_b, &h));
-    SEER_TRY(seer_cuda_reserve(c, &c->smp_dev, desc_b + pen_b + ids_b, "sampling descriptors"));
+    SEER_TRY(seer_cuda_reserve(c, &c->smp->dev, desc_b + pen_b + ids_b, "sampling descriptors"));
     if (n_scratch)
-        SEER_TRY(seer_cuda_reserve(c, &c->smp_work, (size_t)n_scratch * V * sizeof(float),
+        SEER_TRY(seer_cuda_reserve(c, &c->smp->work, (size_t)n_scratch * V * sizeof(float),
                                    "sampling scratch rows"));
     smp_row *desc = (smp_row *)h;
     int32_t *pen = (int32_t *)(h + desc_b);
-    float *work = (float *)c->smp_work.p;
-    uint8_t *mark = c->smp_mark;
+    float *work = (float *)c->smp->work.p;
+    uint8_t *mark = c->smp->mark;
     int off = 0, s = 0;
     for (int r = 0; r < n; r++) {
         const seer_sample_row *w = &rows[r];
@@ -552,7 +581,7 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
                          : (p->temperature > 0.0f || has_pen) ? work + (size_t)(s++) * V : NULL;
         desc[r] = d;
     }
-    char *dev = (char *)c->smp_dev.p;
+    char *dev = (char *)c->smp->dev.p;
     CUDA_TRY(cudaMemcpyAsync(dev, h, desc_b + (size_t)off * sizeof(int32_t), cudaMemcpyHostToDevice,
                              c->stream));
     int32_t *d_ids = ids ? (int32_t *)(dev + desc_b + pen_b) : NULL;
@@ -633,8 +662,8 @@ static seer_status acc_stage_begin(seer_cuda *c, size_t desc_bytes, size_t n_u, 
     st->out_at = st->i_at + smp_align(n_i * sizeof(int32_t));
     st->out_b = out_b;
     SEER_TRY(smp_host(c, st->out_at + out_b, &st->h));
-    SEER_TRY(seer_cuda_reserve(c, &c->smp_dev, st->out_at + out_b, "acceptance descriptors"));
-    st->d = (char *)c->smp_dev.p;
+    SEER_TRY(seer_cuda_reserve(c, &c->smp->dev, st->out_at + out_b, "acceptance descriptors"));
+    st->d = (char *)c->smp->dev.p;
     return SEER_OK;
 }
 
@@ -814,7 +843,7 @@ seer_status seer_cuda_accept_trees(seer_backend *be, const seer_accept_tree *tre
     acc_stage st;
     SEER_TRY(acc_stage_begin(c, (size_t)n * sizeof(acc_tree), n_uu, 2 * n_t, (size_t)n * (3 + stride) * sizeof(int32_t),
                              &st));
-    SEER_TRY(seer_cuda_reserve(c, &c->tree_work, (size_t)n * 2 * V * sizeof(float), "tree acceptance rows"));
+    SEER_TRY(seer_cuda_reserve(c, &c->smp->tree_work, (size_t)n * 2 * V * sizeof(float), "tree acceptance rows"));
     acc_tree *desc = (acc_tree *)st.h;
     double *hu = acc_u(&st, st.h);
     int32_t *ht = acc_i(&st, st.h), *hp = ht + n_t;
@@ -841,7 +870,7 @@ seer_status seer_cuda_accept_trees(seer_backend *be, const seer_accept_tree *tre
     SEER_TRY(acc_stage_upload(c, &st));
     const int32_t *d_tok = acc_i(&st, st.d);
     accept_trees_kernel<<<(unsigned)n, SMP_THREADS, 0, c->stream>>>(
-        (const acc_tree *)st.d, d_tok, d_tok + n_t, acc_u(&st, st.d), (float *)c->tree_work.p, V, stride,
+        (const acc_tree *)st.d, d_tok, d_tok + n_t, acc_u(&st, st.d), (float *)c->smp->tree_work.p, V, stride,
         acc_out(&st, st.d));
     LAUNCH_TRY("accept_trees_kernel");
     SEER_TRY(acc_stage_results(c, &st));
