@@ -489,8 +489,9 @@ static void run_arrival(int budget, int chunk, int mix, float stall, bool stream
     *prefill_steps = step;
     if (streams && stall < 0)
         assert_int_equal(watched, step); /* they decoded through the whole prefill */
-    else if (streams)
-        assert_true(watched >= 8);
+    else if (streams) /* time sizes the pieces: a loaded machine may read it in whole chunks
+                       * (7 of 64), but beside every stream for several steps */
+        assert_true(watched >= 4);
     run_all(s);
     const int32_t *ids;
     assert_int_equal(seer_request_tokens(big, &ids), 8);
