@@ -103,7 +103,7 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
 void seer_model_free(seer_model *model);
 
 typedef struct {
-    char arch[32];        /* "llama", "qwen2", "gemma3" */
+    char arch[32];        /* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3" */
     char name[128];       /* general.name, may be "" */
     int n_vocab;          /* V */
     int dim;              /* D */
@@ -343,6 +343,26 @@ typedef enum {
                           * batch; plain decoding throughout when no cost table is given */
 } seer_spec_kind;
 
+/* Kinds are below this: the ones above and any drafter registered later (arrays per kind are
+ * of this size). */
+#define SEER_SPEC_KIND_MAX 16
+
+/* A speculation kind this build knows: none, each drafter of the registry, auto. */
+typedef struct {
+    seer_spec_kind kind;
+    const char *name;        /* its name for seer_spec_kind_parse (static storage) */
+    const char *help;        /* one line saying what it is */
+    bool drafter;            /* a drafter (not none or auto) */
+    bool needs_draft_model;  /* drafts with seer_spec_params.draft_model */
+    bool tree_base;          /* fills token trees (tree_size) */
+    bool hier_base;          /* may be the hierarchy's middle level (hier_base) */
+    bool draft_weights;      /* its steps may multiply by the model's draft weights
+                                (seer_spec_params.draft_weights) */
+} seer_spec_kind_info;
+/* The i-th kind (0: none, then the drafters in the registry's order, auto last) into *out;
+ * false past the last. Lists of kinds (help, accepted values, metrics) enumerate this. */
+bool seer_spec_kind_info_at(int i, seer_spec_kind_info *out);
+
 /* A calibrated cost table for SEER_SPEC_AUTO: measured times of the target's decode and
  * verification calls and of each drafter's step, per batch size and cache length, for one
  * model on one device. */
@@ -413,8 +433,7 @@ typedef struct {
 #define SEER_TREE_AUTO_MAX 32
 
 seer_spec_params seer_spec_default_params(void);
-/* Parses "none", "streaming", "retrieval", "snapkv", "draft", "ngram", "quantkv", "hierarchy",
- * "auto". */
+/* Parses a kind's name (seer_spec_kind_info_at: "none", a drafter's, "auto"). */
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out);
 const char *seer_spec_kind_name(seer_spec_kind k);
 
@@ -472,8 +491,8 @@ void seer_accept_trace_free(seer_accept_trace *t);
 /* What SEER_SPEC_AUTO decided, per round of the generator (or of a scheduler's auto class). */
 typedef struct {
     bool has_table;         /* a cost table was given (else every round is plain) */
-    int64_t decisions[SEER_SPEC_AUTO]; /* [kind] rounds run with each drafter, [NONE]: plain */
-    int64_t drafted[SEER_SPEC_AUTO], accepted[SEER_SPEC_AUTO]; /* [kind] draft tokens */
+    int64_t decisions[SEER_SPEC_KIND_MAX]; /* [kind] rounds run with each drafter, [NONE]: plain */
+    int64_t drafted[SEER_SPEC_KIND_MAX], accepted[SEER_SPEC_KIND_MAX]; /* [kind] draft tokens */
     int64_t gamma_sum;      /* G summed over speculating rounds */
     int64_t probes;         /* speculating rounds run to measure a drafter's acceptance (the
                                planner had seen too little of it to choose it) */
@@ -677,9 +696,9 @@ typedef struct {
     int prefix_entries;       /* prompt prefixes cached */
     int kv_pages_total, kv_pages_free;
     int kv_pages_cached;      /* pages the prefix cache holds (shared ones included) */
-    int64_t spec_drafted[SEER_SPEC_HIERARCHY + 1];  /* per seer_spec_kind */
-    int64_t spec_accepted[SEER_SPEC_HIERARCHY + 1];
-    int64_t spec_auto_decisions[SEER_SPEC_QUANTKV + 1]; /* rounds of requests with auto speculation,
+    int64_t spec_drafted[SEER_SPEC_KIND_MAX];  /* per seer_spec_kind */
+    int64_t spec_accepted[SEER_SPEC_KIND_MAX];
+    int64_t spec_auto_decisions[SEER_SPEC_KIND_MAX]; /* rounds of requests with auto speculation,
                                                            per kind chosen ([NONE]: plain) */
 } seer_sched_stats;
 void seer_sched_get_stats(const seer_sched *s, seer_sched_stats *out);
@@ -711,7 +730,8 @@ void seer_gguf_tensor(const seer_gguf *g, int i, seer_tensor_info *out);
 
 /* Writes a GGUF file with random weights of a registered family's shape (tests, benchmarks). */
 typedef struct {
-    const char *arch;  /* "llama", "qwen2" or "gemma3" */
+    const char *arch;  /* a registered family: "llama", "qwen2", "qwen3", "gemma2", "gemma3",
+                          "phi3" */
     int n_vocab, dim, n_layers, n_heads, n_kv_heads, ffn_dim, ctx;
     int head_dim;      /* 0 = dim / n_heads */
     float rope_base;
@@ -724,6 +744,11 @@ typedef struct {
     float scale;       /* std of the random weights; 0 = 1/sqrt(dim) */
     int window;        /* families with sliding-window layers: its size (0: the family's
                           default, none for gemma3) */
+    const char *rope_scaling; /* NULL or "none", "linear", "yarn", "longrope" (which also
+                                 writes random rope_factors_short/_long tables) */
+    float rope_factor;        /* rope.scaling.factor; 0: not written */
+    int rope_orig_ctx;        /* rope.scaling.original_context_length; 0: not written */
+    float rope_attn_factor;   /* rope.scaling.attn_factor; 0: not written */
 } seer_gen_params;
 
 seer_gen_params seer_gen_default_params(void);
@@ -800,6 +825,7 @@ typedef enum {
     SEER_CHAT_LLAMA3,     /* <|start_header_id|>ROLE<|end_header_id|>\n\nTEXT<|eot_id|> */
     SEER_CHAT_LLAMA2,     /* [INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\nTEXT [/INST] ANSWER </s> */
     SEER_CHAT_GEMMA,      /* <start_of_turn>ROLE\nTEXT<end_of_turn>\n, ROLE user or model */
+    SEER_CHAT_PHI3,       /* <|ROLE|>\nTEXT<|end|>\n (Phi-3, Phi-3.5) */
 } seer_chat_kind;
 
 /* A recognised chat format. default_system is the system prompt the model's own template
@@ -808,16 +834,22 @@ typedef enum {
 typedef struct {
     seer_chat_kind kind;
     char default_system[512];
+    bool thinking;  /* ChatML with Qwen3's reasoning switch (its template reads enable_thinking):
+                       earlier replies lose their <think>...</think> part as the template
+                       renders them */
+    bool no_think;  /* the caller's (per request; false from seer_chat_template_init): with
+                       thinking, open the assistant's turn with an empty <think></think>, as
+                       Qwen3's template does for enable_thinking=false */
 } seer_chat_template;
 
 /* Picks the chat format. name NULL: recognised from the model's tokenizer.chat_template by
- * distinctive substrings; otherwise "chatml", "llama3" or "llama2" (a ChatML model's default
- * system prompt is still taken from its template). SEER_ERR_UNSUPPORTED when the model has
- * no template, the template is not recognised, or name is unknown: the message says to
- * choose one with --chat-template. */
+ * distinctive substrings; otherwise "chatml", "llama3", "llama2", "gemma" or "phi3" (a ChatML
+ * model's default system prompt and thinking switch are still taken from its template).
+ * SEER_ERR_UNSUPPORTED when the model has no template, the template is not recognised, or
+ * name is unknown: the message says to choose one with --chat-template. */
 seer_status seer_chat_template_init(const seer_model *model, const char *name,
                                     seer_chat_template *out);
-/* "chatml", "llama3", "llama2". */
+/* "chatml", "llama3", "llama2", "gemma", "phi3". */
 const char *seer_chat_kind_name(seer_chat_kind kind);
 
 /* Renders n messages as the prompt text the model was trained on, to be tokenized with

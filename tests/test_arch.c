@@ -3,11 +3,14 @@
  * the CPU reference.
  *
  * The registry: every family is found by its name, lists each layer role at most once, and
- * the Llama families use none of the later blocks. The blocks: geglu against the tanh-GELU
- * formula in double, scale, and sliding-window attention against attention computed by hand
- * (in double) over the keys at positions p - window < k <= p, with cached slots, several new
- * tokens, and a sparse view whose window must cut it. A backend without a block a family
- * needs is refused at load (SEER_ERR_UNSUPPORTED), as the CUDA backend is for Gemma 3. A
+ * the Llama families use none of the later blocks; the fused roles' parts tile their rows;
+ * Gemma 2's and Gemma 3's window patterns. The blocks: geglu against the tanh-GELU formula in
+ * double, scale, softcap, and sliding-window attention against attention computed by hand (in
+ * double) over the keys at positions p - window < k <= p, with cached slots, several new
+ * tokens, a sparse view whose window must cut it, and soft-capped scores. A backend without a
+ * block a family needs is refused at load (SEER_ERR_UNSUPPORTED), as the CUDA and
+ * tensor-parallel backends are for Gemma 2 and 3, Qwen3 and Phi-3. The synthetic builder
+ * makes and decodes every new family. A
  * Gemma 3 file from gen-model: loads, decodes, gives the same logits token by token as in one
  * call (bit-identical), the same as a window-less copy while every position is inside the
  * window and different ones past it.
@@ -31,8 +34,8 @@ static float *rand_x(size_t n, uint64_t *rng) {
 
 static void test_registry(void **state) {
     (void)state;
-    const char *names[] = {"llama", "qwen2", "gemma3"};
-    for (int i = 0; i < 3; i++) {
+    const char *names[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    for (int i = 0; i < 6; i++) {
         const seer_arch_desc *d = seer_arch_find(names[i]);
         assert_non_null(d);
         assert_string_equal(d->name, names[i]);
@@ -43,6 +46,25 @@ static void test_registry(void **state) {
         }
     }
     assert_null(seer_arch_find("gpt-neox"));
+    /* Qwen3: per-head norms, no biases; Phi-3: fused tensors whose parts tile their rows */
+    assert_true(seer_arch_has(&seer_arch_qwen3, SEER_LT_Q_NORM, NULL) && !seer_arch_has(&seer_arch_qwen3, SEER_LT_BQ, NULL));
+    assert_true(seer_arch_has(&seer_arch_phi3, SEER_LT_QKV, NULL) && !seer_arch_has(&seer_arch_phi3, SEER_LT_Q, NULL));
+    seer_layer_tensor parts[3];
+    assert_int_equal(seer_arch_fused_parts(SEER_LT_QKV, parts), 3);
+    assert_int_equal(seer_arch_fused_parts(SEER_LT_GATE_UP, parts), 2);
+    assert_int_equal(seer_arch_fused_parts(SEER_LT_Q, parts), 0);
+    int r, c, sum = 0;
+    seer_arch_shape(SEER_LT_QKV, 64, 96, 64, 32, 16, &r, &c);
+    assert_int_equal(r, 64 + 2 * 32);
+    seer_arch_shape(SEER_LT_GATE_UP, 64, 96, 64, 32, 16, &r, &c);
+    assert_int_equal(r, 2 * 96);
+    for (int k = 0; k < seer_arch_fused_parts(SEER_LT_GATE_UP, parts); k++) {
+        int pr, pc;
+        seer_arch_shape(parts[k], 64, 96, 64, 32, 16, &pr, &pc);
+        sum += pr;
+        assert_int_equal(pc, c);
+    }
+    assert_int_equal(sum, r);
     assert_null(seer_arch_find(NULL));
     for (int i = 0; i < 2; i++) {
         const seer_arch_desc *d = seer_arch_find(names[i]);
@@ -50,8 +72,13 @@ static void test_registry(void **state) {
         assert_int_equal(d->act, SEER_ACT_SILU);
         assert_false(seer_arch_has(d, SEER_LT_Q_NORM, NULL) || seer_arch_has(d, SEER_LT_FFN_POST_NORM, NULL));
     }
-    /* Gemma 3's pattern: five windowed layers, then a global one */
+    /* Gemma 2's pattern: every other layer windowed, the first one */
     seer_arch_hparams hp;
+    seer_arch_defaults(&seer_arch_gemma2, &hp);
+    assert_int_equal(hp.v[SEER_HP_WINDOW], 4096);
+    for (int l = 0; l < 8; l++)
+        assert_int_equal(seer_arch_layer_windowed(&hp, l), l % 2 == 0);
+    /* Gemma 3's pattern: five windowed layers, then a global one */
     seer_arch_defaults(&seer_arch_gemma3, &hp);
     assert_false(seer_arch_layer_windowed(&hp, 0)); /* no window by default */
     hp.v[SEER_HP_WINDOW] = 512;
@@ -86,13 +113,20 @@ static void test_geglu_scale(void **state) {
     ASSERT_OK(be->ops->scale(be, y, 25.298221f, N));
     for (int i = 0; i < N; i++)
         assert_true(y[i] == g[i] * 25.298221f);
+    memcpy(y, g, sizeof(float) * N);
+    ASSERT_OK(be->ops->softcap(be, y, 5.f, N));
+    worst = 0;
+    for (int i = 0; i < N; i++)
+        worst = fmax(worst, fabs(5.0 * tanh(g[i] / 5.0) - y[i]));
+    printf("softcap: max error %.2e\n", worst);
+    assert_true(worst < 1e-5);
     free(g), free(u), free(y);
     be->ops->free(be);
 }
 
 /* Attention by hand over the slots in [lo, hi] of a layer's K/V rows k, v [slots][Hkv*Dh]. */
 static void attn_ref(double *out, const float *q, const float *k, const float *v, int H, int Hkv, int Dh,
-                     const int *slots, int n, float scale) {
+                     const int *slots, int n, float scale, float cap) {
     for (int h = 0; h < H; h++) {
         const int kvh = h / (H / Hkv);
         double mx = -1e300, sum = 0, *w = malloc(sizeof(double) * n);
@@ -101,6 +135,8 @@ static void attn_ref(double *out, const float *q, const float *k, const float *v
             for (int e = 0; e < Dh; e++)
                 s += (double)q[h * Dh + e] * k[(size_t)slots[j] * Hkv * Dh + kvh * Dh + e];
             w[j] = s * scale;
+            if (cap > 0)
+                w[j] = cap * tanh(w[j] / cap);
             mx = w[j] > mx ? w[j] : mx;
         }
         for (int j = 0; j < n; j++)
@@ -141,31 +177,32 @@ static void test_window_attention(void **state) {
     /* a view of slots 3, 20, 30, 33 and a tail from 35: the window cuts some of it */
     const int32_t view_idx[] = {3, 20, 30, 33};
     const seer_attn_view view = {.idx = view_idx, .n = 4, .n_layers_view = 1, .n_heads_view = 1, .tail_start = 35};
-    for (int with_view = 0; with_view < 2; with_view++) {
-        const seer_attn_view *views[1] = {with_view ? &view : NULL};
+    for (int with_view = 0; with_view < 3; with_view++) {
+        const seer_attn_view *views[1] = {with_view == 1 ? &view : NULL};
+        const float cap = with_view == 2 ? 0.5f : 0.f; /* soft-capping bends these scores */
         seer_attn_batch ab = {.T = T, .n_heads = H, .n_kv_heads = Hkv, .head_dim = Dh, .scale = 0.3f,
                               .page_size = PS, .n_seq = 1, .max_pages = mp, .seq_pages = pages,
                               .seq_len0 = &len0, .seq_tok_off = off, .seq_toks = seq_toks,
                               .seq_view = views, .tok_seq = tok_seq, .tok_slot = tok_slot,
-                              .window = W, .tok_pos = pos};
+                              .window = W, .tok_pos = pos, .softcap = cap};
         float out[T * H * Dh];
         ASSERT_OK(be->ops->attention(be, out, q, kv, &g, 0, &ab));
         double worst = 0;
         for (int t = 0; t < T; t++) {
             int slots[64], n = 0;
             for (int s = 0; s <= LEN0 + t; s++) {
-                bool in_view = !with_view || s >= LEN0 || s >= 35 || s == 3 || s == 20 || s == 30 || s == 33;
+                bool in_view = with_view != 1 || s >= LEN0 || s >= 35 || s == 3 || s == 20 || s == 30 || s == 33;
                 if (in_view && pos[t] - s < W)
                     slots[n++] = s;
             }
             double ref[H * Dh];
-            attn_ref(ref, q + (size_t)t * H * Dh, k, v, H, Hkv, Dh, slots, n, 0.3f);
+            attn_ref(ref, q + (size_t)t * H * Dh, k, v, H, Hkv, Dh, slots, n, 0.3f, cap);
             for (int e = 0; e < H * Dh; e++) {
                 const double d = fabs(ref[e] - out[t * H * Dh + e]);
                 worst = d > worst ? d : worst;
             }
         }
-        printf("window attention (view %d): max |diff| %.2e\n", with_view, worst);
+        printf("window attention (view %d, softcap %g): max |diff| %.2e\n", with_view == 1, cap, worst);
         assert_true(worst < 1e-5);
     }
     free(k), free(v), free(q);
@@ -295,8 +332,68 @@ static void test_refused_without_block(void **state) {
     g_ops.attn_window = false;
     assert_int_equal(seer_model_check_blocks(m), SEER_ERR_UNSUPPORTED);
     assert_non_null(strstr(seer_last_error(), "sliding-window"));
+    g_ops = *keep;
+    g_ops.qk_norm = false;
+    assert_int_equal(seer_model_check_blocks(m), SEER_ERR_UNSUPPORTED);
+    assert_non_null(strstr(seer_last_error(), "q/k RMSNorm"));
     m->be->ops = keep;
     seer_model_free(m);
+    /* Gemma 2's soft-capping, Phi-3's fused tensors (the CUDA and tensor-parallel backends
+     * have neither) */
+    const char *fams[2] = {"gemma2", "phi3"};
+    for (int f = 0; f < 2; f++) {
+        seer_gen_params p = seer_gen_default_params();
+        p.arch = fams[f];
+        p.n_vocab = 300;
+        const char *path = tu_tmp_path(f ? "arch-phi3.gguf" : "arch-gemma2.gguf");
+        ASSERT_OK(seer_gen_model(&p, path));
+        ASSERT_OK(seer_model_load(path, mp, &m));
+        keep = m->be->ops;
+        g_ops = *keep;
+        m->be->ops = &g_ops;
+        ASSERT_OK(seer_model_check_blocks(m));
+        if (f == 0) {
+            g_ops.attn_softcap = false;
+            assert_int_equal(seer_model_check_blocks(m), SEER_ERR_UNSUPPORTED);
+            assert_non_null(strstr(seer_last_error(), "attention-logit soft-capping"));
+            g_ops = *keep;
+            g_ops.softcap = NULL;
+            assert_int_equal(seer_model_check_blocks(m), SEER_ERR_UNSUPPORTED);
+            assert_non_null(strstr(seer_last_error(), "final-logit soft-capping"));
+        } else {
+            g_ops.weight_rows = NULL;
+            assert_int_equal(seer_model_check_blocks(m), SEER_ERR_UNSUPPORTED);
+            assert_non_null(strstr(seer_last_error(), "fused"));
+        }
+        m->be->ops = keep;
+        seer_model_free(m);
+    }
+}
+
+/* The synthetic builder makes every family (a fused role as its parts) and it decodes. */
+static void test_synthetic_families(void **state) {
+    (void)state;
+    const char *fams[] = {"qwen3", "gemma2", "phi3"};
+    for (int f = 0; f < 3; f++) {
+        seer_gen_params p = seer_gen_default_params();
+        p.arch = fams[f];
+        p.n_vocab = 300;
+        seer_model_params mp = seer_model_default_params();
+        mp.backend = SEER_BACKEND_CPU;
+        mp.n_threads = 2;
+        seer_model *m = NULL;
+        ASSERT_OK(seer_model_synthetic(NULL, &p, mp, &m));
+        assert_non_null(m->layers[0].wq.data);
+        assert_non_null(m->layers[0].w_up.data);
+        const int V = seer_n_vocab(m);
+        const int32_t toks[4] = {1, 100, 200, 50};
+        float *a = malloc(sizeof(float) * 4 * V);
+        run(m, toks, 4, false, a);
+        for (int i = 0; i < 4 * V; i++)
+            assert_true(isfinite(a[i]));
+        free(a);
+        seer_model_free(m);
+    }
 }
 
 int main(void) {
@@ -306,6 +403,7 @@ int main(void) {
         cmocka_unit_test(test_window_attention),
         cmocka_unit_test(test_gemma3_model),
         cmocka_unit_test(test_refused_without_block),
+        cmocka_unit_test(test_synthetic_families),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

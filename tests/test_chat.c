@@ -4,13 +4,17 @@
  * from Meta's Llama 3 template and Llama 2 template (abridged), the default system prompts,
  * and rendering compared with what those Jinja templates render (the expected strings were
  * rendered from the full templates by jinja2; the leading BOS of Llama 2/3 is left to
- * tokenization). Also errors: unknown templates, names and roles, a buffer too small; and
- * the marks that keep message text from becoming special tokens.
+ * tokenization). Qwen3's reasoning rules and Phi-3's format against their templates (abridged
+ * here; the expected strings were rendered by jinja2 from the templates' conversation logic:
+ * Qwen3's without its tool calls, Phi-3's whole). Also errors: unknown templates, names and
+ * roles, a buffer too small; and the marks that keep message text from becoming special
+ * tokens.
  */
 #include "testutil.h"
 
 #include "tokenizer/chat.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const char k_smollm2[] =
@@ -195,6 +199,72 @@ static void test_llama2(void **state) {
                         "[INST] What is 2+2? [/INST] 4 </s><s>[INST] And 3+3? [/INST]");
 }
 
+/* Qwen3: an earlier reply loses its reasoning, the last one (after the last user message)
+ * keeps it in a <think> block, and no_think opens the turn with an empty one. */
+static void test_qwen3_thinking(void **state) {
+    (void)state;
+    static const char k_qwen3[] =
+        "{%- for message in messages %}...{{- '<|im_start|>' + message.role + '\\n' + content }}"
+        "...{%- if enable_thinking is defined and enable_thinking is false %}"
+        "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}";
+    static const seer_chat_message conv[] = {{"system", "Be brief."},
+                                             {"user", "What is 2+2?"},
+                                             {"assistant", "<think>\nadd them\n</think>\n\n4"},
+                                             {"user", "And 3+3?"},
+                                             {"assistant", "<think>\n\nsum\n\n</think>\n\n6"}};
+    static const seer_chat_message short_conv[] = {{"system", "Be brief."}, {"user", "What is 2+2?"}, {"assistant", "\n4"}};
+    seer_chat_template t;
+    ASSERT_OK(seer_chat_detect(k_qwen3, sizeof k_qwen3 - 1, NULL, &t));
+    assert_int_equal(t.kind, SEER_CHAT_CHATML);
+    assert_true(t.thinking);
+    assert_false(t.no_think);
+    assert_string_equal(t.default_system, "");
+    const char *head = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+                       "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n";
+    char want[512];
+    snprintf(want, sizeof want, "%s<|im_start|>assistant\n", head);
+    assert_string_equal(render(&t, conv, 4), want);
+    t.no_think = true;
+    snprintf(want, sizeof want, "%s<|im_start|>assistant\n<think>\n\n</think>\n\n", head);
+    assert_string_equal(render(&t, conv, 4), want);
+    char buf[512];
+    size_t len = 0;
+    ASSERT_OK(seer_chat_render(&t, conv, 5, false, buf, sizeof buf, &len));
+    snprintf(want, sizeof want, "%s<|im_start|>assistant\n<think>\nsum\n</think>\n\n6<|im_end|>\n", head);
+    assert_string_equal(buf, want);
+    ASSERT_OK(seer_chat_render(&t, short_conv, 3, false, buf, sizeof buf, &len));
+    assert_string_equal(buf, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+                             "<|im_start|>assistant\n<think>\n\n</think>\n\n4<|im_end|>\n");
+    /* a ChatML template without the switch renders replies as they are */
+    ASSERT_OK(seer_chat_detect(k_smollm2, sizeof k_smollm2 - 1, NULL, &t));
+    assert_false(t.thinking);
+    t.no_think = true;
+    ASSERT_OK(seer_chat_render(&t, conv + 1, 2, false, buf, sizeof buf, &len));
+    assert_non_null(strstr(buf, "<think>\nadd them\n</think>\n\n4"));
+}
+
+static void test_phi3(void **state) {
+    (void)state;
+    static const char k_phi3[] =
+        "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + "
+        "'<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif "
+        "message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor "
+        "%}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}";
+    seer_chat_template t;
+    ASSERT_OK(seer_chat_detect(k_phi3, sizeof k_phi3 - 1, NULL, &t));
+    assert_int_equal(t.kind, SEER_CHAT_PHI3);
+    assert_string_equal(seer_chat_kind_name(t.kind), "phi3");
+    assert_string_equal(R(&t, k_sys), "<|system|>\nBe brief.<|end|>\n<|user|>\n  Hi there \n<|end|>\n<|assistant|>\n");
+    assert_string_equal(R(&t, k_multi), "<|user|>\nWhat is 2+2?<|end|>\n<|assistant|>\n 4 <|end|>\n"
+                                        "<|user|>\nAnd 3+3?<|end|>\n<|assistant|>\n");
+    char buf[256];
+    size_t len = 0;
+    ASSERT_OK(seer_chat_render(&t, k_multi, 2, false, buf, sizeof buf, &len));
+    assert_string_equal(buf, "<|user|>\nWhat is 2+2?<|end|>\n<|assistant|>\n 4 <|end|>\n<|endoftext|>");
+    ASSERT_OK(seer_chat_detect(NULL, 0, "phi3", &t));
+    assert_int_equal(t.kind, SEER_CHAT_PHI3);
+}
+
 static void test_override_and_errors(void **state) {
     (void)state;
     seer_chat_template t;
@@ -279,7 +349,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chatml_smollm2), cmocka_unit_test(test_chatml_qwen25),
         cmocka_unit_test(test_llama3),         cmocka_unit_test(test_llama2),
-        cmocka_unit_test(test_gemma),
+        cmocka_unit_test(test_gemma),          cmocka_unit_test(test_qwen3_thinking),
+        cmocka_unit_test(test_phi3),
         cmocka_unit_test(test_override_and_errors),
         cmocka_unit_test(test_marked_specials),
     };

@@ -101,6 +101,9 @@ typedef struct {
                                   * > p - window (a cached slot's position is the slot, a new
                                   * token's is tok_pos); only backends with attn_window */
     const int32_t *tok_pos;      /* [T] positions of the new tokens (NULL: their slots) */
+    float softcap;               /* > 0: each scaled score s becomes softcap tanh(s / softcap)
+                                  * (Gemma 2's attention-logit soft-capping); only backends
+                                  * with attn_softcap */
 } seer_attn_batch;
 
 /* One row of sample_rows: the sampler transform of src/sample/sample.h
@@ -316,6 +319,11 @@ typedef struct {
      *   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
     seer_status (*scale)(seer_backend *be, float *x, float s, size_t n);
     seer_status (*geglu)(seer_backend *be, float *y, const float *g, const float *u, size_t n);
+    /* softcap: x [n] = c tanh(x / c) (final-logit soft-capping). */
+    seer_status (*softcap)(seer_backend *be, float *x, float c, size_t n);
+    /* weight_rows: out = rows [r0, r0 + n) of w, a view that does not own its data (valid
+     * while w is): the parts of a tensor a file stores fused (q|k|v, gate|up). */
+    seer_status (*weight_rows)(seer_backend *be, const seer_weight *w, int r0, int n, seer_weight *out);
     /* y [n] += x */
     seer_status (*add)(seer_backend *be, float *y, const float *x, size_t n);
     /* y [n_rows][D] = x[rows[i]] */
@@ -378,6 +386,11 @@ typedef struct {
     int kv_elem_bytes;
     /* attention honours seer_attn_batch.window (sliding-window layers) */
     bool attn_window;
+    /* attention honours seer_attn_batch.softcap */
+    bool attn_softcap;
+    /* rmsnorm takes q [T][H][Dh] and k as T*H rows of Dh (the per-head q/k norms of Qwen3 and
+     * Gemma 3); a backend that divides the heads over ranks cannot */
+    bool qk_norm;
 } seer_backend_ops;
 
 /* kv_move_rows's arguments, as every backend checks them. */

@@ -525,7 +525,8 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
     const seer_model_info *in = &c->model->info;
     seer_attn_batch ab = {
         .T = T, .n_heads = in->n_heads, .n_kv_heads = in->n_kv_heads, .head_dim = in->head_dim,
-        .scale = c->model->attn_scale, .page_size = kv->page_size, .n_seq = n_seq,
+        .scale = c->model->attn_scale, .softcap = c->model->attn_softcap,
+        .page_size = kv->page_size, .n_seq = n_seq,
         .max_pages = mp, .seq_pages = c->seq_pages, .seq_len0 = c->seq_len0,
         .seq_tok_off = c->seq_tok_off, .seq_toks = c->seq_toks, .seq_view = c->seq_view,
         .tok_seq = c->tok_seq, .tok_slot = c->tok_slot, .mask = b->mask, .kv_quant = b->kv_quant,

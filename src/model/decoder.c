@@ -9,7 +9,12 @@
  *              x += a                                   (x += n_post(a): attn_post_norm)
  *              f = Wdown · (act(Wgate·n(x)) * Wup·n(x)) (act: SiLU or tanh-GELU)
  *              x += f                                   (x += n_post(f): ffn_post_norm)
- *   logits = Wout · n(x[rows asked for])
+ *   logits = Wout · n(x[rows asked for])                (c tanh(logits / c): final_softcap)
+ *
+ * Attention caps its scores where the family has attention soft-capping
+ * (seer_attn_batch.softcap, set for every layer), and takes the RoPE frequencies of the
+ * layer (a windowed layer's own base) and of the context (LongRoPE's long factors past the
+ * trained context).
  *
  * The Llama path (no optional block) issues exactly the ops it always did, fused forms
  * included, so its outputs do not change with the families beside it.
@@ -124,13 +129,18 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
         abw.window = m->window;
     }
 
+    /* LongRoPE: the long factors where this context is longer than the trained one, as
+     * llama.cpp picks them by its context size */
+    const float *global_fr =
+        m->inv_freq_long && ctx->params.n_ctx > m->rope_orig_ctx ? m->inv_freq_long : m->inv_freq;
+
     SEER_TRY(op->embed(be, s->x, &m->tok_embd, tokens, T));
     if (d->embed_scale)
         SEER_TRY(op->scale(be, s->x, sqrtf((float)D), (size_t)T * D));
     for (int l = 0; l < in->n_layers; l++) {
         const seer_layer *L = &layers[l];
         const bool windowed = m->window && seer_arch_layer_windowed(&m->hp, l);
-        const float *fr = windowed && m->inv_freq_local ? m->inv_freq_local : m->inv_freq;
+        const float *fr = windowed && m->inv_freq_local ? m->inv_freq_local : global_fr;
         SEER_TRY(qkv(be, op, s, L, T, D, H, Hkv, Dh, eps));
         if (op->rope_kv_store) {
             SEER_TRY(op->rope_kv_store(be, s->q, s->k, s->v, pos, T, H, Hkv, Dh, fr, in->rope_neox,
@@ -152,7 +162,10 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
         return SEER_OK;
     SEER_TRY(op->gather_rows(be, s->h, s->x, out_rows, n_out, D));
     SEER_TRY(op->rmsnorm(be, s->h, s->h, m->output_norm, n_out, D, eps));
-    return op->matmul(be, s->logits, s->h, head, NULL, n_out);
+    SEER_TRY(op->matmul(be, s->logits, s->h, head, NULL, n_out));
+    if (m->final_softcap > 0)
+        SEER_TRY(op->softcap(be, s->logits, m->final_softcap, (size_t)n_out * in->n_vocab));
+    return SEER_OK;
 }
 
 seer_status seer_decoder_forward(seer_context *ctx, const int32_t *tokens, const int32_t *pos,

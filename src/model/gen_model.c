@@ -1,7 +1,8 @@
 /*
  * gen_model.c: writes GGUF files of any registered family (arch/arch.h: "llama", "qwen2",
- * "gemma3") with random weights and a synthetic SentencePiece vocabulary, for tests and
- * benchmarks.
+ * "qwen3", "gemma2", "gemma3", "phi3") with random weights and a synthetic SentencePiece
+ * vocabulary, for tests and benchmarks. RoPE scaling (linear, YaRN, LongRoPE with random
+ * factor tables) is written with the keys llama.cpp reads.
  *
  * The file carries everything the family's GGUF loader reads: hyper-parameters under the
  * architecture prefix (the family's own keys at their defaults), a tokenizer.ggml.* vocabulary (specials, 256 byte-fallback tokens,
@@ -272,6 +273,13 @@ static seer_status check_params(const seer_gen_params *p, const dtype_info **dt,
     }
     if (p->window < 0)
         BAD("window %d must be >= 0", p->window);
+    const char *rs = p->rope_scaling;
+    if (rs && strcmp(rs, "none") && strcmp(rs, "linear") && strcmp(rs, "yarn") && strcmp(rs, "longrope"))
+        BAD("unknown rope scaling %s (none, linear, yarn, longrope)", rs);
+    if (!(p->rope_factor >= 0) || !(p->rope_attn_factor >= 0) || p->rope_orig_ctx < 0 ||
+        !isfinite(p->rope_factor) || !isfinite(p->rope_attn_factor))
+        BAD("rope factor %g, attn_factor %g and original context %d must be >= 0",
+            (double)p->rope_factor, (double)p->rope_attn_factor, p->rope_orig_ctx);
     if (!p->dtype || !(*dt = find_dtype(p->dtype)))
         BAD("unknown dtype %s (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, "
             "q6_k, q4_k_m, q5_k_m)",
@@ -324,7 +332,7 @@ static seer_status check_params(const seer_gen_params *p, const dtype_info **dt,
  * the file is written, one at a time and in parallel over rows: memory holds one tensor's
  * output bytes, never the model. */
 
-typedef enum { FILL_NORMAL, FILL_NORM_WEIGHT, FILL_BIAS } fill_kind;
+typedef enum { FILL_NORMAL, FILL_NORM_WEIGHT, FILL_BIAS, FILL_ROPE_SHORT, FILL_ROPE_LONG } fill_kind;
 
 typedef struct {
     ggml_type type;
@@ -387,8 +395,11 @@ static seer_status fill_tensor(void *ctx, size_t index, const char *name, void *
             const uint64_t k0 = t->first_draw + (uint64_t)r * t->ne0;
             for (uint64_t i = 0; i < t->ne0; i++) {
                 uint64_t u = rng_at(g->seed, k0 + i);
+                /* LongRoPE tables: divisors of the frequencies, short near 1, long up to 9 */
                 double v = t->fill == FILL_NORMAL        ? t->std * rng_normalish(u)
                            : t->fill == FILL_NORM_WEIGHT ? 1.0 + 0.1 * rng_uniform(u)
+                           : t->fill == FILL_ROPE_SHORT  ? 1.25 + 0.25 * rng_uniform(u)
+                           : t->fill == FILL_ROPE_LONG   ? 5.0 + 4.0 * rng_uniform(u)
                                                          : 0.1 * rng_uniform(u);
                 row[i] = (float)v;
             }
@@ -412,7 +423,8 @@ static seer_status add_linear(gen_state *g, const seer_gen_params *p, const dtyp
                               weight_role role, int layer, const char *name, uint64_t in_dim,
                               uint64_t out_dim) {
     float std = p->scale > 0 ? p->scale : (float)(1.0 / sqrt((double)in_dim));
-    ggml_type type = weight_type(dt, role, layer, p->n_layers, p->tied, in_dim);
+    const bool tied = p->tied || seer_arch_find(p->arch)->output_tied;
+    ggml_type type = weight_type(dt, role, layer, p->n_layers, tied, in_dim);
     return add_tensor(g, name, type, in_dim, out_dim, FILL_NORMAL, std);
 }
 
@@ -424,8 +436,12 @@ static seer_status add_weights(gen_state *g, const seer_gen_params *p, const dty
     const seer_arch_desc *d = seer_arch_find(p->arch);
     SEER_TRY(add_linear(g, p, dt, W_TOKEN_EMBD, 0, "token_embd.weight", D, V));
     SEER_TRY(add_tensor(g, "output_norm.weight", GGML_TYPE_F32, D, 1, FILL_NORM_WEIGHT, 0));
-    if (!p->tied)
+    if (!p->tied && !d->output_tied)
         SEER_TRY(add_linear(g, p, dt, W_OUTPUT, 0, "output.weight", D, V));
+    if (p->rope_scaling && !strcmp(p->rope_scaling, "longrope")) {
+        SEER_TRY(add_tensor(g, "rope_factors_long.weight", GGML_TYPE_F32, (uint64_t)head_dim / 2, 1, FILL_ROPE_LONG, 0));
+        SEER_TRY(add_tensor(g, "rope_factors_short.weight", GGML_TYPE_F32, (uint64_t)head_dim / 2, 1, FILL_ROPE_SHORT, 0));
+    }
     static const weight_role roles[] = {
         [SEER_QROLE_ATTN_Q] = W_ATTN_Q,     [SEER_QROLE_ATTN_K] = W_ATTN_K,
         [SEER_QROLE_ATTN_V] = W_ATTN_V,     [SEER_QROLE_ATTN_OUT] = W_ATTN_OUT,
@@ -458,7 +474,9 @@ static void add_metadata(gguf_writer *w, const seer_gen_params *p, const dtype_i
     const char *a = p->arch;
 #define K(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
     seer_gguf_writer_set_str(w, "general.architecture", a);
-    snprintf(name, sizeof name, "random-%s-d%d-l%d-%s", a, p->dim, p->n_layers, dt->name);
+    /* no family in the name: llama.cpp sets token attributes by general.name (a "phi3" in it
+     * has it look up Phi-3's special tokens, which the synthetic vocabulary does not have) */
+    snprintf(name, sizeof name, "random-d%d-l%d-%s", p->dim, p->n_layers, dt->name);
     seer_gguf_writer_set_str(w, "general.name", name);
     seer_gguf_writer_set_u32(w, "general.file_type", dt->file_type);
     seer_gguf_writer_set_u32(w, K("context_length"), (uint32_t)p->ctx);
@@ -473,6 +491,14 @@ static void add_metadata(gguf_writer *w, const seer_gen_params *p, const dtype_i
     seer_gguf_writer_set_f32(w, K("rope.freq_base"), p->rope_base);
     seer_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)head_dim);
     seer_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)p->n_vocab);
+    if (p->rope_scaling)
+        seer_gguf_writer_set_str(w, K("rope.scaling.type"), p->rope_scaling);
+    if (p->rope_factor > 0)
+        seer_gguf_writer_set_f32(w, K("rope.scaling.factor"), p->rope_factor);
+    if (p->rope_orig_ctx > 0)
+        seer_gguf_writer_set_u32(w, K("rope.scaling.original_context_length"), (uint32_t)p->rope_orig_ctx);
+    if (p->rope_attn_factor > 0)
+        seer_gguf_writer_set_f32(w, K("rope.scaling.attn_factor"), p->rope_attn_factor);
 #undef K
     /* the family's own keys, at their defaults (the window as asked); zeros are left out */
     const seer_arch_desc *d = seer_arch_find(a);

@@ -74,8 +74,8 @@ static seer_status read_family_keys(seer_model *m) {
         }
         m->hp.v[k->hp] = v;
     }
-    if (m->hp.v[SEER_HP_FINAL_SOFTCAP] != 0 || m->hp.v[SEER_HP_ATTN_SOFTCAP] != 0)
-        return seer_err(SEER_ERR_UNSUPPORTED, "logit soft-capping is not supported");
+    m->attn_softcap = (float)m->hp.v[SEER_HP_ATTN_SOFTCAP];
+    m->final_softcap = (float)m->hp.v[SEER_HP_FINAL_SOFTCAP];
     m->window = (int)m->hp.v[SEER_HP_WINDOW];
     return SEER_OK;
 }
@@ -144,11 +144,49 @@ seer_status seer_rope_llama3(float *fr, int half, float factor, float lo, float 
     return SEER_OK;
 }
 
-/* RoPE inverse frequencies, with Llama-3 or linear context scaling when the model has it. */
+/* Divides fr [half] by the f32 [half] factors of tensor name (llama.cpp's freq_factors);
+ * *found says whether the file has it. */
+static seer_status rope_divide(const seer_model *m, const char *name, float *fr, int half, bool *found) {
+    const gguf_tensor *ft = seer_gguf_find_tensor(m->gguf, name);
+    *found = ft != NULL;
+    if (!ft)
+        return SEER_OK;
+    if (ft->ne[0] != (uint64_t)half || ft->n_dims != 1 || ft->type != GGML_TYPE_F32)
+        return seer_err(SEER_ERR_FORMAT, "%s must be f32 [%d]", name, half);
+    for (int i = 0; i < half; i++) {
+        float d = ((const float *)ft->data)[i];
+        if (!(d > 0) || !isfinite(d))
+            return seer_err(SEER_ERR_FORMAT, "%s[%d] = %g is not positive", name, i, d);
+        fr[i] /= d;
+    }
+    return SEER_OK;
+}
+
+/* YaRN (Peng et al. 2023) as ggml computes it (rope_yarn, ggml_rope_yarn_corr_dims, with
+ * llama.cpp's beta_fast 32 and beta_slow 1): frequency i keeps ramp(i) of its own rotation
+ * and takes the rest interpolated by 1/factor, where the ramp falls from 1 to 0 between the
+ * dimensions whose wavelengths fit beta_fast and beta_slow turns into orig positions. */
+void seer_rope_yarn(float *fr, int head_dim, float base, float factor, int orig) {
+    const float fs = 1.f / factor, two_pi = 6.28318530717958647692f;
+    const float lo_f = head_dim * logf(orig / (32.f * two_pi)) / (2 * logf(base));
+    const float hi_f = head_dim * logf(orig / (1.f * two_pi)) / (2 * logf(base));
+    const float lo = fmaxf(0.f, floorf(lo_f)), hi = fminf((float)(head_dim - 1), ceilf(hi_f));
+    for (int i = 0; i < head_dim / 2; i++) {
+        const float y = (i - lo) / fmaxf(0.001f, hi - lo);
+        const float ramp = 1.f - fminf(1.f, fmaxf(0.f, y));
+        fr[i] *= fs * (1 - ramp) + ramp;
+    }
+}
+
+/* RoPE inverse frequencies, with the file's context scaling (the keys llama.cpp reads):
+ * rope.scaling.type linear, yarn or longrope with rope.scaling.factor,
+ * .original_context_length and .attn_factor; per-frequency divisors rope_freqs (Llama 3)
+ * or rope_factors_short and rope_factors_long (LongRoPE); "llama3" with its own keys. */
 static seer_status rope_freqs(seer_model *m) {
     const gguf_file *f = m->gguf;
     const seer_model_info *in = &m->info;
-    int half = in->head_dim / 2;
+    const char *a = in->arch;
+    const int half = in->head_dim / 2;
     float *fr = seer_malloc_array(half, sizeof *fr);
     if (!fr)
         return seer_err(SEER_ERR_OOM, "out of memory");
@@ -156,39 +194,57 @@ static seer_status rope_freqs(seer_model *m) {
     seer_rope_base_freqs(fr, in->head_dim, in->rope_base);
 
     char key[128], type[32];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", in->arch);
-    SEER_TRY(seer_gguf_get_str_opt(f, key, "none", type, sizeof type));
-    const gguf_tensor *ft = seer_gguf_find_tensor(f, "rope_freqs.weight");
-    if (ft) {
-        /* llama.cpp's converters store Llama-3 scaling as per-frequency divisors. */
-        if (ft->ne[0] != (uint64_t)half || ft->n_dims != 1 || ft->type != GGML_TYPE_F32)
-            return seer_err(SEER_ERR_FORMAT, "rope_freqs.weight must be f32 [%d]", half);
-        for (int i = 0; i < half; i++) {
-            float d = ((const float *)ft->data)[i];
-            if (!(d > 0) || !isfinite(d))
-                return seer_err(SEER_ERR_FORMAT, "rope_freqs.weight[%d] = %g is not positive", i, d);
-            fr[i] /= d;
-        }
-    } else if (!strcmp(type, "llama3")) {
-        float factor, lo, hi;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    /* llama.cpp reads a file without the key as linear scaling by rope.scaling.factor */
+    SEER_TRY(seer_gguf_get_str_opt(f, key, "linear", type, sizeof type));
+    float factor, attn_factor;
+    SEER_TRY(get_f_opt(f, a, "rope.scaling.factor", 0.f, &factor));
+    SEER_TRY(get_f_opt(f, a, "rope.scaling.attn_factor", 1.f, &attn_factor));
+    SEER_TRY(get_u_opt(f, a, "rope.scaling.original_context_length", in->ctx_train, 1, 1 << 24,
+                       &m->rope_orig_ctx));
+    if (factor == 0)
+        factor = 1.f;
+    if (!(factor > 0) || !(attn_factor > 0))
+        return seer_err(SEER_ERR_FORMAT, "invalid rope scaling factor %g or attn_factor %g", factor, attn_factor);
+    m->rope_mscale = attn_factor;
+    const bool linear = !strcmp(type, "linear") || !strcmp(type, "longrope");
+    bool divided;
+    SEER_TRY(rope_divide(m, "rope_freqs.weight", fr, half, &divided));
+    if (!divided)
+        SEER_TRY(rope_divide(m, "rope_factors_short.weight", fr, half, &divided));
+    if (!strcmp(type, "llama3") && !divided) {
+        float lo, hi;
         int orig;
-        SEER_TRY(get_f_opt(f, in->arch, "rope.scaling.factor", 8.f, &factor));
-        SEER_TRY(get_f_opt(f, in->arch, "rope.scaling.low_freq_factor", 1.f, &lo));
-        SEER_TRY(get_f_opt(f, in->arch, "rope.scaling.high_freq_factor", 4.f, &hi));
-        SEER_TRY(get_u_opt(f, in->arch, "rope.scaling.original_context_length", 8192, 1, 1 << 24, &orig));
+        SEER_TRY(get_f_opt(f, a, "rope.scaling.factor", 8.f, &factor));
+        SEER_TRY(get_f_opt(f, a, "rope.scaling.low_freq_factor", 1.f, &lo));
+        SEER_TRY(get_f_opt(f, a, "rope.scaling.high_freq_factor", 4.f, &hi));
+        SEER_TRY(get_u_opt(f, a, "rope.scaling.original_context_length", 8192, 1, 1 << 24, &orig));
         SEER_TRY(seer_rope_llama3(fr, half, factor, lo, hi, orig));
-    } else if (!strcmp(type, "linear")) {
-        float factor;
-        SEER_TRY(get_f_opt(f, in->arch, "rope.scaling.factor", 1.f, &factor));
-        if (!(factor > 0))
-            return seer_err(SEER_ERR_FORMAT, "invalid linear rope scaling factor %g", factor);
+    } else if (linear) {
         for (int i = 0; i < half; i++)
             fr[i] /= factor;
-    } else if (strcmp(type, "none")) {
+    } else if (!strcmp(type, "yarn")) {
+        seer_rope_yarn(fr, in->head_dim, in->rope_base, factor, m->rope_orig_ctx);
+        /* YaRN's attention temperature: 1 + 0.1 ln(factor) on q and k */
+        if (factor > 1)
+            m->rope_mscale *= 1.f + 0.1f * logf(factor);
+    } else if (strcmp(type, "none") && strcmp(type, "llama3")) {
         return seer_err(SEER_ERR_UNSUPPORTED, "unsupported rope scaling type '%s'", type);
     }
     SEER_TRY(m->be->ops->alloc(m->be, half * sizeof(float), (void **)&m->inv_freq));
     SEER_TRY(m->be->ops->upload(m->be, m->inv_freq, fr, half * sizeof(float)));
+    if (seer_gguf_find_tensor(f, "rope_factors_long.weight") && !seer_gguf_find_tensor(f, "rope_freqs.weight")) {
+        float *fl = seer_malloc_array(half, sizeof *fl);
+        if (!fl)
+            return seer_err(SEER_ERR_OOM, "out of memory");
+        m->inv_freq_long_host = fl;
+        seer_rope_base_freqs(fl, in->head_dim, in->rope_base);
+        SEER_TRY(rope_divide(m, "rope_factors_long.weight", fl, half, &divided));
+        for (int i = 0; linear && i < half; i++) /* the long table takes the same scaling */
+            fl[i] /= factor;
+        SEER_TRY(m->be->ops->alloc(m->be, half * sizeof(float), (void **)&m->inv_freq_long));
+        SEER_TRY(m->be->ops->upload(m->be, m->inv_freq_long, fl, half * sizeof(float)));
+    }
     return seer_model_finish_rope(m);
 }
 
@@ -201,8 +257,12 @@ seer_status seer_model_finish_rope(seer_model *m) {
     const seer_model_info *in = &m->info;
     const seer_arch_desc *d = m->desc;
     m->attn_scale = 1.f / sqrtf((float)in->head_dim);
-    if (d->qscale == SEER_QSCALE_GEMMA3 && in->n_layers == 62)
+    if ((d->qscale == SEER_QSCALE_GEMMA3 && in->n_layers == 62) ||
+        (d->qscale == SEER_QSCALE_GEMMA2 && in->n_layers == 46))
         m->attn_scale = 1.f / sqrtf((float)(in->dim / in->n_heads));
+    /* the RoPE scaling's factor on q and on k multiplies their dot products twice over */
+    if (m->rope_mscale > 0)
+        m->attn_scale *= m->rope_mscale * m->rope_mscale;
     if (!m->window || m->hp.v[SEER_HP_ROPE_BASE_LOCAL] <= 0)
         return SEER_OK;
     /* the windowed layers: their own base, unscaled (llama.cpp's freq_scale_swa is 1) */
@@ -225,6 +285,15 @@ seer_status seer_model_check_blocks(const seer_model *m) {
         need = "the GeGLU feed-forward block";
     else if (m->window && !op->attn_window)
         need = "sliding-window attention";
+    else if (seer_arch_has(m->desc, SEER_LT_Q_NORM, NULL) && !op->qk_norm)
+        need = "per-head q/k RMSNorm";
+    else if (m->attn_softcap > 0 && !op->attn_softcap)
+        need = "attention-logit soft-capping";
+    else if (m->final_softcap > 0 && !op->softcap)
+        need = "final-logit soft-capping";
+    else if ((seer_arch_has(m->desc, SEER_LT_QKV, NULL) || seer_arch_has(m->desc, SEER_LT_GATE_UP, NULL)) &&
+             !op->weight_rows)
+        need = "fused q|k|v and gate|up tensors";
     if (need)
         return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend lacks %s, which %s models need", op->name,
                         need, m->desc->name);
@@ -312,7 +381,7 @@ static seer_status bind_weights(seer_model *m) {
     const seer_weight_split vocab = {SEER_SPLIT_VOCAB, 1};
     SEER_TRY(bind_weight(m, "token_embd.weight", V, D, &m->tok_embd));
     SEER_TRY(bind_vec(m, "output_norm.weight", D, true, &m->output_norm));
-    if (seer_gguf_find_tensor(m->gguf, "output.weight")) {
+    if (!m->desc->output_tied && seer_gguf_find_tensor(m->gguf, "output.weight")) {
         SEER_TRY(bind_weight_split(m, "output.weight", V, D, vocab, &m->output));
     } else if (m->be->ops->weight_load_split) {
         /* tied, on a backend that divides the LM head by vocabulary: its own divided copy */
@@ -342,7 +411,21 @@ static seer_status bind_weights(seer_model *m) {
                 continue;
             }
             const seer_weight_split sp = seer_div_split(ti->div, Dh, fu);
-            SEER_TRY(bind_weight_split(m, n, rows, cols, sp, seer_layer_weight(L, t->role)));
+            seer_layer_tensor parts[3];
+            const int np = seer_arch_fused_parts(t->role, parts);
+            if (!np) {
+                SEER_TRY(bind_weight_split(m, n, rows, cols, sp, seer_layer_weight(L, t->role)));
+                continue;
+            }
+            /* a fused tensor: bound whole, its parts as row views */
+            seer_weight *whole = t->role == SEER_LT_QKV ? &L->file_qkv : &L->file_gu;
+            SEER_TRY(bind_weight(m, n, rows, cols, whole));
+            for (int k = 0, r0 = 0; k < np; k++) {
+                int pr, pc;
+                seer_arch_shape(parts[k], D, F, qd, kvd, Dh, &pr, &pc);
+                SEER_TRY(m->be->ops->weight_rows(m->be, whole, r0, pr, seer_layer_weight(L, parts[k])));
+                r0 += pr;
+            }
         }
     }
     return SEER_OK;
@@ -503,7 +586,8 @@ void seer_model_free(seer_model *m) {
             for (int l = 0; l < m->info.n_layers; l++) {
                 seer_layer *L = &m->layers[l];
                 seer_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,     &L->wo,  &L->w_gate,
-                                     &L->w_up,   &L->w_down, &L->wqkv, &L->wgu};
+                                     &L->w_up,   &L->w_down, &L->wqkv, &L->wgu,
+                                     &L->file_qkv, &L->file_gu};
                 for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
                     be->ops->weight_free(be, ws[i]);
                 float *vs[] = {L->attn_norm, L->ffn_norm,       L->bq,          L->bk,
@@ -522,11 +606,14 @@ void seer_model_free(seer_model *m) {
             be->ops->dealloc(be, m->inv_freq);
         if (m->inv_freq_local)
             be->ops->dealloc(be, m->inv_freq_local);
+        if (m->inv_freq_long)
+            be->ops->dealloc(be, m->inv_freq_long);
         be->ops->free(be);
     }
     free(m->layers);
     free(m->inv_freq_host);
     free(m->inv_freq_local_host);
+    free(m->inv_freq_long_host);
     seer_vocab_free(m->vocab);
     seer_gguf_file_close(m->gguf);
     free(m);

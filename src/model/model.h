@@ -24,6 +24,9 @@ typedef struct {
     /* wq|wk|wv and w_gate|w_up joined (seer_model_fuse; then the parts are views of their
      * rows in them); data NULL where the backend cannot */
     seer_weight wqkv, wgu;
+    /* the tensors a file stores fused (SEER_LT_QKV, SEER_LT_GATE_UP) as bound; wq, wk, wv
+     * and w_gate, w_up are then row views of them (data NULL where the file has none) */
+    seer_weight file_qkv, file_gu;
 } seer_layer;
 
 /* How tensor parallelism divides a layer tensor of division kind div: attention heads of
@@ -72,15 +75,23 @@ struct seer_model {
     seer_arch_hparams hp;                 /* its own hyper-parameters */
     int window;                           /* sliding window of the windowed layers, 0: none */
     float attn_scale;                     /* the query scale of attention */
+    float attn_softcap, final_softcap;    /* logit soft-capping, 0: none */
     gguf_file *gguf;
     seer_vocab *vocab;
     seer_backend *be;
     seer_weights_kind weights;            /* how the backend holds the weights */
-    float *inv_freq;                      /* [Dh/2] backend memory, llama3 scaling applied */
+    float *inv_freq;                      /* [Dh/2] backend memory, the file's scaling applied */
     float *inv_freq_host;                 /* [Dh/2] */
     float *inv_freq_local;                /* [Dh/2] backend memory: the windowed layers' RoPE
                                            * (their own base), or NULL: as inv_freq */
     float *inv_freq_local_host;
+    float *inv_freq_long;                 /* [Dh/2] backend memory: LongRoPE's long factors
+                                           * applied, for contexts longer than rope_orig_ctx;
+                                           * NULL: none */
+    float *inv_freq_long_host;
+    int rope_orig_ctx;                    /* rope.scaling.original_context_length */
+    float rope_mscale;                    /* the RoPE scaling's factor on q and k (YaRN's
+                                           * attention temperature, attn_factor); 1: none */
     seer_weight tok_embd;                 /* [V][D] */
     seer_weight output;                   /* [V][D]; same data as tok_embd when tied */
     float *output_norm;                   /* [D] */
@@ -179,6 +190,9 @@ seer_status seer_model_finish_rope(seer_model *m);
 
 /* Applies Llama-3.1 RoPE scaling to inverse frequencies fr [half] in place. */
 seer_status seer_rope_llama3(float *fr, int half, float factor, float lo, float hi, int orig);
+/* Applies YaRN's frequency blend (factor > 0, orig trained positions) to fr [head_dim / 2]
+ * of base in place; the attention temperature is the caller's. */
+void seer_rope_yarn(float *fr, int head_dim, float base, float factor, int orig);
 
 /* Internal hooks for the speculative drafters (src/spec/). */
 

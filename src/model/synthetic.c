@@ -203,8 +203,15 @@ static seer_status make_weights(gen_ctx *g) {
                 SEER_TRY(rand_vec(g, b + ti->synth_id, cols, ti->synth_base, 0.02f, seer_layer_vec(L, t->role)));
                 continue;
             }
-            const seer_weight_split sp = seer_div_split(ti->div, Dh, 1);
-            SEER_TRY(rand_weight_split(g, b + ti->synth_id, rows, cols, sp, seer_layer_weight(L, t->role)));
+            /* a fused role is generated as its parts (the forward pass sees only those) */
+            seer_layer_tensor parts[3] = {t->role};
+            const int np = seer_arch_fused_parts(t->role, parts);
+            for (int k = 0; k < (np ? np : 1); k++) {
+                const seer_layer_tensor_info *pi = seer_layer_tensor_get(parts[k]);
+                seer_arch_shape(parts[k], D, F, qd, kvd, Dh, &rows, &cols);
+                const seer_weight_split sp = seer_div_split(pi->div, Dh, 1);
+                SEER_TRY(rand_weight_split(g, b + pi->synth_id, rows, cols, sp, seer_layer_weight(L, parts[k])));
+            }
         }
     }
     return SEER_OK;
@@ -271,6 +278,8 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
     if (p && !shape && p->window > 0)
         m->hp.v[SEER_HP_WINDOW] = p->window;
     m->window = (int)m->hp.v[SEER_HP_WINDOW];
+    m->attn_softcap = (float)m->hp.v[SEER_HP_ATTN_SOFTCAP];
+    m->final_softcap = (float)m->hp.v[SEER_HP_FINAL_SOFTCAP];
     in->n_vocab = ps.n_vocab;
     in->dim = ps.dim;
     in->n_layers = ps.n_layers;
@@ -281,7 +290,7 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
     in->ctx_train = ps.ctx;
     in->rope_base = ps.rope_base;
     in->norm_eps = ps.norm_eps;
-    in->tied_output = ps.tied;
+    in->tied_output = ps.tied || m->desc->output_tied;
     in->rope_neox = m->desc->rope_neox;
     snprintf(in->tokenizer, sizeof in->tokenizer, "llama");
     in->token_bos = 1;

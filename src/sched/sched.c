@@ -61,7 +61,7 @@ typedef struct {
     int n_live;
     int emitted; /* tokens this step's rounds of the class emitted (auto's measured rate) */
     /* per step: this class's rounds (indices into the plan) */
-    int n, *plan_idx, *row0;
+    int n, *plan_idx;
 } sched_group;
 
 typedef struct {
@@ -72,7 +72,7 @@ typedef struct {
     int gam;        /* draft nodes allowed */
     int dl;         /* draft depth allowed */
     int len0;       /* cache length before the step */
-    int k;          /* index within its group's round arrays */
+    int k;          /* its entry in its class's round */
 } plan_entry;
 
 struct seer_sched {
@@ -133,7 +133,7 @@ static bool spec_equal(const seer_spec_params *a, const seer_spec_params *b) {
 static void group_clear(seer_sched *s, sched_group *gr) {
     if (gr->g)
         seer_gen_free(gr->g);
-    free(gr->plan_idx), free(gr->row0);
+    free(gr->plan_idx);
     memset(gr, 0, sizeof *gr);
 }
 
@@ -142,11 +142,7 @@ void seer_sched_free(seer_sched *s) {
         return;
     for (int i = 0; i < s->n_running; i++) {
         seer_request *r = s->running[i];
-        sched_group *gr = &s->groups[r->group];
-        seer_gen_seq *q = &gr->g->seqs[r->h];
-        seer_gen_drafter_released(gr->g, r->h);
-        seer_seq_free(s->ctx, q->seq);
-        memset(q, 0, sizeof *q);
+        seer_round_detach(s->groups[r->group].g, r->h);
         r->state = REQ_NEW, r->sched = NULL;
     }
     for (int i = 0; i < s->n_waiting; i++)
@@ -254,8 +250,7 @@ static seer_status find_group(seer_sched *s, const seer_spec_params *spec, int *
     sched_group *gr = &s->groups[free_slot];
     SEER_TRY(seer_gen_init(s->ctx, *spec, &gr->g));
     gr->plan_idx = malloc(sizeof(int) * s->B);
-    gr->row0 = malloc(sizeof(int) * s->B);
-    if (!gr->plan_idx || !gr->row0) {
+    if (!gr->plan_idx) {
         group_clear(s, gr);
         return seer_err(SEER_ERR_OOM, "out of memory");
     }
@@ -305,11 +300,7 @@ seer_status seer_sched_submit(seer_sched *s, seer_request *r) {
 /* Gives r's sequence and drafter state back (r keeps tokens and sampler). */
 static void detach(seer_sched *s, seer_request *r) {
     sched_group *gr = &s->groups[r->group];
-    seer_gen *g = gr->g;
-    seer_gen_seq *q = &g->seqs[r->h];
-    seer_gen_drafter_released(g, r->h);
-    seer_seq_free(s->ctx, q->seq);
-    memset(q, 0, sizeof *q);
+    seer_round_detach(gr->g, r->h);
     gr->n_live--;
     r->h = -1;
     free(r->qcap);
@@ -345,14 +336,9 @@ static seer_status preempt(seer_sched *s, int i) {
 static seer_status admit(seer_sched *s, seer_request *r) {
     sched_group *gr = &s->groups[r->group];
     seer_gen *g = gr->g;
-    int h = 0;
-    while (h < s->B && (g->seqs[h].alive || g->seqs[h].tokens))
-        h++;
-    if (h == s->B)
-        return seer_err(SEER_ERR_INTERNAL, "no free handle in a speculation class");
     seer_seq_id seq;
     const int n = r->n_tokens;
-    int tail = seer_gen_drafter_q_rows(g, n);
+    int tail = seer_round_q_rows(g, n);
     if (tail > n)
         tail = n;
     /* a cached prefix, leaving the pending token and the rows whose queries the drafter
@@ -377,23 +363,20 @@ static seer_status admit(seer_sched *s, seer_request *r) {
             return seer_err(SEER_ERR_OOM, "out of memory for prefill queries");
         }
     }
-    seer_gen_seq *q = &g->seqs[h];
-    memset(q, 0, sizeof *q);
-    q->alive = true;
-    q->seq = seq;
-    q->tokens = r->tokens;
-    q->n_tokens = r->n_tokens;
-    q->n_prompt = r->n_prompt;
-    q->cap = r->cap;
-    q->max_new = r->p.max_tokens;
-    q->ignore_eos = r->p.ignore_eos;
-    q->smp = r->smp;
-    q->sp = r->p.sampler;
-    q->accept_avg = 1.f;
-    if (h >= g->n_seqs)
-        g->n_seqs = h + 1;
+    const seer_round_seq q = {.seq = seq, .tokens = r->tokens, .n_tokens = r->n_tokens, .n_prompt = r->n_prompt,
+                              .cap = r->cap, .max_new = r->p.max_tokens, .ignore_eos = r->p.ignore_eos,
+                              .smp = r->smp, .sp = r->p.sampler};
+    int h;
+    seer_status st = seer_round_attach(g, &q, &h);
+    if (st != SEER_OK) {
+        free(r->qcap);
+        r->qcap = NULL;
+        seer_seq_free(s->ctx, seq);
+        return st;
+    }
     gr->n_live++;
     r->h = h;
+    r->seq = seq;
     r->tail = tail;
     r->n_cached = m;
     r->st.n_prefix_reused += m;
@@ -423,8 +406,6 @@ static int cmp_last_step(const void *a, const void *b) {
         return x->last_step < y->last_step ? -1 : 1;
     return x->order < y->order ? -1 : x->order > y->order;
 }
-
-static seer_gen_seq *gseq(seer_sched *s, const seer_request *r) { return &s->groups[r->group].g->seqs[r->h]; }
 
 /* The next chunk of prefilling request r: with fixed cuts, up to the next multiple of s->chunk
  * from the start, the same cuts whatever else runs; with free cuts, up to s->chunk tokens
@@ -491,23 +472,17 @@ static int plan_fill(seer_sched *s, int left) {
                     continue;
                 s->stall_left -= pe.n_new;
             } else if (r->state == REQ_DECODE && pass == 1) {
-                const seer_gen_seq *q = gseq(s, r);
                 /* drafts within the budget less a row for each round still to plan */
                 const int later = --n_rounds, room = left - later > 1 ? left - later : 1;
-                /* the generator's max_new is -1: the request's own limit cuts the depth */
-                seer_gen_limits(s->groups[r->group].g, q, room, &pe.gam, &pe.dl);
-                int rest = r->p.max_tokens - (q->n_tokens - q->n_prompt) - 1;
-                pe.dl = pe.dl < rest ? pe.dl : (rest > 0 ? rest : 0);
-                if (!s->groups[r->group].g->tree && pe.gam > pe.dl)
-                    pe.gam = pe.dl;
-                if (pe.dl == 0)
-                    pe.gam = 0;
+                /* the request's own limit cuts the depth */
+                const int rest = r->p.max_tokens - (r->n_tokens - r->n_prompt) - 1;
+                seer_round_limits(s->groups[r->group].g, r->h, room, rest > 0 ? rest : 0, &pe.gam, &pe.dl);
                 pe.n_new = 1 + pe.gam;
                 pe.round = true;
             } else {
                 continue;
             }
-            pe.len0 = seer_seq_len(s->ctx, gseq(s, r)->seq);
+            pe.len0 = seer_seq_len(s->ctx, r->seq);
             s->plan[n++] = pe;
             left -= pe.n_new;
         }
@@ -558,7 +533,7 @@ static int plan_step(seer_sched *s) {
 static int plan_pages(seer_sched *s, int n) {
     int need = 0;
     for (int e = 0; e < n; e++)
-        need += pages_needed(s->ctx, gseq(s, s->plan[e].r)->seq, s->plan[e].n_new);
+        need += pages_needed(s->ctx, s->plan[e].r->seq, s->plan[e].n_new);
     return need;
 }
 
@@ -583,12 +558,78 @@ static void retire(seer_sched *s, int i) {
 static void roll_back(seer_sched *s, int n) {
     for (int e = 0; e < n; e++) {
         plan_entry *pe = &s->plan[e];
-        seer_gen_seq *q = gseq(s, pe->r);
-        seer_seq_clear_view(s->ctx, q->seq);
-        if (seer_seq_len(s->ctx, q->seq) > pe->len0)
-            seer_seq_rewind(s->ctx, q->seq, pe->len0);
+        seer_seq_clear_view(s->ctx, pe->r->seq);
+        if (seer_seq_len(s->ctx, pe->r->seq) > pe->len0)
+            seer_seq_rewind(s->ctx, pe->r->seq, pe->len0);
         *seer_sampler_rng(pe->r->smp) = pe->r->rng_saved;
     }
+}
+
+/* Each class's round entries: decoding requests first (the drafters see those), then the
+ * last prefill chunks (rounds without drafts); then the drafters of each class propose. */
+static seer_status plan_rounds(seer_sched *s, int n) {
+    for (int i = 0; i < MAX_GROUPS; i++) {
+        s->groups[i].n = 0;
+        if (s->groups[i].g)
+            seer_round_begin(s->groups[i].g);
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int e = 0; e < n; e++) {
+            plan_entry *pe = &s->plan[e];
+            if (!pe->round || pe->prefill != (pass == 1))
+                continue;
+            sched_group *gr = &s->groups[pe->r->group];
+            pe->k = seer_round_add(gr->g, pe->r->h, pe->gam, pe->dl);
+            gr->plan_idx[gr->n++] = e;
+        }
+    for (int i = 0; i < MAX_GROUPS; i++) {
+        sched_group *gr = &s->groups[i];
+        int nd = 0;
+        while (nd < gr->n && !s->plan[gr->plan_idx[nd]].prefill)
+            nd++;
+        if (!gr->g || !nd)
+            continue;
+        SEER_TRY(seer_round_propose(gr->g, nd));
+        for (int k = 0; k < nd; k++)
+            s->plan[gr->plan_idx[k]].n_new = 1 + seer_round_nodes(gr->g, k);
+    }
+    return SEER_OK;
+}
+
+/* Lays out the rows of prefill entry pe (a prompt chunk) at b's end. */
+static void put_chunk(seer_sched *s, const plan_entry *pe, seer_round_rows *b, int *ncap) {
+    seer_request *r = pe->r;
+    for (int j = r->n_cached; j < r->n_cached + pe->n_new; j++) {
+        const int T = b->T++;
+        b->tok[T] = r->tokens[j];
+        b->seq[T] = r->seq;
+        b->pos[T] = j;
+        b->want[T] = pe->round && j == r->n_target - 1;
+        s->capf[T] = r->tail > 0 && j >= r->n_target - r->tail;
+        s->prompt[T] = j < r->n_prompt; /* not a generated token recomputed */
+        *ncap += s->capf[T];
+        if (b->want[T])
+            seer_round_out_row(s->groups[r->group].g, pe->k, b->n_out++);
+    }
+}
+
+/* The tree mask of a call of T rows laid out from the plan's n entries. */
+static uint8_t *call_mask(seer_sched *s, int n, int T) {
+    if (!s->mask)
+        s->mask = seer_malloc_array((size_t)s->budget * s->budget, 1);
+    if (!s->mask)
+        return NULL;
+    memset(s->mask, 0, (size_t)T * T);
+    for (int e = 0, t = 0; e < n; e++) {
+        const plan_entry *pe = &s->plan[e];
+        if (pe->prefill) /* a prompt chunk: causal */
+            for (int a = 0; a < pe->n_new; a++)
+                memset(s->mask + (size_t)(t + a) * T + t, 1, a + 1);
+        else
+            seer_round_mask(s->groups[pe->r->group].g, pe->k, s->mask, T);
+        t += pe->n_new;
+    }
+    return s->mask;
 }
 
 /* Steps 5-7 for a plan of n entries; on failure the caller rolls back. */
@@ -598,76 +639,25 @@ static seer_status run_plan(seer_sched *s, int n) {
     const size_t qd = (size_t)in->n_heads * in->head_dim;
     for (int e = 0; e < n; e++)
         s->plan[e].r->rng_saved = *seer_sampler_rng(s->plan[e].r->smp);
-    for (int i = 0; i < MAX_GROUPS; i++)
-        s->groups[i].n = 0;
-    /* each class's rounds: decoding requests first (the drafters see those), then the
-     * last prefill chunks (rounds without drafts) */
-    for (int pass = 0; pass < 2; pass++)
-        for (int e = 0; e < n; e++) {
-            plan_entry *pe = &s->plan[e];
-            if (!pe->round || pe->prefill != (pass == 1))
-                continue;
-            sched_group *gr = &s->groups[pe->r->group];
-            seer_gen *g = gr->g;
-            const int k = gr->n++;
-            gr->plan_idx[k] = e;
-            pe->k = k;
-            g->hs[k] = pe->r->h;
-            g->gam[k] = pe->gam;
-            g->dl[k] = pe->dl;
-            g->nd[k] = 0;
-            g->onehot[k] = false;
-        }
-    for (int i = 0; i < MAX_GROUPS; i++) {
-        sched_group *gr = &s->groups[i];
-        seer_gen *g = gr->g;
-        int nd = 0;
-        bool any = false, sampled = false;
-        for (int k = 0; k < gr->n && !s->plan[gr->plan_idx[k]].prefill; k++, nd++) {
-            any |= g->gam[k] > 0;
-            sampled |= g->gam[k] > 0 && g->seqs[g->hs[k]].sp.temperature > 0;
-        }
-        if (!g || !g->dops || !any)
-            continue;
-        SEER_TRY(seer_gen_propose(g, nd, sampled));
-        for (int k = 0; k < nd; k++)
-            s->plan[gr->plan_idx[k]].n_new = 1 + g->nd[k];
-    }
+    SEER_TRY(plan_rounds(s, n));
     /* the one forward call */
-    int T = 0, nf = 0, ncap = 0;
-    bool amax = true, chains = true;
+    seer_round_rows b = {.tok = s->tok, .seq = s->sq, .pos = s->pos, .want = s->want, .chains = true};
+    int ncap = 0;
+    bool amax = true;
     for (int e = 0; e < n; e++) {
         plan_entry *pe = &s->plan[e];
-        seer_request *r = pe->r;
-        seer_gen_seq *q = gseq(s, r);
-        sched_group *gr = &s->groups[r->group];
+        seer_gen *g = s->groups[pe->r->group].g;
         if (pe->round)
-            amax &= seer_gen_argmax_only(q);
+            amax &= seer_round_greedy(g, pe->k);
         if (pe->prefill) {
-            for (int j = r->n_cached; j < r->n_cached + pe->n_new; j++, T++) {
-                s->tok[T] = r->tokens[j];
-                s->sq[T] = q->seq;
-                s->pos[T] = j;
-                s->want[T] = pe->round && j == r->n_target - 1;
-                s->capf[T] = r->tail > 0 && j >= r->n_target - r->tail;
-                s->prompt[T] = j < r->n_prompt; /* not a generated token recomputed */
-                ncap += s->capf[T];
-                if (s->want[T])
-                    gr->row0[pe->k] = nf++;
-            }
-        } else {
-            gr->row0[pe->k] = nf;
-            const int m = seer_gen_verify_rows(gr->g, pe->k, s->tok + T, s->pos + T);
-            chains &= seer_gen_is_chain(gr->g, pe->k);
-            for (int j = 0; j < m; j++, T++) {
-                s->sq[T] = q->seq;
-                s->want[T] = 1;
-                s->capf[T] = 0;
-                s->prompt[T] = 0;
-                nf++;
-            }
+            put_chunk(s, pe, &b, &ncap);
+            continue;
         }
+        const int t = b.T, m = seer_round_put(g, pe->k, &b);
+        memset(s->capf + t, 0, m);
+        memset(s->prompt + t, 0, m);
     }
+    const int T = b.T;
     if (ncap) {
         if (!s->qbuf)
             s->qbuf = seer_malloc_array((size_t)in->n_layers * s->budget * qd, sizeof(float));
@@ -675,38 +665,19 @@ static seer_status run_plan(seer_sched *s, int n) {
             return seer_err(SEER_ERR_OOM, "out of memory for captured queries");
     }
     /* trees attend to their ancestors; without one the call stays causal as always */
-    uint8_t *mask = NULL;
-    if (!chains) {
-        if (!s->mask)
-            s->mask = seer_malloc_array((size_t)s->budget * s->budget, 1);
-        if (!s->mask)
-            return seer_err(SEER_ERR_OOM, "out of memory for a tree mask");
-        mask = s->mask;
-        memset(mask, 0, (size_t)T * T);
-        for (int e = 0, t = 0; e < n; e++) {
-            plan_entry *pe = &s->plan[e];
-            seer_gen *g = s->groups[pe->r->group].g;
-            seer_gen_mask_rows(g, pe->k, mask, T, t, pe->n_new, pe->prefill);
-            t += pe->n_new;
-        }
-    }
-    seer_batch b = {.n_tokens = T, .token = s->tok, .seq = s->sq, .pos = s->pos, .logits = s->want, .mask = mask,
-                    .capture = ncap ? s->capf : NULL, .queries = s->qbuf, .prompt = s->prompt};
-    if (amax) {
-        SEER_TRY(seer_decode_argmax(c, &b, s->ids));
-        for (int i = 0; i < MAX_GROUPS; i++) {
-            sched_group *gr = &s->groups[i];
-            for (int k = 0; k < gr->n; k++)
-                gr->g->acc[k] = seer_verify_tree_ids(gr->g, k, &gr->g->seqs[gr->g->hs[k]], s->ids + gr->row0[k],
-                                                     &gr->g->next[k]);
-        }
-    } else {
-        float *L = NULL;
-        SEER_TRY(seer_decode_keep(c, &b, &L));
-        for (int i = 0; i < MAX_GROUPS; i++)
-            if (s->groups[i].n)
-                SEER_TRY(seer_verify_group(s->groups[i].g, 0, s->groups[i].n, s->groups[i].row0, L));
-    }
+    uint8_t *mask = b.chains ? NULL : call_mask(s, n, T);
+    if (!b.chains && !mask)
+        return seer_err(SEER_ERR_OOM, "out of memory for a tree mask");
+    seer_batch call = {.n_tokens = T, .token = s->tok, .seq = s->sq, .pos = s->pos, .logits = s->want,
+                       .mask = mask, .capture = ncap ? s->capf : NULL, .queries = s->qbuf, .prompt = s->prompt};
+    float *L = NULL;
+    if (amax)
+        SEER_TRY(seer_decode_argmax(c, &call, s->ids));
+    else
+        SEER_TRY(seer_decode_keep(c, &call, &L));
+    for (int i = 0; i < MAX_GROUPS; i++)
+        if (s->groups[i].n)
+            SEER_TRY(seer_round_verify(s->groups[i].g, 0, s->groups[i].n, amax ? s->ids : NULL, L));
     if (seer_sched_fail_for_tests > 0 && --seer_sched_fail_for_tests == 0)
         return seer_err(SEER_ERR_BACKEND, "injected failure (test hook)");
     /* queries of prompt tails, in batch order */
@@ -730,16 +701,43 @@ static seer_status run_plan(seer_sched *s, int n) {
     return SEER_OK;
 }
 
+typedef struct {
+    seer_request *r;
+    int n_ctx;
+} emit_target;
+
+/* A round's token into its request: text, stop set, limits; true when the request ends. */
+static bool emit_request(void *user, int32_t t) {
+    const emit_target *to = user;
+    seer_request_emit(to->r, t, to->n_ctx);
+    return to->r->finish != SEER_FINISH_NONE;
+}
+
+/* The last prefill chunk of r was verified and settled (with status st): r decodes from now
+ * on, and its drafter takes it on. */
+static seer_status prompt_done(seer_sched *s, seer_request *r, seer_status st) {
+    seer_gen *g = s->groups[r->group].g;
+    r->n_cached = r->n_target;
+    r->state = REQ_DECODE;
+    /* the prompt's pages for later requests; a failure here only means no entry */
+    if (st == SEER_OK)
+        (void)seer_prefix_insert(&s->pc, s->ctx, r->seq, r->tokens, r->n_prompt, s->n_step);
+    if (st == SEER_OK && r->tail > 0)
+        st = seer_round_prefill_q(g, r->h, r->qcap, r->tail);
+    if (st == SEER_OK)
+        st = seer_round_added(g, r->h);
+    free(r->qcap);
+    r->qcap = NULL;
+    return st;
+}
+
 /* Emission after a successful call. Drafter failures here end that request alone. */
 static void commit(seer_sched *s, int n) {
-    seer_context *c = s->ctx;
-    const int n_ctx = c->params.n_ctx;
     for (int e = 0; e < n; e++) {
         plan_entry *pe = &s->plan[e];
         seer_request *r = pe->r;
         sched_group *gr = &s->groups[r->group];
         seer_gen *g = gr->g;
-        seer_gen_seq *q = &g->seqs[r->h];
         r->st.n_computed += pe->n_new;
         s->stats.tokens_computed += pe->n_new;
         r->last_step = s->n_step;
@@ -747,49 +745,26 @@ static void commit(seer_sched *s, int n) {
             r->n_cached += pe->n_new;
             continue;
         }
-        const int k = pe->k, nd = g->nd[k], acc = g->acc[k];
-        if (!pe->prefill)
-            seer_gen_plan_observe(g, k);
-        seer_status st = seer_gen_settle(g, k, q);
-        if (pe->prefill) {
-            r->n_cached = r->n_target;
-            r->state = REQ_DECODE;
-            /* the prompt's pages for later requests; a failure here only means no entry */
-            if (st == SEER_OK)
-                (void)seer_prefix_insert(&s->pc, c, q->seq, r->tokens, r->n_prompt, s->n_step);
-            if (st == SEER_OK && r->tail > 0)
-                st = seer_gen_drafter_prefill_q(g, r->h, r->qcap, r->tail);
-            if (st == SEER_OK)
-                st = seer_gen_drafter_added(g, r->h);
-            free(r->qcap);
-            r->qcap = NULL;
-        }
+        seer_status st = seer_round_settle(g, pe->k, !pe->prefill);
+        if (pe->prefill)
+            st = prompt_done(s, r, st);
+        emit_target to = {.r = r, .n_ctx = s->ctx->params.n_ctx};
+        const seer_round_result res = seer_round_emit(g, pe->k, emit_request, &to);
         r->st.rounds++;
-        r->st.drafted += nd;
-        r->st.accepted += acc;
-        /* auto: the kind this round ran with (nd is 0 when it was plain) */
-        const seer_spec_kind kind = seer_gen_round_kind(g);
-        s->stats.spec_drafted[kind] += nd;
-        s->stats.spec_accepted[kind] += acc;
+        r->st.drafted += res.drafted;
+        r->st.accepted += res.accepted;
+        /* auto: the kind this round ran with (nothing drafted when it was plain) */
+        const seer_spec_kind kind = seer_round_kind(g);
+        s->stats.spec_drafted[kind] += res.drafted;
+        s->stats.spec_accepted[kind] += res.accepted;
         if (gr->spec.kind == SEER_SPEC_AUTO && !pe->prefill)
             s->stats.spec_auto_decisions[kind]++;
-        if (nd > 0)
-            q->accept_avg = 0.8f * q->accept_avg + 0.2f * (float)acc / nd;
-        const int before = r->n_tokens;
-        for (int j = 0; j <= acc && r->finish == SEER_FINISH_NONE; j++) {
-            int32_t t = seer_gen_emitted(g, k, j);
-            seer_request_emit(r, t, n_ctx);
-            seer_sampler_accept(r->smp, t);
-        }
-        q->n_tokens = r->n_tokens;
-        s->stats.tokens_generated += r->n_tokens - before;
-        gr->emitted += r->n_tokens - before;
-        q->rounds++;
+        s->stats.tokens_generated += res.emitted;
+        gr->emitted += res.emitted;
         if (st == SEER_OK && !pe->prefill && r->finish == SEER_FINISH_NONE)
-            st = seer_gen_drafter_verified(g, k);
+            st = seer_round_verified(g, pe->k);
         if (st != SEER_OK)
             seer_request_finish(r, SEER_FINISH_ERROR);
-        q->finished = r->finish != SEER_FINISH_NONE;
     }
 }
 
@@ -845,7 +820,7 @@ seer_status seer_sched_step(seer_sched *s, int *n_active) {
     seer_status st = SEER_OK;
     for (int i = 0; i < MAX_GROUPS && st == SEER_OK; i++)
         if (s->groups[i].g)
-            st = seer_gen_plan_round(s->groups[i].g);
+            st = seer_round_plan(s->groups[i].g);
     int n = st == SEER_OK ? plan_step(s) : 0;
     while (n > 0 && plan_pages(s, n) > seer_kv_free_pages(c)) {
         if (seer_prefix_evict_lru(&s->pc, c)) /* cached prefixes go before running requests */
@@ -901,7 +876,7 @@ seer_status seer_sched_step(seer_sched *s, int *n_active) {
             seer_stall_observe(&s->stall, dt, n_prompt, n_rounds);
             for (int i = 0; i < MAX_GROUPS; i++)
                 if (s->groups[i].g && s->groups[i].spec.kind == SEER_SPEC_AUTO && s->groups[i].emitted > 0)
-                    seer_gen_auto_round_done(s->groups[i].g, s->groups[i].emitted, dt);
+                    seer_round_done(s->groups[i].g, s->groups[i].emitted, dt);
         }
     }
     for (int i = s->n_running - 1; i >= 0 && st == SEER_OK; i--)

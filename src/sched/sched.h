@@ -1,16 +1,18 @@
 /*
  * sched.h: what the request object (request.c) and the scheduler (sched.c) share.
  *
- * A running request lives in the generator state of its speculation class (a seer_gen per
- * distinct seer_spec_params, so that the drafters of src/spec/ run unchanged): its
- * seer_gen_seq borrows the request's token array and sampler, which the request keeps when
- * it leaves (finished or preempted).
+ * A running request is a sequence of its speculation class (a seer_gen per distinct
+ * seer_spec_params, driven through the round interface of spec/round.h): the class borrows
+ * the request's token array and sampler, which the request keeps when it leaves (finished
+ * or preempted).
  */
 #ifndef SEER_SCHED_H
 #define SEER_SCHED_H
 
+#include "model/model.h"
+#include "sample/sample.h"
 #include "seer.h"
-#include "spec/spec.h"
+#include "spec/round.h"
 
 #include <stdatomic.h>
 
@@ -18,7 +20,7 @@ typedef enum {
     REQ_NEW = 0, /* not submitted */
     REQ_WAITING, /* queued, no KV */
     REQ_PREFILL, /* tokens[0 .. n_cached) in the cache, more to feed */
-    REQ_DECODE,  /* generating: the seer_gen_seq invariant holds */
+    REQ_DECODE,  /* generating: the seer_round_seq invariant holds */
     REQ_DONE,
 } req_state;
 
@@ -38,6 +40,7 @@ struct seer_request {
     req_state state;
     seer_sched *sched;
     int group, h;     /* its seer_gen and handle there while it holds KV */
+    seer_seq_id seq;  /* its target sequence while it holds KV */
     int n_cached;     /* REQ_PREFILL: tokens fed so far */
     int n_target;     /* REQ_PREFILL: tokens to feed (n_tokens at admission) */
     int tail;         /* prompt rows whose queries its drafter wants */

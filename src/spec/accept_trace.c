@@ -21,6 +21,7 @@
  * budget where there is one) from its own offset, and a line is read cyclically.
  */
 #include "spec/accept_trace.h"
+#include "spec/drafter.h"
 #include "util/error.h"
 
 #include <errno.h>
@@ -109,9 +110,7 @@ static seer_status add_round(trace_line *l, int a, int n) {
     return SEER_OK;
 }
 
-static bool traced_kind(seer_spec_kind k) {
-    return k > SEER_SPEC_NONE && k < SEER_SPEC_AUTO;
-}
+static bool traced_kind(seer_spec_kind k) { return seer_drafter_of_kind(k) != NULL; }
 
 /* ---- text ------------------------------------------------------------------------------- */
 

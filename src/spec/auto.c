@@ -61,18 +61,11 @@ struct seer_gen_auto {
     seer_spec_auto_stats st;
 };
 
+/* The drafters auto may choose (the registry's flags): those that need a draft model only
+ * with one. */
 static bool candidate_kind(seer_spec_kind k, const seer_spec_params *sp) {
-    switch (k) {
-    case SEER_SPEC_STREAMING:
-    case SEER_SPEC_RETRIEVAL:
-    case SEER_SPEC_SNAPKV:
-    case SEER_SPEC_NGRAM:
-        return true;
-    case SEER_SPEC_DRAFT:
-        return sp->draft_model != NULL;
-    default:
-        return false;
-    }
+    return seer_drafter_has(k, SEER_DRAFTER_AUTO) &&
+           (sp->draft_model != NULL || !seer_drafter_has(k, SEER_DRAFTER_DRAFT_MODEL));
 }
 
 seer_status seer_gen_auto_init(seer_gen *g) {
@@ -115,10 +108,8 @@ seer_status seer_gen_auto_init(seer_gen *g) {
                 c->spec.budget = c->budget;
             /* the sparse self-drafts draft through the model's draft weights where it holds
              * them: calibration timed their step so (calibrate.c) */
-            c->spec.draft_weights = g->ctx->model->draft_layers &&
-                                    (c->kind == SEER_SPEC_STREAMING || c->kind == SEER_SPEC_RETRIEVAL ||
-                                     c->kind == SEER_SPEC_SNAPKV);
-            c->ops = seer_drafter_find(seer_spec_kind_name(dr->kind));
+            c->spec.draft_weights = g->ctx->model->draft_layers && seer_drafter_has(c->kind, SEER_DRAFTER_SPARSE_SELF);
+            c->ops = seer_drafter_of_kind(dr->kind)->ops;
             /* a candidate that cannot run with these settings (a budget its view refuses, a
              * draft model of another vocabulary) is left out rather than failing generation */
             if (!c->ops || c->ops->init(&g->env, &c->spec, &c->impl) != SEER_OK) {
@@ -333,7 +324,7 @@ void seer_gen_auto_stats(const seer_gen *g, seer_spec_auto_stats *out) {
 void seer_spec_auto_speedups(const seer_spec_auto_stats *st, double *predicted, double *measured) {
     double p = 0, m = 0;
     int64_t rounds = 0;
-    for (int k = 0; st && k < SEER_SPEC_AUTO; k++)
+    for (int k = 0; st && k < SEER_SPEC_KIND_MAX; k++)
         rounds += st->decisions[k];
     if (st && rounds > 0 && st->plain_tok_s_sum > 0) {
         const double plain = st->plain_tok_s_sum / (double)rounds;

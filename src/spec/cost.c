@@ -8,6 +8,7 @@
  * the nearest edge is used rather than extrapolating a noisy slope.
  */
 #include "spec/cost.h"
+#include "spec/drafter.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -68,7 +69,7 @@ seer_status seer_cost_table_check(const seer_cost_table *t) {
                         SEER_COST_MAX_DRAFTERS);
     for (int d = 0; d < t->n_drafters; d++) {
         const seer_cost_drafter *dr = &t->drafter[d];
-        if (dr->kind <= SEER_SPEC_NONE || dr->kind >= SEER_COST_KINDS)
+        if (dr->kind >= SEER_COST_KINDS || !seer_drafter_of_kind(dr->kind))
             return seer_err(SEER_ERR_INVALID_ARG, "cost table: drafter %d has kind %d", d,
                             (int)dr->kind);
         for (int e = 0; e < d; e++)

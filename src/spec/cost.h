@@ -34,7 +34,7 @@
 #define SEER_COST_MAX_K 6        /* budgets per drafter */
 #define SEER_COST_MAX_DRAFTERS 8
 #define SEER_COST_MAX_G 16       /* longest chain the planner considers */
-#define SEER_COST_KINDS (SEER_SPEC_NGRAM + 1)
+#define SEER_COST_KINDS SEER_SPEC_KIND_MAX
 #define SEER_COST_KEY_MAX 128
 #define SEER_COST_FILE_VERSION 2 /* what seer_cost_format writes; 1 is read too */
 #define SEER_COST_MAX_TIME_S 1e6 /* a time past this is a broken measurement or file */

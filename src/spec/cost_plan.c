@@ -39,6 +39,7 @@
  * every sequence's (the attention's cost is linear in the sum of the L's).
  */
 #include "spec/cost.h"
+#include "spec/drafter.h"
 #include "util/error.h"
 
 #include <assert.h>
@@ -147,7 +148,7 @@ static void pos_decay(seer_tree_accept_est *e, double decay) {
 }
 
 static bool kind_ok(seer_spec_kind kind) {
-    return kind > SEER_SPEC_NONE && kind < SEER_COST_KINDS;
+    return kind < SEER_COST_KINDS && seer_drafter_of_kind(kind) != NULL;
 }
 
 /* The index of budget in kind's row of the table, -1 when it has none. */

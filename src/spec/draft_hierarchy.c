@@ -63,11 +63,12 @@ static seer_status hier_init(const seer_draft_env *env, const seer_spec_params *
     if (p->tree_size != 0)
         return seer_err(SEER_ERR_INVALID_ARG, "speculation 'hierarchy' proposes chains, not token trees");
     const seer_spec_kind base = p->hier_base == SEER_SPEC_NONE ? SEER_SPEC_STREAMING : p->hier_base;
-    if (base != SEER_SPEC_STREAMING && base != SEER_SPEC_RETRIEVAL && base != SEER_SPEC_SNAPKV &&
-        base != SEER_SPEC_QUANTKV)
-        return seer_err(SEER_ERR_INVALID_ARG,
-                        "hierarchy base '%s' must be a view of the target: streaming, retrieval, snapkv or quantkv",
-                        seer_spec_kind_name(base));
+    if (!seer_drafter_has(base, SEER_DRAFTER_HIER_BASE)) {
+        char views[256];
+        seer_drafter_names(SEER_DRAFTER_HIER_BASE, views, sizeof views);
+        return seer_err(SEER_ERR_INVALID_ARG, "hierarchy base '%s' must be a view of the target: %s",
+                        seer_spec_kind_name(base), views);
+    }
     const int TB = env->ctx->params.n_batch_max;
     if (p->hier_gamma < 1 || p->hier_gamma + 1 > TB)
         return seer_err(SEER_ERR_INVALID_ARG, "hierarchy gamma %d must be in [1, %d] (the batch limit %d less one)",
@@ -385,4 +386,10 @@ const seer_drafter_ops seer_drafter_hierarchy = {
     .prefill_q_rows = hier_prefill_q_rows,
     .prefill_q = hier_prefill_q,
     .has_q = true,
+};
+
+const seer_drafter_desc seer_drafter_hierarchy_desc = {
+    .name = "hierarchy", .kind = SEER_SPEC_HIERARCHY, .ops = &seer_drafter_hierarchy,
+    .help = "TriForce: --draft-model drafts for the target under a sparse view, which proposes to it",
+    .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_DRAFT_MODEL | SEER_DRAFTER_DRAFT_WEIGHTS,
 };

@@ -232,3 +232,9 @@ const seer_drafter_ops seer_drafter_model = {
     .verified = dm_verified,
     .has_q = true,
 };
+
+const seer_drafter_desc seer_drafter_model_desc = {
+    .name = "draft", .kind = SEER_SPEC_DRAFT, .ops = &seer_drafter_model,
+    .help = "a small draft model of the same vocabulary (--draft-model)",
+    .flags = SEER_DRAFTER_DRAFT_MODEL | SEER_DRAFTER_AUTO | SEER_DRAFTER_TREE_BASE,
+};

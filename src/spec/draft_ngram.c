@@ -71,3 +71,9 @@ const seer_drafter_ops seer_drafter_ngram = {
     .propose = ngram_propose,
     .has_q = false,
 };
+
+const seer_drafter_desc seer_drafter_ngram_desc = {
+    .name = "ngram", .kind = SEER_SPEC_NGRAM, .ops = &seer_drafter_ngram,
+    .help = "prompt lookup: continues the latest earlier match of the last n tokens",
+    .flags = SEER_DRAFTER_AUTO | SEER_DRAFTER_TREE_BASE,
+};

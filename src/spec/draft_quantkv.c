@@ -111,3 +111,9 @@ const seer_drafter_ops seer_drafter_quantkv = {
     .has_q = true,
     .view = quantkv_view,
 };
+
+const seer_drafter_desc seer_drafter_quantkv_desc = {
+    .name = "quantkv", .kind = SEER_SPEC_QUANTKV, .ops = &seer_drafter_quantkv,
+    .help = "self-draft through the pool's quantised KV copy (--spec-kv-bits, --spec-kv-view)",
+    .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_TREE_BASE | SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+};

@@ -399,3 +399,23 @@ const seer_drafter_ops seer_drafter_self = {
     .has_q = true,
     .view = self_view,
 };
+
+/* The three views this one implementation drafts under. */
+const seer_drafter_desc seer_drafter_streaming_desc = {
+    .name = "streaming", .kind = SEER_SPEC_STREAMING, .ops = &seer_drafter_self,
+    .help = "self-draft through sinks + a recent window of the cache (MagicDec, StreamingLLM)",
+    .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
+             SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+};
+const seer_drafter_desc seer_drafter_retrieval_desc = {
+    .name = "retrieval", .kind = SEER_SPEC_RETRIEVAL, .ops = &seer_drafter_self,
+    .help = "self-draft through the top chunks by key-mean score per KV head (TriForce)",
+    .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
+             SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+};
+const seer_drafter_desc seer_drafter_snapkv_desc = {
+    .name = "snapkv", .kind = SEER_SPEC_SNAPKV, .ops = &seer_drafter_self,
+    .help = "self-draft through positions the prompt's last queries chose (SnapKV)",
+    .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
+             SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+};

@@ -9,9 +9,13 @@
  * context and the tree shape to fill), never the generator: the scheduler runs requests
  * grouped per speculation class and a drafter works per sequence within them.
  *
- * A drafter owns its settings: init reads what it needs from seer_spec_params into its own
- * state. Drafters are found by name (seer_drafter_find, registry.c); a new drafter touches
- * its own file, the registry and its tests.
+ * A drafter owns its settings and declares everything about itself in its own file: init
+ * reads what it needs from seer_spec_params into its own state, and a seer_drafter_desc
+ * gives its name (its --spec value, the server's 'spec' value, its metric label, its key in
+ * cost tables and acceptance traces), its one-line help and what it needs and offers. The
+ * registry (registry.c) is the one list of them; everything that names drafters (the kind
+ * names, the CLI's help, the server, /metrics, auto's candidates) enumerates it. A new
+ * drafter touches its own file, the registry's line and its tests.
  */
 #ifndef SEER_DRAFTER_H
 #define SEER_DRAFTER_H
@@ -105,13 +109,51 @@ extern const seer_drafter_ops seer_drafter_ngram;
 extern const seer_drafter_ops seer_drafter_quantkv; /* the target through its quantised KV copy */
 extern const seer_drafter_ops seer_drafter_hierarchy; /* draft model -> sparse self-draft -> target */
 
+/* What a drafter offers and needs (seer_drafter_desc.flags). */
+enum {
+    SEER_DRAFTER_BUDGETED = 1 << 0,    /* reads budget (K) slots of the target's cache: its
+                                        * traces and cost rows are per K */
+    SEER_DRAFTER_DRAFT_MODEL = 1 << 1, /* needs seer_spec_params.draft_model */
+    SEER_DRAFTER_AUTO = 1 << 2,        /* auto may choose it where the cost table has its row */
+    SEER_DRAFTER_SPARSE_SELF = 1 << 3, /* a sparse self-draft: auto drafts it through the
+                                        * model's draft weights where it holds them */
+    SEER_DRAFTER_TREE_BASE = 1 << 4,   /* fills token trees (the base of "--spec tree") */
+    SEER_DRAFTER_HIER_BASE = 1 << 5,   /* may be the hierarchy's middle level */
+    SEER_DRAFTER_DRAFT_WEIGHTS = 1 << 6, /* its steps may multiply by the model's draft weights */
+};
+
+/* A drafter as it declares itself (in its own file). */
+typedef struct {
+    const char *name;           /* its kind's name: --spec, the server's 'spec', the metric
+                                 * label, the key of its cost-table rows and trace lines */
+    seer_spec_kind kind;        /* its kind: one of seer.h's, or SEER_SPEC_NONE for one given by
+                                 * the registry (after seer.h's, in registry order) */
+    const char *help;           /* one line for the CLI's help */
+    const seer_drafter_ops *ops;
+    unsigned flags;             /* SEER_DRAFTER_* */
+} seer_drafter_desc;
+
+/* Adds a drafter to the registry after the built-in ones (for drafters outside the library:
+ * a test's). Its kind, when SEER_SPEC_NONE, is the first free one (*kind, may be NULL).
+ * SEER_ERR_INVALID_ARG for a name or kind taken, or when SEER_SPEC_KIND_MAX kinds are
+ * known. d stays the caller's, alive while the library runs. */
+seer_status seer_drafter_register(const seer_drafter_desc *d, seer_spec_kind *kind);
+/* The registered drafter of kind k or of name, NULL for none. */
+const seer_drafter_desc *seer_drafter_of_kind(seer_spec_kind k);
+const seer_drafter_desc *seer_drafter_of_name(const char *name);
+/* The i-th registered drafter (registry order), NULL past the last. */
+const seer_drafter_desc *seer_drafter_at(int i);
+/* Whether kind k's drafter has all of flags (false for none, auto and unknown kinds). */
+bool seer_drafter_has(seer_spec_kind k, unsigned flags);
+/* The names of the drafters with all of flags, "a, b or c", into buf [cap] (for messages). */
+void seer_drafter_names(unsigned flags, char *buf, size_t cap);
+
 /* Test hook: when nonzero, the hierarchy's middle level replaces a rejected draft token by a
  * sample from its own distribution instead of the residual (TriForce's published code), which
  * is NOT exact; the distribution test uses it to show its power. */
 extern int seer_hier_wrong_rule_for_tests;
 
-/* The drafter registered under name ("streaming", "retrieval", "snapkv", "draft", "ngram",
- * "quantkv", "hierarchy"), NULL for none. */
+/* The ops of the drafter registered under name, NULL for none. */
 const seer_drafter_ops *seer_drafter_find(const char *name);
 
 /* Step drafting (expand.c): fills the proposals of n sequences by drafting on context c (the

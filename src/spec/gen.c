@@ -6,6 +6,7 @@
  * output does not depend on which path ran.
  */
 #include "spec/accept_trace.h"
+#include "spec/round.h"
 #include "spec/spec.h"
 #include "util/error.h"
 
@@ -32,28 +33,8 @@ seer_spec_params seer_spec_default_params(void) {
     return p;
 }
 
-static const char *const KIND_NAMES[] = {"none",  "streaming", "retrieval", "snapkv",
-                                         "draft", "ngram",     "quantkv",   "hierarchy", "auto"};
-
-seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out) {
-    SEER_CHECK_ARG(out);
-    for (int k = 0; k < (int)(sizeof KIND_NAMES / sizeof *KIND_NAMES); k++)
-        if (name && !strcmp(name, KIND_NAMES[k])) {
-            *out = (seer_spec_kind)k;
-            return SEER_OK;
-        }
-    return seer_err(SEER_ERR_INVALID_ARG,
-                     "unknown speculation '%s' (none, streaming, retrieval, snapkv, draft, ngram, quantkv, "
-                     "hierarchy, auto)",
-                    name ? name : "(null)");
-}
-
-const char *seer_spec_kind_name(seer_spec_kind k) {
-    return (unsigned)k < sizeof KIND_NAMES / sizeof *KIND_NAMES ? KIND_NAMES[k] : "?";
-}
-
 static seer_status check_params(const seer_context *ctx, const seer_spec_params *p) {
-    if (p->kind < SEER_SPEC_NONE || p->kind > SEER_SPEC_AUTO)
+    if (p->kind != SEER_SPEC_NONE && p->kind != SEER_SPEC_AUTO && !seer_drafter_of_kind(p->kind))
         return seer_err(SEER_ERR_INVALID_ARG, "unknown speculation kind %d", (int)p->kind);
     if (p->kind == SEER_SPEC_NONE)
         return SEER_OK;
@@ -100,6 +81,7 @@ void seer_gen_free(seer_gen *g) {
     if (g->qd)
         g->model->be->ops->dealloc(g->model->be, g->qd);
     free(g->seqs), free(g->hs), free(g->gam), free(g->nd), free(g->draft), free(g->onehot);
+    free(g->row0), free(g->t0);
     free(g->dl), free(g->par), free(g->path), free(g->hbuf), free(g->mask), free(g->trees);
     free(g->t_used), free(g->tpath), free(g->shape), free(g->sdepth), free(g->dv);
     free(g->scratch.ids);
@@ -141,6 +123,8 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->hs = calloc(B, sizeof(int));
     g->gam = calloc(B, sizeof(int));
     g->nd = calloc(B, sizeof(int));
+    g->row0 = calloc(B, sizeof(int));
+    g->t0 = calloc(B, sizeof(int));
     g->draft = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
     g->onehot = calloc(B, sizeof(bool));
     g->ids = seer_malloc_array(n_ids, sizeof(int32_t));
@@ -188,7 +172,7 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
             return s;
         }
     }
-    if (!g->seqs || !g->hs || !g->gam || !g->nd || !g->draft || !g->onehot || !g->ids || !g->rows ||
+    if (!g->seqs || !g->hs || !g->gam || !g->nd || !g->row0 || !g->t0 || !g->draft || !g->onehot || !g->ids || !g->rows ||
         !g->chains || !g->u || !g->rng0 || !g->first || !g->chain || !g->acc || !g->next ||
         !g->c_acc || !g->c_next) {
         seer_gen_free(g);
@@ -196,8 +180,8 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     }
     g->env = (seer_draft_env){.ctx = ctx, .model = ctx->model, .V = g->V, .max_nodes = G,
                               .shape = g->shape, .depth = g->sdepth, .scratch = &g->scratch};
-    g->dops = spec.kind == SEER_SPEC_NONE || spec.kind == SEER_SPEC_AUTO ? NULL
-                                                                          : seer_drafter_find(seer_spec_kind_name(spec.kind));
+    const seer_drafter_desc *desc = seer_drafter_of_kind(spec.kind); /* NULL for none and auto */
+    g->dops = desc ? desc->ops : NULL;
     if (spec.kind == SEER_SPEC_AUTO) {
         seer_status s = seer_gen_auto_init(g);
         if (s != SEER_OK) {
@@ -217,17 +201,12 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     return SEER_OK;
 }
 
-static bool is_stop(const seer_gen *g, const seer_gen_seq *s, int32_t t) {
-    return !s->ignore_eos && (t == g->model->info.token_eos || t == g->model->info.token_bos);
-}
-
 static int n_generated(const seer_gen_seq *s) { return s->n_tokens - s->n_prompt; }
 
 /* Appends an emitted token and decides whether the sequence is done. */
 static void emit(seer_gen *g, seer_gen_seq *s, int32_t t) {
     s->tokens[s->n_tokens++] = t;
-    if (is_stop(g, s, t) || (s->max_new >= 0 && n_generated(s) >= s->max_new) ||
-        s->n_tokens >= g->ctx->params.n_ctx)
+    if (seer_gen_seq_done(g, s, t))
         s->finished = true;
 }
 
@@ -490,47 +469,86 @@ seer_status seer_gen_drafter_verified(seer_gen *g, int k) {
     return st;
 }
 
-seer_status seer_gen_propose(seer_gen *g, int n, bool sampled) {
-    if (sampled && g->dops->has_q)
-        SEER_TRY(seer_gen_need_q(g));
-    for (int i = 0; i < n; i++)
-        seer_gen_view(g, g->hs[i], i);
-    const double t0 = now_s();
-    seer_status st = g->dops->propose(&g->env, g->dimpl, n, g->dv);
-    g->plan.t_draft_s += now_s() - t0; /* the draft step's cost, for an automatic tree size */
-    g->plan.steps += 1;
-    for (int i = 0; i < n; i++) {
-        g->nd[i] = g->dv[i].n;
-        g->onehot[i] = g->dv[i].onehot;
-        seer_gen_unview(g, &g->dv[i]);
+/* Settles and emits round entry k after its verification, and tells the drafter. */
+static seer_status round_entry_done(seer_gen *g, int k) {
+    seer_status st = seer_round_settle(g, k, true);
+    const seer_round_result r = seer_round_emit(g, k, NULL, NULL);
+    g->stats.rounds++;
+    g->stats.drafted += r.drafted;
+    g->stats.accepted += r.accepted;
+    g->stats.emitted += r.emitted;
+    if (g->rec && st == SEER_OK && r.drafted > 0) {
+        int budget;
+        const seer_spec_kind rk = seer_gen_round_drafter(g, &budget);
+        st = seer_accept_trace_record(g->rec, g->rec_epoch, g->hs[k], rk, budget, r.accepted, r.drafted);
     }
-    SEER_TRY(st);
-    for (int i = 0; i < n; i++) {
-        if (g->nd[i] < 0 || g->nd[i] > g->gam[i])
-            return seer_err(SEER_ERR_INTERNAL, "drafter proposed %d nodes, room for %d", g->nd[i], g->gam[i]);
-        const int32_t *p = g->par + (size_t)i * g->G;
-        for (int j = 0; j < g->nd[i]; j++)
-            if (p[j] < -1 || p[j] >= j)
-                return seer_err(SEER_ERR_INTERNAL, "drafter proposed node %d under %d", j, p[j]);
+    if (st == SEER_OK)
+        st = seer_round_verified(g, k);
+    return st;
+}
+
+/* Verification of the round's n entries: pending + drafts of every sequence, in as few
+ * calls as the batch limit allows (one when B * (G + 1) fits). */
+static seer_status verify_calls(seer_gen *g, int n) {
+    seer_context *c = g->ctx;
+    const int TB = c->params.n_batch_max;
+    seer_round_rows b = {.tok = malloc(sizeof(int32_t) * TB), .seq = malloc(sizeof(int32_t) * TB),
+                         .pos = malloc(sizeof(int32_t) * TB), .want = malloc(TB)};
+    seer_status st = b.tok && b.seq && b.pos && b.want ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
+    for (int i0 = 0; i0 < n && st == SEER_OK;) {
+        int i = i0;
+        b.T = b.n_out = 0;
+        b.chains = true;
+        for (; i < n && b.T + seer_round_nodes(g, i) + 1 <= TB; i++)
+            seer_round_put(g, i, &b);
+        bool amax = true;
+        for (int k = i0; k < i; k++)
+            amax &= seer_round_greedy(g, k);
+        /* trees attend to their ancestors; chains keep the causal call they always made */
+        uint8_t *mask = NULL;
+        if (!b.chains && !g->mask) {
+            st = seer_err(SEER_ERR_INTERNAL, "a tree proposal from a generator of chains");
+            break;
+        }
+        if (!b.chains) {
+            mask = g->mask;
+            memset(mask, 0, (size_t)b.T * b.T);
+            for (int k = i0; k < i; k++)
+                seer_round_mask(g, k, mask, b.T);
+        }
+        seer_batch call = {.n_tokens = b.T, .token = b.tok, .seq = b.seq, .pos = b.pos, .logits = b.want,
+                           .mask = mask};
+        if (amax) {
+            st = seer_decode_argmax(c, &call, g->ids);
+            if (st == SEER_OK)
+                st = seer_round_verify(g, i0, i, g->ids, NULL);
+        } else {
+            float *L = NULL;
+            st = seer_decode_keep(c, &call, &L);
+            if (st == SEER_OK)
+                st = seer_round_verify(g, i0, i, NULL, L);
+        }
+        for (int k = i0; k < i && st == SEER_OK; k++)
+            st = round_entry_done(g, k);
+        i0 = i;
     }
-    return SEER_OK;
+    free(b.tok), free(b.seq), free(b.pos), free(b.want);
+    return st;
 }
 
 seer_status seer_gen_step(seer_gen *g, int *n_active) {
     SEER_CHECK_ARG(g);
     SEER_CHECK_ARG(n_active);
-    seer_context *c = g->ctx;
-    int n = 0;
+    seer_round_begin(g);
     for (int h = 0; h < g->n_seqs; h++) {
         seer_gen_seq *s = &g->seqs[h];
         if (!s->alive || s->finished)
             continue;
-        g->hs[n] = h;
-        seer_gen_limits(g, s, -1, &g->gam[n], &g->dl[n]);
-        g->nd[n] = 0;
-        g->onehot[n] = false;
-        n++;
+        int gam, dl;
+        seer_gen_limits(g, s, -1, &gam, &dl);
+        seer_round_add(g, h, gam, dl);
     }
+    const int n = g->n_round;
     *n_active = n;
     if (n == 0)
         return SEER_OK;
@@ -539,106 +557,18 @@ seer_status seer_gen_step(seer_gen *g, int *n_active) {
     const int64_t emitted0 = g->stats.emitted;
     const double t_round0 = now_s();
     if (g->plan.on || g->autos) {
-        SEER_TRY(seer_gen_plan_round(g));
+        SEER_TRY(seer_round_plan(g));
         for (int i = 0; i < n; i++)
             seer_gen_limits(g, &g->seqs[g->hs[i]], -1, &g->gam[i], &g->dl[i]);
     }
-
-    double t0 = now_s();
-    bool any = false;
-    for (int i = 0; i < n; i++)
-        any |= g->gam[i] > 0;
-    if (g->dops && any) {
-        bool sampled = false;
-        for (int i = 0; i < n; i++)
-            sampled |= g->gam[i] > 0 && g->seqs[g->hs[i]].sp.temperature > 0;
-        SEER_TRY(seer_gen_propose(g, n, sampled));
-    }
-    double t1 = now_s();
-
-    /* Verification: pending + drafts of every sequence, in as few calls as the batch
-     * limit allows (one when B * (G + 1) fits). */
-    const int TB = c->params.n_batch_max;
-    int32_t *tok = malloc(sizeof(int32_t) * TB), *sq = malloc(sizeof(int32_t) * TB),
-            *pos = malloc(sizeof(int32_t) * TB);
-    uint8_t *want = malloc(TB);
-    int *row0 = malloc(sizeof(int) * n);
-    seer_status st = tok && sq && pos && want && row0 ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
-    for (int i0 = 0; i0 < n && st == SEER_OK;) {
-        int T = 0, i = i0;
-        bool chains = true;
-        for (; i < n && T + g->nd[i] + 1 <= TB; i++) {
-            seer_gen_seq *s = &g->seqs[g->hs[i]];
-            row0[i] = T;
-            const int m = seer_gen_verify_rows(g, i, tok + T, pos + T);
-            for (int j = 0; j < m; j++) {
-                sq[T] = s->seq;
-                want[T++] = 1;
-            }
-            chains &= seer_gen_is_chain(g, i);
-        }
-        bool amax = true;
-        for (int k = i0; k < i; k++)
-            amax &= seer_gen_argmax_only(&g->seqs[g->hs[k]]);
-        /* trees attend to their ancestors; chains keep the causal call they always made */
-        uint8_t *mask = NULL;
-        if (!chains && !g->mask) {
-            st = seer_err(SEER_ERR_INTERNAL, "a tree proposal from a generator of chains");
-            break;
-        }
-        if (!chains) {
-            mask = g->mask;
-            memset(mask, 0, (size_t)T * T);
-            for (int k = i0; k < i; k++)
-                seer_gen_mask_rows(g, k, mask, T, row0[k], g->nd[k] + 1, false);
-        }
-        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want, .mask = mask};
-        /* row0[] counts from this group's start */
-        if (amax) {
-            st = seer_decode_argmax(c, &b, g->ids);
-            for (int k = i0; k < i && st == SEER_OK; k++)
-                g->acc[k] = seer_verify_tree_ids(g, k, &g->seqs[g->hs[k]], g->ids + row0[k], &g->next[k]);
-        } else {
-            float *L = NULL;
-            st = seer_decode_keep(c, &b, &L);
-            if (st == SEER_OK)
-                st = seer_verify_group(g, i0, i, row0, L);
-        }
-        if (st != SEER_OK)
-            break;
-        for (int k = i0; k < i && st == SEER_OK; k++) {
-            seer_gen_seq *s = &g->seqs[g->hs[k]];
-            const int nd = g->nd[k];
-            const int acc = g->acc[k];
-            seer_gen_plan_observe(g, k);
-            st = seer_gen_settle(g, k, s);
-            g->stats.rounds++;
-            g->stats.drafted += nd;
-            g->stats.accepted += acc;
-            if (g->rec && st == SEER_OK && nd > 0) {
-                int budget;
-                const seer_spec_kind rk = seer_gen_round_drafter(g, &budget);
-                st = seer_accept_trace_record(g->rec, g->rec_epoch, g->hs[k], rk, budget, acc, nd);
-            }
-            if (nd > 0)
-                s->accept_avg = 0.8f * s->accept_avg + 0.2f * (float)acc / nd;
-            for (int j = 0; j <= acc && !s->finished; j++) {
-                int32_t t = seer_gen_emitted(g, k, j);
-                emit(g, s, t);
-                seer_sampler_accept(s->smp, t);
-                g->stats.emitted++;
-            }
-            s->rounds++;
-            if (st == SEER_OK)
-                st = seer_gen_drafter_verified(g, k);
-        }
-        i0 = i;
-    }
-    free(tok), free(sq), free(pos), free(want), free(row0);
+    const double t0 = now_s();
+    SEER_TRY(seer_round_propose(g, n));
+    const double t1 = now_s();
+    seer_status st = verify_calls(g, n);
     g->stats.t_draft_s += t1 - t0;
     g->stats.t_verify_s += now_s() - t1;
-    if (g->autos && st == SEER_OK)
-        seer_gen_auto_round_done(g, (int)(g->stats.emitted - emitted0), now_s() - t_round0);
+    if (st == SEER_OK)
+        seer_round_done(g, (int)(g->stats.emitted - emitted0), now_s() - t_round0);
     for (int i = 0; i < n; i++)
         if (g->seqs[g->hs[i]].finished)
             (*n_active)--;
@@ -694,9 +624,7 @@ seer_spec_kind seer_gen_round_drafter(const seer_gen *g, int *budget) {
     if (g->autos)
         return seer_gen_auto_current(g, budget);
     const seer_spec_kind k = seer_gen_round_kind(g);
-    const bool budgeted = k == SEER_SPEC_STREAMING || k == SEER_SPEC_RETRIEVAL || k == SEER_SPEC_SNAPKV ||
-                          k == SEER_SPEC_QUANTKV || k == SEER_SPEC_HIERARCHY;
-    *budget = budgeted ? g->spec.budget : 0;
+    *budget = seer_drafter_has(k, SEER_DRAFTER_BUDGETED) ? g->spec.budget : 0;
     return k;
 }
 
@@ -717,7 +645,7 @@ static bool synthetic_accept(seer_gen *g, int h) {
     if (t) {
         int budget;
         const seer_spec_kind k = seer_gen_round_drafter(g, &budget);
-        if (k > SEER_SPEC_NONE && k < SEER_SPEC_AUTO) {
+        if (seer_drafter_of_kind(k)) {
             /* a line per kind and budget: auto's rounds at K 2048 replay what a view of 2048
              * accepted, not the line its first round at K 512 picked */
             int i = 0;

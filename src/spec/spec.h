@@ -1,6 +1,7 @@
 /*
- * spec.h: what the generator (gen.c), the verifier (verify.c), the tree code (tree.c) and
- * the scheduler share. Drafters do not include it: they see drafter.h alone.
+ * spec.h: the generator's state (struct seer_gen) and what the generator (gen.c), the round
+ * (round.c), the verifier (verify.c), the tree code (tree.c) and the planners share. Private
+ * to src/spec/: the scheduler sees a class through round.h, drafters see drafter.h alone.
  *
  * Invariant of a generating sequence: its target cache holds tokens[0 .. n_tokens-1) and
  * the last emitted token tokens[n_tokens-1] is "pending": its KV is written by the next
@@ -80,7 +81,10 @@ struct seer_gen {
     int n_seqs;
     seer_spec_stats stats;
     /* round scratch, sized for n_seq_max sequences and n_batch_max rows */
+    int n_round;      /* entries of the current round (round.c) */
     int *hs, *gam, *nd;
+    int *row0, *t0;   /* [B] each entry's first output row and first row of the call (-1:
+                       * laid out by the caller) */
     int *dl;          /* [B] most depth a round of each sequence may draft */
     int32_t *draft;   /* [B][G] draft tokens, node j of sequence i at i*G + j */
     int32_t *par;     /* [B][G] their parents (-1: the pending token): the proposal's tree */
@@ -112,6 +116,13 @@ struct seer_gen {
  * ids (seer_decode_argmax) and no logits leave the device. */
 static inline bool seer_gen_argmax_only(const seer_gen_seq *s) {
     return s->sp.temperature <= 0 && s->sp.repeat_penalty == 1.f;
+}
+
+/* Whether s ends with the token t it just appended: an end-of-text token (unless ignored),
+ * max_new or the context. */
+static inline bool seer_gen_seq_done(const seer_gen *g, const seer_gen_seq *s, int32_t t) {
+    return (!s->ignore_eos && (t == g->model->info.token_eos || t == g->model->info.token_bos)) ||
+           (s->max_new >= 0 && s->n_tokens - s->n_prompt >= s->max_new) || s->n_tokens >= g->ctx->params.n_ctx;
 }
 
 /* Timing runs on random weights (synthetic_accept, synthetic_trace): acceptance is drawn,
@@ -233,10 +244,6 @@ double seer_gen_draw(seer_gen_seq *s);
  * context (and in budget - 1 rows of a forward call when budget >= 0), its depth within the
  * tokens it may still emit. */
 void seer_gen_limits(const seer_gen *g, const seer_gen_seq *s, int budget, int *gam, int *dl);
-/* Runs the drafter on round entries 0..n-1 (g->hs, g->gam, g->dl) and checks its trees;
- * sampled: some sequence samples (the proposal then needs q). */
-seer_status seer_gen_propose(seer_gen *g, int n, bool sampled);
-
 /* Allocates g->qd if it is not yet there. */
 seer_status seer_gen_need_q(seer_gen *g);
 

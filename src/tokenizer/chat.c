@@ -16,6 +16,13 @@
  *           model (the assistant), contents trimmed, a system message's text (untrimmed)
  *           and "\n\n" put before the first user message's (Google's Gemma 3 template; its
  *           leading <bos> is the BOS that tokenization adds).
+ *   phi3    "<|assistant|>" with "<|end|>"   <|ROLE|>\nCONTENT<|end|>\n, and <|endoftext|>
+ *           after the last message when the assistant's turn is not opened (Microsoft's
+ *           Phi-3 template).
+ * A ChatML template that reads enable_thinking is Qwen3's: an assistant message keeps only
+ * what follows its last </think> (its reasoning is not shown again), except the replies after
+ * the last user message, which keep the reasoning between <think>\n and \n</think>\n\n; and
+ * with no_think the assistant's turn opens with an empty <think>\n\n</think>\n\n.
  * Not for: Jinja in general, tool calls, or templates outside these families (the caller is
  * told to pick one with --chat-template).
  */
@@ -27,10 +34,10 @@
 
 #include <string.h>
 
-static const char *const k_names[] = {NULL, "chatml", "llama3", "llama2", "gemma"};
+static const char *const k_names[] = {NULL, "chatml", "llama3", "llama2", "gemma", "phi3"};
 
 const char *seer_chat_kind_name(seer_chat_kind k) {
-    return k >= SEER_CHAT_CHATML && k <= SEER_CHAT_GEMMA ? k_names[k] : "unknown";
+    return k >= SEER_CHAT_CHATML && k <= SEER_CHAT_PHI3 ? k_names[k] : "unknown";
 }
 
 static const char *find_in(const char *s, size_t n, const char *lit) {
@@ -88,17 +95,17 @@ seer_status seer_chat_detect(const char *tmpl, size_t len, const char *name,
         len = 0;
     seer_chat_kind k = 0;
     if (name) {
-        for (int i = SEER_CHAT_CHATML; i <= SEER_CHAT_GEMMA; i++)
+        for (int i = SEER_CHAT_CHATML; i <= SEER_CHAT_PHI3; i++)
             if (!strcmp(name, k_names[i]))
                 k = (seer_chat_kind)i;
         if (!k)
             return seer_err(SEER_ERR_UNSUPPORTED,
                             "unknown chat template '%s' (--chat-template takes chatml, llama3, "
-                            "llama2 or gemma)", name);
+                            "llama2, gemma or phi3)", name);
     } else if (!tmpl) {
         return seer_err(SEER_ERR_UNSUPPORTED,
                         "the model has no chat template (tokenizer.chat_template); choose one "
-                        "with --chat-template chatml|llama3|llama2|gemma");
+                        "with --chat-template chatml|llama3|llama2|gemma|phi3");
     } else if (find_in(tmpl, len, "<|im_start|>")) {
         k = SEER_CHAT_CHATML;
     } else if (find_in(tmpl, len, "<|start_header_id|>")) {
@@ -107,14 +114,18 @@ seer_status seer_chat_detect(const char *tmpl, size_t len, const char *name,
         k = SEER_CHAT_LLAMA2;
     } else if (find_in(tmpl, len, "<start_of_turn>")) {
         k = SEER_CHAT_GEMMA;
+    } else if (find_in(tmpl, len, "<|assistant|>") && find_in(tmpl, len, "<|end|>")) {
+        k = SEER_CHAT_PHI3;
     } else {
         return seer_err(SEER_ERR_UNSUPPORTED,
                         "the model's chat template is not one seer knows; choose one with "
-                        "--chat-template chatml|llama3|llama2|gemma");
+                        "--chat-template chatml|llama3|llama2|gemma|phi3");
     }
     out->kind = k;
-    if (k == SEER_CHAT_CHATML && tmpl)
+    if (k == SEER_CHAT_CHATML && tmpl) {
         chatml_default_system(tmpl, len, out->default_system, sizeof out->default_system);
+        out->thinking = find_in(tmpl, len, "enable_thinking") != NULL;
+    }
     return SEER_OK;
 }
 
@@ -176,6 +187,39 @@ static void put_trimmed(out_buf *o, const char *s) {
     o->content = false;
 }
 
+/* An assistant message as Qwen3's template renders it: the text after the last </think>
+ * without its leading newlines; a reply after the last user message (late) keeps its
+ * reasoning (before the first </think>, after the <think> before that, newlines stripped at
+ * both ends) in a <think> block, which the last message always gets. */
+static void put_qwen3_reply(out_buf *o, const char *c, bool late, bool last) {
+    const char *first = strstr(c, "</think>"), *close = first;
+    for (const char *p = first; p && (p = strstr(p + 1, "</think>"));)
+        close = p;
+    const char *body = c, *r0 = c, *r1 = c;
+    if (first) {
+        body = close + strlen("</think>");
+        for (const char *p = c; (p = strstr(p, "<think>")) && p < first; p++)
+            r0 = p + strlen("<think>");
+        r1 = first;
+        while (r1 > r0 && r1[-1] == '\n')
+            r1--;
+        while (r0 < r1 && *r0 == '\n')
+            r0++;
+    }
+    const bool wrap = late && (last || r1 > r0);
+    if (first || wrap)
+        while (*body == '\n')
+            body++;
+    if (wrap) {
+        put(o, "<think>\n");
+        o->content = true;
+        put_n(o, r0, (size_t)(r1 - r0));
+        o->content = false;
+        put(o, "\n</think>\n\n");
+    }
+    put_content(o, body);
+}
+
 static void render_chatml(const seer_chat_template *t, const seer_chat_message *m, int n,
                           bool add_assistant, out_buf *o) {
     if (t->default_system[0] && (n == 0 || strcmp(m[0].role, "system") != 0)) {
@@ -183,15 +227,33 @@ static void render_chatml(const seer_chat_template *t, const seer_chat_message *
         put_content(o, t->default_system);
         put(o, "<|im_end|>\n");
     }
+    int last_user = n - 1;
+    while (t->thinking && last_user >= 0 && strcmp(m[last_user].role, "user"))
+        last_user--;
     for (int i = 0; i < n; i++) {
         put(o, "<|im_start|>");
         put(o, m[i].role);
         put(o, "\n");
-        put_content(o, m[i].content);
+        if (t->thinking && !strcmp(m[i].role, "assistant"))
+            put_qwen3_reply(o, m[i].content, i > last_user, i == n - 1);
+        else
+            put_content(o, m[i].content);
         put(o, "<|im_end|>\n");
     }
     if (add_assistant)
-        put(o, "<|im_start|>assistant\n");
+        put(o, t->thinking && t->no_think ? "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+                                          : "<|im_start|>assistant\n");
+}
+
+static void render_phi3(const seer_chat_message *m, int n, bool add_assistant, out_buf *o) {
+    for (int i = 0; i < n; i++) {
+        put(o, "<|");
+        put(o, m[i].role);
+        put(o, "|>\n");
+        put_content(o, m[i].content);
+        put(o, "<|end|>\n");
+    }
+    put(o, add_assistant ? "<|assistant|>\n" : "<|endoftext|>");
 }
 
 static void render_llama3(const seer_chat_message *m, int n, bool add_assistant, out_buf *o) {
@@ -295,6 +357,9 @@ seer_status seer_chat_render_marked(const seer_chat_template *t, const seer_chat
         break;
     case SEER_CHAT_GEMMA:
         render_gemma(msgs, n, add_assistant, &o);
+        break;
+    case SEER_CHAT_PHI3:
+        render_phi3(msgs, n, add_assistant, &o);
         break;
     default:
         return seer_err(SEER_ERR_INVALID_ARG, "seer_chat_render: unknown template kind %d",

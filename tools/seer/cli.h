@@ -3,6 +3,7 @@
 #define SEER_CLI_H
 
 #include "seer.h"
+#include "spec_kinds.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -53,10 +54,13 @@ enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH, CLI_O_TREPLAN, CLI_O_HGAMMA
         {"spec-tree-depth", required_argument, 0, CLI_O_TDEPTH},                           \
         {"spec-tree-replan", required_argument, 0, CLI_O_TREPLAN},                         \
         {"spec-hier-gamma", required_argument, 0, CLI_O_HGAMMA}
-#define CLI_TREE_HELP                                                                      \
+/* The help of the tree and hierarchy options, with the drafters that may fill a tree or be
+ * the hierarchy's middle level (from the registry). */
+void cli_tree_help(FILE *f);
+#define CLI_TREE_HELP_BASE                                                                 \
     "      --spec tree       token trees over --spec-base (SpecInfer / Sequoia verification)\n" \
-    "      --spec-base KIND  the drafter that fills the tree: streaming, retrieval, snapkv, draft,\n"     \
-    "                        quantkv\n" \
+    "      --spec-base KIND  the drafter that fills the tree (default streaming), one of:\n"
+#define CLI_TREE_HELP_REST                                                                 \
     "      --spec-tree-size N  nodes per tree (default 8); auto: the size and shape that pay best\n" \
     "                        (Sequoia), from the acceptance measured while generating and the\n" \
     "                        verification cost measured at start (at most 32 nodes)\n"        \
@@ -64,14 +68,17 @@ enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH, CLI_O_TREPLAN, CLI_O_HGAMMA
     "      --spec-tree-replan R re-plan the tree's shape every R rounds from the measured\n"   \
     "                        acceptance (Sequoia; default 0: fixed shape, 8 with auto)\n"   \
     "      --spec hierarchy  TriForce's hierarchy: --draft-model drafts for the target under the\n" \
-    "                        view --spec-base (streaming (default), retrieval, snapkv, quantkv),\n" \
-    "                        which verifies exactly and proposes --spec-gamma tokens to the target\n" \
+    "                        view --spec-base (default streaming), which verifies exactly and\n" \
+    "                        proposes --spec-gamma tokens to the target; the views:\n"
+#define CLI_TREE_HELP_HIER                                                                 \
     "      --spec-hier-gamma N tokens the draft model proposes per middle verification (default 2)\n" \
     CLI_CALIBRATE_HELP
 bool cli_spec_kind(const char *arg, seer_spec_kind *kind, cli_tree *t);
+/* false with a message when kind drafts with a draft model and draft_model is NULL. */
+bool cli_draft_model_ok(const char *cmd, seer_spec_kind kind, const char *draft_model);
 /* --spec-weights T (after cli_tree_apply; type NULL: not given): the draft weights' type, q8_0
- * or q4_0, for a drafter that reads the target (streaming, retrieval, snapkv, quantkv, the
- * hierarchy) or auto (its sparse self-drafts); sets spec->draft_weights. false with a message
+ * or q4_0, for a drafter whose steps may use draft weights (seer_spec_kind_info.draft_weights)
+ * or auto (its sparse self-drafts); sets spec->draft_weights. false with a message
  * for another type or drafter. */
 bool cli_spec_weights(const char *cmd, const char *type, seer_spec_params *spec);
 #define CLI_SPEC_WEIGHTS_HELP                                                              \

@@ -107,7 +107,7 @@ json_t *cli_auto_json(const seer_spec_auto_stats *st) {
     double pred, meas;
     seer_spec_auto_speedups(st, &pred, &meas);
     int64_t rounds = 0;
-    for (int k = 0; k < SEER_SPEC_AUTO; k++) {
+    for (int k = 0; k < SEER_SPEC_KIND_MAX; k++) {
         rounds += st->decisions[k];
         if (st->decisions[k])
             json_object_set_new(dec, seer_spec_kind_name((seer_spec_kind)k), json_integer(st->decisions[k]));
@@ -123,7 +123,7 @@ void cli_auto_print(const char *cmd, const seer_spec_auto_stats *st) {
     seer_spec_auto_speedups(st, &pred, &meas);
     char buf[512];
     int n = 0;
-    for (int k = 0; k < SEER_SPEC_AUTO && n < (int)sizeof buf - 64; k++)
+    for (int k = 0; k < SEER_SPEC_KIND_MAX && n < (int)sizeof buf - 64; k++)
         if (st->decisions[k])
             n += snprintf(buf + n, sizeof buf - n, "%s%s %lld", n ? ", " : "",
                           k == SEER_SPEC_NONE ? "plain" : seer_spec_kind_name((seer_spec_kind)k),

@@ -54,7 +54,9 @@ static void usage(FILE *f) {
             "  --page-size N            KV page size in tokens (default 16)\n"
             "  --seed S                 weights, KV and tokens (default 1)\n"
             "speculation (timed with SYNTHETIC ACCEPTANCE, labelled in all output):\n"
-            "  --spec KIND,...          none, streaming, retrieval, snapkv, ngram, auto (default none)\n"
+            "  --spec KIND,...          the speculations timed (default none), of:\n");
+    spec_kinds_help(f, "                             ", SPEC_KINDS_ALL);
+    fprintf(f,
             "  --spec-budget-list K,... KV slots the self-draft reads (default 512)\n"
             "  --spec-gamma-list G,...  tokens drafted per round (default 4)\n"
             "  --spec-sinks S           sinks of the streaming view (default 16)\n"
@@ -294,14 +296,16 @@ static int parse(int argc, char **argv, bench_opts *o) {
         return 2;
     }
     bool needs_draft = false;
-    for (int k = 0; k < o->n_spec; k++)
-        needs_draft |= o->spec[k] == SEER_SPEC_DRAFT || o->spec[k] == SEER_SPEC_HIERARCHY;
+    for (int k = 0; k < o->n_spec; k++) {
+        seer_spec_kind_info in;
+        needs_draft |= spec_kinds_info(o->spec[k], &in) && in.needs_draft_model;
+    }
     if (o->draft_synthetic && o->draft_path) {
         fprintf(stderr, "seer bench: give at most one of --draft-synthetic and --draft-model\n");
         return 2;
     }
     if (needs_draft != (o->draft_synthetic || o->draft_path)) {
-        fprintf(stderr, "seer bench: --spec draft and hierarchy take a draft model (--draft-synthetic SHAPE or "
+        fprintf(stderr, "seer bench: a --spec that drafts with a draft model takes one (--draft-synthetic SHAPE or "
                         "--draft-model FILE), and a draft model needs one of them\n");
         return 2;
     }
@@ -490,7 +494,7 @@ static bool run_gen(const bench_opts *o, point_state *ps, seer_spec_params sp, g
     double t1 = cli_now_s();
     seer_gen_stats(g, &s1);
     seer_gen_auto_stats(g, &a1);
-    for (int k = 0; k < SEER_SPEC_AUTO; k++)
+    for (int k = 0; k < SEER_SPEC_KIND_MAX; k++)
         out->as.decisions[k] = a1.decisions[k] - a0.decisions[k];
     out->as.gamma_sum = a1.gamma_sum - a0.gamma_sum;
     out->as.predicted_tokens = a1.predicted_tokens - a0.predicted_tokens;
@@ -562,7 +566,7 @@ static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt
     bs->round_ms = spec.wall_s / steps * 1e3;
     if (bs->kind == SEER_SPEC_AUTO) {
         int64_t rounds = 0;
-        for (int k = 0; k < SEER_SPEC_AUTO; k++)
+        for (int k = 0; k < SEER_SPEC_KIND_MAX; k++)
             rounds += spec.as.decisions[k];
         const int64_t drafting = rounds - spec.as.decisions[SEER_SPEC_NONE];
         bs->auto_plain_frac = rounds ? (double)spec.as.decisions[SEER_SPEC_NONE] / rounds : 0;

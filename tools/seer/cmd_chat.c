@@ -33,7 +33,8 @@ static void usage(FILE *f) {
             "lines holding only /send; its replies are divided by a blank line. A line /quit or\n"
             "end of input (Ctrl-D) ends the chat. When the conversation outgrows the context,\n"
             "its oldest turns are dropped (the system message stays).\n"
-            "      --chat-template NAME  chatml, llama3, llama2 or gemma (default: from the model)\n"
+            "      --chat-template NAME  chatml, llama3, llama2, gemma or phi3 (default: from the model)\n"
+            "      --no-think        a model that reasons in <think> (Qwen3) answers without it\n"
             "      --system TEXT     a system message to start the conversation with\n"
             "  -n, --n-predict N     most tokens per reply (default: until the end of the turn)\n"
             "      --temp T          temperature, 0 = greedy (default 0.8)\n"
@@ -49,12 +50,14 @@ static void usage(FILE *f) {
             "      --tp N            tensor parallelism: the model divided over N GPUs (NCCL)\n"
             "      --backend B       cpu, cuda or auto (default auto)\n"
             "      --weights W       stored (default: quantised blocks as in the file), bf16 or f32\n"
-            "      --spec KIND       speculation: auto (default: chosen every round by a calibrated cost\n"
-            "                        model), none (plain), streaming, retrieval, snapkv, draft, ngram, quantkv\n"
+            "      --spec KIND       speculation (default auto), one of:\n");
+    spec_kinds_help(f, "                          ", SPEC_KINDS_ALL);
+    fprintf(f,
             "      --spec-cost-file F  auto: the cost table's cache file (default under $XDG_CACHE_HOME/seer)\n"
             "      --spec-gamma G    tokens drafted per round (default 4)\n"
-            "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
-            CLI_TREE_HELP
+            "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n");
+    cli_tree_help(f);
+    fprintf(f,
             "      --draft-model M   draft model for --spec draft (same vocabulary)\n"
             "      --spec-kv-bits B  quantkv: bits of the KV copy the draft reads, 4 or 8 (default 4)\n"
             CLI_SPEC_WEIGHTS_HELP);
@@ -67,12 +70,12 @@ typedef struct {
     seer_spec_params spec;
     cli_tree tree;
     seer_backend_kind backend;
-    bool ctx_beyond;
+    bool ctx_beyond, no_think;
     seer_weights_kind weights;
 } chat_opts;
 
 static int parse(int argc, char **argv, chat_opts *o) {
-    enum { O_BACKEND = 256, O_TP, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB, O_SPEC, O_SG, O_SK, O_DM, O_KVB, O_COST, O_SWT };
+    enum { O_BACKEND = 256, O_TP, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB, O_SPEC, O_SG, O_SK, O_DM, O_KVB, O_COST, O_SWT, O_NOTHINK };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"n-predict", required_argument, 0, 'n'},
         {"ctx", required_argument, 0, 'c'},       {"threads", required_argument, 0, 't'}, {"tp", required_argument, 0, O_TP},
@@ -83,6 +86,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         {"weights", required_argument, 0, O_WEIGHTS},
         {"chat-template", required_argument, 0, O_TMPL},
         {"system", required_argument, 0, O_SYS},  {"help", no_argument, 0, 'h'},
+        {"no-think", no_argument, 0, O_NOTHINK},
         {"ctx-beyond-trained", no_argument, 0, O_CTXB},
         CLI_TREE_OPTIONS,
         {"spec", required_argument, 0, O_SPEC},  {"spec-gamma", required_argument, 0, O_SG},
@@ -105,6 +109,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         case O_TMPL: o->tmpl = optarg; break;
         case O_SYS: o->system = optarg; break;
         case O_CTXB: o->ctx_beyond = true; break;
+        case O_NOTHINK: o->no_think = true; break;
         case O_SPEC: if (!cli_spec_kind(optarg, &o->spec.kind, &o->tree)) return 2; break;
         case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 64, &v)) return 2; o->spec.gamma = (int)v; break;
         case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
@@ -144,14 +149,8 @@ static int parse(int argc, char **argv, chat_opts *o) {
     }
     if (!cli_tree_apply(&o->tree, &o->spec) || !cli_spec_weights("chat", o->spec_weights, &o->spec))
         return 2;
-    if (o->spec.kind == SEER_SPEC_DRAFT && !o->draft_model) {
-        fprintf(stderr, "seer chat: --spec draft needs --draft-model\n");
+    if (!cli_draft_model_ok("chat", o->spec.kind, o->draft_model))
         return 2;
-    }
-    if (o->spec.kind == SEER_SPEC_HIERARCHY && !o->draft_model) {
-        fprintf(stderr, "seer chat: --spec hierarchy needs --draft-model (its bottom level)\n");
-        return 2;
-    }
     if (!cli_cost_file_ok("chat", o->cost_file))
         return 2;
     return -1;
@@ -495,6 +494,7 @@ int cmd_chat(int argc, char **argv) {
         cli_error("chat template", s);
         goto done;
     }
+    t.no_think = o.no_think;
     seer_model_info info;
     seer_model_get_info(c.model, &info);
     if (!cli_ctx_ok(o.ctx, info.ctx_train, o.ctx_beyond))
@@ -583,7 +583,7 @@ int cmd_chat(int argc, char **argv) {
         seer_sched_get_stats(c.sched, &st);
         char buf[256];
         int n = 0;
-        for (int k = 0; k <= SEER_SPEC_QUANTKV && n < (int)sizeof buf - 48; k++)
+        for (int k = 0; k < SEER_SPEC_KIND_MAX && n < (int)sizeof buf - 48; k++)
             if (st.spec_auto_decisions[k])
                 n += snprintf(buf + n, sizeof buf - n, "%s%s %lld", n ? ", " : "",
                               k ? seer_spec_kind_name((seer_spec_kind)k) : "plain",

@@ -8,8 +8,11 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: seer gen-model -o OUT.gguf [options]\n"
-            "  --arch llama|qwen2|gemma3 (default llama)\n"
-            "  --window N           sliding window of the windowed layers (gemma3; default none)\n"
+            "  --arch llama|qwen2|qwen3|gemma2|gemma3|phi3 (default llama)\n"
+            "  --window N           sliding window of the windowed layers (gemma2: default 4096;\n"
+            "                       gemma3: default none)\n"
+            "  --rope-scaling none|linear|yarn|longrope  (longrope: random factor tables)\n"
+            "  --rope-factor F --rope-orig-ctx N --rope-attn-factor F\n"
             "  --vocab N            (default 512, at least 259)\n"
             "  --dim N --layers N --heads N --kv-heads N --ffn N --head-dim N\n"
             "  --ctx N              trained context length (default 2048)\n"
@@ -24,7 +27,8 @@ static void usage(FILE *f) {
 int cmd_gen_model(int argc, char **argv) {
     seer_gen_params p = seer_gen_default_params();
     const char *outp = NULL;
-    enum { O_ARCH = 256, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV, O_FFN, O_HD, O_CTX, O_ROPE, O_DTYPE, O_TIED, O_SEED, O_SCALE, O_WINDOW };
+    enum { O_ARCH = 256, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV, O_FFN, O_HD, O_CTX, O_ROPE, O_DTYPE, O_TIED, O_SEED, O_SCALE, O_WINDOW,
+           O_RS, O_RF, O_RO, O_RA };
     static const struct option opts[] = {
         {"arch", required_argument, 0, O_ARCH},     {"vocab", required_argument, 0, O_VOCAB},
         {"dim", required_argument, 0, O_DIM},       {"layers", required_argument, 0, O_LAYERS},
@@ -34,6 +38,8 @@ int cmd_gen_model(int argc, char **argv) {
         {"dtype", required_argument, 0, O_DTYPE},   {"tied", no_argument, 0, O_TIED},
         {"seed", required_argument, 0, O_SEED},     {"scale", required_argument, 0, O_SCALE},
         {"window", required_argument, 0, O_WINDOW}, {"output", required_argument, 0, 'o'},
+        {"rope-scaling", required_argument, 0, O_RS}, {"rope-factor", required_argument, 0, O_RF},
+        {"rope-orig-ctx", required_argument, 0, O_RO}, {"rope-attn-factor", required_argument, 0, O_RA},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int c;
@@ -58,6 +64,10 @@ int cmd_gen_model(int argc, char **argv) {
         case O_SEED: if (!cli_int("--seed", optarg, 0, INT64_MAX, &v)) return 2; p.seed = (uint64_t)v; break;
         case O_SCALE: if (!cli_float("--scale", optarg, 0, 100, &d)) return 2; p.scale = (float)d; break;
         case O_WINDOW: if (!cli_int("--window", optarg, 0, 1 << 24, &v)) return 2; p.window = (int)v; break;
+        case O_RS: p.rope_scaling = optarg; break;
+        case O_RF: if (!cli_float("--rope-factor", optarg, 0, 1e6, &d)) return 2; p.rope_factor = (float)d; break;
+        case O_RO: if (!cli_int("--rope-orig-ctx", optarg, 0, 1 << 24, &v)) return 2; p.rope_orig_ctx = (int)v; break;
+        case O_RA: if (!cli_float("--rope-attn-factor", optarg, 0, 1e6, &d)) return 2; p.rope_attn_factor = (float)d; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

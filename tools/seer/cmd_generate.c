@@ -33,13 +33,14 @@ static void usage(FILE *f) {
             "      --ignore-eos      keep going past end-of-text tokens\n"
             "      --no-bos          do not prepend BOS to the prompt\n"
             "      --chat            wrap the prompt as one user message in the model's chat template\n"
-            "      --chat-template NAME  chatml, llama3, llama2 or gemma instead of the model's (implies --chat)\n"
+            "      --chat-template NAME  chatml, llama3, llama2, gemma or phi3 instead of the model's (implies --chat)\n"
+            "      --no-think        a model that reasons in <think> (Qwen3) answers without it (implies --chat)\n"
             "      --system TEXT     a system message before the prompt (implies --chat)\n"
             "      --json            print one JSON object instead of streaming text\n"
             "speculative decoding (lossless: same output as without):\n"
-            "      --spec KIND       auto, none, streaming, retrieval, snapkv, draft, ngram, quantkv (default\n"
-            "                        auto: every round the drafter, K and G, or plain decoding, that a\n"
-            "                        calibrated cost model predicts fastest; none: plain decoding)\n"
+            "      --spec KIND       the speculation (default auto), one of:\n");
+    spec_kinds_help(f, "                          ", SPEC_KINDS_ALL);
+    fprintf(f,
             "      --accept-trace F  write what the drafter accepted, round by round, to F: a trace\n"
             "                        that seer bench --accept-trace replays on random weights\n"
             "      --spec-cost-file F  auto: the cost table's cache file (default\n"
@@ -50,8 +51,9 @@ static void usage(FILE *f) {
             "      --spec-chunk C    retrieval chunk size (default 8)\n"
             "      --spec-refresh N  retrieval: rebuild the selection every N rounds (default 0 = never)\n"
             "      --spec-window W   snapkv observation window (default 32)\n"
-            "      --spec-ngram N    ngram: longest suffix to match (default 4)\n"
-            CLI_TREE_HELP
+            "      --spec-ngram N    ngram: longest suffix to match (default 4)\n");
+    cli_tree_help(f);
+    fprintf(f,
             "      --draft-model M   draft model for --spec draft (same vocabulary)\n"
             "      --draft-budget K  StreamingLLM budget of the draft model's own cache (default 0 = full)\n"
             "      --spec-kv-bits B  quantkv: bits of the KV copy the draft reads, 4 or 8 (default 4)\n"
@@ -77,12 +79,12 @@ typedef struct {
     const char *draft_model, *chat_template, *system, *cost_file, *trace_file, *spec_weights;
     seer_backend_kind backend;
     seer_weights_kind weights;
-    bool json, ignore_eos, no_bos, chat, ctx_beyond;
+    bool json, ignore_eos, no_bos, chat, ctx_beyond, no_think;
 } gen_opts;
 
 static int parse(int argc, char **argv, gen_opts *o) {
     enum { O_BACKEND = 256, O_TP, O_WEIGHTS, O_JSON, O_IGN, O_NOBOS,
-           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB, O_KVB, O_KVV, O_COST, O_TRACE, O_SWT };
+           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB, O_KVB, O_KVV, O_COST, O_TRACE, O_SWT, O_NOTHINK };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
@@ -102,7 +104,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"spec-chunk", required_argument, 0, O_SC}, {"spec-refresh", required_argument, 0, O_SR},
         {"spec-window", required_argument, 0, O_SW}, {"spec-ngram", required_argument, 0, O_SN},
         {"draft-model", required_argument, 0, O_DM}, {"draft-budget", required_argument, 0, O_DB},
-        {"chat", no_argument, 0, O_CHAT},        {"chat-template", required_argument, 0, O_CTMPL},
+        {"chat", no_argument, 0, O_CHAT},        {"no-think", no_argument, 0, O_NOTHINK},        {"chat-template", required_argument, 0, O_CTMPL},
         {"system", required_argument, 0, O_SYS}, {"ctx-beyond-trained", no_argument, 0, O_CTXB},
         {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-kv-view", required_argument, 0, O_KVV},
         {"spec-cost-file", required_argument, 0, O_COST},
@@ -130,6 +132,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         case O_CHAT: o->chat = true; break;
         case O_CTXB: o->ctx_beyond = true; break;
         case O_CTMPL: o->chat = true; o->chat_template = optarg; break;
+        case O_NOTHINK: o->chat = true; o->no_think = true; break;
         case O_SYS: o->chat = true; o->system = optarg; break;
         case O_SPEC: if (!cli_spec_kind(optarg, &o->spec.kind, &o->tree)) return 2; break;
         case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 64, &v)) return 2; o->spec.gamma = (int)v; break;
@@ -176,14 +179,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
     }
     if (!cli_tree_apply(&o->tree, &o->spec) || !cli_spec_weights("generate", o->spec_weights, &o->spec))
         return 2;
-    if (o->spec.kind == SEER_SPEC_DRAFT && !o->draft_model) {
-        fprintf(stderr, "seer generate: --spec draft needs --draft-model\n");
+    if (!cli_draft_model_ok("generate", o->spec.kind, o->draft_model))
         return 2;
-    }
-    if (o->spec.kind == SEER_SPEC_HIERARCHY && !o->draft_model) {
-        fprintf(stderr, "seer generate: --spec hierarchy needs --draft-model (its bottom level)\n");
-        return 2;
-    }
     if (optind < argc) {
         fprintf(stderr, "seer generate: unexpected argument '%s'\n", argv[optind]);
         return 2;
@@ -366,6 +363,7 @@ int cmd_generate(int argc, char **argv) {
             cli_error("chat template", s);
             goto done;
         }
+        tmpl.no_think = o.no_think;
         seer_chat_message msgs[2];
         int nm = 0;
         if (o.system)

@@ -71,9 +71,10 @@ static void usage(FILE *f) {
             "                        output does not depend on the traffic; --batch: mix freely)\n"
             "      --kv-pages N      KV pool pages of 16 tokens (default: enough for every sequence)\n"
             "      --prefix-cache N  prompt prefixes kept for reuse, LRU (default 8; 0 = off)\n"
-            "      --spec KIND       default speculation: auto (default: chosen every round by a cost model\n"
-            "                        calibrated at start), none (plain), streaming, retrieval, snapkv, ngram,\n"
-            "                        quantkv\n"
+            "      --spec KIND       default speculation (default auto, its cost model calibrated at start),\n"
+            "                        one of these but those that draft with a draft model (serve has none):\n");
+    spec_kinds_help(f, "                          ", SPEC_KINDS_ALL);
+    fprintf(f,
             "      --spec-cost-file F  auto: the cost table's cache file (default under $XDG_CACHE_HOME/seer)\n"
             CLI_CALIBRATE_HELP
             "      --spec-gamma G    tokens drafted per round (default 4)\n"
@@ -184,13 +185,14 @@ static int parse(int argc, char **argv, serve_opts *o) {
             break;
         case O_PAGES: if (!cli_int("--kv-pages", optarg, 1, 1 << 24, &o->pages)) return 2; break;
         case O_PREFIX: if (!cli_int("--prefix-cache", optarg, 0, 1024, &o->prefix)) return 2; break;
-        case O_SPEC:
-            if (seer_spec_kind_parse(optarg, &o->spec.kind) != SEER_OK || o->spec.kind == SEER_SPEC_DRAFT ||
-                o->spec.kind == SEER_SPEC_HIERARCHY) {
-                fprintf(stderr, "seer serve: --spec: '%s' is not one of auto, none, streaming, retrieval, snapkv, ngram, quantkv\n", optarg);
+        case O_SPEC: {
+            char why[640]; /* the server's accepted values */
+            if (!spec_kinds_serve_parse(optarg, false, &o->spec.kind, why, sizeof why)) {
+                fprintf(stderr, "seer serve: --spec %s\n", why);
                 return 2;
             }
             break;
+        }
         case O_COST: o->cost_file = optarg; break;
         case O_CALB: {
             double sec;

@@ -65,16 +65,17 @@ bool cli_spec_weights(const char *cmd, const char *type, seer_spec_params *spec)
         fprintf(stderr, "seer %s: --spec-weights: '%s' is not one of q8_0, q4_0\n", cmd, type);
         return false;
     }
-    switch (spec->kind) {
-    case SEER_SPEC_STREAMING: case SEER_SPEC_RETRIEVAL: case SEER_SPEC_SNAPKV: case SEER_SPEC_QUANTKV:
-    case SEER_SPEC_HIERARCHY: case SEER_SPEC_AUTO: /* auto: its sparse self-drafts' steps */
+    seer_spec_kind_info in;
+    /* auto: its sparse self-drafts' steps */
+    if (spec->kind == SEER_SPEC_AUTO || (spec_kinds_info(spec->kind, &in) && in.draft_weights)) {
         spec->draft_weights = true;
         return true;
-    default:
-        fprintf(stderr, "seer %s: --spec-weights goes with --spec streaming, retrieval, snapkv, quantkv, "
-                        "hierarchy, auto, or tree over one of the first four\n", cmd);
-        return false;
     }
+    char list[512];
+    spec_kinds_list(list, sizeof list, SPEC_KINDS_DRAFT_WEIGHTS);
+    fprintf(stderr, "seer %s: --spec-weights goes with --spec auto or one of %s (or tree over one of them)\n", cmd,
+            list);
+    return false;
 }
 
 bool cli_backend(const char *s, seer_backend_kind *out) {
@@ -129,6 +130,15 @@ int cli_sampler_opt(int c, const char *arg, seer_sampler_params *sp) {
     }
 }
 
+void cli_tree_help(FILE *f) {
+    const char *indent = "                          ";
+    fputs(CLI_TREE_HELP_BASE, f);
+    spec_kinds_help(f, indent, SPEC_KINDS_TREE_BASE);
+    fputs(CLI_TREE_HELP_REST, f);
+    spec_kinds_help(f, indent, SPEC_KINDS_HIER_BASE);
+    fputs(CLI_TREE_HELP_HIER, f);
+}
+
 bool cli_spec_kind(const char *arg, seer_spec_kind *kind, cli_tree *t) {
     if (!strcmp(arg, "tree")) {
         t->on = true;
@@ -147,7 +157,9 @@ int cli_tree_opt(int c, const char *arg, cli_tree *t) {
     switch (c) {
     case CLI_O_SBASE:
         if (seer_spec_kind_parse(arg, &t->base) != SEER_OK || t->base == SEER_SPEC_NONE) {
-            fprintf(stderr, "seer: --spec-base: '%s' is not one of streaming, retrieval, snapkv, draft, ngram, quantkv\n", arg);
+            char list[512];
+            spec_kinds_list(list, sizeof list, SPEC_KINDS_TREE_BASE);
+            fprintf(stderr, "seer: --spec-base: '%s' is not one of %s\n", arg, list);
             return -1;
         }
         t->base_set = true;
@@ -174,16 +186,30 @@ int cli_tree_opt(int c, const char *arg, cli_tree *t) {
     }
 }
 
+/* Whether kind k may be the hierarchy's middle level. */
+static bool hier_base(seer_spec_kind k) {
+    seer_spec_kind_info in;
+    return spec_kinds_info(k, &in) && in.hier_base;
+}
+
+bool cli_draft_model_ok(const char *cmd, seer_spec_kind kind, const char *draft_model) {
+    seer_spec_kind_info in;
+    if (draft_model || !spec_kinds_info(kind, &in) || !in.needs_draft_model)
+        return true;
+    fprintf(stderr, "seer %s: --spec %s needs --draft-model\n", cmd, in.name);
+    return false;
+}
+
 bool cli_tree_apply(const cli_tree *t, seer_spec_params *spec) {
     if (spec->kind == SEER_SPEC_HIERARCHY && !t->on) {
         if (t->size || t->depth || t->replan) {
             fprintf(stderr, "seer: --spec hierarchy proposes chains: no --spec-tree-*\n");
             return false;
         }
-        if (t->base_set && t->base != SEER_SPEC_STREAMING && t->base != SEER_SPEC_RETRIEVAL &&
-            t->base != SEER_SPEC_SNAPKV && t->base != SEER_SPEC_QUANTKV) {
-            fprintf(stderr, "seer: --spec-base: the hierarchy's middle level is one of streaming, retrieval, "
-                            "snapkv, quantkv\n");
+        if (t->base_set && !hier_base(t->base)) {
+            char list[512];
+            spec_kinds_list(list, sizeof list, SPEC_KINDS_HIER_BASE);
+            fprintf(stderr, "seer: --spec-base: the hierarchy's middle level is one of %s\n", list);
             return false;
         }
         if (t->base_set)

@@ -14,6 +14,7 @@
  * "tree_size" and "tree_depth" for token trees) and ignore_eos.
  */
 #include "serve.h"
+#include "spec_kinds.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -162,13 +163,10 @@ static bool parse_seer(serve_state *srv, json_t *x, seer_request_params *p, serv
     }
     json_t *k = json_object_get(x, "spec");
     if (k && !json_is_null(k)) {
-        if (!json_is_string(k) || seer_spec_kind_parse(json_string_value(k), &p->spec.kind) != SEER_OK) {
-            serve_fail(e, 400, "seer.spec", "invalid_value",
-                 "'seer.spec' must be one of auto, none, streaming, retrieval, snapkv, ngram, quantkv");
-            return false;
-        }
-        if ((p->spec.kind == SEER_SPEC_DRAFT || p->spec.kind == SEER_SPEC_HIERARCHY) && !p->spec.draft_model) {
-            serve_fail(e, 400, "seer.spec", "invalid_value", "this server has no draft model");
+        char why[640]; /* the kinds come from the library's registry */
+        if (!spec_kinds_serve_parse(json_is_string(k) ? json_string_value(k) : NULL, p->spec.draft_model != NULL,
+                                    &p->spec.kind, why, sizeof why)) {
+            serve_fail(e, 400, "seer.spec", "invalid_value", "'seer.spec' %s", why);
             return false;
         }
     }

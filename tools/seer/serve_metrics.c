@@ -5,6 +5,7 @@
  * histograms of the time to first token and of inter-token latency. Scheduler numbers are the snapshot taken after its latest step.
  */
 #include "serve.h"
+#include "spec_kinds.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -131,19 +132,12 @@ char *serve_metrics_text(serve_state *srv) {
     put(&b, "seer_prefix_cache_entries %d\n", st->prefix_entries);
     metric(&b, "seer_prefix_cache_hits_total", "counter", "Prompt pages reused from the prefix cache.");
     put(&b, "seer_prefix_cache_hits_total %lld\n", (long long)st->prefix_hits);
-    metric(&b, "seer_spec_drafted_total", "counter", "Draft tokens proposed, per drafter.");
-    for (int k = SEER_SPEC_STREAMING; k <= SEER_SPEC_HIERARCHY; k++)
-        put(&b, "seer_spec_drafted_total{drafter=\"%s\"} %lld\n", seer_spec_kind_name((seer_spec_kind)k),
-            (long long)st->spec_drafted[k]);
-    metric(&b, "seer_spec_accepted_total", "counter", "Draft tokens accepted, per drafter.");
-    for (int k = SEER_SPEC_STREAMING; k <= SEER_SPEC_HIERARCHY; k++)
-        put(&b, "seer_spec_accepted_total{drafter=\"%s\"} %lld\n", seer_spec_kind_name((seer_spec_kind)k),
-            (long long)st->spec_accepted[k]);
-    metric(&b, "seer_spec_auto_rounds_total", "counter",
-           "Rounds of requests with automatic speculation, per choice (none: plain decoding).");
-    for (int k = SEER_SPEC_NONE; k <= SEER_SPEC_QUANTKV; k++)
-        put(&b, "seer_spec_auto_rounds_total{choice=\"%s\"} %lld\n", seer_spec_kind_name((seer_spec_kind)k),
-            (long long)st->spec_auto_decisions[k]);
+    char *spec = spec_kinds_metrics(st); /* per drafter, from the registry */
+    if (spec)
+        put(&b, "%s", spec);
+    else
+        b.oom = true;
+    free(spec);
     hist(&b, "seer_time_to_first_token_seconds", "Seconds from submission to the first token.", &m.ttft);
     hist(&b, "seer_inter_token_latency_seconds", "Seconds between tokens of a request.", &m.itl);
     if (b.oom) {

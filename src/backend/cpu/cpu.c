@@ -415,6 +415,26 @@ static seer_status cpu_scale(seer_backend *be, float *x, float s, size_t n) {
     return SEER_OK;
 }
 
+static seer_status cpu_softcap(seer_backend *be, float *x, float c, size_t n) {
+    const float inv = 1.f / c; /* as llama.cpp: times 1/c, tanh, times c */
+    for (size_t i = 0; i < n; i++)
+        x[i] = c * tanhf(x[i] * inv);
+    return SEER_OK;
+}
+
+static seer_status cpu_weight_rows(seer_backend *be, const seer_weight *w, int r0, int n, seer_weight *out) {
+    const int be_ = seer_ggml_type_block_elems(w->dtype), bb = seer_ggml_type_block_bytes(w->dtype);
+    if (r0 < 0 || n <= 0 || r0 + n > w->rows || be_ <= 0 || bb <= 0 || w->cols % be_)
+        return seer_err(SEER_ERR_INVALID_ARG, "weight rows [%d, %d) of a [%d][%d] weight", r0, r0 + n,
+                        w->rows, w->cols);
+    memset(out, 0, sizeof *out);
+    out->data = (char *)w->data + (size_t)r0 * (size_t)(w->cols / be_) * (size_t)bb;
+    out->rows = n;
+    out->cols = w->cols;
+    out->dtype = w->dtype;
+    return SEER_OK;
+}
+
 static seer_status cpu_add(seer_backend *be, float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
         y[i] += x[i];
@@ -752,6 +772,8 @@ static const seer_backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .geglu = cpu_geglu,
     .scale = cpu_scale,
+    .softcap = cpu_softcap,
+    .weight_rows = cpu_weight_rows,
     .add = cpu_add,
     .gather_rows = cpu_gather_rows,
     .argmax_rows = cpu_argmax_rows,
@@ -765,6 +787,8 @@ static const seer_backend_ops cpu_ops = {
     .comm_init = seer_cpu_comm_init,
     .kv_elem_bytes = sizeof(float),
     .attn_window = true, /* on the reference path (cpu_attention.c) */
+    .attn_softcap = true, /* likewise */
+    .qk_norm = true,
 };
 
 static seer_status cpu_exec_clone(seer_backend *be, seer_backend **out) {

@@ -14,7 +14,8 @@
  * steps never do.
  *
  * A windowed layer's call (seer_attn_batch.window) drops the keys behind the window from
- * each token's slots, views included, and always stays on this path.
+ * each token's slots, views included, and always stays on this path. So does a call with
+ * soft-capping (seer_attn_batch.softcap), which caps the scaled scores before the softmax.
  *
  * A batch with kv_quant reads every key and value from the storage's quantised copy
  * (kv/kv_quant.h), dequantised a head row at a time into scratch, through the same
@@ -212,6 +213,12 @@ static void attn_items(void *ctx, int64_t j0, int64_t j1) {
             const float *kr = head_row(a, pages, slots[k], 0, kvh, deq);
             for (int hq = 0; hq < group; hq++)
                 score[hq * stride + k] = dot_lanes(qh + (size_t)hq * Dh, kr, Dh) * ab->scale;
+        }
+        if (ab->softcap > 0) { /* as llama.cpp: times 1/c, tanh, times c */
+            const float c = ab->softcap, inv = 1.f / c;
+            for (int hq = 0; hq < group; hq++)
+                for (int k = 0; k < n; k++)
+                    score[hq * stride + k] = c * tanhf(score[hq * stride + k] * inv);
         }
         for (int hq = 0; hq < group; hq++) {
             float *sc = score + hq * stride;

@@ -62,7 +62,7 @@
 int seer_cpu_attn_tileable(const seer_attn_batch *ab, int b) {
     const int off = ab->seq_tok_off[b], n = ab->seq_tok_off[b + 1] - off;
     const int m = ab->seq_prompt ? ab->seq_prompt[b] : (n > SEER_INVARIANT_NEW_TOKENS && !ab->mask ? n : 0);
-    if (m <= 0 || m > n || (ab->seq_view && ab->seq_view[b]) || ab->window > 0 || ab->head_dim > MAX_DH ||
+    if (m <= 0 || m > n || (ab->seq_view && ab->seq_view[b]) || ab->window > 0 || ab->softcap > 0 || ab->head_dim > MAX_DH ||
         ab->n_heads / ab->n_kv_heads > MAX_GROUP)
         return 0;
     for (int k = 0; k < m; k++)

@@ -18,7 +18,9 @@
 #include <stdint.h>
 
 /* The tensors a layer can have. The forward pass uses a block where its tensors are bound
- * (a per-head q/k norm, biases, the post-norms), so a family picks blocks by listing them. */
+ * (a per-head q/k norm, biases, the post-norms), so a family picks blocks by listing them.
+ * The fused roles (QKV, GATE_UP) are loaded as row views q, k, v and gate, up of the one
+ * tensor the file has; the forward pass sees the parts. */
 typedef enum {
     SEER_LT_ATTN_NORM,      /* [D] before attention */
     SEER_LT_Q,              /* [H*Dh][D] */
@@ -36,11 +38,17 @@ typedef enum {
     SEER_LT_UP,             /* [F][D] */
     SEER_LT_DOWN,           /* [D][F] */
     SEER_LT_FFN_POST_NORM,  /* [D] on the FFN output before the residual add */
+    SEER_LT_QKV,            /* [H*Dh + 2*Hkv*Dh][D]: q, k, v as one tensor (rows in that order) */
+    SEER_LT_GATE_UP,        /* [2F][D]: gate then up as one tensor */
     SEER_LT_COUNT
 } seer_layer_tensor;
 
 /* The dimensions a tensor's shape is made of. */
-typedef enum { SEER_DIM_ONE, SEER_DIM_D, SEER_DIM_F, SEER_DIM_QD, SEER_DIM_KVD, SEER_DIM_DH } seer_arch_dim;
+typedef enum {
+    SEER_DIM_ONE, SEER_DIM_D, SEER_DIM_F, SEER_DIM_QD, SEER_DIM_KVD, SEER_DIM_DH,
+    SEER_DIM_QKVD, /* QD + 2 KVD */
+    SEER_DIM_F2    /* 2 F */
+} seer_arch_dim;
 
 /* How gen-model fills a tensor and which of llama.cpp's quantisation-mix roles it has. */
 typedef enum { SEER_FILL_NORMAL, SEER_FILL_NORM_WEIGHT, SEER_FILL_BIAS } seer_arch_fill;
@@ -97,6 +105,8 @@ typedef enum {
     SEER_QSCALE_HEAD_DIM,       /* 1/sqrt(Dh) */
     SEER_QSCALE_GEMMA3,         /* llama.cpp's Gemma 3 rule: 1/sqrt(Dh), 1/sqrt(D/H) for the
                                  * 62-layer (27B) model */
+    SEER_QSCALE_GEMMA2,         /* llama.cpp's Gemma 2 rule: 1/sqrt(Dh), 1/sqrt(D/H) for the
+                                 * 46-layer (27B) model */
 } seer_arch_qscale;
 
 typedef struct seer_arch_desc {
@@ -109,6 +119,8 @@ typedef struct seer_arch_desc {
     bool embed_scale;           /* the embedding times sqrt(D) */
     seer_arch_act act;          /* FFN: act(gate) * up */
     seer_arch_qscale qscale;
+    bool output_tied;           /* the output is always the embedding: an output.weight in
+                                 * the file is not read (llama.cpp's Gemma 2) */
     /* the tensors of a layer, in the order gen-model writes them */
     const seer_arch_tensor *tensors;
     int n_tensors;
@@ -125,6 +137,9 @@ void seer_arch_list(char *buf, size_t cap);
 bool seer_arch_has(const seer_arch_desc *d, seer_layer_tensor t, bool *required);
 /* rows x cols of a role (a vector: rows 1) for these dimensions. */
 void seer_arch_shape(seer_layer_tensor t, int D, int F, int QD, int KVD, int Dh, int *rows, int *cols);
+/* The part roles of a fused role (QKV: Q, K, V; GATE_UP: GATE, UP) into parts; their count,
+ * 0 for a role that is not fused. */
+int seer_arch_fused_parts(seer_layer_tensor t, seer_layer_tensor parts[3]);
 
 /* Values of the family hyper-parameters: the descriptor's defaults. */
 typedef struct {
@@ -135,6 +150,7 @@ void seer_arch_defaults(const seer_arch_desc *d, seer_arch_hparams *out);
 /* Whether layer l of n is windowed under hp. */
 bool seer_arch_layer_windowed(const seer_arch_hparams *hp, int l);
 
-extern const seer_arch_desc seer_arch_llama, seer_arch_qwen2, seer_arch_gemma3;
+extern const seer_arch_desc seer_arch_llama, seer_arch_qwen2, seer_arch_qwen3, seer_arch_gemma2,
+    seer_arch_gemma3, seer_arch_phi3;
 
 #endif

@@ -13,8 +13,8 @@
  *   - RoPE on half-split pairs; the query scale 1/sqrt(Dh) (1/sqrt(D/H) for the 27B model,
  *     as llama.cpp has it; no Gemma 3 GGUF carries query_pre_attn_scalar).
  * The norm weights in a GGUF already include Gemma's "1 +": plain RMSNorm applies them.
- * final_logit_softcapping is read (Gemma 3 files leave it out); a file that sets it is
- * refused until the soft-capping block exists.
+ * final_logit_softcapping is read (Gemma 3 files leave it out) and applied where a file
+ * sets it, as llama.cpp does.
  */
 #include "model/arch/arch.h"
 
@@ -38,7 +38,7 @@ static const seer_arch_key k_keys[] = {
     {"attention.sliding_window", SEER_HP_WINDOW, 0, true, 0, 1 << 24},
     {"attention.sliding_window_pattern", SEER_HP_WINDOW_PATTERN, 6, true, 0, 4096},
     {"rope.freq_base_swa", SEER_HP_ROPE_BASE_LOCAL, 10000., false, 1e-3, 1e12},
-    {"final_logit_softcapping", SEER_HP_FINAL_SOFTCAP, 0., false, 0, 0},
+    {"final_logit_softcapping", SEER_HP_FINAL_SOFTCAP, 0., false, 0, 1e6},
 };
 
 const seer_arch_desc seer_arch_gemma3 = {

@@ -11,7 +11,10 @@
 static const seer_arch_desc *const k_families[] = {
     &seer_arch_llama,
     &seer_arch_qwen2,
+    &seer_arch_qwen3,
+    &seer_arch_gemma2,
     &seer_arch_gemma3,
+    &seer_arch_phi3,
 };
 
 #define N_FAMILIES ((int)(sizeof k_families / sizeof *k_families))
@@ -55,6 +58,10 @@ static const seer_layer_tensor_info k_info[SEER_LT_COUNT] = {
     [SEER_LT_UP] = {SEER_DIM_F, SEER_DIM_D, false, SEER_DIV_FFN, SEER_FILL_NORMAL, SEER_QROLE_FFN_UP, 5, 0.f},
     [SEER_LT_DOWN] = {SEER_DIM_D, SEER_DIM_F, false, SEER_DIV_FFN_IN, SEER_FILL_NORMAL, SEER_QROLE_FFN_DOWN, 6, 0.f},
     [SEER_LT_FFN_POST_NORM] = {SEER_DIM_ONE, SEER_DIM_D, true, SEER_DIV_NONE, SEER_FILL_NORM_WEIGHT, SEER_QROLE_NONE, NEW_ID(3), 1.f},
+    /* the fused tensors do not divide over tensor-parallel ranks as one block of heads (the
+     * backends that divide weights refuse them: seer_model_check_blocks) */
+    [SEER_LT_QKV] = {SEER_DIM_QKVD, SEER_DIM_D, false, SEER_DIV_NONE, SEER_FILL_NORMAL, SEER_QROLE_ATTN_Q, NEW_ID(4), 0.f},
+    [SEER_LT_GATE_UP] = {SEER_DIM_F2, SEER_DIM_D, false, SEER_DIV_NONE, SEER_FILL_NORMAL, SEER_QROLE_FFN_UP, NEW_ID(5), 0.f},
 };
 
 const seer_layer_tensor_info *seer_layer_tensor_get(seer_layer_tensor t) {
@@ -79,6 +86,8 @@ static int dim_of(seer_arch_dim d, int D, int F, int QD, int KVD, int Dh) {
     case SEER_DIM_QD: return QD;
     case SEER_DIM_KVD: return KVD;
     case SEER_DIM_DH: return Dh;
+    case SEER_DIM_QKVD: return QD + 2 * KVD;
+    case SEER_DIM_F2: return 2 * F;
     }
     return 0;
 }
@@ -87,6 +96,19 @@ void seer_arch_shape(seer_layer_tensor t, int D, int F, int QD, int KVD, int Dh,
     const seer_layer_tensor_info *in = &k_info[t];
     *rows = dim_of(in->rows, D, F, QD, KVD, Dh);
     *cols = dim_of(in->cols, D, F, QD, KVD, Dh);
+}
+
+int seer_arch_fused_parts(seer_layer_tensor t, seer_layer_tensor parts[3]) {
+    switch (t) {
+    case SEER_LT_QKV:
+        parts[0] = SEER_LT_Q, parts[1] = SEER_LT_K, parts[2] = SEER_LT_V;
+        return 3;
+    case SEER_LT_GATE_UP:
+        parts[0] = SEER_LT_GATE, parts[1] = SEER_LT_UP;
+        return 2;
+    default:
+        return 0;
+    }
 }
 
 void seer_arch_defaults(const seer_arch_desc *d, seer_arch_hparams *out) {
