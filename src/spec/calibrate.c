@@ -574,6 +574,62 @@ static void drop_unmeasured(seer_cost_table *t) {
     }
 }
 
+/* Every cell of the table as a point (per batch size and length: the target's step, each
+ * verification size, each view budget, the draft model's step), into *out (n_out of them). */
+static seer_status list_points(seer_cost_table *t, const seer_calibrate_params *p, const int *k, int n_k,
+                               seer_cost_drafter *self, seer_cost_drafter *dm, point **out, int *n_out) {
+    const int per_lb = 1 + t->n_n + (p->self_drafts ? n_k : 0) + (p->draft_ctx ? 1 : 0);
+    const int np = t->n_b * t->n_l * per_lb;
+    point *pts = calloc((size_t)(np > 0 ? np : 1), sizeof *pts);
+    if (!pts)
+        return seer_err(SEER_ERR_OOM, "calibration: out of memory");
+    int n = 0;
+    for (int i = 0; i < t->n_b; i++)
+        for (int j = 0; j < t->n_l; j++) {
+            const int B = t->b[i], L = t->l[j];
+            pts[n++] = (point){PT_TARGET, B, L, 1, 0, B, B * (L + 1.0), &t->t_target[i][j],
+                               &t->est_target[i][j], false};
+            for (int v = 0; v < t->n_n; v++) {
+                const int m = t->n[v];
+                pts[n++] = (point){PT_VERIFY, B, L, m, 0, (double)B * m, B * (m * (double)L + m * (m + 1) / 2.0),
+                                   &t->t_verify[v][i][j], &t->est_verify[v][i][j], false};
+            }
+            for (int q = 0; p->self_drafts && q < n_k; q++) {
+                const int K = k[q];
+                pts[n++] = (point){PT_VIEW, B, L, 1, K, B, B * ((K < L ? K : L) + 1.0), &self->t[q][i][j],
+                                   &self->est[q][i][j], false};
+            }
+            if (p->draft_ctx)
+                pts[n++] = (point){PT_DRAFT, B, L, 1, 0, B, B * (L + 1.0), &dm->t[0][i][j], &dm->est[0][i][j], false};
+        }
+    *out = pts;
+    *n_out = n;
+    return SEER_OK;
+}
+
+/* The points measured first, in order (at most cap of them, those not done): a single-token
+ * step at the shortest and the longest length (a, c), the view step at the longest, the
+ * largest call at the shortest (b), the draft model's step, a verification at the longest. */
+static int pick_anchors(const point *pts, int n, const seer_cost_table *t, int Bm, int Lm, int Nm, int *anchors,
+                        int cap) {
+    int n_anchor = 0;
+    const int Bs[] = {t->b[0], t->b[0], t->b[0], Bm}, Ls[] = {t->l[0], Lm, Lm, t->l[0]};
+    const point_kind ks[] = {PT_TARGET, PT_TARGET, PT_VIEW, PT_VERIFY};
+    const int ns[] = {1, 1, 1, Nm};
+    for (int a = 0; a < 4; a++)
+        for (int i = 0; i < n; i++)
+            if (pts[i].kind == ks[a] && pts[i].B == Bs[a] && pts[i].L == Ls[a] && pts[i].n == ns[a] &&
+                !pts[i].done && n_anchor < cap)
+                anchors[n_anchor++] = i;
+    for (int i = 0; i < n; i++)
+        if (!pts[i].done && n_anchor < cap &&
+            ((pts[i].kind == PT_DRAFT && pts[i].B == t->b[0] && pts[i].L == t->l[0]) ||
+             (pts[i].kind == PT_VERIFY && pts[i].B == t->b[0] && pts[i].L == Lm && pts[i].n == t->n[0] &&
+              t->n_l > 1)))
+            anchors[n_anchor++] = i;
+    return n_anchor;
+}
+
 seer_status seer_cost_calibrate(seer_context *ctx, const seer_calibrate_params *p,
                                 seer_cost_table *out) {
     SEER_CHECK_ARG(ctx);
@@ -655,30 +711,10 @@ seer_status seer_cost_calibrate(seer_context *ctx, const seer_calibrate_params *
     }
 
     /* Every cell as a point. */
-    const int per_lb = 1 + t->n_n + (p->self_drafts ? n_k : 0) + (p->draft_ctx ? 1 : 0);
-    const int np = t->n_b * t->n_l * per_lb;
-    point *pts = st == SEER_OK ? calloc((size_t)np, sizeof *pts) : NULL;
-    if (st == SEER_OK && !pts)
-        st = seer_err(SEER_ERR_OOM, "calibration: out of memory");
+    point *pts = NULL;
     int n = 0;
-    for (int i = 0; st == SEER_OK && i < t->n_b; i++)
-        for (int j = 0; j < t->n_l; j++) {
-            const int B = t->b[i], L = t->l[j];
-            pts[n++] = (point){PT_TARGET, B, L, 1, 0, B, B * (L + 1.0), &t->t_target[i][j],
-                               &t->est_target[i][j], false};
-            for (int v = 0; v < t->n_n; v++) {
-                const int m = t->n[v];
-                pts[n++] = (point){PT_VERIFY, B, L, m, 0, (double)B * m, B * (m * (double)L + m * (m + 1) / 2.0),
-                                   &t->t_verify[v][i][j], &t->est_verify[v][i][j], false};
-            }
-            for (int q = 0; p->self_drafts && q < n_k; q++) {
-                const int K = k[q];
-                pts[n++] = (point){PT_VIEW, B, L, 1, K, B, B * ((K < L ? K : L) + 1.0), &self->t[q][i][j],
-                                   &self->est[q][i][j], false};
-            }
-            if (p->draft_ctx)
-                pts[n++] = (point){PT_DRAFT, B, L, 1, 0, B, B * (L + 1.0), &dm->t[0][i][j], &dm->est[0][i][j], false};
-        }
+    if (st == SEER_OK)
+        st = list_points(t, p, k, n_k, self, dm, &pts, &n);
     for (int i = 0; i < n; i++)
         *pts[i].est = 1;
     /* a partial table of the same grids: its measured cells stand */
@@ -705,23 +741,8 @@ seer_status seer_cost_calibrate(seer_context *ctx, const seer_calibrate_params *
      * fills included, while they fit. The single-token steps go before the verifications:
      * at 3 x 128K on an H100 a view's first calls after the 9- and 17-token verifications
      * ran 3.6x slower than in the rounds. */
-    int anchors[4 + SEER_COST_MAX_K + 2], n_anchor = 0;
-    {
-        const int Bs[] = {t->b[0], t->b[0], t->b[0], Bm}, Ls[] = {t->l[0], Lm, Lm, t->l[0]};
-        const point_kind ks[] = {PT_TARGET, PT_TARGET, PT_VIEW, PT_VERIFY};
-        const int ns[] = {1, 1, 1, Nm};
-        for (int a = 0; a < 4; a++)
-            for (int i = 0; i < n; i++)
-                if (pts[i].kind == ks[a] && pts[i].B == Bs[a] && pts[i].L == Ls[a] && pts[i].n == ns[a] &&
-                    !pts[i].done && n_anchor < (int)(sizeof anchors / sizeof *anchors))
-                    anchors[n_anchor++] = i;
-        for (int i = 0; i < n; i++)
-            if (!pts[i].done && n_anchor < (int)(sizeof anchors / sizeof *anchors) &&
-                ((pts[i].kind == PT_DRAFT && pts[i].B == t->b[0] && pts[i].L == t->l[0]) ||
-                                 (pts[i].kind == PT_VERIFY && pts[i].B == t->b[0] && pts[i].L == Lm &&
-                                  pts[i].n == t->n[0] && t->n_l > 1)))
-                anchors[n_anchor++] = i;
-    }
+    int anchors[4 + SEER_COST_MAX_K + 2];
+    const int n_anchor = pick_anchors(pts, n, t, Bm, Lm, Nm, anchors, (int)(sizeof anchors / sizeof *anchors));
     int next_anchor = 0;
     while (st == SEER_OK) {
         int best = -1;

@@ -92,6 +92,85 @@ static int32_t draw_without(const float *q, int V, const int32_t *skip, int n_sk
     return last;
 }
 
+/* The mask of a drafting call: token t sees token u where both are nodes of one sequence's
+ * tree and u is t or an ancestor of t (node -1: the sequence's last real token). */
+static void call_mask(uint8_t *mask, int T, const int32_t *who, const int32_t *node, const int32_t *shape) {
+    memset(mask, 0, (size_t)T * T);
+    for (int t = 0; t < T; t++)
+        for (int u = 0; u < T; u++) {
+            if (who[u] != who[t])
+                continue;
+            for (int j = node[t];; j = shape[j]) {
+                if (j == node[u]) {
+                    mask[(size_t)t * T + u] = 1;
+                    break;
+                }
+                if (j < 0)
+                    break;
+            }
+        }
+}
+
+/* The children of each node whose logits the call gave (want): the first child is the call's
+ * pick (ids, in order of the wanted rows), its siblings are drawn on the host from the node's
+ * row (Lg, or the draft distribution when sampling) without replacement. *row: a [V] host
+ * buffer made on first use, kept by the caller. */
+static seer_status place_children(seer_context *c, seer_draft_seq *seqs, float *const *q_of, const int *m,
+                                  const int32_t *shape, int T, const uint8_t *want, const int32_t *who,
+                                  const int32_t *node, const int32_t *ids, const float *Lg, int V,
+                                  int32_t *pick, float **row_p) {
+    seer_status st = SEER_OK;
+    float *row = *row_p;
+    for (int t = 0, f = 0; t < T && st == SEER_OK; t++) {
+        if (!want[t])
+            continue;
+        const int i = who[t], u = node[t];
+        seer_draft_seq *s = &seqs[i];
+        int32_t *dr = s->tok, *pr = s->parent;
+        int kids = 0;
+        for (int x = u + 1; x < m[i]; x++)
+            if (shape[x] == u) {
+                pr[x] = u;
+                if (kids++ == 0)
+                    dr[x] = ids[f];
+            }
+        if (kids > 1) {
+            if (!row)
+                row = seer_malloc_array(V, sizeof(float));
+            const bool sampled = s->sp->temperature > 0;
+            const float *src = sampled ? q_row(seqs, q_of, i, u, V) : Lg + (size_t)f * V;
+            seer_backend *be = c->be;
+            if (!row)
+                st = seer_err(SEER_ERR_OOM, "out of memory for drafting");
+            else
+                st = be->ops->download(be, row, src, sizeof(float) * V);
+            int n_pick = 0;
+            for (int x = u + 1; x < m[i] && st == SEER_OK; x++) {
+                if (shape[x] != u)
+                    continue;
+                if (n_pick == 0) {
+                    pick[n_pick++] = dr[x];
+                    continue;
+                }
+                /* greedy: the next best logits; sampling: without replacement. When the
+                 * draft's support is used up the node repeats its first sibling: the rule
+                 * then rejects it at no cost (q without that token gives it 0) */
+                int32_t t2;
+                if (sampled)
+                    t2 = draw_without(row, V, pick, n_pick, seer_draft_uniform(s));
+                else
+                    top_ids(row, V, pick, n_pick, 1, &t2);
+                dr[x] = t2 < 0 ? pick[0] : t2;
+                if (t2 >= 0)
+                    pick[n_pick++] = t2;
+            }
+        }
+        f++;
+    }
+    *row_p = row;
+    return st;
+}
+
 seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n, seer_draft_seq *seqs,
                               const seer_seq_id *dseq, float *const *q_of, uint8_t *cap0, float *qbuf,
                               int *kept, seer_draft_reads reads) {
@@ -176,25 +255,9 @@ seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n,
             if (st != SEER_OK || T == 0)
                 break;
             any = true;
-            uint8_t *mask = NULL;
-            if (masked) {
-                mask = sc->mask;
-                memset(mask, 0, (size_t)T * T);
-                for (int t = 0; t < T; t++)
-                    for (int u = 0; u < T; u++) {
-                        if (who[u] != who[t])
-                            continue;
-                        /* u is t or an ancestor of t */
-                        for (int j = node[t];; j = shape[j]) {
-                            if (j == node[u]) {
-                                mask[(size_t)t * T + u] = 1;
-                                break;
-                            }
-                            if (j < 0)
-                                break;
-                        }
-                    }
-            }
+            uint8_t *mask = masked ? sc->mask : NULL;
+            if (masked)
+                call_mask(mask, T, who, node, shape);
             seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want, .mask = mask,
                             .capture = n_cap ? cap : NULL, .queries = qbuf, .kv_quant = reads.kv_quant,
                             .draft_weights = reads.draft_weights};
@@ -240,52 +303,8 @@ seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n,
                     st = seer_context_sample(c, sc->rows, nf, sc->ids);
             }
             /* children: the first from the call, the others (siblings) on the host */
-            for (int t = 0, f = 0; t < T && st == SEER_OK; t++) {
-                if (!want[t])
-                    continue;
-                const int i = who[t], u = node[t];
-                seer_draft_seq *s = &seqs[i];
-                int32_t *dr = s->tok, *pr = s->parent;
-                int kids = 0;
-                for (int x = u + 1; x < m[i]; x++)
-                    if (shape[x] == u) {
-                        pr[x] = u;
-                        if (kids++ == 0)
-                            dr[x] = sc->ids[f];
-                    }
-                if (kids > 1) {
-                    if (!row)
-                        row = seer_malloc_array(V, sizeof(float));
-                    const bool sampled = s->sp->temperature > 0;
-                    const float *src = sampled ? q_row(seqs, q_of, i, u, V) : Lg + (size_t)f * V;
-                    seer_backend *be = c->be;
-                    if (!row)
-                        st = seer_err(SEER_ERR_OOM, "out of memory for drafting");
-                    else
-                        st = be->ops->download(be, row, src, sizeof(float) * V);
-                    int n_pick = 0;
-                    for (int x = u + 1; x < m[i] && st == SEER_OK; x++) {
-                        if (shape[x] != u)
-                            continue;
-                        if (n_pick == 0) {
-                            pick[n_pick++] = dr[x];
-                            continue;
-                        }
-                        /* greedy: the next best logits; sampling: without replacement. When the
-                         * draft's support is used up the node repeats its first sibling: the rule
-                         * then rejects it at no cost (q without that token gives it 0) */
-                        int32_t t2;
-                        if (sampled)
-                            t2 = draw_without(row, V, pick, n_pick, seer_draft_uniform(s));
-                        else
-                            top_ids(row, V, pick, n_pick, 1, &t2);
-                        dr[x] = t2 < 0 ? pick[0] : t2;
-                        if (t2 >= 0)
-                            pick[n_pick++] = t2;
-                    }
-                }
-                f++;
-            }
+            if (st == SEER_OK)
+                st = place_children(c, seqs, q_of, m, shape, T, want, who, node, sc->ids, Lg, V, pick, &row);
         }
         if (!any)
             break;
