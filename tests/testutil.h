@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "seer.h"
+#include "seer_bench.h"
 
 /* Skipped tests reach CTest's summary: skip() is counted, and a group in which something
  * was skipped and nothing failed exits with TU_SKIP_CODE, which CMakeLists.txt declares as

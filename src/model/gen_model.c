@@ -14,6 +14,7 @@
  * generated and quantised in parallel while the file is written, one at a time.
  * Not for: anything resembling trained weights; the text such a model writes is noise.
  */
+#include "seer_bench.h"
 #include "gguf/gguf.h"
 #include "model/arch/arch.h"
 #include "util/error.h"

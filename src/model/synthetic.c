@@ -7,6 +7,7 @@
  * Not for: anything whose output should mean something: these models compute noise, and
  * speculation on them accepts nothing unless the acceptance is synthetic (seer_spec_params).
  */
+#include "seer_bench.h"
 #include "backend/synth_hash.h"
 #include "model/model.h"
 #include "util/error.h"

@@ -20,6 +20,7 @@
  * next round. Each sequence of a batch replays its own line of the drafter's kind (the same
  * budget where there is one) from its own offset, and a line is read cyclically.
  */
+#include "seer_bench.h"
 #include "spec/accept_trace.h"
 #include "spec/drafter.h"
 #include "util/error.h"

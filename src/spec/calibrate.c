@@ -37,6 +37,7 @@
  * their cost is at long context (on an H100, a trace of 8K-32K-token requests with them among
  * auto's candidates did not finish in 150 s, where plain decoding served it in 58 s).
  */
+#include "seer_bench.h"
 #include "model/model.h"
 #include "spec/cost.h"
 #include "util/error.h"

@@ -5,6 +5,7 @@
  * rewound to what was accepted. Plain decoding is the same loop with G = 0, so greedy
  * output does not depend on which path ran.
  */
+#include "seer_bench.h"
 #include "spec/accept_trace.h"
 #include "spec/round.h"
 #include "spec/spec.h"

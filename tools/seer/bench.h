@@ -3,6 +3,7 @@
 #define SEER_BENCH_H
 
 #include "seer.h"
+#include "seer_bench.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -3,6 +3,7 @@
 #define SEER_CLI_H
 
 #include "seer.h"
+#include "seer_bench.h"
 #include "spec_kinds.h"
 
 #include <stdbool.h>

@@ -1,0 +1,122 @@
+/*
+ * seer_bench.h: what benchmarks and tests use beside the engine's interface (seer.h):
+ * random-weight model files and models made on the backend, K/V filled without a forward
+ * pass, acceptance traces recorded from a real model and replayed on random weights, the
+ * footprint the decode floor is computed from, and the device's copy bandwidth. The library
+ * implements them; an application that serves models needs none of it.
+ * Not for: anything an inference application calls (seer.h).
+ */
+#ifndef SEER_BENCH_API_H
+#define SEER_BENCH_API_H
+
+#include "seer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Acceptance traces (seer_spec_params.synthetic_trace replays one)                         */
+
+/* Records the acceptance of every later round of g into t (which the caller keeps alive
+ * while g runs, and saves); NULL stops recording. */
+seer_status seer_gen_record_trace(seer_gen *g, seer_accept_trace *t);
+
+seer_status seer_accept_trace_new(seer_accept_trace **out);
+/* SEER_ERR_FORMAT (with the line) when malformed, SEER_ERR_IO when unreadable. */
+seer_status seer_accept_trace_load(const char *path, seer_accept_trace **out);
+seer_status seer_accept_trace_parse(const char *text, size_t len, seer_accept_trace **out);
+seer_status seer_accept_trace_save(const seer_accept_trace *t, const char *path);
+/* Rounds, drafted and accepted tokens of kind's lines (SEER_SPEC_NONE: all lines). */
+void seer_accept_trace_counts(const seer_accept_trace *t, seer_spec_kind kind, int64_t *rounds,
+                              int64_t *drafted, int64_t *accepted);
+void seer_accept_trace_free(seer_accept_trace *t);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Random-weight files                                                                      */
+
+/* Writes a GGUF file with random weights of a registered family's shape (tests, benchmarks). */
+typedef struct {
+    const char *arch;  /* a registered family: "llama", "qwen2", "qwen3", "gemma2", "gemma3",
+                          "phi3" */
+    int n_vocab, dim, n_layers, n_heads, n_kv_heads, ffn_dim, ctx;
+    int head_dim;      /* 0 = dim / n_heads */
+    float rope_base;
+    float norm_eps;
+    bool tied;         /* no output.weight: the output shares token_embd */
+    const char *dtype; /* "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+                          "q5_k", "q6_k" for the linear weights, or the llama.cpp mixes
+                          "q4_k_m", "q5_k_m" */
+    uint64_t seed;
+    float scale;       /* std of the random weights; 0 = 1/sqrt(dim) */
+    int window;        /* families with sliding-window layers: its size (0: the family's
+                          default, none for gemma3) */
+    const char *rope_scaling; /* NULL or "none", "linear", "yarn", "longrope" (which also
+                                 writes random rope_factors_short/_long tables) */
+    float rope_factor;        /* rope.scaling.factor; 0: not written */
+    int rope_orig_ctx;        /* rope.scaling.original_context_length; 0: not written */
+    float rope_attn_factor;   /* rope.scaling.attn_factor; 0: not written */
+} seer_gen_params;
+
+seer_gen_params seer_gen_default_params(void);
+seer_status seer_gen_model(const seer_gen_params *p, const char *path);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Models and caches made up for timings                                                    */
+
+/* A model with random weights of a Llama-family shape generated directly on the backend (no
+ * file), for timings at real shapes; what it computes is noise. shape names a preset (see
+ * seer_synthetic_shapes: "llama-3.1-8b", "llama-2-7b", "qwen2.5-7b", "tiny", ...); p may then
+ * be NULL or give the seed and scale (its other fields are ignored). With shape NULL, p gives
+ * the shape (p->dtype is ignored: weights take the backend's dtype, f32 on the CPU, bf16 on
+ * CUDA). Weights are uniform with standard deviation scale (0: 1/sqrt(input dim) of each
+ * weight), norm weights near 1, qwen2 biases small. The vocabulary is synthetic
+ * (SentencePiece-style: <unk>, <s>, </s>, 256 byte tokens, filler pieces). The same shape and
+ * seed give the same model on every backend, up to the rounding of its dtype. */
+seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p,
+                                 seer_model_params mp, seer_model **out);
+/* The preset names, NULL-terminated. */
+const char *const *seer_synthetic_shapes(void);
+
+/* Benchmark-only: appends len slots of random K/V (all layers, standard deviation 1, fixed
+ * by seed) to seq without computing them, as if len tokens had been decoded. Afterwards the
+ * sequence is len longer; its new slots hold no real tokens' KV. Errors as seer_decode
+ * (SEER_ERR_KV_FULL, SEER_ERR_CONTEXT), leaving the context unchanged. */
+seer_status seer_seq_fill_synthetic(seer_context *ctx, seer_seq_id seq, int len, uint64_t seed);
+
+/* What the decode floor of docs/performance.md is computed from. */
+#define SEER_FOOTPRINT_MAX_TYPES 8
+typedef struct {
+    uint64_t weight_bytes;       /* W: all linear weights + the LM head as stored on the
+                                    backend (the embedding table, of which a step reads only
+                                    B rows, counts only when it is the tied LM head) */
+    uint64_t kv_bytes_per_token; /* c: 2 * layers * Hkv * Dh * bytes of a stored KV element */
+    int weight_elem_bytes;       /* bytes per stored weight element (4 f32, 2 bf16); 0 when
+                                    the weights are stored in blocks of under a byte each
+                                    (q4_0, q4_K, ...): W and weight_types hold their size */
+    int kv_elem_bytes;
+    uint64_t weight_elems;       /* elements of the weights W counts */
+    /* W by stored dtype (each weight as the backend holds it: quantized where it keeps the
+     * GGUF's blocks, bf16 or f32 where it dequantized them), largest first; dtypes past
+     * SEER_FOOTPRINT_MAX_TYPES - 1 are summed into the last entry, named "other". */
+    int n_weight_types;
+    struct {
+        char name[16];           /* ggml's name of the dtype: "bf16", "q8_0", "q4_K", ... */
+        uint64_t bytes;
+    } weight_types[SEER_FOOTPRINT_MAX_TYPES];
+    uint64_t draft_weight_bytes; /* the draft weights' copy of W (seer_model_params.
+                                    draft_weights), 0 without one */
+    char draft_weights[16];      /* their dtype's name ("q4_0"), "" without */
+    char file_type[16];          /* the GGUF's general.file_type as llama.cpp names it
+                                    ("BF16", "Q4_0", "Q4_K_M"), "" when absent or synthetic */
+} seer_model_footprint;
+
+void seer_model_get_footprint(const seer_model *model, seer_model_footprint *out);
+/* Measures the copy bandwidth of the model's backend device (bytes read + written per
+ * second of a large copy, median of several; allocates and frees its buffers). */
+seer_status seer_model_measure_bandwidth(const seer_model *model, double *bytes_per_s);
+#ifdef __cplusplus
+}
+#endif
+
+#endif
