@@ -8,6 +8,7 @@
  * Not for: tests (tests/test_gguf.c builds its own files).
  */
 #include "gguf/gguf.h"
+#include "seer_bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>

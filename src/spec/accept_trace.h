@@ -6,6 +6,7 @@
 #define SEER_SPEC_ACCEPT_TRACE_H
 
 #include "seer.h"
+#include "seer_bench.h"
 
 #include <stdbool.h>
 #include <stdint.h>
