@@ -43,12 +43,19 @@ enum {
     D_WORDS = 32
 };
 
-/* Keys per split of a token that sees n_vis slots. */
-static __host__ __device__ __forceinline__ long long att_chunk(long long n_vis) {
-    long long c = ATT_MIN_CHUNK;
-    while (c * ATT_MAX_SPLITS < n_vis)
+/* Keys per split for n_vis visible slots: the smallest power-of-two multiple of min_chunk
+ * that makes at most max_splits splits. */
+static __host__ __device__ __forceinline__ long long att_chunk_of(long long n_vis, long long min_chunk,
+                                                                   int max_splits) {
+    long long c = min_chunk;
+    while (c * max_splits < n_vis)
         c *= 2;
     return c;
+}
+
+/* Keys per split of a token that sees n_vis slots. */
+static __host__ __device__ __forceinline__ long long att_chunk(long long n_vis) {
+    return att_chunk_of(n_vis, ATT_MIN_CHUNK, ATT_MAX_SPLITS);
 }
 
 static __host__ __device__ __forceinline__ int att_splits(long long n_vis) {
@@ -63,10 +70,7 @@ static __host__ __device__ __forceinline__ int att_splits(long long n_vis) {
 #define ATT_PRE_MIN_CHUNK 1024
 #define ATT_PRE_SPLITS 16
 static __host__ __device__ __forceinline__ long long att_pre_chunk(long long n_vis) {
-    long long c = ATT_PRE_MIN_CHUNK;
-    while (c * ATT_PRE_SPLITS < n_vis)
-        c *= 2;
-    return c;
+    return att_chunk_of(n_vis, ATT_PRE_MIN_CHUNK, ATT_PRE_SPLITS);
 }
 
 static __host__ __device__ __forceinline__ int att_pre_splits(long long n_vis) {
@@ -212,6 +216,18 @@ struct seer_cuda_att {
     size_t qkv_host_cap;
     seer_cuda_buf qkv_idx;
 };
+
+/* Heads of the GQA group one block of the scalar kernel holds, and how many blocks a group
+ * takes. */
+static inline void head_chunks(int H, int Hkv, int *n_hc, int *gb) {
+    const int group = H / Hkv;
+    *n_hc = (group + ATT_GB - 1) / ATT_GB;
+    *gb = (group + *n_hc - 1) / *n_hc;
+}
+
+/* The scalar kernel's blocks the device holds at once for this head configuration
+ * (attention.cu). */
+seer_status attn_capacity(seer_cuda *c, int gb, int Dh, int *out);
 
 /* Tensor-core kernel (attention_tc.cu): whether it serves this head shape, how many tokens a
  * work item holds, and the launch of its persistent grids over the descriptor's items. Its

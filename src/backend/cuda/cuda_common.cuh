@@ -120,7 +120,7 @@ typedef struct {
     const int32_t *staged; /* its copy in the pinned staging buffer, to detect reuse */
 } seer_cuda_idx;
 
-/* Attention's view of the batch, built on the host by batch_begin (see attention.cu). All
+/* Attention's view of the batch, built on the host by batch_begin (see attention_plan.cu). All
  * pointers are device memory inside the batch buffer. */
 typedef struct {
     bool valid;
