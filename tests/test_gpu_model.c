@@ -436,37 +436,6 @@ static void test_random_models(void **state) {
 
 /* ---- prompt cuts ---------------------------------------------------------------------- */
 
-/* Feeds the prompt toks[0..n) to a new sequence in calls of cuts[0], cuts[1], ... (the last
- * repeated), flagged as prompt tokens, each call after another sequence's decode step when
- * other >= 0, and keeps every row's logits in out [n][V]. */
-static void feed_cuts(seer_context *c, const int32_t *toks, int n, const int *cuts, int n_cuts,
-                      seer_seq_id other, float *out, int V) {
-    seer_seq_id q;
-    ASSERT_OK(seer_seq_new(c, &q));
-    int32_t tok[260], pos[260];
-    seer_seq_id sq[260];
-    uint8_t lg[260], pr[260];
-    float *buf = malloc(sizeof(float) * 260 * (size_t)V);
-    assert_non_null(buf);
-    for (int at = 0, k = 0; at < n; k++) {
-        int len = cuts[k < n_cuts ? k : n_cuts - 1], T = 0;
-        len = len < n - at ? len : n - at;
-        if (other >= 0) {
-            tok[T] = 5 + k % 7, sq[T] = other, pos[T] = seer_seq_len(c, other), lg[T] = 0, pr[T] = 0;
-            T++;
-        }
-        for (int i = 0; i < len; i++, T++)
-            tok[T] = toks[at + i], sq[T] = q, pos[T] = at + i, lg[T] = 1, pr[T] = 1;
-        memset(buf, 0xff, sizeof(float) * (size_t)len * V); /* NaN: rows left unwritten fail */
-        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = lg, .prompt = pr};
-        ASSERT_OK(seer_decode(c, &b, buf));
-        memcpy(out + (size_t)at * V, buf, sizeof(float) * (size_t)len * V);
-        at += len;
-    }
-    free(buf);
-    seer_seq_free(c, q);
-}
-
 /*
  * Prompt tokens keep their bits however the prompt is cut into calls of up to the backend's
  * batch-invariant size, and whatever else the calls hold (seer_context_prompt_cuts_free),
@@ -501,8 +470,8 @@ static void test_prompt_cuts(void **state) {
         assert_non_null(ref);
         assert_non_null(got);
         const int one[] = {256}, a[] = {1, 7, 70, 222}, b[] = {150, 10, 140}, d[] = {13};
-        feed_cuts(cc, toks, N, one, 1, -1, got, V);
-        feed_cuts(c, toks, N, one, 1, -1, ref, V);
+        tu_feed_cuts(cc, toks, N, one, 1, N, -1, got, V);
+        tu_feed_cuts(c, toks, N, one, 1, N, -1, ref, V);
         const double e = logit_err(ref, got, (size_t)N * V);
         printf("gpu_model: prompt cuts, %s D=%d H=%d Hkv=%d %s: against the CPU err=%.3e tol=%.1e\n",
                sh->arch, sh->dim, sh->heads, sh->kv_heads, sh->dtype, e, LOGIT_TOL);
@@ -516,7 +485,7 @@ static void test_prompt_cuts(void **state) {
             const char *what;
         } runs[] = {{a, 4, -1, "1, 7, 70, 222"}, {b, 3, -1, "150, 10, 140"}, {d, 1, other, "13 beside a decode step"}};
         for (int r = 0; r < 3; r++) {
-            feed_cuts(c, toks, N, runs[r].cuts, runs[r].n, runs[r].other, got, V);
+            tu_feed_cuts(c, toks, N, runs[r].cuts, runs[r].n, N, runs[r].other, got, V);
             const bool same = memcmp(ref, got, sizeof(float) * N * V) == 0;
             printf("gpu_model: prompt cuts, head size %d, calls of %s: %s\n", sh->dim / sh->heads, runs[r].what,
                    same ? "the same bits" : "FAIL: bits differ");

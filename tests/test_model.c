@@ -471,36 +471,6 @@ static void thread_count_invariance(const char *path) {
         free(l[r]);
 }
 
-/* Feeds toks[0..n) to a new sequence of c in calls of cuts[] tokens (the last repeats), those
- * before index upto flagged as prompt tokens, logits of every token to out [n][V]. Beside
- * each call, a second sequence `other` (when >= 0) decodes one token, so the prompt never
- * has a call to itself. */
-static void feed_cuts(seer_context *c, const int32_t *toks, int n, const int *cuts, int n_cuts, int upto,
-                      seer_seq_id other, float *out, int V) {
-    seer_seq_id q;
-    ASSERT_OK(seer_seq_new(c, &q));
-    int32_t tok[260], pos[260];
-    seer_seq_id sq[260];
-    uint8_t lg[260], pr[260];
-    float *buf = malloc(sizeof(float) * 260 * (size_t)V);
-    for (int at = 0, k = 0; at < n; k++) {
-        int len = cuts[k < n_cuts ? k : n_cuts - 1], T = 0;
-        len = len < n - at ? len : n - at;
-        if (other >= 0) { /* the other sequence's decode step first */
-            tok[T] = 5 + k % 7, sq[T] = other, pos[T] = seer_seq_len(c, other), lg[T] = 0, pr[T] = 0;
-            T++;
-        }
-        for (int i = 0; i < len; i++, T++)
-            tok[T] = toks[at + i], sq[T] = q, pos[T] = at + i, lg[T] = 1, pr[T] = at + i < upto;
-        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = lg, .prompt = pr};
-        ASSERT_OK(seer_decode(c, &b, buf));
-        memcpy(out + (size_t)at * V, buf, sizeof(float) * (size_t)len * V);
-        at += len;
-    }
-    free(buf);
-    seer_seq_free(c, q);
-}
-
 /* Prompt tokens (seer_batch.prompt) have the same bits however the prompt is cut into calls
  * and whatever else is in them, on the CPU (seer_context_prompt_cuts_free): 300 tokens in
  * one call, in calls of 1, 7, 70 and the rest, of 150, 10 and 140, and of 13 beside another
@@ -516,20 +486,20 @@ static void test_prompt_cuts(void **state) {
         toks[i] = 1 + (7 * i * i + 3) % 500;
     float *ref = malloc(sizeof(float) * n * V), *got = malloc(sizeof(float) * n * V);
     const int one[] = {256}, a[] = {1, 7, 70, 222}, b[] = {150, 10, 140}, d[] = {13};
-    feed_cuts(c, toks, n, one, 1, n, -1, ref, V);
-    feed_cuts(c, toks, n, a, 4, n, -1, got, V);
+    tu_feed_cuts(c, toks, n, one, 1, n, -1, ref, V);
+    tu_feed_cuts(c, toks, n, a, 4, n, -1, got, V);
     assert_memory_equal(ref, got, sizeof(float) * n * V);
-    feed_cuts(c, toks, n, b, 3, n, -1, got, V);
+    tu_feed_cuts(c, toks, n, b, 3, n, -1, got, V);
     assert_memory_equal(ref, got, sizeof(float) * n * V);
     seer_seq_id other;
     ASSERT_OK(seer_seq_new(c, &other));
-    feed_cuts(c, toks, n, d, 1, n, other, got, V);
+    tu_feed_cuts(c, toks, n, d, 1, n, other, got, V);
     assert_memory_equal(ref, got, sizeof(float) * n * V);
     seer_seq_free(c, other);
     /* 200 prompt tokens, then 100 unflagged: in calls of 256 and the rest, and one at a time */
-    feed_cuts(c, toks, n, one, 1, 200, -1, ref, V);
+    tu_feed_cuts(c, toks, n, one, 1, 200, -1, ref, V);
     const int c1[] = {200, 1};
-    feed_cuts(c, toks, n, c1, 2, 200, -1, got, V);
+    tu_feed_cuts(c, toks, n, c1, 2, 200, -1, got, V);
     assert_memory_equal(ref, got, sizeof(float) * n * V);
     free(ref), free(got);
     seer_context_free(c);

@@ -391,3 +391,31 @@ double tu_dist_expect(const tu_dist *d, seer_spec_params spec, int n_runs, int *
         fail_msg("%s: fails the test (%.3f)", label, r);
     return r;
 }
+
+void tu_feed_cuts(seer_context *c, const int32_t *toks, int n, const int *cuts, int n_cuts, int upto,
+                  seer_seq_id other, float *out, int V) {
+    seer_seq_id q;
+    ASSERT_OK(seer_seq_new(c, &q));
+    int32_t tok[260], pos[260];
+    seer_seq_id sq[260];
+    uint8_t lg[260], pr[260];
+    float *buf = malloc(sizeof(float) * 260 * (size_t)V);
+    assert_non_null(buf);
+    for (int at = 0, k = 0; at < n; k++) {
+        int len = cuts[k < n_cuts ? k : n_cuts - 1], T = 0;
+        len = len < n - at ? len : n - at;
+        if (other >= 0) { /* the other sequence's decode step first */
+            tok[T] = 5 + k % 7, sq[T] = other, pos[T] = seer_seq_len(c, other), lg[T] = 0, pr[T] = 0;
+            T++;
+        }
+        for (int i = 0; i < len; i++, T++)
+            tok[T] = toks[at + i], sq[T] = q, pos[T] = at + i, lg[T] = 1, pr[T] = at + i < upto;
+        memset(buf, 0xff, sizeof(float) * (size_t)len * V);
+        seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = lg, .prompt = pr};
+        ASSERT_OK(seer_decode(c, &b, buf));
+        memcpy(out + (size_t)at * V, buf, sizeof(float) * (size_t)len * V);
+        at += len;
+    }
+    free(buf);
+    seer_seq_free(c, q);
+}

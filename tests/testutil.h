@@ -59,6 +59,14 @@ seer_spec_params tu_spec(seer_spec_kind kind, int gamma, int budget);
  * unless q is NULL. */
 void tu_prefill_logits(seer_model *m, const int32_t *tok, int n, float *logits, const uint8_t *cap, float *q);
 
+/* Feeds toks[0..n) (n <= 256 a call) to a new sequence of c in calls of cuts[] tokens (the
+ * last repeats), those before index upto flagged as prompt tokens, the logits of every token
+ * to out [n][V] (the buffer poisoned with NaN before each call, so a row left unwritten
+ * fails a comparison). Beside each call, a second sequence `other` (when >= 0) decodes one
+ * token first, so the prompt never has a call to itself. The new sequence is freed after. */
+void tu_feed_cuts(seer_context *c, const int32_t *toks, int n, const int *cuts, int n_cuts, int upto,
+                  seer_seq_id other, float *out, int V);
+
 /* One sequence's emitted tokens. */
 typedef struct {
     int n;
