@@ -82,6 +82,10 @@ typedef struct {
     double fill_rows;
 } side;
 
+/* A call is started only when it is predicted to end within the budget with this slack: on a
+ * shared 2-core CPU the same step's time moved by up to a third between calls. */
+#define CALL_SLACK 1.3
+
 typedef struct {
     const seer_calibrate_params *p;
     double t_point;     /* seconds of repetitions aimed at per point */
@@ -165,7 +169,7 @@ static seer_status time_point(bench *bn, side *s, int B, int L, int n, int K, bo
         /* past the deadline only the one timed call (never the warm-up alone: at 14 x 32K on
          * an H100 the warm-up calls of the view steps, 13.2 ms at 2048 slots, stood in the
          * table for rounds of 11.2) */
-        if (reps > 0 && now_s() + dt > bn->deadline)
+        if (reps > 0 && now_s() + CALL_SLACK * dt > bn->deadline)
             planned = reps;
     }
     if (T > s->max_T)
@@ -213,17 +217,32 @@ static double fill_rows(const side *s, int B, int L) {
 }
 
 /* Brings the first B sequences of s to length L. */
-static seer_status side_fill(side *s, int B, int L) {
+/* Fills the first B sequences of s to L (rewinding the longer ones), in pieces of at most
+ * FILL_PIECE rows so that the deadline is checked between them: a fill's rate is not steady
+ * (on a 2-core CPU one sequence's 16K rows took 0.5 s, the next one's 2.4 s, first touches
+ * of its pages), so a predicted fill may not fit. *late: it stopped at the deadline. */
+enum { FILL_PIECE = 256 };
+
+
+static seer_status side_fill(side *s, int B, int L, double deadline, bool *late) {
     const double t0 = now_s();
-    double rows = 0;
-    for (int i = 0; i < B; i++) {
-        const int have = seer_seq_len(s->ctx, s->seq[i]);
+    double rows = 0, piece_s = 0;
+    *late = false;
+    for (int i = 0; i < B && !*late; i++) {
+        int have = seer_seq_len(s->ctx, s->seq[i]);
         if (have > L)
             SEER_TRY(seer_seq_rewind(s->ctx, s->seq[i], L));
-        else if (have < L) {
-            SEER_TRY(seer_seq_fill_synthetic(s->ctx, s->seq[i], L - have,
-                                             1000u * (uint64_t)L + (uint64_t)i));
-            rows += L - have;
+        while (have < L) {
+            const double p0 = now_s();
+            if (p0 + piece_s > deadline) { /* the next piece, timed as the last one */
+                *late = true;
+                break;
+            }
+            const int n = L - have < FILL_PIECE ? L - have : FILL_PIECE;
+            SEER_TRY(seer_seq_fill_synthetic(s->ctx, s->seq[i], n,
+                                             1000u * (uint64_t)L + (uint64_t)i + ((uint64_t)have << 32)));
+            have += n, rows += n;
+            piece_s = now_s() - p0;
         }
     }
     if (rows > 0)
@@ -778,12 +797,16 @@ seer_status seer_cost_calibrate(seer_context *ctx, const seer_calibrate_params *
         const double rate = s->fill_rows > 0 ? s->fill_s / s->fill_rows : 0;
         const double cost = rate * fill_rows(s, pt->B, pt->L) + dt_pred * (warm ? 2 : 1);
         /* the first point is always measured: a table stands on at least one time */
-        if (measured > 0 && now_s() + cost > bn.deadline) {
+        if (measured > 0 && now_s() + CALL_SLACK * cost > bn.deadline) {
             if (anchor)
                 continue; /* an anchor that does not fit: cheaper points may */
             break;        /* the cheapest does not fit: nothing does */
         }
-        st = side_fill(s, pt->B, pt->L);
+        bool late = false;
+        st = side_fill(s, pt->B, pt->L, measured > 0 ? bn.deadline : INFINITY, &late);
+        /* the fill ran slower than its rate said: the call no longer fits */
+        if (st == SEER_OK && measured > 0 && (late || now_s() + CALL_SLACK * dt_pred * (warm ? 2 : 1) > bn.deadline))
+            break;
         if (st == SEER_OK)
             st = time_point(&bn, s, pt->B, pt->L, pt->n, pt->K, warm, dt_pred, pt->out);
         if (st != SEER_OK)
