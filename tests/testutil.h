@@ -131,6 +131,18 @@ void tu_dist_init(tu_dist *d, seer_model *m);
 double tu_dist_expect(const tu_dist *d, seer_spec_params spec, int n_runs, int *wrong_rule, const char *what,
                       ...) __attribute__((format(printf, 5, 6)));
 
+/* The test builds' hooks: tests that use them compile src/spec/verify.c,
+ * src/spec/draft_hierarchy.c and src/sched/sched.c into themselves with SEER_TEST_HOOKS
+ * (CMakeLists.txt), and the library's copies of those files have no hooks.
+ *   seer_verify_wrong_rule_for_tests: nonzero, a rejected draft token is replaced by a sample
+ *     from p instead of the residual (NOT exact);
+ *   seer_hier_wrong_rule_for_tests: likewise at the hierarchy's middle level;
+ *   seer_sched_fail_for_tests: > 0, counts down once per scheduler step that reaches the end
+ *     of its forward call and verification; the step at which it reaches 0 fails there. */
+extern int seer_verify_wrong_rule_for_tests;
+extern int seer_hier_wrong_rule_for_tests;
+extern int seer_sched_fail_for_tests;
+
 #define ASSERT_OK(expr)                                                                   \
     do {                                                                                  \
         seer_status s_ = (expr);                                                          \

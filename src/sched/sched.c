@@ -52,7 +52,16 @@ static double sched_now_s(void) {
 
 #define MAX_GROUPS 8
 
+/* Test builds only (SEER_TEST_HOOKS, the tests that link this file into themselves): when
+ * > 0, counts down once per step that reaches the end of its forward call and verification;
+ * the step at which it reaches 0 fails there (SEER_ERR_BACKEND), after the call has appended
+ * rows and samplers have drawn, so that the roll-back is exercised. */
+#ifdef SEER_TEST_HOOKS
 int seer_sched_fail_for_tests;
+#define INJECTED_FAILURE (seer_sched_fail_for_tests > 0 && --seer_sched_fail_for_tests == 0)
+#else
+#define INJECTED_FAILURE false
+#endif
 
 typedef struct {
     bool used;
@@ -678,7 +687,7 @@ static seer_status run_plan(seer_sched *s, int n) {
     for (int i = 0; i < MAX_GROUPS; i++)
         if (s->groups[i].n)
             SEER_TRY(seer_round_verify(s->groups[i].g, 0, s->groups[i].n, amax ? s->ids : NULL, L));
-    if (seer_sched_fail_for_tests > 0 && --seer_sched_fail_for_tests == 0)
+    if (INJECTED_FAILURE)
         return seer_err(SEER_ERR_BACKEND, "injected failure (test hook)");
     /* queries of prompt tails, in batch order */
     for (int e = 0, t = 0, cr = 0; e < n && ncap; e++) {

@@ -101,9 +101,4 @@ void seer_request_emit(seer_request *r, int32_t t, int n_ctx);
 void seer_request_finish(seer_request *r, seer_finish_reason why);
 double seer_sched_now(void);
 
-/* Test hook: when > 0, counts down once per step that reaches the end of its forward call
- * and verification; the step at which it reaches 0 fails there (SEER_ERR_BACKEND), after the
- * call has appended rows and samplers have drawn, so that the roll-back is exercised. */
-extern int seer_sched_fail_for_tests;
-
 #endif

@@ -26,7 +26,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Test builds only (SEER_TEST_HOOKS): when nonzero, the middle level replaces a rejected draft
+ * token by a sample from its own distribution instead of the residual (TriForce's published
+ * code), which is NOT exact; the distribution test uses it to show its power. */
+#ifdef SEER_TEST_HOOKS
 int seer_hier_wrong_rule_for_tests;
+#define WRONG_RULE (seer_hier_wrong_rule_for_tests != 0)
+#else
+#define WRONG_RULE false
+#endif
 
 typedef struct {
     /* settings (seer_spec_params) */
@@ -247,7 +255,7 @@ static seer_status mid_verify(const seer_draft_env *env, hier_impl *im, seer_dra
                     u[nu + r] = seer_sampler_uniform(s->smp);
                 ch[nc] = (seer_accept_chain){.nd = b->n, .draft = b->tok, .p = Lg + (size_t)row0[k] * V,
                                              .q = b->q, .u = u + nu,
-                                             .resample_from_p = seer_hier_wrong_rule_for_tests != 0};
+                                             .resample_from_p = WRONG_RULE};
                 nu += b->n + 1;
                 cix[k] = nc++;
             }

@@ -148,11 +148,6 @@ bool seer_drafter_has(seer_spec_kind k, unsigned flags);
 /* The names of the drafters with all of flags, "a, b or c", into buf [cap] (for messages). */
 void seer_drafter_names(unsigned flags, char *buf, size_t cap);
 
-/* Test hook: when nonzero, the hierarchy's middle level replaces a rejected draft token by a
- * sample from its own distribution instead of the residual (TriForce's published code), which
- * is NOT exact; the distribution test uses it to show its power. */
-extern int seer_hier_wrong_rule_for_tests;
-
 /* The ops of the drafter registered under name, NULL for none. */
 const seer_drafter_ops *seer_drafter_find(const char *name);
 

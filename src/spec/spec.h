@@ -258,8 +258,4 @@ seer_status seer_gen_first_token(seer_gen *g, seer_gen_seq *s, float *logits, in
  * The logits of sampled sequences are overwritten by their probabilities. */
 seer_status seer_verify_group(seer_gen *g, int k0, int k1, const int *row0, float *logits);
 
-/* Test hook: when nonzero, a rejected draft token is replaced by a sample from p instead of
- * the residual, which is NOT exact; the distribution test uses it to show its power. */
-extern int seer_verify_wrong_rule_for_tests;
-
 #endif

@@ -48,7 +48,16 @@ seer_status seer_gen_first_token(seer_gen *g, seer_gen_seq *s, float *logits, in
     return seer_context_sample(g->ctx, g->rows, 1, next);
 }
 
+/* Test builds only (SEER_TEST_HOOKS, the tests that link this file into themselves): when
+ * nonzero, a rejected draft token is replaced by a sample from p instead of the residual,
+ * which is NOT exact; the distribution tests use it to show their power. The library itself
+ * always applies the exact rule. */
+#ifdef SEER_TEST_HOOKS
 int seer_verify_wrong_rule_for_tests;
+#define WRONG_RULE (seer_verify_wrong_rule_for_tests != 0)
+#else
+#define WRONG_RULE false
+#endif
 
 seer_status seer_verify_group(seer_gen *g, int k0, int k1, const int *row0, float *logits) {
     const int V = g->V, G = g->G;
@@ -91,12 +100,12 @@ seer_status seer_verify_group(seer_gen *g, int k0, int k1, const int *row0, floa
             if (seer_gen_is_chain(g, k)) {
                 g->chains[nc] = (seer_accept_chain){
                     .nd = nd, .draft = d, .p = Lk, .u = u, .q = q,
-                    .resample_from_p = seer_verify_wrong_rule_for_tests != 0};
+                    .resample_from_p = WRONG_RULE};
                 g->chain[k] = nc++;
             } else {
                 g->trees[nt] = (seer_accept_tree){
                     .n = nd, .tok = d, .parent = g->par + (size_t)k * G, .p = Lk, .q = q, .u = u,
-                    .resample_from_p = seer_verify_wrong_rule_for_tests != 0};
+                    .resample_from_p = WRONG_RULE};
                 g->chain[k] = (1 << 20) + nt++;
             }
         }
