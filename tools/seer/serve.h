@@ -199,7 +199,11 @@ void serve_conn_log(void *cls, const char *fmt, va_list ap);
 
 /* serve_http.c */
 struct MHD_Daemon *serve_http_start(serve_state *srv);
+
+/* serve_loop.c */
 /* Queues a job for the scheduler thread; false (job untouched) when the server drains. */
 bool serve_enqueue(serve_state *srv, serve_job *j);
+/* The scheduler thread (pthread_create's start routine; arg: the serve_state). */
+void *serve_sched_loop(void *arg);
 
 #endif
