@@ -370,7 +370,7 @@ typedef struct seer_spec_cost seer_spec_cost;
 
 /* An acceptance trace: what drafters accepted, round by round, per sequence, recorded from
  * a real model (seer_gen_record_trace) and replayed by benchmarks on random weights
- * (seer_spec_params.synthetic_trace). Its file format is in src/spec/accept_trace.c. */
+ * (seer_gen_set_synthetic, seer_bench.h). Its file format is in src/spec/accept_trace.c. */
 typedef struct seer_accept_trace seer_accept_trace;
 
 typedef struct {
@@ -414,19 +414,11 @@ typedef struct {
                                  streaming); its settings are those of that drafter */
     int hier_gamma;        /* hierarchy: tokens the draft model proposes per verification by
                               the middle level (>= 1); gamma is the middle level's chain */
-    float synthetic_accept; /* benchmarks on random weights only: when > 0, each draft token is
-                               accepted independently with this probability instead of by
-                               the verification rule. NOT lossless; labelled in all output. */
     bool draft_weights;    /* self-drafts (streaming, retrieval, snapkv, quantkv, and the
                               hierarchy's middle level): draft steps multiply by the model's
                               quantised draft weights (seer_model_params.draft_weights).
                               auto's sparse self-drafts do so whenever the model holds them,
                               as its cost table was calibrated */
-    const seer_accept_trace *synthetic_trace; /* benchmarks on random weights only: when set,
-                               draft tokens are accepted as the trace recorded for the round's
-                               drafter kind (each sequence replays its own line from its own
-                               offset); a kind without lines falls back to synthetic_accept.
-                               NOT lossless; labelled in all output. */
 } seer_spec_params;
 
 /* Most nodes of a tree whose size is chosen online (tree_size -1). */

@@ -16,11 +16,20 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------- */
-/* Acceptance traces (seer_spec_params.synthetic_trace replays one)                         */
+/* Synthetic acceptance and acceptance traces                                               */
 
 /* Records the acceptance of every later round of g into t (which the caller keeps alive
  * while g runs, and saves); NULL stops recording. */
 seer_status seer_gen_record_trace(seer_gen *g, seer_accept_trace *t);
+
+/* Timing runs on random weights, where real acceptance means nothing. From the next round
+ * on, g's draft tokens are accepted as trace recorded for the round's drafter kind and budget
+ * (each sequence replays its own line from its own offset; trace kept alive by the caller),
+ * and where trace is NULL or has no line of the kind, each independently with probability
+ * alpha, in [0, 1). The ragged batches, rows and rewinds run as they would at that acceptance.
+ * NOT lossless: output is not the target's; label every number so obtained. alpha 0 and
+ * trace NULL: the verification rule decides again. */
+seer_status seer_gen_set_synthetic(seer_gen *g, float alpha, const seer_accept_trace *trace);
 
 seer_status seer_accept_trace_new(seer_accept_trace **out);
 /* SEER_ERR_FORMAT (with the line) when malformed, SEER_ERR_IO when unreadable. */

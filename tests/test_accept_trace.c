@@ -117,6 +117,10 @@ static void test_replay_stream(void **state) {
 }
 
 /* A generator over n prompts of a model; returns its stats. */
+/* synthetic acceptance for gen()'s generator (seer_gen_set_synthetic; 0, NULL: none) */
+static float synth_alpha;
+static const seer_accept_trace *synth_trace;
+
 static seer_spec_stats gen(seer_model *m, seer_spec_params sp, int n, int max_new, seer_accept_trace *rec,
                            tu_output *out) {
     seer_context_params cp = seer_context_default_params();
@@ -127,6 +131,8 @@ static seer_spec_stats gen(seer_model *m, seer_spec_params sp, int n, int max_ne
     ASSERT_OK(seer_context_init(m, cp, &c));
     seer_gen *g = NULL;
     ASSERT_OK(seer_gen_init(c, sp, &g));
+    if (synth_alpha > 0 || synth_trace)
+        ASSERT_OK(seer_gen_set_synthetic(g, synth_alpha, synth_trace));
     if (rec)
         ASSERT_OK(seer_gen_record_trace(g, rec));
     static const int32_t prompt[] = {1, 403, 261, 29, 410, 306, 270, 269, 324, 280, 303, 271};
@@ -207,7 +213,7 @@ static void test_replay_gen(void **state) {
         for (int i = 0; i < 3; i++) {
             seer_accept_trace *t = parse_ok(traces[i]);
             seer_spec_params sp = streaming(4);
-            sp.synthetic_trace = t;
+            synth_trace = t;
             if (tree) { /* the first children of a tree follow the trace as a chain does */
                 sp.tree_size = 8;
                 sp.tree_depth = 4;
@@ -227,9 +233,11 @@ static void test_replay_gen(void **state) {
     /* a kind without lines accepts at the synthetic rate */
     seer_accept_trace *t = parse_ok("seer-accept-trace 1\nseq retrieval 16 4/4\nend\n");
     seer_spec_params sp = streaming(4);
-    sp.synthetic_trace = t;
-    sp.synthetic_accept = 0.5f;
+    synth_trace = t;
+    synth_alpha = 0.5f;
     const seer_spec_stats st = gen(m, sp, 2, 200, NULL, NULL);
+    synth_trace = NULL;
+    synth_alpha = 0;
     const double acc = (double)st.accepted / st.drafted;
     assert_true(acc > 0.1 && acc < 0.6); /* a chain at 0.5 per token: about (0.5+...+0.5^4)/4 */
     seer_accept_trace_free(t);

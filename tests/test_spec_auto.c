@@ -49,9 +49,14 @@ typedef struct {
 } run_stats;
 
 /* Generates from n_prompts prompts together in one generator. */
+/* synthetic acceptance for run()'s generator (seer_gen_set_synthetic; 0, NULL: none) */
+static float synth_alpha;
+static const seer_accept_trace *synth_trace;
+
 static run_stats run(seer_model *m, seer_spec_params spec, int32_t prompts[][64], const int *plen,
                      int n_prompts, int max_new, seer_sampler_params sp, tu_output *out) {
-    tu_gen_ctx cx = {.n_ctx = 512, .page_size = 16, .n_batch_max = 128, .kv_quant_bits = 0};
+    tu_gen_ctx cx = {.n_ctx = 512, .page_size = 16, .n_batch_max = 128, .kv_quant_bits = 0,
+                     .synthetic_accept = synth_alpha, .synthetic_trace = synth_trace};
     run_stats rs;
     rs.st = tu_gen_run(m, spec, prompts[0], 64, plen, n_prompts, max_new, sp, cx, out, &rs.as);
     return rs;
@@ -256,9 +261,10 @@ static void test_explore(void **state) {
     static const float alpha[] = {0.95f, 0.05f};
     for (int i = 0; i < 2; i++) {
         seer_spec_params sp = auto_spec(t, NULL);
-        sp.synthetic_accept = alpha[i];
+        synth_alpha = alpha[i];
         tu_output got[3];
         run_stats rs = run(m, sp, prompts, plen, 3, 300, tu_greedy(), got);
+        synth_alpha = 0;
         const int64_t rounds = rounds_of(&rs.as), drafting = rounds - rs.as.decisions[SEER_SPEC_NONE];
         print_message("synthetic %.2f: %lld rounds, %lld drafting (%lld probes), mean G %.2f\n", alpha[i],
                       (long long)rounds, (long long)drafting, (long long)rs.as.probes,
@@ -295,9 +301,10 @@ static void test_budgets(void **state) {
     seer_accept_trace *tr = NULL;
     ASSERT_OK(seer_accept_trace_parse(text, strlen(text), &tr));
     seer_spec_params sp = auto_spec(t, NULL);
-    sp.synthetic_trace = tr;
+    synth_trace = tr;
     tu_output got[3];
     run_stats rs = run(m, sp, prompts, plen, 3, 300, tu_greedy(), got);
+    synth_trace = NULL;
     const int64_t rounds = rounds_of(&rs.as), drafting = rounds - rs.as.decisions[SEER_SPEC_NONE];
     const double acc = rs.as.drafted[SEER_SPEC_STREAMING]
                            ? (double)rs.as.accepted[SEER_SPEC_STREAMING] / rs.as.drafted[SEER_SPEC_STREAMING]

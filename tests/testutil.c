@@ -173,6 +173,8 @@ seer_spec_stats tu_gen_run(seer_model *m, seer_spec_params spec, const int32_t *
     ASSERT_OK(seer_context_init(m, cp, &c));
     seer_gen *g = NULL;
     ASSERT_OK(seer_gen_init(c, spec, &g));
+    if (cx.synthetic_accept > 0 || cx.synthetic_trace)
+        ASSERT_OK(seer_gen_set_synthetic(g, cx.synthetic_accept, cx.synthetic_trace));
     int h[8];
     for (int i = 0; i < n; i++) {
         seer_sampler_params spi = sp;

@@ -79,6 +79,8 @@ typedef struct {
     int page_size;
     int n_batch_max;
     int kv_quant_bits;
+    float synthetic_accept;                  /* seer_gen_set_synthetic's (0, NULL: none) */
+    const seer_accept_trace *synthetic_trace;
 } tu_gen_ctx;
 
 /* Generates from n (<= 8) prompts together in one seer_gen with spec: prompt i is

@@ -130,8 +130,7 @@ static bool spec_equal(const seer_spec_params *a, const seer_spec_params *b) {
            a->refresh_below == b->refresh_below && a->snap_window == b->snap_window &&
            a->snap_kernel == b->snap_kernel && a->ngram_max == b->ngram_max &&
            a->ngram_min == b->ngram_min && a->draft_model == b->draft_model &&
-           a->draft_budget == b->draft_budget && a->synthetic_accept == b->synthetic_accept &&
-           a->synthetic_trace == b->synthetic_trace &&
+           a->draft_budget == b->draft_budget &&
            a->tree_size == b->tree_size && a->tree_depth == b->tree_depth &&
            a->tree_replan == b->tree_replan && a->tree_draft_cost == b->tree_draft_cost &&
            a->tree_cost_points == b->tree_cost_points && a->tree_cost_n == b->tree_cost_n &&

@@ -1,6 +1,6 @@
 /*
  * accept_trace.c: acceptance traces, what a drafter accepted round by round, recorded from a
- * real model and replayed by benchmarks on random weights (seer_spec_params.synthetic_trace),
+ * real model and replayed by benchmarks on random weights (seer_gen_set_synthetic),
  * so that real, uneven acceptance drives a timing run instead of a constant rate.
  *
  * The file, text, one sequence's run with one drafter per line:

@@ -42,8 +42,6 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
     if (p->draft_weights && !ctx->model->draft_layers)
         return seer_err(SEER_ERR_INVALID_ARG, "speculation with draft weights: the model was loaded without "
                                               "them (seer_model_params.draft_weights)");
-    if (!(p->synthetic_accept >= 0 && p->synthetic_accept < 1))
-        return seer_err(SEER_ERR_INVALID_ARG, "synthetic acceptance %g must be in [0, 1)", p->synthetic_accept);
     if (p->kind == SEER_SPEC_AUTO) { /* its drafters' settings are checked by their inits */
         if (p->tree_size != 0)
             return seer_err(SEER_ERR_INVALID_ARG, "automatic speculation proposes chains, not trees");
@@ -639,48 +637,3 @@ seer_status seer_gen_record_trace(seer_gen *g, seer_accept_trace *t) {
     return SEER_OK;
 }
 
-/* The next draft token of handle h in a synthetic run: accepted or not. */
-static bool synthetic_accept(seer_gen *g, int h) {
-    seer_gen_seq *s = &g->seqs[h];
-    const seer_accept_trace *t = g->spec.synthetic_trace;
-    if (t) {
-        int budget;
-        const seer_spec_kind k = seer_gen_round_drafter(g, &budget);
-        if (seer_drafter_of_kind(k)) {
-            /* a line per kind and budget: auto's rounds at K 2048 replay what a view of 2048
-             * accepted, not the line its first round at K 512 picked */
-            int i = 0;
-            while (i < s->n_trace && !(s->trace[i].kind == k && s->trace[i].budget == budget))
-                i++;
-            if (i == s->n_trace) {
-                if (s->n_trace < SEER_GEN_TRACE_SLOTS)
-                    s->n_trace++;
-                else /* the oldest slot goes */
-                    memmove(s->trace, s->trace + 1, sizeof s->trace[0] * --i);
-                s->trace[i].kind = k;
-                s->trace[i].budget = budget;
-                s->trace[i].line = seer_accept_trace_pick(t, k, budget, h, &s->trace[i].pos);
-            }
-            if (s->trace[i].line >= 0)
-                return seer_accept_trace_next(t, s->trace[i].line, &s->trace[i].pos);
-        }
-    }
-    return seer_sampler_uniform(s->smp) < g->spec.synthetic_accept;
-}
-
-int seer_gen_synthetic_path(seer_gen *g, int k, int32_t *path, int *last) {
-    const int nd = g->nd[k];
-    const int32_t *p = g->par + (size_t)k * g->G;
-    int node = -1, a = 0;
-    for (;;) {
-        int c = node + 1;
-        while (c < nd && p[c] != node)
-            c++;
-        if (c == nd || !synthetic_accept(g, g->hs[k]))
-            break;
-        path[a++] = c;
-        node = c;
-    }
-    *last = node;
-    return a;
-}

@@ -33,7 +33,7 @@ typedef struct {
     float accept_avg; /* running acceptance rate (exponential average) */
     int rounds;       /* rounds since the drafter last refreshed its state */
     void *dstate;     /* the drafter's per-sequence state */
-    struct {          /* synthetic_trace replay, one per drafter kind and budget K used */
+    struct {          /* synthetic.c's trace replay, one per drafter kind and budget K used */
         seer_spec_kind kind;
         int budget;
         int line;     /* the line replayed, -1: the trace has none of the kind */
@@ -69,6 +69,8 @@ struct seer_gen {
     } plan;
     seer_spec_params spec;
     seer_accept_trace *rec;       /* seer_gen_record_trace: rounds recorded here (NULL: none) */
+    float synth_alpha;            /* seer_gen_set_synthetic (timing runs only; 0: off) */
+    const seer_accept_trace *synth_trace;
     int rec_epoch;
     const seer_drafter_ops *dops; /* the drafter of this round (auto: the one chosen, or NULL) */
     void *dimpl;
@@ -125,11 +127,9 @@ static inline bool seer_gen_seq_done(const seer_gen *g, const seer_gen_seq *s, i
            (s->max_new >= 0 && s->n_tokens - s->n_prompt >= s->max_new) || s->n_tokens >= g->ctx->params.n_ctx;
 }
 
-/* Timing runs on random weights (synthetic_accept, synthetic_trace): acceptance is drawn,
+/* Timing runs on random weights (seer_gen_set_synthetic, synthetic.c): acceptance is drawn,
  * not decided by the rule. */
-static inline bool seer_gen_synthetic(const seer_gen *g) {
-    return g->spec.synthetic_accept > 0 || g->spec.synthetic_trace;
-}
+static inline bool seer_gen_synthetic(const seer_gen *g) { return g->synth_alpha > 0 || g->synth_trace; }
 /* A synthetic run's accepted path of round entry k: first children, each accepted at the
  * synthetic rate or as the replayed trace says, into path; returns their count and the last
  * accepted node in *last (-1: none). */

@@ -462,8 +462,11 @@ static bool run_gen(const bench_opts *o, point_state *ps, seer_spec_params sp, g
     memset(&out->as, 0, sizeof out->as);
     seer_gen *g = NULL;
     seer_status s = seer_gen_init(ps->ctx, sp, &g);
+    if (s == SEER_OK && sp.kind != SEER_SPEC_NONE)
+        s = seer_gen_set_synthetic(g, (float)o->alpha, o->trace);
     if (s != SEER_OK) {
         snprintf(err, cap, "generator: %s", seer_last_error());
+        seer_gen_free(g);
         return false;
     }
     seer_sampler_params smp = seer_sampler_default_params();
@@ -524,8 +527,6 @@ static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt
     sp.sinks = o->sinks;
     sp.tree_size = bs->tree_size;
     sp.tree_depth = bs->tree_size ? bs->gamma : 0;
-    sp.synthetic_accept = (float)o->alpha;
-    sp.synthetic_trace = o->trace;
     sp.draft_model = o->draft;
     sp.hier_base = SEER_SPEC_STREAMING;
     sp.hier_gamma = o->hier_gamma ? o->hier_gamma : 2;
