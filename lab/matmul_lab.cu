@@ -55,7 +55,7 @@ static bool in_list(const char *list, const char *name) {
     if (!list)
         return true;
     const size_t n = strlen(name);
-    for (const char *p = list; (p = strstr(p, name)); p += n)
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
         if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == 0))
             return true;
     return false;

@@ -231,7 +231,7 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
                 xb[n][0] = x_pairs<VEC>(x, T, cols, t, col);
                 xb[n][1] = x_pairs<VEC>(x, T, cols, t, col + 16);
             }
-            float xs[NT][2];
+            [[maybe_unused]] float xs[NT][2]; /* x's group sums: types with a min */
             if constexpr (tr::min) {
 #pragma unroll
                 for (int n = 0; n < NT; n++) {
