@@ -11,9 +11,12 @@
  * --waves / --min-steps sweep the split over K (seer_cuda.mm_waves, mm_min_steps) and
  * --xb-min the tokens from which a bf16 weight's x is rounded to bf16 before the matmul
  * (mm_xb_min_t), so a setting can be measured before it becomes the default.
- * q4_k_t is Q4_K in matmul_qt.cu's row blocks (seer_cuda.qt; q4_k: matmul_q.cu's planes), and
- * --gemv-max N the most tokens its GEMV takes (the tensor-core kernel above, the same bits);
- * --mm-tile N the most tokens a block takes (seer_cuda.mm_tile; 32 at most for q4_k_t).
+ * A type's name with _t (q4_k_t, q6_k_t, q8_0_t, q4_0_t, ...: every type of qt_formats.cuh)
+ * is the type in matmul_qt.cu's row blocks (seer_cuda.qt), without it matmul_q.cu's planes;
+ * --gemv-max N the most tokens the row blocks' GEMV takes (the tensor-core kernel above, the
+ * same bits); --mm-tile N the most tokens a block takes (seer_cuda.mm_tile; 32 at most for the
+ * row blocks). The floor is the copy time of the bytes the kernel reads: the row blocks'
+ * (seer_cuda_qt_bytes) or the file's.
  * Not for: correctness of record (test_backend_ops / test_backend_ops_q own that).
  */
 #include "backend/cuda/cuda_common.cuh"
@@ -55,7 +58,7 @@ static bool in_list(const char *list, const char *name) {
     if (!list)
         return true;
     const size_t n = strlen(name);
-    for (const char *p = list; (p = strstr(p, name)); p += n)
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
         if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == 0))
             return true;
     return false;
@@ -105,7 +108,7 @@ static seer_status run_form(seer_backend *be, int form, float *y, const float *x
 }
 
 int main(int argc, char **argv) {
-    const char *types = "bf16,q4_0,q8_0,q4_k,q6_k", *shape_list = NULL;
+    const char *types = "bf16,q4_0,q4_0_t,q8_0,q8_0_t,q4_k,q4_k_t,q6_k,q6_k_t", *shape_list = NULL;
     int Ts[16] = {1, 2, 4, 8}, nT = 4, waves[8] = {1}, n_waves = 1, mins[8] = {2}, n_mins = 1, reps = 20;
     int xbs[8] = {0}, n_xb = 0, gemv_max = -1, mm_tile = 0;
     for (int i = 1; i < argc; i++) {
@@ -158,7 +161,9 @@ int main(int argc, char **argv) {
     static const struct { const char *name; ggml_type t; } tys[] = {
         {"bf16", GGML_TYPE_BF16}, {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q5_0", GGML_TYPE_Q5_0},
         {"q5_1", GGML_TYPE_Q5_1}, {"q8_0", GGML_TYPE_Q8_0}, {"q4_k", GGML_TYPE_Q4_K}, {"q5_k", GGML_TYPE_Q5_K},
-        {"q6_k", GGML_TYPE_Q6_K}, {"q4_k_t", GGML_TYPE_Q4_K},
+        {"q6_k", GGML_TYPE_Q6_K}, {"q4_0_t", GGML_TYPE_Q4_0}, {"q4_1_t", GGML_TYPE_Q4_1},
+        {"q5_0_t", GGML_TYPE_Q5_0}, {"q5_1_t", GGML_TYPE_Q5_1}, {"q8_0_t", GGML_TYPE_Q8_0},
+        {"q4_k_t", GGML_TYPE_Q4_K}, {"q5_k_t", GGML_TYPE_Q5_K}, {"q6_k_t", GGML_TYPE_Q6_K},
     };
     const int maxT = SEER_CUDA_INVARIANT_MAX_T;
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
@@ -195,7 +200,8 @@ int main(int argc, char **argv) {
             gt.data = raw;
             gt.nbytes = nb;
             seer_weight wg, wc[2];
-            c->qt = !strcmp(tys[ti].name, "q4_k_t"); /* the layout follows it at load and in the product */
+            /* the layout follows it at load and in the product */
+            c->qt = strlen(tys[ti].name) > 2 && !strcmp(tys[ti].name + strlen(tys[ti].name) - 2, "_t");
             if (sh->form == 1) { /* gate and up halves, rows alternating, as the model binds them */
                 gguf_tensor half = gt;
                 half.ne[1] = (uint64_t)(sh->rows / 2);
@@ -240,8 +246,9 @@ int main(int argc, char **argv) {
                         free(yr);
                         /* time: reps calls in one graph */
                         const double us = lab_graph_us(c->stream, reps, [&] { CK(run_form(gpu, sh->form, y, x, &wg, T)); });
-                        /* the bytes the kernel reads: the file's, or the row blocks' (4.625 bits a weight) */
-                        const double fb = c->qt ? (double)seer_cuda_qt_bytes(sh->rows, sh->cols) : (double)nb;
+                        /* the bytes the kernel reads: the row blocks' (qt_formats.cuh), or the file's */
+                        const double fb = c->qt ? (double)seer_cuda_qt_bytes(tys[ti].t, sh->rows, sh->cols)
+                                                : (double)nb;
                         const double floor_us = fb / bw * 1e6;
                         printf("%-8s %-8s %3d %5d %5d %7d %9.2f %9.2f %6.1f%% %9.2e%s\n", tys[ti].name, sh->name,
                                T, waves[wi], mins[mi], xbs[xi], us, floor_us, 100.0 * floor_us / us, rel,

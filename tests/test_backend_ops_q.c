@@ -5,13 +5,19 @@
  * Outputs are poisoned with NaN; the error measure and summary are test_backend_ops.c's.
  *
  * Checked: matmul below and above the cuBLAS switch, with bias, odd row counts and rows that
- * end inside a 128-column quad; Q4_K in row blocks (matmul_qt.cu, the default) at T = 1, 2, 5,
- * 8 and the invariant limit, its GEMV and tensor-core kernels giving a row the same bits at
- * every T and whichever of the two computes it; the fused forms (matmul_split, matmul_add, matmul_glu); batch
+ * end inside a 128-column quad; the row blocks (matmul_qt.cu, the default for every type but
+ * where rows are not whole blocks of 256 columns) at T = 1, 2, 5, 8 and the invariant limit,
+ * their GEMV and tensor-core kernels giving a row the same bits at every T and whichever of
+ * the two computes it; the fused forms (matmul_split, matmul_add, matmul_glu); batch
  * invariance (a token's row bit-identical alone and in any batch); embedding rows; and that
- * the encoding is kept (dtype) or dequantised on request (SEER_WEIGHTS_BF16).
+ * the encoding is kept (dtype) or dequantised on request (SEER_WEIGHTS_BF16). The matmul,
+ * fused, invariance and embedding tests run on both layouts: the default backend's and one
+ * with SEER_CUDA_QT=0 (every type in matmul_q.cu's planes).
  *
- * Skips when built without CUDA or when no CUDA device is present.
+ * Also, without a GPU: the row blocks computed on the host with the kernels' lane code
+ * (seer_cuda_qt_host_check) against the CPU's dequantisation and product.
+ *
+ * Skips the GPU tests when built without CUDA or when no CUDA device is present.
  */
 #include "ops_harness.h"
 
@@ -21,7 +27,39 @@ static const ggml_type qtypes[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_
                                    GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
 #define N_QTYPES (int)(sizeof qtypes / sizeof *qtypes)
 
+/* the types kept in row blocks (qt_formats.cuh) */
+static const ggml_type qt_types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q6_K,
+                                     GGML_TYPE_Q5_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_Q5_K};
+#define N_QT_TYPES (int)(sizeof qt_types / sizeof *qt_types)
+
 static bool is_k(ggml_type t) { return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K; }
+
+/* ---- the two layouts ---------------------------------------------------------------------- */
+
+/* The harness's helpers (dev_copy, dev_fetch, ...) go through `gpu`, which names the backend
+ * under test: the harness's own (row blocks where they apply), or one with SEER_CUDA_QT=0. */
+static seer_backend *gpu_default;
+
+static void gpu_restore(void) {
+    if (!gpu_default)
+        gpu_default = gpu;
+    gpu = gpu_default;
+}
+
+/* cases(lname) on the default backend, then (lname " planes") on one with every type in the
+ * planes. */
+static void on_both_layouts(void (*cases)(const char *lname)) {
+    gpu_restore();
+    cases("");
+    setenv("SEER_CUDA_QT", "0", 1);
+    seer_backend *planes = NULL;
+    ASSERT_OK(seer_backend_cuda_init(0, &planes));
+    unsetenv("SEER_CUDA_QT");
+    gpu = planes;
+    cases(" planes");
+    gpu_restore();
+    planes->ops->free(planes);
+}
 
 static void put_f16(uint8_t *p, float v) {
     uint16_t h = seer_f32_to_f16(v);
@@ -69,11 +107,10 @@ static void make_qtensor(host_tensor *ht, const char *name, ggml_type t, int row
 
 /* ---- matmul ------------------------------------------------------------------------------- */
 
-/* Tolerance 1e-2, as for bf16 weights: x is rounded to bf16 (2^-9 relative); the weights
- * enter exactly (codes as bf16 integers, scales in f32), so in practice the error is below
- * the bf16 weights' ~3e-3. */
-static void test_matmul_q(void **state) {
-    (void)state;
+/* Tolerance 1e-2, as for bf16 weights: the weights enter exactly, x is rounded to bf16 in the
+ * planes (2^-9 relative: below the bf16 weights' ~3e-3 in practice) and to 8 bits per group of
+ * 32 in the row blocks (about 4e-3). */
+static void matmul_q_cases(const char *lname) {
     static const struct {
         int T, rows, cols, bias;
     } shapes[] = {
@@ -103,8 +140,8 @@ static void test_matmul_q(void **state) {
             ASSERT_OK(gpu->ops->matmul(gpu, dy, dx, &wg, db, T));
             float *out = dev_fetch(dy, (size_t)T * R);
             char shape[128];
-            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s%s", T, R, C, seer_ggml_type_name(type),
-                     bias ? " bias" : "");
+            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s%s%s", T, R, C, seer_ggml_type_name(type),
+                     bias ? " bias" : "", lname);
             record("matmul_q", shape, out, ref, (size_t)T * R, 1e-2);
             cpu->ops->weight_free(cpu, &wc);
             gpu->ops->weight_free(gpu, &wg);
@@ -114,13 +151,17 @@ static void test_matmul_q(void **state) {
             free(x), free(bias), free(ref), free(out), free(ht.data);
         }
     }
+}
+
+static void test_matmul_q(void **state) {
+    (void)state;
+    on_both_layouts(matmul_q_cases);
     assert_op_passed("matmul_q");
 }
 
 /* A token's output row is bit-identical whether it is computed alone, in a verification-sized
  * batch or in the largest batch the invariant kernel takes (greedy speculation relies on it). */
-static void test_matmul_q_invariant(void **state) {
-    (void)state;
+static void matmul_q_invariant_cases(const char *lname) {
     for (int qi = 0; qi < N_QTYPES; qi++) {
         const ggml_type type = qtypes[qi];
         const int R = 1000, C = 2048, Ts[] = {1, 5, 40, 256};
@@ -154,8 +195,8 @@ static void test_matmul_q_invariant(void **state) {
         ASSERT_OK(gpu->ops->matmul(gpu, d40, dx, &wg, NULL, 40));
         float *b40 = dev_fetch(d40, (size_t)40 * R);
         differ += memcmp(b40 + (size_t)39 * R, last, (size_t)R * sizeof *last) != 0;
-        printf("matmul_q invariance %s: %d of 4 batch sizes differ from the token alone\n",
-               seer_ggml_type_name(type), differ);
+        printf("matmul_q invariance %s%s: %d of 4 batch sizes differ from the token alone\n",
+               seer_ggml_type_name(type), lname, differ);
         assert_int_equal(differ, 0);
         gpu->ops->weight_free(gpu, &wg);
         dev_free(dx), dev_free(dy), dev_free(d40);
@@ -163,26 +204,27 @@ static void test_matmul_q_invariant(void **state) {
     }
 }
 
-/* Q4_K in row blocks (matmul_qt.cu): the GEMV (T <= SEER_CUDA_QT_GEMV_MAX, 1 by default) and
- * the tensor-core kernel above it against the CPU at T = 1, 2, 5, 8 and the invariant limit,
- * row counts not a multiple of the 32-row block; then every token's row at T = n bit for bit
- * against the same token alone (T = 1, the GEMV), and against a second backend whose GEMV
- * takes up to 8 tokens (the same sums by another kernel must give the same bits). */
-static void test_matmul_qt(void **state) {
+static void test_matmul_q_invariant(void **state) {
     (void)state;
+    on_both_layouts(matmul_q_invariant_cases);
+}
+
+/* One type in row blocks (matmul_qt.cu): the GEMV (T <= SEER_CUDA_QT_GEMV_MAX, 1 by default)
+ * and the tensor-core kernel above it against the CPU at T = 1, 2, 5, 8 and the invariant
+ * limit, a row count not a multiple of the 32-row block; then every token's row at T = n bit
+ * for bit against the same token alone (T = 1, the GEMV), and against a second backend whose
+ * GEMV takes up to 8 tokens (the same sums by another kernel must give the same bits). The
+ * outputs start as NaN. Returns the token rows that differ from the token alone. */
+static int matmul_qt_type(ggml_type type, seer_backend *gpu8, uint64_t seed) {
     static const int Ts[] = {1, 2, 5, 8, 256};
     const int R = 328, C = 1024;
-    uint64_t rng = 8500;
+    uint64_t rng = seed;
     host_tensor ht;
-    make_qtensor(&ht, "w", GGML_TYPE_Q4_K, R, C, &rng);
+    make_qtensor(&ht, "w", type, R, C, &rng);
     seer_weight wc, wg, wg8;
     ASSERT_OK(cpu->ops->weight_load(cpu, &ht.t, SEER_WEIGHTS_F32, &wc));
     ASSERT_OK(gpu->ops->weight_load(gpu, &ht.t, SEER_WEIGHTS_STORED, &wg));
-    assert_int_equal(wg.dtype, GGML_TYPE_Q4_K);
-    setenv("SEER_CUDA_QT_GEMV_MAX", "8", 1);
-    seer_backend *gpu8 = NULL;
-    ASSERT_OK(seer_backend_cuda_init(0, &gpu8));
-    unsetenv("SEER_CUDA_QT_GEMV_MAX");
+    assert_int_equal(wg.dtype, type);
     ASSERT_OK(gpu8->ops->weight_load(gpu8, &ht.t, SEER_WEIGHTS_STORED, &wg8));
     const int maxT = 256;
     float *x = rand_array((size_t)maxT * C, 1.f, &rng);
@@ -214,7 +256,8 @@ static void test_matmul_qt(void **state) {
             ASSERT_OK(be->ops->download(be, out, dy, bytes));
             be->ops->dealloc(be, dy);
             char shape[96];
-            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d q4_K rows%s", T, R, C, k ? " gemv<=8" : "");
+            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s rows%s", T, R, C, seer_ggml_type_name(type),
+                     k ? " gemv<=8" : "");
             record("matmul_qt", shape, out, ref, (size_t)T * R, 1e-2);
             int d = 0;
             for (int t = 0; t < T; t++)
@@ -226,21 +269,34 @@ static void test_matmul_qt(void **state) {
         }
         free(ref);
     }
-    printf("matmul_qt invariance: %d token rows differ from the token alone\n", differ);
-    assert_int_equal(differ, 0);
-    assert_op_passed("matmul_qt");
     gpu8->ops->weight_free(gpu8, &wg8);
-    gpu8->ops->free(gpu8);
     cpu->ops->weight_free(cpu, &wc);
     gpu->ops->weight_free(gpu, &wg);
     dev_free(dx);
     free(x), free(alone), free(ht.data);
+    return differ;
+}
+
+/* Every type in row blocks, as matmul_qt_type checks it. */
+static void test_matmul_qt(void **state) {
+    (void)state;
+    gpu_restore();
+    setenv("SEER_CUDA_QT_GEMV_MAX", "8", 1);
+    seer_backend *gpu8 = NULL;
+    ASSERT_OK(seer_backend_cuda_init(0, &gpu8));
+    unsetenv("SEER_CUDA_QT_GEMV_MAX");
+    int differ = 0;
+    for (int qi = 0; qi < N_QT_TYPES; qi++)
+        differ += matmul_qt_type(qt_types[qi], gpu8, 8500 + (uint64_t)qi);
+    printf("matmul_qt invariance: %d token rows differ from the token alone\n", differ);
+    gpu8->ops->free(gpu8);
+    assert_int_equal(differ, 0);
+    assert_op_passed("matmul_qt");
 }
 
 /* matmul_split over three joined parts, matmul_add, and matmul_glu over an interleaved
  * (gate, up) pair, each of a quantised type, against the CPU. */
-static void test_matmul_q_fused(void **state) {
-    (void)state;
+static void matmul_q_fused_cases(const char *lname) {
     static const int Ts[] = {1, 7, 300};
     for (int qi = 0; qi < N_QTYPES; qi++) {
         for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
@@ -268,8 +324,8 @@ static void test_matmul_q_fused(void **state) {
             char shape[128];
             for (int j = 0; j < 3; j++) {
                 float *out = dev_fetch(dy[j], (size_t)T * rows[j]);
-                snprintf(shape, sizeof shape, "T=%d part %d/3 rows=%d cols=%d %s bias", T, j, rows[j], C,
-                         seer_ggml_type_name(type));
+                snprintf(shape, sizeof shape, "T=%d part %d/3 rows=%d cols=%d %s bias%s", T, j, rows[j], C,
+                         seer_ggml_type_name(type), lname);
                 record("matmul_q_split", shape, out, ref[j], (size_t)T * rows[j], 1e-2);
                 free(out);
             }
@@ -283,7 +339,8 @@ static void test_matmul_q_fused(void **state) {
             float *dr = dev_copy(r, (size_t)T * rows[0]);
             ASSERT_OK(gpu->ops->matmul_add(gpu, dr, dx, &w0, T));
             float *got = dev_fetch(dr, (size_t)T * rows[0]);
-            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s", T, rows[0], C, seer_ggml_type_name(type));
+            snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s%s", T, rows[0], C, seer_ggml_type_name(type),
+                     lname);
             record("matmul_q_add", shape, got, sum, (size_t)T * rows[0], 1e-2);
             free(r), free(sum), free(got);
             dev_free(dr);
@@ -305,7 +362,7 @@ static void test_matmul_q_fused(void **state) {
             float *dgl = dev_nan((size_t)T * F);
             ASSERT_OK(gpu->ops->matmul_glu(gpu, dgl, dx, &inter, T));
             float *gout = dev_fetch(dgl, (size_t)T * F);
-            snprintf(shape, sizeof shape, "T=%d F=%d D=%d %s", T, F, C, seer_ggml_type_name(type));
+            snprintf(shape, sizeof shape, "T=%d F=%d D=%d %s%s", T, F, C, seer_ggml_type_name(type), lname);
             record("matmul_q_glu", shape, gout, gref, (size_t)T * F, 1e-2);
             free(g), free(u), free(gref), free(gout);
             dev_free(dgl);
@@ -326,6 +383,11 @@ static void test_matmul_q_fused(void **state) {
             free(x);
         }
     }
+}
+
+static void test_matmul_q_fused(void **state) {
+    (void)state;
+    on_both_layouts(matmul_q_fused_cases);
     assert_op_passed("matmul_q_split");
     assert_op_passed("matmul_q_add");
     assert_op_passed("matmul_q_glu");
@@ -333,8 +395,7 @@ static void test_matmul_q_fused(void **state) {
 
 /* Rows of a quantised embedding table: the GPU dequantises in f32 as the CPU does (the same
  * products; only contraction into FMAs may differ). */
-static void test_embed_q(void **state) {
-    (void)state;
+static void embed_q_cases(const char *lname) {
     for (int qi = 0; qi < N_QTYPES; qi++) {
         const ggml_type type = qtypes[qi];
         const int V = 3000, D = 768, T = 33;
@@ -353,13 +414,18 @@ static void test_embed_q(void **state) {
         ASSERT_OK(gpu->ops->embed(gpu, dy, &wg, tok, T));
         float *out = dev_fetch(dy, (size_t)T * D);
         char shape[96];
-        snprintf(shape, sizeof shape, "V=%d D=%d T=%d %s", V, D, T, seer_ggml_type_name(type));
+        snprintf(shape, sizeof shape, "V=%d D=%d T=%d %s%s", V, D, T, seer_ggml_type_name(type), lname);
         record("embed_q", shape, out, ref, (size_t)T * D, 1e-6);
         cpu->ops->weight_free(cpu, &wc);
         gpu->ops->weight_free(gpu, &wg);
         dev_free(dy);
         free(ref), free(out), free(ht.data);
     }
+}
+
+static void test_embed_q(void **state) {
+    (void)state;
+    on_both_layouts(embed_q_cases);
     assert_op_passed("embed_q");
 }
 
@@ -367,6 +433,7 @@ static void test_embed_q(void **state) {
  * rounding of the weights; f32 weights are no CUDA option. */
 static void test_weights_kind(void **state) {
     (void)state;
+    gpu_restore();
     uint64_t rng = 9900;
     host_tensor ht;
     make_qtensor(&ht, "w", GGML_TYPE_Q4_K, 256, 1024, &rng);
@@ -395,13 +462,15 @@ static void test_weights_kind(void **state) {
  * (so the bytes are the host's: a quantiser that rounds one code differently shows); a fused
  * weight quantised whole gives the fused quantised parts' products (matmul_glu); the CPU's
  * copy computes the same products within the reference's tolerance; a non-finite value is
- * refused. Odd row counts and rows ending inside a 128-column quad. */
+ * refused. Odd row counts; rows ending inside a 128-column quad (planes) or whole blocks of 256
+ * columns (row blocks). */
 static void test_weight_quantize(void **state) {
     (void)state;
+    gpu_restore();
     static const ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
-    for (int qi = 0; qi < 2; qi++) {
-        const ggml_type type = types[qi];
-        const int R = 203, C = 320, T = 5;
+    for (int qi = 0; qi < 4; qi++) {
+        const ggml_type type = types[qi % 2];
+        const int R = 203, C = qi < 2 ? 320 : 512, T = 5;
         uint64_t rng = 12000 + (uint64_t)qi;
         host_tensor hb, hq;
         make_tensor(&hb, "w", GGML_TYPE_BF16, R, C, &rng);
@@ -481,17 +550,66 @@ static void test_weight_quantize(void **state) {
     }
 }
 
+/* ---- without a GPU ------------------------------------------------------------------------ */
+
+/* The row blocks on the host (seer_cuda_qt_host_check runs the kernels' lane code on the
+ * CPU), per type: every value of the file comes back as the CPU dequantises it (the same
+ * products; only contraction into FMAs may differ), the GEMV's and the tensor-core kernel's
+ * products agree bit for bit, and both are within 1e-2 of the CPU's f32 product (x rounded to
+ * 8 bits per group of 32). Rows not a multiple of 32, tokens not a multiple of 8; a width that
+ * is not whole blocks of 256 is refused. */
+static void test_qt_host(void **state) {
+    (void)state;
+    seer_backend *cb = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &cb));
+    for (int qi = 0; qi < N_QT_TYPES; qi++) {
+        const ggml_type type = qt_types[qi];
+        const int R = 72, C = 768, T = 11;
+        uint64_t rng = 13000 + (uint64_t)qi;
+        host_tensor ht;
+        make_qtensor(&ht, "w", type, R, C, &rng);
+        float *x = rand_array((size_t)T * C, 1.f, &rng), *want = nan_array((size_t)R * C);
+        float *deq = nan_array((size_t)R * C), *y1 = nan_array((size_t)T * R), *ym = nan_array((size_t)T * R);
+        float *ref = nan_array((size_t)T * R);
+        ASSERT_OK(seer_gguf_dequant(type, ht.data, want, (uint64_t)R * C));
+        ASSERT_OK(seer_cuda_qt_host_check(type, ht.data, R, C, x, T, deq, y1, ym));
+        seer_weight wc;
+        ASSERT_OK(cb->ops->weight_load(cb, &ht.t, SEER_WEIGHTS_F32, &wc));
+        ASSERT_OK(cb->ops->matmul(cb, ref, x, &wc, NULL, T));
+        char shape[96];
+        snprintf(shape, sizeof shape, "rows=%d cols=%d %s", R, C, seer_ggml_type_name(type));
+        record("qt_host_values", shape, deq, want, (size_t)R * C, 1e-6);
+        snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s gemv", T, R, C, seer_ggml_type_name(type));
+        record("qt_host_matmul", shape, y1, ref, (size_t)T * R, 1e-2);
+        snprintf(shape, sizeof shape, "T=%d rows=%d cols=%d %s mma", T, R, C, seer_ggml_type_name(type));
+        record("qt_host_matmul", shape, ym, ref, (size_t)T * R, 1e-2);
+        if (memcmp(y1, ym, sizeof(float) * T * R))
+            fail_msg("%s: the GEMV's and the tensor-core kernel's products differ", seer_ggml_type_name(type));
+        assert_int_equal(seer_cuda_qt_host_check(type, ht.data, R, 320, x, T, deq, y1, ym), SEER_ERR_UNSUPPORTED);
+        cb->ops->weight_free(cb, &wc);
+        free(x), free(want), free(deq), free(y1), free(ym), free(ref), free(ht.data);
+    }
+    assert_int_equal(seer_cuda_qt_host_check(GGML_TYPE_BF16, NULL, 32, 256, NULL, 1, NULL, NULL, NULL),
+                     SEER_ERR_UNSUPPORTED);
+    cb->ops->free(cb);
+    assert_op_passed("qt_host_values");
+    assert_op_passed("qt_host_matmul");
+}
+
 #endif /* SEER_HAVE_CUDA */
 
 int main(void) {
 #ifdef SEER_HAVE_CUDA
+    const struct CMUnitTest host[] = {cmocka_unit_test(test_qt_host)};
+    const int rh = cmocka_run_group_tests(host, NULL, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_q),   cmocka_unit_test(test_matmul_q_invariant),
         cmocka_unit_test(test_matmul_qt),
         cmocka_unit_test(test_matmul_q_fused), cmocka_unit_test(test_embed_q),
         cmocka_unit_test(test_weights_kind), cmocka_unit_test(test_weight_quantize),
     };
-    return ops_run(tests, sizeof tests / sizeof *tests);
+    const int rd = ops_run(tests, sizeof tests / sizeof *tests);
+    return rh ? rh : rd;
 #else
     return ops_run(NULL, 0);
 #endif

@@ -436,6 +436,15 @@ bool seer_backend_cuda_available(void);
  * check that graphs are in use). */
 void seer_backend_cuda_graph_stats(const seer_backend *be, long *replayed, long *captured,
                                    long *eager, long *redone);
+/* The CUDA backend's quantised row blocks (matmul_qt.cu) computed on the host with the
+ * kernels' own lane code, for tests on machines without a GPU: blocks, a [rows][cols] tensor of
+ * dtype in GGUF blocks, repacked as the device does it; deq [rows][cols] the values as the
+ * device dequantises them; y1 and ym [T][rows] = x [T][cols] W^T (x rounded to 8 bits per 32
+ * columns) as the GEMV and as the tensor-core kernel compute it with one block over K, which
+ * must agree bit for bit. SEER_ERR_UNSUPPORTED: not a row-block type, or cols not whole blocks
+ * of 256. */
+seer_status seer_cuda_qt_host_check(int dtype, const void *blocks, int rows, int cols, const float *x, int T,
+                                    float *deq, float *y1, float *ym);
 #endif
 
 #endif

@@ -240,9 +240,9 @@ typedef struct seer_cuda {
     int mm_waves, mm_min_steps;
     int mm_xb_min_t;          /* bf16 weights: from this many tokens x is rounded to bf16 once
                                * before the matmul reads it (SEER_CUDA_MM_XB_MIN) */
-    /* matmul_qt.cu: Q4_K weights kept as row blocks (SEER_CUDA_QT=0: in matmul_q.cu's planes;
-     * fixed at start-up, as the weights' layout follows it), and the most tokens its GEMV
-     * takes (the tensor-core kernel above, with the same bits; SEER_CUDA_QT_GEMV_MAX) */
+    /* matmul_qt.cu: weights of its types kept as row blocks (SEER_CUDA_QT=0: in matmul_q.cu's
+     * planes; fixed at start-up, as the weights' layout follows it), and the most tokens its
+     * GEMV takes (the tensor-core kernel above, with the same bits; SEER_CUDA_QT_GEMV_MAX) */
     bool qt;
     int qt_gemv_max_t;
 

@@ -195,21 +195,28 @@ struct seer_cuda_mm {
 
 seer_status seer_cuda_matmul_q_invariant(seer_cuda *c, const mm_out &out, const float *x,
                                          const seer_weight *w, int T);
-/* Q4_K in row blocks for T <= QT_MAX_T (matmul_qt.cu): the bytes of a [rows][cols] weight
- * so laid out, its making from the GGUF blocks (src, on the device), and the product. */
+/* Quantised weights in row blocks (matmul_qt.cu; the types of qt_formats.cuh): the bytes of a
+ * [rows][cols] weight so laid out, their making from the GGUF blocks (src: rows [row0,
+ * row0 + rows) of the weight, on the device; dst zeroed before the first rows), and the
+ * product (T <= SEER_CUDA_INVARIANT_MAX_T; the GEMV up to QT_MAX_T tokens). */
 #define QT_MAX_T 8
-size_t seer_cuda_qt_bytes(int rows, int cols);
-seer_status seer_cuda_qt_repack(seer_cuda *c, void *dst, const void *src, int rows, int cols);
-seer_status seer_cuda_qt_matmul(seer_cuda *c, const mm_out &out, const float *x, const void *wt, int rows,
-                                int cols, int T);
+bool seer_cuda_qt_type(int dtype);
+size_t seer_cuda_qt_bytes(int dtype, int rows, int cols);
+seer_status seer_cuda_qt_repack(seer_cuda *c, int dtype, void *dst, const void *src, int row0, int rows, int cols);
+seer_status seer_cuda_qt_matmul(seer_cuda *c, const mm_out &out, const float *x, const seer_weight *w, int T);
 /* rows [0, rows) of src (row blocks) to rows r0 + i * stride of dst (fusing weights) */
-seer_status seer_cuda_qt_gather(seer_cuda *c, void *dst, const void *src, int rows, int cols, int r0, int stride);
+seer_status seer_cuda_qt_gather(seer_cuda *c, int dtype, void *dst, const void *src, int rows, int cols, int r0,
+                                int stride);
 /* as seer_cuda_q_rows_bf16 / seer_cuda_q_gather_f32 below, for a weight in row blocks */
 seer_status seer_cuda_qt_rows_bf16(seer_cuda *c, bf16 *out, const seer_weight *w, int row0, int n_rows);
 seer_status seer_cuda_qt_gather_f32(seer_cuda *c, float *out, const seer_weight *w, const int32_t *rows,
                                     int n_rows);
-/* Whether a kept weight of this dtype is in row blocks on this backend. */
-static inline bool seer_cuda_qt_of(const seer_cuda *c, int dtype) { return c->qt && dtype == GGML_TYPE_Q4_K; }
+/* Whether a kept weight of this dtype and width is in row blocks on this backend: a row-block
+ * type whose rows are whole blocks of 256 columns (the others keep matmul_q.cu's planes), unless
+ * SEER_CUDA_QT=0. */
+static inline bool seer_cuda_qt_of(const seer_cuda *c, int dtype, int cols) {
+    return c->qt && cols % 256 == 0 && seer_cuda_qt_type(dtype);
+}
 /* out [n_rows][cols] bf16 = rows row0 .. row0 + n_rows of w, dequantised. */
 seer_status seer_cuda_q_rows_bf16(seer_cuda *c, bf16 *out, const seer_weight *w, int row0, int n_rows);
 /* out [n_rows][cols] f32 = rows rows[i] (device memory) of w; a row outside w gives NaNs. */

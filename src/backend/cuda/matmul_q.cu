@@ -15,7 +15,8 @@
  * Above it (prefill): rows of W are dequantised to bf16 a slice at a time into scratch and
  * multiplied by cuBLAS, as bf16 weights are.
  * Also: the rows of a quantised embedding table (embed.cu).
- * Q4_K weights in row blocks (the default, seer_cuda.qt) go to matmul_qt.cu instead.
+ * Weights in row blocks (the default for the types of qt_formats.cuh whose rows are whole
+ * blocks of 256 columns, seer_cuda.qt) go to matmul_qt.cu instead.
  */
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/qweights.cuh"
@@ -231,7 +232,7 @@ mmq_kernel(mm_out out, mm_w wd, const float *__restrict__ x, float *__restrict__
                 xb[n][0] = x_pairs<VEC>(x, T, cols, t, col);
                 xb[n][1] = x_pairs<VEC>(x, T, cols, t, col + 16);
             }
-            float xs[NT][2];
+            [[maybe_unused]] float xs[NT][2]; /* x's group sums: types with a min */
             if constexpr (tr::min) {
 #pragma unroll
                 for (int n = 0; n < NT; n++) {
@@ -381,8 +382,8 @@ seer_status seer_cuda_matmul_q_invariant(seer_cuda *c, const mm_out &out, const 
                         seer_ggml_type_name((ggml_type)w->dtype));
     if ((uintptr_t)x % 16)
         return seer_err(SEER_ERR_INTERNAL, "matmul: activations not 16-byte aligned");
-    if (seer_cuda_qt_of(c, w->dtype))
-        return seer_cuda_qt_matmul(c, out, x, w->data, w->rows, w->cols, T);
+    if (seer_cuda_qt_of(c, w->dtype, w->cols))
+        return seer_cuda_qt_matmul(c, out, x, w, T);
     const mm_w wd = seer_cuda_qweight_planes(w);
     seer_qlayout L;
     seer_qlayout_of(w->dtype, w->rows, w->cols, &L);
@@ -500,14 +501,14 @@ static seer_status q_dequant(seer_cuda *c, OUT *out, const seer_weight *w, const
 }
 
 seer_status seer_cuda_q_rows_bf16(seer_cuda *c, bf16 *out, const seer_weight *w, int row0, int n_rows) {
-    if (seer_cuda_qt_of(c, w->dtype))
+    if (seer_cuda_qt_of(c, w->dtype, w->cols))
         return seer_cuda_qt_rows_bf16(c, out, w, row0, n_rows);
     return q_dequant<bf16>(c, out, w, NULL, row0, n_rows);
 }
 
 seer_status seer_cuda_q_gather_f32(seer_cuda *c, float *out, const seer_weight *w, const int32_t *rows,
                                    int n_rows) {
-    if (seer_cuda_qt_of(c, w->dtype))
+    if (seer_cuda_qt_of(c, w->dtype, w->cols))
         return seer_cuda_qt_gather_f32(c, out, w, rows, n_rows);
     return q_dequant<float>(c, out, w, rows, 0, n_rows);
 }

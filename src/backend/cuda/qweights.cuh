@@ -21,7 +21,8 @@
  * Codes are kept unsigned as stored (Q8_0: q + 128); the kernels subtract the type's offset
  * exactly in bf16 and apply the scales in f32 after each group's products: the weights enter
  * the sums exactly, unlike a bf16 dequantisation.
- * Q4_K is kept in matmul_qt.cu's row blocks instead (unless SEER_CUDA_QT=0).
+ * Weights whose rows are whole blocks of 256 columns are kept in matmul_qt.cu's row blocks
+ * instead (qt_formats.cuh; unless SEER_CUDA_QT=0).
  * Not for: the kernels (matmul_q.cu) or the loading (weights.cu).
  */
 #ifndef SEER_CUDA_QWEIGHTS_CUH

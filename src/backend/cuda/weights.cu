@@ -5,7 +5,8 @@
  * tensor is dequantised on the host (seer_gguf_dequant) a slice of rows at a time, rounded to bf16
  * (nearest even) and copied to device memory [rows][cols]. Also fusing weights (rows of
  * several as one, plane by plane) and a bf16 weight's quantised copy (weight_quantize).
- * Q4_K goes to matmul_qt.cu's row blocks instead of the planes (seer_cuda.qt, the default).
+ * The types of qt_formats.cuh go to matmul_qt.cu's row blocks instead of the planes where
+ * their rows are whole blocks of 256 columns (seer_cuda.qt, the default).
  * Not for: the matmul kernels (matmul.cu, matmul_q.cu, matmul_qt.cu).
  */
 #include "backend/cuda/matmul.cuh"
@@ -175,7 +176,8 @@ __global__ void repack_kernel(uint8_t *dst, seer_qlayout L, const uint8_t *src, 
     }
 }
 
-/* The tensor's blocks to the device, rearranged into planes in d (L.bytes). */
+/* The tensor's blocks to the device, rearranged into planes in d (L.bytes), or into row
+ * blocks (seer_cuda_qt_bytes) where the weight takes those. */
 static seer_status load_planes(seer_cuda *c, const gguf_tensor *t, const seer_qlayout *L, uint8_t *d,
                                uint64_t rows, uint64_t cols) {
     size_t row_bytes = 0;
@@ -185,13 +187,13 @@ static seer_status load_planes(seer_cuda *c, const gguf_tensor *t, const seer_ql
         return seer_err(SEER_ERR_FORMAT, "tensor %s: data shorter than its shape", t->name);
     void *raw = NULL;
     SEER_TRY(seer_cuda_malloc(c, bytes, "a quantised weight's blocks", &raw));
-    /* Q4_K: matmul_qt.cu's row blocks (the repack clears d itself) */
-    const bool qt = seer_cuda_qt_of(c, t->type);
-    cudaError_t e = qt ? cudaSuccess : cudaMemsetAsync(d, 0, L->bytes, c->stream);
+    const bool qt = seer_cuda_qt_of(c, t->type, (int)cols);
+    cudaError_t e = cudaMemsetAsync(d, 0, qt ? seer_cuda_qt_bytes(t->type, (int)rows, (int)cols) : L->bytes,
+                                    c->stream);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(raw, t->data, bytes, cudaMemcpyHostToDevice, c->stream);
     if (e == cudaSuccess && qt) {
-        const seer_status s = seer_cuda_qt_repack(c, d, raw, (int)rows, (int)cols);
+        const seer_status s = seer_cuda_qt_repack(c, t->type, d, raw, 0, (int)rows, (int)cols);
         if (s != SEER_OK) {
             (void)cudaStreamSynchronize(c->stream);
             seer_cuda_free(c, raw);
@@ -304,26 +306,32 @@ seer_status seer_cuda_weight_quantize(seer_backend *be, const seer_weight *w, in
         rows_per = 1;
     if (rows_per > w->rows)
         rows_per = w->rows;
+    /* the copy's layout is what weight_load gives a stored tensor of the type and shape */
+    const bool qt = seer_cuda_qt_of(c, dtype, w->cols);
+    const size_t bytes = qt ? seer_cuda_qt_bytes(dtype, w->rows, w->cols) : L.bytes;
     void *d = NULL, *raw = NULL, *bad = NULL;
-    seer_status s = seer_cuda_malloc(c, L.bytes, "a quantised copy of a weight", &d);
+    seer_status s = seer_cuda_malloc(c, bytes, "a quantised copy of a weight", &d);
     if (s == SEER_OK)
         s = seer_cuda_malloc(c, row_bytes * (size_t)rows_per, "quantisation scratch", &raw);
     if (s == SEER_OK)
         s = seer_cuda_malloc(c, sizeof(int), "quantisation flag", &bad);
     cudaError_t e = cudaSuccess;
     if (s == SEER_OK) {
-        e = cudaMemsetAsync(d, 0, L.bytes, c->stream);
+        e = cudaMemsetAsync(d, 0, bytes, c->stream);
         if (e == cudaSuccess)
             e = cudaMemsetAsync(bad, 0, sizeof(int), c->stream);
         const int groups = w->cols / 32;
-        for (int r0 = 0; r0 < w->rows && e == cudaSuccess; r0 += rows_per) {
+        for (int r0 = 0; r0 < w->rows && e == cudaSuccess && s == SEER_OK; r0 += rows_per) {
             const int nr = w->rows - r0 < rows_per ? w->rows - r0 : rows_per;
             const long long n = (long long)nr * groups;
             quantize_kernel<<<seer_cuda_grid(n, 256), 256, 0, c->stream>>>(
                 (uint8_t *)raw, (const bf16 *)w->data, w->cols, dtype, row_bytes, r0, nr, (int *)bad);
-            repack_kernel<<<seer_cuda_grid(n, 256), 256, 0, c->stream>>>(
-                (uint8_t *)d, L, (const uint8_t *)raw, row_bytes, seer_ggml_type_block_bytes((ggml_type)dtype), r0, nr,
-                groups);
+            if (qt)
+                s = seer_cuda_qt_repack(c, dtype, d, raw, r0, nr, w->cols);
+            else
+                repack_kernel<<<seer_cuda_grid(n, 256), 256, 0, c->stream>>>(
+                    (uint8_t *)d, L, (const uint8_t *)raw, row_bytes, seer_ggml_type_block_bytes((ggml_type)dtype),
+                    r0, nr, groups);
             e = cudaGetLastError();
         }
     }
@@ -334,6 +342,8 @@ seer_status seer_cuda_weight_quantize(seer_backend *be, const seer_weight *w, in
         e = cudaStreamSynchronize(c->stream);
     if (s == SEER_OK && e != cudaSuccess)
         s = seer_cuda_fail(e, "quantising a weight", __FILE__, __LINE__);
+    if (s != SEER_OK)
+        (void)cudaStreamSynchronize(c->stream); /* nothing in flight reads raw when it goes */
     if (s == SEER_OK && flag)
         s = seer_err(SEER_ERR_INVALID_ARG, "weight_quantize: the weight holds a value that is not finite");
     seer_cuda_free(c, raw);
@@ -359,9 +369,10 @@ seer_status seer_cuda_weight_load(seer_backend *be, const gguf_tensor *t, seer_w
         return seer_err(SEER_ERR_UNSUPPORTED, "the CUDA backend keeps weights as stored or in bf16, not in f32");
     seer_qlayout L;
     const bool keep = how == SEER_WEIGHTS_STORED && seer_qlayout_of(t->type, (long long)rows, (long long)cols, &L);
+    const bool qt = keep && seer_cuda_qt_of(c, t->type, (int)cols);
     const size_t bytes = !keep ? (size_t)(rows * cols) * sizeof(bf16)
-                         : seer_cuda_qt_of(c, t->type) ? seer_cuda_qt_bytes((int)rows, (int)cols)
-                                                         : L.bytes;
+                         : qt  ? seer_cuda_qt_bytes(t->type, (int)rows, (int)cols)
+                               : L.bytes;
     char what[160];
     snprintf(what, sizeof what, "weight %s", t->name);
     void *d = NULL;
@@ -447,19 +458,20 @@ static void concat_done(seer_backend *be, seer_weight *parts, int n, bool interl
     }
 }
 
-/* weight_concat of Q4_K weights in row blocks: each part's rows gathered into place. */
+/* weight_concat of weights in row blocks: each part's rows gathered into place. */
 static seer_status concat_qt(seer_backend *be, seer_weight *parts, int n, bool interleave, long long rows,
                              seer_weight *out) {
     seer_cuda *c = seer_cuda_of(be);
-    const int cols = parts[0].cols;
-    const size_t bytes = seer_cuda_qt_bytes((int)rows, cols);
+    const int cols = parts[0].cols, dtype = parts[0].dtype;
+    const size_t bytes = seer_cuda_qt_bytes(dtype, (int)rows, cols);
     void *p = NULL;
     SEER_TRY(seer_cuda_malloc(c, bytes, "a fused weight", &p));
     cudaError_t e = cudaMemsetAsync(p, 0, bytes, c->stream);
     seer_status s = SEER_OK;
     int r0 = 0;
     for (int j = 0; j < n && s == SEER_OK && e == cudaSuccess; j++) {
-        s = seer_cuda_qt_gather(c, p, parts[j].data, parts[j].rows, cols, interleave ? j : r0, interleave ? 2 : 1);
+        s = seer_cuda_qt_gather(c, dtype, p, parts[j].data, parts[j].rows, cols, interleave ? j : r0,
+                                interleave ? 2 : 1);
         r0 += parts[j].rows;
     }
     if (e == cudaSuccess)
@@ -495,7 +507,9 @@ seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n,
                             seer_ggml_type_name((ggml_type)dtype), parts[0].cols);
         rows += parts[j].rows;
     }
-    if (seer_cuda_qt_of(c, dtype))
+    if (rows > INT32_MAX)
+        return seer_err(SEER_ERR_INVALID_ARG, "weight_concat: %lld rows", rows);
+    if (seer_cuda_qt_of(c, dtype, parts[0].cols))
         return concat_qt(be, parts, n, interleave, rows, out);
     size_t off[4], poff[4], bytes, pbytes;
     int stride[4], pstride[4];
