@@ -124,10 +124,10 @@ typedef struct {
  * pointers are device memory inside the batch buffer. */
 typedef struct {
     bool valid;
-    const seer_attn_batch *ab_ptr;
-    seer_attn_batch ab;          /* the struct as batch_begin saw it */
+    seer_attn_batch ab;          /* the struct as batch_begin saw it (its window aside: the
+                                  * plan serves every layer, windowed or not) */
     /* staged copies, to check that a later attention call still describes the same batch */
-    const int32_t *h_tok_seq, *h_tok_slot, *h_seq_len0, *h_seq_toks, *h_page_off, *h_pages;
+    const int32_t *h_tok_seq, *h_tok_slot, *h_tok_pos, *h_seq_len0, *h_seq_toks, *h_page_off, *h_pages;
     const uint8_t *h_mask;
     int T, n_seq;
     int min_layers_view;         /* smallest n_layers_view > 1 of any view; INT32_MAX if none */
@@ -137,6 +137,9 @@ typedef struct {
     int grid_bucket;             /* its blocks in a recorded call: a power of two, capped */
     int grid_dec, grid_dec_bucket; /* the same for the decode kind (attention_tc.cu); 0: none */
     int grid_pre, grid_pre_bucket; /* ... and for the prefill kind */
+    int grid_pre_mma, grid_pre_mma_bucket; /* ... on its mma.sync kernel, where attention_wgmma.cu
+                                  * serves the kind but a call's window or soft-capping rules
+                                  * it out (attention_tc.cu) */
     bool split;                  /* some token has more than one split */
     bool need_combine;           /* ... which the partial kernel does not merge: the combine runs */
     bool tc;                     /* the tensor-core kernel serves this batch (attention_tc.cu) */
