@@ -333,6 +333,52 @@ static void test_elementwise(void **state) {
     assert_op_passed("swiglu");
     assert_op_passed("add");
 
+    /* Gemma's blocks. Tolerances: geglu and softcap 1e-6 (tanhf differs in the last bits; one
+     * element alone is not compared, where 1 + tanh(x) of a large negative x is all rounding),
+     * scale 0 (one rounding on both sides). */
+    for (size_t k = 1; k < sizeof sizes / sizeof *sizes; k++) {
+        uint64_t rng = 5200 + k;
+        const size_t n = sizes[k];
+        float *g = rand_array(n, 8.f, &rng), *u = rand_array(n, 2.f, &rng), *ref = nan_array(n);
+        char shape[96];
+        snprintf(shape, sizeof shape, "n=%zu", n);
+        ASSERT_OK(cpu->ops->geglu(cpu, ref, g, u, n));
+        float *dg = dev_copy(g, n), *du = dev_copy(u, n), *dy = dev_nan(n);
+        ASSERT_OK(gpu->ops->geglu(gpu, dy, dg, du, n));
+        float *out = dev_fetch(dy, n);
+        record("geglu", shape, out, ref, n, 1e-6);
+        free(out);
+        ASSERT_OK(gpu->ops->geglu(gpu, dg, dg, du, n)); /* in place, as the model calls it */
+        out = dev_fetch(dg, n);
+        snprintf(shape, sizeof shape, "n=%zu in-place", n);
+        record("geglu", shape, out, ref, n, 1e-6);
+        free(out);
+        /* in place: an element the op leaves alone keeps its input, far from the result */
+        static const float caps[] = {30.f, 0.5f};
+        for (int c = 0; c < 2; c++) {
+            memcpy(ref, g, n * sizeof *ref);
+            ASSERT_OK(cpu->ops->softcap(cpu, ref, caps[c], n));
+            ASSERT_OK(gpu->ops->upload(gpu, dy, g, n * sizeof *g));
+            ASSERT_OK(gpu->ops->softcap(gpu, dy, caps[c], n));
+            out = dev_fetch(dy, n);
+            snprintf(shape, sizeof shape, "n=%zu cap=%g", n, caps[c]);
+            record("softcap", shape, out, ref, n, 1e-6);
+            free(out);
+        }
+        memcpy(ref, g, n * sizeof *ref);
+        ASSERT_OK(cpu->ops->scale(cpu, ref, 25.298221f, n));
+        ASSERT_OK(gpu->ops->upload(gpu, dy, g, n * sizeof *g));
+        ASSERT_OK(gpu->ops->scale(gpu, dy, 25.298221f, n));
+        out = dev_fetch(dy, n);
+        snprintf(shape, sizeof shape, "n=%zu s=sqrt(640)", n);
+        record("scale", shape, out, ref, n, 0);
+        dev_free(dg), dev_free(du), dev_free(dy);
+        free(g), free(u), free(ref), free(out);
+    }
+    assert_op_passed("geglu");
+    assert_op_passed("softcap");
+    assert_op_passed("scale");
+
     static const struct {
         int n_src, n_rows, D, in_place;
     } gc[] = {{1, 1, 96, 0}, {9, 5, 4096, 0}, {64, 64, 200, 0}, {64, 17, 96, 1}, {300, 40, 4096, 1}};

@@ -333,6 +333,7 @@ void seer_cuda_weight_free(seer_backend *be, seer_weight *w);
 seer_status seer_cuda_weight_quantize(seer_backend *be, const seer_weight *w, int dtype, seer_weight *out);
 seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n, bool interleave,
                                     seer_weight *out);
+seer_status seer_cuda_weight_rows(seer_backend *be, const seer_weight *w, int r0, int n, seer_weight *out);
 seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                  int T);
 seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, float *h, const float *nw, float eps,
@@ -399,6 +400,9 @@ seer_status seer_cuda_matmul(seer_backend *be, float *y, const float *x, const s
 seer_status seer_cuda_rope(seer_backend *be, float *x, const int32_t *pos, int T, int n_heads,
                            int head_dim, const float *inv_freq, int neox);
 seer_status seer_cuda_swiglu(seer_backend *be, float *y, const float *g, const float *u, size_t n);
+seer_status seer_cuda_geglu(seer_backend *be, float *y, const float *g, const float *u, size_t n);
+seer_status seer_cuda_scale(seer_backend *be, float *x, float s, size_t n);
+seer_status seer_cuda_softcap(seer_backend *be, float *x, float cap, size_t n);
 seer_status seer_cuda_add(seer_backend *be, float *y, const float *x, size_t n);
 seer_status seer_cuda_gather_rows(seer_backend *be, float *y, const float *x, const int32_t *rows,
                                   int n_rows, int D);
