@@ -8,8 +8,8 @@
  * double, scale, softcap, and sliding-window attention against attention computed by hand (in
  * double) over the keys at positions p - window < k <= p, with cached slots, several new
  * tokens, a sparse view whose window must cut it, and soft-capped scores. A backend without a
- * block a family needs is refused at load (SEER_ERR_UNSUPPORTED), as the CUDA and
- * tensor-parallel backends are for Gemma 2 and 3, Qwen3 and Phi-3. The synthetic builder
+ * block a family needs is refused at load (SEER_ERR_UNSUPPORTED), as the tensor-parallel
+ * backend is for Gemma 2 and 3, Qwen3 and Phi-3 (test_tp.c). The synthetic builder
  * makes and decodes every new family. A
  * Gemma 3 file from gen-model: loads, decodes, gives the same logits token by token as in one
  * call (bit-identical), the same as a window-less copy while every position is inside the
@@ -311,7 +311,7 @@ static void test_gemma3_model(void **state) {
 }
 
 /* A backend without a block the family needs is refused at load: here the CPU's table with
- * geglu, then attn_window, taken away (the CUDA backend lacks both). */
+ * geglu, then attn_window, taken away (the tensor-parallel backend lacks both). */
 static seer_backend_ops g_ops;
 static void test_refused_without_block(void **state) {
     (void)state;
@@ -338,8 +338,8 @@ static void test_refused_without_block(void **state) {
     assert_non_null(strstr(seer_last_error(), "q/k RMSNorm"));
     m->be->ops = keep;
     seer_model_free(m);
-    /* Gemma 2's soft-capping, Phi-3's fused tensors (the CUDA and tensor-parallel backends
-     * have neither) */
+    /* Gemma 2's soft-capping, Phi-3's fused tensors (the tensor-parallel backend has
+     * neither) */
     const char *fams[2] = {"gemma2", "phi3"};
     for (int f = 0; f < 2; f++) {
         seer_gen_params p = seer_gen_default_params();

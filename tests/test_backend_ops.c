@@ -333,6 +333,52 @@ static void test_elementwise(void **state) {
     assert_op_passed("swiglu");
     assert_op_passed("add");
 
+    /* Gemma's blocks. Tolerances: geglu and softcap 1e-6 (tanhf differs in the last bits; one
+     * element alone is not compared, where 1 + tanh(x) of a large negative x is all rounding),
+     * scale 0 (one rounding on both sides). */
+    for (size_t k = 1; k < sizeof sizes / sizeof *sizes; k++) {
+        uint64_t rng = 5200 + k;
+        const size_t n = sizes[k];
+        float *g = rand_array(n, 8.f, &rng), *u = rand_array(n, 2.f, &rng), *ref = nan_array(n);
+        char shape[96];
+        snprintf(shape, sizeof shape, "n=%zu", n);
+        ASSERT_OK(cpu->ops->geglu(cpu, ref, g, u, n));
+        float *dg = dev_copy(g, n), *du = dev_copy(u, n), *dy = dev_nan(n);
+        ASSERT_OK(gpu->ops->geglu(gpu, dy, dg, du, n));
+        float *out = dev_fetch(dy, n);
+        record("geglu", shape, out, ref, n, 1e-6);
+        free(out);
+        ASSERT_OK(gpu->ops->geglu(gpu, dg, dg, du, n)); /* in place, as the model calls it */
+        out = dev_fetch(dg, n);
+        snprintf(shape, sizeof shape, "n=%zu in-place", n);
+        record("geglu", shape, out, ref, n, 1e-6);
+        free(out);
+        /* in place: an element the op leaves alone keeps its input, far from the result */
+        static const float caps[] = {30.f, 0.5f};
+        for (int c = 0; c < 2; c++) {
+            memcpy(ref, g, n * sizeof *ref);
+            ASSERT_OK(cpu->ops->softcap(cpu, ref, caps[c], n));
+            ASSERT_OK(gpu->ops->upload(gpu, dy, g, n * sizeof *g));
+            ASSERT_OK(gpu->ops->softcap(gpu, dy, caps[c], n));
+            out = dev_fetch(dy, n);
+            snprintf(shape, sizeof shape, "n=%zu cap=%g", n, caps[c]);
+            record("softcap", shape, out, ref, n, 1e-6);
+            free(out);
+        }
+        memcpy(ref, g, n * sizeof *ref);
+        ASSERT_OK(cpu->ops->scale(cpu, ref, 25.298221f, n));
+        ASSERT_OK(gpu->ops->upload(gpu, dy, g, n * sizeof *g));
+        ASSERT_OK(gpu->ops->scale(gpu, dy, 25.298221f, n));
+        out = dev_fetch(dy, n);
+        snprintf(shape, sizeof shape, "n=%zu s=sqrt(640)", n);
+        record("scale", shape, out, ref, n, 0);
+        dev_free(dg), dev_free(du), dev_free(dy);
+        free(g), free(u), free(ref), free(out);
+    }
+    assert_op_passed("geglu");
+    assert_op_passed("softcap");
+    assert_op_passed("scale");
+
     static const struct {
         int n_src, n_rows, D, in_place;
     } gc[] = {{1, 1, 96, 0}, {9, 5, 4096, 0}, {64, 64, 200, 0}, {64, 17, 96, 1}, {300, 40, 4096, 1}};
@@ -535,7 +581,21 @@ typedef struct {
                        3 seq 0 tail_start 0, seq 1 tail_start past len0 */
     int fork;       /* seq 1 starts as a copy of seq 0's cached pages (kv_copy_pages) */
     int interleave; /* tokens of the sequences interleaved in the batch */
+    int window;     /* > 0: a windowed layer's call (positions: a tree token's is len0 + its
+                       depth), planned by batch_begin without the window, as decoder.c does */
+    float cap;      /* > 0: soft-capped scores */
 } attn_case;
+
+/* A check's power: out must be over tol from the reference of a slightly different call (a
+ * window one longer or shorter, no soft-capping), or the check could not tell the two apart. */
+static void record_differs(const char *shape, const float *out, const float *alt, size_t n, double tol) {
+    const double e = l2_rel_err(out, alt, n);
+    printf("%-10s %-78s rel_err=%.3e must exceed %.1e %s\n", "attention-power", shape, e, tol,
+           e > tol ? "ok" : "FAIL");
+    op_stat *st = stat_of("attention-power");
+    st->cases++;
+    st->fails += !(e > tol);
+}
 
 /* n distinct values of [0, range), ascending. */
 static int32_t *rand_subset(int n, int range, uint64_t *rng) {
@@ -669,6 +729,8 @@ static void run_attention_case(const attn_case *ac, bool exact, uint64_t seed) {
             if (tok_seq[t] == b)
                 seq_toks[f++] = t;
     }
+    int32_t *tpos = malloc(T * sizeof(int32_t)); /* positions: the slots, or by tree depth */
+    memcpy(tpos, tok_slot, T * sizeof(int32_t));
     uint8_t *mask = NULL;
     if (ac->mask) {
         mask = calloc((size_t)T * T, 1);
@@ -676,15 +738,18 @@ static void run_attention_case(const attn_case *ac, bool exact, uint64_t seed) {
             mask[i] = tu_rand_u64(&rng) % 10 < 3; /* cross-sequence noise, must be ignored */
         for (int b = 0; b < ns; b++) {
             int n = ac->ntok[b], *parent = malloc((n ? n : 1) * sizeof(int));
+            int *depth = malloc((n ? n : 1) * sizeof(int));
             for (int k = 0; k < n; k++) {
                 parent[k] = k ? (int)(tu_rand_u64(&rng) % (uint64_t)(k + 1)) - 1 : -1;
+                depth[k] = parent[k] < 0 ? 0 : depth[parent[k]] + 1;
                 int i = seq_toks[off[b] + k];
+                tpos[i] = len0[b] + depth[k];
                 for (int k2 = 0; k2 < n; k2++)
                     mask[(size_t)i * T + seq_toks[off[b] + k2]] = 0;
                 for (int a = k; a >= 0; a = parent[a])
                     mask[(size_t)i * T + seq_toks[off[b] + a]] = 1;
             }
-            free(parent);
+            free(parent), free(depth);
         }
     }
     seer_attn_view views[MAX_SEQ];
@@ -721,7 +786,10 @@ static void run_attention_case(const attn_case *ac, bool exact, uint64_t seed) {
                           .max_pages = mp, .seq_pages = seq_pages, .seq_len0 = len0,
                           .seq_tok_off = off, .seq_toks = seq_toks,
                           .seq_view = ac->view ? vptr : NULL, .tok_seq = tok_seq,
-                          .tok_slot = tok_slot, .mask = mask};
+                          .tok_slot = tok_slot, .mask = mask, .window = ac->window,
+                          .tok_pos = ac->window ? tpos : NULL, .softcap = ac->cap};
+    seer_attn_batch ab0 = ab; /* the call as planned: a global layer's */
+    ab0.window = 0;
 
     /* q scaled up so that the softmax is far from uniform */
     float *q = rand_array((size_t)T * H * Dh, 3.f, &rng);
@@ -736,19 +804,45 @@ static void run_attention_case(const attn_case *ac, bool exact, uint64_t seed) {
     ASSERT_OK(cpu->ops->attention(cpu, ref, q, kc, &g, ac->layer, &ab));
     float *dq = dev_copy(q, (size_t)T * H * Dh), *dk = dev_copy(k, (size_t)T * kvd);
     float *dv = dev_copy(v, (size_t)T * kvd), *dout = dev_nan((size_t)T * H * Dh);
-    ASSERT_OK(gpu->ops->batch_begin(gpu, &ab, NULL, NULL, page, row, NULL, 0));
+    ASSERT_OK(gpu->ops->batch_begin(gpu, &ab0, NULL, NULL, page, row, NULL, 0));
     ASSERT_OK(gpu->ops->kv_store(gpu, kg, &g, ac->layer, dk, dv, page, row, T));
     ASSERT_OK(gpu->ops->attention(gpu, dout, dq, kg, &g, ac->layer, &ab));
     float *out = dev_fetch(dout, (size_t)T * H * Dh);
+    const size_t nout = (size_t)T * H * Dh;
 
     char shape[200], lens[64] = "", *p = lens;
     for (int b = 0; b < ns; b++)
         p += snprintf(p, lens + sizeof lens - p, "%s%d+%d", b ? "," : "", ac->len0[b], ac->ntok[b]);
-    snprintf(shape, sizeof shape, "%s Hkv=%d grp=%d Dh=%d ps=%d L=%d/%d seq=[%s]%s%s%s", ac->name,
+    snprintf(shape, sizeof shape, "%s Hkv=%d grp=%d Dh=%d ps=%d L=%d/%d seq=[%s]%s%s%s w=%d cap=%g", ac->name,
              Hkv, ac->group, Dh, ps, ac->layer, ac->n_layers, lens, ac->mask ? " mask" : "",
-             ac->view ? " view" : "", ac->fork ? " fork" : "");
-    record(exact ? "attention-x" : "attention", shape, out, ref, (size_t)T * H * Dh,
-           exact ? (attn_tc_shape(Dh, ac->group) ? 3e-3 : 1e-4) : 1e-2);
+             ac->view ? " view" : "", ac->fork ? " fork" : "", ac->window, ac->cap);
+    const double tol = exact ? (attn_tc_shape(Dh, ac->group) ? 3e-3 : 1e-4) : 1e-2;
+    record(exact ? "attention-x" : "attention", shape, out, ref, nout, tol);
+    float *alt = nan_array(nout);
+    if (ac->window) { /* the call's global layers: the same plan, no window */
+        ASSERT_OK(cpu->ops->attention(cpu, alt, q, kc, &g, ac->layer, &ab0));
+        float *dout0 = dev_nan(nout);
+        ASSERT_OK(gpu->ops->attention(gpu, dout0, dq, kg, &g, ac->layer, &ab0));
+        float *out0 = dev_fetch(dout0, nout);
+        char what[240];
+        snprintf(what, sizeof what, "%s, global layer", shape);
+        record(exact ? "attention-x" : "attention", what, out0, alt, nout, tol);
+        dev_free(dout0), free(out0);
+    }
+    for (int w = 0; exact && w < 3; w++) { /* window + 1, window - 1, no soft-capping */
+        if ((w < 2 && !ac->window) || (w == 2 && !(ac->cap > 0)))
+            continue;
+        seer_attn_batch ab1 = ab;
+        if (w < 2)
+            ab1.window = ac->window + (w ? -1 : 1);
+        else
+            ab1.softcap = 0;
+        ASSERT_OK(cpu->ops->attention(cpu, alt, q, kc, &g, ac->layer, &ab1));
+        char what[240];
+        snprintf(what, sizeof what, "%s against %s", shape, w == 0 ? "w+1" : w == 1 ? "w-1" : "no cap");
+        record_differs(what, out, alt, nout, tol);
+    }
+    free(alt);
 
     /* kv_read of the rows just stored; tolerance 5e-3: the device holds them in bf16 (0
      * when they are bf16-exact) */
@@ -768,55 +862,78 @@ static void run_attention_case(const attn_case *ac, bool exact, uint64_t seed) {
     for (int b = 0; b < ns; b++)
         free(vidx[b]);
     free(perm), free(seq_pages), free(tok_seq), free(tok_slot), free(seq_toks), free(page);
-    free(row), free(mask), free(q), free(k), free(v), free(ref), free(out);
+    free(row), free(mask), free(q), free(k), free(v), free(ref), free(out), free(tpos);
 }
 
 static const attn_case ATTN_CASES[] = {
-    /* name        Hkv grp Dh  ps  L  l  ns len0            ntok          mask view fork il */
-    {"decode",      2, 4, 128, 16, 1, 0, 1, {100},          {1},          0, 0, 0, 0},
-    {"decode-mha",  4, 1, 64,  1,  1, 0, 1, {37},           {1},          0, 0, 0, 0},
-    {"chunk",       1, 2, 8,   64, 1, 0, 1, {130},          {3},          0, 0, 0, 0},
-    {"prefill",     2, 8, 128, 16, 1, 0, 1, {0},            {64},         0, 0, 0, 0},
-    {"prefill",     3, 2, 64,  1,  2, 1, 1, {0},            {17},         0, 0, 0, 0},
-    {"empty",       1, 1, 64,  16, 1, 0, 1, {0},            {1},          0, 0, 0, 0},
-    {"multi",       2, 4, 64,  16, 1, 0, 3, {0, 45, 300},   {17, 1, 5},   0, 0, 0, 1},
-    {"multi",       1, 8, 128, 64, 2, 0, 4, {63, 64, 65, 1}, {2, 1, 3, 64}, 0, 0, 0, 0},
-    {"tree",        1, 8, 128, 16, 1, 0, 2, {20, 77},       {5, 9},       1, 0, 0, 1},
-    {"tree",        4, 2, 64,  1,  1, 0, 3, {0, 5, 33},     {4, 7, 5},    1, 0, 0, 0},
-    {"view-shared", 2, 4, 64,  16, 3, 1, 2, {200, 150},     {1, 5},       0, 1, 0, 0},
-    {"view-lh",     4, 2, 128, 16, 2, 1, 2, {300, 41},      {5, 3},       1, 2, 0, 1},
-    {"view-tail",   2, 2, 64,  8,  1, 0, 2, {90, 60},       {2, 3},       0, 3, 0, 0},
-    {"fork",        2, 4, 64,  16, 1, 0, 2, {37, 37},       {3, 4},       0, 0, 1, 1},
-    {"dh10",        2, 3, 10,  16, 1, 0, 2, {50, 7},        {3, 2},       1, 0, 0, 0},
-    {"dh40",        1, 12, 40, 16, 1, 0, 1, {513},          {4},          0, 0, 0, 0},
-    {"dh256",       2, 16, 256, 16, 1, 0, 2, {700, 9},      {1, 6},       0, 0, 0, 0},
-    {"dh6",         1, 7, 6,   4,  1, 0, 1, {29},           {11},         1, 0, 0, 0},
+    /* name        Hkv grp Dh  ps  L  l  ns len0            ntok          mask view fork il w cap */
+    {"decode",      2, 4, 128, 16, 1, 0, 1, {100},          {1},          0, 0, 0, 0, 0, 0},
+    {"decode-mha",  4, 1, 64,  1,  1, 0, 1, {37},           {1},          0, 0, 0, 0, 0, 0},
+    {"chunk",       1, 2, 8,   64, 1, 0, 1, {130},          {3},          0, 0, 0, 0, 0, 0},
+    {"prefill",     2, 8, 128, 16, 1, 0, 1, {0},            {64},         0, 0, 0, 0, 0, 0},
+    {"prefill",     3, 2, 64,  1,  2, 1, 1, {0},            {17},         0, 0, 0, 0, 0, 0},
+    {"empty",       1, 1, 64,  16, 1, 0, 1, {0},            {1},          0, 0, 0, 0, 0, 0},
+    {"multi",       2, 4, 64,  16, 1, 0, 3, {0, 45, 300},   {17, 1, 5},   0, 0, 0, 1, 0, 0},
+    {"multi",       1, 8, 128, 64, 2, 0, 4, {63, 64, 65, 1}, {2, 1, 3, 64}, 0, 0, 0, 0, 0, 0},
+    {"tree",        1, 8, 128, 16, 1, 0, 2, {20, 77},       {5, 9},       1, 0, 0, 1, 0, 0},
+    {"tree",        4, 2, 64,  1,  1, 0, 3, {0, 5, 33},     {4, 7, 5},    1, 0, 0, 0, 0, 0},
+    {"view-shared", 2, 4, 64,  16, 3, 1, 2, {200, 150},     {1, 5},       0, 1, 0, 0, 0, 0},
+    {"view-lh",     4, 2, 128, 16, 2, 1, 2, {300, 41},      {5, 3},       1, 2, 0, 1, 0, 0},
+    {"view-tail",   2, 2, 64,  8,  1, 0, 2, {90, 60},       {2, 3},       0, 3, 0, 0, 0, 0},
+    {"fork",        2, 4, 64,  16, 1, 0, 2, {37, 37},       {3, 4},       0, 0, 1, 1, 0, 0},
+    {"dh10",        2, 3, 10,  16, 1, 0, 2, {50, 7},        {3, 2},       1, 0, 0, 0, 0, 0},
+    {"dh40",        1, 12, 40, 16, 1, 0, 1, {513},          {4},          0, 0, 0, 0, 0, 0},
+    {"dh256",       2, 16, 256, 16, 1, 0, 2, {700, 9},      {1, 6},       0, 0, 0, 0, 0, 0},
+    {"dh6",         1, 7, 6,   4,  1, 0, 1, {29},           {11},         1, 0, 0, 0, 0, 0},
     {"batch-dec",   2, 4, 128, 16, 1, 0, 8, {2048, 17, 999, 4000, 1, 0, 333, 1500},
-                                            {1, 1, 1, 1, 1, 1, 1, 1},     0, 0, 0, 1},
-    {"verify",      8, 4, 128, 16, 1, 0, 1, {4096},         {64},         0, 0, 0, 0},
-    {"ps1-long",    1, 4, 64,  1,  1, 0, 1, {5000},         {2},          0, 0, 0, 0},
-    {"long-128k",   1, 8, 128, 64, 1, 0, 1, {131072},       {1},          0, 0, 0, 0},
-    {"long-128k",   2, 4, 128, 16, 1, 0, 1, {131072},       {1},          0, 0, 0, 0},
-    {"long-32k",    2, 4, 128, 16, 1, 0, 3, {32768, 20000, 32768}, {1, 5, 3}, 1, 0, 0, 1},
-    {"long-view",   2, 4, 128, 16, 1, 0, 1, {32768},        {4},          0, 2, 0, 0},
+                                            {1, 1, 1, 1, 1, 1, 1, 1},     0, 0, 0, 1, 0, 0},
+    {"verify",      8, 4, 128, 16, 1, 0, 1, {4096},         {64},         0, 0, 0, 0, 0, 0},
+    {"ps1-long",    1, 4, 64,  1,  1, 0, 1, {5000},         {2},          0, 0, 0, 0, 0, 0},
+    {"long-128k",   1, 8, 128, 64, 1, 0, 1, {131072},       {1},          0, 0, 0, 0, 0, 0},
+    {"long-128k",   2, 4, 128, 16, 1, 0, 1, {131072},       {1},          0, 0, 0, 0, 0, 0},
+    {"long-32k",    2, 4, 128, 16, 1, 0, 3, {32768, 20000, 32768}, {1, 5, 3}, 1, 0, 0, 1, 0, 0},
+    {"long-view",   2, 4, 128, 16, 1, 0, 1, {32768},        {4},          0, 2, 0, 0, 0, 0},
     /* more than 64 new tokens in a sequence: the tensor-core kernel's prefill kind */
-    {"prefill-tc",  8, 4, 128, 16, 1, 0, 1, {0},            {200},        0, 0, 0, 0},
-    {"prefill-tc",  2, 4, 64,  16, 1, 0, 3, {1000, 0, 7},   {130, 65, 1}, 0, 0, 0, 1},
-    {"prefill-mask", 1, 8, 128, 16, 1, 0, 1, {50},          {100},        1, 0, 0, 0},
-    {"prefill-view", 2, 4, 64, 16, 2, 1, 1, {300},          {80},         0, 2, 0, 0},
-    {"prefill-mha", 4, 1, 64,  16, 1, 0, 1, {33},           {150},        0, 0, 0, 0},
+    {"prefill-tc",  8, 4, 128, 16, 1, 0, 1, {0},            {200},        0, 0, 0, 0, 0, 0},
+    {"prefill-tc",  2, 4, 64,  16, 1, 0, 3, {1000, 0, 7},   {130, 65, 1}, 0, 0, 0, 1, 0, 0},
+    {"prefill-mask", 1, 8, 128, 16, 1, 0, 1, {50},          {100},        1, 0, 0, 0, 0, 0},
+    {"prefill-view", 2, 4, 64, 16, 2, 1, 1, {300},          {80},         0, 2, 0, 0, 0, 0},
+    {"prefill-mha", 4, 1, 64,  16, 1, 0, 1, {33},           {150},        0, 0, 0, 0, 0, 0},
     /* head size 128: on Hopper the wgmma kernel's (views, one query head per KV head, pages
      * of one slot, 16 query heads per KV head over two sequences) */
-    {"prefill-view", 2, 4, 128, 16, 2, 1, 1, {300},         {80},         0, 2, 0, 0},
-    {"prefill-mha", 2, 1, 128, 1,  1, 0, 1, {33},           {300},        0, 0, 0, 0},
-    {"prefill-g16", 1, 16, 128, 16, 1, 0, 2, {77, 0},       {150, 90},    0, 0, 0, 1},
+    {"prefill-view", 2, 4, 128, 16, 2, 1, 1, {300},         {80},         0, 2, 0, 0, 0, 0},
+    {"prefill-mha", 2, 1, 128, 1,  1, 0, 1, {33},           {300},        0, 0, 0, 0, 0, 0},
+    {"prefill-g16", 1, 16, 128, 16, 1, 0, 2, {77, 0},       {150, 90},    0, 0, 0, 1, 0, 0},
     /* chunks wide enough to fill an H100's or H200's resident blocks with 128-row items (at
      * least 2 x 132 of them per sequence): a warp over every key of a tile, the result from
      * registers */
-    {"prefill-wide", 8, 4, 128, 16, 1, 0, 1, {300},         {1100},       0, 0, 0, 0},
-    {"prefill-wide", 8, 4, 128, 16, 1, 0, 2, {0, 40},       {1100, 1060}, 1, 0, 0, 1},
-    {"verify-8",    8, 4, 128, 16, 1, 0, 2, {5000, 4095},   {8, 8},       0, 0, 0, 1},
-    {"verify-g16",  2, 16, 64, 16, 1, 0, 1, {700},          {5},          0, 0, 0, 0},
+    {"prefill-wide", 8, 4, 128, 16, 1, 0, 1, {300},         {1100},       0, 0, 0, 0, 0, 0},
+    {"prefill-wide", 8, 4, 128, 16, 1, 0, 2, {0, 40},       {1100, 1060}, 1, 0, 0, 1, 0, 0},
+    {"verify-8",    8, 4, 128, 16, 1, 0, 2, {5000, 4095},   {8, 8},       0, 0, 0, 1, 0, 0},
+    {"verify-g16",  2, 16, 64, 16, 1, 0, 1, {700},          {5},          0, 0, 0, 0, 0, 0},
+    /* windowed layers: the boundary on a page's first slot (256), Dh 64 / 128 / 256, splits,
+     * chains, trees (positions by depth), views that the window cuts, prefill kinds, long
+     * contexts where most tiles lie behind the window, pages of one slot, a window of 1 */
+    {"win-decode",  2, 4, 128, 16, 1, 0, 1, {300},          {1},          0, 0, 0, 0, 45, 0},
+    {"win-decode",  2, 16, 256, 16, 2, 1, 2, {700, 9},      {1, 6},       0, 0, 0, 1, 64, 0},
+    {"win-chain",   2, 4, 64,  16, 1, 0, 2, {200, 50},      {5, 3},       0, 0, 0, 1, 32, 0},
+    {"win-tree",    1, 8, 128, 16, 1, 0, 2, {100, 40},      {6, 9},       1, 0, 0, 1, 20, 0},
+    {"win-tree",    2, 2, 256, 4,  1, 0, 2, {60, 33},       {7, 5},       1, 0, 0, 0, 9, 2.f},
+    {"win-view",    2, 4, 64,  16, 2, 1, 2, {300, 150},     {1, 5},       0, 2, 0, 0, 50, 0},
+    {"win-view",    2, 8, 256, 16, 1, 0, 1, {400},          {3},          0, 1, 0, 0, 70, 0},
+    {"win-prefill", 8, 4, 128, 16, 1, 0, 1, {0},            {200},        0, 0, 0, 0, 50, 0},
+    {"win-prefill", 2, 4, 64,  16, 1, 0, 3, {1000, 0, 7},   {130, 65, 1}, 0, 0, 0, 1, 100, 0},
+    {"win-prefill", 2, 2, 256, 16, 1, 0, 1, {0},            {150},        0, 0, 0, 0, 40, 0},
+    {"win-long",    2, 4, 128, 16, 1, 0, 1, {32768},        {4},          0, 0, 0, 0, 1024, 0},
+    {"win-long",    1, 8, 256, 64, 1, 0, 1, {20000},        {1},          0, 0, 0, 0, 4096, 0},
+    {"win-ps1",     1, 4, 64,  1,  1, 0, 1, {500},          {3},          0, 0, 0, 0, 7, 0},
+    {"win-1",       2, 4, 128, 16, 1, 0, 1, {50},           {3},          0, 0, 0, 0, 1, 0},
+    /* soft-capped scores (Gemma 2), alone and with a window */
+    {"softcap",     2, 4, 128, 16, 1, 0, 2, {300, 20},      {1, 5},       0, 0, 0, 1, 0, 2.f},
+    {"softcap",     8, 4, 128, 16, 1, 0, 1, {0},            {200},        0, 0, 0, 0, 0, 3.f},
+    {"softcap",     2, 8, 256, 16, 1, 0, 2, {500, 3},       {1, 4},       0, 0, 0, 0, 0, 2.f},
+    {"win+cap",     2, 4, 64,  16, 1, 0, 1, {700},          {70},         0, 0, 0, 0, 128, 3.f},
+    {"win+cap",     4, 2, 256, 16, 1, 0, 1, {5000},         {5},          0, 0, 0, 0, 4096, 2.5f},
 };
 
 static void test_attention(void **state) {
@@ -827,6 +944,7 @@ static void test_attention(void **state) {
     }
     assert_op_passed("attention");
     assert_op_passed("attention-x");
+    assert_op_passed("attention-power");
     assert_op_passed("kv_read");
 }
 

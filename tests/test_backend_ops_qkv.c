@@ -3,7 +3,8 @@
  * CPU reference: K/V rows stored by kv_store and by rope_kv_store on both backends, copied
  * with kv_copy_pages, then attention through the copy (a batch with kv_quant) on the GPU
  * against the CPU's over decode steps, ragged batches, chains under sparse views, tree masks,
- * forks, one-slot pages and head sizes from 6 to 256, at 4 and 8 bits. Both backends quantise
+ * forks, one-slot pages, head sizes from 6 to 256, windowed layers (under views and tree masks)
+ * and soft-capped scores, at 4 and 8 bits. Both backends quantise
  * the same f32 rows with the same operations, so the copies agree and the outputs differ by
  * the order of the sums only: tolerance 1e-3 (relative L2). Refusals: a copy of 5 bits, an
  * attention through a copy the storage does not keep, a random fill of a storage with a copy.
@@ -19,16 +20,21 @@
 typedef struct {
     int Hkv, group, Dh, ps, ns, len0[MAX_SEQ], ntok[MAX_SEQ];
     bool view, mask, fork;
+    int window;  /* seer_attn_batch.window, 0: none */
+    float cap;   /* seer_attn_batch.softcap, 0: none */
 } qkv_case;
 
 static const qkv_case CASES[] = {
-    {2, 7, 64, 16, 1, {300}, {1}, false, false, false},           /* Qwen2.5-0.5B, a decode step */
-    {4, 2, 8, 16, 3, {40, 3, 77}, {1, 1, 1}, false, false, false}, /* stories260K, ragged */
-    {2, 2, 40, 4, 2, {50, 9}, {5, 2}, true, false, false},        /* chains under views */
-    {1, 4, 48, 8, 2, {20, 31}, {4, 3}, false, true, false},       /* a tree mask */
-    {8, 4, 128, 16, 2, {600, 600}, {5, 1}, false, false, true},   /* Llama-3-8B heads, a fork */
-    {1, 1, 6, 1, 1, {33}, {2}, true, false, false},               /* Dh 6, one-slot pages */
-    {2, 1, 256, 32, 1, {90}, {3}, false, false, false},           /* Dh 256 */
+    {2, 7, 64, 16, 1, {300}, {1}, false, false, false, 0, 0.f},            /* Qwen2.5-0.5B, a decode step */
+    {4, 2, 8, 16, 3, {40, 3, 77}, {1, 1, 1}, false, false, false, 0, 0.f}, /* stories260K, ragged */
+    {2, 2, 40, 4, 2, {50, 9}, {5, 2}, true, false, false, 0, 0.f},         /* chains under views */
+    {1, 4, 48, 8, 2, {20, 31}, {4, 3}, false, true, false, 0, 0.f},        /* a tree mask */
+    {8, 4, 128, 16, 2, {600, 600}, {5, 1}, false, false, true, 0, 0.f},    /* Llama-3-8B heads, a fork */
+    {1, 1, 6, 1, 1, {33}, {2}, true, false, false, 0, 0.f},                /* Dh 6, one-slot pages */
+    {2, 1, 256, 32, 1, {90}, {3}, false, false, false, 0, 0.f},            /* Dh 256 */
+    {2, 4, 64, 16, 2, {300, 40}, {1, 5}, true, false, false, 50, 0.f},     /* a window under views */
+    {1, 4, 128, 8, 2, {100, 31}, {4, 6}, false, true, false, 24, 3.f},     /* window, tree, softcap */
+    {2, 2, 256, 16, 1, {70}, {2}, false, false, false, 0, 2.f},            /* Gemma's Dh, softcap */
 };
 
 static void run_case(const qkv_case *ac, int bits, uint64_t *rng) {
@@ -128,7 +134,8 @@ static void run_case(const qkv_case *ac, int bits, uint64_t *rng) {
                           .scale = 1.f / sqrtf((float)Dh), .page_size = ps, .n_seq = ns,
                           .max_pages = mp, .seq_pages = pages, .seq_len0 = len0,
                           .seq_tok_off = off, .seq_toks = seq_toks, .seq_view = vp,
-                          .tok_seq = tok_seq, .tok_slot = tok_slot, .mask = mask, .kv_quant = true};
+                          .tok_seq = tok_seq, .tok_slot = tok_slot, .mask = mask, .kv_quant = true,
+                          .window = ac->window, .softcap = ac->cap};
     const size_t n = (size_t)T * H * Dh;
     float *q = rand_array(n, 3.f, rng), *dq = dev_copy(q, n);
     for (int l = 0; l < L; l++) {
@@ -137,8 +144,9 @@ static void run_case(const qkv_case *ac, int bits, uint64_t *rng) {
         ASSERT_OK(gpu->ops->attention(gpu, dout, dq, kg, &g, l, &ab));
         float *out = dev_fetch(dout, n);
         char shape[160];
-        snprintf(shape, sizeof shape, "q%d Hkv=%d G=%d Dh=%d ps=%d T=%d layer %d%s%s%s", bits, Hkv, ac->group, Dh,
-                 ps, T, l, ac->view ? " view" : "", ac->mask ? " mask" : "", ac->fork ? " fork" : "");
+        snprintf(shape, sizeof shape, "q%d Hkv=%d G=%d Dh=%d ps=%d T=%d layer %d%s%s%s window=%d cap=%g", bits,
+                 Hkv, ac->group, Dh, ps, T, l, ac->view ? " view" : "", ac->mask ? " mask" : "",
+                 ac->fork ? " fork" : "", ac->window, ac->cap);
         record("attention_qkv", shape, out, ref, n, 1e-3);
         dev_free(dout);
         free(ref), free(out);

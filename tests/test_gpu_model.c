@@ -7,14 +7,22 @@
  * the assertion is that disagreements are rare (>= 98% of steps agree) and only at near ties
  * (the reference's margin there below NEAR_TIE of max |logit|).
  *
- * Random Llama and Qwen2 models (GQA, MHA, MQA; f32, bf16 and q8_0 weights): the logits of a
- * batched prefill, a single-token decode, a gamma+1 = 5 token verification call with and
- * without a tree mask, a mixed batch of two sequences and a sparse-view decode, CUDA against
- * the CPU reference. Tolerance: max |cuda - cpu| <= 3e-2 * max |cpu| over the compared rows;
- * the CUDA path rounds weights, matmul inputs and the KV cache to bf16 (relative 2^-9 each),
- * which over two layers stays near 1e-2 of the logit scale.
+ * Random Llama and Qwen2 models (GQA, MHA, MQA; f32, bf16 and q8_0 weights) and models of the
+ * other families: Qwen3 (per-head q/k norms, YaRN), Gemma 2 (sandwich norms, GeGLU, a window
+ * on every other layer, soft-capped scores and logits, head size 256), Gemma 3 (five windowed
+ * layers of six with their own RoPE base; head sizes 64 and 256) and Phi-3 (fused q|k|v and
+ * gate|up tensors split at load, LongRoPE; head sizes 96 and 128; q8_0 and Q4_K weights).
+ * The logits of a batched prefill, a single-token decode, a gamma+1 = 5 token verification
+ * call with and without a tree mask, a mixed batch of two sequences, a sparse-view decode, a
+ * long prefill and decode steps after it (recorded and replayed as CUDA graphs), CUDA against
+ * the CPU reference; windows of 8 positions, so every call past the first reaches behind
+ * them. Tolerance: max |cuda - cpu| <= 3e-2 * max |cpu| over the compared rows; the CUDA path
+ * rounds weights, matmul inputs and the KV cache to bf16 (relative 2^-9 each), which over two
+ * layers stays near 1e-2 of the logit scale.
  *
- * A prompt cut into calls in four ways gives the same bits on the GPU (free cuts).
+ * A prompt cut into calls in four ways gives the same bits on the GPU (free cuts), for the
+ * Llama shapes and for a windowed Gemma 3 shape. Greedy speculation with sparse self-drafts
+ * (streaming, retrieval) gives the same ids as plain decoding on the GPU for every family.
  *
  * Skips (via cmocka's skip()) when built without CUDA or when no CUDA device is present.
  */
@@ -230,14 +238,22 @@ typedef struct {
     int vocab, dim, layers, heads, kv_heads, ffn;
     bool tied;
     const char *dtype;
+    int head_dim, window;     /* 0: dim / heads; 0: the family's default window */
+    const char *rope_scaling; /* NULL, or a scaling by 4 over 64 trained positions */
 } shape;
 
 static const shape SHAPES[] = {
-    {"llama", 320, 128, 2, 8, 2, 256, false, "f32"},  /* GQA 4, Dh 16 */
-    {"llama", 300, 128, 2, 4, 4, 192, true, "f32"},   /* MHA, Dh 32, tied */
-    {"qwen2", 280, 128, 2, 4, 2, 160, false, "f32"},  /* GQA 2, biases, neox RoPE */
-    {"qwen2", 300, 256, 2, 2, 2, 128, false, "bf16"}, /* MHA, Dh 128 */
-    {"llama", 300, 512, 2, 4, 1, 384, false, "q8_0"}, /* MQA, Dh 128 */
+    {"llama", 320, 128, 2, 8, 2, 256, false, "f32", 0, 0, NULL},  /* GQA 4, Dh 16 */
+    {"llama", 300, 128, 2, 4, 4, 192, true, "f32", 0, 0, NULL},   /* MHA, Dh 32, tied */
+    {"qwen2", 280, 128, 2, 4, 2, 160, false, "f32", 0, 0, NULL},  /* GQA 2, biases, neox RoPE */
+    {"qwen2", 300, 256, 2, 2, 2, 128, false, "bf16", 0, 0, NULL}, /* MHA, Dh 128 */
+    {"llama", 300, 512, 2, 4, 1, 384, false, "q8_0", 0, 0, NULL}, /* MQA, Dh 128 */
+    {"qwen3", 300, 256, 2, 4, 2, 256, false, "bf16", 128, 0, "yarn"},    /* q/k norms, Dh 128 */
+    {"gemma2", 300, 256, 2, 4, 2, 384, true, "f32", 256, 8, NULL},       /* Dh 256, softcaps */
+    {"gemma3", 300, 256, 6, 4, 1, 256, true, "bf16", 64, 8, "linear"},   /* Dh 64, 5 + 1 layers */
+    {"gemma3", 300, 640, 2, 4, 1, 512, true, "bf16", 256, 8, NULL},      /* 270M's heads */
+    {"phi3", 300, 192, 2, 2, 2, 256, false, "q8_0", 96, 0, "longrope"}, /* Dh 96, rows copied */
+    {"phi3", 300, 256, 2, 2, 1, 256, false, "q4_k", 128, 0, NULL},       /* Q4_K row views */
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof *SHAPES))
 
@@ -254,6 +270,14 @@ static void gen_shape(const shape *s, const char *path, int ctx, uint64_t seed) 
     p.dtype = s->dtype;
     p.ctx = ctx;
     p.seed = seed;
+    p.head_dim = s->head_dim;
+    p.window = s->window;
+    if (s->rope_scaling) {
+        p.rope_scaling = s->rope_scaling;
+        p.rope_factor = 4.f;
+        p.rope_orig_ctx = 64; /* the tests' contexts are longer: LongRoPE's long factors */
+        p.rope_attn_factor = !strcmp(s->rope_scaling, "longrope") ? 1.19f : 0.f;
+    }
     /* The generator's default scale, 1/sqrt(dim), as trained models are initialised. With
      * test_model.c's 0.15 the softmaxes are so peaked that bf16 rounding of K and of the
      * matmul inputs moves logits by up to 9e-2 of their scale (D=512, Dh=128). */
@@ -325,8 +349,9 @@ static void test_random_models(void **state) {
         const char *path = gen(k);
         const shape *sh = &SHAPES[k];
         char label[128];
-        snprintf(label, sizeof label, "%s D=%d H=%d Hkv=%d L=%d %s", sh->arch, sh->dim, sh->heads,
-                 sh->kv_heads, sh->layers, sh->dtype);
+        snprintf(label, sizeof label, "%s D=%d H=%d Hkv=%d Dh=%d L=%d %s w=%d", sh->arch, sh->dim, sh->heads,
+                 sh->kv_heads, sh->head_dim ? sh->head_dim : sh->dim / sh->heads, sh->layers, sh->dtype,
+                 sh->window);
         pair pr = {.label = label};
         pr.m[0] = load(path, SEER_BACKEND_CPU);
         pr.m[1] = load(path, SEER_BACKEND_CUDA);
@@ -418,6 +443,12 @@ static void test_random_models(void **state) {
             p1 = s1len + P2;
             b = (seer_batch){.n_tokens = 1, .token = &tok[100], .seq = &s1, .pos = &p1, .logits = want};
             both(&pr, "decode after a long prefill", &b);
+            /* more steps of one shape: recorded, then replayed */
+            for (int st = 1; st <= 4; st++) {
+                p1 = s1len + P2 + st;
+                b.token = &tok[100 + st];
+                both(&pr, "decode step (graphs)", &b);
+            }
         }
 
         for (int j = 0; j < 2; j++) {
@@ -440,16 +471,18 @@ static void test_random_models(void **state) {
  * Prompt tokens keep their bits however the prompt is cut into calls of up to the backend's
  * batch-invariant size, and whatever else the calls hold (seer_context_prompt_cuts_free),
  * on the head sizes each attention kernel serves: 16 (the scalar kernel), 64 (tensor cores,
- * whole prefill items) and 128 (the same, or the warpgroup kernel on Hopper). A prompt of
+ * whole prefill items) and 128 (the same, or the warpgroup kernel on Hopper); and on Gemma 3's
+ * windowed layers (window 32) at head size 64. A prompt of
  * 300 tokens in calls of 256 and 44 (the reference, within tolerance of the CPU), of 1, 7,
  * 70 and 222, of 150, 10 and 140, and of 13 beside another sequence's decode step.
  */
 static void test_prompt_cuts(void **state) {
     (void)state;
     static const shape CUT_SHAPES[] = {
-        {"llama", 320, 128, 2, 8, 2, 256, false, "f32"},  /* Dh 16 */
-        {"llama", 320, 256, 2, 4, 2, 512, false, "bf16"}, /* Dh 64, GQA 2 */
-        {"qwen2", 300, 512, 2, 4, 1, 512, false, "bf16"}, /* Dh 128, GQA 4 */
+        {"llama", 320, 128, 2, 8, 2, 256, false, "f32", 0, 0, NULL},   /* Dh 16 */
+        {"llama", 320, 256, 2, 4, 2, 512, false, "bf16", 0, 0, NULL},  /* Dh 64, GQA 2 */
+        {"qwen2", 300, 512, 2, 4, 1, 512, false, "bf16", 0, 0, NULL},  /* Dh 128, GQA 4 */
+        {"gemma3", 320, 256, 6, 4, 1, 512, true, "bf16", 64, 32, NULL}, /* windowed, Dh 64 */
     };
     enum { N = 300 };
     int fails = 0;
@@ -487,7 +520,8 @@ static void test_prompt_cuts(void **state) {
         for (int r = 0; r < 3; r++) {
             tu_feed_cuts(c, toks, N, runs[r].cuts, runs[r].n, N, runs[r].other, got, V);
             const bool same = memcmp(ref, got, sizeof(float) * N * V) == 0;
-            printf("gpu_model: prompt cuts, head size %d, calls of %s: %s\n", sh->dim / sh->heads, runs[r].what,
+            printf("gpu_model: prompt cuts, %s head size %d, calls of %s: %s\n", sh->arch,
+                   sh->head_dim ? sh->head_dim : sh->dim / sh->heads, runs[r].what,
                    same ? "the same bits" : "FAIL: bits differ");
             fails += !same;
         }
@@ -501,6 +535,68 @@ static void test_prompt_cuts(void **state) {
         fail_msg("%d prompt-cut comparisons failed", fails);
 }
 
+/* ---- speculation on the other families ---------------------------------------------------- */
+
+/* Greedy speculation with the sparse self-drafts (streaming: sinks and the recent slots;
+ * retrieval: selected chunks), chains and a tree, gives the ids plain decoding gives, on the
+ * GPU, for three prompts decoded together past their windows; and plain decoding of the three
+ * together gives each prompt's ids alone. The drafts attend under views that the windowed
+ * layers cut further, and verification runs G + 1 tokens where plain decoding runs one. */
+static void test_family_spec(void **state) {
+    (void)state;
+    int bad = 0;
+    for (int k = 0; k < N_SHAPES; k++) {
+        const shape *sh = &SHAPES[k];
+        if (!strcmp(sh->arch, "llama") || !strcmp(sh->arch, "qwen2"))
+            continue; /* test_gpu_spec's */
+        char name[64];
+        snprintf(name, sizeof name, "gpu_model_spec%d.gguf", k);
+        const char *path = tu_tmp_path(name);
+        gen_shape(sh, path, 256, 700 + (uint64_t)k);
+        seer_model *m = load(path, SEER_BACKEND_CUDA);
+        const int V = seer_n_vocab(m);
+        uint64_t rng = 31 + k;
+        int32_t prompts[3][128];
+        int plen[3] = {40, 7, 23};
+        for (int i = 0; i < 3; i++) /* repetitive: drafts are accepted */
+            for (int j = 0; j < plen[i]; j++)
+                prompts[i][j] = j >= 6 && (tu_rand_u64(&rng) & 1) ? prompts[i][j - 6]
+                                                                   : (int32_t)(3 + tu_rand_u64(&rng) % (uint64_t)(V - 3));
+        const tu_gen_ctx cx = {.n_ctx = 256, .page_size = 4, .n_batch_max = 64};
+        tu_output plain[3], one, got[3];
+        (void)tu_gen_run(m, seer_spec_default_params(), prompts[0], 128, plen, 3, 80, tu_greedy(), cx, plain, NULL);
+        int diff = 0;
+        for (int i = 0; i < 3; i++) {
+            (void)tu_gen_run(m, seer_spec_default_params(), prompts[i], 128, &plen[i], 1, 80, tu_greedy(), cx, &one,
+                             NULL);
+            diff += one.n != plain[i].n || memcmp(one.ids, plain[i].ids, sizeof(int32_t) * one.n);
+        }
+        printf("gpu_model: spec %-7s Dh=%-3d w=%d %-10s plain alone vs together: %d of 3 differ %s\n", sh->arch,
+               sh->head_dim, sh->window, sh->dtype, diff, diff ? "FAIL" : "ok");
+        bad += diff;
+        static const seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_STREAMING};
+        for (int r = 0; r < 3; r++) {
+            seer_spec_params sp = tu_spec(kinds[r], 4, 20);
+            if (r == 2) { /* a tree of 2 G + 2 nodes: the tree mask and its positions */
+                sp.tree_size = 10;
+                sp.tree_depth = 4;
+            }
+            seer_spec_stats st = tu_gen_run(m, sp, prompts[0], 128, plen, 3, 80, tu_greedy(), cx, got, NULL);
+            diff = 0;
+            for (int i = 0; i < 3; i++)
+                diff += got[i].n != plain[i].n || memcmp(got[i].ids, plain[i].ids, sizeof(int32_t) * got[i].n);
+            printf("gpu_model: spec %-7s Dh=%-3d w=%d %-10s %s%s: %d of 3 differ from plain decoding "
+                   "(acceptance %.2f) %s\n", sh->arch, sh->head_dim, sh->window, sh->dtype,
+                   seer_spec_kind_name(kinds[r]), r == 2 ? " tree" : "", diff,
+                   st.drafted ? (double)st.accepted / st.drafted : 0.0, diff ? "FAIL" : "ok");
+            bad += diff;
+        }
+        seer_model_free(m);
+    }
+    if (bad)
+        fail_msg("%d greedy outputs with speculation (or batched) differ from plain decoding alone", bad);
+}
+
 #endif /* SEER_HAVE_CUDA */
 
 int main(void) {
@@ -510,6 +606,7 @@ int main(void) {
             cmocka_unit_test(test_golden_stories),
             cmocka_unit_test(test_random_models),
             cmocka_unit_test(test_prompt_cuts),
+            cmocka_unit_test(test_family_spec),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
     }

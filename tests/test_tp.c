@@ -5,7 +5,8 @@
  * within the float reordering of the sums, stated below), the captured queries likewise; greedy
  * output at N = 2 and 4 equal to the reference program's ids, and greedy speculation on vs off
  * bit-identical at the same N with every drafter; sampling; divisions refused with a clear
- * error. The GPU's side is test_gpu_tp.c.
+ * error, and so are the families whose blocks the ranks do not divide (Qwen3, Gemma 2 and 3,
+ * Phi-3). The GPU's side is test_gpu_tp.c.
  */
 #include "testutil.h"
 
@@ -221,6 +222,25 @@ static void test_refused(void **state) {
     mp.tp = 16;
     assert_int_equal(seer_model_load(path, mp, &m), SEER_ERR_UNSUPPORTED);
     assert_null(m);
+    /* the families whose blocks the ranks do not divide: refused at load, naming the block */
+    static const char *const fams[] = {"qwen3", "gemma2", "gemma3", "phi3"};
+    static const char *const need[] = {"q/k RMSNorm", "scaled embedding", "scaled embedding", "fused"};
+    for (int f = 0; f < 4; f++) {
+        seer_gen_params p = seer_gen_default_params();
+        p.arch = fams[f];
+        p.n_vocab = 300;
+        p.window = 8;
+        char name[64];
+        snprintf(name, sizeof name, "tp-refused-%s.gguf", fams[f]);
+        const char *fp = tu_tmp_path(name);
+        ASSERT_OK(seer_gen_model(&p, fp));
+        mp.tp = 2;
+        assert_int_equal(seer_model_load(fp, mp, &m), SEER_ERR_UNSUPPORTED);
+        assert_null(m);
+        printf("tp: %s refused: %s\n", fams[f], seer_last_error());
+        assert_non_null(strstr(seer_last_error(), need[f]));
+        assert_non_null(strstr(seer_last_error(), "x2 backend lacks"));
+    }
 }
 
 int main(void) {

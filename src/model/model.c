@@ -502,6 +502,8 @@ seer_status seer_model_fuse(seer_model *m) {
         if (qkv[0].dtype == qkv[1].dtype && qkv[1].dtype == qkv[2].dtype) {
             SEER_TRY(op->weight_concat(m->be, qkv, 3, false, &L->wqkv));
             L->wq = qkv[0], L->wk = qkv[1], L->wv = qkv[2];
+            /* the parts no longer view the file's fused tensor: it goes */
+            op->weight_free(m->be, &L->file_qkv);
         }
         /* with matmul_glu the gate and up rows alternate and the SiLU product comes out whole */
         seer_weight gu[2] = {L->w_gate, L->w_up};
@@ -509,6 +511,7 @@ seer_status seer_model_fuse(seer_model *m) {
             const bool glu = op->matmul_glu != NULL && m->desc->act == SEER_ACT_SILU;
             SEER_TRY(op->weight_concat(m->be, gu, 2, glu, &L->wgu));
             L->w_gate = gu[0], L->w_up = gu[1];
+            op->weight_free(m->be, &L->file_gu);
         }
     }
     return SEER_OK;

@@ -25,7 +25,8 @@ typedef struct {
      * rows in them); data NULL where the backend cannot */
     seer_weight wqkv, wgu;
     /* the tensors a file stores fused (SEER_LT_QKV, SEER_LT_GATE_UP) as bound; wq, wk, wv
-     * and w_gate, w_up are then row views of them (data NULL where the file has none) */
+     * and w_gate, w_up are then their rows (data NULL where the file has none, and once
+     * seer_model_fuse has joined the parts into wqkv, wgu) */
     seer_weight file_qkv, file_gu;
 } seer_layer;
 

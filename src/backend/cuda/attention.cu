@@ -16,6 +16,13 @@
  * surviving list entries plus the tail), k >= C is the (k - C)-th new token of b, kept or
  * masked out by the predicate. Only the summation order differs from the reference.
  *
+ * A windowed layer's call (seer_attn_batch.window) masks the keys behind the token's window
+ * as the predicate masks a candidate (att_in_window), and soft-capping (softcap) caps each
+ * scaled score (att_cap); both are launch arguments, not part of the plan, so the one plan of a
+ * forward call serves its windowed and its global layers, and a token's splits (and so its
+ * bits) are the same in a decode step and in a verification. Tiles of which no key is seen
+ * are skipped, which changes nothing in the result.
+ *
  * Batch invariance: the chunk size is a function of the token's own visible count (the
  * smallest power-of-two multiple of ATT_TK that makes at most ATT_MAX_SPLITS splits), so a
  * token's splits, the tiles inside each split and the order the combine merges them in
@@ -60,16 +67,30 @@ seer_status attn_capacity(seer_cuda *c, int gb, int Dh, int *out) {
     return SEER_OK;
 }
 
+/* Whether two batches are the same call's, the window aside: a windowed layer's batch is a
+ * copy of the call's with its window set (decoder.c), and the plan serves both. Field by
+ * field, since copies need not agree in their padding. */
+static bool same_call(const seer_attn_batch *x, const seer_attn_batch *y) {
+    return x->T == y->T && x->n_heads == y->n_heads && x->n_kv_heads == y->n_kv_heads &&
+           x->head_dim == y->head_dim && x->scale == y->scale && x->page_size == y->page_size &&
+           x->n_seq == y->n_seq && x->max_pages == y->max_pages && x->seq_pages == y->seq_pages &&
+           x->seq_len0 == y->seq_len0 && x->seq_tok_off == y->seq_tok_off && x->seq_toks == y->seq_toks &&
+           x->seq_view == y->seq_view && x->tok_seq == y->tok_seq && x->tok_slot == y->tok_slot &&
+           x->mask == y->mask && x->kv_quant == y->kv_quant && x->seq_prompt == y->seq_prompt &&
+           x->tok_pos == y->tok_pos && x->softcap == y->softcap;
+}
+
 /* Whether batch_begin's descriptors still describe ab (else attention rebuilds them). The
  * view lists are taken as unchanged within a forward call: the context builds them once per
  * call, and comparing them would cost as much as uploading them again. */
 static bool att_matches(const seer_cuda *c, const seer_attn_batch *ab) {
     const seer_cuda_attn *a = &c->att;
-    if (!a->valid || a->ab_ptr != ab || memcmp(&a->ab, ab, sizeof *ab))
+    if (!a->valid || !same_call(&a->ab, ab))
         return false;
     const size_t T = (size_t)ab->T, ns = (size_t)ab->n_seq;
     if (memcmp(a->h_tok_seq, ab->tok_seq, T * 4) || memcmp(a->h_tok_slot, ab->tok_slot, T * 4) ||
-        memcmp(a->h_seq_len0, ab->seq_len0, ns * 4) || memcmp(a->h_seq_toks, ab->seq_toks, T * 4))
+        memcmp(a->h_seq_len0, ab->seq_len0, ns * 4) || memcmp(a->h_seq_toks, ab->seq_toks, T * 4) ||
+        (ab->tok_pos && memcmp(a->h_tok_pos, ab->tok_pos, T * 4)))
         return false;
     if (ab->mask && memcmp(a->h_mask, ab->mask, T * T))
         return false;
@@ -123,6 +144,16 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p
         const int begin = (int)(s * chunk), end = (int)min((long long)begin + chunk, (long long)tk.n_vis);
         const int32_t *pages = a.pages + a.page_off[tk.b];
         const size_t head_off = p.layer_off + (size_t)kvh * p.head_stride;
+        const int pos_i = a.tok_pos[i];
+        /* Under a window the cached keys below pos_i - window + 1 are not seen; without a view
+         * key k < C is slot k, so the tiles wholly below start over there (a tile no key of
+         * which is seen changes nothing, and the loop skips such tiles anyway). */
+        int first = begin;
+        if (p.window > 0 && !has_view) {
+            const long long lo = min((long long)pos_i - p.window + 1, (long long)C);
+            if (lo > begin)
+                first = begin + (int)((lo - begin) / ATT_TK) * ATT_TK;
+        }
 
         const float *qg = p.q + ((size_t)i * p.H + h0) * Dh;
         for (int e = tid; e < ng * Dh; e += ATT_THREADS)
@@ -137,7 +168,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p
             acc[r] = 0.f;
         __syncthreads();
 
-        for (int t0 = begin; t0 < end; t0 += ATT_TK) {
+        for (int t0 = first; t0 < end; t0 += ATT_TK) {
             /* 1: which slot each key of the tile is */
             if (tid < ATT_TK) {
                 const int k = t0 + tid;
@@ -145,18 +176,22 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p
                 if (k < end) {
                     if (k < C) {
                         slot = !has_view ? k : (k < vcnt ? vl[k] : tail + (k - vcnt));
+                        if (!att_in_window(p.window, pos_i, slot))
+                            slot = -1;
                     } else {
                         const int ci = tok0 + (k - C);
                         const int cs = a.cand_slot[ci];
                         const bool ok = a.mask ? a.mask[(size_t)i * a.T + a.cand_tok[ci]] != 0 : cs <= slot_i;
-                        slot = ok ? cs : -1;
+                        slot = ok && att_in_window(p.window, pos_i, a.tok_pos[a.cand_tok[ci]]) ? cs : -1;
                     }
                 }
                 off_s[tid] = slot < 0 ? -1
                                       : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
                                                     (size_t)(slot % p.page_size) * Dh);
             }
-            __syncthreads();
+            /* a tile of which no key is seen leaves the state as it is: skipped */
+            if (!__syncthreads_or(tid < ATT_TK && off_s[tid] >= 0))
+                continue;
             /* 2: K and V rows into shared memory (zeros for keys not seen) */
             if ((D2 & 3) == 0) {
                 const int q4 = D2 >> 2;
@@ -199,7 +234,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p
                         d = fmaf(qf.x, kf.x, d);
                         d = fmaf(qf.y, kf.y, d);
                     }
-                    sc = d * p.scale;
+                    sc = att_cap(d * p.scale, p.softcap, p.softcap_inv);
                 }
                 ps[g * ATT_TK + r] = sc;
             }
@@ -444,11 +479,15 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
     p.layer_off = (size_t)layer * 2 * p.kv_stride;
     p.page_stride = (size_t)g->n_layers * 2 * p.kv_stride;
     p.scale = ab->scale;
+    p.window = ab->window > 0 ? ab->window : 0;
+    p.softcap = ab->softcap > 0.f ? ab->softcap : 0.f;
+    p.softcap_inv = p.softcap > 0.f ? 1.f / p.softcap : 0.f;
 
     const int grid = c->fw.padded ? a->grid_bucket : a->grid;
     if (a->tc) {
-        const int grids[ATT_TC_KINDS] = {c->fw.padded ? a->grid_dec_bucket : a->grid_dec, grid,
-                                         c->fw.padded ? a->grid_pre_bucket : a->grid_pre};
+        const int grids[ATT_TC_KINDS + 1] = {c->fw.padded ? a->grid_dec_bucket : a->grid_dec, grid,
+                                             c->fw.padded ? a->grid_pre_bucket : a->grid_pre,
+                                             c->fw.padded ? a->grid_pre_mma_bucket : a->grid_pre_mma};
         SEER_TRY(attn_tc_launch(c, p, grids));
     } else {
         attn_partial_kernel<<<(unsigned)grid, ATT_THREADS, attn_smem_bytes(gb, Dh), c->stream>>>(p);

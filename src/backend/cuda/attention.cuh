@@ -1,8 +1,8 @@
 /*
  * attention.cuh: what the two attention kernels (attention.cu: scalar flash decoding for any
  * head size; attention_tc.cu: tensor cores) share: the batch descriptor batch_begin writes,
- * the visible set of a token, and the split rule that makes a token's result independent of
- * its batch.
+ * the visible set of a token (a windowed layer's window and soft-capping included), and the
+ * split rule that makes a token's result independent of its batch.
  */
 #ifndef SEER_CUDA_ATTENTION_CUH
 #define SEER_CUDA_ATTENTION_CUH
@@ -39,7 +39,7 @@ enum {
     D_TOK_SEQ, D_TOK_SLOT, D_NCAND, D_LEN0, D_TOK_OFF, D_CAND_TOK, D_CAND_SLOT, D_PAGE_OFF,
     D_PAGES, D_VIEW, D_VLIST, D_VIDX, D_QOFF, D_MASK,
     D_NWORK_TC, D_NGRP, D_GRP, D_GITEM, D_TMODE, D_NGRP_DEC, D_NWORK_DEC,
-    D_NGRP_CHAIN, D_NWORK_CHAIN,
+    D_NGRP_CHAIN, D_NWORK_CHAIN, D_TOK_POS,
     D_WORDS = 32
 };
 
@@ -95,6 +95,8 @@ struct attn_params {
     int H, Hkv, Dh, group, gb, n_hc, layer, page_size;
     size_t page_stride, layer_off, kv_stride, head_stride; /* in bf16 elements */
     float scale;
+    int window;             /* > 0: a windowed layer's call (att_in_window) */
+    float softcap, softcap_inv; /* > 0: each scaled score s becomes softcap tanh(s softcap_inv) */
 };
 
 /* The descriptor's arrays, located through its header. */
@@ -102,6 +104,7 @@ struct att_desc {
     int T, n_work;
     const int32_t *tok_seq, *tok_slot, *ncand, *len0, *tok_off, *cand_tok, *cand_slot;
     const int32_t *page_off, *pages, *view, *vlist, *vidx, *qoff;
+    const int32_t *tok_pos; /* [T] each token's position (seer_attn_batch.tok_pos, else its slot) */
     int n_work_tc, n_grp;
     int n_grp_dec, n_work_dec;     /* the decode kind's groups and items come first, */
     int n_grp_chain, n_work_chain; /* then the chain kind's (ends), then the prefill kind's */
@@ -131,6 +134,7 @@ static __device__ __forceinline__ att_desc att_desc_load(const int32_t *d) {
     a.vlist = d + d[D_VLIST];
     a.vidx = d + d[D_VIDX];
     a.qoff = d + d[D_QOFF];
+    a.tok_pos = d + d[D_TOK_POS];
     a.mask = d[D_HAS_MASK] ? (const uint8_t *)(d + d[D_MASK]) : NULL;
     a.n_work_tc = d[D_NWORK_TC];
     a.n_grp = d[D_NGRP];
@@ -175,6 +179,19 @@ static __device__ __forceinline__ att_tok att_token(const att_desc &a, int i, in
     }
     t.n_vis = t.C + a.ncand[i];
     return t;
+}
+
+/* Sliding-window attention (seer_attn_batch.window): whether a token at position tp sees a key
+ * at position kp (a cached slot's position is the slot, a new token's its tok_pos), the CPU
+ * reference's rule: kp > tp - window. */
+static __host__ __device__ __forceinline__ bool att_in_window(int window, int tp, int kp) {
+    return window <= 0 || (long long)tp - kp < window;
+}
+
+/* A scaled score, soft-capped where the call asks (Gemma 2): c tanh(s / c) as the CPU reference
+ * computes it, c tanh(s * (1 / c)). */
+static __device__ __forceinline__ float att_cap(float s, float cap, float cap_inv) {
+    return cap > 0.f ? cap * tanhf(s * cap_inv) : s;
 }
 
 /* The last index in [lo, hi] whose v is at most x (v ascending, v[lo] <= x): the token of a
@@ -242,8 +259,9 @@ seer_status attn_tc_init(seer_cuda *c);
 /* Resident blocks of one kind of the tensor-core kernel of a head size; 0: it does not fit
  * (the scalar kernel serves). */
 seer_status attn_tc_capacity(seer_cuda *c, int Dh, int kind, int *out);
-/* Each kind over its grid of blocks (0: not launched), in kind order. */
-seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS]);
+/* Each kind over its grid of blocks (0: not launched), in kind order; grid[ATT_TC_PRE_MMA]: the
+ * prefill kind's on its mma.sync kernel where attention_wgmma.cu cannot take the call. */
+seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS + 1]);
 
 /* attention_wgmma.cu: the prefill kind on Hopper (head size 128): whether this build and device
  * have it (found out once, by attn_wg_init), its resident blocks, its launch. */

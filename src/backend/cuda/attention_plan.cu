@@ -77,12 +77,13 @@ typedef struct {
     size_t n_pages_all, n_lists, n_entries, bytes;
     /* word offsets of the descriptor's arrays */
     size_t o_idx[SEER_IDX_COUNT], o_tok_seq, o_tok_slot, o_ncand, o_len0, o_tok_off, o_cand_tok,
-        o_cand_slot, o_page_off, o_pages, o_view, o_vlist, o_vidx, o_qoff, o_mask, o_grp, o_gitem, o_tmode;
+        o_cand_slot, o_page_off, o_pages, o_view, o_vlist, o_vidx, o_qoff, o_mask, o_grp, o_gitem, o_tmode,
+        o_tok_pos;
     int n_idx[SEER_IDX_COUNT], n_pad[SEER_IDX_COUNT];
     int32_t *h;    /* the staging copy of the descriptor */
     int32_t *maxC; /* [2 n_seq]: each sequence's largest cached count, whether it has a view */
     /* the plan */
-    int H, Dh, group, cap, cap_tc, cap_dec, cap_pre;
+    int H, Dh, group, cap, cap_tc, cap_dec, cap_pre, cap_pre_mma;
     bool heads_ok, fixed, tc, split, need_combine;
     long long n_q, n_work, n_work_pre, n_work_tc, n_work_dec, n_work_chain;
     int n_grp, n_grp_dec, n_grp_chain;
@@ -191,6 +192,7 @@ static seer_status bb_fill(bb_t *B) {
     B->o_grp = take((size_t)T * 4);
     B->o_gitem = take((size_t)T + 1);
     B->o_tmode = take(T);
+    B->o_tok_pos = take(T);
     if (off > INT32_MAX)
         return bad_batch("batch descriptor too large", (int)(off >> 31), 0);
     B->bytes = off * sizeof(int32_t);
@@ -224,6 +226,8 @@ static seer_status bb_fill(bb_t *B) {
     memcpy(h + o_cand_tok, ab->seq_toks, (size_t)T * sizeof(int32_t));
     for (int k = 0; k < T; k++)
         h[o_cand_slot + k] = ab->tok_slot[ab->seq_toks[k]];
+    /* positions, for windowed layers (a window is a layer's, not the batch's: every call has them) */
+    memcpy(h + B->o_tok_pos, ab->tok_pos ? ab->tok_pos : ab->tok_slot, (size_t)T * sizeof(int32_t));
     if (ab->mask)
         memcpy(h + o_mask, ab->mask, (size_t)T * T);
 
@@ -309,7 +313,7 @@ static seer_status bb_plan_tokens(bb_t *B) {
     /* Which kernel: the tensor-core one (attention_tc.cu) where it serves the head shape. */
     const int H = ab->n_heads, Dh = ab->head_dim;
     const bool heads_ok = Hkv >= 1 && H >= Hkv && H % Hkv == 0 && Dh >= 2 && Dh <= ATT_MAX_DH;
-    int cap_tc = 0, cap_dec = 0, cap_pre = 0;
+    int cap_tc = 0, cap_dec = 0, cap_pre = 0, cap_pre_mma = 0;
     /* Prompt tokens (seq_prompt) in a call of at most the batch-invariant size are split at
      * fixed key positions (att_pre_chunk of each token's visible count),
      * whole items of 128 rows, merged by the combine kernel: a token's bits then depend on its
@@ -322,6 +326,9 @@ static seer_status bb_plan_tokens(bb_t *B) {
             st = attn_tc_capacity(c, Dh, ATT_TC_DEC, &cap_dec);
         if (st == SEER_OK)
             st = attn_tc_capacity(c, Dh, fixed ? ATT_TC_PRE_MMA : ATT_TC_PRE, &cap_pre);
+        /* the mma.sync kernel's, for the windowed or soft-capped calls it serves instead */
+        if (st == SEER_OK)
+            st = attn_tc_capacity(c, Dh, ATT_TC_PRE_MMA, &cap_pre_mma);
         if (st != SEER_OK)
             return st;
     }
@@ -353,7 +360,8 @@ static seer_status bb_plan_tokens(bb_t *B) {
     }
     h[o_qoff + T] = (int32_t)(n_q < INT32_MAX ? n_q : INT32_MAX);
     B->H = H, B->Dh = Dh, B->heads_ok = heads_ok, B->fixed = fixed, B->tc = tc, B->group = group;
-    B->cap_tc = cap_tc, B->cap_dec = cap_dec, B->cap_pre = cap_pre, B->n_q = n_q, B->split = split;
+    B->cap_tc = cap_tc, B->cap_dec = cap_dec, B->cap_pre = cap_pre, B->cap_pre_mma = cap_pre_mma;
+    B->n_q = n_q, B->split = split;
     return SEER_OK;
 }
 
@@ -535,6 +543,7 @@ static seer_status bb_upload(bb_t *B) {
     hd[D_NWORK_DEC] = (int32_t)n_work_dec;
     hd[D_NGRP_CHAIN] = n_grp_chain;
     hd[D_NWORK_CHAIN] = (int32_t)n_work_chain;
+    hd[D_TOK_POS] = (int32_t)B->o_tok_pos;
 
     SEER_TRY(seer_cuda_reserve(c, &c->batch, B->bytes, "the batch index arrays"));
     CUDA_TRY(cudaMemcpyAsync(c->batch.p, h, B->bytes, cudaMemcpyHostToDevice, c->stream));
@@ -547,10 +556,10 @@ static seer_status bb_upload(bb_t *B) {
         if (src_idx[k])
             c->idx[k] = seer_cuda_idx{src_idx[k], B->n_idx[k], B->n_pad[k], d + B->o_idx[k], h + B->o_idx[k]};
     seer_cuda_attn *a = &c->att;
-    a->ab_ptr = ab;
     a->ab = *ab;
     a->h_tok_seq = h + o_tok_seq;
     a->h_tok_slot = h + o_tok_slot;
+    a->h_tok_pos = h + B->o_tok_pos;
     a->h_seq_len0 = h + o_len0;
     a->h_seq_toks = h + o_cand_tok;
     a->h_page_off = h + o_page_off;
@@ -565,6 +574,7 @@ static seer_status bb_upload(bb_t *B) {
     att_grid(B->n_work, B->cap, !tc, &a->grid, &a->grid_bucket);
     att_grid(n_work_dec, B->cap_dec, false, &a->grid_dec, &a->grid_dec_bucket);
     att_grid(B->n_work_pre, B->cap_pre, false, &a->grid_pre, &a->grid_pre_bucket);
+    att_grid(B->n_work_pre, B->cap_pre_mma, false, &a->grid_pre_mma, &a->grid_pre_mma_bucket);
     a->split = split;
     a->need_combine = need_combine;
     a->tc = tc;

@@ -7,8 +7,9 @@
  *
  * The attention here is a plain one, tested against the CPU's attention through the copy
  * (cpu_attention.c, the reference): the host lists, per (token, KV head), the slots the token
- * sees (the reference's rule: the cached slots under its view in ascending order, then the
- * new slots under the mask) as (page, row) pairs; one block per (token, query head) runs its
+ * sees (the reference's rule: the cached slots under its view and window in ascending order,
+ * then the new slots under the mask and window) as (page, row) pairs, and scores are
+ * soft-capped where the batch asks; one block per (token, query head) runs its
  * four warps over the list, each with an online softmax, and combines them. The lists are
  * uploaded per call, so such calls are not recorded into graphs (llama.c runs them op by op).
  * Candidly: it is not tuned (one block per query head re-reads the group's keys, and a decode
@@ -107,7 +108,7 @@ template <int NE>
 __global__ void __launch_bounds__(QKV_WARPS * 32)
     qkv_attn_kernel(float *out, const float *q, const uint8_t *qkv, const int2 *locs, const int32_t *off,
                     int layer, int n_layers, int page_size, int H, int Hkv, int Dh, int bits, size_t rb,
-                    float scale) {
+                    float scale, float cap, float cap_inv) {
     const int i = blockIdx.x / H, h = blockIdx.x % H, kvh = h / (H / Hkv);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kvd = Hkv * Dh, ng = (kvd + SEER_KVQ_GROUP - 1) / SEER_KVQ_GROUP;
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(QKV_WARPS * 32)
         }
         for (int o = 16; o; o >>= 1)
             d += __shfl_xor_sync(QKV_FULL, d, o);
-        const float s = d * scale, mn = fmaxf(m, s);
+        const float s = att_cap(d * scale, cap, cap_inv), mn = fmaxf(m, s);
         const float cf = expf(m - mn), p = expf(s - mn);
         l = l * cf + p;
 #pragma unroll
@@ -178,31 +179,34 @@ __global__ void __launch_bounds__(QKV_WARPS * 32)
 }
 
 /* Appends the (page, row) of each slot token i sees under KV head kvh: the CPU reference's
- * visible_slots, in its order. */
+ * visible_slots, in its order, a windowed layer's window included. */
 static int32_t list_slots(const seer_attn_batch *ab, int i, int layer, int kvh, int2 *out) {
     const int b = ab->tok_seq[i], len0 = ab->seq_len0[b], ps = ab->page_size;
     const int32_t *pages = ab->seq_pages + (size_t)b * ab->max_pages;
     const seer_attn_view *v = ab->seq_view ? ab->seq_view[b] : NULL;
+    const int W = ab->window > 0 ? ab->window : 0;
+    const int pos_i = ab->tok_pos ? ab->tok_pos[i] : ab->tok_slot[i];
+    const int lo = W && pos_i - W + 1 > 0 ? pos_i - W + 1 : 0; /* the first cached slot seen */
     int32_t n = 0;
 #define QKV_PUT(s) (out[n++] = make_int2(pages[(s) / ps], (s) % ps))
     if (!v) {
-        for (int s = 0; s < len0; s++)
+        for (int s = lo; s < len0; s++)
             QKV_PUT(s);
     } else {
         const int li = v->n_layers_view > 1 ? layer : 0, hi = v->n_heads_view > 1 ? kvh : 0;
         const int32_t *idx = v->idx + ((size_t)li * v->n_heads_view + hi) * v->n;
         const int tail = v->tail_start < 0 ? 0 : v->tail_start;
         for (int k = 0; k < v->n; k++)
-            if (idx[k] >= 0 && idx[k] < len0 && idx[k] < tail)
+            if (idx[k] >= lo && idx[k] < len0 && idx[k] < tail)
                 QKV_PUT(idx[k]);
-        for (int s = tail; s < len0; s++)
+        for (int s = tail > lo ? tail : lo; s < len0; s++)
             QKV_PUT(s);
     }
     const int slot_i = ab->tok_slot[i];
     for (int k = ab->seq_tok_off[b]; k < ab->seq_tok_off[b + 1]; k++) {
         const int j = ab->seq_toks[k];
         const bool ok = ab->mask ? ab->mask[(size_t)i * ab->T + j] != 0 : ab->tok_slot[j] <= slot_i;
-        if (ok)
+        if (ok && att_in_window(W, pos_i, ab->tok_pos ? ab->tok_pos[j] : ab->tok_slot[j]))
             QKV_PUT(ab->tok_slot[j]);
     }
 #undef QKV_PUT
@@ -255,10 +259,12 @@ static seer_status qkv_attention(seer_cuda *c, float *out, const float *q, const
     const int32_t *d_off = (const int32_t *)c->attn->qkv_idx.p;
     const int2 *d_locs = (const int2 *)(d_off + (n_off + 1) / 2 * 2);
     const size_t rb = seer_kvq_row_bytes(Hkv * Dh, g->kv_bits);
+    const float cap = ab->softcap > 0.f ? ab->softcap : 0.f, cap_inv = cap > 0.f ? 1.f / cap : 0.f;
     const dim3 grid((unsigned)((size_t)T * H)), block(QKV_WARPS * 32);
 #define QKV_LAUNCH(NE)                                                                                     \
     qkv_attn_kernel<NE><<<grid, block, 0, c->stream>>>(out, q, qkv, d_locs, d_off, layer, g->n_layers,      \
-                                                       g->page_size, H, Hkv, Dh, g->kv_bits, rb, ab->scale)
+                                                       g->page_size, H, Hkv, Dh, g->kv_bits, rb, ab->scale, \
+                                                       cap, cap_inv)
     const int ne = (Dh + 31) / 32;
     if (ne <= 1)
         QKV_LAUNCH(1);

@@ -35,7 +35,10 @@
  *    need not be: a prompt is prefilled the same way whatever decodes after it. Its own
  *    instantiation, so that its larger Q buffer does not cost the chain kind shared memory (lab/attention_lab.cu measured it: 1.5-4 % on chains).
  * On Hopper builds with sm_90a, attention_wgmma.cu serves the prefill kind of head size 128
- * (the same items, descriptor and visible sets; asynchronous warpgroup products).
+ * (the same items, descriptor and visible sets; asynchronous warpgroup products), except in a
+ * windowed layer's call or one with soft-capping, which it does not take: the mma.sync prefill
+ * kind serves those. Every kind here masks the keys behind a row's window (att_in_window; keys
+ * behind every row's are not read at all) and caps the scaled scores (att_cap).
  * Not for: head sizes other than 64 and 128 or groups above 16 (attention.cu serves them).
  */
 #include "backend/cuda/attention.cuh"
@@ -94,19 +97,21 @@ static __host__ __device__ constexpr int tc_threads(int kind) { return kind == A
 static __host__ __device__ constexpr size_t tc_smem(int dh, int kind) {
     return (size_t)tc_qrows(kind) * (dh + 8) * 2  /* Q rows, bf16 */
            + (size_t)4 * 64 * (dh + 8) * 2        /* two stages of K and V tiles */
-           + 2 * 64 * 8 + 2 * 64 * 4              /* key offsets, candidate of each key */
-           + (size_t)4 * tc_toks(kind) * 4        /* token, visible count, slot, splits per row token */
+           + 2 * 64 * 8 + 2 * 64 * 4              /* key offsets, candidate (or slot) of each key */
+           + (size_t)5 * tc_toks(kind) * 4        /* token, visible count, slot, splits, position
+                                                   * per row token */
            + 128 * 2 * 4                          /* (m, l) per key part and row for the merge */
            + (kind == ATT_TC_DEC ? (size_t)4 * 8 * dh * 4 : 0); /* decode: a split's merge, eight rows at a time */
 }
 
-/* What the rows of an item share, in shared memory. */
+/* What the rows of an item share, in shared memory; window: the call's (attn_params). */
 struct tc_item {
-    int ntok, ng, rows;
-    const int *t_i, *t_nvis, *t_slot;
+    int ntok, ng, rows, window;
+    const int *t_i, *t_nvis, *t_slot, *t_pos;
 };
 
-/* Whether row r sees the key at tile position kl (visible index kidx). */
+/* Whether row r sees the key at tile position kl (visible index kidx). kcand holds each key's
+ * candidate, or -1 - slot for a cached slot. */
 static __device__ __forceinline__ bool tc_visible(const att_desc &a, const tc_item &it,
                                                   const long long *koff, const int *kcand, int r,
                                                   int kl, int kidx) {
@@ -117,8 +122,10 @@ static __device__ __forceinline__ bool tc_visible(const att_desc &a, const tc_it
         return false;
     const int ci = kcand[kl];
     if (ci < 0)
-        return true;
-    return a.mask ? a.mask[(size_t)it.t_i[tt] * a.T + a.cand_tok[ci]] != 0 : a.cand_slot[ci] <= it.t_slot[tt];
+        return att_in_window(it.window, it.t_pos[tt], -1 - ci);
+    const bool ok =
+        a.mask ? a.mask[(size_t)it.t_i[tt] * a.T + a.cand_tok[ci]] != 0 : a.cand_slot[ci] <= it.t_slot[tt];
+    return ok && att_in_window(it.window, it.t_pos[tt], a.tok_pos[a.cand_tok[ci]]);
 }
 
 /*
@@ -132,8 +139,9 @@ template <int DH, int NKT, bool FAST_EXP>
 static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item &it,
                                                const bf16 *qs, const bf16 *Ks, const bf16 *Vs,
                                                const long long *koff, const int *kcand, int mt,
-                                               int kl0, int kbase, bool full, float scale,
-                                               float (&m)[2], float (&l)[2], float (&O)[DH / 8][4]) {
+                                               int kl0, int kbase, bool full, float scale, float cap,
+                                               float cap_inv, float (&m)[2], float (&l)[2],
+                                               float (&O)[DH / 8][4]) {
     constexpr int LD = DH + 8;
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     float S[NKT][4];
@@ -164,7 +172,7 @@ static __device__ __forceinline__ void tc_tile(const att_desc &a, const tc_item 
             for (int e = 0; e < 2; e++) {
                 const int kl = kl0 + n * 8 + 2 * c + e;
                 const float v = full || tc_visible(a, it, koff, kcand, r, kl, kbase + kl)
-                                    ? S[n][2 * hr + e] * scale
+                                    ? att_cap(S[n][2 * hr + e] * scale, cap, cap_inv)
                                     : -INFINITY;
                 S[n][2 * hr + e] = v;
                 mx = fmaxf(mx, v);
@@ -335,10 +343,12 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
     long long *koff = (long long *)(kvs + 4 * 64 * LD);
     int *kcand = (int *)(koff + 2 * 64);
     int *t_i = kcand + 2 * 64, *t_nvis = t_i + NTOK, *t_slot = t_nvis + NTOK, *t_S = t_slot + NTOK;
-    float *ml_s = (float *)(t_S + NTOK); /* [key part][rows of a part][m, l] */
+    int *t_pos = t_S + NTOK;
+    float *ml_s = (float *)(t_pos + NTOK); /* [key part][rows of a part][m, l] */
     float *mrg = (float *)kvs;         /* [key part][rows of a part][DH] after the tiles */
     float *mb = ml_s + 128 * 2;        /* decode: [key part][8 rows][DH], beside the tiles */
     __shared__ int s_last;
+    __shared__ int s_pos[2]; /* a windowed call: the item's smallest and largest row position */
 
     /* The descriptor, token info and key addresses come from batch_begin: only q and the
      * cache (written by the kernels before) wait for them (pdl_wait before the first use). */
@@ -381,6 +391,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
             t_i[tid] = i;
             t_nvis[tid] = tk.n_vis;
             t_slot[tid] = tk.slot;
+            t_pos[tid] = a.tok_pos[i];
             t_S[tid] = one_split ? 1 : whole ? att_pre_splits(tk.n_vis) : att_splits(tk.n_vis);
         }
         __syncthreads();
@@ -394,7 +405,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
         do { /* break: the item is done */
             if (begin >= end)
                 break;
-            const tc_item it = {ntok, ng, ntok * ng, t_i, t_nvis, t_slot};
+            const tc_item it = {ntok, ng, ntok * ng, p.window, t_i, t_nvis, t_slot, t_pos};
             const int n_mt = (it.rows + 15) / 16; /* m-tiles with rows: at most 2 split, 8 prefill */
             /* Warp roles: key part kp of each tile (split: four of 16 keys, the fixed order a
              * row's sum follows; prefill: one, all 64 keys, or two of 32 for items of at most
@@ -427,20 +438,39 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
                 min_slot = min(min_slot, t_slot[k]);
             }
             const int full_end = min(min_nvis, t0.C);
+            if (p.window > 0) { /* in shared memory: no registers held over the tiles for it */
+                if (tid == 0) {
+                    int lo = INT_MAX, hi = INT_MIN;
+                    for (int k = 0; k < ntok; k++)
+                        lo = min(lo, t_pos[k]), hi = max(hi, t_pos[k]);
+                    s_pos[0] = lo, s_pos[1] = hi;
+                }
+                __syncthreads();
+            }
             auto prep = [&](int st, int k0) -> bool {
                 bool ok = true;
                 if (tid < TC_TK) {
                     const int k = k0 + tid;
                     int ci = -1;
-                    const int slot = k < end ? att_key_slot(a, t0, k, &ci) : -1;
+                    int slot = k < end ? att_key_slot(a, t0, k, &ci) : -1;
+                    /* under a window: a key behind every row's window is none (not read); one
+                     * inside every row's leaves the tile whole */
+                    bool in_all = true;
+                    if (p.window > 0 && slot >= 0) {
+                        const int kp = ci < 0 ? slot : a.tok_pos[a.cand_tok[ci]];
+                        in_all = att_in_window(p.window, s_pos[1], kp);
+                        if (!att_in_window(p.window, s_pos[0], kp))
+                            slot = -1;
+                    }
                     koff[st * TC_TK + tid] =
                         slot < 0 ? -1
                                  : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
                                                (size_t)(slot % p.page_size) * DH);
-                    kcand[st * TC_TK + tid] = ci;
+                    kcand[st * TC_TK + tid] = ci >= 0 ? ci : -1 - max(slot, 0);
                     /* new tokens at slots up to every row's own, without a mask, are seen by
                      * every row too: a prefill chunk tests the predicate on its diagonal only */
-                    ok = slot >= 0 && (k < full_end || (ci >= 0 && k < min_nvis && !a.mask && slot <= min_slot));
+                    ok = slot >= 0 && in_all &&
+                         (k < full_end || (ci >= 0 && k < min_nvis && !a.mask && slot <= min_slot));
                 }
                 return ok;
             };
@@ -539,9 +569,11 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
                     if (PRE) { /* the part's keys in steps of 16: the registers of one */
     #pragma unroll 1
                         for (int q = kp * 4 / KP; q < (kp + 1) * 4 / KP; q++)
-                            tc_tile<DH, 2, true>(a, it, qs, Ks, Vs, ko, kc, mt, q * 16, kbase, full[st], p.scale, m, l, O);
+                            tc_tile<DH, 2, true>(a, it, qs, Ks, Vs, ko, kc, mt, q * 16, kbase, full[st], p.scale,
+                                                 p.softcap, p.softcap_inv, m, l, O);
                     } else
-                        tc_tile<DH, 2, false>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 16, kbase, full[st], p.scale, m, l, O);
+                        tc_tile<DH, 2, false>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 16, kbase, full[st], p.scale,
+                                              p.softcap, p.softcap_inv, m, l, O);
                 }
                 __syncthreads();
                 if (DEC && ((t + 1) % tps == 0 || t + 1 == n_tiles))
@@ -700,18 +732,22 @@ static seer_status tc_launch(seer_cuda *c, const attn_params &p, int grid) {
 }
 
 template <int DH>
-static seer_status tc_launch_all(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS]) {
+static seer_status tc_launch_all(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS + 1]) {
     if (grid[ATT_TC_DEC] > 0)
         SEER_TRY((tc_launch<DH, ATT_TC_DEC>(c, p, grid[ATT_TC_DEC])));
     if (grid[ATT_TC_CHAIN] > 0)
         SEER_TRY((tc_launch<DH, ATT_TC_CHAIN>(c, p, grid[ATT_TC_CHAIN])));
-    if (grid[ATT_TC_PRE] > 0 && attn_wg_serves(c, DH) && !c->att.pre_fixed)
-        SEER_TRY(attn_wg_launch(c, p, grid[ATT_TC_PRE]));
-    else if (grid[ATT_TC_PRE] > 0)
-        SEER_TRY((tc_launch<DH, ATT_TC_PRE>(c, p, grid[ATT_TC_PRE])));
-    return SEER_OK;
+    if (grid[ATT_TC_PRE] <= 0)
+        return SEER_OK;
+    if (!attn_wg_serves(c, DH) || c->att.pre_fixed) /* planned for the mma.sync kernel */
+        return tc_launch<DH, ATT_TC_PRE>(c, p, grid[ATT_TC_PRE]);
+    /* attention_wgmma.cu takes neither a window nor soft-capping: the mma.sync kernel serves
+     * such calls, over its own grid (the same items) */
+    if (p.window > 0 || p.softcap > 0.f)
+        return tc_launch<DH, ATT_TC_PRE>(c, p, grid[ATT_TC_PRE_MMA]);
+    return attn_wg_launch(c, p, grid[ATT_TC_PRE]);
 }
 
-seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS]) {
+seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS + 1]) {
     return p.Dh == 64 ? tc_launch_all<64>(c, p, grid) : tc_launch_all<128>(c, p, grid);
 }

@@ -3,7 +3,7 @@
  * allocator that every device byte goes through, host<->device copies and the lookup of a
  * forward call's uploaded index arrays.
  * Not for: the ops themselves (weights.cu, embed.cu, norm.cu, rope.cu, matmul.cu,
- * elementwise.cu, kv.cu, attention.cu).
+ * elementwise.cu, kv.cu, attention*.cu).
  *
  * Instances: seer_backend_cuda_init makes the model's (weights go through it); exec_clone
  * makes one per context, with its own stream, graphs, staging and scratch, on the device
@@ -441,6 +441,9 @@ static seer_backend_ops cuda_ops_prof_make(void) {
     PROF(rope, seer_cuda_rope);
     PROF(attention, seer_cuda_attention_any);
     PROF(swiglu, seer_cuda_swiglu);
+    PROF(geglu, seer_cuda_geglu);
+    PROF(scale, seer_cuda_scale);
+    PROF(softcap, seer_cuda_softcap);
     PROF(add, seer_cuda_add);
     PROF(gather_rows, seer_cuda_gather_rows_fw);
     PROF(argmax_rows, seer_cuda_argmax_rows);
@@ -501,6 +504,10 @@ static seer_backend_ops cuda_ops_make(void) {
     o.norm_matmul_split = seer_cuda_norm_matmul_split;
     o.rope_kv_store = seer_cuda_rope_kv_store;
     o.swiglu = seer_cuda_swiglu;
+    o.geglu = seer_cuda_geglu;
+    o.scale = seer_cuda_scale;
+    o.softcap = seer_cuda_softcap;
+    o.weight_rows = seer_cuda_weight_rows;
     o.add = seer_cuda_add;
     o.gather_rows = seer_cuda_gather_rows_fw;
     o.argmax_rows = seer_cuda_argmax_rows;
@@ -514,6 +521,11 @@ static seer_backend_ops cuda_ops_make(void) {
     o.comm_init = seer_cuda_comm_init;
     o.make_current = seer_cuda_make_current;
     o.kv_elem_bytes = (int)sizeof(bf16);
+    /* every attention kernel honours both, or the launch picks one that does
+     * (attention_tc.cu: attention_wgmma.cu's prefill kind takes neither) */
+    o.attn_window = true;
+    o.attn_softcap = true;
+    o.qk_norm = true; /* rmsnorm takes any row count and length */
     return o;
 }
 

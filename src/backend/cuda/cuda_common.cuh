@@ -124,10 +124,10 @@ typedef struct {
  * pointers are device memory inside the batch buffer. */
 typedef struct {
     bool valid;
-    const seer_attn_batch *ab_ptr;
-    seer_attn_batch ab;          /* the struct as batch_begin saw it */
+    seer_attn_batch ab;          /* the struct as batch_begin saw it (its window aside: the
+                                  * plan serves every layer, windowed or not) */
     /* staged copies, to check that a later attention call still describes the same batch */
-    const int32_t *h_tok_seq, *h_tok_slot, *h_seq_len0, *h_seq_toks, *h_page_off, *h_pages;
+    const int32_t *h_tok_seq, *h_tok_slot, *h_tok_pos, *h_seq_len0, *h_seq_toks, *h_page_off, *h_pages;
     const uint8_t *h_mask;
     int T, n_seq;
     int min_layers_view;         /* smallest n_layers_view > 1 of any view; INT32_MAX if none */
@@ -137,6 +137,9 @@ typedef struct {
     int grid_bucket;             /* its blocks in a recorded call: a power of two, capped */
     int grid_dec, grid_dec_bucket; /* the same for the decode kind (attention_tc.cu); 0: none */
     int grid_pre, grid_pre_bucket; /* ... and for the prefill kind */
+    int grid_pre_mma, grid_pre_mma_bucket; /* ... on its mma.sync kernel, where attention_wgmma.cu
+                                  * serves the kind but a call's window or soft-capping rules
+                                  * it out (attention_tc.cu) */
     bool split;                  /* some token has more than one split */
     bool need_combine;           /* ... which the partial kernel does not merge: the combine runs */
     bool tc;                     /* the tensor-core kernel serves this batch (attention_tc.cu) */
@@ -330,6 +333,7 @@ void seer_cuda_weight_free(seer_backend *be, seer_weight *w);
 seer_status seer_cuda_weight_quantize(seer_backend *be, const seer_weight *w, int dtype, seer_weight *out);
 seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n, bool interleave,
                                     seer_weight *out);
+seer_status seer_cuda_weight_rows(seer_backend *be, const seer_weight *w, int r0, int n, seer_weight *out);
 seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                  int T);
 seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, float *h, const float *nw, float eps,
@@ -396,6 +400,9 @@ seer_status seer_cuda_matmul(seer_backend *be, float *y, const float *x, const s
 seer_status seer_cuda_rope(seer_backend *be, float *x, const int32_t *pos, int T, int n_heads,
                            int head_dim, const float *inv_freq, int neox);
 seer_status seer_cuda_swiglu(seer_backend *be, float *y, const float *g, const float *u, size_t n);
+seer_status seer_cuda_geglu(seer_backend *be, float *y, const float *g, const float *u, size_t n);
+seer_status seer_cuda_scale(seer_backend *be, float *x, float s, size_t n);
+seer_status seer_cuda_softcap(seer_backend *be, float *x, float cap, size_t n);
 seer_status seer_cuda_add(seer_backend *be, float *y, const float *x, size_t n);
 seer_status seer_cuda_gather_rows(seer_backend *be, float *y, const float *x, const int32_t *rows,
                                   int n_rows, int D);

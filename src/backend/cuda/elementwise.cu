@@ -1,6 +1,8 @@
 /*
- * elementwise.cu: the f32 elementwise ops: SwiGLU (silu(g) * u), residual add, and gathering
- * the rows whose logits are wanted. Full-precision expf and division, as the CPU reference.
+ * elementwise.cu: the f32 elementwise ops: SwiGLU (silu(g) * u), GeGLU (tanh-GELU(g) * u),
+ * residual add, scaling (Gemma's embedding times sqrt(D)), soft-capping (Gemma 2's final
+ * logits) and gathering the rows whose logits are wanted. Full-precision expf, tanhf and
+ * division, in the CPU reference's order of operations.
  * Not for: anything with a reduction (norm.cu) or a weight (matmul.cu).
  */
 #include "backend/cuda/cuda_common.cuh"
@@ -42,6 +44,31 @@ __global__ void swiglu_kernel(float *y, const float *g, const float *u, size_t n
     }
 }
 
+/* GELU with the tanh approximation, written as cpu.c's geglu_range writes it; y may equal g
+ * or u. */
+__global__ void geglu_kernel(float *y, const float *g, const float *u, size_t n) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float x = g[i];
+        y[i] = 0.5f * x * (1.f + tanhf(c * x * (1.f + 0.044715f * x * x))) * u[i];
+    }
+}
+
+__global__ void scale_kernel(float *x, float s, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+/* c tanh(x / c) as c tanh(x * (1 / c)), the reciprocal taken once on the host (llama.cpp's
+ * form, and the CPU reference's). */
+__global__ void softcap_kernel(float *x, float c, float inv, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = c * tanhf(x[i] * inv);
+}
+
 __global__ void add_kernel(float *y, const float *x, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
@@ -62,6 +89,36 @@ seer_status seer_cuda_swiglu(seer_backend *be, float *y, const float *g, const f
         return SEER_OK;
     swiglu_kernel<<<seer_cuda_grid(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(y, g, u, n);
     LAUNCH_TRY("swiglu_kernel");
+    return SEER_OK;
+}
+
+seer_status seer_cuda_geglu(seer_backend *be, float *y, const float *g, const float *u, size_t n) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (!n)
+        return SEER_OK;
+    geglu_kernel<<<seer_cuda_grid(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(y, g, u, n);
+    LAUNCH_TRY("geglu_kernel");
+    return SEER_OK;
+}
+
+seer_status seer_cuda_scale(seer_backend *be, float *x, float s, size_t n) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (!n)
+        return SEER_OK;
+    scale_kernel<<<seer_cuda_grid(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(x, s, n);
+    LAUNCH_TRY("scale_kernel");
+    return SEER_OK;
+}
+
+seer_status seer_cuda_softcap(seer_backend *be, float *x, float cap, size_t n) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (!(cap > 0.f))
+        return seer_err(SEER_ERR_INVALID_ARG, "softcap: cap %g must be positive", cap);
+    if (!n)
+        return SEER_OK;
+    const float inv = 1.f / cap;
+    softcap_kernel<<<seer_cuda_grid(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(x, cap, inv, n);
+    LAUNCH_TRY("softcap_kernel");
     return SEER_OK;
 }
 

@@ -4,7 +4,8 @@
  * kernels read; bf16 is copied as it is. Otherwise (another type, or SEER_WEIGHTS_BF16): the
  * tensor is dequantised on the host (seer_gguf_dequant) a slice of rows at a time, rounded to bf16
  * (nearest even) and copied to device memory [rows][cols]. Also fusing weights (rows of
- * several as one, plane by plane) and a bf16 weight's quantised copy (weight_quantize).
+ * several as one, plane by plane), taking some rows of one (weight_rows: the parts of a tensor
+ * a file stores fused) and a bf16 weight's quantised copy (weight_quantize).
  * The types of qt_formats.cuh go to matmul_qt.cu's row blocks instead of the planes where
  * their rows are whole blocks of 256 columns (seer_cuda.qt, the default).
  * Not for: the matmul kernels (matmul.cu, matmul_q.cu, matmul_qt.cu).
@@ -544,5 +545,62 @@ seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n,
         return seer_cuda_fail(e, "copying a weight into a fused one", __FILE__, __LINE__);
     }
     concat_done(be, parts, n, interleave, rows, p, out);
+    return SEER_OK;
+}
+
+/* Whether a row block of matmul_qt.cu's layout starts at row r (its size function shows it:
+ * one more row then takes one more block). */
+static bool qt_block_starts(int dtype, int r, int cols) {
+    return seer_cuda_qt_bytes(dtype, r + 1, cols) > seer_cuda_qt_bytes(dtype, r, cols);
+}
+
+/* Rows [r0, r0 + n) of w. bf16, and a type in row blocks where the rows are whole blocks: a view
+ * into w. A type in planes: an owned copy of the rows of each plane (a plane's rows lie after
+ * all the rows of the one before, so no one pointer can view them). */
+seer_status seer_cuda_weight_rows(seer_backend *be, const seer_weight *w, int r0, int n, seer_weight *out) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (!w->data || w->n_seg || r0 < 0 || n <= 0 || r0 > w->rows - n)
+        return seer_err(SEER_ERR_INVALID_ARG, "weight rows [%d, %d) of a [%d][%d] weight", r0, r0 + n, w->rows,
+                        w->cols);
+    memset(out, 0, sizeof *out);
+    out->rows = n;
+    out->cols = w->cols;
+    out->dtype = w->dtype;
+    if (w->dtype == GGML_TYPE_BF16) {
+        out->data = (bf16 *)w->data + (size_t)r0 * w->cols;
+        return SEER_OK;
+    }
+    if (seer_cuda_qt_of(c, w->dtype, w->cols)) {
+        if (!qt_block_starts(w->dtype, r0, w->cols) ||
+            (r0 + n < w->rows && !qt_block_starts(w->dtype, r0 + n, w->cols)))
+            return seer_err(SEER_ERR_UNSUPPORTED,
+                            "weight rows [%d, %d) of a %s weight of %d rows are no whole row blocks "
+                            "(SEER_CUDA_QT=0 keeps it in planes, which take any rows)",
+                            r0, r0 + n, seer_ggml_type_name((ggml_type)w->dtype), w->rows);
+        out->data = (uint8_t *)w->data + seer_cuda_qt_bytes(w->dtype, r0, w->cols);
+        return SEER_OK;
+    }
+    size_t off[4], poff[4], bytes, pbytes;
+    int stride[4], pstride[4];
+    if (!planes_of(w->dtype, w->rows, w->cols, off, stride, &bytes) ||
+        !planes_of(w->dtype, n, w->cols, poff, pstride, &pbytes))
+        return seer_err(SEER_ERR_UNSUPPORTED, "weight rows of a %s weight",
+                        seer_ggml_type_name((ggml_type)w->dtype));
+    void *p = NULL;
+    SEER_TRY(seer_cuda_malloc(c, pbytes, "rows of a fused weight", &p));
+    cudaError_t e = cudaMemsetAsync(p, 0, pbytes, c->stream);
+    for (int q = 0; q < 4 && e == cudaSuccess; q++)
+        if (stride[q])
+            e = cudaMemcpyAsync((uint8_t *)p + poff[q], (const uint8_t *)w->data + off[q] + (size_t)r0 * stride[q],
+                                (size_t)n * stride[q], cudaMemcpyDeviceToDevice, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        seer_cuda_free(c, p);
+        return seer_cuda_fail(e, "copying rows of a weight", __FILE__, __LINE__);
+    }
+    out->data = p;
+    out->owned = true;
     return SEER_OK;
 }
