@@ -1107,6 +1107,40 @@ def test_health_loading(seer):
     print("health while loading: ok")
 
 
+def test_tokens(port):
+    """POST /tokenize and /detokenize: ids the generation endpoints count, a round trip, pieces,
+    behind the key, and every bad request refused with 400."""
+    text = "Once upon a time, there was a little girl named Lily."
+    st, data = raw(port, "POST", "/tokenize", json.dumps({"content": text}))
+    check(st == 200, f"/tokenize: {st} {data[:200]!r}")
+    ids = json.loads(data)["tokens"]
+    check(ids and all(isinstance(t, int) for t in ids), f"/tokenize ids: {ids}")
+    # the same count the completions endpoint reports for the prompt (plus its BOS)
+    st, data = raw(port, "POST", "/v1/completions", json.dumps({"prompt": text, "max_tokens": 1}))
+    check(st == 200 and json.loads(data)["usage"]["prompt_tokens"] == len(ids) + 1,
+          f"/tokenize's {len(ids)} ids against the prompt's usage: {data[:300]!r}")
+    # (a SentencePiece vocabulary encodes the text with a space in front, and gives it back)
+    st, data = raw(port, "POST", "/detokenize", json.dumps({"tokens": ids}))
+    check(st == 200 and json.loads(data)["content"] in (text, " " + text), f"/detokenize round trip: {data[:300]!r}")
+    st, data = raw(port, "POST", "/tokenize", json.dumps({"content": text, "add_special": True, "with_pieces": True}))
+    toks = json.loads(data)["tokens"] if st == 200 else []
+    check(len(toks) == len(ids) + 1 and [t["id"] for t in toks[1:]] == ids and
+          "".join(t["piece"] for t in toks[1:]).strip() == text, f"/tokenize with pieces: {data[:300]!r}")
+    check(raw(port, "POST", "/tokenize", json.dumps({"content": "x"}), key=None)[0] == 401, "/tokenize without the key")
+    for path, body, param in (("/tokenize", {"content": 3}, "content"), ("/tokenize", {}, "content"),
+                              ("/tokenize", {"content": "x", "add_special": "yes"}, "add_special"),
+                              ("/tokenize", {"content": "x", "prompt": "y"}, "prompt"),
+                              ("/detokenize", {"tokens": [1, 10 ** 9]}, "tokens"),
+                              ("/detokenize", {"tokens": [-1]}, "tokens"),
+                              ("/detokenize", {"tokens": "1 2"}, "tokens"), ("/detokenize", [1], None)):
+        st, data = raw(port, "POST", path, json.dumps(body))
+        err = json.loads(data).get("error", {}) if data else {}
+        check(st == 400 and err.get("param") == param, f"{path} {body}: {st} {data[:200]!r}")
+    check(raw(port, "GET", "/tokenize")[0] == 405, "GET /tokenize")
+    check(raw(port, "POST", "/detokenize", "{not json")[0] == 400, "/detokenize of bad JSON")
+    print("tokenize, detokenize: ok")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seer", required=True)
@@ -1135,6 +1169,7 @@ def main():
             test_usage_chunk(srv.port, "stories260K")
             test_fields(srv.port, "stories260K")
             test_http_edges(srv.port)
+            test_tokens(srv.port)
             n_log = len(srv.log)
             n_gone = test_load(srv.port, golden, alone)
             check_quiet_hangups(srv, srv.port, n_gone, n_log)

@@ -161,6 +161,11 @@ char *serve_job_response(serve_job *j);
  * j->pending. Returns false when nothing new is there. */
 bool serve_job_next_events(serve_job *j);
 char *serve_models_json(serve_state *srv);
+
+/* serve_tokens.c: POST /tokenize and /detokenize; the answer's JSON (malloc'd), or NULL with
+ * e filled (400 for a bad request). */
+char *serve_tokenize_json(serve_state *srv, const char *body, size_t len, serve_error *e);
+char *serve_detokenize_json(serve_state *srv, const char *body, size_t len, serve_error *e);
 /* A finish reason as /metrics labels it (cancelled and error included). */
 const char *serve_finish_name(seer_finish_reason f);
 /* A finish reason as the API reports it: one of OpenAI's ("stop", "length"); a request cut

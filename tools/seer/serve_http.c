@@ -442,12 +442,23 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!ready)
         return send_loading(c, srv);
     const bool metrics = !strcmp(url, "/metrics");
-    if ((metrics || !strncmp(url, "/v1/", 4)) && !authorized(c, srv))
+    const bool tok = !strcmp(url, "/tokenize"), detok = !strcmp(url, "/detokenize");
+    if ((metrics || tok || detok || !strncmp(url, "/v1/", 4)) && !authorized(c, srv))
         return send_errorf(c, srv, 401, "invalid_api_key", "a valid API key is required (Authorization: Bearer KEY)");
     if (metrics) {
         if (!get)
             return send_errorf(c, srv, 405, "method_not_allowed", "use GET for %s", url);
         return send_body(c, srv, 200, serve_metrics_text(srv), "text/plain; version=0.0.4", false);
+    }
+    if (tok || detok) {
+        if (!post)
+            return send_errorf(c, srv, 405, "method_not_allowed", "use POST for %s", url);
+        if (cs->too_big)
+            return send_errorf(c, srv, 413, "body_too_large", "the body is larger than %lld bytes", srv->max_body);
+        serve_error e = {0};
+        const char *b = cs->body ? cs->body : "";
+        char *json = tok ? serve_tokenize_json(srv, b, cs->len, &e) : serve_detokenize_json(srv, b, cs->len, &e);
+        return json ? send_body(c, srv, 200, json, "application/json", false) : send_error(c, srv, &e);
     }
     if (!strcmp(url, "/v1/models")) {
         if (!get)
