@@ -1107,6 +1107,28 @@ def test_health_loading(seer):
     print("health while loading: ok")
 
 
+def test_template_kwargs(port):
+    """chat_template_kwargs (vLLM's and llama-server's field): enable_thinking is taken (no effect
+    on stories260K's template, which has no thinking switch: the same answer), anything else is
+    refused naming the field."""
+    chat = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 12, "temperature": 0}
+    st, ref = raw(port, "POST", "/v1/chat/completions", json.dumps(chat))
+    check(st == 200, f"chat: {st}")
+    for think in (False, True):
+        st, data = raw(port, "POST", "/v1/chat/completions",
+                       json.dumps(dict(chat, chat_template_kwargs={"enable_thinking": think})))
+        check(st == 200 and json.loads(data)["choices"] == json.loads(ref)["choices"],
+              f"enable_thinking {think}: {st} {data[:300]!r}")
+    for bad in ({"enable_thinking": "no"}, {"add_generation_prompt": False}, ["enable_thinking"], 1):
+        st, data = raw(port, "POST", "/v1/chat/completions", json.dumps(dict(chat, chat_template_kwargs=bad)))
+        check(st == 400 and json.loads(data)["error"]["param"] == "chat_template_kwargs",
+              f"chat_template_kwargs {bad}: {st} {data[:200]!r}")
+    st, data = raw(port, "POST", "/v1/completions",
+                   json.dumps({"prompt": "x", "chat_template_kwargs": {"enable_thinking": False}}))
+    check(st == 400, f"chat_template_kwargs on completions: {st}")
+    print("chat_template_kwargs: ok")
+
+
 def test_tokens(port):
     """POST /tokenize and /detokenize: ids the generation endpoints count, a round trip, pieces,
     behind the key, and every bad request refused with 400."""
@@ -1170,6 +1192,7 @@ def main():
             test_fields(srv.port, "stories260K")
             test_http_edges(srv.port)
             test_tokens(srv.port)
+            test_template_kwargs(srv.port)
             n_log = len(srv.log)
             n_gone = test_load(srv.port, golden, alone)
             check_quiet_hangups(srv, srv.port, n_gone, n_log)

@@ -235,8 +235,9 @@ static char *content_text(json_t *c, serve_error *e) {
     return s;
 }
 
-/* Prompt ids of a chat: the messages rendered with the model's template. */
-static int32_t *chat_prompt(serve_state *srv, json_t *msgs, int *n, serve_error *e) {
+/* Prompt ids of a chat: the messages rendered with the model's template (no_think: a
+ * thinking template opens the answer with an empty <think></think>, enable_thinking false). */
+static int32_t *chat_prompt(serve_state *srv, json_t *msgs, bool no_think, int *n, serve_error *e) {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         serve_fail(e, 400, "messages", "invalid_type", "'messages' must be a non-empty array");
         return NULL;
@@ -273,10 +274,12 @@ static int32_t *chat_prompt(serve_state *srv, json_t *msgs, int *n, serve_error 
         }
     }
     size_t need = 0, len = 0;
-    seer_chat_render(&srv->tmpl, m, (int)nm, true, NULL, 0, &need);
+    seer_chat_template tmpl = srv->tmpl;
+    tmpl.no_think = no_think;
+    seer_chat_render(&tmpl, m, (int)nm, true, NULL, 0, &need);
     buf = malloc(need + 1);
     mark = malloc(need + 1);
-    if (!buf || !mark || seer_chat_render_marked(&srv->tmpl, m, (int)nm, true, buf, mark, need + 1, &len) != SEER_OK) {
+    if (!buf || !mark || seer_chat_render_marked(&tmpl, m, (int)nm, true, buf, mark, need + 1, &len) != SEER_OK) {
         serve_fail(e, 400, "messages", "invalid_value", "the conversation cannot be rendered: %s", seer_last_error());
         goto out;
     }
@@ -518,7 +521,9 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     if (!parse_seer(srv, json_object_get(root, "seer"), &p, e))
         goto out;
     if (kind == JOB_CHAT) {
-        ids = chat_prompt(srv, json_object_get(root, "messages"), &n, e);
+        /* chat_template_kwargs: serve_fields.c let only enable_thinking through, a boolean */
+        const json_t *think = json_object_get(json_object_get(root, "chat_template_kwargs"), "enable_thinking");
+        ids = chat_prompt(srv, json_object_get(root, "messages"), json_is_false(think), &n, e);
     } else {
         json_t *pr = json_object_get(root, "prompt");
         if (!pr || json_is_null(pr)) {

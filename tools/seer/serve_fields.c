@@ -110,6 +110,27 @@ static bool ck_metadata(json_t *o, const char *key, json_t *v, serve_error *e) {
     return false;
 }
 
+/* The template's switches, as vLLM and llama-server take them: seer's built-in templates have
+ * one, enable_thinking (Qwen3's; no effect on a template without it), and refuse the rest. */
+static bool ck_template_kwargs(json_t *o, const char *key, json_t *v, serve_error *e) {
+    (void)o;
+    if (!json_is_object(v)) {
+        serve_fail(e, 400, key, "invalid_type", "'%s' must be an object", key);
+        return false;
+    }
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x) {
+        if (strcmp(k, "enable_thinking"))
+            return unsupported(e, key, ": the built-in chat templates take only enable_thinking");
+        if (!json_is_boolean(x)) {
+            serve_fail(e, 400, key, "invalid_type", "'%s.enable_thinking' must be true or false", key);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Nothing is stored: store true would promise what seer does not do. */
 static bool ck_store(json_t *o, const char *key, json_t *v, serve_error *e) {
     bool b = false;
@@ -245,6 +266,7 @@ static const struct {
     {"min_p", F_BOTH, ck_read},
     {"repeat_penalty", F_BOTH, ck_read},
     {"seer", F_BOTH, ck_read},
+    {"chat_template_kwargs", F_CHAT, ck_template_kwargs},
     /* metadata: no effect on the output by definition */
     {"user", F_BOTH, ck_string},
     {"safety_identifier", F_CHAT, ck_string},
