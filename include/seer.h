@@ -298,7 +298,10 @@ typedef struct {
     float top_p;          /* 1 = off */
     float min_p;          /* 0 = off */
     float repeat_penalty; /* 1 = off */
-    int repeat_last_n;    /* tokens of history the penalty looks at */
+    int repeat_last_n;    /* tokens of history the penalties look at */
+    float frequency_penalty; /* 0 = off: subtracted from a logit once per occurrence of its
+                                token in the window, after repeat_penalty (as llama.cpp) */
+    float presence_penalty;  /* 0 = off: subtracted once from the logit of a token in the window */
     uint64_t seed;
 } seer_sampler_params;
 

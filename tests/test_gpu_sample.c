@@ -70,6 +70,9 @@ static seer_sampler_params params_of(const cfg *c) {
     sp.min_p = c->min_p;
     sp.repeat_penalty = c->pen;
     sp.repeat_last_n = 32;
+    /* where the repetition penalty is on, frequency and presence too (sample.h's order) */
+    sp.frequency_penalty = c->pen != 1.0f ? 0.35f : 0.0f;
+    sp.presence_penalty = c->pen != 1.0f ? -0.6f : 0.0f;
     return sp;
 }
 

@@ -38,16 +38,23 @@ static void ref_probs(const seer_sampler_params *p, const int32_t *hist, int n_h
     assert_non_null(c);
     for (int i = 0; i < V; i++)
         w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
-    if (p->repeat_penalty != 1.0f && p->repeat_last_n > 0) {
+    if ((p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f) &&
+        p->repeat_last_n > 0) {
         int n = n_hist < p->repeat_last_n ? n_hist : p->repeat_last_n;
         const int32_t *h = hist + n_hist - n;
         for (int j = 0; j < n; j++) {
-            int seen = 0;
+            int seen = 0, count = 0;
             for (int k = 0; k < j; k++)
                 seen |= h[k] == h[j];
             if (seen || h[j] < 0 || h[j] >= V)
                 continue;
-            w[h[j]] = w[h[j]] > 0 ? w[h[j]] / p->repeat_penalty : w[h[j]] * p->repeat_penalty;
+            for (int k = 0; k < n; k++)
+                count += h[k] == h[j];
+            /* each operation rounded (volatile: no fused multiply-add) */
+            volatile float r = w[h[j]] > 0 ? w[h[j]] / p->repeat_penalty : w[h[j]] * p->repeat_penalty;
+            volatile float f = (float)count * p->frequency_penalty;
+            volatile float sub = f + p->presence_penalty;
+            w[h[j]] = r - sub;
         }
     }
     for (int i = 0; i < V; i++)
@@ -595,6 +602,51 @@ static void test_repeat_penalty(void **state) {
     seer_sampler_free(s);
 }
 
+/* Frequency and presence penalties (as llama.cpp and OpenAI): count * frequency +
+ * presence off each token of the window's logit, after the repetition penalty; ids outside
+ * the window and the vocabulary untouched; greedy follows the penalised logits. */
+static void test_frequency_presence(void **state) {
+    (void)state;
+    const int V = 5;
+    const float logits[] = {2.0f, -2.0f, 1.0f, 0.5f, 0.0f};
+    seer_sampler_params p = plain_params(1.0f);
+    p.repeat_last_n = 4;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.25f;
+    seer_sampler *s = NULL;
+    ASSERT_OK(seer_sampler_init(p, V, &s));
+    /* 4 falls out of the window of 4; 0 occurs twice, 2 and 3 once; 77 is ignored */
+    const int32_t acc[] = {4, 0, 2, 0, 3, 77};
+    for (int i = 0; i < 6; i++)
+        seer_sampler_accept(s, acc[i]);
+    float probs[5];
+    seer_sampler_probs(s, logits, probs);
+    /* window {2, 0, 3, 77}: the last four accepted */
+    const float want_l[] = {2.0f - (0.5f + 0.25f), -2.0f, 1.0f - (0.5f + 0.25f), 0.5f - (0.5f + 0.25f), 0.0f};
+    double z = 0;
+    for (int i = 0; i < V; i++)
+        z += exp((double)want_l[i] - 2.0);
+    for (int i = 0; i < V; i++)
+        assert_true(fabs(probs[i] - exp((double)want_l[i] - 2.0) / z) < 1e-6);
+    seer_sampler_free(s);
+    /* with a repetition penalty of 2 first: 2 / 2 - 0.75 for id 0; greedy then takes id 4 */
+    p.temperature = 0;
+    p.repeat_penalty = 2.0f;
+    p.frequency_penalty = 1.0f;
+    p.presence_penalty = 0.0f;
+    ASSERT_OK(seer_sampler_init(p, V, &s));
+    assert_int_equal(seer_sampler_sample(s, logits, NULL), 0);
+    const int32_t acc2[] = {0, 0, 2, 3};
+    for (int i = 0; i < 4; i++)
+        seer_sampler_accept(s, acc2[i]);
+    /* 0: 2 / 2 - 2 = -1; 2: 1 / 2 - 1 = -0.5; 3: 0.5 / 2 - 1 = -0.75; 4: 0 wins */
+    assert_int_equal(seer_sampler_sample(s, logits, NULL), 4);
+    seer_sampler_free(s);
+    /* not finite: refused */
+    p.presence_penalty = INFINITY;
+    assert_int_equal(seer_sampler_init(p, V, &s), SEER_ERR_INVALID_ARG);
+}
+
 static void test_history_window(void **state) {
     (void)state;
     seer_sampler_params p = seer_sampler_default_params();
@@ -640,6 +692,9 @@ static void test_random_against_reference(void **state) {
         p.min_p = min_ps[tu_rand_u64(&rs) % 3];
         p.repeat_penalty = pens[tu_rand_u64(&rs) % 3];
         p.repeat_last_n = (int)(tu_rand_u64(&rs) % 40);
+        static const float freqs[] = {0.0f, 0.5f, -0.3f}, pres[] = {0.0f, 1.25f, -0.7f};
+        p.frequency_penalty = freqs[tu_rand_u64(&rs) % 3];
+        p.presence_penalty = pres[tu_rand_u64(&rs) % 3];
         const int quantise = (int)(tu_rand_u64(&rs) % 2);
         for (int i = 0; i < V; i++) {
             float x = 6.0f * tu_rand_uniform(&rs);
@@ -1001,6 +1056,7 @@ int main(void) {
         cmocka_unit_test(test_top_p_then_min_p),
         cmocka_unit_test(test_temperature),
         cmocka_unit_test(test_repeat_penalty),
+        cmocka_unit_test(test_frequency_presence),
         cmocka_unit_test(test_history_window),
         cmocka_unit_test(test_random_against_reference),
         cmocka_unit_test(test_large_vocab),

@@ -38,6 +38,8 @@ static seer_sampler_params params_of(const cfg *c) {
     sp.min_p = c->min_p;
     sp.repeat_penalty = c->pen;
     sp.repeat_last_n = 16;
+    sp.frequency_penalty = c->pen != 1.0f ? 0.35f : 0.0f;
+    sp.presence_penalty = c->pen != 1.0f ? -0.6f : 0.0f;
     return sp;
 }
 

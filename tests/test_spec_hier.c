@@ -202,6 +202,14 @@ static void test_greedy_identical_random(void **state) {
         for (int i = 0; i < 3; i++)
             tu_assert_same(&got[i], &plain[i], "hierarchy with a repetition penalty");
     }
+    /* and with frequency and presence penalties over the same window */
+    pen.repeat_penalty = 1.0f;
+    pen.frequency_penalty = 0.4f;
+    pen.presence_penalty = 0.3f;
+    run(m, seer_spec_default_params(), prompts, plen, 3, 50, pen, 160, 4, plain);
+    run(m, hier_of(BASES[0], d, 4, 2, 12), prompts, plen, 3, 50, pen, 160, 4, got);
+    for (int i = 0; i < 3; i++)
+        tu_assert_same(&got[i], &plain[i], "hierarchy with frequency and presence penalties");
     seer_model_free(same);
     seer_model_free(d);
     seer_model_free(m);

@@ -311,6 +311,14 @@ static void test_greedy_identical_random(void **state) {
     run(m, tree_of(SEER_SPEC_STREAMING, d, 10, 3, 12), prompts, plen, 3, 50, pen, 160, 4, got);
     for (int i = 0; i < 3; i++)
         tu_assert_same(&got[i], &plain[i], "tree with a repetition penalty");
+    /* and with frequency and presence penalties over the same window */
+    pen.repeat_penalty = 1.0f;
+    pen.frequency_penalty = 0.4f;
+    pen.presence_penalty = 0.3f;
+    run(m, seer_spec_default_params(), prompts, plen, 3, 50, pen, 160, 4, plain);
+    run(m, tree_of(SEER_SPEC_STREAMING, d, 10, 3, 12), prompts, plen, 3, 50, pen, 160, 4, got);
+    for (int i = 0; i < 3; i++)
+        tu_assert_same(&got[i], &plain[i], "tree with frequency and presence penalties");
     seer_model_free(d);
     seer_model_free(m);
 }

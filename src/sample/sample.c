@@ -73,6 +73,9 @@ seer_status seer_sampler_params_check(const seer_sampler_params *p) {
         return seer_err(SEER_ERR_INVALID_ARG,
                         "sampler: repeat_penalty must be finite and > 0 (got %g)",
                         (double)p->repeat_penalty);
+    if (!isfinite(p->frequency_penalty) || !isfinite(p->presence_penalty))
+        return seer_err(SEER_ERR_INVALID_ARG, "sampler: frequency_penalty and presence_penalty must be finite "
+                        "(got %g, %g)", (double)p->frequency_penalty, (double)p->presence_penalty);
     if (p->repeat_last_n < 0 || p->repeat_last_n > SEER_SAMPLE_MAX_REPEAT_LAST_N)
         return seer_err(SEER_ERR_INVALID_ARG, "sampler: repeat_last_n must be in [0, %d] (got %d)",
                         SEER_SAMPLE_MAX_REPEAT_LAST_N, p->repeat_last_n);
@@ -213,21 +216,26 @@ static int probs_pipeline(const seer_sampler_params *p, const int32_t *history, 
         work[i] = x == x ? x : -INFINITY; /* NaN; written so that it vectorises */
     }
 
-    /* Repetition penalty as in the CTRL paper (Keskar et al. 2019) and llama.cpp: each
-     * distinct id once, however often it occurs in the window. Marks are cleared for the
-     * window's ids first, so the scratch needs no initialisation. */
-    if (p->repeat_penalty != 1.0f && p->repeat_last_n > 0 && history && n_history > 0) {
+    /* The penalties (penalty.c): the repetition penalty as in the CTRL paper (Keskar et al.
+     * 2019) and llama.cpp, each distinct id once however often it occurs in the window, then
+     * frequency and presence by its count. Marks and counts are cleared for the window's ids
+     * first, so the scratch needs no initialisation; the counts lie in cand, filled later. */
+    if (seer_sampler_penalised(p) && history && n_history > 0) {
         const int n = n_history < p->repeat_last_n ? n_history : p->repeat_last_n;
         const int32_t *h = history + (n_history - n);
+        int32_t *count = (int32_t *)c;
         for (int i = 0; i < n; i++)
             if (h[i] >= 0 && h[i] < V)
-                mark[h[i]] = 0;
+                mark[h[i]] = 0, count[h[i]] = 0;
+        for (int i = 0; i < n; i++)
+            if (h[i] >= 0 && h[i] < V)
+                count[h[i]]++;
         for (int i = 0; i < n; i++) {
             const int32_t id = h[i];
             if (id < 0 || id >= V || mark[id])
                 continue;
             mark[id] = 1;
-            work[id] = work[id] > 0 ? work[id] / p->repeat_penalty : work[id] * p->repeat_penalty;
+            work[id] = seer_penalty_apply(work[id], p->repeat_penalty, seer_penalty_sub(p, count[id]));
         }
     }
 

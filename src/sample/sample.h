@@ -37,15 +37,30 @@ double seer_rng_uniform(seer_rng *r);
 /* SEER_OK, or SEER_ERR_INVALID_ARG with a message naming the first bad field. */
 seer_status seer_sampler_params_check(const seer_sampler_params *p);
 
+/* Whether p transforms logits by the history (a penalty on and a window to look at): then
+ * the verifier and the backends' samplers need each row's history. */
+static inline bool seer_sampler_penalised(const seer_sampler_params *p) {
+    return p->repeat_last_n > 0 &&
+           (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
+}
+/* The penalties of one id that occurs count (>= 1) times in the window (penalty.c, compiled
+ * without contraction, so that every backend's sampler forms the same bits): what is
+ * subtracted after the repetition penalty, count * frequency_penalty + presence_penalty; and
+ * the penalised logit, (v > 0 ? v / rep : v * rep) - sub. CUDA's sampler forms the same value
+ * with the same rounded operations from seer_penalty_sub's result. */
+float seer_penalty_sub(const seer_sampler_params *p, int count);
+float seer_penalty_apply(float v, float rep, float sub);
+
 /* Bytes of scratch seer_sampler_probs_with_history needs for a vocabulary of n_vocab
  * (about 13 * n_vocab). The scratch need not be initialised and may be reused freely. */
 size_t seer_sampler_scratch_bytes(int n_vocab);
 
 /* The sampling pipeline, with no state of its own, so that a verifier can transform target
  * and draft logits identically:
- *   1. repetition penalty on every distinct id in the last min(n_history, repeat_last_n)
- *      entries of history (ids outside [0, V) are ignored; a repeated id is penalised
- *      once): a positive logit is divided by repeat_penalty, any other multiplied;
+ *   1. penalties on every distinct id in the last min(n_history, repeat_last_n) entries of
+ *      history (ids outside [0, V) are ignored; a repeated id is penalised once): a positive
+ *      logit is divided by repeat_penalty, any other multiplied, then count *
+ *      frequency_penalty + presence_penalty is subtracted (count: its occurrences there);
  *   2. temperature <= 0: one-hot at the argmax (ties -> lowest id, NaN as -inf), done;
  *   3. top-k (k largest logits; at equal logits lower ids win, so exactly k are kept);
  *   4. softmax at the temperature over the kept set;

@@ -20,6 +20,7 @@
  * (as the self-drafts write theirs) and cut when the round ends; the top's verification
  * rewrites those slots with full attention. Proposals are chains (no token trees).
  */
+#include "sample/sample.h"
 #include "spec/drafter.h"
 #include "util/error.h"
 
@@ -160,7 +161,7 @@ static seer_status hier_verified(const seer_draft_env *env, void *impl, seer_dra
 }
 
 static bool argmax_only(const seer_draft_seq *s) {
-    return s->sp->temperature <= 0 && s->sp->repeat_penalty == 1.f;
+    return s->sp->temperature <= 0 && !seer_sampler_penalised(s->sp);
 }
 
 /* One middle level's state of a sequence during a round. */
@@ -223,7 +224,7 @@ static seer_status mid_verify(const seer_draft_env *env, hier_impl *im, seer_dra
              * argmax for greedy ones; penalty histories are each row's middle prefix */
             size_t hn = 0;
             for (int k = k0; k < k1; k++)
-                if (seqs[act[k]].sp->repeat_penalty != 1.f)
+                if (seer_sampler_penalised(seqs[act[k]].sp))
                     hn += (size_t)(im->bs[k].n + 1) * (seqs[act[k]].sp->repeat_last_n + env->max_nodes + 1);
             free(hist);
             hist = hn ? seer_malloc_array(hn, sizeof(int32_t)) : NULL;
@@ -237,7 +238,7 @@ static seer_status mid_verify(const seer_draft_env *env, hier_impl *im, seer_dra
                     float *row = Lg + (size_t)(row0[k] + r) * V;
                     sc->rows[row0[k] + r] = seer_draft_node_row(s, ms[act[k]].m - 1 + r, row, sampled ? row : NULL,
                                                                 -1, hist ? hist + ho : NULL);
-                    if (s->sp->repeat_penalty != 1.f)
+                    if (seer_sampler_penalised(s->sp))
                         ho += (size_t)s->sp->repeat_last_n + env->max_nodes + 1;
                 }
             }

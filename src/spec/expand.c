@@ -14,7 +14,7 @@
 #include <string.h>
 
 static bool argmax_only(const seer_draft_seq *s) {
-    return s->sp->temperature <= 0 && s->sp->repeat_penalty == 1.f;
+    return s->sp->temperature <= 0 && !seer_sampler_penalised(s->sp);
 }
 
 /* Row u + 1 of sequence i's q: its own rows or the caller's (a draft model's backend). */
@@ -30,7 +30,7 @@ double seer_draft_uniform(seer_draft_seq *s) {
 seer_sample_row seer_draft_node_row(const seer_draft_seq *s, int u, const float *logits, float *probs,
                                     double uni, int32_t *hist) {
     seer_sample_row r = {.logits = logits, .probs = probs, .sp = s->sp, .u = uni};
-    if (s->sp->repeat_penalty == 1.f || s->sp->repeat_last_n <= 0 || !hist)
+    if (!seer_sampler_penalised(s->sp) || !hist)
         return r; /* no penalty: the history is irrelevant */
     int dep = 0;
     for (int j = u; j >= 0; j = s->parent[j])
@@ -280,7 +280,7 @@ seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n,
                 st = seer_decode_keep(c, &b, &Lg);
                 size_t hn = 0;
                 for (int t = 0; t < T; t++)
-                    if (want[t] && seqs[who[t]].sp->repeat_penalty != 1.f)
+                    if (want[t] && seer_sampler_penalised(seqs[who[t]].sp))
                         hn += (size_t)seqs[who[t]].sp->repeat_last_n + G + 1;
                 free(hist);
                 hist = hn ? seer_malloc_array(hn, sizeof(int32_t)) : NULL;
@@ -295,7 +295,7 @@ seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n,
                     float *qi = s->sp->temperature > 0 ? q_row(seqs, q_of, i, node[t], V) : NULL;
                     sc->rows[f] = seer_draft_node_row(s, node[t], Lg + (size_t)f * V, qi, seer_draft_uniform(s),
                                                       hist ? hist + ho : NULL);
-                    if (s->sp->repeat_penalty != 1.f)
+                    if (seer_sampler_penalised(s->sp))
                         ho += (size_t)s->sp->repeat_last_n + G + 1;
                     f++;
                 }

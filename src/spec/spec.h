@@ -117,7 +117,7 @@ struct seer_gen {
 /* True when the sequence's sampler is plain argmax of the logits: then forward calls return
  * ids (seer_decode_argmax) and no logits leave the device. */
 static inline bool seer_gen_argmax_only(const seer_gen_seq *s) {
-    return s->sp.temperature <= 0 && s->sp.repeat_penalty == 1.f;
+    return s->sp.temperature <= 0 && !seer_sampler_penalised(&s->sp);
 }
 
 /* Whether s ends with the token t it just appended: an end-of-text token (unless ignored),

@@ -146,7 +146,7 @@ void seer_gen_hist_reset(seer_gen *g) { g->hbuf_used = 0; }
 seer_status seer_gen_hist_reserve(seer_gen *g, int rows) {
     int rl = 0;
     for (int h = 0; h < g->n_seqs; h++)
-        if (g->seqs[h].alive && g->seqs[h].sp.repeat_penalty != 1.f && g->seqs[h].sp.repeat_last_n > rl)
+        if (g->seqs[h].alive && seer_sampler_penalised(&g->seqs[h].sp) && g->seqs[h].sp.repeat_last_n > rl)
             rl = g->seqs[h].sp.repeat_last_n;
     if (!rl)
         return SEER_OK;
@@ -166,7 +166,7 @@ seer_status seer_gen_hist_reserve(seer_gen *g, int rows) {
 seer_sample_row seer_gen_node_row(seer_gen *g, int k, const seer_gen_seq *s, int u, const float *logits,
                                   float *probs, double uni) {
     seer_sample_row r = {.logits = logits, .probs = probs, .sp = &s->sp, .u = uni};
-    if (s->sp.repeat_penalty == 1.f || s->sp.repeat_last_n <= 0)
+    if (!seer_sampler_penalised(&s->sp))
         return r; /* no penalty: the history is irrelevant */
     const int32_t *d = g->draft + (size_t)k * g->G, *p = g->par + (size_t)k * g->G;
     int dep = 0;

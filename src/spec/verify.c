@@ -26,7 +26,7 @@ seer_sample_row seer_gen_row(const seer_gen_seq *s, int j, const float *logits, 
                              double u) {
     seer_sample_row r = {.logits = logits, .probs = probs, .sp = &s->sp, .hist = s->tokens,
                          .n_hist = s->n_tokens + j, .u = u};
-    if (s->sp.repeat_penalty == 1.f || s->sp.repeat_last_n <= 0)
+    if (!seer_sampler_penalised(&s->sp))
         r.hist = NULL, r.n_hist = 0; /* no penalty: the history is irrelevant */
     return r;
 }

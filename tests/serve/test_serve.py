@@ -316,7 +316,7 @@ def malformed_cases(port, model_id):
         ("seer not object", "POST", C, '{"prompt": "x", "seer": 1}', 400),
         ("logprobs", "POST", C, '{"prompt": "x", "logprobs": 3}', 400),
         ("stream_options not object", "POST", C, '{"prompt": "x", "stream_options": "x"}', 400),
-        ("presence_penalty", "POST", C, '{"prompt": "x", "presence_penalty": 1}', 400),
+        ("presence_penalty", "POST", C, '{"prompt": "x", "presence_penalty": 3}', 400),
         ("GET on completions", "GET", C, None, 405),
         ("unknown route", "POST", "/v1/nothing", "{}", 404),
     ]
@@ -701,7 +701,8 @@ def test_fields(port, model_id):
         stop_at = ref_text[len(ref_text) // 2:len(ref_text) // 2 + 3]
         cases = {
             "model": [(model_id, same), ("gpt-4o", ("refused", 404))],
-            "frequency_penalty": [(0, same), refused(0.5)], "presence_penalty": [(0, same), refused(-1)],
+            "frequency_penalty": [(0, same), (2, ("penalised", None))],
+            "presence_penalty": [(0, same), (2, ("penalised", None))],
             "logit_bias": [({}, same), refused({"5": 10})],
             "logprobs": [(False, same), refused(True if is_chat else 2)],
             "max_tokens": [(3, ("length", 3))],
@@ -764,7 +765,7 @@ def test_fields(port, model_id):
                           f"{what}: want {want} naming the field: {st} {err}")
                     continue
                 # what shows the field's effect: a fixed length, sampling, a stream
-                if kind in ("length", "seeded", "sampled", "nucleus"):
+                if kind in ("length", "seeded", "sampled", "nucleus", "penalised"):
                     body["seer"] = {"spec": "none", "ignore_eos": kind in ("length", "nucleus")}
                 if kind in ("seeded", "nucleus"):
                     body["temperature"] = 1.0
@@ -772,6 +773,8 @@ def test_fields(port, model_id):
                     body["seed"] = 3
                 if kind == "usage":
                     body["stream"] = True
+                if kind == "penalised":  # long enough for tokens to come again
+                    body["max_tokens"] = 80
                 r = answer(path, body)
                 if kind == "same":
                     check(text_of(r) == ref_text, f"{what}: output changed: {text_of(r)!r} vs {ref_text!r}")
@@ -793,6 +796,9 @@ def test_fields(port, model_id):
                     b = text_of(answer(path, body))
                     c = text_of(answer(path, dict(body, seed=value + 1)))
                     check(text_of(r) == b and b != c, f"{what}: {text_of(r)!r} {b!r} (seed+1: {c!r})")
+                elif kind == "penalised":  # greedy, tokens already there lose: another text
+                    r0 = answer(path, dict(body, **{field: 0}))
+                    check(text_of(r) != text_of(r0) and len(text_of(r)) > 0, f"{what}: {text_of(r)!r}")
                 elif kind == "sampled":  # a high temperature leaves the greedy path
                     check(text_of(r) != ref_text and len(text_of(r)) > 0, f"{what}: {text_of(r)!r}")
                 elif kind == "nucleus":  # at temperature 1 a nucleus of one token is greedy decoding

@@ -29,7 +29,7 @@ double cli_now_s(void);
 /* The sampler flags generate and chat share: getopt_long values for their option tables,
  * and their parser: 1 = c was one of them and is stored in sp, 0 = c is not a sampler flag,
  * -1 = its value was bad (the message is printed). */
-enum { CLI_O_TEMP = 512, CLI_O_TOPK, CLI_O_TOPP, CLI_O_MINP, CLI_O_REP, CLI_O_REPN, CLI_O_SEED };
+enum { CLI_O_TEMP = 512, CLI_O_TOPK, CLI_O_TOPP, CLI_O_MINP, CLI_O_REP, CLI_O_REPN, CLI_O_SEED, CLI_O_FREQ, CLI_O_PRES };
 int cli_sampler_opt(int c, const char *arg, seer_sampler_params *sp);
 
 /* --spec with token trees (generate, chat): "--spec tree" proposes trees over the base

@@ -42,6 +42,7 @@ static void usage(FILE *f) {
             "      --top-p P         (default 0.95)\n"
             "      --min-p P         (default 0.05)\n"
             "      --repeat-penalty R  (default 1 = off)\n"
+            "      --frequency-penalty F, --presence-penalty P  (default 0 = off)\n"
             "      --seed S          random seed (default 0)\n"
             "  -c, --ctx N           context length (default: the model's trained context, less\n"
             "                        when memory is short); the KV cache grows as it is used\n"
@@ -82,6 +83,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         {"temp", required_argument, 0, CLI_O_TEMP},   {"top-k", required_argument, 0, CLI_O_TOPK},
         {"top-p", required_argument, 0, CLI_O_TOPP},  {"min-p", required_argument, 0, CLI_O_MINP},
         {"repeat-penalty", required_argument, 0, CLI_O_REP},
+        {"frequency-penalty", required_argument, 0, CLI_O_FREQ}, {"presence-penalty", required_argument, 0, CLI_O_PRES},
         {"seed", required_argument, 0, CLI_O_SEED},   {"backend", required_argument, 0, O_BACKEND},
         {"weights", required_argument, 0, O_WEIGHTS},
         {"chat-template", required_argument, 0, O_TMPL},

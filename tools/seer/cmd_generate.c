@@ -18,6 +18,8 @@ static void usage(FILE *f) {
             "      --min-p P         drop tokens below P * max prob, 0 = off (default 0.05)\n"
             "      --repeat-penalty R  penalise the last --repeat-last-n tokens (default 1 = off)\n"
             "      --repeat-last-n N (default 64)\n"
+            "      --frequency-penalty F, --presence-penalty P  subtract F per occurrence, and P once,\n"
+            "                        from the logit of a token in the last --repeat-last-n (default 0)\n"
             "      --seed S          random seed (default 0)\n"
             "  -c, --ctx N           context length (default: the model's trained context, less\n"
             "                        when memory is short); the KV cache grows as it is used\n"
@@ -94,6 +96,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         {"top-p", required_argument, 0, CLI_O_TOPP}, {"min-p", required_argument, 0, CLI_O_MINP},
         {"repeat-penalty", required_argument, 0, CLI_O_REP},
         {"repeat-last-n", required_argument, 0, CLI_O_REPN},
+        {"frequency-penalty", required_argument, 0, CLI_O_FREQ}, {"presence-penalty", required_argument, 0, CLI_O_PRES},
         {"seed", required_argument, 0, CLI_O_SEED},  {"backend", required_argument, 0, O_BACKEND},
         {"weights", required_argument, 0, O_WEIGHTS},
         {"json", no_argument, 0, O_JSON},        {"ignore-eos", no_argument, 0, O_IGN},

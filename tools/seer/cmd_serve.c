@@ -89,7 +89,8 @@ static void usage(FILE *f) {
             "      --backend B       cpu, cuda or auto (default auto)\n"
             "      --weights W       stored (default), bf16 or f32\n"
             "Sampling defaults for fields a request leaves out: --temp, --top-k, --top-p, --min-p,\n"
-            "--repeat-penalty, --seed (as in seer generate; default temperature 1, top-p 1).\n"
+            "--repeat-penalty, --frequency-penalty, --presence-penalty, --seed (as in seer generate;\n"
+            "default temperature 1, top-p 1).\n"
             "A request's \"seer\" object sets speculation for it alone: {\"spec\": \"ngram\",\n"
             "\"gamma\": 4, \"budget\": 256, \"sinks\": 16, \"ngram_min\": 1, \"ngram_max\": 4}.\n");
 }
@@ -129,6 +130,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         {"temp", required_argument, 0, CLI_O_TEMP},  {"top-k", required_argument, 0, CLI_O_TOPK},
         {"top-p", required_argument, 0, CLI_O_TOPP}, {"min-p", required_argument, 0, CLI_O_MINP},
         {"repeat-penalty", required_argument, 0, CLI_O_REP}, {"seed", required_argument, 0, CLI_O_SEED},
+        {"frequency-penalty", required_argument, 0, CLI_O_FREQ}, {"presence-penalty", required_argument, 0, CLI_O_PRES},
         {"cors-origin", required_argument, 0, O_CORS}, {"max-connections", required_argument, 0, O_MAXC},
         {"max-connections-per-client", required_argument, 0, O_MAXCC},
         {"header-timeout", required_argument, 0, O_HTO}, {"ctx-beyond-trained", no_argument, 0, O_CTXB},

@@ -125,6 +125,8 @@ int cli_sampler_opt(int c, const char *arg, seer_sampler_params *sp) {
     case CLI_O_MINP: if (!cli_float("--min-p", arg, 0, 1, &d)) return -1; sp->min_p = (float)d; return 1;
     case CLI_O_REP: if (!cli_float("--repeat-penalty", arg, 1e-3, 100, &d)) return -1; sp->repeat_penalty = (float)d; return 1;
     case CLI_O_REPN: if (!cli_int("--repeat-last-n", arg, 0, 1 << 20, &v)) return -1; sp->repeat_last_n = (int)v; return 1;
+    case CLI_O_FREQ: if (!cli_float("--frequency-penalty", arg, -100, 100, &d)) return -1; sp->frequency_penalty = (float)d; return 1;
+    case CLI_O_PRES: if (!cli_float("--presence-penalty", arg, -100, 100, &d)) return -1; sp->presence_penalty = (float)d; return 1;
     case CLI_O_SEED: if (!cli_int("--seed", arg, 0, INT64_MAX, &v)) return -1; sp->seed = (uint64_t)v; return 1;
     default: return 0;
     }

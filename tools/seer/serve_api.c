@@ -489,6 +489,14 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
         goto out;
     if (r)
         p.sampler.repeat_penalty = (float)dv;
+    if ((r = serve_get_num(root, "frequency_penalty", -2, 2, &dv, e)) < 0)
+        goto out;
+    if (r)
+        p.sampler.frequency_penalty = (float)dv;
+    if ((r = serve_get_num(root, "presence_penalty", -2, 2, &dv, e)) < 0)
+        goto out;
+    if (r)
+        p.sampler.presence_penalty = (float)dv;
     json_t *seed = json_object_get(root, "seed");
     if (seed && !json_is_null(seed)) {
         if (!json_is_integer(seed)) {

@@ -148,14 +148,6 @@ static bool ck_service_tier(json_t *o, const char *key, json_t *v, serve_error *
                                                        : unsupported(e, key, " (only \"auto\" or \"default\")");
 }
 
-static bool ck_penalty(json_t *o, const char *key, json_t *v, serve_error *e) {
-    double d = 0;
-    (void)v;
-    if (serve_get_num(o, key, -2, 2, &d, e) < 0)
-        return false;
-    return d == 0 ? true : unsupported(e, key, " (only 0; repeat_penalty is seer's penalty)");
-}
-
 /* Chat: a boolean; completions: false or an integer. No log probabilities are computed. */
 static bool ck_logprobs(json_t *o, const char *key, json_t *v, serve_error *e) {
     (void)o;
@@ -277,8 +269,8 @@ static const struct {
     /* honoured only at their neutral value */
     {"n", F_BOTH, ck_n},
     {"best_of", F_COMPL, ck_best_of},
-    {"frequency_penalty", F_BOTH, ck_penalty},
-    {"presence_penalty", F_BOTH, ck_penalty},
+    {"frequency_penalty", F_BOTH, ck_read},
+    {"presence_penalty", F_BOTH, ck_read},
     {"logprobs", F_BOTH, ck_logprobs},
     {"top_logprobs", F_CHAT, ck_top_logprobs},
     {"logit_bias", F_BOTH, ck_empty},

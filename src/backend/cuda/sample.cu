@@ -36,12 +36,13 @@ extern "C" {
 /* The sampling family's scratch: sample_rows / accept_chains descriptors and results, working
  * rows of sampled rows that keep no probabilities, accept_trees' working p and q rows
  * ([n][2][V]), argmax_rows' results before they go to the host, host staging, penalty marks
- * [V]. */
+ * and counts [V]. */
 struct seer_cuda_smp {
     seer_cuda_buf dev, work, tree_work, argmax_ids;
     void *host;
     size_t host_cap;
     uint8_t *mark;
+    int32_t *count;
     int mark_cap;
 };
 
@@ -58,6 +59,7 @@ void seer_cuda_smp_free(seer_cuda *c) {
         seer_cuda_buf_free(c, bufs[i]);
     free(c->smp->host);
     free(c->smp->mark);
+    free(c->smp->count);
     free(c->smp);
     c->smp = NULL;
 }
@@ -300,16 +302,18 @@ typedef struct {
     double u;
     float temperature, top_p, min_p, penalty;
     int top_k;
-    int pen_off, n_pen;  /* distinct penalised ids: pen[pen_off ..] */
+    int pen_off, n_pen;  /* distinct penalised ids: pen[pen_off ..], what frequency and presence
+                          * subtract from each: sub[pen_off ..] (seer_penalty_sub) */
 } smp_row;
 
 __global__ void __launch_bounds__(SMP_THREADS)
-sample_rows_kernel(const smp_row *rows, const int32_t *pen, int V, int32_t *ids) {
+sample_rows_kernel(const smp_row *rows, const int32_t *pen, const float *sub, int V, int32_t *ids) {
     __shared__ smp_shared sh;
     const smp_row R = rows[blockIdx.x];
     const int tid = threadIdx.x, nt = blockDim.x;
 
-    /* 1. the penalised logits (CTRL; once per distinct id of the window) */
+    /* 1. the penalised logits (CTRL, then frequency and presence; once per distinct id of the
+     * window): seer_penalty_apply's operations, each rounded, none fused */
     if (R.buf) {
         for (int i = tid; i < V; i += nt)
             R.buf[i] = smp_clean(R.logits[i]);
@@ -317,7 +321,7 @@ sample_rows_kernel(const smp_row *rows, const int32_t *pen, int V, int32_t *ids)
         for (int k = tid; k < R.n_pen; k += nt) {
             const int id = pen[R.pen_off + k];
             const float v = R.buf[id];
-            R.buf[id] = v > 0 ? v / R.penalty : v * R.penalty;
+            R.buf[id] = __fsub_rn(v > 0 ? __fdiv_rn(v, R.penalty) : __fmul_rn(v, R.penalty), sub[R.pen_off + k]);
         }
         __syncthreads();
     }
@@ -518,33 +522,39 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
     for (int r = 0; r < n; r++) {
         const seer_sampler_params *p = rows[r].sp;
         SEER_TRY(seer_sampler_params_check(p));
-        const bool pen = p->repeat_penalty != 1.0f && p->repeat_last_n > 0 && rows[r].hist &&
-                         rows[r].n_hist > 0;
+        const bool pen = seer_sampler_penalised(p) && rows[r].hist && rows[r].n_hist > 0;
         if (pen)
             n_pen += (size_t)(rows[r].n_hist < p->repeat_last_n ? rows[r].n_hist : p->repeat_last_n);
         n_scratch += !rows[r].probs && (p->temperature > 0.0f || pen);
     }
     if (c->smp->mark_cap < V) {
         uint8_t *m = (uint8_t *)malloc((size_t)V);
-        if (!m)
+        int32_t *k = (int32_t *)malloc((size_t)V * sizeof(int32_t));
+        if (!m || !k) {
+            free(m), free(k);
             return seer_err(SEER_ERR_OOM, "CUDA sampling: out of host memory");
+        }
         free(c->smp->mark);
+        free(c->smp->count);
         c->smp->mark = m;
+        c->smp->count = k;
         c->smp->mark_cap = V;
     }
     const size_t desc_b = smp_align((size_t)n * sizeof(smp_row));
-    const size_t pen_b = smp_align(n_pen * sizeof(int32_t));
+    const size_t pen_b = smp_align(n_pen * sizeof(int32_t)), sub_b = smp_align(n_pen * sizeof(float));
     const size_t ids_b = (size_t)n * sizeof(int32_t);
     char *h = NULL;
-    SEER_TRY(smp_host(c, desc_b + pen_b, &h));
-    SEER_TRY(seer_cuda_reserve(c, &c->smp->dev, desc_b + pen_b + ids_b, "sampling descriptors"));
+    SEER_TRY(smp_host(c, desc_b + pen_b + sub_b, &h));
+    SEER_TRY(seer_cuda_reserve(c, &c->smp->dev, desc_b + pen_b + sub_b + ids_b, "sampling descriptors"));
     if (n_scratch)
         SEER_TRY(seer_cuda_reserve(c, &c->smp->work, (size_t)n_scratch * V * sizeof(float),
                                    "sampling scratch rows"));
     smp_row *desc = (smp_row *)h;
     int32_t *pen = (int32_t *)(h + desc_b);
+    float *sub = (float *)(h + desc_b + pen_b);
     float *work = (float *)c->smp->work.p;
     uint8_t *mark = c->smp->mark;
+    int32_t *count = c->smp->count;
     int off = 0, s = 0;
     for (int r = 0; r < n; r++) {
         const seer_sample_row *w = &rows[r];
@@ -560,19 +570,23 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
         d.penalty = p->repeat_penalty;
         d.top_k = p->top_k;
         d.pen_off = off;
-        const bool has_pen = p->repeat_penalty != 1.0f && p->repeat_last_n > 0 && w->hist && w->n_hist > 0;
+        const bool has_pen = seer_sampler_penalised(p) && w->hist && w->n_hist > 0;
         if (has_pen) {
-            /* the distinct ids of the window, as sample.c marks them */
+            /* the distinct ids of the window and their counts, as sample.c marks them */
             const int k = w->n_hist < p->repeat_last_n ? w->n_hist : p->repeat_last_n;
             const int32_t *hw = w->hist + (w->n_hist - k);
             for (int i = 0; i < k; i++)
                 if (hw[i] >= 0 && hw[i] < V)
-                    mark[hw[i]] = 0;
+                    mark[hw[i]] = 0, count[hw[i]] = 0;
+            for (int i = 0; i < k; i++)
+                if (hw[i] >= 0 && hw[i] < V)
+                    count[hw[i]]++;
             for (int i = 0; i < k; i++) {
                 const int32_t id = hw[i];
                 if (id < 0 || id >= V || mark[id])
                     continue;
                 mark[id] = 1;
+                sub[off] = seer_penalty_sub(p, count[id]);
                 pen[off++] = id;
             }
         }
@@ -582,11 +596,10 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
         desc[r] = d;
     }
     char *dev = (char *)c->smp->dev.p;
-    CUDA_TRY(cudaMemcpyAsync(dev, h, desc_b + (size_t)off * sizeof(int32_t), cudaMemcpyHostToDevice,
-                             c->stream));
-    int32_t *d_ids = ids ? (int32_t *)(dev + desc_b + pen_b) : NULL;
-    sample_rows_kernel<<<(unsigned)n, SMP_THREADS, 0, c->stream>>>((const smp_row *)dev,
-                                                                   (const int32_t *)(dev + desc_b), V, d_ids);
+    CUDA_TRY(cudaMemcpyAsync(dev, h, desc_b + pen_b + sub_b, cudaMemcpyHostToDevice, c->stream));
+    int32_t *d_ids = ids ? (int32_t *)(dev + desc_b + pen_b + sub_b) : NULL;
+    sample_rows_kernel<<<(unsigned)n, SMP_THREADS, 0, c->stream>>>(
+        (const smp_row *)dev, (const int32_t *)(dev + desc_b), (const float *)(dev + desc_b + pen_b), V, d_ids);
     LAUNCH_TRY("sample_rows_kernel");
     if (ids) {
         CUDA_TRY(cudaMemcpyAsync(ids, d_ids, ids_b, cudaMemcpyDeviceToHost, c->stream));
