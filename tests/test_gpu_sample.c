@@ -5,7 +5,8 @@
  *   - sample_rows: V of 7, 300, 32000 and 152064; peaked logits, a few levels (large ties at
  *     the top-k and top-p cuts), all equal, -inf and NaN entries, only three finite logits,
  *     all -inf; temperatures 1e-3 to 100 and 0 (with and without penalty), top-k from 1 to
- *     beyond V, top-p, min-p, repetition penalty with duplicate and out-of-range history.
+ *     beyond V, top-p, min-p, repetition, frequency and presence penalties with duplicate and
+ *     out-of-range history.
  *     Probabilities: the same support and |gpu - cpu| <= 1e-6 * max(1, cpu) + 1e-9 per entry
  *     (both round exp in double to float; sums run in another order). Ids: >= 99.9% of 64
  *     draws per row equal given the same uniform, and every mismatch lies at a boundary
