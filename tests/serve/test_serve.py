@@ -261,6 +261,120 @@ def test_openai_client(port, golden, model_id):
     return alone
 
 
+def test_n_client(port, model_id):
+    """n choices through the openai client: each its own generation, in index order, the
+    completions summed in usage; streamed chunks carry their choice's index; n outside 1..16
+    is refused naming `n`."""
+    import openai
+    cl = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=120)
+    msgs = [{"role": "user", "content": "A story about a cat"}]
+    one = cl.chat.completions.create(model=model_id, messages=msgs, max_tokens=20, temperature=0)
+    r = cl.chat.completions.create(model=model_id, messages=msgs, max_tokens=20, temperature=0, n=3)
+    check([c.index for c in r.choices] == [0, 1, 2], f"n=3 indexes: {r.choices}")
+    check(all(c.message.content == one.choices[0].message.content for c in r.choices), f"n=3 greedy: {r.choices}")
+    check(r.usage.prompt_tokens == one.usage.prompt_tokens
+          and r.usage.completion_tokens == 3 * one.usage.completion_tokens, f"n=3 usage: {r.usage}")
+    # sampled: reproducible with the same seed (under a fixed speculation setting, as
+    # test_openai_client says), and the choices differ from one another
+    fixed = {"seer": {"spec": "none"}}
+    sampled = [[c.text for c in cl.completions.create(model=model_id, prompt="Lily and Tom", max_tokens=30,
+                                                      temperature=1, seed=11, n=3, extra_body=fixed).choices]
+               for _ in range(2)]
+    check(sampled[0] == sampled[1], f"n=3 seeded differs: {sampled}")
+    check(len(set(sampled[0])) > 1, f"n=3 sampled choices all alike: {sampled[0]}")
+    single = cl.completions.create(model=model_id, prompt="Lily and Tom", max_tokens=30, temperature=1, seed=12,
+                                   extra_body=fixed)
+    check(sampled[0][1] == single.choices[0].text, "choice 1 samples with seed + 1")
+    # streamed: per index, the same texts as the whole answer; one final chunk each; usage last
+    for chat in (True, False):
+        kw = dict(model=model_id, max_tokens=30, temperature=1, seed=5, n=2, extra_body=fixed)
+        if chat:
+            whole = cl.chat.completions.create(messages=msgs, **kw)
+            want = [c.message.content for c in whole.choices]
+            chunks = cl.chat.completions.create(messages=msgs, stream=True,
+                                                stream_options={"include_usage": True}, **kw)
+        else:
+            whole = cl.completions.create(prompt="Lily and Tom", **kw)
+            want = [c.text for c in whole.choices]
+            chunks = cl.completions.create(prompt="Lily and Tom", stream=True,
+                                           stream_options={"include_usage": True}, **kw)
+        texts, roles, finals, usage, after = ["", ""], [0, 0], [0, 0], None, 0
+        for ch in chunks:
+            if usage is not None:
+                after += 1
+            if not ch.choices:
+                usage = ch.usage
+                continue
+            check(len(ch.choices) == 1, f"a chunk with {len(ch.choices)} choices")
+            c = ch.choices[0]
+            texts[c.index] += (c.delta.content or "") if chat else c.text
+            if chat and c.delta.role:
+                roles[c.index] += 1
+            if c.finish_reason:
+                finals[c.index] += 1
+        check(texts == want, f"streamed n=2 (chat {chat}): {texts} vs {want}")
+        check(finals == [1, 1] and (not chat or roles == [1, 1]), f"streamed n=2: finals {finals} roles {roles}")
+        check(usage is not None and after == 0 and usage.completion_tokens == whole.usage.completion_tokens
+              and usage.prompt_tokens == whole.usage.prompt_tokens, f"streamed n=2 usage: {usage} after {after}")
+    for bad in (17, 0):
+        try:
+            cl.completions.create(model=model_id, prompt="x", max_tokens=2, n=bad)
+            fail(f"n={bad} was accepted")
+        except openai.BadRequestError as e:
+            check(e.status_code == 400 and (e.body or {}).get("param") == "n", f"n={bad}: {e.body}")
+    print("n choices: ok")
+
+
+def test_n_slots(seer, model):
+    """--max-requests 4, sequences up to 8192 tokens long with a pool for four (so that the
+    streams below outlast the checks): a request of n choices holds n slots, all or
+    none (429 when they are not free, 400 when n exceeds them all); a client that hangs up
+    cancels every choice of its request, and the slots and KV pages come back."""
+    srv = Server(seer, model, ["--max-requests", "4", "--parallel", "4", "--ctx", "8192", "--ctx-beyond-trained",
+                               "--kv-pages", "2100"])
+    port = srv.port
+    try:
+        m0 = wait_idle(port, "before the n slots test")
+        conns = []
+
+        def stream(n):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            c.request("POST", "/v1/completions", body=json.dumps(
+                {"prompt": "Once upon a time", "max_tokens": 100000, "n": n, "stream": True,
+                 "seer": {"ignore_eos": True}}),
+                headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+            r = c.getresponse()
+            check(r.status == 200, f"a stream of {n} choices: {r.status}")
+            r.readline()
+            conns.append(c)
+
+        def post(n):
+            st, data = raw(port, "POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": 2, "n": n}))
+            return st, json.loads(data)
+
+        st, r = post(5)
+        check(st == 400 and r["error"]["param"] == "n", f"n=5 with 4 slots: {st} {r}")
+        stream(2)
+        st, r = post(3)
+        check(st == 429 and r["error"]["type"] == "rate_limit_error", f"n=3 with 2 of 4 slots free: {st} {r}")
+        stream(2)
+        st, r = post(1)
+        check(st == 429, f"4 slots held by 2 x 2 choices, one more: {st} {r}")
+        for c in conns:
+            c.sock.shutdown(socket.SHUT_RDWR)
+            c.close()
+        m = wait_idle(port, "after 2 x 2 choices hung up")
+        fin = {w: m[f'seer_requests_finished_total{{reason="{w}"}}'] - m0[f'seer_requests_finished_total{{reason="{w}"}}']
+               for w in ("cancelled", "length", "stop")}
+        check(fin["cancelled"] > 0 and fin["cancelled"] + fin["length"] == 4 and fin["stop"] == 0,
+              f"4 choices, each a generation, ended by the hang-ups: {fin}")
+        st, r = post(4)
+        check(st == 200 and [c["index"] for c in r["choices"]] == [0, 1, 2, 3], f"after the hang-ups, n=4: {st} {r}")
+    finally:
+        srv.kill()
+    print("n choices: slots taken all or none, hang-ups cancel every choice")
+
+
 def malformed_cases(port, model_id):
     big = json.dumps({"model": model_id, "prompt": "a" * 70000})
     over_ctx = json.dumps({"prompt": [5] * 600})
@@ -295,7 +409,9 @@ def malformed_cases(port, model_id):
         ("stop number", "POST", C, '{"prompt": "x", "stop": 5}', 400),
         ("stop empty string", "POST", C, '{"prompt": "x", "stop": [""]}', 400),
         ("five stops", "POST", C, '{"prompt": "x", "stop": ["a","b","c","d","e"]}', 400),
-        ("n 2", "POST", C, '{"prompt": "x", "n": 2}', 400),
+        ("n 17", "POST", C, '{"prompt": "x", "n": 17}', 400),
+        ("n 0", "POST", C, '{"prompt": "x", "n": 0}', 400),
+        ("n float", "POST", C, '{"prompt": "x", "n": 1.5}', 400),
         ("invalid UTF-8", "POST", C, b'{"prompt": "ab\xff\xfecd"}', 400),
         ("lone surrogate", "POST", C, '{"prompt": "ab\\ud800cd"}', 400),
         ("NUL in prompt", "POST", C, '{"prompt": "ab\\u0000cd"}', 400),
@@ -494,6 +610,9 @@ def test_busy_and_sigint(seer, model, golden):
             {"prompt": row["prompt"], "max_tokens": 20, "temperature": 0}))
         check(st == 200 and json.loads(data)["seer"]["token_ids"] == row["ids"][:20], f"after busy: {st} {data[:300]!r}")
         test_slots(port)
+        st, data = raw(port, "POST", "/v1/completions", '{"prompt": "x", "max_tokens": 2, "n": 2}')
+        err = json.loads(data).get("error") or {}
+        check(st == 400 and err.get("param") == "n", f"n=2 with one slot: {st} {data[:200]!r}")
         srv.p.send_signal(signal.SIGINT)
         rc = srv.p.wait(timeout=60)
         check(rc == 0, f"exit status after SIGINT {rc}: {''.join(srv.log[-10:])}")
@@ -706,7 +825,7 @@ def test_fields(port, model_id):
             "logit_bias": [({}, same), refused({"5": 10})],
             "logprobs": [(False, same), refused(True if is_chat else 2)],
             "max_tokens": [(3, ("length", 3))],
-            "n": [(1, same), refused(2)],
+            "n": [(1, same), (2, ("choices", 2)), refused(17), refused(0)],
             "seed": [(7, ("seeded", None))],
             "stop": [([stop_at], ("stop", ref_text[:ref_text.index(stop_at)]))],
             "stream": [(True, ("stream", None))],
@@ -803,6 +922,12 @@ def test_fields(port, model_id):
                     check(text_of(r) != ref_text and len(text_of(r)) > 0, f"{what}: {text_of(r)!r}")
                 elif kind == "nucleus":  # at temperature 1 a nucleus of one token is greedy decoding
                     check(text_of(r).startswith(ref_text), f"{what}: not greedy: {text_of(r)!r}")
+                elif kind == "choices":  # greedy: each choice the reference, the completions summed
+                    texts = [c["message"]["content"] if is_chat else c["text"] for c in r["choices"]]
+                    check([c["index"] for c in r["choices"]] == list(range(arg)) and texts == [ref_text] * arg
+                          and r["usage"]["completion_tokens"] == arg * ref["usage"]["completion_tokens"]
+                          and r["usage"]["prompt_tokens"] == ref["usage"]["prompt_tokens"],
+                          f"{what}: {texts} {r['usage']}")
                 elif kind == "other_prompt":
                     check(r["usage"]["prompt_tokens"] != ref["usage"]["prompt_tokens"] and text_of(r) != ref_text,
                           f"{what}: {r['usage']} {text_of(r)!r}")
@@ -1192,6 +1317,7 @@ def main():
                                      "--prefill-chunk", "16", "--max-body", "65536", "--max-prompt", "400"])
         try:
             alone = test_openai_client(srv.port, golden, "stories260K")
+            test_n_client(srv.port, "stories260K")
             test_malformed(srv.port, golden, "stories260K")
             test_nulls(srv.port, golden)
             test_usage_chunk(srv.port, "stories260K")
@@ -1207,6 +1333,8 @@ def main():
             srv.kill()
     if want("busy"):
         test_busy_and_sigint(a.seer, model, golden)
+    if want("n_slots"):
+        test_n_slots(a.seer, model)
     if want("slowloris"):
         test_slowloris(a.seer, model)
     if want("drain_cut"):

@@ -4,9 +4,10 @@
  * (serve_http.c), metrics (serve_metrics.c) and the scheduler loop (cmd_serve.c).
  *
  * Threads: libmicrohttpd runs one thread per connection; one scheduler thread owns the
- * seer_sched and every seer_request in it. They meet in a job: the HTTP thread fills it and
- * queues it in the inbox; the scheduler thread submits it and, on each update, copies the
- * new text under the job's mutex and signals; a client that goes away cancels its request
+ * seer_sched and every seer_request in it. They meet in a job (one request per choice, OpenAI's
+ * n): the HTTP thread fills it and queues it in the inbox; the scheduler thread submits its
+ * choices and, on each update, copies the new text under the job's mutex and signals; a
+ * client that goes away cancels its requests
  * (seer_request_cancel is the one library call safe from any thread). The connection table
  * (serve_conn.c) has a watchdog thread of its own that ends connections which do not send
  * their request in time.
@@ -90,21 +91,16 @@ typedef struct {
 
 typedef enum { JOB_COMPLETION, JOB_CHAT } serve_kind;
 
-/* One generation for one HTTP request. */
-struct serve_job {
-    serve_state *srv;
-    serve_kind kind;
-    bool stream, include_usage;
-    char *echo;                  /* /v1/completions with echo: the prompt's text, sent first */
-    size_t echo_len;
-    bool slot;                   /* holds a slot (srv->n_slots), under srv->mu */
-    char id[48];
-    long long created;
+/* Most choices one request may ask for (OpenAI's n). */
+enum { SERVE_MAX_CHOICES = 16 };
+
+/* One choice of a job: its own generation (seer_request) and what it has produced. */
+typedef struct {
+    serve_job *job;
+    int index;                   /* its place in "choices" */
     seer_request *req;
-    int n_prompt;
-    /* from the scheduler thread, under mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    bool slot;                   /* holds a slot (srv->n_slots), under srv->mu */
+    /* from the scheduler thread, under the job's mu */
     char *text;                  /* visible text so far */
     size_t text_len, text_cap;
     int32_t *ids;                /* generated ids */
@@ -112,15 +108,37 @@ struct serve_job {
     bool done;
     seer_finish_reason finish;
     seer_request_stats st;
-    bool failed;                 /* could not be submitted: error_msg says why */
-    char error_msg[256];
     double t_last;               /* time of the latest update (inter-token latency) */
-    int refs;                    /* HTTP side + scheduler side */
     /* HTTP side: streaming progress */
     size_t sent_text;            /* bytes of text already sent as events */
+    bool sent_final;             /* its final chunk (finish_reason) is sent */
+} serve_choice;
+
+/* One HTTP request's generations: n choices (OpenAI's n), each a request of its own. */
+struct serve_job {
+    serve_state *srv;
+    serve_kind kind;
+    bool stream, include_usage;
+    char *echo;                  /* /v1/completions with echo: the prompt's text, sent first */
+    size_t echo_len;
+    char id[48];
+    long long created;
+    int n_prompt;
+    serve_choice *choices;       /* [n_choices] */
+    int n_choices;
+    /* from the scheduler thread, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_done;                  /* choices finished */
+    bool done;                   /* every choice finished */
+    bool error;                  /* a choice finished with SEER_FINISH_ERROR */
+    bool failed;                 /* could not be submitted: error_msg says why */
+    char error_msg[256];
+    int refs;                    /* HTTP side + one per choice in the scheduler */
+    /* HTTP side: streaming progress */
     char *pending;               /* SSE bytes not yet handed to libmicrohttpd */
     size_t pending_len, pending_off, pending_cap;
-    int phase;                   /* 0: role chunk (chat) or echo, 1: text, 2: final chunk (and the usage
+    int phase;                   /* 0: role chunks (chat) or echo, 1: text, 2: final chunks (and the usage
                                   * chunk, if asked for) sent, 3: [DONE] sent */
     int fd;                      /* the client's socket, to notice it is gone */
     struct MHD_Connection *conn; /* its connection, to reset the send timeout while waiting */
@@ -171,8 +189,13 @@ const char *serve_finish_name(seer_finish_reason f);
 /* A finish reason as the API reports it: one of OpenAI's ("stop", "length"); a request cut
  * short by the server (the drain timeout) reports "length", as its output was truncated. */
 const char *serve_finish_api(seer_finish_reason f);
-/* Gives back the job's --max-requests slot, once: when its answer is final. */
-void serve_job_release_slot(serve_job *j);
+/* Gives back a choice's --max-requests slot, once: when its answer is final. */
+void serve_choice_release_slot(serve_choice *c);
+/* Cancels every choice of the job not finished yet (any thread; j->mu held or not). */
+void serve_job_cancel(serve_job *j);
+/* Marks a choice that could not be submitted as finished, the job as failed (msg says why),
+ * and drops the scheduler's reference to it (scheduler thread). */
+void serve_choice_fail(serve_choice *c, const char *msg);
 
 /* serve_metrics.c */
 void serve_metrics_init(serve_metrics *m);
@@ -206,7 +229,8 @@ void serve_conn_log(void *cls, const char *fmt, va_list ap);
 struct MHD_Daemon *serve_http_start(serve_state *srv);
 
 /* serve_loop.c */
-/* Queues a job for the scheduler thread; false (job untouched) when the server drains. */
+/* Queues a job (all its choices) for the scheduler thread; false (job untouched) when the
+ * server drains. */
 bool serve_enqueue(serve_state *srv, serve_job *j);
 /* The scheduler thread (pthread_create's start routine; arg: the serve_state). */
 void *serve_sched_loop(void *arg);

@@ -9,7 +9,8 @@
  * fields exist and which values seer refuses rather than ignores is serve_fields.c's table;
  * this file reads the values seer honours. Answers carry OpenAI's finish reasons only
  * ("stop", "length"); a stream with stream_options.include_usage ends with a chunk of its own
- * holding the usage and no choice, as OpenAI's does. The "seer" object carries what OpenAI
+ * holding the usage and no choice, as OpenAI's does. With n > 1 each choice is a request of
+ * its own (seed + index); a stream interleaves the choices' chunks, each naming its index. The "seer" object carries what OpenAI
  * has no field for: speculation settings per request ({"spec": "ngram", "gamma": 4, ...};
  * "tree_size" and "tree_depth" for token trees) and ignore_eos.
  */
@@ -41,14 +42,44 @@ const char *serve_finish_api(seer_finish_reason f) {
     }
 }
 
-void serve_job_release_slot(serve_job *j) {
-    serve_state *srv = j->srv;
+void serve_choice_release_slot(serve_choice *c) {
+    serve_state *srv = c->job->srv;
     pthread_mutex_lock(&srv->mu);
-    if (j->slot) {
-        j->slot = false;
+    if (c->slot) {
+        c->slot = false;
         srv->n_slots--;
     }
     pthread_mutex_unlock(&srv->mu);
+}
+
+void serve_job_cancel(serve_job *j) {
+    for (int i = 0; i < j->n_choices; i++)
+        seer_request_cancel(j->choices[i].req); /* an atomic flag: harmless once finished */
+}
+
+/* A choice is finished (j->mu held): the job is done when all are. */
+static void choice_finished(serve_choice *c, seer_finish_reason f) {
+    serve_job *j = c->job;
+    if (c->done)
+        return;
+    c->done = true;
+    c->finish = f;
+    if (f == SEER_FINISH_ERROR)
+        j->error = true;
+    j->done = ++j->n_done == j->n_choices;
+}
+
+void serve_choice_fail(serve_choice *c, const char *msg) {
+    serve_job *j = c->job;
+    serve_choice_release_slot(c);
+    pthread_mutex_lock(&j->mu);
+    if (!j->failed)
+        snprintf(j->error_msg, sizeof j->error_msg, "%s", msg);
+    j->failed = true;
+    choice_finished(c, SEER_FINISH_ERROR);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    serve_job_unref(j);
 }
 
 char *serve_error_json(const serve_error *e) {
@@ -63,6 +94,17 @@ char *serve_error_json(const serve_error *e) {
     return s;
 }
 
+/* Frees the choices' requests and buffers; n: how many have a request. */
+static void free_choices(serve_job *j, int n) {
+    for (int i = 0; i < n; i++) {
+        serve_choice_release_slot(&j->choices[i]);
+        seer_request_free(j->choices[i].req);
+    }
+    for (int i = 0; i < j->n_choices; i++)
+        free(j->choices[i].text), free(j->choices[i].ids);
+    free(j->choices);
+}
+
 void serve_job_unref(serve_job *j) {
     if (!j)
         return;
@@ -72,11 +114,10 @@ void serve_job_unref(serve_job *j) {
     if (left > 0)
         return;
     serve_state *srv = j->srv;
-    serve_job_release_slot(j);
-    seer_request_free(j->req);
+    free_choices(j, j->n_choices);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
-    free(j->text), free(j->ids), free(j->pending), free(j->echo);
+    free(j->pending), free(j->echo);
     free(j);
     pthread_mutex_lock(&srv->mu);
     srv->n_jobs--;
@@ -84,9 +125,10 @@ void serve_job_unref(serve_job *j) {
     pthread_mutex_unlock(&srv->mu);
 }
 
-/* The scheduler thread's view of a job: new text and ids, the end. */
+/* The scheduler thread's view of a choice: new text and ids, the end. */
 static void on_update(seer_request *r, void *user) {
-    serve_job *j = user;
+    serve_choice *c = user;
+    serve_job *j = c->job;
     serve_state *srv = j->srv;
     size_t len;
     const char *t = seer_request_text(r, &len);
@@ -96,50 +138,49 @@ static void on_update(seer_request *r, void *user) {
     int n_itl = 0;
     const bool fin = seer_request_finished(r);
     if (fin) /* before the answer is there: a client that has it may ask again at once */
-        serve_job_release_slot(j);
+        serve_choice_release_slot(c);
     pthread_mutex_lock(&j->mu);
-    if (len > j->text_len) {
-        if (len + 1 > j->text_cap) {
-            size_t cap = j->text_cap ? j->text_cap : 256;
+    if (len > c->text_len) {
+        if (len + 1 > c->text_cap) {
+            size_t cap = c->text_cap ? c->text_cap : 256;
             while (cap < len + 1)
                 cap *= 2;
-            char *p = realloc(j->text, cap);
+            char *p = realloc(c->text, cap);
             if (p)
-                j->text = p, j->text_cap = cap;
+                c->text = p, c->text_cap = cap;
         }
-        if (len + 1 <= j->text_cap) {
-            memcpy(j->text + j->text_len, t + j->text_len, len - j->text_len);
-            j->text_len = len;
-            j->text[len] = 0;
+        if (len + 1 <= c->text_cap) {
+            memcpy(c->text + c->text_len, t + c->text_len, len - c->text_len);
+            c->text_len = len;
+            c->text[len] = 0;
         }
     }
-    if (n > j->n_ids) {
-        if (n > j->cap_ids) {
-            int cap = j->cap_ids ? j->cap_ids : 64;
+    if (n > c->n_ids) {
+        if (n > c->cap_ids) {
+            int cap = c->cap_ids ? c->cap_ids : 64;
             while (cap < n)
                 cap *= 2;
-            int32_t *p = realloc(j->ids, sizeof(int32_t) * cap);
+            int32_t *p = realloc(c->ids, sizeof(int32_t) * cap);
             if (p)
-                j->ids = p, j->cap_ids = cap;
+                c->ids = p, c->cap_ids = cap;
         }
-        if (n <= j->cap_ids) {
+        if (n <= c->cap_ids) {
             seer_request_stats st;
             seer_request_get_stats(r, &st);
-            if (j->n_ids == 0) {
+            if (c->n_ids == 0) {
                 ttft = st.t_first_token_s;
             } else {
-                itl = (st.t_last_token_s - j->t_last) / (n - j->n_ids);
-                n_itl = n - j->n_ids;
+                itl = (st.t_last_token_s - c->t_last) / (n - c->n_ids);
+                n_itl = n - c->n_ids;
             }
-            j->t_last = st.t_last_token_s;
-            memcpy(j->ids + j->n_ids, ids + j->n_ids, sizeof(int32_t) * (n - j->n_ids));
-            j->n_ids = n;
+            c->t_last = st.t_last_token_s;
+            memcpy(c->ids + c->n_ids, ids + c->n_ids, sizeof(int32_t) * (n - c->n_ids));
+            c->n_ids = n;
         }
     }
     if (fin) {
-        j->done = true;
-        j->finish = seer_request_finish_reason(r);
-        seer_request_get_stats(r, &j->st);
+        seer_request_get_stats(r, &c->st);
+        choice_finished(c, seer_request_finish_reason(r));
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -149,7 +190,7 @@ static void on_update(seer_request *r, void *user) {
     for (int k = 0; k < n_itl; k++)
         serve_hist_observe(&srv->metrics.itl, itl);
     if (fin)
-        srv->metrics.finished[j->finish]++;
+        srv->metrics.finished[c->finish]++;
     pthread_mutex_unlock(&srv->metrics.mu);
 }
 
@@ -354,6 +395,45 @@ static int32_t *completion_prompt(serve_state *srv, json_t *p, int *n, serve_err
     return NULL;
 }
 
+/* A job of n_choices choices, each a request of the prompt ids with p's settings; choice i
+ * samples with p's seed + i (distinct choices draw distinct samples, reproducibly). */
+static serve_job *job_new(serve_state *srv, serve_kind kind, const int32_t *ids, int n, const seer_request_params *p,
+                          int n_choices, serve_error *e) {
+    serve_job *j = calloc(1, sizeof *j);
+    serve_choice *ch = calloc((size_t)n_choices, sizeof *ch);
+    if (!j || !ch) {
+        free(j), free(ch);
+        return serve_fail(e, 500, NULL, NULL, "out of memory");
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->srv = srv;
+    j->kind = kind;
+    j->created = (long long)time(NULL);
+    j->n_prompt = n;
+    j->refs = 1;
+    j->fd = -1;
+    j->choices = ch;
+    j->n_choices = n_choices;
+    for (int i = 0; i < n_choices; i++) {
+        seer_request_params q = *p;
+        q.sampler.seed = p->sampler.seed + (uint64_t)i;
+        q.on_update = on_update;
+        q.user = &ch[i];
+        ch[i].job = j;
+        ch[i].index = i;
+        if (seer_request_new(srv->model, ids, n, &q, &ch[i].req) != SEER_OK) {
+            serve_fail(e, 400, NULL, "invalid_value", "%s", seer_last_error());
+            free_choices(j, i);
+            pthread_mutex_destroy(&j->mu);
+            pthread_cond_destroy(&j->cv);
+            free(j);
+            return NULL;
+        }
+    }
+    return j;
+}
+
 /* The text of token ids as the detokenizer writes generated text (control tokens have none; a
  * BOS drops the space SentencePiece puts before the first word): what `echo` sends of a
  * prompt given as ids. NULL when out of memory. */
@@ -505,6 +585,9 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
         }
         p.sampler.seed = (uint64_t)json_integer_value(seed);
     }
+    long long n_choices = 1;
+    if (serve_get_int(root, "n", 1, SERVE_MAX_CHOICES, &n_choices, e) < 0)
+        goto out;
     json_t *stop = json_object_get(root, "stop");
     if (stop && !json_is_null(stop)) {
         json_t *one = json_is_string(stop) ? stop : NULL;
@@ -572,34 +655,13 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     }
     if (p.max_tokens > srv->n_ctx - n)
         p.max_tokens = srv->n_ctx - n;
-    j = calloc(1, sizeof *j);
-    if (!j) {
-        serve_fail(e, 500, NULL, NULL, "out of memory");
+    j = job_new(srv, kind, ids, n, &p, (int)n_choices, e);
+    if (!j)
         goto out;
-    }
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    j->srv = srv;
-    j->kind = kind;
     j->stream = stream;
     j->include_usage = include_usage;
     j->echo = echo_text, j->echo_len = echo_len;
     echo_text = NULL;
-    j->created = (long long)time(NULL);
-    j->n_prompt = n;
-    j->refs = 1;
-    j->fd = -1;
-    p.on_update = on_update;
-    p.user = j;
-    if (seer_request_new(srv->model, ids, n, &p, &j->req) != SEER_OK) {
-        serve_fail(e, 400, NULL, "invalid_value", "%s", seer_last_error());
-        pthread_mutex_destroy(&j->mu);
-        pthread_cond_destroy(&j->cv);
-        free(j->echo);
-        free(j);
-        j = NULL;
-        goto out;
-    }
     pthread_mutex_lock(&srv->mu);
     snprintf(j->id, sizeof j->id, "%s-%llu", kind == JOB_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)++srv->next_id);
@@ -613,48 +675,67 @@ out:
     return j;
 }
 
+/* The prompt counted once, the completions of every choice summed (as OpenAI). */
 static json_t *usage_of(const serve_job *j) {
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", j->n_prompt, "completion_tokens", j->n_ids,
-                     "total_tokens", j->n_prompt + j->n_ids);
+    int n_gen = 0;
+    for (int i = 0; i < j->n_choices; i++)
+        n_gen += j->choices[i].n_ids;
+    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", j->n_prompt, "completion_tokens", n_gen,
+                     "total_tokens", j->n_prompt + n_gen);
 }
 
-/* seer's own fields of a response: the generated ids and the speculation counts. */
-static json_t *seer_of(const serve_job *j) {
+/* seer's own fields of a choice: the generated ids and the speculation counts. */
+static json_t *seer_of(const serve_choice *c) {
     json_t *ids = json_array();
-    for (int i = 0; i < j->n_ids; i++)
-        json_array_append_new(ids, json_integer(j->ids[i]));
-    return json_pack("{s:o,s:I,s:I,s:i}", "token_ids", ids, "drafted", (json_int_t)j->st.drafted,
-                     "accepted", (json_int_t)j->st.accepted, "preempted", j->st.n_preempted);
+    for (int i = 0; i < c->n_ids; i++)
+        json_array_append_new(ids, json_integer(c->ids[i]));
+    return json_pack("{s:o,s:I,s:I,s:i}", "token_ids", ids, "drafted", (json_int_t)c->st.drafted,
+                     "accepted", (json_int_t)c->st.accepted, "preempted", c->st.n_preempted);
 }
 
 static const char *model_of(const serve_job *j) { return j->srv->model_id; }
 
-char *serve_job_response(serve_job *j) {
-    json_t *choice;
-    const char *fin = serve_finish_api(j->finish);
+/* One choice of a whole response. */
+static json_t *whole_choice(serve_job *j, serve_choice *c) {
+    const char *fin = serve_finish_api(c->finish);
     if (j->kind == JOB_CHAT)
-        choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:n}", "index", 0, "message", "role", "assistant",
-                           "content", j->text ? j->text : "", j->text_len,
-                           "finish_reason", fin ? json_string(fin) : json_null(), "logprobs");
-    else {
-        /* echo: the prompt's text, then the completion's */
-        const size_t n = j->echo_len + j->text_len;
-        char *t = malloc(n + 1);
-        if (!t)
+        return json_pack("{s:i,s:{s:s,s:s%},s:o,s:n}", "index", c->index, "message", "role", "assistant",
+                         "content", c->text ? c->text : "", c->text_len,
+                         "finish_reason", fin ? json_string(fin) : json_null(), "logprobs");
+    /* echo: the prompt's text, then the completion's */
+    const size_t n = j->echo_len + c->text_len;
+    char *t = malloc(n + 1);
+    if (!t)
+        return NULL;
+    if (j->echo_len)
+        memcpy(t, j->echo, j->echo_len);
+    if (c->text_len)
+        memcpy(t + j->echo_len, c->text, c->text_len);
+    t[n] = 0;
+    json_t *o = json_pack("{s:i,s:s%,s:n,s:o}", "index", c->index, "text", t, n, "logprobs", "finish_reason",
+                          fin ? json_string(fin) : json_null());
+    free(t);
+    return o;
+}
+
+/* With one choice, seer's fields are the response's; with several, each choice has its own. */
+char *serve_job_response(serve_job *j) {
+    json_t *choices = json_array();
+    for (int i = 0; choices && i < j->n_choices; i++) {
+        json_t *c = whole_choice(j, &j->choices[i]);
+        if (c && j->n_choices > 1)
+            json_object_set_new(c, "seer", seer_of(&j->choices[i]));
+        if (!c || json_array_append_new(choices, c)) {
+            json_decref(choices);
             return NULL;
-        if (j->echo_len)
-            memcpy(t, j->echo, j->echo_len);
-        if (j->text_len)
-            memcpy(t + j->echo_len, j->text, j->text_len);
-        t[n] = 0;
-        choice = json_pack("{s:i,s:s%,s:n,s:o}", "index", 0, "text", t, n, "logprobs", "finish_reason",
-                           fin ? json_string(fin) : json_null());
-        free(t);
+        }
     }
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:o}", "id", j->id, "object",
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", j->id, "object",
                           j->kind == JOB_CHAT ? "chat.completion" : "text_completion", "created",
-                          (json_int_t)j->created, "model", model_of(j), "choices", choice,
-                          "usage", usage_of(j), "seer", seer_of(j));
+                          (json_int_t)j->created, "model", model_of(j), "choices", choices,
+                          "usage", usage_of(j));
+    if (o && j->n_choices == 1)
+        json_object_set_new(o, "seer", seer_of(&j->choices[0]));
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;
@@ -701,26 +782,73 @@ static json_t *chunk(serve_job *j, json_t *choice) {
     return c;
 }
 
-static json_t *choice_of(serve_job *j, const char *text, size_t n, const char *fin) {
+static json_t *choice_of(serve_job *j, int index, const char *text, size_t n, const char *fin) {
     json_t *f = fin ? json_string(fin) : json_null();
     if (j->kind == JOB_CHAT) {
         json_t *delta = text ? json_pack("{s:s%}", "content", text, n) : json_object();
-        return json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason", f);
+        return json_pack("{s:i,s:o,s:n,s:o}", "index", index, "delta", delta, "logprobs", "finish_reason", f);
     }
-    return json_pack("{s:i,s:s%,s:n,s:o}", "index", 0, "text", text ? text : "", text ? n : 0, "logprobs",
+    return json_pack("{s:i,s:s%,s:n,s:o}", "index", index, "text", text ? text : "", text ? n : 0, "logprobs",
                      "finish_reason", f);
+}
+
+/* Phase 0: each choice's role chunk (chat) or echo (completions). */
+static bool first_events(serve_job *j) {
+    bool ok = true;
+    j->phase = 1;
+    for (int i = 0; i < j->n_choices && !j->failed; i++) {
+        if (j->kind == JOB_CHAT)
+            ok = ok && push_event(j, chunk(j, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", i, "delta", "role",
+                                                        "assistant", "content", "", "logprobs", "finish_reason")));
+        else if (j->echo_len)
+            ok = ok && push_event(j, chunk(j, choice_of(j, i, j->echo, j->echo_len, NULL)));
+    }
+    return ok;
+}
+
+/* Phase 1: new text of each choice, then the final chunk of each finished one; when all are
+ * sent, the usage chunk if asked for. Returns false when nothing new is there. */
+static bool text_events(serve_job *j) {
+    bool any = false, ok = true;
+    for (int i = 0; i < j->n_choices; i++) {
+        serve_choice *c = &j->choices[i];
+        if (c->text_len > c->sent_text) {
+            ok = ok && push_event(j, chunk(j, choice_of(j, i, c->text + c->sent_text, c->text_len - c->sent_text, NULL)));
+            c->sent_text = c->text_len;
+            any = true;
+        }
+    }
+    if (any)
+        return ok;
+    int n_final = 0;
+    for (int i = 0; i < j->n_choices; i++) {
+        serve_choice *c = &j->choices[i];
+        if (c->done && !c->sent_final) {
+            json_t *o = chunk(j, choice_of(j, i, NULL, 0, serve_finish_api(c->finish)));
+            if (o)
+                json_object_set_new(o, "seer", seer_of(c));
+            ok = ok && push_event(j, o);
+            c->sent_final = true;
+            any = true;
+        }
+        n_final += c->sent_final;
+    }
+    if (n_final == j->n_choices) {
+        j->phase = 2;
+        /* the totals on a chunk of their own with no choice, as OpenAI's and llama-server's */
+        return ok && (!j->include_usage || push_event(j, chunk(j, NULL)));
+    }
+    return any ? ok : false;
 }
 
 bool serve_job_next_events(serve_job *j) {
     if (j->phase == 0) {
-        j->phase = 1;
-        if (j->kind == JOB_CHAT && !j->failed)
-            return push_event(j, chunk(j, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta", "role",
-                                                    "assistant", "content", "", "logprobs", "finish_reason")));
-        if (j->echo_len && !j->failed)
-            return push_event(j, chunk(j, choice_of(j, j->echo, j->echo_len, NULL)));
+        const size_t had = j->pending_len;
+        const bool ok = first_events(j);
+        if (!ok || j->pending_len > had)
+            return ok;
     }
-    if (j->phase == 1 && (j->failed || (j->done && j->finish == SEER_FINISH_ERROR))) {
+    if (j->phase == 1 && (j->failed || j->error)) {
         serve_error e = {.status = j->failed ? 400 : 500, .code = j->failed ? "invalid_value" : "generation_failed"};
         snprintf(e.message, sizeof e.message, "%s", j->failed ? j->error_msg : "the generation failed");
         char *s = serve_error_json(&e);
@@ -729,19 +857,8 @@ bool serve_job_next_events(serve_job *j) {
         j->phase = 2;
         return ok;
     }
-    if (j->phase == 1 && j->text_len > j->sent_text) {
-        bool ok = push_event(j, chunk(j, choice_of(j, j->text + j->sent_text, j->text_len - j->sent_text, NULL)));
-        j->sent_text = j->text_len;
-        return ok;
-    }
-    if (j->phase == 1 && j->done) {
-        json_t *c = chunk(j, choice_of(j, NULL, 0, serve_finish_api(j->finish)));
-        if (c)
-            json_object_set_new(c, "seer", seer_of(j));
-        j->phase = 2;
-        /* the totals on a chunk of their own with no choice, as OpenAI's and llama-server's */
-        return push_event(j, c) && (!j->include_usage || push_event(j, chunk(j, NULL)));
-    }
+    if (j->phase == 1)
+        return text_events(j);
     if (j->phase == 2) {
         const char *d = "data: [DONE]\n\n";
         size_t n = strlen(d);

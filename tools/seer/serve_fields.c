@@ -182,9 +182,11 @@ static bool ck_best_of(json_t *o, const char *key, json_t *v, serve_error *e) {
     return ck_int_only(o, key, 1, 128, 1, e);
 }
 
+/* Each of n choices is a generation of its own (serve_api.c). */
 static bool ck_n(json_t *o, const char *key, json_t *v, serve_error *e) {
+    long long d;
     (void)v;
-    return ck_int_only(o, key, 1, 128, 1, e);
+    return serve_get_int(o, key, 1, SERVE_MAX_CHOICES, &d, e) >= 0;
 }
 
 /* Accepted only empty (an empty bias, suffix, tool or function list changes nothing). */

@@ -8,9 +8,9 @@
  * on any route answers a CORS preflight (--cors-origin). A body over --max-body is read and
  * dropped, then answered 413; a request with two Content-Length headers, or one beside a
  * Transfer-Encoding, is refused 400 and its connection closed (its body cannot be told
- * apart from the next request). More than --max-requests generations at once get 429; a
- * generation gives its slot back as soon as its answer is final, before the client can have
- * it. A draining server answers 503.
+ * apart from the next request). More than --max-requests generations at once get 429 (a
+ * request with n choices needs n slots); a generation gives its slot back as soon as its
+ * answer is final, before the client can have it. A draining server answers 503.
  *
  * A client whose socket reads as closed may have half-closed it (shutdown(SHUT_WR): it waits
  * for its answer) or have gone; the two look the same until something is written to it. So
@@ -207,20 +207,20 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         wait_a_little(j);
         if (!j->done && !client_alive(j, &probes, &t_probe, NULL, true)) {
             pthread_mutex_unlock(&j->mu);
-            seer_request_cancel(j->req);
+            serve_job_cancel(j);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
 }
 
-/* The response is gone (sent, or the connection closed): a request not done is cancelled. */
+/* The response is gone (sent, or the connection closed): choices not done are cancelled. */
 static void stream_free(void *cls) {
     serve_job *j = cls;
     pthread_mutex_lock(&j->mu);
     bool done = j->done;
     pthread_mutex_unlock(&j->mu);
     if (!done)
-        seer_request_cancel(j->req);
+        serve_job_cancel(j);
     serve_job_unref(j);
 }
 
@@ -229,23 +229,23 @@ static int connection_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
-/* Takes one of --max-requests slots: 0, or the HTTP status why not (429, 503). */
-static int take_slot(serve_state *srv, int *n_busy) {
+/* Takes k of --max-requests slots, all or none: 0, or the HTTP status why not (429, 503). */
+static int take_slots(serve_state *srv, int k, int *n_busy) {
     int why = 0;
     pthread_mutex_lock(&srv->mu);
     *n_busy = srv->n_slots;
     if (srv->draining)
         why = 503;
-    else if (srv->n_slots >= srv->max_requests)
+    else if (srv->n_slots + k > srv->max_requests)
         why = 429;
     else
-        srv->n_slots++;
+        srv->n_slots += k;
     pthread_mutex_unlock(&srv->mu);
     return why;
 }
 
-/* A whole (non-streamed) answer, once the job is done. An HTTP/1.1 client that reads as
- * closed gets interim 100 responses as probes; one that is gone has its request cancelled. */
+/* A whole (non-streamed) answer, once every choice is done. An HTTP/1.1 client that reads as
+ * closed gets interim 100 responses as probes; one that is gone has its choices cancelled. */
 static enum MHD_Result answer_whole(struct MHD_Connection *c, serve_state *srv, serve_job *j, bool http11) {
     int probes = 0;
     double t_probe = 0;
@@ -255,7 +255,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, serve_state *srv, 
         wait_a_little(j);
         if (!gone && !j->done && !client_alive(j, &probes, &t_probe, http11 ? "HTTP/1.1 100 Continue\r\n\r\n" : NULL, false)) {
             gone = true;
-            seer_request_cancel(j->req); /* the scheduler finishes it at its next step */
+            serve_job_cancel(j); /* the scheduler finishes them at its next step */
         }
     }
     pthread_mutex_unlock(&j->mu);
@@ -265,7 +265,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, serve_state *srv, 
         ret = MHD_NO;
     else if (j->failed)
         ret = send_errorf(c, srv, 400, "invalid_value", "%s", j->error_msg);
-    else if (j->finish == SEER_FINISH_ERROR)
+    else if (j->error)
         ret = send_errorf(c, srv, 500, "generation_failed", "the generation failed");
     else
         ret = send_body(c, srv, 200, serve_job_response(j), "application/json", false);
@@ -277,8 +277,10 @@ static enum MHD_Result generate(struct MHD_Connection *c, serve_state *srv, serv
                                 bool http11) {
     if (cs->too_big)
         return send_errorf(c, srv, 413, "body_too_large", "the body is larger than %lld bytes", srv->max_body);
+    /* one slot first, as a request of one choice needs, so that a full server answers 429
+     * before the body is read; the other choices' once the body says how many */
     int n_busy;
-    const int why = take_slot(srv, &n_busy);
+    const int why = take_slots(srv, 1, &n_busy);
     if (why == 503)
         return send_errorf(c, srv, 503, "shutting_down", "the server is shutting down");
     if (why == 429)
@@ -291,13 +293,29 @@ static enum MHD_Result generate(struct MHD_Connection *c, serve_state *srv, serv
     cs->answering = true;
     serve_error e;
     serve_job *j = serve_job_from_json(srv, kind, cs->body ? cs->body : "", cs->len, &e);
-    if (!j) {
+    const int more = j ? take_slots(srv, j->n_choices - 1, &n_busy) : 0;
+    if (!j || more) {
         pthread_mutex_lock(&srv->mu);
         srv->n_slots--;
         pthread_mutex_unlock(&srv->mu);
-        return send_error(c, srv, &e);
+        if (!j)
+            return send_error(c, srv, &e);
+        const int n_choices = j->n_choices;
+        serve_job_unref(j);
+        if (more == 503)
+            return send_errorf(c, srv, 503, "shutting_down", "the server is shutting down");
+        if (n_choices > srv->max_requests) { /* would never fit */
+            serve_error en = {.status = 400, .param = "n", .code = "invalid_value"};
+            snprintf(en.message, sizeof en.message, "'n' is %d; this server runs at most %d generations at once",
+                     n_choices, srv->max_requests);
+            return send_error(c, srv, &en);
+        }
+        return send_errorf(c, srv, 429, "too_many_requests",
+                           "%d generations are running; %d choices do not fit; try again later", n_busy - 1,
+                           n_choices);
     }
-    j->slot = true;
+    for (int i = 0; i < j->n_choices; i++)
+        j->choices[i].slot = true;
     j->fd = connection_fd(c);
     j->conn = c;
     if (!serve_enqueue(srv, j)) {

@@ -1,6 +1,6 @@
 /*
  * serve_loop.c: `seer serve`'s scheduler thread and its inbox. The HTTP threads queue jobs
- * (serve_enqueue); the thread submits them to the request scheduler between steps, steps
+ * (serve_enqueue); the thread submits their choices' requests to the scheduler between steps, steps
  * while anything is active and sleeps on a condition variable otherwise. It lets a job go
  * once its request has finished, and publishes the scheduler's counters for /metrics. When
  * the server stops it cancels what is live and submits nothing more.
@@ -26,7 +26,7 @@ bool serve_enqueue(serve_state *srv, serve_job *j) {
         }
         if (srv->n_inbox < srv->cap_inbox) {
             pthread_mutex_lock(&j->mu);
-            j->refs++; /* the scheduler's, until the request is finished */
+            j->refs += j->n_choices; /* the scheduler's, one until each choice's request is finished */
             pthread_mutex_unlock(&j->mu);
             srv->inbox[srv->n_inbox++] = j;
             ok = true;
@@ -37,22 +37,43 @@ bool serve_enqueue(serve_state *srv, serve_job *j) {
     return ok;
 }
 
-static void job_fail(serve_job *j, const char *msg) {
-    serve_job_release_slot(j);
-    pthread_mutex_lock(&j->mu);
-    j->failed = true;
-    j->done = true;
-    j->finish = SEER_FINISH_ERROR;
-    snprintf(j->error_msg, sizeof j->error_msg, "%s", msg);
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    serve_job_unref(j);
+/* Submits every choice of a job; live gains those submitted. When one cannot be, the job
+ * fails: that choice and the rest are failed, and those already submitted are cancelled. */
+static void submit_job(serve_state *srv, serve_job *j, bool stop, serve_choice ***live, int *n_live, int *cap_live) {
+    char why[256] = "";
+    bool failed = false;
+    int n_sub = 0;
+    const int n = j->n_choices; /* failing the last choice may free the job */
+    for (int i = 0; i < n; i++) {
+        serve_choice *c = &j->choices[i];
+        if (*n_live == *cap_live) {
+            int cap = *cap_live ? 2 * *cap_live : 32;
+            serve_choice **p = realloc(*live, sizeof *p * cap);
+            if (p)
+                *live = p, *cap_live = cap;
+        }
+        seer_status st = failed || stop ? SEER_ERR_INVALID_ARG
+                         : *n_live < *cap_live ? seer_sched_submit(srv->sched, c->req) : SEER_ERR_OOM;
+        if (st == SEER_OK) {
+            (*live)[(*n_live)++] = c;
+            n_sub++;
+            continue;
+        }
+        if (!failed)
+            snprintf(why, sizeof why, "%s", stop ? "the server is shutting down" : seer_last_error());
+        failed = true;
+        serve_choice_fail(c, why);
+    }
+    if (failed)
+        for (int i = 0; i < n_sub; i++)
+            seer_request_cancel((*live)[*n_live - 1 - i]->req);
 }
 
-/* The scheduler thread. live: the jobs whose requests are in the scheduler. */
+/* The scheduler thread. live: the choices whose requests are in the scheduler. */
 void *serve_sched_loop(void *arg) {
     serve_state *srv = arg;
-    serve_job **live = NULL, **taken = NULL;
+    serve_choice **live = NULL;
+    serve_job **taken = NULL;
     int n_live = 0, cap_live = 0, cap_taken = 0;
     pthread_mutex_lock(&srv->mu);
     for (;;) {
@@ -73,21 +94,8 @@ void *serve_sched_loop(void *arg) {
         srv->n_inbox -= n_take;
         const bool stop = srv->stop;
         pthread_mutex_unlock(&srv->mu);
-        for (int i = 0; i < n_take; i++) {
-            serve_job *j = taken[i];
-            if (n_live == cap_live) {
-                int cap = cap_live ? 2 * cap_live : 32;
-                serve_job **p = realloc(live, sizeof *p * cap);
-                if (p)
-                    live = p, cap_live = cap;
-            }
-            seer_status st = stop ? SEER_ERR_INVALID_ARG
-                             : n_live < cap_live ? seer_sched_submit(srv->sched, j->req) : SEER_ERR_OOM;
-            if (st != SEER_OK)
-                job_fail(j, stop ? "the server is shutting down" : seer_last_error());
-            else
-                live[n_live++] = j;
-        }
+        for (int i = 0; i < n_take; i++)
+            submit_job(srv, taken[i], stop, &live, &n_live, &cap_live);
         if (stop)
             for (int i = 0; i < n_live; i++)
                 seer_request_cancel(live[i]->req);
@@ -104,7 +112,7 @@ void *serve_sched_loop(void *arg) {
         /* finished requests are out of the scheduler: the job may let go of them */
         for (int i = n_live - 1; i >= 0; i--)
             if (seer_request_finished(live[i]->req)) {
-                serve_job *j = live[i];
+                serve_job *j = live[i]->job;
                 live[i] = live[--n_live];
                 serve_job_unref(j);
             }
