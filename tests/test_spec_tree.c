@@ -303,22 +303,24 @@ static void test_greedy_identical_random(void **state) {
             tu_assert_same(&got[i], &plain[i], "trees in calls of 16 tokens");
     }
     n_batch = 128;
-    /* with a repetition penalty: each node's history is its own path */
-    seer_sampler_params pen = tu_greedy();
-    pen.repeat_penalty = 1.3f;
-    pen.repeat_last_n = 16;
-    run(m, seer_spec_default_params(), prompts, plen, 3, 50, pen, 160, 4, plain);
-    run(m, tree_of(SEER_SPEC_STREAMING, d, 10, 3, 12), prompts, plen, 3, 50, pen, 160, 4, got);
-    for (int i = 0; i < 3; i++)
-        tu_assert_same(&got[i], &plain[i], "tree with a repetition penalty");
-    /* and with frequency and presence penalties over the same window */
-    pen.repeat_penalty = 1.0f;
-    pen.frequency_penalty = 0.4f;
-    pen.presence_penalty = 0.3f;
-    run(m, seer_spec_default_params(), prompts, plen, 3, 50, pen, 160, 4, plain);
-    run(m, tree_of(SEER_SPEC_STREAMING, d, 10, 3, 12), prompts, plen, 3, 50, pen, 160, 4, got);
-    for (int i = 0; i < 3; i++)
-        tu_assert_same(&got[i], &plain[i], "tree with frequency and presence penalties");
+    /* with penalties: each node's history is its own path (repetition; then frequency and
+     * presence over the same window) */
+    static const struct {
+        float rep, freq, pres;
+        const char *what;
+    } pens[] = {{1.3f, 0, 0, "tree with a repetition penalty"},
+                {1.0f, 0.4f, 0.3f, "tree with frequency and presence penalties"}};
+    for (size_t k = 0; k < sizeof pens / sizeof *pens; k++) {
+        seer_sampler_params pen = tu_greedy();
+        pen.repeat_penalty = pens[k].rep;
+        pen.frequency_penalty = pens[k].freq;
+        pen.presence_penalty = pens[k].pres;
+        pen.repeat_last_n = 16;
+        run(m, seer_spec_default_params(), prompts, plen, 3, 50, pen, 160, 4, plain);
+        run(m, tree_of(SEER_SPEC_STREAMING, d, 10, 3, 12), prompts, plen, 3, 50, pen, 160, 4, got);
+        for (int i = 0; i < 3; i++)
+            tu_assert_same(&got[i], &plain[i], pens[k].what);
+    }
     seer_model_free(d);
     seer_model_free(m);
 }

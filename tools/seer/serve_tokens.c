@@ -19,33 +19,21 @@
 #include "cli.h"
 #include "serve.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *fail(serve_error *e, const char *param, const char *code, const char *fmt, ...) {
-    e->status = 400;
-    e->param = param;
-    e->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return NULL;
-}
 
 /* The body as a JSON object whose every field is one of known[]; NULL with e filled. */
 static json_t *parse_object(const char *body, size_t len, const char *const *known, int n_known, serve_error *e) {
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        fail(e, NULL, "invalid_json", "the body is not valid JSON: %s (at byte %d)", je.text, je.position);
+        serve_fail(e, 400, NULL, "invalid_json", "the body is not valid JSON: %s (at byte %d)", je.text, je.position);
         return NULL;
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        fail(e, NULL, "invalid_request", "the body must be a JSON object");
+        serve_fail(e, 400, NULL, "invalid_request", "the body must be a JSON object");
         return NULL;
     }
     const char *key;
@@ -56,7 +44,7 @@ static json_t *parse_object(const char *body, size_t len, const char *const *kno
             k++;
         if (k == n_known) {
             snprintf(e->param_buf, sizeof e->param_buf, "%.120s", key);
-            fail(e, e->param_buf, "unknown_field", "unknown field '%.120s'", key);
+            serve_fail(e, 400, e->param_buf, "unknown_field", "unknown field '%.120s'", key);
             json_decref(root);
             return NULL;
         }
@@ -86,7 +74,7 @@ char *serve_tokenize_json(serve_state *srv, const char *body, size_t len, serve_
     bool add_special = false, with_pieces = false;
     json_t *c = json_object_get(root, "content");
     if (!c || !json_is_string(c)) {
-        fail(e, "content", "invalid_type", "'content' must be a string");
+        serve_fail(e, 400, "content", "invalid_type", "'content' must be a string");
         goto done;
     }
     if (serve_get_bool(root, "add_special", &add_special, e) < 0 ||
@@ -99,13 +87,12 @@ char *serve_tokenize_json(serve_state *srv, const char *body, size_t len, serve_
     ids = malloc(sizeof *ids * (size_t)cap);
     int n = 0;
     if (!ids) {
-        fail(e, NULL, "out_of_memory", "out of memory for %d tokens", cap);
-        e->status = 500;
+        serve_fail(e, 500, NULL, "out_of_memory", "out of memory for %d tokens", cap);
         goto done;
     }
     const seer_status st = seer_tokenize(srv->model, text, n_text, add_special, add_special, ids, cap, &n);
     if (st != SEER_OK) {
-        fail(e, "content", "invalid_value", "'content' cannot be tokenized: %s", seer_last_error());
+        serve_fail(e, 400, "content", "invalid_value", "'content' cannot be tokenized: %s", seer_last_error());
         goto done;
     }
     json_t *toks = json_array();
@@ -125,8 +112,7 @@ char *serve_tokenize_json(serve_state *srv, const char *body, size_t len, serve_
     }
     out = json_dumps(res, JSON_COMPACT);
     if (!out) {
-        fail(e, NULL, "out_of_memory", "out of memory for the answer");
-        e->status = 500;
+        serve_fail(e, 500, NULL, "out_of_memory", "out of memory for the answer");
     }
 done:
     json_decref(res);
@@ -146,27 +132,25 @@ char *serve_detokenize_json(serve_state *srv, const char *body, size_t len, serv
     json_t *toks = json_object_get(root, "tokens");
     const int V = seer_n_vocab(srv->model);
     if (!toks || !json_is_array(toks)) {
-        fail(e, "tokens", "invalid_type", "'tokens' must be an array of token ids");
+        serve_fail(e, 400, "tokens", "invalid_type", "'tokens' must be an array of token ids");
         goto done;
     }
     for (size_t i = 0; i < json_array_size(toks); i++) {
         json_t *t = json_array_get(toks, i);
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= V) {
-            fail(e, "tokens", "invalid_value", "'tokens'[%zu] is not a token id of this model (0 to %d)", i, V - 1);
+            serve_fail(e, 400, "tokens", "invalid_value", "'tokens'[%zu] is not a token id of this model (0 to %d)", i, V - 1);
             goto done;
         }
     }
     if (seer_detok_init(srv->model, &dt) != SEER_OK) {
-        fail(e, NULL, "out_of_memory", "%s", seer_last_error());
-        e->status = 500;
+        serve_fail(e, 500, NULL, "out_of_memory", "%s", seer_last_error());
         goto done;
     }
     for (size_t i = 0; i <= json_array_size(toks); i++) {
         const bool flush = i == json_array_size(toks);
         const int32_t id = flush ? 0 : (int32_t)json_integer_value(json_array_get(toks, i));
         if (cli_detok_append(dt, id, flush, &text) < 0) {
-            fail(e, NULL, "out_of_memory", "out of memory for the text");
-            e->status = 500;
+            serve_fail(e, 500, NULL, "out_of_memory", "out of memory for the text");
             goto done;
         }
     }
@@ -175,8 +159,7 @@ char *serve_detokenize_json(serve_state *srv, const char *body, size_t len, serv
     out = json_dumps(res, JSON_COMPACT);
     json_decref(res);
     if (!out) {
-        fail(e, NULL, "out_of_memory", "out of memory for the answer");
-        e->status = 500;
+        serve_fail(e, 500, NULL, "out_of_memory", "out of memory for the answer");
     }
 done:
     seer_detok_free(dt);
