@@ -14,7 +14,10 @@
  * the mask allows (without a mask: those at a slot <= its own). Visible index k of a token
  * maps to a slot in O(1): k < C is a cached slot (C = len0 without a view, else the
  * surviving list entries plus the tail), k >= C is the (k - C)-th new token of b, kept or
- * masked out by the predicate. Only the summation order differs from the reference.
+ * masked out by the predicate; under a mask, the (k - C)-th of the new tokens the mask lets
+ * it see (att_cand), so that a token tree's node finds its ancestors at the visible indices
+ * where a decode step of the same token finds them in the cache. Only the summation order
+ * differs from the reference.
  *
  * A windowed layer's call (seer_attn_batch.window) masks the keys behind the token's window
  * as the predicate masks a candidate (att_in_window), and soft-capping (softcap) caps each
@@ -27,8 +30,9 @@
  * smallest power-of-two multiple of ATT_TK that makes at most ATT_MAX_SPLITS splits), so a
  * token's splits, the tiles inside each split and the order the combine merges them in
  * depend on that count alone, never on the batch it is in. Without a mask a token at slot s
- * sees visible indices 0..s mapped to slots 0..s whether its predecessors are cached or new in the same call, so a decode step
- * and a verification call give it bit-identical outputs.
+ * sees visible indices 0..s mapped to slots 0..s whether its predecessors are cached or new
+ * in the same call, and a tree's node at depth d sees C + d + 1 (its ancestors listed), so a
+ * decode step and a verification call, chain or tree, give it bit-identical outputs.
  *
  * Recorded calls (graph.cu): the kernels take one pointer to the batch descriptor and read
  * the token count, the work count and every array's offset from its header, so their launch
@@ -137,7 +141,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p
         const int S = att_splits(tk.n_vis);
         if (s >= S)
             continue; /* this (layer, head) sees fewer slots than the token's most */
-        const int C = tk.C, vcnt = tk.vcnt, tail = tk.tail, tok0 = tk.tok0, slot_i = tk.slot;
+        const int C = tk.C, vcnt = tk.vcnt, tail = tk.tail, slot_i = tk.slot;
         const bool has_view = tk.has_view;
         const int32_t *vl = tk.vl;
         const long long chunk = att_chunk(tk.n_vis);
@@ -179,7 +183,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p
                         if (!att_in_window(p.window, pos_i, slot))
                             slot = -1;
                     } else {
-                        const int ci = tok0 + (k - C);
+                        const int ci = att_cand(tk, k);
                         const int cs = a.cand_slot[ci];
                         const bool ok = a.mask ? a.mask[(size_t)i * a.T + a.cand_tok[ci]] != 0 : cs <= slot_i;
                         slot = ok && att_in_window(p.window, pos_i, a.tok_pos[a.cand_tok[ci]]) ? cs : -1;

@@ -39,7 +39,7 @@ enum {
     D_TOK_SEQ, D_TOK_SLOT, D_NCAND, D_LEN0, D_TOK_OFF, D_CAND_TOK, D_CAND_SLOT, D_PAGE_OFF,
     D_PAGES, D_VIEW, D_VLIST, D_VIDX, D_QOFF, D_MASK,
     D_NWORK_TC, D_NGRP, D_GRP, D_GITEM, D_TMODE, D_NGRP_DEC, D_NWORK_DEC,
-    D_NGRP_CHAIN, D_NWORK_CHAIN, D_TOK_POS,
+    D_NGRP_CHAIN, D_NWORK_CHAIN, D_TOK_POS, D_CVIS_OFF, D_CVIS,
     D_WORDS = 32
 };
 
@@ -105,6 +105,9 @@ struct att_desc {
     const int32_t *tok_seq, *tok_slot, *ncand, *len0, *tok_off, *cand_tok, *cand_slot;
     const int32_t *page_off, *pages, *view, *vlist, *vidx, *qoff;
     const int32_t *tok_pos; /* [T] each token's position (seer_attn_batch.tok_pos, else its slot) */
+    const int32_t *cvis_off, *cvis; /* [T] where a token's list of visible candidates starts in
+                                       cvis, or -1: its candidates are its sequence's first
+                                       ncand (see att_tok.cl) */
     int n_work_tc, n_grp;
     int n_grp_dec, n_work_dec;     /* the decode kind's groups and items come first, */
     int n_grp_chain, n_work_chain; /* then the chain kind's (ends), then the prefill kind's */
@@ -135,6 +138,8 @@ static __device__ __forceinline__ att_desc att_desc_load(const int32_t *d) {
     a.vidx = d + d[D_VIDX];
     a.qoff = d + d[D_QOFF];
     a.tok_pos = d + d[D_TOK_POS];
+    a.cvis_off = d + d[D_CVIS_OFF];
+    a.cvis = d + d[D_CVIS];
     a.mask = d[D_HAS_MASK] ? (const uint8_t *)(d + d[D_MASK]) : NULL;
     a.n_work_tc = d[D_NWORK_TC];
     a.n_grp = d[D_NGRP];
@@ -154,6 +159,9 @@ struct att_tok {
     int b, slot, C, vcnt, tail, tok0, n_vis;
     bool has_view;
     const int32_t *vl;
+    const int32_t *cl; /* the candidate of visible index C + r is cl[r] (a token tree: its
+                          ancestors and itself in candidate order, so each at its depth, where a
+                          decode step of the token finds it in the cache), or, NULL, tok0 + r */
 };
 
 static __device__ __forceinline__ att_tok att_token(const att_desc &a, int i, int layer, int kvh) {
@@ -178,6 +186,7 @@ static __device__ __forceinline__ att_tok att_token(const att_desc &a, int i, in
         t.C = t.vcnt + max(0, len0 - t.tail);
     }
     t.n_vis = t.C + a.ncand[i];
+    t.cl = a.cvis_off[i] >= 0 ? a.cvis + a.cvis_off[i] : NULL;
     return t;
 }
 
@@ -207,6 +216,11 @@ static __device__ __forceinline__ int att_last_le(const int32_t *v, int lo, int 
     return lo;
 }
 
+/* The candidate at visible index k (C <= k < n_vis) of a token. */
+static __device__ __forceinline__ int att_cand(const att_tok &t, int k) {
+    return t.cl ? t.cl[k - t.C] : t.tok0 + (k - t.C);
+}
+
 /* The slot of visible key k (< t.n_vis) of a token, and in *ci the candidate it is (-1: a
  * cached slot, through the view where the token has one). */
 static __device__ __forceinline__ int att_key_slot(const att_desc &a, const att_tok &t, int k, int *ci) {
@@ -214,7 +228,7 @@ static __device__ __forceinline__ int att_key_slot(const att_desc &a, const att_
         *ci = -1;
         return !t.has_view ? k : (k < t.vcnt ? t.vl[k] : t.tail + (k - t.vcnt));
     }
-    *ci = t.tok0 + (k - t.C);
+    *ci = att_cand(t, k);
     return a.cand_slot[*ci];
 }
 

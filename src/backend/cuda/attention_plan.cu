@@ -78,6 +78,7 @@ typedef struct {
     /* word offsets of the descriptor's arrays */
     size_t o_idx[SEER_IDX_COUNT], o_tok_seq, o_tok_slot, o_ncand, o_len0, o_tok_off, o_cand_tok,
         o_cand_slot, o_page_off, o_pages, o_view, o_vlist, o_vidx, o_qoff, o_mask, o_grp, o_gitem, o_tmode,
+        o_cvis_off, o_cvis,
         o_tok_pos;
     int n_idx[SEER_IDX_COUNT], n_pad[SEER_IDX_COUNT];
     int32_t *h;    /* the staging copy of the descriptor */
@@ -155,6 +156,28 @@ static seer_status bb_check(bb_t *B) {
     return SEER_OK;
 }
 
+/* Entries of sequence b's candidate lists under the mask (att_tok.cl): 0 where every token's
+ * visible candidates are a prefix of the sequence's (a chain), which the implicit list
+ * serves, or where the sequence is prefilled; else the sum of the tokens' visible counts. */
+static size_t cvis_count(const seer_attn_batch *ab, int T, int b) {
+    const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
+    if (prompt_run(ab, b, n_b) > 0)
+        return 0; /* the prefill kinds' rows share every key: the mask predicate serves */
+    size_t n = 0;
+    bool prefix = true;
+    for (int k = 0; k < n_b; k++) {
+        const uint8_t *row = ab->mask + (size_t)ab->seq_toks[o + k] * T;
+        int cnt = 0;
+        for (int kk = 0; kk < n_b; kk++)
+            if (row[ab->seq_toks[o + kk]]) {
+                prefix = prefix && kk == cnt;
+                cnt++;
+            }
+        n += (size_t)cnt;
+    }
+    return prefix ? 0 : n;
+}
+
 /* The descriptor's layout, the ops' index arrays (padded to the bucket), the batch's arrays,
  * pages and views, each token's candidates. Leaves B->maxC for the caller to free. */
 static seer_status bb_fill(bb_t *B) {
@@ -193,6 +216,11 @@ static seer_status bb_fill(bb_t *B) {
     B->o_gitem = take((size_t)T + 1);
     B->o_tmode = take(T);
     B->o_tok_pos = take(T);
+    size_t n_cvis = 0; /* candidate lists: those of the masked sequences that need them */
+    for (int b = 0; ab->mask && b < n_seq; b++)
+        n_cvis += cvis_count(ab, T, b);
+    B->o_cvis_off = take(T);
+    B->o_cvis = take(n_cvis);
     if (off > INT32_MAX)
         return bad_batch("batch descriptor too large", (int)(off >> 31), 0);
     B->bytes = off * sizeof(int32_t);
@@ -297,6 +325,36 @@ static seer_status bb_fill(bb_t *B) {
                 return bad_batch("seq_toks lists a token twice", o + k, j);
             }
             h[o_ncand + j] = ab->mask || !ascending ? n_b : k + 1;
+        }
+    }
+    /* Under a mask, each token's visible candidates listed in candidate order (cvis): its
+     * r-th is at visible index C + r, so a tree's node sees its ancestors where a decode step
+     * of the same token sees them in the cache, and its splits follow its own count. Where
+     * every list of a sequence is a prefix of its candidates (a chain), the implicit list
+     * serves (cvis_off -1) and the sequence's rows share tiles as without a mask. A prefilled
+     * sequence (prompt_run) keeps the scan of all its candidates under the predicate. */
+    const size_t o_cvis_off = B->o_cvis_off, o_cvis = B->o_cvis;
+    for (int i = 0; i < T; i++)
+        h[o_cvis_off + i] = -1;
+    size_t nc = 0;
+    for (int b = 0; ab->mask && b < n_seq; b++) {
+        const int o = ab->seq_tok_off[b], n_b = ab->seq_tok_off[b + 1] - o;
+        if (prompt_run(ab, b, n_b) > 0)
+            continue; /* prefilled: every row scans all candidates (ncand n_b) */
+        const bool listed = cvis_count(ab, T, b) > 0;
+        for (int k = 0; k < n_b; k++) {
+            const int j = ab->seq_toks[o + k];
+            const uint8_t *row = ab->mask + (size_t)j * T;
+            int cnt = 0;
+            if (listed)
+                h[o_cvis_off + j] = (int32_t)nc;
+            for (int kk = 0; kk < n_b; kk++)
+                if (row[ab->seq_toks[o + kk]]) {
+                    if (listed)
+                        h[o_cvis + nc++] = o + kk;
+                    cnt++;
+                }
+            h[o_ncand + j] = cnt;
         }
     }
     return SEER_OK;
@@ -534,6 +592,8 @@ static seer_status bb_upload(bb_t *B) {
     hd[D_VIDX] = (int32_t)o_vidx;
     hd[D_QOFF] = (int32_t)o_qoff;
     hd[D_MASK] = (int32_t)o_mask;
+    hd[D_CVIS_OFF] = (int32_t)B->o_cvis_off;
+    hd[D_CVIS] = (int32_t)B->o_cvis;
     hd[D_NWORK_TC] = tc ? (int32_t)n_work_tc : 0;
     hd[D_NGRP] = n_grp;
     hd[D_GRP] = (int32_t)o_grp;

@@ -108,6 +108,7 @@ static __host__ __device__ constexpr size_t tc_smem(int dh, int kind) {
 struct tc_item {
     int ntok, ng, rows, window;
     const int *t_i, *t_nvis, *t_slot, *t_pos;
+    int owner; /* >= 0: the tile holds this token's keys, the other rows see none of it */
 };
 
 /* Whether row r sees the key at tile position kl (visible index kidx). kcand holds each key's
@@ -118,7 +119,7 @@ static __device__ __forceinline__ bool tc_visible(const att_desc &a, const tc_it
     if (r >= it.rows || koff[kl] < 0)
         return false;
     const int tt = r / it.ng;
-    if (kidx >= it.t_nvis[tt])
+    if (kidx >= it.t_nvis[tt] || (it.owner >= 0 && tt != it.owner))
         return false;
     const int ci = kcand[kl];
     if (ci < 0)
@@ -405,7 +406,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
         do { /* break: the item is done */
             if (begin >= end)
                 break;
-            const tc_item it = {ntok, ng, ntok * ng, p.window, t_i, t_nvis, t_slot, t_pos};
+            const tc_item it = {ntok, ng, ntok * ng, p.window, t_i, t_nvis, t_slot, t_pos, -1};
             const int n_mt = (it.rows + 15) / 16; /* m-tiles with rows: at most 2 split, 8 prefill */
             /* Warp roles: key part kp of each tile (split: four of 16 keys, the fixed order a
              * row's sum follows; prefill: one, all 64 keys, or two of 32 for items of at most
@@ -447,12 +448,15 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
                 }
                 __syncthreads();
             }
-            auto prep = [&](int st, int k0) -> bool {
+            /* owner >= 0: the tile of a token tree's item from the one holding visible index C
+             * on, with that token's own keys (below) */
+            auto prep = [&](int st, int k0, int owner) -> bool {
                 bool ok = true;
                 if (tid < TC_TK) {
                     const int k = k0 + tid;
                     int ci = -1;
-                    int slot = k < end ? att_key_slot(a, t0, k, &ci) : -1;
+                    const att_tok to = owner < 0 ? t0 : att_token(a, t_i[owner], p.layer, kvh);
+                    int slot = k < end && (owner < 0 || k < to.n_vis) ? att_key_slot(a, to, k, &ci) : -1;
                     /* under a window: a key behind every row's window is none (not read); one
                      * inside every row's leaves the tile whole */
                     bool in_all = true;
@@ -469,7 +473,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
                     kcand[st * TC_TK + tid] = ci >= 0 ? ci : -1 - max(slot, 0);
                     /* new tokens at slots up to every row's own, without a mask, are seen by
                      * every row too: a prefill chunk tests the predicate on its diagonal only */
-                    ok = slot >= 0 && in_all &&
+                    ok = owner < 0 && slot >= 0 && in_all &&
                          (k < full_end || (ci >= 0 && k < min_nvis && !a.mask && slot <= min_slot));
                 }
                 return ok;
@@ -547,15 +551,30 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
 
             const int n_tiles = (end - begin + TC_TK - 1) / TC_TK;
             const int tps = (int)(chunk / TC_TK); /* tiles per split (decode kind) */
+            /* A token tree's rows (their sequence lists its candidates, t0.cl) see different
+             * new keys at the same visible index: the tiles from the one holding index C on
+             * are taken once per token of the item, with that token's keys and the other
+             * rows masked (a tile a row sees nothing of leaves its state exactly as it was),
+             * so each row's tiles are those of its own decode step. Steps: the shared tiles,
+             * then (tile, token) pairs. */
+            const bool per_tok = t0.cl != NULL && ntok > 1;
+            const int ft = !per_tok ? n_tiles : t0.C <= begin ? 0 : min(n_tiles, (t0.C - begin) / TC_TK);
+            const int n_steps = ft + (n_tiles - ft) * (per_tok ? ntok : 1);
+            auto step_tile = [&](int s) { return s < ft ? s : ft + (s - ft) / ntok; };
+            auto step_owner = [&](int s) { return s < ft ? -1 : (s - ft) % ntok; };
             bool full[2];
-            full[0] = __syncthreads_and(prep(0, begin));
+            int own[2];
+            own[0] = step_owner(0);
+            own[1] = -1;
+            full[0] = __syncthreads_and(prep(0, begin + step_tile(0) * TC_TK, own[0]));
             full[1] = false;
             load(0);
             cp_async_commit();
-            for (int t = 0; t < n_tiles; t++) {
-                const int st = t & 1;
-                if (t + 1 < n_tiles) {
-                    full[st ^ 1] = __syncthreads_and(prep(st ^ 1, begin + (t + 1) * TC_TK));
+            for (int sp = 0; sp < n_steps; sp++) {
+                const int st = sp & 1, t = step_tile(sp);
+                if (sp + 1 < n_steps) {
+                    own[st ^ 1] = step_owner(sp + 1);
+                    full[st ^ 1] = __syncthreads_and(prep(st ^ 1, begin + step_tile(sp + 1) * TC_TK, own[st ^ 1]));
                     load(st ^ 1);
                 }
                 cp_async_commit();
@@ -565,18 +584,21 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
                 const long long *ko = koff + st * TC_TK;
                 const int *kc = kcand + st * TC_TK;
                 const int kbase = begin + t * TC_TK;
+                tc_item its = it;
+                its.owner = own[st];
                 if (mt < n_mt) {
                     if (PRE) { /* the part's keys in steps of 16: the registers of one */
     #pragma unroll 1
                         for (int q = kp * 4 / KP; q < (kp + 1) * 4 / KP; q++)
-                            tc_tile<DH, 2, true>(a, it, qs, Ks, Vs, ko, kc, mt, q * 16, kbase, full[st], p.scale,
+                            tc_tile<DH, 2, true>(a, its, qs, Ks, Vs, ko, kc, mt, q * 16, kbase, full[st], p.scale,
                                                  p.softcap, p.softcap_inv, m, l, O);
                     } else
-                        tc_tile<DH, 2, false>(a, it, qs, Ks, Vs, ko, kc, mt, kp * 16, kbase, full[st], p.scale,
+                        tc_tile<DH, 2, false>(a, its, qs, Ks, Vs, ko, kc, mt, kp * 16, kbase, full[st], p.scale,
                                               p.softcap, p.softcap_inv, m, l, O);
                 }
                 __syncthreads();
-                if (DEC && ((t + 1) % tps == 0 || t + 1 == n_tiles))
+                const bool tile_done = own[st] < 0 || own[st] == ntok - 1;
+                if (DEC && tile_done && ((t + 1) % tps == 0 || t + 1 == n_tiles))
                     dec_finish(s0 + t / tps);
             }
             if (DEC)
