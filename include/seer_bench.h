@@ -118,7 +118,19 @@ typedef struct {
     char draft_weights[16];      /* their dtype's name ("q4_0"), "" without */
     char file_type[16];          /* the GGUF's general.file_type as llama.cpp names it
                                     ("BF16", "Q4_0", "Q4_K_M"), "" when absent or synthetic */
+    int n_layers;                /* layers c counts */
+    int windowed_layers, window; /* layers with sliding-window attention and their window
+                                    (0, 0 without): such a layer reads at most window slots */
 } seer_model_footprint;
+
+/* KV bytes one sequence's step reads at L cached slots, every layer at most view slots (0:
+ * no view, such as a sparse self-draft's budget) and a windowed layer at most its window. */
+static inline double seer_footprint_kv_read(const seer_model_footprint *fp, long long L, long long view) {
+    const long long v = view > 0 && view < L ? view : L;
+    const long long w = fp->window > 0 && fp->window < v ? fp->window : v;
+    const int n = fp->n_layers > 0 ? fp->n_layers : 1;
+    return (double)fp->kv_bytes_per_token / n * ((double)(n - fp->windowed_layers) * v + (double)fp->windowed_layers * w);
+}
 
 void seer_model_get_footprint(const seer_model *model, seer_model_footprint *out);
 /* Measures the copy bandwidth of the model's backend device (bytes read + written per

@@ -10,6 +10,9 @@
 #   batch   B = 4, 8 and 14 (about the H100's capacity at 32K) at 4K and 32K, the same
 #           speculation
 #   shapes  synthetic Llama-2-7B and Qwen2.5-7B, B = 1 at 4K and 32K, the same speculation
+#   families synthetic Qwen3-8B, Gemma-3-4B (windowed layers: the floor counts their window),
+#           Mistral-7B and Phi-3-mini-128K, B = 1 at 4K and 32K, a 4K prefill, streaming
+#           chains (G 4) and trees of 8 nodes
 #   gamma   Llama-3.1-8B at 32K, B = 1 and 8: G 1, 2, 4, 8 and K 512, 2048
 #   long    Llama-3.1-8B at 128K, B = 2 and 3, the same speculation as depth
 #   peer    HF transformers at the plain section's points (scripts/hf_peer.py: the same
@@ -137,6 +140,11 @@ run_all() {
       shapes)
         bench llama-2-7b 90 --synthetic llama-2-7b --ctx-list 4096,32768 --batch-list 1 --steps 20 $spec
         bench qwen2.5-7b 90 --synthetic qwen2.5-7b --ctx-list 4096,32768 --batch-list 1 --steps 20 $spec ;;
+      families) # the newer families' shapes: decode, verification chains and trees, draft steps
+        for sh in qwen3-8b gemma-3-4b mistral-7b phi-3-mini-128k; do
+          bench "$sh" 75 --synthetic "$sh" --ctx-list 4096,32768 --batch-list 1 --steps 20 --prefill 4096 \
+            --spec streaming --spec-budget-list 512 --spec-gamma-list 4 --spec-tree-size 8 --synthetic-accept 0.8
+        done ;;
       gamma) bench gamma 150 --synthetic llama-3.1-8b --ctx-list 32768 --batch-list 1,8 --steps 20 \
                --prefill 0 --spec streaming --spec-budget-list 512,2048 --spec-gamma-list 1,2,4,8 \
                --synthetic-accept 0.8 ;;

@@ -11,7 +11,8 @@
 #           (gpu-check.sh, ctest -j 8 -L gpu; GPU_CHECK_LABEL= for all), the bf16, q4_k_m, q4_0
 #           and q8_0 files written while the tests run; per
 #           type B = 1 at 4K and 32K, the prefill of a 4K prompt and verification chains of
-#           5 and 8 tokens (streaming self-draft K 512, G 4 and 7, SYNTHETIC acceptance 0.8)
+#           5 and 8 tokens (streaming self-draft K 512, G 4 and 7, SYNTHETIC acceptance 0.8);
+#           BENCH_LLAMA_BATCHED=8x4096 adds that batched point to every type
 #   attention the whole comparison of attention in ONE call (about 8 minutes): both builds, the
 #           bf16 file, 14 x 32K and 3 x 128K plain and with streaming self-speculation (K 512,
 #           G 2 and 4, draft steps with the model's weights and with its q4_0 draft weights,
@@ -72,6 +73,7 @@ shape=(${BENCH_LLAMA_SHAPE:---arch llama --vocab 128256 --dim 4096 --layers 32 -
 ctx=${BENCH_LLAMA_CTX:-4096,32768} prefill=${BENCH_LLAMA_PREFILL:-4096,32768}
 batched=${BENCH_LLAMA_BATCHED-14x32768,3x131072} # bf16 only; set and empty: none
 reps=${BENCH_LLAMA_REPS:-5}  # llama-bench -r
+batched_types=bf16           # the types the batched points run for (all: every type)
 spec_b1=""                   # seer bench's speculation flags at B = 1 (none: plain only)
 spec_batched=""              # ... at the batched points
 pregen=""                    # types whose files a background writer is producing
@@ -262,7 +264,7 @@ bench_type() {
   peer_build_wait || { printf '%s\t%s\t-\t-\t-\t-\n' "$t" "llama.cpp build failed" >>"$summary"; return 1; }
   ls -l "$f"
   local bat=""
-  [ "$t" = bf16 ] && bat=$batched
+  [ "$t" = bf16 ] || [ "$batched_types" = all ] && bat=$batched
   echo "== $t: llama.cpp (after ${SECONDS}s)"
   rm -f "$peer"
   # A share of the time left for llama.cpp (half by default), the rest for seer's runs.
@@ -313,7 +315,7 @@ bench_type() {
 weights() {
   local types=${BENCH_LLAMA_TYPES:-bf16 q4_k_m q4_0 q8_0}
   ctx=${BENCH_LLAMA_CTX:-4096,32768} prefill=${BENCH_LLAMA_PREFILL:-4096} batched=${BENCH_LLAMA_BATCHED-}
-  reps=${BENCH_LLAMA_REPS:-3} type_secs=${BENCH_TYPE_SECS:-45}
+  reps=${BENCH_LLAMA_REPS:-3} type_secs=${BENCH_TYPE_SECS:-45} batched_types=all
   spec_b1="--spec streaming --spec-budget-list 512 --spec-gamma-list 4,7 --synthetic-accept 0.8"
   setup build-then-files $types
   local t

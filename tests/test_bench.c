@@ -100,6 +100,42 @@ static void test_presets_and_footprint(void **state) {
     assert_string_equal(in.arch, "qwen2");
     assert_int_equal(in.rope_neox, 1);
     seer_model_free(m);
+    /* Gemma 3's head size is not D / H */
+    ASSERT_OK(seer_model_synthetic("gemma-3-4b", NULL, mp, &m));
+    seer_model_get_info(m, &in);
+    assert_int_equal(in.dim, 2560);
+    assert_int_equal(in.n_heads, 8);
+    assert_int_equal(in.head_dim, 256);
+    assert_string_equal(in.arch, "gemma3");
+    seer_model_free(m);
+
+    /* A windowed family's floor counts a windowed layer's reads as its window: a small
+     * Gemma 3 of 6 layers (5 windowed, the last global) with a window of 8 and Dh 24 != D / H. */
+    seer_gen_params gw = seer_gen_default_params();
+    gw.arch = "gemma3";
+    gw.n_vocab = 300;
+    gw.dim = 32;
+    gw.n_heads = 2;
+    gw.n_kv_heads = 1;
+    gw.head_dim = 24;
+    gw.ffn_dim = 48;
+    gw.n_layers = 6;
+    gw.window = 8;
+    seer_model_params mc = seer_model_default_params();
+    mc.backend = SEER_BACKEND_CPU;
+    mc.n_threads = 1;
+    ASSERT_OK(seer_model_synthetic(NULL, &gw, mc, &m));
+    seer_model_footprint fw;
+    seer_model_get_footprint(m, &fw);
+    assert_int_equal(fw.n_layers, 6);
+    assert_int_equal(fw.windowed_layers, 5);
+    assert_int_equal(fw.window, 8);
+    assert_int_equal(fw.kv_bytes_per_token, 2 * 6 * 1 * 24 * 4);
+    const double per_layer_tok = 2 * 24 * 4;
+    assert_true(seer_footprint_kv_read(&fw, 100, 0) == per_layer_tok * (100 + 5 * 8));
+    assert_true(seer_footprint_kv_read(&fw, 100, 4) == per_layer_tok * (4 + 5 * 4));
+    assert_true(seer_footprint_kv_read(&fw, 6, 0) == per_layer_tok * 6 * 6);
+    seer_model_free(m);
 
     /* The floor's inputs on the CPU (f32) for tiny: D 64, 2 layers, H 4, Hkv 2, Dh 16, F 192. */
     m = synth("tiny", SEER_BACKEND_CPU, 1);

@@ -26,18 +26,27 @@ typedef struct {
     float rope_base, norm_eps;
     bool tied;
     bool llama3_rope; /* Llama 3.1's RoPE scaling: factor 8, low 1, high 4, original 8192 */
+    int head_dim;     /* 0: dim / n_heads */
+    int window;       /* a family with windowed layers: its size (0: the family's default) */
 } shape_preset;
 
-/* The published configurations of these models; the small ones are for tests and CPU runs. */
+/* The published configurations of these models; the small ones are for tests and CPU runs.
+ * Scaled RoPE other than Llama 3.1's (Qwen3's YaRN, Gemma 3's linear global factor, Phi-3's
+ * LongRoPE tables) is left out: it changes the frequencies, not what a step reads or does. */
 static const shape_preset k_presets[] = {
-    {"llama-3.1-8b", "llama", 128256, 4096, 32, 32, 8, 14336, 131072, 500000.f, 1e-5f, false, true},
-    {"llama-3.1-70b", "llama", 128256, 8192, 80, 64, 8, 28672, 131072, 500000.f, 1e-5f, false, true},
-    {"llama-2-7b", "llama", 32000, 4096, 32, 32, 32, 11008, 4096, 10000.f, 1e-5f, false, false},
-    {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 18944, 32768, 1000000.f, 1e-6f, false, false},
-    {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.f, 1e-5f, true, true},
-    {"small", "llama", 4096, 256, 4, 8, 2, 704, 32768, 10000.f, 1e-5f, false, false},
-    {"tiny", "llama", 512, 64, 2, 4, 2, 192, 4096, 10000.f, 1e-5f, false, false},
-    {"tiny-qwen2", "qwen2", 512, 64, 2, 4, 2, 160, 4096, 1000000.f, 1e-6f, true, false},
+    {"llama-3.1-8b", "llama", 128256, 4096, 32, 32, 8, 14336, 131072, 500000.f, 1e-5f, false, true, 0, 0},
+    {"llama-3.1-70b", "llama", 128256, 8192, 80, 64, 8, 28672, 131072, 500000.f, 1e-5f, false, true, 0, 0},
+    {"llama-2-7b", "llama", 32000, 4096, 32, 32, 32, 11008, 4096, 10000.f, 1e-5f, false, false, 0, 0},
+    {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 18944, 32768, 1000000.f, 1e-6f, false, false, 0, 0},
+    {"llama-3.2-1b", "llama", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.f, 1e-5f, true, true, 0, 0},
+    {"small", "llama", 4096, 256, 4, 8, 2, 704, 32768, 10000.f, 1e-5f, false, false, 0, 0},
+    {"tiny", "llama", 512, 64, 2, 4, 2, 192, 4096, 10000.f, 1e-5f, false, false, 0, 0},
+    {"tiny-qwen2", "qwen2", 512, 64, 2, 4, 2, 160, 4096, 1000000.f, 1e-6f, true, false, 0, 0},
+    {"qwen3-8b", "qwen3", 151936, 4096, 36, 32, 8, 12288, 40960, 1000000.f, 1e-6f, false, false, 0, 0},
+    {"gemma-3-4b", "gemma3", 262208, 2560, 34, 8, 4, 10240, 131072, 1000000.f, 1e-6f, true, false, 256, 1024},
+    {"gemma-3-12b", "gemma3", 262208, 3840, 48, 16, 8, 15360, 131072, 1000000.f, 1e-6f, true, false, 256, 1024},
+    {"mistral-7b", "llama", 32768, 4096, 32, 32, 8, 14336, 32768, 1000000.f, 1e-5f, false, false, 0, 0},
+    {"phi-3-mini-128k", "phi3", 32064, 3072, 32, 32, 32, 8192, 131072, 10000.f, 1e-5f, false, false, 0, 0},
 };
 
 #define N_PRESETS ((int)(sizeof k_presets / sizeof *k_presets))
@@ -65,8 +74,10 @@ static seer_status check_shape(const shape_preset *p, float scale) {
         BAD("dim %d, n_layers %d or ffn_dim %d out of range", p->dim, p->n_layers, p->ffn_dim);
     if (p->n_heads < 1 || p->n_kv_heads < 1 || p->n_heads > 1024 || p->n_heads % p->n_kv_heads)
         BAD("n_kv_heads %d must divide n_heads %d", p->n_kv_heads, p->n_heads);
-    if (p->dim % p->n_heads || (p->dim / p->n_heads) % 2)
+    if (!p->head_dim && (p->dim % p->n_heads || (p->dim / p->n_heads) % 2))
         BAD("head_dim = dim %d / n_heads %d must be a whole even number", p->dim, p->n_heads);
+    if (p->head_dim < 0 || p->head_dim % 2 || p->head_dim > 1024)
+        BAD("head_dim %d must be even, at most 1024", p->head_dim);
     if (p->ctx < 1 || p->ctx > (1 << 24))
         BAD("ctx %d out of range", p->ctx);
     if (!(p->rope_base > 0) || !isfinite(p->rope_base) || !(p->norm_eps > 0) || !isfinite(p->norm_eps))
@@ -254,11 +265,9 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
     } else {
         if (!p)
             return seer_err(SEER_ERR_INVALID_ARG, "synthetic model: give a shape name or parameters");
-        if (p->head_dim && p->head_dim * p->n_heads != p->dim)
-            return seer_err(SEER_ERR_UNSUPPORTED, "synthetic model: head_dim %d * n_heads %d != dim %d",
-                            p->head_dim, p->n_heads, p->dim);
         ps = (shape_preset){"custom", p->arch, p->n_vocab, p->dim, p->n_layers, p->n_heads,
-                            p->n_kv_heads, p->ffn_dim, p->ctx, p->rope_base, p->norm_eps, p->tied, false};
+                            p->n_kv_heads, p->ffn_dim, p->ctx, p->rope_base, p->norm_eps, p->tied, false,
+                            p->head_dim, p->window};
     }
     const uint64_t seed = p ? p->seed : 1;
     const float scale = p ? p->scale : 0.f;
@@ -276,8 +285,8 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
     snprintf(in->name, sizeof in->name, "synthetic %s", ps.name);
     m->desc = seer_arch_find(ps.arch);
     seer_arch_defaults(m->desc, &m->hp);
-    if (p && !shape && p->window > 0)
-        m->hp.v[SEER_HP_WINDOW] = p->window;
+    if (ps.window > 0)
+        m->hp.v[SEER_HP_WINDOW] = ps.window;
     m->window = (int)m->hp.v[SEER_HP_WINDOW];
     m->attn_softcap = (float)m->hp.v[SEER_HP_ATTN_SOFTCAP];
     m->final_softcap = (float)m->hp.v[SEER_HP_FINAL_SOFTCAP];
@@ -286,7 +295,7 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
     in->n_layers = ps.n_layers;
     in->n_heads = ps.n_heads;
     in->n_kv_heads = ps.n_kv_heads;
-    in->head_dim = ps.dim / ps.n_heads;
+    in->head_dim = ps.head_dim ? ps.head_dim : ps.dim / ps.n_heads;
     in->ffn_dim = ps.ffn_dim;
     in->ctx_train = ps.ctx;
     in->rope_base = ps.rope_base;
@@ -453,6 +462,10 @@ void seer_model_get_footprint(const seer_model *m, seer_model_footprint *out) {
     out->weight_elem_bytes = n_out && b_out % n_out == 0 ? (int)(b_out / n_out) : 0;
     out->kv_elem_bytes = m->be->ops->kv_elem_bytes ? m->be->ops->kv_elem_bytes : (int)sizeof(float);
     out->kv_bytes_per_token = 2ull * in->n_layers * in->n_kv_heads * in->head_dim * out->kv_elem_bytes;
+    out->n_layers = in->n_layers;
+    for (int l = 0; m->window > 0 && l < in->n_layers; l++)
+        out->windowed_layers += seer_arch_layer_windowed(&m->hp, l);
+    out->window = out->windowed_layers ? m->window : 0;
     const gguf_kv *kv = m->gguf ? seer_gguf_find_kv(m->gguf, "general.file_type") : NULL;
     int64_t ft = -1;
     /* Read only when it is an integer: a footprint query reports, it does not fail. */

@@ -43,6 +43,10 @@ static void print_header(FILE *f, const bench_opts *o, const bench_result *r) {
     fprintf(f, "backend %s; weights as stored there: %s of W = %.3f GB (linear + LM head); KV %s, "
                "c = %.1f KiB/token\n", in->backend, types, r->fp.weight_bytes * 1e-9,
             dtype_name(r->fp.kv_elem_bytes), r->fp.kv_bytes_per_token / 1024.0);
+    if (r->fp.windowed_layers)
+        fprintf(f, "window  %d of %d layers attend over the last %d positions: the floor counts at most "
+                   "that many slots of theirs (L*c below is each layer's own)\n",
+                r->fp.windowed_layers, r->fp.n_layers, r->fp.window);
     fprintf(f, "copy bandwidth BW = %.3f TB/s (device-to-device copy, read + write, median)\n",
             r->bandwidth * 1e-12);
     if (r->ranks > 1)
@@ -102,7 +106,7 @@ static double draft_floor_ms(const bench_result *r, const bench_point *p, const 
         r->bandwidth <= 0)
         return 0;
     const double w = s->draft_weights ? (double)r->fp.draft_weight_bytes : (double)r->fp.weight_bytes;
-    const double kv = (double)p->B * (s->budget < p->L ? s->budget : p->L) * (double)r->fp.kv_bytes_per_token;
+    const double kv = (double)p->B * seer_footprint_kv_read(&r->fp, p->L, s->budget);
     return (w + kv) / (r->bandwidth * (r->ranks > 0 ? r->ranks : 1)) * 1e3;
 }
 
@@ -228,6 +232,8 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
         "kv_dtype", dtype_name(r->fp.kv_elem_bytes),
         "weight_bytes", (json_int_t)r->fp.weight_bytes,
         "kv_bytes_per_token", (json_int_t)r->fp.kv_bytes_per_token));
+    json_object_set_new(json_object_get(root, "model"), "window", json_pack("{s:i, s:i}", "layers",
+                        r->fp.windowed_layers, "size", r->fp.window));
     /* W as the backend stores it, by dtype (what the floor counts), and the file's type. */
     json_t *model = json_object_get(root, "model"), *wt = json_array();
     for (int i = 0; i < r->fp.n_weight_types; i++)

@@ -679,7 +679,7 @@ static void run_point(const bench_opts *o, seer_model *m, const bench_result *r,
     pt->step_min_ms = times[0] * 1e3;
     pt->step_max_ms = times[o->steps - 1] * 1e3;
     pt->tok_s = B / (pt->step_ms * 1e-3);
-    pt->bytes = (double)r->fp.weight_bytes + (double)B * L * r->fp.kv_bytes_per_token;
+    pt->bytes = (double)r->fp.weight_bytes + (double)B * seer_footprint_kv_read(&r->fp, L, 0);
     /* each of the ranks reads its 1/ranks of the bytes at the bandwidth of one device */
     pt->floor_ms = r->bandwidth > 0 ? pt->bytes / (r->bandwidth * r->ranks) * 1e3 : 0;
     pt->floor_tok_s = pt->floor_ms > 0 ? B / (pt->floor_ms * 1e-3) : 0;
