@@ -650,7 +650,7 @@ static void fill_cache(void *kc, void *kg, const seer_kv_geom *g, const int32_t 
  * weights to bf16 for the products, so even with bf16-exact K, V and q ("attention-x") the
  * weights carry a relative 2^-9 rounding each: about 1e-3 on outputs over few slots, less
  * over many. */
-static bool attn_tc_shape(int Dh, int group) { return (Dh == 64 || Dh == 128) && group <= 16; }
+static bool attn_tc_shape(int Dh, int group) { return (Dh == 64 || Dh == 96 || Dh == 128) && group <= 16; }
 
 /* Tolerance 1e-2: the device cache holds K and V in bf16 (relative 2^-9 per value), which
  * moves scores by ~|q||k| 2^-9 scale and outputs by about the V rounding: ~3e-3.
@@ -934,6 +934,14 @@ static const attn_case ATTN_CASES[] = {
     {"softcap",     2, 8, 256, 16, 1, 0, 2, {500, 3},       {1, 4},       0, 0, 0, 0, 0, 2.f},
     {"win+cap",     2, 4, 64,  16, 1, 0, 1, {700},          {70},         0, 0, 0, 0, 128, 3.f},
     {"win+cap",     4, 2, 256, 16, 1, 0, 1, {5000},         {5},          0, 0, 0, 0, 4096, 2.5f},
+    /* head size 96 (Phi-3): the tensor-core kinds, whose threads then copy columns of
+     * different keys (decode, chains, trees, batches, prefill, windows, pages of one slot) */
+    {"dh96-decode", 4, 1, 96,  16, 1, 0, 2, {3000, 17},     {1, 1},       0, 0, 0, 1, 0, 0},
+    {"dh96-chain",  2, 4, 96,  16, 1, 0, 2, {700, 64},      {8, 5},       0, 0, 0, 1, 0, 0},
+    {"dh96-tree",   4, 1, 96,  16, 1, 0, 2, {300, 20},      {9, 6},       1, 0, 0, 0, 0, 0},
+    {"dh96-prefill", 4, 1, 96, 16, 1, 0, 2, {100, 0},       {150, 70},    0, 0, 0, 1, 0, 0},
+    {"dh96-mask",   2, 2, 96,  1,  1, 0, 1, {40},           {90},         1, 0, 0, 0, 0, 0},
+    {"dh96-win",    2, 4, 96,  16, 1, 0, 2, {2000, 30},     {3, 100},     0, 0, 0, 1, 256, 0},
 };
 
 static void test_attention(void **state) {

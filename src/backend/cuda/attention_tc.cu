@@ -1,5 +1,5 @@
 /*
- * attention_tc.cu: attention on the tensor cores for head sizes 64 and 128 and GQA groups up
+ * attention_tc.cu: attention on the tensor cores for head sizes 64, 96 and 128 and GQA groups up
  * to 16, over the same descriptor and visible sets as attention.cu (batch_begin builds both).
  *
  * The rows of a work item are (token, query head) pairs of consecutive tokens of one
@@ -39,7 +39,7 @@
  * windowed layer's call or one with soft-capping, which it does not take: the mma.sync prefill
  * kind serves those. Every kind here masks the keys behind a row's window (att_in_window; keys
  * behind every row's are not read at all) and caps the scaled scores (att_cap).
- * Not for: head sizes other than 64 and 128 or groups above 16 (attention.cu serves them).
+ * Not for: head sizes other than 64, 96 and 128 or groups above 16 (attention.cu serves them).
  */
 #include "backend/cuda/attention.cuh"
 
@@ -485,13 +485,18 @@ __global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_param
             const bf16 *kv_col = p.kv + ch * 8;
             const size_t kv_stride = p.kv_stride;
             auto load = [&](int st) {
-                constexpr int KEYS = TC_TK * (DH / 8) / NT; /* keys per thread */
+                constexpr int CH = DH / 8, KEYS = TC_TK * CH / NT; /* 16-byte columns, keys per thread */
+                static_assert(TC_TK * CH % NT == 0, "a tile's copies divide among the threads");
     #pragma unroll
                 for (int j = 0; j < KEYS; j++) {
-                    const int key = tid / (DH / 8) + j * (NT / (DH / 8));
+                    /* where the threads do not divide into whole keys (Dh 96), the column of
+                     * each copy is its own */
+                    constexpr bool SAME_COL = NT % CH == 0;
+                    const int e = tid + j * NT, key = SAME_COL ? tid / CH + j * (NT / CH) : e / CH;
+                    const int chj = SAME_COL ? ch : e % CH;
                     const long long o = koff[st * TC_TK + key];
-                    bf16 *dst = kvs + ((size_t)(st * 2) * TC_TK + key) * LD + ch * 8;
-                    const bf16 *src = o >= 0 ? kv_col + o : p.kv;
+                    bf16 *dst = kvs + ((size_t)(st * 2) * TC_TK + key) * LD + chj * 8;
+                    const bf16 *src = o >= 0 ? (SAME_COL ? kv_col : p.kv + chj * 8) + o : p.kv;
                     const int n = o >= 0 ? 16 : 0;
                     cp_async16(dst, src, n);
                     cp_async16(dst + (size_t)TC_TK * LD, o >= 0 ? src + kv_stride : p.kv, n);
@@ -687,7 +692,7 @@ bool attn_tc_eligible(int H, int Hkv, int Dh) {
     }
     if (forced || Hkv < 1 || H % Hkv)
         return false;
-    return (Dh == 64 || Dh == 128) && H / Hkv <= 16;
+    return (Dh == 64 || Dh == 96 || Dh == 128) && H / Hkv <= 16;
 }
 
 int attn_tc_tokens(int group, bool prefill) { return (prefill ? TC_PRE_ROWS : 32) / group; }
@@ -707,6 +712,9 @@ seer_status attn_tc_init(seer_cuda *c) {
     CUDA_TRY((tc_attr<64, ATT_TC_DEC>()));
     CUDA_TRY((tc_attr<64, ATT_TC_CHAIN>()));
     CUDA_TRY((tc_attr<64, ATT_TC_PRE>()));
+    CUDA_TRY((tc_attr<96, ATT_TC_DEC>()));
+    CUDA_TRY((tc_attr<96, ATT_TC_CHAIN>()));
+    CUDA_TRY((tc_attr<96, ATT_TC_PRE>()));
     CUDA_TRY((tc_attr<128, ATT_TC_DEC>()));
     CUDA_TRY((tc_attr<128, ATT_TC_CHAIN>()));
     CUDA_TRY((tc_attr<128, ATT_TC_PRE>()));
@@ -729,14 +737,16 @@ static seer_status tc_occupancy_of(int kind, int *n) {
 
 /* Asked of the runtime once per head size and kind: batch_begin wants it every forward call. */
 seer_status attn_tc_capacity(seer_cuda *c, int Dh, int kind, int *out) {
-    int *cached = &c->attn->tc_occ[(Dh == 64 ? 0 : 4) + kind];
+    int *cached = &c->attn->tc_occ[(Dh == 64 ? 0 : Dh == 96 ? 4 : 8) + kind];
     if (*cached < 0) {
         int n = 0;
         const int k = kind == ATT_TC_PRE_MMA ? ATT_TC_PRE : kind;
         if (kind == ATT_TC_PRE && attn_wg_serves(c, Dh)) {
             SEER_TRY(attn_wg_capacity(c, &n));
         } else if (tc_smem(Dh, ATT_TC_PRE) <= c->smem_optin) { /* the largest kind */
-            SEER_TRY(Dh == 64 ? tc_occupancy_of<64>(k, &n) : tc_occupancy_of<128>(k, &n));
+            SEER_TRY(Dh == 64   ? tc_occupancy_of<64>(k, &n)
+                     : Dh == 96 ? tc_occupancy_of<96>(k, &n)
+                                : tc_occupancy_of<128>(k, &n));
             n = (n > 0 ? n : 1) * c->n_sm;
         }
         *cached = n; /* 0: the kernel does not fit; the scalar one runs */
@@ -771,5 +781,7 @@ static seer_status tc_launch_all(seer_cuda *c, const attn_params &p, const int (
 }
 
 seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS + 1]) {
-    return p.Dh == 64 ? tc_launch_all<64>(c, p, grid) : tc_launch_all<128>(c, p, grid);
+    return p.Dh == 64   ? tc_launch_all<64>(c, p, grid)
+           : p.Dh == 96 ? tc_launch_all<96>(c, p, grid)
+                        : tc_launch_all<128>(c, p, grid);
 }
