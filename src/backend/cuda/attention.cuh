@@ -238,7 +238,7 @@ struct seer_cuda_att {
     seer_cuda_buf part;  /* flash-decoding partials */
     seer_cuda_buf cnt;   /* tensor-core attention's arrival counters (zero between calls) */
     int occ_key, occ;    /* resident attention blocks per SM for (gb, Dh) = key */
-    int tc_occ[12];      /* tensor-core attention blocks the GPU holds, Dh 64 / 96 / 128 x decode /
+    int tc_occ[16];      /* tensor-core attention blocks the GPU holds, Dh 64 / 96 / 128 / 256 x decode /
                           * chain / prefill kind / prefill on mma.sync; -1 unknown */
     int wg;              /* attention_wgmma.cu serves the prefill kind (Hopper, sm_90a) */
     /* attention_qkv.cu: the slot lists of an attention through the quantised copy, host

@@ -477,7 +477,9 @@ static void bb_plan_tc(bb_t *B) {
                     S = Sj > S ? Sj : S;
                     n++;
                 }
-                const int kind = pre ? ATT_TC_PRE : n * group <= 16 ? ATT_TC_DEC : ATT_TC_CHAIN;
+                /* head size 256: the chain kind's 256 threads hold the rows' results without
+                 * spilling, where the decode kind's 128 would (the same arithmetic per row) */
+                const int kind = pre ? ATT_TC_PRE : n * group <= 16 && B->Dh <= 128 ? ATT_TC_DEC : ATT_TC_CHAIN;
                 if (kind != pass) {
                     k += n;
                     continue;

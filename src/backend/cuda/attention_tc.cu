@@ -1,5 +1,5 @@
 /*
- * attention_tc.cu: attention on the tensor cores for head sizes 64, 96 and 128 and GQA groups up
+ * attention_tc.cu: attention on the tensor cores for head sizes 64, 96, 128 and 256 and GQA groups up
  * to 16, over the same descriptor and visible sets as attention.cu (batch_begin builds both).
  *
  * The rows of a work item are (token, query head) pairs of consecutive tokens of one
@@ -39,7 +39,7 @@
  * windowed layer's call or one with soft-capping, which it does not take: the mma.sync prefill
  * kind serves those. Every kind here masks the keys behind a row's window (att_in_window; keys
  * behind every row's are not read at all) and caps the scaled scores (att_cap).
- * Not for: head sizes other than 64, 96 and 128 or groups above 16 (attention.cu serves them).
+ * Not for: head sizes other than 64, 96, 128 and 256 or groups above 16 (attention.cu serves them).
  */
 #include "backend/cuda/attention.cuh"
 
@@ -335,7 +335,7 @@ static __device__ __forceinline__ void tc_merge_parts(const att_desc &a, const a
  * for items of at most 64 rows not flagged whole, two warps per m-tile over halves of each
  * tile); whole items over one fixed split each, their partials left to the combine. */
 template <int DH, int KIND>
-__global__ void __launch_bounds__(tc_threads(KIND), 2) attn_tc_kernel(attn_params p) {
+__global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_kernel(attn_params p) {
     constexpr bool DEC = KIND == ATT_TC_DEC, PRE = KIND == ATT_TC_PRE;
     constexpr int LD = DH + 8, NT = tc_threads(KIND), NTOK = tc_toks(KIND);
     extern __shared__ __align__(16) unsigned char tc_sm[];
@@ -692,7 +692,7 @@ bool attn_tc_eligible(int H, int Hkv, int Dh) {
     }
     if (forced || Hkv < 1 || H % Hkv)
         return false;
-    return (Dh == 64 || Dh == 96 || Dh == 128) && H / Hkv <= 16;
+    return (Dh == 64 || Dh == 96 || Dh == 128 || Dh == 256) && H / Hkv <= 16;
 }
 
 int attn_tc_tokens(int group, bool prefill) { return (prefill ? TC_PRE_ROWS : 32) / group; }
@@ -718,6 +718,11 @@ seer_status attn_tc_init(seer_cuda *c) {
     CUDA_TRY((tc_attr<128, ATT_TC_DEC>()));
     CUDA_TRY((tc_attr<128, ATT_TC_CHAIN>()));
     CUDA_TRY((tc_attr<128, ATT_TC_PRE>()));
+    if (tc_smem(256, ATT_TC_PRE) <= c->smem_optin) {
+        CUDA_TRY((tc_attr<256, ATT_TC_DEC>()));
+        CUDA_TRY((tc_attr<256, ATT_TC_CHAIN>()));
+        CUDA_TRY((tc_attr<256, ATT_TC_PRE>()));
+    }
     return attn_wg_init(c);
 }
 
@@ -737,16 +742,17 @@ static seer_status tc_occupancy_of(int kind, int *n) {
 
 /* Asked of the runtime once per head size and kind: batch_begin wants it every forward call. */
 seer_status attn_tc_capacity(seer_cuda *c, int Dh, int kind, int *out) {
-    int *cached = &c->attn->tc_occ[(Dh == 64 ? 0 : Dh == 96 ? 4 : 8) + kind];
+    int *cached = &c->attn->tc_occ[(Dh == 64 ? 0 : Dh == 96 ? 4 : Dh == 128 ? 8 : 12) + kind];
     if (*cached < 0) {
         int n = 0;
         const int k = kind == ATT_TC_PRE_MMA ? ATT_TC_PRE : kind;
         if (kind == ATT_TC_PRE && attn_wg_serves(c, Dh)) {
             SEER_TRY(attn_wg_capacity(c, &n));
         } else if (tc_smem(Dh, ATT_TC_PRE) <= c->smem_optin) { /* the largest kind */
-            SEER_TRY(Dh == 64   ? tc_occupancy_of<64>(k, &n)
-                     : Dh == 96 ? tc_occupancy_of<96>(k, &n)
-                                : tc_occupancy_of<128>(k, &n));
+            SEER_TRY(Dh == 64    ? tc_occupancy_of<64>(k, &n)
+                     : Dh == 96  ? tc_occupancy_of<96>(k, &n)
+                     : Dh == 128 ? tc_occupancy_of<128>(k, &n)
+                                 : tc_occupancy_of<256>(k, &n));
             n = (n > 0 ? n : 1) * c->n_sm;
         }
         *cached = n; /* 0: the kernel does not fit; the scalar one runs */
@@ -781,7 +787,8 @@ static seer_status tc_launch_all(seer_cuda *c, const attn_params &p, const int (
 }
 
 seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS + 1]) {
-    return p.Dh == 64   ? tc_launch_all<64>(c, p, grid)
-           : p.Dh == 96 ? tc_launch_all<96>(c, p, grid)
-                        : tc_launch_all<128>(c, p, grid);
+    return p.Dh == 64    ? tc_launch_all<64>(c, p, grid)
+           : p.Dh == 96  ? tc_launch_all<96>(c, p, grid)
+           : p.Dh == 128 ? tc_launch_all<128>(c, p, grid)
+                         : tc_launch_all<256>(c, p, grid);
 }
