@@ -5,8 +5,8 @@
  * within the float reordering of the sums, stated below), the captured queries likewise; greedy
  * output at N = 2 and 4 equal to the reference program's ids, and greedy speculation on vs off
  * bit-identical at the same N with every drafter; sampling; divisions refused with a clear
- * error, and so are the families whose blocks the ranks do not divide (Qwen3, Gemma 2 and 3,
- * Phi-3). The GPU's side is test_gpu_tp.c.
+ * error; the logits of Qwen3, Gemma 2 and 3 and Phi-3 files at N = 1, 2, 4 against undivided
+ * decoding. The GPU's side is test_gpu_tp.c.
  */
 #include "testutil.h"
 
@@ -222,24 +222,35 @@ static void test_refused(void **state) {
     mp.tp = 16;
     assert_int_equal(seer_model_load(path, mp, &m), SEER_ERR_UNSUPPORTED);
     assert_null(m);
-    /* the families whose blocks the ranks do not divide: refused at load, naming the block */
+}
+
+/* The newer families over N ranks against undivided decoding: per-head q/k norms on each
+ * rank's heads (Qwen3, Gemma 3), GeGLU on each rank's FFN columns, the scaled embedding,
+ * sandwich norms, windows and soft-capping inside each rank's attention (Gemma 2 and 3), the
+ * final soft-cap on each rank's vocabulary, and Phi-3's fused q|k|v and gate|up tensors
+ * divided part by part. */
+static void test_logits_families(void **state) {
+    (void)state;
     static const char *const fams[] = {"qwen3", "gemma2", "gemma3", "phi3"};
-    static const char *const need[] = {"q/k RMSNorm", "scaled embedding", "scaled embedding", "fused"};
     for (int f = 0; f < 4; f++) {
         seer_gen_params p = seer_gen_default_params();
         p.arch = fams[f];
         p.n_vocab = 300;
-        p.window = 8;
+        p.dim = 64;
+        p.n_layers = f == 2 ? 6 : 2; /* Gemma 3: five windowed layers, then a global one */
+        p.n_heads = 4;
+        p.n_kv_heads = f == 3 ? 4 : 2;
+        p.ffn_dim = 96;
+        p.ctx = 512;
+        p.seed = 7 + (uint64_t)f;
+        p.scale = 0.2f;
+        p.window = 8; /* the 24-token prompt crosses it */
         char name[64];
-        snprintf(name, sizeof name, "tp-refused-%s.gguf", fams[f]);
-        const char *fp = tu_tmp_path(name);
-        ASSERT_OK(seer_gen_model(&p, fp));
-        mp.tp = 2;
-        assert_int_equal(seer_model_load(fp, mp, &m), SEER_ERR_UNSUPPORTED);
-        assert_null(m);
-        printf("tp: %s refused: %s\n", fams[f], seer_last_error());
-        assert_non_null(strstr(seer_last_error(), need[f]));
-        assert_non_null(strstr(seer_last_error(), "x2 backend lacks"));
+        snprintf(name, sizeof name, "tp-%s.gguf", fams[f]);
+        const char *path = tu_tmp_path(name);
+        ASSERT_OK(seer_gen_model(&p, path));
+        const int tps[] = {1, 2, 4};
+        compare_logits(path, tps, 3, fams[f]);
     }
 }
 
@@ -248,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_local_comm),
         cmocka_unit_test(test_logits_stories),
         cmocka_unit_test(test_logits_qwen2),
+        cmocka_unit_test(test_logits_families),
         cmocka_unit_test(test_greedy_golden_and_spec),
         cmocka_unit_test(test_sampled),
         cmocka_unit_test(test_refused),

@@ -292,7 +292,7 @@ seer_status seer_model_check_blocks(const seer_model *m) {
     else if (m->final_softcap > 0 && !op->softcap)
         need = "final-logit soft-capping";
     else if ((seer_arch_has(m->desc, SEER_LT_QKV, NULL) || seer_arch_has(m->desc, SEER_LT_GATE_UP, NULL)) &&
-             !op->weight_rows)
+             !op->weight_rows && !op->weight_load_split)
         need = "fused q|k|v and gate|up tensors";
     if (need)
         return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend lacks %s, which %s models need", op->name,
@@ -337,6 +337,40 @@ static seer_status bind_weight_split(seer_model *m, const char *name, int rows, 
 
 static seer_status bind_weight(seer_model *m, const char *name, int rows, int cols, seer_weight *w) {
     return bind_weight_split(m, name, rows, cols, (seer_weight_split){SEER_SPLIT_NONE, 1}, w);
+}
+
+static int ffn_unit(const seer_model *m);
+
+/* The parts of a fused tensor (q|k|v, gate|up) each loaded and divided as the separate tensor
+ * of a file without fusion would be: rows [r0, r0 + rows of the part) of the file's tensor. */
+static seer_status bind_fused_parts(seer_model *m, const char *name, int rows, int cols,
+                                    const seer_layer_tensor *parts, int np, seer_layer *L) {
+    const gguf_tensor *t;
+    SEER_TRY(find(m, name, &t));
+    SEER_TRY(check_shape(t, (uint64_t)cols, (uint64_t)rows));
+    const int be_ = seer_ggml_type_block_elems(t->type), bb = seer_ggml_type_block_bytes(t->type);
+    if (be_ <= 0 || cols % be_)
+        return seer_err(SEER_ERR_FORMAT, "tensor %s: %d columns of type %s", name, cols,
+                        seer_ggml_type_name(t->type));
+    const size_t row_bytes = (size_t)cols / be_ * bb;
+    const seer_model_info *in = &m->info;
+    const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
+    for (int k = 0, r0 = 0; k < np; k++) {
+        int pr, pc;
+        seer_arch_shape(parts[k], in->dim, in->ffn_dim, qd, kvd, in->head_dim, &pr, &pc);
+        if (r0 + pr > rows)
+            return seer_err(SEER_ERR_FORMAT, "tensor %s: %d rows hold no part %d", name, rows, k);
+        gguf_tensor sub = *t;
+        sub.ne[1] = (uint64_t)pr;
+        sub.data = (const char *)t->data + (size_t)r0 * row_bytes;
+        sub.offset = t->offset + (uint64_t)r0 * row_bytes;
+        sub.nbytes = (size_t)pr * row_bytes;
+        const seer_weight_split sp = seer_div_split(seer_layer_tensor_get(parts[k])->div, in->head_dim, ffn_unit(m));
+        SEER_TRY(m->be->ops->weight_load_split(m->be, &sub, m->weights, sp, seer_layer_weight(L, parts[k])));
+        r0 += pr;
+    }
+    m->info.n_params += (uint64_t)rows * cols;
+    return SEER_OK;
 }
 
 /* The FFN's unit of division: the down projection's block, so that its column parts are
@@ -415,6 +449,12 @@ static seer_status bind_weights(seer_model *m) {
             const int np = seer_arch_fused_parts(t->role, parts);
             if (!np) {
                 SEER_TRY(bind_weight_split(m, n, rows, cols, sp, seer_layer_weight(L, t->role)));
+                continue;
+            }
+            /* a fused tensor on a backend that divides weights: each part divided as its own
+             * tensor would be (its rows of the file's tensor) */
+            if (m->be->ops->weight_load_split) {
+                SEER_TRY(bind_fused_parts(m, n, rows, cols, parts, np, L));
                 continue;
             }
             /* a fused tensor: bound whole, its parts as row views */

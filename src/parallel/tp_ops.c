@@ -2,7 +2,8 @@
  * tp_ops.c: the tensor-parallel backend's compute ops. Each runs the ranks' op over their
  * parts (Megatron-LM's division, Shoeybi et al. 2019): q, k, v, gate and up by output rows
  * (heads, FFN columns), o and down by input columns followed by an all-reduce, the LM head by
- * vocabulary. Norms, the embedding and the residual stream are computed whole on every rank.
+ * vocabulary. Norms, the embedding and the residual stream are computed whole on every rank,
+ * except the per-head q/k norms (Qwen3, Gemma 3), which each rank runs on its own heads.
  * Sampling and acceptance run on rank 0 over whole rows; a greedy argmax over divided logits
  * moves one id and one maximum per row and rank.
  * Not for: memory, weights and KV storage (tp_backend.c).
@@ -44,12 +45,32 @@ static seer_status tp_embed(seer_backend *be, float *y, const seer_weight *emb, 
     return SEER_OK;
 }
 
+/* The per-head norms of Qwen3 and Gemma 3 (qk_norm): q or k divided by heads, normalised as
+ * T rows of D = Dh, each rank its own heads' rows. Any other norm of a divided tensor would
+ * need the whole row. */
+static seer_status rmsnorm_heads(tp_be *t, float *y, const float *x, const float *w, int T, int D, float eps,
+                                 const tp_alloc *a) {
+    bool heads = D > 0 && a->full_w % D == 0 && (long long)T == (long long)a->rows * (a->full_w / D);
+    for (int r = 0; heads && r < t->n; r++)
+        heads = a->w[r] % D == 0 && a->col0[r] % D == 0;
+    if (!heads)
+        return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: rmsnorm of a divided tensor across its parts");
+    for (int r = 0; r < t->n; r++) {
+        SEER_TRY(seer_tp_bind(t, r));
+        SEER_TRY(ROPS(t, r)->rmsnorm(RANK(t, r), P(t, y, r), P(t, x, r), P(t, w, r), a->rows * (a->w[r] / D), D,
+                                     eps));
+    }
+    if (y != x)
+        seer_tp_set_shard(t, y, a->rows, a->full_w, a->col0, a->w);
+    return SEER_OK;
+}
+
 static seer_status tp_rmsnorm(seer_backend *be, float *y, const float *x, const float *w, int T, int D, float eps) {
     tp_be *t = tp_of(be);
     tp_alloc a;
     const tp_state st = state_of(t, x, &a);
     if (st == TP_SHARD)
-        return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: rmsnorm of a divided tensor");
+        return rmsnorm_heads(t, y, x, w, T, D, eps, &a);
     const int n = st == TP_ROOT ? 1 : t->n;
     for (int r = 0; r < n; r++) {
         SEER_TRY(seer_tp_bind(t, r));
@@ -309,6 +330,38 @@ static seer_status tp_swiglu(seer_backend *be, float *y, const float *g, const f
     return elementwise(tp_of(be), g, y, g, u, n, swiglu_fn);
 }
 
+static seer_status geglu_fn(seer_backend *b, float *y, const float *g, const float *u, size_t n) {
+    return b->ops->geglu(b, y, g, u, n);
+}
+
+static seer_status tp_geglu(seer_backend *be, float *y, const float *g, const float *u, size_t n) {
+    return elementwise(tp_of(be), g, y, g, u, n, geglu_fn);
+}
+
+/* x [n] in place by a constant (scale: x * s; softcap: s tanh(x / s)), wherever x is held. */
+static seer_status in_place(tp_be *t, float *x, float v, size_t n, bool cap) {
+    tp_alloc al;
+    const tp_state st = state_of(t, x, &al);
+    const int nr = st == TP_ROOT ? 1 : t->n;
+    if (st == TP_SHARD && n % (size_t)al.full_w)
+        return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: an elementwise op over part of a divided row");
+    for (int r = 0; r < nr; r++) {
+        const size_t nl = st == TP_SHARD ? n / (size_t)al.full_w * (size_t)al.w[r] : n;
+        SEER_TRY(seer_tp_bind(t, r));
+        seer_backend *b = RANK(t, r);
+        SEER_TRY(cap ? b->ops->softcap(b, P(t, x, r), v, nl) : b->ops->scale(b, P(t, x, r), v, nl));
+    }
+    return SEER_OK;
+}
+
+static seer_status tp_scale(seer_backend *be, float *x, float s, size_t n) {
+    return in_place(tp_of(be), x, s, n, false);
+}
+
+static seer_status tp_softcap(seer_backend *be, float *x, float c, size_t n) {
+    return in_place(tp_of(be), x, c, n, true);
+}
+
 static seer_status tp_add(seer_backend *be, float *y, const float *x, size_t n) {
     tp_be *t = tp_of(be);
     tp_alloc a;
@@ -453,4 +506,12 @@ void seer_tp_fill_compute_ops(seer_backend_ops *o, const seer_backend_ops *in, i
     o->norm_matmul_split = in->norm_matmul_split ? tp_norm_matmul_split : NULL;
     o->ffn_glu = in->ffn_glu && in->matmul_glu && in->rmsnorm ? tp_ffn_glu : NULL;
     o->rope_kv_store = in->rope_kv_store ? tp_rope_kv_store : NULL;
+    /* the newer families' blocks: elementwise on whatever each rank holds, the per-head norms
+     * on each rank's heads, windows and soft-capping inside each rank's attention */
+    o->scale = in->scale ? tp_scale : NULL;
+    o->geglu = in->geglu ? tp_geglu : NULL;
+    o->softcap = in->softcap ? tp_softcap : NULL;
+    o->qk_norm = in->qk_norm;
+    o->attn_window = in->attn_window;
+    o->attn_softcap = in->attn_softcap;
 }
