@@ -11,7 +11,8 @@ acceptance, and the answer is the server's greedy answer to the same request, by
 byte; a second message carries the first exchange with it (multi-turn, as the request the
 page sent shows); a long answer is seen growing on the page while it streams, and the stop
 button aborts it (the server counts the request cancelled); HTML typed into a message stays
-text. `--screenshot FILE` saves the page with its conversation (docs/img/chat.png).
+text; a message refused (no key yet) leaves no turn behind; "New chat" forgets the
+conversation. `--screenshot FILE` saves the page with its conversation (docs/img/chat.png).
 
 Exit 77 (CTest's skip) only when no Chromium is found.
 Not for: the API's fields and errors (test_serve.py checks those, the page's numbers too).
@@ -272,6 +273,17 @@ def run(a, exe, model, model_id):
         # loaded without the key; the page says that one is needed
         check(page.js("document.title") == "seer", "the page's title")
         page.wait_js("document.getElementById('status').textContent.includes('API key')", 30, "the key hint")
+        # a message sent without the key: the error shown, the message back in the input, no turn kept
+        page.type_into("input", "Hello?")
+        page.press_enter()
+        page.wait_js("document.getElementById('status').textContent.includes('HTTP 401')"
+                     " && document.body.dataset.state === 'idle'", 30, "the 401")
+        check(page.js("document.getElementById('input').value") == "Hello?"
+              and page.js("document.querySelectorAll('#log .msg').length") == 0, "a refused message")
+        refused = page.chat_requests()
+        check(len(refused) == 1 and "Authorization" not in refused[0][1], f"the refused request: {refused}")
+        page.events = [e for e in page.events if e["method"] != "Network.requestWillBeSent"]
+        page.js("document.getElementById('input').value = ''")
         # the key typed in: the page reads the model's id with it
         page.type_into("key", KEY)
         page.js("document.getElementById('input').focus()")  # leaving the field: its change event
@@ -343,6 +355,15 @@ def run(a, exe, model, model_id):
                 fail("the server did not cancel the stopped request")
             time.sleep(0.05)
         print(f"stopped after {len(text3)} characters; the server cancelled the request")
+        # a new chat forgets the conversation
+        page.click("new")
+        check(page.js("document.querySelectorAll('#log .msg').length") == 0, "New chat left messages")
+        page.js("(() => { const set = (id, v) => { const e = document.getElementById(id); e.value = v;"
+                " e.dispatchEvent(new Event('change')); }; set('max-tokens', '4'); set('extra', ''); })()")
+        send_message(page, "Hi")
+        body4 = page.chat_requests()[-1][0]
+        check(body4["messages"] == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi"}]
+              and "seer" not in body4 and body4["max_tokens"] == 4, f"the first request of a new chat: {body4}")
         page.ws.close()
     finally:
         if chrome and chrome.poll() is None:
