@@ -258,7 +258,9 @@ def send_message(page, text):
 
 
 def run(a, exe, model, model_id):
-    srv = Server(a.seer, model, ["--spec", "ngram", "--parallel", "2", "--spec-calibrate-budget", "0.5"])
+    # stories260K's 512-token context would let the answer to be stopped end first
+    longer = ["--ctx", "8192", "--ctx-beyond-trained"] if model_id == "stories260K" else []
+    srv = Server(a.seer, model, ["--spec", "ngram", "--parallel", "2", "--spec-calibrate-budget", "0.5"] + longer)
     profile = tempfile.mkdtemp(prefix="seer-chromium-")
     chrome = None
     try:
