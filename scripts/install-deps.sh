@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages seer builds and tests with (only those missing).
+# Installs the Debian packages seer builds and tests with (only those missing); chromium
+# runs the chat page's test (tests/serve/test_chat_page.py).
 #
 # The libFuzzer runtime's package is named after the clang version of the running release
 # (libclang-rt-14-dev on Debian 12, libclang-rt-19-dev on 13), so it is looked up rather
@@ -8,7 +9,7 @@
 # saying what it waits for, instead of failing at once.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcmocka-dev libjansson-dev libpcre2-dev clang libomp-dev
-      libmicrohttpd-dev python3 python3-venv python3-pip)
+      libmicrohttpd-dev python3 python3-venv python3-pip chromium)
 # SEER_BENCH_DEPS=1: also the text scripts/long-prompt.sh builds benchmark prompts from.
 [[ ${SEER_BENCH_DEPS:-0} == 1 ]] && pkgs+=(bible-kjv bible-kjv-text)
 lock_wait=${APT_LOCK_WAIT:-600}

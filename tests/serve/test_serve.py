@@ -12,7 +12,8 @@ Hostile use: hundreds of half-sent requests do not shut out /health or a client 
 half-closed clients get their answers; request slots are free when an answer arrives; null
 fields count as absent; every top-level field of OpenAI's request bodies is honoured or
 refused by name, unknown ones refused; include_usage sends the usage on a chunk of its own with
-no choice; streams cut by the drain timeout end as OpenAI streams do; CORS,
+no choice; streams cut by the drain timeout end as OpenAI streams do; GET / is the chat page
+and the final chunk names the drafter, its acceptance and the decode speed; CORS,
 /metrics behind the key, duplicate Content-Length, an empty --api-key and --ctx past the
 trained context are checked too. `--only NAME[,NAME]` runs some of the tests alone.
 
@@ -722,6 +723,54 @@ def test_nulls(port, golden):
     print("null fields: ok")
 
 
+def test_chat_page_and_numbers(port, model_id):
+    """GET / is the chat page (tests/serve/test_chat_page.py drives it in a browser): HTML,
+    without the key, with headers that keep it to its own origin; other methods get 405. The
+    "seer" object of a final chunk and of a whole response names the drafter asked for and
+    reports acceptance (accepted / drafted, null when nothing was drafted), the decode speed
+    and the time to the first token, which the page shows."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("GET", "/")
+    r = c.getresponse()
+    page = r.read()
+    c.close()
+    check(r.status == 200 and r.getheader("Content-Type") == "text/html; charset=utf-8"
+          and page.startswith(b"<!DOCTYPE html>") and b"/v1/chat/completions" in page,
+          f"GET / without the key: {r.status} {r.getheader('Content-Type')} {page[:60]!r}")
+    csp = r.getheader("Content-Security-Policy") or ""
+    check("default-src 'none'" in csp and "connect-src 'self'" in csp, f"the page's CSP: {csp!r}")
+    check(raw(port, "POST", "/", "{}", key=None)[0] == 405, "POST /")
+    check(raw(port, "GET", "/index.htm", key=None)[0] == 404, "GET /index.htm")
+    import openai
+    cl = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=120)
+    msgs = [{"role": "user", "content": "A story about a cat and a cat and a cat"}]
+    for spec in ("ngram", "none", None):
+        extra = {"seer": {"spec": spec, "ignore_eos": True}} if spec else {"seer": {"ignore_eos": True}}
+        final = None
+        for ch in cl.chat.completions.create(model=model_id, messages=msgs, max_tokens=40, temperature=0,
+                                             stream=True, extra_body=extra):
+            if ch.choices and ch.choices[0].finish_reason:
+                final = seer_extra(ch)
+        whole = seer_extra(cl.chat.completions.create(model=model_id, messages=msgs, max_tokens=40, temperature=0,
+                                                      extra_body=extra))
+        for x in (final, whole):
+            check(x is not None and x["drafter"] == (spec or "auto"), f"spec {spec}: drafter {x}")
+            want = x["accepted"] / x["drafted"] if x["drafted"] else None
+            check(x["acceptance"] == want, f"spec {spec}: acceptance {x['acceptance']} vs {want}")
+            check(isinstance(x["tokens_per_second"], float) and x["tokens_per_second"] > 0,
+                  f"spec {spec}: tokens_per_second {x['tokens_per_second']}")
+            check(isinstance(x["time_to_first_token_s"], float) and x["time_to_first_token_s"] >= 0,
+                  f"spec {spec}: time_to_first_token_s {x['time_to_first_token_s']}")
+        if spec == "ngram":
+            check(final["drafted"] > 0 and 0 < final["acceptance"] <= 1, f"ngram drafted nothing: {final}")
+        if spec == "none":
+            check(final["drafted"] == 0 and final["acceptance"] is None, f"spec none: {final}")
+    # one token: no speed to report
+    x = seer_extra(cl.chat.completions.create(model=model_id, messages=msgs, max_tokens=1, temperature=0))
+    check(x["tokens_per_second"] is None, f"one token's speed: {x}")
+    print("chat page, seer's numbers: ok")
+
+
 def test_usage_chunk(port, model_id):
     """stream_options.include_usage: the totals come on a chunk of their own with no choice
     (choices == []) just before [DONE], as OpenAI and llama-server send them; every other chunk
@@ -1217,6 +1266,8 @@ def test_health_loading(seer):
               f"a completion while loading: {r.status} {r.getheader('Retry-After')} {body!r}")
         st, data = raw(port, "GET", "/v1/models")
         check(st == 503, f"/v1/models while loading: {st}")
+        st, data = raw(port, "GET", "/", key=None)  # the chat page is there already
+        check(st == 200 and data.startswith(b"<!DOCTYPE html>"), f"the chat page while loading: {st}")
         deadline = time.time() + 120
         while time.time() < deadline:
             st, data = raw(port, "GET", "/health", key=None)
@@ -1321,6 +1372,7 @@ def main():
             test_malformed(srv.port, golden, "stories260K")
             test_nulls(srv.port, golden)
             test_usage_chunk(srv.port, "stories260K")
+            test_chat_page_and_numbers(srv.port, "stories260K")
             test_fields(srv.port, "stories260K")
             test_http_edges(srv.port)
             test_tokens(srv.port)

@@ -124,6 +124,7 @@ struct serve_job {
     char id[48];
     long long created;
     int n_prompt;
+    seer_spec_kind spec_kind;    /* the speculation asked for (the server's default or seer.spec) */
     serve_choice *choices;       /* [n_choices] */
     int n_choices;
     /* from the scheduler thread, under mu */
@@ -224,6 +225,10 @@ void serve_conn_done(struct MHD_Connection *c, enum MHD_RequestTerminationCode t
 void serve_conn_touch(struct MHD_Connection *c);
 /* libmicrohttpd's log: only with --verbose (a hang-up is not an error of the server). */
 void serve_conn_log(void *cls, const char *fmt, va_list ap);
+
+/* serve_page.c: GET /, the chat page (tools/seer/chat.html) with its headers; NULL: out of
+ * memory. */
+struct MHD_Response *serve_page_response(void);
 
 /* serve_http.c */
 struct MHD_Daemon *serve_http_start(serve_state *srv);

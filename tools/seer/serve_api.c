@@ -12,7 +12,9 @@
  * holding the usage and no choice, as OpenAI's does. With n > 1 each choice is a request of
  * its own (seed + index); a stream interleaves the choices' chunks, each naming its index. The "seer" object carries what OpenAI
  * has no field for: speculation settings per request ({"spec": "ngram", "gamma": 4, ...};
- * "tree_size" and "tree_depth" for token trees) and ignore_eos.
+ * "tree_size" and "tree_depth" for token trees) and ignore_eos; the response's (in a stream, each
+ * choice's final chunk) has the token ids, the drafter asked for, its counts and acceptance, and
+ * the decode speed, which the chat page shows.
  */
 #include "serve.h"
 #include "spec_kinds.h"
@@ -411,6 +413,7 @@ static serve_job *job_new(serve_state *srv, serve_kind kind, const int32_t *ids,
     j->kind = kind;
     j->created = (long long)time(NULL);
     j->n_prompt = n;
+    j->spec_kind = p->spec.kind;
     j->refs = 1;
     j->fd = -1;
     j->choices = ch;
@@ -684,13 +687,24 @@ static json_t *usage_of(const serve_job *j) {
                      "total_tokens", j->n_prompt + n_gen);
 }
 
-/* seer's own fields of a choice: the generated ids and the speculation counts. */
+/* seer's own fields of a choice: the generated ids, the speculation asked for and its counts,
+ * and the speeds (what the chat page shows). acceptance: accepted / drafted (null when nothing
+ * was drafted); tokens_per_second: the tokens after the first over the time since the first
+ * (the decode speed, the prompt's time left out; null with fewer than two tokens). */
 static json_t *seer_of(const serve_choice *c) {
     json_t *ids = json_array();
     for (int i = 0; i < c->n_ids; i++)
         json_array_append_new(ids, json_integer(c->ids[i]));
-    return json_pack("{s:o,s:I,s:I,s:i}", "token_ids", ids, "drafted", (json_int_t)c->st.drafted,
-                     "accepted", (json_int_t)c->st.accepted, "preempted", c->st.n_preempted);
+    const seer_request_stats *st = &c->st;
+    const double dt = st->t_last_token_s - st->t_first_token_s;
+    const char *drafter = seer_spec_kind_name(c->job->spec_kind);
+    return json_pack("{s:o,s:I,s:I,s:i,s:s,s:o,s:o,s:o}", "token_ids", ids, "drafted", (json_int_t)st->drafted,
+                     "accepted", (json_int_t)st->accepted, "preempted", st->n_preempted, "drafter",
+                     drafter ? drafter : "?", "acceptance",
+                     st->drafted > 0 ? json_real((double)st->accepted / (double)st->drafted) : json_null(),
+                     "tokens_per_second",
+                     st->n_generated > 1 && dt > 0 ? json_real((st->n_generated - 1) / dt) : json_null(),
+                     "time_to_first_token_s", st->t_first_token_s >= 0 ? json_real(st->t_first_token_s) : json_null());
 }
 
 static const char *model_of(const serve_job *j) { return j->srv->model_id; }

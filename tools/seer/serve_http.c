@@ -3,7 +3,8 @@
  * maintained, small, HTTP/1.1 with chunked responses, one thread per connection so that a
  * handler may block until its request has output).
  *
- * Routes: GET /health, GET /metrics, and under /v1: GET /v1/models, POST /v1/completions,
+ * Routes: GET / (the chat page, serve_page.c; no key needed, even while the model loads),
+ * GET /health, GET /metrics, and under /v1: GET /v1/models, POST /v1/completions,
  * POST /v1/chat/completions; /v1 and /metrics are behind --api-key when it is given; OPTIONS
  * on any route answers a CORS preflight (--cors-origin). A body over --max-body is read and
  * dropped, then answered 413; a request with two Content-Length headers, or one beside a
@@ -456,6 +457,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                          strdup(draining ? "{\"status\":\"draining\"}"
                                 : !ready ? "{\"status\":\"loading\"}" : "{\"status\":\"ok\"}"),
                          "application/json", false);
+    }
+    if (!strcmp(url, "/")) {
+        if (!get)
+            return send_errorf(c, srv, 405, "method_not_allowed", "use GET for %s", url);
+        struct MHD_Response *r = serve_page_response();
+        return r ? queue(c, srv, 200, r) : MHD_NO;
     }
     if (!ready)
         return send_loading(c, srv);

@@ -281,22 +281,22 @@ struct qt_k4 {
     }
 };
 
+/* Group j's 32 codes of Q4_K and Q5_K: nibbles of the 32 bytes at QS + 32 (j / 2) (low ones
+ * for even j, high for odd) and, with FIFTH, bit j of the 32 bytes at 16 (Q5_K's qh). */
+template <int QS, bool FIFTH> QT_HD void qt_codes_k4(const uint8_t *b, int j, uint8_t (&q)[32]) {
+    const uint8_t *ql = b + QS + 32 * (j >> 1), *qh = b + 16;
+    for (int e = 0; e < 32; e++)
+        q[e] = (uint8_t)(((ql[e] >> (4 * (j & 1))) & 15) | (FIFTH ? ((qh[e] >> j) & 1) << 4 : 0));
+}
+
 template <> struct qt_fmt<GGML_TYPE_Q4_K> : qt_layout<16, 0, 8, 4>, qt_k4 {
     static constexpr int GGUF = 144;
-    QT_HD void codes(const uint8_t *b, int j, uint8_t (&q)[32]) {
-        const uint8_t *qs = b + 16 + 32 * (j >> 1);
-        for (int e = 0; e < 32; e++)
-            q[e] = (uint8_t)((qs[e] >> (4 * (j & 1))) & 15);
-    }
+    QT_HD void codes(const uint8_t *b, int j, uint8_t (&q)[32]) { qt_codes_k4<16, false>(b, j, q); }
 };
 
 template <> struct qt_fmt<GGML_TYPE_Q5_K> : qt_layout<16, 4, 8, 4>, qt_k4 {
     static constexpr int GGUF = 176;
-    QT_HD void codes(const uint8_t *b, int j, uint8_t (&q)[32]) {
-        const uint8_t *ql = b + 48 + 32 * (j >> 1), *qh = b + 16;
-        for (int e = 0; e < 32; e++)
-            q[e] = (uint8_t)(((ql[e] >> (4 * (j & 1))) & 15) | ((qh[e] >> j) & 1) << 4);
-    }
+    QT_HD void codes(const uint8_t *b, int j, uint8_t (&q)[32]) { qt_codes_k4<48, true>(b, j, q); }
 };
 
 /* Q6_K: value d sc (q - 32), sc an int8 per 16 columns: scale bytes the half's 8 sub-scales
@@ -361,6 +361,18 @@ template <> struct qt_fmt<GGML_TYPE_Q8_0> : qt_layout<32, 0, 8, 0> {
     }
 };
 
+/* Group j's 32 codes of Q4_0, Q4_1, Q5_0 and Q5_1: GGUF blocks of BB bytes that end in 16
+ * bytes of nibbles (column e low, e + 16 high), after, with FIFTH, the 32 fifth bits as a
+ * little-endian word (bit e: column e). */
+template <int BB, bool FIFTH> QT_HD void qt_codes_32(const uint8_t *b, int j, uint8_t (&q)[32]) {
+    const uint8_t *qs = b + BB * j + BB - 16;
+    const uint32_t qh = FIFTH ? qt_rd32(qs - 4) : 0;
+    for (int e = 0; e < 16; e++) {
+        q[e] = (uint8_t)((qs[e] & 15) | ((qh >> e) & 1) << 4);
+        q[e + 16] = (uint8_t)((qs[e] >> 4) | ((qh >> (e + 16)) & 1) << 4);
+    }
+}
+
 /* Q4_0, Q5_0: unsigned codes, the offset through x's sum (exact: |isum - off sum q_x| < 2^24):
  *   acc = fma(dx, d fma(-off, sum q_x, isum), acc) */
 template <int OFF> struct qt_d_off {
@@ -380,26 +392,13 @@ template <int OFF> struct qt_d_off {
 
 template <> struct qt_fmt<GGML_TYPE_Q4_0> : qt_layout<16, 0, 8, 0>, qt_d_off<8> {
     static constexpr int GGUF = 8 * 18;
-    QT_HD void codes(const uint8_t *b, int j, uint8_t (&q)[32]) {
-        const uint8_t *qs = b + 18 * j + 2;
-        for (int e = 0; e < 16; e++) {
-            q[e] = qs[e] & 15;
-            q[e + 16] = qs[e] >> 4;
-        }
-    }
+    QT_HD void codes(const uint8_t *b, int j, uint8_t (&q)[32]) { qt_codes_32<18, false>(b, j, q); }
     QT_HD void scales(const uint8_t *b, int h, uint8_t *sc) { qt_d16_scales(b, 18, h, sc); }
 };
 
 template <> struct qt_fmt<GGML_TYPE_Q5_0> : qt_layout<16, 4, 8, 0>, qt_d_off<16> {
     static constexpr int GGUF = 8 * 22;
-    QT_HD void codes(const uint8_t *b, int j, uint8_t (&q)[32]) {
-        const uint8_t *blk = b + 22 * j, *qs = blk + 6;
-        const uint32_t qh = qt_rd32(blk + 2);
-        for (int e = 0; e < 16; e++) {
-            q[e] = (uint8_t)((qs[e] & 15) | ((qh >> e) & 1) << 4);
-            q[e + 16] = (uint8_t)((qs[e] >> 4) | ((qh >> (e + 16)) & 1) << 4);
-        }
-    }
+    QT_HD void codes(const uint8_t *b, int j, uint8_t (&q)[32]) { qt_codes_32<22, true>(b, j, q); }
     QT_HD void scales(const uint8_t *b, int h, uint8_t *sc) { qt_d16_scales(b, 22, h, sc); }
 };
 
@@ -428,26 +427,13 @@ struct qt_dm {
 
 template <> struct qt_fmt<GGML_TYPE_Q4_1> : qt_layout<16, 0, 16, 0>, qt_dm {
     static constexpr int GGUF = 8 * 20;
-    QT_HD void codes(const uint8_t *b, int j, uint8_t (&q)[32]) {
-        const uint8_t *qs = b + 20 * j + 4;
-        for (int e = 0; e < 16; e++) {
-            q[e] = qs[e] & 15;
-            q[e + 16] = qs[e] >> 4;
-        }
-    }
+    QT_HD void codes(const uint8_t *b, int j, uint8_t (&q)[32]) { qt_codes_32<20, false>(b, j, q); }
     QT_HD void scales(const uint8_t *b, int h, uint8_t *sc) { dm_scales(b, 20, h, sc); }
 };
 
 template <> struct qt_fmt<GGML_TYPE_Q5_1> : qt_layout<16, 4, 16, 0>, qt_dm {
     static constexpr int GGUF = 8 * 24;
-    QT_HD void codes(const uint8_t *b, int j, uint8_t (&q)[32]) {
-        const uint8_t *blk = b + 24 * j, *qs = blk + 8;
-        const uint32_t qh = qt_rd32(blk + 4);
-        for (int e = 0; e < 16; e++) {
-            q[e] = (uint8_t)((qs[e] & 15) | ((qh >> e) & 1) << 4);
-            q[e + 16] = (uint8_t)((qs[e] >> 4) | ((qh >> (e + 16)) & 1) << 4);
-        }
-    }
+    QT_HD void codes(const uint8_t *b, int j, uint8_t (&q)[32]) { qt_codes_32<24, true>(b, j, q); }
     QT_HD void scales(const uint8_t *b, int h, uint8_t *sc) { dm_scales(b, 24, h, sc); }
 };
 
