@@ -576,6 +576,20 @@ typedef enum {
     SEER_FINISH_ERROR,     /* a drafter failed on this request alone (seer_request_error) */
 } seer_finish_reason;
 
+/* Most alternatives per token seer_request_params.logprobs may ask for (OpenAI's bound). */
+#define SEER_TOP_LOGPROBS_MAX 20
+
+/* A generated token's log-probability under the target model's raw distribution (the
+ * log-softmax of its logits at that position: no temperature, penalties or truncation, as
+ * OpenAI and vLLM report by default), also when the token was accepted from a draft, and the
+ * n_top most likely tokens there, largest first (ties to the lower id). */
+typedef struct {
+    float logprob;
+    int n_top;
+    int32_t top_id[SEER_TOP_LOGPROBS_MAX];
+    float top_logprob[SEER_TOP_LOGPROBS_MAX];
+} seer_token_logprob;
+
 typedef struct {
     seer_sampler_params sampler;
     int max_tokens;          /* most tokens to generate (> 0); the context may end it sooner */
@@ -584,6 +598,11 @@ typedef struct {
                                 ends where the text first contains one, which is cut off */
     int n_stop;
     seer_spec_params spec;   /* this request's speculation (verified losslessly) */
+    bool logprobs;           /* every generated token's seer_token_logprob with top_logprobs
+                                (0..SEER_TOP_LOGPROBS_MAX) alternatives (seer_request_logprobs).
+                                Costs one small backend call per step, and the steps keep the
+                                call's logits (no argmax-only calls) */
+    int top_logprobs;
     /* Called on the stepping thread at the end of each seer_sched_step in which r emitted
      * tokens or finished (after the last call for r, the scheduler no longer holds it). */
     void (*on_update)(seer_request *r, void *user);
@@ -609,6 +628,10 @@ int seer_request_tokens(const seer_request *r, const int32_t **ids);
  * off, and a tail that may still become a stop string held back until it is decided.
  * NUL-terminated; *len (may be NULL) its length. End-of-generation tokens have no text. */
 const char *seer_request_text(const seer_request *r, size_t *len);
+/* The log-probabilities of the tokens generated so far (seer_request_params.logprobs), one
+ * per id of seer_request_tokens, in order; *out valid until the next step. 0 and *out NULL
+ * when the request asked for none. */
+int seer_request_logprobs(const seer_request *r, const seer_token_logprob **out);
 void *seer_request_user(const seer_request *r);
 int seer_request_n_prompt(const seer_request *r);
 
