@@ -101,7 +101,7 @@ static void free_choices(serve_job *j, int n) {
         seer_request_free(j->choices[i].req);
     }
     for (int i = 0; i < j->n_choices; i++)
-        free(j->choices[i].text), free(j->choices[i].ids);
+        free(j->choices[i].text), free(j->choices[i].ids), serve_choice_free_logprobs(&j->choices[i]);
     free(j->choices);
 }
 
@@ -178,6 +178,8 @@ static void on_update(seer_request *r, void *user) {
             c->n_ids = n;
         }
     }
+    if (j->logprobs)
+        serve_choice_take_logprobs(c, r);
     if (fin) {
         seer_request_get_stats(r, &c->st);
         choice_finished(c, seer_request_finish_reason(r));
@@ -274,6 +276,39 @@ static char *content_text(json_t *c, serve_error *e) {
     }
     *o = 0;
     return s;
+}
+
+/* logprobs: chat's boolean with top_logprobs (0..20), completions' integer (0..5: the
+ * alternatives). Not with echo: the prompt's tokens would need theirs too, which prefill does
+ * not compute. */
+static bool parse_logprobs(json_t *root, serve_kind kind, bool echo, seer_request_params *p, serve_error *e) {
+    json_t *lp = json_object_get(root, "logprobs");
+    long long k = 0;
+    if (kind == JOB_CHAT) {
+        if (serve_get_bool(root, "logprobs", &p->logprobs, e) < 0)
+            return false;
+        const int r = serve_get_int(root, "top_logprobs", 0, SEER_TOP_LOGPROBS_MAX, &k, e);
+        if (r < 0)
+            return false;
+        if (r && !p->logprobs) {
+            serve_fail(e, 400, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs' set to true");
+            return false;
+        }
+        p->top_logprobs = (int)k;
+        return true;
+    }
+    if (!lp || json_is_null(lp) || json_is_false(lp))
+        return true;
+    if (serve_get_int(root, "logprobs", 0, 5, &k, e) < 0)
+        return false;
+    if (echo) {
+        serve_fail(e, 400, "logprobs", "unsupported",
+                   "'logprobs' with 'echo' is not supported: the prompt's tokens have no log-probabilities here");
+        return false;
+    }
+    p->logprobs = true;
+    p->top_logprobs = (int)k;
+    return true;
 }
 
 /* Prompt ids of a chat: the messages rendered with the model's template (no_think: a
@@ -611,6 +646,8 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     }
     if (!parse_seer(srv, json_object_get(root, "seer"), &p, e))
         goto out;
+    if (!parse_logprobs(root, kind, echo, &p, e))
+        goto out;
     if (kind == JOB_CHAT) {
         /* chat_template_kwargs: serve_fields.c let only enable_thinking through, a boolean */
         const json_t *think = json_object_get(json_object_get(root, "chat_template_kwargs"), "enable_thinking");
@@ -660,6 +697,8 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
         goto out;
     j->stream = stream;
     j->include_usage = include_usage;
+    j->logprobs = p.logprobs;
+    j->top_logprobs = p.top_logprobs;
     j->echo = echo_text, j->echo_len = echo_len;
     echo_text = NULL;
     pthread_mutex_lock(&srv->mu);
@@ -698,21 +737,27 @@ static const char *model_of(const serve_job *j) { return j->srv->model_id; }
 /* One choice of a whole response. */
 static json_t *whole_choice(serve_job *j, serve_choice *c) {
     const char *fin = serve_finish_api(c->finish);
+    json_t *lp = j->logprobs ? serve_logprobs_json(j, c, 0, serve_logprobs_count(c, c->text_len), j->echo_len)
+                             : json_null();
+    if (!lp)
+        return NULL;
     if (j->kind == JOB_CHAT)
-        return json_pack("{s:i,s:{s:s,s:s%},s:o,s:n}", "index", c->index, "message", "role", "assistant",
+        return json_pack("{s:i,s:{s:s,s:s%},s:o,s:o}", "index", c->index, "message", "role", "assistant",
                          "content", c->text ? c->text : "", c->text_len,
-                         "finish_reason", fin ? json_string(fin) : json_null(), "logprobs");
+                         "finish_reason", fin ? json_string(fin) : json_null(), "logprobs", lp);
     /* echo: the prompt's text, then the completion's */
     const size_t n = j->echo_len + c->text_len;
     char *t = malloc(n + 1);
-    if (!t)
+    if (!t) {
+        json_decref(lp);
         return NULL;
+    }
     if (j->echo_len)
         memcpy(t, j->echo, j->echo_len);
     if (c->text_len)
         memcpy(t + j->echo_len, c->text, c->text_len);
     t[n] = 0;
-    json_t *o = json_pack("{s:i,s:s%,s:n,s:o}", "index", c->index, "text", t, n, "logprobs", "finish_reason",
+    json_t *o = json_pack("{s:i,s:s%,s:o,s:o}", "index", c->index, "text", t, n, "logprobs", lp, "finish_reason",
                           fin ? json_string(fin) : json_null());
     free(t);
     return o;
@@ -813,7 +858,13 @@ static bool text_events(serve_job *j) {
     for (int i = 0; i < j->n_choices; i++) {
         serve_choice *c = &j->choices[i];
         if (c->text_len > c->sent_text) {
-            ok = ok && push_event(j, chunk(j, choice_of(j, i, c->text + c->sent_text, c->text_len - c->sent_text, NULL)));
+            json_t *ch = choice_of(j, i, c->text + c->sent_text, c->text_len - c->sent_text, NULL);
+            if (ch && j->logprobs) { /* the tokens whose text starts in this piece */
+                const int to = serve_logprobs_count(c, c->text_len);
+                json_object_set_new(ch, "logprobs", serve_logprobs_json(j, c, c->sent_lp, to, j->echo_len));
+                c->sent_lp = to;
+            }
+            ok = ok && push_event(j, chunk(j, ch));
             c->sent_text = c->text_len;
             any = true;
         }
