@@ -740,7 +740,20 @@ seer_status seer_model_sync(const seer_model *model);
 /* ---------------------------------------------------------------------------------------- */
 /* Chat templates (proposed; see src/tokenizer/chat.h)                                      */
 
-/* One message of a conversation. role is "system", "user" or "assistant". */
+/* A tool call of an assistant message, as a template writes it back into the conversation. */
+typedef struct {
+    const char *name;
+    const char *arguments; /* the arguments object as JSON text */
+} seer_chat_tool_call;
+
+/* The tool calls of one message (seer_chat_render_tools; only an assistant's may be any). */
+typedef struct {
+    const seer_chat_tool_call *calls;
+    int n;
+} seer_chat_calls;
+
+/* One message of a conversation. role is "system", "user" or "assistant" (and "tool" for
+ * seer_chat_render_tools: a tool's result). */
 typedef struct {
     const char *role;
     const char *content;
@@ -792,6 +805,21 @@ seer_status seer_chat_render(const seer_chat_template *t, const seer_chat_messag
 seer_status seer_chat_render_marked(const seer_chat_template *t, const seer_chat_message *msgs, int n,
                                     bool add_assistant, char *buf, uint8_t *special_ok, size_t cap,
                                     size_t *len);
+
+/* seer_chat_render_marked of a conversation with tools: tools [n_tools] are the JSON texts
+ * of the tool definitions as the template lists them ({"type": "function", "function": {...}}),
+ * calls [n] (may be NULL: none) the tool calls of each message (assistants' only), and "tool"
+ * messages hold a tool's result. The
+ * format is Qwen2.5's (Hermes style), which is ChatML's: the tools inside <tools></tools> in
+ * the system message (the conversation's own, else the template's default one) with the
+ * instruction to answer with <tool_call>{"name": ..., "arguments": ...}</tool_call>, each call
+ * of an assistant message on lines of its own after its text, and a run of tool messages as
+ * one user turn of <tool_response>...</tool_response> blocks. Templates without a tool format
+ * of their own (llama3, llama2, gemma, phi3) get the same text inside their own turns. With
+ * no tools and no tool messages or calls it is seer_chat_render_marked. */
+seer_status seer_chat_render_tools(const seer_chat_template *t, const seer_chat_message *msgs,
+                                   const seer_chat_calls *calls, int n, const char *const *tools, int n_tools, bool add_assistant, char *buf,
+                                   uint8_t *special_ok, size_t cap, size_t *len);
 
 /* Whether token ends a turn or a text: EOS and tokens such as <|im_end|>, <|eot_id|>,
  * <|endoftext|> (the list llama.cpp uses). */

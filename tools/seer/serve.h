@@ -117,6 +117,7 @@ typedef struct {
     seer_detok *lp_dt;           /* the text of the ids so far, for the offsets */
     size_t lp_bytes;
     int sent_lp;                 /* HTTP side: tokens whose log-probabilities are sent */
+    bool tools_done, called;     /* HTTP side, chats with tools: its end parsed; it made calls */
     /* HTTP side: streaming progress */
     size_t sent_text;            /* bytes of text already sent as events */
     bool sent_final;             /* its final chunk (finish_reason) is sent */
@@ -127,6 +128,7 @@ struct serve_job {
     serve_state *srv;
     serve_kind kind;
     bool stream, include_usage;
+    bool tools;                  /* chat with tools (tool_choice auto): outputs parsed for calls */
     bool logprobs;               /* choices report log-probabilities */
     int top_logprobs;            /* with this many alternatives */
     char *echo;                  /* /v1/completions with echo: the prompt's text, sent first */
@@ -219,6 +221,9 @@ int serve_logprobs_count(const serve_choice *c, size_t text_len);
  * counted from base (an echoed prompt's length). NULL when out of memory. */
 json_t *serve_logprobs_json(const serve_job *j, const serve_choice *c, int from, int to, size_t base);
 void serve_choice_free_logprobs(serve_choice *c);
+/* Reads logprobs (chat: a boolean, with top_logprobs 0..20; completions: an integer 0..5)
+ * into p; refuses them with echo. False with e filled on a bad value. */
+bool serve_logprobs_parse(json_t *root, serve_kind kind, bool echo, seer_request_params *p, serve_error *e);
 
 /* serve_metrics.c */
 void serve_metrics_init(serve_metrics *m);

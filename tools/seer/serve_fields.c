@@ -181,12 +181,13 @@ static bool ck_empty(json_t *o, const char *key, json_t *v, serve_error *e) {
     return unsupported(e, key, "");
 }
 
-/* With no tools, "none" (call none) is what happens; any other choice asks for tools. */
+/* The legacy function_call: with no functions, "none" (call none) is what happens; any other
+ * choice asks for functions (tools and tool_choice are their successors, serve_tools.c). */
 static bool ck_tool_choice(json_t *o, const char *key, json_t *v, serve_error *e) {
     (void)o;
     if (json_is_string(v) && !strcmp(json_string_value(v), "none"))
         return true;
-    return unsupported(e, key, " (tools are not supported; only \"none\")");
+    return unsupported(e, key, " (functions are not supported, tools are; only \"none\")");
 }
 
 static bool ck_refused(json_t *o, const char *key, json_t *v, serve_error *e) {
@@ -260,9 +261,9 @@ static const struct {
     {"top_logprobs", F_CHAT, ck_read},
     {"logit_bias", F_BOTH, ck_empty},
     {"suffix", F_COMPL, ck_empty},
-    {"tools", F_CHAT, ck_empty},
+    {"tools", F_CHAT, ck_read},
     {"functions", F_CHAT, ck_empty},
-    {"tool_choice", F_CHAT, ck_tool_choice},
+    {"tool_choice", F_CHAT, ck_read},
     {"function_call", F_CHAT, ck_tool_choice},
     {"response_format", F_CHAT, ck_response_format},
     {"modalities", F_CHAT, ck_modalities},

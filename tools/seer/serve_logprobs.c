@@ -18,6 +18,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* logprobs: chat's boolean with top_logprobs (0..20), completions' integer (0..5: the
+ * alternatives). Not with echo: the prompt's tokens would need theirs too, which prefill does
+ * not compute. */
+bool serve_logprobs_parse(json_t *root, serve_kind kind, bool echo, seer_request_params *p, serve_error *e) {
+    json_t *lp = json_object_get(root, "logprobs");
+    long long k = 0;
+    if (kind == JOB_CHAT) {
+        if (serve_get_bool(root, "logprobs", &p->logprobs, e) < 0)
+            return false;
+        const int r = serve_get_int(root, "top_logprobs", 0, SEER_TOP_LOGPROBS_MAX, &k, e);
+        if (r < 0)
+            return false;
+        if (r && k > 0 && !p->logprobs) {
+            serve_fail(e, 400, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs' set to true");
+            return false;
+        }
+        p->top_logprobs = (int)k;
+        return true;
+    }
+    if (!lp || json_is_null(lp) || json_is_false(lp))
+        return true;
+    if (serve_get_int(root, "logprobs", 0, 5, &k, e) < 0)
+        return false;
+    if (echo) {
+        serve_fail(e, 400, "logprobs", "unsupported",
+                   "'logprobs' with 'echo' is not supported: the prompt's tokens have no log-probabilities here");
+        return false;
+    }
+    p->logprobs = true;
+    p->top_logprobs = (int)k;
+    return true;
+}
+
+/* Prompt ids of a chat: the messages rendered with the model's template (no_think: a
+ * thinking template opens the answer with an empty <think></think>, enable_thinking false). */
 void serve_choice_free_logprobs(serve_choice *c) {
     free(c->lp);
     free(c->lp_off);
