@@ -75,8 +75,9 @@ seer_status seer_chat_render_tools(const seer_chat_template *t, const seer_chat_
     if (st == SEER_OK && n_tools > 0) {
         sbuf *b = &texts[m];
         const bool own = n > 0 && !strcmp(msgs[0].role, "system");
-        sb_put(b, own ? msgs[0].content : t->default_system);
-        sb_put(b, TOOLS_HEAD);
+        const char *sys = own ? msgs[0].content : t->default_system;
+        sb_put(b, sys);
+        sb_put(b, TOOLS_HEAD + (*sys ? 0 : 2)); /* no blank lines before the tools alone */
         for (int k = 0; k < n_tools; k++) {
             sb_put(b, "\n");
             sb_put(b, tools[k]);

@@ -129,6 +129,7 @@ struct serve_job {
     serve_kind kind;
     bool stream, include_usage;
     bool tools;                  /* chat with tools (tool_choice auto): outputs parsed for calls */
+    json_t *tool_defs;           /* then the request's tools (a reference) */
     bool logprobs;               /* choices report log-probabilities */
     int top_logprobs;            /* with this many alternatives */
     char *echo;                  /* /v1/completions with echo: the prompt's text, sent first */

@@ -119,6 +119,7 @@ void serve_job_unref(serve_job *j) {
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j->pending), free(j->echo);
+    json_decref(j->tool_defs);
     free(j);
     pthread_mutex_lock(&srv->mu);
     srv->n_jobs--;
@@ -699,6 +700,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     j->include_usage = include_usage;
     j->logprobs = p.logprobs;
     j->tools = tools.on;
+    j->tool_defs = tools.on ? json_incref(tools.tools) : NULL;
     j->top_logprobs = p.top_logprobs;
     j->echo = echo_text, j->echo_len = echo_len;
     echo_text = NULL;
@@ -747,7 +749,7 @@ static json_t *whole_choice(serve_job *j, serve_choice *c) {
         bool called = false;
         char pre[80];
         snprintf(pre, sizeof pre, "%s_%d", j->id, c->index);
-        json_t *msg = j->tools ? serve_tools_message(c->text ? c->text : "", c->text_len, pre, &called)
+        json_t *msg = j->tools ? serve_tools_message(c->text ? c->text : "", c->text_len, j->tool_defs, pre, &called)
                                : json_pack("{s:s,s:s%}", "role", "assistant", "content", c->text ? c->text : "",
                                            c->text_len);
         if (called && c->finish == SEER_FINISH_STOP)
@@ -870,7 +872,7 @@ static bool serve_tools_final(serve_job *j, serve_choice *c, bool *ok) {
     char pre[80];
     snprintf(pre, sizeof pre, "%s_%d", j->id, c->index);
     size_t cl = 0;
-    json_t *calls = serve_tools_parse_output(c->text ? c->text : "", c->text_len, pre, &cl);
+    json_t *calls = serve_tools_parse_output(c->text ? c->text : "", c->text_len, j->tool_defs, pre, &cl);
     if (!calls)
         return false;
     c->called = true;

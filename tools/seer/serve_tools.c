@@ -170,6 +170,11 @@ size_t serve_tools_safe_prefix(const char *text, size_t len) {
     const char *p = memmem(text, len, OPEN, sizeof OPEN - 1);
     if (p)
         return (size_t)(p - text);
+    size_t w = 0; /* an output that opens with '{' may be a bare call */
+    while (w < len && isspace((unsigned char)text[w]))
+        w++;
+    if (w == len || text[w] == '{')
+        return 0;
     /* a tail that may still become "<tool_call>" */
     for (size_t k = sizeof OPEN - 2; k > 0; k--)
         if (len >= k && !memcmp(text + len - k, OPEN, k))
@@ -184,10 +189,50 @@ static void trim(const char **s, size_t *n) {
         (*n)--;
 }
 
-json_t *serve_tools_parse_output(const char *text, size_t len, const char *id_prefix, size_t *content_len) {
-    const char *p = memmem(text, len, OPEN, sizeof OPEN - 1);
-    if (!p)
+/* {"name": string, "arguments"?: object} as OpenAI's call with id id; NULL when it is not. */
+static json_t *call_of(json_t *call, const char *id) {
+    json_t *name = json_object_get(call, "name"), *args = json_object_get(call, "arguments");
+    if (!json_is_object(call) || !json_is_string(name) || (args && !json_is_object(args)))
         return NULL;
+    char *a = args ? json_dumps(args, DUMP_FLAGS) : strdup("{}");
+    json_t *o = a ? json_pack("{s:s,s:s,s:{s:O,s:s}}", "id", id, "type", "function", "function", "name", name,
+                              "arguments", a)
+                  : NULL;
+    free(a);
+    return o;
+}
+
+/* A whole output that is one bare {"name": ..., "arguments": {...}} naming a tool of tools
+ * (small models often leave the tags out): that call. */
+static json_t *bare_call(const char *text, size_t len, json_t *tools, const char *id_prefix) {
+    trim(&text, &len);
+    json_t *call = len && *text == '{' ? json_loadb(text, len, 0, NULL) : NULL;
+    const char *nm = json_string_value(json_object_get(call, "name"));
+    bool known = false;
+    size_t i;
+    json_t *x;
+    json_array_foreach(tools, i, x) {
+        const char *t = json_string_value(json_object_get(json_object_get(x, "function"), "name"));
+        known |= nm && t && !strcmp(nm, t);
+    }
+    char id[96];
+    snprintf(id, sizeof id, "call_%s_0", id_prefix);
+    json_t *o = known ? call_of(call, id) : NULL, *calls = o ? json_array() : NULL;
+    json_decref(call);
+    if (calls && !json_array_append_new(calls, o))
+        return calls;
+    json_decref(o);
+    json_decref(calls);
+    return NULL;
+}
+
+json_t *serve_tools_parse_output(const char *text, size_t len, json_t *tools, const char *id_prefix,
+                                 size_t *content_len) {
+    const char *p = memmem(text, len, OPEN, sizeof OPEN - 1);
+    if (!p) {
+        *content_len = 0;
+        return bare_call(text, len, tools, id_prefix);
+    }
     json_t *calls = json_array();
     const char *end = text + len;
     while (calls && p) {
@@ -198,18 +243,9 @@ json_t *serve_tools_parse_output(const char *text, size_t len, const char *id_pr
         size_t n = (size_t)(q - body);
         trim(&body, &n);
         json_t *call = json_loadb(body, n, 0, NULL);
-        json_t *name = json_object_get(call, "name"), *args = json_object_get(call, "arguments");
-        if (!json_is_object(call) || !json_is_string(name) || (args && !json_is_object(args))) {
-            json_decref(call);
-            goto fail;
-        }
-        char *a = args ? json_dumps(args, DUMP_FLAGS) : strdup("{}");
         char id[96];
         snprintf(id, sizeof id, "call_%s_%zu", id_prefix, json_array_size(calls));
-        json_t *o = a ? json_pack("{s:s,s:s,s:{s:O,s:s}}", "id", id, "type", "function", "function", "name", name,
-                                  "arguments", a)
-                      : NULL;
-        free(a);
+        json_t *o = call_of(call, id);
         json_decref(call);
         if (!o || json_array_append_new(calls, o))
             goto fail;
@@ -238,9 +274,9 @@ fail:
 
 /* ---- the response ------------------------------------------------------------------------- */
 
-json_t *serve_tools_message(const char *text, size_t len, const char *id_prefix, bool *called) {
+json_t *serve_tools_message(const char *text, size_t len, json_t *tools, const char *id_prefix, bool *called) {
     size_t cl = 0;
-    json_t *calls = serve_tools_parse_output(text, len, id_prefix, &cl);
+    json_t *calls = serve_tools_parse_output(text, len, tools, id_prefix, &cl);
     *called = calls != NULL;
     if (!calls)
         return json_pack("{s:s,s:s%}", "role", "assistant", "content", text, len);

@@ -31,18 +31,23 @@ json_t *serve_tools_schema(json_t *tools, const char *only);
 /* A message's tool call arguments (OpenAI's JSON string, or an object) as the template writes
  * them: the JSON re-dumped with ", " and ": ", or the string as it is when it is not JSON. */
 char *serve_tools_arguments_text(json_t *args);
-/* The bytes of text [len] that are content for sure while streaming: up to a "<tool_call>", or
- * short of a tail that may still become one. */
+/* The bytes of text [len] that are content for sure while streaming: up to a "<tool_call>",
+ * short of a tail that may still become one, and none of an output that opens with '{' (it
+ * may be a bare call). */
 size_t serve_tools_safe_prefix(const char *text, size_t len);
-/* The tool calls of a whole output: OpenAI's tool_calls array (ids id_prefix_0, _1 ...), and
- * in *content_len the length of the content before them (trimmed of white space at its end;
- * its start may hold white space too: the caller trims). NULL when the output holds no well-formed
- * call (then it is all content): text outside the calls other than white space, a call that
- * is not {"name": string, "arguments": object} JSON, or one left open. */
-json_t *serve_tools_parse_output(const char *text, size_t len, const char *id_prefix, size_t *content_len);
+/* The tool calls of a whole output: OpenAI's tool_calls array (ids call_<id_prefix>_0, _1 ...),
+ * and in *content_len the length of the content before them (trimmed of white space at its
+ * end; its start may hold white space too: the caller trims). Calls are
+ * <tool_call>{"name": string, "arguments": object}</tool_call>, only white space after and
+ * between them; an output that is one such JSON object alone, without the tags, is a call too
+ * when its name is one of tools (small models often leave the tags out). NULL when the output
+ * holds no well-formed call (then it is all content): text after the calls, a call that is
+ * not such JSON, or one left open. */
+json_t *serve_tools_parse_output(const char *text, size_t len, json_t *tools, const char *id_prefix,
+                                 size_t *content_len);
 /* The message of a whole chat choice with tools: {"role", "content", "tool_calls"} with
  * *called, or the text as content when it holds no call. */
-json_t *serve_tools_message(const char *text, size_t len, const char *id_prefix, bool *called);
+json_t *serve_tools_message(const char *text, size_t len, json_t *tools, const char *id_prefix, bool *called);
 /* A stream's deltas of calls (serve_tools_parse_output's array): per call one with its index,
  * id, type and name (arguments ""), then one with its arguments. */
 json_t *serve_tools_deltas(json_t *calls);
