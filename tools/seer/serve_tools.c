@@ -52,7 +52,7 @@ bool serve_tools_parse(json_t *root, serve_tools *t, serve_error *e) {
         return true;
     const size_t n = json_array_size(tools);
     if (n > 128)
-        return bad(e, "tools", "too many tools (at most 128)%s", "");
+        return bad(e, "tools", "'tools' holds too many tools (at most 128)%s", "");
     t->defs = calloc(n, sizeof *t->defs);
     if (!t->defs) {
         serve_fail(e, 500, NULL, NULL, "out of memory");
@@ -67,7 +67,7 @@ bool serve_tools_parse(json_t *root, serve_tools *t, serve_error *e) {
             !json_is_string(name) || (desc && !json_is_null(desc) && !json_is_string(desc)) ||
             (par && !json_is_null(par) && !json_is_object(par))) {
             serve_tools_free(t);
-            return bad(e, "tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": string, "
+            return bad(e, "tools", "each of 'tools' must be {\"type\": \"function\", \"function\": {\"name\": string, "
                                    "\"description\"?: string, \"parameters\"?: object}}%s", "");
         }
         const char *nm = json_string_value(name);
@@ -76,7 +76,7 @@ bool serve_tools_parse(json_t *root, serve_tools *t, serve_error *e) {
             k++;
         if (k == 0 || nm[k] || k > 64) {
             serve_tools_free(t);
-            return bad(e, "tools", "a function name must be 1 to 64 of a-z, A-Z, 0-9, _ and -%s", "");
+            return bad(e, "tools", "'tools': a function name must be 1 to 64 of a-z, A-Z, 0-9, _ and -%s", "");
         }
         /* as the template lists it: type, then the function's name, description, parameters */
         json_t *fn = json_pack("{s:s}", "name", nm);
