@@ -280,6 +280,9 @@ static char *content_text(json_t *c, serve_error *e) {
     return s;
 }
 
+/* Prompt ids of a chat: the messages rendered with the model's template and the tools when
+ * they are on (no_think: a thinking template opens the answer with an empty <think></think>,
+ * enable_thinking false). */
 static int32_t *chat_prompt(serve_state *srv, json_t *msgs, const serve_tools *tools, bool no_think, int *n,
                             serve_error *e) {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {

@@ -51,8 +51,6 @@ bool serve_logprobs_parse(json_t *root, serve_kind kind, bool echo, seer_request
     return true;
 }
 
-/* Prompt ids of a chat: the messages rendered with the model's template (no_think: a
- * thinking template opens the answer with an empty <think></think>, enable_thinking false). */
 void serve_choice_free_logprobs(serve_choice *c) {
     free(c->lp);
     free(c->lp_off);
