@@ -116,10 +116,10 @@ json_t *serve_tools_schema(json_t *tools, const char *only) {
         const char *nm = json_string_value(json_object_get(f, "name"));
         if (!nm || (only && strcmp(only, nm)))
             continue;
-        json_array_append_new(any, json_pack("{s:s,s:{s:{s:s},s:O},s:[s,s],s:b}", "type", "object", "properties",
-                                             "name", "const", nm, "arguments",
-                                             json_is_object(par) ? par : json_pack("{s:s}", "type", "object"),
-                                             "required", "name", "arguments", "additionalProperties", 0));
+        json_t *args = json_is_object(par) ? json_incref(par) : json_pack("{s:s}", "type", "object");
+        json_array_append_new(any, json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s],s:b}", "type", "object", "properties",
+                                             "name", "const", nm, "arguments", args, "required", "name",
+                                             "arguments", "additionalProperties", 0));
     }
     return json_pack("{s:o}", "anyOf", any);
 }
