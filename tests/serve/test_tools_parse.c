@@ -112,6 +112,10 @@ static void test_stream(void **state) {
     assert_int_equal(serve_tools_safe_prefix("Hi <tool_call>{\"name\"", 21), 3);
     assert_int_equal(serve_tools_safe_prefix("  {\"name\": \"a", 13), 0);
     assert_int_equal(serve_tools_safe_prefix("  ", 2), 0);
+    assert_int_equal(serve_tools_safe_prefix(NULL, 0), 0); /* no text yet */
+    size_t cl0 = 5;
+    assert_null(serve_tools_parse_output(NULL, 0, TOOLS, "x", &cl0));
+    assert_int_equal(cl0, 0);
     assert_int_equal(serve_tools_safe_prefix("a < b", 5), 5);
     /* deltas: index, id, type and name, then the arguments */
     size_t cl;

@@ -167,6 +167,8 @@ bool serve_tools_message_calls(json_t *x, size_t i, seer_chat_calls *m, serve_er
 static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
 
 size_t serve_tools_safe_prefix(const char *text, size_t len) {
+    if (!text || len == 0)
+        return 0;
     const char *p = memmem(text, len, OPEN, sizeof OPEN - 1);
     if (p)
         return (size_t)(p - text);
@@ -228,6 +230,9 @@ static json_t *bare_call(const char *text, size_t len, json_t *tools, const char
 
 json_t *serve_tools_parse_output(const char *text, size_t len, json_t *tools, const char *id_prefix,
                                  size_t *content_len) {
+    *content_len = 0;
+    if (!text || len == 0)
+        return NULL;
     const char *p = memmem(text, len, OPEN, sizeof OPEN - 1);
     if (!p) {
         *content_len = 0;
