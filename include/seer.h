@@ -576,6 +576,20 @@ typedef enum {
     SEER_FINISH_ERROR,     /* a drafter failed on this request alone (seer_request_error) */
 } seer_finish_reason;
 
+/* Most alternatives per token seer_request_params.logprobs may ask for (OpenAI's bound). */
+#define SEER_TOP_LOGPROBS_MAX 20
+
+/* A generated token's log-probability under the target model's raw distribution (the
+ * log-softmax of its logits at that position: no temperature, penalties or truncation, as
+ * OpenAI and vLLM report by default), also when the token was accepted from a draft, and the
+ * n_top most likely tokens there, largest first (ties to the lower id). */
+typedef struct {
+    float logprob;
+    int n_top;
+    int32_t top_id[SEER_TOP_LOGPROBS_MAX];
+    float top_logprob[SEER_TOP_LOGPROBS_MAX];
+} seer_token_logprob;
+
 typedef struct {
     seer_sampler_params sampler;
     int max_tokens;          /* most tokens to generate (> 0); the context may end it sooner */
@@ -584,6 +598,11 @@ typedef struct {
                                 ends where the text first contains one, which is cut off */
     int n_stop;
     seer_spec_params spec;   /* this request's speculation (verified losslessly) */
+    bool logprobs;           /* every generated token's seer_token_logprob with top_logprobs
+                                (0..SEER_TOP_LOGPROBS_MAX) alternatives (seer_request_logprobs).
+                                Costs one small backend call per step, and the steps keep the
+                                call's logits (no argmax-only calls) */
+    int top_logprobs;
     /* Called on the stepping thread at the end of each seer_sched_step in which r emitted
      * tokens or finished (after the last call for r, the scheduler no longer holds it). */
     void (*on_update)(seer_request *r, void *user);
@@ -609,6 +628,10 @@ int seer_request_tokens(const seer_request *r, const int32_t **ids);
  * off, and a tail that may still become a stop string held back until it is decided.
  * NUL-terminated; *len (may be NULL) its length. End-of-generation tokens have no text. */
 const char *seer_request_text(const seer_request *r, size_t *len);
+/* The log-probabilities of the tokens generated so far (seer_request_params.logprobs), one
+ * per id of seer_request_tokens, in order; *out valid until the next step. 0 and *out NULL
+ * when the request asked for none. */
+int seer_request_logprobs(const seer_request *r, const seer_token_logprob **out);
 void *seer_request_user(const seer_request *r);
 int seer_request_n_prompt(const seer_request *r);
 
@@ -717,7 +740,20 @@ seer_status seer_model_sync(const seer_model *model);
 /* ---------------------------------------------------------------------------------------- */
 /* Chat templates (proposed; see src/tokenizer/chat.h)                                      */
 
-/* One message of a conversation. role is "system", "user" or "assistant". */
+/* A tool call of an assistant message, as a template writes it back into the conversation. */
+typedef struct {
+    const char *name;
+    const char *arguments; /* the arguments object as JSON text */
+} seer_chat_tool_call;
+
+/* The tool calls of one message (seer_chat_render_tools; only an assistant's may be any). */
+typedef struct {
+    const seer_chat_tool_call *calls;
+    int n;
+} seer_chat_calls;
+
+/* One message of a conversation. role is "system", "user" or "assistant" (and "tool" for
+ * seer_chat_render_tools: a tool's result). */
 typedef struct {
     const char *role;
     const char *content;
@@ -769,6 +805,21 @@ seer_status seer_chat_render(const seer_chat_template *t, const seer_chat_messag
 seer_status seer_chat_render_marked(const seer_chat_template *t, const seer_chat_message *msgs, int n,
                                     bool add_assistant, char *buf, uint8_t *special_ok, size_t cap,
                                     size_t *len);
+
+/* seer_chat_render_marked of a conversation with tools: tools [n_tools] are the JSON texts
+ * of the tool definitions as the template lists them ({"type": "function", "function": {...}}),
+ * calls [n] (may be NULL: none) the tool calls of each message (assistants' only), and "tool"
+ * messages hold a tool's result. The
+ * format is Qwen2.5's (Hermes style), which is ChatML's: the tools inside <tools></tools> in
+ * the system message (the conversation's own, else the template's default one) with the
+ * instruction to answer with <tool_call>{"name": ..., "arguments": ...}</tool_call>, each call
+ * of an assistant message on lines of its own after its text, and a run of tool messages as
+ * one user turn of <tool_response>...</tool_response> blocks. Templates without a tool format
+ * of their own (llama3, llama2, gemma, phi3) get the same text inside their own turns. With
+ * no tools and no tool messages or calls it is seer_chat_render_marked. */
+seer_status seer_chat_render_tools(const seer_chat_template *t, const seer_chat_message *msgs,
+                                   const seer_chat_calls *calls, int n, const char *const *tools, int n_tools, bool add_assistant, char *buf,
+                                   uint8_t *special_ok, size_t cap, size_t *len);
 
 /* Whether token ends a turn or a text: EOS and tokens such as <|im_end|>, <|eot_id|>,
  * <|endoftext|> (the list llama.cpp uses). */

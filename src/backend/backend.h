@@ -106,6 +106,16 @@ typedef struct {
                                   * with attn_softcap */
 } seer_attn_batch;
 
+/* Most alternatives logprob_rows returns per row (OpenAI's top_logprobs bound). */
+#define SEER_LOGPROB_TOP_MAX 20
+
+/* One row of logprob_rows: a row of the target's logits and the token whose log-probability
+ * is wanted there. Several rows may name the same logits with other tokens. */
+typedef struct {
+    const float *logits; /* [V] backend memory */
+    int32_t token;       /* 0 <= token < V */
+} seer_logprob_row;
+
 /* One row of sample_rows: the sampler transform of src/sample/sample.h
  * (seer_sampler_probs_with_history) of a row of logits, then a draw from it. */
 typedef struct {
@@ -339,6 +349,14 @@ typedef struct {
      * CPU except within float rounding of a boundary (a top-k/top-p cut or a CDF step). */
     seer_status (*sample_rows)(seer_backend *be, const seer_sample_row *rows, int n, int V,
                                int32_t *ids);
+    /* For each of n rows, the log-softmax of the raw logits (no sampler transform): lp [n]
+     * (host) = that of rows[r].token, and its k (0..SEER_LOGPROB_TOP_MAX) largest entries
+     * into top_id and top_lp [n][k] (host; may be NULL when k is 0), largest first, ties to
+     * the lower id. NaN logits count as -inf. The log-sum-exp is taken in double around the
+     * row's maximum; backends agree within float rounding (the sum's order). Lets logprobs
+     * move a few numbers per row, not rows of V logits, to the host. */
+    seer_status (*logprob_rows)(seer_backend *be, const seer_logprob_row *rows, int n, int V, int k,
+                                float *lp, int32_t *top_id, float *top_lp);
     /* For each of n chains: n_acc [n] (host) = accepted draft tokens a, next [n] (host) = the
      * token emitted after them: from norm(max(p_a - q_a, 0)) after a rejection (p_a if that is
      * all zero), from p_nd if all are accepted (draft x_i passes when q_i(x) > 0 and

@@ -446,6 +446,16 @@ seer_status seer_context_sample(seer_context *c, const seer_sample_row *rows, in
     return be->ops->sample_rows(be, rows, n, c->model->info.n_vocab, ids);
 }
 
+seer_status seer_context_logprobs(seer_context *c, const seer_logprob_row *rows, int n, int k, float *lp,
+                                  int32_t *top_id, float *top_lp) {
+    seer_backend *be = c->be;
+    if (!be->ops->logprob_rows)
+        return seer_err(SEER_ERR_UNSUPPORTED, "this backend computes no log-probabilities");
+    if (n <= 0)
+        return SEER_OK;
+    return be->ops->logprob_rows(be, rows, n, c->model->info.n_vocab, k, lp, top_id, top_lp);
+}
+
 seer_status seer_context_accept(seer_context *c, const seer_accept_chain *chains, int n,
                                 int32_t *n_acc, int32_t *next) {
     seer_backend *be = c->be;

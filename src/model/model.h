@@ -163,6 +163,11 @@ seer_status seer_context_accept(seer_context *c, const seer_accept_chain *chains
 seer_status seer_context_accept_trees(seer_context *c, const seer_accept_tree *trees, int n, int stride,
                                       int32_t *n_acc, int32_t *path, int32_t *next, int32_t *n_u);
 
+/* The backend's logprob_rows over rows in c's backend memory: per row the raw log-softmax
+ * at its token, and the k most likely tokens (SEER_ERR_UNSUPPORTED where it has none). */
+seer_status seer_context_logprobs(seer_context *c, const seer_logprob_row *rows, int n, int k, float *lp,
+                                  int32_t *top_id, float *top_lp);
+
 /* The backend params ask for (AUTO: CUDA when built with it and a device is present). */
 seer_status seer_model_pick_backend(seer_model_params params, seer_backend **out);
 /* SEER_ERR_UNSUPPORTED where H query heads over Hkv key/value heads do not divide over tp

@@ -465,6 +465,15 @@ static seer_status tp_sample_rows(seer_backend *be, const seer_sample_row *rows,
     return SEER_OK;
 }
 
+static seer_status tp_logprob_rows(seer_backend *be, const seer_logprob_row *rows, int n, int V, int k, float *lp,
+                                   int32_t *top_id, float *top_lp) {
+    tp_be *t = tp_of(be);
+    for (int i = 0; i < n; i++)
+        SEER_TRY(seer_tp_make_root(t, rows[i].logits));
+    SEER_TRY(seer_tp_bind(t, 0));
+    return ROPS(t, 0)->logprob_rows(RANK(t, 0), rows, n, V, k, lp, top_id, top_lp);
+}
+
 static seer_status tp_accept_chains(seer_backend *be, const seer_accept_chain *chains, int n, int V,
                                     int32_t *n_acc, int32_t *next) {
     tp_be *t = tp_of(be);
@@ -499,6 +508,7 @@ void seer_tp_fill_compute_ops(seer_backend_ops *o, const seer_backend_ops *in, i
     o->argmax_rows = tp_argmax_rows;
     o->sample_rows = tp_sample_rows;
     o->accept_chains = tp_accept_chains;
+    o->logprob_rows = in->logprob_rows ? tp_logprob_rows : NULL;
     o->accept_trees = in->accept_trees ? tp_accept_trees : NULL;
     o->matmul_split = in->matmul_split ? tp_matmul_split : NULL;
     o->matmul_add = in->matmul_add ? tp_matmul_add : NULL;

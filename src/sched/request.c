@@ -40,6 +40,7 @@ void seer_request_free(seer_request *r) {
     free(r->stop);
     free(r->tokens);
     free(r->text);
+    free(r->lp);
     free(r->qcap);
     seer_sampler_free(r->smp);
     seer_detok_free(r->dt);
@@ -68,6 +69,9 @@ seer_status seer_request_new(const seer_model *model, const int32_t *prompt, int
         if (l < 1 || l > STOP_MAX_BYTES)
             return seer_err(SEER_ERR_INVALID_ARG, "stop string %d must have 1 to %d bytes", i, STOP_MAX_BYTES);
     }
+    if (params->logprobs && (params->top_logprobs < 0 || params->top_logprobs > SEER_TOP_LOGPROBS_MAX))
+        return seer_err(SEER_ERR_INVALID_ARG, "top_logprobs %d must be 0..%d", params->top_logprobs,
+                        SEER_TOP_LOGPROBS_MAX);
     SEER_TRY(seer_sampler_params_check(&params->sampler));
     seer_request *r = calloc(1, sizeof *r);
     if (!r)
@@ -121,6 +125,31 @@ seer_status seer_request_reserve(seer_request *r, int n_ctx) {
     r->tokens = t;
     r->cap = n_ctx + 1;
     return SEER_OK;
+}
+
+void seer_request_put_logprob(seer_request *r, const seer_token_logprob *lp) {
+    if (r->finish != SEER_FINISH_NONE || !r->p.logprobs)
+        return;
+    const int i = r->n_tokens - r->n_prompt;
+    if (i >= r->lp_cap) {
+        const int cap = r->lp_cap ? 2 * r->lp_cap : 64;
+        seer_token_logprob *p = realloc(r->lp, (size_t)cap * sizeof *p);
+        if (!p) {
+            seer_request_finish(r, SEER_FINISH_ERROR);
+            return;
+        }
+        r->lp = p;
+        r->lp_cap = cap;
+    }
+    r->lp[i] = *lp;
+}
+
+int seer_request_logprobs(const seer_request *r, const seer_token_logprob **out) {
+    *out = NULL;
+    if (!r || !r->p.logprobs || !r->lp)
+        return 0;
+    *out = r->lp;
+    return r->n_tokens - r->n_prompt;
 }
 
 void seer_request_cancel(seer_request *r) {

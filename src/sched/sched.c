@@ -373,7 +373,8 @@ static seer_status admit(seer_sched *s, seer_request *r) {
     }
     const seer_round_seq q = {.seq = seq, .tokens = r->tokens, .n_tokens = r->n_tokens, .n_prompt = r->n_prompt,
                               .cap = r->cap, .max_new = r->p.max_tokens, .ignore_eos = r->p.ignore_eos,
-                              .smp = r->smp, .sp = r->p.sampler};
+                              .smp = r->smp, .sp = r->p.sampler, .logprobs = r->p.logprobs,
+                              .top_logprobs = r->p.top_logprobs};
     int h;
     seer_status st = seer_round_attach(g, &q, &h);
     if (st != SEER_OK) {
@@ -712,11 +713,17 @@ static seer_status run_plan(seer_sched *s, int n) {
 typedef struct {
     seer_request *r;
     int n_ctx;
+    const seer_gen *g;
+    int k, j; /* the round entry and the token of its round being emitted */
 } emit_target;
 
-/* A round's token into its request: text, stop set, limits; true when the request ends. */
+/* A round's token into its request: its log-probability, text, stop set, limits; true when
+ * the request ends. */
 static bool emit_request(void *user, int32_t t) {
-    const emit_target *to = user;
+    emit_target *to = user;
+    const seer_token_logprob *lp = seer_round_logprob(to->g, to->k, to->j++);
+    if (lp)
+        seer_request_put_logprob(to->r, lp);
     seer_request_emit(to->r, t, to->n_ctx);
     return to->r->finish != SEER_FINISH_NONE;
 }
@@ -756,7 +763,7 @@ static void commit(seer_sched *s, int n) {
         seer_status st = seer_round_settle(g, pe->k, !pe->prefill);
         if (pe->prefill)
             st = prompt_done(s, r, st);
-        emit_target to = {.r = r, .n_ctx = s->ctx->params.n_ctx};
+        emit_target to = {.r = r, .n_ctx = s->ctx->params.n_ctx, .g = g, .k = pe->k};
         const seer_round_result res = seer_round_emit(g, pe->k, emit_request, &to);
         r->st.rounds++;
         r->st.drafted += res.drafted;

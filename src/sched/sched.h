@@ -51,6 +51,8 @@ struct seer_request {
     seer_rng rng_saved; /* the sampler's generator at the start of a step (rolled back on error) */
     double t_submit;
     seer_request_stats st;
+    seer_token_logprob *lp; /* [lp_cap] of the generated tokens (p.logprobs), n_generated used */
+    int lp_cap;
 };
 
 /* The time budget of prompt tokens beside decoding requests (stall.c). */
@@ -99,6 +101,9 @@ seer_status seer_request_reserve(seer_request *r, int n_ctx);
 /* Appends an emitted token: text, stop set, limits. Sets r->finish when it ends r. */
 void seer_request_emit(seer_request *r, int32_t t, int n_ctx);
 void seer_request_finish(seer_request *r, seer_finish_reason why);
+/* Keeps lp as the log-probability of the token about to be emitted (seer_request_emit comes
+ * next); a request that cannot keep it (out of memory) finishes with SEER_FINISH_ERROR. */
+void seer_request_put_logprob(seer_request *r, const seer_token_logprob *lp);
 double seer_sched_now(void);
 
 #endif

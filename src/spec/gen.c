@@ -79,6 +79,7 @@ void seer_gen_free(seer_gen *g) {
         g->dops->free(&g->env, g->dimpl);
     if (g->qd)
         g->model->be->ops->dealloc(g->model->be, g->qd);
+    seer_gen_lp_free(g);
     free(g->seqs), free(g->hs), free(g->gam), free(g->nd), free(g->draft), free(g->onehot);
     free(g->row0), free(g->t0);
     free(g->dl), free(g->par), free(g->path), free(g->hbuf), free(g->mask), free(g->trees);

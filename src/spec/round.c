@@ -41,6 +41,8 @@ seer_status seer_round_attach(seer_gen *g, const seer_round_seq *q, int *out) {
     s->ignore_eos = q->ignore_eos;
     s->smp = q->smp;
     s->sp = q->sp;
+    s->logprobs = q->logprobs;
+    s->top_logprobs = q->top_logprobs;
     s->accept_avg = 1.f;
     if (h >= g->n_seqs)
         g->n_seqs = h + 1;
@@ -100,7 +102,10 @@ int seer_round_add(seer_gen *g, int h, int gam, int dl) {
 
 int seer_round_nodes(const seer_gen *g, int k) { return g->nd[k]; }
 
-bool seer_round_greedy(const seer_gen *g, int k) { return seer_gen_argmax_only(&g->seqs[g->hs[k]]); }
+bool seer_round_greedy(const seer_gen *g, int k) {
+    const seer_gen_seq *s = &g->seqs[g->hs[k]];
+    return seer_gen_argmax_only(s) && !s->logprobs; /* log-probabilities read the logits */
+}
 
 seer_status seer_round_propose(seer_gen *g, int n) {
     bool any = false, sampled = false;
@@ -186,7 +191,7 @@ static seer_status verify_plain(seer_gen *g, int k0, int k1, const int32_t *ids,
     return SEER_OK;
 }
 
-seer_status seer_round_verify(seer_gen *g, int k0, int k1, const int32_t *ids, float *logits) {
+static seer_status verify_rule(seer_gen *g, int k0, int k1, const int32_t *ids, float *logits) {
     if (g->spec.kind == SEER_SPEC_NONE)
         return verify_plain(g, k0, k1, ids, logits);
     if (!ids)
@@ -194,6 +199,18 @@ seer_status seer_round_verify(seer_gen *g, int k0, int k1, const int32_t *ids, f
     for (int k = k0; k < k1; k++)
         g->acc[k] = seer_verify_tree_ids(g, k, &g->seqs[g->hs[k]], ids + g->row0[k], &g->next[k]);
     return SEER_OK;
+}
+
+seer_status seer_round_verify(seer_gen *g, int k0, int k1, const int32_t *ids, float *logits) {
+    SEER_TRY(seer_gen_lp_prepare(g, k0, k1));
+    SEER_TRY(verify_rule(g, k0, k1, ids, logits));
+    return seer_gen_lp_compute(g, k0, k1, ids ? NULL : logits);
+}
+
+const seer_token_logprob *seer_round_logprob(const seer_gen *g, int k, int j) {
+    if (!g->seqs[g->hs[k]].logprobs || !g->lpk || j < 0 || j > g->acc[k])
+        return NULL;
+    return &g->lpk[(size_t)k * (g->G + 1) + j];
 }
 
 seer_status seer_round_settle(seer_gen *g, int k, bool observe) {

@@ -31,6 +31,8 @@ typedef struct {
     bool ignore_eos;
     seer_sampler *smp;
     seer_sampler_params sp;
+    bool logprobs;    /* its emitted tokens get log-probabilities (seer_round_logprob) */
+    int top_logprobs; /* with this many alternatives (<= SEER_TOP_LOGPROBS_MAX) */
 } seer_round_seq;
 
 /* ---- sequences of a class ---------------------------------------------------------------- */
@@ -90,9 +92,16 @@ void seer_round_out_row(seer_gen *g, int k, int row);
 /* Marks in mask [T][T] the rows put for entry k attending their ancestors and themselves. */
 void seer_round_mask(const seer_gen *g, int k, uint8_t *mask, int T);
 /* Verifies entries [k0, k1) on the call's outputs: ids (argmax, when every entry is greedy)
- * or logits [..][V] (backend memory; sampled rows' logits are overwritten by probabilities).
- * A class without speculation skips the verifier: the next token is drawn from the row. */
+ * or logits [..][V] (backend memory; sampled rows' logits are overwritten by probabilities,
+ * except those of sequences that want log-probabilities). A class without speculation skips
+ * the verifier: the next token is drawn from the row. Then the log-probabilities of what the
+ * entries that want them will emit (seer_round_logprob). */
 seer_status seer_round_verify(seer_gen *g, int k0, int k1, const int32_t *ids, float *logits);
+
+/* The log-probability of the j-th token (0 .. accepted) entry k's round emits, and the most
+ * likely tokens at its position, under the target's raw distribution (spec/logprobs.c); NULL
+ * when the sequence asked for none. Valid until the next verification. */
+const seer_token_logprob *seer_round_logprob(const seer_gen *g, int k, int j);
 
 /* Moves entry k's accepted KV rows after its pending token and cuts the cache after them;
  * observe: counts the round into the online tree planner (a drafted round). */

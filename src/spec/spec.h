@@ -40,6 +40,8 @@ typedef struct {
         int64_t pos;  /* next outcome */
     } trace[SEER_GEN_TRACE_SLOTS];
     int n_trace;
+    bool logprobs;    /* emitted tokens get their log-probabilities (logprobs.c) */
+    int top_logprobs; /* with this many alternatives */
 } seer_gen_seq;
 
 struct seer_gen {
@@ -112,6 +114,15 @@ struct seer_gen {
     int *first;       /* [B] first row of each sequence in rows */
     int *chain;       /* [B] its chain, -1: none */
     int32_t *acc, *next, *c_acc, *c_next; /* [B] results per sequence and per chain */
+    /* log-probabilities of emitted tokens (logprobs.c), allocated at first use */
+    float *lpp;       /* [lpp_rows][V] backend memory: the probabilities of the sampled rows of
+                       * entries that want logprobs, kept apart so that their logits stay */
+    int lpp_rows;
+    int *lprow;       /* [B] each entry's first row in lpp, -1: its rows are overwritten */
+    seer_token_logprob *lpk; /* [B][G + 1] each entry's emitted tokens' log-probabilities */
+    seer_logprob_row *lpr;   /* [B * (G + 1)] rows of one logprob_rows call, and its results: */
+    float *lpv, *lpt;        /* [B * (G + 1)], [B * (G + 1)][SEER_LOGPROB_TOP_MAX] */
+    int32_t *lpi;            /* [B * (G + 1)][SEER_LOGPROB_TOP_MAX] */
 };
 
 /* True when the sequence's sampler is plain argmax of the logits: then forward calls return
@@ -249,6 +260,19 @@ seer_status seer_gen_need_q(seer_gen *g);
 
 /* The first token after a prefill whose last logits are logits [V] (backend memory). */
 seer_status seer_gen_first_token(seer_gen *g, seer_gen_seq *s, float *logits, int32_t *next);
+
+/* ---- Log-probabilities of emitted tokens (logprobs.c) ------------------------------------ */
+
+/* Before verifying entries [k0, k1): room for the probabilities of their sampled rows that
+ * must not overwrite the logits (g->lprow), and for the results. */
+seer_status seer_gen_lp_prepare(seer_gen *g, int k0, int k1);
+/* The probability rows the verifier writes for entry k's row j whose logits are at Lk: apart
+ * when the entry wants logprobs, else in place. */
+float *seer_gen_lp_probs(seer_gen *g, int k, float *Lk);
+/* After verifying entries [k0, k1) on logits [..][V] (backend memory, intact where lprow
+ * says): the log-probability and alternatives of every token each will emit, into g->lpk. */
+seer_status seer_gen_lp_compute(seer_gen *g, int k0, int k1, const float *logits);
+void seer_gen_lp_free(seer_gen *g);
 
 /* The verification rule (§3 of the speculative-decoding reference) for sequences k0..k1 of
  * the round (handles g->hs[k], trees g->draft/par + k*G, g->nd[k], g->qd, g->onehot[k])

@@ -87,9 +87,11 @@ seer_status seer_verify_group(seer_gen *g, int k0, int k1, const int *row0, floa
             g->acc[k] = 0;
             g->rows[nr++] = seer_gen_node_row(g, k, s, -1, Lk, NULL, seer_gen_draw(s));
         } else {
-            /* p of every node in place of the logits, then the rule over them */
+            /* p of every node in place of the logits (apart from them when the entry wants
+             * log-probabilities: logprobs.c reads the logits after), then the rule over them */
+            float *Pk = seer_gen_lp_probs(g, k, Lk);
             for (int j = 0; j <= nd; j++)
-                g->rows[nr++] = seer_gen_node_row(g, k, s, j - 1, Lk + (size_t)j * V, Lk + (size_t)j * V, -1);
+                g->rows[nr++] = seer_gen_node_row(g, k, s, j - 1, Lk + (size_t)j * V, Pk + (size_t)j * V, -1);
             seer_rng *rng = seer_sampler_rng(s->smp);
             g->rng0[k - k0] = *rng;
             double *u = g->u + nu;
@@ -99,12 +101,12 @@ seer_status seer_verify_group(seer_gen *g, int k0, int k1, const int *row0, floa
             const float *q = g->onehot[k] ? NULL : g->qd + (size_t)k * G * V;
             if (seer_gen_is_chain(g, k)) {
                 g->chains[nc] = (seer_accept_chain){
-                    .nd = nd, .draft = d, .p = Lk, .u = u, .q = q,
+                    .nd = nd, .draft = d, .p = Pk, .u = u, .q = q,
                     .resample_from_p = WRONG_RULE};
                 g->chain[k] = nc++;
             } else {
                 g->trees[nt] = (seer_accept_tree){
-                    .n = nd, .tok = d, .parent = g->par + (size_t)k * G, .p = Lk, .q = q, .u = u,
+                    .n = nd, .tok = d, .parent = g->par + (size_t)k * G, .p = Pk, .q = q, .u = u,
                     .resample_from_p = WRONG_RULE};
                 g->chain[k] = (1 << 20) + nt++;
             }

@@ -431,7 +431,7 @@ def malformed_cases(port, model_id):
         ("seer tree deeper than its nodes", "POST", C,
          '{"prompt": "x", "seer": {"spec": "streaming", "tree_size": 2, "tree_depth": 5}}', 400),
         ("seer not object", "POST", C, '{"prompt": "x", "seer": 1}', 400),
-        ("logprobs", "POST", C, '{"prompt": "x", "logprobs": 3}', 400),
+        ("logprobs", "POST", C, '{"prompt": "x", "logprobs": 6}', 400),
         ("stream_options not object", "POST", C, '{"prompt": "x", "stream_options": "x"}', 400),
         ("presence_penalty", "POST", C, '{"prompt": "x", "presence_penalty": 3}', 400),
         ("GET on completions", "GET", C, None, 405),
@@ -872,7 +872,7 @@ def test_fields(port, model_id):
             "frequency_penalty": [(0, same), (2, ("penalised", None))],
             "presence_penalty": [(0, same), (2, ("penalised", None))],
             "logit_bias": [({}, same), refused({"5": 10})],
-            "logprobs": [(False, same), refused(True if is_chat else 2)],
+            "logprobs": [(False, same), (True if is_chat else 2, ("logprobs", None)), refused(3 if is_chat else 6)],
             "max_tokens": [(3, ("length", 3))],
             "n": [(1, same), (2, ("choices", 2)), refused(17), refused(0)],
             "seed": [(7, ("seeded", None))],
@@ -904,8 +904,9 @@ def test_fields(port, model_id):
                 "store": [(False, same), refused(True)],
                 "tool_choice": [("none", same), refused("auto"), refused("required"),
                                 refused({"type": "function", "function": {"name": "f"}})],
-                "tools": [([], same), refused([{"type": "function", "function": {"name": "f"}}])],
-                "top_logprobs": [(0, same), refused(3)],
+                "tools": [([], same), ([{"type": "function", "function": {"name": "f"}}], ("tools", None)),
+                          refused([{"type": "function", "function": {"name": "a b"}}])],
+                "top_logprobs": [(0, same), refused(3), refused(21)],
                 "web_search_options": [refused({})],
                 "verbosity": [("medium", same), refused("low")],
             })
@@ -931,6 +932,13 @@ def test_fields(port, model_id):
                     check(st == want and err.get("param") == field and err.get("type") == "invalid_request_error"
                           and isinstance(err.get("code"), str) and field in err.get("message", ""),
                           f"{what}: want {want} naming the field: {st} {err}")
+                    continue
+                if kind == "tools":  # rendered into the prompt: longer, past this server's --max-prompt
+                    st, data = post(path, body)  # (tests/serve/test_tools.py tests tools on a longer context)
+                    err = json.loads(data).get("error") or {}
+                    check((st == 200 and json.loads(data)["usage"]["prompt_tokens"] > ref["usage"]["prompt_tokens"])
+                          or (st == 400 and err.get("code") in ("prompt_too_long", "context_length_exceeded")),
+                          f"{what}: {st} {data[:200]!r}")
                     continue
                 # what shows the field's effect: a fixed length, sampling, a stream
                 if kind in ("length", "seeded", "sampled", "nucleus", "penalised"):
@@ -980,6 +988,10 @@ def test_fields(port, model_id):
                 elif kind == "other_prompt":
                     check(r["usage"]["prompt_tokens"] != ref["usage"]["prompt_tokens"] and text_of(r) != ref_text,
                           f"{what}: {r['usage']} {text_of(r)!r}")
+                elif kind == "logprobs":  # the same text, and a value per token of it
+                    lp = r["choices"][0]["logprobs"]
+                    toks = [e["token"] for e in lp["content"]] if is_chat else lp["tokens"]
+                    check(text_of(r) == ref_text and "".join(toks) == ref_text, f"{what}: {toks}")
                 elif kind == "echo":
                     check(text_of(r) == base["prompt"] + ref_text, f"{what}: {text_of(r)!r}")
                     ev, done = answer(path, dict(body, stream=True))

@@ -109,6 +109,15 @@ typedef struct {
     seer_finish_reason finish;
     seer_request_stats st;
     double t_last;               /* time of the latest update (inter-token latency) */
+    /* log-probabilities (job->logprobs), from the scheduler thread under the job's mu: one
+     * per generated id, with the offset of its text in the generated text (serve_logprobs.c) */
+    seer_token_logprob *lp;
+    size_t *lp_off;
+    int n_lp, cap_lp;
+    seer_detok *lp_dt;           /* the text of the ids so far, for the offsets */
+    size_t lp_bytes;
+    int sent_lp;                 /* HTTP side: tokens whose log-probabilities are sent */
+    bool tools_done, called;     /* HTTP side, chats with tools: its end parsed; it made calls */
     /* HTTP side: streaming progress */
     size_t sent_text;            /* bytes of text already sent as events */
     bool sent_final;             /* its final chunk (finish_reason) is sent */
@@ -119,6 +128,10 @@ struct serve_job {
     serve_state *srv;
     serve_kind kind;
     bool stream, include_usage;
+    bool tools;                  /* chat with tools (tool_choice auto): outputs parsed for calls */
+    json_t *tool_defs;           /* then the request's tools (a reference) */
+    bool logprobs;               /* choices report log-probabilities */
+    int top_logprobs;            /* with this many alternatives */
     char *echo;                  /* /v1/completions with echo: the prompt's text, sent first */
     size_t echo_len;
     char id[48];
@@ -197,6 +210,22 @@ void serve_job_cancel(serve_job *j);
 /* Marks a choice that could not be submitted as finished, the job as failed (msg says why),
  * and drops the scheduler's reference to it (scheduler thread). */
 void serve_choice_fail(serve_choice *c, const char *msg);
+
+/* serve_logprobs.c: OpenAI's logprobs objects. */
+/* Takes the log-probabilities of r's new ids into c, with their text offsets (scheduler
+ * thread, c->job->mu held). Out of memory leaves c as it was (they come with a later call). */
+void serve_choice_take_logprobs(serve_choice *c, seer_request *r);
+/* Tokens of c whose text starts before byte text_len of its visible text (end-of-text tokens
+ * have none): what a response covering that text reports. */
+int serve_logprobs_count(const serve_choice *c, size_t text_len);
+/* The logprobs object of c's tokens [from, to): chat's {"content": [...], "refusal": null}, or
+ * completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"} with offsets
+ * counted from base (an echoed prompt's length). NULL when out of memory. */
+json_t *serve_logprobs_json(const serve_job *j, const serve_choice *c, int from, int to, size_t base);
+void serve_choice_free_logprobs(serve_choice *c);
+/* Reads logprobs (chat: a boolean, with top_logprobs 0..20; completions: an integer 0..5)
+ * into p; refuses them with echo. False with e filled on a bad value. */
+bool serve_logprobs_parse(json_t *root, serve_kind kind, bool echo, seer_request_params *p, serve_error *e);
 
 /* serve_metrics.c */
 void serve_metrics_init(serve_metrics *m);

@@ -17,6 +17,7 @@
  * the decode speed, which the chat page shows.
  */
 #include "serve.h"
+#include "serve_tools.h"
 #include "spec_kinds.h"
 
 #include <math.h>
@@ -103,7 +104,7 @@ static void free_choices(serve_job *j, int n) {
         seer_request_free(j->choices[i].req);
     }
     for (int i = 0; i < j->n_choices; i++)
-        free(j->choices[i].text), free(j->choices[i].ids);
+        free(j->choices[i].text), free(j->choices[i].ids), serve_choice_free_logprobs(&j->choices[i]);
     free(j->choices);
 }
 
@@ -120,6 +121,7 @@ void serve_job_unref(serve_job *j) {
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j->pending), free(j->echo);
+    json_decref(j->tool_defs);
     free(j);
     pthread_mutex_lock(&srv->mu);
     srv->n_jobs--;
@@ -180,6 +182,8 @@ static void on_update(seer_request *r, void *user) {
             c->n_ids = n;
         }
     }
+    if (j->logprobs)
+        serve_choice_take_logprobs(c, r);
     if (fin) {
         seer_request_get_stats(r, &c->st);
         choice_finished(c, seer_request_finish_reason(r));
@@ -278,9 +282,11 @@ static char *content_text(json_t *c, serve_error *e) {
     return s;
 }
 
-/* Prompt ids of a chat: the messages rendered with the model's template (no_think: a
- * thinking template opens the answer with an empty <think></think>, enable_thinking false). */
-static int32_t *chat_prompt(serve_state *srv, json_t *msgs, bool no_think, int *n, serve_error *e) {
+/* Prompt ids of a chat: the messages rendered with the model's template and the tools when
+ * they are on (no_think: a thinking template opens the answer with an empty <think></think>,
+ * enable_thinking false). */
+static int32_t *chat_prompt(serve_state *srv, json_t *msgs, const serve_tools *tools, bool no_think, int *n,
+                            serve_error *e) {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         serve_fail(e, 400, "messages", "invalid_type", "'messages' must be a non-empty array");
         return NULL;
@@ -291,13 +297,16 @@ static int32_t *chat_prompt(serve_state *srv, json_t *msgs, bool no_think, int *
         return NULL;
     }
     seer_chat_message *m = calloc(nm, sizeof *m);
+    seer_chat_calls *mc = calloc(nm, sizeof *mc);
     int32_t *ids = NULL;
     char *buf = NULL;
     uint8_t *mark = NULL;
     size_t i;
     json_t *msg;
-    if (!m)
+    if (!m || !mc) {
+        free(m), free(mc);
         return NULL;
+    }
     json_array_foreach(msgs, i, msg) {
         json_t *role = json_object_get(msg, "role"), *c = json_object_get(msg, "content");
         if (!json_is_object(msg) || !json_is_string(role)) {
@@ -305,11 +314,27 @@ static int32_t *chat_prompt(serve_state *srv, json_t *msgs, bool no_think, int *
             goto out;
         }
         const char *r = json_string_value(role);
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer")) {
-            serve_fail(e, 400, "messages", "invalid_value", "message %zu: role must be system, user or assistant", i);
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer") &&
+            strcmp(r, "tool")) {
+            serve_fail(e, 400, "messages", "invalid_value",
+                       "message %zu: role must be system, user, assistant or tool", i);
             goto out;
         }
         m[i].role = !strcmp(r, "developer") ? "system" : r;
+        json_t *tcid = json_object_get(msg, "tool_call_id");
+        if (tcid && !json_is_null(tcid) && !json_is_string(tcid)) {
+            serve_fail(e, 400, "messages", "invalid_type", "message %zu: 'tool_call_id' must be a string", i);
+            goto out;
+        }
+        json_t *calls = json_object_get(msg, "tool_calls");
+        if (calls && !json_is_null(calls) && strcmp(r, "assistant")) {
+            serve_fail(e, 400, "messages", "invalid_value", "message %zu: only an assistant has 'tool_calls'", i);
+            goto out;
+        }
+        if (!serve_tools_message_calls(calls, i, &mc[i], e))
+            goto out;
+        if (!c && mc[i].n) /* an assistant turn of calls alone */
+            c = json_null();
         if (!c || !(m[i].content = content_text(c, e))) {
             if (!e->status)
                 serve_fail(e, 400, "messages", "invalid_type", "message %zu needs a 'content'", i);
@@ -319,10 +344,15 @@ static int32_t *chat_prompt(serve_state *srv, json_t *msgs, bool no_think, int *
     size_t need = 0, len = 0;
     seer_chat_template tmpl = srv->tmpl;
     tmpl.no_think = no_think;
-    seer_chat_render(&tmpl, m, (int)nm, true, NULL, 0, &need);
+    const char *const *defs = tools->on ? (const char *const *)tools->defs : NULL;
+    const int nd = tools->on ? tools->n : 0;
+    if (seer_chat_render_tools(&tmpl, m, mc, (int)nm, defs, nd, true, NULL, NULL, 0, &need) == SEER_ERR_OOM) {
+        serve_fail(e, 500, NULL, NULL, "out of memory");
+        goto out;
+    }
     buf = malloc(need + 1);
     mark = malloc(need + 1);
-    if (!buf || !mark || seer_chat_render_marked(&tmpl, m, (int)nm, true, buf, mark, need + 1, &len) != SEER_OK) {
+    if (!buf || !mark || seer_chat_render_tools(&tmpl, m, mc, (int)nm, defs, nd, true, buf, mark, need + 1, &len) != SEER_OK) {
         serve_fail(e, 400, "messages", "invalid_value", "the conversation cannot be rendered: %s", seer_last_error());
         goto out;
     }
@@ -341,8 +371,14 @@ static int32_t *chat_prompt(serve_state *srv, json_t *msgs, bool no_think, int *
     }
     *n = cnt;
 out:
-    for (size_t k = 0; k < nm; k++)
+    for (size_t k = 0; k < nm; k++) {
         free((char *)m[k].content);
+        for (int c = 0; mc && c < mc[k].n; c++)
+            free((char *)mc[k].calls[c].arguments);
+        if (mc)
+            free((seer_chat_tool_call *)mc[k].calls);
+    }
+    free(mc);
     free(m), free(buf), free(mark);
     return ids;
 }
@@ -487,6 +523,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     bool stream = false, include_usage = false;
     char *echo_text = NULL;
     size_t echo_len = 0;
+    serve_tools tools = {0};
     long long iv;
     double dv;
     int r;
@@ -614,10 +651,14 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     }
     if (!parse_seer(srv, json_object_get(root, "seer"), &p, e))
         goto out;
+    if (!serve_logprobs_parse(root, kind, echo, &p, e))
+        goto out;
     if (kind == JOB_CHAT) {
         /* chat_template_kwargs: serve_fields.c let only enable_thinking through, a boolean */
         const json_t *think = json_object_get(json_object_get(root, "chat_template_kwargs"), "enable_thinking");
-        ids = chat_prompt(srv, json_object_get(root, "messages"), json_is_false(think), &n, e);
+        if (!serve_tools_parse(root, &tools, e))
+            goto out;
+        ids = chat_prompt(srv, json_object_get(root, "messages"), &tools, json_is_false(think), &n, e);
     } else {
         json_t *pr = json_object_get(root, "prompt");
         if (!pr || json_is_null(pr)) {
@@ -663,6 +704,10 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
         goto out;
     j->stream = stream;
     j->include_usage = include_usage;
+    j->logprobs = p.logprobs;
+    j->tools = tools.on;
+    j->tool_defs = tools.on ? json_incref(tools.tools) : NULL;
+    j->top_logprobs = p.top_logprobs;
     j->echo = echo_text, j->echo_len = echo_len;
     echo_text = NULL;
     pthread_mutex_lock(&srv->mu);
@@ -671,6 +716,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     srv->n_jobs++;
     pthread_mutex_unlock(&srv->mu);
 out:
+    serve_tools_free(&tools);
     free(ids);
     free(echo_text);
     free(stops);
@@ -712,21 +758,35 @@ static const char *model_of(const serve_job *j) { return j->srv->model_id; }
 /* One choice of a whole response. */
 static json_t *whole_choice(serve_job *j, serve_choice *c) {
     const char *fin = serve_finish_api(c->finish);
-    if (j->kind == JOB_CHAT)
-        return json_pack("{s:i,s:{s:s,s:s%},s:o,s:n}", "index", c->index, "message", "role", "assistant",
-                         "content", c->text ? c->text : "", c->text_len,
-                         "finish_reason", fin ? json_string(fin) : json_null(), "logprobs");
+    json_t *lp = j->logprobs ? serve_logprobs_json(j, c, 0, serve_logprobs_count(c, c->text_len), j->echo_len)
+                             : json_null();
+    if (!lp)
+        return NULL;
+    if (j->kind == JOB_CHAT) {
+        bool called = false;
+        char pre[80];
+        snprintf(pre, sizeof pre, "%s_%d", j->id, c->index);
+        json_t *msg = j->tools ? serve_tools_message(c->text ? c->text : "", c->text_len, j->tool_defs, pre, &called)
+                               : json_pack("{s:s,s:s%}", "role", "assistant", "content", c->text ? c->text : "",
+                                           c->text_len);
+        if (called && c->finish == SEER_FINISH_STOP)
+            fin = "tool_calls";
+        return json_pack("{s:i,s:o,s:o,s:o}", "index", c->index, "message", msg, "finish_reason",
+                         fin ? json_string(fin) : json_null(), "logprobs", lp);
+    }
     /* echo: the prompt's text, then the completion's */
     const size_t n = j->echo_len + c->text_len;
     char *t = malloc(n + 1);
-    if (!t)
+    if (!t) {
+        json_decref(lp);
         return NULL;
+    }
     if (j->echo_len)
         memcpy(t, j->echo, j->echo_len);
     if (c->text_len)
         memcpy(t + j->echo_len, c->text, c->text_len);
     t[n] = 0;
-    json_t *o = json_pack("{s:i,s:s%,s:n,s:o}", "index", c->index, "text", t, n, "logprobs", "finish_reason",
+    json_t *o = json_pack("{s:i,s:s%,s:o,s:o}", "index", c->index, "text", t, n, "logprobs", lp, "finish_reason",
                           fin ? json_string(fin) : json_null());
     free(t);
     return o;
@@ -820,15 +880,52 @@ static bool first_events(serve_job *j) {
     return ok;
 }
 
+/* A finished choice of a chat with tools, once: when its text holds calls, its content left
+ * and the calls' deltas are pushed (true; c->called); else false (the rest is content). */
+static bool serve_tools_final(serve_job *j, serve_choice *c, bool *ok) {
+    if (c->tools_done)
+        return c->called;
+    c->tools_done = true;
+    char pre[80];
+    snprintf(pre, sizeof pre, "%s_%d", j->id, c->index);
+    size_t cl = 0;
+    json_t *calls = serve_tools_parse_output(c->text ? c->text : "", c->text_len, j->tool_defs, pre, &cl);
+    if (!calls)
+        return false;
+    c->called = true;
+    if (cl > c->sent_text)
+        *ok = *ok && push_event(j, chunk(j, choice_of(j, c->index, c->text + c->sent_text, cl - c->sent_text, NULL)));
+    json_t *d = serve_tools_deltas(calls);
+    size_t k;
+    json_t *x;
+    json_array_foreach(d, k, x)
+        *ok = *ok && push_event(j, chunk(j, json_pack("{s:i,s:O,s:n,s:n}", "index", c->index, "delta", x, "logprobs",
+                                                        "finish_reason")));
+    json_decref(d);
+    json_decref(calls);
+    c->sent_text = c->text_len;
+    return true;
+}
+
 /* Phase 1: new text of each choice, then the final chunk of each finished one; when all are
  * sent, the usage chunk if asked for. Returns false when nothing new is there. */
 static bool text_events(serve_job *j) {
     bool any = false, ok = true;
     for (int i = 0; i < j->n_choices; i++) {
         serve_choice *c = &j->choices[i];
-        if (c->text_len > c->sent_text) {
-            ok = ok && push_event(j, chunk(j, choice_of(j, i, c->text + c->sent_text, c->text_len - c->sent_text, NULL)));
-            c->sent_text = c->text_len;
+        /* with tools, text that is or may become a call waits for the end */
+        size_t avail = j->tools && !c->done ? serve_tools_safe_prefix(c->text, c->text_len) : c->text_len;
+        if (j->tools && c->done && serve_tools_final(j, c, &ok))
+            avail = c->sent_text;
+        if (avail > c->sent_text) {
+            json_t *ch = choice_of(j, i, c->text + c->sent_text, avail - c->sent_text, NULL);
+            if (ch && j->logprobs) { /* the tokens whose text starts in this piece */
+                const int to = serve_logprobs_count(c, avail);
+                json_object_set_new(ch, "logprobs", serve_logprobs_json(j, c, c->sent_lp, to, j->echo_len));
+                c->sent_lp = to;
+            }
+            ok = ok && push_event(j, chunk(j, ch));
+            c->sent_text = avail;
             any = true;
         }
     }
@@ -838,7 +935,8 @@ static bool text_events(serve_job *j) {
     for (int i = 0; i < j->n_choices; i++) {
         serve_choice *c = &j->choices[i];
         if (c->done && !c->sent_final) {
-            json_t *o = chunk(j, choice_of(j, i, NULL, 0, serve_finish_api(c->finish)));
+            const char *fin = c->called && c->finish == SEER_FINISH_STOP ? "tool_calls" : serve_finish_api(c->finish);
+            json_t *o = chunk(j, choice_of(j, i, NULL, 0, fin));
             if (o)
                 json_object_set_new(o, "seer", seer_of(c));
             ok = ok && push_event(j, o);

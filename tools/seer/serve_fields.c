@@ -2,8 +2,8 @@
  * serve_fields.c: the top-level fields of an OpenAI request body, each either honoured or
  * refused. One table names every field /v1/chat/completions and /v1/completions take and
  * what seer does with it; a field not in the table for its endpoint is refused (as OpenAI
- * refuses unknown parameters), and so is a value seer cannot honour (n > 1, logprobs,
- * penalties other than 0, tools, a response format other than text ...). Fields whose only
+ * refuses unknown parameters), and so is a value seer cannot honour (a response format
+ * other than text, a logit bias ...). Fields whose only
  * effect is metadata on OpenAI's side (user, metadata, safety_identifier, prompt_cache_key,
  * store false, service_tier auto or default) are accepted after a type check: by definition
  * they change no output. null is the field left out, for any field.
@@ -148,18 +148,6 @@ static bool ck_service_tier(json_t *o, const char *key, json_t *v, serve_error *
                                                        : unsupported(e, key, " (only \"auto\" or \"default\")");
 }
 
-/* Chat: a boolean; completions: false or an integer. No log probabilities are computed. */
-static bool ck_logprobs(json_t *o, const char *key, json_t *v, serve_error *e) {
-    (void)o;
-    if (json_is_false(v))
-        return true;
-    if (!json_is_boolean(v) && !json_is_integer(v)) {
-        serve_fail(e, 400, key, "invalid_type", "'%s' must be a boolean or an integer", key);
-        return false;
-    }
-    return unsupported(e, key, "");
-}
-
 /* An integer whose only value seer honours is `only`. */
 static bool ck_int_only(json_t *o, const char *key, long long lo, long long hi, long long only, serve_error *e) {
     long long d = only;
@@ -170,11 +158,6 @@ static bool ck_int_only(json_t *o, const char *key, long long lo, long long hi, 
     char why[32];
     snprintf(why, sizeof why, " (only %lld)", only);
     return unsupported(e, key, why);
-}
-
-static bool ck_top_logprobs(json_t *o, const char *key, json_t *v, serve_error *e) {
-    (void)v;
-    return ck_int_only(o, key, 0, 20, 0, e);
 }
 
 static bool ck_best_of(json_t *o, const char *key, json_t *v, serve_error *e) {
@@ -198,12 +181,13 @@ static bool ck_empty(json_t *o, const char *key, json_t *v, serve_error *e) {
     return unsupported(e, key, "");
 }
 
-/* With no tools, "none" (call none) is what happens; any other choice asks for tools. */
+/* The legacy function_call: with no functions, "none" (call none) is what happens; any other
+ * choice asks for functions (tools and tool_choice are their successors, serve_tools.c). */
 static bool ck_tool_choice(json_t *o, const char *key, json_t *v, serve_error *e) {
     (void)o;
     if (json_is_string(v) && !strcmp(json_string_value(v), "none"))
         return true;
-    return unsupported(e, key, " (tools are not supported; only \"none\")");
+    return unsupported(e, key, " (functions are not supported, tools are; only \"none\")");
 }
 
 static bool ck_refused(json_t *o, const char *key, json_t *v, serve_error *e) {
@@ -273,13 +257,13 @@ static const struct {
     {"best_of", F_COMPL, ck_best_of},
     {"frequency_penalty", F_BOTH, ck_read},
     {"presence_penalty", F_BOTH, ck_read},
-    {"logprobs", F_BOTH, ck_logprobs},
-    {"top_logprobs", F_CHAT, ck_top_logprobs},
+    {"logprobs", F_BOTH, ck_read},
+    {"top_logprobs", F_CHAT, ck_read},
     {"logit_bias", F_BOTH, ck_empty},
     {"suffix", F_COMPL, ck_empty},
-    {"tools", F_CHAT, ck_empty},
+    {"tools", F_CHAT, ck_read},
     {"functions", F_CHAT, ck_empty},
-    {"tool_choice", F_CHAT, ck_tool_choice},
+    {"tool_choice", F_CHAT, ck_read},
     {"function_call", F_CHAT, ck_tool_choice},
     {"response_format", F_CHAT, ck_response_format},
     {"modalities", F_CHAT, ck_modalities},

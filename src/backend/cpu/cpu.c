@@ -7,6 +7,7 @@
  */
 #include "backend/cpu/cpu.h"
 #include "backend/synth_hash.h"
+#include "sample/logprob.h"
 #include "sample/sample.h"
 #include "util/error.h"
 
@@ -468,6 +469,20 @@ static seer_status cpu_argmax_rows(seer_backend *be, int32_t *ids, const float *
     return SEER_OK;
 }
 
+static seer_status cpu_logprob_rows(seer_backend *be, const seer_logprob_row *rows, int n, int V, int k,
+                                    float *lp, int32_t *top_id, float *top_lp) {
+    (void)be;
+    if (k < 0 || k > SEER_LOGPROB_TOP_MAX || k > V)
+        return seer_err(SEER_ERR_INVALID_ARG, "logprob_rows: %d alternatives (0..%d)", k, SEER_LOGPROB_TOP_MAX);
+    for (int r = 0; r < n; r++) {
+        if (rows[r].token < 0 || rows[r].token >= V)
+            return seer_err(SEER_ERR_INVALID_ARG, "logprob_rows: token %d outside the vocabulary", rows[r].token);
+        seer_logprob_row_ref(rows[r].logits, V, rows[r].token, k, &lp[r], k ? top_id + (size_t)r * k : NULL,
+                             k ? top_lp + (size_t)r * k : NULL);
+    }
+    return SEER_OK;
+}
+
 /* ---- sampling: the host sampler itself, so that this backend is the reference ---------- */
 
 /* The sampler's scratch for V, then `floats` more floats (8-byte aligned: malloc'd). */
@@ -786,6 +801,7 @@ static const seer_backend_ops cpu_ops = {
     .gather_rows = cpu_gather_rows,
     .argmax_rows = cpu_argmax_rows,
     .sample_rows = cpu_sample_rows,
+    .logprob_rows = cpu_logprob_rows,
     .accept_chains = cpu_accept_chains,
     .accept_trees = cpu_accept_trees,
     .weight_random = cpu_weight_random,

@@ -266,6 +266,7 @@ static const struct {
     {seer_cuda_mm_init, seer_cuda_mm_free},     {seer_cuda_attention_init, seer_cuda_attention_free},
     {seer_cuda_smp_init, seer_cuda_smp_free},   {seer_cuda_rope_init, seer_cuda_rope_free},
     {seer_cuda_kvs_init, seer_cuda_kvs_free},   {seer_cuda_ew_init, seer_cuda_ew_free},
+    {seer_cuda_lp_init, seer_cuda_lp_free},
     {seer_cuda_comm_state_init, seer_cuda_comm_state_free},
 };
 
@@ -513,6 +514,7 @@ static seer_backend_ops cuda_ops_make(void) {
     o.argmax_rows = seer_cuda_argmax_rows;
     o.sample_rows = seer_cuda_sample_rows;
     o.accept_chains = seer_cuda_accept_chains;
+    o.logprob_rows = seer_cuda_logprob_rows;
     o.accept_trees = seer_cuda_accept_trees;
     o.weight_random = seer_cuda_weight_random;
     o.kv_fill_random = seer_cuda_kv_fill_random;

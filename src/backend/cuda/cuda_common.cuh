@@ -200,6 +200,7 @@ typedef struct seer_cuda_smp seer_cuda_smp;   /* sample.cu: sampling and accepta
 typedef struct seer_cuda_rot seer_cuda_rot;   /* rope.cu: the RoPE table */
 typedef struct seer_cuda_kvs seer_cuda_kvs;   /* kv.cu: kv_read's rows */
 typedef struct seer_cuda_ew seer_cuda_ew;     /* elementwise.cu: gather_rows */
+typedef struct seer_cuda_lp seer_cuda_lp;     /* logprob.cu: logprob_rows */
 typedef struct seer_cuda_comm seer_cuda_comm; /* comm_nccl.cu: the collectives' staging */
 
 /* One instance: the shared device state and this instance's own stream, graphs, staging of
@@ -220,6 +221,7 @@ typedef struct seer_cuda {
     seer_cuda_rot *rope;
     seer_cuda_kvs *kvs;
     seer_cuda_ew *ew;
+    seer_cuda_lp *lp;
     seer_cuda_comm *comm;
 
     /* batch_begin: one pinned staging buffer, one device buffer, both grow-only */
@@ -311,6 +313,8 @@ seer_status seer_cuda_kvs_init(struct seer_cuda *c);
 void seer_cuda_kvs_free(struct seer_cuda *c);
 seer_status seer_cuda_ew_init(struct seer_cuda *c);
 void seer_cuda_ew_free(struct seer_cuda *c);
+seer_status seer_cuda_lp_init(struct seer_cuda *c);
+void seer_cuda_lp_free(struct seer_cuda *c);
 seer_status seer_cuda_comm_state_init(struct seer_cuda *c);
 void seer_cuda_comm_state_free(struct seer_cuda *c);
 /* gather_rows' scratch of at least bytes (elementwise.cu), for a gather whose rows overlap */
@@ -407,6 +411,8 @@ seer_status seer_cuda_add(seer_backend *be, float *y, const float *x, size_t n);
 seer_status seer_cuda_gather_rows(seer_backend *be, float *y, const float *x, const int32_t *rows,
                                   int n_rows, int D);
 seer_status seer_cuda_argmax_rows(seer_backend *be, int32_t *ids, const float *logits, int n, int V);
+seer_status seer_cuda_logprob_rows(seer_backend *be, const seer_logprob_row *rows, int n, int V, int k,
+                                   float *lp, int32_t *top_id, float *top_lp);
 seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows, int n, int V,
                                   int32_t *ids);
 seer_status seer_cuda_accept_chains(seer_backend *be, const seer_accept_chain *chains, int n,
