@@ -774,6 +774,53 @@ seer_status seer_chat_render_marked(const seer_chat_template *t, const seer_chat
  * <|endoftext|> (the list llama.cpp uses). */
 bool seer_token_is_eog(const seer_model *model, int32_t token);
 
+/* ---------------------------------------------------------------------------------------- */
+/* Structured output: constraints                                                           */
+
+/* A constraint restricts generation to the texts of a grammar: GBNF-like text
+ * (src/constrain/grammar.c documents it), a JSON schema (the subset OpenAI's structured
+ * outputs accept: objects, arrays, enum, const, anyOf, strings with a few formats and pattern,
+ * integers and numbers, booleans, null, $ref to $defs; src/constrain/schema.c), any JSON
+ * object, or a regular expression. It holds the matcher's state for one generation: which
+ * tokens may come next (a mask over the vocabulary) after the tokens accepted so far. The
+ * same mask applies to the target's and the drafter's distributions, which keeps speculation
+ * exact. Hostile text gets an error, never a crash; work per byte is bounded. */
+typedef struct seer_constraint seer_constraint;
+
+typedef enum {
+    SEER_CONSTRAINT_GRAMMAR = 0,
+    SEER_CONSTRAINT_JSON_SCHEMA,
+    SEER_CONSTRAINT_JSON_OBJECT, /* text is ignored */
+    SEER_CONSTRAINT_REGEX,
+} seer_constraint_kind;
+
+/* Compiles text [len] for model's vocabulary. SEER_ERR_INVALID_ARG for malformed text,
+ * SEER_ERR_UNSUPPORTED for a schema feature not covered; seer_last_error() says which. */
+seer_status seer_constraint_new(const seer_model *model, seer_constraint_kind kind, const char *text,
+                                size_t len, seer_constraint **out);
+/* An independent copy of c's state (the compiled grammar and vocabulary are shared). */
+seer_status seer_constraint_clone(const seer_constraint *c, seer_constraint **out);
+void seer_constraint_free(seer_constraint *c);
+int seer_constraint_n_vocab(const seer_constraint *c);
+/* bits [(V + 31) / 32]: bit t % 32 of word t / 32 set when token t may come next.
+ * End-of-generation tokens are allowed exactly when the text may end there. Returns the
+ * number of allowed tokens (0: none, generation must stop), or -1 on error. */
+int seer_constraint_mask(seer_constraint *c, uint32_t *bits);
+/* Whether token may come next (cheaper than a mask for one token). */
+bool seer_constraint_allows(seer_constraint *c, int32_t token);
+/* Advances by token; SEER_ERR_INVALID_ARG (state unchanged) if it is not allowed. */
+seer_status seer_constraint_accept(seer_constraint *c, int32_t token);
+/* Takes back the last n accepted tokens (at most the last 256 can be taken back). */
+seer_status seer_constraint_rollback(seer_constraint *c, int n);
+/* Tokens accepted so far (minus those taken back). */
+int seer_constraint_n_accepted(const seer_constraint *c);
+/* Whether the text may end here. */
+bool seer_constraint_done(const seer_constraint *c);
+/* The grammar text a schema (or JSON object mode, or a regex) compiles to, for inspection;
+ * malloc'd into *out. */
+seer_status seer_constraint_grammar_text(seer_constraint_kind kind, const char *text, size_t len,
+                                         char **out);
+
 #ifdef __cplusplus
 }
 #endif
