@@ -303,7 +303,19 @@ typedef struct {
                                 token in the window, after repeat_penalty (as llama.cpp) */
     float presence_penalty;  /* 0 = off: subtracted once from the logit of a token in the window */
     uint64_t seed;
+    /* OpenAI's logit_bias: n_logit_bias entries (at most SEER_MAX_LOGIT_BIAS, distinct tokens,
+     * biases in [-100, 100]) added to those tokens' logits before everything else (before the
+     * penalties); ids outside [0, V) are ignored. Borrowed: the sampler and the request copy
+     * the entries, a caller's own params must keep them alive while it uses them. */
+    const struct seer_logit_bias *logit_bias;
+    int n_logit_bias;
 } seer_sampler_params;
+
+#define SEER_MAX_LOGIT_BIAS 1024
+typedef struct seer_logit_bias {
+    int32_t token;
+    float bias;
+} seer_logit_bias;
 
 seer_sampler_params seer_sampler_default_params(void);
 
@@ -555,6 +567,8 @@ void seer_spec_cost_free(seer_spec_cost *c);
 /* ---------------------------------------------------------------------------------------- */
 /* Requests and a scheduler                                                                 */
 
+typedef struct seer_constraint seer_constraint; /* structured output: see "Constraints" below */
+
 /* A request is one generation: its prompt and emitted tokens, sampler, stop set (the
  * vocabulary's end-of-generation tokens and stop strings), token limit, speculation settings
  * and statistics. A scheduler serves many requests on one context: each seer_sched_step
@@ -584,6 +598,10 @@ typedef struct {
                                 ends where the text first contains one, which is cut off */
     int n_stop;
     seer_spec_params spec;   /* this request's speculation (verified losslessly) */
+    /* Structured output (NULL: none): the request takes its own copy of the constraint's
+     * state at seer_request_new (the caller keeps and frees c); every row the target and the
+     * drafters sample from is masked by it, and generation stops when it is finished. */
+    const seer_constraint *constraint;
     /* Called on the stepping thread at the end of each seer_sched_step in which r emitted
      * tokens or finished (after the last call for r, the scheduler no longer holds it). */
     void (*on_update)(seer_request *r, void *user);
@@ -785,8 +803,6 @@ bool seer_token_is_eog(const seer_model *model, int32_t token);
  * tokens may come next (a mask over the vocabulary) after the tokens accepted so far. The
  * same mask applies to the target's and the drafter's distributions, which keeps speculation
  * exact. Hostile text gets an error, never a crash; work per byte is bounded. */
-typedef struct seer_constraint seer_constraint;
-
 typedef enum {
     SEER_CONSTRAINT_GRAMMAR = 0,
     SEER_CONSTRAINT_JSON_SCHEMA,
@@ -810,6 +826,9 @@ int seer_constraint_mask(seer_constraint *c, uint32_t *bits);
 bool seer_constraint_allows(seer_constraint *c, int32_t token);
 /* Advances by token; SEER_ERR_INVALID_ARG (state unchanged) if it is not allowed. */
 seer_status seer_constraint_accept(seer_constraint *c, int32_t token);
+/* Whether generation must end: an end-of-generation token was accepted, or a token was
+ * refused (a mask with nothing allowed left the sampler no choice). */
+bool seer_constraint_finished(const seer_constraint *c);
 /* Takes back the last n accepted tokens (at most the last 256 can be taken back). */
 seer_status seer_constraint_rollback(seer_constraint *c, int n);
 /* Tokens accepted so far (minus those taken back). */

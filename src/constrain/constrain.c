@@ -26,8 +26,18 @@ typedef struct {
     seer_vocab_trie *trie;
 } shared_part;
 
+typedef struct {
+    int n;
+    int32_t *path;  /* [n] */
+    uint32_t *bits; /* [(V + 31) / 32] */
+} mask_entry;
+
 struct seer_constraint {
     shared_part *sh;
+    bool failed;                    /* a token was refused: generation must end */
+    mask_entry *mc;                 /* masks after paths from the current state (speculation's
+                                     * rows), valid until the next accept or rollback */
+    int n_mc, cap_mc;
     seer_gset ring[SEER_C_HISTORY]; /* state after accepted token k is ring[k % SEER_C_HISTORY] */
     int pos;                        /* tokens accepted */
     int lo;                         /* oldest pos whose state is still held */
@@ -51,6 +61,11 @@ void seer_constraint_free(seer_constraint *c) {
     seer_gset_free(&c->tmp[0]);
     seer_gset_free(&c->tmp[1]);
     seer_mask_scratch_free(&c->scratch);
+    for (int i = 0; i < c->cap_mc; i++) {
+        free(c->mc[i].path);
+        free(c->mc[i].bits);
+    }
+    free(c->mc);
     shared_release(c->sh);
     free(c);
 }
@@ -236,31 +251,85 @@ int seer_constraint_mask(seer_constraint *c, uint32_t *bits) {
     return n;
 }
 
-/* The state after token from the current one, into c->tmp[*which]; false if not allowed. */
-static bool step(seer_constraint *c, int32_t token, int *which, seer_status *st) {
+/* The state after tokens path [n] from the current one, into c->tmp[*which]; false if one
+ * is not allowed. An end-of-generation token leaves a state with no stacks. */
+static bool walk(seer_constraint *c, const int32_t *path, int n, int *which, seer_status *st) {
     const seer_vocab_trie *t = c->sh->trie;
     const seer_gset *s = cur(c);
-    if (seer_vocab_trie_is_eog(t, token)) {
-        if (!seer_gset_accepting(s))
-            return false;
-        c->tmp[0].n_stacks = 0; /* after the end nothing more may come */
-        c->tmp[0].n_words = 0;
-        *which = 0;
-        return true;
-    }
-    int len;
-    const char *p = seer_vocab_trie_piece(t, token, &len);
-    if (!p)
-        return false;
     int w = 0;
-    for (int i = 0; i < len; i++) {
-        if (!seer_gset_advance(c->sh->g, s, (uint8_t)p[i], &c->tmp[w], st))
+    *which = -1;
+    for (int k = 0; k < n; k++) {
+        if (seer_vocab_trie_is_eog(t, path[k])) {
+            if (!seer_gset_accepting(s))
+                return false;
+            c->tmp[w].n_stacks = 0; /* after the end nothing more may come */
+            c->tmp[w].n_words = 0;
+            s = &c->tmp[w];
+            w ^= 1;
+            continue;
+        }
+        int len;
+        const char *p = seer_vocab_trie_piece(t, path[k], &len);
+        if (!p)
             return false;
-        s = &c->tmp[w];
-        w ^= 1;
+        for (int i = 0; i < len; i++) {
+            if (!seer_gset_advance(c->sh->g, s, (uint8_t)p[i], &c->tmp[w], st))
+                return false;
+            s = &c->tmp[w];
+            w ^= 1;
+        }
     }
-    *which = w ^ 1;
+    *which = n > 0 ? w ^ 1 : -1;
     return true;
+}
+
+static bool step(seer_constraint *c, int32_t token, int *which, seer_status *st) {
+    return walk(c, &token, 1, which, st);
+}
+
+const uint32_t *seer_constraint_mask_after(seer_constraint *c, const int32_t *path, int n) {
+    if (!c || n < 0 || (n && !path))
+        return NULL;
+    const int V = seer_vocab_trie_n_vocab(c->sh->trie), W = (V + 31) / 32;
+    for (int i = 0; i < c->n_mc; i++)
+        if (c->mc[i].n == n && (n == 0 || memcmp(c->mc[i].path, path, (size_t)n * sizeof *path) == 0))
+            return c->mc[i].bits;
+    if (c->n_mc == c->cap_mc) {
+        const int cap = c->cap_mc ? 2 * c->cap_mc : 8;
+        mask_entry *e = realloc(c->mc, (size_t)cap * sizeof *e);
+        if (!e)
+            return NULL;
+        memset(e + c->cap_mc, 0, (size_t)(cap - c->cap_mc) * sizeof *e);
+        c->mc = e;
+        c->cap_mc = cap;
+    }
+    mask_entry *e = &c->mc[c->n_mc];
+    int32_t *pp = realloc(e->path, ((size_t)n + 1) * sizeof *pp);
+    if (pp)
+        e->path = pp;
+    if (!e->bits)
+        e->bits = malloc((size_t)W * sizeof *e->bits);
+    if (!pp || !e->bits)
+        return NULL;
+    if (n)
+        memcpy(e->path, path, (size_t)n * sizeof *path);
+    e->n = n;
+    int w;
+    seer_status st = SEER_OK;
+    if (!walk(c, path, n, &w, &st)) {
+        if (st != SEER_OK)
+            return NULL;
+        memset(e->bits, 0, (size_t)W * sizeof *e->bits); /* a path the grammar refuses: nothing */
+    } else if (seer_mask_compute(c->sh->g, c->sh->trie, w < 0 ? cur(c) : &c->tmp[w], e->bits,
+                                 &c->scratch) < 0) {
+        return NULL;
+    }
+    c->n_mc++;
+    return e->bits;
+}
+
+bool seer_constraint_finished(const seer_constraint *c) {
+    return c && (c->failed || cur(c)->n_stacks == 0);
 }
 
 bool seer_constraint_allows(seer_constraint *c, int32_t token) {
@@ -272,10 +341,13 @@ seer_status seer_constraint_accept(seer_constraint *c, int32_t token) {
     SEER_CHECK_ARG(c);
     int w;
     seer_status st = SEER_OK;
-    if (!step(c, token, &w, &st))
+    if (!step(c, token, &w, &st)) {
+        c->failed = true;
         return st != SEER_OK ? st
                              : seer_err(SEER_ERR_INVALID_ARG, "constraint: token %d is not allowed here",
                                         (int)token);
+    }
+    c->n_mc = 0;
     seer_gset *dst = &c->ring[(c->pos + 1) % SEER_C_HISTORY];
     SEER_TRY(seer_gset_copy(dst, &c->tmp[w]));
     c->pos++;
@@ -290,5 +362,7 @@ seer_status seer_constraint_rollback(seer_constraint *c, int n) {
         return seer_err(SEER_ERR_INVALID_ARG, "constraint: cannot take back %d tokens (%d held)", n,
                         c->pos - c->lo);
     c->pos -= n;
+    c->n_mc = 0;
+    c->failed = false;
     return SEER_OK;
 }

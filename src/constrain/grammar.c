@@ -643,7 +643,8 @@ static seer_status finish(gb *b, seer_grammar **out) {
         seer_grammar_free(g);
         return fail(b, SEER_ERR_OOM, "out of memory%s", NULL), b->st;
     }
-    memcpy(g->sets, b->sets, (size_t)b->n_sets * 32);
+    if (b->n_sets)
+        memcpy(g->sets, b->sets, (size_t)b->n_sets * 32);
     g->n_sets = b->n_sets;
     int pos = 0, a = 0;
     for (int r = 0; r < b->n_rules; r++) {

@@ -112,6 +112,12 @@ seer_status seer_constraint_from_pieces(seer_constraint_kind kind, const char *t
                                         const char *const *pieces, const int *lens, int n_vocab,
                                         const int32_t *eog, int n_eog, seer_constraint **out);
 
+/* The mask after tokens path [n] from c's current state (n = 0: the current mask): a pointer
+ * into c's cache, valid until the next seer_constraint_accept or _rollback (speculation asks
+ * for the rows of one round, most of them twice: drafting and verifying). All zeros when the
+ * grammar refuses the path. NULL on out-of-memory. */
+const uint32_t *seer_constraint_mask_after(seer_constraint *c, const int32_t *path, int n);
+
 /* growable text used by the translators */
 typedef struct {
     char *s;

@@ -41,7 +41,8 @@ seer_status seer_gset_copy(seer_gset *dst, const seer_gset *src) {
     dst->n_stacks = 0;
     if (!reserve(dst, src->n_words))
         return seer_err(SEER_ERR_OOM, "constraint: out of memory");
-    memcpy(dst->data, src->data, (size_t)src->n_words * sizeof *dst->data);
+    if (src->n_words)
+        memcpy(dst->data, src->data, (size_t)src->n_words * sizeof *dst->data);
     dst->n_words = src->n_words;
     dst->n_stacks = src->n_stacks;
     return SEER_OK;

@@ -31,6 +31,7 @@ typedef struct {
     bool ignore_eos;
     seer_sampler *smp;
     seer_sampler_params sp;
+    seer_constraint *con; /* NULL: none; borrowed like smp, advanced by every emitted token */
 } seer_round_seq;
 
 /* ---- sequences of a class ---------------------------------------------------------------- */

@@ -17,6 +17,7 @@
  * a chain's are drawn ahead of the device call and those it did not use are given back, so
  * the stream does not depend on the backend.
  */
+#include "constrain/grammar.h"
 #include "spec/spec.h"
 #include "util/error.h"
 
@@ -26,6 +27,8 @@ seer_sample_row seer_gen_row(const seer_gen_seq *s, int j, const float *logits, 
                              double u) {
     seer_sample_row r = {.logits = logits, .probs = probs, .sp = &s->sp, .hist = s->tokens,
                          .n_hist = s->n_tokens + j, .u = u};
+    if (s->con) /* the j staged tokens after the sequence's */
+        r.mask = seer_constraint_mask_after(s->con, s->tokens + s->n_tokens, j);
     if (!seer_sampler_penalised(&s->sp))
         r.hist = NULL, r.n_hist = 0; /* no penalty: the history is irrelevant */
     return r;
