@@ -328,6 +328,10 @@ const uint32_t *seer_constraint_mask_after(seer_constraint *c, const int32_t *pa
     return e->bits;
 }
 
+const char *seer_constraint_piece(const seer_constraint *c, int32_t id, int *len) {
+    return seer_vocab_trie_piece(c->sh->trie, id, len);
+}
+
 bool seer_constraint_finished(const seer_constraint *c) {
     return c && (c->failed || cur(c)->n_stacks == 0);
 }

@@ -118,6 +118,9 @@ seer_status seer_constraint_from_pieces(seer_constraint_kind kind, const char *t
  * grammar refuses the path. NULL on out-of-memory. */
 const uint32_t *seer_constraint_mask_after(seer_constraint *c, const int32_t *path, int n);
 
+/* The bytes token id stands for in c's vocabulary (NULL, *len 0: none, e.g. control tokens). */
+const char *seer_constraint_piece(const seer_constraint *c, int32_t id, int *len);
+
 /* growable text used by the translators */
 typedef struct {
     char *s;

@@ -18,7 +18,8 @@
  * if/then/else, patternProperties, uniqueItems, multipleOf, prefixItems, dependencies, ...):
  * they give SEER_ERR_UNSUPPORTED naming the keyword.
  *
- * Whitespace: at most 20 bytes of [ \t\n] between tokens (as llama.cpp bounds it), none
+ * Whitespace: one space, or a newline and at most 20 spaces or tabs, between tokens (as
+ * llama.cpp bounds it: a model cannot fill its output with blank lines), none
  * before or after the whole value. Numbers: at most 16 integer digits, 15 fraction digits
  * and 3 exponent digits, so that a model cannot run on in one number.
  */
@@ -89,7 +90,7 @@ void seer_gbuf_literal(seer_gbuf *b, const char *s, size_t n) {
 /* ---- the fixed part ---------------------------------------------------------------------- */
 
 static const char *const base_rules =
-    "ws ::= [ \\t\\n]{0,20}\n"
+    "ws ::= (\" \" | \"\\n\" [ \\t]{0,20})?\n"
     "jchar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
     "jstring ::= \"\\\"\" jchar* \"\\\"\"\n"
     "jint ::= \"-\"? jnat\n"

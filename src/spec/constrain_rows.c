@@ -37,15 +37,22 @@ static bool bit(const uint32_t *m, int32_t t) {
     return m[t >> 5] >> (t & 31) & 1;
 }
 
-/* The only allowed token of mask m [V] (-1: none or several). */
-static int32_t only_token(const uint32_t *m, int V) {
+/* The token mask m [V] forces: its only allowed token, or, where every allowed token spells
+ * the same bytes (SentencePiece's "0" beside its byte-fallback <0x30>), the highest id of
+ * them (byte-fallback tokens come first, and a model writes the piece). -1: nothing forced. */
+static int32_t forced_token(const seer_constraint *con, const uint32_t *m, int V) {
     int32_t found = -1;
+    const char *bytes = NULL;
+    int len = 0;
     for (int w = 0; w < (V + 31) / 32; w++) {
-        if (!m[w])
-            continue;
-        if (found >= 0 || (m[w] & (m[w] - 1)))
-            return -1;
-        found = w * 32 + __builtin_ctz(m[w]);
+        for (uint32_t x = m[w]; x; x &= x - 1) {
+            const int32_t t = w * 32 + __builtin_ctz(x);
+            int l;
+            const char *p = seer_constraint_piece(con, t, &l);
+            if (found >= 0 && (!p || !bytes || l != len || memcmp(p, bytes, (size_t)l) != 0))
+                return -1;
+            found = t, bytes = p, len = l;
+        }
     }
     return found;
 }
@@ -90,7 +97,7 @@ seer_status seer_gen_constrain_proposals(seer_gen *g, int n) {
         while (g->nd[k] < g->gam[k] && g->nd[k] < g->dl[k]) {
             const int last = g->nd[k] - 1;
             const uint32_t *mask = seer_spec_row_mask(s->con, tok, par, last);
-            const int32_t t = mask ? only_token(mask, g->V) : -1;
+            const int32_t t = mask ? forced_token(s->con, mask, g->V) : -1;
             if (t < 0)
                 break;
             tok[g->nd[k]] = t;
