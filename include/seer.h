@@ -814,6 +814,10 @@ typedef enum {
  * SEER_ERR_UNSUPPORTED for a schema feature not covered; seer_last_error() says which. */
 seer_status seer_constraint_new(const seer_model *model, seer_constraint_kind kind, const char *text,
                                 size_t len, seer_constraint **out);
+/* seer_constraint_new for the vocabulary base was made for, sharing base's token trie (which
+ * costs a pass over the vocabulary to build): for servers that compile one per request. */
+seer_status seer_constraint_new_sharing(const seer_constraint *base, seer_constraint_kind kind, const char *text,
+                                        size_t len, seer_constraint **out);
 /* An independent copy of c's state (the compiled grammar and vocabulary are shared). */
 seer_status seer_constraint_clone(const seer_constraint *c, seer_constraint **out);
 void seer_constraint_free(seer_constraint *c);

@@ -376,12 +376,40 @@ static void test_mask_brute_force(void **state) {
         free(pieces[i]);
 }
 
+/* A constraint made sharing another's vocabulary masks as one made from scratch, and lives on
+ * after the one it shares with is freed. */
+static void test_sharing(void **state) {
+    (void)state;
+    uint64_t rs = 11;
+    char *pieces[NV];
+    int lens[NV];
+    make_vocab(pieces, lens, &rs);
+    const int32_t eog = NV - 1;
+    seer_constraint *a = NULL, *b = NULL, *c = NULL;
+    ASSERT_OK(seer_constraint_from_pieces(SEER_CONSTRAINT_REGEX, "[0-9]+", 6, (const char *const *)pieces, lens, NV,
+                                          &eog, 1, &a));
+    ASSERT_OK(seer_constraint_from_pieces(SEER_CONSTRAINT_JSON_OBJECT, "", 0, (const char *const *)pieces, lens, NV,
+                                          &eog, 1, &b));
+    ASSERT_OK(seer_constraint_new_sharing(a, SEER_CONSTRAINT_JSON_OBJECT, "", 0, &c));
+    seer_constraint *x = NULL;
+    assert_int_not_equal(seer_constraint_new_sharing(a, SEER_CONSTRAINT_GRAMMAR, "root ::= x", 10, &x), SEER_OK);
+    assert_null(x);
+    seer_constraint_free(a);
+    uint32_t b1[(NV + 31) / 32], b2[(NV + 31) / 32];
+    assert_int_equal(seer_constraint_mask(b, b1), seer_constraint_mask(c, b2));
+    assert_memory_equal(b1, b2, sizeof b1);
+    seer_constraint_free(b);
+    seer_constraint_free(c);
+    for (int i = 0; i < NV; i++)
+        free(pieces[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grammar_basics),   cmocka_unit_test(test_grammar_errors),
         cmocka_unit_test(test_schema_documents), cmocka_unit_test(test_schema_errors),
         cmocka_unit_test(test_integer_bounds),   cmocka_unit_test(test_regex),
-        cmocka_unit_test(test_mask_brute_force),
+        cmocka_unit_test(test_mask_brute_force), cmocka_unit_test(test_sharing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,8 +6,9 @@
  * Not for: compiling (grammar.c, schema.c, regex.c), the trie walk (mask.c), or how masks
  * enter sampling (src/sample/, src/spec/).
  *
- * The compiled grammar and the trie are shared between clones (n choices of one request)
- * through a reference count; the states are each constraint's own.
+ * The compiled grammar is shared between clones (n choices of one request), and the trie
+ * between every constraint made from one (seer_constraint_new_sharing), through reference
+ * counts; the states are each constraint's own.
  */
 #include "constrain/grammar.h"
 #include "model/model.h"
@@ -22,8 +23,14 @@
 
 typedef struct {
     atomic_int refs;
+    seer_vocab_trie *t;
+} trie_part;
+
+typedef struct {
+    atomic_int refs;
     seer_grammar *g;
-    seer_vocab_trie *trie;
+    seer_vocab_trie *trie; /* tp's */
+    trie_part *tp;         /* shared further: constraints made with seer_constraint_new_sharing */
 } shared_part;
 
 typedef struct {
@@ -48,7 +55,10 @@ struct seer_constraint {
 static void shared_release(shared_part *sh) {
     if (sh && atomic_fetch_sub(&sh->refs, 1) == 1) {
         seer_grammar_free(sh->g);
-        seer_vocab_trie_free(sh->trie);
+        if (atomic_fetch_sub(&sh->tp->refs, 1) == 1) {
+            seer_vocab_trie_free(sh->tp->t);
+            free(sh->tp);
+        }
         free(sh);
     }
 }
@@ -99,19 +109,31 @@ seer_status seer_constraint_grammar_text(seer_constraint_kind kind, const char *
     return seer_err(SEER_ERR_INVALID_ARG, "constraint: unknown kind %d", (int)kind);
 }
 
-static seer_status make(seer_grammar *g, seer_vocab_trie *t, seer_constraint **out) {
+/* A constraint over g and the trie of tp (whose reference it takes over; a new tp when NULL,
+ * made from t). Frees what it was given on failure. */
+static seer_status make(seer_grammar *g, seer_vocab_trie *t, trie_part *tp, seer_constraint **out) {
     seer_constraint *c = calloc(1, sizeof *c);
     shared_part *sh = calloc(1, sizeof *sh);
-    if (!c || !sh) {
+    if (!tp && (tp = calloc(1, sizeof *tp)) != NULL) {
+        atomic_init(&tp->refs, 1);
+        tp->t = t;
+        t = NULL;
+    }
+    if (!c || !sh || !tp) {
         free(c);
         free(sh);
         seer_grammar_free(g);
         seer_vocab_trie_free(t);
+        if (tp && atomic_fetch_sub(&tp->refs, 1) == 1) {
+            seer_vocab_trie_free(tp->t);
+            free(tp);
+        }
         return seer_err(SEER_ERR_OOM, "constraint: out of memory");
     }
     atomic_init(&sh->refs, 1);
     sh->g = g;
-    sh->trie = t;
+    sh->tp = tp;
+    sh->trie = tp->t;
     c->sh = sh;
     const seer_status st = seer_gset_start(g, &c->ring[0]);
     if (st != SEER_OK) {
@@ -143,7 +165,7 @@ seer_status seer_constraint_from_pieces(seer_constraint_kind kind, const char *t
         seer_grammar_free(g);
         return st;
     }
-    return make(g, t, out);
+    return make(g, t, NULL, out);
 }
 
 seer_status seer_constraint_new(const seer_model *model, seer_constraint_kind kind, const char *text,
@@ -199,7 +221,18 @@ seer_status seer_constraint_new(const seer_model *model, seer_constraint_kind ki
         seer_grammar_free(g);
         return st;
     }
-    return make(g, t, out);
+    return make(g, t, NULL, out);
+}
+
+seer_status seer_constraint_new_sharing(const seer_constraint *base, seer_constraint_kind kind, const char *text,
+                                        size_t len, seer_constraint **out) {
+    SEER_CHECK_ARG(base);
+    SEER_CHECK_ARG(out);
+    *out = NULL;
+    seer_grammar *g = NULL;
+    SEER_TRY(compile(kind, text, len, &g));
+    atomic_fetch_add(&base->sh->tp->refs, 1);
+    return make(g, NULL, base->sh->tp, out);
 }
 
 seer_status seer_constraint_clone(const seer_constraint *c, seer_constraint **out) {
