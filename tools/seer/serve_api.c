@@ -482,6 +482,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     p.spec = srv->spec;
     p.max_tokens = srv->default_max_tokens;
     bool stream = false, include_usage = false;
+    serve_structured structured = {0};
     char *echo_text = NULL;
     size_t echo_len = 0;
     long long iv;
@@ -611,6 +612,8 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     }
     if (!parse_seer(srv, json_object_get(root, "seer"), &p, e))
         goto out;
+    if (!serve_structured_read(srv, root, &p, &structured, e))
+        goto out;
     if (kind == JOB_CHAT) {
         /* chat_template_kwargs: serve_fields.c let only enable_thinking through, a boolean */
         const json_t *think = json_object_get(json_object_get(root, "chat_template_kwargs"), "enable_thinking");
@@ -671,6 +674,7 @@ out:
     free(ids);
     free(echo_text);
     free(stops);
+    serve_structured_free(&structured); /* the job's requests hold their own copies */
     json_decref(root);
     return j;
 }
