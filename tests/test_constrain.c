@@ -8,6 +8,7 @@
 
 #include "constrain/grammar.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,12 +405,42 @@ static void test_sharing(void **state) {
         free(pieces[i]);
 }
 
+/* Every schema of the server's conformance set (tests/data/schemas/) compiles. */
+static void test_schema_set(void **state) {
+    (void)state;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/tests/data/schemas", SEER_SOURCE_DIR);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const size_t l = strlen(e->d_name);
+        if (l < 6 || strcmp(e->d_name + l - 5, ".json") != 0)
+            continue;
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        size_t size = 0;
+        uint8_t *text = tu_read_file(path, &size);
+        assert_non_null(text);
+        seer_grammar *g = compile(SEER_CONSTRAINT_JSON_SCHEMA, (const char *)text);
+        if (!g)
+            print_error("%s does not compile\n", e->d_name);
+        assert_non_null(g);
+        seer_grammar_free(g);
+        free(text);
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 50);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grammar_basics),   cmocka_unit_test(test_grammar_errors),
         cmocka_unit_test(test_schema_documents), cmocka_unit_test(test_schema_errors),
         cmocka_unit_test(test_integer_bounds),   cmocka_unit_test(test_regex),
         cmocka_unit_test(test_mask_brute_force), cmocka_unit_test(test_sharing),
+        cmocka_unit_test(test_schema_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
