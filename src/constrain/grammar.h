@@ -85,10 +85,34 @@ int seer_vocab_trie_n_vocab(const seer_vocab_trie *t);
 const char *seer_vocab_trie_piece(const seer_vocab_trie *t, int32_t id, int *len);
 bool seer_vocab_trie_is_eog(const seer_vocab_trie *t, int32_t id);
 
-/* Scratch for masks: one stack set per trie depth. */
+/* Scratch for masks: the stack sets met so far, interned as the states of a lazily built
+ * automaton (dfa.c) whose transitions are filled as walks need them, so that a trie walk is
+ * mostly table lookups (inside a JSON string every byte leads back to the same state); and
+ * the state of each trie depth on the current path. */
+typedef struct {
+    seer_gset *st;    /* [n] interned states */
+    uint32_t *hash;   /* [n] */
+    int32_t *trans;   /* [n][256] next state, SEER_DFA_UNKNOWN or SEER_DFA_DEAD */
+    int n, cap;
+    int32_t *tab;     /* [tab_cap] open addressing over state ids (-1: empty) */
+    int tab_cap;
+    seer_gset tmp;
+} seer_dfa;
+#define SEER_DFA_MAX 4096 /* states kept (1 KiB of transitions each); then it starts over */
+#define SEER_DFA_UNKNOWN (-1)
+#define SEER_DFA_DEAD (-2)
+void seer_dfa_free(seer_dfa *d);
+void seer_dfa_reset(seer_dfa *d);
+/* The id of state s (added if new); -1 when full or out of memory. */
+int seer_dfa_intern(seer_dfa *d, const seer_gset *s);
+/* The state after byte b from state id: an id, SEER_DFA_DEAD, or -3 when full / out of memory. */
+int seer_dfa_step(const seer_grammar *g, seer_dfa *d, int id, uint8_t b);
+
 typedef struct {
     seer_gset *lv;
     int n_lv;
+    int32_t *lvid; /* [n_lv] */
+    seer_dfa dfa;
 } seer_mask_scratch;
 void seer_mask_scratch_free(seer_mask_scratch *m);
 /* bits [(n_vocab + 31) / 32]: bit i of word i/32 set when token i is allowed in state s.

@@ -5,6 +5,9 @@
  * prefix (the layout of XGrammar's and llguidance's token tries: one array pass, the states
  * of the current path kept per depth).
  *
+ * Each byte goes through dfa.c's automaton (a table lookup once seen); the plain walk over
+ * stack sets is the fallback when the automaton fills up.
+ *
  * Not for: the grammar (grammar.c, match.c) or which tokens a request has taken (constrain.c).
  */
 #include "constrain/grammar.h"
@@ -178,27 +181,14 @@ void seer_mask_scratch_free(seer_mask_scratch *m) {
     for (int i = 0; i < m->n_lv; i++)
         seer_gset_free(&m->lv[i]);
     free(m->lv);
+    free(m->lvid);
+    seer_dfa_free(&m->dfa);
     memset(m, 0, sizeof *m);
 }
 
-int seer_mask_compute(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
-                      uint32_t *bits, seer_mask_scratch *sc) {
-    memset(bits, 0, ((size_t)t->n_vocab + 31) / 32 * sizeof *bits);
-    if (sc->n_lv < t->max_depth + 1) {
-        seer_gset *lv = realloc(sc->lv, ((size_t)t->max_depth + 1) * sizeof *lv);
-        if (!lv)
-            return -1;
-        memset(lv + sc->n_lv, 0, ((size_t)t->max_depth + 1 - (size_t)sc->n_lv) * sizeof *lv);
-        sc->lv = lv;
-        sc->n_lv = t->max_depth + 1;
-    }
-    int count = 0;
-    if (seer_gset_accepting(s))
-        for (int i = 0; i < t->n_vocab; i++)
-            if (t->eog[i]) {
-                bits[i >> 5] |= 1u << (i & 31);
-                count++;
-            }
+/* The walk over stack sets (match.c per byte): where the automaton is full. */
+static int walk_sets(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s, uint32_t *bits,
+                     seer_mask_scratch *sc, int count) {
     seer_status st = SEER_OK;
     for (int i = 0; i < t->n_nodes;) {
         const int d = t->depth[i];
@@ -217,4 +207,73 @@ int seer_mask_compute(const seer_grammar *g, const seer_vocab_trie *t, const see
         i++;
     }
     return count;
+}
+
+/* The same walk through the automaton's states; -3 when it filled up on the way. */
+static int walk_dfa(const seer_grammar *g, const seer_vocab_trie *t, int id0, uint32_t *bits, seer_mask_scratch *sc,
+                    int count) {
+    int32_t *lvid = sc->lvid;
+    lvid[0] = id0;
+    for (int i = 0; i < t->n_nodes;) {
+        const int d = t->depth[i];
+        const int nid = seer_dfa_step(g, &sc->dfa, lvid[d - 1], t->byte[i]);
+        if (nid == -3)
+            return -3;
+        if (nid == SEER_DFA_DEAD) {
+            i = t->skip[i];
+            continue;
+        }
+        lvid[d] = nid;
+        for (int k = 0; k < t->tok_n[i]; k++) {
+            const int id = t->ids[t->tok_at[i] + k];
+            bits[id >> 5] |= 1u << (id & 31);
+            count++;
+        }
+        i++;
+    }
+    return count;
+}
+
+int seer_mask_compute(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
+                      uint32_t *bits, seer_mask_scratch *sc) {
+    memset(bits, 0, ((size_t)t->n_vocab + 31) / 32 * sizeof *bits);
+    if (sc->n_lv < t->max_depth + 1) {
+        seer_gset *lv = realloc(sc->lv, ((size_t)t->max_depth + 1) * sizeof *lv);
+        if (!lv)
+            return -1;
+        memset(lv + sc->n_lv, 0, ((size_t)t->max_depth + 1 - (size_t)sc->n_lv) * sizeof *lv);
+        sc->lv = lv;
+        int32_t *lvid = realloc(sc->lvid, ((size_t)t->max_depth + 1) * sizeof *lvid);
+        if (!lvid)
+            return -1;
+        sc->lvid = lvid;
+        sc->n_lv = t->max_depth + 1;
+    }
+    int count = 0;
+    if (seer_gset_accepting(s))
+        for (int i = 0; i < t->n_vocab; i++)
+            if (t->eog[i]) {
+                bits[i >> 5] |= 1u << (i & 31);
+                count++;
+            }
+    /* an automaton more than half full starts over, so that a walk rarely fills it */
+    if (sc->dfa.n > SEER_DFA_MAX / 2)
+        seer_dfa_reset(&sc->dfa);
+    const int id0 = seer_dfa_intern(&sc->dfa, s);
+    if (id0 >= 0) {
+        const int n = walk_dfa(g, t, id0, bits, sc, count);
+        if (n != -3)
+            return n;
+        /* full on the way: start over on the slow walk (the bits so far are a subset) */
+        memset(bits, 0, ((size_t)t->n_vocab + 31) / 32 * sizeof *bits);
+        seer_dfa_reset(&sc->dfa);
+        count = 0;
+        if (seer_gset_accepting(s))
+            for (int i = 0; i < t->n_vocab; i++)
+                if (t->eog[i]) {
+                    bits[i >> 5] |= 1u << (i & 31);
+                    count++;
+                }
+    }
+    return walk_sets(g, t, s, bits, sc, count);
 }
