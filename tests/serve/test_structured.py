@@ -129,8 +129,11 @@ def test_schemas(port, schema_dir, spec, min_rate):
         try:
             jsonschema.validate(json.loads(text), schema)
             valid += 1
+            ok = "valid"
         except (ValueError, jsonschema.ValidationError) as e:
             bad.append((name, fin, str(e)[:120], text[:200]))
+            ok = "INVALID"
+        print(f"  {name}: {ok} ({fin}, {len(text)} bytes)", flush=True)
     rate = valid / len(names)
     cut = sum(1 for b in bad if b[1] == "length")
     print(f"schema conformance: {valid}/{len(names)} valid ({100 * rate:.1f} %), {cut} cut by max_tokens, spec {spec}")
