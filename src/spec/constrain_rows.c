@@ -86,11 +86,14 @@ seer_status seer_gen_constrain_proposals(seer_gen *g, int n) {
         seer_gen_seq *s = &g->seqs[g->hs[k]];
         if (!s->con || g->gam[k] <= 0)
             continue;
+        /* one-hot proposals (n-gram) know nothing of the grammar; a drafter with q drew from
+         * masked rows, and its node numbering is its own state (a draft model's cache), so its
+         * proposal is left as it is: a refused node is rejected like any other */
         const bool greedy = !(s->sp.temperature > 0);
-        if (g->onehot[k] || greedy)
+        if (g->onehot[k])
             trim(g, k, s);
-        else
-            continue; /* sampled with q: its draws came from masked q rows already */
+        else if (!greedy)
+            continue; /* sampled with q: an appended node would need its q row */
         if (!seer_gen_is_chain(g, k))
             continue;
         int32_t *tok = g->draft + (size_t)k * g->G, *par = g->par + (size_t)k * g->G;
