@@ -937,7 +937,7 @@ def test_fields(port, model_id):
                     check(done and streamed_text(ev) == base["prompt"] + ref_text, f"{what} streamed: {ev[:2]}")
         # fields of no endpoint, or of the other one, are refused; `seer` is seer's own
         other = {"prompt": "x", "echo": True, "suffix": "x", "best_of": 1} if is_chat else \
-            {"messages": chat["messages"], "max_completion_tokens": 3, "tools": [], "response_format": {"type": "text"}}
+            {"messages": chat["messages"], "max_completion_tokens": 3, "tools": []}
         for field, value in dict(other, frobnicate=1, temprature=0.5).items():
             st, data = post(path, dict(base, **{field: value}))
             err = json.loads(data).get("error") or {}

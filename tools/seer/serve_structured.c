@@ -49,8 +49,8 @@ static bool compile_or_fail(serve_state *srv, seer_constraint_kind kind, const c
     if (st == SEER_ERR_OOM)
         serve_fail(e, 500, NULL, NULL, "out of memory compiling the constraint");
     else
-        serve_fail(e, 400, param, st == SEER_ERR_UNSUPPORTED ? "unsupported" : "invalid_value", "%s",
-                   seer_last_error());
+        serve_fail(e, 400, param, st == SEER_ERR_UNSUPPORTED ? "unsupported" : "invalid_value", "'%s': %.200s",
+                   param, seer_last_error());
     return false;
 }
 
