@@ -277,13 +277,13 @@ static sj *value(rd *r, int depth) {
         res = bad(r, "unexpected character");
     }
     if (!res) {
-        sj_free(v);
+        seer_json_free(v);
         return NULL;
     }
     return v;
 }
 
-seer_status sj_parse(const char *text, size_t len, sj **out) {
+seer_status seer_json_parse(const char *text, size_t len, sj **out) {
     SEER_CHECK_ARG(out);
     *out = NULL;
     if (!text)
@@ -293,7 +293,7 @@ seer_status sj_parse(const char *text, size_t len, sj **out) {
     if (v) {
         ws(&r);
         if (r.i != r.n) {
-            sj_free(v);
+            seer_json_free(v);
             v = bad(&r, "trailing characters");
         }
     }
@@ -303,11 +303,11 @@ seer_status sj_parse(const char *text, size_t len, sj **out) {
     return SEER_OK;
 }
 
-void sj_free(sj *v) {
+void seer_json_free(sj *v) {
     if (!v)
         return;
     for (int i = 0; i < v->n; i++) {
-        sj_free(v->items[i]);
+        seer_json_free(v->items[i]);
         if (v->keys)
             free(v->keys[i]);
     }
@@ -319,7 +319,7 @@ void sj_free(sj *v) {
     free(v);
 }
 
-const sj *sj_get(const sj *o, const char *key) {
+const sj *seer_json_get(const sj *o, const char *key) {
     if (!o || o->type != SJ_OBJ)
         return NULL;
     for (int i = 0; i < o->n; i++)

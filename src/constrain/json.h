@@ -28,10 +28,10 @@ typedef struct sj {
 
 #define SJ_MAX_DEPTH 64
 
-/* Parses text [len]; *out is freed with sj_free. */
-seer_status sj_parse(const char *text, size_t len, sj **out);
-void sj_free(sj *v);
+/* Parses text [len]; *out is freed with seer_json_free. */
+seer_status seer_json_parse(const char *text, size_t len, sj **out);
+void seer_json_free(sj *v);
 /* The member key of object o, or NULL. */
-const sj *sj_get(const sj *o, const char *key);
+const sj *seer_json_get(const sj *o, const char *key);
 
 #endif

@@ -234,7 +234,7 @@ static bool check_keywords(sc *c, const sj *s) {
 }
 
 static bool get_count(sc *c, const sj *s, const char *key, long dflt, long *out) {
-    const sj *v = sj_get(s, key);
+    const sj *v = seer_json_get(s, key);
     *out = dflt;
     if (!v)
         return true;
@@ -257,7 +257,7 @@ static bool gen_string(sc *c, const sj *s, int id) {
         return false;
     if (hi >= 0 && hi < lo)
         return sfail(c, SEER_ERR_INVALID_ARG, "schema: maxLength below minLength%s", NULL);
-    const sj *fmt = sj_get(s, "format"), *pat = sj_get(s, "pattern");
+    const sj *fmt = seer_json_get(s, "format"), *pat = seer_json_get(s, "pattern");
     if (pat && pat->type == SJ_STR) {
         seer_gbuf expr = {0};
         const seer_status st = seer_regex_expr(pat->raw, pat->raw_len, &expr, true);
@@ -357,8 +357,8 @@ static void range_nat(seer_gbuf *b, long long lo, long long hi) {
 }
 
 static bool gen_integer(sc *c, const sj *s, int id, bool number) {
-    const sj *mn = sj_get(s, "minimum"), *mx = sj_get(s, "maximum");
-    const sj *emn = sj_get(s, "exclusiveMinimum"), *emx = sj_get(s, "exclusiveMaximum");
+    const sj *mn = seer_json_get(s, "minimum"), *mx = seer_json_get(s, "maximum");
+    const sj *emn = seer_json_get(s, "exclusiveMinimum"), *emx = seer_json_get(s, "exclusiveMaximum");
     const double big = 1e15;
     double lo = -big, hi = big;
     if ((mn && mn->type != SJ_NUM) || (mx && mx->type != SJ_NUM) || (emn && emn->type != SJ_NUM) ||
@@ -406,8 +406,8 @@ static bool gen_integer(sc *c, const sj *s, int id, bool number) {
 }
 
 static bool gen_object(sc *c, const sj *s, int id) {
-    const sj *props = sj_get(s, "properties"), *req = sj_get(s, "required");
-    const sj *addl = sj_get(s, "additionalProperties");
+    const sj *props = seer_json_get(s, "properties"), *req = seer_json_get(s, "required");
+    const sj *addl = seer_json_get(s, "additionalProperties");
     if ((props && props->type != SJ_OBJ) || (req && req->type != SJ_ARR))
         return sfail(c, SEER_ERR_INVALID_ARG, "schema: bad properties or required%s", NULL);
     if ((!props || props->n == 0) && req && req->n > 0)
@@ -430,7 +430,7 @@ static bool gen_object(sc *c, const sj *s, int id) {
     for (int i = 0; req && i < req->n; i++) {
         if (req->items[i]->type != SJ_STR)
             return sfail(c, SEER_ERR_INVALID_ARG, "schema: required must list strings%s", NULL);
-        if (!sj_get(props, req->items[i]->raw))
+        if (!seer_json_get(props, req->items[i]->raw))
             return sfail(c, SEER_ERR_UNSUPPORTED, "schema: required property '%s' is not in properties",
                          req->items[i]->raw);
     }
@@ -485,7 +485,7 @@ static bool gen_array(sc *c, const sj *s, int id) {
         return false;
     if (hi >= 0 && hi < lo)
         return sfail(c, SEER_ERR_INVALID_ARG, "schema: maxItems below minItems%s", NULL);
-    const sj *items = sj_get(s, "items");
+    const sj *items = seer_json_get(s, "items");
     int v = -1;
     if (items && !gen(c, items, &v))
         return false;
@@ -515,14 +515,14 @@ static bool gen_ref(sc *c, const sj *ref, int *id) {
     const char *r = ref->raw, *name = NULL;
     const sj *defs = NULL;
     if (strncmp(r, "#/$defs/", 8) == 0)
-        defs = sj_get(c->root, "$defs"), name = r + 8;
+        defs = seer_json_get(c->root, "$defs"), name = r + 8;
     else if (strncmp(r, "#/definitions/", 14) == 0)
-        defs = sj_get(c->root, "definitions"), name = r + 14;
+        defs = seer_json_get(c->root, "definitions"), name = r + 14;
     else if (strcmp(r, "#") == 0)
         defs = NULL, name = NULL;
     else
         return sfail(c, SEER_ERR_UNSUPPORTED, "schema: $ref '%s' (only #, #/$defs/... and #/definitions/...)", r);
-    const sj *target = name ? sj_get(defs, name) : c->root;
+    const sj *target = name ? seer_json_get(defs, name) : c->root;
     if (!target)
         return sfail(c, SEER_ERR_INVALID_ARG, "schema: $ref '%s' names no definition", r);
     const int rid = new_id(c);
@@ -600,9 +600,9 @@ static bool gen(sc *c, const sj *s, int *id) {
         c->depth--;
         return sfail(c, SEER_ERR_INVALID_ARG, "schema: a schema must be an object or a boolean%s", NULL);
     }
-    const sj *ref = sj_get(s, "$ref"), *cst = sj_get(s, "const"), *en = sj_get(s, "enum");
-    const sj *any = sj_get(s, "anyOf"), *one = sj_get(s, "oneOf"), *all = sj_get(s, "allOf");
-    const sj *type = sj_get(s, "type");
+    const sj *ref = seer_json_get(s, "$ref"), *cst = seer_json_get(s, "const"), *en = seer_json_get(s, "enum");
+    const sj *any = seer_json_get(s, "anyOf"), *one = seer_json_get(s, "oneOf"), *all = seer_json_get(s, "allOf");
+    const sj *type = seer_json_get(s, "type");
     ok = check_keywords(c, s);
     if (ok && ref) {
         ok = gen_ref(c, ref, id);
@@ -648,9 +648,9 @@ static bool gen(sc *c, const sj *s, int *id) {
         ok = type->type == SJ_STR ? gen_typed(c, s, type->raw, *id)
                                   : sfail(c, SEER_ERR_INVALID_ARG, "schema: type must be a string%s", NULL);
     } else if (ok) { /* no type: infer from the keywords, else any value */
-        const char *t = sj_get(s, "properties") ? "object"
-                        : sj_get(s, "items")    ? "array"
-                        : sj_get(s, "pattern") || sj_get(s, "format") ? "string"
+        const char *t = seer_json_get(s, "properties") ? "object"
+                        : seer_json_get(s, "items")    ? "array"
+                        : seer_json_get(s, "pattern") || seer_json_get(s, "format") ? "string"
                                                                        : NULL;
         if (t)
             ok = gen_typed(c, s, t, *id);
@@ -667,7 +667,7 @@ seer_status seer_schema_to_grammar(const char *schema, size_t len, char **out) {
     if (len > SEER_G_MAX_TEXT)
         return seer_err(SEER_ERR_INVALID_ARG, "schema: longer than %d bytes", SEER_G_MAX_TEXT);
     sj *root = NULL;
-    SEER_TRY(sj_parse(schema, len, &root));
+    SEER_TRY(seer_json_parse(schema, len, &root));
     sc c = {.root = root, .st = SEER_OK};
     int id = -1;
     const bool ok = gen(&c, root, &id);
@@ -692,6 +692,6 @@ seer_status seer_schema_to_grammar(const char *schema, size_t len, char **out) {
     free(c.defs.s);
     free(c.ref_keys);
     free(c.ref_ids);
-    sj_free(root);
+    seer_json_free(root);
     return st;
 }
