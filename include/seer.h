@@ -303,7 +303,19 @@ typedef struct {
                                 token in the window, after repeat_penalty (as llama.cpp) */
     float presence_penalty;  /* 0 = off: subtracted once from the logit of a token in the window */
     uint64_t seed;
+    /* OpenAI's logit_bias: n_logit_bias entries (at most SEER_MAX_LOGIT_BIAS, distinct tokens,
+     * biases in [-100, 100]) added to those tokens' logits before everything else (before the
+     * penalties); ids outside [0, V) are ignored. Borrowed: the sampler and the request copy
+     * the entries, a caller's own params must keep them alive while it uses them. */
+    const struct seer_logit_bias *logit_bias;
+    int n_logit_bias;
 } seer_sampler_params;
+
+#define SEER_MAX_LOGIT_BIAS 1024
+typedef struct seer_logit_bias {
+    int32_t token;
+    float bias;
+} seer_logit_bias;
 
 seer_sampler_params seer_sampler_default_params(void);
 
@@ -555,6 +567,8 @@ void seer_spec_cost_free(seer_spec_cost *c);
 /* ---------------------------------------------------------------------------------------- */
 /* Requests and a scheduler                                                                 */
 
+typedef struct seer_constraint seer_constraint; /* structured output: see "Constraints" below */
+
 /* A request is one generation: its prompt and emitted tokens, sampler, stop set (the
  * vocabulary's end-of-generation tokens and stop strings), token limit, speculation settings
  * and statistics. A scheduler serves many requests on one context: each seer_sched_step
@@ -603,6 +617,10 @@ typedef struct {
                                 Costs one small backend call per step, and the steps keep the
                                 call's logits (no argmax-only calls) */
     int top_logprobs;
+    /* Structured output (NULL: none): the request takes its own copy of the constraint's
+     * state at seer_request_new (the caller keeps and frees c); every row the target and the
+     * drafters sample from is masked by it, and generation stops when it is finished. */
+    const seer_constraint *constraint;
     /* Called on the stepping thread at the end of each seer_sched_step in which r emitted
      * tokens or finished (after the last call for r, the scheduler no longer holds it). */
     void (*on_update)(seer_request *r, void *user);
@@ -824,6 +842,58 @@ seer_status seer_chat_render_tools(const seer_chat_template *t, const seer_chat_
 /* Whether token ends a turn or a text: EOS and tokens such as <|im_end|>, <|eot_id|>,
  * <|endoftext|> (the list llama.cpp uses). */
 bool seer_token_is_eog(const seer_model *model, int32_t token);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Structured output: constraints                                                           */
+
+/* A constraint restricts generation to the texts of a grammar: GBNF-like text
+ * (src/constrain/grammar.c documents it), a JSON schema (the subset OpenAI's structured
+ * outputs accept: objects, arrays, enum, const, anyOf, strings with a few formats and pattern,
+ * integers and numbers, booleans, null, $ref to $defs; src/constrain/schema.c), any JSON
+ * object, or a regular expression. It holds the matcher's state for one generation: which
+ * tokens may come next (a mask over the vocabulary) after the tokens accepted so far. The
+ * same mask applies to the target's and the drafter's distributions, which keeps speculation
+ * exact. Hostile text gets an error, never a crash; work per byte is bounded. */
+typedef enum {
+    SEER_CONSTRAINT_GRAMMAR = 0,
+    SEER_CONSTRAINT_JSON_SCHEMA,
+    SEER_CONSTRAINT_JSON_OBJECT, /* text is ignored */
+    SEER_CONSTRAINT_REGEX,
+} seer_constraint_kind;
+
+/* Compiles text [len] for model's vocabulary. SEER_ERR_INVALID_ARG for malformed text,
+ * SEER_ERR_UNSUPPORTED for a schema feature not covered; seer_last_error() says which. */
+seer_status seer_constraint_new(const seer_model *model, seer_constraint_kind kind, const char *text,
+                                size_t len, seer_constraint **out);
+/* seer_constraint_new for the vocabulary base was made for, sharing base's token trie (which
+ * costs a pass over the vocabulary to build): for servers that compile one per request. */
+seer_status seer_constraint_new_sharing(const seer_constraint *base, seer_constraint_kind kind, const char *text,
+                                        size_t len, seer_constraint **out);
+/* An independent copy of c's state (the compiled grammar and vocabulary are shared). */
+seer_status seer_constraint_clone(const seer_constraint *c, seer_constraint **out);
+void seer_constraint_free(seer_constraint *c);
+int seer_constraint_n_vocab(const seer_constraint *c);
+/* bits [(V + 31) / 32]: bit t % 32 of word t / 32 set when token t may come next.
+ * End-of-generation tokens are allowed exactly when the text may end there. Returns the
+ * number of allowed tokens (0: none, generation must stop), or -1 on error. */
+int seer_constraint_mask(seer_constraint *c, uint32_t *bits);
+/* Whether token may come next (cheaper than a mask for one token). */
+bool seer_constraint_allows(seer_constraint *c, int32_t token);
+/* Advances by token; SEER_ERR_INVALID_ARG (state unchanged) if it is not allowed. */
+seer_status seer_constraint_accept(seer_constraint *c, int32_t token);
+/* Whether generation must end: an end-of-generation token was accepted, or a token was
+ * refused (a mask with nothing allowed left the sampler no choice). */
+bool seer_constraint_finished(const seer_constraint *c);
+/* Takes back the last n accepted tokens (at most the last 256 can be taken back). */
+seer_status seer_constraint_rollback(seer_constraint *c, int n);
+/* Tokens accepted so far (minus those taken back). */
+int seer_constraint_n_accepted(const seer_constraint *c);
+/* Whether the text may end here. */
+bool seer_constraint_done(const seer_constraint *c);
+/* The grammar text a schema (or JSON object mode, or a regex) compiles to, for inspection;
+ * malloc'd into *out. */
+seer_status seer_constraint_grammar_text(seer_constraint_kind kind, const char *text, size_t len,
+                                         char **out);
 
 #ifdef __cplusplus
 }

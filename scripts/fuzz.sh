@@ -7,6 +7,7 @@
 #   fuzz_model      model loading and one forward call FUZZ_MODEL_SECONDS (default 25)
 #   fuzz_cost       the speculation cost file          FUZZ_COST_SECONDS (default 10)
 #   fuzz_trace      the acceptance trace file          FUZZ_TRACE_SECONDS (default 10)
+#   fuzz_constrain  grammars, JSON schemas, regexes    FUZZ_CONSTRAIN_SECONDS (default 20)
 # FUZZ_SECONDS, when set, gives every target that many seconds. Fails on any crash, leak,
 # sanitizer report, timeout or allocation past the limit; the failing input is left in
 # build-fuzz/artifacts/.
@@ -25,16 +26,20 @@ fi
 echo "fuzz.sh: building the fuzz targets in $out/"
 CC=$cc cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEER_FUZZ=ON -DSEER_CUDA=OFF \
   -DSEER_NATIVE=OFF >/dev/null
-cmake --build "$out" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_model fuzz_cost fuzz_trace make_seeds >/dev/null
+cmake --build "$out" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_model fuzz_cost fuzz_trace fuzz_constrain make_seeds >/dev/null
 
 rm -rf "$out/seeds"
-mkdir -p "$out/seeds/gguf" "$out/seeds/tokenizer" "$out/seeds/cost" "$out/seeds/trace" "$out/artifacts"
+mkdir -p "$out/seeds/gguf" "$out/seeds/tokenizer" "$out/seeds/cost" "$out/seeds/trace" "$out/seeds/constrain" "$out/artifacts"
 printf 'seer-cost 1\nkey m@cpu\nb 1 4\nl 64 1024\nn 4 8\ntarget 1e-3 2e-3 3e-3 4e-3\nverify 4 2e-3 3e-3 4e-3 5e-3\nverify 8 3e-3 4e-3 5e-3 6e-3\ndraft streaming 16 1e-4 1e-4 2e-4 2e-4\ndraft ngram 0 0 0 0 0\nend\n' \
   > "$out/seeds/cost/valid.cost"
 printf 'seer-cost 2\nkey m@cpu\nb 1 4\nl 64 1024\nn 4\ntarget 1e-3 2e-3 3e-3 4e-3\nest target 0 0 1 1\nverify 4 2e-3 3e-3 4e-3 5e-3\nest verify 4 0 1 1 1\ndraft streaming 16 1e-4 1e-4 2e-4 2e-4\nest draft streaming 16 0 0 0 1\ndraft ngram 0 0 0 0 0\nend\n' \
   > "$out/seeds/cost/partial.cost"
 printf 'seer-accept-trace 1\n# a comment\nseq streaming 256 3/4 4/4 0/4\nseq retrieval 512 1/2 2/2\nseq ngram 0 0/1\nend\n' \
   > "$out/seeds/trace/valid.trace"
+# constraint seeds: a kind byte (0 grammar, 1 JSON schema, 2 regex) and the text
+printf '\000root ::= "{" ws (item ("," ws item)*)? "}"\nitem ::= [a-z]+ | "x"{2,4}\nws ::= [ \\n]*\n' > "$out/seeds/constrain/grammar"
+printf '\001{"type":"object","properties":{"a":{"type":"integer","minimum":-5,"maximum":120},"b":{"enum":["x",null]},"c":{"type":"array","items":{"$ref":"#/$defs/d"},"maxItems":3}},"required":["a"],"$defs":{"d":{"type":"string","pattern":"^[a-z]{2}$"}}}' > "$out/seeds/constrain/schema"
+printf '\002^(\\d{3}-)?[A-Z][a-z]+(?:, [^x]+)*$' > "$out/seeds/constrain/regex"
 "$out/make_seeds" "$out/seeds/gguf" "$out/seeds/tokenizer"
 if [[ -f "$shared/models/stories260K.gguf" ]]; then
   cp -f "$shared/models/stories260K.gguf" "$out/seeds/gguf/"
@@ -62,4 +67,5 @@ fuzz fuzz_tokenizer "${FUZZ_SECONDS:-${FUZZ_TOKENIZER_SECONDS:-25}}" "$out/seeds
 fuzz fuzz_model "${FUZZ_SECONDS:-${FUZZ_MODEL_SECONDS:-25}}" "$out/seeds/gguf" -malloc_limit_mb=512
 fuzz fuzz_cost "${FUZZ_SECONDS:-${FUZZ_COST_SECONDS:-10}}" "$out/seeds/cost"
 fuzz fuzz_trace "${FUZZ_SECONDS:-${FUZZ_TRACE_SECONDS:-10}}" "$out/seeds/trace"
+fuzz fuzz_constrain "${FUZZ_SECONDS:-${FUZZ_CONSTRAIN_SECONDS:-20}}" "$out/seeds/constrain"
 echo "fuzz.sh: no crashes"

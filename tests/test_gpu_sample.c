@@ -6,7 +6,8 @@
  *     the top-k and top-p cuts), all equal, -inf and NaN entries, only three finite logits,
  *     all -inf; temperatures 1e-3 to 100 and 0 (with and without penalty), top-k from 1 to
  *     beyond V, top-p, min-p, repetition, frequency and presence penalties with duplicate and
- *     out-of-range history.
+ *     out-of-range history; logit_bias (with an id outside V) on a quarter of the rows and a
+ *     constraint's vocabulary mask on a third.
  *     Probabilities: the same support and |gpu - cpu| <= 1e-6 * max(1, cpu) + 1e-9 per entry
  *     (both round exp in double to float; sums run in another order). Ids: >= 99.9% of 64
  *     draws per row equal given the same uniform, and every mismatch lies at a boundary
@@ -146,9 +147,23 @@ static void test_sample_rows_vs_cpu(void **state) {
         float *pg = malloc(sizeof(float) * R * V);
         int32_t *hist = malloc(sizeof(int32_t) * R * 40);
         seer_sampler_params *sp = malloc(sizeof *sp * R);
+        const int W = (V + 31) / 32;
+        uint32_t *masks = malloc(sizeof(uint32_t) * (size_t)R * W);
+        seer_logit_bias *bias = malloc(sizeof *bias * R * 3);
         for (int r = 0; r < R; r++) {
             fill_logits(lg + (size_t)r * V, V, r % N_KIND, &rng);
             sp[r] = params_of(&CFGS[r / N_KIND]);
+            for (int w = 0; w < W; w++) /* about half the vocabulary allowed */
+                masks[(size_t)r * W + w] = (uint32_t)tu_rand_u64(&rng);
+            bias[r * 3] = (seer_logit_bias){(int32_t)(tu_rand_u64(&rng) % (uint64_t)V), 7.5f};
+            bias[r * 3 + 1] = (seer_logit_bias){(int32_t)(tu_rand_u64(&rng) % (uint64_t)V), -3.25f};
+            bias[r * 3 + 2] = (seer_logit_bias){V + 5, 100.0f}; /* outside V: ignored */
+            if (bias[r * 3 + 1].token == bias[r * 3].token)
+                bias[r * 3 + 1].token = (bias[r * 3].token + 1) % V;
+            if (r % 4 == 2) {
+                sp[r].logit_bias = bias + r * 3;
+                sp[r].n_logit_bias = 3;
+            }
             for (int i = 0; i < 40; i++) /* duplicates and ids outside [0, V) */
                 hist[r * 40 + i] = i % 9 == 8 ? (i % 2 ? -1 : V + 3)
                                               : (int32_t)(tu_rand_u64(&rng) % (uint64_t)(V < 50 ? V : 50));
@@ -162,7 +177,8 @@ static void test_sample_rows_vs_cpu(void **state) {
         for (int r = 0; r < R; r++) {
             u[r] = uniform(&rng);
             rc[r] = (seer_sample_row){.logits = lg + (size_t)r * V, .probs = pc + (size_t)r * V, .sp = &sp[r],
-                                      .hist = hist + r * 40, .n_hist = 40, .u = u[r]};
+                                      .hist = hist + r * 40, .n_hist = 40, .u = u[r],
+                                      .mask = r % 3 == 1 ? masks + (size_t)r * W : NULL};
             rg[r] = rc[r];
             rg[r].logits = dl + (size_t)r * V;
             rg[r].probs = dp + (size_t)r * V;
@@ -191,7 +207,8 @@ static void test_sample_rows_vs_cpu(void **state) {
                 const int j = r * DRAWS + k;
                 u[j] = k == 0 ? 0.0 : k == 1 ? 1.0 - 0x1.0p-53 : uniform(&rng);
                 rc[j] = (seer_sample_row){.logits = lg + (size_t)r * V, .probs = NULL, .sp = &sp[r],
-                                          .hist = hist + r * 40, .n_hist = 40, .u = u[j]};
+                                          .hist = hist + r * 40, .n_hist = 40, .u = u[j],
+                                          .mask = r % 3 == 1 ? masks + (size_t)r * W : NULL};
                 rg[j] = rc[j];
                 rg[j].logits = dl + (size_t)r * V;
             }
@@ -215,6 +232,7 @@ static void test_sample_rows_vs_cpu(void **state) {
         b.gpu->ops->dealloc(b.gpu, dl);
         b.gpu->ops->dealloc(b.gpu, dp);
         free(lg), free(pc), free(pg), free(hist), free(sp), free(rc), free(rg), free(u), free(ic), free(ig);
+        free(masks), free(bias);
     }
     printf("gpu_sample: probabilities worst |gpu-cpu| %.3g, %ld rows off; ids %ld of %ld differ (%ld at a boundary)\n",
            worst, bad_rows, id_mismatch, n_ids, id_boundary);

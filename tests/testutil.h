@@ -143,6 +143,9 @@ double tu_dist_expect(const tu_dist *d, seer_spec_params spec, int n_runs, int *
  *     of its forward call and verification; the step at which it reaches 0 fails there. */
 extern int seer_verify_wrong_rule_for_tests;
 extern int seer_hier_wrong_rule_for_tests;
+/* seer_constrain_wrong_rule_for_tests: nonzero, the target's rows lose a constraint's mask
+ * (the drafter's keep it), which is NOT exact (test_spec_constrain). */
+extern int seer_constrain_wrong_rule_for_tests;
 extern int seer_sched_fail_for_tests;
 
 #define ASSERT_OK(expr)                                                                   \

@@ -128,6 +128,9 @@ typedef struct {
     int n_hist;
     double u;                      /* uniform in [0, 1) for the draw; < 0: no draw. Unused at
                                     * temperature <= 0 (the argmax) */
+    const uint32_t *mask;          /* host [(V + 31) / 32] tokens allowed (bit i % 32 of word
+                                    * i / 32), the others' logits -inf after logit_bias and
+                                    * before the penalties (a constraint's row); NULL: all */
 } seer_sample_row;
 
 /* One chain of accept_chains: speculative sampling's acceptance rule (Leviathan et al. 2023;

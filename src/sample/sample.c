@@ -39,10 +39,12 @@ struct seer_sampler {
     int hist_cap;     /* 2 * repeat_last_n (>= 1): shifting once per repeat_last_n accepts */
     float *probs;     /* [V] where seer_sampler_sample puts probs when the caller gives none */
     void *scratch;    /* seer_sampler_scratch_bytes(V) */
+    seer_logit_bias *bias; /* [params.n_logit_bias] the sampler's copy */
 };
 
 seer_sampler_params seer_sampler_default_params(void) {
     seer_sampler_params p;
+    memset(&p, 0, sizeof p); /* penalties and logit_bias off */
     p.temperature = 0.8f;
     p.top_k = 40;
     p.top_p = 0.95f;
@@ -76,9 +78,25 @@ seer_status seer_sampler_params_check(const seer_sampler_params *p) {
     if (!isfinite(p->frequency_penalty) || !isfinite(p->presence_penalty))
         return seer_err(SEER_ERR_INVALID_ARG, "sampler: frequency_penalty and presence_penalty must be finite "
                         "(got %g, %g)", (double)p->frequency_penalty, (double)p->presence_penalty);
+    if (p->n_logit_bias < 0 || p->n_logit_bias > SEER_MAX_LOGIT_BIAS || (p->n_logit_bias && !p->logit_bias))
+        return seer_err(SEER_ERR_INVALID_ARG, "sampler: logit_bias must hold 0..%d entries (got %d)",
+                        SEER_MAX_LOGIT_BIAS, p->n_logit_bias);
+    for (int i = 0; i < p->n_logit_bias; i++)
+        if (!(p->logit_bias[i].bias >= -100.0f && p->logit_bias[i].bias <= 100.0f))
+            return seer_err(SEER_ERR_INVALID_ARG, "sampler: logit_bias of token %d must be in [-100, 100] (got %g)",
+                            (int)p->logit_bias[i].token, (double)p->logit_bias[i].bias);
     if (p->repeat_last_n < 0 || p->repeat_last_n > SEER_SAMPLE_MAX_REPEAT_LAST_N)
         return seer_err(SEER_ERR_INVALID_ARG, "sampler: repeat_last_n must be in [0, %d] (got %d)",
                         SEER_SAMPLE_MAX_REPEAT_LAST_N, p->repeat_last_n);
+    return SEER_OK;
+}
+
+seer_status seer_logit_bias_check_distinct(const seer_sampler_params *p) {
+    for (int i = 0; i < p->n_logit_bias; i++)
+        for (int j = 0; j < i; j++)
+            if (p->logit_bias[i].token == p->logit_bias[j].token)
+                return seer_err(SEER_ERR_INVALID_ARG, "sampler: logit_bias lists token %d twice",
+                                (int)p->logit_bias[i].token);
     return SEER_OK;
 }
 
@@ -206,7 +224,7 @@ static int top_p_filter(cand *c, int n, double z, float top_p) {
 /* The pipeline of seer_sampler_probs_with_history. Also leaves the kept set in the scratch's
  * cand [0, n) (any order) and returns n, so that a draw need not scan all V probs. */
 static int probs_pipeline(const seer_sampler_params *p, const int32_t *history, int n_history,
-                          const float *logits, float *probs, int V, void *scratch) {
+                          const uint32_t *mask, const float *logits, float *probs, int V, void *scratch) {
     cand *c = (cand *)scratch;
     float *work = (float *)(c + V);
     uint8_t *mark = (uint8_t *)(work + V);
@@ -215,6 +233,16 @@ static int probs_pipeline(const seer_sampler_params *p, const int32_t *history, 
         const float x = logits[i];
         work[i] = x == x ? x : -INFINITY; /* NaN; written so that it vectorises */
     }
+    /* logit_bias, then the constraint's mask: both before the penalties, which keep -inf */
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const int32_t id = p->logit_bias[i].token;
+        if (id >= 0 && id < V)
+            work[id] = work[id] + p->logit_bias[i].bias;
+    }
+    if (mask)
+        for (int i = 0; i < V; i++)
+            if (!(mask[i >> 5] >> (i & 31) & 1))
+                work[i] = -INFINITY;
 
     /* The penalties (penalty.c): the repetition penalty as in the CTRL paper (Keskar et al.
      * 2019) and llama.cpp, each distinct id once however often it occurs in the window, then
@@ -297,7 +325,14 @@ void seer_sampler_probs_with_history(const seer_sampler_params *p, const int32_t
                                      int n_history, const float *logits, float *probs,
                                      int n_vocab, void *scratch) {
     if (n_vocab > 0)
-        probs_pipeline(p, history, n_history, logits, probs, n_vocab, scratch);
+        probs_pipeline(p, history, n_history, NULL, logits, probs, n_vocab, scratch);
+}
+
+void seer_sampler_probs_masked(const seer_sampler_params *p, const int32_t *history, int n_history,
+                               const uint32_t *mask, const float *logits, float *probs, int n_vocab,
+                               void *scratch) {
+    if (n_vocab > 0)
+        probs_pipeline(p, history, n_history, mask, logits, probs, n_vocab, scratch);
 }
 
 static int cand_cmp_id(const void *pa, const void *pb) {
@@ -314,11 +349,21 @@ seer_status seer_sampler_init(seer_sampler_params params, int n_vocab, seer_samp
     if (n_vocab <= 0)
         return seer_err(SEER_ERR_INVALID_ARG, "sampler: n_vocab must be > 0 (got %d)", n_vocab);
     SEER_TRY(seer_sampler_params_check(&params));
+    SEER_TRY(seer_logit_bias_check_distinct(&params));
 
     seer_sampler *s = calloc(1, sizeof *s);
     if (!s)
         return seer_err(SEER_ERR_OOM, "sampler: out of memory");
     s->params = params;
+    if (params.n_logit_bias > 0) { /* the sampler's own copy */
+        s->bias = seer_malloc_array((size_t)params.n_logit_bias, sizeof *s->bias);
+        if (!s->bias) {
+            free(s);
+            return seer_err(SEER_ERR_OOM, "sampler: out of memory");
+        }
+        memcpy(s->bias, params.logit_bias, (size_t)params.n_logit_bias * sizeof *s->bias);
+        s->params.logit_bias = s->bias;
+    }
     s->n_vocab = n_vocab;
     s->hist_cap = params.repeat_last_n > 0 ? 2 * params.repeat_last_n : 1;
     s->hist = seer_malloc_array((size_t)s->hist_cap, sizeof *s->hist);
@@ -339,6 +384,7 @@ void seer_sampler_free(seer_sampler *s) {
     free(s->hist);
     free(s->probs);
     free(s->scratch);
+    free(s->bias);
     free(s);
 }
 
@@ -379,7 +425,7 @@ int32_t seer_sampler_sample(seer_sampler *s, const float *logits, float *probs) 
         return -1;
     float *out = probs ? probs : s->probs;
     const int V = s->n_vocab;
-    int n = probs_pipeline(&s->params, s->hist, s->n_hist, logits, out, V, s->scratch);
+    int n = probs_pipeline(&s->params, s->hist, s->n_hist, NULL, logits, out, V, s->scratch);
     cand *c = (cand *)s->scratch;
     if (!(s->params.temperature > 0.0f))
         return c[0].id;

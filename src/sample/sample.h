@@ -37,6 +37,16 @@ double seer_rng_uniform(seer_rng *r);
 /* SEER_OK, or SEER_ERR_INVALID_ARG with a message naming the first bad field. */
 seer_status seer_sampler_params_check(const seer_sampler_params *p);
 
+/* SEER_OK when p's logit_bias lists no token twice (O(n^2): checked once, where params are
+ * taken in, not per row). */
+seer_status seer_logit_bias_check_distinct(const seer_sampler_params *p);
+
+/* Whether p changes logits before the temperature (penalties or logit_bias): then greedy
+ * decoding needs the logits, not only the model's argmax. */
+static inline bool seer_sampler_biased(const seer_sampler_params *p) {
+    return p->n_logit_bias > 0;
+}
+
 /* Whether p transforms logits by the history (a penalty on and a window to look at): then
  * the verifier and the backends' samplers need each row's history. */
 static inline bool seer_sampler_penalised(const seer_sampler_params *p) {
@@ -57,6 +67,7 @@ size_t seer_sampler_scratch_bytes(int n_vocab);
 
 /* The sampling pipeline, with no state of its own, so that a verifier can transform target
  * and draft logits identically:
+ *   0. logit_bias: each listed id in [0, V) gets its bias added (a plain float add);
  *   1. penalties on every distinct id in the last min(n_history, repeat_last_n) entries of
  *      history (ids outside [0, V) are ignored; a repeated id is penalised once): a positive
  *      logit is divided by repeat_penalty, any other multiplied, then count *
@@ -75,6 +86,14 @@ size_t seer_sampler_scratch_bytes(int n_vocab);
 void seer_sampler_probs_with_history(const seer_sampler_params *p, const int32_t *history,
                                      int n_history, const float *logits, float *probs,
                                      int n_vocab, void *scratch);
+
+/* seer_sampler_probs_with_history with a vocabulary mask applied after logit_bias and before
+ * the penalties: mask [(n_vocab + 31) / 32] (bit i % 32 of word i / 32 set: token i allowed;
+ * NULL: all) sets every other logit to -inf, so that the kept set is renormalised over the
+ * allowed tokens (a constraint's per-row mask; src/constrain/). */
+void seer_sampler_probs_masked(const seer_sampler_params *p, const int32_t *history, int n_history,
+                               const uint32_t *mask, const float *logits, float *probs, int n_vocab,
+                               void *scratch);
 
 /* ---- Access to a sampler's state (for the verifier) -------------------------------------- */
 

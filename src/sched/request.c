@@ -43,6 +43,7 @@ void seer_request_free(seer_request *r) {
     free(r->lp);
     free(r->qcap);
     seer_sampler_free(r->smp);
+    seer_constraint_free(r->con);
     seer_detok_free(r->dt);
     free(r);
 }
@@ -73,6 +74,10 @@ seer_status seer_request_new(const seer_model *model, const int32_t *prompt, int
         return seer_err(SEER_ERR_INVALID_ARG, "top_logprobs %d must be 0..%d", params->top_logprobs,
                         SEER_TOP_LOGPROBS_MAX);
     SEER_TRY(seer_sampler_params_check(&params->sampler));
+    SEER_TRY(seer_logit_bias_check_distinct(&params->sampler));
+    if (params->constraint && seer_constraint_n_vocab(params->constraint) != V)
+        return seer_err(SEER_ERR_INVALID_ARG, "the constraint was made for a vocabulary of %d, not %d",
+                        seer_constraint_n_vocab(params->constraint), V);
     seer_request *r = calloc(1, sizeof *r);
     if (!r)
         return seer_err(SEER_ERR_OOM, "out of memory");
@@ -96,8 +101,13 @@ seer_status seer_request_new(const seer_model *model, const int32_t *prompt, int
         size_t l = strlen(params->stop[i]);
         r->stop_max = l > r->stop_max ? l : r->stop_max;
     }
+    r->p.constraint = NULL;
     if (st == SEER_OK)
         st = seer_sampler_init(params->sampler, V, &r->smp);
+    if (st == SEER_OK) /* logit_bias: the sampler's own copy from now on */
+        r->p.sampler = *seer_sampler_get_params(r->smp);
+    if (st == SEER_OK && params->constraint)
+        st = seer_constraint_clone(params->constraint, &r->con);
     if (st == SEER_OK)
         st = seer_detok_init(model, &r->dt);
     if (st != SEER_OK) {
@@ -267,7 +277,8 @@ void seer_request_emit(seer_request *r, int32_t t, int n_ctx) {
     const seer_model *m = r->model;
     const bool eog = !r->p.ignore_eos && (seer_token_is_eog(m, t) || t == seer_token_eos(m) ||
                                           t == seer_token_bos(m));
-    if (eog) {
+    /* the constraint took t already (round.c); an end token or a refused one ends it */
+    if (eog || (r->con && seer_constraint_finished(r->con))) {
         seer_request_finish(r, SEER_FINISH_STOP);
         return;
     }

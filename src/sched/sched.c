@@ -374,7 +374,7 @@ static seer_status admit(seer_sched *s, seer_request *r) {
     const seer_round_seq q = {.seq = seq, .tokens = r->tokens, .n_tokens = r->n_tokens, .n_prompt = r->n_prompt,
                               .cap = r->cap, .max_new = r->p.max_tokens, .ignore_eos = r->p.ignore_eos,
                               .smp = r->smp, .sp = r->p.sampler, .logprobs = r->p.logprobs,
-                              .top_logprobs = r->p.top_logprobs};
+                              .top_logprobs = r->p.top_logprobs, .con = r->con};
     int h;
     seer_status st = seer_round_attach(g, &q, &h);
     if (st != SEER_OK) {

@@ -32,6 +32,7 @@ struct seer_request {
     int32_t *tokens;  /* [cap] prompt + generated */
     int n_tokens, n_prompt, cap;
     seer_sampler *smp;
+    seer_constraint *con; /* its own copy of params.constraint (NULL: none) */
     seer_detok *dt;
     char *text;       /* [text_cap] generated text, NUL-terminated */
     size_t text_len, text_cap, n_visible;

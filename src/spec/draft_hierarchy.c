@@ -161,7 +161,7 @@ static seer_status hier_verified(const seer_draft_env *env, void *impl, seer_dra
 }
 
 static bool argmax_only(const seer_draft_seq *s) {
-    return s->sp->temperature <= 0 && !seer_sampler_penalised(s->sp);
+    return s->sp->temperature <= 0 && !seer_sampler_penalised(s->sp) && !seer_sampler_biased(s->sp) && !s->con;
 }
 
 /* One middle level's state of a sequence during a round. */

@@ -39,6 +39,7 @@ typedef struct {
     int n_tokens, n_prompt;
     const seer_sampler_params *sp; /* the transform q must follow (as the target's p) */
     seer_sampler *smp;             /* uniforms of sampled draws */
+    seer_constraint *con;          /* structured output (NULL: none): q is masked as p is */
     float accept_avg;              /* running acceptance; a drafter may reset it (with rounds)
                                     * when it renews its state */
     int rounds;                    /* rounds since the drafter last renewed its state */
@@ -178,6 +179,11 @@ seer_status seer_draft_leave(seer_context *c, const seer_draft_seq *s);
  * s's tokens + the path to u, written to hist (room: repeat_last_n + depth entries). */
 seer_sample_row seer_draft_node_row(const seer_draft_seq *s, int u, const float *logits, float *probs,
                                     double uni, int32_t *hist);
+/* The constraint's mask of the row of node u (-1: the pending token) of a proposal tok/parent:
+ * the mask after the tokens on the path to u (constrain_rows.c). NULL when memory failed (the
+ * row is then unmasked, and a refused token ends the generation). */
+const uint32_t *seer_spec_row_mask(seer_constraint *con, const int32_t *tok, const int32_t *parent, int u);
+
 /* A uniform for a draw of s: from its generator when it samples, else -1 (greedy draws none). */
 double seer_draft_uniform(seer_draft_seq *s);
 

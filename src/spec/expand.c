@@ -14,7 +14,7 @@
 #include <string.h>
 
 static bool argmax_only(const seer_draft_seq *s) {
-    return s->sp->temperature <= 0 && !seer_sampler_penalised(s->sp);
+    return s->sp->temperature <= 0 && !seer_sampler_penalised(s->sp) && !seer_sampler_biased(s->sp) && !s->con;
 }
 
 /* Row u + 1 of sequence i's q: its own rows or the caller's (a draft model's backend). */
@@ -30,6 +30,8 @@ double seer_draft_uniform(seer_draft_seq *s) {
 seer_sample_row seer_draft_node_row(const seer_draft_seq *s, int u, const float *logits, float *probs,
                                     double uni, int32_t *hist) {
     seer_sample_row r = {.logits = logits, .probs = probs, .sp = s->sp, .u = uni};
+    if (s->con)
+        r.mask = seer_spec_row_mask(s->con, s->tok, s->parent, u);
     if (!seer_sampler_penalised(s->sp) || !hist)
         return r; /* no penalty: the history is irrelevant */
     int dep = 0;

@@ -402,7 +402,7 @@ seer_draft_seq *seer_gen_view(seer_gen *g, int h, int k) {
     seer_gen_seq *s = &g->seqs[h];
     seer_draft_seq *v = &g->dv[k >= 0 ? k : 0];
     *v = (seer_draft_seq){.slot = h, .seq = s->seq, .tokens = s->tokens, .n_tokens = s->n_tokens,
-                          .n_prompt = s->n_prompt, .sp = &s->sp, .smp = s->smp,
+                          .n_prompt = s->n_prompt, .sp = &s->sp, .smp = s->smp, .con = s->con,
                           .accept_avg = s->accept_avg, .rounds = s->rounds};
     if (k >= 0) {
         const size_t G = (size_t)g->G;

@@ -43,6 +43,7 @@ seer_status seer_round_attach(seer_gen *g, const seer_round_seq *q, int *out) {
     s->sp = q->sp;
     s->logprobs = q->logprobs;
     s->top_logprobs = q->top_logprobs;
+    s->con = q->con;
     s->accept_avg = 1.f;
     if (h >= g->n_seqs)
         g->n_seqs = h + 1;
@@ -137,7 +138,7 @@ seer_status seer_round_propose(seer_gen *g, int n) {
             if (p[j] < -1 || p[j] >= j)
                 return seer_err(SEER_ERR_INTERNAL, "drafter proposed node %d under %d", j, p[j]);
     }
-    return SEER_OK;
+    return seer_gen_constrain_proposals(g, n);
 }
 
 int seer_round_put(seer_gen *g, int k, seer_round_rows *b) {
@@ -228,7 +229,13 @@ seer_round_result seer_round_emit(seer_gen *g, int k, seer_round_emit_fn fn, voi
     for (int j = 0; j <= acc && !s->finished; j++, e++) {
         const int32_t t = seer_gen_emitted(g, k, j);
         s->tokens[s->n_tokens++] = t;
+        /* a refusal marks the constraint finished (seer_constraint_finished): the row had
+         * nothing allowed, or memory failed */
+        if (s->con)
+            (void)seer_constraint_accept(s->con, t);
         s->finished = fn ? fn(user, t) : seer_gen_seq_done(g, s, t);
+        if (s->con && seer_constraint_finished(s->con))
+            s->finished = true;
         seer_sampler_accept(s->smp, t);
     }
     s->rounds++;

@@ -33,6 +33,7 @@ typedef struct {
     seer_sampler_params sp;
     bool logprobs;    /* its emitted tokens get log-probabilities (seer_round_logprob) */
     int top_logprobs; /* with this many alternatives (<= SEER_TOP_LOGPROBS_MAX) */
+    seer_constraint *con; /* NULL: none; borrowed like smp, advanced by every emitted token */
 } seer_round_seq;
 
 /* ---- sequences of a class ---------------------------------------------------------------- */

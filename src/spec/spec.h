@@ -30,6 +30,7 @@ typedef struct {
     bool ignore_eos;
     seer_sampler *smp;
     seer_sampler_params sp;
+    seer_constraint *con; /* structured output (NULL: none): masks every row (constrain_rows.c) */
     float accept_avg; /* running acceptance rate (exponential average) */
     int rounds;       /* rounds since the drafter last refreshed its state */
     void *dstate;     /* the drafter's per-sequence state */
@@ -128,7 +129,8 @@ struct seer_gen {
 /* True when the sequence's sampler is plain argmax of the logits: then forward calls return
  * ids (seer_decode_argmax) and no logits leave the device. */
 static inline bool seer_gen_argmax_only(const seer_gen_seq *s) {
-    return s->sp.temperature <= 0 && !seer_sampler_penalised(&s->sp);
+    return s->sp.temperature <= 0 && !seer_sampler_penalised(&s->sp) && !seer_sampler_biased(&s->sp) &&
+           !s->con;
 }
 
 /* Whether s ends with the token t it just appended: an end-of-text token (unless ignored),
@@ -186,6 +188,14 @@ void seer_gen_auto_observe(seer_gen *g, int k);
 void seer_gen_auto_round_done(seer_gen *g, int emitted, double seconds);
 /* The kind that drafted this round: spec.kind, or auto's choice (NONE: plain). */
 seer_spec_kind seer_gen_round_kind(const seer_gen *g);
+
+/* ---- Constraints (constrain_rows.c) ---------------------------------------------------------- */
+
+/* After the drafter proposed for round entries [0, n): for a constrained sequence, a one-hot
+ * proposal loses the nodes the grammar refuses (and their subtrees), and a chain whose rows
+ * q does not need (greedy, or one-hot) is extended by the tokens the grammar forces (the only
+ * allowed token), so that they reach the target in the same call ("jump-forward"). */
+seer_status seer_gen_constrain_proposals(seer_gen *g, int n);
 
 /* ---- Trees (tree.c) ------------------------------------------------------------------------ */
 

@@ -166,6 +166,8 @@ seer_status seer_gen_hist_reserve(seer_gen *g, int rows) {
 seer_sample_row seer_gen_node_row(seer_gen *g, int k, const seer_gen_seq *s, int u, const float *logits,
                                   float *probs, double uni) {
     seer_sample_row r = {.logits = logits, .probs = probs, .sp = &s->sp, .u = uni};
+    if (s->con)
+        r.mask = seer_spec_row_mask(s->con, g->draft + (size_t)k * g->G, g->par + (size_t)k * g->G, u);
     if (!seer_sampler_penalised(&s->sp))
         return r; /* no penalty: the history is irrelevant */
     const int32_t *d = g->draft + (size_t)k * g->G, *p = g->par + (size_t)k * g->G;

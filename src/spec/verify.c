@@ -17,15 +17,34 @@
  * a chain's are drawn ahead of the device call and those it did not use are given back, so
  * the stream does not depend on the backend.
  */
+#include "constrain/grammar.h"
 #include "spec/spec.h"
 #include "util/error.h"
 
 #include <string.h>
 
+/* Test builds only (SEER_TEST_HOOKS, the tests that link this file into themselves): when
+ * nonzero, a rejected draft token is replaced by a sample from p instead of the residual,
+ * which is NOT exact; the distribution tests use it to show their power. The library itself
+ * always applies the exact rule. */
+#ifdef SEER_TEST_HOOKS
+int seer_verify_wrong_rule_for_tests;
+#define WRONG_RULE (seer_verify_wrong_rule_for_tests != 0)
+/* nonzero: the target's rows lose their constraint mask (the drafter's keep theirs), which is
+ * NOT exact: test_spec_constrain's distribution test must catch it */
+int seer_constrain_wrong_rule_for_tests;
+#define WRONG_MASK (seer_constrain_wrong_rule_for_tests != 0)
+#else
+#define WRONG_RULE false
+#define WRONG_MASK false
+#endif
+
 seer_sample_row seer_gen_row(const seer_gen_seq *s, int j, const float *logits, float *probs,
                              double u) {
     seer_sample_row r = {.logits = logits, .probs = probs, .sp = &s->sp, .hist = s->tokens,
                          .n_hist = s->n_tokens + j, .u = u};
+    if (s->con && !WRONG_MASK) /* the j staged tokens after the sequence's */
+        r.mask = seer_constraint_mask_after(s->con, s->tokens + s->n_tokens, j);
     if (!seer_sampler_penalised(&s->sp))
         r.hist = NULL, r.n_hist = 0; /* no penalty: the history is irrelevant */
     return r;
@@ -48,16 +67,7 @@ seer_status seer_gen_first_token(seer_gen *g, seer_gen_seq *s, float *logits, in
     return seer_context_sample(g->ctx, g->rows, 1, next);
 }
 
-/* Test builds only (SEER_TEST_HOOKS, the tests that link this file into themselves): when
- * nonzero, a rejected draft token is replaced by a sample from p instead of the residual,
- * which is NOT exact; the distribution tests use it to show their power. The library itself
- * always applies the exact rule. */
-#ifdef SEER_TEST_HOOKS
-int seer_verify_wrong_rule_for_tests;
-#define WRONG_RULE (seer_verify_wrong_rule_for_tests != 0)
-#else
-#define WRONG_RULE false
-#endif
+
 
 seer_status seer_verify_group(seer_gen *g, int k0, int k1, const int *row0, float *logits) {
     const int V = g->V, G = g->G;
@@ -112,6 +122,8 @@ seer_status seer_verify_group(seer_gen *g, int k0, int k1, const int *row0, floa
             }
         }
     }
+    for (int i = 0; WRONG_MASK && i < nr; i++)
+        g->rows[i].mask = NULL;
     SEER_TRY(seer_context_sample(g->ctx, g->rows, nr, g->ids));
     if (nc)
         SEER_TRY(seer_context_accept(g->ctx, g->chains, nc, g->c_acc, g->c_next));

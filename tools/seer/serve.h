@@ -168,6 +168,18 @@ typedef struct {
     char param_buf[128];         /* param's text when it names no field of seer's (unknown ones) */
 } serve_error;
 
+/* serve_structured.c: response_format, grammar and logit_bias. */
+typedef struct {
+    seer_constraint *con;  /* the request's constraint (NULL: none); each choice clones it */
+    seer_logit_bias *bias; /* what p->sampler.logit_bias points to */
+} serve_structured;
+/* Reads the three fields of root into p (constraint, logit_bias), owned by *out until
+ * serve_structured_free (after the job's requests are made: they copy both). False with e
+ * set on a bad or unsupported value. */
+bool serve_structured_read(serve_state *srv, json_t *root, seer_request_params *p, serve_structured *out,
+                           serve_error *e);
+void serve_structured_free(serve_structured *s);
+
 /* serve_fields.c: the top-level request fields, each honoured or refused. */
 /* Fills e and returns NULL (for `return serve_fail(...)` in functions returning a job). */
 serve_job *serve_fail(serve_error *e, int status, const char *param, const char *code, const char *fmt, ...)

@@ -521,6 +521,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     p.spec = srv->spec;
     p.max_tokens = srv->default_max_tokens;
     bool stream = false, include_usage = false;
+    serve_structured structured = {0};
     char *echo_text = NULL;
     size_t echo_len = 0;
     serve_tools tools = {0};
@@ -651,7 +652,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     }
     if (!parse_seer(srv, json_object_get(root, "seer"), &p, e))
         goto out;
-    if (!serve_logprobs_parse(root, kind, echo, &p, e))
+    if (!serve_logprobs_parse(root, kind, echo, &p, e) || !serve_structured_read(srv, root, &p, &structured, e))
         goto out;
     if (kind == JOB_CHAT) {
         /* chat_template_kwargs: serve_fields.c let only enable_thinking through, a boolean */
@@ -720,6 +721,7 @@ out:
     free(ids);
     free(echo_text);
     free(stops);
+    serve_structured_free(&structured); /* the job's requests hold their own copies */
     json_decref(root);
     return j;
 }

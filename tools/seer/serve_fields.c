@@ -2,8 +2,9 @@
  * serve_fields.c: the top-level fields of an OpenAI request body, each either honoured or
  * refused. One table names every field /v1/chat/completions and /v1/completions take and
  * what seer does with it; a field not in the table for its endpoint is refused (as OpenAI
- * refuses unknown parameters), and so is a value seer cannot honour (a response format
- * other than text, a logit bias ...). Fields whose only
+ * refuses unknown parameters), and so is a value seer cannot honour (echo with logprobs, a
+ * tool_choice that forces a call ...; response_format, grammar and logit_bias are
+ * serve_structured.c's). Fields whose only
  * effect is metadata on OpenAI's side (user, metadata, safety_identifier, prompt_cache_key,
  * store false, service_tier auto or default) are accepted after a type check: by definition
  * they change no output. null is the field left out, for any field.
@@ -195,15 +196,6 @@ static bool ck_refused(json_t *o, const char *key, json_t *v, serve_error *e) {
     return unsupported(e, key, "");
 }
 
-static bool ck_response_format(json_t *o, const char *key, json_t *v, serve_error *e) {
-    (void)o;
-    json_t *ty = json_object_get(v, "type");
-    if (json_is_object(v) && json_is_string(ty) && !strcmp(json_string_value(ty), "text") &&
-        json_object_size(v) == 1)
-        return true;
-    return unsupported(e, key, " (only {\"type\": \"text\"}: seer has no structured output)");
-}
-
 static bool ck_modalities(json_t *o, const char *key, json_t *v, serve_error *e) {
     (void)o;
     if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)) &&
@@ -259,13 +251,14 @@ static const struct {
     {"presence_penalty", F_BOTH, ck_read},
     {"logprobs", F_BOTH, ck_read},
     {"top_logprobs", F_CHAT, ck_read},
-    {"logit_bias", F_BOTH, ck_empty},
+    {"logit_bias", F_BOTH, ck_read},
+    {"response_format", F_BOTH, ck_read},
+    {"grammar", F_BOTH, ck_read},
     {"suffix", F_COMPL, ck_empty},
     {"tools", F_CHAT, ck_read},
     {"functions", F_CHAT, ck_empty},
     {"tool_choice", F_CHAT, ck_read},
     {"function_call", F_CHAT, ck_tool_choice},
-    {"response_format", F_CHAT, ck_response_format},
     {"modalities", F_CHAT, ck_modalities},
     {"verbosity", F_CHAT, ck_verbosity},
     /* refused whatever their value */

@@ -518,7 +518,7 @@ static seer_status cpu_sample_rows(seer_backend *be, const seer_sample_row *rows
     for (int r = 0; r < n; r++) {
         const seer_sample_row *w = &rows[r];
         float *p = w->probs ? w->probs : tmp;
-        seer_sampler_probs_with_history(w->sp, w->hist, w->n_hist, w->logits, p, V, scratch);
+        seer_sampler_probs_masked(w->sp, w->hist, w->n_hist, w->mask, w->logits, p, V, scratch);
         if (!ids)
             continue;
         if (!(w->sp->temperature > 0.0f))

@@ -2,8 +2,9 @@
  * sample.cu: token selection on the GPU, so that decoding and verification move ids (and a
  * few per-row parameters and uniforms) between host and device instead of rows of V logits:
  *   argmax_rows    greedy decoding and greedy verification;
- *   sample_rows    the sampler transform of src/sample/sample.h (repetition penalty,
- *                  temperature, top-k, softmax, top-p, min-p) and an inverse-CDF draw;
+ *   sample_rows    the sampler transform of src/sample/sample.h (logit_bias, a constraint's
+ *                  vocabulary mask, repetition penalty, temperature, top-k, softmax, top-p,
+ *                  min-p) and an inverse-CDF draw;
  *   accept_chains  speculative sampling's acceptance rule over chains of draft tokens and the
  *                  residual draw at the first rejection (src/spec/verify.c states the rule);
  *   accept_trees   the multi-draft rule over token trees (backend.h, seer_accept_tree).
@@ -304,19 +305,33 @@ typedef struct {
     int top_k;
     int pen_off, n_pen;  /* distinct penalised ids: pen[pen_off ..], what frequency and presence
                           * subtract from each: sub[pen_off ..] (seer_penalty_sub) */
+    int bias_off, n_bias; /* logit_bias: distinct ids bid[bias_off ..], added bval[bias_off ..] */
+    int mask_off;         /* the row's vocabulary mask: words mask[mask_off ..], -1: none */
 } smp_row;
 
 __global__ void __launch_bounds__(SMP_THREADS)
-sample_rows_kernel(const smp_row *rows, const int32_t *pen, const float *sub, int V, int32_t *ids) {
+sample_rows_kernel(const smp_row *rows, const int32_t *pen, const float *sub, const int32_t *bid,
+                   const float *bval, const uint32_t *mask, int V, int32_t *ids) {
     __shared__ smp_shared sh;
     const smp_row R = rows[blockIdx.x];
     const int tid = threadIdx.x, nt = blockDim.x;
 
-    /* 1. the penalised logits (CTRL, then frequency and presence; once per distinct id of the
+    /* 1. logit_bias (one rounded add per distinct id, as sample.c), the mask (-inf outside),
+     * then the penalised logits (CTRL, then frequency and presence; once per distinct id of the
      * window): seer_penalty_apply's operations, each rounded, none fused */
     if (R.buf) {
         for (int i = tid; i < V; i += nt)
             R.buf[i] = smp_clean(R.logits[i]);
+        __syncthreads();
+        for (int k = tid; k < R.n_bias; k += nt) {
+            const int id = bid[R.bias_off + k];
+            R.buf[id] = __fadd_rn(R.buf[id], bval[R.bias_off + k]);
+        }
+        __syncthreads();
+        if (R.mask_off >= 0)
+            for (int i = tid; i < V; i += nt)
+                if (!(mask[R.mask_off + (i >> 5)] >> (i & 31) & 1u))
+                    R.buf[i] = -INFINITY;
         __syncthreads();
         for (int k = tid; k < R.n_pen; k += nt) {
             const int id = pen[R.pen_off + k];
@@ -517,7 +532,8 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
         return SEER_OK;
     if (V <= 0)
         return seer_err(SEER_ERR_INVALID_ARG, "sample_rows: vocabulary of %d", V);
-    size_t n_pen = 0;
+    size_t n_pen = 0, n_bias = 0, n_mask = 0;
+    const size_t W = ((size_t)V + 31) / 32;
     int n_scratch = 0;
     for (int r = 0; r < n; r++) {
         const seer_sampler_params *p = rows[r].sp;
@@ -525,7 +541,9 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
         const bool pen = seer_sampler_penalised(p) && rows[r].hist && rows[r].n_hist > 0;
         if (pen)
             n_pen += (size_t)(rows[r].n_hist < p->repeat_last_n ? rows[r].n_hist : p->repeat_last_n);
-        n_scratch += !rows[r].probs && (p->temperature > 0.0f || pen);
+        n_bias += (size_t)p->n_logit_bias;
+        n_mask += rows[r].mask ? W : 0;
+        n_scratch += !rows[r].probs && (p->temperature > 0.0f || pen || p->n_logit_bias > 0 || rows[r].mask);
     }
     if (c->smp->mark_cap < V) {
         uint8_t *m = (uint8_t *)malloc((size_t)V);
@@ -543,9 +561,13 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
     const size_t desc_b = smp_align((size_t)n * sizeof(smp_row));
     const size_t pen_b = smp_align(n_pen * sizeof(int32_t)), sub_b = smp_align(n_pen * sizeof(float));
     const size_t ids_b = (size_t)n * sizeof(int32_t);
+    /* logit_bias ids and values, then the rows' masks, after the penalties */
+    const size_t bid_b = smp_align(n_bias * sizeof(int32_t)), bval_b = smp_align(n_bias * sizeof(float));
+    const size_t mask_b = smp_align(n_mask * sizeof(uint32_t));
+    const size_t up_b = desc_b + pen_b + sub_b + bid_b + bval_b + mask_b;
     char *h = NULL;
-    SEER_TRY(smp_host(c, desc_b + pen_b + sub_b, &h));
-    SEER_TRY(seer_cuda_reserve(c, &c->smp->dev, desc_b + pen_b + sub_b + ids_b, "sampling descriptors"));
+    SEER_TRY(smp_host(c, up_b, &h));
+    SEER_TRY(seer_cuda_reserve(c, &c->smp->dev, up_b + ids_b, "sampling descriptors"));
     if (n_scratch)
         SEER_TRY(seer_cuda_reserve(c, &c->smp->work, (size_t)n_scratch * V * sizeof(float),
                                    "sampling scratch rows"));
@@ -555,7 +577,11 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
     float *work = (float *)c->smp->work.p;
     uint8_t *mark = c->smp->mark;
     int32_t *count = c->smp->count;
-    int off = 0, s = 0;
+    int32_t *bid = (int32_t *)(h + desc_b + pen_b + sub_b);
+    float *bval = (float *)(h + desc_b + pen_b + sub_b + bid_b);
+    uint32_t *mwords = (uint32_t *)(h + desc_b + pen_b + sub_b + bid_b + bval_b);
+    int off = 0, s = 0, boff = 0;
+    size_t moff = 0;
     for (int r = 0; r < n; r++) {
         const seer_sample_row *w = &rows[r];
         const seer_sampler_params *p = w->sp;
@@ -591,15 +617,31 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
             }
         }
         d.n_pen = off - d.pen_off;
-        d.buf = w->probs ? w->probs
-                         : (p->temperature > 0.0f || has_pen) ? work + (size_t)(s++) * V : NULL;
+        d.bias_off = boff;
+        for (int i = 0; i < p->n_logit_bias; i++) /* distinct (checked where params come in) */
+            if (p->logit_bias[i].token >= 0 && p->logit_bias[i].token < V) {
+                bid[boff] = p->logit_bias[i].token;
+                bval[boff++] = p->logit_bias[i].bias;
+            }
+        d.n_bias = boff - d.bias_off;
+        d.mask_off = -1;
+        if (w->mask) {
+            memcpy(mwords + moff, w->mask, W * sizeof(uint32_t));
+            d.mask_off = (int)moff;
+            moff += W;
+        }
+        const bool need = p->temperature > 0.0f || has_pen || p->n_logit_bias > 0 || w->mask;
+        d.buf = w->probs ? w->probs : need ? work + (size_t)(s++) * V : NULL;
         desc[r] = d;
     }
     char *dev = (char *)c->smp->dev.p;
-    CUDA_TRY(cudaMemcpyAsync(dev, h, desc_b + pen_b + sub_b, cudaMemcpyHostToDevice, c->stream));
-    int32_t *d_ids = ids ? (int32_t *)(dev + desc_b + pen_b + sub_b) : NULL;
+    CUDA_TRY(cudaMemcpyAsync(dev, h, up_b, cudaMemcpyHostToDevice, c->stream));
+    int32_t *d_ids = ids ? (int32_t *)(dev + up_b) : NULL;
+    const size_t at_b = desc_b + pen_b + sub_b;
     sample_rows_kernel<<<(unsigned)n, SMP_THREADS, 0, c->stream>>>(
-        (const smp_row *)dev, (const int32_t *)(dev + desc_b), (const float *)(dev + desc_b + pen_b), V, d_ids);
+        (const smp_row *)dev, (const int32_t *)(dev + desc_b), (const float *)(dev + desc_b + pen_b),
+        (const int32_t *)(dev + at_b), (const float *)(dev + at_b + bid_b),
+        (const uint32_t *)(dev + at_b + bid_b + bval_b), V, d_ids);
     LAUNCH_TRY("sample_rows_kernel");
     if (ids) {
         CUDA_TRY(cudaMemcpyAsync(ids, d_ids, ids_b, cudaMemcpyDeviceToHost, c->stream));

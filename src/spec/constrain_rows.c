@@ -1,0 +1,112 @@
+/*
+ * constrain_rows.c: structured output inside speculation. Every sample row of a constrained
+ * sequence, target and drafter alike, carries the constraint's mask after the tokens on its
+ * path (seer_sample_row.mask): p and q are transformed the same way, so the acceptance rule
+ * stays exact and greedy output equals constrained greedy decoding. Proposals are trimmed to
+ * allowed tokens, and chains are extended by forced tokens (jump-forward: where the grammar
+ * allows exactly one token, that token is drafted without a draft model's call; the target
+ * verifies it in the same call as the other drafts, and it is always accepted).
+ *
+ * Not for: the grammar or masks themselves (src/constrain/), the acceptance rule (verify.c).
+ */
+#include "constrain/grammar.h"
+#include "spec/spec.h"
+
+#include <string.h>
+
+/* Tokens on the path from the root to node u (tok/parent), root first, into out [<= 256];
+ * returns their count, -1 if deeper than that. */
+static int node_path(const int32_t *tok, const int32_t *parent, int u, int32_t *out) {
+    int n = 0;
+    for (int j = u; j >= 0; j = parent[j])
+        if (++n > 256)
+            return -1;
+    int i = n;
+    for (int j = u; j >= 0; j = parent[j])
+        out[--i] = tok[j];
+    return n;
+}
+
+const uint32_t *seer_spec_row_mask(seer_constraint *con, const int32_t *tok, const int32_t *parent, int u) {
+    int32_t path[256];
+    const int n = u < 0 ? 0 : node_path(tok, parent, u, path);
+    return n < 0 ? NULL : seer_constraint_mask_after(con, path, n);
+}
+
+static bool bit(const uint32_t *m, int32_t t) {
+    return m[t >> 5] >> (t & 31) & 1;
+}
+
+/* The token mask m [V] forces: its only allowed token, or, where every allowed token spells
+ * the same bytes (SentencePiece's "0" beside its byte-fallback <0x30>), the highest id of
+ * them (byte-fallback tokens come first, and a model writes the piece). -1: nothing forced. */
+static int32_t forced_token(const seer_constraint *con, const uint32_t *m, int V) {
+    int32_t found = -1;
+    const char *bytes = NULL;
+    int len = 0;
+    for (int w = 0; w < (V + 31) / 32; w++) {
+        for (uint32_t x = m[w]; x; x &= x - 1) {
+            const int32_t t = w * 32 + __builtin_ctz(x);
+            int l;
+            const char *p = seer_constraint_piece(con, t, &l);
+            if (found >= 0 && (!p || !bytes || l != len || memcmp(p, bytes, (size_t)l) != 0))
+                return -1;
+            found = t, bytes = p, len = l;
+        }
+    }
+    return found;
+}
+
+/* Drops refused nodes (and what hangs below them) of entry k's one-hot proposal, keeping
+ * breadth-first order. */
+static void trim(seer_gen *g, int k, seer_gen_seq *s) {
+    int32_t *tok = g->draft + (size_t)k * g->G, *par = g->par + (size_t)k * g->G;
+    int32_t map[1024];
+    if (g->nd[k] > 1024)
+        return;
+    int m = 0;
+    for (int j = 0; j < g->nd[k]; j++) {
+        map[j] = -1;
+        if (par[j] >= 0 && map[par[j]] < 0)
+            continue;
+        const uint32_t *mask = seer_spec_row_mask(s->con, tok, par, par[j]);
+        if (!mask || !bit(mask, tok[j]))
+            continue;
+        /* written in place: m <= j, and a parent was placed before its child */
+        const int32_t p = par[j] >= 0 ? map[par[j]] : -1;
+        tok[m] = tok[j];
+        par[m] = p;
+        map[j] = m++;
+    }
+    g->nd[k] = m;
+}
+
+seer_status seer_gen_constrain_proposals(seer_gen *g, int n) {
+    for (int k = 0; k < n; k++) {
+        seer_gen_seq *s = &g->seqs[g->hs[k]];
+        if (!s->con || g->gam[k] <= 0)
+            continue;
+        /* one-hot proposals (n-gram) know nothing of the grammar; a drafter with q drew from
+         * masked rows, and its node numbering is its own state (a draft model's cache), so its
+         * proposal is left as it is: a refused node is rejected like any other */
+        const bool greedy = !(s->sp.temperature > 0);
+        if (g->onehot[k])
+            trim(g, k, s);
+        else if (!greedy)
+            continue; /* sampled with q: an appended node would need its q row */
+        if (!seer_gen_is_chain(g, k))
+            continue;
+        int32_t *tok = g->draft + (size_t)k * g->G, *par = g->par + (size_t)k * g->G;
+        while (g->nd[k] < g->gam[k] && g->nd[k] < g->dl[k]) {
+            const int last = g->nd[k] - 1;
+            const uint32_t *mask = seer_spec_row_mask(s->con, tok, par, last);
+            const int32_t t = mask ? forced_token(s->con, mask, g->V) : -1;
+            if (t < 0)
+                break;
+            tok[g->nd[k]] = t;
+            par[g->nd[k]] = last;
+            g->nd[k]++;
+        }
+    }
+    return SEER_OK;
+}
