@@ -6,8 +6,11 @@ chooses): a request with tools (tool_choice auto) is answered, its prompt holdin
 tools (more prompt tokens than without; tool_choice "none" renders none); the round trip's
 second half, an assistant message with tool_calls and a tool message (tool_call_id) sent back,
 is accepted and rendered (its calls and the result count as prompt tokens); streamed and whole
-answers agree; "required", a named function, tool_choice without tools and malformed tools or
-tool calls are refused with a 400 naming the field. The parsing of the model's output into
+answers agree; tool_choice "required" and a named function make even this model call (the
+output constrained to one call: finish_reason "tool_calls", the named function, arguments
+that follow its parameters, whole and streamed); a named function not among the tools, a forced
+call beside response_format, tool_choice without tools and malformed tools or tool calls are
+refused with a 400 naming the field. The parsing of the model's output into
 tool_calls is tested on fixed strings in C (tests/serve/test_tools_parse.c), the rendering in
 tests/test_chat_tools.c.
 
@@ -29,6 +32,16 @@ import test_serve as ts  # noqa: E402
 WEATHER = [{"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+# closed argument values, so that a forced call is whole within max_tokens on any model
+TWO = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Rome"]}}, "required": ["city"], "additionalProperties": False}}},
+       {"type": "function", "function": {
+           "name": "get_time", "parameters": {"type": "object", "properties": {
+               "zone": {"type": "string", "enum": ["UTC", "CET"]}}, "required": ["zone"],
+               "additionalProperties": False}}}]
 
 
 def test_tiny(cl, port):
@@ -68,10 +81,38 @@ def test_tiny(cl, port):
     r2 = cl.chat.completions.create(model=M, messages=back, tools=WEATHER, max_tokens=12, temperature=0)
     ts.check(r2.choices[0].finish_reason in ("stop", "length", "tool_calls"), "round trip")
     ts.check(r2.usage.prompt_tokens > r.usage.prompt_tokens + 10, f"call and result not rendered: {r2.usage}")
+    # a forced call (required, or a named function): the constraint makes even this model call
+    for choice, name in (("required", None), ({"type": "function", "function": {"name": "get_time"}}, "get_time")):
+        for stream in (False, True):
+            kw = dict(model=M, messages=msgs, tools=TWO, tool_choice=choice, max_tokens=120, temperature=0)
+            if stream:
+                got = {}
+                fin = None
+                for ch in cl.chat.completions.create(stream=True, **kw):
+                    if not ch.choices:
+                        continue
+                    fin = ch.choices[0].finish_reason or fin
+                    for t in ch.choices[0].delta.tool_calls or []:
+                        e = got.setdefault(t.index, {"name": "", "arguments": ""})
+                        e["name"] += (t.function.name or "") if t.function else ""
+                        e["arguments"] += (t.function.arguments or "") if t.function else ""
+                calls = [(e["name"], e["arguments"]) for _, e in sorted(got.items())]
+            else:
+                rr = cl.chat.completions.create(**kw)
+                fin = rr.choices[0].finish_reason
+                calls = [(t.function.name, t.function.arguments) for t in rr.choices[0].message.tool_calls or []]
+            ts.check(fin == "tool_calls" and len(calls) == 1, f"forced {choice} stream={stream}: {fin} {calls}")
+            nm, args = calls[0]
+            ts.check(name is None and nm in ("get_weather", "get_time") or nm == name, f"forced {choice}: {nm}")
+            a_ = json.loads(args)
+            want = {"get_weather": ("city", ("Paris", "Rome")), "get_time": ("zone", ("UTC", "CET"))}[nm]
+            ts.check(set(a_) == {want[0]} and a_[want[0]] in want[1], f"forced {choice}: arguments {args}")
     # refusals
-    for kw, param in (({"tools": WEATHER, "tool_choice": "required"}, "tool_choice"),
-                      ({"tools": WEATHER, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+    for kw, param in (({"tools": WEATHER, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
                        "tool_choice"),
+                      ({"tools": WEATHER, "tool_choice": "required", "response_format": {"type": "json_object"}},
+                       "tool_choice"),
+                      ({"tools": WEATHER, "tool_choice": {"type": "function"}}, "tool_choice"),
                       ({"tool_choice": "auto"}, "tool_choice"),
                       ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools"),
                       ({"tools": [{"type": "function"}]}, "tools")):

@@ -192,6 +192,19 @@ bool serve_structured_read(serve_state *srv, json_t *root, seer_request_params *
     return true;
 }
 
+bool serve_structured_grammar(serve_state *srv, const char *grammar, const char *param, seer_request_params *p,
+                              serve_structured *out, serve_error *e) {
+    if (out->con) {
+        serve_fail(e, 400, param, "invalid_value", "'%s' forces a tool call: give no 'response_format' or 'grammar' "
+                   "beside it", param);
+        return false;
+    }
+    if (!compile_or_fail(srv, SEER_CONSTRAINT_GRAMMAR, grammar, strlen(grammar), param, out, e))
+        return false;
+    p->constraint = out->con;
+    return true;
+}
+
 void serve_structured_free(serve_structured *s) {
     seer_constraint_free(s->con);
     free(s->bias);

@@ -5,9 +5,9 @@
  * output (Qwen2.5's Hermes format, seer_chat_render_tools) parsed back into `tool_calls`.
  *
  * tool_choice: "auto" renders the tools and parses the output; "none" renders none and
- * parses nothing. "required" and a named function need constrained decoding and are refused
- * (400) until a constraint engine can force the call; serve_tools_schema gives the JSON schema
- * such an engine would apply.
+ * parses nothing. "required" and a named function also constrain the output to exactly one
+ * call (serve_tools_grammar: the JSON schema of serve_tools_schema between the tags), which the
+ * constraint engine enforces exactly, under speculation too.
  *
  * Not for: the chat template itself (src/tokenizer/chat_tools.c) or the HTTP layer.
  */
@@ -39,13 +39,19 @@ bool serve_tools_parse(json_t *root, serve_tools *t, serve_error *e) {
         if (!has)
             return bad(e, "tool_choice", "'tool_choice' needs 'tools'%s", "");
         if (!c || strcmp(c, "auto")) {
-            if ((c && !strcmp(c, "required")) || json_is_object(choice)) {
-                serve_fail(e, 400, "tool_choice", "unsupported",
-                           "'tool_choice' %s is not supported: forcing a call needs constrained decoding (only "
-                           "\"auto\" or \"none\")", c ? "\"required\"" : "naming a function");
-                return false;
+            json_t *fn = json_object_get(choice, "function"), *nm = json_object_get(fn, "name");
+            if (c && !strcmp(c, "required")) {
+                t->force = true;
+            } else if (json_is_object(choice) && json_is_string(json_object_get(choice, "type")) &&
+                       !strcmp(json_string_value(json_object_get(choice, "type")), "function") && json_is_string(nm) &&
+                       json_string_length(nm) > 0 && json_string_length(nm) < sizeof t->only) {
+                t->force = true;
+                snprintf(t->only, sizeof t->only, "%s", json_string_value(nm));
+            } else {
+                return bad(e, "tool_choice",
+                           "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                           "\"function\": {\"name\": ...}}%s", "");
             }
-            return bad(e, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or a function%s", "");
         }
     }
     if (!has)
@@ -96,6 +102,93 @@ bool serve_tools_parse(json_t *root, serve_tools *t, serve_error *e) {
     }
     t->tools = json_incref(tools);
     t->on = true;
+    if (t->only[0]) {
+        bool found = false;
+        for (size_t i = 0; i < n && !found; i++)
+            found = !strcmp(json_string_value(json_object_get(json_object_get(json_array_get(tools, i), "function"),
+                                                              "name")),
+                            t->only);
+        if (!found) {
+            serve_tools_free(t);
+            return bad(e, "tool_choice", "'tool_choice' names a function that is not one of 'tools'%s", "");
+        }
+    }
+    return true;
+}
+
+/* g with the rule name root (outside literals, classes and comments) written as to. */
+static char *rename_root(const char *g, const char *to) {
+    const size_t n = strlen(g), tl = strlen(to);
+    char *o = malloc(n * (tl > 4 ? tl / 4 + 2 : 2) + 1);
+    if (!o)
+        return NULL;
+    size_t j = 0;
+    for (size_t i = 0; i < n;) {
+        const char c = g[i];
+        if (c == '"' || c == '[') { /* a literal or a class, escapes included */
+            const char end = c == '"' ? '"' : ']';
+            o[j++] = g[i++];
+            while (i < n && g[i] != end) {
+                if (g[i] == '\\' && i + 1 < n)
+                    o[j++] = g[i++];
+                o[j++] = g[i++];
+            }
+            if (i < n)
+                o[j++] = g[i++];
+        } else if (c == '#') {
+            while (i < n && g[i] != '\n')
+                o[j++] = g[i++];
+        } else if (isalnum((unsigned char)c) || c == '_' || c == '-') {
+            size_t k = i;
+            while (k < n && (isalnum((unsigned char)g[k]) || g[k] == '_' || g[k] == '-'))
+                k++;
+            if (k - i == 4 && !memcmp(g + i, "root", 4)) {
+                memcpy(o + j, to, tl);
+                j += tl;
+            } else {
+                memcpy(o + j, g + i, k - i);
+                j += k - i;
+            }
+            i = k;
+        } else {
+            o[j++] = g[i++];
+        }
+    }
+    o[j] = 0;
+    return o;
+}
+
+bool serve_tools_grammar(const serve_tools *t, char **out, serve_error *e) {
+    *out = NULL;
+    json_t *schema = serve_tools_schema(t->tools, t->only[0] ? t->only : NULL);
+    char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+    json_decref(schema);
+    char *g = NULL;
+    const seer_status st = text ? seer_constraint_grammar_text(SEER_CONSTRAINT_JSON_SCHEMA, text, strlen(text), &g)
+                                : SEER_ERR_OOM;
+    free(text);
+    if (st != SEER_OK) {
+        if (st == SEER_ERR_OOM)
+            serve_fail(e, 500, NULL, NULL, "out of memory");
+        else
+            serve_fail(e, 400, "tools", "unsupported", "a call forced over these tools' parameters: %.200s",
+                       seer_last_error());
+        return false;
+    }
+    char *body = rename_root(g, "tool-call-json");
+    free(g);
+    static const char head[] = "root ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n";
+    char *all = body ? malloc(sizeof head + strlen(body)) : NULL;
+    if (all) {
+        memcpy(all, head, sizeof head - 1);
+        strcpy(all + sizeof head - 1, body);
+    }
+    free(body);
+    if (!all) {
+        serve_fail(e, 500, NULL, NULL, "out of memory");
+        return false;
+    }
+    *out = all;
     return true;
 }
 

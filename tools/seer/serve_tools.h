@@ -10,16 +10,23 @@
 #include "serve.h"
 
 typedef struct {
-    bool on;      /* tools given and tool_choice "auto": rendered, and the output parsed */
+    bool on;      /* tools given and tool_choice not "none": rendered, and the output parsed */
+    bool force;   /* tool_choice "required" or a named function: the output is one call
+                     (serve_tools_grammar constrains it) */
+    char only[72]; /* the named function ("" for "required": any of the tools) */
     int n;
     char **defs;  /* [n] each tool's JSON as the template lists it */
     json_t *tools; /* the request's array (a reference) */
 } serve_tools;
 
 /* Reads `tools` and `tool_choice` of a chat request into t (zeroed first). "none" or no
- * tools: t->on false. "required" or a named function: refused (400, constrained decoding
- * needed). False with e filled on a bad value. */
+ * tools: t->on false. "required" or a named function: t->force (a named function must be
+ * one of the tools). False with e filled on a bad value. */
 bool serve_tools_parse(json_t *root, serve_tools *t, serve_error *e);
+/* The grammar (src/constrain/grammar.c) of one forced call, "<tool_call>\n" JSON "\n</tool_call>",
+ * the JSON that of serve_tools_schema(t->tools, t->only or NULL), malloc'd into *out. False
+ * with e filled (400: parameters the schema engine does not cover). */
+bool serve_tools_grammar(const serve_tools *t, char **out, serve_error *e);
 void serve_tools_free(serve_tools *t);
 /* Message i's tool_calls x (absent or null: none) into m: names borrowed from x, arguments
  * malloc'd (serve_tools_arguments_text; the caller frees them and m->calls). */
