@@ -376,6 +376,35 @@ typedef struct seer_spec_cost seer_spec_cost;
  * (seer_gen_set_synthetic, seer_bench.h). Its file format is in src/spec/accept_trace.c. */
 typedef struct seer_accept_trace seer_accept_trace;
 
+/* Drafters' settings. Each drafter declares its own (src/spec/draft_*.c: the option's names,
+ * type, range, default and help), and the registry lists them all: the CLI's options, the
+ * server's "seer" fields and seer_spec_default_params enumerate seer_spec_option_at, so a
+ * drafter's settings are named in its file alone. A library user sets them either through
+ * the fields of seer_spec_params below (the built-in drafters') or by name through
+ * seer_spec_set, which also reaches the settings of drafters registered at run time (stored
+ * in seer_spec_params.ext) and checks the range the drafter declared. */
+typedef enum {
+    SEER_SPEC_OPT_INT,   /* an integer */
+    SEER_SPEC_OPT_FLOAT, /* a real number */
+    SEER_SPEC_OPT_KIND,  /* a speculation kind's name, one of the option's choices */
+} seer_spec_opt_type;
+
+typedef struct {
+    const char *drafter;  /* the kind name of the drafter that declares it */
+    const char *flag;     /* its command-line option without the dashes ("spec-budget") */
+    const char *json;     /* its field in the server's "seer" object ("budget") */
+    const char *metavar;  /* the value's name in the help ("K") */
+    const char *help;     /* what it does, without its default (one line) */
+    seer_spec_opt_type type;
+    double def, lo, hi;   /* default and range (INT, FLOAT; KIND: the default kind) */
+    const char *const *choices; /* KIND: the accepted names, NULL-terminated */
+    bool own_only;        /* means something only with its drafter's kind (the CLI refuses it
+                             with another) */
+} seer_spec_option;
+
+/* Settings of drafters outside the library, at most this many in all. */
+#define SEER_SPEC_EXT_MAX 16
+
 typedef struct {
     seer_spec_kind kind;
     int gamma;             /* G: tokens drafted per round */
@@ -422,12 +451,28 @@ typedef struct {
                               quantised draft weights (seer_model_params.draft_weights).
                               auto's sparse self-drafts do so whenever the model holds them,
                               as its cost table was calibrated */
+    /* Settings of drafters registered outside the library (seer_spec_set / seer_spec_get;
+     * a setting not set reads as its default). */
+    double ext[SEER_SPEC_EXT_MAX];
+    uint32_t ext_set;      /* bit i: ext[i] was set */
 } seer_spec_params;
 
 /* Most nodes of a tree whose size is chosen online (tree_size -1). */
 #define SEER_TREE_AUTO_MAX 32
 
+/* Every field at the default its drafter declares; kind SEER_SPEC_NONE. */
 seer_spec_params seer_spec_default_params(void);
+/* The i-th drafter setting (drafters in registry order, each's in its order) into *out;
+ * false past the last. */
+bool seer_spec_option_at(int i, seer_spec_option *out);
+/* Sets the setting named name (its flag or its json name) from text: an integer, a number or
+ * a kind's name as its type says, within its range. SEER_ERR_INVALID_ARG with a message
+ * naming the setting (p unchanged) for an unknown name or a bad value. */
+seer_status seer_spec_set(seer_spec_params *p, const char *name, const char *text);
+/* The same with a number (KIND: the kind's value). */
+seer_status seer_spec_set_num(seer_spec_params *p, const char *name, double value);
+/* The setting's value in p (KIND: the kind's value); SEER_ERR_INVALID_ARG for an unknown name. */
+seer_status seer_spec_get(const seer_spec_params *p, const char *name, double *value);
 /* Parses a kind's name (seer_spec_kind_info_at: "none", a drafter's, "auto"). */
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out);
 const char *seer_spec_kind_name(seer_spec_kind k);

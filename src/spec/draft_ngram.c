@@ -72,8 +72,18 @@ const seer_drafter_ops seer_drafter_ngram = {
     .has_q = false,
 };
 
+static const seer_drafter_option OPTS[] = {
+    {{.flag = "spec-ngram", .json = "ngram_max", .metavar = "N", .type = SEER_SPEC_OPT_INT, .def = 4, .lo = 1,
+      .hi = 64, .help = "longest suffix to match"},
+     offsetof(seer_spec_params, ngram_max)},
+    {{.flag = "spec-ngram-min", .json = "ngram_min", .metavar = "N", .type = SEER_SPEC_OPT_INT, .def = 1, .lo = 1,
+      .hi = 64, .help = "shortest suffix accepted"},
+     offsetof(seer_spec_params, ngram_min)},
+};
+
 const seer_drafter_desc seer_drafter_ngram_desc = {
     .name = "ngram", .kind = SEER_SPEC_NGRAM, .ops = &seer_drafter_ngram,
     .help = "prompt lookup: continues the latest earlier match of the last n tokens",
     .flags = SEER_DRAFTER_AUTO | SEER_DRAFTER_TREE_BASE,
+    .options = OPTS, .n_options = 2,
 };

@@ -401,21 +401,53 @@ const seer_drafter_ops seer_drafter_self = {
 };
 
 /* The three views this one implementation drafts under. */
+/* The views' settings: the budget and sinks are the streaming view's (the other views and
+ * quantkv read them too), the rest each view's own. */
+static const seer_drafter_option STREAMING_OPTS[] = {
+    {{.flag = "spec-budget", .json = "budget", .metavar = "K", .type = SEER_SPEC_OPT_INT, .def = 256, .lo = 1,
+      .hi = 1 << 24, .help = "KV slots a sparse self-draft reads"},
+     offsetof(seer_spec_params, budget)},
+    {{.flag = "spec-sinks", .json = "sinks", .metavar = "S", .type = SEER_SPEC_OPT_INT, .def = 16, .lo = 0,
+      .hi = 1 << 24, .help = "first tokens the streaming view keeps"},
+     offsetof(seer_spec_params, sinks)},
+};
+static const seer_drafter_option RETRIEVAL_OPTS[] = {
+    {{.flag = "spec-chunk", .json = "chunk", .metavar = "C", .type = SEER_SPEC_OPT_INT, .def = 8, .lo = 1,
+      .hi = 4096, .help = "tokens per chunk"},
+     offsetof(seer_spec_params, chunk)},
+    {{.flag = "spec-refresh", .json = "refresh_every", .metavar = "N", .type = SEER_SPEC_OPT_INT, .def = 0,
+      .lo = 0, .hi = 1 << 24, .help = "rebuild the selection every N rounds (0 = never)"},
+     offsetof(seer_spec_params, refresh_every)},
+    {{.flag = "spec-refresh-below", .json = "refresh_below", .metavar = "A", .type = SEER_SPEC_OPT_FLOAT,
+      .def = 0, .lo = 0, .hi = 1, .help = "rebuild when the running acceptance drops below A (0 = off)"},
+     offsetof(seer_spec_params, refresh_below)},
+};
+static const seer_drafter_option SNAPKV_OPTS[] = {
+    {{.flag = "spec-window", .json = "snap_window", .metavar = "W", .type = SEER_SPEC_OPT_INT, .def = 32,
+      .lo = 1, .hi = 4096, .help = "observation window: the prompt's last queries that vote"},
+     offsetof(seer_spec_params, snap_window)},
+    {{.flag = "spec-snap-kernel", .json = "snap_kernel", .metavar = "P", .type = SEER_SPEC_OPT_INT, .def = 5,
+      .lo = 1, .hi = 255, .help = "width of the votes' average pooling (odd)"},
+     offsetof(seer_spec_params, snap_kernel)},
+};
+
 const seer_drafter_desc seer_drafter_streaming_desc = {
     .name = "streaming", .kind = SEER_SPEC_STREAMING, .ops = &seer_drafter_self,
     .help = "self-draft through sinks + a recent window of the cache (MagicDec, StreamingLLM)",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
              SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+    .options = STREAMING_OPTS, .n_options = 2,
 };
 const seer_drafter_desc seer_drafter_retrieval_desc = {
     .name = "retrieval", .kind = SEER_SPEC_RETRIEVAL, .ops = &seer_drafter_self,
     .help = "self-draft through the top chunks by key-mean score per KV head (TriForce)",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
              SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+    .options = RETRIEVAL_OPTS, .n_options = 3,
 };
 const seer_drafter_desc seer_drafter_snapkv_desc = {
     .name = "snapkv", .kind = SEER_SPEC_SNAPKV, .ops = &seer_drafter_self,
     .help = "self-draft through positions the prompt's last queries chose (SnapKV)",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
-             SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+             SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,    .options = SNAPKV_OPTS, .n_options = 2,
 };

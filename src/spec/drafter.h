@@ -122,6 +122,16 @@ enum {
     SEER_DRAFTER_DRAFT_WEIGHTS = 1 << 6, /* its steps may multiply by the model's draft weights */
 };
 
+/* A setting as its drafter declares it: the public description (seer_spec_option, whose
+ * drafter field the registry fills) and where its value lives. */
+typedef struct {
+    seer_spec_option o;
+    size_t offset; /* of its field in seer_spec_params (an int for INT, a float for FLOAT, a
+                    * seer_spec_kind for KIND), or SEER_DRAFTER_OPT_EXT: a slot of
+                    * seer_spec_params.ext (drafters registered at run time) */
+} seer_drafter_option;
+#define SEER_DRAFTER_OPT_EXT ((size_t)-1)
+
 /* A drafter as it declares itself (in its own file). */
 typedef struct {
     const char *name;           /* its kind's name: --spec, the server's 'spec', the metric
@@ -131,6 +141,9 @@ typedef struct {
     const char *help;           /* one line for the CLI's help */
     const seer_drafter_ops *ops;
     unsigned flags;             /* SEER_DRAFTER_* */
+    const seer_drafter_option *options; /* [n_options] its settings (spec_opts.c reads and
+                                         * writes them) */
+    int n_options;
 } seer_drafter_desc;
 
 /* Adds a drafter to the registry after the built-in ones (for drafters outside the library:
