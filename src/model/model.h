@@ -163,8 +163,9 @@ seer_status seer_context_accept(seer_context *c, const seer_accept_chain *chains
 seer_status seer_context_accept_trees(seer_context *c, const seer_accept_tree *trees, int n, int stride,
                                       int32_t *n_acc, int32_t *path, int32_t *next, int32_t *n_u);
 
-/* The backend params ask for (AUTO: CUDA when built with it and a device is present). */
-seer_status seer_model_pick_backend(seer_model_params params, seer_backend **out);
+/* The backend params ask for (AUTO: CUDA when built with it and a device is present), CUDA
+ * with the variants t (NULL: the defaults). */
+seer_status seer_model_pick_backend(seer_model_params params, const seer_cuda_tuning *t, seer_backend **out);
 /* SEER_ERR_UNSUPPORTED where H query heads over Hkv key/value heads do not divide over tp
  * ranks (tp 0: no division). */
 seer_status seer_model_check_tp(int H, int Hkv, int tp);

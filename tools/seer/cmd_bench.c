@@ -25,6 +25,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
 #include "cli.h"
+#include "cuda_env.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -637,6 +638,9 @@ int cmd_bench(int argc, char **argv) {
         bench_peer_free(&peer);
         return rc;
     }
+    /* the CUDA backend's variants of an A/B run (SEER_CUDA_PROFILE, SEER_CUDA_QT ...):
+     * benchmarks read them, the library does not */
+    const seer_cuda_tuning tuning = lab_cuda_tuning_from_env();
     seer_model_params mp = seer_model_default_params();
     mp.backend = o.backend;
     mp.weights = o.weights;
@@ -650,9 +654,9 @@ int cmd_bench(int argc, char **argv) {
     if (o.synthetic) {
         seer_gen_params gp = seer_gen_default_params();
         gp.seed = o.seed;
-        s = seer_model_synthetic(o.synthetic, &gp, mp, &m);
+        s = seer_model_synthetic_tuned(o.synthetic, &gp, mp, &tuning, &m);
     } else {
-        s = seer_model_load(o.model_path, mp, &m);
+        s = seer_model_load_tuned(o.model_path, mp, &tuning, &m);
     }
     if (s != SEER_OK) {
         cli_error(o.synthetic ? "synthetic model" : "loading model", s);
@@ -668,9 +672,9 @@ int cmd_bench(int argc, char **argv) {
         if (o.draft_synthetic) {
             seer_gen_params gp = seer_gen_default_params();
             gp.seed = o.seed + 1;
-            s = seer_model_synthetic(o.draft_synthetic, &gp, mp, &o.draft);
+            s = seer_model_synthetic_tuned(o.draft_synthetic, &gp, mp, &tuning, &o.draft);
         } else {
-            s = seer_model_load(o.draft_path, mp, &o.draft);
+            s = seer_model_load_tuned(o.draft_path, mp, &tuning, &o.draft);
         }
         if (s != SEER_OK) {
             cli_error("draft model", s);
