@@ -119,13 +119,22 @@ static void more_tree_base(FILE *f, unsigned cmd) { spec_kinds_help(f, KINDS_IND
 static void more_hier_base(FILE *f, unsigned cmd) { spec_kinds_help(f, KINDS_INDENT, SPEC_KINDS_HIER_BASE); }
 static void more_spec_options(FILE *f, unsigned cmd) { cli_help_spec_options(f, cmd); }
 
-/* The fields of the server's "seer" object. */
+/* The fields of the server's "seer" object, wrapped at 90 columns. */
 static void more_seer_fields(FILE *f, unsigned cmd) {
+    static const char *const common[] = {"spec", "gamma", "tree_size", "tree_depth", "ignore_eos"};
     seer_spec_option so;
-    fputs("\"spec\", \"gamma\", \"tree_size\", \"tree_depth\", \"ignore_eos\"", f);
-    for (int i = 0; seer_spec_option_at(i, &so); i++)
-        fprintf(f, ", \"%s\"", so.json);
-    fputs(" (the drafters' settings above, by these names).\n", f);
+    int col = 0;
+    for (int i = 0; i < 5 || seer_spec_option_at(i - 5, &so); i++) {
+        const char *name = i < 5 ? common[i] : so.json;
+        if (i && col + (int)strlen(name) + 4 > 90) {
+            fputs(",\n", f);
+            col = 0;
+        } else if (i) {
+            col += fprintf(f, ", ");
+        }
+        col += fprintf(f, "\"%s\"", name);
+    }
+    fputs(" (the drafters' settings\nby the names above).\n", f);
 }
 
 #define SERVE_INTRO                                                                        \
@@ -356,7 +365,7 @@ const cli_opt cli_table[] = {
                     "--repeat-penalty, --frequency-penalty, --presence-penalty, --seed (as in seer generate;\n"
                     "default temperature 1, top-p 1).\n"
                     "A request's \"seer\" object sets speculation for it alone, e.g. {\"spec\": \"ngram\",\n"
-                    "\"gamma\": 4, \"ngram_max\": 4}; its fields: "),
+                    "\"gamma\": 4, \"ngram_max\": 4}; its fields:\n"),
     {CLI_SERVE, NULL, 0, NULL, CLI_V_TEXT, NOWHERE, 0, 0, 0, 0, NULL, NULL, more_seer_fields},
     /* bench: output */
     TEXT(CLI_BENCH, "output:\n"),
