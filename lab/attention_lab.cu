@@ -13,7 +13,7 @@
  * (which holds the one layer of a 1 x 4K case whole).
  *
  * A case BxL+n is B sequences of L cached slots, each with n new tokens (1: a decode step;
- * G + 1: a verification chain). SEER_CUDA_ATTN picks a kernel family as in the engine.
+ * G + 1: a verification chain). SEER_CUDA_ATTN picks a kernel family (lab/cuda_env.h).
  * Not for: correctness of record (test_backend_ops owns that).
  */
 #include "cuda_env.h"
