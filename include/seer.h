@@ -379,10 +379,11 @@ typedef struct seer_accept_trace seer_accept_trace;
 /* Drafters' settings. Each drafter declares its own (src/spec/draft_*.c: the option's names,
  * type, range, default and help), and the registry lists them all: the CLI's options, the
  * server's "seer" fields and seer_spec_default_params enumerate seer_spec_option_at, so a
- * drafter's settings are named in its file alone. A library user sets them either through
- * the fields of seer_spec_params below (the built-in drafters') or by name through
- * seer_spec_set, which also reaches the settings of drafters registered at run time (stored
- * in seer_spec_params.ext) and checks the range the drafter declared. */
+ * drafter's settings are named in its file alone. A library user sets them by name through
+ * seer_spec_set, which checks the range the drafter declared; a drafter keeps them in a
+ * struct of its own file, so their values travel in seer_spec_params.ext (n-gram's
+ * ngram_max and ngram_min, and those of drafters registered at run time). The older
+ * drafters' settings are also fields of seer_spec_params below, which may be set directly. */
 typedef enum {
     SEER_SPEC_OPT_INT,   /* an integer */
     SEER_SPEC_OPT_FLOAT, /* a real number */
@@ -402,7 +403,7 @@ typedef struct {
                              with another) */
 } seer_spec_option;
 
-/* Settings of drafters outside the library, at most this many in all. */
+/* Settings kept by name (seer_spec_params.ext), at most this many in all. */
 #define SEER_SPEC_EXT_MAX 16
 
 typedef struct {
@@ -415,8 +416,6 @@ typedef struct {
     float refresh_below;   /* retrieval: rebuild when the running acceptance drops below (0 = off) */
     int snap_window;       /* snapkv: prompt queries that vote */
     int snap_kernel;       /* snapkv: average-pooling width */
-    int ngram_max;         /* ngram: longest suffix tried */
-    int ngram_min;         /* ngram: shortest suffix accepted */
     seer_model *draft_model; /* draft: the draft model (same vocabulary) */
     int draft_budget;      /* draft: StreamingLLM budget of the draft's own cache (0 = full) */
     int tree_size;         /* > 0: each round proposes a token tree of this many nodes (SpecInfer,
@@ -451,8 +450,8 @@ typedef struct {
                               quantised draft weights (seer_model_params.draft_weights).
                               auto's sparse self-drafts do so whenever the model holds them,
                               as its cost table was calibrated */
-    /* Settings of drafters registered outside the library (seer_spec_set / seer_spec_get;
-     * a setting not set reads as its default). */
+    /* Settings that drafters keep in structs of their own (seer_spec_set / seer_spec_get by
+     * name; a setting not set reads as its default). */
     double ext[SEER_SPEC_EXT_MAX];
     uint32_t ext_set;      /* bit i: ext[i] was set */
 } seer_spec_params;

@@ -20,25 +20,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Its one setting, declared here: the most tokens a proposal repeats. */
+/* Its settings struct and its one setting, declared here: the most tokens a proposal repeats. */
+typedef struct {
+    int reach;
+} dummy_settings;
+
 static const seer_drafter_option dummy_opts[] = {
     {{.flag = "spec-dummy-reach", .json = "dummy_reach", .metavar = "N", .type = SEER_SPEC_OPT_INT, .def = 16,
       .lo = 1, .hi = 16, .help = "most tokens the dummy drafter repeats"},
-     SEER_DRAFTER_OPT_EXT},
+     SEER_DRAFTER_OPT_EXT, offsetof(dummy_settings, reach)},
 };
 
+static const seer_drafter_desc dummy_desc;
 static int init_reach; /* the reach the last init read */
 
 static seer_status dummy_init(const seer_draft_env *env, const seer_spec_params *spec, void **impl) {
-    double reach = 0;
-    const seer_status st = seer_spec_get(spec, "spec-dummy-reach", &reach);
-    if (st != SEER_OK)
-        return st;
-    int *r = malloc(sizeof *r);
-    if (!r)
+    dummy_settings *st = malloc(sizeof *st);
+    if (!st)
         return SEER_ERR_OOM;
-    *r = init_reach = (int)reach;
-    *impl = r;
+    seer_drafter_settings(&dummy_desc, spec, st);
+    init_reach = st->reach;
+    *impl = st;
     return SEER_OK;
 }
 
@@ -46,7 +48,7 @@ static void dummy_free(const seer_draft_env *env, void *impl) { free(impl); }
 
 /* A chain repeating the pending token: often wrong, so verification both accepts and rejects. */
 static seer_status dummy_propose(const seer_draft_env *env, void *impl, int n, seer_draft_seq *seqs) {
-    const int reach = *(const int *)impl;
+    const int reach = ((const dummy_settings *)impl)->reach;
     for (int i = 0; i < n; i++) {
         seer_draft_seq *s = &seqs[i];
         int m = s->max_nodes < s->max_depth ? s->max_nodes : s->max_depth;
@@ -158,6 +160,14 @@ static void test_setting(void **state) {
     /* a built-in drafter's setting by name lands in its field */
     ASSERT_OK(seer_spec_set(&p, "budget", "77"));
     assert_int_equal(p.budget, 77);
+    /* n-gram's, kept by name in seer_spec_params.ext as the dummy's */
+    ASSERT_OK(seer_spec_get(&p, "ngram_max", &v));
+    assert_true(v == 4);
+    ASSERT_OK(seer_spec_set(&p, "spec-ngram", "7"));
+    ASSERT_OK(seer_spec_get(&p, "ngram_max", &v));
+    assert_true(v == 7);
+    ASSERT_OK(seer_spec_get(&p, "spec-dummy-reach", &v)); /* a slot of its own */
+    assert_true(v == 3);
     ASSERT_OK(seer_spec_set(&p, "spec-kv-view", "streaming"));
     assert_int_equal(p.quant_view, SEER_SPEC_STREAMING);
     assert_int_equal(seer_spec_set(&p, "spec-kv-view", "ngram"), SEER_ERR_INVALID_ARG);
@@ -165,7 +175,7 @@ static void test_setting(void **state) {
     /* a drafter whose setting takes a name in use */
     static const seer_drafter_option clash[] = {
         {{.flag = "spec-budget", .json = "other_budget", .type = SEER_SPEC_OPT_INT, .def = 1, .lo = 0, .hi = 2},
-         SEER_DRAFTER_OPT_EXT},
+         SEER_DRAFTER_OPT_EXT, 0},
     };
     seer_drafter_desc other = dummy_desc;
     other.name = "other";

@@ -236,7 +236,7 @@ const seer_drafter_ops seer_drafter_model = {
 static const seer_drafter_option OPTS[] = {
     {{.flag = "draft-budget", .json = "draft_budget", .metavar = "K", .type = SEER_SPEC_OPT_INT, .def = 0,
       .lo = 0, .hi = 1 << 24, .help = "StreamingLLM budget of the draft model's own cache (0 = full)"},
-     offsetof(seer_spec_params, draft_budget)},
+     offsetof(seer_spec_params, draft_budget), 0},
 };
 
 const seer_drafter_desc seer_drafter_model_desc = {

@@ -117,7 +117,7 @@ static const seer_drafter_option OPTS[] = {
     {{.flag = "spec-kv-view", .json = "kv_view", .metavar = "V", .type = SEER_SPEC_OPT_KIND,
       .def = SEER_SPEC_NONE, .choices = VIEWS,
       .help = "none (every slot) or streaming (sinks + recent within the budget)"},
-     offsetof(seer_spec_params, quant_view)},
+     offsetof(seer_spec_params, quant_view), 0},
 };
 
 const seer_drafter_desc seer_drafter_quantkv_desc = {

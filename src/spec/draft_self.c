@@ -406,29 +406,29 @@ const seer_drafter_ops seer_drafter_self = {
 static const seer_drafter_option STREAMING_OPTS[] = {
     {{.flag = "spec-budget", .json = "budget", .metavar = "K", .type = SEER_SPEC_OPT_INT, .def = 256, .lo = 1,
       .hi = 1 << 24, .help = "KV slots a sparse self-draft reads"},
-     offsetof(seer_spec_params, budget)},
+     offsetof(seer_spec_params, budget), 0},
     {{.flag = "spec-sinks", .json = "sinks", .metavar = "S", .type = SEER_SPEC_OPT_INT, .def = 16, .lo = 0,
       .hi = 1 << 24, .help = "first tokens the streaming view keeps"},
-     offsetof(seer_spec_params, sinks)},
+     offsetof(seer_spec_params, sinks), 0},
 };
 static const seer_drafter_option RETRIEVAL_OPTS[] = {
     {{.flag = "spec-chunk", .json = "chunk", .metavar = "C", .type = SEER_SPEC_OPT_INT, .def = 8, .lo = 1,
       .hi = 4096, .help = "tokens per chunk"},
-     offsetof(seer_spec_params, chunk)},
+     offsetof(seer_spec_params, chunk), 0},
     {{.flag = "spec-refresh", .json = "refresh_every", .metavar = "N", .type = SEER_SPEC_OPT_INT, .def = 0,
       .lo = 0, .hi = 1 << 24, .help = "rebuild the selection every N rounds (0 = never)"},
-     offsetof(seer_spec_params, refresh_every)},
+     offsetof(seer_spec_params, refresh_every), 0},
     {{.flag = "spec-refresh-below", .json = "refresh_below", .metavar = "A", .type = SEER_SPEC_OPT_FLOAT,
       .def = 0, .lo = 0, .hi = 1, .help = "rebuild when the running acceptance drops below A (0 = off)"},
-     offsetof(seer_spec_params, refresh_below)},
+     offsetof(seer_spec_params, refresh_below), 0},
 };
 static const seer_drafter_option SNAPKV_OPTS[] = {
     {{.flag = "spec-window", .json = "snap_window", .metavar = "W", .type = SEER_SPEC_OPT_INT, .def = 32,
       .lo = 1, .hi = 4096, .help = "observation window: the prompt's last queries that vote"},
-     offsetof(seer_spec_params, snap_window)},
+     offsetof(seer_spec_params, snap_window), 0},
     {{.flag = "spec-snap-kernel", .json = "snap_kernel", .metavar = "P", .type = SEER_SPEC_OPT_INT, .def = 5,
       .lo = 1, .hi = 255, .help = "width of the votes' average pooling (odd)"},
-     offsetof(seer_spec_params, snap_kernel)},
+     offsetof(seer_spec_params, snap_kernel), 0},
 };
 
 const seer_drafter_desc seer_drafter_streaming_desc = {

@@ -115,7 +115,7 @@ seer_status seer_drafter_register(const seer_drafter_desc *d, seer_spec_kind *ki
         double v;
         if (d->options[j].offset != SEER_DRAFTER_OPT_EXT)
             return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': a setting outside the library lives in "
-                                                  "seer_spec_params.ext", d->name);
+                                                  "seer_spec_params.ext (SEER_DRAFTER_OPT_EXT)", d->name);
         if (!o->flag || !o->flag[0] || !o->json || !o->json[0] ||
             (o->type != SEER_SPEC_OPT_INT && o->type != SEER_SPEC_OPT_FLOAT) || !(o->def >= o->lo && o->def <= o->hi))
             return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': setting %d needs a flag, a json name and a "

@@ -5,11 +5,12 @@
  * defaults (seer_spec_default_params) and reads and writes them by name (seer_spec_set,
  * seer_spec_get), so that the CLI's options and the server's fields need no list of their own.
  *
- * Why a setter by name beside the fields of seer_spec_params: the built-in drafters' settings
- * stay plain fields for library users who know them, while a drafter registered at run time
- * (which cannot add a field to a public struct) keeps its settings in seer_spec_params.ext,
- * reachable only by name; the tools use the names for both, so no tool lists any drafter's
- * settings.
+ * Why a setter by name: a drafter keeps its settings in a struct of its own file (n-gram's,
+ * a test's drafter's), which no public header can list, so their values travel in
+ * seer_spec_params.ext, set and read by name and copied into the drafter's struct at init
+ * (seer_drafter_settings). The older drafters' settings are still fields of seer_spec_params
+ * as well, for library users who set them directly; the tools use the names for both, so no
+ * tool lists any drafter's settings.
  *
  * Not for: checking settings against each other or against a context (the drafters' init).
  */
@@ -85,6 +86,24 @@ static double load(const seer_spec_params *p, const seer_drafter_option *o, int 
     if (o->o.type == SEER_SPEC_OPT_FLOAT)
         return *(const float *)field;
     return (int)*(const seer_spec_kind *)field;
+}
+
+void seer_drafter_settings(const seer_drafter_desc *d, const seer_spec_params *p, void *out) {
+    const seer_drafter_desc *dd;
+    const seer_drafter_option *o;
+    int slot;
+    for (int i = 0; (o = opt_at(i, &dd, &slot)); i++) {
+        if (dd != d || slot < 0)
+            continue;
+        const double v = load(p, o, slot);
+        char *field = (char *)out + o->own;
+        if (o->o.type == SEER_SPEC_OPT_INT)
+            *(int *)field = (int)v;
+        else if (o->o.type == SEER_SPEC_OPT_FLOAT)
+            *(float *)field = (float)v;
+        else
+            *(seer_spec_kind *)field = (seer_spec_kind)(int)v;
+    }
 }
 
 seer_spec_params seer_spec_default_params(void) {

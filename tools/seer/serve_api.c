@@ -230,7 +230,9 @@ static bool parse_seer(serve_state *srv, json_t *x, seer_request_params *p, serv
              p->spec.tree_size);
         return false;
     }
-    if (p->spec.ngram_max < p->spec.ngram_min) {
+    double nmax = 0, nmin = 0; /* n-gram's settings, kept by name */
+    if (seer_spec_get(&p->spec, "ngram_max", &nmax) == SEER_OK &&
+        seer_spec_get(&p->spec, "ngram_min", &nmin) == SEER_OK && nmax < nmin) {
         serve_fail(e, 400, "seer.ngram_max", "invalid_value", "'ngram_max' must be at least 'ngram_min'");
         return false;
     }
