@@ -382,8 +382,9 @@ typedef struct seer_accept_trace seer_accept_trace;
  * drafter's settings are named in its file alone. A library user sets them by name through
  * seer_spec_set, which checks the range the drafter declared; a drafter keeps them in a
  * struct of its own file, so their values travel in seer_spec_params.ext (n-gram's
- * ngram_max and ngram_min, and those of drafters registered at run time). The older
- * drafters' settings are also fields of seer_spec_params below, which may be set directly. */
+ * ngram_max and ngram_min, retrieval's refresh_below, snapkv's snap_kernel, and those of
+ * drafters registered at run time). The other settings are also fields of seer_spec_params
+ * below, which may be set directly. */
 typedef enum {
     SEER_SPEC_OPT_INT,   /* an integer */
     SEER_SPEC_OPT_FLOAT, /* a real number */
@@ -413,9 +414,7 @@ typedef struct {
     int sinks;             /* first tokens always kept by the streaming view (<= budget) */
     int chunk;             /* retrieval: tokens per chunk */
     int refresh_every;     /* retrieval: rebuild the selection every N rounds (0 = never) */
-    float refresh_below;   /* retrieval: rebuild when the running acceptance drops below (0 = off) */
     int snap_window;       /* snapkv: prompt queries that vote */
-    int snap_kernel;       /* snapkv: average-pooling width */
     seer_model *draft_model; /* draft: the draft model (same vocabulary) */
     int draft_budget;      /* draft: StreamingLLM budget of the draft's own cache (0 = full) */
     int tree_size;         /* > 0: each round proposes a token tree of this many nodes (SpecInfer,
