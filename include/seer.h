@@ -388,6 +388,37 @@ typedef struct seer_spec_cost seer_spec_cost;
  * (seer_gen_set_synthetic, seer_bench.h). Its file format is in src/spec/accept_trace.c. */
 typedef struct seer_accept_trace seer_accept_trace;
 
+/* Drafters' settings. Each drafter declares its own (src/spec/draft_*.c: the option's names,
+ * type, range, default and help), and the registry lists them all: the CLI's options, the
+ * server's "seer" fields and seer_spec_default_params enumerate seer_spec_option_at, so a
+ * drafter's settings are named in its file alone. A library user sets them by name through
+ * seer_spec_set, which checks the range the drafter declared; a drafter keeps them in a
+ * struct of its own file, so their values travel in seer_spec_params.ext (n-gram's
+ * ngram_max and ngram_min, retrieval's refresh_below, snapkv's snap_kernel, and those of
+ * drafters registered at run time). The other settings are also fields of seer_spec_params
+ * below, which may be set directly. */
+typedef enum {
+    SEER_SPEC_OPT_INT,   /* an integer */
+    SEER_SPEC_OPT_FLOAT, /* a real number */
+    SEER_SPEC_OPT_KIND,  /* a speculation kind's name, one of the option's choices */
+} seer_spec_opt_type;
+
+typedef struct {
+    const char *drafter;  /* the kind name of the drafter that declares it */
+    const char *flag;     /* its command-line option without the dashes ("spec-budget") */
+    const char *json;     /* its field in the server's "seer" object ("budget") */
+    const char *metavar;  /* the value's name in the help ("K") */
+    const char *help;     /* what it does, without its default (one line) */
+    seer_spec_opt_type type;
+    double def, lo, hi;   /* default and range (INT, FLOAT; KIND: the default kind) */
+    const char *const *choices; /* KIND: the accepted names, NULL-terminated */
+    bool own_only;        /* means something only with its drafter's kind (the CLI refuses it
+                             with another) */
+} seer_spec_option;
+
+/* Settings kept by name (seer_spec_params.ext), at most this many in all. */
+#define SEER_SPEC_EXT_MAX 16
+
 typedef struct {
     seer_spec_kind kind;
     int gamma;             /* G: tokens drafted per round */
@@ -395,11 +426,7 @@ typedef struct {
     int sinks;             /* first tokens always kept by the streaming view (<= budget) */
     int chunk;             /* retrieval: tokens per chunk */
     int refresh_every;     /* retrieval: rebuild the selection every N rounds (0 = never) */
-    float refresh_below;   /* retrieval: rebuild when the running acceptance drops below (0 = off) */
     int snap_window;       /* snapkv: prompt queries that vote */
-    int snap_kernel;       /* snapkv: average-pooling width */
-    int ngram_max;         /* ngram: longest suffix tried */
-    int ngram_min;         /* ngram: shortest suffix accepted */
     seer_model *draft_model; /* draft: the draft model (same vocabulary) */
     int draft_budget;      /* draft: StreamingLLM budget of the draft's own cache (0 = full) */
     int tree_size;         /* > 0: each round proposes a token tree of this many nodes (SpecInfer,
@@ -434,12 +461,28 @@ typedef struct {
                               quantised draft weights (seer_model_params.draft_weights).
                               auto's sparse self-drafts do so whenever the model holds them,
                               as its cost table was calibrated */
+    /* Settings that drafters keep in structs of their own (seer_spec_set / seer_spec_get by
+     * name; a setting not set reads as its default). */
+    double ext[SEER_SPEC_EXT_MAX];
+    uint32_t ext_set;      /* bit i: ext[i] was set */
 } seer_spec_params;
 
 /* Most nodes of a tree whose size is chosen online (tree_size -1). */
 #define SEER_TREE_AUTO_MAX 32
 
+/* Every field at the default its drafter declares; kind SEER_SPEC_NONE. */
 seer_spec_params seer_spec_default_params(void);
+/* The i-th drafter setting (drafters in registry order, each's in its order) into *out;
+ * false past the last. */
+bool seer_spec_option_at(int i, seer_spec_option *out);
+/* Sets the setting named name (its flag or its json name) from text: an integer, a number or
+ * a kind's name as its type says, within its range. SEER_ERR_INVALID_ARG with a message
+ * naming the setting (p unchanged) for an unknown name or a bad value. */
+seer_status seer_spec_set(seer_spec_params *p, const char *name, const char *text);
+/* The same with a number (KIND: the kind's value). */
+seer_status seer_spec_set_num(seer_spec_params *p, const char *name, double value);
+/* The setting's value in p (KIND: the kind's value); SEER_ERR_INVALID_ARG for an unknown name. */
+seer_status seer_spec_get(const seer_spec_params *p, const char *name, double *value);
 /* Parses a kind's name (seer_spec_kind_info_at: "none", a drafter's, "auto"). */
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out);
 const char *seer_spec_kind_name(seer_spec_kind k);

@@ -42,6 +42,43 @@ void seer_accept_trace_counts(const seer_accept_trace *t, seer_spec_kind kind, i
 void seer_accept_trace_free(seer_accept_trace *t);
 
 /* ---------------------------------------------------------------------------------------- */
+/* Kernel variants and tuning of the CUDA backend                                           */
+
+/* The CUDA backend's variants, for A/B runs in the lab, benchmarks and the tests of each
+ * variant; the engine runs with the defaults. The library reads no environment: lab/, `seer
+ * bench` and the tests that need a variant fill this (lab/cuda_env.h reads the SEER_CUDA_*
+ * variables into it) and pass it at creation (seer_model_load_tuned,
+ * seer_model_synthetic_tuned). The CPU backend ignores it. */
+typedef struct {
+    bool graphs;          /* decode steps as CUDA graphs (default true) */
+    const char *profile;  /* a file for the device time of every op (NULL or "": none); graphs
+                             are then off (events go between the ops) */
+    bool matmul_cublas;   /* every bf16 matmul through cuBLAS */
+    bool pdl;             /* programmatic dependent launch in the matmuls (default true) */
+    int mm_xb_min;        /* fewest tokens for the x-blocked matmul (default 40) */
+    int mm_tile;          /* token tile of the matmuls, a multiple of 8 in [8, 64] (0: the
+                             default, 32, and 48 for long calls) */
+    bool qt;              /* quantised weights in row blocks (default true; false: planes) */
+    int qt_gemv_max;      /* most tokens of a row-block GEMV call (default 1) */
+    const char *attn;     /* the attention kernels: NULL or "" (the planner's choice), "mma"
+                             (no wgmma kernel) or "scalar" (the scalar kernel for every shape) */
+} seer_cuda_tuning;
+
+seer_cuda_tuning seer_cuda_default_tuning(void);
+/* Sets the field named name ("graphs", "profile", "matmul", "pdl", "mm_xb_min", "mm_tile",
+ * "qt", "qt_gemv_max", "attn") from its text as the lab's variables give it (SEER_CUDA_GRAPHS
+ * and so on, lab/cuda_env.h): "0" turns graphs, pdl and qt off, "cublas" sends matmuls to
+ * cuBLAS, numbers as numbers (mm_xb_min <= 0: the default; an mm_tile outside [8, 64]: 32).
+ * SEER_ERR_INVALID_ARG for an unknown name. value may be stored (profile, attn): the
+ * caller keeps it alive while the tuning is used. */
+seer_status seer_cuda_tuning_set(seer_cuda_tuning *t, const char *name, const char *value);
+
+/* seer_model_load and seer_model_synthetic (below) with the CUDA backend's variants t (NULL:
+ * the defaults). */
+seer_status seer_model_load_tuned(const char *path, seer_model_params params, const seer_cuda_tuning *t,
+                                  seer_model **out);
+
+/* ---------------------------------------------------------------------------------------- */
 /* Random-weight files                                                                      */
 
 /* Writes a GGUF file with random weights of a registered family's shape (tests, benchmarks). */
@@ -84,6 +121,8 @@ seer_status seer_gen_model(const seer_gen_params *p, const char *path);
  * seed give the same model on every backend, up to the rounding of its dtype. */
 seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p,
                                  seer_model_params mp, seer_model **out);
+seer_status seer_model_synthetic_tuned(const char *shape, const seer_gen_params *p, seer_model_params mp,
+                                       const seer_cuda_tuning *t, seer_model **out);
 /* The preset names, NULL-terminated. */
 const char *const *seer_synthetic_shapes(void);
 

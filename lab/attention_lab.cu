@@ -13,9 +13,10 @@
  * (which holds the one layer of a 1 x 4K case whole).
  *
  * A case BxL+n is B sequences of L cached slots, each with n new tokens (1: a decode step;
- * G + 1: a verification chain). SEER_CUDA_ATTN picks a kernel family as in the engine.
+ * G + 1: a verification chain). SEER_CUDA_ATTN picks a kernel family (lab/cuda_env.h).
  * Not for: correctness of record (test_backend_ops owns that).
  */
+#include "cuda_env.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "lab_util.cuh"
 
@@ -94,7 +95,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     seer_backend *gpu = NULL, *cpu = NULL;
-    CK(seer_backend_cuda_init(0, &gpu));
+    const seer_cuda_tuning tuning = lab_cuda_tuning_from_env(); /* SEER_CUDA_* */
+    CK(seer_backend_cuda_init_tuned(0, &tuning, &gpu));
     CK(seer_backend_cpu_init(0, &cpu));
     seer_cuda *c = seer_cuda_of(gpu);
     double bw = 0;

@@ -19,6 +19,7 @@
  * (seer_cuda_qt_bytes) or the file's.
  * Not for: correctness of record (test_backend_ops / test_backend_ops_q own that).
  */
+#include "cuda_env.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "lab_util.cuh"
@@ -138,7 +139,8 @@ int main(int argc, char **argv) {
         }
     }
     seer_backend *gpu = NULL, *cpu = NULL;
-    CK(seer_backend_cuda_init(0, &gpu));
+    const seer_cuda_tuning tuning = lab_cuda_tuning_from_env(); /* SEER_CUDA_* */
+    CK(seer_backend_cuda_init_tuned(0, &tuning, &gpu));
     CK(seer_backend_cpu_init(0, &cpu));
     seer_cuda *c = seer_cuda_of(gpu);
     if (gemv_max >= 0)

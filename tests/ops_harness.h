@@ -10,6 +10,7 @@
 #include "testutil.h"
 
 #include "backend/backend.h"
+#include "cuda_env.h"
 #include "gguf/gguf.h"
 
 #include <math.h>
@@ -176,7 +177,9 @@ static int setup(void **state) {
     (void)state;
     if (seer_backend_cpu_init(0, &cpu) != SEER_OK)
         return -1;
-    if (seer_backend_cuda_init(0, &gpu) != SEER_OK) {
+    /* the variant a test run asks for (test_backend_ops_mma: SEER_CUDA_ATTN=mma) */
+    const seer_cuda_tuning tuning = lab_cuda_tuning_from_env();
+    if (seer_backend_cuda_init_tuned(0, &tuning, &gpu) != SEER_OK) {
         fprintf(stderr, "CUDA backend: %s\n", seer_last_error());
         return -1;
     }

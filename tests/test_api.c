@@ -182,6 +182,21 @@ static void test_null_everywhere(void **state) {
     seer_spec_kind kind;
     EXPECT_INVALID(seer_spec_kind_parse(NULL, &kind));
     EXPECT_INVALID(seer_spec_kind_parse("none", NULL));
+    {
+        seer_spec_params sp = seer_spec_default_params();
+        double v = 0;
+        assert_false(seer_spec_option_at(0, NULL));
+        assert_false(seer_spec_option_at(-1, NULL));
+        EXPECT_INVALID(seer_spec_set(NULL, "budget", "1"));
+        EXPECT_INVALID(seer_spec_set(&sp, NULL, "1"));
+        EXPECT_INVALID(seer_spec_set(&sp, "budget", NULL));
+        EXPECT_INVALID(seer_spec_set_num(NULL, "budget", 1));
+        EXPECT_INVALID(seer_spec_set_num(&sp, NULL, 1));
+        EXPECT_INVALID(seer_spec_get(NULL, "budget", &v));
+        EXPECT_INVALID(seer_spec_get(&sp, NULL, &v));
+        EXPECT_INVALID(seer_spec_get(&sp, "budget", NULL));
+        assert_int_equal(sp.budget, seer_spec_default_params().budget);
+    }
 
     /* model files */
     seer_gguf *gg = (seer_gguf *)0x1;

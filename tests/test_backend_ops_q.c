@@ -12,7 +12,7 @@
  * invariance (a token's row bit-identical alone and in any batch); embedding rows; and that
  * the encoding is kept (dtype) or dequantised on request (SEER_WEIGHTS_BF16). The matmul,
  * fused, invariance and embedding tests run on both layouts: the default backend's and one
- * with SEER_CUDA_QT=0 (every type in matmul_q.cu's planes).
+ * with seer_cuda_tuning.qt false (every type in matmul_q.cu's planes).
  *
  * Also, without a GPU: the row blocks computed on the host with the kernels' lane code
  * (seer_cuda_qt_host_check) against the CPU's dequantisation and product.
@@ -37,7 +37,7 @@ static bool is_k(ggml_type t) { return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_
 /* ---- the two layouts ---------------------------------------------------------------------- */
 
 /* The harness's helpers (dev_copy, dev_fetch, ...) go through `gpu`, which names the backend
- * under test: the harness's own (row blocks where they apply), or one with SEER_CUDA_QT=0. */
+ * under test: the harness's own (row blocks where they apply), or one with seer_cuda_tuning.qt false. */
 static seer_backend *gpu_default;
 
 static void gpu_restore(void) {
@@ -51,10 +51,10 @@ static void gpu_restore(void) {
 static void on_both_layouts(void (*cases)(const char *lname)) {
     gpu_restore();
     cases("");
-    setenv("SEER_CUDA_QT", "0", 1);
+    seer_cuda_tuning tu = lab_cuda_tuning_from_env();
+    tu.qt = false;
     seer_backend *planes = NULL;
-    ASSERT_OK(seer_backend_cuda_init(0, &planes));
-    unsetenv("SEER_CUDA_QT");
+    ASSERT_OK(seer_backend_cuda_init_tuned(0, &tu, &planes));
     gpu = planes;
     cases(" planes");
     gpu_restore();
@@ -209,7 +209,7 @@ static void test_matmul_q_invariant(void **state) {
     on_both_layouts(matmul_q_invariant_cases);
 }
 
-/* One type in row blocks (matmul_qt.cu): the GEMV (T <= SEER_CUDA_QT_GEMV_MAX, 1 by default)
+/* One type in row blocks (matmul_qt.cu): the GEMV (T <= seer_cuda_tuning.qt_gemv_max, 1 by default)
  * and the tensor-core kernel above it against the CPU at T = 1, 2, 5, 8 and the invariant
  * limit, a row count not a multiple of the 32-row block; then every token's row at T = n bit
  * for bit against the same token alone (T = 1, the GEMV), and against a second backend whose
@@ -281,10 +281,10 @@ static int matmul_qt_type(ggml_type type, seer_backend *gpu8, uint64_t seed) {
 static void test_matmul_qt(void **state) {
     (void)state;
     gpu_restore();
-    setenv("SEER_CUDA_QT_GEMV_MAX", "8", 1);
+    seer_cuda_tuning tu = lab_cuda_tuning_from_env();
+    tu.qt_gemv_max = 8;
     seer_backend *gpu8 = NULL;
-    ASSERT_OK(seer_backend_cuda_init(0, &gpu8));
-    unsetenv("SEER_CUDA_QT_GEMV_MAX");
+    ASSERT_OK(seer_backend_cuda_init_tuned(0, &tu, &gpu8));
     int differ = 0;
     for (int qi = 0; qi < N_QT_TYPES; qi++)
         differ += matmul_qt_type(qt_types[qi], gpu8, 8500 + (uint64_t)qi);

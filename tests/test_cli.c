@@ -143,6 +143,12 @@ static void test_bad_input(void **state) {
         {"generate -m %s -p hi --spec tree --spec-base none", 2, "--spec-base"},
         {"generate -m %s -p hi --spec tree --spec-tree-size 99", 2, "out of range"},
         {"generate -m %s -p hi --bogus", 2, "unrecognized"},
+        /* the drafters' settings, from the registry */
+        {"generate -m %s -p hi --spec quantkv --spec-kv-view snapkv", 2, "not one of none, streaming"},
+        {"generate -m %s -p hi --spec ngram --spec-ngram 0", 2, "--spec-ngram: 0 is out of range"},
+        {"generate -m %s -p hi --spec streaming --spec-hier-base retrieval", 2, "goes with --spec hierarchy"},
+        {"chat -m %s --spec-refresh-below x", 2, "is not a number"},
+        {"bench --synthetic tiny --spec-sinks -1%.0s", 2, "--spec-sinks: -1 is out of range"},
         {"generate -m %s -p hi --batch 0", 2, "out of range"},
         {"generate -m %s -p hi --spec streaming --spec-gamma 4 --batch 3", 1, "batch limit 3"},
         {"generate -m %s", 2, "-p PROMPT"},

@@ -10,7 +10,7 @@
  *     tokens), a batch of 5 and a batch of 17 tokens spread over four sequences;
  *     one sequence is longer than an attention split, so its tokens merge two splits.
  *   - Recorded calls: a run of decode and verification calls with CUDA graphs on gives
- *     bit-identical logits to the same run with SEER_CUDA_GRAPHS=0, and graphs were in fact
+ *     bit-identical logits to the same run without graphs (seer_cuda_tuning), and graphs were in fact
  *     recorded and replayed; so does a run whose first recordings fail (a synchronisation
  *     during the capture): each runs again op by op, and later ones record and replay.
  *   - seer_gen: greedy output with every drafter (streaming, retrieval, snapkv, draft, ngram,
@@ -31,6 +31,7 @@
 #include "testutil.h"
 
 #include "backend/backend.h"
+#include "cuda_env.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -56,16 +57,13 @@ static void test_no_device(void **state) {
 static const char *load_dw;
 
 static seer_model *load_cuda(const char *path, bool graphs) {
-    if (graphs)
-        unsetenv("SEER_CUDA_GRAPHS");
-    else
-        setenv("SEER_CUDA_GRAPHS", "0", 1);
+    seer_cuda_tuning tu = lab_cuda_tuning_from_env();
+    tu.graphs = graphs;
     seer_model_params mp = seer_model_default_params();
     mp.backend = SEER_BACKEND_CUDA;
     mp.draft_weights = load_dw;
     seer_model *m = NULL;
-    ASSERT_OK(seer_model_load(path, mp, &m));
-    unsetenv("SEER_CUDA_GRAPHS");
+    ASSERT_OK(seer_model_load_tuned(path, mp, &tu, &m));
     seer_model_info info;
     seer_model_get_info(m, &info);
     assert_string_equal(info.backend, "cuda");
@@ -675,24 +673,27 @@ static double time_matmul(seer_backend *be, seer_weight *w, int n_w, float *y, f
     return t[2];
 }
 
-/* Backends for the variants the tables compare: NAME=VALUE settings read at start-up. */
+/* The variants the tables compare: a seer_cuda_tuning setting NAME=VALUE (NULL: none). */
+static seer_cuda_tuning tuning_with(const char *name, const char *value) {
+    seer_cuda_tuning tu = lab_cuda_tuning_from_env();
+    if (name)
+        ASSERT_OK(seer_cuda_tuning_set(&tu, name, value));
+    return tu;
+}
+
 static seer_backend *backend_with(const char *name, const char *value) {
-    if (name)
-        setenv(name, value, 1);
+    const seer_cuda_tuning tu = tuning_with(name, value);
     seer_backend *be = NULL;
-    seer_status s = seer_backend_cuda_init(0, &be);
-    if (name)
-        unsetenv(name);
-    ASSERT_OK(s);
+    ASSERT_OK(seer_backend_cuda_init_tuned(0, &tu, &be));
     return be;
 }
 
 static void bench_matmul(void) {
     enum { NV = 6 };
     static const char *const var[NV][3] = {
-        {"ours", NULL, NULL},           {"tile16", "SEER_CUDA_MM_TILE", "16"},
-        {"tile64", "SEER_CUDA_MM_TILE", "64"}, {"tile8", "SEER_CUDA_MM_TILE", "8"},
-        {"no_pdl", "SEER_CUDA_PDL", "0"}, {"cublas", "SEER_CUDA_MATMUL", "cublas"}};
+        {"ours", NULL, NULL},           {"tile16", "mm_tile", "16"},
+        {"tile64", "mm_tile", "64"}, {"tile8", "mm_tile", "8"},
+        {"no_pdl", "pdl", "0"}, {"cublas", "matmul", "cublas"}};
     seer_backend *be[NV];
     for (int v = 0; v < NV; v++)
         be[v] = backend_with(var[v][1], var[v][2]);
@@ -788,21 +789,19 @@ static double time_steps(seer_context *c, const seer_seq_id *seqs, int B, int n,
 static void bench_decode(const char *label, const char *shape, const char *path, int fill, double bw) {
     enum { NC = 5, NV = 4 };
     static const int cfg[NC][2] = {{1, 1}, {1, 5}, {8, 1}, {8, 5}, {16, 4}}; /* B, tokens per seq */
-    static const char *const var[NV][3] = {{"eager", "SEER_CUDA_GRAPHS", "0"},
+    static const char *const var[NV][3] = {{"eager", "graphs", "0"},
                                            {"graphs", NULL, NULL},
-                                           {"no_pdl", "SEER_CUDA_PDL", "0"},
-                                           {"tile16", "SEER_CUDA_MM_TILE", "16"}};
+                                           {"no_pdl", "pdl", "0"},
+                                           {"tile16", "mm_tile", "16"}};
     double ms[NV][NC] = {{0}};
     seer_model_footprint fp = {0};
     for (int v = 0; v < NV; v++) {
         seer_model *m = NULL;
         seer_model_params mp = seer_model_default_params();
         mp.backend = SEER_BACKEND_CUDA;
-        if (var[v][1])
-            setenv(var[v][1], var[v][2], 1);
-        seer_status s = shape ? seer_model_synthetic(shape, NULL, mp, &m) : seer_model_load(path, mp, &m);
-        if (var[v][1])
-            unsetenv(var[v][1]);
+        const seer_cuda_tuning tu = tuning_with(var[v][1], var[v][2]);
+        seer_status s = shape ? seer_model_synthetic_tuned(shape, NULL, mp, &tu, &m)
+                              : seer_model_load_tuned(path, mp, &tu, &m);
         if (s != SEER_OK) {
             printf("gpu_spec: bench: %s: %s\n", label, seer_last_error());
             return;
@@ -843,9 +842,9 @@ static void profile_decode(void) {
     seer_model *m = NULL;
     seer_model_params mp = seer_model_default_params();
     mp.backend = SEER_BACKEND_CUDA;
-    setenv("SEER_CUDA_GRAPHS", "0", 1);
-    ASSERT_OK(seer_model_synthetic("llama-3.1-8b", NULL, mp, &m));
-    unsetenv("SEER_CUDA_GRAPHS");
+    seer_cuda_tuning tu = lab_cuda_tuning_from_env();
+    tu.graphs = false;
+    ASSERT_OK(seer_model_synthetic_tuned("llama-3.1-8b", NULL, mp, &tu, &m));
     seer_context *c = mkctx(m, 4064, 1, 64, 16);
     seer_seq_id sq;
     ASSERT_OK(seer_seq_new(c, &sq));

@@ -14,6 +14,7 @@
 #include "gguf/gguf.h"
 #include "kv/kv.h"
 #include "seer.h"
+#include "seer_bench.h"
 #include "util/error.h"
 
 #include <stdint.h>
@@ -451,6 +452,8 @@ seer_status seer_backend_cpu_init(int n_threads, seer_backend **out);
  * choice) or dequantised to f32 (SEER_WEIGHTS_F32, the reference; BF16 also means f32 here). */
 #ifdef SEER_HAVE_CUDA
 seer_status seer_backend_cuda_init(int device, seer_backend **out);
+/* ... with the variants t (NULL: the defaults, as seer_backend_cuda_init). */
+seer_status seer_backend_cuda_init_tuned(int device, const seer_cuda_tuning *t, seer_backend **out);
 bool seer_backend_cuda_available(void);
 /* Forward calls of a CUDA backend so far: run as recorded graph replays, recorded (captured),
  * and run op by op; redone: recordings that failed, whose calls ran again op by op (tests

@@ -472,23 +472,24 @@ static seer_status bind_weights(seer_model *m) {
 }
 
 /* One rank's backend of the kind p asks for (rank: its device). */
-static seer_status pick_one(seer_model_params p, int rank, seer_backend **out) {
+static seer_status pick_one(seer_model_params p, const seer_cuda_tuning *t, int rank, seer_backend **out) {
     switch (p.backend) {
     case SEER_BACKEND_CPU:
         return seer_backend_cpu_init(p.n_threads, out);
     case SEER_BACKEND_CUDA:
 #ifdef SEER_HAVE_CUDA
-        return seer_backend_cuda_init(rank, out);
+        return seer_backend_cuda_init_tuned(rank, t, out);
 #else
         return seer_err(SEER_ERR_UNSUPPORTED, "this build of seer has no CUDA backend");
 #endif
     case SEER_BACKEND_AUTO:
 #ifdef SEER_HAVE_CUDA
         if (seer_backend_cuda_available())
-            return seer_backend_cuda_init(rank, out);
+            return seer_backend_cuda_init_tuned(rank, t, out);
 #endif
         return seer_backend_cpu_init(p.n_threads, out);
     }
+    (void)t; /* the CPU backend has no variants */
     return seer_err(SEER_ERR_INVALID_ARG, "unknown backend %d", (int)p.backend);
 }
 
@@ -501,11 +502,11 @@ seer_status seer_model_check_tp(int H, int Hkv, int tp) {
     return SEER_OK;
 }
 
-seer_status seer_model_pick_backend(seer_model_params p, seer_backend **out) {
+seer_status seer_model_pick_backend(seer_model_params p, const seer_cuda_tuning *t, seer_backend **out) {
     if (p.tp < 0 || p.tp > SEER_TP_MAX)
         return seer_err(SEER_ERR_INVALID_ARG, "tp %d is out of range [0, %d]", p.tp, SEER_TP_MAX);
     if (p.tp == 0)
-        return pick_one(p, 0, out);
+        return pick_one(p, t, 0, out);
     /* the CPU's threads are shared among its ranks */
     if (p.n_threads == 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -514,7 +515,7 @@ seer_status seer_model_pick_backend(seer_model_params p, seer_backend **out) {
     p.n_threads = p.n_threads / p.tp > 0 ? p.n_threads / p.tp : 1;
     seer_backend *ranks[SEER_TP_MAX] = {0};
     for (int r = 0; r < p.tp; r++) {
-        seer_status s = pick_one(p, r, &ranks[r]);
+        seer_status s = pick_one(p, t, r, &ranks[r]);
         if (s == SEER_OK && r > 0 && ranks[r]->ops != ranks[0]->ops)
             s = seer_err(SEER_ERR_BACKEND, "rank %d got the %s backend, rank 0 the %s one", r,
                          ranks[r]->ops->name, ranks[0]->ops->name);
@@ -558,6 +559,11 @@ seer_status seer_model_fuse(seer_model *m) {
 }
 
 seer_status seer_model_load(const char *path, seer_model_params params, seer_model **out) {
+    return seer_model_load_tuned(path, params, NULL, out);
+}
+
+seer_status seer_model_load_tuned(const char *path, seer_model_params params, const seer_cuda_tuning *t,
+                                  seer_model **out) {
     SEER_CHECK_ARG(out);
     *out = NULL;
     if (!path)
@@ -589,7 +595,7 @@ seer_status seer_model_load(const char *path, seer_model_params params, seer_mod
         if (!params.vocab_only)
             s = seer_model_check_tp(m->info.n_heads, m->info.n_kv_heads, params.tp);
         if (s == SEER_OK && !params.vocab_only)
-            s = seer_model_pick_backend(params, &m->be);
+            s = seer_model_pick_backend(params, t, &m->be);
     }
     if (s == SEER_OK && m->be) {
         m->info.backend = m->be->ops->name;

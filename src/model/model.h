@@ -168,8 +168,9 @@ seer_status seer_context_accept_trees(seer_context *c, const seer_accept_tree *t
 seer_status seer_context_logprobs(seer_context *c, const seer_logprob_row *rows, int n, int k, float *lp,
                                   int32_t *top_id, float *top_lp);
 
-/* The backend params ask for (AUTO: CUDA when built with it and a device is present). */
-seer_status seer_model_pick_backend(seer_model_params params, seer_backend **out);
+/* The backend params ask for (AUTO: CUDA when built with it and a device is present), CUDA
+ * with the variants t (NULL: the defaults). */
+seer_status seer_model_pick_backend(seer_model_params params, const seer_cuda_tuning *t, seer_backend **out);
 /* SEER_ERR_UNSUPPORTED where H query heads over Hkv key/value heads do not divide over tp
  * ranks (tp 0: no division). */
 seer_status seer_model_check_tp(int H, int Hkv, int tp);

@@ -246,6 +246,11 @@ static seer_status make_rope(seer_model *m, bool llama3) {
 
 seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, seer_model_params mp,
                                  seer_model **out) {
+    return seer_model_synthetic_tuned(shape, p, mp, NULL, out);
+}
+
+seer_status seer_model_synthetic_tuned(const char *shape, const seer_gen_params *p, seer_model_params mp,
+                                       const seer_cuda_tuning *t, seer_model **out) {
     if (!out)
         return seer_err(SEER_ERR_INVALID_ARG, "seer_model_synthetic: out is NULL");
     *out = NULL;
@@ -310,7 +315,7 @@ seer_status seer_model_synthetic(const char *shape, const seer_gen_params *p, se
     if (s == SEER_OK && !mp.vocab_only)
         s = seer_model_check_tp(ps.n_heads, ps.n_kv_heads, mp.tp);
     if (s == SEER_OK && !mp.vocab_only)
-        s = seer_model_pick_backend(mp, &m->be);
+        s = seer_model_pick_backend(mp, t, &m->be);
     if (s == SEER_OK && m->be) {
         in->backend = m->be->ops->name;
         if (!m->be->ops->weight_random)

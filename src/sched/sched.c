@@ -120,22 +120,24 @@ seer_sched_params seer_sched_default_params(void) {
     return p;
 }
 
+/* Drafters' settings compare by name (seer_spec_option_at), those of drafters registered at
+ * run time included; the common ones by field. */
 static bool spec_equal(const seer_spec_params *a, const seer_spec_params *b) {
     if (a->kind != b->kind)
         return false;
     if (a->kind == SEER_SPEC_NONE)
         return true;
-    return a->gamma == b->gamma && a->budget == b->budget && a->sinks == b->sinks &&
-           a->chunk == b->chunk && a->refresh_every == b->refresh_every &&
-           a->refresh_below == b->refresh_below && a->snap_window == b->snap_window &&
-           a->snap_kernel == b->snap_kernel && a->ngram_max == b->ngram_max &&
-           a->ngram_min == b->ngram_min && a->draft_model == b->draft_model &&
-           a->draft_budget == b->draft_budget &&
+    seer_spec_option o;
+    for (int i = 0; seer_spec_option_at(i, &o); i++) {
+        double x = 0, y = 0;
+        if (seer_spec_get(a, o.flag, &x) != SEER_OK || seer_spec_get(b, o.flag, &y) != SEER_OK || x != y)
+            return false;
+    }
+    return a->gamma == b->gamma && a->draft_model == b->draft_model &&
            a->tree_size == b->tree_size && a->tree_depth == b->tree_depth &&
            a->tree_replan == b->tree_replan && a->tree_draft_cost == b->tree_draft_cost &&
            a->tree_cost_points == b->tree_cost_points && a->tree_cost_n == b->tree_cost_n &&
-           a->tree_cost == b->tree_cost && a->hier_base == b->hier_base && a->hier_gamma == b->hier_gamma &&
-           a->quant_view == b->quant_view && a->cost == b->cost;
+           a->tree_cost == b->tree_cost && a->cost == b->cost;
 }
 
 static void group_clear(seer_sched *s, sched_group *gr) {

@@ -397,8 +397,20 @@ const seer_drafter_ops seer_drafter_hierarchy = {
     .has_q = true,
 };
 
+static const char *const MIDDLE[] = {"streaming", "retrieval", "snapkv", "quantkv", NULL};
+static const seer_drafter_option OPTS[] = {
+    {{.flag = "spec-hier-gamma", .json = "hier_gamma", .metavar = "N", .type = SEER_SPEC_OPT_INT, .def = 2,
+      .lo = 1, .hi = 64, .own_only = true, .help = "tokens the draft model proposes per middle verification"},
+     offsetof(seer_spec_params, hier_gamma), 0},
+    {{.flag = "spec-hier-base", .json = "hier_base", .metavar = "KIND", .type = SEER_SPEC_OPT_KIND,
+      .def = SEER_SPEC_STREAMING, .choices = MIDDLE, .own_only = true,
+      .help = "the middle level's view: streaming, retrieval, snapkv or quantkv"},
+     offsetof(seer_spec_params, hier_base), 0},
+};
+
 const seer_drafter_desc seer_drafter_hierarchy_desc = {
     .name = "hierarchy", .kind = SEER_SPEC_HIERARCHY, .ops = &seer_drafter_hierarchy,
     .help = "TriForce: --draft-model drafts for the target under a sparse view, which proposes to it",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_DRAFT_MODEL | SEER_DRAFTER_DRAFT_WEIGHTS,
+    .options = OPTS, .n_options = 2,
 };

@@ -233,8 +233,15 @@ const seer_drafter_ops seer_drafter_model = {
     .has_q = true,
 };
 
+static const seer_drafter_option OPTS[] = {
+    {{.flag = "draft-budget", .json = "draft_budget", .metavar = "K", .type = SEER_SPEC_OPT_INT, .def = 0,
+      .lo = 0, .hi = 1 << 24, .help = "StreamingLLM budget of the draft model's own cache (0 = full)"},
+     offsetof(seer_spec_params, draft_budget), 0},
+};
+
 const seer_drafter_desc seer_drafter_model_desc = {
     .name = "draft", .kind = SEER_SPEC_DRAFT, .ops = &seer_drafter_model,
     .help = "a small draft model of the same vocabulary (--draft-model)",
     .flags = SEER_DRAFTER_DRAFT_MODEL | SEER_DRAFTER_AUTO | SEER_DRAFTER_TREE_BASE,
+    .options = OPTS, .n_options = 1,
 };

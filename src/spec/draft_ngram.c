@@ -10,19 +10,23 @@
 
 #include <stdlib.h>
 
+/* Its settings (OPTS below: their names, ranges and defaults), filled at init. */
 typedef struct {
     int nmin, nmax; /* suffix lengths tried */
 } ngram_impl;
 
+extern const seer_drafter_desc seer_drafter_ngram_desc;
+
 static seer_status ngram_init(const seer_draft_env *env, const seer_spec_params *spec, void **impl) {
-    if (spec->ngram_min < 1 || spec->ngram_max < spec->ngram_min || spec->ngram_max > 64)
-        return seer_err(SEER_ERR_INVALID_ARG, "ngram sizes must satisfy 1 <= min %d <= max %d <= 64",
-                        spec->ngram_min, spec->ngram_max);
+    ngram_impl st;
+    seer_drafter_settings(&seer_drafter_ngram_desc, spec, &st);
+    if (st.nmin < 1 || st.nmax < st.nmin || st.nmax > 64)
+        return seer_err(SEER_ERR_INVALID_ARG, "ngram sizes must satisfy 1 <= min %d <= max %d <= 64", st.nmin,
+                        st.nmax);
     ngram_impl *im = malloc(sizeof *im);
     if (!im)
         return seer_err(SEER_ERR_OOM, "out of memory");
-    im->nmin = spec->ngram_min;
-    im->nmax = spec->ngram_max;
+    *im = st;
     *impl = im;
     return SEER_OK;
 }
@@ -72,8 +76,18 @@ const seer_drafter_ops seer_drafter_ngram = {
     .has_q = false,
 };
 
+static const seer_drafter_option OPTS[] = {
+    {{.flag = "spec-ngram", .json = "ngram_max", .metavar = "N", .type = SEER_SPEC_OPT_INT, .def = 4, .lo = 1,
+      .hi = 64, .help = "longest suffix to match"},
+     SEER_DRAFTER_OPT_EXT, offsetof(ngram_impl, nmax)},
+    {{.flag = "spec-ngram-min", .json = "ngram_min", .metavar = "N", .type = SEER_SPEC_OPT_INT, .def = 1, .lo = 1,
+      .hi = 64, .help = "shortest suffix accepted"},
+     SEER_DRAFTER_OPT_EXT, offsetof(ngram_impl, nmin)},
+};
+
 const seer_drafter_desc seer_drafter_ngram_desc = {
     .name = "ngram", .kind = SEER_SPEC_NGRAM, .ops = &seer_drafter_ngram,
     .help = "prompt lookup: continues the latest earlier match of the last n tokens",
     .flags = SEER_DRAFTER_AUTO | SEER_DRAFTER_TREE_BASE,
+    .options = OPTS, .n_options = 2,
 };

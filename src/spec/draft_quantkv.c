@@ -112,8 +112,17 @@ const seer_drafter_ops seer_drafter_quantkv = {
     .view = quantkv_view,
 };
 
+static const char *const VIEWS[] = {"none", "streaming", NULL};
+static const seer_drafter_option OPTS[] = {
+    {{.flag = "spec-kv-view", .json = "kv_view", .metavar = "V", .type = SEER_SPEC_OPT_KIND,
+      .def = SEER_SPEC_NONE, .choices = VIEWS,
+      .help = "none (every slot) or streaming (sinks + recent within the budget)"},
+     offsetof(seer_spec_params, quant_view), 0},
+};
+
 const seer_drafter_desc seer_drafter_quantkv_desc = {
     .name = "quantkv", .kind = SEER_SPEC_QUANTKV, .ops = &seer_drafter_quantkv,
     .help = "self-draft through the pool's quantised KV copy (--spec-kv-bits, --spec-kv-view)",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_TREE_BASE | SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+    .options = OPTS, .n_options = 1,
 };

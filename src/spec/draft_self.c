@@ -36,8 +36,17 @@ typedef struct {
     float *qcap;   /* [n_layers][H*Dh] captured query for a rebuild */
 } self_seq;
 
+/* The views' settings kept in their own struct (RETRIEVAL_OPTS and SNAPKV_OPTS below, filled
+ * by seer_drafter_settings); the others are still fields of seer_spec_params. */
 typedef struct {
-    /* settings (seer_spec_params) */
+    float refresh_below;
+    int snap_kernel;
+} self_settings;
+
+extern const seer_drafter_desc seer_drafter_retrieval_desc, seer_drafter_snapkv_desc;
+
+typedef struct {
+    /* settings (seer_spec_params, self_settings) */
     seer_spec_kind kind; /* streaming, retrieval or snapkv */
     int budget, sinks, chunk, refresh_every, snap_window, snap_kernel;
     float refresh_below;
@@ -52,19 +61,22 @@ typedef struct {
 
 static seer_status self_init(const seer_draft_env *env, const seer_spec_params *p, void **out) {
     seer_context *ctx = env->ctx;
+    self_settings own;
+    seer_drafter_settings(&seer_drafter_retrieval_desc, p, &own);
+    seer_drafter_settings(&seer_drafter_snapkv_desc, p, &own);
     if (p->budget < 1)
         return seer_err(SEER_ERR_INVALID_ARG, "spec budget %d must be positive", p->budget);
     if (p->sinks < 0)
         return seer_err(SEER_ERR_INVALID_ARG, "spec sinks %d is negative", p->sinks);
     if (p->chunk < 1 || p->chunk > 4096)
         return seer_err(SEER_ERR_INVALID_ARG, "spec chunk %d is out of range [1, 4096]", p->chunk);
-    if (p->refresh_every < 0 || !(p->refresh_below >= 0 && p->refresh_below <= 1))
+    if (p->refresh_every < 0 || !(own.refresh_below >= 0 && own.refresh_below <= 1))
         return seer_err(SEER_ERR_INVALID_ARG, "spec refresh settings out of range");
-    if (p->snap_window < 1 || p->snap_window > ctx->params.n_batch_max || p->snap_kernel < 1 ||
-        p->snap_kernel % 2 == 0)
+    if (p->snap_window < 1 || p->snap_window > ctx->params.n_batch_max || own.snap_kernel < 1 ||
+        own.snap_kernel % 2 == 0)
         return seer_err(SEER_ERR_INVALID_ARG,
                         "snapkv window %d must be in [1, n_batch_max %d], kernel %d odd and positive",
-                        p->snap_window, ctx->params.n_batch_max, p->snap_kernel);
+                        p->snap_window, ctx->params.n_batch_max, own.snap_kernel);
     self_impl *im = calloc(1, sizeof *im);
     const seer_model_info *in = &env->model->info;
     int B = ctx->params.n_seq_max;
@@ -74,9 +86,9 @@ static seer_status self_init(const seer_draft_env *env, const seer_spec_params *
         im->sinks = p->sinks < p->budget ? p->sinks : p->budget;
         im->chunk = p->chunk;
         im->refresh_every = p->refresh_every;
-        im->refresh_below = p->refresh_below;
+        im->refresh_below = own.refresh_below;
         im->snap_window = p->snap_window;
-        im->snap_kernel = p->snap_kernel;
+        im->snap_kernel = own.snap_kernel;
         im->draft_weights = p->draft_weights;
         im->ctx = ctx;
         im->in = in;
@@ -401,21 +413,53 @@ const seer_drafter_ops seer_drafter_self = {
 };
 
 /* The three views this one implementation drafts under. */
+/* The views' settings: the budget and sinks are the streaming view's (the other views and
+ * quantkv read them too), the rest each view's own. */
+static const seer_drafter_option STREAMING_OPTS[] = {
+    {{.flag = "spec-budget", .json = "budget", .metavar = "K", .type = SEER_SPEC_OPT_INT, .def = 256, .lo = 1,
+      .hi = 1 << 24, .help = "KV slots a sparse self-draft reads"},
+     offsetof(seer_spec_params, budget), 0},
+    {{.flag = "spec-sinks", .json = "sinks", .metavar = "S", .type = SEER_SPEC_OPT_INT, .def = 16, .lo = 0,
+      .hi = 1 << 24, .help = "first tokens the streaming view keeps"},
+     offsetof(seer_spec_params, sinks), 0},
+};
+static const seer_drafter_option RETRIEVAL_OPTS[] = {
+    {{.flag = "spec-chunk", .json = "chunk", .metavar = "C", .type = SEER_SPEC_OPT_INT, .def = 8, .lo = 1,
+      .hi = 4096, .help = "tokens per chunk"},
+     offsetof(seer_spec_params, chunk), 0},
+    {{.flag = "spec-refresh", .json = "refresh_every", .metavar = "N", .type = SEER_SPEC_OPT_INT, .def = 0,
+      .lo = 0, .hi = 1 << 24, .help = "rebuild the selection every N rounds (0 = never)"},
+     offsetof(seer_spec_params, refresh_every), 0},
+    {{.flag = "spec-refresh-below", .json = "refresh_below", .metavar = "A", .type = SEER_SPEC_OPT_FLOAT,
+      .def = 0, .lo = 0, .hi = 1, .help = "rebuild when the running acceptance drops below A (0 = off)"},
+     SEER_DRAFTER_OPT_EXT, offsetof(self_settings, refresh_below)},
+};
+static const seer_drafter_option SNAPKV_OPTS[] = {
+    {{.flag = "spec-window", .json = "snap_window", .metavar = "W", .type = SEER_SPEC_OPT_INT, .def = 32,
+      .lo = 1, .hi = 4096, .help = "observation window: the prompt's last queries that vote"},
+     offsetof(seer_spec_params, snap_window), 0},
+    {{.flag = "spec-snap-kernel", .json = "snap_kernel", .metavar = "P", .type = SEER_SPEC_OPT_INT, .def = 5,
+      .lo = 1, .hi = 255, .help = "width of the votes' average pooling (odd)"},
+     SEER_DRAFTER_OPT_EXT, offsetof(self_settings, snap_kernel)},
+};
+
 const seer_drafter_desc seer_drafter_streaming_desc = {
     .name = "streaming", .kind = SEER_SPEC_STREAMING, .ops = &seer_drafter_self,
     .help = "self-draft through sinks + a recent window of the cache (MagicDec, StreamingLLM)",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
              SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+    .options = STREAMING_OPTS, .n_options = 2,
 };
 const seer_drafter_desc seer_drafter_retrieval_desc = {
     .name = "retrieval", .kind = SEER_SPEC_RETRIEVAL, .ops = &seer_drafter_self,
     .help = "self-draft through the top chunks by key-mean score per KV head (TriForce)",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
              SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+    .options = RETRIEVAL_OPTS, .n_options = 3,
 };
 const seer_drafter_desc seer_drafter_snapkv_desc = {
     .name = "snapkv", .kind = SEER_SPEC_SNAPKV, .ops = &seer_drafter_self,
     .help = "self-draft through positions the prompt's last queries chose (SnapKV)",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
-             SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+             SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,    .options = SNAPKV_OPTS, .n_options = 2,
 };

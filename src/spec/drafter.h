@@ -123,6 +123,22 @@ enum {
     SEER_DRAFTER_DRAFT_WEIGHTS = 1 << 6, /* its steps may multiply by the model's draft weights */
 };
 
+/* A setting as its drafter declares it: the public description (seer_spec_option, whose
+ * drafter field the registry fills) and where its value lives. A drafter keeps its settings
+ * in a struct of its own file, which seer_drafter_settings fills from seer_spec_params at
+ * init; their values travel in seer_spec_params.ext, set and read by name. (Settings that
+ * library users set as fields of seer_spec_params, the older drafters', name the field.) */
+typedef struct {
+    seer_spec_option o;
+    size_t offset; /* SEER_DRAFTER_OPT_EXT: a slot of seer_spec_params.ext; else the offset of
+                    * its field in seer_spec_params (an int for INT, a float for FLOAT, a
+                    * seer_spec_kind for KIND) */
+    size_t own;    /* with SEER_DRAFTER_OPT_EXT: the offset of its field, of the same types, in
+                    * the drafter's settings struct */
+} seer_drafter_option;
+#define SEER_DRAFTER_OPT_EXT ((size_t)-1)
+
+
 /* A drafter as it declares itself (in its own file). */
 typedef struct {
     const char *name;           /* its kind's name: --spec, the server's 'spec', the metric
@@ -132,7 +148,14 @@ typedef struct {
     const char *help;           /* one line for the CLI's help */
     const seer_drafter_ops *ops;
     unsigned flags;             /* SEER_DRAFTER_* */
+    const seer_drafter_option *options; /* [n_options] its settings (spec_opts.c reads and
+                                         * writes them) */
+    int n_options;
 } seer_drafter_desc;
+
+/* Fills the drafter's settings struct out with d's settings from p (those kept in
+ * seer_spec_params.ext, at their own offsets): a setting not set gets its default. */
+void seer_drafter_settings(const seer_drafter_desc *d, const seer_spec_params *p, void *out);
 
 /* Adds a drafter to the registry after the built-in ones (for drafters outside the library:
  * a test's). Its kind, when SEER_SPEC_NONE, is the first free one (*kind, may be NULL).

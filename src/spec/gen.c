@@ -24,15 +24,7 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-seer_spec_params seer_spec_default_params(void) {
-    seer_spec_params p = {
-        .kind = SEER_SPEC_NONE, .gamma = 4, .budget = 256, .sinks = 16, .chunk = 8,
-        .refresh_every = 0, .refresh_below = 0.f, .snap_window = 32, .snap_kernel = 5,
-        .ngram_max = 4, .ngram_min = 1, .draft_model = NULL, .draft_budget = 0,
-        .hier_base = SEER_SPEC_STREAMING, .hier_gamma = 2,
-    };
-    return p;
-}
+/* seer_spec_default_params: spec_opts.c, from the drafters' declared defaults. */
 
 static seer_status check_params(const seer_context *ctx, const seer_spec_params *p) {
     if (p->kind != SEER_SPEC_NONE && p->kind != SEER_SPEC_AUTO && !seer_drafter_of_kind(p->kind))

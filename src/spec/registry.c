@@ -105,6 +105,28 @@ seer_status seer_drafter_register(const seer_drafter_desc *d, seer_spec_kind *ki
     if (seer_drafter_of_name(d->name) || !strcmp(d->name, "none") || !strcmp(d->name, "auto") ||
         !strcmp(d->name, "tree"))
         return seer_err(SEER_ERR_INVALID_ARG, "a speculation kind named '%s' exists already", d->name);
+    int n_ext = 0;
+    for (int i = 0; seer_drafter_at(i); i++)
+        for (int j = 0; j < seer_drafter_at(i)->n_options; j++)
+            n_ext += seer_drafter_at(i)->options[j].offset == SEER_DRAFTER_OPT_EXT;
+    for (int j = 0; j < d->n_options; j++) {
+        const seer_spec_option *o = &d->options[j].o;
+        seer_spec_params p = {0};
+        double v;
+        if (d->options[j].offset != SEER_DRAFTER_OPT_EXT)
+            return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': a setting outside the library lives in "
+                                                  "seer_spec_params.ext (SEER_DRAFTER_OPT_EXT)", d->name);
+        if (!o->flag || !o->flag[0] || !o->json || !o->json[0] ||
+            (o->type != SEER_SPEC_OPT_INT && o->type != SEER_SPEC_OPT_FLOAT) || !(o->def >= o->lo && o->def <= o->hi))
+            return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': setting %d needs a flag, a json name and a "
+                                                  "number type with its default in its range", d->name, j);
+        if (seer_spec_get(&p, o->flag, &v) == SEER_OK || seer_spec_get(&p, o->json, &v) == SEER_OK)
+            return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': a setting named '%s' exists already", d->name,
+                            o->flag);
+        if (++n_ext > SEER_SPEC_EXT_MAX)
+            return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': at most %d settings of drafters outside the "
+                                                  "library", d->name, SEER_SPEC_EXT_MAX);
+    }
     seer_spec_kind k = d->kind;
     if (k == SEER_SPEC_NONE)
         for (k = (seer_spec_kind)1; k < SEER_SPEC_KIND_MAX && kind_taken(k); k++)

@@ -4,6 +4,7 @@
 
 #include "seer.h"
 #include "seer_bench.h"
+#include "cli_opts.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,11 +13,22 @@
 #define BENCH_MAX_LIST 32
 #define BENCH_MAX_PREFILL_REPS 15
 
+/* The option table's parsers of bench's lists (cli_table.c; cmd_bench.c): false after a
+ * message. o is the bench_opts. */
+bool bench_opt_ctx_list(const char *arg, cli_common *c, void *o);
+bool bench_opt_batch_list(const char *arg, cli_common *c, void *o);
+bool bench_opt_budget_list(const char *arg, cli_common *c, void *o);
+bool bench_opt_gamma_list(const char *arg, cli_common *c, void *o);
+bool bench_opt_spec_list(const char *arg, cli_common *c, void *o);
+bool bench_opt_weights_list(const char *arg, cli_common *c, void *o);
+bool bench_opt_prefill(const char *arg, cli_common *c, void *o);
+bool bench_opt_alpha(const char *arg, cli_common *c, void *o);
+
 typedef struct {
     const char *synthetic, *model_path;
     seer_backend_kind backend;
     seer_weights_kind weights;
-    int threads, page_size, steps, warmup, sinks;
+    int threads, page_size, steps, warmup;
     int tp; /* --tp: ranks of tensor parallelism (0: none) */
     int prefill[BENCH_MAX_LIST], n_prefill; /* prompt sizes of the prefill runs (none: skip) */
     int prefill_reps;                        /* timed runs of each, after a warm-up: the median */
@@ -25,7 +37,8 @@ typedef struct {
     double alpha; /* synthetic acceptance of the speculative runs */
     const char *draft_synthetic, *draft_path; /* the draft model of draft and hierarchy runs */
     seer_model *draft;
-    int hier_gamma;                  /* hierarchy: the draft model's chain per middle verification */
+    seer_spec_params drafters;       /* the drafters' settings (the registry's options: --spec-sinks,
+                                      * --spec-hier-gamma ...); kind, budget and gamma per run */
     const char *trace_path;          /* --accept-trace: replayed acceptance instead of alpha */
     seer_accept_trace *trace;
     int ctx[BENCH_MAX_LIST], n_ctx;

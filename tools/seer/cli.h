@@ -1,9 +1,11 @@
-/* cli.h: what the seer subcommands share: strict number parsing and messages. */
+/* cli.h: what the seer subcommands share: strict number parsing and messages; their options
+ * are one table (cli_opts.h). */
 #ifndef SEER_CLI_H
 #define SEER_CLI_H
 
 #include "seer.h"
 #include "seer_bench.h"
+#include "cli_opts.h"
 #include "spec_kinds.h"
 
 #include <stdbool.h>
@@ -26,54 +28,8 @@ bool cli_ctx_ok(long long ctx, int ctx_train, bool beyond);
 /* Seconds on a monotonic clock. */
 double cli_now_s(void);
 
-/* The sampler flags generate and chat share: getopt_long values for their option tables,
- * and their parser: 1 = c was one of them and is stored in sp, 0 = c is not a sampler flag,
- * -1 = its value was bad (the message is printed). */
-enum { CLI_O_TEMP = 512, CLI_O_TOPK, CLI_O_TOPP, CLI_O_MINP, CLI_O_REP, CLI_O_REPN, CLI_O_SEED, CLI_O_FREQ, CLI_O_PRES };
-int cli_sampler_opt(int c, const char *arg, seer_sampler_params *sp);
-
-/* --spec with token trees (generate, chat): "--spec tree" proposes trees over the base
- * drafter --spec-base (default streaming) with --spec-tree-size nodes (default 8) and depth
- * --spec-tree-depth (default --spec-gamma). "--spec hierarchy" takes --spec-base as its
- * middle level's view and --spec-hier-gamma as its bottom chain. cli_spec_kind parses --spec's value (tree or a
- * drafter), cli_tree_opt the tree flags (1 = taken, 0 = not one of them, -1 = bad value),
- * cli_tree_apply sets spec from them after parsing (false with a message when inconsistent). */
-typedef struct {
-    bool on;
-    bool base_set;
-    seer_spec_kind base;
-    int size, depth; /* size -1: auto */
-    int replan;
-    int hier_gamma;  /* --spec-hier-gamma (0: not given) */
-} cli_tree;
-enum { CLI_O_SBASE = 560, CLI_O_TSIZE, CLI_O_TDEPTH, CLI_O_TREPLAN, CLI_O_HGAMMA, CLI_O_CALBUDGET };
-/* (--spec-calibrate-budget rides with these: generate and chat take them both) */
-#define CLI_TREE_OPTIONS                                                                   \
-    {"spec-base", required_argument, 0, CLI_O_SBASE},                                      \
-        {"spec-calibrate-budget", required_argument, 0, CLI_O_CALBUDGET},                  \
-        {"spec-tree-size", required_argument, 0, CLI_O_TSIZE},                             \
-        {"spec-tree-depth", required_argument, 0, CLI_O_TDEPTH},                           \
-        {"spec-tree-replan", required_argument, 0, CLI_O_TREPLAN},                         \
-        {"spec-hier-gamma", required_argument, 0, CLI_O_HGAMMA}
-/* The help of the tree and hierarchy options, with the drafters that may fill a tree or be
- * the hierarchy's middle level (from the registry). */
-void cli_tree_help(FILE *f);
-#define CLI_TREE_HELP_BASE                                                                 \
-    "      --spec tree       token trees over --spec-base (SpecInfer / Sequoia verification)\n" \
-    "      --spec-base KIND  the drafter that fills the tree (default streaming), one of:\n"
-#define CLI_TREE_HELP_REST                                                                 \
-    "      --spec-tree-size N  nodes per tree (default 8); auto: the size and shape that pay best\n" \
-    "                        (Sequoia), from the acceptance measured while generating and the\n" \
-    "                        verification cost measured at start (at most 32 nodes)\n"        \
-    "      --spec-tree-depth D depth of a tree (default --spec-gamma)\n"                      \
-    "      --spec-tree-replan R re-plan the tree's shape every R rounds from the measured\n"   \
-    "                        acceptance (Sequoia; default 0: fixed shape, 8 with auto)\n"   \
-    "      --spec hierarchy  TriForce's hierarchy: --draft-model drafts for the target under the\n" \
-    "                        view --spec-base (default streaming), which verifies exactly and\n" \
-    "                        proposes --spec-gamma tokens to the target; the views:\n"
-#define CLI_TREE_HELP_HIER                                                                 \
-    "      --spec-hier-gamma N tokens the draft model proposes per middle verification (default 2)\n" \
-    CLI_CALIBRATE_HELP
+/* --spec's value for generate and chat: tree (then t->on) or a kind (cli_spec_kind); false
+ * with a message for another. */
 bool cli_spec_kind(const char *arg, seer_spec_kind *kind, cli_tree *t);
 /* false with a message when kind drafts with a draft model and draft_model is NULL. */
 bool cli_draft_model_ok(const char *cmd, seer_spec_kind kind, const char *draft_model);
@@ -82,12 +38,13 @@ bool cli_draft_model_ok(const char *cmd, seer_spec_kind kind, const char *draft_
  * or auto (its sparse self-drafts); sets spec->draft_weights. false with a message
  * for another type or drafter. */
 bool cli_spec_weights(const char *cmd, const char *type, seer_spec_params *spec);
-#define CLI_SPEC_WEIGHTS_HELP                                                              \
-    "      --spec-weights T  the self-draft's steps multiply by a copy of the weights quantised\n" \
-    "                        to T (q8_0 or q4_0; made at load, from f32 or bf16 weights);\n" \
-    "                        with auto, its sparse self-drafts' steps\n"
-int cli_tree_opt(int c, const char *arg, cli_tree *t);
-bool cli_tree_apply(const cli_tree *t, seer_spec_params *spec);
+/* After parsing: "--spec tree" proposes trees over the base drafter --spec-base (default
+ * streaming) with --spec-tree-size nodes (default 8) and depth --spec-tree-depth (default
+ * --spec-gamma); "--spec hierarchy" takes --spec-base as its middle level's view. Sets
+ * c->spec from c->tree, and refuses (false, with a message) tree options without trees and a
+ * drafter's setting that means something only with its own kind (seer_spec_option.own_only)
+ * given with another. */
+bool cli_tree_apply(cli_common *c);
 
 /* A growing text buffer (s NUL-terminated when cap > 0). */
 typedef struct {
@@ -128,9 +85,6 @@ seer_spec_cost *cli_auto_cost(const char *cmd, seer_context *ctx, seer_model *dr
 /* --spec-calibrate-budget: the bound on calibration's time for cli_auto_cost (0: the
  * library's default, 10 s on the CPU, 2 s on a GPU). */
 void cli_cost_set_budget(double seconds);
-#define CLI_CALIBRATE_HELP                                                                 \
-    "      --spec-calibrate-budget S  auto: seconds calibration may take at most (default 10 on\n" \
-    "                        the CPU, 2 on a GPU); cells it has no time for are estimated\n"
 
 /* --spec-cost-file at start: false with a message when path (NULL: not given) exists and is
  * not a regular file (a symlink, device, FIFO or directory), which a cost file never

@@ -25,6 +25,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
 #include "cli.h"
+#include "cuda_env.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -32,65 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: seer bench (--synthetic SHAPE | -m MODEL.gguf) [options]\n"
-            "  --synthetic SHAPE        random weights of a real shape, generated on the device:\n"
-            "                           llama-3.1-8b, llama-3.1-70b, llama-2-7b, qwen2.5-7b, llama-3.2-1b, small, tiny,\n"
-            "                           tiny-qwen2\n"
-            "  -m, --model FILE         a GGUF model (its KV is filled synthetically all the same)\n"
-            "  --backend B              cpu, cuda or auto (default auto)\n"
-            "  --weights W              stored (default), or bf16 / f32: dequantised at load\n"
-            "  -t, --threads N          CPU threads (default: all cores)\n"
-            "      --tp N               tensor parallelism: the model divided over N GPUs (NCCL)\n"
-            "  --ctx-list L,...         cached tokens per sequence (default 4096,32768)\n"
-            "  --batch-list B,...       sequences decoding together (default 1)\n"
-            "  --steps N                timed decode steps / generator rounds per point (default 20)\n"
-            "  --warmup N               untimed steps before them (default 3)\n"
-            "  --prefill P,...          prompt tokens of the prefill measurements, 0 = skip (default 2048)\n"
-            "  --prefill-reps N         timed runs per prompt size, after one warm-up (default 3; median)\n"
-            "  --prefill-chunk N        prompt tokens per forward call of the prefill (default 2048)\n"
-            "  --page-size N            KV page size in tokens (default 16)\n"
-            "  --seed S                 weights, KV and tokens (default 1)\n"
-            "speculation (timed with SYNTHETIC ACCEPTANCE, labelled in all output):\n"
-            "  --spec KIND,...          the speculations timed (default none), of:\n");
-    spec_kinds_help(f, "                             ", SPEC_KINDS_ALL);
-    fprintf(f,
-            "  --spec-budget-list K,... KV slots the self-draft reads (default 512)\n"
-            "  --spec-gamma-list G,...  tokens drafted per round (default 4)\n"
-            "  --spec-sinks S           sinks of the streaming view (default 16)\n"
-            "  --spec-weights W,...     the self-drafts' steps with the model's weights (none) and/or its\n"
-            "                           draft weights quantised to one type, q8_0 or q4_0 (default none);\n"
-            "                           labelled /dw; auto drafts through them when a type is listed\n"
-            "  --spec-tree-size N       token trees of N nodes (depth: each --spec-gamma-list value):\n"
-            "                           times tree drafting and tree verification\n"
-            "  --synthetic-accept A     probability each draft token is accepted, in (0, 1) (default 0.8)\n"
-            "  --draft-synthetic SHAPE  the draft model of --spec draft and hierarchy: random weights of a\n"
-            "                           preset (e.g. llama-3.2-1b under llama-3.1-8b: the same vocabulary)\n"
-            "  --draft-model FILE       or a GGUF draft model\n"
-            "  --spec-hier-gamma N      hierarchy: the draft model's chain per middle verification (default 2);\n"
-            "                           the middle level (the target under a streaming view of K slots)\n"
-            "                           verifies it by the exact rule (on random weights it accepts\n"
-            "                           little), the top at the synthetic or replayed rate\n"
-            "  --accept-trace FILE      REPLAYED ACCEPTANCE instead: each drafter kind accepts as the\n"
-            "                           trace recorded from a real model (seer generate --accept-trace)\n"
-            "                           (kinds without a line in it: --synthetic-accept)\n"
-            "  auto in --spec           every round auto's choice (plain, or a chain of G up to 16 from\n"
-            "                           the streaming view at a budget of --spec-budget-list, or n-gram,\n"
-            "                           when those are in --spec) from a cost table calibrated at the\n"
-            "                           point; shown beside the fastest fixed setting\n"
-            "output:\n"
-            "  --json                   one JSON object on stdout instead of the table\n"
-            "  --json-out FILE          also write the JSON object to FILE\n"
-            "  --plot FILE.png          tok/s and speedup against context length (needs gnuplot)\n"
-            "  --replot RUN.json        with --plot: plot the --json-out of an earlier run (e.g. one\n"
-            "                           made on a machine without gnuplot) instead of measuring\n"
-            "  --peer PEER.json         another implementation's decode and prefill of the same model\n"
-            "                           (scripts/peer-llamacpp.sh, scripts/hf_peer.py): its ms/step and\n"
-            "                           seer's speedup over it at the same L and B, its prefill tok/s at\n"
-            "                           the same prompt sizes, in the table, the JSON and the plot\n");
-}
 
 /* Parses "a,b,c" into out (at most BENCH_MAX_LIST values in [lo, hi]). */
 static bool parse_int_list(const char *flag, const char *s, long long lo, long long hi, int *out,
@@ -187,99 +129,61 @@ static bool parse_weights_list(const char *s, bench_opts *o) {
     return true;
 }
 
-static int parse(int argc, char **argv, bench_opts *o) {
-    enum { O_SYN = 256, O_TP, O_BACKEND, O_WEIGHTS, O_CTX, O_BATCH, O_STEPS, O_WARM, O_PREFILL, O_PREFILL_REPS, O_PREFILL_CHUNK, O_PAGE, O_SEED,
-           O_SPEC, O_BUDGET, O_GAMMA, O_SINKS, O_TREE, O_ALPHA, O_JSON, O_JSON_OUT, O_PLOT, O_REPLOT, O_PEER, O_TRACE, O_DSYN, O_DMODEL, O_HGAMMA, O_SWT };
-    static const struct option opts[] = {
-        {"synthetic", required_argument, 0, O_SYN},   {"model", required_argument, 0, 'm'},
-        {"backend", required_argument, 0, O_BACKEND},
-        {"weights", required_argument, 0, O_WEIGHTS}, {"threads", required_argument, 0, 't'}, {"tp", required_argument, 0, O_TP},
-        {"ctx-list", required_argument, 0, O_CTX},    {"batch-list", required_argument, 0, O_BATCH},
-        {"steps", required_argument, 0, O_STEPS},     {"warmup", required_argument, 0, O_WARM},
-        {"prefill", required_argument, 0, O_PREFILL}, {"page-size", required_argument, 0, O_PAGE},
-        {"prefill-reps", required_argument, 0, O_PREFILL_REPS},
-        {"prefill-chunk", required_argument, 0, O_PREFILL_CHUNK},
-        {"seed", required_argument, 0, O_SEED},       {"spec", required_argument, 0, O_SPEC},
-        {"spec-budget-list", required_argument, 0, O_BUDGET},
-        {"spec-gamma-list", required_argument, 0, O_GAMMA},
-        {"spec-weights", required_argument, 0, O_SWT},
-        {"spec-sinks", required_argument, 0, O_SINKS},
-        {"spec-tree-size", required_argument, 0, O_TREE},
-        {"synthetic-accept", required_argument, 0, O_ALPHA},
-        {"accept-trace", required_argument, 0, O_TRACE},
-        {"draft-synthetic", required_argument, 0, O_DSYN}, {"draft-model", required_argument, 0, O_DMODEL},
-        {"spec-hier-gamma", required_argument, 0, O_HGAMMA},
-        {"json", no_argument, 0, O_JSON},             {"plot", required_argument, 0, O_PLOT},
-        {"json-out", required_argument, 0, O_JSON_OUT}, {"replot", required_argument, 0, O_REPLOT},
-        {"peer", required_argument, 0, O_PEER},
-        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
-    int c;
-    long long v;
-    double d;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
-        switch (c) {
-        case O_SYN: o->synthetic = optarg; break;
-        case 'm': o->model_path = optarg; break;
-        case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
-        case O_WEIGHTS: if (!cli_weights(optarg, &o->weights)) return 2; break;
-        case 't': if (!cli_int("--threads", optarg, 1, 1024, &v)) return 2; o->threads = (int)v; break;
-        case O_TP: if (!cli_int("--tp", optarg, 1, SEER_TP_MAX, &v)) return 2; o->tp = (int)v; break;
-        case O_CTX: if (!parse_int_list("--ctx-list", optarg, 1, 1 << 22, o->ctx, &o->n_ctx)) return 2; break;
-        case O_BATCH: if (!parse_int_list("--batch-list", optarg, 1, 4096, o->batch, &o->n_batch)) return 2; break;
-        case O_STEPS: if (!cli_int("--steps", optarg, 1, 100000, &v)) return 2; o->steps = (int)v; break;
-        case O_WARM: if (!cli_int("--warmup", optarg, 0, 100000, &v)) return 2; o->warmup = (int)v; break;
-        case O_PREFILL:
-            if (!parse_int_list("--prefill", optarg, 0, 1 << 20, o->prefill, &o->n_prefill))
-                return 2;
-            if (o->n_prefill == 1 && o->prefill[0] == 0)
-                o->n_prefill = 0;
-            for (int k = 0; k < o->n_prefill; k++)
-                if (o->prefill[k] == 0) {
-                    fprintf(stderr, "seer: --prefill: 0 (skip) cannot be one of several sizes\n");
-                    return 2;
-                }
-            break;
-        case O_PREFILL_REPS:
-            if (!cli_int("--prefill-reps", optarg, 1, BENCH_MAX_PREFILL_REPS, &v))
-                return 2;
-            o->prefill_reps = (int)v;
-            break;
-        case O_PREFILL_CHUNK:
-            if (!cli_int("--prefill-chunk", optarg, 1, 65536, &v))
-                return 2;
-            o->prefill_chunk = (int)v;
-            break;
-        case O_PAGE: if (!cli_int("--page-size", optarg, 1, 4096, &v)) return 2; o->page_size = (int)v; break;
-        case O_SEED: if (!cli_int("--seed", optarg, 0, INT64_MAX, &v)) return 2; o->seed = (uint64_t)v; break;
-        case O_SPEC: if (!parse_spec_list(optarg, o)) return 2; break;
-        case O_BUDGET: if (!parse_int_list("--spec-budget-list", optarg, 1, 1 << 22, o->budget, &o->n_budget)) return 2; break;
-        case O_GAMMA: if (!parse_int_list("--spec-gamma-list", optarg, 1, 64, o->gamma, &o->n_gamma)) return 2; break;
-        case O_SWT: if (!parse_weights_list(optarg, o)) return 2; break;
-        case O_SINKS: if (!cli_int("--spec-sinks", optarg, 0, 1 << 22, &v)) return 2; o->sinks = (int)v; break;
-        case O_TREE: if (!cli_int("--spec-tree-size", optarg, 1, 64, &v)) return 2; o->tree_size = (int)v; break;
-        case O_ALPHA:
-            if (!cli_float("--synthetic-accept", optarg, 0, 1, &d))
-                return 2;
-            if (!(d > 0 && d < 1)) {
-                fprintf(stderr, "seer: --synthetic-accept: %g must be in (0, 1)\n", d);
-                return 2;
-            }
-            o->alpha = d;
-            break;
-        case O_TRACE: o->trace_path = optarg; break;
-        case O_DSYN: o->draft_synthetic = optarg; break;
-        case O_DMODEL: o->draft_path = optarg; break;
-        case O_HGAMMA: if (!cli_int("--spec-hier-gamma", optarg, 1, 64, &v)) return 2; o->hier_gamma = (int)v; break;
-        case O_JSON: o->json = true; break;
-        case O_JSON_OUT: o->json_out = optarg; break;
-        case O_REPLOT: o->replot = optarg; break;
-        case O_PLOT: o->plot = optarg; break;
-        case O_PEER: o->peer = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+/* The list options of the table (cli_table.c). */
+bool bench_opt_ctx_list(const char *a, cli_common *c, void *o) {
+    return parse_int_list("--ctx-list", a, 1, 1 << 22, ((bench_opts *)o)->ctx, &((bench_opts *)o)->n_ctx);
+}
+bool bench_opt_batch_list(const char *a, cli_common *c, void *o) {
+    return parse_int_list("--batch-list", a, 1, 4096, ((bench_opts *)o)->batch, &((bench_opts *)o)->n_batch);
+}
+bool bench_opt_budget_list(const char *a, cli_common *c, void *o) {
+    return parse_int_list("--spec-budget-list", a, 1, 1 << 22, ((bench_opts *)o)->budget, &((bench_opts *)o)->n_budget);
+}
+bool bench_opt_gamma_list(const char *a, cli_common *c, void *o) {
+    return parse_int_list("--spec-gamma-list", a, 1, 64, ((bench_opts *)o)->gamma, &((bench_opts *)o)->n_gamma);
+}
+bool bench_opt_spec_list(const char *a, cli_common *c, void *o) { return parse_spec_list(a, o); }
+bool bench_opt_weights_list(const char *a, cli_common *c, void *o) { return parse_weights_list(a, o); }
+
+bool bench_opt_prefill(const char *a, cli_common *c, void *opts) {
+    bench_opts *o = opts;
+    if (!parse_int_list("--prefill", a, 0, 1 << 20, o->prefill, &o->n_prefill))
+        return false;
+    if (o->n_prefill == 1 && o->prefill[0] == 0)
+        o->n_prefill = 0;
+    for (int k = 0; k < o->n_prefill; k++)
+        if (o->prefill[k] == 0) {
+            fprintf(stderr, "seer: --prefill: 0 (skip) cannot be one of several sizes\n");
+            return false;
         }
+    return true;
+}
+
+bool bench_opt_alpha(const char *a, cli_common *c, void *o) {
+    double d;
+    if (!cli_float("--synthetic-accept", a, 0, 1, &d))
+        return false;
+    if (!(d > 0 && d < 1)) {
+        fprintf(stderr, "seer: --synthetic-accept: %g must be in (0, 1)\n", d);
+        return false;
     }
+    ((bench_opts *)o)->alpha = d;
+    return true;
+}
+
+static int parse(int argc, char **argv, bench_opts *o) {
+    cli_common c;
+    cli_common_init(&c);
+    c.weights = o->weights;
+    const int rc = cli_parse(cli_table, CLI_BENCH, "bench", argc, argv, &c, o);
+    if (rc >= 0)
+        return rc;
+    o->model_path = c.model;
+    o->threads = (int)c.threads;
+    o->tp = (int)c.tp;
+    o->backend = c.backend;
+    o->weights = c.weights;
+    o->drafters = c.spec;
     if (optind < argc) {
         fprintf(stderr, "seer bench: unexpected argument '%s'\n", argv[optind]);
         return 2;
@@ -520,16 +424,13 @@ static bool run_gen(const bench_opts *o, point_state *ps, seer_spec_params sp, g
 
 static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt, bench_spec *bs) {
     seer_spec_params none = seer_spec_default_params();
-    seer_spec_params sp = seer_spec_default_params();
+    seer_spec_params sp = o->drafters; /* the drafters' settings (--spec-sinks ...) */
     sp.kind = bs->kind;
     sp.gamma = bs->gamma;
     sp.budget = bs->budget;
-    sp.sinks = o->sinks;
     sp.tree_size = bs->tree_size;
     sp.tree_depth = bs->tree_size ? bs->gamma : 0;
     sp.draft_model = o->draft;
-    sp.hier_base = SEER_SPEC_STREAMING;
-    sp.hier_gamma = o->hier_gamma ? o->hier_gamma : 2;
     sp.draft_weights = bs->draft_weights;
     seer_spec_cost *table = NULL;
     if (bs->kind == SEER_SPEC_AUTO) {
@@ -709,7 +610,7 @@ done:
 
 int cmd_bench(int argc, char **argv) {
     bench_opts o = {.backend = SEER_BACKEND_AUTO, .page_size = 16, .steps = 20, .warmup = 3,
-                    .prefill = {2048}, .n_prefill = 1, .prefill_reps = 3, .prefill_chunk = 2048, .sinks = 16, .seed = 1, .alpha = 0.8,
+                    .prefill = {2048}, .n_prefill = 1, .prefill_reps = 3, .prefill_chunk = 2048, .seed = 1, .alpha = 0.8,
                     .ctx = {4096, 32768}, .n_ctx = 2, .batch = {1}, .n_batch = 1,
                     .budget = {512}, .n_budget = 1, .gamma = {4}, .n_gamma = 1,
                     .dweights = {false}, .n_dweights = 1};
@@ -737,6 +638,9 @@ int cmd_bench(int argc, char **argv) {
         bench_peer_free(&peer);
         return rc;
     }
+    /* the CUDA backend's variants of an A/B run (SEER_CUDA_PROFILE, SEER_CUDA_QT ...):
+     * benchmarks read them, the library does not */
+    const seer_cuda_tuning tuning = lab_cuda_tuning_from_env();
     seer_model_params mp = seer_model_default_params();
     mp.backend = o.backend;
     mp.weights = o.weights;
@@ -750,9 +654,9 @@ int cmd_bench(int argc, char **argv) {
     if (o.synthetic) {
         seer_gen_params gp = seer_gen_default_params();
         gp.seed = o.seed;
-        s = seer_model_synthetic(o.synthetic, &gp, mp, &m);
+        s = seer_model_synthetic_tuned(o.synthetic, &gp, mp, &tuning, &m);
     } else {
-        s = seer_model_load(o.model_path, mp, &m);
+        s = seer_model_load_tuned(o.model_path, mp, &tuning, &m);
     }
     if (s != SEER_OK) {
         cli_error(o.synthetic ? "synthetic model" : "loading model", s);
@@ -768,9 +672,9 @@ int cmd_bench(int argc, char **argv) {
         if (o.draft_synthetic) {
             seer_gen_params gp = seer_gen_default_params();
             gp.seed = o.seed + 1;
-            s = seer_model_synthetic(o.draft_synthetic, &gp, mp, &o.draft);
+            s = seer_model_synthetic_tuned(o.draft_synthetic, &gp, mp, &tuning, &o.draft);
         } else {
-            s = seer_model_load(o.draft_path, mp, &o.draft);
+            s = seer_model_load_tuned(o.draft_path, mp, &tuning, &o.draft);
         }
         if (s != SEER_OK) {
             cli_error("draft model", s);

@@ -17,6 +17,7 @@
  * /quit or end of input ends the program (status 0).
  */
 #include "cli.h"
+#include "cli_cmds.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -24,136 +25,23 @@
 #include <string.h>
 #include <unistd.h>
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: seer chat -m MODEL.gguf [options]\n"
-            "On a terminal a message is a line: end a line with \\ to go on on the next one, or\n"
-            "write a message of many lines between \"\"\" at the start of its first line and\n"
-            "\"\"\" at the end of its last. Piped input is one message, or several divided by\n"
-            "lines holding only /send; its replies are divided by a blank line. A line /quit or\n"
-            "end of input (Ctrl-D) ends the chat. When the conversation outgrows the context,\n"
-            "its oldest turns are dropped (the system message stays).\n"
-            "      --chat-template NAME  chatml, llama3, llama2, gemma or phi3 (default: from the model)\n"
-            "      --no-think        a model that reasons in <think> (Qwen3) answers without it\n"
-            "      --system TEXT     a system message to start the conversation with\n"
-            "  -n, --n-predict N     most tokens per reply (default: until the end of the turn)\n"
-            "      --temp T          temperature, 0 = greedy (default 0.8)\n"
-            "      --top-k K         (default 40)\n"
-            "      --top-p P         (default 0.95)\n"
-            "      --min-p P         (default 0.05)\n"
-            "      --repeat-penalty R  (default 1 = off)\n"
-            "      --frequency-penalty F, --presence-penalty P  (default 0 = off)\n"
-            "      --seed S          random seed (default 0)\n"
-            "  -c, --ctx N           context length (default: the model's trained context, less\n"
-            "                        when memory is short); the KV cache grows as it is used\n"
-            "      --ctx-beyond-trained  allow --ctx past the trained context (with a warning)\n"
-            "  -t, --threads N       CPU threads (default: all cores)\n"
-            "      --tp N            tensor parallelism: the model divided over N GPUs (NCCL)\n"
-            "      --backend B       cpu, cuda or auto (default auto)\n"
-            "      --weights W       stored (default: quantised blocks as in the file), bf16 or f32\n"
-            "      --spec KIND       speculation (default auto), one of:\n");
-    spec_kinds_help(f, "                          ", SPEC_KINDS_ALL);
-    fprintf(f,
-            "      --spec-cost-file F  auto: the cost table's cache file (default under $XDG_CACHE_HOME/seer)\n"
-            "      --spec-gamma G    tokens drafted per round (default 4)\n"
-            "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n");
-    cli_tree_help(f);
-    fprintf(f,
-            "      --draft-model M   draft model for --spec draft (same vocabulary)\n"
-            "      --spec-kv-bits B  quantkv: bits of the KV copy the draft reads, 4 or 8 (default 4)\n"
-            CLI_SPEC_WEIGHTS_HELP);
-}
-
-typedef struct {
-    const char *model, *tmpl, *system, *draft_model, *cost_file, *spec_weights;
-    long long n_predict, ctx, threads, kv_bits, tp;
-    seer_sampler_params sp;
-    seer_spec_params spec;
-    cli_tree tree;
-    seer_backend_kind backend;
-    bool ctx_beyond, no_think;
-    seer_weights_kind weights;
-} chat_opts;
-
 static int parse(int argc, char **argv, chat_opts *o) {
-    enum { O_BACKEND = 256, O_TP, O_WEIGHTS, O_TMPL, O_SYS, O_CTXB, O_SPEC, O_SG, O_SK, O_DM, O_KVB, O_COST, O_SWT, O_NOTHINK };
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},     {"n-predict", required_argument, 0, 'n'},
-        {"ctx", required_argument, 0, 'c'},       {"threads", required_argument, 0, 't'}, {"tp", required_argument, 0, O_TP},
-        {"temp", required_argument, 0, CLI_O_TEMP},   {"top-k", required_argument, 0, CLI_O_TOPK},
-        {"top-p", required_argument, 0, CLI_O_TOPP},  {"min-p", required_argument, 0, CLI_O_MINP},
-        {"repeat-penalty", required_argument, 0, CLI_O_REP},
-        {"frequency-penalty", required_argument, 0, CLI_O_FREQ}, {"presence-penalty", required_argument, 0, CLI_O_PRES},
-        {"seed", required_argument, 0, CLI_O_SEED},   {"backend", required_argument, 0, O_BACKEND},
-        {"weights", required_argument, 0, O_WEIGHTS},
-        {"chat-template", required_argument, 0, O_TMPL},
-        {"system", required_argument, 0, O_SYS},  {"help", no_argument, 0, 'h'},
-        {"no-think", no_argument, 0, O_NOTHINK},
-        {"ctx-beyond-trained", no_argument, 0, O_CTXB},
-        CLI_TREE_OPTIONS,
-        {"spec", required_argument, 0, O_SPEC},  {"spec-gamma", required_argument, 0, O_SG},
-        {"spec-budget", required_argument, 0, O_SK}, {"draft-model", required_argument, 0, O_DM},
-        {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-cost-file", required_argument, 0, O_COST},
-        {"spec-weights", required_argument, 0, O_SWT},
-        {0, 0, 0, 0}};
-    int c;
-    long long v;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:n:c:t:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': o->model = optarg; break;
-        case 'n': if (!cli_int("--n-predict", optarg, -1, 1 << 24, &o->n_predict)) return 2; break;
-        case 'c': if (!cli_int("--ctx", optarg, 1, 1 << 24, &o->ctx)) return 2; break;
-        case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
-        case O_TP: if (!cli_int("--tp", optarg, 1, SEER_TP_MAX, &o->tp)) return 2; break;
-        case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
-        case O_WEIGHTS: if (!cli_weights(optarg, &o->weights)) return 2; break;
-        case O_TMPL: o->tmpl = optarg; break;
-        case O_SYS: o->system = optarg; break;
-        case O_CTXB: o->ctx_beyond = true; break;
-        case O_NOTHINK: o->no_think = true; break;
-        case O_SPEC: if (!cli_spec_kind(optarg, &o->spec.kind, &o->tree)) return 2; break;
-        case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 64, &v)) return 2; o->spec.gamma = (int)v; break;
-        case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
-        case O_KVB:
-            if (!cli_int("--spec-kv-bits", optarg, 4, 8, &o->kv_bits) || (o->kv_bits != 4 && o->kv_bits != 8)) {
-                fprintf(stderr, "seer chat: --spec-kv-bits must be 4 or 8\n");
-                return 2;
-            }
-            break;
-        case O_DM: o->draft_model = optarg; break;
-        case O_COST: o->cost_file = optarg; break;
-        case O_SWT: o->spec_weights = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: {
-            const int rt = cli_tree_opt(c, optarg, &o->tree);
-            if (rt < 0)
-                return 2;
-            if (rt > 0)
-                break;
-            const int r = cli_sampler_opt(c, optarg, &o->sp);
-            if (r < 0)
-                return 2;
-            if (r == 0) {
-                usage(stderr);
-                return 2;
-            }
-        }
-        }
-    }
+    const int rc = cli_parse(cli_table, CLI_CHAT, "chat", argc, argv, &o->c, o);
+    if (rc >= 0)
+        return rc;
     if (optind < argc) {
         fprintf(stderr, "seer chat: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!o->model) {
+    if (!o->c.model) {
         fprintf(stderr, "seer chat: -m MODEL is required\n");
         return 2;
     }
-    if (!cli_tree_apply(&o->tree, &o->spec) || !cli_spec_weights("chat", o->spec_weights, &o->spec))
+    if (!cli_tree_apply(&o->c) || !cli_spec_weights("chat", o->c.spec_weights, &o->c.spec))
         return 2;
-    if (!cli_draft_model_ok("chat", o->spec.kind, o->draft_model))
+    if (!cli_draft_model_ok("chat", o->c.spec.kind, o->c.draft_model))
         return 2;
-    if (!cli_cost_file_ok("chat", o->cost_file))
+    if (!cli_cost_file_ok("chat", o->c.cost_file))
         return 2;
     return -1;
 }
@@ -292,9 +180,9 @@ static int turn(chat_state *c, const chat_opts *o, const seer_chat_template *t, 
     }
     reply_view view = {0};
     seer_request_params p = seer_request_default_params();
-    p.sampler = o->sp;
-    p.spec = o->spec;
-    p.max_tokens = o->n_predict < 0 || o->n_predict > c->n_ctx - n ? c->n_ctx - n : (int)o->n_predict;
+    p.sampler = o->c.sp;
+    p.spec = o->c.spec;
+    p.max_tokens = o->c.n_predict < 0 || o->c.n_predict > c->n_ctx - n ? c->n_ctx - n : (int)o->c.n_predict;
     p.on_update = show_reply;
     p.user = &view;
     if ((s = seer_request_new(c->model, ids, n, &p, &r)) != SEER_OK ||
@@ -463,9 +351,9 @@ static read_end read_message(bool tty, char **line, size_t *line_cap, msg_text *
 }
 
 int cmd_chat(int argc, char **argv) {
-    chat_opts o = {.n_predict = -1, .sp = seer_sampler_default_params(), .backend = SEER_BACKEND_AUTO,
-                   .spec = seer_spec_default_params()};
-    o.spec.kind = SEER_SPEC_AUTO; /* plain unless a calibrated cost model predicts a gain */
+    chat_opts o;
+    cli_common_init(&o.c);
+    o.c.spec.kind = SEER_SPEC_AUTO; /* plain unless a calibrated cost model predicts a gain */
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
@@ -481,54 +369,54 @@ int cmd_chat(int argc, char **argv) {
     msg_text m = {0};
     seer_status s;
     seer_model_params mp = seer_model_default_params();
-    mp.backend = o.backend;
-    mp.weights = o.weights;
-    mp.n_threads = (int)o.threads;
-    mp.tp = (int)o.tp;
-    mp.draft_weights = o.spec_weights;
-    if ((s = seer_model_load(o.model, mp, &c.model)) != SEER_OK) {
+    mp.backend = o.c.backend;
+    mp.weights = o.c.weights;
+    mp.n_threads = (int)o.c.threads;
+    mp.tp = (int)o.c.tp;
+    mp.draft_weights = o.c.spec_weights;
+    if ((s = seer_model_load(o.c.model, mp, &c.model)) != SEER_OK) {
         cli_error("loading model", s);
         goto done;
     }
     mp.draft_weights = NULL;
     seer_chat_template t;
-    if ((s = seer_chat_template_init(c.model, o.tmpl, &t)) != SEER_OK) {
+    if ((s = seer_chat_template_init(c.model, o.c.chat_template, &t)) != SEER_OK) {
         cli_error("chat template", s);
         goto done;
     }
-    t.no_think = o.no_think;
+    t.no_think = o.c.no_think;
     seer_model_info info;
     seer_model_get_info(c.model, &info);
-    if (!cli_ctx_ok(o.ctx, info.ctx_train, o.ctx_beyond))
+    if (!cli_ctx_ok(o.c.ctx, info.ctx_train, o.c.ctx_beyond))
         goto done;
     seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = (int)o.ctx; /* 0: the trained context, as memory allows; the pool grows as used */
+    cp.n_ctx = (int)o.c.ctx; /* 0: the trained context, as memory allows; the pool grows as used */
     cp.n_seq_max = 2;      /* the reply and the prefix cache's copy of the conversation */
-    if (o.spec.kind == SEER_SPEC_QUANTKV || (o.spec.kind == SEER_SPEC_HIERARCHY && o.spec.hier_base == SEER_SPEC_QUANTKV))
-        cp.kv_quant_bits = o.kv_bits ? (int)o.kv_bits : 4;
+    if (o.c.spec.kind == SEER_SPEC_QUANTKV || (o.c.spec.kind == SEER_SPEC_HIERARCHY && o.c.spec.hier_base == SEER_SPEC_QUANTKV))
+        cp.kv_quant_bits = o.c.kv_bits ? (int)o.c.kv_bits : 4;
     if ((s = seer_context_init(c.model, cp, &c.ctx)) != SEER_OK) {
         cli_error("creating context", s);
         goto done;
     }
     c.n_ctx = seer_context_n_ctx(c.ctx);
-    if (o.draft_model && (s = seer_model_load(o.draft_model, mp, &draft)) != SEER_OK) {
+    if (o.c.draft_model && (s = seer_model_load(o.c.draft_model, mp, &draft)) != SEER_OK) {
         cli_error("loading the draft model", s);
         goto done;
     }
-    o.spec.draft_model = draft;
-    if (o.spec.kind == SEER_SPEC_AUTO) /* measured while every sequence is free */
-        o.spec.cost = cost = cli_auto_cost("chat", c.ctx, draft, o.cost_file);
+    o.c.spec.draft_model = draft;
+    if (o.c.spec.kind == SEER_SPEC_AUTO) /* measured while every sequence is free */
+        o.c.spec.cost = cost = cli_auto_cost("chat", c.ctx, draft, o.c.cost_file);
     /* prefill chunks of 64: the prefix cache keeps the conversation in units of 64 tokens */
     seer_sched_params sp = {.max_batch_tokens = 0, .prefill_chunk = 64, .prefix_cache = 1};
     if ((s = seer_sched_init(c.ctx, sp, &c.sched)) != SEER_OK) {
         cli_error("setting up", s);
         goto done;
     }
-    if (o.system && !msg_add(&msgs, "system", o.system, strlen(o.system)))
+    if (o.c.system && !msg_add(&msgs, "system", o.c.system, strlen(o.c.system)))
         goto done;
     char shown_name[256];
     fprintf(stderr, "seer: chat with %s (%s template, context %d); /quit or Ctrl-D to quit\n",
-            seer_text_escape(info.name[0] ? info.name : o.model, shown_name, sizeof shown_name),
+            seer_text_escape(info.name[0] ? info.name : o.c.model, shown_name, sizeof shown_name),
             seer_chat_kind_name(t.kind), c.n_ctx);
     const bool tty = isatty(0);
     c.blank_between = !tty;
@@ -580,7 +468,7 @@ int cmd_chat(int argc, char **argv) {
     if (!cli_stdout_done("chat"))
         goto done;
     rc = 0;
-    if (o.spec.kind == SEER_SPEC_AUTO) {
+    if (o.c.spec.kind == SEER_SPEC_AUTO) {
         seer_sched_stats st;
         seer_sched_get_stats(c.sched, &st);
         char buf[256];

@@ -1,5 +1,6 @@
 /* cmd_generate.c: `seer generate`: prompt in, streamed text out, stats to stderr. */
 #include "cli.h"
+#include "cli_cmds.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -7,62 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: seer generate -m MODEL.gguf (-p PROMPT | -f FILE) [options]\n"
-            "  -n, --n-predict N     tokens to generate (default: until end of text or context)\n"
-            "      --temp T          temperature, 0 = greedy (default 0.8)\n"
-            "      --top-k K         keep the K most likely tokens, 0 = off (default 40)\n"
-            "      --top-p P         nucleus sampling, 1 = off (default 0.95)\n"
-            "      --min-p P         drop tokens below P * max prob, 0 = off (default 0.05)\n"
-            "      --repeat-penalty R  penalise the last --repeat-last-n tokens (default 1 = off)\n"
-            "      --repeat-last-n N (default 64)\n"
-            "      --frequency-penalty F, --presence-penalty P  subtract F per occurrence, and P once,\n"
-            "                        from the logit of a token in the last --repeat-last-n (default 0)\n"
-            "      --seed S          random seed (default 0)\n"
-            "  -c, --ctx N           context length (default: the model's trained context, less\n"
-            "                        when memory is short); the KV cache grows as it is used\n"
-            "      --ctx-beyond-trained  allow --ctx past the trained context (with a warning)\n"
-            "  -b, --batch N         most tokens of one forward call: the prompt is prefilled in\n"
-            "                        chunks of N (default 512; larger prefills faster on a GPU and\n"
-            "                        holds N rows of every activation and of the logits)\n"
-            "  -t, --threads N       CPU threads (default: all cores)\n"
-            "      --tp N            tensor parallelism: the model divided over N GPUs (NCCL)\n"
-            "      --backend B       cpu, cuda or auto (default auto)\n"
-            "      --weights W       stored (default: quantised weights stay quantised), or\n"
-            "                        dequantised at load: bf16 (cuda) or f32 (cpu)\n"
-            "      --ignore-eos      keep going past end-of-text tokens\n"
-            "      --no-bos          do not prepend BOS to the prompt\n"
-            "      --chat            wrap the prompt as one user message in the model's chat template\n"
-            "      --chat-template NAME  chatml, llama3, llama2, gemma or phi3 instead of the model's (implies --chat)\n"
-            "      --no-think        a model that reasons in <think> (Qwen3) answers without it (implies --chat)\n"
-            "      --system TEXT     a system message before the prompt (implies --chat)\n"
-            "      --json            print one JSON object instead of streaming text\n"
-            "speculative decoding (lossless: same output as without):\n"
-            "      --spec KIND       the speculation (default auto), one of:\n");
-    spec_kinds_help(f, "                          ", SPEC_KINDS_ALL);
-    fprintf(f,
-            "      --accept-trace F  write what the drafter accepted, round by round, to F: a trace\n"
-            "                        that seer bench --accept-trace replays on random weights\n"
-            "      --spec-cost-file F  auto: the cost table's cache file (default\n"
-            "                        $XDG_CACHE_HOME/seer/<model>@<device>.cost); calibrated when absent\n"
-            "      --spec-gamma G    tokens drafted per round (default 4)\n"
-            "      --spec-budget K   KV slots a sparse self-draft reads (default 256)\n"
-            "      --spec-sinks S    first tokens the streaming view keeps (default 16)\n"
-            "      --spec-chunk C    retrieval chunk size (default 8)\n"
-            "      --spec-refresh N  retrieval: rebuild the selection every N rounds (default 0 = never)\n"
-            "      --spec-window W   snapkv observation window (default 32)\n"
-            "      --spec-ngram N    ngram: longest suffix to match (default 4)\n");
-    cli_tree_help(f);
-    fprintf(f,
-            "      --draft-model M   draft model for --spec draft (same vocabulary)\n"
-            "      --draft-budget K  StreamingLLM budget of the draft model's own cache (default 0 = full)\n"
-            "      --spec-kv-bits B  quantkv: bits of the KV copy the draft reads, 4 or 8 (default 4)\n"
-            "      --spec-kv-view V  quantkv: none (every slot) or streaming (sinks + recent within\n"
-            "                        the budget) (default none)\n"
-            CLI_SPEC_WEIGHTS_HELP);
-}
 
 /* A chat prompt (mark given) has special tokens where its template put them; a plain one
  * has none. */
@@ -72,123 +17,20 @@ static seer_status tokenize_prompt(const seer_model *m, const char *p, const uin
                 : seer_tokenize(m, p, len, bos, false, out, cap, n);
 }
 
-typedef struct {
-    const char *model, *prompt, *prompt_file;
-    long long n_predict, ctx, threads, kv_bits, batch, tp;
-    seer_sampler_params sp;
-    seer_spec_params spec;
-    cli_tree tree;
-    const char *draft_model, *chat_template, *system, *cost_file, *trace_file, *spec_weights;
-    seer_backend_kind backend;
-    seer_weights_kind weights;
-    bool json, ignore_eos, no_bos, chat, ctx_beyond, no_think;
-} gen_opts;
-
 static int parse(int argc, char **argv, gen_opts *o) {
-    enum { O_BACKEND = 256, O_TP, O_WEIGHTS, O_JSON, O_IGN, O_NOBOS,
-           O_SPEC, O_SG, O_SK, O_SS, O_SC, O_SR, O_SW, O_SN, O_DM, O_DB, O_CHAT, O_CTMPL, O_SYS, O_CTXB, O_KVB, O_KVV, O_COST, O_TRACE, O_SWT, O_NOTHINK };
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},    {"prompt", required_argument, 0, 'p'},
-        {"file", required_argument, 0, 'f'},     {"n-predict", required_argument, 0, 'n'},
-        {"ctx", required_argument, 0, 'c'},      {"threads", required_argument, 0, 't'}, {"tp", required_argument, 0, O_TP},
-        {"batch", required_argument, 0, 'b'},
-        {"temp", required_argument, 0, CLI_O_TEMP},  {"top-k", required_argument, 0, CLI_O_TOPK},
-        {"top-p", required_argument, 0, CLI_O_TOPP}, {"min-p", required_argument, 0, CLI_O_MINP},
-        {"repeat-penalty", required_argument, 0, CLI_O_REP},
-        {"repeat-last-n", required_argument, 0, CLI_O_REPN},
-        {"frequency-penalty", required_argument, 0, CLI_O_FREQ}, {"presence-penalty", required_argument, 0, CLI_O_PRES},
-        {"seed", required_argument, 0, CLI_O_SEED},  {"backend", required_argument, 0, O_BACKEND},
-        {"weights", required_argument, 0, O_WEIGHTS},
-        {"json", no_argument, 0, O_JSON},        {"ignore-eos", no_argument, 0, O_IGN},
-        {"no-bos", no_argument, 0, O_NOBOS},     {"help", no_argument, 0, 'h'},
-        CLI_TREE_OPTIONS,
-        {"spec", required_argument, 0, O_SPEC},  {"spec-gamma", required_argument, 0, O_SG},
-        {"spec-budget", required_argument, 0, O_SK}, {"spec-sinks", required_argument, 0, O_SS},
-        {"spec-chunk", required_argument, 0, O_SC}, {"spec-refresh", required_argument, 0, O_SR},
-        {"spec-window", required_argument, 0, O_SW}, {"spec-ngram", required_argument, 0, O_SN},
-        {"draft-model", required_argument, 0, O_DM}, {"draft-budget", required_argument, 0, O_DB},
-        {"chat", no_argument, 0, O_CHAT},        {"no-think", no_argument, 0, O_NOTHINK},        {"chat-template", required_argument, 0, O_CTMPL},
-        {"system", required_argument, 0, O_SYS}, {"ctx-beyond-trained", no_argument, 0, O_CTXB},
-        {"spec-kv-bits", required_argument, 0, O_KVB}, {"spec-kv-view", required_argument, 0, O_KVV},
-        {"spec-cost-file", required_argument, 0, O_COST},
-        {"accept-trace", required_argument, 0, O_TRACE},
-        {"spec-weights", required_argument, 0, O_SWT},
-        {0, 0, 0, 0}};
-    int c;
-    long long v;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:b:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': o->model = optarg; break;
-        case 'p': o->prompt = optarg; break;
-        case 'f': o->prompt_file = optarg; break;
-        case 'n': if (!cli_int("--n-predict", optarg, -1, 1 << 24, &o->n_predict)) return 2; break;
-        case 'c': if (!cli_int("--ctx", optarg, 1, 1 << 24, &o->ctx)) return 2; break;
-        case 't': if (!cli_int("--threads", optarg, 1, 1024, &o->threads)) return 2; break;
-        case O_TP: if (!cli_int("--tp", optarg, 1, SEER_TP_MAX, &o->tp)) return 2; break;
-        case 'b': if (!cli_int("--batch", optarg, 1, 65536, &o->batch)) return 2; break;
-        case O_BACKEND: if (!cli_backend(optarg, &o->backend)) return 2; break;
-        case O_WEIGHTS: if (!cli_weights(optarg, &o->weights)) return 2; break;
-        case O_JSON: o->json = true; break;
-        case O_IGN: o->ignore_eos = true; break;
-        case O_NOBOS: o->no_bos = true; break;
-        case O_CHAT: o->chat = true; break;
-        case O_CTXB: o->ctx_beyond = true; break;
-        case O_CTMPL: o->chat = true; o->chat_template = optarg; break;
-        case O_NOTHINK: o->chat = true; o->no_think = true; break;
-        case O_SYS: o->chat = true; o->system = optarg; break;
-        case O_SPEC: if (!cli_spec_kind(optarg, &o->spec.kind, &o->tree)) return 2; break;
-        case O_SG: if (!cli_int("--spec-gamma", optarg, 1, 64, &v)) return 2; o->spec.gamma = (int)v; break;
-        case O_SK: if (!cli_int("--spec-budget", optarg, 1, 1 << 24, &v)) return 2; o->spec.budget = (int)v; break;
-        case O_SS: if (!cli_int("--spec-sinks", optarg, 0, 1 << 24, &v)) return 2; o->spec.sinks = (int)v; break;
-        case O_SC: if (!cli_int("--spec-chunk", optarg, 1, 4096, &v)) return 2; o->spec.chunk = (int)v; break;
-        case O_SR: if (!cli_int("--spec-refresh", optarg, 0, 1 << 24, &v)) return 2; o->spec.refresh_every = (int)v; break;
-        case O_SW: if (!cli_int("--spec-window", optarg, 1, 4096, &v)) return 2; o->spec.snap_window = (int)v; break;
-        case O_SN: if (!cli_int("--spec-ngram", optarg, 1, 64, &v)) return 2; o->spec.ngram_max = (int)v; break;
-        case O_DM: o->draft_model = optarg; break;
-        case O_COST: o->cost_file = optarg; break;
-        case O_TRACE: o->trace_file = optarg; break;
-        case O_SWT: o->spec_weights = optarg; break;
-        case O_KVB:
-            if (!cli_int("--spec-kv-bits", optarg, 4, 8, &o->kv_bits) || (o->kv_bits != 4 && o->kv_bits != 8)) {
-                fprintf(stderr, "seer: --spec-kv-bits must be 4 or 8\n");
-                return 2;
-            }
-            break;
-        case O_KVV:
-            if (seer_spec_kind_parse(optarg, &o->spec.quant_view) != SEER_OK ||
-                (o->spec.quant_view != SEER_SPEC_NONE && o->spec.quant_view != SEER_SPEC_STREAMING)) {
-                fprintf(stderr, "seer: --spec-kv-view must be none or streaming\n");
-                return 2;
-            }
-            break;
-        case O_DB: if (!cli_int("--draft-budget", optarg, 0, 1 << 24, &v)) return 2; o->spec.draft_budget = (int)v; break;
-        case 'h': usage(stdout); return 0;
-        default: {
-            const int rt = cli_tree_opt(c, optarg, &o->tree);
-            if (rt < 0)
-                return 2;
-            if (rt > 0)
-                break;
-            const int r = cli_sampler_opt(c, optarg, &o->sp);
-            if (r < 0)
-                return 2;
-            if (r == 0) {
-                usage(stderr);
-                return 2;
-            }
-        }
-        }
-    }
-    if (!cli_tree_apply(&o->tree, &o->spec) || !cli_spec_weights("generate", o->spec_weights, &o->spec))
+    const int rc = cli_parse(cli_table, CLI_GENERATE, "generate", argc, argv, &o->c, o);
+    if (rc >= 0)
+        return rc;
+    o->c.chat |= o->c.chat_template || o->c.system || o->c.no_think; /* they imply --chat */
+    if (!cli_tree_apply(&o->c) || !cli_spec_weights("generate", o->c.spec_weights, &o->c.spec))
         return 2;
-    if (!cli_draft_model_ok("generate", o->spec.kind, o->draft_model))
+    if (!cli_draft_model_ok("generate", o->c.spec.kind, o->c.draft_model))
         return 2;
     if (optind < argc) {
         fprintf(stderr, "seer generate: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!o->model) {
+    if (!o->c.model) {
         fprintf(stderr, "seer generate: -m MODEL is required\n");
         return 2;
     }
@@ -196,7 +38,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         fprintf(stderr, "seer generate: give exactly one of -p PROMPT or -f FILE\n");
         return 2;
     }
-    if (!cli_cost_file_ok("generate", o->cost_file))
+    if (!cli_cost_file_ok("generate", o->c.cost_file))
         return 2;
     return -1;
 }
@@ -226,8 +68,8 @@ static json_t *gen_json(const gen_opts *o, seer_context *ctx, seer_gen *gen, con
                             "stats", "prompt_tokens", r->n_prompt, "generated_tokens", r->n_gen,
                             "prefill_tok_s", r->pf_tps, "decode_tok_s", r->dec_tps, "prefill_s", r->prefill_s,
                             "decode_s", r->decode_s,
-                            "spec", "kind", seer_spec_kind_name(o->spec.kind), "gamma", o->spec.gamma,
-                            "budget", o->spec.budget, "rounds", (json_int_t)r->st.rounds,
+                            "spec", "kind", seer_spec_kind_name(o->c.spec.kind), "gamma", o->c.spec.gamma,
+                            "budget", o->c.spec.budget, "rounds", (json_int_t)r->st.rounds,
                             "drafted", (json_int_t)r->st.drafted, "accepted", (json_int_t)r->st.accepted,
                             "acceptance", r->acc_rate, "tokens_per_round", r->per_round,
                             "draft_s", r->st.t_draft_s, "verify_s", r->st.t_verify_s,
@@ -236,21 +78,21 @@ static json_t *gen_json(const gen_opts *o, seer_context *ctx, seer_gen *gen, con
                             "quant_bytes_committed", (json_int_t)km.quant_bytes_committed,
                             "quant_bytes_reserved", (json_int_t)km.quant_bytes_reserved);
     json_t *jspec = out ? json_object_get(out, "spec") : NULL;
-    if (jspec && o->spec.kind == SEER_SPEC_AUTO) {
+    if (jspec && o->c.spec.kind == SEER_SPEC_AUTO) {
         seer_spec_auto_stats as;
         seer_gen_auto_stats(gen, &as);
         json_object_set_new(jspec, "auto", cli_auto_json(&as));
     }
-    if (jspec && o->spec.tree_size != 0) {
-        json_object_set_new(jspec, "tree_size", json_integer(o->spec.tree_size));
-        json_object_set_new(jspec, "tree_depth", json_integer(o->spec.tree_depth));
+    if (jspec && o->c.spec.tree_size != 0) {
+        json_object_set_new(jspec, "tree_size", json_integer(o->c.spec.tree_size));
+        json_object_set_new(jspec, "tree_depth", json_integer(o->c.spec.tree_depth));
     }
     if (jspec) /* the type of the weights the draft steps multiply by, or none */
         json_object_set_new(jspec, "draft_weights",
-                            json_string(o->spec.draft_weights ? o->spec_weights : "none"));
-    if (jspec && o->spec.kind == SEER_SPEC_HIERARCHY) {
-        json_object_set_new(jspec, "hier_base", json_string(seer_spec_kind_name(o->spec.hier_base)));
-        json_object_set_new(jspec, "hier_gamma", json_integer(o->spec.hier_gamma));
+                            json_string(o->c.spec.draft_weights ? o->c.spec_weights : "none"));
+    if (jspec && o->c.spec.kind == SEER_SPEC_HIERARCHY) {
+        json_object_set_new(jspec, "hier_base", json_string(seer_spec_kind_name(o->c.spec.hier_base)));
+        json_object_set_new(jspec, "hier_gamma", json_integer(o->c.spec.hier_gamma));
     }
     if (!out)
         fprintf(stderr, "seer generate: generated text is not valid UTF-8\n");
@@ -267,33 +109,33 @@ static void print_stats(const gen_opts *o, seer_context *ctx, seer_gen *gen, con
     fprintf(stderr, "seer: KV cache %.2f MiB committed of %.2f MiB reserved (context %d tokens)\n",
             km.bytes_committed / 1048576.0, km.bytes_reserved / 1048576.0, n_ctx);
     char tree[96] = "";
-    if (o->spec.tree_size < 0)
-        snprintf(tree, sizeof tree, " tree of automatic size, depth %d", o->spec.tree_depth);
-    else if (o->spec.tree_size > 0)
-        snprintf(tree, sizeof tree, " tree of %d nodes, depth %d%s", o->spec.tree_size, o->spec.tree_depth,
-                 o->spec.tree_replan ? ", shape re-planned online" : "");
-    else if (o->spec.kind == SEER_SPEC_HIERARCHY) /* draft: the middle level's time, bottom's within */
+    if (o->c.spec.tree_size < 0)
+        snprintf(tree, sizeof tree, " tree of automatic size, depth %d", o->c.spec.tree_depth);
+    else if (o->c.spec.tree_size > 0)
+        snprintf(tree, sizeof tree, " tree of %d nodes, depth %d%s", o->c.spec.tree_size, o->c.spec.tree_depth,
+                 o->c.spec.tree_replan ? ", shape re-planned online" : "");
+    else if (o->c.spec.kind == SEER_SPEC_HIERARCHY) /* draft: the middle level's time, bottom's within */
         snprintf(tree, sizeof tree, " (draft model -> %s view, %d per middle call)",
-                 seer_spec_kind_name(o->spec.hier_base), o->spec.hier_gamma);
+                 seer_spec_kind_name(o->c.spec.hier_base), o->c.spec.hier_gamma);
     if (km.quant_bits)
         fprintf(stderr, "seer: of which the %d-bit KV copy: %.2f MiB committed of %.2f MiB reserved\n",
                 km.quant_bits, km.quant_bytes_committed / 1048576.0, km.quant_bytes_reserved / 1048576.0);
-    if (o->spec.kind == SEER_SPEC_AUTO) {
+    if (o->c.spec.kind == SEER_SPEC_AUTO) {
         seer_spec_auto_stats as;
         seer_gen_auto_stats(gen, &as);
         cli_auto_print("generate", &as);
     }
-    if (o->spec.kind != SEER_SPEC_NONE)
+    if (o->c.spec.kind != SEER_SPEC_NONE)
         fprintf(stderr, "seer: spec %s%s: drafted %lld, accepted %lld (%.1f%%), %.2f tokens per verification, "
                         "draft %.3f s, verify %.3f s\n",
-                seer_spec_kind_name(o->spec.kind), tree, (long long)r->st.drafted, (long long)r->st.accepted,
+                seer_spec_kind_name(o->c.spec.kind), tree, (long long)r->st.drafted, (long long)r->st.accepted,
                 100 * r->acc_rate, r->per_round, r->st.t_draft_s, r->st.t_verify_s);
 }
 
 int cmd_generate(int argc, char **argv) {
-    gen_opts o = {.n_predict = -1, .sp = seer_sampler_default_params(),
-                  .spec = seer_spec_default_params(), .backend = SEER_BACKEND_AUTO};
-    o.spec.kind = SEER_SPEC_AUTO; /* plain unless a calibrated cost model predicts a gain */
+    gen_opts o = {0};
+    cli_common_init(&o.c);
+    o.c.spec.kind = SEER_SPEC_AUTO; /* plain unless a calibrated cost model predicts a gain */
     int rc = parse(argc, argv, &o);
     if (rc >= 0)
         return rc;
@@ -322,31 +164,31 @@ int cmd_generate(int argc, char **argv) {
     seer_status s;
 
     seer_model_params mp = seer_model_default_params();
-    mp.backend = o.backend;
-    mp.weights = o.weights;
-    mp.n_threads = (int)o.threads;
-    mp.tp = (int)o.tp;
-    mp.draft_weights = o.spec_weights;
-    if ((s = seer_model_load(o.model, mp, &model)) != SEER_OK) {
+    mp.backend = o.c.backend;
+    mp.weights = o.c.weights;
+    mp.n_threads = (int)o.c.threads;
+    mp.tp = (int)o.c.tp;
+    mp.draft_weights = o.c.spec_weights;
+    if ((s = seer_model_load(o.c.model, mp, &model)) != SEER_OK) {
         cli_error("loading model", s);
         goto done;
     }
     mp.draft_weights = NULL;
-    if (o.draft_model && (s = seer_model_load(o.draft_model, mp, &draft)) != SEER_OK) {
+    if (o.c.draft_model && (s = seer_model_load(o.c.draft_model, mp, &draft)) != SEER_OK) {
         cli_error("loading draft model", s);
         goto done;
     }
-    o.spec.draft_model = draft;
+    o.c.spec.draft_model = draft;
     seer_model_info info;
     seer_model_get_info(model, &info);
-    if (!cli_ctx_ok(o.ctx, info.ctx_train, o.ctx_beyond))
+    if (!cli_ctx_ok(o.c.ctx, info.ctx_train, o.c.ctx_beyond))
         goto done;
     seer_context_params cp = seer_context_default_params();
-    cp.n_ctx = (int)o.ctx; /* 0: the trained context, as memory allows */
-    if (o.batch)
-        cp.n_batch_max = (int)o.batch;
-    if (o.spec.kind == SEER_SPEC_QUANTKV || (o.spec.kind == SEER_SPEC_HIERARCHY && o.spec.hier_base == SEER_SPEC_QUANTKV))
-        cp.kv_quant_bits = o.kv_bits ? (int)o.kv_bits : 4;
+    cp.n_ctx = (int)o.c.ctx; /* 0: the trained context, as memory allows */
+    if (o.c.batch)
+        cp.n_batch_max = (int)o.c.batch;
+    if (o.c.spec.kind == SEER_SPEC_QUANTKV || (o.c.spec.kind == SEER_SPEC_HIERARCHY && o.c.spec.hier_base == SEER_SPEC_QUANTKV))
+        cp.kv_quant_bits = o.c.kv_bits ? (int)o.c.kv_bits : 4;
     if ((s = seer_context_init(model, cp, &ctx)) != SEER_OK) {
         cli_error("creating context", s);
         goto done;
@@ -358,19 +200,19 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     if (!prompt_f && !cli_prompt_fits("generate", "the prompt", strlen(prompt), prompt_max, n_ctx))
         goto done;
-    if (o.chat) {
+    if (o.c.chat) {
         /* The prompt becomes one user message (after an optional system message); only the
          * template's own special tokens are parsed as such, never text the prompt spells. */
         seer_chat_template tmpl;
-        if ((s = seer_chat_template_init(model, o.chat_template, &tmpl)) != SEER_OK) {
+        if ((s = seer_chat_template_init(model, o.c.chat_template, &tmpl)) != SEER_OK) {
             cli_error("chat template", s);
             goto done;
         }
-        tmpl.no_think = o.no_think;
+        tmpl.no_think = o.c.no_think;
         seer_chat_message msgs[2];
         int nm = 0;
-        if (o.system)
-            msgs[nm++] = (seer_chat_message){"system", o.system};
+        if (o.c.system)
+            msgs[nm++] = (seer_chat_message){"system", o.c.system};
         msgs[nm++] = (seer_chat_message){"user", prompt};
         size_t clen = 0;
         seer_chat_render(&tmpl, msgs, nm, true, NULL, 0, &clen);
@@ -408,9 +250,9 @@ int cmd_generate(int argc, char **argv) {
                 n_prompt, n_ctx);
         goto done;
     }
-    if (o.spec.kind == SEER_SPEC_AUTO && o.n_predict != 0)
-        o.spec.cost = cost = cli_auto_cost("generate", ctx, draft, o.cost_file);
-    if ((s = seer_gen_init(ctx, o.spec, &gen)) != SEER_OK) {
+    if (o.c.spec.kind == SEER_SPEC_AUTO && o.c.n_predict != 0)
+        o.c.spec.cost = cost = cli_auto_cost("generate", ctx, draft, o.c.cost_file);
+    if ((s = seer_gen_init(ctx, o.c.spec, &gen)) != SEER_OK) {
         cli_error("speculation", s);
         goto done;
     }
@@ -426,7 +268,7 @@ int cmd_generate(int argc, char **argv) {
     double t0 = cli_now_s();
     /* -n 0 asks for no token: nothing is generated (the prompt is only checked). */
     int h = -1;
-    if (o.n_predict != 0 && (s = seer_gen_add(gen, ids, n_prompt, (int)o.n_predict, o.sp,
+    if (o.c.n_predict != 0 && (s = seer_gen_add(gen, ids, n_prompt, (int)o.c.n_predict, o.c.sp,
                                                o.ignore_eos, &h)) != SEER_OK) {
         cli_error("prefill", s);
         goto done;

@@ -115,32 +115,6 @@ double cli_now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int cli_sampler_opt(int c, const char *arg, seer_sampler_params *sp) {
-    long long v;
-    double d;
-    switch (c) {
-    case CLI_O_TEMP: if (!cli_float("--temp", arg, 0, 100, &d)) return -1; sp->temperature = (float)d; return 1;
-    case CLI_O_TOPK: if (!cli_int("--top-k", arg, 0, 1 << 24, &v)) return -1; sp->top_k = (int)v; return 1;
-    case CLI_O_TOPP: if (!cli_float("--top-p", arg, 1e-9, 1, &d)) return -1; sp->top_p = (float)d; return 1;
-    case CLI_O_MINP: if (!cli_float("--min-p", arg, 0, 1, &d)) return -1; sp->min_p = (float)d; return 1;
-    case CLI_O_REP: if (!cli_float("--repeat-penalty", arg, 1e-3, 100, &d)) return -1; sp->repeat_penalty = (float)d; return 1;
-    case CLI_O_REPN: if (!cli_int("--repeat-last-n", arg, 0, 1 << 20, &v)) return -1; sp->repeat_last_n = (int)v; return 1;
-    case CLI_O_FREQ: if (!cli_float("--frequency-penalty", arg, -100, 100, &d)) return -1; sp->frequency_penalty = (float)d; return 1;
-    case CLI_O_PRES: if (!cli_float("--presence-penalty", arg, -100, 100, &d)) return -1; sp->presence_penalty = (float)d; return 1;
-    case CLI_O_SEED: if (!cli_int("--seed", arg, 0, INT64_MAX, &v)) return -1; sp->seed = (uint64_t)v; return 1;
-    default: return 0;
-    }
-}
-
-void cli_tree_help(FILE *f) {
-    const char *indent = "                          ";
-    fputs(CLI_TREE_HELP_BASE, f);
-    spec_kinds_help(f, indent, SPEC_KINDS_TREE_BASE);
-    fputs(CLI_TREE_HELP_REST, f);
-    spec_kinds_help(f, indent, SPEC_KINDS_HIER_BASE);
-    fputs(CLI_TREE_HELP_HIER, f);
-}
-
 bool cli_spec_kind(const char *arg, seer_spec_kind *kind, cli_tree *t) {
     if (!strcmp(arg, "tree")) {
         t->on = true;
@@ -152,40 +126,6 @@ bool cli_spec_kind(const char *arg, seer_spec_kind *kind, cli_tree *t) {
         return false;
     }
     return true;
-}
-
-int cli_tree_opt(int c, const char *arg, cli_tree *t) {
-    long long v;
-    switch (c) {
-    case CLI_O_SBASE:
-        if (seer_spec_kind_parse(arg, &t->base) != SEER_OK || t->base == SEER_SPEC_NONE) {
-            char list[512];
-            spec_kinds_list(list, sizeof list, SPEC_KINDS_TREE_BASE);
-            fprintf(stderr, "seer: --spec-base: '%s' is not one of %s\n", arg, list);
-            return -1;
-        }
-        t->base_set = true;
-        return 1;
-    case CLI_O_TSIZE:
-        if (!strcmp(arg, "auto")) {
-            t->size = -1;
-            return 1;
-        }
-        if (!cli_int("--spec-tree-size", arg, 1, 64, &v)) return -1;
-        t->size = (int)v;
-        return 1;
-    case CLI_O_TREPLAN: if (!cli_int("--spec-tree-replan", arg, 0, 1 << 20, &v)) return -1; t->replan = (int)v; return 1;
-    case CLI_O_TDEPTH: if (!cli_int("--spec-tree-depth", arg, 1, 64, &v)) return -1; t->depth = (int)v; return 1;
-    case CLI_O_HGAMMA: if (!cli_int("--spec-hier-gamma", arg, 1, 64, &v)) return -1; t->hier_gamma = (int)v; return 1;
-    case CLI_O_CALBUDGET: {
-        double sec;
-        if (!cli_float("--spec-calibrate-budget", arg, 0.01, 3600, &sec))
-            return -1;
-        cli_cost_set_budget(sec);
-        return 1;
-    }
-    default: return 0;
-    }
 }
 
 /* Whether kind k may be the hierarchy's middle level. */
@@ -202,7 +142,26 @@ bool cli_draft_model_ok(const char *cmd, seer_spec_kind kind, const char *draft_
     return false;
 }
 
-bool cli_tree_apply(const cli_tree *t, seer_spec_params *spec) {
+/* A setting given that means something only with its drafter's kind, with another: false
+ * after a message. */
+static bool own_only_ok(const cli_common *c) {
+    seer_spec_option so;
+    for (int i = 0; i < 64 && seer_spec_option_at(i, &so); i++) {
+        seer_spec_kind k;
+        if (!(c->spec_set >> i & 1) || !so.own_only || seer_spec_kind_parse(so.drafter, &k) != SEER_OK ||
+            (k == c->spec.kind && !c->tree.on))
+            continue;
+        fprintf(stderr, "seer: --%s goes with --spec %s\n", so.flag, so.drafter);
+        return false;
+    }
+    return true;
+}
+
+bool cli_tree_apply(cli_common *c) {
+    const cli_tree *t = &c->tree;
+    seer_spec_params *spec = &c->spec;
+    if (!own_only_ok(c))
+        return false;
     if (spec->kind == SEER_SPEC_HIERARCHY && !t->on) {
         if (t->size || t->depth || t->replan) {
             fprintf(stderr, "seer: --spec hierarchy proposes chains: no --spec-tree-*\n");
@@ -216,13 +175,7 @@ bool cli_tree_apply(const cli_tree *t, seer_spec_params *spec) {
         }
         if (t->base_set)
             spec->hier_base = t->base;
-        if (t->hier_gamma)
-            spec->hier_gamma = t->hier_gamma;
         return true;
-    }
-    if (t->hier_gamma) {
-        fprintf(stderr, "seer: --spec-hier-gamma goes with --spec hierarchy\n");
-        return false;
     }
     if (!t->on) {
         if (t->base_set || t->size || t->depth || t->replan) {

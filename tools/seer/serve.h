@@ -193,6 +193,9 @@ serve_job *serve_fail(serve_error *e, int status, const char *param, const char 
 int serve_get_num(json_t *o, const char *key, double lo, double hi, double *out, serve_error *e);
 int serve_get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, serve_error *e);
 int serve_get_bool(json_t *o, const char *key, bool *out, serve_error *e);
+/* The drafters' settings of the "seer" object x, by the json names their drafters declare,
+ * into spec: false with e filled for a bad one. */
+bool serve_fields_spec(json_t *x, seer_spec_params *spec, serve_error *e);
 /* Refuses (400, e filled, false) a top-level field the endpoint does not know and a value
  * seer cannot honour; the fields seer honours are read by serve_job_from_json. */
 bool serve_fields_check(json_t *root, serve_kind kind, serve_error *e);

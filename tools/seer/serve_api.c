@@ -225,21 +225,20 @@ static bool parse_seer(serve_state *srv, json_t *x, seer_request_params *p, serv
     if (r > 0)                                                                   \
         p->spec.field = (int)v;
     SEER_INT("gamma", gamma, 1, 16)
-    SEER_INT("budget", budget, 1, 1 << 20)
-    SEER_INT("sinks", sinks, 0, 1 << 20)
-    SEER_INT("chunk", chunk, 1, 4096)
-    SEER_INT("ngram_min", ngram_min, 1, 64)
-    SEER_INT("ngram_max", ngram_max, 1, 64)
     SEER_INT("tree_size", tree_size, 0, 64)  /* token trees of this many nodes (0: a chain) */
     SEER_INT("tree_depth", tree_depth, 0, 64) /* their depth (0: gamma) */
 #undef SEER_INT
+    if (!serve_fields_spec(x, &p->spec, e)) /* the drafters' own settings */
+        return false;
     const int depth = p->spec.tree_depth ? p->spec.tree_depth : p->spec.gamma;
     if (p->spec.tree_size > 0 && depth > p->spec.tree_size) {
         serve_fail(e, 400, "seer.tree_depth", "invalid_value", "a tree's depth %d exceeds its %d nodes", depth,
              p->spec.tree_size);
         return false;
     }
-    if (p->spec.ngram_max < p->spec.ngram_min) {
+    double nmax = 0, nmin = 0; /* n-gram's settings, kept by name */
+    if (seer_spec_get(&p->spec, "ngram_max", &nmax) == SEER_OK &&
+        seer_spec_get(&p->spec, "ngram_min", &nmin) == SEER_OK && nmax < nmin) {
         serve_fail(e, 400, "seer.ngram_max", "invalid_value", "'ngram_max' must be at least 'ngram_min'");
         return false;
     }

@@ -9,7 +9,9 @@
  * store false, service_tier auto or default) are accepted after a type check: by definition
  * they change no output. null is the field left out, for any field.
  *
- * It checks and refuses; serve_api.c reads the values of the fields seer honours.
+ * It checks and refuses; serve_api.c reads the values of the fields seer honours. The
+ * drafters' settings in the "seer" object are read here, by the names the drafters declare
+ * (seer_spec_option_at), so that no list of them is kept in the server.
  */
 #include "serve.h"
 
@@ -60,6 +62,37 @@ int serve_get_int(json_t *o, const char *key, long long lo, long long hi, long l
     }
     *out = d;
     return 1;
+}
+
+bool serve_fields_spec(json_t *x, seer_spec_params *spec, serve_error *e) {
+    seer_spec_option so;
+    for (int i = 0; seer_spec_option_at(i, &so); i++) {
+        json_t *v = json_object_get(x, so.json);
+        long long n = 0;
+        double d = 0;
+        seer_status st = SEER_OK;
+        if (!v || json_is_null(v))
+            continue;
+        if (so.type == SEER_SPEC_OPT_INT) {
+            if (serve_get_int(x, so.json, (long long)so.lo, (long long)so.hi, &n, e) < 0)
+                return false;
+            st = seer_spec_set_num(spec, so.json, (double)n);
+        } else if (so.type == SEER_SPEC_OPT_FLOAT) {
+            if (serve_get_num(x, so.json, so.lo, so.hi, &d, e) < 0)
+                return false;
+            st = seer_spec_set_num(spec, so.json, d);
+        } else if (!json_is_string(v)) {
+            serve_fail(e, 400, so.json, "invalid_type", "'%s' must be a string", so.json);
+            return false;
+        } else {
+            st = seer_spec_set(spec, so.json, json_string_value(v));
+        }
+        if (st != SEER_OK) {
+            serve_fail(e, 400, so.json, "invalid_value", "%s", seer_last_error());
+            return false;
+        }
+    }
+    return true;
 }
 
 int serve_get_bool(json_t *o, const char *key, bool *out, serve_error *e) {

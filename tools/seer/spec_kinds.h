@@ -4,7 +4,7 @@
  * 'spec' values, and the /metrics families per drafter. Uses seer.h alone, so that a test can
  * link it beside a drafter of its own.
  *
- * Not for: parsing the other speculation options (main.c, cmd_*.c, serve_api.c).
+ * Not for: parsing the other speculation options (cli_table.c, cli_opts.c, serve_fields.c).
  */
 #ifndef SEER_TOOLS_SPEC_KINDS_H
 #define SEER_TOOLS_SPEC_KINDS_H

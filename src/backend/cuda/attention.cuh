@@ -267,7 +267,7 @@ enum { ATT_TC_DEC, ATT_TC_CHAIN, ATT_TC_PRE, ATT_TC_KINDS };
 /* attn_tc_capacity's key for the prefill kind on its mma.sync kernel where attention_wgmma.cu
  * would serve it (prompt tokens split at fixed positions, seer_cuda_attn.pre_fixed) */
 #define ATT_TC_PRE_MMA ATT_TC_KINDS
-bool attn_tc_eligible(int H, int Hkv, int Dh);
+bool attn_tc_eligible(const seer_cuda *c, int H, int Hkv, int Dh);
 int attn_tc_tokens(int group, bool prefill);
 seer_status attn_tc_init(seer_cuda *c);
 /* Resident blocks of one kind of the tensor-core kernel of a head size; 0: it does not fit

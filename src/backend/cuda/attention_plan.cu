@@ -378,7 +378,7 @@ static seer_status bb_plan_tokens(bb_t *B) {
      * query and visible keys alone, however its prompt is cut into such calls
      * (prompt_cuts_free), and a short piece of a long prompt spreads over the GPU. */
     const bool fixed = ab->seq_prompt && T <= SEER_CUDA_INVARIANT_MAX_T;
-    if (heads_ok && attn_tc_eligible(H, Hkv, Dh)) {
+    if (heads_ok && attn_tc_eligible(c, H, Hkv, Dh)) {
         seer_status st = attn_tc_capacity(c, Dh, ATT_TC_CHAIN, &cap_tc);
         if (st == SEER_OK)
             st = attn_tc_capacity(c, Dh, ATT_TC_DEC, &cap_dec);

@@ -683,14 +683,10 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
 
 /* ---- host side ------------------------------------------------------------------------ */
 
-bool attn_tc_eligible(int H, int Hkv, int Dh) {
-    static int forced = -1; /* SEER_CUDA_ATTN=scalar: the scalar kernel for every shape (=mma:
-                             * these kernels, without attention_wgmma.cu's) */
-    if (forced < 0) {
-        const char *e = getenv("SEER_CUDA_ATTN");
-        forced = e && !strcmp(e, "scalar");
-    }
-    if (forced || Hkv < 1 || H % Hkv)
+bool attn_tc_eligible(const seer_cuda *c, int H, int Hkv, int Dh) {
+    /* the scalar variant (seer_cuda_tuning.attn "scalar"): the scalar kernel for every shape
+     * ("mma": these kernels, without attention_wgmma.cu's) */
+    if (c->attn_variant == 2 || Hkv < 1 || H % Hkv)
         return false;
     return (Dh == 64 || Dh == 96 || Dh == 128 || Dh == 256) && H / Hkv <= 16;
 }

@@ -20,7 +20,7 @@
  * A row's result depends on its query, its visible keys and its item's tiles, like the kind
  * it stands in for: prefill need not be batch-invariant (backend.h). The builds without
  * sm_90a features compile an empty kernel, which attn_wg_init finds out: the mma.sync kernel
- * of attention_tc.cu then serves. SEER_CUDA_ATTN=mma asks for that kernel on any device.
+ * of attention_tc.cu then serves. seer_cuda_tuning.attn "mma" asks for that kernel on any device.
  */
 #include "backend/cuda/attention.cuh"
 
@@ -480,8 +480,7 @@ static seer_status wg_has_body(seer_cuda *c, bool *out) {
 
 seer_status attn_wg_init(seer_cuda *c) {
     c->attn->wg = 0;
-    const char *e = getenv("SEER_CUDA_ATTN");
-    if (e && (!strcmp(e, "mma") || !strcmp(e, "scalar")))
+    if (c->attn_variant != 0) /* seer_cuda_tuning.attn: mma or scalar */
         return SEER_OK;
     int major = 0;
     CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device));

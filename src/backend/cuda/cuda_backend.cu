@@ -540,9 +540,10 @@ __global__ void seer_cuda_probe_kernel(int *p) {
         *p = 1;
 }
 
-/* Starts instance c on device: settings from the environment for the model's instance, the
- * same as parent's for a context's (so that a context computes as its model was set up to). */
-static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent) {
+/* Starts instance c on device: settings from the variants t (NULL: the defaults) for the
+ * model's instance, the same as parent's for a context's (so that a context computes as its
+ * model was set up to). */
+static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent, const seer_cuda_tuning *t) {
     CUDA_TRY(cudaSetDevice(device));
     cudaDeviceProp prop;
     CUDA_TRY(cudaGetDeviceProperties(&prop, device));
@@ -567,31 +568,26 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
         c->mm_xb_min_t = parent->mm_xb_min_t;
         c->qt = parent->qt;
         c->qt_gemv_max_t = parent->qt_gemv_max_t;
+        c->attn_variant = parent->attn_variant;
     } else {
-        const char *env = getenv("SEER_CUDA_GRAPHS");
-        c->graphs = !(env && !strcmp(env, "0"));
-        env = getenv("SEER_CUDA_PROFILE");
-        if (env && *env) {
-            SEER_TRY(seer_cuda_prof_init(c, env));
+        const seer_cuda_tuning tu = t ? *t : seer_cuda_default_tuning();
+        c->graphs = tu.graphs;
+        if (tu.profile && *tu.profile) {
+            SEER_TRY(seer_cuda_prof_init(c, tu.profile));
             c->graphs = false; /* the events go between the ops */
         }
-        env = getenv("SEER_CUDA_MATMUL");
-        c->mm_force_blas = env && !strcmp(env, "cublas");
-        env = getenv("SEER_CUDA_PDL");
-        c->mm_pdl = !(env && !strcmp(env, "0"));
+        c->mm_force_blas = tu.matmul_cublas;
+        c->mm_pdl = tu.pdl;
         c->mm_waves = 1;
         c->mm_min_steps = 2;
-        env = getenv("SEER_CUDA_MM_XB_MIN");
-        c->mm_xb_min_t = env && atoi(env) > 0 ? atoi(env) : 40;
-        env = getenv("SEER_CUDA_MM_TILE");
-        c->mm_tile = env ? atoi(env) / 8 * 8 : 32;
+        c->mm_xb_min_t = tu.mm_xb_min > 0 ? tu.mm_xb_min : 40;
+        c->mm_tile = tu.mm_tile ? tu.mm_tile / 8 * 8 : 32;
         if (c->mm_tile < 8 || c->mm_tile > 64)
             c->mm_tile = 32;
-        c->mm_tile_long = env ? c->mm_tile : 48;
-        env = getenv("SEER_CUDA_QT");
-        c->qt = !(env && !strcmp(env, "0"));
-        env = getenv("SEER_CUDA_QT_GEMV_MAX");
-        c->qt_gemv_max_t = env ? atoi(env) : 1;
+        c->mm_tile_long = tu.mm_tile ? c->mm_tile : 48;
+        c->qt = tu.qt;
+        c->qt_gemv_max_t = tu.qt_gemv_max;
+        c->attn_variant = !tu.attn ? 0 : !strcmp(tu.attn, "mma") ? 1 : !strcmp(tu.attn, "scalar") ? 2 : 0;
     }
     c->fw.entry = -1;
     c->fw.held = -1;
@@ -617,8 +613,8 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent)
 }
 
 /* An instance on device with the shared state d (whose hold it takes over: released with
- * the instance, or here on failure) and the settings of parent (NULL: the environment's). */
-static seer_status cuda_instance(int device, seer_cuda_dev *d, const seer_cuda *parent,
+ * the instance, or here on failure) and the settings of parent (NULL: those of t). */
+static seer_status cuda_instance(int device, seer_cuda_dev *d, const seer_cuda *parent, const seer_cuda_tuning *t,
                                   seer_backend **out) {
     *out = NULL;
     seer_backend *be = (seer_backend *)calloc(1, sizeof *be);
@@ -632,7 +628,7 @@ static seer_status cuda_instance(int device, seer_cuda_dev *d, const seer_cuda *
     c->dev = d;
     be->ops = &cuda_ops;
     be->impl = c;
-    seer_status s = cuda_start(c, device, parent);
+    seer_status s = cuda_start(c, device, parent, t);
     if (c->prof)
         be->ops = &cuda_ops_prof;
     if (s != SEER_OK) {
@@ -646,6 +642,10 @@ static seer_status cuda_instance(int device, seer_cuda_dev *d, const seer_cuda *
 }
 
 extern "C" seer_status seer_backend_cuda_init(int device, seer_backend **out) {
+    return seer_backend_cuda_init_tuned(device, NULL, out);
+}
+
+extern "C" seer_status seer_backend_cuda_init_tuned(int device, const seer_cuda_tuning *t, seer_backend **out) {
     *out = NULL;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -670,7 +670,7 @@ extern "C" seer_status seer_backend_cuda_init(int device, seer_backend **out) {
         return seer_err(SEER_ERR_INVALID_ARG, "CUDA device %d does not exist (%d present)", device, n);
     seer_cuda_dev *d = NULL;
     SEER_TRY(dev_new(&d));
-    return cuda_instance(device, d, NULL, out);
+    return cuda_instance(device, d, NULL, t, out);
 }
 
 /* A context's instance: its own stream, graphs, staging and scratch, on the shared device
@@ -678,7 +678,7 @@ extern "C" seer_status seer_backend_cuda_init(int device, seer_backend **out) {
 static seer_status cuda_exec_clone(seer_backend *be, seer_backend **out) {
     const seer_cuda *c = seer_cuda_of(be);
     dev_retain(c->dev);
-    return cuda_instance(c->device, c->dev, c, out);
+    return cuda_instance(c->device, c->dev, c, NULL, out);
 }
 
 

@@ -234,31 +234,35 @@ typedef struct seer_cuda {
     seer_cuda_attn att;       /* attention's plan of the current call (batch_begin) */
 
     /* tuning of the matmuls (matmul.cu), fixed at start-up */
-    bool mm_force_blas;       /* SEER_CUDA_MATMUL=cublas: benchmarks only, not invariant */
-    bool mm_pdl;              /* programmatic dependent launch (SEER_CUDA_PDL=0: off) */
-    int mm_tile;              /* tokens per block, 8 to 64 (SEER_CUDA_MM_TILE) */
+    bool mm_force_blas;       /* seer_cuda_tuning.matmul_cublas: benchmarks only, not invariant */
+    bool mm_pdl;              /* programmatic dependent launch (seer_cuda_tuning.pdl) */
+    int mm_tile;              /* tokens per block, 8 to 64 (seer_cuda_tuning.mm_tile) */
     int mm_tile_long;         /* ... for bf16 weights whose warps run >= 8 K steps (48; the
-                               * same as mm_tile when SEER_CUDA_MM_TILE sets it) */
+                               * same as mm_tile when seer_cuda_tuning.mm_tile sets it) */
     /* the split over K (mm_kb): blocks aimed for per multiprocessor, and the fewest K steps a
      * warp keeps; fixed at start-up (the lab, lab/matmul_lab.cu, sweeps them): the split is
      * part of every element's summation order */
     int mm_waves, mm_min_steps;
     int mm_xb_min_t;          /* bf16 weights: from this many tokens x is rounded to bf16 once
-                               * before the matmul reads it (SEER_CUDA_MM_XB_MIN) */
-    /* matmul_qt.cu: weights of its types kept as row blocks (SEER_CUDA_QT=0: in matmul_q.cu's
-     * planes; fixed at start-up, as the weights' layout follows it), and the most tokens its
-     * GEMV takes (the tensor-core kernel above, with the same bits; SEER_CUDA_QT_GEMV_MAX) */
+                               * before the matmul reads it (seer_cuda_tuning.mm_xb_min) */
+    /* matmul_qt.cu: weights of its types kept as row blocks (seer_cuda_tuning.qt false: in
+     * matmul_q.cu's planes; fixed at start-up, as the weights' layout follows it), and the most
+     * tokens its GEMV takes (the tensor-core kernel above, with the same bits;
+     * seer_cuda_tuning.qt_gemv_max) */
     bool qt;
     int qt_gemv_max_t;
+    /* attention's kernels (seer_cuda_tuning.attn): 0 the planner's choice, 1 no wgmma kernel
+     * (mma), 2 the scalar kernel for every shape (scalar) */
+    int attn_variant;
 
     /* graph.cu: recorded forward calls */
-    bool graphs;              /* SEER_CUDA_GRAPHS=0 turns them off */
+    bool graphs;              /* seer_cuda_tuning.graphs false turns them off */
     unsigned long gen;        /* bumped by every free: a recording holds device pointers */
     unsigned long use_clock;
     seer_cuda_fw fw;
     seer_cuda_graph graph[SEER_CUDA_GRAPHS_MAX];
     long n_replayed, n_captured, n_eager, n_redone;
-    struct seer_cuda_prof *prof; /* SEER_CUDA_PROFILE (profile.cu); NULL: off */
+    struct seer_cuda_prof *prof; /* seer_cuda_tuning.profile (profile.cu); NULL: off */
     unsigned long batch_epoch;   /* batch_begin calls and failed recordings so far: what the ops
                                   * of one call share (rope.cu's key) holds for one epoch */
 } seer_cuda;

@@ -1,0 +1,196 @@
+/*
+ * spec_opts.c: the drafters' settings by name. Each drafter declares its settings in its own
+ * file (seer_drafter_desc.options: names, type, range, default, help, and where the value
+ * lives); this file enumerates them in registry order (seer_spec_option_at), fills the
+ * defaults (seer_spec_default_params) and reads and writes them by name (seer_spec_set,
+ * seer_spec_get), so that the CLI's options and the server's fields need no list of their own.
+ *
+ * Why a setter by name: a drafter keeps its settings in a struct of its own file (n-gram's,
+ * a test's drafter's), which no public header can list, so their values travel in
+ * seer_spec_params.ext, set and read by name and copied into the drafter's struct at init
+ * (seer_drafter_settings). The older drafters' settings are still fields of seer_spec_params
+ * as well, for library users who set them directly; the tools use the names for both, so no
+ * tool lists any drafter's settings.
+ *
+ * Not for: checking settings against each other or against a context (the drafters' init).
+ */
+#include "spec/drafter.h"
+#include "util/error.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The i-th setting of the registry, with its drafter and its ext slot (-1: a field). */
+static const seer_drafter_option *opt_at(int i, const seer_drafter_desc **owner, int *slot) {
+    int ext = 0;
+    for (int d = 0; seer_drafter_at(d); d++) {
+        const seer_drafter_desc *dd = seer_drafter_at(d);
+        for (int j = 0; j < dd->n_options; j++) {
+            const bool is_ext = dd->options[j].offset == SEER_DRAFTER_OPT_EXT;
+            if (i-- == 0) {
+                *owner = dd;
+                *slot = is_ext ? ext : -1;
+                return &dd->options[j];
+            }
+            ext += is_ext;
+        }
+    }
+    return NULL;
+}
+
+static const seer_drafter_option *opt_named(const char *name, int *slot) {
+    const seer_drafter_desc *d;
+    const seer_drafter_option *o;
+    for (int i = 0; name && (o = opt_at(i, &d, slot)); i++)
+        if (!strcmp(o->o.flag, name) || (o->o.json && !strcmp(o->o.json, name)))
+            return o;
+    return NULL;
+}
+
+bool seer_spec_option_at(int i, seer_spec_option *out) {
+    const seer_drafter_desc *d;
+    int slot;
+    const seer_drafter_option *o = out && i >= 0 ? opt_at(i, &d, &slot) : NULL;
+    if (!o)
+        return false;
+    *out = o->o;
+    out->drafter = d->name;
+    return true;
+}
+
+/* Stores v (checked) into p's field or ext slot. */
+static void store(seer_spec_params *p, const seer_drafter_option *o, int slot, double v) {
+    if (slot >= 0) {
+        p->ext[slot] = v;
+        p->ext_set |= 1u << slot;
+        return;
+    }
+    char *field = (char *)p + o->offset;
+    if (o->o.type == SEER_SPEC_OPT_INT)
+        *(int *)field = (int)v;
+    else if (o->o.type == SEER_SPEC_OPT_FLOAT)
+        *(float *)field = (float)v;
+    else
+        *(seer_spec_kind *)field = (seer_spec_kind)(int)v;
+}
+
+static double load(const seer_spec_params *p, const seer_drafter_option *o, int slot) {
+    if (slot >= 0)
+        return p->ext_set >> slot & 1 ? p->ext[slot] : o->o.def;
+    const char *field = (const char *)p + o->offset;
+    if (o->o.type == SEER_SPEC_OPT_INT)
+        return *(const int *)field;
+    if (o->o.type == SEER_SPEC_OPT_FLOAT)
+        return *(const float *)field;
+    return (int)*(const seer_spec_kind *)field;
+}
+
+void seer_drafter_settings(const seer_drafter_desc *d, const seer_spec_params *p, void *out) {
+    const seer_drafter_desc *dd;
+    const seer_drafter_option *o;
+    int slot;
+    for (int i = 0; (o = opt_at(i, &dd, &slot)); i++) {
+        if (dd != d || slot < 0)
+            continue;
+        const double v = load(p, o, slot);
+        char *field = (char *)out + o->own;
+        if (o->o.type == SEER_SPEC_OPT_INT)
+            *(int *)field = (int)v;
+        else if (o->o.type == SEER_SPEC_OPT_FLOAT)
+            *(float *)field = (float)v;
+        else
+            *(seer_spec_kind *)field = (seer_spec_kind)(int)v;
+    }
+}
+
+seer_spec_params seer_spec_default_params(void) {
+    seer_spec_params p = {.kind = SEER_SPEC_NONE, .gamma = 4};
+    const seer_drafter_desc *d;
+    const seer_drafter_option *o;
+    int slot;
+    for (int i = 0; (o = opt_at(i, &d, &slot)); i++)
+        if (slot < 0)
+            store(&p, o, slot, o->o.def);
+    return p;
+}
+
+/* Whether kind k is one of o's choices. */
+static bool kind_ok(const seer_drafter_option *o, int k) {
+    seer_spec_kind kk;
+    for (int i = 0; o->o.choices && o->o.choices[i]; i++)
+        if (seer_spec_kind_parse(o->o.choices[i], &kk) == SEER_OK && (int)kk == k)
+            return true;
+    return false;
+}
+
+static seer_status unknown(const char *name) {
+    return seer_err(SEER_ERR_INVALID_ARG, "unknown speculation setting '%s'", name ? name : "(null)");
+}
+
+seer_status seer_spec_set_num(seer_spec_params *p, const char *name, double v) {
+    SEER_CHECK_ARG(p);
+    int slot;
+    const seer_drafter_option *o = opt_named(name, &slot);
+    if (!o)
+        return unknown(name);
+    if (o->o.type == SEER_SPEC_OPT_KIND) {
+        if (v != floor(v) || !kind_ok(o, (int)v))
+            return seer_err(SEER_ERR_INVALID_ARG, "%s: kind %g is not one of its choices", name, v);
+    } else if (!(v >= o->o.lo && v <= o->o.hi)) {
+        return seer_err(SEER_ERR_INVALID_ARG, "%s: %g is out of range [%g, %g]", name, v, o->o.lo, o->o.hi);
+    } else if (o->o.type == SEER_SPEC_OPT_INT && v != floor(v)) {
+        return seer_err(SEER_ERR_INVALID_ARG, "%s: %g is not an integer", name, v);
+    }
+    store(p, o, slot, v);
+    return SEER_OK;
+}
+
+seer_status seer_spec_set(seer_spec_params *p, const char *name, const char *text) {
+    SEER_CHECK_ARG(p && text);
+    int slot;
+    const seer_drafter_option *o = opt_named(name, &slot);
+    if (!o)
+        return unknown(name);
+    if (o->o.type == SEER_SPEC_OPT_KIND) {
+        seer_spec_kind k;
+        if (seer_spec_kind_parse(text, &k) != SEER_OK || !kind_ok(o, k)) {
+            char list[256];
+            size_t n = 0;
+            list[0] = 0;
+            for (int i = 0; o->o.choices && o->o.choices[i] && n < sizeof list; i++)
+                n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", o->o.choices[i]);
+            return seer_err(SEER_ERR_INVALID_ARG, "%s: '%s' is not one of %s", name, text, list);
+        }
+        return seer_spec_set_num(p, name, (double)k);
+    }
+    char *end;
+    errno = 0;
+    double v;
+    if (o->o.type == SEER_SPEC_OPT_INT) {
+        long long x = strtoll(text, &end, 10);
+        v = (double)x;
+        if (!*text || *end || errno)
+            return seer_err(SEER_ERR_INVALID_ARG, "%s: '%s' is not an integer", name, text);
+        if (x < (long long)o->o.lo || x > (long long)o->o.hi)
+            return seer_err(SEER_ERR_INVALID_ARG, "%s: %lld is out of range [%lld, %lld]", name, x,
+                            (long long)o->o.lo, (long long)o->o.hi);
+    } else {
+        v = strtod(text, &end);
+        if (!*text || *end || errno || !isfinite(v))
+            return seer_err(SEER_ERR_INVALID_ARG, "%s: '%s' is not a number", name, text);
+    }
+    return seer_spec_set_num(p, name, v);
+}
+
+seer_status seer_spec_get(const seer_spec_params *p, const char *name, double *v) {
+    SEER_CHECK_ARG(p && v);
+    int slot;
+    const seer_drafter_option *o = opt_named(name, &slot);
+    if (!o)
+        return unknown(name);
+    *v = load(p, o, slot);
+    return SEER_OK;
+}
