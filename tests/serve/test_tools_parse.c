@@ -3,7 +3,8 @@
  * strings, no model: the model's <tool_call> output parsed into OpenAI tool_calls (one call,
  * two, content before them, a bare JSON call naming a tool, and the malformed outputs that
  * stay content), the streaming hold-back of text that may be a call, the stream's deltas, the
- * request's tools and tool_choice (auto, none; required and named refused), message
+ * request's tools and tool_choice (auto, none; required and named forced, with their grammar;
+ * a name not among the tools refused), message
  * tool_calls, and the JSON schema of the allowed calls.
  */
 #include "testutil.h"
@@ -162,10 +163,30 @@ static void test_request(void **state) {
     assert_true(serve_tools_parse(r, &t, &e));
     assert_true(t.on);
     serve_tools_free(&t);
-    /* refused: forcing a call, unknown choices, bad tools, a choice without tools */
+    /* forcing a call: "required" (any tool) or a named one, its grammar one tagged call whose
+     * JSON is the schema's (the schema's start rule renamed, names inside literals kept) */
+    json_object_set_new(r, "tool_choice", json_string("required"));
+    assert_true(serve_tools_parse(r, &t, &e));
+    assert_true(t.on && t.force);
+    assert_string_equal(t.only, "");
+    serve_tools_free(&t);
+    json_object_set_new(r, "tool_choice", json_loads("{\"type\": \"function\", \"function\": {\"name\": \"f\"}}", 0, NULL));
+    assert_true(serve_tools_parse(r, &t, &e));
+    assert_true(t.on && t.force);
+    assert_string_equal(t.only, "f");
+    char *g = NULL;
+    assert_true(serve_tools_grammar(&t, &g, &e));
+    assert_true(!strncmp(g, "root ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n", 55));
+    assert_non_null(strstr(g, "\ntool-call-json ::="));
+    assert_null(strstr(g + 10, "root ::="));
+    assert_non_null(strstr(g, "\\\"f\\\"")); /* the name, as a literal of the JSON */
+    free(g);
+    serve_tools_free(&t);
+    /* refused: a named function not among the tools, unknown choices, bad tools, a choice
+     * without tools */
     const char *bad[][2] = {
-        {"\"required\"", "tool_choice"},
-        {"{\"type\": \"function\", \"function\": {\"name\": \"f\"}}", "tool_choice"},
+        {"{\"type\": \"function\", \"function\": {\"name\": \"g\"}}", "tool_choice"},
+        {"{\"type\": \"function\"}", "tool_choice"},
         {"\"sometimes\"", "tool_choice"},
         {"3", "tool_choice"},
     };
