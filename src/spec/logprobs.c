@@ -111,6 +111,9 @@ seer_status seer_gen_lp_compute(seer_gen *g, int k0, int k1, const float *logits
             o->n_top = s->top_logprobs;
             memcpy(o->top_id, g->lpi + (size_t)i * top, sizeof(int32_t) * s->top_logprobs);
             memcpy(o->top_logprob, g->lpt + (size_t)i * top, sizeof(float) * s->top_logprobs);
+            /* the unused alternatives are zeros, not what the buffer held before */
+            memset(o->top_id + s->top_logprobs, 0, sizeof(int32_t) * (SEER_TOP_LOGPROBS_MAX - s->top_logprobs));
+            memset(o->top_logprob + s->top_logprobs, 0, sizeof(float) * (SEER_TOP_LOGPROBS_MAX - s->top_logprobs));
         }
     }
     return SEER_OK;
