@@ -311,6 +311,12 @@ static void test_chat_session(void **state) {
     assert_int_equal(rc, 0);
     assert_non_null(strstr(buf, "/quit"));
     assert_non_null(strstr(buf, "Ctrl-D"));
+    /* bench's help names every synthetic shape the library has */
+    rc = sh(buf, sizeof buf, "%s bench --help", SEER_CLI);
+    assert_int_equal(rc, 0);
+    for (const char *const *n = seer_synthetic_shapes(); *n; n++)
+        if (!strstr(buf, *n))
+            fail_msg("seer bench --help does not name the shape %s", *n);
 }
 
 /* Runs `seer ARGS` on a pseudo-terminal (stdin, stdout and stderr), types input and returns

@@ -161,7 +161,8 @@ const cli_opt cli_table[] = {
     /* bench: what is measured */
     STR(CLI_BENCH, "synthetic", 0, "SHAPE", BENCH(synthetic),
         "random weights of a real shape, generated on the device:\nllama-3.1-8b, llama-3.1-70b, llama-2-7b, "
-        "qwen2.5-7b, llama-3.2-1b, small, tiny,\ntiny-qwen2"),
+        "qwen2.5-7b, llama-3.2-1b, small, tiny,\ntiny-qwen2, qwen3-8b, gemma-3-4b, gemma-3-12b, mistral-7b,\n"
+        "phi-3-mini-128k"),
     STR(CLI_BENCH, "model", 'm', "FILE", COMMON(model), "a GGUF model (its KV is filled synthetically all the same)"),
     /* serve: HTTP */
     STR(CLI_SERVE, "host", 0, "H", SERVE(host), "address to listen on (default 127.0.0.1)"),
