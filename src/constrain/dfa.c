@@ -16,6 +16,7 @@ void seer_dfa_reset(seer_dfa *d) {
     for (int i = 0; i < d->n; i++)
         seer_gset_free(&d->st[i]);
     d->n = 0;
+    d->gen++;
     if (d->tab)
         memset(d->tab, 0xff, (size_t)d->tab_cap * sizeof *d->tab);
 }

@@ -97,6 +97,7 @@ typedef struct {
     int32_t *tab;     /* [tab_cap] open addressing over state ids (-1: empty) */
     int tab_cap;
     seer_gset tmp;
+    uint32_t gen;     /* counts the resets: a state id means one state within a generation */
 } seer_dfa;
 #define SEER_DFA_MAX 4096 /* states kept (1 KiB of transitions each); then it starts over */
 #define SEER_DFA_UNKNOWN (-1)
@@ -108,11 +109,21 @@ int seer_dfa_intern(seer_dfa *d, const seer_gset *s);
 /* The state after byte b from state id: an id, SEER_DFA_DEAD, or -3 when full / out of memory. */
 int seer_dfa_step(const seer_grammar *g, seer_dfa *d, int id, uint8_t b);
 
+/* Masks of the last states met, by automaton state (a state's mask is a function of the
+ * state alone): inside a JSON string the matcher returns to the same state token after
+ * token, so the walk runs once per string, not once per token. */
+#define SEER_MASK_CACHE 16
 typedef struct {
     seer_gset *lv;
     int n_lv;
     int32_t *lvid; /* [n_lv] */
     seer_dfa dfa;
+    uint32_t *cache;                  /* [SEER_MASK_CACHE][cache_words] */
+    int cache_words;
+    int32_t cache_id[SEER_MASK_CACHE]; /* the state of each entry (valid when cache_set) */
+    uint32_t cache_gen[SEER_MASK_CACHE];
+    int cache_n[SEER_MASK_CACHE];     /* its allowed count */
+    bool cache_set[SEER_MASK_CACHE];
 } seer_mask_scratch;
 void seer_mask_scratch_free(seer_mask_scratch *m);
 /* bits [(n_vocab + 31) / 32]: bit i of word i/32 set when token i is allowed in state s.

@@ -183,6 +183,7 @@ void seer_mask_scratch_free(seer_mask_scratch *m) {
     free(m->lv);
     free(m->lvid);
     seer_dfa_free(&m->dfa);
+    free(m->cache);
     memset(m, 0, sizeof *m);
 }
 
@@ -260,8 +261,30 @@ int seer_mask_compute(const seer_grammar *g, const seer_vocab_trie *t, const see
     if (sc->dfa.n > SEER_DFA_MAX / 2)
         seer_dfa_reset(&sc->dfa);
     const int id0 = seer_dfa_intern(&sc->dfa, s);
+    const int words = (t->n_vocab + 31) / 32, slot = id0 >= 0 ? id0 % SEER_MASK_CACHE : 0;
+    if (id0 >= 0 && sc->cache && sc->cache_words == words && sc->cache_set[slot] && sc->cache_id[slot] == id0 &&
+        sc->cache_gen[slot] == sc->dfa.gen) {
+        memcpy(bits, sc->cache + (size_t)slot * words, (size_t)words * sizeof *bits);
+        return sc->cache_n[slot];
+    }
     if (id0 >= 0) {
+        const uint32_t gen = sc->dfa.gen;
         const int n = walk_dfa(g, t, id0, bits, sc, count);
+        if (n >= 0 && gen == sc->dfa.gen) { /* kept for the state's next visit */
+            if (!sc->cache || sc->cache_words != words) {
+                free(sc->cache);
+                sc->cache = malloc((size_t)SEER_MASK_CACHE * words * sizeof *sc->cache);
+                sc->cache_words = sc->cache ? words : 0;
+                memset(sc->cache_set, 0, sizeof sc->cache_set);
+            }
+            if (sc->cache) {
+                memcpy(sc->cache + (size_t)slot * words, bits, (size_t)words * sizeof *bits);
+                sc->cache_id[slot] = id0;
+                sc->cache_gen[slot] = gen;
+                sc->cache_n[slot] = n;
+                sc->cache_set[slot] = true;
+            }
+        }
         if (n != -3)
             return n;
         /* full on the way: start over on the slow walk (the bits so far are a subset) */
