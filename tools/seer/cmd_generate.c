@@ -132,6 +132,66 @@ static void print_stats(const gen_opts *o, seer_context *ctx, seer_gen *gen, con
                 100 * r->acc_rate, r->per_round, r->st.t_draft_s, r->st.t_verify_s);
 }
 
+/* The prompt as one user message (after an optional system message) in the model's chat
+ * template: only the template's own special tokens are parsed as such, never text the prompt
+ * spells (*mark says which bytes are the template's). NULL after an error message. */
+static const char *chat_prompt(seer_model *model, const gen_opts *o, const char *prompt, char **text,
+                               uint8_t **mark) {
+    seer_chat_template tmpl;
+    seer_status s;
+    if ((s = seer_chat_template_init(model, o->c.chat_template, &tmpl)) != SEER_OK) {
+        cli_error("chat template", s);
+        return NULL;
+    }
+    tmpl.no_think = o->c.no_think;
+    seer_chat_message msgs[2];
+    int nm = 0;
+    if (o->c.system)
+        msgs[nm++] = (seer_chat_message){"system", o->c.system};
+    msgs[nm++] = (seer_chat_message){"user", prompt};
+    size_t clen = 0;
+    seer_chat_render(&tmpl, msgs, nm, true, NULL, 0, &clen);
+    *text = malloc(clen + 1);
+    *mark = malloc(clen + 1);
+    if (!*text || !*mark ||
+        (s = seer_chat_render_marked(&tmpl, msgs, nm, true, *text, *mark, clen + 1, &clen)) != SEER_OK) {
+        cli_error("chat template", *text && *mark ? s : SEER_ERR_OOM);
+        return NULL;
+    }
+    return *text;
+}
+
+/* The prompt's token ids (malloc'd; *n of them), refused when empty or as long as the
+ * context. NULL after an error message. */
+static int32_t *prompt_ids(seer_model *model, const gen_opts *o, const char *prompt, const uint8_t *mark, int n_ctx,
+                           int *n) {
+    const size_t plen = strlen(prompt);
+    int n_prompt = 0;
+    seer_status s = tokenize_prompt(model, prompt, mark, plen, !o->no_bos, NULL, 0, &n_prompt);
+    if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
+        cli_error("tokenizing prompt", s);
+        return NULL;
+    }
+    int32_t *ids = malloc(sizeof *ids * (n_prompt + 1));
+    if (!ids) {
+        fprintf(stderr, "seer generate: out of memory\n");
+        return NULL;
+    }
+    if ((s = tokenize_prompt(model, prompt, mark, plen, !o->no_bos, ids, n_prompt, &n_prompt)) != SEER_OK) {
+        cli_error("tokenizing prompt", s);
+    } else if (n_prompt == 0) {
+        fprintf(stderr, "seer generate: the prompt is empty (and no BOS token was added)\n");
+    } else if (n_prompt >= n_ctx) {
+        fprintf(stderr, "seer generate: the prompt has %d tokens; the context holds %d (use --ctx)\n", n_prompt,
+                n_ctx);
+    } else {
+        *n = n_prompt;
+        return ids;
+    }
+    free(ids);
+    return NULL;
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_opts o = {0};
     cli_common_init(&o.c);
@@ -200,56 +260,11 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     if (!prompt_f && !cli_prompt_fits("generate", "the prompt", strlen(prompt), prompt_max, n_ctx))
         goto done;
-    if (o.c.chat) {
-        /* The prompt becomes one user message (after an optional system message); only the
-         * template's own special tokens are parsed as such, never text the prompt spells. */
-        seer_chat_template tmpl;
-        if ((s = seer_chat_template_init(model, o.c.chat_template, &tmpl)) != SEER_OK) {
-            cli_error("chat template", s);
-            goto done;
-        }
-        tmpl.no_think = o.c.no_think;
-        seer_chat_message msgs[2];
-        int nm = 0;
-        if (o.c.system)
-            msgs[nm++] = (seer_chat_message){"system", o.c.system};
-        msgs[nm++] = (seer_chat_message){"user", prompt};
-        size_t clen = 0;
-        seer_chat_render(&tmpl, msgs, nm, true, NULL, 0, &clen);
-        chat_text = malloc(clen + 1);
-        chat_mark = malloc(clen + 1);
-        if (!chat_text || !chat_mark ||
-            (s = seer_chat_render_marked(&tmpl, msgs, nm, true, chat_text, chat_mark, clen + 1, &clen)) != SEER_OK) {
-            cli_error("chat template", chat_text && chat_mark ? s : SEER_ERR_OOM);
-            goto done;
-        }
-        prompt = chat_text;
-    }
-    size_t plen = strlen(prompt);
+    if (o.c.chat && !(prompt = chat_prompt(model, &o, prompt, &chat_text, &chat_mark)))
+        goto done;
     int n_prompt = 0;
-    s = tokenize_prompt(model, prompt, chat_mark, plen, !o.no_bos, NULL, 0, &n_prompt);
-    if (s != SEER_OK && s != SEER_ERR_INVALID_ARG) {
-        cli_error("tokenizing prompt", s);
+    if (!(ids = prompt_ids(model, &o, prompt, chat_mark, n_ctx, &n_prompt)))
         goto done;
-    }
-    ids = malloc(sizeof *ids * (n_prompt + 1));
-    if (!ids) {
-        fprintf(stderr, "seer generate: out of memory\n");
-        goto done;
-    }
-    if ((s = tokenize_prompt(model, prompt, chat_mark, plen, !o.no_bos, ids, n_prompt, &n_prompt)) != SEER_OK) {
-        cli_error("tokenizing prompt", s);
-        goto done;
-    }
-    if (n_prompt == 0) {
-        fprintf(stderr, "seer generate: the prompt is empty (and no BOS token was added)\n");
-        goto done;
-    }
-    if (n_prompt >= n_ctx) {
-        fprintf(stderr, "seer generate: the prompt has %d tokens; the context holds %d (use --ctx)\n",
-                n_prompt, n_ctx);
-        goto done;
-    }
     if (o.c.spec.kind == SEER_SPEC_AUTO && o.c.n_predict != 0)
         o.c.spec.cost = cost = cli_auto_cost("generate", ctx, draft, o.c.cost_file);
     if ((s = seer_gen_init(ctx, o.c.spec, &gen)) != SEER_OK) {
