@@ -292,12 +292,13 @@ static seer_status tp_attention(seer_backend *be, float *out, const float *q, co
     return SEER_OK;
 }
 
-/* An elementwise op over n elements, held as key is: on every rank (whole or divided alike, n
- * scaled to the part), or on rank 0 alone when only it holds key. */
-typedef seer_status (*elem_fn)(seer_backend *b, float *y, const float *a, const float *c, size_t n);
+/* An elementwise op over n elements (v: its constant, where it has one), held as key is: on
+ * every rank (whole or divided alike, n scaled to the part), or on rank 0 alone when only it
+ * holds key. */
+typedef seer_status (*elem_fn)(seer_backend *b, float *y, const float *a, const float *c, size_t n, float v);
 
 static seer_status elementwise(tp_be *t, const void *key, float *y, const float *a, const float *c,
-                               size_t n, elem_fn f) {
+                               size_t n, float v, elem_fn f) {
     tp_alloc al;
     const tp_state st = state_of(t, key, &al);
     const int nr = st == TP_ROOT ? 1 : t->n;
@@ -306,7 +307,7 @@ static seer_status elementwise(tp_be *t, const void *key, float *y, const float 
     for (int r = 0; r < nr; r++) {
         const size_t nl = st == TP_SHARD ? n / (size_t)al.full_w * (size_t)al.w[r] : n;
         SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(f(RANK(t, r), P(t, y, r), P(t, a, r), P(t, c, r), nl));
+        SEER_TRY(f(RANK(t, r), P(t, y, r), P(t, a, r), P(t, c, r), nl, v));
     }
     if (st == TP_SHARD)
         (al.vocab ? seer_tp_set_vocab : seer_tp_set_shard)(t, y, (int)(n / (size_t)al.full_w), al.full_w, al.col0,
@@ -318,48 +319,43 @@ static seer_status elementwise(tp_be *t, const void *key, float *y, const float 
     return SEER_OK;
 }
 
-static seer_status swiglu_fn(seer_backend *b, float *y, const float *g, const float *u, size_t n) {
+static seer_status swiglu_fn(seer_backend *b, float *y, const float *g, const float *u, size_t n, float unused) {
     return b->ops->swiglu(b, y, g, u, n);
 }
 
-static seer_status add_fn(seer_backend *b, float *y, const float *x, const float *unused, size_t n) {
+static seer_status add_fn(seer_backend *b, float *y, const float *x, const float *unused, size_t n, float v) {
     return b->ops->add(b, y, x, n);
 }
 
 static seer_status tp_swiglu(seer_backend *be, float *y, const float *g, const float *u, size_t n) {
-    return elementwise(tp_of(be), g, y, g, u, n, swiglu_fn);
+    return elementwise(tp_of(be), g, y, g, u, n, 0.f, swiglu_fn);
 }
 
-static seer_status geglu_fn(seer_backend *b, float *y, const float *g, const float *u, size_t n) {
+static seer_status geglu_fn(seer_backend *b, float *y, const float *g, const float *u, size_t n, float unused) {
     return b->ops->geglu(b, y, g, u, n);
 }
 
 static seer_status tp_geglu(seer_backend *be, float *y, const float *g, const float *u, size_t n) {
-    return elementwise(tp_of(be), g, y, g, u, n, geglu_fn);
+    return elementwise(tp_of(be), g, y, g, u, n, 0.f, geglu_fn);
+}
+
+static seer_status scale_fn(seer_backend *b, float *y, const float *unused0, const float *unused1, size_t n,
+                            float v) {
+    return b->ops->scale(b, y, v, n);
+}
+
+static seer_status softcap_fn(seer_backend *b, float *y, const float *unused0, const float *unused1, size_t n,
+                              float v) {
+    return b->ops->softcap(b, y, v, n);
 }
 
 /* x [n] in place by a constant (scale: x * s; softcap: s tanh(x / s)), wherever x is held. */
-static seer_status in_place(tp_be *t, float *x, float v, size_t n, bool cap) {
-    tp_alloc al;
-    const tp_state st = state_of(t, x, &al);
-    const int nr = st == TP_ROOT ? 1 : t->n;
-    if (st == TP_SHARD && n % (size_t)al.full_w)
-        return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: an elementwise op over part of a divided row");
-    for (int r = 0; r < nr; r++) {
-        const size_t nl = st == TP_SHARD ? n / (size_t)al.full_w * (size_t)al.w[r] : n;
-        SEER_TRY(seer_tp_bind(t, r));
-        seer_backend *b = RANK(t, r);
-        SEER_TRY(cap ? b->ops->softcap(b, P(t, x, r), v, nl) : b->ops->scale(b, P(t, x, r), v, nl));
-    }
-    return SEER_OK;
-}
-
 static seer_status tp_scale(seer_backend *be, float *x, float s, size_t n) {
-    return in_place(tp_of(be), x, s, n, false);
+    return elementwise(tp_of(be), x, x, NULL, NULL, n, s, scale_fn);
 }
 
 static seer_status tp_softcap(seer_backend *be, float *x, float c, size_t n) {
-    return in_place(tp_of(be), x, c, n, true);
+    return elementwise(tp_of(be), x, x, NULL, NULL, n, c, softcap_fn);
 }
 
 static seer_status tp_add(seer_backend *be, float *y, const float *x, size_t n) {
@@ -367,7 +363,7 @@ static seer_status tp_add(seer_backend *be, float *y, const float *x, size_t n) 
     tp_alloc a;
     /* y += x runs where the more narrowly held of the two is */
     const void *key = state_of(t, y, &a) != TP_REPL ? (const void *)y : (const void *)x;
-    return elementwise(t, key, y, x, NULL, n, add_fn);
+    return elementwise(t, key, y, x, NULL, n, 0.f, add_fn);
 }
 
 static seer_status tp_gather_rows(seer_backend *be, float *y, const float *x, const int32_t *rows, int n_rows,
