@@ -179,11 +179,6 @@ typedef struct {
 bool serve_structured_read(serve_state *srv, json_t *root, seer_request_params *p, serve_structured *out,
                            serve_error *e);
 void serve_structured_free(serve_structured *s);
-/* A grammar that the request's output must follow (a forced tool call, param naming its field)
- * into p and *out, which serve_structured_read filled: refused (400) beside a response_format
- * or grammar constraint. */
-bool serve_structured_grammar(serve_state *srv, const char *grammar, const char *param, seer_request_params *p,
-                              serve_structured *out, serve_error *e);
 
 /* serve_fields.c: the top-level request fields, each honoured or refused. */
 /* Fills e and returns NULL (for `return serve_fail(...)` in functions returning a job). */

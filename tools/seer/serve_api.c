@@ -658,15 +658,8 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
         const json_t *think = json_object_get(json_object_get(root, "chat_template_kwargs"), "enable_thinking");
         if (!serve_tools_parse(root, &tools, e))
             goto out;
-        if (tools.force) { /* "required" or a named function: the output is one call */
-            char *g = NULL;
-            if (!serve_tools_grammar(&tools, &g, e))
-                goto out;
-            const bool ok = serve_structured_grammar(srv, g, "tool_choice", &p, &structured, e);
-            free(g);
-            if (!ok)
-                goto out;
-        }
+        if (!serve_structured_tools(srv, &tools, &p, &structured, e)) /* a forced call's constraint */
+            goto out;
         ids = chat_prompt(srv, json_object_get(root, "messages"), &tools, json_is_false(think), &n, e);
     } else {
         json_t *pr = json_object_get(root, "prompt");

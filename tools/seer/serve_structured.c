@@ -14,6 +14,7 @@
  * Not for: the other fields (serve_fields.c, serve_api.c) or generation.
  */
 #include "serve.h"
+#include "serve_tools.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -192,17 +193,23 @@ bool serve_structured_read(serve_state *srv, json_t *root, seer_request_params *
     return true;
 }
 
-bool serve_structured_grammar(serve_state *srv, const char *grammar, const char *param, seer_request_params *p,
-                              serve_structured *out, serve_error *e) {
+bool serve_structured_tools(serve_state *srv, const serve_tools *t, seer_request_params *p, serve_structured *out,
+                            serve_error *e) {
+    if (!t->force)
+        return true;
     if (out->con) {
-        serve_fail(e, 400, param, "invalid_value", "'%s' forces a tool call: give no 'response_format' or 'grammar' "
-                   "beside it", param);
+        serve_fail(e, 400, "tool_choice", "invalid_value",
+                   "'tool_choice' forces a tool call: give no 'response_format' or 'grammar' beside it");
         return false;
     }
-    if (!compile_or_fail(srv, SEER_CONSTRAINT_GRAMMAR, grammar, strlen(grammar), param, out, e))
+    char *g = NULL;
+    if (!serve_tools_grammar(t, &g, e))
         return false;
-    p->constraint = out->con;
-    return true;
+    const bool ok = compile_or_fail(srv, SEER_CONSTRAINT_GRAMMAR, g, strlen(g), "tool_choice", out, e);
+    free(g);
+    if (ok)
+        p->constraint = out->con;
+    return ok;
 }
 
 void serve_structured_free(serve_structured *s) {

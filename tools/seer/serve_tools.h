@@ -27,6 +27,11 @@ bool serve_tools_parse(json_t *root, serve_tools *t, serve_error *e);
  * the JSON that of serve_tools_schema(t->tools, t->only or NULL), malloc'd into *out. False
  * with e filled (400: parameters the schema engine does not cover). */
 bool serve_tools_grammar(const serve_tools *t, char **out, serve_error *e);
+/* serve_structured.c: where t->force, its grammar as the request's constraint, into p and
+ * *out (which serve_structured_read filled): refused (400) beside a response_format or
+ * grammar constraint. True, doing nothing, where no call is forced. */
+bool serve_structured_tools(serve_state *srv, const serve_tools *t, seer_request_params *p, serve_structured *out,
+                            serve_error *e);
 void serve_tools_free(serve_tools *t);
 /* Message i's tool_calls x (absent or null: none) into m: names borrowed from x, arguments
  * malloc'd (serve_tools_arguments_text; the caller frees them and m->calls). */
