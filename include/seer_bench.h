@@ -60,14 +60,16 @@ typedef struct {
                              default, 32, and 48 for long calls) */
     bool qt;              /* quantised weights in row blocks (default true; false: planes) */
     int qt_gemv_max;      /* most tokens of a row-block GEMV call (default 1) */
+    bool qt_norm;         /* a norm before a row-block product writes its 8-bit x at once
+                             (default true; false: the norm in f32, then the x kernel) */
     const char *attn;     /* the attention kernels: NULL or "" (the planner's choice), "mma"
                              (no wgmma kernel) or "scalar" (the scalar kernel for every shape) */
 } seer_cuda_tuning;
 
 seer_cuda_tuning seer_cuda_default_tuning(void);
 /* Sets the field named name ("graphs", "profile", "matmul", "pdl", "mm_xb_min", "mm_tile",
- * "qt", "qt_gemv_max", "attn") from its text as the lab's variables give it (SEER_CUDA_GRAPHS
- * and so on, lab/cuda_env.h): "0" turns graphs, pdl and qt off, "cublas" sends matmuls to
+ * "qt", "qt_gemv_max", "qt_norm", "attn") from its text as the lab's variables give it (SEER_CUDA_GRAPHS
+ * and so on, lab/cuda_env.h): "0" turns graphs, pdl, qt and qt_norm off, "cublas" sends matmuls to
  * cuBLAS, numbers as numbers (mm_xb_min <= 0: the default; an mm_tile outside [8, 64]: 32).
  * SEER_ERR_INVALID_ARG for an unknown name. value may be stored (profile, attn): the
  * caller keeps it alive while the tuning is used. */

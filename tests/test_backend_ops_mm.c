@@ -236,7 +236,8 @@ static void test_matmul_glu(void **state) {
 
 /* ffn_glu (x += Wdown glu(Wgu rmsnorm(x))) against rmsnorm, matmul_glu and matmul_add on the
  * GPU (tolerance 0: the same values by its contract) and against the CPU's rmsnorm, matmuls,
- * swiglu and add, on both sides of the cuBLAS switch, with bf16 and Q8_0 weights. */
+ * swiglu and add, on both sides of the cuBLAS switch, with bf16 and Q8_0 weights, and with
+ * K-quants in row blocks, where the norm writes the first product's 8-bit x itself. */
 static void test_ffn_glu(void **state) {
     (void)state;
     static const struct {
@@ -244,7 +245,9 @@ static void test_ffn_glu(void **state) {
         ggml_type type;
     } cases[] = {{1, 512, 256, GGML_TYPE_BF16}, {7, 320, 128, GGML_TYPE_BF16},
                  {300, 512, 256, GGML_TYPE_BF16}, {5, 512, 256, GGML_TYPE_Q8_0},
-                 {300, 512, 256, GGML_TYPE_Q8_0}, {260, 640, 200, GGML_TYPE_BF16}};
+                 {300, 512, 256, GGML_TYPE_Q8_0}, {260, 640, 200, GGML_TYPE_BF16},
+                 /* row blocks: the norm writes the product's 8-bit x at once (rmsnorm_q8) */
+                 {1, 512, 512, GGML_TYPE_Q4_K}, {5, 256, 512, GGML_TYPE_Q6_K}, {2, 256, 256, GGML_TYPE_Q8_0}};
     if (!gpu->ops->ffn_glu)
         return;
     const float eps = 1e-5f;
@@ -301,7 +304,8 @@ static void test_ffn_glu(void **state) {
 /* norm_matmul_split (rmsnorm of x, then the segments of W times it, with biases) against the
  * CPU's rmsnorm and matmuls of each part, and against the GPU's rmsnorm and matmul_split
  * (tolerance 0: the same values by its contract); also a weight of one part (matmul). T on
- * both sides of the cuBLAS switch, bf16 and Q8_0. */
+ * both sides of the cuBLAS switch, bf16 and Q8_0, and K-quants and Q8_0 in row blocks (the
+ * norm then writes the 8-bit x: the same bits as rmsnorm and the x kernel). */
 static void test_norm_matmul_split(void **state) {
     (void)state;
     static const struct {
@@ -311,6 +315,9 @@ static void test_norm_matmul_split(void **state) {
         {5, 3, {256, 64, 64}, 256, 0, GGML_TYPE_BF16},   {300, 3, {256, 64, 64}, 256, 1, GGML_TYPE_BF16},
         {9, 3, {128, 32, 32}, 128, 1, GGML_TYPE_Q8_0},   {280, 3, {128, 32, 32}, 128, 0, GGML_TYPE_Q8_0},
         {3, 1, {200}, 96, 1, GGML_TYPE_BF16},            {270, 1, {200}, 96, 0, GGML_TYPE_BF16},
+        /* row blocks: the norm writes the product's 8-bit x at once (rmsnorm_q8) */
+        {1, 3, {512, 128, 128}, 512, 1, GGML_TYPE_Q4_K}, {6, 3, {256, 64, 64}, 256, 0, GGML_TYPE_Q6_K},
+        {1, 1, {64}, 4096, 0, GGML_TYPE_Q8_0}, {2, 1, {64}, 2048, 1, GGML_TYPE_Q4_K},
     };
     if (!gpu->ops->norm_matmul_split)
         return;

@@ -568,6 +568,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent,
         c->mm_xb_min_t = parent->mm_xb_min_t;
         c->qt = parent->qt;
         c->qt_gemv_max_t = parent->qt_gemv_max_t;
+        c->qt_norm_fused = parent->qt_norm_fused;
         c->attn_variant = parent->attn_variant;
     } else {
         const seer_cuda_tuning tu = t ? *t : seer_cuda_default_tuning();
@@ -587,6 +588,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent,
         c->mm_tile_long = tu.mm_tile ? c->mm_tile : 48;
         c->qt = tu.qt;
         c->qt_gemv_max_t = tu.qt_gemv_max;
+        c->qt_norm_fused = tu.qt_norm;
         c->attn_variant = !tu.attn ? 0 : !strcmp(tu.attn, "mma") ? 1 : !strcmp(tu.attn, "scalar") ? 2 : 0;
     }
     c->fw.entry = -1;

@@ -444,6 +444,18 @@ seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, con
     return glu_pairs(c, y, gu, (size_t)T * w->rows / 2);
 }
 
+/* rmsnorm of x into h, then the batch-invariant product of h (invariant_rows holds): where w
+ * is in row blocks, the norm writes the product's 8-bit x at once (seer_cuda_qt_matmul_norm:
+ * the same bits, one launch fewer), and h is not written. */
+static seer_status norm_invariant(seer_backend *be, const mm_out &o, float *h, const float *x, const float *nw,
+                                  float eps, const seer_weight *w, int T) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (w->dtype != GGML_TYPE_BF16 && seer_cuda_qt_of(c, w->dtype, w->cols))
+        return seer_cuda_qt_matmul_norm(be, o, h, x, nw, eps, w, T);
+    SEER_TRY(seer_cuda_rmsnorm(be, h, x, nw, T, w->cols, eps));
+    return matmul_any(be, o, h, w, T);
+}
+
 /* The norm of x [T][D] with nw into xbf16 for cuBLAS: the bits rmsnorm into like and then
  * to_bf16 would give. */
 static seer_status norm_to_bf16(seer_cuda *c, const float *x, const float *nw, float eps, int T, int D,
@@ -466,7 +478,13 @@ seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, float *h, const float 
         return SEER_OK;
     const int D = wgu->cols, F = wdown->cols;
     /* where either product takes the invariant kernel, each op picks its own route */
-    if (invariant_rows(c, wgu, h, T) || invariant_rows(c, wdown, g, T)) {
+    if (invariant_rows(c, wgu, h, T)) {
+        mm_out o = one_out(g, NULL, wgu->rows, false); /* as seer_cuda_matmul_glu makes it */
+        o.glu = 1;
+        SEER_TRY(norm_invariant(be, o, h, x, nw, eps, wgu, T));
+        return seer_cuda_matmul_add(be, x, g, wdown, T);
+    }
+    if (invariant_rows(c, wdown, g, T)) {
         SEER_TRY(seer_cuda_rmsnorm(be, h, x, nw, T, D, eps));
         SEER_TRY(seer_cuda_matmul_glu(be, g, h, wgu, T));
         return seer_cuda_matmul_add(be, x, g, wdown, T);
@@ -519,10 +537,8 @@ seer_status seer_cuda_norm_matmul_split(seer_backend *be, float *const *ys, floa
         SEER_TRY(split_out("norm_matmul_split", ys, w, biases, &o));
     if (T <= 0)
         return SEER_OK;
-    if (invariant_rows(c, w, h, T)) {
-        SEER_TRY(seer_cuda_rmsnorm(be, h, x, nw, T, w->cols, eps));
-        return matmul_any(be, o, h, w, T);
-    }
+    if (invariant_rows(c, w, h, T))
+        return norm_invariant(be, o, h, x, nw, eps, w, T);
     SEER_TRY(norm_to_bf16(c, x, nw, eps, T, w->cols, h));
     return blas_segments(c, o, w, T);
 }

@@ -204,6 +204,21 @@ bool seer_cuda_qt_type(int dtype);
 size_t seer_cuda_qt_bytes(int dtype, int rows, int cols);
 seer_status seer_cuda_qt_repack(seer_cuda *c, int dtype, void *dst, const void *src, int row0, int rows, int cols);
 seer_status seer_cuda_qt_matmul(seer_cuda *c, const mm_out &out, const float *x, const seer_weight *w, int T);
+/* The same product of rmsnorm(x) with nw [cols]: the norm writes x in 8 bits at once
+ * (seer_cuda_rmsnorm_q8), the same bits as seer_cuda_rmsnorm into f32 and then
+ * seer_cuda_qt_matmul, one launch fewer. Where seer_cuda_rmsnorm_q8_fits is false: the norm
+ * into h, then seer_cuda_qt_matmul. */
+seer_status seer_cuda_qt_matmul_norm(seer_backend *be, const mm_out &out, float *h, const float *x,
+                                     const float *nw, float eps, const seer_weight *w, int T);
+/* Where column j (0..31) of a group of x in 8 bits goes among the group's 32 bytes: the
+ * weights' order (byte 8c + i: column 4c + i; 8c + 4 + i: column 16 + 4c + i). */
+static __host__ __device__ __forceinline__ int qt_x_byte(int j) { return 8 * ((j & 15) >> 2) + 4 * (j >> 4) + (j & 3); }
+/* x [T][D] normalised with w (rmsnorm_vec_kernel's bits) into x in 8 bits per group of 32
+ * (qt_xprep_kernel's): xq [T][D] in qt_x_byte order, xd [T][D / 32] (scale, sum of codes).
+ * Fits: D a multiple of 128 up to 8192, x and w 16-byte aligned. */
+bool seer_cuda_rmsnorm_q8_fits(const float *x, const float *w, int D);
+seer_status seer_cuda_rmsnorm_q8(seer_cuda *c, int8_t *xq, float2 *xd, const float *x, const float *w, int T,
+                                 int D, float eps);
 /* rows [0, rows) of src (row blocks) to rows r0 + i * stride of dst (fusing weights) */
 seer_status seer_cuda_qt_gather(seer_cuda *c, int dtype, void *dst, const void *src, int rows, int cols, int r0,
                                 int stride);

@@ -117,8 +117,7 @@ __global__ void qt_xprep_kernel(int8_t *xq, float2 *xd, const float *x, int T, i
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         s += __shfl_xor_sync(0xffffffffu, s, o);
-    const int c = (lane & 15) >> 2, pos = 8 * c + 4 * (lane >> 4) + (lane & 3);
-    xq[(size_t)t * cols + (size_t)g * 32 + pos] = (int8_t)q;
+    xq[(size_t)t * cols + (size_t)g * 32 + qt_x_byte(lane)] = (int8_t)q;
     if (lane == 0)
         xd[(size_t)t * groups + g] = make_float2(d, (float)s);
 }
@@ -337,19 +336,27 @@ template <class F> static cudaError_t qt_launch(seer_cuda *c, const mm_out &out,
                             p.n_steps, p.nz, p.tile);
 }
 
-seer_status seer_cuda_qt_matmul(seer_cuda *c, const mm_out &out, const float *x, const seer_weight *w, int T) {
-    const int rows = w->rows, cols = w->cols;
-    if (T < 1 || T > SEER_CUDA_INVARIANT_MAX_T || cols % QT_COLS || !seer_cuda_qt_type(w->dtype))
-        return seer_err(SEER_ERR_INVALID_ARG, "row blocks: T = %d, %s with %d columns", T,
-                        seer_ggml_type_name((ggml_type)w->dtype), cols);
-    const int groups = cols / 32;
+/* x in 8 bits: room for it in xbf16 (xq [T][cols], then xd [T][cols / 32]). */
+static seer_status qt_x_room(seer_cuda *c, int T, int cols, int8_t **xq, float2 **xd) {
     const size_t xq_bytes = ((size_t)T * cols + 15) / 16 * 16;
-    SEER_TRY(seer_cuda_reserve(c, &c->mm->xbf16, xq_bytes + (size_t)T * groups * sizeof(float2), "matmul input in 8 bits"));
-    int8_t *xq = (int8_t *)c->mm->xbf16.p;
-    float2 *xd = (float2 *)((uint8_t *)c->mm->xbf16.p + xq_bytes);
-    CUDA_TRY(seer_cuda_launch(c, qt_xprep_kernel, dim3(seer_cuda_grid((size_t)T * groups * 32, 256)), dim3(256), 0,
-                              xq, xd, x, T, cols));
-    LAUNCH_TRY("qt_xprep_kernel");
+    SEER_TRY(seer_cuda_reserve(c, &c->mm->xbf16, xq_bytes + (size_t)T * (cols / 32) * sizeof(float2),
+                               "matmul input in 8 bits"));
+    *xq = (int8_t *)c->mm->xbf16.p;
+    *xd = (float2 *)((uint8_t *)c->mm->xbf16.p + xq_bytes);
+    return SEER_OK;
+}
+
+static seer_status qt_check(const seer_weight *w, int T) {
+    if (T < 1 || T > SEER_CUDA_INVARIANT_MAX_T || w->cols % QT_COLS || !seer_cuda_qt_type(w->dtype))
+        return seer_err(SEER_ERR_INVALID_ARG, "row blocks: T = %d, %s with %d columns", T,
+                        seer_ggml_type_name((ggml_type)w->dtype), w->cols);
+    return SEER_OK;
+}
+
+/* The product of x in 8 bits (xq, xd) with w. */
+static seer_status qt_product(seer_cuda *c, const mm_out &out, const int8_t *xq, const float2 *xd,
+                              const seer_weight *w, int T) {
+    const int rows = w->rows, cols = w->cols;
     qt_plan p = {};
     p.xq = xq;
     p.xd = xd;
@@ -383,6 +390,32 @@ seer_status seer_cuda_qt_matmul(seer_cuda *c, const mm_out &out, const float *x,
     CUDA_TRY(e);
     LAUNCH_TRY("qt_gemv_kernel / qt_mma_kernel");
     return SEER_OK;
+}
+
+seer_status seer_cuda_qt_matmul(seer_cuda *c, const mm_out &out, const float *x, const seer_weight *w, int T) {
+    SEER_TRY(qt_check(w, T));
+    int8_t *xq;
+    float2 *xd;
+    SEER_TRY(qt_x_room(c, T, w->cols, &xq, &xd));
+    CUDA_TRY(seer_cuda_launch(c, qt_xprep_kernel, dim3(seer_cuda_grid((size_t)T * (w->cols / 32) * 32, 256)), dim3(256),
+                              0, xq, xd, x, T, w->cols));
+    LAUNCH_TRY("qt_xprep_kernel");
+    return qt_product(c, out, xq, xd, w, T);
+}
+
+seer_status seer_cuda_qt_matmul_norm(seer_backend *be, const mm_out &out, float *h, const float *x,
+                                     const float *nw, float eps, const seer_weight *w, int T) {
+    seer_cuda *c = seer_cuda_of(be);
+    SEER_TRY(qt_check(w, T));
+    if (!c->qt_norm_fused || !seer_cuda_rmsnorm_q8_fits(x, nw, w->cols)) {
+        SEER_TRY(seer_cuda_rmsnorm(be, h, x, nw, T, w->cols, eps));
+        return seer_cuda_qt_matmul(c, out, h, w, T);
+    }
+    int8_t *xq;
+    float2 *xd;
+    SEER_TRY(qt_x_room(c, T, w->cols, &xq, &xd));
+    SEER_TRY(seer_cuda_rmsnorm_q8(c, xq, xd, x, nw, T, w->cols, eps));
+    return qt_product(c, out, xq, xd, w, T);
 }
 
 /* ---- the layout's other readers ------------------------------------------------------------ */
