@@ -349,7 +349,7 @@ typedef enum {
     SEER_SPEC_DRAFT,     /* a standalone small draft model sharing the vocabulary */
     SEER_SPEC_NGRAM,     /* prompt lookup: continue the latest earlier match of the last n tokens */
     SEER_SPEC_QUANTKV,   /* self-draft through the pool's quantised KV copy (kv_quant_bits),
-                          * optionally under the streaming view (quant_view) */
+                          * optionally under the streaming view (kv_view) */
     SEER_SPEC_HIERARCHY, /* TriForce's hierarchy: the draft model (draft_model) drafts chains of
                           * hier_gamma for the target under a sparse view (hier_base), which
                           * verifies them exactly and proposes the result to the full target */
@@ -390,13 +390,14 @@ typedef struct seer_accept_trace seer_accept_trace;
 
 /* Drafters' settings. Each drafter declares its own (src/spec/draft_*.c: the option's names,
  * type, range, default and help), and the registry lists them all: the CLI's options, the
- * server's "seer" fields and seer_spec_default_params enumerate seer_spec_option_at, so a
- * drafter's settings are named in its file alone. A library user sets them by name through
- * seer_spec_set, which checks the range the drafter declared; a drafter keeps them in a
- * struct of its own file, so their values travel in seer_spec_params.ext (n-gram's
- * ngram_max and ngram_min, retrieval's refresh_below, snapkv's snap_kernel, and those of
- * drafters registered at run time). The other settings are also fields of seer_spec_params
- * below, which may be set directly. */
+ * server's "seer" fields and the scheduler's grouping of requests enumerate
+ * seer_spec_option_at, so a drafter's settings are named in its file alone. A library user
+ * sets them by name through seer_spec_set (the CLI flag without dashes or the server's field:
+ * "budget", "sinks", "chunk", "refresh_every", "snap_window", "draft_budget", "kv_view",
+ * "hier_base", "hier_gamma", "ngram_max", ...), which checks the range the drafter declared,
+ * and reads them with seer_spec_get; their values travel in seer_spec_params.ext and each
+ * drafter copies the ones it uses into a struct of its own. A setting several drafters use
+ * (the sparse views' budget K and sinks) is one setting. */
 typedef enum {
     SEER_SPEC_OPT_INT,   /* an integer */
     SEER_SPEC_OPT_FLOAT, /* a real number */
@@ -416,19 +417,13 @@ typedef struct {
                              with another) */
 } seer_spec_option;
 
-/* Settings kept by name (seer_spec_params.ext), at most this many in all. */
-#define SEER_SPEC_EXT_MAX 16
+/* Drafter settings kept by name (seer_spec_params.ext), at most this many in all. */
+#define SEER_SPEC_EXT_MAX 32
 
 typedef struct {
     seer_spec_kind kind;
     int gamma;             /* G: tokens drafted per round */
-    int budget;            /* K: KV slots a sparse self-draft reads (sinks/window/selection) */
-    int sinks;             /* first tokens always kept by the streaming view (<= budget) */
-    int chunk;             /* retrieval: tokens per chunk */
-    int refresh_every;     /* retrieval: rebuild the selection every N rounds (0 = never) */
-    int snap_window;       /* snapkv: prompt queries that vote */
-    seer_model *draft_model; /* draft: the draft model (same vocabulary) */
-    int draft_budget;      /* draft: StreamingLLM budget of the draft's own cache (0 = full) */
+    seer_model *draft_model; /* draft, hierarchy: the draft model (same vocabulary) */
     int tree_size;         /* > 0: each round proposes a token tree of this many nodes (SpecInfer,
                               Sequoia) instead of a chain of gamma; its depth is at most
                               tree_depth (0: gamma). One-hot drafters (ngram) still propose
@@ -447,22 +442,15 @@ typedef struct {
     float tree_draft_cost; /* tree_size -1: one draft step relative to a decode step (> 0), or
                               0: measured online from the rounds' timings (needs the measured
                               cost table) */
-    seer_spec_kind quant_view; /* quantkv: SEER_SPEC_NONE (every slot, quantised) or
-                                  SEER_SPEC_STREAMING (sinks + recent within budget, quantised) */
     const seer_spec_cost *cost; /* auto: the table the choice per round reads (kept alive by the
                                    caller while the generator or scheduler runs); NULL: plain */
-    seer_spec_kind hier_base; /* hierarchy: the middle level's view of the target's cache:
-                                 streaming, retrieval, snapkv or quantkv (SEER_SPEC_NONE:
-                                 streaming); its settings are those of that drafter */
-    int hier_gamma;        /* hierarchy: tokens the draft model proposes per verification by
-                              the middle level (>= 1); gamma is the middle level's chain */
     bool draft_weights;    /* self-drafts (streaming, retrieval, snapkv, quantkv, and the
                               hierarchy's middle level): draft steps multiply by the model's
                               quantised draft weights (seer_model_params.draft_weights).
                               auto's sparse self-drafts do so whenever the model holds them,
                               as its cost table was calibrated */
-    /* Settings that drafters keep in structs of their own (seer_spec_set / seer_spec_get by
-     * name; a setting not set reads as its default). */
+    /* The drafters' settings (seer_spec_set / seer_spec_get by name; a setting not set reads
+     * as its default). */
     double ext[SEER_SPEC_EXT_MAX];
     uint32_t ext_set;      /* bit i: ext[i] was set */
 } seer_spec_params;
@@ -470,7 +458,7 @@ typedef struct {
 /* Most nodes of a tree whose size is chosen online (tree_size -1). */
 #define SEER_TREE_AUTO_MAX 32
 
-/* Every field at the default its drafter declares; kind SEER_SPEC_NONE. */
+/* Kind SEER_SPEC_NONE, gamma 4, every drafter setting at the default its drafter declares. */
 seer_spec_params seer_spec_default_params(void);
 /* The i-th drafter setting (drafters in registry order, each's in its order) into *out;
  * false past the last. */

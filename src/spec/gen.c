@@ -616,7 +616,7 @@ seer_spec_kind seer_gen_round_drafter(const seer_gen *g, int *budget) {
     if (g->autos)
         return seer_gen_auto_current(g, budget);
     const seer_spec_kind k = seer_gen_round_kind(g);
-    *budget = seer_drafter_has(k, SEER_DRAFTER_BUDGETED) ? g->spec.budget : 0;
+    *budget = seer_drafter_has(k, SEER_DRAFTER_BUDGETED) ? seer_spec_value_int(&g->spec, SEER_DRAFTER_BUDGET) : 0;
     return k;
 }
 
