@@ -648,6 +648,10 @@ typedef struct {
                                 Costs one small backend call per step, and the steps keep the
                                 call's logits (no argmax-only calls) */
     int top_logprobs;
+    bool prompt_logprobs;    /* also the prompt's tokens' seer_token_logprob, with top_logprobs
+                                alternatives (seer_request_prompt_logprobs): the prefill keeps
+                                the logits of every prompt row, and the prompt is computed
+                                whole (no prefix taken from the prefix cache) */
     /* Structured output (NULL: none): the request takes its own copy of the constraint's
      * state at seer_request_new (the caller keeps and frees c); every row the target and the
      * drafters sample from is masked by it, and generation stops when it is finished. */
@@ -681,6 +685,11 @@ const char *seer_request_text(const seer_request *r, size_t *len);
  * per id of seer_request_tokens, in order; *out valid until the next step. 0 and *out NULL
  * when the request asked for none. */
 int seer_request_logprobs(const seer_request *r, const seer_token_logprob **out);
+/* The log-probabilities of the prompt's tokens (seer_request_params.prompt_logprobs), one per
+ * prompt token, once the prompt is computed (before that, or when none were asked for: 0 and
+ * *out NULL): entry i is token i's under the model after tokens 0 .. i-1; entry 0, which no
+ * token precedes, has logprob NAN and no alternatives. *out valid while r lives. */
+int seer_request_prompt_logprobs(const seer_request *r, const seer_token_logprob **out);
 void *seer_request_user(const seer_request *r);
 int seer_request_n_prompt(const seer_request *r);
 
@@ -925,6 +934,29 @@ bool seer_constraint_done(const seer_constraint *c);
  * malloc'd into *out. */
 seer_status seer_constraint_grammar_text(seer_constraint_kind kind, const char *text, size_t len,
                                          char **out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* A generator's sequence with structured output and log-probabilities                      */
+
+/* What a sequence of a generator may ask for beyond its sampler: the same as a request's
+ * (seer_request_params), run by the same round code. */
+typedef struct {
+    bool logprobs;     /* every generated token's seer_token_logprob (seer_gen_logprobs) */
+    int top_logprobs;  /* with this many alternatives (0..SEER_TOP_LOGPROBS_MAX) */
+    const seer_constraint *constraint; /* NULL: none; the sequence takes its own copy of its
+                                          state (the caller keeps and frees it): every row the
+                                          target and the drafter sample from is masked by it,
+                                          and the sequence ends when it is finished */
+} seer_gen_seq_params;
+seer_gen_seq_params seer_gen_seq_default_params(void);
+/* seer_gen_add with xp (NULL: the defaults, as seer_gen_add). SEER_ERR_INVALID_ARG for
+ * top_logprobs out of range or a constraint of another vocabulary (nothing added). */
+seer_status seer_gen_add_ext(seer_gen *g, const int32_t *prompt, int n, int max_new, seer_sampler_params sp,
+                             bool ignore_eos, const seer_gen_seq_params *xp, int *handle);
+/* The log-probabilities of handle's generated tokens (xp->logprobs), one per id of
+ * seer_gen_output, in order; *out valid until the next call on g. 0 and *out NULL when the
+ * sequence asked for none; -1 (and *out NULL) for a handle that holds no sequence. */
+int seer_gen_logprobs(const seer_gen *g, int handle, const seer_token_logprob **out);
 
 #ifdef __cplusplus
 }
