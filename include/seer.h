@@ -349,7 +349,7 @@ typedef enum {
     SEER_SPEC_DRAFT,     /* a standalone small draft model sharing the vocabulary */
     SEER_SPEC_NGRAM,     /* prompt lookup: continue the latest earlier match of the last n tokens */
     SEER_SPEC_QUANTKV,   /* self-draft through the pool's quantised KV copy (kv_quant_bits),
-                          * optionally under the streaming view (quant_view) */
+                          * optionally under the streaming view (kv_view) */
     SEER_SPEC_HIERARCHY, /* TriForce's hierarchy: the draft model (draft_model) drafts chains of
                           * hier_gamma for the target under a sparse view (hier_base), which
                           * verifies them exactly and proposes the result to the full target */
@@ -390,13 +390,14 @@ typedef struct seer_accept_trace seer_accept_trace;
 
 /* Drafters' settings. Each drafter declares its own (src/spec/draft_*.c: the option's names,
  * type, range, default and help), and the registry lists them all: the CLI's options, the
- * server's "seer" fields and seer_spec_default_params enumerate seer_spec_option_at, so a
- * drafter's settings are named in its file alone. A library user sets them by name through
- * seer_spec_set, which checks the range the drafter declared; a drafter keeps them in a
- * struct of its own file, so their values travel in seer_spec_params.ext (n-gram's
- * ngram_max and ngram_min, retrieval's refresh_below, snapkv's snap_kernel, and those of
- * drafters registered at run time). The other settings are also fields of seer_spec_params
- * below, which may be set directly. */
+ * server's "seer" fields and the scheduler's grouping of requests enumerate
+ * seer_spec_option_at, so a drafter's settings are named in its file alone. A library user
+ * sets them by name through seer_spec_set (the CLI flag without dashes or the server's field:
+ * "budget", "sinks", "chunk", "refresh_every", "snap_window", "draft_budget", "kv_view",
+ * "hier_base", "hier_gamma", "ngram_max", ...), which checks the range the drafter declared,
+ * and reads them with seer_spec_get; their values travel in seer_spec_params.ext and each
+ * drafter copies the ones it uses into a struct of its own. A setting several drafters use
+ * (the sparse views' budget K and sinks) is one setting. */
 typedef enum {
     SEER_SPEC_OPT_INT,   /* an integer */
     SEER_SPEC_OPT_FLOAT, /* a real number */
@@ -416,19 +417,13 @@ typedef struct {
                              with another) */
 } seer_spec_option;
 
-/* Settings kept by name (seer_spec_params.ext), at most this many in all. */
-#define SEER_SPEC_EXT_MAX 16
+/* Drafter settings kept by name (seer_spec_params.ext), at most this many in all. */
+#define SEER_SPEC_EXT_MAX 32
 
 typedef struct {
     seer_spec_kind kind;
     int gamma;             /* G: tokens drafted per round */
-    int budget;            /* K: KV slots a sparse self-draft reads (sinks/window/selection) */
-    int sinks;             /* first tokens always kept by the streaming view (<= budget) */
-    int chunk;             /* retrieval: tokens per chunk */
-    int refresh_every;     /* retrieval: rebuild the selection every N rounds (0 = never) */
-    int snap_window;       /* snapkv: prompt queries that vote */
-    seer_model *draft_model; /* draft: the draft model (same vocabulary) */
-    int draft_budget;      /* draft: StreamingLLM budget of the draft's own cache (0 = full) */
+    seer_model *draft_model; /* draft, hierarchy: the draft model (same vocabulary) */
     int tree_size;         /* > 0: each round proposes a token tree of this many nodes (SpecInfer,
                               Sequoia) instead of a chain of gamma; its depth is at most
                               tree_depth (0: gamma). One-hot drafters (ngram) still propose
@@ -447,22 +442,15 @@ typedef struct {
     float tree_draft_cost; /* tree_size -1: one draft step relative to a decode step (> 0), or
                               0: measured online from the rounds' timings (needs the measured
                               cost table) */
-    seer_spec_kind quant_view; /* quantkv: SEER_SPEC_NONE (every slot, quantised) or
-                                  SEER_SPEC_STREAMING (sinks + recent within budget, quantised) */
     const seer_spec_cost *cost; /* auto: the table the choice per round reads (kept alive by the
                                    caller while the generator or scheduler runs); NULL: plain */
-    seer_spec_kind hier_base; /* hierarchy: the middle level's view of the target's cache:
-                                 streaming, retrieval, snapkv or quantkv (SEER_SPEC_NONE:
-                                 streaming); its settings are those of that drafter */
-    int hier_gamma;        /* hierarchy: tokens the draft model proposes per verification by
-                              the middle level (>= 1); gamma is the middle level's chain */
     bool draft_weights;    /* self-drafts (streaming, retrieval, snapkv, quantkv, and the
                               hierarchy's middle level): draft steps multiply by the model's
                               quantised draft weights (seer_model_params.draft_weights).
                               auto's sparse self-drafts do so whenever the model holds them,
                               as its cost table was calibrated */
-    /* Settings that drafters keep in structs of their own (seer_spec_set / seer_spec_get by
-     * name; a setting not set reads as its default). */
+    /* The drafters' settings (seer_spec_set / seer_spec_get by name; a setting not set reads
+     * as its default). */
     double ext[SEER_SPEC_EXT_MAX];
     uint32_t ext_set;      /* bit i: ext[i] was set */
 } seer_spec_params;
@@ -470,7 +458,7 @@ typedef struct {
 /* Most nodes of a tree whose size is chosen online (tree_size -1). */
 #define SEER_TREE_AUTO_MAX 32
 
-/* Every field at the default its drafter declares; kind SEER_SPEC_NONE. */
+/* Kind SEER_SPEC_NONE, gamma 4, every drafter setting at the default its drafter declares. */
 seer_spec_params seer_spec_default_params(void);
 /* The i-th drafter setting (drafters in registry order, each's in its order) into *out;
  * false past the last. */
@@ -660,6 +648,10 @@ typedef struct {
                                 Costs one small backend call per step, and the steps keep the
                                 call's logits (no argmax-only calls) */
     int top_logprobs;
+    bool prompt_logprobs;    /* also the prompt's tokens' seer_token_logprob, with top_logprobs
+                                alternatives (seer_request_prompt_logprobs): the prefill keeps
+                                the logits of every prompt row, and the prompt is computed
+                                whole (no prefix taken from the prefix cache) */
     /* Structured output (NULL: none): the request takes its own copy of the constraint's
      * state at seer_request_new (the caller keeps and frees c); every row the target and the
      * drafters sample from is masked by it, and generation stops when it is finished. */
@@ -693,6 +685,11 @@ const char *seer_request_text(const seer_request *r, size_t *len);
  * per id of seer_request_tokens, in order; *out valid until the next step. 0 and *out NULL
  * when the request asked for none. */
 int seer_request_logprobs(const seer_request *r, const seer_token_logprob **out);
+/* The log-probabilities of the prompt's tokens (seer_request_params.prompt_logprobs), one per
+ * prompt token, once the prompt is computed (before that, or when none were asked for: 0 and
+ * *out NULL): entry i is token i's under the model after tokens 0 .. i-1; entry 0, which no
+ * token precedes, has logprob NAN and no alternatives. *out valid while r lives. */
+int seer_request_prompt_logprobs(const seer_request *r, const seer_token_logprob **out);
 void *seer_request_user(const seer_request *r);
 int seer_request_n_prompt(const seer_request *r);
 
@@ -937,6 +934,29 @@ bool seer_constraint_done(const seer_constraint *c);
  * malloc'd into *out. */
 seer_status seer_constraint_grammar_text(seer_constraint_kind kind, const char *text, size_t len,
                                          char **out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* A generator's sequence with structured output and log-probabilities                      */
+
+/* What a sequence of a generator may ask for beyond its sampler: the same as a request's
+ * (seer_request_params), run by the same round code. */
+typedef struct {
+    bool logprobs;     /* every generated token's seer_token_logprob (seer_gen_logprobs) */
+    int top_logprobs;  /* with this many alternatives (0..SEER_TOP_LOGPROBS_MAX) */
+    const seer_constraint *constraint; /* NULL: none; the sequence takes its own copy of its
+                                          state (the caller keeps and frees it): every row the
+                                          target and the drafter sample from is masked by it,
+                                          and the sequence ends when it is finished */
+} seer_gen_seq_params;
+seer_gen_seq_params seer_gen_seq_default_params(void);
+/* seer_gen_add with xp (NULL: the defaults, as seer_gen_add). SEER_ERR_INVALID_ARG for
+ * top_logprobs out of range or a constraint of another vocabulary (nothing added). */
+seer_status seer_gen_add_ext(seer_gen *g, const int32_t *prompt, int n, int max_new, seer_sampler_params sp,
+                             bool ignore_eos, const seer_gen_seq_params *xp, int *handle);
+/* The log-probabilities of handle's generated tokens (xp->logprobs), one per id of
+ * seer_gen_output, in order; *out valid until the next call on g. 0 and *out NULL when the
+ * sequence asked for none; -1 (and *out NULL) for a handle that holds no sequence. */
+int seer_gen_logprobs(const seer_gen *g, int handle, const seer_token_logprob **out);
 
 #ifdef __cplusplus
 }

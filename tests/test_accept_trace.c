@@ -159,8 +159,8 @@ static seer_spec_params streaming(int gamma) {
     seer_spec_params sp = seer_spec_default_params();
     sp.kind = SEER_SPEC_STREAMING;
     sp.gamma = gamma;
-    sp.budget = 16;
-    sp.sinks = 4;
+    tu_spec_set(&sp, "budget", 16);
+    tu_spec_set(&sp, "sinks", 4);
     return sp;
 }
 

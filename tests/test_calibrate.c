@@ -288,7 +288,7 @@ static void test_partial_greedy(void **state) {
         seer_spec_params spec = seer_spec_default_params();
         spec.kind = SEER_SPEC_AUTO;
         spec.cost = tables[t];
-        spec.sinks = 4;
+        tu_spec_set(&spec, "sinks", 4);
         tu_gen_ctx cx = {.n_ctx = 512, .page_size = 16, .n_batch_max = 128, .kv_quant_bits = 0};
         seer_spec_auto_stats as, sum = {0};
         for (int i = 0; i < 5; i++) {

@@ -294,7 +294,7 @@ static void test_auto(void **state) {
     seer_spec_params sp = seer_spec_default_params();
     sp.kind = SEER_SPEC_AUTO;
     sp.cost = c;
-    sp.sinks = 4;
+    tu_spec_set(&sp, "sinks", 4);
     seer_spec_auto_stats as[2];
     seer_spec_stats st[2];
     seer_model *models[2] = {m, plain_m};

@@ -522,12 +522,12 @@ static seer_spec_params spec_of(seer_spec_kind k, seer_model *draft) {
     seer_spec_params sp = seer_spec_default_params();
     sp.kind = k;
     sp.gamma = 3;
-    sp.budget = 6;
-    sp.sinks = 2;
-    sp.chunk = 4;
-    sp.snap_window = 4;
+    tu_spec_set(&sp, "budget", 6);
+    tu_spec_set(&sp, "sinks", 2);
+    tu_spec_set(&sp, "chunk", 4);
+    tu_spec_set(&sp, "snap_window", 4);
     sp.draft_model = draft;
-    sp.draft_budget = 0;
+    tu_spec_set(&sp, "draft_budget", 0);
     return sp;
 }
 
@@ -583,7 +583,7 @@ static void test_greedy_penalty_spec_identical(void **state) {
         seer_context *c;
         ASSERT_OK(seer_context_init(m, cp, &c));
         seer_spec_params spec = spec_of(kinds[k], m);
-        spec.budget = 4096; /* the streaming draft is the target: long accepted runs */
+        tu_spec_set(&spec, "budget", 4096); /* the streaming draft is the target: long accepted runs */
         seer_gen *g;
         ASSERT_OK(seer_gen_init(c, spec, &g));
         int h[3], active = 1;

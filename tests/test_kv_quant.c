@@ -370,9 +370,9 @@ static void test_context(void **state) {
     sp.kind = SEER_SPEC_QUANTKV;
     seer_gen *g = NULL;
     assert_int_equal(seer_gen_init(c[0], sp, &g), SEER_ERR_INVALID_ARG);
-    sp.quant_view = SEER_SPEC_SNAPKV;
-    assert_int_equal(seer_gen_init(c[1], sp, &g), SEER_ERR_INVALID_ARG);
-    sp.quant_view = SEER_SPEC_STREAMING;
+    assert_int_equal(seer_spec_set_num(&sp, "kv_view", SEER_SPEC_SNAPKV), SEER_ERR_INVALID_ARG);
+    assert_true(tu_spec_get(&sp, "kv_view") == SEER_SPEC_NONE);
+    tu_spec_set(&sp, "kv_view", SEER_SPEC_STREAMING);
     ASSERT_OK(seer_gen_init(c[1], sp, &g));
     seer_gen_free(g);
     seer_context_params cp = seer_context_default_params();

@@ -9,6 +9,9 @@
  *     log-probabilities bit for bit under greedy decoding;
  *   - a sampled request with n-gram drafts accepted (the verifier's probabilities kept apart
  *     from the logits) still reports the raw log-softmax of the emitted tokens;
+ *   - the prompt's log-probabilities (prompt_logprobs) equal the log-softmax of the prompt's
+ *     logits computed independently, over prefill chunks and with a prefix cache that holds
+ *     the prompt already;
  *   - bad settings refused.
  */
 #include "testutil.h"
@@ -229,6 +232,72 @@ static void test_sampled_spec(void **state) {
     check_against_decode(&o, 2, false);
 }
 
+/* The prompt's values: a prompt cut into chunks of 5, after a request of the same prompt left
+ * it in the prefix cache (which a request wanting them must not take rows from). */
+static void test_prompt_logprobs(void **state) {
+    (void)state;
+    const int V = seer_n_vocab(M), np = sizeof PROMPT / sizeof *PROMPT, top = 4;
+    int32_t prompt[sizeof PROMPT / sizeof *PROMPT];
+    for (int i = 0; i < np; i++)
+        prompt[i] = PROMPT[i] % V;
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_seq_max = 3;
+    cp.n_batch_max = 64;
+    cp.page_size = 4;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(M, cp, &c));
+    seer_sched_params sch = seer_sched_default_params();
+    sch.prefill_chunk = 5;
+    sch.prefix_cache = 1;
+    seer_sched *s = NULL;
+    ASSERT_OK(seer_sched_init(c, sch, &s));
+    float *L = malloc(sizeof(float) * (size_t)np * V);
+    tu_prefill_logits(M, prompt, np, L, NULL, NULL);
+    for (int round = 0; round < 2; round++) {
+        seer_request_params p = seer_request_default_params();
+        p.sampler = tu_greedy();
+        p.max_tokens = 3;
+        p.prompt_logprobs = round == 1;
+        p.top_logprobs = top;
+        seer_request *r = NULL;
+        ASSERT_OK(seer_request_new(M, prompt, np, &p, &r));
+        const seer_token_logprob *lp = (const seer_token_logprob *)1;
+        assert_int_equal(seer_request_prompt_logprobs(r, &lp), 0); /* not computed yet */
+        assert_null(lp);
+        ASSERT_OK(seer_sched_submit(s, r));
+        int active = 1;
+        while (active)
+            ASSERT_OK(seer_sched_step(s, &active));
+        seer_request_stats st;
+        seer_request_get_stats(r, &st);
+        if (round == 0) {
+            assert_int_equal(seer_request_prompt_logprobs(r, &lp), 0);
+            seer_request_free(r);
+            continue;
+        }
+        assert_int_equal(st.n_prefix_reused, 0);
+        assert_int_equal(seer_request_prompt_logprobs(r, &lp), np);
+        assert_true(isnan(lp[0].logprob));
+        assert_int_equal(lp[0].n_top, 0);
+        for (int i = 1; i < np; i++) {
+            const float *x = L + (size_t)(i - 1) * V;
+            if (fabs(lp[i].logprob - ref_lp(x, V, prompt[i])) > 2e-3)
+                fail_msg("prompt token %d: %.6f against %.6f", i, lp[i].logprob, ref_lp(x, V, prompt[i]));
+            assert_int_equal(lp[i].n_top, top);
+            for (int j = 0; j < top; j++) {
+                assert_true(fabs(lp[i].top_logprob[j] - ref_lp(x, V, lp[i].top_id[j])) < 2e-3);
+                if (j)
+                    assert_true(lp[i].top_logprob[j] <= lp[i].top_logprob[j - 1]);
+            }
+        }
+        seer_request_free(r);
+    }
+    free(L);
+    seer_sched_free(s);
+    seer_context_free(c);
+}
+
 static void test_bad(void **state) {
     (void)state;
     seer_request_params p = seer_request_default_params();
@@ -240,6 +309,10 @@ static void test_bad(void **state) {
     assert_null(r);
     p.top_logprobs = -1;
     assert_int_equal(seer_request_new(M, t, 2, &p, &r), SEER_ERR_INVALID_ARG);
+    p.logprobs = false;
+    p.prompt_logprobs = true;
+    assert_int_equal(seer_request_new(M, t, 2, &p, &r), SEER_ERR_INVALID_ARG);
+    p.prompt_logprobs = false;
     /* none asked: none kept */
     p.logprobs = false;
     ASSERT_OK(seer_request_new(M, t, 2, &p, &r));
@@ -255,6 +328,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_values),
         cmocka_unit_test(test_spec_identical),
         cmocka_unit_test(test_sampled_spec),
+        cmocka_unit_test(test_prompt_logprobs),
         cmocka_unit_test(test_bad),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -88,9 +88,9 @@ static seer_request *greedy_req(int i, seer_spec_kind kind) {
     p.max_tokens = G[i].ng;
     p.spec.kind = kind;
     p.spec.gamma = 3;
-    p.spec.budget = 24;
-    p.spec.sinks = 4;
-    p.spec.snap_window = 4;
+    tu_spec_set(&p.spec, "budget", 24);
+    tu_spec_set(&p.spec, "sinks", 4);
+    tu_spec_set(&p.spec, "snap_window", 4);
     seer_request *r = NULL;
     ASSERT_OK(seer_request_new(M, G[i].prompt, G[i].np, &p, &r));
     return r;
@@ -224,7 +224,7 @@ static void test_golden_under_load(void **state) {
         p.sampler.seed = 100 + k;
         p.max_tokens = 40 + 13 * k;
         p.spec.kind = k % 2 ? SEER_SPEC_STREAMING : SEER_SPEC_NONE;
-        p.spec.budget = 20;
+        tu_spec_set(&p.spec, "budget", 20);
         p.on_update = count_update;
         int32_t prompt[40];
         for (int j = 0; j < 40; j++)
@@ -439,8 +439,8 @@ static void run_arrival(int budget, int chunk, int mix, float stall, bool stream
             p.sampler.temperature = 0;
             p.max_tokens = G[gi[k]].ng;
             p.spec.kind = SEER_SPEC_STREAMING;
-            p.spec.budget = 24;
-            p.spec.sinks = 4;
+            tu_spec_set(&p.spec, "budget", 24);
+            tu_spec_set(&p.spec, "sinks", 4);
             p.spec.gamma = 3;
             p.spec.tree_size = 6;
             p.spec.tree_depth = 3;
@@ -697,7 +697,7 @@ static void run_mix(int fail_at, int32_t out[4][64], int n_out[4], int64_t acc[4
         p.max_tokens = 60;
         p.spec.kind = k == 1 ? SEER_SPEC_STREAMING : k == 2 ? SEER_SPEC_NGRAM : k == 3 ? SEER_SPEC_DRAFT : SEER_SPEC_NONE;
         p.spec.draft_model = M; /* the model drafts for itself: every draft is accepted */
-        p.spec.budget = 16;
+        tu_spec_set(&p.spec, "budget", 16);
         p.spec.gamma = 3;
         ASSERT_OK(seer_request_new(M, G[k % 3 + 2].prompt, G[k % 3 + 2].np, &p, &r[k]));
         ASSERT_OK(seer_sched_submit(s, r[k]));
@@ -853,7 +853,7 @@ static void test_spec_classes(void **state) {
         p.sampler.temperature = 0;
         p.max_tokens = 4;
         p.spec.kind = SEER_SPEC_STREAMING;
-        p.spec.budget = 8 + k;
+        tu_spec_set(&p.spec, "budget", 8 + k);
         seer_request *q = NULL;
         ASSERT_OK(seer_request_new(M, G[2].prompt, G[2].np, &p, &q));
         ASSERT_OK(seer_sched_submit(s, q));

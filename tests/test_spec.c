@@ -53,7 +53,7 @@ static const seer_spec_kind KINDS[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL,
 static seer_spec_params spec_of(seer_spec_kind k, seer_model *draft, int gamma, int budget) {
     seer_spec_params sp = tu_spec(k, gamma, budget);
     sp.draft_model = draft;
-    sp.draft_budget = k == SEER_SPEC_DRAFT ? 24 : 0;
+    tu_spec_set(&sp, "draft_budget", k == SEER_SPEC_DRAFT ? 24 : 0);
     return sp;
 }
 
@@ -85,7 +85,7 @@ static void test_greedy_identical_random(void **state) {
                 seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, tu_greedy(), 160, 4, got);
                 for (int i = 0; i < 3; i++) {
                     snprintf(what, sizeof what, "%s %s G=%d K=%d batch seq %d", archs[a][0],
-                             seer_spec_kind_name(KINDS[k]), sp.gamma, sp.budget, i);
+                             seer_spec_kind_name(KINDS[k]), sp.gamma, (int)tu_spec_get(&sp, "budget"), i);
                     tu_assert_same(&got[i], &plain[i], what);
                 }
                 assert_true(st.drafted > 0);
@@ -114,7 +114,7 @@ static void test_greedy_golden_stories(void **state) {
     for (size_t k = 0; k < sizeof KINDS / sizeof *KINDS; k++) {
         for (int gm = 2 + 4 * (int)(k % 2); gm <= 6; gm += 8) { /* G = 2 or 6 by kind */
             seer_spec_params sp = spec_of(KINDS[k], d, gm, 48);
-            sp.draft_budget = 32;
+            tu_spec_set(&sp, "draft_budget", 32);
             /* budget 256 positions in total, as the reference: prompt + generated */
             for (int i = 0; i < 5; i++) {
                 run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], tu_greedy(), 512, 16, &got[i]);
@@ -157,7 +157,7 @@ static void test_snapkv_window_across_chunks(void **state) {
         cp.n_batch_max = r == 0 ? 128 : 256; /* window rows 120..149: split, then whole */
         ASSERT_OK(seer_context_init(m, cp, &c[r]));
         seer_spec_params sp = spec_of(SEER_SPEC_SNAPKV, NULL, 4, 48);
-        sp.snap_window = 30;
+        tu_spec_set(&sp, "snap_window", 30);
         ASSERT_OK(seer_gen_init(c[r], sp, &g[r]));
         int h, active = 1;
         ASSERT_OK(seer_gen_add(g[r], prompt, 150, 40, tu_greedy(), true, &h));
@@ -334,7 +334,7 @@ static void test_quantkv_greedy(void **state) {
         for (size_t k = 0; k < sizeof QKV / sizeof *QKV; k++)
             for (int gm = 2; gm <= 5; gm += 3) {
                 seer_spec_params sp = spec_of(SEER_SPEC_QUANTKV, NULL, gm, 20);
-                sp.quant_view = QKV[k].view;
+                tu_spec_set(&sp, "kv_view", QKV[k].view);
                 run_kv_bits = QKV[k].bits;
                 char what[128];
                 seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, tu_greedy(), 160, 4, got);
@@ -363,7 +363,7 @@ static void test_quantkv_greedy(void **state) {
     assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     for (size_t k = 0; k < sizeof QKV / sizeof *QKV; k++) {
         seer_spec_params sp = spec_of(SEER_SPEC_QUANTKV, NULL, 3 + (int)k, 48);
-        sp.quant_view = QKV[k].view;
+        tu_spec_set(&sp, "kv_view", QKV[k].view);
         run_kv_bits = QKV[k].bits;
         for (int i = 0; i < 5; i++) {
             run(m, sp, &prompts[i], &plen[i], 1, 257 - plen[i], tu_greedy(), 512, 16, &got[i]);
@@ -398,14 +398,14 @@ static void test_distribution(void **state) {
     seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
     for (int k = 0; k < 3; k++) {
         seer_spec_params spec = spec_of(kinds[k], d, 3, 6);
-        spec.sinks = 2;
+        tu_spec_set(&spec, "sinks", 2);
         tu_dist_expect(&dist, spec, runs, NULL, "distribution %s", seer_spec_kind_name(kinds[k]));
     }
     /* the quantised-KV draft: 4 bits alone, 4 bits under the streaming view, and 8 bits */
     for (size_t k = 0; k < sizeof QKV / sizeof *QKV; k++) {
         seer_spec_params spec = spec_of(SEER_SPEC_QUANTKV, NULL, 3, 6);
-        spec.sinks = 2;
-        spec.quant_view = QKV[k].view;
+        tu_spec_set(&spec, "sinks", 2);
+        tu_spec_set(&spec, "kv_view", QKV[k].view);
         dist.kv_bits = QKV[k].bits;
         tu_dist_expect(&dist, spec, runs, NULL, "distribution quantkv %d-bit view %s", QKV[k].bits,
                        seer_spec_kind_name(QKV[k].view));
@@ -413,7 +413,7 @@ static void test_distribution(void **state) {
     }
     /* the same test rejects a wrong rule: resampling rejections from p, not the residual */
     seer_spec_params spec = spec_of(SEER_SPEC_STREAMING, d, 3, 6);
-    spec.sinks = 2;
+    tu_spec_set(&spec, "sinks", 2);
     tu_dist_expect(&dist, spec, runs, &seer_verify_wrong_rule_for_tests, "distribution with the wrong rule");
     seer_model_free(d);
     seer_model_free(m);

@@ -100,10 +100,10 @@ static seer_spec_params auto_spec(const seer_spec_cost *c, seer_model *draft) {
     sp.kind = SEER_SPEC_AUTO;
     sp.cost = c;
     sp.draft_model = draft;
-    sp.sinks = 4;
-    sp.chunk = 4;
-    sp.snap_window = 4;
-    sp.draft_budget = 24;
+    tu_spec_set(&sp, "sinks", 4);
+    tu_spec_set(&sp, "chunk", 4);
+    tu_spec_set(&sp, "snap_window", 4);
+    tu_spec_set(&sp, "draft_budget", 24);
     return sp;
 }
 

@@ -59,7 +59,7 @@ static void run_sched(seer_model *m, seer_spec_params spec, int32_t prompts[][32
     cp.n_batch_max = 64;
     cp.page_size = 16;
     cp.kv_quant_bits = spec.kind == SEER_SPEC_QUANTKV ||
-                               (spec.kind == SEER_SPEC_HIERARCHY && spec.hier_base == SEER_SPEC_QUANTKV)
+                               (spec.kind == SEER_SPEC_HIERARCHY && (int)tu_spec_get(&spec, "hier_base") == SEER_SPEC_QUANTKV)
                            ? 8 : 0;
     seer_context *c = NULL;
     ASSERT_OK(seer_context_init(m, cp, &c));
@@ -167,9 +167,9 @@ static void test_greedy_identical(void **state) {
         names[ns++] = "tree";
     }
     specs[ns] = tu_spec(SEER_SPEC_HIERARCHY, 4, 16);
-    specs[ns].hier_base = SEER_SPEC_STREAMING;
-    specs[ns].hier_gamma = 2;
-    specs[ns].quant_view = SEER_SPEC_STREAMING;
+    tu_spec_set(&specs[ns], "hier_base", SEER_SPEC_STREAMING);
+    tu_spec_set(&specs[ns], "hier_gamma", 2);
+    tu_spec_set(&specs[ns], "kv_view", SEER_SPEC_STREAMING);
     specs[ns].draft_model = d;
     names[ns++] = "hierarchy";
     for (int k = 0; k < ns; k++) {
@@ -385,7 +385,7 @@ static void test_distribution(void **state) {
     const seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_DRAFT, SEER_SPEC_NGRAM};
     for (int k = 0; k < 3; k++) {
         seer_spec_params spec = tu_spec(kinds[k], 3, 6);
-        spec.sinks = 2;
+        tu_spec_set(&spec, "sinks", 2);
         spec.draft_model = d;
         long outside;
         const double r = chi2_runs(m, spec, prompt, 24, sp, con, cells, nc, runs, &outside);
@@ -395,7 +395,7 @@ static void test_distribution(void **state) {
     }
     /* the wrong rule: the mask on the drafter's rows only, not the target's */
     seer_spec_params spec = tu_spec(SEER_SPEC_STREAMING, 3, 6);
-    spec.sinks = 2;
+    tu_spec_set(&spec, "sinks", 2);
     long outside;
     seer_constrain_wrong_rule_for_tests = 1;
     const double r = chi2_runs(m, spec, prompt, 24, sp, con, cells, nc, runs, &outside);

@@ -51,7 +51,7 @@ static const char *gen_model(const char *name, int vocab, int dim, int layers, i
 static int n_batch = 128; /* the contexts' batch limit */
 
 static bool needs_quant(const seer_spec_params *sp) {
-    return sp->kind == SEER_SPEC_QUANTKV || (sp->kind == SEER_SPEC_HIERARCHY && sp->hier_base == SEER_SPEC_QUANTKV);
+    return sp->kind == SEER_SPEC_QUANTKV || (sp->kind == SEER_SPEC_HIERARCHY && (int)tu_spec_get(sp, "hier_base") == SEER_SPEC_QUANTKV);
 }
 
 static seer_spec_stats run(seer_model *m, seer_spec_params spec, int32_t prompts[][64], const int *plen,
@@ -67,9 +67,9 @@ static const seer_spec_kind BASES[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL,
 
 static seer_spec_params hier_of(seer_spec_kind base, seer_model *draft, int gamma, int g1, int budget) {
     seer_spec_params sp = tu_spec(SEER_SPEC_HIERARCHY, gamma, budget);
-    sp.hier_base = base;
-    sp.hier_gamma = g1;
-    sp.quant_view = SEER_SPEC_STREAMING;
+    tu_spec_set(&sp, "hier_base", base);
+    tu_spec_set(&sp, "hier_gamma", g1);
+    tu_spec_set(&sp, "kv_view", SEER_SPEC_STREAMING);
     sp.draft_model = draft;
     return sp;
 }
@@ -93,14 +93,27 @@ static void test_bad_settings(void **state) {
     } bad[] = {
         {hier_of(SEER_SPEC_STREAMING, NULL, 4, 2, 16), "draft model"},
         {hier_of(SEER_SPEC_STREAMING, other, 4, 2, 16), "vocabulary"},
-        {hier_of(SEER_SPEC_DRAFT, m, 4, 2, 16), "base"},
-        {hier_of(SEER_SPEC_NGRAM, m, 4, 2, 16), "base"},
-        {hier_of(SEER_SPEC_HIERARCHY, m, 4, 2, 16), "base"},
-        {hier_of(SEER_SPEC_STREAMING, m, 4, 0, 16), "gamma"},
         {hier_of(SEER_SPEC_STREAMING, m, 4, 32, 16), "gamma"},
         {hier_of(SEER_SPEC_QUANTKV, m, 4, 2, 16), "quantised"},
-        {hier_of(SEER_SPEC_STREAMING, m, 4, 2, 0), "budget"},
     };
+    /* settings out of their declared range or choices are refused when set, the value kept */
+    const struct {
+        const char *name;
+        double v;
+        const char *what;
+    } bad_set[] = {
+        {"hier_base", SEER_SPEC_DRAFT, "hier_base"}, {"hier_base", SEER_SPEC_NGRAM, "hier_base"},
+        {"hier_base", SEER_SPEC_HIERARCHY, "hier_base"}, {"hier_gamma", 0, "hier_gamma"},
+        {"budget", 0, "budget"}, {"chunk", 0, "chunk"},
+    };
+    for (size_t k = 0; k < sizeof bad_set / sizeof *bad_set; k++) {
+        seer_spec_params sp = hier_of(SEER_SPEC_RETRIEVAL, m, 4, 2, 16);
+        const double before = tu_spec_get(&sp, bad_set[k].name);
+        assert_int_equal(seer_spec_set_num(&sp, bad_set[k].name, bad_set[k].v), SEER_ERR_INVALID_ARG);
+        if (!strstr(seer_last_error(), bad_set[k].what))
+            fail_msg("set %d: message '%s' does not mention %s", (int)k, seer_last_error(), bad_set[k].what);
+        assert_true(tu_spec_get(&sp, bad_set[k].name) == before);
+    }
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         g = (seer_gen *)&g;
         seer_status s = seer_gen_init(c, bad[k].sp, &g);
@@ -117,9 +130,9 @@ static void test_bad_settings(void **state) {
     sp.tree_depth = 4;
     assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
     assert_null(g);
-    /* a middle setting its own drafter refuses */
-    sp = hier_of(SEER_SPEC_RETRIEVAL, m, 4, 2, 16);
-    sp.chunk = 0;
+    /* a middle setting its own drafter refuses (a SnapKV window past the batch limit) */
+    sp = hier_of(SEER_SPEC_SNAPKV, m, 4, 2, 16);
+    tu_spec_set(&sp, "snap_window", cp.n_batch_max + 1);
     assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
     assert_null(g);
     /* the names */
@@ -162,7 +175,7 @@ static void test_greedy_identical_random(void **state) {
         for (int w = 0; w < 2; w++) {
             const int g1 = w ? 1 : 3;
             seer_spec_params sp = hier_of(BASES[k], w ? same : d, 4, g1, 20);
-            sp.refresh_every = 0; /* the hierarchy keeps the prefill's retrieval selection */
+            tu_spec_set(&sp, "refresh_every", 0); /* the hierarchy keeps the prefill's retrieval selection */
             char what[128];
             seer_spec_stats st = run(m, sp, prompts, plen, 3, 40, tu_greedy(), 160, 4, got);
             for (int i = 0; i < 3; i++) {
@@ -226,7 +239,7 @@ static void test_greedy_golden_stories(void **state) {
     assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++) {
         seer_spec_params sp = hier_of(BASES[k], d, 6, 3, 48);
-        sp.draft_budget = 32; /* the bottom reads a streaming view of its own cache */
+        tu_spec_set(&sp, "draft_budget", 32); /* the bottom reads a streaming view of its own cache */
         /* streaming: the batch of five; the other views: one prompt each, alone */
         const int n = k == 0 ? 5 : 1, first = k == 0 ? 0 : (int)k;
         seer_spec_stats b = run(m, sp, &prompts[first], &plen[first], n, 256, tu_greedy(), 512, 16, got);
@@ -317,7 +330,7 @@ static void test_distribution(void **state) {
      * one round come from two calls */
     dist.max_new = 4;
     seer_spec_params spec = hier_of(SEER_SPEC_STREAMING, d, 2, 1, 6);
-    spec.sinks = 2;
+    tu_spec_set(&spec, "sinks", 2);
     tu_dist_expect(&dist, spec, 2000, NULL, "hierarchy distribution");
     dist.max_new = 3;
     /* TriForce's middle rule with a middle that is the target (a view of every slot), so that

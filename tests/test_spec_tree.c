@@ -253,13 +253,13 @@ static seer_spec_params tree_of(seer_spec_kind k, seer_model *draft, int size, i
     sp.gamma = depth;
     sp.tree_size = size;
     sp.tree_depth = depth;
-    sp.budget = budget;
-    sp.sinks = 4;
-    sp.chunk = 4;
-    sp.snap_window = 4;
-    sp.refresh_every = 3;
+    tu_spec_set(&sp, "budget", budget);
+    tu_spec_set(&sp, "sinks", 4);
+    tu_spec_set(&sp, "chunk", 4);
+    tu_spec_set(&sp, "snap_window", 4);
+    tu_spec_set(&sp, "refresh_every", 3);
     sp.draft_model = draft;
-    sp.draft_budget = k == SEER_SPEC_DRAFT ? 24 : 0;
+    tu_spec_set(&sp, "draft_budget", k == SEER_SPEC_DRAFT ? 24 : 0);
     return sp;
 }
 
@@ -337,7 +337,7 @@ static void test_greedy_golden_stories(void **state) {
     assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++) {
         seer_spec_params sp = tree_of(BASES[k], d, 10, 4, 48);
-        sp.draft_budget = 32;
+        tu_spec_set(&sp, "draft_budget", 32);
         seer_spec_params chain = sp;
         chain.tree_size = 0;
         chain.gamma = 4;
@@ -485,7 +485,7 @@ static void test_online_golden_stories(void **state) {
     for (size_t k = 0; k < sizeof BASES / sizeof *BASES; k++)
         for (int a = 0; a < 2; a++) {
             seer_spec_params sp = online(tree_of(BASES[k], d, 10, 4, 48), false);
-            sp.draft_budget = 32;
+            tu_spec_set(&sp, "draft_budget", 32);
             if (a) /* measured table, draft cost measured online */
                 sp.tree_size = -1;
             for (int i = 0; i < 5; i++) {
@@ -545,7 +545,7 @@ static void test_online_follows_acceptance(void **state) {
 
     const int D = 6;
     seer_spec_params sp = online(tree_of(SEER_SPEC_DRAFT, m, 12, D, 48), true);
-    sp.draft_budget = 0; /* the draft's full cache: its argmax is the target's */
+    tu_spec_set(&sp, "draft_budget", 0); /* the draft's full cache: its argmax is the target's */
     seer_gen *g = NULL;
     ASSERT_OK(seer_gen_init(c, sp, &g));
     const int32_t *par;
@@ -574,7 +574,7 @@ static void test_online_follows_acceptance(void **state) {
     run_on(g, prompt, 24, &plain);
     seer_gen_free(g);
     sp = online(tree_of(SEER_SPEC_DRAFT, bad, 12, 4, 48), false);
-    sp.draft_budget = 0;
+    tu_spec_set(&sp, "draft_budget", 0);
     ASSERT_OK(seer_gen_init(c, sp, &g));
     n = seer_gen_tree_shape(g, &par);
     int32_t deflt[12], dd[12];
@@ -667,17 +667,17 @@ static void test_distribution(void **state) {
     const seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_DRAFT};
     for (int k = 0; k < 2; k++) {
         seer_spec_params spec = tree_of(kinds[k], d, 8, 2, 6);
-        spec.sinks = 2;
+        tu_spec_set(&spec, "sinks", 2);
         tu_dist_expect(&dist, spec, runs, NULL, "tree distribution %s", seer_spec_kind_name(kinds[k]));
     }
     /* shapes re-planned every 3 rounds, of fixed and of automatic size, as runs go by */
     for (int a = 0; a < 2; a++) {
         seer_spec_params spec = online(tree_of(SEER_SPEC_DRAFT, d, 8, 2, 6), a);
-        spec.sinks = 2;
+        tu_spec_set(&spec, "sinks", 2);
         tu_dist_expect(&dist, spec, runs, NULL, "tree distribution, online shape (auto=%d)", a);
     }
     seer_spec_params spec = tree_of(SEER_SPEC_STREAMING, d, 8, 2, 6);
-    spec.sinks = 2;
+    tu_spec_set(&spec, "sinks", 2);
     tu_dist_expect(&dist, spec, runs, &seer_verify_wrong_rule_for_tests, "tree distribution with the wrong rule");
     seer_model_free(d);
     seer_model_free(m);

@@ -78,7 +78,7 @@ static void *work(void *arg) {
         p.max_tokens = G[i].ng;
         p.spec.kind = (seer_spec_kind)((i + w->id) % 3 == 1 ? SEER_SPEC_STREAMING
                                        : (i + w->id) % 3 == 2 ? SEER_SPEC_NGRAM : SEER_SPEC_NONE);
-        p.spec.budget = 24;
+        tu_spec_set(&p.spec, "budget", 24);
         p.spec.gamma = 3;
         if (seer_request_new(M, ids, n, &p, &r[i]) != SEER_OK || seer_sched_submit(s, r[i]) != SEER_OK) {
             w->failures++;
@@ -94,7 +94,7 @@ static void *work(void *arg) {
         p.sampler.seed = 11 + k;
         p.max_tokens = SMAX;
         p.spec.kind = k == 1 ? SEER_SPEC_STREAMING : SEER_SPEC_NONE;
-        p.spec.budget = 24;
+        tu_spec_set(&p.spec, "budget", 24);
         if (seer_request_new(M, G[k].prompt, G[k].np, &p, &q[k]) != SEER_OK || seer_sched_submit(s, q[k]) != SEER_OK) {
             w->failures++;
             snprintf(w->why, sizeof w->why, "sampled request %d: %s", k, seer_last_error());

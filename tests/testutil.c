@@ -118,15 +118,28 @@ seer_model *tu_load_tp(const char *path, seer_backend_kind kind, int tp) {
     return m;
 }
 
+void tu_spec_set(seer_spec_params *sp, const char *name, double value) {
+    if (seer_spec_set_num(sp, name, value) != SEER_OK)
+        fail_msg("setting %s to %g: %s", name, value, seer_last_error());
+}
+
+double tu_spec_get(const seer_spec_params *sp, const char *name) {
+    double v = 0;
+    if (seer_spec_get(sp, name, &v) != SEER_OK)
+        fail_msg("reading %s: %s", name, seer_last_error());
+    return v;
+}
+
 seer_spec_params tu_spec(seer_spec_kind kind, int gamma, int budget) {
     seer_spec_params sp = seer_spec_default_params();
     sp.kind = kind;
     sp.gamma = gamma;
-    sp.budget = budget;
-    sp.sinks = 4;
-    sp.chunk = 4;
-    sp.snap_window = 4;
-    sp.refresh_every = 3;
+    if (budget > 0) /* 0: kinds that read no budget */
+        tu_spec_set(&sp, "budget", budget);
+    tu_spec_set(&sp, "sinks", 4);
+    tu_spec_set(&sp, "chunk", 4);
+    tu_spec_set(&sp, "snap_window", 4);
+    tu_spec_set(&sp, "refresh_every", 3);
     return sp;
 }
 

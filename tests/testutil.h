@@ -54,6 +54,10 @@ seer_model *tu_load_tp(const char *path, seer_backend_kind kind, int tp);
 /* Speculation of kind with G = gamma and budget K, and the small sinks, chunks, SnapKV window
  * and refresh period the tiny models' tests use. */
 seer_spec_params tu_spec(seer_spec_kind kind, int gamma, int budget);
+/* A drafter setting by name (seer_spec_set_num), failing the test when it is refused. */
+void tu_spec_set(seer_spec_params *sp, const char *name, double value);
+/* A drafter setting's value by name (seer_spec_get). */
+double tu_spec_get(const seer_spec_params *sp, const char *name);
 /* The logits [n][V] of every position of a prompt of n (<= 128) tokens in one call of a fresh
  * context, and the queries of the positions flagged in cap into q (host [n_layers][n_cap][H*Dh])
  * unless q is NULL. */

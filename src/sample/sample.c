@@ -246,25 +246,13 @@ static int probs_pipeline(const seer_sampler_params *p, const int32_t *history, 
 
     /* The penalties (penalty.c): the repetition penalty as in the CTRL paper (Keskar et al.
      * 2019) and llama.cpp, each distinct id once however often it occurs in the window, then
-     * frequency and presence by its count. Marks and counts are cleared for the window's ids
-     * first, so the scratch needs no initialisation; the counts lie in cand, filled later. */
-    if (seer_sampler_penalised(p) && history && n_history > 0) {
-        const int n = n_history < p->repeat_last_n ? n_history : p->repeat_last_n;
-        const int32_t *h = history + (n_history - n);
-        int32_t *count = (int32_t *)c;
-        for (int i = 0; i < n; i++)
-            if (h[i] >= 0 && h[i] < V)
-                mark[h[i]] = 0, count[h[i]] = 0;
-        for (int i = 0; i < n; i++)
-            if (h[i] >= 0 && h[i] < V)
-                count[h[i]]++;
-        for (int i = 0; i < n; i++) {
-            const int32_t id = h[i];
-            if (id < 0 || id >= V || mark[id])
-                continue;
-            mark[id] = 1;
-            work[id] = seer_penalty_apply(work[id], p->repeat_penalty, seer_penalty_sub(p, count[id]));
-        }
+     * frequency and presence by its count. The counts and the window's ids lie in cand, filled
+     * later. */
+    {
+        int32_t *count = (int32_t *)c, *ids = (int32_t *)c + V;
+        const int m = seer_penalty_window(p, history, n_history, V, mark, count, ids);
+        for (int i = 0; i < m; i++)
+            work[ids[i]] = seer_penalty_apply(work[ids[i]], p->repeat_penalty, seer_penalty_sub(p, count[ids[i]]));
     }
 
     if (!(p->temperature > 0.0f)) {

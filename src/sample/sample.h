@@ -60,6 +60,13 @@ static inline bool seer_sampler_penalised(const seer_sampler_params *p) {
  * with the same rounded operations from seer_penalty_sub's result. */
 float seer_penalty_sub(const seer_sampler_params *p, int count);
 float seer_penalty_apply(float v, float rep, float sub);
+/* The penalty window of a row whose history is hist[0 .. n_hist): the distinct ids in range
+ * [0, V) among its last p->repeat_last_n entries, each once in order of first occurrence, into
+ * ids (room: repeat_last_n), and each one's occurrences into count[id]; mark and count [V] are
+ * scratch that needs no initialisation. Returns how many ids (0 when p penalises nothing).
+ * The CPU's sampler and CUDA's (on the host, staging its rows) both take the window here. */
+int seer_penalty_window(const seer_sampler_params *p, const int32_t *hist, int n_hist, int V, uint8_t *mark,
+                        int32_t *count, int32_t *ids);
 
 /* Bytes of scratch seer_sampler_probs_with_history needs for a vocabulary of n_vocab
  * (about 13 * n_vocab). The scratch need not be initialised and may be reused freely. */

@@ -11,6 +11,7 @@
 #include "sched/sched.h"
 #include "util/error.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -41,6 +42,7 @@ void seer_request_free(seer_request *r) {
     free(r->tokens);
     free(r->text);
     free(r->lp);
+    free(r->plp);
     free(r->qcap);
     seer_sampler_free(r->smp);
     seer_constraint_free(r->con);
@@ -70,7 +72,7 @@ seer_status seer_request_new(const seer_model *model, const int32_t *prompt, int
         if (l < 1 || l > STOP_MAX_BYTES)
             return seer_err(SEER_ERR_INVALID_ARG, "stop string %d must have 1 to %d bytes", i, STOP_MAX_BYTES);
     }
-    if (params->logprobs && (params->top_logprobs < 0 || params->top_logprobs > SEER_TOP_LOGPROBS_MAX))
+    if ((params->logprobs || params->prompt_logprobs) && (params->top_logprobs < 0 || params->top_logprobs > SEER_TOP_LOGPROBS_MAX))
         return seer_err(SEER_ERR_INVALID_ARG, "top_logprobs %d must be 0..%d", params->top_logprobs,
                         SEER_TOP_LOGPROBS_MAX);
     SEER_TRY(seer_sampler_params_check(&params->sampler));
@@ -110,6 +112,13 @@ seer_status seer_request_new(const seer_model *model, const int32_t *prompt, int
         st = seer_constraint_clone(params->constraint, &r->con);
     if (st == SEER_OK)
         st = seer_detok_init(model, &r->dt);
+    if (st == SEER_OK && params->prompt_logprobs) {
+        r->plp = calloc((size_t)n, sizeof *r->plp);
+        if (!r->plp)
+            st = seer_err(SEER_ERR_OOM, "out of memory for the prompt's log-probabilities");
+        else
+            r->plp[0].logprob = NAN; /* no token precedes the first */
+    }
     if (st != SEER_OK) {
         seer_request_free(r);
         return st;
@@ -160,6 +169,15 @@ int seer_request_logprobs(const seer_request *r, const seer_token_logprob **out)
         return 0;
     *out = r->lp;
     return r->n_tokens - r->n_prompt;
+}
+
+int seer_request_prompt_logprobs(const seer_request *r, const seer_token_logprob **out) {
+    if (out)
+        *out = NULL;
+    if (!r || !out || !r->plp || !r->plp_done)
+        return 0;
+    *out = r->plp;
+    return r->n_prompt;
 }
 
 void seer_request_cancel(seer_request *r) {

@@ -111,6 +111,7 @@ struct seer_sched {
     int32_t *tok, *sq, *pos, *ids; /* [budget] */
     uint8_t *want, *capf, *prompt; /* [budget] */
     uint8_t *mask;          /* [budget][budget] tree mask of a call, allocated at the first tree */
+    seer_prompt_lp plp;     /* the call's rows that give prompt tokens' log-probabilities */
     float *qbuf;            /* [n_layers][budget][H*Dh] captured queries, or NULL */
 };
 
@@ -162,6 +163,7 @@ void seer_sched_free(seer_sched *s) {
     seer_prefix_free(&s->pc, s->ctx);
     free(s->running), free(s->waiting), free(s->plan);
     free(s->tok), free(s->sq), free(s->pos), free(s->ids), free(s->want), free(s->capf), free(s->prompt), free(s->qbuf);
+    seer_prompt_lp_free(&s->plp);
     free(s->mask);
     free(s);
 }
@@ -354,7 +356,9 @@ static seer_status admit(seer_sched *s, seer_request *r) {
     /* a cached prefix, leaving the pending token and the rows whose queries the drafter
      * wants to be computed */
     int m = 0;
-    const int e = seer_prefix_lookup(&s->pc, r->tokens, n, n - (tail > 1 ? tail : 1), &m, s->n_step);
+    /* (not for a request that wants its prompt's log-probabilities: every row is computed) */
+    const int e = r->p.prompt_logprobs ? -1
+                                       : seer_prefix_lookup(&s->pc, r->tokens, n, n - (tail > 1 ? tail : 1), &m, s->n_step);
     if (e >= 0) {
         SEER_TRY(seer_seq_fork(s->ctx, s->pc.e[e].seq, &seq));
         seer_status st = seer_seq_rewind(s->ctx, seq, m);
@@ -607,21 +611,27 @@ static seer_status plan_rounds(seer_sched *s, int n) {
     return SEER_OK;
 }
 
-/* Lays out the rows of prefill entry pe (a prompt chunk) at b's end. */
-static void put_chunk(seer_sched *s, const plan_entry *pe, seer_round_rows *b, int *ncap) {
+/* Lays out the rows of prefill entry pe (a prompt chunk) at b's end: the last one's output
+ * goes to the round, the rows that give prompt tokens' log-probabilities to s->plp. */
+static seer_status put_chunk(seer_sched *s, const plan_entry *pe, seer_round_rows *b, int *ncap) {
     seer_request *r = pe->r;
     for (int j = r->n_cached; j < r->n_cached + pe->n_new; j++) {
         const int T = b->T++;
+        const bool round = pe->round && j == r->n_target - 1, plp = seer_prompt_lp_wants(r, j);
         b->tok[T] = r->tokens[j];
         b->seq[T] = r->seq;
         b->pos[T] = j;
-        b->want[T] = pe->round && j == r->n_target - 1;
+        b->want[T] = round || plp;
         s->capf[T] = r->tail > 0 && j >= r->n_target - r->tail;
         s->prompt[T] = j < r->n_prompt; /* not a generated token recomputed */
         *ncap += s->capf[T];
-        if (b->want[T])
-            seer_round_out_row(s->groups[r->group].g, pe->k, b->n_out++);
+        if (round)
+            seer_round_out_row(s->groups[r->group].g, pe->k, b->n_out);
+        else if (plp)
+            SEER_TRY(seer_prompt_lp_note(&s->plp, s->budget, r, j, b->n_out));
+        b->n_out += b->want[T];
     }
+    return SEER_OK;
 }
 
 /* The tree mask of a call of T rows laid out from the plan's n entries. */
@@ -655,13 +665,14 @@ static seer_status run_plan(seer_sched *s, int n) {
     seer_round_rows b = {.tok = s->tok, .seq = s->sq, .pos = s->pos, .want = s->want, .chains = true};
     int ncap = 0;
     bool amax = true;
+    s->plp.n = 0;
     for (int e = 0; e < n; e++) {
         plan_entry *pe = &s->plan[e];
         seer_gen *g = s->groups[pe->r->group].g;
         if (pe->round)
             amax &= seer_round_greedy(g, pe->k);
         if (pe->prefill) {
-            put_chunk(s, pe, &b, &ncap);
+            SEER_TRY(put_chunk(s, pe, &b, &ncap));
             continue;
         }
         const int t = b.T, m = seer_round_put(g, pe->k, &b);
@@ -682,10 +693,12 @@ static seer_status run_plan(seer_sched *s, int n) {
     seer_batch call = {.n_tokens = T, .token = s->tok, .seq = s->sq, .pos = s->pos, .logits = s->want,
                        .mask = mask, .capture = ncap ? s->capf : NULL, .queries = s->qbuf, .prompt = s->prompt};
     float *L = NULL;
+    amax &= s->plp.n == 0; /* the prompt's log-probabilities read the logits */
     if (amax)
         SEER_TRY(seer_decode_argmax(c, &call, s->ids));
     else
         SEER_TRY(seer_decode_keep(c, &call, &L));
+    SEER_TRY(seer_prompt_lp_compute(&s->plp, c, L, in->n_vocab));
     for (int i = 0; i < MAX_GROUPS; i++)
         if (s->groups[i].n)
             SEER_TRY(seer_round_verify(s->groups[i].g, 0, s->groups[i].n, amax ? s->ids : NULL, L));
@@ -736,6 +749,7 @@ static seer_status prompt_done(seer_sched *s, seer_request *r, seer_status st) {
     seer_gen *g = s->groups[r->group].g;
     r->n_cached = r->n_target;
     r->state = REQ_DECODE;
+    r->plp_done = r->plp != NULL;
     /* the prompt's pages for later requests; a failure here only means no entry */
     if (st == SEER_OK)
         (void)seer_prefix_insert(&s->pc, s->ctx, r->seq, r->tokens, r->n_prompt, s->n_step);

@@ -54,6 +54,8 @@ struct seer_request {
     seer_request_stats st;
     seer_token_logprob *lp; /* [lp_cap] of the generated tokens (p.logprobs), n_generated used */
     int lp_cap;
+    seer_token_logprob *plp; /* [n_prompt] of the prompt's tokens (p.prompt_logprobs) */
+    bool plp_done;           /* the prompt is computed: plp is whole */
 };
 
 /* The time budget of prompt tokens beside decoding requests (stall.c). */
@@ -106,5 +108,27 @@ void seer_request_finish(seer_request *r, seer_finish_reason why);
  * next); a request that cannot keep it (out of memory) finishes with SEER_FINISH_ERROR. */
 void seer_request_put_logprob(seer_request *r, const seer_token_logprob *lp);
 double seer_sched_now(void);
+
+/* The prompt's log-probabilities (prompt_lp.c): the rows of a forward call whose logits give
+ * a prompt token's, noted while the call is laid out and computed after it. */
+typedef struct {
+    seer_logprob_row *rows; /* [cap] */
+    seer_request **req;     /* [cap] */
+    int32_t *pos;           /* [cap] the position of the row; it gives token pos + 1's */
+    int32_t *out;           /* [cap] the call's output row */
+    float *lp, *top_lp;     /* [cap], [cap][SEER_TOP_LOGPROBS_MAX] */
+    int32_t *top_id;        /* [cap][SEER_TOP_LOGPROBS_MAX] */
+    int n, cap;
+} seer_prompt_lp;
+/* Whether the row of r at position j gives a prompt token's log-probability. */
+static inline bool seer_prompt_lp_wants(const seer_request *r, int j) {
+    return r->p.prompt_logprobs && j + 1 < r->n_prompt;
+}
+/* Notes r's row at position j, output row out of the call (room for cap rows, made here). */
+seer_status seer_prompt_lp_note(seer_prompt_lp *p, int cap, seer_request *r, int j, int out);
+/* The noted rows' values from the call's logits L [outputs][V] into their requests; the
+ * notes are cleared. */
+seer_status seer_prompt_lp_compute(seer_prompt_lp *p, seer_context *c, const float *L, int V);
+void seer_prompt_lp_free(seer_prompt_lp *p);
 
 #endif

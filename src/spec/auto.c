@@ -104,15 +104,14 @@ seer_status seer_gen_auto_init(seer_gen *g) {
             c->spec = g->spec;
             c->spec.kind = dr->kind;
             c->spec.tree_size = 0;
-            if (c->budget > 0)
-                c->spec.budget = c->budget;
+            const bool k_ok = c->budget <= 0 || seer_spec_set_num(&c->spec, SEER_DRAFTER_BUDGET, c->budget) == SEER_OK;
             /* the sparse self-drafts draft through the model's draft weights where it holds
              * them: calibration timed their step so (calibrate.c) */
             c->spec.draft_weights = g->ctx->model->draft_layers && seer_drafter_has(c->kind, SEER_DRAFTER_SPARSE_SELF);
             c->ops = seer_drafter_of_kind(dr->kind)->ops;
-            /* a candidate that cannot run with these settings (a budget its view refuses, a
+            /* a candidate that cannot run with these settings (a budget out of range or one its view refuses, a
              * draft model of another vocabulary) is left out rather than failing generation */
-            if (!c->ops || c->ops->init(&g->env, &c->spec, &c->impl) != SEER_OK) {
+            if (!k_ok || !c->ops || c->ops->init(&g->env, &c->spec, &c->impl) != SEER_OK) {
                 memset(c, 0, sizeof *c);
                 continue;
             }

@@ -66,12 +66,23 @@ static void hier_free(const seer_draft_env *env, void *impl) {
     free(im);
 }
 
+/* Its own settings (OPTS below); the middle and the bottom read theirs as the drafters they
+ * are. */
+typedef struct {
+    int gamma;           /* g1: the bottom's chain */
+    seer_spec_kind base; /* the middle's view */
+} hier_settings;
+
+extern const seer_drafter_desc seer_drafter_hierarchy_desc;
+
 static seer_status hier_init(const seer_draft_env *env, const seer_spec_params *p, void **out) {
+    hier_settings own;
+    seer_drafter_settings(&seer_drafter_hierarchy_desc, p, &own);
     if (!p->draft_model)
         return seer_err(SEER_ERR_INVALID_ARG, "speculation 'hierarchy' needs a draft model (the bottom level)");
     if (p->tree_size != 0)
         return seer_err(SEER_ERR_INVALID_ARG, "speculation 'hierarchy' proposes chains, not token trees");
-    const seer_spec_kind base = p->hier_base == SEER_SPEC_NONE ? SEER_SPEC_STREAMING : p->hier_base;
+    const seer_spec_kind base = own.base;
     if (!seer_drafter_has(base, SEER_DRAFTER_HIER_BASE)) {
         char views[256];
         seer_drafter_names(SEER_DRAFTER_HIER_BASE, views, sizeof views);
@@ -79,13 +90,13 @@ static seer_status hier_init(const seer_draft_env *env, const seer_spec_params *
                         seer_spec_kind_name(base), views);
     }
     const int TB = env->ctx->params.n_batch_max;
-    if (p->hier_gamma < 1 || p->hier_gamma + 1 > TB)
+    if (own.gamma < 1 || own.gamma + 1 > TB)
         return seer_err(SEER_ERR_INVALID_ARG, "hierarchy gamma %d must be in [1, %d] (the batch limit %d less one)",
-                        p->hier_gamma, TB - 1, TB);
+                        own.gamma, TB - 1, TB);
     hier_impl *im = calloc(1, sizeof *im);
     if (!im)
         return seer_err(SEER_ERR_OOM, "out of memory for the hierarchy");
-    const int g1 = p->hier_gamma, B = env->ctx->params.n_seq_max;
+    const int g1 = own.gamma, B = env->ctx->params.n_seq_max;
     im->g1 = g1;
     im->n_seq_max = B;
     im->mops = seer_drafter_find(seer_spec_kind_name(base));
@@ -401,11 +412,11 @@ static const char *const MIDDLE[] = {"streaming", "retrieval", "snapkv", "quantk
 static const seer_drafter_option OPTS[] = {
     {{.flag = "spec-hier-gamma", .json = "hier_gamma", .metavar = "N", .type = SEER_SPEC_OPT_INT, .def = 2,
       .lo = 1, .hi = 64, .own_only = true, .help = "tokens the draft model proposes per middle verification"},
-     offsetof(seer_spec_params, hier_gamma), 0},
+     SEER_DRAFTER_OPT_EXT, offsetof(hier_settings, gamma)},
     {{.flag = "spec-hier-base", .json = "hier_base", .metavar = "KIND", .type = SEER_SPEC_OPT_KIND,
       .def = SEER_SPEC_STREAMING, .choices = MIDDLE, .own_only = true,
       .help = "the middle level's view: streaming, retrieval, snapkv or quantkv"},
-     offsetof(seer_spec_params, hier_base), 0},
+     SEER_DRAFTER_OPT_EXT, offsetof(hier_settings, base)},
 };
 
 const seer_drafter_desc seer_drafter_hierarchy_desc = {

@@ -59,23 +59,33 @@ static void dm_free(const seer_draft_env *env, void *impl) {
     free(im);
 }
 
+/* Its settings (OPTS below): its own cache's budget, and the streaming view's sinks its view
+ * of that cache keeps. */
+typedef struct {
+    int budget, sinks;
+} dm_settings;
+
+extern const seer_drafter_desc seer_drafter_model_desc;
+
 static seer_status dm_init(const seer_draft_env *env, const seer_spec_params *p, void **out) {
     if (!p->draft_model)
         return seer_err(SEER_ERR_INVALID_ARG, "speculation 'draft' needs a draft model");
-    if (p->draft_budget < 0 || p->sinks < 0)
-        return seer_err(SEER_ERR_INVALID_ARG, "draft budget %d or sinks %d is negative", p->draft_budget, p->sinks);
+    dm_settings own;
+    seer_drafter_settings(&seer_drafter_model_desc, p, &own);
+    if (own.budget < 0 || own.sinks < 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "draft budget %d or sinks %d is negative", own.budget, own.sinks);
     SEER_TRY(check_vocab(env->model, p->draft_model));
     dm_impl *im = calloc(1, sizeof *im);
     if (!im)
         return seer_err(SEER_ERR_OOM, "out of memory");
-    im->budget = p->draft_budget;
-    im->sinks = p->sinks;
+    im->budget = own.budget;
+    im->sinks = own.sinks;
     im->target = env->model;
     seer_context_params cp = env->ctx->params;
     cp.n_pages = 0;
     seer_status s = seer_context_init(p->draft_model, cp, &im->dctx);
     im->ds = calloc(cp.n_seq_max, sizeof *im->ds);
-    im->view = seer_malloc_array((size_t)p->sinks + 1, sizeof(int32_t));
+    im->view = seer_malloc_array((size_t)own.sinks + 1, sizeof(int32_t));
     if (s == SEER_OK && (!im->ds || !im->view))
         s = seer_err(SEER_ERR_OOM, "out of memory");
     if (s != SEER_OK) {
@@ -236,12 +246,13 @@ const seer_drafter_ops seer_drafter_model = {
 static const seer_drafter_option OPTS[] = {
     {{.flag = "draft-budget", .json = "draft_budget", .metavar = "K", .type = SEER_SPEC_OPT_INT, .def = 0,
       .lo = 0, .hi = 1 << 24, .help = "StreamingLLM budget of the draft model's own cache (0 = full)"},
-     offsetof(seer_spec_params, draft_budget), 0},
+     SEER_DRAFTER_OPT_EXT, offsetof(dm_settings, budget)},
+    SEER_DRAFTER_READS("spec-sinks", offsetof(dm_settings, sinks)),
 };
 
 const seer_drafter_desc seer_drafter_model_desc = {
     .name = "draft", .kind = SEER_SPEC_DRAFT, .ops = &seer_drafter_model,
     .help = "a small draft model of the same vocabulary (--draft-model)",
     .flags = SEER_DRAFTER_DRAFT_MODEL | SEER_DRAFTER_AUTO | SEER_DRAFTER_TREE_BASE,
-    .options = OPTS, .n_options = 1,
+    .options = OPTS, .n_options = 2,
 };

@@ -24,21 +24,31 @@ typedef struct {
     int32_t *sink_idx; /* [budget] slots 0..sinks-1 of the streaming view */
 } quantkv_impl;
 
+/* Its settings (OPTS below): its view, and the streaming view's budget and sinks it reads. */
+typedef struct {
+    seer_spec_kind view;
+    int budget, sinks;
+} quantkv_settings;
+
+extern const seer_drafter_desc seer_drafter_quantkv_desc;
+
 static seer_status quantkv_init(const seer_draft_env *env, const seer_spec_params *p, void **out) {
     if (!env->ctx->params.kv_quant_bits)
         return seer_err(SEER_ERR_INVALID_ARG, "speculation 'quantkv' needs a context with a quantised KV "
                                               "copy (kv_quant_bits 4 or 8)");
-    if (p->quant_view != SEER_SPEC_NONE && p->quant_view != SEER_SPEC_STREAMING)
+    quantkv_settings own;
+    seer_drafter_settings(&seer_drafter_quantkv_desc, p, &own);
+    if (own.view != SEER_SPEC_NONE && own.view != SEER_SPEC_STREAMING)
         return seer_err(SEER_ERR_INVALID_ARG, "quantkv view '%s' must be none or streaming",
-                        seer_spec_kind_name(p->quant_view));
-    const bool streaming = p->quant_view == SEER_SPEC_STREAMING;
-    if (streaming && p->budget < 1)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec budget %d must be positive", p->budget);
-    if (streaming && p->sinks < 0)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec sinks %d is negative", p->sinks);
+                        seer_spec_kind_name(own.view));
+    const bool streaming = own.view == SEER_SPEC_STREAMING;
+    if (streaming && own.budget < 1)
+        return seer_err(SEER_ERR_INVALID_ARG, "spec budget %d must be positive", own.budget);
+    if (streaming && own.sinks < 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "spec sinks %d is negative", own.sinks);
     quantkv_impl *im = calloc(1, sizeof *im);
     if (im && streaming)
-        im->sink_idx = seer_malloc_array((size_t)p->budget, sizeof(int32_t));
+        im->sink_idx = seer_malloc_array((size_t)own.budget, sizeof(int32_t));
     if (!im || (streaming && !im->sink_idx)) {
         free(im);
         return seer_err(SEER_ERR_OOM, "out of memory for the quantised-KV draft");
@@ -46,9 +56,9 @@ static seer_status quantkv_init(const seer_draft_env *env, const seer_spec_param
     im->ctx = env->ctx;
     im->streaming = streaming;
     im->draft_weights = p->draft_weights;
-    im->budget = p->budget;
-    im->sinks = p->sinks < p->budget ? p->sinks : p->budget;
-    for (int i = 0; streaming && i < p->budget; i++)
+    im->budget = own.budget;
+    im->sinks = own.sinks < own.budget ? own.sinks : own.budget;
+    for (int i = 0; streaming && i < own.budget; i++)
         im->sink_idx[i] = i;
     *out = im;
     return SEER_OK;
@@ -117,12 +127,14 @@ static const seer_drafter_option OPTS[] = {
     {{.flag = "spec-kv-view", .json = "kv_view", .metavar = "V", .type = SEER_SPEC_OPT_KIND,
       .def = SEER_SPEC_NONE, .choices = VIEWS,
       .help = "none (every slot) or streaming (sinks + recent within the budget)"},
-     offsetof(seer_spec_params, quant_view), 0},
+     SEER_DRAFTER_OPT_EXT, offsetof(quantkv_settings, view)},
+    SEER_DRAFTER_READS(SEER_DRAFTER_BUDGET, offsetof(quantkv_settings, budget)),
+    SEER_DRAFTER_READS("spec-sinks", offsetof(quantkv_settings, sinks)),
 };
 
 const seer_drafter_desc seer_drafter_quantkv_desc = {
     .name = "quantkv", .kind = SEER_SPEC_QUANTKV, .ops = &seer_drafter_quantkv,
     .help = "self-draft through the pool's quantised KV copy (--spec-kv-bits, --spec-kv-view)",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_TREE_BASE | SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
-    .options = OPTS, .n_options = 1,
+    .options = OPTS, .n_options = 3,
 };

@@ -36,20 +36,18 @@ typedef struct {
     float *qcap;   /* [n_layers][H*Dh] captured query for a rebuild */
 } self_seq;
 
-/* The views' settings kept in their own struct (RETRIEVAL_OPTS and SNAPKV_OPTS below, filled
- * by seer_drafter_settings); the others are still fields of seer_spec_params. */
+/* The views' settings (STREAMING_OPTS, RETRIEVAL_OPTS and SNAPKV_OPTS below), filled at init
+ * from the options of the view drafted. */
 typedef struct {
-    float refresh_below;
-    int snap_kernel;
-} self_settings;
-
-extern const seer_drafter_desc seer_drafter_retrieval_desc, seer_drafter_snapkv_desc;
-
-typedef struct {
-    /* settings (seer_spec_params, self_settings) */
-    seer_spec_kind kind; /* streaming, retrieval or snapkv */
     int budget, sinks, chunk, refresh_every, snap_window, snap_kernel;
     float refresh_below;
+} self_settings;
+
+extern const seer_drafter_desc seer_drafter_streaming_desc, seer_drafter_retrieval_desc, seer_drafter_snapkv_desc;
+
+typedef struct {
+    seer_spec_kind kind; /* streaming, retrieval or snapkv */
+    self_settings set;   /* the view's settings (sinks: at most the budget) */
     bool draft_weights;
     seer_context *ctx;   /* the target's: the draft reads its cache */
     const seer_model_info *in;
@@ -59,42 +57,48 @@ typedef struct {
     float *qbuf;   /* [n_layers][B][H*Dh] captured queries of one call */
 } self_impl;
 
+/* The settings of view kind from p, checked; the ones the view does not read stay 0. */
+static seer_status self_settings_of(seer_spec_kind kind, const seer_spec_params *p, int n_batch_max,
+                                    self_settings *own) {
+    *own = (self_settings){0};
+    const seer_drafter_desc *d = kind == SEER_SPEC_RETRIEVAL ? &seer_drafter_retrieval_desc
+                                 : kind == SEER_SPEC_SNAPKV  ? &seer_drafter_snapkv_desc
+                                                             : &seer_drafter_streaming_desc;
+    seer_drafter_settings(d, p, own);
+    if (own->budget < 1)
+        return seer_err(SEER_ERR_INVALID_ARG, "spec budget %d must be positive", own->budget);
+    if (own->sinks < 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "spec sinks %d is negative", own->sinks);
+    if (kind == SEER_SPEC_RETRIEVAL && (own->chunk < 1 || own->chunk > 4096))
+        return seer_err(SEER_ERR_INVALID_ARG, "spec chunk %d is out of range [1, 4096]", own->chunk);
+    if (kind == SEER_SPEC_RETRIEVAL &&
+        (own->refresh_every < 0 || !(own->refresh_below >= 0 && own->refresh_below <= 1)))
+        return seer_err(SEER_ERR_INVALID_ARG, "spec refresh settings out of range");
+    if (kind == SEER_SPEC_SNAPKV && (own->snap_window < 1 || own->snap_window > n_batch_max ||
+                                     own->snap_kernel < 1 || own->snap_kernel % 2 == 0))
+        return seer_err(SEER_ERR_INVALID_ARG,
+                        "snapkv window %d must be in [1, n_batch_max %d], kernel %d odd and positive",
+                        own->snap_window, n_batch_max, own->snap_kernel);
+    own->sinks = own->sinks < own->budget ? own->sinks : own->budget;
+    return SEER_OK;
+}
+
 static seer_status self_init(const seer_draft_env *env, const seer_spec_params *p, void **out) {
     seer_context *ctx = env->ctx;
     self_settings own;
-    seer_drafter_settings(&seer_drafter_retrieval_desc, p, &own);
-    seer_drafter_settings(&seer_drafter_snapkv_desc, p, &own);
-    if (p->budget < 1)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec budget %d must be positive", p->budget);
-    if (p->sinks < 0)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec sinks %d is negative", p->sinks);
-    if (p->chunk < 1 || p->chunk > 4096)
-        return seer_err(SEER_ERR_INVALID_ARG, "spec chunk %d is out of range [1, 4096]", p->chunk);
-    if (p->refresh_every < 0 || !(own.refresh_below >= 0 && own.refresh_below <= 1))
-        return seer_err(SEER_ERR_INVALID_ARG, "spec refresh settings out of range");
-    if (p->snap_window < 1 || p->snap_window > ctx->params.n_batch_max || own.snap_kernel < 1 ||
-        own.snap_kernel % 2 == 0)
-        return seer_err(SEER_ERR_INVALID_ARG,
-                        "snapkv window %d must be in [1, n_batch_max %d], kernel %d odd and positive",
-                        p->snap_window, ctx->params.n_batch_max, own.snap_kernel);
+    SEER_TRY(self_settings_of(p->kind, p, ctx->params.n_batch_max, &own));
     self_impl *im = calloc(1, sizeof *im);
     const seer_model_info *in = &env->model->info;
     int B = ctx->params.n_seq_max;
     if (im) {
         im->kind = p->kind;
-        im->budget = p->budget;
-        im->sinks = p->sinks < p->budget ? p->sinks : p->budget;
-        im->chunk = p->chunk;
-        im->refresh_every = p->refresh_every;
-        im->refresh_below = own.refresh_below;
-        im->snap_window = p->snap_window;
-        im->snap_kernel = own.snap_kernel;
+        im->set = own;
         im->draft_weights = p->draft_weights;
         im->ctx = ctx;
         im->in = in;
         im->n_seq_max = B;
         im->ss = calloc(B, sizeof *im->ss);
-        im->view = seer_malloc_array((size_t)p->budget + 1, sizeof(int32_t));
+        im->view = seer_malloc_array((size_t)own.budget + 1, sizeof(int32_t));
         im->qbuf = seer_malloc_array((size_t)in->n_layers * B * in->n_heads * in->head_dim, sizeof(float));
     }
     if (!im || !im->ss || !im->view || !im->qbuf) {
@@ -152,7 +156,7 @@ static void top_k_sorted(const float *score, int n, int k, int32_t *out, int32_t
 static seer_status build_retrieval(self_impl *im, int h, seer_seq_id seq, const float *q, int L) {
     self_seq *ss = &im->ss[h];
     const seer_model_info *in = im->in;
-    const int C = im->chunk, K = im->budget;
+    const int C = im->set.chunk, K = im->set.budget;
     const int Hkv = in->n_kv_heads, Dh = in->head_dim, grp = in->n_heads / Hkv, kvd = Hkv * Dh;
     int recent = K / 4 > C ? K / 4 : C;
     int n_chunks = L / C, n_pick = (K - recent) / C;
@@ -205,7 +209,7 @@ static seer_status build_retrieval(self_impl *im, int h, seer_seq_id seq, const 
 static seer_status build_snapkv(self_impl *im, const seer_draft_seq *s, const float *q, int W) {
     self_seq *ss = &im->ss[s->slot];
     const seer_model_info *in = im->in;
-    const int n = s->n_prompt, K = im->budget, ker = im->snap_kernel;
+    const int n = s->n_prompt, K = im->set.budget, ker = im->set.snap_kernel;
     const int H = in->n_heads, Hkv = in->n_kv_heads, Dh = in->head_dim, grp = H / Hkv, kvd = Hkv * Dh;
     ss->snap_tail = n - W;
     int keep = K - W, pool = n - W;
@@ -262,7 +266,7 @@ static seer_status build_snapkv(self_impl *im, const seer_draft_seq *s, const fl
 static int self_prefill_q_rows(void *impl, int n_prompt) {
     const self_impl *im = impl;
     if (im->kind == SEER_SPEC_SNAPKV)
-        return im->snap_window < n_prompt ? im->snap_window : n_prompt;
+        return im->set.snap_window < n_prompt ? im->set.snap_window : n_prompt;
     if (im->kind == SEER_SPEC_RETRIEVAL)
         return 1;
     return 0;
@@ -292,7 +296,7 @@ static void sinks_and_recent(self_impl *im, seer_view *v, int sinks, int L, int 
 /* Sets the draft view of s whose cache holds L slots. */
 static seer_status set_view(self_impl *im, const seer_draft_seq *s, int L) {
     const self_seq *ss = &im->ss[s->slot];
-    const int K = im->budget;
+    const int K = im->set.budget;
     const seer_model_info *in = im->in;
     if (L <= K) {
         seer_seq_clear_view(im->ctx, s->seq);
@@ -301,11 +305,11 @@ static seer_status set_view(self_impl *im, const seer_draft_seq *s, int L) {
     seer_view v = {.n_layers_view = 1, .n_heads_view = 1};
     switch (im->kind) {
     case SEER_SPEC_STREAMING:
-        sinks_and_recent(im, &v, im->sinks < L ? im->sinks : L, L, K);
+        sinks_and_recent(im, &v, im->set.sinks < L ? im->set.sinks : L, L, K);
         break;
     case SEER_SPEC_RETRIEVAL:
         if (!ss->sel) { /* nothing selected yet (short prompt): chunk 0 + recent slots */
-            sinks_and_recent(im, &v, im->chunk < K ? im->chunk : K / 2, L, K);
+            sinks_and_recent(im, &v, im->set.chunk < K ? im->set.chunk : K / 2, L, K);
             break;
         }
         v.idx = ss->sel;
@@ -389,9 +393,9 @@ static seer_status self_verified(const seer_draft_env *env, void *impl, seer_dra
         s->rounds = 0;
         SEER_TRY(build_retrieval(im, s->slot, s->seq, ss->qcap, s->n_tokens - 1));
     }
-    bool due = (!ss->sel && s->n_tokens - 1 > im->budget) ||
-               (im->refresh_every > 0 && s->rounds >= im->refresh_every) ||
-               (im->refresh_below > 0 && s->accept_avg < im->refresh_below);
+    bool due = (!ss->sel && s->n_tokens - 1 > im->set.budget) ||
+               (im->set.refresh_every > 0 && s->rounds >= im->set.refresh_every) ||
+               (im->set.refresh_below > 0 && s->accept_avg < im->set.refresh_below);
     if (due) {
         ss->refresh = true;
         s->accept_avg = 1.f; /* fresh state: judge the new selection on its own rounds */
@@ -412,54 +416,55 @@ const seer_drafter_ops seer_drafter_self = {
     .view = self_view,
 };
 
-/* The three views this one implementation drafts under. */
-/* The views' settings: the budget and sinks are the streaming view's (the other views and
- * quantkv read them too), the rest each view's own. */
+/* The three views this one implementation drafts under, and their settings: the budget K
+ * and the sinks are declared by the streaming view and read by the others (and by quantkv and
+ * the draft model's own view), the rest are each view's own. */
 static const seer_drafter_option STREAMING_OPTS[] = {
-    {{.flag = "spec-budget", .json = "budget", .metavar = "K", .type = SEER_SPEC_OPT_INT, .def = 256, .lo = 1,
+    {{.flag = SEER_DRAFTER_BUDGET, .json = "budget", .metavar = "K", .type = SEER_SPEC_OPT_INT, .def = 256, .lo = 1,
       .hi = 1 << 24, .help = "KV slots a sparse self-draft reads"},
-     offsetof(seer_spec_params, budget), 0},
+     SEER_DRAFTER_OPT_EXT, offsetof(self_settings, budget)},
     {{.flag = "spec-sinks", .json = "sinks", .metavar = "S", .type = SEER_SPEC_OPT_INT, .def = 16, .lo = 0,
       .hi = 1 << 24, .help = "first tokens the streaming view keeps"},
-     offsetof(seer_spec_params, sinks), 0},
+     SEER_DRAFTER_OPT_EXT, offsetof(self_settings, sinks)},
 };
 static const seer_drafter_option RETRIEVAL_OPTS[] = {
+    SEER_DRAFTER_READS(SEER_DRAFTER_BUDGET, offsetof(self_settings, budget)),
     {{.flag = "spec-chunk", .json = "chunk", .metavar = "C", .type = SEER_SPEC_OPT_INT, .def = 8, .lo = 1,
       .hi = 4096, .help = "tokens per chunk"},
-     offsetof(seer_spec_params, chunk), 0},
+     SEER_DRAFTER_OPT_EXT, offsetof(self_settings, chunk)},
     {{.flag = "spec-refresh", .json = "refresh_every", .metavar = "N", .type = SEER_SPEC_OPT_INT, .def = 0,
       .lo = 0, .hi = 1 << 24, .help = "rebuild the selection every N rounds (0 = never)"},
-     offsetof(seer_spec_params, refresh_every), 0},
+     SEER_DRAFTER_OPT_EXT, offsetof(self_settings, refresh_every)},
     {{.flag = "spec-refresh-below", .json = "refresh_below", .metavar = "A", .type = SEER_SPEC_OPT_FLOAT,
       .def = 0, .lo = 0, .hi = 1, .help = "rebuild when the running acceptance drops below A (0 = off)"},
      SEER_DRAFTER_OPT_EXT, offsetof(self_settings, refresh_below)},
 };
 static const seer_drafter_option SNAPKV_OPTS[] = {
+    SEER_DRAFTER_READS(SEER_DRAFTER_BUDGET, offsetof(self_settings, budget)),
     {{.flag = "spec-window", .json = "snap_window", .metavar = "W", .type = SEER_SPEC_OPT_INT, .def = 32,
       .lo = 1, .hi = 4096, .help = "observation window: the prompt's last queries that vote"},
-     offsetof(seer_spec_params, snap_window), 0},
+     SEER_DRAFTER_OPT_EXT, offsetof(self_settings, snap_window)},
     {{.flag = "spec-snap-kernel", .json = "snap_kernel", .metavar = "P", .type = SEER_SPEC_OPT_INT, .def = 5,
       .lo = 1, .hi = 255, .help = "width of the votes' average pooling (odd)"},
      SEER_DRAFTER_OPT_EXT, offsetof(self_settings, snap_kernel)},
 };
 
+#define SELF_FLAGS                                                                                          \
+    (SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |          \
+     SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS)
+
 const seer_drafter_desc seer_drafter_streaming_desc = {
     .name = "streaming", .kind = SEER_SPEC_STREAMING, .ops = &seer_drafter_self,
     .help = "self-draft through sinks + a recent window of the cache (MagicDec, StreamingLLM)",
-    .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
-             SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
-    .options = STREAMING_OPTS, .n_options = 2,
+    .flags = SELF_FLAGS, .options = STREAMING_OPTS, .n_options = 2,
 };
 const seer_drafter_desc seer_drafter_retrieval_desc = {
     .name = "retrieval", .kind = SEER_SPEC_RETRIEVAL, .ops = &seer_drafter_self,
     .help = "self-draft through the top chunks by key-mean score per KV head (TriForce)",
-    .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
-             SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
-    .options = RETRIEVAL_OPTS, .n_options = 3,
+    .flags = SELF_FLAGS, .options = RETRIEVAL_OPTS, .n_options = 4,
 };
 const seer_drafter_desc seer_drafter_snapkv_desc = {
     .name = "snapkv", .kind = SEER_SPEC_SNAPKV, .ops = &seer_drafter_self,
     .help = "self-draft through positions the prompt's last queries chose (SnapKV)",
-    .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
-             SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,    .options = SNAPKV_OPTS, .n_options = 2,
+    .flags = SELF_FLAGS, .options = SNAPKV_OPTS, .n_options = 3,
 };

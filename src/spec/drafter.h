@@ -10,7 +10,7 @@
  * grouped per speculation class and a drafter works per sequence within them.
  *
  * A drafter owns its settings and declares everything about itself in its own file: init
- * reads what it needs from seer_spec_params into its own state, and a seer_drafter_desc
+ * reads its settings (seer_drafter_settings) into a struct of its own, and a seer_drafter_desc
  * gives its name (its --spec value, the server's 'spec' value, its metric label, its key in
  * cost tables and acceptance traces), its one-line help and what it needs and offers. The
  * registry (registry.c) is the one list of them; everything that names drafters (the kind
@@ -112,8 +112,8 @@ extern const seer_drafter_ops seer_drafter_hierarchy; /* draft model -> sparse s
 
 /* What a drafter offers and needs (seer_drafter_desc.flags). */
 enum {
-    SEER_DRAFTER_BUDGETED = 1 << 0,    /* reads budget (K) slots of the target's cache: its
-                                        * traces and cost rows are per K */
+    SEER_DRAFTER_BUDGETED = 1 << 0,    /* reads budget (K, SEER_DRAFTER_BUDGET) slots of the
+                                        * target's cache: its traces and cost rows are per K */
     SEER_DRAFTER_DRAFT_MODEL = 1 << 1, /* needs seer_spec_params.draft_model */
     SEER_DRAFTER_AUTO = 1 << 2,        /* auto may choose it where the cost table has its row */
     SEER_DRAFTER_SPARSE_SELF = 1 << 3, /* a sparse self-draft: auto drafts it through the
@@ -123,21 +123,30 @@ enum {
     SEER_DRAFTER_DRAFT_WEIGHTS = 1 << 6, /* its steps may multiply by the model's draft weights */
 };
 
+/* The budget K setting: declared by the streaming view (draft_self.c), read by the other
+ * sparse views and quantkv, and by the library per K for SEER_DRAFTER_BUDGETED drafters (traces,
+ * cost rows, auto's candidates). */
+#define SEER_DRAFTER_BUDGET "spec-budget"
+
 /* A setting as its drafter declares it: the public description (seer_spec_option, whose
  * drafter field the registry fills) and where its value lives. A drafter keeps its settings
  * in a struct of its own file, which seer_drafter_settings fills from seer_spec_params at
- * init; their values travel in seer_spec_params.ext, set and read by name. (Settings that
- * library users set as fields of seer_spec_params, the older drafters', name the field.) */
+ * init; their values travel in seer_spec_params.ext, set and read by name. A setting several
+ * drafters use (the sparse views' budget K and sinks) is declared once, by one of them, and
+ * the others list it as one they read (SEER_DRAFTER_OPT_READ, or SEER_DRAFTER_READS below):
+ * one name, one range, one value, filled into each reader's own struct. */
 typedef struct {
-    seer_spec_option o;
-    size_t offset; /* SEER_DRAFTER_OPT_EXT: a slot of seer_spec_params.ext; else the offset of
-                    * its field in seer_spec_params (an int for INT, a float for FLOAT, a
-                    * seer_spec_kind for KIND) */
-    size_t own;    /* with SEER_DRAFTER_OPT_EXT: the offset of its field, of the same types, in
-                    * the drafter's settings struct */
+    seer_spec_option o; /* SEER_DRAFTER_OPT_READ: o.flag alone, naming the setting it reads */
+    size_t offset; /* SEER_DRAFTER_OPT_EXT: declared here, its value in a slot of
+                    * seer_spec_params.ext; SEER_DRAFTER_OPT_READ: declared by another drafter */
+    size_t own;    /* the offset of its field in the drafter's settings struct (an int for INT,
+                    * a float for FLOAT, a seer_spec_kind for KIND) */
 } seer_drafter_option;
 #define SEER_DRAFTER_OPT_EXT ((size_t)-1)
-
+#define SEER_DRAFTER_OPT_READ ((size_t)-2)
+/* An entry of a drafter's options: it reads the setting named flag (declared by a drafter
+ * registered before it) into the field at offset own of its settings struct. */
+#define SEER_DRAFTER_READS(flag_, own_) {{.flag = (flag_)}, SEER_DRAFTER_OPT_READ, (own_)}
 
 /* A drafter as it declares itself (in its own file). */
 typedef struct {
@@ -153,9 +162,14 @@ typedef struct {
     int n_options;
 } seer_drafter_desc;
 
-/* Fills the drafter's settings struct out with d's settings from p (those kept in
- * seer_spec_params.ext, at their own offsets): a setting not set gets its default. */
+/* Fills the drafter's settings struct out with d's settings from p (those it declares and
+ * those it reads, at their own offsets): a setting not set gets its default. */
 void seer_drafter_settings(const seer_drafter_desc *d, const seer_spec_params *p, void *out);
+
+/* The value of the setting named name in p (its default when not set; 0 for no such
+ * setting), for the library's readers of a setting outside its drafters (the budget K of
+ * traces, cost rows and auto's candidates). */
+int seer_spec_value_int(const seer_spec_params *p, const char *name);
 
 /* Adds a drafter to the registry after the built-in ones (for drafters outside the library:
  * a test's). Its kind, when SEER_SPEC_NONE, is the first free one (*kind, may be NULL).

@@ -63,6 +63,7 @@ void seer_gen_free(seer_gen *g) {
         return;
     for (int h = 0; h < g->n_seqs; h++) {
         seer_gen_release(g, h);
+        seer_gen_seq_drop(&g->seqs[h]);
         free(g->seqs[h].tokens);
     }
     if (g->autos)
@@ -195,10 +196,12 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
 
 static int n_generated(const seer_gen_seq *s) { return s->n_tokens - s->n_prompt; }
 
-/* Appends an emitted token and decides whether the sequence is done. */
+/* Appends an emitted token and decides whether the sequence is done (as seer_round_emit). */
 static void emit(seer_gen *g, seer_gen_seq *s, int32_t t) {
     s->tokens[s->n_tokens++] = t;
-    if (seer_gen_seq_done(g, s, t))
+    if (s->con)
+        (void)seer_constraint_accept(s->con, t);
+    if (seer_gen_seq_done(g, s, t) || (s->con && seer_constraint_finished(s->con)))
         s->finished = true;
 }
 
@@ -289,6 +292,7 @@ static seer_status claim(seer_gen *g, const int32_t *prompt, int n, int max_new,
 /* Undoes claim() (and frees the sequence if it was attached). */
 static void unclaim(seer_gen *g, int h) {
     seer_gen_seq *s = &g->seqs[h];
+    seer_gen_seq_drop(s);
     if (s->alive) {
         seer_gen_release(g, h);
     } else {
@@ -301,13 +305,25 @@ static void unclaim(seer_gen *g, int h) {
 
 seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
                          seer_sampler_params sp, bool ignore_eos, int *handle) {
+    return seer_gen_add_ext(g, prompt, n, max_new, sp, ignore_eos, NULL, handle);
+}
+
+seer_status seer_gen_add_ext(seer_gen *g, const int32_t *prompt, int n, int max_new, seer_sampler_params sp,
+                             bool ignore_eos, const seer_gen_seq_params *xp, int *handle) {
     SEER_CHECK_ARG(g);
     SEER_CHECK_ARG(prompt);
     SEER_CHECK_ARG(handle);
+    const seer_gen_seq_params x = xp ? *xp : seer_gen_seq_default_params();
+    SEER_TRY(seer_gen_seq_check(g, &x));
     int h;
     SEER_TRY(claim(g, prompt, n, max_new, sp, ignore_eos, &h));
     seer_gen_seq *s = &g->seqs[h];
-    seer_status st = seer_seq_new(g->ctx, &s->seq);
+    seer_status st = seer_gen_seq_setup(s, &x);
+    if (st != SEER_OK) {
+        unclaim(g, h);
+        return st;
+    }
+    st = seer_seq_new(g->ctx, &s->seq);
     if (st != SEER_OK) {
         unclaim(g, h);
         return st;
@@ -335,7 +351,7 @@ seer_status seer_gen_add(seer_gen *g, const int32_t *prompt, int n, int max_new,
      * drafter's work above ran no forward call on the target's context, so they are intact. */
     int32_t next;
     if (st == SEER_OK)
-        st = seer_gen_first_token(g, s, last, &next);
+        st = seer_gen_seq_first(g, s, last, &next);
     if (st != SEER_OK) {
         unclaim(g, h);
         return st;
@@ -465,6 +481,8 @@ seer_status seer_gen_drafter_verified(seer_gen *g, int k) {
 static seer_status round_entry_done(seer_gen *g, int k) {
     seer_status st = seer_round_settle(g, k, true);
     const seer_round_result r = seer_round_emit(g, k, NULL, NULL);
+    for (int j = 0; j < r.emitted && st == SEER_OK; j++)
+        st = seer_gen_seq_keep_lp(&g->seqs[g->hs[k]], seer_round_logprob(g, k, j));
     g->stats.rounds++;
     g->stats.drafted += r.drafted;
     g->stats.accepted += r.accepted;
@@ -597,6 +615,7 @@ void seer_gen_remove(seer_gen *g, int h) {
     if (!g || h < 0 || h >= g->n_seqs)
         return;
     seer_gen_release(g, h);
+    seer_gen_seq_drop(&g->seqs[h]);
     free(g->seqs[h].tokens);
     g->seqs[h].tokens = NULL;
     if (g->rec) /* the handle's next sequence records lines of its own */
@@ -616,7 +635,7 @@ seer_spec_kind seer_gen_round_drafter(const seer_gen *g, int *budget) {
     if (g->autos)
         return seer_gen_auto_current(g, budget);
     const seer_spec_kind k = seer_gen_round_kind(g);
-    *budget = seer_drafter_has(k, SEER_DRAFTER_BUDGETED) ? g->spec.budget : 0;
+    *budget = seer_drafter_has(k, SEER_DRAFTER_BUDGETED) ? seer_spec_value_int(&g->spec, SEER_DRAFTER_BUDGET) : 0;
     return k;
 }
 

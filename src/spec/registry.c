@@ -113,9 +113,15 @@ seer_status seer_drafter_register(const seer_drafter_desc *d, seer_spec_kind *ki
         const seer_spec_option *o = &d->options[j].o;
         seer_spec_params p = {0};
         double v;
+        if (d->options[j].offset == SEER_DRAFTER_OPT_READ) {
+            if (seer_spec_get(&p, o->flag, &v) != SEER_OK)
+                return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': it reads a setting '%s' no drafter declares",
+                                d->name, o->flag ? o->flag : "(null)");
+            continue;
+        }
         if (d->options[j].offset != SEER_DRAFTER_OPT_EXT)
-            return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': a setting outside the library lives in "
-                                                  "seer_spec_params.ext (SEER_DRAFTER_OPT_EXT)", d->name);
+            return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': a setting is declared (SEER_DRAFTER_OPT_EXT) "
+                                                  "or read (SEER_DRAFTER_OPT_READ)", d->name);
         if (!o->flag || !o->flag[0] || !o->json || !o->json[0] ||
             (o->type != SEER_SPEC_OPT_INT && o->type != SEER_SPEC_OPT_FLOAT) || !(o->def >= o->lo && o->def <= o->hi))
             return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': setting %d needs a flag, a json name and a "
@@ -124,8 +130,8 @@ seer_status seer_drafter_register(const seer_drafter_desc *d, seer_spec_kind *ki
             return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': a setting named '%s' exists already", d->name,
                             o->flag);
         if (++n_ext > SEER_SPEC_EXT_MAX)
-            return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': at most %d settings of drafters outside the "
-                                                  "library", d->name, SEER_SPEC_EXT_MAX);
+            return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': at most %d drafter settings in all", d->name,
+                            SEER_SPEC_EXT_MAX);
     }
     seer_spec_kind k = d->kind;
     if (k == SEER_SPEC_NONE)

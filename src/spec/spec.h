@@ -43,6 +43,10 @@ typedef struct {
     int n_trace;
     bool logprobs;    /* emitted tokens get their log-probabilities (logprobs.c) */
     int top_logprobs; /* with this many alternatives */
+    /* a generator's own sequences (seer_gen_add_ext, gen_seq.c): */
+    bool own_con;            /* con is the sequence's copy, freed with it */
+    seer_token_logprob *lp;  /* [n_lp] the generated tokens' log-probabilities */
+    int n_lp, cap_lp;
 } seer_gen_seq;
 
 struct seer_gen {
@@ -270,6 +274,18 @@ seer_status seer_gen_need_q(seer_gen *g);
 
 /* The first token after a prefill whose last logits are logits [V] (backend memory). */
 seer_status seer_gen_first_token(seer_gen *g, seer_gen_seq *s, float *logits, int32_t *next);
+
+/* gen_seq.c: a generator's own sequences with constraints and log-probabilities. */
+/* Checks xp against g (SEER_ERR_INVALID_ARG). */
+seer_status seer_gen_seq_check(const seer_gen *g, const seer_gen_seq_params *xp);
+/* Sets s's log-probability wishes and its own copy of the constraint. */
+seer_status seer_gen_seq_setup(seer_gen_seq *s, const seer_gen_seq_params *xp);
+/* Frees what setup and keep_lp hold. */
+void seer_gen_seq_drop(seer_gen_seq *s);
+/* Appends one emitted token's log-probability (nothing when s wants none). */
+seer_status seer_gen_seq_keep_lp(seer_gen_seq *s, const seer_token_logprob *lp);
+/* seer_gen_first_token, keeping the token's log-probability when s wants it. */
+seer_status seer_gen_seq_first(seer_gen *g, seer_gen_seq *s, float *logits, int32_t *next);
 
 /* ---- Log-probabilities of emitted tokens (logprobs.c) ------------------------------------ */
 

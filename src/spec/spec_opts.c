@@ -5,12 +5,11 @@
  * defaults (seer_spec_default_params) and reads and writes them by name (seer_spec_set,
  * seer_spec_get), so that the CLI's options and the server's fields need no list of their own.
  *
- * Why a setter by name: a drafter keeps its settings in a struct of its own file (n-gram's,
- * a test's drafter's), which no public header can list, so their values travel in
- * seer_spec_params.ext, set and read by name and copied into the drafter's struct at init
- * (seer_drafter_settings). The older drafters' settings are still fields of seer_spec_params
- * as well, for library users who set them directly; the tools use the names for both, so no
- * tool lists any drafter's settings.
+ * Why a setter by name: a drafter keeps its settings in a struct of its own file, which no
+ * public header can list, so their values travel in seer_spec_params.ext, set and read by
+ * name and copied into the drafter's struct at init (seer_drafter_settings), the settings it
+ * reads from another drafter (the views' budget) included. No tool, and no public struct,
+ * lists any drafter's settings.
  *
  * Not for: checking settings against each other or against a context (the drafters' init).
  */
@@ -23,19 +22,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The i-th setting of the registry, with its drafter and its ext slot (-1: a field). */
+/* The i-th setting declared in the registry, with its drafter and its ext slot (the
+ * settings a drafter reads from another are not counted: they are that one's). */
 static const seer_drafter_option *opt_at(int i, const seer_drafter_desc **owner, int *slot) {
     int ext = 0;
     for (int d = 0; seer_drafter_at(d); d++) {
         const seer_drafter_desc *dd = seer_drafter_at(d);
         for (int j = 0; j < dd->n_options; j++) {
-            const bool is_ext = dd->options[j].offset == SEER_DRAFTER_OPT_EXT;
+            if (dd->options[j].offset != SEER_DRAFTER_OPT_EXT)
+                continue;
             if (i-- == 0) {
                 *owner = dd;
-                *slot = is_ext ? ext : -1;
+                *slot = ext;
                 return &dd->options[j];
             }
-            ext += is_ext;
+            ext++;
         }
     }
     return NULL;
@@ -61,42 +62,24 @@ bool seer_spec_option_at(int i, seer_spec_option *out) {
     return true;
 }
 
-/* Stores v (checked) into p's field or ext slot. */
-static void store(seer_spec_params *p, const seer_drafter_option *o, int slot, double v) {
-    if (slot >= 0) {
-        p->ext[slot] = v;
-        p->ext_set |= 1u << slot;
-        return;
-    }
-    char *field = (char *)p + o->offset;
-    if (o->o.type == SEER_SPEC_OPT_INT)
-        *(int *)field = (int)v;
-    else if (o->o.type == SEER_SPEC_OPT_FLOAT)
-        *(float *)field = (float)v;
-    else
-        *(seer_spec_kind *)field = (seer_spec_kind)(int)v;
+static void store(seer_spec_params *p, int slot, double v) {
+    p->ext[slot] = v;
+    p->ext_set |= 1u << slot;
 }
 
 static double load(const seer_spec_params *p, const seer_drafter_option *o, int slot) {
-    if (slot >= 0)
-        return p->ext_set >> slot & 1 ? p->ext[slot] : o->o.def;
-    const char *field = (const char *)p + o->offset;
-    if (o->o.type == SEER_SPEC_OPT_INT)
-        return *(const int *)field;
-    if (o->o.type == SEER_SPEC_OPT_FLOAT)
-        return *(const float *)field;
-    return (int)*(const seer_spec_kind *)field;
+    return p->ext_set >> slot & 1 ? p->ext[slot] : o->o.def;
 }
 
 void seer_drafter_settings(const seer_drafter_desc *d, const seer_spec_params *p, void *out) {
-    const seer_drafter_desc *dd;
-    const seer_drafter_option *o;
-    int slot;
-    for (int i = 0; (o = opt_at(i, &dd, &slot)); i++) {
-        if (dd != d || slot < 0)
+    for (int j = 0; j < d->n_options; j++) {
+        const seer_drafter_option *mine = &d->options[j];
+        int slot;
+        const seer_drafter_option *o = opt_named(mine->o.flag, &slot);
+        if (!o) /* a read setting whose drafter is not registered (refused at registration) */
             continue;
         const double v = load(p, o, slot);
-        char *field = (char *)out + o->own;
+        char *field = (char *)out + mine->own;
         if (o->o.type == SEER_SPEC_OPT_INT)
             *(int *)field = (int)v;
         else if (o->o.type == SEER_SPEC_OPT_FLOAT)
@@ -106,15 +89,15 @@ void seer_drafter_settings(const seer_drafter_desc *d, const seer_spec_params *p
     }
 }
 
-seer_spec_params seer_spec_default_params(void) {
-    seer_spec_params p = {.kind = SEER_SPEC_NONE, .gamma = 4};
-    const seer_drafter_desc *d;
-    const seer_drafter_option *o;
+int seer_spec_value_int(const seer_spec_params *p, const char *name) {
     int slot;
-    for (int i = 0; (o = opt_at(i, &d, &slot)); i++)
-        if (slot < 0)
-            store(&p, o, slot, o->o.def);
-    return p;
+    const seer_drafter_option *o = opt_named(name, &slot);
+    return o ? (int)load(p, o, slot) : 0;
+}
+
+seer_spec_params seer_spec_default_params(void) {
+    /* every drafter setting unset: it reads as its declared default */
+    return (seer_spec_params){.kind = SEER_SPEC_NONE, .gamma = 4};
 }
 
 /* Whether kind k is one of o's choices. */
@@ -144,7 +127,7 @@ seer_status seer_spec_set_num(seer_spec_params *p, const char *name, double v) {
     } else if (o->o.type == SEER_SPEC_OPT_INT && v != floor(v)) {
         return seer_err(SEER_ERR_INVALID_ARG, "%s: %g is not an integer", name, v);
     }
-    store(p, o, slot, v);
+    store(p, slot, v);
     return SEER_OK;
 }
 

@@ -8,9 +8,12 @@ alternatives come in order with exp sums <= 1, the tokens' bytes spell the text,
 text_offset follows the text and its top_logprobs hold the chosen token; the streamed values
 equal the whole ones; speculation (n-gram, streaming self-draft, a token tree) on or off gives
 the same values bit for bit; a sampled request reports the raw values too (its chosen token is
-never likelier than the top-1). echo prepends the prompt, whole and streamed; echo with
-logprobs, and values out of range, are refused with a 400 naming the field. That the values
-are the log-softmax of the model's logits is checked in C (tests/test_logprobs.c).
+never likelier than the top-1). echo prepends the prompt, whole and streamed; with logprobs
+the prompt's tokens come first (the first one's value null), their values those the same
+tokens get when generated. best_of returns the n candidates of highest cumulative
+log-probability, each candidate's recomputed through echo over its ids. Values out of range,
+best_of below n or with stream, are refused with a 400 naming the field. That the values are
+the log-softmax of the model's logits is checked in C (tests/test_logprobs.c).
 """
 import argparse
 import math
@@ -117,10 +120,83 @@ def test_completions(cl, port):
     print("logprobs completions and echo: ok")
 
 
+def post(port, body):
+    import json
+    st, data = ts.raw(port, "POST", "/v1/completions", json.dumps(body))
+    ts.check(st == 200, f"{body}: {st} {data[:300]!r}")
+    return json.loads(data)
+
+
+def echo_values(port, ids, top=0):
+    """The prompt's log-probabilities of ids through echo."""
+    r = post(port, {"prompt": ids, "max_tokens": 1, "temperature": 0, "echo": True, "logprobs": top})
+    return r["choices"][0]["logprobs"]
+
+
+def test_echo_logprobs(cl, port):
+    prompt = [1, 403, 407, 261, 378]
+    g = post(port, {"prompt": prompt, "max_tokens": 12, "temperature": 0, "logprobs": 2,
+                    "seer": {"ignore_eos": True}})
+    gen, glp = g["seer"]["token_ids"], g["choices"][0]["logprobs"]
+    ts.check(len(gen) == 12, f"generated {gen}")
+    e = echo_values(port, prompt + gen[:-1], 2)
+    n = len(prompt)
+    ts.check(len(e["tokens"]) == n + len(gen) and e["token_logprobs"][0] is None and e["top_logprobs"][0] is None,
+             f"echo logprobs: {e['tokens']} {e['token_logprobs'][:2]}")
+    ts.check(e["text_offset"] == sorted(e["text_offset"]), f"echo offsets {e['text_offset']}")
+    # the prompt's values are those the same tokens got when generated (prefill rows against decode rows)
+    for i in range(len(gen) - 1):
+        a, b = e["token_logprobs"][n + i], glp["token_logprobs"][i]
+        ts.check(abs(a - b) < 1e-3, f"echo token {i}: {a} against generated {b}")
+        ts.check(set(e["top_logprobs"][n + i]) == set(glp["top_logprobs"][i]), f"echo top {i}")
+    # streamed: the same entries
+    body = {"prompt": prompt + gen[:-1], "max_tokens": 1, "temperature": 0, "echo": True, "logprobs": 2}
+    toks, lps = [], []
+    for ch in cl.completions.create(model=M, stream=True, **body):
+        if ch.choices and ch.choices[0].logprobs:
+            toks += ch.choices[0].logprobs.tokens
+            lps += ch.choices[0].logprobs.token_logprobs
+    ts.check((toks, lps) == (e["tokens"], e["token_logprobs"]), "echo logprobs streamed differ")
+    # through the client
+    w = cl.completions.create(model=M, prompt="Once upon a time", max_tokens=4, temperature=0, echo=True, logprobs=1)
+    ts.check(w.choices[0].logprobs.token_logprobs[0] is None and len(w.choices[0].logprobs.tokens) > 4,
+             f"echo logprobs client: {w.choices[0].logprobs}")
+    print("echo with logprobs: ok")
+
+
+def test_best_of(port):
+    prompt = [1, 403, 407, 261, 378]
+    base = {"prompt": prompt, "max_tokens": 8, "temperature": 1.0, "seed": 7, "seer": {"spec": "none"}}
+    # the candidates: best_of's are n's choices of the same seed
+    cands = post(port, dict(base, n=4, logprobs=0))["choices"]
+    ids = [c["seer"]["token_ids"] for c in cands]
+    ts.check(len(set(map(tuple, ids))) > 1, f"candidates all alike: {ids}")
+    # each candidate's cumulative log-probability, recomputed through echo over its ids
+    total = []
+    for k, c in enumerate(cands):
+        e = echo_values(port, prompt + ids[k])
+        total.append(sum(e["token_logprobs"][len(prompt):len(prompt) + len(ids[k])]))
+        ts.check(abs(total[-1] - sum(c["logprobs"]["token_logprobs"])) < 1e-2 or
+                 len(c["logprobs"]["token_logprobs"]) < len(ids[k]), f"candidate {k}: {total[-1]}")
+    rank = sorted(range(4), key=lambda k: (-total[k], k))
+    for n in (1, 2):
+        r = post(port, dict(base, best_of=4, n=n))
+        got = [c["text"] for c in r["choices"]]
+        ts.check([c["index"] for c in r["choices"]] == list(range(n)), f"best_of indices {r['choices']}")
+        ts.check(r["usage"]["completion_tokens"] == sum(len(x) for x in ids), f"best_of usage {r['usage']}")
+        # the returned are the likeliest (up to candidates whose recomputed totals tie)
+        for i, t in enumerate(got):
+            ts.check(abs(total[[cands[k]["text"] for k in range(4)].index(t)] - total[rank[i]]) < 1e-3,
+                     f"best_of n={n}: {got}, candidates {[(c['text'], s) for c, s in zip(cands, total)]}")
+    print("best_of: ok")
+
+
 def test_refusals(port):
     import json
     for path, body, param in (
-            ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1}, "logprobs"),
+            ("/v1/completions", {"prompt": "x", "best_of": 2, "n": 3}, "best_of"),
+            ("/v1/completions", {"prompt": "x", "best_of": 2, "stream": True}, "best_of"),
+            ("/v1/completions", {"prompt": "x", "best_of": 0}, "best_of"),
             ("/v1/completions", {"prompt": "x", "logprobs": 6}, "logprobs"),
             ("/v1/completions", {"prompt": "x", "logprobs": "yes"}, "logprobs"),
             ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True,
@@ -150,6 +226,8 @@ def main():
         cl = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=ts.KEY, max_retries=0, timeout=120)
         test_chat(cl)
         test_completions(cl, srv.port)
+        test_echo_logprobs(cl, srv.port)
+        test_best_of(srv.port)
         test_refusals(srv.port)
     finally:
         srv.kill()

@@ -715,7 +715,7 @@ def test_nulls(port, golden):
         {"messages": msgs, "max_completion_tokens": 4, "max_tokens": None, "tools": None, "tool_choice": None,
          "temperature": None, "seer": {"spec": None, "gamma": None}}))
     check(st == 200 and json.loads(data)["usage"]["completion_tokens"] <= 4, f"chat nulls: {st} {data[:200]!r}")
-    for extra, param in (({"logit_bias": {"5": 101}}, "logit_bias"), ({"best_of": 2}, "best_of"),
+    for extra, param in (({"logit_bias": {"5": 101}}, "logit_bias"), ({"best_of": 2, "stream": True}, "best_of"),
                          ({"suffix": "x"}, "suffix"), ({"top_logprobs": 2}, "top_logprobs"),
                          ({"response_format": {"type": "xml"}}, "response_format")):
         st, data = raw(port, "POST", "/v1/completions", json.dumps(dict(prompt="x", max_tokens=2, **extra)))
@@ -913,7 +913,7 @@ def test_fields(port, model_id):
         else:
             cases.update({
                 "prompt": [("Lily and Tom went to the park", ("other_prompt", None))],
-                "best_of": [(1, same), refused(2)],
+                "best_of": [(1, same), (2, ("best_of", 2)), refused(17)],
                 "echo": [(True, ("echo", None))],
                 "suffix": [("", same), refused("The end.")],
             })
@@ -992,6 +992,10 @@ def test_fields(port, model_id):
                     lp = r["choices"][0]["logprobs"]
                     toks = [e["token"] for e in lp["content"]] if is_chat else lp["tokens"]
                     check(text_of(r) == ref_text and "".join(toks) == ref_text, f"{what}: {toks}")
+                elif kind == "best_of":  # greedy candidates: one returned, the reference; all counted
+                    check(len(r["choices"]) == 1 and r["choices"][0]["index"] == 0 and text_of(r) == ref_text
+                          and r["usage"]["completion_tokens"] == arg * ref["usage"]["completion_tokens"],
+                          f"{what}: {r['choices']} {r['usage']}")
                 elif kind == "echo":
                     check(text_of(r) == base["prompt"] + ref_text, f"{what}: {text_of(r)!r}")
                     ev, done = answer(path, dict(body, stream=True))

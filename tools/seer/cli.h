@@ -45,6 +45,11 @@ bool cli_spec_weights(const char *cmd, const char *type, seer_spec_params *spec)
  * drafter's setting that means something only with its own kind (seer_spec_option.own_only)
  * given with another. */
 bool cli_tree_apply(cli_common *c);
+/* A drafter setting's value in spec by name (seer_spec_get; 0 for an unknown name). */
+double cli_spec_num(const seer_spec_params *spec, const char *name);
+/* Whether spec drafts through the pool's quantised KV copy (quantkv, or the hierarchy over a
+ * quantkv middle): the context then needs the copy (--spec-kv-bits). */
+bool cli_spec_quantkv(const seer_spec_params *spec);
 
 /* A growing text buffer (s NUL-terminated when cap > 0). */
 typedef struct {

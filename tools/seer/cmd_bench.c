@@ -427,7 +427,11 @@ static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt
     seer_spec_params sp = o->drafters; /* the drafters' settings (--spec-sinks ...) */
     sp.kind = bs->kind;
     sp.gamma = bs->gamma;
-    sp.budget = bs->budget;
+    /* auto's row has no budget (its candidates have theirs) */
+    if (bs->budget > 0 && seer_spec_set_num(&sp, "budget", bs->budget) != SEER_OK) {
+        snprintf(bs->err, sizeof bs->err, "%s", seer_last_error());
+        return;
+    }
     sp.tree_size = bs->tree_size;
     sp.tree_depth = bs->tree_size ? bs->gamma : 0;
     sp.draft_model = o->draft;

@@ -69,7 +69,7 @@ static json_t *gen_json(const gen_opts *o, seer_context *ctx, seer_gen *gen, con
                             "prefill_tok_s", r->pf_tps, "decode_tok_s", r->dec_tps, "prefill_s", r->prefill_s,
                             "decode_s", r->decode_s,
                             "spec", "kind", seer_spec_kind_name(o->c.spec.kind), "gamma", o->c.spec.gamma,
-                            "budget", o->c.spec.budget, "rounds", (json_int_t)r->st.rounds,
+                            "budget", (int)cli_spec_num(&o->c.spec, "budget"), "rounds", (json_int_t)r->st.rounds,
                             "drafted", (json_int_t)r->st.drafted, "accepted", (json_int_t)r->st.accepted,
                             "acceptance", r->acc_rate, "tokens_per_round", r->per_round,
                             "draft_s", r->st.t_draft_s, "verify_s", r->st.t_verify_s,
@@ -91,8 +91,8 @@ static json_t *gen_json(const gen_opts *o, seer_context *ctx, seer_gen *gen, con
         json_object_set_new(jspec, "draft_weights",
                             json_string(o->c.spec.draft_weights ? o->c.spec_weights : "none"));
     if (jspec && o->c.spec.kind == SEER_SPEC_HIERARCHY) {
-        json_object_set_new(jspec, "hier_base", json_string(seer_spec_kind_name(o->c.spec.hier_base)));
-        json_object_set_new(jspec, "hier_gamma", json_integer(o->c.spec.hier_gamma));
+        json_object_set_new(jspec, "hier_base", json_string(seer_spec_kind_name((seer_spec_kind)(int)cli_spec_num(&o->c.spec, "hier_base"))));
+        json_object_set_new(jspec, "hier_gamma", json_integer((int)cli_spec_num(&o->c.spec, "hier_gamma")));
     }
     if (!out)
         fprintf(stderr, "seer generate: generated text is not valid UTF-8\n");
@@ -116,7 +116,8 @@ static void print_stats(const gen_opts *o, seer_context *ctx, seer_gen *gen, con
                  o->c.spec.tree_replan ? ", shape re-planned online" : "");
     else if (o->c.spec.kind == SEER_SPEC_HIERARCHY) /* draft: the middle level's time, bottom's within */
         snprintf(tree, sizeof tree, " (draft model -> %s view, %d per middle call)",
-                 seer_spec_kind_name(o->c.spec.hier_base), o->c.spec.hier_gamma);
+                 seer_spec_kind_name((seer_spec_kind)(int)cli_spec_num(&o->c.spec, "hier_base")),
+                 (int)cli_spec_num(&o->c.spec, "hier_gamma"));
     if (km.quant_bits)
         fprintf(stderr, "seer: of which the %d-bit KV copy: %.2f MiB committed of %.2f MiB reserved\n",
                 km.quant_bits, km.quant_bytes_committed / 1048576.0, km.quant_bytes_reserved / 1048576.0);
@@ -247,7 +248,7 @@ int cmd_generate(int argc, char **argv) {
     cp.n_ctx = (int)o.c.ctx; /* 0: the trained context, as memory allows */
     if (o.c.batch)
         cp.n_batch_max = (int)o.c.batch;
-    if (o.c.spec.kind == SEER_SPEC_QUANTKV || (o.c.spec.kind == SEER_SPEC_HIERARCHY && o.c.spec.hier_base == SEER_SPEC_QUANTKV))
+    if (cli_spec_quantkv(&o.c.spec))
         cp.kv_quant_bits = o.c.kv_bits ? (int)o.c.kv_bits : 4;
     if ((s = seer_context_init(model, cp, &ctx)) != SEER_OK) {
         cli_error("creating context", s);

@@ -157,6 +157,16 @@ static bool own_only_ok(const cli_common *c) {
     return true;
 }
 
+double cli_spec_num(const seer_spec_params *spec, const char *name) {
+    double v = 0;
+    return seer_spec_get(spec, name, &v) == SEER_OK ? v : 0;
+}
+
+bool cli_spec_quantkv(const seer_spec_params *spec) {
+    return spec->kind == SEER_SPEC_QUANTKV ||
+           (spec->kind == SEER_SPEC_HIERARCHY && (int)cli_spec_num(spec, "hier_base") == SEER_SPEC_QUANTKV);
+}
+
 bool cli_tree_apply(cli_common *c) {
     const cli_tree *t = &c->tree;
     seer_spec_params *spec = &c->spec;
@@ -173,8 +183,10 @@ bool cli_tree_apply(cli_common *c) {
             fprintf(stderr, "seer: --spec-base: the hierarchy's middle level is one of %s\n", list);
             return false;
         }
-        if (t->base_set)
-            spec->hier_base = t->base;
+        if (t->base_set && seer_spec_set_num(spec, "hier_base", t->base) != SEER_OK) {
+            fprintf(stderr, "seer: --spec-base: %s\n", seer_last_error());
+            return false;
+        }
         return true;
     }
     if (!t->on) {

@@ -117,6 +117,7 @@ typedef struct {
     seer_detok *lp_dt;           /* the text of the ids so far, for the offsets */
     size_t lp_bytes;
     int sent_lp;                 /* HTTP side: tokens whose log-probabilities are sent */
+    seer_token_logprob *plp;     /* echo with logprobs: the prompt's (j->n_prompt), once known */
     bool tools_done, called;     /* HTTP side, chats with tools: its end parsed; it made calls */
     /* HTTP side: streaming progress */
     size_t sent_text;            /* bytes of text already sent as events */
@@ -134,6 +135,11 @@ struct serve_job {
     int top_logprobs;            /* with this many alternatives */
     char *echo;                  /* /v1/completions with echo: the prompt's text, sent first */
     size_t echo_len;
+    int32_t *echo_ids;           /* echo with logprobs: the prompt's ids [n_prompt] and the offset */
+    size_t *echo_off;            /* of each one's text in the echo (serve_logprobs_echo) */
+    int n_return;                /* choices returned: n_choices, or OpenAI's n of best_of candidates
+                                    (the n likeliest by cumulative log-probability, serve_best_of.c) */
+    bool rank_lp;                /* the choices keep log-probabilities to rank them (best_of) */
     char id[48];
     long long created;
     int n_prompt;
@@ -213,6 +219,10 @@ char *serve_models_json(serve_state *srv);
  * e filled (400 for a bad request). */
 char *serve_tokenize_json(serve_state *srv, const char *body, size_t len, serve_error *e);
 char *serve_detokenize_json(serve_state *srv, const char *body, size_t len, serve_error *e);
+/* The text of token ids [n] as the detokenizer writes generated text (control tokens have
+ * none; a BOS drops the space SentencePiece puts before the first word): what `echo` sends of
+ * a prompt given as ids. malloc'd, *len its length; NULL when out of memory. */
+char *serve_ids_text(serve_state *srv, const int32_t *ids, int n, size_t *len);
 /* A finish reason as /metrics labels it (cancelled and error included). */
 const char *serve_finish_name(seer_finish_reason f);
 /* A finish reason as the API reports it: one of OpenAI's ("stop", "length"); a request cut
@@ -235,12 +245,26 @@ void serve_choice_take_logprobs(serve_choice *c, seer_request *r);
 int serve_logprobs_count(const serve_choice *c, size_t text_len);
 /* The logprobs object of c's tokens [from, to): chat's {"content": [...], "refusal": null}, or
  * completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"} with offsets
- * counted from base (an echoed prompt's length). NULL when out of memory. */
+ * counted from base (an echoed prompt's length), led when from is 0 by the echoed prompt's
+ * tokens (the first one's logprob and top_logprobs null, as OpenAI's). NULL when out of
+ * memory. */
 json_t *serve_logprobs_json(const serve_job *j, const serve_choice *c, int from, int to, size_t base);
 void serve_choice_free_logprobs(serve_choice *c);
 /* Reads logprobs (chat: a boolean, with top_logprobs 0..20; completions: an integer 0..5)
- * into p; refuses them with echo. False with e filled on a bad value. */
+ * into p; with echo the prompt's too (p->prompt_logprobs). False with e filled on a bad value. */
 bool serve_logprobs_parse(json_t *root, serve_kind kind, bool echo, seer_request_params *p, serve_error *e);
+/* Echo with logprobs: keeps the prompt's ids [n] in j and the offset of each one's text in
+ * the echo (the detokenizer's pieces, cut to the echo's length). False when out of memory. */
+bool serve_logprobs_echo(serve_job *j, const int32_t *ids, int n);
+
+/* serve_best_of.c: best_of. */
+/* Reads best_of (1..SERVE_MAX_CHOICES, at least n, above n not with stream) into *best (n
+ * when absent). False with e filled on a bad value. */
+bool serve_best_of_parse(json_t *root, int n, int *best, serve_error *e);
+/* The indices of the choices a response returns, into order [j->n_return]: all in order, or
+ * of best_of candidates the n_return with the highest cumulative log-probability of their
+ * generated tokens, the likeliest first (ties to the lower index). */
+void serve_best_of_order(const serve_job *j, int *order);
 
 /* serve_metrics.c */
 void serve_metrics_init(serve_metrics *m);

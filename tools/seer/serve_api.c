@@ -120,7 +120,7 @@ void serve_job_unref(serve_job *j) {
     free_choices(j, j->n_choices);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
-    free(j->pending), free(j->echo);
+    free(j->pending), free(j->echo), free(j->echo_ids), free(j->echo_off);
     json_decref(j->tool_defs);
     free(j);
     pthread_mutex_lock(&srv->mu);
@@ -182,7 +182,7 @@ static void on_update(seer_request *r, void *user) {
             c->n_ids = n;
         }
     }
-    if (j->logprobs)
+    if (j->logprobs || j->rank_lp)
         serve_choice_take_logprobs(c, r);
     if (fin) {
         seer_request_get_stats(r, &c->st);
@@ -452,7 +452,7 @@ static serve_job *job_new(serve_state *srv, serve_kind kind, const int32_t *ids,
     j->refs = 1;
     j->fd = -1;
     j->choices = ch;
-    j->n_choices = n_choices;
+    j->n_choices = j->n_return = n_choices;
     for (int i = 0; i < n_choices; i++) {
         seer_request_params q = *p;
         q.sampler.seed = p->sampler.seed + (uint64_t)i;
@@ -470,37 +470,6 @@ static serve_job *job_new(serve_state *srv, serve_kind kind, const int32_t *ids,
         }
     }
     return j;
-}
-
-/* The text of token ids as the detokenizer writes generated text (control tokens have none; a
- * BOS drops the space SentencePiece puts before the first word): what `echo` sends of a
- * prompt given as ids. NULL when out of memory. */
-static char *ids_text(serve_state *srv, const int32_t *ids, int n, size_t *len) {
-    seer_detok *d = NULL;
-    size_t cap = 256, used = 0;
-    char *s = malloc(cap);
-    if (!s || seer_detok_init(srv->model, &d) != SEER_OK) {
-        free(s);
-        return NULL;
-    }
-    for (int i = 0; i <= n; i++) {
-        int k;
-        /* a piece that does not fit consumes nothing: the room doubles until it does */
-        while ((k = i < n ? seer_detok_push(d, ids[i], s + used, (int)(cap - used))
-                          : seer_detok_flush(d, s + used, (int)(cap - used))) < 0) {
-            char *p = cap < ((size_t)1 << 30) ? realloc(s, cap * 2) : NULL;
-            if (!p) {
-                free(s);
-                seer_detok_free(d);
-                return NULL;
-            }
-            s = p, cap *= 2;
-        }
-        used += (size_t)k;
-    }
-    seer_detok_free(d);
-    *len = used;
-    return s;
 }
 
 serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *body, size_t len,
@@ -626,7 +595,9 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
         p.sampler.seed = (uint64_t)json_integer_value(seed);
     }
     long long n_choices = 1;
-    if (serve_get_int(root, "n", 1, SERVE_MAX_CHOICES, &n_choices, e) < 0)
+    int best_of = 1;
+    if (serve_get_int(root, "n", 1, SERVE_MAX_CHOICES, &n_choices, e) < 0 ||
+        !serve_best_of_parse(root, (int)n_choices, &best_of, e))
         goto out;
     json_t *stop = json_object_get(root, "stop");
     if (stop && !json_is_null(stop)) {
@@ -671,7 +642,7 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
         if (ids && echo) {
             json_t *one = json_is_array(pr) && json_is_string(json_array_get(pr, 0)) ? json_array_get(pr, 0) : pr;
             echo_len = json_is_string(one) ? json_string_length(one) : 0;
-            echo_text = json_is_string(one) ? malloc(echo_len + 1) : ids_text(srv, ids, n, &echo_len);
+            echo_text = json_is_string(one) ? malloc(echo_len + 1) : serve_ids_text(srv, ids, n, &echo_len);
             if (!echo_text) {
                 serve_fail(e, 500, NULL, NULL, "out of memory");
                 goto out;
@@ -701,12 +672,16 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
     }
     if (p.max_tokens > srv->n_ctx - n)
         p.max_tokens = srv->n_ctx - n;
-    j = job_new(srv, kind, ids, n, &p, (int)n_choices, e);
+    const bool user_lp = p.logprobs;
+    p.logprobs |= best_of > n_choices; /* the candidates are ranked by theirs */
+    j = job_new(srv, kind, ids, n, &p, best_of, e);
     if (!j)
         goto out;
+    j->n_return = (int)n_choices;
+    j->rank_lp = best_of > n_choices;
     j->stream = stream;
     j->include_usage = include_usage;
-    j->logprobs = p.logprobs;
+    j->logprobs = user_lp;
     j->tools = tools.on;
     j->tool_defs = tools.on ? json_incref(tools.tools) : NULL;
     j->top_logprobs = p.top_logprobs;
@@ -717,6 +692,11 @@ serve_job *serve_job_from_json(serve_state *srv, serve_kind kind, const char *bo
              (unsigned long long)++srv->next_id);
     srv->n_jobs++;
     pthread_mutex_unlock(&srv->mu);
+    if (j->echo && p.prompt_logprobs && !serve_logprobs_echo(j, ids, n)) {
+        serve_job_unref(j);
+        j = serve_fail(e, 500, NULL, NULL, "out of memory");
+        goto out;
+    }
 out:
     serve_tools_free(&tools);
     free(ids);
@@ -798,10 +778,14 @@ static json_t *whole_choice(serve_job *j, serve_choice *c) {
 /* With one choice, seer's fields are the response's; with several, each choice has its own. */
 char *serve_job_response(serve_job *j) {
     json_t *choices = json_array();
-    for (int i = 0; choices && i < j->n_choices; i++) {
-        json_t *c = whole_choice(j, &j->choices[i]);
-        if (c && j->n_choices > 1)
-            json_object_set_new(c, "seer", seer_of(&j->choices[i]));
+    int order[SERVE_MAX_CHOICES];
+    serve_best_of_order(j, order); /* best_of: the likeliest candidates, numbered from 0 */
+    for (int i = 0; choices && i < j->n_return; i++) {
+        json_t *c = whole_choice(j, &j->choices[order[i]]);
+        if (c)
+            json_object_set_new(c, "index", json_integer(i));
+        if (c && j->n_return > 1)
+            json_object_set_new(c, "seer", seer_of(&j->choices[order[i]]));
         if (!c || json_array_append_new(choices, c)) {
             json_decref(choices);
             return NULL;
@@ -811,8 +795,8 @@ char *serve_job_response(serve_job *j) {
                           j->kind == JOB_CHAT ? "chat.completion" : "text_completion", "created",
                           (json_int_t)j->created, "model", model_of(j), "choices", choices,
                           "usage", usage_of(j));
-    if (o && j->n_choices == 1)
-        json_object_set_new(o, "seer", seer_of(&j->choices[0]));
+    if (o && j->n_return == 1)
+        json_object_set_new(o, "seer", seer_of(&j->choices[order[0]]));
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;

@@ -2,8 +2,8 @@
  * serve_fields.c: the top-level fields of an OpenAI request body, each either honoured or
  * refused. One table names every field /v1/chat/completions and /v1/completions take and
  * what seer does with it; a field not in the table for its endpoint is refused (as OpenAI
- * refuses unknown parameters), and so is a value seer cannot honour (echo with logprobs, a
- * tool_choice that forces a call ...; response_format, grammar and logit_bias are
+ * refuses unknown parameters), and so is a value seer cannot honour (a tool_choice that
+ * forces a call ...; response_format, grammar and logit_bias are
  * serve_structured.c's). Fields whose only
  * effect is metadata on OpenAI's side (user, metadata, safety_identifier, prompt_cache_key,
  * store false, service_tier auto or default) are accepted after a type check: by definition
@@ -182,21 +182,11 @@ static bool ck_service_tier(json_t *o, const char *key, json_t *v, serve_error *
                                                        : unsupported(e, key, " (only \"auto\" or \"default\")");
 }
 
-/* An integer whose only value seer honours is `only`. */
-static bool ck_int_only(json_t *o, const char *key, long long lo, long long hi, long long only, serve_error *e) {
-    long long d = only;
-    if (serve_get_int(o, key, lo, hi, &d, e) < 0)
-        return false;
-    if (d == only)
-        return true;
-    char why[32];
-    snprintf(why, sizeof why, " (only %lld)", only);
-    return unsupported(e, key, why);
-}
-
+/* best_of candidates (serve_best_of.c checks it against n and stream). */
 static bool ck_best_of(json_t *o, const char *key, json_t *v, serve_error *e) {
+    long long d;
     (void)v;
-    return ck_int_only(o, key, 1, 128, 1, e);
+    return serve_get_int(o, key, 1, SERVE_MAX_CHOICES, &d, e) >= 0;
 }
 
 /* Each of n choices is a generation of its own (serve_api.c). */

@@ -3,7 +3,8 @@
  * choices[i].logprobs.content[] (token, logprob, bytes, top_logprobs[]) and completions'
  * tokens / token_logprobs / top_logprobs / text_offset. The values are the target model's raw
  * log-softmax at each generated position (seer_request_params.logprobs), whether the token
- * came from a draft or not.
+ * came from a draft or not; with echo, the prompt's tokens first, from the prefill's logits
+ * (seer_request_params.prompt_logprobs), the first one's value null as OpenAI's.
  *
  * A token is reported when its text starts inside the visible text: end-of-text tokens and
  * tokens after a stop string are not, a token the stop string cuts is. A token's "token" is
@@ -14,13 +15,13 @@
  */
 #include "serve.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* logprobs: chat's boolean with top_logprobs (0..20), completions' integer (0..5: the
- * alternatives). Not with echo: the prompt's tokens would need theirs too, which prefill does
- * not compute. */
+ * alternatives). With echo the prompt's tokens get theirs too, from the prefill's logits. */
 bool serve_logprobs_parse(json_t *root, serve_kind kind, bool echo, seer_request_params *p, serve_error *e) {
     json_t *lp = json_object_get(root, "logprobs");
     long long k = 0;
@@ -41,26 +42,55 @@ bool serve_logprobs_parse(json_t *root, serve_kind kind, bool echo, seer_request
         return true;
     if (serve_get_int(root, "logprobs", 0, 5, &k, e) < 0)
         return false;
-    if (echo) {
-        serve_fail(e, 400, "logprobs", "unsupported",
-                   "'logprobs' with 'echo' is not supported: the prompt's tokens have no log-probabilities here");
-        return false;
-    }
     p->logprobs = true;
+    p->prompt_logprobs = echo;
     p->top_logprobs = (int)k;
     return true;
 }
 
 void serve_choice_free_logprobs(serve_choice *c) {
+    free(c->plp);
+    c->plp = NULL;
     free(c->lp);
     free(c->lp_off);
     seer_detok_free(c->lp_dt);
     c->lp = NULL, c->lp_off = NULL, c->lp_dt = NULL;
 }
 
+bool serve_logprobs_echo(serve_job *j, const int32_t *ids, int n) {
+    seer_detok *d = NULL;
+    j->echo_ids = malloc(sizeof(int32_t) * (size_t)n);
+    j->echo_off = malloc(sizeof(size_t) * (size_t)n);
+    if (!j->echo_ids || !j->echo_off || seer_detok_init(j->srv->model, &d) != SEER_OK)
+        return false;
+    memcpy(j->echo_ids, ids, sizeof(int32_t) * (size_t)n);
+    char buf[1024];
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        j->echo_off[i] = off < j->echo_len ? off : j->echo_len;
+        const int k = seer_detok_push(d, ids[i], buf, sizeof buf);
+        off += k > 0 ? (size_t)k : 0;
+    }
+    seer_detok_free(d);
+    return true;
+}
+
+/* The prompt's log-probabilities into c, once the prompt is computed. */
+static void take_prompt(serve_choice *c, seer_request *r) {
+    const seer_token_logprob *plp;
+    const int n = c->plp ? 0 : seer_request_prompt_logprobs(r, &plp);
+    if (n != c->job->n_prompt || n < 1)
+        return;
+    c->plp = malloc(sizeof *c->plp * (size_t)n);
+    if (c->plp)
+        memcpy(c->plp, plp, sizeof *c->plp * (size_t)n);
+}
+
 void serve_choice_take_logprobs(serve_choice *c, seer_request *r) {
     const seer_token_logprob *lp;
     const int32_t *ids;
+    if (c->job->echo_ids)
+        take_prompt(c, r);
     const int n = seer_request_logprobs(r, &lp);
     if (n <= c->n_lp || seer_request_tokens(r, &ids) < n)
         return;
@@ -164,38 +194,49 @@ static json_t *chat_json(const seer_model *m, const serve_choice *c, int from, i
     return content ? json_pack("{s:o,s:n}", "content", content, "refusal") : NULL;
 }
 
-static json_t *compl_json(const seer_model *m, const serve_choice *c, int from, int to, size_t base) {
+/* Appends one completions entry: token t with value lp (NAN: null, with a null top_logprobs:
+ * the echoed prompt's first token) and its alternatives. False when out of memory. */
+static bool compl_entry(const seer_model *m, json_t *tokens, json_t *lps, json_t *tops, json_t *offs, int32_t t,
+                        const seer_token_logprob *e, size_t off) {
+    unsigned char piece[512];
+    int n;
+    char *s = token_str(m, t, piece, sizeof piece, &n);
+    const bool first = isnan(e->logprob);
+    json_t *top = first ? json_null() : json_object();
+    /* the most likely tokens and the chosen one, as OpenAI's */
+    for (int k = 0; s && top && !first && k < e->n_top; k++) {
+        char *ts = token_str(m, e->top_id[k], piece, sizeof piece, &n);
+        if (ts && !json_object_get(top, ts))
+            json_object_set_new(top, ts, json_real(e->top_logprob[k]));
+        free(ts);
+    }
+    if (s && top && !first && !json_object_get(top, s))
+        json_object_set_new(top, s, json_real(e->logprob));
+    const bool ok = s && top && !json_array_append_new(tokens, json_string(s)) &&
+                    !json_array_append_new(lps, first ? json_null() : json_real(e->logprob)) &&
+                    !json_array_append_new(tops, top) && !json_array_append_new(offs, json_integer((json_int_t)off));
+    free(s);
+    return ok;
+}
+
+static json_t *compl_json(const serve_job *j, const serve_choice *c, int from, int to, size_t base) {
+    const seer_model *m = j->srv->model;
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     json_t *o = json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
                           "text_offset", offs);
-    unsigned char piece[512];
-    int n;
-    for (int i = from; o && i < to; i++) {
-        const seer_token_logprob *e = &c->lp[i];
-        char *s = token_str(m, c->ids[i], piece, sizeof piece, &n);
-        json_t *top = json_object();
-        /* the most likely tokens and the chosen one, as OpenAI's */
-        for (int k = 0; s && top && k < e->n_top; k++) {
-            char *ts = token_str(m, e->top_id[k], piece, sizeof piece, &n);
-            if (ts && !json_object_get(top, ts))
-                json_object_set_new(top, ts, json_real(e->top_logprob[k]));
-            free(ts);
-        }
-        if (s && top && !json_object_get(top, s))
-            json_object_set_new(top, s, json_real(e->logprob));
-        const bool ok = s && top && !json_array_append_new(tokens, json_string(s)) &&
-                        !json_array_append_new(lps, json_real(e->logprob)) && !json_array_append_new(tops, top) &&
-                        !json_array_append_new(offs, json_integer((json_int_t)(base + c->lp_off[i])));
-        free(s);
-        if (!ok) {
-            json_decref(o);
-            return NULL;
-        }
+    bool ok = o != NULL;
+    for (int i = 0; ok && from == 0 && c->plp && i < j->n_prompt; i++)
+        ok = compl_entry(m, tokens, lps, tops, offs, j->echo_ids[i], &c->plp[i], j->echo_off[i]);
+    for (int i = from; ok && i < to; i++)
+        ok = compl_entry(m, tokens, lps, tops, offs, c->ids[i], &c->lp[i], base + c->lp_off[i]);
+    if (!ok) {
+        json_decref(o);
+        return NULL;
     }
     return o;
 }
 
 json_t *serve_logprobs_json(const serve_job *j, const serve_choice *c, int from, int to, size_t base) {
     const seer_model *m = j->srv->model;
-    return j->kind == JOB_CHAT ? chat_json(m, c, from, to) : compl_json(m, c, from, to, base);
+    return j->kind == JOB_CHAT ? chat_json(m, c, from, to) : compl_json(j, c, from, to, base);
 }

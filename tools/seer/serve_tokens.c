@@ -167,3 +167,34 @@ done:
     json_decref(root);
     return out;
 }
+
+/* The text of token ids as the detokenizer writes generated text (control tokens have none; a
+ * BOS drops the space SentencePiece puts before the first word): what `echo` sends of a
+ * prompt given as ids. NULL when out of memory. */
+char *serve_ids_text(serve_state *srv, const int32_t *ids, int n, size_t *len) {
+    seer_detok *d = NULL;
+    size_t cap = 256, used = 0;
+    char *s = malloc(cap);
+    if (!s || seer_detok_init(srv->model, &d) != SEER_OK) {
+        free(s);
+        return NULL;
+    }
+    for (int i = 0; i <= n; i++) {
+        int k;
+        /* a piece that does not fit consumes nothing: the room doubles until it does */
+        while ((k = i < n ? seer_detok_push(d, ids[i], s + used, (int)(cap - used))
+                          : seer_detok_flush(d, s + used, (int)(cap - used))) < 0) {
+            char *p = cap < ((size_t)1 << 30) ? realloc(s, cap * 2) : NULL;
+            if (!p) {
+                free(s);
+                seer_detok_free(d);
+                return NULL;
+            }
+            s = p, cap *= 2;
+        }
+        used += (size_t)k;
+    }
+    seer_detok_free(d);
+    *len = used;
+    return s;
+}

@@ -596,26 +596,10 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
         d.penalty = p->repeat_penalty;
         d.top_k = p->top_k;
         d.pen_off = off;
-        const bool has_pen = seer_sampler_penalised(p) && w->hist && w->n_hist > 0;
-        if (has_pen) {
-            /* the distinct ids of the window and their counts, as sample.c marks them */
-            const int k = w->n_hist < p->repeat_last_n ? w->n_hist : p->repeat_last_n;
-            const int32_t *hw = w->hist + (w->n_hist - k);
-            for (int i = 0; i < k; i++)
-                if (hw[i] >= 0 && hw[i] < V)
-                    mark[hw[i]] = 0, count[hw[i]] = 0;
-            for (int i = 0; i < k; i++)
-                if (hw[i] >= 0 && hw[i] < V)
-                    count[hw[i]]++;
-            for (int i = 0; i < k; i++) {
-                const int32_t id = hw[i];
-                if (id < 0 || id >= V || mark[id])
-                    continue;
-                mark[id] = 1;
-                sub[off] = seer_penalty_sub(p, count[id]);
-                pen[off++] = id;
-            }
-        }
+        /* the distinct ids of the window and their counts, as sample.c takes them */
+        const int m = seer_penalty_window(p, w->hist, w->n_hist, V, mark, count, pen + off);
+        for (int i = 0; i < m; i++, off++)
+            sub[off] = seer_penalty_sub(p, count[pen[off]]);
         d.n_pen = off - d.pen_off;
         d.bias_off = boff;
         for (int i = 0; i < p->n_logit_bias; i++) /* distinct (checked where params come in) */
@@ -630,7 +614,7 @@ seer_status seer_cuda_sample_rows(seer_backend *be, const seer_sample_row *rows,
             d.mask_off = (int)moff;
             moff += W;
         }
-        const bool need = p->temperature > 0.0f || has_pen || p->n_logit_bias > 0 || w->mask;
+        const bool need = p->temperature > 0.0f || m > 0 || p->n_logit_bias > 0 || w->mask;
         d.buf = w->probs ? w->probs : need ? work + (size_t)(s++) * V : NULL;
         desc[r] = d;
     }
