@@ -169,6 +169,7 @@ seer_spec_stats tu_gen_run(seer_model *m, seer_spec_params spec, const int32_t *
     cp.n_batch_max = cx.n_batch_max;
     cp.page_size = cx.page_size;
     cp.kv_quant_bits = cx.kv_quant_bits;
+    cp.kv_type = cx.kv_type;
     seer_context *c = NULL;
     ASSERT_OK(seer_context_init(m, cp, &c));
     seer_gen *g = NULL;

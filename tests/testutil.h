@@ -79,6 +79,7 @@ typedef struct {
     int page_size;
     int n_batch_max;
     int kv_quant_bits;
+    seer_kv_type kv_type;                    /* how the pool stores K/V (0: full precision) */
     float synthetic_accept;                  /* seer_gen_set_synthetic's (0, NULL: none) */
     const seer_accept_trace *synthetic_trace;
 } tu_gen_ctx;
