@@ -84,6 +84,20 @@ static bool kv_type_supported(const seer_model *m, seer_kv_type type) {
     return type == SEER_KV_FULL || (seer_kv_type_name(type) && (m->be->ops->kv_types >> type & 1u));
 }
 
+seer_status seer_model_kv_capacity(const seer_model *m, seer_kv_type type, uint64_t *tokens) {
+    SEER_CHECK_ARG(m && m->be && tokens);
+    *tokens = 0;
+    uint64_t avail = 0;
+    if (!kv_type_supported(m, type))
+        return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot store the KV cache as %s", m->be->ops->name,
+                        seer_kv_type_name(type) ? seer_kv_type_name(type) : "that type");
+    if (!m->be->ops->kv_mem_available)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot tell its free memory", m->be->ops->name);
+    SEER_TRY(m->be->ops->kv_mem_available(m->be, &avail));
+    *tokens = avail / page_row_bytes(m, 1, type);
+    return SEER_OK;
+}
+
 uint64_t seer_kv_bytes_per_token(const seer_model *m, seer_kv_type type) {
     if (!m || !m->be || !kv_type_supported(m, type))
         return 0;

@@ -336,7 +336,7 @@ const cli_opt cli_table[] = {
                        "                        proposes --spec-gamma tokens to the target; the views:\n"),
     {CLI_GEN_CHAT, NULL, 0, NULL, CLI_V_TEXT, NOWHERE, 0, 0, 0, 0, NULL, NULL, more_hier_base},
     STR(CLI_GEN_CHAT, "draft-model", 0, "M", COMMON(draft_model), "draft model for --spec draft (same vocabulary)"),
-    FN(CLI_RUNS, "kv-type", 0, "T", fn_kv_type,
+    FN(CLI_ALL, "kv-type", 0, "T", fn_kv_type,
        "how the KV cache stores K and V: bf16 (full precision, default),\nq8 or q4 (symmetric, a scale per head row / "
        "per 32 values;\n1.9x / 3.2x the tokens of bf16; lossy, docs/benchmarks.md)",
        NULL),
