@@ -8,19 +8,32 @@
 #include <math.h>
 #include <string.h>
 
+/* The least e with amax <= qmax 2^e (clamped to [-127, 127]); -128 for a group of zeros. */
+static int group_exp(float amax, int qmax) {
+    if (!(amax > 0.f))
+        return amax == 0.f ? -128 : 127; /* NaN: the largest scale, a defined code */
+    int e;
+    (void)frexpf(amax / (float)qmax, &e); /* amax / qmax = m 2^e, m in [0.5, 1): <= 2^e */
+    if (ldexpf((float)qmax, e - 1) >= amax) /* the division rounded up across a power of two */
+        e--;
+    else if (ldexpf((float)qmax, e) < amax) /* ... or down */
+        e++;
+    return e < -127 ? -127 : e > 127 ? 127 : e;
+}
+
 void seer_kvt_quantize_row(int type, const float *x, int n_kv_heads, int head_dim, uint8_t *dst) {
     const int kvd = n_kv_heads * head_dim, G = seer_kvt_group(type, head_dim);
     const int bits = seer_kvt_bits(type), qmax = bits == 8 ? 127 : 7;
-    const size_t cb = seer_kvt_scales_off(type, kvd);
-    float *scales = (float *)(dst + cb);
-    /* the padding too, so that a stored row's every byte is defined (page copies compare) */
+    int8_t *exps = (int8_t *)(dst + seer_kvt_scales_off(type, kvd));
+    /* the padding too, so that a stored row's every byte is defined */
     memset(dst, 0, seer_kvt_row_bytes(type, n_kv_heads, head_dim));
     for (int g0 = 0; g0 < kvd; g0 += G) {
         float amax = 0.f;
         for (int e = g0; e < g0 + G; e++)
-            amax = fabsf(x[e]) > amax ? fabsf(x[e]) : amax;
-        const float s = amax / (float)qmax, inv = amax > 0.f ? (float)qmax / amax : 0.f;
-        scales[g0 / G] = s;
+            amax = fabsf(x[e]) > amax || isnan(x[e]) ? fabsf(x[e]) : amax;
+        const int ex = group_exp(amax, qmax);
+        exps[g0 / G] = (int8_t)ex;
+        const float inv = ex == -128 ? 0.f : ldexpf(1.f, -ex); /* exact: a power of two */
         for (int e = g0; e < g0 + G; e++) {
             float qf = rintf(x[e] * inv);
             if (!(qf >= (float)-qmax)) /* NaN too: a defined code */
@@ -39,15 +52,19 @@ void seer_kvt_quantize_row(int type, const float *x, int n_kv_heads, int head_di
 void seer_kvt_dequantize_head(int type, const uint8_t *src, int n_kv_heads, int head_dim, int kvh,
                               float *out) {
     const int kvd = n_kv_heads * head_dim, G = seer_kvt_group(type, head_dim);
-    const float *scales = (const float *)(src + seer_kvt_scales_off(type, kvd));
+    const int8_t *exps = (const int8_t *)(src + seer_kvt_scales_off(type, kvd));
     const int e0 = kvh * head_dim;
-    if (seer_kvt_bits(type) == 8) {
-        for (int i = 0; i < head_dim; i++)
-            out[i] = (float)(int8_t)src[e0 + i] * scales[(e0 + i) / G];
-        return;
-    }
-    for (int i = 0; i < head_dim; i++) {
-        const int e = e0 + i;
-        out[i] = (float)(((src[e / 2] >> (4 * (e & 1))) & 15) - 8) * scales[e / G];
+    for (int i = 0; i < head_dim; i += G) {
+        const int ex = exps[(e0 + i) / G];
+        const float s = ex == -128 ? 0.f : ldexpf(1.f, ex);
+        if (seer_kvt_bits(type) == 8) {
+            for (int j = i; j < i + G; j++)
+                out[j] = (float)(int8_t)src[e0 + j] * s;
+        } else {
+            for (int j = i; j < i + G; j++) {
+                const int e = e0 + j;
+                out[j] = (float)(((src[e / 2] >> (4 * (e & 1))) & 15) - 8) * s;
+            }
+        }
     }
 }
