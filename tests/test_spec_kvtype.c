@@ -4,7 +4,9 @@
  * self-drafts, which read the same quantised rows, the draft model, n-grams, token trees and
  * the hierarchy) is bit-identical to plain greedy decoding with the same kv_type, one sequence
  * and a ragged batch, on a random model and the tiny real model. The quantised target really
- * is another model: its greedy output differs from the full-precision one's somewhere.
+ * is another model: its greedy output differs from the full-precision one's somewhere. Under
+ * sampling the emitted tokens follow the quantised-KV target's exact distribution
+ * (chi-square), and a wrong acceptance rule fails the same test.
  */
 #include "testutil.h"
 
@@ -128,10 +130,51 @@ static void test_stories(void **state) {
     seer_model_free(m);
 }
 
+/* Sampling: the first three emitted tokens follow the quantised-KV target's exact
+ * distribution with speculation (chi-square), and the same test fails a wrong rule
+ * (rejections resampled from p, not the residual). The cells differ from the full-precision
+ * target's, so a run that read full-precision KV anywhere would fail too. */
+static void test_distribution(void **state) {
+    (void)state;
+    const char *path = tu_tmp_path("kvt_dist.gguf"), *dpath = tu_tmp_path("kvt_distd.gguf");
+    seer_gen_params p = seer_gen_default_params();
+    p.arch = "llama";
+    p.n_vocab = 260; /* test_spec's distribution models */
+    p.dim = 32;
+    p.n_layers = 2;
+    p.n_heads = 4;
+    p.n_kv_heads = 2;
+    p.ffn_dim = 64;
+    p.ctx = 512;
+    p.seed = 21;
+    p.scale = 0.6f;
+    ASSERT_OK(seer_gen_model(&p, path));
+    p.dim = 16, p.n_layers = 1, p.n_heads = 2, p.n_kv_heads = 1, p.ffn_dim = 32, p.seed = 22;
+    ASSERT_OK(seer_gen_model(&p, dpath));
+    seer_model *m = tu_load_cpu(path), *d = tu_load_cpu(dpath);
+    tu_dist dist;
+    tu_dist_init(&dist, m);
+    const int runs = 4000;
+    for (int t = SEER_KV_Q8; t <= SEER_KV_Q4; t++) {
+        tu_dist_set_kv_type(&dist, (seer_kv_type)t);
+        seer_spec_params spec = tu_spec(t == SEER_KV_Q8 ? SEER_SPEC_STREAMING : SEER_SPEC_DRAFT, 3, 6);
+        spec.sinks = 2;
+        spec.draft_model = d;
+        tu_dist_expect(&dist, spec, runs, NULL, "distribution kv %s %s", seer_kv_type_name((seer_kv_type)t),
+                       seer_spec_kind_name(spec.kind));
+    }
+    seer_spec_params spec = tu_spec(SEER_SPEC_STREAMING, 3, 6);
+    spec.sinks = 2;
+    tu_dist_expect(&dist, spec, runs, &seer_verify_wrong_rule_for_tests, "distribution kv q4 with the wrong rule");
+    seer_model_free(d);
+    seer_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_stories),
+        cmocka_unit_test(test_distribution),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
