@@ -169,6 +169,18 @@ int seer_detok_flush(seer_detok *d, char *buf, int cap);
 typedef struct seer_context seer_context;
 typedef int32_t seer_seq_id;
 
+/* How the target's own K/V rows are stored (seer_context_params.kv_type; src/kv/kv_type.h).
+ * FULL: the backend's full precision (bf16 on CUDA, f32 on the CPU). Q8 / Q4: only a quantised
+ * row, symmetric, one f32 scale per head row of Dh values (q8) or per 32 values (q4): about
+ * 1.9x / 3.2x the tokens of bf16 in the same memory. Lossy with respect to the full-precision
+ * model; speculation stays exact with respect to the quantised-KV model. */
+typedef enum { SEER_KV_FULL = 0, SEER_KV_Q8, SEER_KV_Q4 } seer_kv_type;
+
+/* "bf16", "q8", "q4" (the --kv-type names), or NULL for another value. */
+const char *seer_kv_type_name(seer_kv_type type);
+/* The type a --kv-type name stands for; SEER_ERR_INVALID_ARG (out untouched) for another. */
+seer_status seer_kv_type_parse(const char *name, seer_kv_type *out);
+
 typedef struct {
     int n_ctx;       /* most tokens one sequence may hold; 0 = the model's trained context,
                       * less where the KV pool of n_seq_max such sequences would not fit in
@@ -182,7 +194,9 @@ typedef struct {
                         * bits (groups of 32 values with an f32 scale and minimum), written
                         * with the row; a batch with kv_quant attends through it (the
                         * quantised-KV self-draft, SEER_SPEC_QUANTKV). Counted in the pool's
-                        * size (seer_kv_memory) */
+                        * size (seer_kv_memory). Needs kv_type SEER_KV_FULL */
+    seer_kv_type kv_type; /* how the pool stores the K/V rows (SEER_KV_FULL by default); a
+                           * backend without the type refuses it (SEER_ERR_UNSUPPORTED) */
 } seer_context_params;
 
 seer_context_params seer_context_default_params(void);
@@ -213,11 +227,15 @@ typedef struct {
     int quant_bits;             /* kv_quant_bits of the context */
     uint64_t quant_bytes_reserved;  /* the part of bytes_reserved that is the quantised copy */
     uint64_t quant_bytes_committed; /* the part of bytes_committed that is the quantised copy */
+    seer_kv_type kv_type;           /* the context's */
 } seer_kv_memory;
 void seer_context_kv_memory(const seer_context *ctx, seer_kv_memory *out);
 /* Bytes a quantised KV copy of bits (4 or 8; kv_quant_bits) adds per cached token of model,
  * every layer's K and V rows; 0 for other bits. */
 uint64_t seer_kv_quant_bytes_per_token(const seer_model *model, int bits);
+/* Bytes of the K/V rows of one cached token (every layer) as model's backend stores them in
+ * type; 0 for a type the backend does not have. */
+uint64_t seer_kv_bytes_per_token(const seer_model *model, seer_kv_type type);
 
 /* A restricted attention view for a sequence (sparse self-drafts). While set, a token of
  * this sequence attends to the cached slots listed in idx plus every slot >= tail_start, and

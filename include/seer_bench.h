@@ -174,6 +174,10 @@ static inline double seer_footprint_kv_read(const seer_model_footprint *fp, long
 }
 
 void seer_model_get_footprint(const seer_model *model, seer_model_footprint *out);
+/* Tokens of KV (every layer's K and V rows, stored as type) that the free memory of model's
+ * device holds now: the most B x L a context of that type could be given. SEER_ERR_UNSUPPORTED
+ * where the backend cannot tell its free memory or has no such type. */
+seer_status seer_model_kv_capacity(const seer_model *model, seer_kv_type type, uint64_t *tokens);
 /* Measures the copy bandwidth of the model's backend device (bytes read + written per
  * second of a large copy, median of several; allocates and frees its buffers). */
 seer_status seer_model_measure_bandwidth(const seer_model *model, double *bytes_per_s);

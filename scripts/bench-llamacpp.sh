@@ -18,6 +18,10 @@
 #           G 2 and 4, draft steps with the model's weights and with its q4_0 draft weights,
 #           SYNTHETIC acceptance 0.8; BENCH_REAL_ALPHA="K:alpha:label ..." adds projections at
 #           acceptances measured on real models), the prefill of 32K and 128K prompts
+#   kvcache the quantised KV cache in ONE call: both builds, the bf16 file; llama.cpp with
+#           -ctk q8_0 -ctv q8_0 (B = 1 at 32K, 14 and 26 x 32K), then seer bench at the same
+#           points with --kv-type bf16, q8 and q4 (each run prints the KV tokens the free memory
+#           holds: the largest B x L), llama.cpp's numbers beside each (BENCH_KV_POINTS="BxL ...")
 #   TYPE    one of $BENCH_LLAMA_TYPES (bf16 q4_0 q8_0, and q4_k_m where gen-model writes it):
 #           writes the GGUF, runs llama.cpp on it (llama-bench B = 1 at 4K and 32K, prefill of
 #           4K and 32K prompts; for bf16 also llama-batched-bench 14 x 32K and 3 x 128K), then
@@ -335,6 +339,46 @@ attention() {
   bench_type bf16
 }
 
+# The KV cache's types in one call: llama.cpp's q8_0 cache and seer's bf16, q8 and q4 on the
+# bf16 file, at B = 1 x 32K and at batches beside and past bf16's capacity.
+kvcache() {
+  local points=${BENCH_KV_POINTS:-1x32768 14x32768 26x32768} f=$work/model-bf16.gguf
+  local peer=$work/peer-kv-q8_0.json p kt batched_pts=()
+  rm -f "$summary" "$work/tests-summary.txt"
+  peer_build_start
+  seer_build || return 1
+  gen_file bf16 "$f" || { printf '%s\t%s\t-\t-\t-\t-\n' kv "gen-model failed" >>"$summary"; return 1; }
+  peer_build_wait || return 1
+  for p in $points; do [ "${p%%x*}" -gt 1 ] && batched_pts+=("$p"); done
+  local bat
+  bat=$(IFS=,; echo "${batched_pts[*]}")
+  echo "== kv: llama.cpp -ctk q8_0 -ctv q8_0 (after ${SECONDS}s)"
+  rm -f "$peer"
+  timeout "$(at_least $(( ($(left) - 30) * 45 / 100 )) 10)" scripts/peer-llamacpp.sh run "$kind" -m "$f" --out "$peer" \
+    --ctx-list 32768 --reps 1 --cache-type q8_0 ${bat:+--batched "$bat"}
+  echo "peer: exit $? after ${SECONDS}s"
+  [ -f "$peer.log" ] && grep -E '^\$ ' "$peer.log"
+  local peer_args=()
+  [ -s "$peer" ] && peer_args=(--peer "$peer") && tr -d '\n' <"$peer" >>"$results" && echo >>"$results"
+  for kt in bf16 q8 q4; do
+    local jsons=() i=0
+    for p in $points; do
+      local j=$work/seer-kv-$kt-$i.json
+      rm -f "$j"
+      echo "== kv $kt: seer bench -m $f --kv-type $kt --ctx-list ${p#*x} --batch-list ${p%%x*} (after ${SECONDS}s)"
+      timeout "$(at_least $(( $(left) - 30 )) 10)" "$bdir/seer" bench -m "$f" --backend "$kind" --kv-type "$kt" \
+        --ctx-list "${p#*x}" --batch-list "${p%%x*}" --prefill 0 --steps 20 ${peer_args[@]+"${peer_args[@]}"} \
+        --json-out "$j"
+      echo "seer bench: exit $? after ${SECONDS}s"
+      [ -s "$j" ] && cat "$j" >>"$results"
+      jsons+=("$j")
+      i=$((i + 1))
+    done
+    summarize "kv-$kt" "${jsons[@]}"
+  done
+  rm -f "$f"
+}
+
 run_all() {
   echo "== bench-gpu llama $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null), steps: $*"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
@@ -344,9 +388,10 @@ run_all() {
       setup) setup ;;
       weights) export GPU_CHECK_JOBS=${GPU_CHECK_JOBS:-8}; weights ;;
       attention) attention ;;
+      kvcache) kvcache ;;
       all) for t in ${BENCH_LLAMA_TYPES:-$(default_types)}; do bench_type "$t"; done ;;
       bf16 | f16 | f32 | q8_0 | q4_0 | q4_1 | q4_k_m) bench_type "$s" ;;
-      *) echo "bench-gpu llama: unknown step '$s' (setup, weights, attention, all, or a type: bf16 q4_0 q8_0 q4_k_m ...)" ;;
+      *) echo "bench-gpu llama: unknown step '$s' (setup, weights, attention, kvcache, all, or a type: bf16 q4_0 q8_0 q4_k_m ...)" ;;
     esac
   done
   echo

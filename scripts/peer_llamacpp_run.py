@@ -181,6 +181,8 @@ def main():
     ap.add_argument("--log", default=None, help="the tools' output (default: OUT.log)")
     ap.add_argument("--split-mode", default=None, choices=["none", "layer", "row"],
                     help="llama.cpp's -sm over several GPUs (the peer of seer bench --tp N)")
+    ap.add_argument("--cache-type", default=None,
+                    help="the KV cache's type for both tools (-ctk T -ctv T: f16, q8_0, q4_0 ...)")
     ap.add_argument("--bench-args", default="",
                     help="more llama-bench flags, e.g. '--repack 0' where its repacked CPU "
                          "path crashes (the AMX matmul on some VMs)")
@@ -198,6 +200,8 @@ def main():
 
     ngl = "99" if a.kind == "cuda" else "0"
     common = ["-fa", "1", "-ngl", ngl] + (["-t", str(a.threads)] if a.threads else [])
+    if a.cache_type:
+        common += ["-ctk", a.cache_type, "-ctv", a.cache_type]
     if a.split_mode:
         common += ["-sm", a.split_mode]
     log = open(a.log or a.out + ".log", "w")

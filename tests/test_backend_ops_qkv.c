@@ -9,6 +9,11 @@
  * the order of the sums only: tolerance 1e-3 (relative L2). Refusals: a copy of 5 bits, an
  * attention through a copy the storage does not keep, a random fill of a storage with a copy.
  *
+ * The same cases over a storage whose rows are quantised (kv_type q8 / q4, kv/kv_type.h;
+ * kv_type.cu and attention_qkv.cu): the rows kv_store writes equal the CPU's bit for bit
+ * (kv_read of both), and attention over them (every call kind above) agrees with the CPU's
+ * within 1e-3; the random fill, row moves and page copies give the CPU's rows exactly.
+ *
  * Skips when built without CUDA or when no CUDA device is present.
  */
 #include "ops_harness.h"
@@ -37,7 +42,8 @@ static const qkv_case CASES[] = {
     {2, 2, 256, 16, 1, {70}, {2}, false, false, false, 0, 2.f},            /* Gemma's Dh, softcap */
 };
 
-static void run_case(const qkv_case *ac, int bits, uint64_t *rng) {
+/* bits: of the copy (kv_type FULL), or of the storage's own rows (kv_type q8 / q4). */
+static void run_case(const qkv_case *ac, int bits, int kv_type, uint64_t *rng) {
     const int Hkv = ac->Hkv, H = Hkv * ac->group, Dh = ac->Dh, ps = ac->ps, ns = ac->ns, kvd = Hkv * Dh;
     const int L = 2;
     int T = 0, mp = 0;
@@ -47,7 +53,7 @@ static void run_case(const qkv_case *ac, int bits, uint64_t *rng) {
         mp = np > mp ? np : mp;
     }
     seer_kv_geom g = {.n_pages = ns * mp, .page_size = ps, .n_layers = L, .n_kv_heads = Hkv,
-                      .head_dim = Dh, .kv_bits = bits};
+                      .head_dim = Dh, .kv_bits = kv_type ? 0 : bits, .kv_type = kv_type};
     void *kc = NULL, *kg = NULL;
     int committed = 0;
     ASSERT_OK(cpu->ops->kv_alloc(cpu, &g, &kc));
@@ -87,6 +93,14 @@ static void run_case(const qkv_case *ac, int bits, uint64_t *rng) {
             if (l == 0 || Dh % 2) {
                 ASSERT_OK(cpu->ops->kv_store(cpu, kc, &g, l, k, v, pg, row, n));
                 ASSERT_OK(gpu->ops->kv_store(gpu, kg, &g, l, dk, dv, pg, row, n));
+                if (kv_type) /* the same rows, bit for bit: the quantiser is the host's */
+                    for (int w = 0; w < 2; w++) {
+                        float *rc = nan_array((size_t)n * kvd), *rg = nan_array((size_t)n * kvd);
+                        ASSERT_OK(cpu->ops->kv_read(cpu, kc, &g, l, w, pg, row, n, rc));
+                        ASSERT_OK(gpu->ops->kv_read(gpu, kg, &g, l, w, pg, row, n, rg));
+                        record("kv_type_store", kv_type == SEER_KV_Q8 ? "q8" : "q4", rg, rc, (size_t)n * kvd, 0);
+                        free(rc), free(rg);
+                    }
             } else {
                 float *q1 = rand_array((size_t)n * H * Dh, 1.f, rng);
                 float *dq1 = dev_copy(q1, (size_t)n * H * Dh);
@@ -134,7 +148,7 @@ static void run_case(const qkv_case *ac, int bits, uint64_t *rng) {
                           .scale = 1.f / sqrtf((float)Dh), .page_size = ps, .n_seq = ns,
                           .max_pages = mp, .seq_pages = pages, .seq_len0 = len0,
                           .seq_tok_off = off, .seq_toks = seq_toks, .seq_view = vp,
-                          .tok_seq = tok_seq, .tok_slot = tok_slot, .mask = mask, .kv_quant = true,
+                          .tok_seq = tok_seq, .tok_slot = tok_slot, .mask = mask, .kv_quant = !kv_type,
                           .window = ac->window, .softcap = ac->cap};
     const size_t n = (size_t)T * H * Dh;
     float *q = rand_array(n, 3.f, rng), *dq = dev_copy(q, n);
@@ -144,10 +158,11 @@ static void run_case(const qkv_case *ac, int bits, uint64_t *rng) {
         ASSERT_OK(gpu->ops->attention(gpu, dout, dq, kg, &g, l, &ab));
         float *out = dev_fetch(dout, n);
         char shape[160];
-        snprintf(shape, sizeof shape, "q%d Hkv=%d G=%d Dh=%d ps=%d T=%d layer %d%s%s%s window=%d cap=%g", bits,
+        snprintf(shape, sizeof shape, "%sq%d Hkv=%d G=%d Dh=%d ps=%d T=%d layer %d%s%s%s window=%d cap=%g",
+                 kv_type ? "rows " : "copy ", bits,
                  Hkv, ac->group, Dh, ps, T, l, ac->view ? " view" : "", ac->mask ? " mask" : "",
                  ac->fork ? " fork" : "", ac->window, ac->cap);
-        record("attention_qkv", shape, out, ref, n, 1e-3);
+        record(kv_type ? "attention_kv_type" : "attention_qkv", shape, out, ref, n, 1e-3);
         dev_free(dout);
         free(ref), free(out);
     }
@@ -162,8 +177,66 @@ static void test_attention_qkv(void **state) {
     uint64_t rng = 4242;
     for (int bits = 4; bits <= 8; bits += 4)
         for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++)
-            run_case(&CASES[c], bits, &rng);
+            run_case(&CASES[c], bits, 0, &rng);
     assert_op_passed("attention_qkv");
+}
+
+static void test_attention_kv_type(void **state) {
+    (void)state;
+    uint64_t rng = 4343;
+    for (int t = SEER_KV_Q8; t <= SEER_KV_Q4; t++)
+        for (size_t c = 0; c < sizeof CASES / sizeof *CASES; c++)
+            run_case(&CASES[c], t == SEER_KV_Q8 ? 8 : 4, t, &rng);
+    assert_op_passed("kv_type_store");
+    assert_op_passed("attention_kv_type");
+}
+
+/* The random fill, row moves and page copies of quantised rows: the CPU's rows exactly. */
+static void test_kv_type_rows(void **state) {
+    (void)state;
+    for (int t = SEER_KV_Q8; t <= SEER_KV_Q4; t++) {
+        seer_kv_geom g = {.n_pages = 4, .page_size = 8, .n_layers = 2, .n_kv_heads = 2, .head_dim = 64, .kv_type = t};
+        void *kc = NULL, *kg = NULL;
+        int committed;
+        ASSERT_OK(cpu->ops->kv_alloc(cpu, &g, &kc));
+        ASSERT_OK(gpu->ops->kv_alloc(gpu, &g, &kg));
+        ASSERT_OK(cpu->ops->kv_reserve(cpu, kc, &g, 4, &committed));
+        ASSERT_OK(gpu->ops->kv_reserve(gpu, kg, &g, 4, &committed));
+        const int32_t pages[3] = {2, 0, 1};
+        ASSERT_OK(cpu->ops->kv_fill_random(cpu, kc, &g, pages, 3, 0, 24, 11, 0.5f));
+        ASSERT_OK(gpu->ops->kv_fill_random(gpu, kg, &g, pages, 3, 0, 24, 11, 0.5f));
+        const int32_t sp[3] = {0, 1, 2}, sr[3] = {1, 1, 3}, dp[3] = {2, 2, 2}, dr[3] = {3, 4, 5};
+        ASSERT_OK(cpu->ops->kv_move_rows(cpu, kc, &g, sp, sr, dp, dr, 3));
+        ASSERT_OK(gpu->ops->kv_move_rows(gpu, kg, &g, sp, sr, dp, dr, 3));
+        const seer_kv_copy cp = {2, 3};
+        ASSERT_OK(cpu->ops->kv_copy_pages(cpu, kc, &g, &cp, 1));
+        ASSERT_OK(gpu->ops->kv_copy_pages(gpu, kg, &g, &cp, 1));
+        int32_t pg[32], row[32];
+        for (int i = 0; i < 32; i++)
+            pg[i] = i / 8, row[i] = i % 8;
+        for (int l = 0; l < 2; l++)
+            for (int w = 0; w < 2; w++) {
+                float *rc = nan_array(32 * 128), *rg = nan_array(32 * 128);
+                ASSERT_OK(cpu->ops->kv_read(cpu, kc, &g, l, w, pg, row, 32, rc));
+                ASSERT_OK(gpu->ops->kv_read(gpu, kg, &g, l, w, pg, row, 32, rg));
+                /* rows nothing wrote (page 1's tail) are NaN on the CPU: compare the written */
+                for (int i = 0; i < 32; i++)
+                    if (isnan(rc[i * 128]))
+                        for (int e = 0; e < 128; e++)
+                            rc[i * 128 + e] = rg[i * 128 + e] = 0.f;
+                record("kv_type_rows", t == SEER_KV_Q8 ? "q8 fill, move, copy" : "q4 fill, move, copy", rg, rc,
+                       32 * 128, 0);
+                free(rc), free(rg);
+            }
+        cpu->ops->kv_free(cpu, kc);
+        gpu->ops->kv_free(gpu, kg);
+        /* quantised rows with a copy beside them: refused */
+        g.kv_bits = 4;
+        void *bad = NULL;
+        assert_int_equal(gpu->ops->kv_alloc(gpu, &g, &bad), SEER_ERR_INVALID_ARG);
+        assert_null(bad);
+    }
+    assert_op_passed("kv_type_rows");
 }
 
 static void test_qkv_errors(void **state) {
@@ -198,6 +271,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_qkv),
         cmocka_unit_test(test_qkv_errors),
+        cmocka_unit_test(test_attention_kv_type),
+        cmocka_unit_test(test_kv_type_rows),
     };
     return ops_run(tests, sizeof tests / sizeof *tests);
 #else

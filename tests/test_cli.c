@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "gguf/gguf.h"
 
+#include <math.h>
 #include <pty.h>
 #include <signal.h>
 #include <stdio.h>
@@ -150,6 +151,13 @@ static void test_bad_input(void **state) {
         {"chat -m %s --spec-refresh-below x", 2, "is not a number"},
         {"bench --synthetic tiny --spec-sinks -1%.0s", 2, "--spec-sinks: -1 is out of range"},
         {"generate -m %s -p hi --batch 0", 2, "out of range"},
+        {"generate -m %s -p hi --kv-type q8_0", 2, "--kv-type must be bf16, q8 or q4"},
+        {"generate -m %s -p hi --kv-type q8 --spec quantkv", 1, "kv_quant_bits"},
+        {"generate -m %s -p hi --backend cpu --tp 2 --kv-type q4", 1, "cannot store the KV cache as q4"},
+        {"perplexity -m %s", 2, "usage: seer perplexity"},
+        {"perplexity -m %s -f /nonexistent.txt", 1, "cannot open"},
+        {"perplexity -m %s -f /dev/null", 1, "fewer than --ctx"},
+        {"perplexity -m %s -f /dev/null --kv-type q5", 2, "--kv-type takes"},
         {"generate -m %s -p hi --spec streaming --spec-gamma 4 --batch 3", 1, "batch limit 3"},
         {"generate -m %s", 2, "-p PROMPT"},
         {"generate -m %s -p 'Once upon a time there was a girl' --ctx 4", 1, "context"},
@@ -193,6 +201,31 @@ static void test_bad_input(void **state) {
     rc = sh(buf, sizeof buf, "%s generate -m %s -p hi", SEER_CLI, trunc);
     assert_int_equal(rc, 1);
     assert_non_null(strstr(buf, "loading model"));
+}
+
+/* seer perplexity on the tiny model: a row per KV type, perplexities finite, bf16 agreeing with
+ * itself over every greedy token. */
+static void test_perplexity(void **state) {
+    (void)state;
+    int rc = sh(buf, sizeof buf, "%s perplexity -m %s -f %s/README.md -c 64 --greedy 8 --prompt 8 -t 1", SEER_CLI,
+                tu_data_path("models/stories260K.gguf"), SEER_SOURCE_DIR);
+    if (rc != 0)
+        fail_msg("seer perplexity: rc %d: %s", rc, buf);
+    const char *kinds[] = {"bf16", "q8", "q4"};
+    for (int k = 0; k < 3; k++) {
+        char want[16];
+        snprintf(want, sizeof want, "\n%-6s ", kinds[k]);
+        const char *row = strstr(buf, want);
+        if (!row)
+            fail_msg("seer perplexity: no %s row in: %s", kinds[k], buf);
+        int tokens = 0, first = -1;
+        double ppl = 0, agree = 0;
+        assert_int_equal(sscanf(row + 7, "%d %lf %d %lf", &tokens, &ppl, &first, &agree), 4);
+        assert_int_equal(tokens, 63);
+        assert_true(isfinite(ppl) && ppl > 1);
+        if (k == 0)
+            assert_true(first == 8 && agree == 100.0);
+    }
 }
 
 static void test_info_and_gen_model(void **state) {
@@ -756,6 +789,7 @@ int main(void) {
         cmocka_unit_test(test_output_errors),
         cmocka_unit_test(test_prompt_bounds),
         cmocka_unit_test(test_cost_file_not_regular),
+        cmocka_unit_test(test_perplexity),
         cmocka_unit_test(test_generate_golden_json), cmocka_unit_test(test_generate_batch),
         cmocka_unit_test(test_generate_tp),
         cmocka_unit_test(test_generate_stream_and_stats),

@@ -182,6 +182,7 @@ seer_spec_stats tu_gen_run(seer_model *m, seer_spec_params spec, const int32_t *
     cp.n_batch_max = cx.n_batch_max;
     cp.page_size = cx.page_size;
     cp.kv_quant_bits = cx.kv_quant_bits;
+    cp.kv_type = cx.kv_type;
     seer_context *c = NULL;
     ASSERT_OK(seer_context_init(m, cp, &c));
     seer_gen *g = NULL;
@@ -263,10 +264,12 @@ double tu_chi2_crit(int k) {
 
 /* Exact joint distribution of the first three emitted tokens (the first from the prefill,
  * the next two from the first speculation round), computed from the target alone. */
-static int exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, tu_cell *cells) {
+static int exact_cells(seer_model *m, const int32_t *prompt, int n, seer_sampler_params sp, seer_kv_type kv_type,
+                       tu_cell *cells) {
     int V = seer_n_vocab(m);
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 64;
+    cp.kv_type = kv_type;
     seer_context *c;
     ASSERT_OK(seer_context_init(m, cp, &c));
     seer_sampler *smp;
@@ -325,6 +328,7 @@ static double chi2_of_runs(const tu_dist *d, seer_spec_params spec, int n_runs) 
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = 64;
     cp.kv_quant_bits = d->kv_bits;
+    cp.kv_type = d->kv_type;
     cp.n_batch_max = 32;
     seer_context *c;
     ASSERT_OK(seer_context_init(m, cp, &c));
@@ -382,9 +386,15 @@ void tu_dist_init(tu_dist *d, seer_model *m) {
     d->sp.top_k = 4;
     d->sp.top_p = 0.9f;
     d->sp.min_p = 0.02f;
-    d->nc = exact_cells(m, d->prompt, 24, d->sp, d->cells);
+    d->nc = exact_cells(m, d->prompt, 24, d->sp, SEER_KV_FULL, d->cells);
     assert_true(d->nc >= 8);
     d->max_new = 3;
+}
+
+void tu_dist_set_kv_type(tu_dist *d, seer_kv_type t) {
+    d->kv_type = t;
+    d->nc = exact_cells(d->m, d->prompt, 24, d->sp, t, d->cells);
+    assert_true(d->nc >= 8);
 }
 
 double tu_dist_expect(const tu_dist *d, seer_spec_params spec, int n_runs, int *wrong_rule, const char *what,

@@ -83,6 +83,7 @@ typedef struct {
     int page_size;
     int n_batch_max;
     int kv_quant_bits;
+    seer_kv_type kv_type;                    /* how the pool stores K/V (0: full precision) */
     float synthetic_accept;                  /* seer_gen_set_synthetic's (0, NULL: none) */
     const seer_accept_trace *synthetic_trace;
 } tu_gen_ctx;
@@ -126,8 +127,11 @@ typedef struct {
     int kv_bits; /* kv_quant_bits of the runs' context (0 unless a test sets it) */
     int max_new; /* tokens each run generates (3 unless a test sets more: the first three are
                   * counted, and the first round then drafts past the third) */
+    seer_kv_type kv_type; /* the KV type of the target the cells and the runs use */
 } tu_dist;
 void tu_dist_init(tu_dist *d, seer_model *m);
+/* The target with its KV stored as t: the exact cells computed again from it. */
+void tu_dist_set_kv_type(tu_dist *d, seer_kv_type t);
 /* Runs n_runs generations with spec (seeds 1000, 1001, ...) and computes the chi-square
  * statistic of their first three tokens against the exact cells, divided by the critical
  * value: it asserts that no run left the target's support and that the ratio is < 1 (the test

@@ -13,6 +13,7 @@
 
 #include "gguf/gguf.h"
 #include "kv/kv.h"
+#include "kv/kv_type.h"
 #include "seer.h"
 #include "seer_bench.h"
 #include "util/error.h"
@@ -67,7 +68,27 @@ typedef struct seer_comm seer_comm;
 typedef struct {
     int n_pages, page_size, n_layers, n_kv_heads, head_dim;
     int kv_bits; /* 0: no quantised copy */
+    int kv_type; /* seer_kv_type of the rows (kv/kv_type.h); not FULL only with kv_bits 0 and
+                  * on a backend whose kv_types has it */
 } seer_kv_geom;
+
+/* Bytes of one stored K or V row of the geometry: Hkv * Dh elements of elem_bytes (the
+ * backend's full-precision element) or one kv/kv_type.h row. With seer_kv_geom_page_bytes the
+ * one place a page's size is known from: a page is [n_layers][2 (K, V)][page_size][row], the
+ * pool [n_pages][page] (the draft's quantised copy, kv_bits, lives apart). */
+static inline size_t seer_kv_geom_row_bytes(const seer_kv_geom *g, int elem_bytes) {
+    return g->kv_type != SEER_KV_FULL ? seer_kvt_row_bytes(g->kv_type, g->n_kv_heads, g->head_dim)
+                                      : (size_t)g->n_kv_heads * g->head_dim * (size_t)elem_bytes;
+}
+static inline size_t seer_kv_geom_page_bytes(const seer_kv_geom *g, int elem_bytes) {
+    return (size_t)g->n_layers * 2 * (size_t)g->page_size * seer_kv_geom_row_bytes(g, elem_bytes);
+}
+/* Byte offset of (page, layer, which, row) from the start of the pool. */
+static inline size_t seer_kv_geom_row_off(const seer_kv_geom *g, int elem_bytes, int page, int layer,
+                                          int which, int row) {
+    return ((((size_t)page * g->n_layers + layer) * 2 + which) * g->page_size + row) *
+           seer_kv_geom_row_bytes(g, elem_bytes);
+}
 
 /* The view one sequence attends under (see seer_view in seer.h); NULL = full. */
 typedef struct {
@@ -406,6 +427,10 @@ typedef struct {
     seer_status (*make_current)(seer_backend *be);
     /* Bytes of one stored K or V element (the floor's c); 0 = sizeof(float). */
     int kv_elem_bytes;
+    /* Bit t set: the KV storage holds rows of seer_kv_type t (geom kv_type), stored by
+     * kv_store / rope_kv_store, read by attention, kv_read, kv_copy_pages and kv_move_rows,
+     * filled by kv_fill_random. SEER_KV_FULL is always had; 0 = only it. */
+    unsigned kv_types;
     /* attention honours seer_attn_batch.window (sliding-window layers) */
     bool attn_window;
     /* attention honours seer_attn_batch.softcap */

@@ -49,12 +49,59 @@ static uint64_t page_qbytes(const seer_model *m, int page_size, int bits) {
     return seer_kvq_page_bytes(in->n_layers, page_size, in->n_kv_heads * in->head_dim, bits);
 }
 
-/* Bytes of one KV page as the backend stores it, its quantised copy included. */
-static uint64_t page_bytes(const seer_model *m, int page_size, int bits) {
+/* Bytes of one KV page's rows of type as the backend stores them (the storage's geometry). */
+static uint64_t page_row_bytes(const seer_model *m, int page_size, seer_kv_type type) {
     const seer_model_info *in = &m->info;
     const int eb = m->be->ops->kv_elem_bytes ? m->be->ops->kv_elem_bytes : (int)sizeof(float);
-    return 2ull * in->n_layers * in->n_kv_heads * in->head_dim * (uint64_t)page_size * (uint64_t)eb +
-           page_qbytes(m, page_size, bits);
+    const seer_kv_geom g = {.n_pages = 1, .page_size = page_size, .n_layers = in->n_layers,
+                            .n_kv_heads = in->n_kv_heads, .head_dim = in->head_dim, .kv_type = type};
+    return seer_kv_geom_page_bytes(&g, eb);
+}
+
+/* Bytes of one KV page as the backend stores it, its quantised copy included. */
+static uint64_t page_bytes(const seer_model *m, const seer_context_params *p) {
+    return page_row_bytes(m, p->page_size, p->kv_type) + page_qbytes(m, p->page_size, p->kv_quant_bits);
+}
+
+static const char *const KV_TYPE_NAMES[] = {[SEER_KV_FULL] = "bf16", [SEER_KV_Q8] = "q8", [SEER_KV_Q4] = "q4"};
+
+const char *seer_kv_type_name(seer_kv_type type) {
+    return (unsigned)type < sizeof KV_TYPE_NAMES / sizeof *KV_TYPE_NAMES ? KV_TYPE_NAMES[type] : NULL;
+}
+
+seer_status seer_kv_type_parse(const char *name, seer_kv_type *out) {
+    SEER_CHECK_ARG(out);
+    for (unsigned t = 0; name && t < sizeof KV_TYPE_NAMES / sizeof *KV_TYPE_NAMES; t++)
+        if (!strcmp(name, KV_TYPE_NAMES[t])) {
+            *out = (seer_kv_type)t;
+            return SEER_OK;
+        }
+    return seer_err(SEER_ERR_INVALID_ARG, "KV type '%s': expected bf16, q8 or q4", name ? name : "(null)");
+}
+
+/* Whether m's backend stores rows of type. */
+static bool kv_type_supported(const seer_model *m, seer_kv_type type) {
+    return type == SEER_KV_FULL || (seer_kv_type_name(type) && (m->be->ops->kv_types >> type & 1u));
+}
+
+seer_status seer_model_kv_capacity(const seer_model *m, seer_kv_type type, uint64_t *tokens) {
+    SEER_CHECK_ARG(m && m->be && tokens);
+    *tokens = 0;
+    uint64_t avail = 0;
+    if (!kv_type_supported(m, type))
+        return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot store the KV cache as %s", m->be->ops->name,
+                        seer_kv_type_name(type) ? seer_kv_type_name(type) : "that type");
+    if (!m->be->ops->kv_mem_available)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot tell its free memory", m->be->ops->name);
+    SEER_TRY(m->be->ops->kv_mem_available(m->be, &avail));
+    *tokens = avail / page_row_bytes(m, 1, type);
+    return SEER_OK;
+}
+
+uint64_t seer_kv_bytes_per_token(const seer_model *m, seer_kv_type type) {
+    if (!m || !m->be || !kv_type_supported(m, type))
+        return 0;
+    return page_row_bytes(m, 1, type);
 }
 
 /* The default n_ctx: the trained context, shortened to what the free memory holds for
@@ -63,7 +110,7 @@ static seer_status fit_default_ctx(const seer_model *m, seer_context_params *p) 
     uint64_t avail = 0;
     if (!m->be->ops->kv_mem_available || m->be->ops->kv_mem_available(m->be, &avail) != SEER_OK)
         return SEER_OK; /* unknown: the allocation itself will say */
-    const uint64_t pb = page_bytes(m, p->page_size, p->kv_quant_bits);
+    const uint64_t pb = page_bytes(m, p);
     const uint64_t pages_per_seq = avail / pb / (uint64_t)p->n_seq_max;
     const long long want = ((long long)p->n_ctx + p->page_size - 1) / p->page_size;
     if ((long long)pages_per_seq >= want)
@@ -82,7 +129,7 @@ static seer_status check_pool_fits(const seer_model *m, const seer_context_param
     uint64_t avail = 0;
     if (!m->be->ops->kv_mem_available || m->be->ops->kv_mem_available(m->be, &avail) != SEER_OK)
         return SEER_OK;
-    const uint64_t need = page_bytes(m, p->page_size, p->kv_quant_bits) * (uint64_t)p->n_pages;
+    const uint64_t need = page_bytes(m, p) * (uint64_t)p->n_pages;
     if (need > avail)
         return seer_err(SEER_ERR_OOM,
                         "a KV cache of %d tokens x %d sequences needs %.1f MiB; %.1f MiB of memory is "
@@ -106,7 +153,7 @@ uint64_t seer_kv_quant_bytes_per_token(const seer_model *m, int bits) {
 
 void seer_context_kv_memory(const seer_context *c, seer_kv_memory *out) {
     const int bits = c->params.kv_quant_bits;
-    const uint64_t pb = page_bytes(c->model, c->params.page_size, bits);
+    const uint64_t pb = page_bytes(c->model, &c->params);
     const uint64_t qb = page_qbytes(c->model, c->params.page_size, bits);
     out->n_pages = c->kv->n_pages;
     out->n_pages_committed = c->kv->n_committed;
@@ -115,6 +162,7 @@ void seer_context_kv_memory(const seer_context *c, seer_kv_memory *out) {
     out->quant_bits = bits;
     out->quant_bytes_reserved = qb * (uint64_t)c->kv->n_pages;
     out->quant_bytes_committed = qb * (uint64_t)c->kv->n_committed;
+    out->kv_type = c->params.kv_type;
 }
 
 void seer_context_free(seer_context *c) {
@@ -161,6 +209,15 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
         return seer_err(SEER_ERR_INVALID_ARG, "page_size %d is out of range [1, 4096]", p.page_size);
     if (p.kv_quant_bits != 0 && p.kv_quant_bits != 4 && p.kv_quant_bits != 8)
         return seer_err(SEER_ERR_INVALID_ARG, "kv_quant_bits %d must be 0, 4 or 8", p.kv_quant_bits);
+    if (!seer_kv_type_name(p.kv_type))
+        return seer_err(SEER_ERR_INVALID_ARG, "kv_type %d is not a KV type", (int)p.kv_type);
+    if (!kv_type_supported(m, p.kv_type))
+        return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot store the KV cache as %s",
+                        m->be->ops->name, seer_kv_type_name(p.kv_type));
+    if (p.kv_type != SEER_KV_FULL && p.kv_quant_bits)
+        return seer_err(SEER_ERR_INVALID_ARG, "kv_quant_bits %d keeps a quantised copy beside full-precision "
+                                              "rows; with kv_type %s there are none",
+                        p.kv_quant_bits, seer_kv_type_name(p.kv_type));
     if (n_ctx_default && p.n_pages == 0)
         SEER_TRY(fit_default_ctx(m, &p));
     long long pages_per_seq = (p.n_ctx + p.page_size - 1) / p.page_size;
@@ -184,7 +241,8 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
     const seer_model_info *in = &m->info;
     c->geom = (seer_kv_geom){.n_pages = p.n_pages, .page_size = p.page_size,
                              .n_layers = in->n_layers, .n_kv_heads = in->n_kv_heads,
-                             .head_dim = in->head_dim, .kv_bits = p.kv_quant_bits};
+                             .head_dim = in->head_dim, .kv_bits = p.kv_quant_bits,
+                             .kv_type = p.kv_type};
     c->be = m->be;
     seer_status s = m->be->ops->exec_clone ? m->be->ops->exec_clone(m->be, &c->be) : SEER_OK;
     if (s != SEER_OK)

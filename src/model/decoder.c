@@ -176,8 +176,9 @@ seer_status seer_decoder_forward(seer_context *ctx, const int32_t *tokens, const
         SEER_TRY(op->batch_begin(be, ab, tokens, pos, ctx->tok_page, ctx->tok_row, out_rows, n_out));
     /* A q capture downloads mid-call: such calls always run op by op. So do calls through the
      * quantised KV copy: a recording is per key and shape, and these differ from the target's
-     * calls of the same shape in their attention alone. */
-    if (!op->forward_begin || ctx->cap_rows || ab->kv_quant)
+     * calls of the same shape in their attention alone. So do calls over quantised KV rows
+     * (geom kv_type), whose attention (CUDA: attention_qkv.cu) uploads its slot lists per call. */
+    if (!op->forward_begin || ctx->cap_rows || ab->kv_quant || ctx->geom.kv_type != SEER_KV_FULL)
         return run_ops(ctx, tokens, pos, ab, out_rows, ab->T, n_out);
     int T = ab->T, n = n_out;
     bool done = false, redo = false;

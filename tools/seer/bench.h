@@ -53,6 +53,7 @@ typedef struct {
     int n_dweights;
     const char *spec_weights;
     int tree_size;        /* > 0: the speculative runs draft trees of this many nodes, depth gamma */
+    seer_kv_type kv_type; /* --kv-type: how every context of the run stores its KV */
     bool json;
     const char *json_out; /* also write the JSON object to this file */
     const char *plot;
@@ -119,6 +120,9 @@ typedef struct {
     seer_model_footprint fp;
     double bandwidth;        /* bytes/s */
     int ranks;           /* GPUs the model is divided over (--tp; 1 without) */
+    seer_kv_type kv_type;    /* the run's (fp.kv_bytes_per_token counts its bytes) */
+    uint64_t kv_capacity;    /* tokens of KV of kv_type the free memory held before any context
+                                (seer_model_kv_capacity); 0: unknown */
     bench_prefill prefill[BENCH_MAX_LIST];
     int n_prefill;
     char date[32];

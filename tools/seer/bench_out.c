@@ -42,7 +42,16 @@ static void print_header(FILE *f, const bench_opts *o, const bench_result *r) {
     bench_weight_types(&r->fp, types, sizeof types);
     fprintf(f, "backend %s; weights as stored there: %s of W = %.3f GB (linear + LM head); KV %s, "
                "c = %.1f KiB/token\n", in->backend, types, r->fp.weight_bytes * 1e-9,
-            dtype_name(r->fp.kv_elem_bytes), r->fp.kv_bytes_per_token / 1024.0);
+            r->kv_type != SEER_KV_FULL ? seer_kv_type_name(r->kv_type) : dtype_name(r->fp.kv_elem_bytes),
+            r->fp.kv_bytes_per_token / 1024.0);
+    if (r->kv_capacity) { /* the largest B x L: sequences of each L that the free memory holds */
+        fprintf(f, "capacity %.0f tokens of KV fit in the free memory before the run:", (double)r->kv_capacity);
+        for (int i = 0; i < r->n_pts; i++)
+            if (i == 0 || r->pts[i].L != r->pts[i - 1].L)
+                fprintf(f, " B <= %llu at L = %d;", (unsigned long long)(r->kv_capacity / (uint64_t)r->pts[i].L),
+                        r->pts[i].L);
+        fprintf(f, "\n");
+    }
     if (r->fp.windowed_layers)
         fprintf(f, "window  %d of %d layers attend over the last %d positions: the floor counts at most "
                    "that many slots of theirs (L*c below is each layer's own)\n",
@@ -229,9 +238,10 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
         "n_kv_heads", in->n_kv_heads, "head_dim", in->head_dim, "ffn_dim", in->ffn_dim,
         "n_vocab", in->n_vocab, "n_params", (json_int_t)in->n_params,
         "weight_dtype", r->fp.n_weight_types ? r->fp.weight_types[0].name : dtype_name(r->fp.weight_elem_bytes),
-        "kv_dtype", dtype_name(r->fp.kv_elem_bytes),
+        "kv_dtype", r->kv_type != SEER_KV_FULL ? seer_kv_type_name(r->kv_type) : dtype_name(r->fp.kv_elem_bytes),
         "weight_bytes", (json_int_t)r->fp.weight_bytes,
         "kv_bytes_per_token", (json_int_t)r->fp.kv_bytes_per_token));
+    json_object_set_new(root, "kv_capacity_tokens", json_integer((json_int_t)r->kv_capacity));
     json_object_set_new(json_object_get(root, "model"), "window", json_pack("{s:i, s:i}", "layers",
                         r->fp.windowed_layers, "size", r->fp.window));
     /* W as the backend stores it, by dtype (what the floor counts), and the file's type. */

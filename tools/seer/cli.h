@@ -105,6 +105,7 @@ int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_gen_model(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
 #endif

@@ -41,6 +41,7 @@ typedef struct {
     long long threads, tp, ctx, batch, n_predict, kv_bits;
     seer_backend_kind backend;
     seer_weights_kind weights;
+    seer_kv_type kv_type;
     bool ctx_beyond, no_think, chat; /* chat: generate wraps its prompt in the chat template */
     seer_sampler_params sp;
     seer_spec_params spec;

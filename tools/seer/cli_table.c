@@ -83,6 +83,14 @@ static bool fn_kv_bits(const char *a, cli_common *c, void *o) {
     return true;
 }
 
+static bool fn_kv_type(const char *a, cli_common *c, void *o) {
+    if (seer_kv_type_parse(a, &c->kv_type) != SEER_OK) {
+        fprintf(stderr, "seer: --kv-type must be bf16, q8 or q4\n");
+        return false;
+    }
+    return true;
+}
+
 static bool fn_api_key(const char *a, cli_common *c, void *o) {
     if (!*a) {
         fprintf(stderr, "seer serve: --api-key is empty (an unset variable?); give a key, or leave "
@@ -328,6 +336,10 @@ const cli_opt cli_table[] = {
                        "                        proposes --spec-gamma tokens to the target; the views:\n"),
     {CLI_GEN_CHAT, NULL, 0, NULL, CLI_V_TEXT, NOWHERE, 0, 0, 0, 0, NULL, NULL, more_hier_base},
     STR(CLI_GEN_CHAT, "draft-model", 0, "M", COMMON(draft_model), "draft model for --spec draft (same vocabulary)"),
+    FN(CLI_ALL, "kv-type", 0, "T", fn_kv_type,
+       "how the KV cache stores K and V: bf16 (full precision, default),\nq8 or q4 (symmetric, a scale per head row / "
+       "per 32 values;\n1.9x / 3.2x the tokens of bf16; lossy, docs/benchmarks.md)",
+       NULL),
     FN(CLI_GEN_CHAT, "spec-kv-bits", 0, "B", fn_kv_bits,
        "quantkv: bits of the KV copy the draft reads, 4 or 8 (default 4)", NULL),
     FN(CLI_SERVE, "spec-kv-bits", 0, "B", fn_kv_bits,

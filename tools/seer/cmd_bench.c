@@ -184,6 +184,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     o->backend = c.backend;
     o->weights = c.weights;
     o->drafters = c.spec;
+    o->kv_type = c.kv_type;
     if (optind < argc) {
         fprintf(stderr, "seer bench: unexpected argument '%s'\n", argv[optind]);
         return 2;
@@ -275,6 +276,7 @@ static void run_prefill(const bench_opts *o, seer_model *m, const bench_result *
     cp.n_seq_max = 1;
     cp.n_batch_max = chunk;
     cp.page_size = o->page_size;
+    cp.kv_type = o->kv_type;
     seer_context *ctx = NULL;
     int32_t *tok = malloc(sizeof *tok * P), *pos = malloc(sizeof *pos * chunk),
             *seq = malloc(sizeof *seq * chunk);
@@ -514,6 +516,7 @@ static void run_point(const bench_opts *o, seer_model *m, const bench_result *r,
     /* The generator checks SnapKV's window against the batch limit whatever the drafter. */
     cp.n_batch_max = B * (gmax + 1) > 64 ? B * (gmax + 1) : 64;
     cp.page_size = ps_;
+    cp.kv_type = o->kv_type;
     cp.n_pages = B * ((L + ps_ - 1) / ps_ + (margin + ps_ - 1) / ps_ + 4);
     point_state st = {.m = m, .L = L, .B = B, .V = V};
     int32_t *tok = malloc(sizeof *tok * B), *pos = malloc(sizeof *pos * B);
@@ -671,6 +674,15 @@ int cmd_bench(int argc, char **argv) {
     seer_model_get_info(m, &r.info);
     seer_model_get_footprint(m, &r.fp);
     rc = 1;
+    /* the floor counts the bytes of the KV rows as this run stores them */
+    r.kv_type = o.kv_type;
+    if (!(r.fp.kv_bytes_per_token = seer_kv_bytes_per_token(m, o.kv_type))) {
+        fprintf(stderr, "seer bench: the %s backend cannot store the KV cache as %s\n", r.info.backend,
+                seer_kv_type_name(o.kv_type));
+        goto done;
+    }
+    if (seer_model_kv_capacity(m, o.kv_type, &r.kv_capacity) != SEER_OK)
+        r.kv_capacity = 0;
     mp.draft_weights = NULL;
     if (o.draft_synthetic || o.draft_path) {
         if (o.draft_synthetic) {

@@ -392,6 +392,7 @@ int cmd_chat(int argc, char **argv) {
     seer_context_params cp = seer_context_default_params();
     cp.n_ctx = (int)o.c.ctx; /* 0: the trained context, as memory allows; the pool grows as used */
     cp.n_seq_max = 2;      /* the reply and the prefix cache's copy of the conversation */
+    cp.kv_type = o.c.kv_type;
     if (cli_spec_quantkv(&o.c.spec))
         cp.kv_quant_bits = o.c.kv_bits ? (int)o.c.kv_bits : 4;
     if ((s = seer_context_init(c.model, cp, &c.ctx)) != SEER_OK) {

@@ -248,6 +248,7 @@ int cmd_generate(int argc, char **argv) {
     cp.n_ctx = (int)o.c.ctx; /* 0: the trained context, as memory allows */
     if (o.c.batch)
         cp.n_batch_max = (int)o.c.batch;
+    cp.kv_type = o.c.kv_type;
     if (cli_spec_quantkv(&o.c.spec))
         cp.kv_quant_bits = o.c.kv_bits ? (int)o.c.kv_bits : 4;
     if ((s = seer_context_init(model, cp, &ctx)) != SEER_OK) {

@@ -141,6 +141,7 @@ static void *load_all(void *arg) {
     cp.n_seq_max = (int)(o->parallel + o->prefix); /* the cache's sequences are its own */
     cp.n_batch_max = (int)o->c.batch;
     cp.n_pages = (int)o->pages;
+    cp.kv_type = o->c.kv_type;
     cp.kv_quant_bits = o->c.kv_bits ? (int)o->c.kv_bits : o->c.spec.kind == SEER_SPEC_QUANTKV ? 4 : 0;
     if ((s = seer_context_init(srv->model, cp, &srv->ctx)) != SEER_OK) {
         cli_error("creating context", s);

@@ -12,6 +12,7 @@
 #include "util/error.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -90,8 +91,7 @@ static void cpu_weight_free(seer_backend *be, seer_weight *w) {
 }
 
 static size_t kv_bytes(const seer_kv_geom *g) {
-    return (size_t)g->n_pages * g->n_layers * 2 * g->page_size * g->n_kv_heads * g->head_dim *
-           sizeof(float);
+    return (size_t)g->n_pages * seer_kv_geom_page_bytes(g, sizeof(float));
 }
 
 /* The KV storage is one anonymous mapping reserved PROT_NONE (address space only) and made
@@ -139,7 +139,11 @@ static size_t kvq_page_bytes(const seer_kv_geom *g) {
 static seer_status cpu_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out) {
     *out = NULL;
     const size_t op = os_page();
-    const size_t page = kv_bytes(&(seer_kv_geom){1, g->page_size, g->n_layers, g->n_kv_heads, g->head_dim, 0});
+    const size_t page = seer_kv_geom_page_bytes(g, sizeof(float));
+    if (g->kv_type != SEER_KV_FULL && g->kv_type != SEER_KV_Q8 && g->kv_type != SEER_KV_Q4)
+        return seer_err(SEER_ERR_INVALID_ARG, "KV cache: unknown row type %d", g->kv_type);
+    if (g->kv_type != SEER_KV_FULL && g->kv_bits)
+        return seer_err(SEER_ERR_INVALID_ARG, "KV cache: a quantised copy beside quantised rows");
     if (g->n_pages < 1 || page == 0 || (size_t)g->n_pages > (SIZE_MAX / 2 - op) / page)
         return seer_err(SEER_ERR_OOM, "KV cache: %d pages of %zu bytes overflow the address space",
                         g->n_pages, page);
@@ -192,7 +196,7 @@ static seer_status kvq_commit(cpu_kv_hdr *h, size_t want) {
 static seer_status cpu_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom *g, int n_pages,
                                   int *n_committed) {
     cpu_kv_hdr *h = kv_hdr(kv);
-    const size_t page = kv_bytes(g) / g->n_pages;
+    const size_t page = seer_kv_geom_page_bytes(g, sizeof(float));
     if (n_pages < 0 || n_pages > g->n_pages)
         return seer_err(SEER_ERR_INVALID_ARG, "KV cache: %d pages asked of a pool of %d", n_pages,
                         g->n_pages);
@@ -210,7 +214,8 @@ static seer_status cpu_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom
         if (mprotect(from, to - h->committed, PROT_READ | PROT_WRITE) != 0)
             return seer_err(SEER_ERR_OOM, "KV cache: cannot commit %.1f MiB more (%.1f MiB committed)",
                             (to - h->committed) / 1048576.0, h->committed / 1048576.0);
-        /* NaN-poisoned so that reading a slot nothing wrote shows up in tests. */
+        /* NaN-poisoned so that reading a slot nothing wrote shows up in tests (in a quantised
+         * row the scales, 4-byte aligned, become NaN). */
         float *f = (float *)from;
         for (size_t i = 0; i < (to - h->committed) / sizeof(float); i++)
             f[i] = NAN;
@@ -256,7 +261,7 @@ static void cpu_kv_free(seer_backend *be, void *kv) {
 
 static seer_status cpu_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                      const seer_kv_copy *copies, int n) {
-    size_t page = kv_bytes(g) / g->n_pages;
+    const size_t page = seer_kv_geom_page_bytes(g, sizeof(float));
     uint8_t *q = g->kv_bits ? seer_cpu_kv_qdata(kv) : NULL;
     const size_t qpage = kvq_page_bytes(g);
     for (int i = 0; i < n; i++) {
@@ -272,15 +277,15 @@ static seer_status cpu_kv_move_rows(seer_backend *be, void *kv, const seer_kv_ge
                                     const int32_t *dst_page, const int32_t *dst_row, int n) {
     SEER_TRY(seer_kv_move_check(g, src_page, src_row, dst_page, dst_row, n));
     const int kvd = g->n_kv_heads * g->head_dim;
-    const size_t bytes = (size_t)kvd * sizeof(float);
+    const size_t bytes = seer_kv_geom_row_bytes(g, sizeof(float));
     /* the quantised copy's rows move with the rows they copy */
     uint8_t *q = g->kv_bits ? seer_cpu_kv_qdata(kv) : NULL;
     const size_t qbytes = q ? seer_kvq_row_bytes(kvd, g->kv_bits) : 0;
     for (int i = 0; i < n; i++)
         for (int l = 0; l < g->n_layers; l++)
             for (int w = 0; w < 2; w++) {
-                float *d = seer_cpu_kv_row(kv, g, dst_page[i], l, w, dst_row[i]);
-                const float *s = seer_cpu_kv_row(kv, g, src_page[i], l, w, src_row[i]);
+                uint8_t *d = seer_cpu_kv_qrow(kv, g, dst_page[i], l, w, dst_row[i]);
+                const uint8_t *s = seer_cpu_kv_qrow(kv, g, src_page[i], l, w, src_row[i]);
                 if (d == s)
                     continue;
                 memcpy(d, s, bytes);
@@ -300,6 +305,12 @@ static seer_status cpu_kv_store(seer_backend *be, void *kv, const seer_kv_geom *
     size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
     uint8_t *q = g->kv_bits ? seer_cpu_kv_qdata(kv) : NULL;
     for (int t = 0; t < T; t++) {
+        if (g->kv_type != SEER_KV_FULL) { /* only the quantised rows are kept */
+            for (int w = 0; w < 2; w++)
+                seer_kvt_quantize_row(g->kv_type, (w ? v : k) + t * kvd, g->n_kv_heads, g->head_dim,
+                                      seer_cpu_kv_qrow(kv, g, page[t], layer, w, row[t]));
+            continue;
+        }
         memcpy(seer_cpu_kv_row(kv, g, page[t], layer, 0, row[t]), k + t * kvd, kvd * sizeof(float));
         memcpy(seer_cpu_kv_row(kv, g, page[t], layer, 1, row[t]), v + t * kvd, kvd * sizeof(float));
         for (int w = 0; q && w < 2; w++)
@@ -313,8 +324,15 @@ static seer_status cpu_kv_store(seer_backend *be, void *kv, const seer_kv_geom *
 static seer_status cpu_kv_read(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer,
                                int which, const int32_t *page, const int32_t *row, int n, float *out) {
     size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
-    for (int i = 0; i < n; i++)
-        memcpy(out + i * kvd, seer_cpu_kv_row(kv, g, page[i], layer, which, row[i]), kvd * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        if (g->kv_type == SEER_KV_FULL) {
+            memcpy(out + i * kvd, seer_cpu_kv_row(kv, g, page[i], layer, which, row[i]), kvd * sizeof(float));
+            continue;
+        }
+        for (int h = 0; h < g->n_kv_heads; h++) /* the values every reader of the rows sees */
+            seer_kvt_dequantize_head(g->kv_type, seer_cpu_kv_qrow(kv, g, page[i], layer, which, row[i]),
+                                     g->n_kv_heads, g->head_dim, h, out + i * kvd + (size_t)h * g->head_dim);
+    }
     return SEER_OK;
 }
 
@@ -668,6 +686,7 @@ typedef struct {
     int row0, n;
     uint64_t seed;
     float mul;
+    _Atomic int oom;
 } kvfill_args;
 
 /* Items are (layer*2 + K/V, row) pairs. */
@@ -675,14 +694,22 @@ static void kvfill_range(void *ctx, int64_t j0, int64_t j1) {
     const kvfill_args *a = ctx;
     const seer_kv_geom *g = a->g;
     const size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
+    /* quantised rows are drawn into a row of f32 first, as a store would get them */
+    float *tmp = g->kv_type != SEER_KV_FULL ? malloc(kvd * sizeof(float)) : NULL;
+    if (g->kv_type != SEER_KV_FULL && !tmp) {
+        atomic_store(&((kvfill_args *)ctx)->oom, 1);
+        return;
+    }
     for (int64_t j = j0; j < j1; j++) {
         const int lw = (int)(j / a->n), i = (int)(j % a->n);
-        const int slot = a->row0 + i;
-        float *dst = seer_cpu_kv_row(a->kv, g, a->pages[slot / g->page_size], lw / 2, lw % 2,
-                                     slot % g->page_size);
+        const int slot = a->row0 + i, pg = a->pages[slot / g->page_size], r = slot % g->page_size;
+        float *dst = tmp ? tmp : seer_cpu_kv_row(a->kv, g, pg, lw / 2, lw % 2, r);
         const uint64_t base = ((uint64_t)lw * a->n + i) * kvd;
         for (size_t e = 0; e < kvd; e++)
             dst[e] = seer_synth_value(a->seed, base + e, a->mul);
+        if (tmp)
+            seer_kvt_quantize_row(g->kv_type, tmp, g->n_kv_heads, g->head_dim,
+                                  seer_cpu_kv_qrow(a->kv, g, pg, lw / 2, lw % 2, r));
         uint8_t *q = g->kv_bits ? seer_cpu_kv_qdata(a->kv) : NULL;
         if (q)
             seer_kvq_quantize_row(dst, (int)kvd, g->kv_bits,
@@ -690,6 +717,7 @@ static void kvfill_range(void *ctx, int64_t j0, int64_t j1) {
                                                        a->pages[slot / g->page_size], lw / 2, lw % 2,
                                                        slot % g->page_size));
     }
+    free(tmp);
 }
 
 static seer_status cpu_kv_fill_random(seer_backend *be, void *kv, const seer_kv_geom *g,
@@ -698,10 +726,12 @@ static seer_status cpu_kv_fill_random(seer_backend *be, void *kv, const seer_kv_
     if (n <= 0)
         return SEER_OK;
     SEER_TRY(seer_kv_fill_check(g, pages, n_pages, row0, n));
-    kvfill_args a = {kv, g, pages, row0, n, seed, seer_synth_mul(scale)};
+    kvfill_args a = {kv, g, pages, row0, n, seed, seer_synth_mul(scale), 0};
     const size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
     seer_cpu_for(be, (size_t)n * kvd > ((size_t)1 << 14), (int64_t)g->n_layers * 2 * n, kvfill_range,
                  &a);
+    if (atomic_load(&a.oom))
+        return seer_err(SEER_ERR_OOM, "kv_fill_random: out of memory");
     return SEER_OK;
 }
 
@@ -810,6 +840,7 @@ static const seer_backend_ops cpu_ops = {
     .sync = cpu_sync,
     .comm_init = seer_cpu_comm_init,
     .kv_elem_bytes = sizeof(float),
+    .kv_types = 1u << SEER_KV_FULL | 1u << SEER_KV_Q8 | 1u << SEER_KV_Q4,
     .attn_window = true, /* on the reference path (cpu_attention.c) */
     .attn_softcap = true, /* likewise */
     .qk_norm = true,

@@ -58,6 +58,12 @@ static inline float *seer_cpu_kv_row(const void *kv, const seer_kv_geom *g, int 
     return (float *)kv + off * kvd;
 }
 
+/* Stored row (page, layer, which, row) as bytes, whatever the geometry's kv_type. */
+static inline uint8_t *seer_cpu_kv_qrow(const void *kv, const seer_kv_geom *g, int page, int layer,
+                                        int which, int row) {
+    return (uint8_t *)kv + seer_kv_geom_row_off(g, sizeof(float), page, layer, which, row);
+}
+
 /* The quantised copy of a KV storage (kv/kv_quant.h layout), NULL when its geometry has
  * kv_bits 0. */
 uint8_t *seer_cpu_kv_qdata(const void *kv);

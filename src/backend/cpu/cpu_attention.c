@@ -19,7 +19,9 @@
  *
  * A batch with kv_quant reads every key and value from the storage's quantised copy
  * (kv/kv_quant.h), dequantised a head row at a time into scratch, through the same
- * arithmetic; it never takes the tiled path.
+ * arithmetic; it never takes the tiled path. Nor does a storage of quantised rows (geom
+ * kv_type, kv/kv_type.h), whose every read dequantises a head row the same way: its prompts
+ * are computed as decode steps are, which is batch- and cut-invariant too.
  */
 #include "backend/cpu/cpu.h"
 #include "util/error.h"
@@ -142,11 +144,16 @@ typedef struct {
 } attn_args;
 
 /* Head kvh of the key (which = 0) or value row of slot s: in the storage, or dequantised
- * from the copy into buf [Dh]. */
+ * into buf [Dh] from the storage's quantised rows (geom kv_type) or from the copy. */
 static inline const float *head_row(const attn_args *a, const int32_t *pages, int s, int which,
                                     int kvh, float *buf) {
     const seer_kv_geom *g = a->g;
     const int ps = a->ab->page_size, Dh = g->head_dim;
+    if (g->kv_type != SEER_KV_FULL) {
+        seer_kvt_dequantize_head(g->kv_type, seer_cpu_kv_qrow(a->kv, g, pages[s / ps], a->layer, which, s % ps),
+                                 g->n_kv_heads, Dh, kvh, buf);
+        return buf;
+    }
     if (!a->qkv)
         return seer_cpu_kv_row(a->kv, g, pages[s / ps], a->layer, which, s % ps) + (size_t)kvh * Dh;
     const int kvd = g->n_kv_heads * Dh;
@@ -289,7 +296,8 @@ seer_status seer_cpu_attention(seer_backend *be, float *out, const float *q, con
         return seer_err(SEER_ERR_INVALID_ARG, "attention: the batch reads a quantised KV copy the cache does not keep");
     int32_t *tiled = NULL;
     int n_tiled = 0, n_ref = T;
-    for (int b = 0; b < ab->n_seq && !((seer_cpu *)be->impl)->attn_ref && !qkv; b++) {
+    const bool tiles = !((seer_cpu *)be->impl)->attn_ref && !qkv && g->kv_type == SEER_KV_FULL;
+    for (int b = 0; b < ab->n_seq && tiles; b++) {
         const int m = seer_cpu_attn_tileable(ab, b);
         if (m > 0) {
             if (!tiled && !(tiled = calloc((size_t)ab->n_seq, sizeof *tiled)))

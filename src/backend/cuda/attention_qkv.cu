@@ -16,6 +16,13 @@
  * step of one sequence has only H blocks); the flash-decoding split of attention.cu would be
  * the next step once its rewrite settles.
  *
+ * The same kernel reads a storage whose rows are themselves quantised (geom kv_type q8 / q4,
+ * kv/kv_type.h; stored by kv_type.cu): every call over such a storage (decode, verification
+ * chains, trees, prompts) comes here, each (token, head)'s output depending only on its list,
+ * so it is batch-invariant and the same in every call. Candidly, it is the correct path, not
+ * the fast one: dequantising in the tile loads of attention_tc.cu / attention_wgmma.cu is the
+ * step that would make a quantised storage read half the bytes at bf16's speed.
+ *
  * Not for: attention over the bf16 rows (attention.cu, attention_tc.cu) or the copy's storage
  * (kv.cu).
  */
@@ -102,13 +109,19 @@ static __device__ __forceinline__ float kvq_elem(const uint8_t *row, int ng, int
     return par[2 * gi + 1] + (float)q * par[2 * gi];
 }
 
+/* Element e of a row of the copy (kv_quant.h) or, with G > 0, of a quantised storage row
+ * (kv_type.h: G values a group, exponents at byte soff). */
+static __device__ __forceinline__ float qrow_elem(const uint8_t *row, int ng, int e, int bits, int G, int soff) {
+    return G ? kvt_value(row, e, G, bits, soff) : kvq_elem(row, ng, e, bits);
+}
+
 /* out [T][H][Dh]: block (token i, query head h) over the slots locs[off[i Hkv + h / group] ..
  * off[i Hkv + h / group + 1]) (page, row). Lane l holds elements l + 32 j of the head. */
 template <int NE>
 __global__ void __launch_bounds__(QKV_WARPS * 32)
     qkv_attn_kernel(float *out, const float *q, const uint8_t *qkv, const int2 *locs, const int32_t *off,
                     int layer, int n_layers, int page_size, int H, int Hkv, int Dh, int bits, size_t rb,
-                    float scale, float cap, float cap_inv) {
+                    int G, int soff, float scale, float cap, float cap_inv) {
     const int i = blockIdx.x / H, h = blockIdx.x % H, kvh = h / (H / Hkv);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kvd = Hkv * Dh, ng = (kvd + SEER_KVQ_GROUP - 1) / SEER_KVQ_GROUP;
@@ -131,7 +144,7 @@ __global__ void __launch_bounds__(QKV_WARPS * 32)
         for (int j = 0; j < NE; j++) {
             const int e = lane + 32 * j;
             if (e < Dh)
-                d += qr[j] * kvq_elem(kr, ng, kvh * Dh + e, bits);
+                d += qr[j] * qrow_elem(kr, ng, kvh * Dh + e, bits, G, soff);
         }
         for (int o = 16; o; o >>= 1)
             d += __shfl_xor_sync(QKV_FULL, d, o);
@@ -141,7 +154,7 @@ __global__ void __launch_bounds__(QKV_WARPS * 32)
 #pragma unroll
         for (int j = 0; j < NE; j++) {
             const int e = lane + 32 * j;
-            acc[j] = acc[j] * cf + (e < Dh ? p * kvq_elem(vr, ng, kvh * Dh + e, bits) : 0.f);
+            acc[j] = acc[j] * cf + (e < Dh ? p * qrow_elem(vr, ng, kvh * Dh + e, bits, G, soff) : 0.f);
         }
         m = mn;
     }
@@ -215,8 +228,10 @@ static int32_t list_slots(const seer_attn_batch *ab, int i, int layer, int kvh, 
 
 static seer_status qkv_attention(seer_cuda *c, float *out, const float *q, const void *kv, const seer_kv_geom *g,
                                  int layer, const seer_attn_batch *ab) {
-    const uint8_t *qkv = g->kv_bits ? seer_cuda_kv_qdata(c, kv) : NULL;
-    if (!qkv)
+    /* the storage's own quantised rows, or the draft's copy beside bf16 rows */
+    const bool rows = g->kv_type != SEER_KV_FULL;
+    const uint8_t *qkv = rows ? (const uint8_t *)kv : g->kv_bits ? seer_cuda_kv_qdata(c, kv) : NULL;
+    if (!qkv || (rows && ab->kv_quant))
         return seer_err(SEER_ERR_INVALID_ARG, "attention: the batch reads a quantised KV copy the cache does not keep");
     const int T = ab->T, H = ab->n_heads, Hkv = ab->n_kv_heads, Dh = ab->head_dim;
     if (Dh < 1 || Dh > QKV_MAX_NE * 32 || Hkv < 1 || H % Hkv || g->n_kv_heads != Hkv || g->head_dim != Dh)
@@ -258,13 +273,15 @@ static seer_status qkv_attention(seer_cuda *c, float *out, const float *q, const
     CUDA_TRY(cudaMemcpyAsync(c->attn->qkv_idx.p, c->attn->qkv_host, bytes, cudaMemcpyHostToDevice, c->stream));
     const int32_t *d_off = (const int32_t *)c->attn->qkv_idx.p;
     const int2 *d_locs = (const int2 *)(d_off + (n_off + 1) / 2 * 2);
-    const size_t rb = seer_kvq_row_bytes(Hkv * Dh, g->kv_bits);
+    const size_t rb = rows ? seer_kvt_row_bytes(g->kv_type, Hkv, Dh) : seer_kvq_row_bytes(Hkv * Dh, g->kv_bits);
+    const int bits = rows ? seer_kvt_bits(g->kv_type) : g->kv_bits;
+    const int G = rows ? seer_kvt_group(g->kv_type, Dh) : 0, soff = rows ? (int)seer_kvt_scales_off(g->kv_type, Hkv * Dh) : 0;
     const float cap = ab->softcap > 0.f ? ab->softcap : 0.f, cap_inv = cap > 0.f ? 1.f / cap : 0.f;
     const dim3 grid((unsigned)((size_t)T * H)), block(QKV_WARPS * 32);
 #define QKV_LAUNCH(NE)                                                                                     \
     qkv_attn_kernel<NE><<<grid, block, 0, c->stream>>>(out, q, qkv, d_locs, d_off, layer, g->n_layers,      \
-                                                       g->page_size, H, Hkv, Dh, g->kv_bits, rb, ab->scale, \
-                                                       cap, cap_inv)
+                                                       g->page_size, H, Hkv, Dh, bits, rb, G, soff,        \
+                                                       ab->scale, cap, cap_inv)
     const int ne = (Dh + 31) / 32;
     if (ne <= 1)
         QKV_LAUNCH(1);
@@ -281,7 +298,7 @@ static seer_status qkv_attention(seer_cuda *c, float *out, const float *q, const
 
 seer_status seer_cuda_attention_any(seer_backend *be, float *out, const float *q, const void *kv,
                                     const seer_kv_geom *g, int layer, const seer_attn_batch *ab) {
-    if (ab->kv_quant)
+    if (ab->kv_quant || g->kv_type != SEER_KV_FULL)
         return qkv_attention(seer_cuda_of(be), out, q, kv, g, layer, ab);
     return seer_cuda_attention(be, out, q, kv, g, layer, ab);
 }

@@ -523,6 +523,7 @@ static seer_backend_ops cuda_ops_make(void) {
     o.comm_init = seer_cuda_comm_init;
     o.make_current = seer_cuda_make_current;
     o.kv_elem_bytes = (int)sizeof(bf16);
+    o.kv_types = 1u << SEER_KV_FULL | 1u << SEER_KV_Q8 | 1u << SEER_KV_Q4;
     /* every attention kernel honours both, or the launch picks one that does
      * (attention_tc.cu: attention_wgmma.cu's prefill kind takes neither) */
     o.attn_window = true;

@@ -375,6 +375,23 @@ seer_status seer_cuda_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g
                                const float *k, const float *v, const int32_t *page,
                                const int32_t *row, int T);
 
+/* Element e of a quantised row (kv/kv_type.h; G values a group, bits a code, the exponents at
+ * byte soff): its code times its group's power of two, as seer_kvt_dequantize_head. */
+static __device__ __forceinline__ float kvt_value(const uint8_t *row, int e, int G, int bits, int soff) {
+    const int ex = (int8_t)row[soff + e / G];
+    const float s = ex == -128 ? 0.f : ldexpf(1.f, ex);
+    const int q = bits == 8 ? (int)(int8_t)row[e] : ((row[e >> 1] >> (4 * (e & 1))) & 15) - 8;
+    return __fmul_rn((float)q, s);
+}
+/* A storage of quantised rows (geom kv_type, kv_type.cu): the store from f32 rows (device
+ * page and row indices), kv_read's rows into out [n][Hkv*Dh], and kv_fill_random's. */
+seer_status seer_cuda_kvt_store(seer_cuda *c, void *kv, const seer_kv_geom *g, int layer, const float *k,
+                                const float *v, const int32_t *dpage, const int32_t *drow, int T);
+seer_status seer_cuda_kvt_read(seer_cuda *c, float *out, const void *kv, const seer_kv_geom *g, int layer, int which,
+                               const int32_t *dpage, const int32_t *drow, int n);
+seer_status seer_cuda_kvt_fill(seer_cuda *c, void *kv, const seer_kv_geom *g, const int32_t *dpages, int row0, int n,
+                               uint64_t seed, float mul);
+
 /* The quantised KV copy (attention_qkv.cu; format kv/kv_quant.h): its base (NULL without
  * one), its page size, the store of k, v [T][Hkv*Dh] (f32, device) at device dpage/drow [T]
  * into it, and the attention op: attention.cu's, or through the copy when ab->kv_quant. */

@@ -34,18 +34,21 @@ void seer_cuda_kvs_free(seer_cuda *c) {
     c->kvs = NULL;
 }
 
-static size_t page_elems(const seer_kv_geom *g) {
-    return (size_t)g->n_layers * 2 * g->n_kv_heads * g->page_size * g->head_dim;
-}
-
 static seer_status check_geom(const seer_kv_geom *g) {
     if (g->n_pages < 1 || g->page_size < 1 || g->n_layers < 1 || g->n_kv_heads < 1 ||
         g->head_dim < 2 || g->head_dim % 2)
         return seer_err(SEER_ERR_INVALID_ARG,
                         "KV geometry: %d pages of %d tokens, %d layers, %d KV heads of %d dims",
                         g->n_pages, g->page_size, g->n_layers, g->n_kv_heads, g->head_dim);
+    if (g->kv_type != SEER_KV_FULL && g->kv_type != SEER_KV_Q8 && g->kv_type != SEER_KV_Q4)
+        return seer_err(SEER_ERR_INVALID_ARG, "KV cache: unknown row type %d", g->kv_type);
+    if (g->kv_type != SEER_KV_FULL && g->kv_bits)
+        return seer_err(SEER_ERR_INVALID_ARG, "KV cache: a quantised copy beside quantised rows");
     return SEER_OK;
 }
+
+/* Bytes of one page as stored (bf16 rows, or the geometry's quantised rows). */
+static size_t page_bytes(const seer_kv_geom *g) { return seer_kv_geom_page_bytes(g, sizeof(bf16)); }
 
 /* A KV storage: one range of device addresses reserved for the whole pool with the driver's
  * virtual memory management, backed by physical chunks mapped at its end as pages are first
@@ -169,10 +172,10 @@ seer_status seer_cuda_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **o
     seer_cuda *c = seer_cuda_of(be);
     *out = NULL;
     SEER_TRY(check_geom(g));
-    const size_t pe = page_elems(g);
-    if (pe > SIZE_MAX / 4 / sizeof(bf16) / (size_t)g->n_pages)
-        return seer_err(SEER_ERR_OOM, "KV cache: %d pages of %zu values overflow a size", g->n_pages, pe);
-    const size_t bytes = pe * sizeof(bf16) * (size_t)g->n_pages;
+    const size_t pe = page_bytes(g);
+    if (pe > SIZE_MAX / 4 / (size_t)g->n_pages)
+        return seer_err(SEER_ERR_OOM, "KV cache: %d pages of %zu bytes overflow a size", g->n_pages, pe);
+    const size_t bytes = pe * (size_t)g->n_pages;
     size_t fr = 0, tot = 0;
     CUDA_TRY(cudaMemGetInfo(&fr, &tot));
     if (bytes > tot) /* could never be committed: refused before anything is reserved */
@@ -305,7 +308,7 @@ seer_status seer_cuda_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom 
     if (!pool || n_pages < 0 || n_pages > g->n_pages)
         return seer_err(SEER_ERR_INVALID_ARG, "KV cache: %d pages asked of a pool of %d", n_pages,
                         g->n_pages);
-    const size_t pb = page_elems(g) * sizeof(bf16), qb = seer_cuda_kvq_page_bytes(g);
+    const size_t pb = page_bytes(g), qb = seer_cuda_kvq_page_bytes(g);
     /* The copy first: when the rows then fail, the storage the pool counts is as it was. */
     if (pool->q.base)
         SEER_TRY(grow_region(c, &pool->q, pool->gran, (size_t)n_pages * qb));
@@ -353,7 +356,7 @@ void seer_cuda_kv_free(seer_backend *be, void *kv) {
 seer_status seer_cuda_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                     const seer_kv_copy *copies, int n) {
     seer_cuda *c = seer_cuda_of(be);
-    const size_t pb = page_elems(g) * sizeof(bf16), qb = seer_cuda_kvq_page_bytes(g);
+    const size_t pb = page_bytes(g), qb = seer_cuda_kvq_page_bytes(g);
     uint8_t *q = g->kv_bits ? seer_cuda_kv_qdata(c, kv) : NULL;
     for (int i = 0; i < n; i++) {
         const int s = copies[i].src, d = copies[i].dst;
@@ -406,6 +409,8 @@ seer_status seer_cuda_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g
     SEER_TRY(seer_cuda_index(c, SEER_IDX_ROW, row, T, 1, &drow));
     /* k and v rows are float2-aligned: Hkv*Dh is even and buffers come 256-byte aligned. */
     dim3 grid((unsigned)T, 2);
+    if (g->kv_type != SEER_KV_FULL) /* only the quantised rows are kept */
+        return seer_cuda_kvt_store(c, kv, g, layer, k, v, dpage, drow, T);
     kv_store_kernel<<<grid, 128, 0, c->stream>>>((bf16 *)kv, k, v, dpage, drow, layer, g->n_layers,
                                                  g->n_pages, g->page_size, g->n_kv_heads,
                                                  g->head_dim);
@@ -467,6 +472,12 @@ seer_status seer_cuda_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geo
     seer_status st = seer_cuda_index(c, -1, mv, 4 * n, 0, &dmv);
     free(mv); /* the upload is staged before seer_cuda_index returns */
     SEER_TRY(st);
+    if (g->kv_type != SEER_KV_FULL) { /* whole quantised rows (multiples of 16 bytes), in 8-byte words */
+        kvq_move_rows_kernel<<<dim3((unsigned)g->n_layers, 2), 64, 0, c->stream>>>(
+            (uint64_t *)kv, dmv, n, g->n_layers, g->page_size, (int)(seer_kv_geom_row_bytes(g, sizeof(bf16)) / 8));
+        LAUNCH_TRY("kvq_move_rows_kernel");
+        return SEER_OK;
+    }
     dim3 grid((unsigned)g->n_layers, 2, (unsigned)g->n_kv_heads);
     const int threads = g->head_dim < 128 ? 64 : 128;
     kv_move_rows_kernel<<<grid, threads, 0, c->stream>>>((bf16 *)kv, dmv, n, g->n_layers, g->page_size,
@@ -515,7 +526,10 @@ seer_status seer_cuda_kv_read(seer_backend *be, const void *kv, const seer_kv_ge
     const int32_t *dpage, *drow;
     SEER_TRY(seer_cuda_index(c, -1, page, n, 0, &dpage));
     SEER_TRY(seer_cuda_index(c, -1, row, n, 1, &drow));
-    kv_read_kernel<<<(unsigned)n, 128, 0, c->stream>>>((float *)c->kvs->read.p, (const bf16 *)kv, dpage,
+    if (g->kv_type != SEER_KV_FULL)
+        SEER_TRY(seer_cuda_kvt_read(c, (float *)c->kvs->read.p, kv, g, layer, which, dpage, drow, n));
+    else
+        kv_read_kernel<<<(unsigned)n, 128, 0, c->stream>>>((float *)c->kvs->read.p, (const bf16 *)kv, dpage,
                                                        drow, layer, which, g->n_layers, g->n_pages,
                                                        g->page_size, g->n_kv_heads, g->head_dim);
     LAUNCH_TRY("kv_read_kernel");

@@ -158,6 +158,11 @@ seer_status seer_cuda_rope_kv_store(seer_backend *be, float *q, float *k, const 
     if (layer < 0 || layer >= g->n_layers || g->n_kv_heads != Hkv || g->head_dim != Dh)
         return seer_err(SEER_ERR_INVALID_ARG, "rope_kv_store: layer %d of %d, or heads unlike the cache's",
                         layer, g->n_layers);
+    if (g->kv_type != SEER_KV_FULL) { /* quantised rows: rope as rope does, then the quantising store */
+        SEER_TRY(seer_cuda_rope(be, q, pos, T, H, Dh, inv_freq, neox));
+        SEER_TRY(seer_cuda_rope(be, k, pos, T, Hkv, Dh, inv_freq, neox));
+        return seer_cuda_kv_store(be, kv, g, layer, k, v, page, row, T);
+    }
     const int32_t *dp, *dpage, *drow;
     SEER_TRY(seer_cuda_index(c, SEER_IDX_POS, pos, T, 0, &dp));
     const int half = Dh / 2;

@@ -76,6 +76,11 @@ seer_status seer_cuda_kv_fill_random(seer_backend *be, void *kv, const seer_kv_g
     SEER_TRY(seer_cuda_malloc(c, (size_t)n_pages * sizeof(int32_t), "kv_fill_random pages", &dpages));
     cudaError_t e = cudaMemcpyAsync(dpages, pages, (size_t)n_pages * sizeof(int32_t),
                                     cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess && g->kv_type != SEER_KV_FULL) {
+        seer_status st = seer_cuda_kvt_fill(c, kv, g, (const int32_t *)dpages, row0, n, seed, seer_synth_mul(scale));
+        seer_cuda_free(c, dpages);
+        return st;
+    }
     if (e == cudaSuccess) {
         const size_t total = (size_t)g->n_layers * 2 * n * g->n_kv_heads * g->head_dim;
         kv_fill_kernel<<<seer_cuda_grid(total, 256), 256, 0, c->stream>>>(
