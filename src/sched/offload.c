@@ -38,7 +38,8 @@ seer_status seer_offload_restore(seer_kv_host *h, seer_context *c, seer_request 
         r->saved = SEER_KV_HOST_NONE;
         return SEER_OK;
     }
-    SEER_TRY(seer_kv_host_load(h, r->saved, n, now, seq, ticket));
+    if (seer_kv_host_load(h, r->saved, n, now, seq, ticket) != SEER_OK)
+        return SEER_OK; /* (the pool short of the pages) recomputed instead */
     *m = n;
     *loading = true;
     return SEER_OK;

@@ -380,9 +380,12 @@ static seer_status admit(seer_sched *s, seer_request *r) {
     SEER_TRY(seer_offload_restore(s->host, s->ctx, r, limit, s->n_step, &seq, &m, &loading, &ticket));
     const int e = loading ? -1 : seer_prefix_lookup(&s->pc, r->tokens, n, limit, &m, s->n_step);
     if (e >= 0 && s->pc.e[e].seq < 0) {
-        SEER_TRY(seer_kv_host_load(s->host, s->pc.e[e].host, m, s->n_step, &seq, &ticket));
-        loading = true;
-        from_cache = m;
+        loading = seer_kv_host_load(s->host, s->pc.e[e].host, m, s->n_step, &seq, &ticket) == SEER_OK;
+        from_cache = loading ? m : 0;
+        if (!loading) { /* (the pool short of the pages) computed instead */
+            m = 0;
+            SEER_TRY(seer_seq_new(s->ctx, &seq));
+        }
     } else if (e >= 0) {
         SEER_TRY(seer_seq_fork(s->ctx, s->pc.e[e].seq, &seq));
         seer_status st = seer_seq_rewind(s->ctx, seq, m);
@@ -394,7 +397,7 @@ static seer_status admit(seer_sched *s, seer_request *r) {
     } else if (!loading) {
         SEER_TRY(seer_seq_new(s->ctx, &seq));
     }
-    r->state = loading ? REQ_LOADING : REQ_NEW;
+    r->state = loading ? REQ_LOADING : REQ_WAITING; /* what a failure below must settle */
     r->load_ticket = ticket;
     if (tail > 0) {
         const seer_model_info *in = &s->ctx->model->info;
