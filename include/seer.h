@@ -720,6 +720,8 @@ typedef struct {
     int64_t drafted, accepted;
     int n_preempted;       /* times its KV pages were taken back, to be recomputed */
     int n_prefix_reused;   /* prompt tokens taken from the prefix cache instead of computed */
+    int n_host_restored;   /* tokens copied back from the KV host tier (its own cache after a
+                              preemption, or a spilled prefix) instead of computed */
     double t_first_token_s; /* seconds from submission to the first token; -1: none yet */
     double t_last_token_s;  /* seconds from submission to the latest token; -1: none yet */
 } seer_request_stats;
@@ -746,6 +748,12 @@ typedef struct {
                              between tokens stays near (1 + prefill_stall) times its idle one
                              while prompts are read (Sarathi-Serve's stall-free batching with
                              a time budget). 0 = 1; negative: fixed cuts, as elsewhere */
+    int64_t kv_host_bytes; /* the KV cache's host tier (0: none): host memory (page-locked on
+                              CUDA) of at most this many bytes, allocated at init, that keeps
+                              the pages of preempted requests and of evicted prefix cache
+                              entries, least recently used evicted first; they are copied back
+                              instead of recomputed, on a stream of their own. Negative, or
+                              less than one page: refused */
 } seer_sched_params;
 
 seer_sched_params seer_sched_default_params(void);
@@ -778,6 +786,11 @@ typedef struct {
     int prefix_entries;       /* prompt prefixes cached */
     int kv_pages_total, kv_pages_free;
     int kv_pages_cached;      /* pages the prefix cache holds (shared ones included) */
+    int kv_host_pages, kv_host_pages_total; /* pages in the host tier, and its capacity */
+    int64_t kv_host_bytes_out, kv_host_bytes_in; /* bytes copied to and from the host tier */
+    int64_t kv_host_hits;     /* admissions that copied pages back from the host tier */
+    int64_t kv_host_saves;    /* preempted requests whose cache went to the host tier */
+    int64_t kv_host_evictions; /* host tier entries evicted (least recently used) for room */
     int64_t spec_drafted[SEER_SPEC_KIND_MAX];  /* per seer_spec_kind */
     int64_t spec_accepted[SEER_SPEC_KIND_MAX];
     int64_t spec_auto_decisions[SEER_SPEC_KIND_MAX]; /* rounds of requests with auto speculation,

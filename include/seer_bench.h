@@ -133,6 +133,13 @@ const char *const *seer_synthetic_shapes(void);
  * sequence is len longer; its new slots hold no real tokens' KV. Errors as seer_decode
  * (SEER_ERR_KV_FULL, SEER_ERR_CONTEXT), leaving the context unchanged. */
 seer_status seer_seq_fill_synthetic(seer_context *ctx, seer_seq_id seq, int len, uint64_t seed);
+/* The KV host tier's copies of one sequence timed (`seer bench --resume`): seq's pages copied
+ * to a host tier of their size (page-locked memory on CUDA) and back into a new sequence
+ * *restored of the same length, each copy waited for: *save_s and *load_s seconds, *bytes the
+ * bytes of either copy. The restored sequence holds seq's bits (a preempted request's resume
+ * by copy); the caller frees it. */
+seer_status seer_kv_host_time_copies(seer_context *ctx, seer_seq_id seq, double *save_s, double *load_s,
+                                     double *bytes, seer_seq_id *restored);
 
 /* What the decode floor of docs/performance.md is computed from. */
 #define SEER_FOOTPRINT_MAX_TYPES 8

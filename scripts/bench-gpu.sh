@@ -20,6 +20,9 @@
 #           at the same points with --peer (and the depth section's speculation): the peer's
 #           ms/step and seer's speedup over it in the table, the JSON and the plot (needs
 #           python3 with torch and transformers)
+#   resume  a preempted request of 32K cached tokens on the Llama-3.1-8B shape resumed by
+#           recomputation (a 32K prefill) against by copy from the KV host tier (its pages back
+#           from page-locked memory, then the pending token's step)
 #   profile device time per op (SEER_CUDA_PROFILE) at 4K and 32K, B = 1 and 8, plain and
 #           streaming speculation
 # The log goes to $OUT/bench-gpu.log when OUT is set (else build-gpu/bench/), with each
@@ -153,6 +156,8 @@ run_all() {
                --synthetic-accept 0.8 ;;
       long) bench long 120 --synthetic llama-3.1-8b --ctx-list 131072 --batch-list 2,3 --steps 20 \
               --prefill 0 $spec ;;
+      resume) bench resume 150 --synthetic llama-3.1-8b --ctx-list 4096 --batch-list 1 --steps 5 \
+                --prefill 0 --resume 32768 ;;
       profile) # device time per op (SEER_CUDA_PROFILE: no graphs, an event after every op)
         for pt in "4096 1 none" "32768 1 none" "32768 1 streaming" "32768 8 none"; do
           set -- $pt

@@ -247,6 +247,25 @@ typedef struct {
     void (*kv_free)(seer_backend *be, void *kv);
     seer_status (*kv_copy_pages)(seer_backend *be, void *kv, const seer_kv_geom *g,
                                  const seer_kv_copy *copies, int n);
+    /* The host tier of the KV cache (kv/kv_host.h): whole pages copied between the storage and
+     * host memory from host_alloc, as opaque bytes. kv_page_bytes: the bytes one page takes
+     * there (its rows and, with kv_bits, its quantised copy), however the backend stores them.
+     * kv_host_copy: for i < n, page pages[i] to (to_host) or from host + slots[i] * stride
+     * (stride >= kv_page_bytes), on a stream of its own, so that the copies overlap the ops
+     * issued after them. They start after every op issued before them (a copy to the host
+     * reads what those ops wrote; one from the host writes nothing those ops still read);
+     * until they are complete the caller must not issue ops that write pages being copied to
+     * the host or read pages being copied from it, nor touch the host bytes. *ticket names
+     * the copies: kv_host_done sets *done when they (and every earlier copy) are complete,
+     * kv_host_wait returns when they are. SEER_ERR_INVALID_ARG (nothing copied) for a page
+     * outside the pool or a negative slot. A backend may copy synchronously (the CPU:
+     * memcpy; its tickets are done at once). NULL: no host tier on this backend. */
+    size_t (*kv_page_bytes)(seer_backend *be, const seer_kv_geom *g);
+    seer_status (*kv_host_copy)(seer_backend *be, void *kv, const seer_kv_geom *g, void *host,
+                                size_t stride, const int32_t *pages, const int32_t *slots, int n,
+                                bool to_host, uint64_t *ticket);
+    seer_status (*kv_host_done)(seer_backend *be, uint64_t ticket, bool *done);
+    seer_status (*kv_host_wait)(seer_backend *be, uint64_t ticket);
     /* Moves whole KV rows (every layer, K and V) from (src_page[i], src_row[i]) to
      * (dst_page[i], dst_row[i]) for i < n, in order, as if one after another: a move may read
      * a row an earlier move wrote. Index arrays are host memory. Tree verification uses it to
@@ -450,6 +469,19 @@ static inline seer_status seer_kv_move_check(const seer_kv_geom *g, const int32_
             dst_row[i] < 0 || dst_row[i] >= g->page_size)
             return seer_err(SEER_ERR_INVALID_ARG, "kv_move_rows: move %d (%d:%d -> %d:%d) outside %d pages of %d rows",
                             i, src_page[i], src_row[i], dst_page[i], dst_row[i], g->n_pages, g->page_size);
+    return SEER_OK;
+}
+
+/* kv_host_copy's arguments, as every backend checks them. */
+static inline seer_status seer_kv_host_check(const seer_kv_geom *g, size_t stride, size_t page_bytes,
+                                             const int32_t *pages, const int32_t *slots, int n) {
+    if (stride < page_bytes)
+        return seer_err(SEER_ERR_INVALID_ARG, "kv_host_copy: host slots of %zu bytes hold no page of %zu",
+                        stride, page_bytes);
+    for (int i = 0; i < n; i++)
+        if (pages[i] < 0 || pages[i] >= g->n_pages || slots[i] < 0)
+            return seer_err(SEER_ERR_INVALID_ARG, "kv_host_copy: copy %d (page %d, slot %d) outside %d pages",
+                            i, pages[i], slots[i], g->n_pages);
     return SEER_OK;
 }
 

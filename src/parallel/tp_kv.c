@@ -99,6 +99,50 @@ static seer_status tp_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_ge
     return SEER_OK;
 }
 
+/* The host tier: a slot holds every rank's part of the page, rank after rank. The copies are
+ * issued on every rank and waited for here, so tickets are complete at once (the overlap of a
+ * rank's copy stream with its compute is left to the ranks' own backends). */
+static size_t tp_kv_page_bytes(seer_backend *be, const seer_kv_geom *g) {
+    tp_be *t = tp_of(be);
+    size_t b = 0;
+    for (int r = 0; r < t->n; r++) {
+        const seer_kv_geom l = seer_tp_geom(t, g, r);
+        b += t->rank[r]->ops->kv_page_bytes(t->rank[r], &l);
+    }
+    return b;
+}
+
+static seer_status tp_kv_host_copy(seer_backend *be, void *kv, const seer_kv_geom *g, void *host,
+                                   size_t stride, const int32_t *pages, const int32_t *slots, int n,
+                                   bool to_host, uint64_t *ticket) {
+    tp_be *t = tp_of(be);
+    tp_kv *k = kv;
+    SEER_TRY(seer_kv_host_check(g, stride, tp_kv_page_bytes(be, g), pages, slots, n));
+    uint64_t tk[t->n];
+    size_t off = 0;
+    for (int r = 0; r < t->n; r++) {
+        const seer_kv_geom l = seer_tp_geom(t, g, r);
+        seer_backend *b = t->rank[r];
+        SEER_TRY(seer_tp_bind(t, r));
+        SEER_TRY(b->ops->kv_host_copy(b, k->kv[r], &l, (char *)host + off, stride, pages, slots, n, to_host,
+                                      &tk[r]));
+        off += b->ops->kv_page_bytes(b, &l);
+    }
+    for (int r = 0; r < t->n; r++) {
+        SEER_TRY(seer_tp_bind(t, r));
+        SEER_TRY(t->rank[r]->ops->kv_host_wait(t->rank[r], tk[r]));
+    }
+    *ticket = 0;
+    return SEER_OK;
+}
+
+static seer_status tp_kv_host_done(seer_backend *be, uint64_t ticket, bool *done) {
+    *done = true;
+    return SEER_OK;
+}
+
+static seer_status tp_kv_host_wait(seer_backend *be, uint64_t ticket) { return SEER_OK; }
+
 static seer_status tp_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geom *g,
                                    const int32_t *sp, const int32_t *sr, const int32_t *dp,
                                    const int32_t *dr, int n) {
@@ -245,6 +289,12 @@ void seer_tp_fill_kv_ops(seer_backend_ops *o, const seer_backend_ops *in) {
     o->kv_free = tp_kv_free;
     o->kv_copy_pages = tp_kv_copy_pages;
     o->kv_move_rows = tp_kv_move_rows;
+    if (in->kv_host_copy) {
+        o->kv_page_bytes = tp_kv_page_bytes;
+        o->kv_host_copy = tp_kv_host_copy;
+        o->kv_host_done = tp_kv_host_done;
+        o->kv_host_wait = tp_kv_host_wait;
+    }
     o->kv_read = tp_kv_read;
     o->kv_store = tp_kv_store;
     o->kv_fill_random = in->kv_fill_random ? tp_kv_fill_random : NULL;

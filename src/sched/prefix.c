@@ -6,6 +6,12 @@
  * long document asked about twice). Entries are evicted least recently used first, when a
  * slot is needed or the pool runs short.
  *
+ * With a host tier (kv/kv_host.h) an entry evicted for room is spilled there instead: its
+ * pages are copied to the host and freed on the device, and a later hit copies them back
+ * (SGLang's HiCache). Entries on the device are bounded by the sequences reserved for the
+ * cache, spilled ones by the tier (its own least-recently-used eviction) and by
+ * SPILLED_PER_SLOT entries per sequence.
+ *
  * Only prompt tokens, computed by prefill, are kept, and a match is cut to a multiple of the
  * unit (the prefill chunk and the page size): the request then goes on with the very chunks
  * it would have computed alone, so what it generates does not depend on the cache.
@@ -16,19 +22,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-seer_status seer_prefix_init(seer_prefix_cache *pc, int slots, int unit) {
+enum { SPILLED_PER_SLOT = 8 };
+
+seer_status seer_prefix_init(seer_prefix_cache *pc, int slots, int unit, seer_kv_host *host) {
     memset(pc, 0, sizeof *pc);
     pc->unit = unit;
     pc->cap = slots;
-    if (slots > 0 && !(pc->e = calloc(slots, sizeof *pc->e)))
+    pc->host = host;
+    pc->cap_all = host ? slots * (1 + SPILLED_PER_SLOT) : slots;
+    if (slots > 0 && !(pc->e = calloc(pc->cap_all, sizeof *pc->e)))
         return seer_err(SEER_ERR_OOM, "out of memory for the prefix cache");
     return SEER_OK;
 }
 
 static void drop(seer_prefix_cache *pc, seer_context *c, int i) {
-    seer_seq_free(c, pc->e[i].seq);
+    if (pc->e[i].seq >= 0)
+        seer_seq_free(c, pc->e[i].seq);
+    else
+        seer_kv_host_drop(pc->host, pc->e[i].host);
     free(pc->e[i].tokens);
     pc->e[i] = pc->e[--pc->n];
+}
+
+static int on_device(const seer_prefix_cache *pc) {
+    int k = 0;
+    for (int i = 0; i < pc->n; i++)
+        k += pc->e[i].seq >= 0;
+    return k;
+}
+
+/* The least recently used entry on the device (spilled: false) or spilled; -1: none. */
+static int lru_of(const seer_prefix_cache *pc, bool spilled) {
+    int lru = -1;
+    for (int i = 0; i < pc->n; i++)
+        if ((pc->e[i].seq < 0) == spilled && (lru < 0 || pc->e[i].last_used < pc->e[lru].last_used))
+            lru = i;
+    return lru;
 }
 
 void seer_prefix_free(seer_prefix_cache *pc, seer_context *c) {
@@ -47,6 +76,9 @@ static int common(const int32_t *a, int na, const int32_t *b, int nb) {
 }
 
 int seer_prefix_lookup(seer_prefix_cache *pc, const int32_t *t, int n, int limit, int *m, uint64_t now) {
+    for (int i = pc->n - 1; i >= 0; i--) /* spilled entries the tier has evicted since */
+        if (pc->e[i].seq < 0 && !seer_kv_host_valid(pc->host, pc->e[i].host))
+            drop(pc, NULL, i);
     int best = -1, bm = 0;
     for (int i = 0; i < pc->n; i++) {
         int k = common(pc->e[i].tokens, pc->e[i].n, t, n);
@@ -62,13 +94,18 @@ int seer_prefix_lookup(seer_prefix_cache *pc, const int32_t *t, int n, int limit
 }
 
 bool seer_prefix_evict_lru(seer_prefix_cache *pc, seer_context *c) {
-    if (!pc->n)
+    const int lru = lru_of(pc, false);
+    if (lru < 0)
         return false;
-    int lru = 0;
-    for (int i = 1; i < pc->n; i++)
-        if (pc->e[i].last_used < pc->e[lru].last_used)
-            lru = i;
-    drop(pc, c, lru);
+    seer_prefix_entry *e = &pc->e[lru];
+    seer_kv_host_ref ref;
+    if (!pc->host || seer_kv_host_save(pc->host, e->seq, e->n, e->last_used, &ref) != SEER_OK) {
+        drop(pc, c, lru);
+        return true;
+    }
+    seer_seq_free(c, e->seq);
+    e->seq = -1;
+    e->host = ref;
     return true;
 }
 
@@ -79,16 +116,20 @@ seer_status seer_prefix_insert(seer_prefix_cache *pc, seer_context *c, seer_seq_
         return SEER_OK;
     for (int i = pc->n - 1; i >= 0; i--) {
         const int k = common(pc->e[i].tokens, pc->e[i].n, t, n);
-        if (k == n) { /* already there (as it is, or inside a longer entry) */
+        /* already there (as it is, or inside a longer entry); spilled as it is: the
+         * device's copy replaces it */
+        if (k == n && (pc->e[i].seq >= 0 || pc->e[i].n > n)) {
             pc->e[i].last_used = now;
             return SEER_OK;
         }
         if (k == pc->e[i].n) /* a shorter entry of the same text: the new one replaces it */
             drop(pc, c, i);
     }
-    if (pc->n == pc->cap)
+    if (on_device(pc) == pc->cap)
         seer_prefix_evict_lru(pc, c);
-    seer_prefix_entry e = {.n = n, .last_used = now};
+    if (pc->n == pc->cap_all)
+        drop(pc, c, lru_of(pc, true));
+    seer_prefix_entry e = {.n = n, .last_used = now, .host = SEER_KV_HOST_NONE};
     e.tokens = seer_malloc_array(n, sizeof(int32_t));
     if (!e.tokens)
         return seer_err(SEER_ERR_OOM, "out of memory for the prefix cache");
@@ -113,6 +154,8 @@ int seer_prefix_pages(const seer_prefix_cache *pc, const seer_context *c) {
     if (!seen)
         return -1;
     for (int i = 0; i < pc->n; i++) {
+        if (pc->e[i].seq < 0)
+            continue;
         const seer_kv_seq *q = &kv->seqs[pc->e[i].seq];
         for (int p = 0; p < q->n_pages; p++)
             if (!seen[q->pages[p]])

@@ -84,6 +84,7 @@ seer_status seer_request_new(const seer_model *model, const int32_t *prompt, int
     if (!r)
         return seer_err(SEER_ERR_OOM, "out of memory");
     r->model = model;
+    r->saved = SEER_KV_HOST_NONE;
     r->p = *params;
     r->p.stop = NULL;
     r->p.n_stop = 0;

@@ -25,8 +25,9 @@
  *        The calls above mix_max (plan_step) keep the same alternation;
  *   4. the KV pages the step needs are counted first; while the pool cannot hold them the
  *      most recently admitted request is preempted (pages freed, tokens kept, recomputed
- *      when it is admitted again, as vLLM's recompute preemption): a step is never applied
- *      halfway;
+ *      when it is admitted again, as vLLM's recompute preemption; with a host tier its pages
+ *      are copied there first and copied back when it is admitted again, offload.c): a step
+ *      is never applied halfway;
  *   5. the drafters of each speculation class propose (their own forward calls);
  *   6. one seer_decode call over every planned row;
  *   7. verification per request, then emission (stop set, limits, text).
@@ -99,6 +100,7 @@ struct seer_sched {
     bool chunk_turn;        /* the last step left the head's chunk out: this one plans it first */
     int B_run;              /* requests holding sequences at once: B minus the cache's */
     seer_prefix_cache pc;
+    seer_kv_host *host;     /* the KV cache's host tier, or NULL */
     sched_group groups[MAX_GROUPS];
     seer_request **running; /* [B] */
     int n_running;
@@ -117,7 +119,7 @@ struct seer_sched {
 
 seer_sched_params seer_sched_default_params(void) {
     seer_sched_params p = {.max_batch_tokens = 0, .prefill_chunk = 0, .prefix_cache = 0, .mix_max_tokens = 0,
-                           .prefill_stall = 0};
+                           .prefill_stall = 0, .kv_host_bytes = 0};
     return p;
 }
 
@@ -153,14 +155,19 @@ void seer_sched_free(seer_sched *s) {
         return;
     for (int i = 0; i < s->n_running; i++) {
         seer_request *r = s->running[i];
+        seer_offload_settle(s->host, r);
         seer_round_detach(s->groups[r->group].g, r->h);
         r->state = REQ_NEW, r->sched = NULL;
     }
-    for (int i = 0; i < s->n_waiting; i++)
+    for (int i = 0; i < s->n_waiting; i++) {
+        seer_kv_host_drop(s->host, s->waiting[i]->saved);
+        s->waiting[i]->saved = SEER_KV_HOST_NONE;
         s->waiting[i]->state = REQ_NEW, s->waiting[i]->sched = NULL;
+    }
     for (int i = 0; i < MAX_GROUPS; i++)
         group_clear(s, &s->groups[i]);
     seer_prefix_free(&s->pc, s->ctx);
+    seer_kv_host_free(s->host);
     free(s->running), free(s->waiting), free(s->plan);
     free(s->tok), free(s->sq), free(s->pos), free(s->ids), free(s->want), free(s->capf), free(s->prompt), free(s->qbuf);
     seer_prompt_lp_free(&s->plp);
@@ -213,7 +220,18 @@ seer_status seer_sched_init(seer_context *ctx, seer_sched_params params, seer_sc
     int unit = ctx->params.page_size; /* lcm(page size, chunk); with free cuts the page size */
     while (!s->free_cuts && unit % s->chunk)
         unit += ctx->params.page_size;
-    if (seer_prefix_init(&s->pc, params.prefix_cache, unit) != SEER_OK) {
+    if (params.kv_host_bytes < 0) {
+        free(s);
+        return seer_err(SEER_ERR_INVALID_ARG, "a host tier of %lld bytes: the size must not be negative",
+                        (long long)params.kv_host_bytes);
+    }
+    seer_status hs = params.kv_host_bytes ? seer_kv_host_init(ctx, (uint64_t)params.kv_host_bytes, &s->host) : SEER_OK;
+    if (hs != SEER_OK) {
+        free(s);
+        return hs;
+    }
+    if (seer_prefix_init(&s->pc, params.prefix_cache, unit, s->host) != SEER_OK) {
+        seer_kv_host_free(s->host);
         free(s);
         return seer_err(SEER_ERR_OOM, "out of memory for the prefix cache");
     }
@@ -312,6 +330,7 @@ seer_status seer_sched_submit(seer_sched *s, seer_request *r) {
 /* Gives r's sequence and drafter state back (r keeps tokens and sampler). */
 static void detach(seer_sched *s, seer_request *r) {
     sched_group *gr = &s->groups[r->group];
+    seer_offload_settle(s->host, r);
     seer_round_detach(gr->g, r->h);
     gr->n_live--;
     r->h = -1;
@@ -333,6 +352,7 @@ static void remove_waiting(seer_sched *s, int i) {
 static seer_status preempt(seer_sched *s, int i) {
     seer_request *r = s->running[i];
     SEER_TRY(waiting_reserve(s));
+    seer_offload_save(s->host, s->ctx, r, s->n_step, &s->stats);
     detach(s, r);
     remove_running(s, i);
     memmove(s->waiting + 1, s->waiting, sizeof *s->waiting * s->n_waiting);
@@ -353,27 +373,44 @@ static seer_status admit(seer_sched *s, seer_request *r) {
     int tail = seer_round_q_rows(g, n);
     if (tail > n)
         tail = n;
-    /* a cached prefix, leaving the pending token and the rows whose queries the drafter
-     * wants to be computed */
-    int m = 0;
-    /* (not for a request that wants its prompt's log-probabilities: every row is computed) */
-    const int e = r->p.prompt_logprobs ? -1
-                                       : seer_prefix_lookup(&s->pc, r->tokens, n, n - (tail > 1 ? tail : 1), &m, s->n_step);
-    if (e >= 0) {
+    /* its own cache from the host tier, or a cached prefix, leaving the pending token and the
+     * rows whose queries the drafter wants to be computed */
+    const int limit = n - (tail > 1 ? tail : 1);
+    int m = 0, from_cache = 0;
+    uint64_t ticket = 0;
+    bool loading = false;
+    /* (a request that wants its prompt's log-probabilities computes every row it has not: no
+     * cached prefix, and its own copy only once its prompt is whole) */
+    const bool every_row = r->p.prompt_logprobs && !r->plp_done;
+    SEER_TRY(seer_offload_restore(s->host, s->ctx, r, every_row ? 0 : limit, s->n_step, &seq, &m, &loading, &ticket));
+    const int e = loading || r->p.prompt_logprobs ? -1 : seer_prefix_lookup(&s->pc, r->tokens, n, limit, &m, s->n_step);
+    if (e >= 0 && s->pc.e[e].seq < 0) {
+        loading = seer_kv_host_load(s->host, s->pc.e[e].host, m, s->n_step, &seq, &ticket) == SEER_OK;
+        from_cache = loading ? m : 0;
+        if (!loading) { /* (the pool short of the pages) computed instead */
+            m = 0;
+            SEER_TRY(seer_seq_new(s->ctx, &seq));
+        }
+    } else if (e >= 0) {
         SEER_TRY(seer_seq_fork(s->ctx, s->pc.e[e].seq, &seq));
         seer_status st = seer_seq_rewind(s->ctx, seq, m);
         if (st != SEER_OK) {
             seer_seq_free(s->ctx, seq);
             return st;
         }
-    } else {
+        from_cache = m;
+    } else if (!loading) {
         SEER_TRY(seer_seq_new(s->ctx, &seq));
     }
+    r->state = loading ? REQ_LOADING : REQ_WAITING; /* what a failure below must settle */
+    r->load_ticket = ticket;
     if (tail > 0) {
         const seer_model_info *in = &s->ctx->model->info;
         r->qcap = seer_malloc_array((size_t)in->n_layers * tail * in->n_heads * in->head_dim, sizeof(float));
         if (!r->qcap) {
+            seer_offload_settle(s->host, r);
             seer_seq_free(s->ctx, seq);
+            r->state = REQ_WAITING;
             return seer_err(SEER_ERR_OOM, "out of memory for prefill queries");
         }
     }
@@ -386,7 +423,9 @@ static seer_status admit(seer_sched *s, seer_request *r) {
     if (st != SEER_OK) {
         free(r->qcap);
         r->qcap = NULL;
+        seer_offload_settle(s->host, r);
         seer_seq_free(s->ctx, seq);
+        r->state = REQ_WAITING;
         return st;
     }
     gr->n_live++;
@@ -394,10 +433,14 @@ static seer_status admit(seer_sched *s, seer_request *r) {
     r->seq = seq;
     r->tail = tail;
     r->n_cached = m;
-    r->st.n_prefix_reused += m;
-    s->stats.prefix_hits += m / s->ctx->params.page_size;
+    r->st.n_prefix_reused += from_cache;
+    s->stats.prefix_hits += from_cache / s->ctx->params.page_size;
+    if (loading) {
+        r->st.n_host_restored += m;
+        s->stats.kv_host_hits++;
+    }
     r->n_target = n;
-    r->state = REQ_PREFILL;
+    r->state = loading ? REQ_LOADING : REQ_PREFILL;
     r->order = s->next_order++;
     return SEER_OK;
 }
@@ -563,6 +606,8 @@ static void notify(seer_sched *s, seer_request *r) {
 static void retire(seer_sched *s, int i) {
     seer_request *r = s->running[i];
     detach(s, r);
+    seer_kv_host_drop(s->host, r->saved);
+    r->saved = SEER_KV_HOST_NONE;
     remove_running(s, i);
     r->state = REQ_DONE;
     r->sched = NULL;
@@ -817,6 +862,8 @@ seer_status seer_sched_step(seer_sched *s, int *n_active) {
             seer_request *r = s->waiting[i];
             seer_request_finish(r, SEER_FINISH_CANCELLED);
             remove_waiting(s, i);
+            seer_kv_host_drop(s->host, r->saved);
+            r->saved = SEER_KV_HOST_NONE;
             r->state = REQ_DONE;
             r->sched = NULL;
             s->stats.n_finished++;
@@ -846,9 +893,10 @@ seer_status seer_sched_step(seer_sched *s, int *n_active) {
         remove_waiting(s, 0);
         s->running[s->n_running++] = r;
     }
+    /* copies from the host tier that have completed: those requests go on with their prefill */
+    seer_status st = seer_offload_poll(s->host, s->running, s->n_running);
     /* 3-4. the plan, within the pool; first the groups' tree shapes (online planning) for
      * the rounds below, between rounds as the shapes must change */
-    seer_status st = SEER_OK;
     for (int i = 0; i < MAX_GROUPS && st == SEER_OK; i++)
         if (s->groups[i].g)
             st = seer_round_plan(s->groups[i].g);
@@ -938,4 +986,11 @@ void seer_sched_get_stats(const seer_sched *s, seer_sched_stats *out) {
     out->kv_pages_free = seer_kv_free_pages(s->ctx);
     out->prefix_entries = s->pc.n;
     out->kv_pages_cached = seer_prefix_pages(&s->pc, s->ctx);
+    if (s->host) {
+        out->kv_host_pages = seer_kv_host_used(s->host);
+        out->kv_host_pages_total = s->host->n_slots;
+        out->kv_host_bytes_out = s->host->bytes_to_host;
+        out->kv_host_bytes_in = s->host->bytes_from_host;
+        out->kv_host_evictions = s->host->evictions;
+    }
 }

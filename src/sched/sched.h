@@ -9,6 +9,7 @@
 #ifndef SEER_SCHED_H
 #define SEER_SCHED_H
 
+#include "kv/kv_host.h"
 #include "model/model.h"
 #include "sample/sample.h"
 #include "seer.h"
@@ -19,6 +20,7 @@
 typedef enum {
     REQ_NEW = 0, /* not submitted */
     REQ_WAITING, /* queued, no KV */
+    REQ_LOADING, /* tokens[0 .. n_cached) being copied from the host tier (load_ticket) */
     REQ_PREFILL, /* tokens[0 .. n_cached) in the cache, more to feed */
     REQ_DECODE,  /* generating: the seer_round_seq invariant holds */
     REQ_DONE,
@@ -56,6 +58,9 @@ struct seer_request {
     int lp_cap;
     seer_token_logprob *plp; /* [n_prompt] of the prompt's tokens (p.prompt_logprobs) */
     bool plp_done;           /* the prompt is computed: plp is whole */
+    seer_kv_host_ref saved; /* its cache copied to the host tier when it was preempted */
+    int saved_len;          /* tokens of it */
+    uint64_t load_ticket;   /* REQ_LOADING: the copy from the host */
 };
 
 /* The time budget of prompt tokens beside decoding requests (stall.c). */
@@ -74,29 +79,49 @@ void seer_stall_observe(seer_stall *st, double dt, int prompt_tokens, int rounds
 
 /* The prefix cache (prefix.c): prompt prefixes kept in sequences of their own. */
 typedef struct {
-    seer_seq_id seq;
+    seer_seq_id seq;       /* -1: spilled to the host tier */
+    seer_kv_host_ref host; /* its pages there when spilled */
     int32_t *tokens; /* [n] */
     int n;
     uint64_t last_used;
 } seer_prefix_entry;
 
 typedef struct {
-    seer_prefix_entry *e; /* [cap] */
-    int n, cap;
+    seer_prefix_entry *e; /* [cap_all] */
+    int n, cap;           /* entries; most of them on the device (its sequences) */
+    int cap_all;          /* most entries, those spilled included */
     int unit;             /* entries and matches are multiples of it */
+    seer_kv_host *host;   /* where evicted entries spill (NULL: they are dropped) */
 } seer_prefix_cache;
 
-seer_status seer_prefix_init(seer_prefix_cache *pc, int slots, int unit);
+/* host: the tier evicted entries spill to, or NULL. */
+seer_status seer_prefix_init(seer_prefix_cache *pc, int slots, int unit, seer_kv_host *host);
 void seer_prefix_free(seer_prefix_cache *pc, seer_context *c);
 /* The entry sharing the longest prefix with t [n], cut to at most limit tokens and to a
- * multiple of the unit (*m; 0 and -1 returned when none). Marks it used at now. */
+ * multiple of the unit (*m; 0 and -1 returned when none), on the device (its seq) or spilled
+ * (seq -1: its host pages). Marks it used at now. Spilled entries the tier evicted go. */
 int seer_prefix_lookup(seer_prefix_cache *pc, const int32_t *t, int n, int limit, int *m, uint64_t now);
 /* Keeps the first n tokens (cut to the unit) of seq, whose tokens are t. */
 seer_status seer_prefix_insert(seer_prefix_cache *pc, seer_context *c, seer_seq_id seq, const int32_t *t,
                                int n, uint64_t now);
+/* Frees the device pages of the least recently used entry on the device: spilled to the host
+ * tier where there is one (dropped where that fails), else dropped. false: none on the device. */
 bool seer_prefix_evict_lru(seer_prefix_cache *pc, seer_context *c);
 /* Distinct KV pages the entries hold (-1: out of memory). */
 int seer_prefix_pages(const seer_prefix_cache *pc, const seer_context *c);
+
+/* The host tier in preemption (offload.c); h NULL: no tier, nothing done. */
+/* Copies r's cache to the tier before it is preempted (r->saved; none where it does not fit). */
+void seer_offload_save(seer_kv_host *h, seer_context *c, seer_request *r, uint64_t now, seer_sched_stats *st);
+/* At r's admission: a new sequence *seq loading the first *m (at most limit) tokens of its
+ * saved cache (*loading, the copy's *ticket); nothing when it has none. */
+seer_status seer_offload_restore(seer_kv_host *h, seer_context *c, seer_request *r, int limit, uint64_t now,
+                                 seer_seq_id *seq, int *m, bool *loading, uint64_t *ticket);
+/* Waits for r's copy from the host if one is in flight (before its sequence is freed). */
+void seer_offload_settle(seer_kv_host *h, seer_request *r);
+/* Running requests whose copies are complete go on with their prefill; when no running request
+ * could compute, waits for the copies. */
+seer_status seer_offload_poll(seer_kv_host *h, seer_request **running, int n);
 
 /* Request-side helpers for the scheduler (request.c). */
 /* Makes room for a context of n_ctx tokens (+1 pending) in r->tokens. */

@@ -1224,6 +1224,46 @@ def test_drain_cut(seer, model):
     print("drain timeout: cut answers end with finish_reason length and [DONE]")
 
 
+def test_kv_host(seer, model, golden):
+    """--kv-host-mem with a pool far too small for six requests at once: preempted requests
+    are copied to the host tier and back (its counters move, every page comes back), and each
+    greedy request's ids equal those it gets alone."""
+    srv = Server(seer, model, ["--parallel", "6", "--kv-pages", "16", "--prefix-cache", "0", "--batch", "32",
+                               "--prefill-chunk", "16", "--kv-host-mem", "0.01"])
+    port = srv.port
+    try:
+        bodies = [{"prompt": golden[k % len(golden)]["prompt"], "max_tokens": 80, "temperature": 0,
+                   "seer": {"ignore_eos": True}} for k in range(6)]
+
+        def run(ks):
+            out = [None] * len(bodies)
+            th = [threading.Thread(target=stream_client, args=(port, bodies[k], None, out, k)) for k in ks]
+            for t in th:
+                t.start()
+            for t in th:
+                t.join(timeout=120)
+            check(not any(t.is_alive() for t in th), "kv host: clients did not finish")
+            for k in ks:
+                check(out[k] is not None and out[k][0] == "ok", f"kv host: client {k}: {out[k]}")
+            return out
+        alone = [run([k])[k][2]["seer"]["token_ids"] for k in range(len(bodies))]
+        m0 = wait_idle(port, "before the host tier test")
+        together = run(range(len(bodies)))
+        m = wait_idle(port, "after the host tier test")
+        for k in range(len(bodies)):
+            check(together[k][2]["seer"]["token_ids"] == alone[k], f"kv host: client {k}: ids differ from alone")
+        check(m["seer_preemptions_total"] > m0["seer_preemptions_total"], "kv host: no preemption")
+        check(m["seer_kv_host_saves_total"] > 0 and m["seer_kv_host_hits_total"] > 0, "kv host: no save or hit")
+        check(m['seer_kv_host_bytes_total{direction="to_host"}'] > 0 and
+              m['seer_kv_host_bytes_total{direction="from_host"}'] > 0, "kv host: no bytes moved")
+        check(m["seer_kv_host_pages"] == 0 and m["seer_kv_host_pages_total"] > 0, "kv host: pages left on the host")
+        check(m["seer_kv_pages_free"] == m["seer_kv_pages_total"], "kv host: every KV page free")
+        print(f"kv host: {int(m['seer_preemptions_total'])} preemptions, "
+              f"{int(m['seer_kv_host_hits_total'])} resumed from the host, ids as alone")
+    finally:
+        srv.kill()
+
+
 def test_refusals(seer, model):
     """An empty --api-key (an unset variable) is refused, not taken as no key; --ctx past the
     trained context needs --ctx-beyond-trained, as in seer generate."""
@@ -1233,6 +1273,10 @@ def test_refusals(seer, model):
     p = subprocess.run([seer, "serve", "-m", model, "--port", "0", "--ctx", "1024", "-t", "2"], capture_output=True,
                        text=True, timeout=60)
     check(p.returncode != 0 and "--ctx-beyond-trained" in p.stderr, f"--ctx 1024: status {p.returncode}: {p.stderr}")
+    for bad in ("-1", "nan", "x"):
+        p = subprocess.run([seer, "serve", "-m", model, "--port", "0", "--kv-host-mem", bad], capture_output=True,
+                           text=True, timeout=60)
+        check(p.returncode != 0 and "--kv-host-mem" in p.stderr, f"--kv-host-mem {bad}: {p.returncode}: {p.stderr}")
     srv = Server(seer, model, ["--ctx", "1024", "--ctx-beyond-trained"])
     srv.kill()
     check(any("warning" in line and "trained context" in line for line in srv.log), f"no warning: {srv.log}")
@@ -1403,6 +1447,8 @@ def main():
         test_busy_and_sigint(a.seer, model, golden)
     if want("n_slots"):
         test_n_slots(a.seer, model)
+    if want("kv_host"):
+        test_kv_host(a.seer, model, golden)
     if want("slowloris"):
         test_slowloris(a.seer, model)
     if want("drain_cut"):

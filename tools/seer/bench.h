@@ -23,6 +23,7 @@ bool bench_opt_spec_list(const char *arg, cli_common *c, void *o);
 bool bench_opt_weights_list(const char *arg, cli_common *c, void *o);
 bool bench_opt_prefill(const char *arg, cli_common *c, void *o);
 bool bench_opt_alpha(const char *arg, cli_common *c, void *o);
+bool bench_opt_resume(const char *arg, cli_common *c, void *o);
 
 typedef struct {
     const char *synthetic, *model_path;
@@ -33,6 +34,7 @@ typedef struct {
     int prefill[BENCH_MAX_LIST], n_prefill; /* prompt sizes of the prefill runs (none: skip) */
     int prefill_reps;                        /* timed runs of each, after a warm-up: the median */
     int prefill_chunk;                       /* prompt tokens per forward call of a prefill */
+    int resume[BENCH_MAX_LIST], n_resume;    /* --resume: cached tokens of the resume runs */
     uint64_t seed;
     double alpha; /* synthetic acceptance of the speculative runs */
     const char *draft_synthetic, *draft_path; /* the draft model of draft and hierarchy runs */
@@ -115,6 +117,19 @@ typedef struct {
     double peer_tok_s;
 } bench_prefill;
 
+/* A preempted request of L cached tokens resumed (bench_resume.c): by recomputing its L + 1
+ * tokens (a prefill in chunks of prefill_chunk) or by copying its pages back from the host
+ * tier and computing its pending token; medians of prefill_reps. */
+typedef struct {
+    int tokens;              /* L */
+    bool ok;
+    char err[256];
+    double recompute_ms;     /* prefill of L + 1 tokens */
+    double save_ms, load_ms; /* the pages to the host (at preemption) and back (at resume) */
+    double step_ms;          /* the pending token's decode over the restored cache */
+    double bytes;            /* of the pages, either way */
+} bench_resume;
+
 typedef struct {
     seer_model_info info;
     seer_model_footprint fp;
@@ -125,6 +140,8 @@ typedef struct {
                                 (seer_model_kv_capacity); 0: unknown */
     bench_prefill prefill[BENCH_MAX_LIST];
     int n_prefill;
+    bench_resume resume[BENCH_MAX_LIST];
+    int n_resume;
     char date[32];
     bench_point *pts;
     int n_pts;
@@ -179,6 +196,10 @@ double bench_best_fixed(const bench_point *p, int *idx);
 const char *bench_spec_label(const bench_spec *s);
 
 void bench_print_table(const bench_opts *o, const bench_result *r);
+/* --resume (bench_resume.c): one run into br (its tokens set), its table and its JSON array. */
+void bench_run_resume(const bench_opts *o, seer_model *m, const bench_result *r, bench_resume *br);
+void bench_print_resume(FILE *f, const bench_opts *o, const bench_result *r);
+struct json_t *bench_resume_json(const bench_result *r);
 /* Writes the JSON object and a newline to f. Returns 0, or 1 when it could not be built. */
 int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r);
 /* Reads what bench_print_json wrote, enough for bench_plot (allocates r->pts and their

@@ -133,6 +133,7 @@ void bench_print_table(const bench_opts *o, const bench_result *r) {
     FILE *f = stdout;
     print_header(f, o, r);
     print_prefill(f, o, r);
+    bench_print_resume(f, o, r);
     fprintf(f, "\nplain decode: one token per sequence per step, logits of every sequence to the host;\n"
                "median of %d steps after %d warm-up, page size %d\n",
             o->steps, o->warmup, o->page_size);
@@ -280,6 +281,8 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
         json_object_set_new(root, "prefill", pa);
     else
         json_decref(pa);
+    if (r->n_resume)
+        json_object_set_new(root, "resume", bench_resume_json(r));
     if (r->has_peer) {
         json_t *pe = json_pack("{s:s, s:s, s:s}", "label", r->peer_label, "version", r->peer_version,
                                "description", r->peer_desc);

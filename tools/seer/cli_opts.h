@@ -39,6 +39,7 @@ typedef struct {
 typedef struct {
     const char *model, *draft_model, *cost_file, *spec_weights, *chat_template, *system;
     long long threads, tp, ctx, batch, n_predict, kv_bits;
+    double kv_host_gb; /* chat, serve: the KV cache's host tier, GiB (0: none) */
     seer_backend_kind backend;
     seer_weights_kind weights;
     seer_kv_type kv_type;

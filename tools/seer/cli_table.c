@@ -260,6 +260,9 @@ const cli_opt cli_table[] = {
         "KV pool pages of 16 tokens (default: enough for every sequence)"),
     INT(CLI_SERVE, "prefix-cache", 0, "N", CLI_V_I64, SERVE(prefix), 0, 1024,
         "prompt prefixes kept for reuse, LRU (default 8; 0 = off)"),
+    REAL(CLI_CHAT | CLI_SERVE, "kv-host-mem", "GB", CLI_V_F64, COMMON(kv_host_gb), 0, 1 << 20,
+         "a host-memory tier of GB GiB for the KV cache (default 0: none):\npreempted requests and evicted prefix "
+         "cache entries are\ncopied there and back instead of recomputed (LRU)"),
     INT(CLI_ALL, "threads", 't', "N", CLI_V_I64, COMMON(threads), 1, 1024, "CPU threads (default: all cores)"),
     INT(CLI_ALL, "tp", 0, "N", CLI_V_I64, COMMON(tp), 1, SEER_TP_MAX,
         "tensor parallelism: the model divided over N GPUs (NCCL)"),
@@ -287,6 +290,9 @@ const cli_opt cli_table[] = {
         "timed runs per prompt size, after one warm-up (default 3; median)"),
     INT(CLI_BENCH, "prefill-chunk", 0, "N", CLI_V_I32, BENCH(prefill_chunk), 1, 65536,
         "prompt tokens per forward call of the prefill (default 2048)"),
+    FN(CLI_BENCH, "resume", 0, "L,...", bench_opt_resume,
+       "also time a preempted request of L cached tokens resumed by\nrecomputation against by copy from the host "
+       "tier (default: none)", NULL),
     INT(CLI_BENCH, "page-size", 0, "N", CLI_V_I32, BENCH(page_size), 1, 4096, "KV page size in tokens (default 16)"),
     INT(CLI_BENCH, "seed", 0, "S", CLI_V_U64, BENCH(seed), 0, INT64_MAX, "weights, KV and tokens (default 1)"),
     /* speculation */

@@ -730,6 +730,14 @@ int cmd_bench(int argc, char **argv) {
         if (!pf->ok)
             fprintf(stderr, "seer bench: prefill of %d tokens: %s\n", pf->tokens, pf->err);
     }
+    for (int k = 0; k < o.n_resume; k++) {
+        bench_resume *br = &r.resume[r.n_resume++];
+        br->tokens = o.resume[k];
+        fprintf(stderr, "seer bench: resume of %d cached tokens, recomputed and copied back\n", br->tokens);
+        bench_run_resume(&o, m, &r, br);
+        if (!br->ok)
+            fprintf(stderr, "seer bench: resume of %d tokens: %s\n", br->tokens, br->err);
+    }
     int n_auto = 0;
     for (int a = 0; a < o.n_spec; a++)
         n_auto += o.spec[a] == SEER_SPEC_AUTO;
@@ -792,6 +800,8 @@ int cmd_bench(int argc, char **argv) {
     }
     if (o.plot && bench_plot(&o, &r) != 0)
         rc = 1;
+    for (int i = 0; i < r.n_resume; i++)
+        rc |= !r.resume[i].ok;
     for (int i = 0; i < r.n_pts; i++) {
         rc |= !r.pts[i].ok;
         for (int k = 0; k < r.pts[i].n_spec && r.pts[i].ok; k++)

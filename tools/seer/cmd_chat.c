@@ -408,7 +408,8 @@ int cmd_chat(int argc, char **argv) {
     if (o.c.spec.kind == SEER_SPEC_AUTO) /* measured while every sequence is free */
         o.c.spec.cost = cost = cli_auto_cost("chat", c.ctx, draft, o.c.cost_file);
     /* prefill chunks of 64: the prefix cache keeps the conversation in units of 64 tokens */
-    seer_sched_params sp = {.max_batch_tokens = 0, .prefill_chunk = 64, .prefix_cache = 1};
+    seer_sched_params sp = {.max_batch_tokens = 0, .prefill_chunk = 64, .prefix_cache = 1,
+                            .kv_host_bytes = (int64_t)(o.c.kv_host_gb * 1073741824.0)};
     if ((s = seer_sched_init(c.ctx, sp, &c.sched)) != SEER_OK) {
         cli_error("setting up", s);
         goto done;

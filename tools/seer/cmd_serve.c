@@ -158,6 +158,7 @@ static void *load_all(void *arg) {
     sp.mix_max_tokens = (int)o->mix;
     sp.prefill_stall = (float)o->stall;
     sp.prefix_cache = (int)o->prefix;
+    sp.kv_host_bytes = (int64_t)(o->c.kv_host_gb * 1073741824.0);
     if ((s = seer_sched_init(srv->ctx, sp, &srv->sched)) != SEER_OK) {
         cli_error("creating scheduler", s);
         goto fail;

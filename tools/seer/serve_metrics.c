@@ -118,7 +118,7 @@ char *serve_metrics_text(serve_state *srv) {
     metric(&b, "seer_scheduler_calls_alone_total", "counter",
            "Forward calls that held one large prefill chunk alone, so as not to mix it with other requests.");
     put(&b, "seer_scheduler_calls_alone_total %lld\n", (long long)st->n_calls_alone);
-    metric(&b, "seer_preemptions_total", "counter", "Requests whose KV pages were taken back to be recomputed.");
+    metric(&b, "seer_preemptions_total", "counter", "Requests whose KV pages were taken back (recomputed later, or copied back from the host tier).");
     put(&b, "seer_preemptions_total %lld\n", (long long)st->n_preemptions);
     metric(&b, "seer_kv_pages_used", "gauge", "KV pages in use.");
     put(&b, "seer_kv_pages_used %d\n", st->kv_pages_total - st->kv_pages_free);
@@ -132,6 +132,20 @@ char *serve_metrics_text(serve_state *srv) {
     put(&b, "seer_prefix_cache_entries %d\n", st->prefix_entries);
     metric(&b, "seer_prefix_cache_hits_total", "counter", "Prompt pages reused from the prefix cache.");
     put(&b, "seer_prefix_cache_hits_total %lld\n", (long long)st->prefix_hits);
+    metric(&b, "seer_kv_host_pages", "gauge", "KV pages in the host tier (--kv-host-mem).");
+    put(&b, "seer_kv_host_pages %d\n", st->kv_host_pages);
+    metric(&b, "seer_kv_host_pages_total", "gauge", "KV pages the host tier holds at most.");
+    put(&b, "seer_kv_host_pages_total %d\n", st->kv_host_pages_total);
+    metric(&b, "seer_kv_host_bytes_total", "counter", "Bytes copied between the KV pool and the host tier, by direction.");
+    put(&b, "seer_kv_host_bytes_total{direction=\"to_host\"} %lld\n", (long long)st->kv_host_bytes_out);
+    put(&b, "seer_kv_host_bytes_total{direction=\"from_host\"} %lld\n", (long long)st->kv_host_bytes_in);
+    metric(&b, "seer_kv_host_hits_total", "counter",
+           "Admissions whose KV pages were copied back from the host tier (a preempted request, a spilled prefix).");
+    put(&b, "seer_kv_host_hits_total %lld\n", (long long)st->kv_host_hits);
+    metric(&b, "seer_kv_host_saves_total", "counter", "Preempted requests whose KV pages went to the host tier.");
+    put(&b, "seer_kv_host_saves_total %lld\n", (long long)st->kv_host_saves);
+    metric(&b, "seer_kv_host_evictions_total", "counter", "Host tier entries evicted, least recently used first.");
+    put(&b, "seer_kv_host_evictions_total %lld\n", (long long)st->kv_host_evictions);
     char *spec = spec_kinds_metrics(st); /* per drafter, from the registry */
     if (spec)
         put(&b, "%s", spec);

@@ -272,6 +272,36 @@ static seer_status cpu_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_g
     return SEER_OK;
 }
 
+/* The host tier's copies: memcpy between the pool and a second pool in host memory, done
+ * before they return (every ticket is complete at once). */
+static size_t cpu_kv_page_bytes(seer_backend *be, const seer_kv_geom *g) {
+    return kv_bytes(g) / g->n_pages + kvq_page_bytes(g);
+}
+
+static seer_status cpu_kv_host_copy(seer_backend *be, void *kv, const seer_kv_geom *g, void *host,
+                                    size_t stride, const int32_t *pages, const int32_t *slots, int n,
+                                    bool to_host, uint64_t *ticket) {
+    const size_t page = kv_bytes(g) / g->n_pages, qpage = kvq_page_bytes(g);
+    SEER_TRY(seer_kv_host_check(g, stride, page + qpage, pages, slots, n));
+    uint8_t *q = g->kv_bits ? seer_cpu_kv_qdata(kv) : NULL;
+    for (int i = 0; i < n; i++) {
+        char *h = (char *)host + stride * (size_t)slots[i], *d = (char *)kv + page * (size_t)pages[i];
+        memcpy(to_host ? h : d, to_host ? d : h, page);
+        if (q)
+            memcpy(to_host ? h + page : (char *)q + qpage * pages[i],
+                   to_host ? (char *)q + qpage * pages[i] : h + page, qpage);
+    }
+    *ticket = 0;
+    return SEER_OK;
+}
+
+static seer_status cpu_kv_host_done(seer_backend *be, uint64_t ticket, bool *done) {
+    *done = true;
+    return SEER_OK;
+}
+
+static seer_status cpu_kv_host_wait(seer_backend *be, uint64_t ticket) { return SEER_OK; }
+
 static seer_status cpu_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geom *g,
                                     const int32_t *src_page, const int32_t *src_row,
                                     const int32_t *dst_page, const int32_t *dst_row, int n) {
@@ -814,6 +844,10 @@ static const seer_backend_ops cpu_ops = {
     .kv_mem_available = cpu_kv_mem_available,
     .kv_free = cpu_kv_free,
     .kv_copy_pages = cpu_kv_copy_pages,
+    .kv_page_bytes = cpu_kv_page_bytes,
+    .kv_host_copy = cpu_kv_host_copy,
+    .kv_host_done = cpu_kv_host_done,
+    .kv_host_wait = cpu_kv_host_wait,
     .kv_move_rows = cpu_kv_move_rows,
     .kv_store = cpu_kv_store,
     .kv_read = cpu_kv_read,

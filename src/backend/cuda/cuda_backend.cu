@@ -266,7 +266,7 @@ static const struct {
     {seer_cuda_mm_init, seer_cuda_mm_free},     {seer_cuda_attention_init, seer_cuda_attention_free},
     {seer_cuda_smp_init, seer_cuda_smp_free},   {seer_cuda_rope_init, seer_cuda_rope_free},
     {seer_cuda_kvs_init, seer_cuda_kvs_free},   {seer_cuda_ew_init, seer_cuda_ew_free},
-    {seer_cuda_lp_init, seer_cuda_lp_free},
+    {seer_cuda_lp_init, seer_cuda_lp_free},     {seer_cuda_kvh_init, seer_cuda_kvh_free},
     {seer_cuda_comm_state_init, seer_cuda_comm_state_free},
 };
 
@@ -482,6 +482,10 @@ static seer_backend_ops cuda_ops_make(void) {
     o.kv_reserve = seer_cuda_kv_reserve;
     o.kv_mem_available = seer_cuda_kv_mem_available;
     o.kv_copy_pages = seer_cuda_kv_copy_pages;
+    o.kv_page_bytes = seer_cuda_kv_page_bytes;
+    o.kv_host_copy = seer_cuda_kv_host_copy;
+    o.kv_host_done = seer_cuda_kv_host_done;
+    o.kv_host_wait = seer_cuda_kv_host_wait;
     o.kv_move_rows = seer_cuda_kv_move_rows;
     o.kv_read = seer_cuda_kv_read;
     o.kv_store = seer_cuda_kv_store;

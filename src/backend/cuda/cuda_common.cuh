@@ -202,6 +202,7 @@ typedef struct seer_cuda_kvs seer_cuda_kvs;   /* kv.cu: kv_read's rows */
 typedef struct seer_cuda_ew seer_cuda_ew;     /* elementwise.cu: gather_rows */
 typedef struct seer_cuda_lp seer_cuda_lp;     /* logprob.cu: logprob_rows */
 typedef struct seer_cuda_comm seer_cuda_comm; /* comm_nccl.cu: the collectives' staging */
+typedef struct seer_cuda_kvh seer_cuda_kvh;   /* kv_host.cu: the host tier's copy stream */
 
 /* One instance: the shared device state and this instance's own stream, graphs, staging of
  * the call's index arrays and tuning; each op family's state behind its pointer. */
@@ -223,6 +224,7 @@ typedef struct seer_cuda {
     seer_cuda_ew *ew;
     seer_cuda_lp *lp;
     seer_cuda_comm *comm;
+    seer_cuda_kvh *kvh;
 
     /* batch_begin: one pinned staging buffer, one device buffer, both grow-only */
     int32_t *stage;
@@ -320,6 +322,8 @@ seer_status seer_cuda_ew_init(struct seer_cuda *c);
 void seer_cuda_ew_free(struct seer_cuda *c);
 seer_status seer_cuda_lp_init(struct seer_cuda *c);
 void seer_cuda_lp_free(struct seer_cuda *c);
+seer_status seer_cuda_kvh_init(struct seer_cuda *c);
+void seer_cuda_kvh_free(struct seer_cuda *c);
 seer_status seer_cuda_comm_state_init(struct seer_cuda *c);
 void seer_cuda_comm_state_free(struct seer_cuda *c);
 /* gather_rows' scratch of at least bytes (elementwise.cu), for a gather whose rows overlap */
@@ -366,6 +370,15 @@ seer_status seer_cuda_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom 
 seer_status seer_cuda_kv_mem_available(seer_backend *be, uint64_t *bytes);
 seer_status seer_cuda_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                     const seer_kv_copy *copies, int n);
+/* The host tier (kv_host.cu): a page's bytes there (its rows, seer_cuda_kv_rows_bytes, then
+ * its quantised copy), and the copies on the instance's copy stream. */
+size_t seer_cuda_kv_page_bytes(seer_backend *be, const seer_kv_geom *g);
+size_t seer_cuda_kv_rows_bytes(const seer_kv_geom *g);
+seer_status seer_cuda_kv_host_copy(seer_backend *be, void *kv, const seer_kv_geom *g, void *host,
+                                   size_t stride, const int32_t *pages, const int32_t *slots, int n,
+                                   bool to_host, uint64_t *ticket);
+seer_status seer_cuda_kv_host_done(seer_backend *be, uint64_t ticket, bool *done);
+seer_status seer_cuda_kv_host_wait(seer_backend *be, uint64_t ticket);
 seer_status seer_cuda_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geom *g,
                                    const int32_t *src_page, const int32_t *src_row,
                                    const int32_t *dst_page, const int32_t *dst_row, int n);
