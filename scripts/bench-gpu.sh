@@ -20,6 +20,10 @@
 #           at the same points with --peer (and the depth section's speculation): the peer's
 #           ms/step and seer's speedup over it in the table, the JSON and the plot (needs
 #           python3 with torch and transformers)
+#   sparse  the sparse FFN draft (Griffin): Llama-3.1-8B, B = 1 at 32K, streaming K 512, G 4,
+#           draft steps at FFN density 1 (none), 0.65, 0.5 and 0.3, each with the model's
+#           weights and its q4_0 draft weights (target: T_D <= 0.5 T_T at 0.5); the neurons
+#           chosen once (--spec-ffn-refresh 0), so that T_D is the step's alone
 #   profile device time per op (SEER_CUDA_PROFILE) at 4K and 32K, B = 1 and 8, plain and
 #           streaming speculation
 # The log goes to $OUT/bench-gpu.log when OUT is set (else build-gpu/bench/), with each
@@ -150,6 +154,12 @@ run_all() {
                --synthetic-accept 0.8 ;;
       long) bench long 120 --synthetic llama-3.1-8b --ctx-list 131072 --batch-list 2,3 --steps 20 \
               --prefill 0 $spec ;;
+      sparse) # T_D of the sparse FFN draft per density, model's and q4_0 draft weights
+        for d in 1 0.65 0.5 0.3; do
+          bench "sparse-$d" 60 --synthetic llama-3.1-8b --ctx-list 32768 --batch-list 1 --steps 20 \
+            --prefill 0 --spec streaming --spec-budget-list 512 --spec-gamma-list 4 --synthetic-accept 0.8 \
+            --spec-weights none,q4_0 --spec-ffn-density "$d" --spec-ffn-refresh 0
+        done ;;
       profile) # device time per op (SEER_CUDA_PROFILE: no graphs, an event after every op)
         for pt in "4096 1 none" "32768 1 none" "32768 1 streaming" "32768 8 none"; do
           set -- $pt

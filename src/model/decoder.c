@@ -94,7 +94,7 @@ static seer_status ffn(seer_backend *be, const seer_backend_ops *op, const seer_
             SEER_TRY(op->swiglu(be, s->g, s->g, s->u, (size_t)T * F));
     }
     if (stats) /* the sparse FFN's statistic (sparse_ffn.c) */
-        SEER_TRY(op->ffn_act_stats(be, stats, s->g, T_stats, F));
+        SEER_TRY(op->ffn_act_stats(be, stats, s->g, T_stats, F, s->h)); /* h: free until the residual */
     return residual_norm(be, op, s->x, s->g, &L->w_down, L->ffn_post_norm, eps, s->h, T, D);
 }
 

@@ -200,8 +200,6 @@ void seer_model_free_draft(seer_model *m);
  * ffn_act_stats or weight_gather. */
 seer_status seer_sparse_ffn_init(seer_context *c, float density, int refresh);
 void seer_sparse_ffn_free(seer_context *c);
-/* Neurons kept per layer of an FFN of F at density (whole blocks of 32 where F is). */
-int seer_sparse_ffn_keep(int F, float density);
 /* Neurons kept per layer (0: c has no sparse FFN). */
 int seer_sparse_ffn_neurons(const seer_context *c);
 /* Before a forward call on c: sets c->ffn_layers (a sparse call: chooses and gathers where

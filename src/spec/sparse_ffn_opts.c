@@ -21,8 +21,8 @@ typedef struct {
 static const seer_drafter_option OPTS[] = {
     {{.flag = "spec-ffn-density", .json = "ffn_density", .metavar = "D", .type = SEER_SPEC_OPT_FLOAT, .def = 1,
       .lo = 0.01, .hi = 1,
-      .help = "draft steps that read the target's weights multiply each FFN by the D of its neurons the\n"
-              "context's text activates most (Griffin contextual sparsity; 1: the whole FFN)"},
+      .help = "draft steps multiply each FFN by this share of its neurons, those the text activates most "
+              "(Griffin; 1: all)"},
      SEER_DRAFTER_OPT_EXT, offsetof(sparse_ffn_settings, density)},
     {{.flag = "spec-ffn-refresh", .json = "ffn_refresh", .metavar = "N", .type = SEER_SPEC_OPT_INT, .def = 16,
       .lo = 0, .hi = 1000000,

@@ -9,8 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-seer_status seer_cpu_ffn_act_stats(seer_backend *be, float *stats, const float *g, int T, int F) {
-    (void)be;
+seer_status seer_cpu_ffn_act_stats(seer_backend *be, float *stats, const float *g, int T, int F,
+                                   float *tmp) {
+    (void)be, (void)tmp;
     for (int t = 0; t < T; t++) {
         const float *r = g + (size_t)t * F;
         double ss = 0;
