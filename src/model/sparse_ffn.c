@@ -30,7 +30,7 @@ struct seer_sparse_ffn {
     float *host;             /* [n_layers][F] */
     int32_t *idx;            /* [n_layers][n_keep] the chosen neurons, ascending */
     int32_t *ridx;           /* [2 n_keep] scratch: rows of a fused gate|up */
-    int32_t *order;          /* [F] scratch of the choice */
+    struct ranked { float score; int32_t j; } *order; /* [F] scratch of the choice */
     seer_layer *compact[2];  /* [n_layers] 0: the float copy, 1: in the draft weights' type */
     bool fresh[2];           /* compact[i] holds the current choice */
     bool chosen;
@@ -117,13 +117,12 @@ seer_status seer_sparse_ffn_init(seer_context *c, float density, int refresh) {
 
 int seer_sparse_ffn_neurons(const seer_context *c) { return c->sffn ? c->sffn->n_keep : 0; }
 
-/* Scores of one layer, for qsort: larger first, ties to the lower neuron. */
-static const float *g_score;
+/* For qsort: the larger score first, ties to the lower neuron. */
 static int by_score(const void *a, const void *b) {
-    const int i = *(const int32_t *)a, j = *(const int32_t *)b;
-    if (g_score[i] != g_score[j])
-        return g_score[i] > g_score[j] ? -1 : 1;
-    return i - j;
+    const struct ranked *x = a, *y = b;
+    if (x->score != y->score)
+        return x->score > y->score ? -1 : 1;
+    return x->j - y->j;
 }
 static int ascending(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
 
@@ -133,12 +132,13 @@ static seer_status choose(seer_context *c, seer_sparse_ffn *f) {
     seer_backend *be = c->be;
     SEER_TRY(be->ops->download(be, f->host, f->stats, n_st * sizeof(float)));
     for (int l = 0; l < f->n_layers; l++) {
-        for (int j = 0; j < f->F; j++)
-            f->order[j] = j;
-        g_score = f->host + (size_t)l * f->F;
+        const float *score = f->host + (size_t)l * f->F;
+        for (int j = 0; j < f->F; j++) /* NaN (a broken row) ranks last */
+            f->order[j] = (struct ranked){score[j] == score[j] ? score[j] : -1.f, j};
         qsort(f->order, (size_t)f->F, sizeof *f->order, by_score);
         int32_t *sel = f->idx + (size_t)l * f->n_keep;
-        memcpy(sel, f->order, (size_t)f->n_keep * sizeof *sel);
+        for (int i = 0; i < f->n_keep; i++)
+            sel[i] = f->order[i].j;
         qsort(sel, (size_t)f->n_keep, sizeof *sel, ascending);
     }
     for (size_t i = 0; i < n_st; i++)
