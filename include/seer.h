@@ -277,6 +277,9 @@ typedef struct {
                               * rows this call writes are stored in full precision as always */
     bool draft_weights;      /* multiply by the model's draft weights (seer_model_params.
                               * draft_weights; the model needs them) instead of its weights */
+    bool sparse_ffn;         /* multiply each FFN by the context's compact copy of its chosen
+                              * neurons (a draft step of a context whose generator runs a
+                              * sparse FFN: spec settings ffn_density, ffn_refresh) */
     const uint8_t *prompt;   /* [T] nonzero: a prompt token. A sequence's leading flagged
                               * tokens in the call (attending causally, under a full view) may
                               * be computed another way than decode steps (the CPU: in tiles,

@@ -180,6 +180,11 @@ static inline double seer_footprint_kv_read(const seer_model_footprint *fp, long
     return (double)fp->kv_bytes_per_token / n * ((double)(n - fp->windowed_layers) * v + (double)fp->windowed_layers * w);
 }
 
+/* Neurons per layer a sparse FFN of density (spec setting ffn_density) keeps of an FFN of F:
+ * whole blocks of 32 where F is (so that its copy of down can be quantised). What a draft step
+ * at that density reads of each FFN, for the floor of benchmarks. */
+int seer_sparse_ffn_keep(int F, float density);
+
 void seer_model_get_footprint(const seer_model *model, seer_model_footprint *out);
 /* Tokens of KV (every layer's K and V rows, stored as type) that the free memory of model's
  * device holds now: the most B x L a context of that type could be given. SEER_ERR_UNSUPPORTED

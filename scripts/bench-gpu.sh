@@ -23,6 +23,10 @@
 #   resume  a preempted request of 32K cached tokens on the Llama-3.1-8B shape resumed by
 #           recomputation (a 32K prefill) against by copy from the KV host tier (its pages back
 #           from page-locked memory, then the pending token's step)
+#   sparse  the sparse FFN draft (Griffin): Llama-3.1-8B, B = 1 at 32K, streaming K 512, G 4,
+#           draft steps at FFN density 1 (none), 0.65, 0.5 and 0.3, each with the model's
+#           weights and its q4_0 draft weights (target: T_D <= 0.5 T_T at 0.5); the neurons
+#           chosen once (--spec-ffn-refresh 0), so that T_D is the step's alone
 #   profile device time per op (SEER_CUDA_PROFILE) at 4K and 32K, B = 1 and 8, plain and
 #           streaming speculation
 # The log goes to $OUT/bench-gpu.log when OUT is set (else build-gpu/bench/), with each
@@ -158,6 +162,12 @@ run_all() {
               --prefill 0 $spec ;;
       resume) bench resume 150 --synthetic llama-3.1-8b --ctx-list 4096 --batch-list 1 --steps 5 \
                 --prefill 0 --resume 32768 ;;
+      sparse) # T_D of the sparse FFN draft per density, model's and q4_0 draft weights
+        for d in 1 0.65 0.5 0.3; do
+          bench "sparse-$d" 60 --synthetic llama-3.1-8b --ctx-list 32768 --batch-list 1 --steps 20 \
+            --prefill 0 --spec streaming --spec-budget-list 512 --spec-gamma-list 4 --synthetic-accept 0.8 \
+            --spec-weights none,q4_0 --spec-ffn-density "$d" --spec-ffn-refresh 0
+        done ;;
       profile) # device time per op (SEER_CUDA_PROFILE: no graphs, an event after every op)
         for pt in "4096 1 none" "32768 1 none" "32768 1 streaming" "32768 8 none"; do
           set -- $pt

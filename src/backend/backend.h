@@ -378,6 +378,20 @@ typedef struct {
     /* weight_rows: out = rows [r0, r0 + n) of w, a view that does not own its data (valid
      * while w is): the parts of a tensor a file stores fused (q|k|v, gate|up). */
     seer_status (*weight_rows)(seer_backend *be, const seer_weight *w, int r0, int n, seer_weight *out);
+    /* Contextual sparsity (src/model/sparse_ffn.c; Griffin, Dong et al. 2024), both NULL where
+     * the backend has neither.
+     * ffn_act_stats: stats [F] += for each row t of g [T][F] (the FFN's hidden activation,
+     * act(gate) * up), g[t][j]^2 / sum_j' g[t][j']^2: each token's activation at unit norm, so
+     * that every token weighs the same; a row of zeros adds nothing. tmp [T] is scratch.
+     * Backends agree within float rounding (the sums' order).
+     * weight_gather: a new owned weight of w's rows idx[0..n) ([n][cols]; cols false) or of
+     * its columns idx[0..n) ([rows][n]; cols true), in the backend's float type (as
+     * SEER_WEIGHTS_BF16 loads: CPU f32, CUDA bf16), its values w's as the backend dequantises
+     * them, no segments. idx is host memory; SEER_ERR_INVALID_ARG for an index outside w (out
+     * untouched), SEER_ERR_UNSUPPORTED for a dtype the backend cannot gather from. */
+    seer_status (*ffn_act_stats)(seer_backend *be, float *stats, const float *g, int T, int F, float *tmp);
+    seer_status (*weight_gather)(seer_backend *be, const seer_weight *w, const int32_t *idx, int n, bool cols,
+                                 seer_weight *out);
     /* y [n] += x */
     seer_status (*add)(seer_backend *be, float *y, const float *x, size_t n);
     /* y [n_rows][D] = x[rows[i]] */

@@ -171,6 +171,7 @@ void seer_context_free(seer_context *c) {
     /* the KV storage and scratch went through the context's instance: they go before it */
     seer_backend *be = c->be;
     if (be) {
+        seer_sparse_ffn_free(c);
         free_scratch(be, &c->s);
         if (c->kv_data)
             be->ops->kv_free(be, c->kv_data);
@@ -456,6 +457,8 @@ static seer_status validate_batch(const seer_context *c, const seer_batch *b) {
     if (b->draft_weights && !c->model->draft_layers)
         return seer_err(SEER_ERR_INVALID_ARG, "batch asks for the draft weights; the model has none "
                                               "(seer_model_params.draft_weights)");
+    if (b->sparse_ffn && !c->sffn)
+        return seer_err(SEER_ERR_INVALID_ARG, "batch asks for the sparse FFN; the context has none");
     const int V = c->model->info.n_vocab;
     for (int i = 0; i < T; i++) {
         if (b->token[i] < 0 || b->token[i] >= V)
@@ -606,10 +609,14 @@ static seer_status decode(seer_context *c, const seer_batch *b, float *logits_ou
     c->draft_call = b->draft_weights;
     c->cap_out = b->queries;
     if (s == SEER_OK)
+        s = seer_sparse_ffn_begin(c, b->sparse_ffn, b->draft_weights);
+    if (s == SEER_OK)
         s = seer_decoder_forward(c, b->token, b->pos, &ab, c->out_rows, n_out);
     c->cap_rows = NULL;
     c->draft_call = false;
     c->cap_out = NULL;
+    c->ffn_layers = NULL;
+    c->ffn_stats = NULL;
     if (s == SEER_OK && n_out && logits_out)
         s = be->ops->download(be, logits_out, c->s.logits, (size_t)n_out * in->n_vocab * sizeof(float));
     if (s == SEER_OK && n_out && ids_out)

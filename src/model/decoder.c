@@ -69,11 +69,13 @@ static seer_status qkv(seer_backend *be, const seer_backend_ops *op, const seer_
     return SEER_OK;
 }
 
-/* x += Wdown glu(Wgate n(x), Wup n(x)); h, g and u are scratch. */
+/* x += Wdown glu(Wgate n(x), Wup n(x)); h, g and u are scratch. stats (NULL: none) [F] adds
+ * the activation statistic of the first T_stats rows. */
 static seer_status ffn(seer_backend *be, const seer_backend_ops *op, const seer_scratch *s,
-                       const seer_layer *L, seer_arch_act act, int T, int D, int F, float eps) {
+                       const seer_layer *L, seer_arch_act act, int T, int D, int F, float eps,
+                       float *stats, int T_stats) {
     const bool plain = act == SEER_ACT_SILU && !L->ffn_post_norm;
-    if (plain && L->wgu.interleaved && op->ffn_glu)
+    if (plain && L->wgu.interleaved && op->ffn_glu && !stats)
         return op->ffn_glu(be, s->x, s->h, L->ffn_norm, eps, &L->wgu, &L->w_down, s->g, T);
     SEER_TRY(op->rmsnorm(be, s->h, s->x, L->ffn_norm, T, D, eps));
     if (L->wgu.interleaved) { /* only SiLU's gate and up are interleaved (seer_model_fuse) */
@@ -91,6 +93,8 @@ static seer_status ffn(seer_backend *be, const seer_backend_ops *op, const seer_
         else
             SEER_TRY(op->swiglu(be, s->g, s->g, s->u, (size_t)T * F));
     }
+    if (stats) /* the sparse FFN's statistic (sparse_ffn.c) */
+        SEER_TRY(op->ffn_act_stats(be, stats, s->g, T_stats, F, s->h)); /* h: free until the residual */
     return residual_norm(be, op, s->x, s->g, &L->w_down, L->ffn_post_norm, eps, s->h, T, D);
 }
 
@@ -122,6 +126,9 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
     const seer_arch_desc *d = m->desc;
 
     const seer_layer *layers = ctx->draft_call ? m->draft_layers : m->layers;
+    /* a sparse FFN's call: the compact layers (sparse_ffn.c), of fewer neurons */
+    const seer_layer *ffn_layers = ctx->ffn_layers ? ctx->ffn_layers : layers;
+    const int F_call = ctx->ffn_layers ? seer_sparse_ffn_neurons(ctx) : F;
     const seer_weight *head = ctx->draft_call ? &m->draft_output : &m->output;
     seer_attn_batch abw; /* a windowed layer's batch */
     if (m->window) {
@@ -156,7 +163,8 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
                                   ctx->tok_row, T));
         SEER_TRY(op->attention(be, s->att, s->q, ctx->kv_data, &ctx->geom, l, windowed ? &abw : ab));
         SEER_TRY(residual_norm(be, op, s->x, s->att, &L->wo, L->attn_post_norm, eps, s->h, T, D));
-        SEER_TRY(ffn(be, op, s, L, d->act, T, D, F, eps));
+        SEER_TRY(ffn(be, op, s, &ffn_layers[l], d->act, T, D, F_call, eps,
+                     ctx->ffn_stats ? ctx->ffn_stats + (size_t)l * F : NULL, ab->T));
     }
     if (n_out == 0)
         return SEER_OK;
@@ -177,12 +185,15 @@ seer_status seer_decoder_forward(seer_context *ctx, const int32_t *tokens, const
     /* A q capture downloads mid-call: such calls always run op by op. So do calls through the
      * quantised KV copy: a recording is per key and shape, and these differ from the target's
      * calls of the same shape in their attention alone. So do calls over quantised KV rows
-     * (geom kv_type), whose attention (CUDA: attention_qkv.cu) uploads its slot lists per call. */
-    if (!op->forward_begin || ctx->cap_rows || ab->kv_quant || ctx->geom.kv_type != SEER_KV_FULL)
+     * (geom kv_type), whose attention (CUDA: attention_qkv.cu) uploads its slot lists per call,
+     * and the sparse FFN's calls: their compact copy is made anew at each choice. */
+    if (!op->forward_begin || ctx->cap_rows || ab->kv_quant || ctx->geom.kv_type != SEER_KV_FULL || ctx->ffn_layers)
         return run_ops(ctx, tokens, pos, ab, out_rows, ab->T, n_out);
     int T = ab->T, n = n_out;
     bool done = false, redo = false;
-    const void *key = ctx->draft_call ? (const void *)&ctx->draft_call : (const void *)ctx;
+    /* the calls that add the sparse FFN's statistic have one more op: a key of their own */
+    const void *key = ctx->draft_call ? (const void *)&ctx->draft_call
+                      : ctx->ffn_stats ? (const void *)&ctx->ffn_stats : (const void *)ctx;
     SEER_TRY(op->forward_begin(be, key, ctx->rows_cap, &T, &n, &done));
     seer_status s = done ? SEER_OK : run_ops(ctx, tokens, pos, ab, out_rows, T, n);
     s = op->forward_end(be, s, &redo);

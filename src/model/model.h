@@ -123,6 +123,8 @@ typedef struct {
     float *logits;         /* [T][V] */
 } seer_scratch;
 
+typedef struct seer_sparse_ffn seer_sparse_ffn;
+
 struct seer_context {
     seer_model *model;
     seer_backend *be;     /* where this context's forward calls run: its own instance of the
@@ -145,6 +147,12 @@ struct seer_context {
     /* the call in progress multiplies by the draft weights (seer_batch.draft_weights); the
      * address of this field keys its recordings, as the context's address keys the others */
     bool draft_call;
+    /* the sparse FFN (sparse_ffn.c), NULL: none; for the call in progress: the compact layers
+     * it multiplies its FFN by (ffn_dim: seer_sparse_ffn_neurons), or the statistic [n_layers]
+     * [ffn_dim] (backend memory) its full FFN adds to; NULL: neither */
+    seer_sparse_ffn *sffn;
+    const seer_layer *ffn_layers;
+    float *ffn_stats;
 };
 
 /* seer_decode that returns, instead of logits, the argmax id of each flagged token's logits
@@ -185,6 +193,18 @@ seer_status seer_draft_dtype_parse(const char *name, int *dtype);
  * frees the model (seer_model_free frees what was made). */
 seer_status seer_model_make_draft(seer_model *m, int dtype);
 void seer_model_free_draft(seer_model *m);
+
+/* The context's sparse FFN (sparse_ffn.c): the neurons of density (0, 1] of every layer's FFN
+ * chosen by the statistic of c's full calls, chosen again after refresh full calls (0: once);
+ * replaces one c had (kept where this fails). SEER_ERR_UNSUPPORTED where the backend has no
+ * ffn_act_stats or weight_gather. */
+seer_status seer_sparse_ffn_init(seer_context *c, float density, int refresh);
+void seer_sparse_ffn_free(seer_context *c);
+/* Neurons kept per layer (0: c has no sparse FFN). */
+int seer_sparse_ffn_neurons(const seer_context *c);
+/* Before a forward call on c: sets c->ffn_layers (a sparse call: chooses and gathers where
+ * stale) or c->ffn_stats (a full call without draft weights). */
+seer_status seer_sparse_ffn_begin(seer_context *c, bool sparse, bool draft_weights);
 
 /* The backend ops m's family needs beyond the common ones, checked against its backend:
  * SEER_ERR_UNSUPPORTED naming the block where the backend lacks one. */

@@ -225,7 +225,8 @@ static seer_status mid_verify(const seer_draft_env *env, hier_impl *im, seer_dra
             amax &= argmax_only(&seqs[i]);
         }
         seer_batch bt = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want,
-                        .kv_quant = reads.kv_quant, .draft_weights = reads.draft_weights};
+                        .kv_quant = reads.kv_quant, .draft_weights = reads.draft_weights,
+                        .sparse_ffn = env->sparse_ffn};
         float *Lg = NULL;
         if (amax) {
             st = seer_decode_argmax(c, &bt, sc->ids);

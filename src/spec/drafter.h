@@ -74,6 +74,8 @@ typedef struct {
                                    * parent array; a chain for chain speculation) */
     const int32_t *depth;         /* [max_nodes] depth of each shape node (1: below the root) */
     seer_draft_scratch *scratch;
+    bool sparse_ffn;              /* draft calls on ctx multiply by its sparse FFN
+                                   * (seer_batch.sparse_ffn; sparse_ffn_opts.c) */
 } seer_draft_env;
 
 typedef struct seer_drafter_ops seer_drafter_ops;
@@ -161,6 +163,16 @@ typedef struct {
                                          * writes them) */
     int n_options;
 } seer_drafter_desc;
+
+/* Settings that belong to no drafter (their owner's name, help and options alone; no ops, no
+ * kind): the sparse FFN's (sparse_ffn_opts.c). */
+extern const seer_drafter_desc seer_sparse_ffn_desc;
+/* The i-th owner of settings: the built-in drafters, the settings above, then the drafters
+ * registered at run time (spec_opts.c numbers their ext slots in this order). */
+const seer_drafter_desc *seer_settings_owner_at(int i);
+/* Turns on ctx's sparse FFN where p asks for one (ffn_density < 1), *on then true; refuses it
+ * for a drafter that does not read the target's weights, and under auto. */
+seer_status seer_spec_sparse_ffn_apply(seer_context *ctx, const seer_spec_params *p, bool *on);
 
 /* Fills the drafter's settings struct out with d's settings from p (those it declares and
  * those it reads, at their own offsets): a setting not set gets its default. */

@@ -262,7 +262,7 @@ seer_status seer_draft_expand(const seer_draft_env *env, seer_context *c, int n,
                 call_mask(mask, T, who, node, shape);
             seer_batch b = {.n_tokens = T, .token = tok, .seq = sq, .pos = pos, .logits = want, .mask = mask,
                             .capture = n_cap ? cap : NULL, .queries = qbuf, .kv_quant = reads.kv_quant,
-                            .draft_weights = reads.draft_weights};
+                            .draft_weights = reads.draft_weights, .sparse_ffn = env->sparse_ffn && c == env->ctx};
             bool amax = true, branching = false;
             int nf = 0;
             for (int t = 0; t < T; t++) {

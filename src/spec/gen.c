@@ -190,6 +190,12 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
             return s;
         }
     }
+    /* last: the context's sparse FFN changes only for a generator that is made */
+    seer_status sf = seer_spec_sparse_ffn_apply(ctx, &spec, &g->env.sparse_ffn);
+    if (sf != SEER_OK) {
+        seer_gen_free(g);
+        return sf;
+    }
     *out = g;
     return SEER_OK;
 }

@@ -28,6 +28,10 @@ static const seer_drafter_desc *const BUILTIN[] = {
 };
 #define N_BUILTIN ((int)(sizeof BUILTIN / sizeof *BUILTIN))
 
+/* Settings of no drafter (drafter.h), listed after the built-in drafters'. */
+static const seer_drafter_desc *const SETTINGS[] = {&seer_sparse_ffn_desc};
+#define N_SETTINGS ((int)(sizeof SETTINGS / sizeof *SETTINGS))
+
 /* Drafters registered at run time, with the kinds they were given. */
 static struct {
     const seer_drafter_desc *d;
@@ -39,6 +43,12 @@ const seer_drafter_desc *seer_drafter_at(int i) {
     if (i >= 0 && i < N_BUILTIN)
         return BUILTIN[i];
     return i >= N_BUILTIN && i < N_BUILTIN + n_extra ? extra[i - N_BUILTIN].d : NULL;
+}
+
+const seer_drafter_desc *seer_settings_owner_at(int i) {
+    if (i >= N_BUILTIN && i < N_BUILTIN + N_SETTINGS)
+        return SETTINGS[i - N_BUILTIN];
+    return seer_drafter_at(i < N_BUILTIN ? i : i - N_SETTINGS);
 }
 
 /* The kind of the i-th drafter: its own, or for a built-in one without, the next after
@@ -106,9 +116,9 @@ seer_status seer_drafter_register(const seer_drafter_desc *d, seer_spec_kind *ki
         !strcmp(d->name, "tree"))
         return seer_err(SEER_ERR_INVALID_ARG, "a speculation kind named '%s' exists already", d->name);
     int n_ext = 0;
-    for (int i = 0; seer_drafter_at(i); i++)
-        for (int j = 0; j < seer_drafter_at(i)->n_options; j++)
-            n_ext += seer_drafter_at(i)->options[j].offset == SEER_DRAFTER_OPT_EXT;
+    for (int i = 0; seer_settings_owner_at(i); i++)
+        for (int j = 0; j < seer_settings_owner_at(i)->n_options; j++)
+            n_ext += seer_settings_owner_at(i)->options[j].offset == SEER_DRAFTER_OPT_EXT;
     for (int j = 0; j < d->n_options; j++) {
         const seer_spec_option *o = &d->options[j].o;
         seer_spec_params p = {0};

@@ -26,8 +26,8 @@
  * settings a drafter reads from another are not counted: they are that one's). */
 static const seer_drafter_option *opt_at(int i, const seer_drafter_desc **owner, int *slot) {
     int ext = 0;
-    for (int d = 0; seer_drafter_at(d); d++) {
-        const seer_drafter_desc *dd = seer_drafter_at(d);
+    for (int d = 0; seer_settings_owner_at(d); d++) {
+        const seer_drafter_desc *dd = seer_settings_owner_at(d);
         for (int j = 0; j < dd->n_options; j++) {
             if (dd->options[j].offset != SEER_DRAFTER_OPT_EXT)
                 continue;

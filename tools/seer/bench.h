@@ -70,6 +70,7 @@ typedef struct {
     int budget, gamma;
     int tree_size;           /* > 0: trees of this many nodes and depth gamma */
     bool draft_weights;      /* the draft steps multiply by the draft weights */
+    float ffn_density;       /* the draft steps' sparse FFN (--spec-ffn-density; 1: whole) */
     bool ok;
     char err[256];
     double draft_step_ms;    /* T_D: one draft forward step of the whole batch */

@@ -108,13 +108,20 @@ static void print_prefill(FILE *f, const bench_opts *o, const bench_result *r) {
     }
 }
 
-/* A self-draft step's floor: the weights it multiplies by (the draft weights with /dw) and the
+/* A self-draft step's floor: the weights it multiplies by (the draft weights with /dw; with a
+ * sparse FFN its kept share of the FFN's, taken as the FFN's share of the elements) and the
  * B * min(K, L) KV slots of its view, over the bandwidth; 0 for other drafters. */
 static double draft_floor_ms(const bench_result *r, const bench_point *p, const bench_spec *s) {
     if ((s->kind != SEER_SPEC_STREAMING && s->kind != SEER_SPEC_RETRIEVAL && s->kind != SEER_SPEC_SNAPKV) ||
         r->bandwidth <= 0)
         return 0;
-    const double w = s->draft_weights ? (double)r->fp.draft_weight_bytes : (double)r->fp.weight_bytes;
+    double w = s->draft_weights ? (double)r->fp.draft_weight_bytes : (double)r->fp.weight_bytes;
+    if (s->ffn_density > 0 && s->ffn_density < 1 && r->fp.weight_elems) { /* the FFN's unread share */
+        const seer_model_info *in = &r->info;
+        const double ffn = 3.0 * in->dim * in->ffn_dim * in->n_layers / (double)r->fp.weight_elems;
+        const double kept = (double)seer_sparse_ffn_keep(in->ffn_dim, s->ffn_density) / in->ffn_dim;
+        w *= 1 - ffn * (1 - kept);
+    }
     const double kv = (double)p->B * seer_footprint_kv_read(&r->fp, p->L, s->budget);
     return (w + kv) / (r->bandwidth * (r->ranks > 0 ? r->ranks : 1)) * 1e3;
 }

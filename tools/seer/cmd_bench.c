@@ -249,6 +249,8 @@ const char *bench_spec_label(const bench_spec *s) {
     snprintf(buf[k], sizeof buf[k], "%s%s", seer_spec_kind_name(s->kind), s->draft_weights ? "/dw" : "");
     if (s->tree_size)
         snprintf(buf[k] + strlen(buf[k]), sizeof buf[k] - strlen(buf[k]), "+tree%d", s->tree_size);
+    if (s->ffn_density > 0 && s->ffn_density < 1)
+        snprintf(buf[k] + strlen(buf[k]), sizeof buf[k] - strlen(buf[k]), "/ffn%.2f", (double)s->ffn_density);
     return buf[k];
 }
 
@@ -438,6 +440,8 @@ static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt
     sp.tree_depth = bs->tree_size ? bs->gamma : 0;
     sp.draft_model = o->draft;
     sp.draft_weights = bs->draft_weights;
+    if (bs->kind != SEER_SPEC_AUTO) /* only the drafters that read the target's weights */
+        seer_spec_set_num(&sp, "ffn_density", bs->ffn_density > 0 ? bs->ffn_density : 1);
     seer_spec_cost *table = NULL;
     if (bs->kind == SEER_SPEC_AUTO) {
         /* the table of this point, measured on its own caches (the plain step, verification
@@ -765,13 +769,16 @@ int cmd_bench(int argc, char **argv) {
                     /* the draft weights are the self-drafts' (and the hierarchy's middle level's) */
                     const bool reads = sk == SEER_SPEC_STREAMING || sk == SEER_SPEC_RETRIEVAL ||
                                        sk == SEER_SPEC_SNAPKV || sk == SEER_SPEC_HIERARCHY;
+                    double ffn_density = 1; /* the sparse FFN is the self-drafts' too */
+                    seer_spec_get(&o.drafters, "ffn_density", &ffn_density);
                     for (int w = 0; w < (reads ? o.n_dweights : 1); w++)
                         for (int k = 0; k < (fixed ? o.n_budget : 1); k++)
                             for (int g = 0; g < (fixed ? o.n_gamma : 1); g++)
                                 pt->spec[pt->n_spec++] = fixed
                                     ? (bench_spec){.kind = o.spec[a], .budget = o.budget[k], .gamma = o.gamma[g],
                                                    .tree_size = o.tree_size,
-                                                   .draft_weights = reads && o.dweights[w]}
+                                                   .draft_weights = reads && o.dweights[w],
+                                                   .ffn_density = reads ? ffn_density : 1}
                                     /* auto's views draft through the draft weights when the
                                      * model holds them (any --spec-weights type) */
                                     : (bench_spec){.kind = SEER_SPEC_AUTO, .draft_weights = o.spec_weights != NULL};

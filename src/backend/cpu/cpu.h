@@ -73,6 +73,10 @@ seer_status seer_cpu_comm_init(seer_backend *const *ranks, int n, seer_comm **ou
 seer_status seer_cpu_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
                             const float *bias, int T);
 /* cpu_qmatmul.c: the same product with w in one of the block formats below. */
+seer_status seer_cpu_ffn_act_stats(seer_backend *be, float *stats, const float *g, int T, int F,
+                                   float *tmp);
+seer_status seer_cpu_weight_gather(seer_backend *be, const seer_weight *w, const int32_t *idx, int n, bool cols,
+                                   seer_weight *out);
 seer_status seer_cpu_weight_quantize(seer_backend *be, const seer_weight *w, int dtype, seer_weight *out);
 bool seer_cpu_qtype_supported(int type);
 seer_status seer_cpu_qmatmul(seer_backend *be, float *y, const float *x, const seer_weight *w,

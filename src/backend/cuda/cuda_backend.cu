@@ -502,6 +502,8 @@ static seer_backend_ops cuda_ops_make(void) {
     o.attention = seer_cuda_attention_any; /* attention.cu, or through the quantised KV copy */
     o.weight_concat = seer_cuda_weight_concat;
     o.weight_quantize = seer_cuda_weight_quantize;
+    o.ffn_act_stats = seer_cuda_ffn_act_stats;
+    o.weight_gather = seer_cuda_weight_gather;
     o.matmul_split = seer_cuda_matmul_split;
     o.matmul_add = seer_cuda_matmul_add;
     o.matmul_glu = seer_cuda_matmul_glu;

@@ -347,6 +347,10 @@ seer_status seer_cuda_weight_quantize(seer_backend *be, const seer_weight *w, in
 seer_status seer_cuda_weight_concat(seer_backend *be, seer_weight *parts, int n, bool interleave,
                                     seer_weight *out);
 seer_status seer_cuda_weight_rows(seer_backend *be, const seer_weight *w, int r0, int n, seer_weight *out);
+/* sparse.cu */
+seer_status seer_cuda_ffn_act_stats(seer_backend *be, float *stats, const float *g, int T, int F, float *tmp);
+seer_status seer_cuda_weight_gather(seer_backend *be, const seer_weight *w, const int32_t *idx, int n, bool cols,
+                                    seer_weight *out);
 seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                  int T);
 seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, float *h, const float *nw, float eps,
