@@ -404,6 +404,22 @@ typedef struct {
     /* Makes be's device the calling thread's before its ops are issued (NULL: nothing to do);
      * one thread may drive several devices. */
     seer_status (*make_current)(seer_backend *be);
+    /* Weights in host memory (src/model/host_weights.c): a layer whose weights do not fit on
+     * the device keeps them in host memory (host_alloc) in exactly the bytes the backend
+     * holds on the device, and each forward call copies them into one of two staging buffers
+     * of backend memory before the layer's ops run; a weight whose data is such a copy is
+     * the same weight. All three are NULL where the backend has no host tier.
+     * weight_bytes: the bytes of w's data as the backend holds it (its repacked layout, where
+     * the backend repacks at load), from w->data on; 0 for a weight without data.
+     * stage: copies bytes from src (host memory) to dst (backend memory) into staging slot
+     * (0 or 1), after every op issued before it has finished (so that a slot's old contents
+     * may still be read by them) and, where the backend can, concurrently with the ops issued
+     * after it (CUDA: on a copy stream of its own; the CPU copies at once). Part of a recorded
+     * forward call like any op. stage_wait: the ops issued after it see the copies of slot
+     * done. */
+    size_t (*weight_bytes)(seer_backend *be, const seer_weight *w);
+    seer_status (*stage)(seer_backend *be, int slot, void *dst, const void *src, size_t bytes);
+    seer_status (*stage_wait)(seer_backend *be, int slot);
     /* Bytes of one stored K or V element (the floor's c); 0 = sizeof(float). */
     int kv_elem_bytes;
     /* attention honours seer_attn_batch.window (sliding-window layers) */

@@ -765,6 +765,23 @@ static seer_status cpu_copy_bandwidth(seer_backend *be, double *bytes_per_s) {
     return SEER_OK;
 }
 
+/* The host tier's emulation: the "device" is host memory too, so a weight's bytes are its
+ * rows of blocks as stored, and staging a layer is a memcpy done before the ops after it
+ * (which is what lets CI check streamed layers against resident ones). */
+static size_t cpu_weight_bytes(seer_backend *be, const seer_weight *w) {
+    const int bel = seer_ggml_type_block_elems(w->dtype), bb = seer_ggml_type_block_bytes(w->dtype);
+    if (!w->data || bel <= 0 || bb <= 0)
+        return 0;
+    return (size_t)w->rows * (size_t)(w->cols / bel) * (size_t)bb;
+}
+
+static seer_status cpu_stage(seer_backend *be, int slot, void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+    return SEER_OK;
+}
+
+static seer_status cpu_stage_wait(seer_backend *be, int slot) { return SEER_OK; }
+
 static seer_status cpu_sync(seer_backend *be) { return SEER_OK; }
 
 static const seer_backend_ops cpu_ops = {
@@ -808,6 +825,9 @@ static const seer_backend_ops cpu_ops = {
     .kv_fill_random = cpu_kv_fill_random,
     .copy_bandwidth = cpu_copy_bandwidth,
     .sync = cpu_sync,
+    .weight_bytes = cpu_weight_bytes,
+    .stage = cpu_stage,
+    .stage_wait = cpu_stage_wait,
     .comm_init = seer_cpu_comm_init,
     .kv_elem_bytes = sizeof(float),
     .attn_window = true, /* on the reference path (cpu_attention.c) */
