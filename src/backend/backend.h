@@ -396,6 +396,10 @@ typedef struct {
     /* The device's copy bandwidth: bytes read + bytes written per second of a large copy
      * within the backend's memory, the median of several. */
     seer_status (*copy_bandwidth)(seer_backend *be, double *bytes_per_s);
+    /* The host-to-device bandwidth: bytes per second of a large copy from host memory
+     * (host_alloc) into backend memory, the median of several (the PCIe floor of streamed
+     * layers). NULL where the backend has none. */
+    seer_status (*h2d_bandwidth)(seer_backend *be, double *bytes_per_s);
     /* Returns when all work queued so far has finished (for timing). */
     seer_status (*sync)(seer_backend *be);
     /* Tensor parallelism (src/parallel/comm.h): a communicator over ranks[0..n), instances of

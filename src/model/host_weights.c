@@ -88,52 +88,54 @@ seer_status seer_host_plan(seer_model *m, int gpu_layers, int tp, const uint64_t
     return m->host ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
 }
 
-/* The index of the region of [lo[i], hi[i]) that holds the range [a, b), or -1. */
-static int region_of(const uintptr_t *lo, const uintptr_t *hi, const bool *owner, int n, uintptr_t a, uintptr_t b) {
-    for (int i = 0; i < n; i++)
-        if (owner[i] && a >= lo[i] && b <= hi[i])
-            return i;
-    return -1;
-}
-
 seer_status seer_host_layer_offload(seer_model *m, int l) {
     seer_backend *be = m->be;
     seer_layer *L = &m->layers[l];
     seer_weight *ws[LAYER_WEIGHTS];
     const int n = layer_weights(L, ws);
     uintptr_t lo[LAYER_WEIGHTS], hi[LAYER_WEIGHTS];
-    bool owner[LAYER_WEIGHTS] = {0};
-    size_t off[LAYER_WEIGHTS] = {0}, total = 0;
+    int order[LAYER_WEIGHTS], reg[LAYER_WEIGHTS], n_ord = 0;
     for (int i = 0; i < n; i++) {
         lo[i] = (uintptr_t)ws[i]->data;
         hi[i] = lo[i] + (ws[i]->data ? be->ops->weight_bytes(be, ws[i]) : 0);
-    }
-    /* the regions to copy: ranges no other range holds (the first of equal ones) */
-    for (int i = 0; i < n; i++) {
-        if (hi[i] == lo[i])
-            continue;
-        owner[i] = true;
-        for (int j = 0; j < n && owner[i]; j++)
-            if (j != i && hi[j] > lo[j] && lo[j] <= lo[i] && hi[i] <= hi[j] &&
-                (hi[j] - lo[j] > hi[i] - lo[i] || j < i))
-                owner[i] = false;
-        if (owner[i]) {
-            off[i] = total;
-            total += (hi[i] - lo[i] + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
+        if (ws[i]->data && hi[i] == lo[i])
+            return seer_err(SEER_ERR_BACKEND, "layer %d: the %s backend has no size for a %s weight",
+                            l, be->ops->name, seer_ggml_type_name((ggml_type)ws[i]->dtype));
+        if (hi[i] > lo[i]) { /* insertion sort by start */
+            int k = n_ord++;
+            while (k > 0 && lo[order[k - 1]] > lo[i]) {
+                order[k] = order[k - 1];
+                k--;
+            }
+            order[k] = i;
         }
     }
-    for (int i = 0; i < n; i++)
-        if (hi[i] > lo[i] && region_of(lo, hi, owner, n, lo[i], hi[i]) < 0)
-            return seer_err(SEER_ERR_BACKEND, "layer %d: a weight overlaps two others", l);
+    /* the regions to copy: the union of overlapping ranges (a weight and the views of its
+     * rows: a fused weight's parts, a file's fused tensor's) */
+    uintptr_t rlo[LAYER_WEIGHTS], rhi[LAYER_WEIGHTS];
+    size_t off[LAYER_WEIGHTS], total = 0;
+    int nr = 0;
+    for (int k = 0; k < n_ord; k++) {
+        const int i = order[k];
+        if (nr && lo[i] < rhi[nr - 1]) {
+            rhi[nr - 1] = hi[i] > rhi[nr - 1] ? hi[i] : rhi[nr - 1];
+        } else {
+            rlo[nr] = lo[i];
+            rhi[nr++] = hi[i];
+        }
+        reg[i] = nr - 1;
+    }
+    for (int r = 0; r < nr; r++) {
+        off[r] = total;
+        total += (rhi[r] - rlo[r] + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
+    }
     seer_host_layer *h = &m->host[l - m->n_resident];
     if (total == 0)
         return SEER_OK;
     SEER_TRY(seer_host_alloc(m, total, &h->block));
     h->bytes = total;
-    for (int i = 0; i < n; i++) {
-        if (!owner[i])
-            continue;
-        seer_status s = be->ops->download(be, (char *)h->block + off[i], ws[i]->data, hi[i] - lo[i]);
+    for (int r = 0; r < nr; r++) {
+        seer_status s = be->ops->download(be, (char *)h->block + off[r], (const void *)rlo[r], rhi[r] - rlo[r]);
         if (s != SEER_OK) {
             seer_host_free(m, h->block);
             h->block = NULL;
@@ -148,10 +150,8 @@ seer_status seer_host_layer_offload(seer_model *m, int l) {
             be->ops->weight_free(be, &w);
         }
     for (int i = 0; i < n; i++) {
-        if (hi[i] > lo[i]) {
-            const int r = region_of(lo, hi, owner, n, lo[i], hi[i]);
-            ws[i]->data = (char *)h->block + off[r] + (lo[i] - lo[r]);
-        }
+        if (hi[i] > lo[i])
+            ws[i]->data = (char *)h->block + off[reg[i]] + (lo[i] - rlo[reg[i]]);
         ws[i]->owned = false;
     }
     if (total > m->host_slot_bytes)

@@ -528,6 +528,18 @@ seer_status seer_model_measure_bandwidth(const seer_model *m, double *bytes_per_
     return m->be->ops->copy_bandwidth(m->be, bytes_per_s);
 }
 
+seer_status seer_model_measure_h2d_bandwidth(const seer_model *m, double *bytes_per_s) {
+    SEER_CHECK_ARG(bytes_per_s);
+    *bytes_per_s = 0;
+    SEER_CHECK_ARG(m);
+    if (!m->be)
+        return seer_err(SEER_ERR_INVALID_ARG, "the model was loaded with vocab_only: no backend");
+    if (!m->be->ops->h2d_bandwidth)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot measure host-to-device bandwidth",
+                        m->be->ops->name);
+    return m->be->ops->h2d_bandwidth(m->be, bytes_per_s);
+}
+
 seer_status seer_model_sync(const seer_model *m) {
     SEER_CHECK_ARG(m);
     if (!m->be || !m->be->ops->sync)

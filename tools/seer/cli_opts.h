@@ -39,6 +39,7 @@ typedef struct {
 typedef struct {
     const char *model, *draft_model, *cost_file, *spec_weights, *chat_template, *system;
     long long threads, tp, ctx, batch, n_predict, kv_bits;
+    long long gpu_layers; /* -1: from free memory */
     seer_backend_kind backend;
     seer_weights_kind weights;
     bool ctx_beyond, no_think, chat; /* chat: generate wraps its prompt in the chat template */

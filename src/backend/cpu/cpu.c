@@ -782,6 +782,29 @@ static seer_status cpu_stage(seer_backend *be, int slot, void *dst, const void *
 
 static seer_status cpu_stage_wait(seer_backend *be, int slot) { return SEER_OK; }
 
+/* The emulated tier's "host-to-device" link: one memcpy of 256 MiB, bytes copied per second. */
+static seer_status cpu_h2d_bandwidth(seer_backend *be, double *bytes_per_s) {
+    const size_t bytes = (size_t)256 << 20;
+    char *src = malloc(bytes), *dst = malloc(bytes);
+    if (!src || !dst) {
+        free(src);
+        free(dst);
+        return seer_err(SEER_ERR_OOM, "h2d_bandwidth: no memory for the probe buffers");
+    }
+    memset(src, 1, bytes);
+    memset(dst, 0, bytes);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    memcpy(dst, src, bytes);
+    __asm__ volatile("" : : "r"(dst) : "memory"); /* the copy happens, here */
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    *bytes_per_s = s > 0 && dst[bytes - 1] == 1 ? (double)bytes / s : 0;
+    free(src);
+    free(dst);
+    return SEER_OK;
+}
+
 static seer_status cpu_sync(seer_backend *be) { return SEER_OK; }
 
 static const seer_backend_ops cpu_ops = {
@@ -828,6 +851,7 @@ static const seer_backend_ops cpu_ops = {
     .weight_bytes = cpu_weight_bytes,
     .stage = cpu_stage,
     .stage_wait = cpu_stage_wait,
+    .h2d_bandwidth = cpu_h2d_bandwidth,
     .comm_init = seer_cpu_comm_init,
     .kv_elem_bytes = sizeof(float),
     .attn_window = true, /* on the reference path (cpu_attention.c) */
