@@ -20,6 +20,10 @@
 #           at the same points with --peer (and the depth section's speculation): the peer's
 #           ms/step and seer's speedup over it in the table, the JSON and the plot (needs
 #           python3 with torch and transformers)
+#   offload weights in host memory (docs/host-weights.md): synthetic Llama-3.1-70B (bf16, 141 GB)
+#           with 40 of 80 layers on the GPU and Llama-3.1-8B with 0 and 16 of 32, B = 1 and 8
+#           at 4K: ms/step against the PCIe floor (streamed bytes / measured host-to-device
+#           bandwidth); llama.cpp with -ngl on a 70B-shaped file: `scripts/bench-gpu.sh llama offload`
 #   profile device time per op (SEER_CUDA_PROFILE) at 4K and 32K, B = 1 and 8, plain and
 #           streaming speculation
 # The log goes to $OUT/bench-gpu.log when OUT is set (else build-gpu/bench/), with each
@@ -150,6 +154,13 @@ run_all() {
                --synthetic-accept 0.8 ;;
       long) bench long 120 --synthetic llama-3.1-8b --ctx-list 131072 --batch-list 2,3 --steps 20 \
               --prefill 0 $spec ;;
+      offload) # models larger than the GPU: layers streamed from host memory every step
+        bench offload-70b 240 --synthetic llama-3.1-70b --gpu-layers 40 --ctx-list 4096 --batch-list 1,8 \
+          --steps 5 --warmup 1 --prefill 0
+        for g in 0 16; do
+          bench "offload-8b-$g" 60 --synthetic llama-3.1-8b --gpu-layers "$g" --ctx-list 4096 --batch-list 1,8 \
+            --steps 10 --warmup 2 --prefill 0
+        done ;;
       profile) # device time per op (SEER_CUDA_PROFILE: no graphs, an event after every op)
         for pt in "4096 1 none" "32768 1 none" "32768 1 streaming" "32768 8 none"; do
           set -- $pt
