@@ -6,8 +6,8 @@
  * layer resident bit for bit (stories260K, a generated model whose file stores q|k|v and
  * gate|up fused, a synthetic model, and a real model where present); greedy decoding with and
  * without speculation (a draft model's chains and trees, a self-draft) reproduces
- * stories260K's golden ids, and a sampled run the resident model's tokens; bad settings are
- * refused with a clear error.
+ * stories260K's golden ids, and a sampled run the resident model's tokens; placement from
+ * free memory follows its rule; bad settings are refused with a clear error.
  */
 #include "testutil.h"
 
@@ -214,6 +214,59 @@ static void test_sampled_same_streamed(void **state) {
     seer_model_free(d);
 }
 
+/* Placement from free memory (gpu_layers -1) on a backend that reports free memory and can
+ * stream: the leading layers while they fit beside two slots of the largest layer and the
+ * reserve (1 GiB here), every layer when all fit (no slots then), and a clear refusal when
+ * not even the slots fit. */
+static uint64_t fake_free;
+static seer_status fake_mem(seer_backend *be, uint64_t *bytes) {
+    (void)be;
+    *bytes = fake_free;
+    return SEER_OK;
+}
+static size_t fake_bytes(seer_backend *be, const seer_weight *w) { return 1; }
+static seer_status fake_stage(seer_backend *be, int slot, void *dst, const void *src, size_t n) { return SEER_OK; }
+static seer_status fake_wait(seer_backend *be, int slot) { return SEER_OK; }
+
+static void test_plan_from_free_memory(void **state) {
+    (void)state;
+    static const seer_backend_ops ops = {.name = "fake", .kv_mem_available = fake_mem, .weight_bytes = fake_bytes,
+                                         .stage = fake_stage, .stage_wait = fake_wait};
+    seer_backend be = {.ops = &ops};
+    const uint64_t G = 1ull << 30;
+    uint64_t est[8];
+    for (int l = 0; l < 8; l++)
+        est[l] = G;
+    const struct {
+        uint64_t free_b;
+        int resident;
+    } cases[] = {{20 * G, 8}, {10 * G, 8}, {9 * G, 6}, {8 * G + G / 2, 5}, {5 * G, 2}, {4 * G, 1}, {3 * G + G / 2, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        seer_model m = {.be = &be};
+        m.info.n_layers = 8;
+        fake_free = cases[k].free_b;
+        ASSERT_OK(seer_host_plan(&m, -1, 0, est));
+        if (m.n_resident != cases[k].resident)
+            fail_msg("%.1f GiB free: %d layers resident, expected %d", (double)cases[k].free_b / G, m.n_resident,
+                     cases[k].resident);
+        assert_true((m.host != NULL) == (m.n_resident < 8));
+        free(m.host);
+    }
+    seer_model m = {.be = &be};
+    m.info.n_layers = 8;
+    fake_free = 2 * G;
+    assert_int_equal(seer_host_plan(&m, -1, 0, est), SEER_ERR_OOM);
+    assert_non_null(strstr(seer_last_error(), "staging slots"));
+    assert_null(m.host);
+    /* an explicit count is taken as given, and refused with tensor parallelism */
+    ASSERT_OK(seer_host_plan(&m, 3, 0, est));
+    assert_int_equal(m.n_resident, 3);
+    free(m.host);
+    m.host = NULL;
+    assert_int_equal(seer_host_plan(&m, 3, 2, est), SEER_ERR_UNSUPPORTED);
+    assert_null(m.host);
+}
+
 static void test_bad_settings(void **state) {
     (void)state;
     const char *path = tu_data_path("models/stories260K.gguf");
@@ -251,6 +304,7 @@ int main(void) {
         cmocka_unit_test(test_logits_synthetic),
         cmocka_unit_test(test_greedy_golden_streamed),
         cmocka_unit_test(test_sampled_same_streamed),
+        cmocka_unit_test(test_plan_from_free_memory),
         cmocka_unit_test(test_bad_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -73,6 +73,12 @@ seer_status seer_host_plan(seer_model *m, int gpu_layers, int tp, const uint64_t
             sum += est[n++];
         }
         m->n_resident = n;
+        if (n < nl && 2 * biggest + reserve > free_b)
+            return seer_err(SEER_ERR_OOM,
+                            "%.1f MiB of device memory is free beside the embedding and the LM head: too little "
+                            "for two staging slots of %.1f MiB (the largest layer) and a reserve of %.1f MiB for "
+                            "the KV cache; free device memory or use a device with more",
+                            free_b / 1048576.0, biggest / 1048576.0, reserve / 1048576.0);
     }
     if (m->n_resident == nl)
         return SEER_OK;

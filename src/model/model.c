@@ -500,10 +500,20 @@ static seer_status bind_layers(seer_model *m, seer_model_params p, bool draft) {
         return seer_err(SEER_ERR_UNSUPPORTED, "draft weights do not combine with layers in host memory "
                         "(%d of %d layers on the device)", m->n_resident, nl);
     for (int l = 0; l < nl; l++) {
-        SEER_TRY(bind_layer(m, l));
-        SEER_TRY(seer_model_fuse_layer(m, l));
-        if (l >= m->n_resident)
-            SEER_TRY(seer_host_layer_offload(m, l));
+        s = bind_layer(m, l);
+        if (s == SEER_OK)
+            s = seer_model_fuse_layer(m, l);
+        if (s == SEER_OK && l >= m->n_resident)
+            s = seer_host_layer_offload(m, l);
+        if (s == SEER_OK)
+            continue;
+        if (s != SEER_ERR_OOM || l >= m->n_resident || l == 0)
+            return s;
+        /* out of device memory among the resident layers: name what would fit */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", seer_last_error());
+        return seer_err(s, "layer %d of %d: %s (gpu_layers %d or fewer keeps the rest in host memory)", l, nl,
+                        msg, l - 1);
     }
     m->info.n_layers_resident = m->n_resident;
     return SEER_OK;
