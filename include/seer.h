@@ -94,6 +94,15 @@ typedef struct {
      * steps of self-drafts (seer_spec_params.draft_weights) then read a quarter to a half of
      * the bytes. Its size is seer_model_footprint.draft_weight_bytes. NULL or "": none. */
     const char *draft_weights;
+    /* Layers whose weights stay in device memory (llama.cpp's -ngl counts the same way); the
+     * others keep theirs in host memory, in the layout the device reads, and every forward
+     * call streams them through two staging buffers, the copy of the next layer overlapped
+     * with the current one's compute: a model larger than the device runs, at the speed of
+     * the host-to-device link. Layers 0..N-1 stay; the embedding, the LM head and the norms
+     * always do. -1 (the default): from free memory, every layer where the model fits (the
+     * CPU backend, whose device is the host: every layer); >= n_layers: every layer. Not
+     * with tp or draft_weights. */
+    int gpu_layers;
 } seer_model_params;
 
 seer_model_params seer_model_default_params(void);
@@ -122,6 +131,9 @@ typedef struct {
     uint64_t n_params;
     uint64_t file_size;
     const char *backend;  /* "cpu" or "cuda" */
+    int n_layers_resident; /* layers whose weights are in device memory (gpu_layers) */
+    uint64_t host_weight_bytes; /* bytes of the other layers' weights, in host memory and
+                                   copied to the device once per forward call */
 } seer_model_info;
 
 void seer_model_get_info(const seer_model *model, seer_model_info *info);

@@ -193,6 +193,11 @@ seer_status seer_model_kv_capacity(const seer_model *model, seer_kv_type type, u
 /* Measures the copy bandwidth of the model's backend device (bytes read + written per
  * second of a large copy, median of several; allocates and frees its buffers). */
 seer_status seer_model_measure_bandwidth(const seer_model *model, double *bytes_per_s);
+/* The host-to-device bandwidth of model's backend: bytes per second of a large copy from
+ * page-locked host memory to the device (median of several). With layers in host memory
+ * (seer_model_params.gpu_layers) a forward call cannot beat host_weight_bytes over it: the
+ * "PCIe floor". */
+seer_status seer_model_measure_h2d_bandwidth(const seer_model *model, double *bytes_per_s);
 #ifdef __cplusplus
 }
 #endif

@@ -27,6 +27,10 @@
 #           draft steps at FFN density 1 (none), 0.65, 0.5 and 0.3, each with the model's
 #           weights and its q4_0 draft weights (target: T_D <= 0.5 T_T at 0.5); the neurons
 #           chosen once (--spec-ffn-refresh 0), so that T_D is the step's alone
+#   offload weights in host memory (docs/host-weights.md): synthetic Llama-3.1-70B (bf16, 141 GB)
+#           with 40 of 80 layers on the GPU and Llama-3.1-8B with 0 and 16 of 32, B = 1 and 8
+#           at 4K: ms/step against the PCIe floor (streamed bytes / measured host-to-device
+#           bandwidth); llama.cpp with -ngl on a 70B-shaped file: `scripts/bench-gpu.sh llama offload`
 #   profile device time per op (SEER_CUDA_PROFILE) at 4K and 32K, B = 1 and 8, plain and
 #           streaming speculation
 # The log goes to $OUT/bench-gpu.log when OUT is set (else build-gpu/bench/), with each
@@ -167,6 +171,12 @@ run_all() {
           bench "sparse-$d" 60 --synthetic llama-3.1-8b --ctx-list 32768 --batch-list 1 --steps 20 \
             --prefill 0 --spec streaming --spec-budget-list 512 --spec-gamma-list 4 --synthetic-accept 0.8 \
             --spec-weights none,q4_0 --spec-ffn-density "$d" --spec-ffn-refresh 0
+      offload) # models larger than the GPU: layers streamed from host memory every step
+        bench offload-70b 240 --synthetic llama-3.1-70b --gpu-layers 40 --ctx-list 4096 --batch-list 1,8 \
+          --steps 5 --warmup 1 --prefill 0
+        for g in 0 16; do
+          bench "offload-8b-$g" 60 --synthetic llama-3.1-8b --gpu-layers "$g" --ctx-list 4096 --batch-list 1,8 \
+            --steps 10 --warmup 2 --prefill 0
         done ;;
       profile) # device time per op (SEER_CUDA_PROFILE: no graphs, an event after every op)
         for pt in "4096 1 none" "32768 1 none" "32768 1 streaming" "32768 8 none"; do

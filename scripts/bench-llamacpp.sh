@@ -22,6 +22,11 @@
 #           -ctk q8_0 -ctv q8_0 (B = 1 at 32K, 14 and 26 x 32K), then seer bench at the same
 #           points with --kv-type bf16, q8 and q4 (each run prints the KV tokens the free memory
 #           holds: the largest B x L), llama.cpp's numbers beside each (BENCH_KV_POINTS="BxL ...")
+#   offload a model larger than the GPU (docs/host-weights.md): a Llama-3.1-70B-shaped file of
+#           $BENCH_OFFLOAD_TYPE (q4_0; bf16 needs 141 GB of disk and host memory), llama.cpp
+#           with -ngl $BENCH_OFFLOAD_NGL and seer with --gpu-layers of the same count (default
+#           40 of 80 layers: half the weights in host memory, streamed every step), B = 1 at
+#           4K; seer's table gives the host-to-device bandwidth and its share of the PCIe floor
 #   TYPE    one of $BENCH_LLAMA_TYPES (bf16 q4_0 q8_0, and q4_k_m where gen-model writes it):
 #           writes the GGUF, runs llama.cpp on it (llama-bench B = 1 at 4K and 32K, prefill of
 #           4K and 32K prompts; for bf16 also llama-batched-bench 14 x 32K and 3 x 128K), then
@@ -81,6 +86,7 @@ batched_types=bf16           # the types the batched points run for (all: every 
 spec_b1=""                   # seer bench's speculation flags at B = 1 (none: plain only)
 spec_batched=""              # ... at the batched points
 pregen=""                    # types whose files a background writer is producing
+peer_extra=() seer_extra=()  # more flags of llama.cpp's runs and of seer bench's (offload)
 at_least() { local v=$1; [ "$v" -lt "$2" ] && v=$2; echo "$v"; }
 
 default_types() {
@@ -274,6 +280,7 @@ bench_type() {
   # A share of the time left for llama.cpp (half by default), the rest for seer's runs.
   timeout "$(at_least $(( ($(left) - 30) * ${BENCH_PEER_SHARE:-50} / 100 )) 10)" scripts/peer-llamacpp.sh run "$kind" -m "$f" --out "$peer" \
     --ctx-list "$ctx" --prefill-list "$prefill" --reps "$reps" ${bat:+--batched "$bat"} \
+    ${peer_extra[@]+"${peer_extra[@]}"} \
     ${BENCH_LLAMA_SPLIT:+--split-mode "$BENCH_LLAMA_SPLIT"}
   echo "peer: exit $? after ${SECONDS}s"
   [ -f "$peer.log" ] && grep -E '^\$ ' "$peer.log"
@@ -298,7 +305,8 @@ bench_type() {
     echo "== $t: seer bench -m $f --backend $kind $a --steps 20 (after ${SECONDS}s)"
     # shellcheck disable=SC2086 # $a holds flags
     timeout "$(at_least $(( $(left) - 30 )) 10)" "$bdir/seer" bench -m "$f" --backend "$kind" $a \
-      ${BENCH_TP:+--tp "$BENCH_TP"} --steps 20 ${peer_args[@]+"${peer_args[@]}"} --json-out "$j"
+      ${BENCH_TP:+--tp "$BENCH_TP"} --steps 20 ${seer_extra[@]+"${seer_extra[@]}"} \
+      ${peer_args[@]+"${peer_args[@]}"} --json-out "$j"
     echo "seer bench: exit $? after ${SECONDS}s"
     [ -s "$j" ] && cat "$j" >>"$results"
     jsons+=("$j")
@@ -324,6 +332,21 @@ weights() {
   setup build-then-files $types
   local t
   for t in $types; do bench_type "$t"; done
+}
+
+# A model larger than the GPU, both tools with the same layers on the device: llama.cpp
+# computes the others on the CPU, seer streams their weights to the GPU every step.
+offload() {
+  local t=${BENCH_OFFLOAD_TYPE:-q4_0} ngl=${BENCH_OFFLOAD_NGL:-40}
+  shape=(--arch llama --vocab 128256 --dim 8192 --layers 80 --heads 64 --kv-heads 8 --ffn 28672
+         --ctx 131072 --rope-base 500000)
+  ctx=${BENCH_LLAMA_CTX:-4096} prefill=${BENCH_LLAMA_PREFILL-} batched=""
+  reps=${BENCH_LLAMA_REPS:-2} type_secs=${BENCH_TYPE_SECS:-300}
+  peer_extra=(--ngl "$ngl" --gen 8)
+  seer_extra=(--gpu-layers "$ngl" --steps 5 --warmup 1)
+  peer_build_start
+  seer_build || return 1
+  bench_type "$t"
 }
 
 # Attention in one call: both builds, the bf16 file, the batched points plain and speculative,
@@ -389,9 +412,10 @@ run_all() {
       weights) export GPU_CHECK_JOBS=${GPU_CHECK_JOBS:-8}; weights ;;
       attention) attention ;;
       kvcache) kvcache ;;
+      offload) offload ;;
       all) for t in ${BENCH_LLAMA_TYPES:-$(default_types)}; do bench_type "$t"; done ;;
       bf16 | f16 | f32 | q8_0 | q4_0 | q4_1 | q4_k_m) bench_type "$s" ;;
-      *) echo "bench-gpu llama: unknown step '$s' (setup, weights, attention, kvcache, all, or a type: bf16 q4_0 q8_0 q4_k_m ...)" ;;
+      *) echo "bench-gpu llama: unknown step '$s' (setup, weights, attention, kvcache, offload, all, or a type: bf16 q4_0 q8_0 q4_k_m ...)" ;;
     esac
   done
   echo

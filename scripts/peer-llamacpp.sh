@@ -19,6 +19,7 @@
 #   scripts/peer-llamacpp.sh run [cpu|cuda] -m MODEL.gguf --out PEER.json [--ctx-list L,...]
 #       [--batched BxL,...] [--batched-cache streams|unified] [--prefill-list P,...] [--gen N]
 #       [--batched-gen N] [--reps N] [--threads N] [--timeout SECONDS] [--bench-args 'FLAGS']
+#       [--ngl N]
 #       llama-bench: plain decode at B = 1 for every L of --ctx-list (tg N at depth L:
 #       `-p 0 -n N -d L`, ms/token = median run / N) and prefill for every P of --prefill-list
 #       (`-p P -n 0 -d 0`); llama-batched-bench for every BxL of --batched: B sequences of L
@@ -29,7 +30,7 @@
 #       into each (`-pps -c B*(L+N)`: every step reads B*L cells, as seer's does, and the
 #       setup takes seconds); `--batched-cache unified`: B prompts prefilled into one unified
 #       cache (`-kvu`, minutes at 14 x 32K), whose prefill tok/s is kept too. All
-#       with flash attention (`-fa 1`) and every layer on the device (`-ngl 99`; 0 for cpu),
+#       with flash attention (`-fa 1`) and every layer on the device (`-ngl 99`; 0 for cpu; --ngl N: N),
 #       each point in its own process. Writes the peer file `seer bench --peer` reads
 #       (tools/seer/bench.h): llama.cpp's commit and build, the device, the model and the exact
 #       commands in "version" and "description"; a point that failed (out of memory) gets an

@@ -177,6 +177,8 @@ def main():
                          "cache (-kvu), whose prefill of B long prompts takes minutes")
     ap.add_argument("--reps", type=int, default=5, help="llama-bench -r")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--ngl", type=int, default=None,
+                    help="llama.cpp's -ngl: layers on the GPU (default 99 for cuda, 0 for cpu)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per command")
     ap.add_argument("--log", default=None, help="the tools' output (default: OUT.log)")
     ap.add_argument("--split-mode", default=None, choices=["none", "layer", "row"],
@@ -198,7 +200,7 @@ def main():
     except (OSError, ValueError, struct.error) as e:
         sys.exit("peer_llamacpp_run: %s: %s" % (a.model, e))
 
-    ngl = "99" if a.kind == "cuda" else "0"
+    ngl = str(a.ngl) if a.ngl is not None else "99" if a.kind == "cuda" else "0"
     common = ["-fa", "1", "-ngl", ngl] + (["-t", str(a.threads)] if a.threads else [])
     if a.cache_type:
         common += ["-ctk", a.cache_type, "-ctv", a.cache_type]

@@ -450,6 +450,10 @@ typedef struct {
     /* The device's copy bandwidth: bytes read + bytes written per second of a large copy
      * within the backend's memory, the median of several. */
     seer_status (*copy_bandwidth)(seer_backend *be, double *bytes_per_s);
+    /* The host-to-device bandwidth: bytes per second of a large copy from host memory
+     * (host_alloc) into backend memory, the median of several (the PCIe floor of streamed
+     * layers). NULL where the backend has none. */
+    seer_status (*h2d_bandwidth)(seer_backend *be, double *bytes_per_s);
     /* Returns when all work queued so far has finished (for timing). */
     seer_status (*sync)(seer_backend *be);
     /* Tensor parallelism (src/parallel/comm.h): a communicator over ranks[0..n), instances of
@@ -458,6 +462,22 @@ typedef struct {
     /* Makes be's device the calling thread's before its ops are issued (NULL: nothing to do);
      * one thread may drive several devices. */
     seer_status (*make_current)(seer_backend *be);
+    /* Weights in host memory (src/model/host_weights.c): a layer whose weights do not fit on
+     * the device keeps them in host memory (host_alloc) in exactly the bytes the backend
+     * holds on the device, and each forward call copies them into one of two staging buffers
+     * of backend memory before the layer's ops run; a weight whose data is such a copy is
+     * the same weight. All three are NULL where the backend has no host tier.
+     * weight_bytes: the bytes of w's data as the backend holds it (its repacked layout, where
+     * the backend repacks at load), from w->data on; 0 for a weight without data.
+     * stage: copies bytes from src (host memory) to dst (backend memory) into staging slot
+     * (0 or 1), after every op issued before it has finished (so that a slot's old contents
+     * may still be read by them) and, where the backend can, concurrently with the ops issued
+     * after it (CUDA: on a copy stream of its own; the CPU copies at once). Part of a recorded
+     * forward call like any op. stage_wait: the ops issued after it see the copies of slot
+     * done. */
+    size_t (*weight_bytes)(seer_backend *be, const seer_weight *w);
+    seer_status (*stage)(seer_backend *be, int slot, void *dst, const void *src, size_t bytes);
+    seer_status (*stage_wait)(seer_backend *be, int slot);
     /* Bytes of one stored K or V element (the floor's c); 0 = sizeof(float). */
     int kv_elem_bytes;
     /* Bit t set: the KV storage holds rows of seer_kv_type t (geom kv_type), stored by

@@ -173,6 +173,7 @@ void seer_context_free(seer_context *c) {
     if (be) {
         seer_sparse_ffn_free(c);
         free_scratch(be, &c->s);
+        seer_host_slots_free(c);
         if (c->kv_data)
             be->ops->kv_free(be, c->kv_data);
         if (be != c->model->be)
@@ -260,6 +261,8 @@ seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context
     c->rows_cap = (p.n_batch_max + 7) / 8 * 8;
     if (s == SEER_OK)
         s = alloc_scratch(c->be, in, c->rows_cap, &c->s);
+    if (s == SEER_OK)
+        s = seer_host_slots_alloc(c);
     if (s == SEER_OK) {
         int T = c->rows_cap, B = p.n_seq_max < p.n_batch_max ? p.n_seq_max : p.n_batch_max;
         c->views = seer_calloc_array(p.n_seq_max, sizeof *c->views);

@@ -141,11 +141,22 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
     const float *global_fr =
         m->inv_freq_long && ctx->params.n_ctx > m->rope_orig_ctx ? m->inv_freq_long : m->inv_freq;
 
+    /* layers in host memory (host_weights.c): the first two streamed layers' copies start
+     * now, under the resident layers' compute, and each streamed layer's ops are followed by
+     * the copy of the one two ahead into the slot they read */
+    const bool host = !ctx->draft_call && m->host;
+    if (host) {
+        SEER_TRY(seer_host_stage(ctx, m->n_resident));
+        SEER_TRY(seer_host_stage(ctx, m->n_resident + 1));
+    }
     SEER_TRY(op->embed(be, s->x, &m->tok_embd, tokens, T));
     if (d->embed_scale)
         SEER_TRY(op->scale(be, s->x, sqrtf((float)D), (size_t)T * D));
     for (int l = 0; l < in->n_layers; l++) {
         const seer_layer *L = &layers[l];
+        seer_layer staged;
+        if (host)
+            SEER_TRY(seer_host_layer_get(ctx, l, &L, &staged));
         const bool windowed = m->window && seer_arch_layer_windowed(&m->hp, l);
         const float *fr = windowed && m->inv_freq_local ? m->inv_freq_local : global_fr;
         SEER_TRY(qkv(be, op, s, L, T, D, H, Hkv, Dh, eps));
@@ -163,8 +174,11 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
                                   ctx->tok_row, T));
         SEER_TRY(op->attention(be, s->att, s->q, ctx->kv_data, &ctx->geom, l, windowed ? &abw : ab));
         SEER_TRY(residual_norm(be, op, s->x, s->att, &L->wo, L->attn_post_norm, eps, s->h, T, D));
-        SEER_TRY(ffn(be, op, s, &ffn_layers[l], d->act, T, D, F_call, eps,
+        /* a sparse FFN's compact layers, else the layer (or its staged copy) */
+        SEER_TRY(ffn(be, op, s, ctx->ffn_layers ? &ffn_layers[l] : L, d->act, T, D, F_call, eps,
                      ctx->ffn_stats ? ctx->ffn_stats + (size_t)l * F : NULL, ab->T));
+        if (host && l >= m->n_resident)
+            SEER_TRY(seer_host_stage(ctx, l + 2));
     }
     if (n_out == 0)
         return SEER_OK;

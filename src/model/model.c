@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 seer_model_params seer_model_default_params(void) {
-    seer_model_params p = {.backend = SEER_BACKEND_AUTO, .n_threads = 0};
+    seer_model_params p = {.backend = SEER_BACKEND_AUTO, .n_threads = 0, .gpu_layers = -1};
     return p;
 }
 
@@ -407,11 +407,10 @@ static seer_status bind_vec(seer_model *m, const char *name, int n, bool require
     return s;
 }
 
+/* The tensors outside the layers, and the layers' table. */
 static seer_status bind_weights(seer_model *m) {
     const seer_model_info *in = &m->info;
-    const int D = in->dim, F = in->ffn_dim, V = in->n_vocab;
-    const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
-    const int Dh = in->head_dim, fu = ffn_unit(m);
+    const int D = in->dim, V = in->n_vocab;
     const seer_weight_split vocab = {SEER_SPLIT_VOCAB, 1};
     SEER_TRY(bind_weight(m, "token_embd.weight", V, D, &m->tok_embd));
     SEER_TRY(bind_vec(m, "output_norm.weight", D, true, &m->output_norm));
@@ -430,8 +429,17 @@ static seer_status bind_weights(seer_model *m) {
     m->layers = seer_calloc_array(in->n_layers, sizeof *m->layers);
     if (!m->layers)
         return seer_err(SEER_ERR_OOM, "out of memory");
+    return SEER_OK;
+}
+
+/* Binds layer l's tensors. */
+static seer_status bind_layer(seer_model *m, int l) {
+    const seer_model_info *in = &m->info;
+    const int D = in->dim, F = in->ffn_dim;
+    const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
+    const int Dh = in->head_dim, fu = ffn_unit(m);
     const seer_arch_desc *d = m->desc;
-    for (int l = 0; l < in->n_layers; l++) {
+    {
         seer_layer *L = &m->layers[l];
         for (int i = 0; i < d->n_tensors; i++) {
             const seer_arch_tensor *t = &d->tensors[i];
@@ -468,6 +476,46 @@ static seer_status bind_weights(seer_model *m) {
             }
         }
     }
+    return SEER_OK;
+}
+
+/* The layers: where they stay (seer_host_plan, from the file's tensor sizes), then each bound,
+ * fused and, past the resident ones, moved to host memory before the next is bound, so that a
+ * model larger than the device loads. */
+static seer_status bind_layers(seer_model *m, seer_model_params p, bool draft) {
+    const int nl = m->info.n_layers;
+    uint64_t *est = seer_calloc_array((size_t)nl, sizeof *est);
+    if (!est)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        const gguf_tensor *t = &m->gguf->tensors[i];
+        int l;
+        if (sscanf(t->name, "blk.%d.", &l) == 1 && l >= 0 && l < nl && t->ne[1] > 1)
+            est[l] += seer_host_tensor_est(m, t);
+    }
+    seer_status s = seer_host_plan(m, p.gpu_layers, p.tp, est);
+    free(est);
+    SEER_TRY(s);
+    if (draft && m->n_resident < nl)
+        return seer_err(SEER_ERR_UNSUPPORTED, "draft weights do not combine with layers in host memory "
+                        "(%d of %d layers on the device)", m->n_resident, nl);
+    for (int l = 0; l < nl; l++) {
+        s = bind_layer(m, l);
+        if (s == SEER_OK)
+            s = seer_model_fuse_layer(m, l);
+        if (s == SEER_OK && l >= m->n_resident)
+            s = seer_host_layer_offload(m, l);
+        if (s == SEER_OK)
+            continue;
+        if (s != SEER_ERR_OOM || l >= m->n_resident || l == 0)
+            return s;
+        /* out of device memory among the resident layers: name what would fit */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", seer_last_error());
+        return seer_err(s, "layer %d of %d: %s (gpu_layers %d or fewer keeps the rest in host memory)", l, nl,
+                        msg, l - 1);
+    }
+    m->info.n_layers_resident = m->n_resident;
     return SEER_OK;
 }
 
@@ -532,10 +580,16 @@ seer_status seer_model_pick_backend(seer_model_params p, const seer_cuda_tuning 
 }
 
 seer_status seer_model_fuse(seer_model *m) {
+    for (int l = 0; l < m->info.n_layers; l++)
+        SEER_TRY(seer_model_fuse_layer(m, l));
+    return SEER_OK;
+}
+
+seer_status seer_model_fuse_layer(seer_model *m, int l) {
     const seer_backend_ops *op = m->be->ops;
     if (!op->weight_concat || !op->matmul_split)
         return SEER_OK;
-    for (int l = 0; l < m->info.n_layers; l++) {
+    {
         seer_layer *L = &m->layers[l];
         /* Only weights of one dtype join (a mixed file may hold attn_v at higher precision
          * than attn_q and attn_k): the others stay separate matmuls. */
@@ -605,7 +659,7 @@ seer_status seer_model_load_tuned(const char *path, seer_model_params params, co
         if (s == SEER_OK)
             s = bind_weights(m);
         if (s == SEER_OK)
-            s = seer_model_fuse(m);
+            s = bind_layers(m, params, draft != 0);
         if (s == SEER_OK)
             s = seer_model_make_draft(m, draft);
         /* The CUDA backend has copied every weight to the device (the CPU backend and the
@@ -631,6 +685,7 @@ void seer_model_free(seer_model *m) {
     seer_backend *be = m->be;
     if (be) {
         seer_model_free_draft(m);
+        seer_host_layers_free(m);
         if (m->layers) {
             for (int l = 0; l < m->info.n_layers; l++) {
                 seer_layer *L = &m->layers[l];

@@ -103,7 +103,20 @@ struct seer_model {
     seer_layer *draft_layers;
     seer_weight draft_output;
     int draft_dtype;
+    /* Weights in host memory (host_weights.c): layers [n_resident, n_layers) hold their
+     * linear weights' data in host[l - n_resident] (one block per layer, host_alloc'd, in the
+     * backend's own layout); a context streams each into a staging slot of host_slot_bytes
+     * per forward call. n_resident == n_layers: none. */
+    int n_resident;
+    struct seer_host_layer *host;
+    size_t host_slot_bytes;
 };
+
+/* One layer's weights in host memory: its linear weights' data pointers lie in block. */
+typedef struct seer_host_layer {
+    void *block;  /* host memory (seer_host_alloc) */
+    size_t bytes;
+} seer_host_layer;
 
 /* Per-sequence attention view stored by the context. */
 typedef struct {
@@ -153,6 +166,9 @@ struct seer_context {
     seer_sparse_ffn *sffn;
     const seer_layer *ffn_layers;
     float *ffn_stats;
+    /* the two staging slots of streamed layers (host_weights.c), backend memory of
+     * model->host_slot_bytes each; NULL without streamed layers */
+    void *stage_slot[2];
 };
 
 /* seer_decode that returns, instead of logits, the argmax id of each flagged token's logits
@@ -186,6 +202,8 @@ seer_status seer_model_check_tp(int H, int Hkv, int tp);
  * input (q, k, v; gate, up) into one each where the backend can (weight_concat), so that one
  * pass over memory serves them. */
 seer_status seer_model_fuse(seer_model *m);
+/* ... of layer l alone (the loader fuses each layer as it binds it). */
+seer_status seer_model_fuse_layer(seer_model *m, int l);
 
 /* The ggml type of a draft-weights name (seer_model_params.draft_weights): 0 for NULL or "". */
 seer_status seer_draft_dtype_parse(const char *name, int *dtype);
@@ -234,6 +252,30 @@ seer_status seer_context_read_kv(seer_context *c, seer_seq_id seq, int layer, in
  * into consecutive slots before the length is cut. */
 seer_status seer_seq_move_slots(seer_context *c, seer_seq_id seq, const int32_t *src,
                                 const int32_t *dst, int n);
+
+/* Weights in host memory (host_weights.c). */
+
+/* Before the layers are bound: how many stay on the device (m->n_resident) for gpu_layers
+ * (seer_model_params) with tp ranks, est_layer_bytes [n_layers] the bytes each layer's
+ * weights will take on the device (an estimate; used by -1 only). A clear error where the
+ * backend cannot stream layers, or with tp. */
+seer_status seer_host_plan(seer_model *m, int gpu_layers, int tp, const uint64_t *est_layer_bytes);
+/* After layer l is bound and fused (l >= m->n_resident): moves its linear weights' data into
+ * one block of host memory, in the bytes the backend holds, and frees their device memory. */
+seer_status seer_host_layer_offload(seer_model *m, int l);
+/* The offloaded layers' blocks (seer_model_free). */
+void seer_host_layers_free(seer_model *m);
+/* A context's staging slots: made when its model has streamed layers, freed with it. */
+seer_status seer_host_slots_alloc(seer_context *c);
+void seer_host_slots_free(seer_context *c);
+/* In a forward call: stages streamed layer l into its slot (nothing for a resident layer or
+ * l >= n_layers), and *out = layer l as the ops read it, waiting for its slot (the layer
+ * itself where it is resident). */
+seer_status seer_host_stage(seer_context *c, int l);
+seer_status seer_host_layer_get(seer_context *c, int l, const seer_layer **L, seer_layer *tmp);
+/* The layer tensors' device bytes a file's tensor t takes on the backend of m (an estimate
+ * for seer_host_plan). */
+uint64_t seer_host_tensor_est(const seer_model *m, const gguf_tensor *t);
 
 /* Runs the family's forward pass for a batch already placed in the KV cache (ab describes
  * it). Writes logits of the rows out_rows[0..n_out) into ctx->s.logits. */

@@ -179,11 +179,9 @@ static seer_status rand_vec(gen_ctx *g, uint64_t id, int n, float base, float de
 static seer_status make_weights(gen_ctx *g) {
     seer_model *m = g->m;
     const seer_model_info *in = &m->info;
-    const int D = in->dim, F = in->ffn_dim, V = in->n_vocab;
-    const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
+    const int D = in->dim, V = in->n_vocab;
     /* Embedding rows go straight into the residual stream: unit-scale entries would swamp
      * the first layers, so the table gets the linear weights' scale. */
-    const int Dh = in->head_dim;
     const seer_weight_split vocab = {SEER_SPLIT_VOCAB, 1};
     SEER_TRY(rand_weight(g, T_EMBD, V, D, &m->tok_embd));
     SEER_TRY(rand_vec(g, T_OUT_NORM, D, 1.f, 0.02f, &m->output_norm));
@@ -200,8 +198,18 @@ static seer_status make_weights(gen_ctx *g) {
     m->layers = seer_calloc_array((size_t)in->n_layers, sizeof *m->layers);
     if (!m->layers)
         return seer_err(SEER_ERR_OOM, "out of memory");
+    return SEER_OK;
+}
+
+/* Layer l's weights, generated where they live. */
+static seer_status make_layer(gen_ctx *g, int l) {
+    seer_model *m = g->m;
+    const seer_model_info *in = &m->info;
+    const int D = in->dim, F = in->ffn_dim;
+    const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
+    const int Dh = in->head_dim;
     const seer_arch_desc *d = m->desc;
-    for (int l = 0; l < in->n_layers; l++) {
+    {
         seer_layer *L = &m->layers[l];
         const uint64_t b = (uint64_t)l * T_PER_LAYER;
         for (int i = 0; i < d->n_tensors; i++) {
@@ -226,6 +234,37 @@ static seer_status make_weights(gen_ctx *g) {
             }
         }
     }
+    return SEER_OK;
+}
+
+/* The layers as the loader makes them (model.c's bind_layers): placed by seer_host_plan,
+ * each generated, fused and, past the resident ones, moved to host memory. */
+static seer_status make_layers(gen_ctx *g, const seer_model_params *mp, bool draft) {
+    seer_model *m = g->m;
+    const seer_model_info *in = &m->info;
+    const int nl = in->n_layers;
+    const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
+    uint64_t *est = seer_calloc_array((size_t)nl, sizeof *est);
+    if (!est)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    const uint64_t elem = strcmp(m->be->ops->name, "cpu") ? 2 : 4; /* the backend's float type */
+    const uint64_t per = elem * ((uint64_t)in->dim * (2 * (uint64_t)qd + 2 * (uint64_t)kvd) +
+                                 3 * (uint64_t)in->dim * in->ffn_dim);
+    for (int l = 0; l < nl; l++)
+        est[l] = per;
+    seer_status s = seer_host_plan(m, mp->gpu_layers, mp->tp, est);
+    free(est);
+    SEER_TRY(s);
+    if (draft && m->n_resident < nl)
+        return seer_err(SEER_ERR_UNSUPPORTED, "draft weights do not combine with layers in host memory "
+                        "(%d of %d layers on the device)", m->n_resident, nl);
+    for (int l = 0; l < nl; l++) {
+        SEER_TRY(make_layer(g, l));
+        SEER_TRY(seer_model_fuse_layer(m, l));
+        if (l >= m->n_resident)
+            SEER_TRY(seer_host_layer_offload(m, l));
+    }
+    m->info.n_layers_resident = m->n_resident;
     return SEER_OK;
 }
 
@@ -328,7 +367,7 @@ seer_status seer_model_synthetic_tuned(const char *shape, const seer_gen_params 
         if (s == SEER_OK)
             s = make_weights(&g);
         if (s == SEER_OK)
-            s = seer_model_fuse(m);
+            s = make_layers(&g, &mp, draft != 0);
         if (s == SEER_OK)
             s = seer_model_make_draft(m, draft);
     }
@@ -487,6 +526,18 @@ seer_status seer_model_measure_bandwidth(const seer_model *m, double *bytes_per_
     if (!m->be->ops->copy_bandwidth)
         return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot measure bandwidth", m->be->ops->name);
     return m->be->ops->copy_bandwidth(m->be, bytes_per_s);
+}
+
+seer_status seer_model_measure_h2d_bandwidth(const seer_model *m, double *bytes_per_s) {
+    SEER_CHECK_ARG(bytes_per_s);
+    *bytes_per_s = 0;
+    SEER_CHECK_ARG(m);
+    if (!m->be)
+        return seer_err(SEER_ERR_INVALID_ARG, "the model was loaded with vocab_only: no backend");
+    if (!m->be->ops->h2d_bandwidth)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot measure host-to-device bandwidth",
+                        m->be->ops->name);
+    return m->be->ops->h2d_bandwidth(m->be, bytes_per_s);
 }
 
 seer_status seer_model_sync(const seer_model *m) {

@@ -31,6 +31,7 @@ typedef struct {
     seer_weights_kind weights;
     int threads, page_size, steps, warmup;
     int tp; /* --tp: ranks of tensor parallelism (0: none) */
+    int gpu_layers; /* --gpu-layers: layers resident (-1: from free memory) */
     int prefill[BENCH_MAX_LIST], n_prefill; /* prompt sizes of the prefill runs (none: skip) */
     int prefill_reps;                        /* timed runs of each, after a warm-up: the median */
     int prefill_chunk;                       /* prompt tokens per forward call of a prefill */
@@ -98,6 +99,8 @@ typedef struct {
     double tok_s;
     double bytes;            /* W + B*L*c */
     double floor_ms, floor_tok_s, fraction;
+    double pcie_floor_ms;    /* streamed layers: info.host_weight_bytes / h2d_bandwidth (the
+                              * floor above is the larger of it and the device's); else 0 */
     bool finite;             /* the logits of the first step were all finite */
     /* The peer's plain decode at this (L, B) (--peer), when its file has the point. */
     bool peer_has, peer_ok;
@@ -135,6 +138,8 @@ typedef struct {
     seer_model_info info;
     seer_model_footprint fp;
     double bandwidth;        /* bytes/s */
+    double h2d_bandwidth;    /* host-to-device bytes/s, measured when layers are streamed
+                              * (info.host_weight_bytes > 0), else 0 */
     int ranks;           /* GPUs the model is divided over (--tp; 1 without) */
     seer_kv_type kv_type;    /* the run's (fp.kv_bytes_per_token counts its bytes) */
     uint64_t kv_capacity;    /* tokens of KV of kv_type the free memory held before any context

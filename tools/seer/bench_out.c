@@ -58,6 +58,12 @@ static void print_header(FILE *f, const bench_opts *o, const bench_result *r) {
                 r->fp.windowed_layers, r->fp.n_layers, r->fp.window);
     fprintf(f, "copy bandwidth BW = %.3f TB/s (device-to-device copy, read + write, median)\n",
             r->bandwidth * 1e-12);
+    if (r->info.host_weight_bytes)
+        fprintf(f, "streamed %d of %d layers in host memory, W_host = %.3f GB copied to the device every step;\n"
+                   "        host-to-device H2D = %.1f GB/s (pinned copy, median); PCIe floor = W_host / H2D;\n"
+                   "        floor below = max((W + B*L*c) / BW, PCIe floor); H2D achieved = W_host / ms/step\n",
+                r->info.n_layers - r->info.n_layers_resident, r->info.n_layers, r->info.host_weight_bytes * 1e-9,
+                r->h2d_bandwidth * 1e-9);
     if (r->ranks > 1)
         fprintf(f, "floor = (W + B*L*c) / (%d * BW): each of %d GPUs reads its part of the weights and KV "
                    "(an even division; the all-reduces are not counted); fraction = floor / measured\n",
@@ -160,6 +166,10 @@ void bench_print_table(const bench_opts *o, const bench_result *r) {
                 100 * p->fraction);
         if (r->has_peer)
             print_peer_cols(f, p);
+        if (r->info.host_weight_bytes)
+            fprintf(f, "  H2D achieved %.1f GB/s, %.1f%% of the PCIe floor",
+                    (double)r->info.host_weight_bytes / (p->step_ms * 1e-3) * 1e-9,
+                    p->pcie_floor_ms > 0 ? 100 * p->pcie_floor_ms / p->step_ms : 0.0);
         fprintf(f, "%s\n", p->finite ? "" : "  NON-FINITE LOGITS");
     }
     bool any = false;
@@ -263,6 +273,10 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
     json_object_set_new(model, "weight_elems", json_integer((json_int_t)r->fp.weight_elems));
     json_object_set_new(root, "backend", json_string(in->backend));
     json_object_set_new(root, "bandwidth_bytes_per_s", json_real(r->bandwidth));
+    if (r->info.host_weight_bytes)
+        json_object_set_new(root, "host_weights", json_pack("{s:i, s:i, s:I, s:f}", "layers_resident",
+            r->info.n_layers_resident, "layers", r->info.n_layers, "bytes",
+            (json_int_t)r->info.host_weight_bytes, "h2d_bytes_per_s", r->h2d_bandwidth));
     json_object_set_new(root, "ranks", json_integer(r->ranks));
     json_object_set_new(root, "settings", json_pack("{s:i, s:i, s:i, s:i, s:i, s:I, s:s}", "steps", o->steps,
         "warmup", o->warmup, "prefill_reps", o->prefill_reps, "prefill_chunk", o->prefill_chunk, "page_size", o->page_size, "seed", (json_int_t)o->seed,
@@ -326,6 +340,8 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
             "bytes_per_step", p->bytes, "floor_ms", p->floor_ms, "floor_tok_per_s", p->floor_tok_s,
             "fraction_of_floor", p->fraction, "ms_per_token", p->step_ms / p->B,
             "logits_finite", p->finite));
+        if (p->pcie_floor_ms > 0)
+            json_object_set_new(json_object_get(pt, "plain"), "pcie_floor_ms", json_real(p->pcie_floor_ms));
         json_t *sa = json_array();
         for (int k = 0; k < p->n_spec; k++) {
             const bench_spec *s = &p->spec[k];

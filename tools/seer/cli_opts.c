@@ -18,7 +18,7 @@
 #define HELP_COL 24
 
 void cli_common_init(cli_common *c) {
-    *c = (cli_common){.n_predict = -1, .backend = SEER_BACKEND_AUTO, .sp = seer_sampler_default_params(),
+    *c = (cli_common){.n_predict = -1, .gpu_layers = -1, .backend = SEER_BACKEND_AUTO, .sp = seer_sampler_default_params(),
                       .spec = seer_spec_default_params()};
 }
 

@@ -40,6 +40,7 @@ typedef struct {
     const char *model, *draft_model, *cost_file, *spec_weights, *chat_template, *system;
     long long threads, tp, ctx, batch, n_predict, kv_bits;
     double kv_host_gb; /* chat, serve: the KV cache's host tier, GiB (0: none) */
+    long long gpu_layers; /* -1: from free memory */
     seer_backend_kind backend;
     seer_weights_kind weights;
     seer_kv_type kv_type;

@@ -266,6 +266,8 @@ const cli_opt cli_table[] = {
     INT(CLI_ALL, "threads", 't', "N", CLI_V_I64, COMMON(threads), 1, 1024, "CPU threads (default: all cores)"),
     INT(CLI_ALL, "tp", 0, "N", CLI_V_I64, COMMON(tp), 1, SEER_TP_MAX,
         "tensor parallelism: the model divided over N GPUs (NCCL)"),
+    INT(CLI_ALL, "gpu-layers", 0, "N", CLI_V_I64, COMMON(gpu_layers), 0, 1 << 20,
+        "layers whose weights stay in GPU memory; the others stay in\nhost memory and are streamed to the GPU every forward call\n(default: every layer that fits)"),
     FN(CLI_ALL, "backend", 0, "B", fn_backend, "cpu, cuda or auto (default auto)", NULL),
     FN(CLI_ALL, "weights", 0, "W", fn_weights,
        "stored (default: quantised weights stay quantised), or\ndequantised at load: bf16 (cuda) or f32 (cpu)", NULL),

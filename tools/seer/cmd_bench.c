@@ -181,6 +181,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     o->model_path = c.model;
     o->threads = (int)c.threads;
     o->tp = (int)c.tp;
+    o->gpu_layers = (int)c.gpu_layers;
     o->backend = c.backend;
     o->weights = c.weights;
     o->drafters = c.spec;
@@ -594,6 +595,10 @@ static void run_point(const bench_opts *o, seer_model *m, const bench_result *r,
     pt->bytes = (double)r->fp.weight_bytes + (double)B * seer_footprint_kv_read(&r->fp, L, 0);
     /* each of the ranks reads its 1/ranks of the bytes at the bandwidth of one device */
     pt->floor_ms = r->bandwidth > 0 ? pt->bytes / (r->bandwidth * r->ranks) * 1e3 : 0;
+    /* layers in host memory: their bytes cross the host-to-device link once a step */
+    pt->pcie_floor_ms = r->h2d_bandwidth > 0 ? (double)r->info.host_weight_bytes / r->h2d_bandwidth * 1e3 : 0;
+    if (pt->pcie_floor_ms > pt->floor_ms)
+        pt->floor_ms = pt->pcie_floor_ms;
     pt->floor_tok_s = pt->floor_ms > 0 ? B / (pt->floor_ms * 1e-3) : 0;
     pt->fraction = pt->floor_ms / pt->step_ms;
     pt->ok = true;
@@ -657,6 +662,7 @@ int cmd_bench(int argc, char **argv) {
     mp.weights = o.weights;
     mp.n_threads = o.threads;
     mp.tp = o.tp;
+    mp.gpu_layers = o.gpu_layers;
     mp.draft_weights = o.spec_weights;
     seer_model *m = NULL;
     bench_result r;
@@ -722,6 +728,14 @@ int cmd_bench(int argc, char **argv) {
         cli_error("measuring bandwidth", s);
         goto done;
     }
+    if (r.info.host_weight_bytes && (s = seer_model_measure_h2d_bandwidth(m, &r.h2d_bandwidth)) != SEER_OK) {
+        cli_error("measuring host-to-device bandwidth", s);
+        goto done;
+    }
+    if (r.info.host_weight_bytes)
+        fprintf(stderr, "seer bench: %d of %d layers on the device, %.3f GB streamed a step at %.1f GB/s "
+                "host-to-device\n", r.info.n_layers_resident, r.info.n_layers, r.info.host_weight_bytes * 1e-9,
+                r.h2d_bandwidth * 1e-9);
     char shown_name[256];
     fprintf(stderr, "seer bench: %s on %s, copy bandwidth %.3f TB/s\n",
             seer_text_escape(r.info.name, shown_name, sizeof shown_name), r.info.backend,

@@ -229,6 +229,7 @@ int cmd_generate(int argc, char **argv) {
     mp.weights = o.c.weights;
     mp.n_threads = (int)o.c.threads;
     mp.tp = (int)o.c.tp;
+    mp.gpu_layers = (int)o.c.gpu_layers;
     mp.draft_weights = o.c.spec_weights;
     if ((s = seer_model_load(o.c.model, mp, &model)) != SEER_OK) {
         cli_error("loading model", s);

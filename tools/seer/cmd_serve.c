@@ -115,6 +115,7 @@ static void *load_all(void *arg) {
     mp.weights = o->c.weights;
     mp.n_threads = (int)o->c.threads;
     mp.tp = (int)o->c.tp;
+    mp.gpu_layers = (int)o->c.gpu_layers;
     mp.draft_weights = o->c.spec_weights;
     seer_status s = seer_model_load(o->c.model, mp, &srv->model);
     if (s != SEER_OK) {

@@ -825,6 +825,54 @@ static seer_status cpu_copy_bandwidth(seer_backend *be, double *bytes_per_s) {
     return SEER_OK;
 }
 
+/* The host tier's emulation: the "device" is host memory too, so a weight's bytes are its
+ * rows of blocks as stored, and staging a layer is a memcpy done before the ops after it
+ * (which is what lets CI check streamed layers against resident ones). */
+static size_t cpu_weight_bytes(seer_backend *be, const seer_weight *w) {
+    const int bel = seer_ggml_type_block_elems(w->dtype), bb = seer_ggml_type_block_bytes(w->dtype);
+    if (!w->data || bel <= 0 || bb <= 0)
+        return 0;
+    return (size_t)w->rows * (size_t)(w->cols / bel) * (size_t)bb;
+}
+
+static seer_status cpu_stage(seer_backend *be, int slot, void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+    return SEER_OK;
+}
+
+static seer_status cpu_stage_wait(seer_backend *be, int slot) { return SEER_OK; }
+
+/* The emulated tier's "host-to-device" link: a memcpy of 64 MiB, bytes copied per second, the
+ * median of five after a warm-up. */
+static seer_status cpu_h2d_bandwidth(seer_backend *be, double *bytes_per_s) {
+    enum { REPS = 5 };
+    const size_t bytes = (size_t)64 << 20;
+    char *src = malloc(bytes), *dst = malloc(bytes);
+    if (!src || !dst) {
+        free(src);
+        free(dst);
+        return seer_err(SEER_ERR_OOM, "h2d_bandwidth: no memory for the probe buffers");
+    }
+    memset(src, 1, bytes);
+    double t[REPS];
+    for (int r = -1; r < REPS; r++) {
+        struct timespec t0, t1;
+        /* the buffers escape, so the copy can move neither past the clock nor out of existence */
+        __asm__ volatile("" : : "r"(src), "r"(dst) : "memory");
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        memcpy(dst, src, bytes);
+        __asm__ volatile("" : : "r"(src), "r"(dst) : "memory");
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (r >= 0)
+            t[r] = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    }
+    free(src);
+    free(dst);
+    qsort(t, REPS, sizeof *t, cmp_double);
+    *bytes_per_s = t[REPS / 2] > 0 ? (double)bytes / t[REPS / 2] : 0;
+    return SEER_OK;
+}
+
 static seer_status cpu_sync(seer_backend *be) { return SEER_OK; }
 
 static const seer_backend_ops cpu_ops = {
@@ -874,6 +922,10 @@ static const seer_backend_ops cpu_ops = {
     .kv_fill_random = cpu_kv_fill_random,
     .copy_bandwidth = cpu_copy_bandwidth,
     .sync = cpu_sync,
+    .weight_bytes = cpu_weight_bytes,
+    .stage = cpu_stage,
+    .stage_wait = cpu_stage_wait,
+    .h2d_bandwidth = cpu_h2d_bandwidth,
     .comm_init = seer_cpu_comm_init,
     .kv_elem_bytes = sizeof(float),
     .kv_types = 1u << SEER_KV_FULL | 1u << SEER_KV_Q8 | 1u << SEER_KV_Q4,

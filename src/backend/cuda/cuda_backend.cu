@@ -268,6 +268,7 @@ static const struct {
     {seer_cuda_kvs_init, seer_cuda_kvs_free},   {seer_cuda_ew_init, seer_cuda_ew_free},
     {seer_cuda_lp_init, seer_cuda_lp_free},     {seer_cuda_kvh_init, seer_cuda_kvh_free},
     {seer_cuda_comm_state_init, seer_cuda_comm_state_free},
+    {seer_cuda_stg_init, seer_cuda_stg_free},
 };
 
 static void cuda_free_be(seer_backend *be) {
@@ -357,6 +358,11 @@ seer_status seer_cuda_kv_fill_random(seer_backend *be, void *kv, const seer_kv_g
                                      uint64_t seed, float scale);
 seer_status seer_cuda_copy_bandwidth(seer_backend *be, double *bytes_per_s);
 seer_status seer_cuda_sync(seer_backend *be);
+/* The host tier of the weights (weights.cu, stage.cu). */
+size_t seer_cuda_weight_bytes(seer_backend *be, const seer_weight *w);
+seer_status seer_cuda_stage(seer_backend *be, int slot, void *dst, const void *src, size_t bytes);
+seer_status seer_cuda_stage_wait(seer_backend *be, int slot);
+seer_status seer_cuda_h2d_bandwidth(seer_backend *be, double *bytes_per_s);
 
 /* ---- profiling (profile.cu): the same ops, each followed by an event ------------------ */
 
@@ -526,6 +532,10 @@ static seer_backend_ops cuda_ops_make(void) {
     o.kv_fill_random = seer_cuda_kv_fill_random;
     o.copy_bandwidth = seer_cuda_copy_bandwidth;
     o.sync = seer_cuda_sync;
+    o.weight_bytes = seer_cuda_weight_bytes;
+    o.stage = seer_cuda_stage;
+    o.stage_wait = seer_cuda_stage_wait;
+    o.h2d_bandwidth = seer_cuda_h2d_bandwidth;
     o.comm_init = seer_cuda_comm_init;
     o.make_current = seer_cuda_make_current;
     o.kv_elem_bytes = (int)sizeof(bf16);

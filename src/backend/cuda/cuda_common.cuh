@@ -203,6 +203,7 @@ typedef struct seer_cuda_ew seer_cuda_ew;     /* elementwise.cu: gather_rows */
 typedef struct seer_cuda_lp seer_cuda_lp;     /* logprob.cu: logprob_rows */
 typedef struct seer_cuda_comm seer_cuda_comm; /* comm_nccl.cu: the collectives' staging */
 typedef struct seer_cuda_kvh seer_cuda_kvh;   /* kv_host.cu: the host tier's copy stream */
+typedef struct seer_cuda_stg seer_cuda_stg;   /* stage.cu: the weights' copy stream */
 
 /* One instance: the shared device state and this instance's own stream, graphs, staging of
  * the call's index arrays and tuning; each op family's state behind its pointer. */
@@ -225,6 +226,7 @@ typedef struct seer_cuda {
     seer_cuda_lp *lp;
     seer_cuda_comm *comm;
     seer_cuda_kvh *kvh;
+    seer_cuda_stg *stg;
 
     /* batch_begin: one pinned staging buffer, one device buffer, both grow-only */
     int32_t *stage;
@@ -324,6 +326,8 @@ seer_status seer_cuda_lp_init(struct seer_cuda *c);
 void seer_cuda_lp_free(struct seer_cuda *c);
 seer_status seer_cuda_kvh_init(struct seer_cuda *c);
 void seer_cuda_kvh_free(struct seer_cuda *c);
+seer_status seer_cuda_stg_init(struct seer_cuda *c);
+void seer_cuda_stg_free(struct seer_cuda *c);
 seer_status seer_cuda_comm_state_init(struct seer_cuda *c);
 void seer_cuda_comm_state_free(struct seer_cuda *c);
 /* gather_rows' scratch of at least bytes (elementwise.cu), for a gather whose rows overlap */

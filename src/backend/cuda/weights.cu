@@ -604,3 +604,15 @@ seer_status seer_cuda_weight_rows(seer_backend *be, const seer_weight *w, int r0
     out->owned = true;
     return SEER_OK;
 }
+
+/* weight_bytes: the bytes of w from w->data on, in the layout weight_load made (row blocks or
+ * planes or bf16): what a host copy of it holds (src/model/host_weights.c). */
+size_t seer_cuda_weight_bytes(seer_backend *be, const seer_weight *w) {
+    if (!w->data)
+        return 0;
+    if (w->dtype != GGML_TYPE_BF16 && seer_cuda_qt_of(seer_cuda_of(be), w->dtype, w->cols))
+        return seer_cuda_qt_bytes(w->dtype, w->rows, w->cols);
+    size_t off[4], bytes = 0;
+    int stride[4];
+    return planes_of(w->dtype, w->rows, w->cols, off, stride, &bytes) ? bytes : 0;
+}
