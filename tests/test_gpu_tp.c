@@ -37,7 +37,7 @@ static void test_gpu_nccl_one_rank(void **state) {
     ASSERT_OK(be->ops->alloc(be, sizeof h, (void **)&d));
     for (int ordered = 0; ordered < 2; ordered++) {
         ASSERT_OK(be->ops->upload(be, d, h, sizeof h));
-        ASSERT_OK(c->all_reduce(c, &d, C, ordered));
+        ASSERT_OK(c->all_reduce(c, 0, d, C, ordered));
         memset(back, 0xff, sizeof back);
         ASSERT_OK(be->ops->download(be, back, d, sizeof back));
         assert_memory_equal(back, h, sizeof h); /* the sum over one rank */
@@ -45,8 +45,7 @@ static void test_gpu_nccl_one_rank(void **state) {
     /* rows of 4 widened in place to rows of 10 */
     ASSERT_OK(be->ops->upload(be, d, h, sizeof h));
     const int col0 = 0, nc = 4;
-    const float *src = d;
-    ASSERT_OK(c->gather_cols(c, d, 10, ROWS, &src, &col0, &nc));
+    ASSERT_OK(c->gather_cols(c, 0, d, 10, ROWS, d, &col0, &nc));
     ASSERT_OK(be->ops->download(be, back, d, sizeof back));
     for (int t = 0; t < ROWS; t++)
         assert_memory_equal(back + t * 10, h + t * 4, 4 * sizeof(float));
