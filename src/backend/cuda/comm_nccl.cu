@@ -8,7 +8,7 @@
  * missing.
  * Not for: deciding what the ranks hold or when they talk (src/parallel/tp_backend.c).
  */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/comm_oneshot.cuh"
 
 extern "C" {
 #include "parallel/comm.h"
@@ -187,7 +187,12 @@ typedef struct {
     seer_comm base;   /* first: callers hold a pointer to it */
     seer_cuda **rank; /* [n] */
     nccl_comm_t *nc;  /* [n] NCCL's communicator of rank r, on rank r's device */
+    seer_oneshot *os; /* small messages over peer memory; NULL: NCCL takes them all */
 } nccl_comm;
+
+/* The largest all-reduce the one-shot kernel takes: 16 rows of verification over 8 ranks of
+ * an 8B model's residual stream are 16 x 5 x 16 KiB; prefill's larger messages go to NCCL. */
+#define ONESHOT_MAX_BYTES (1u << 20)
 
 /* y[i] = ((t[0][i] + t[1][i]) + t[2][i]) ... over t [n][count]: the CPU reference's order, and
  * the same bits on every rank, since every rank sums the same gathered values. */
@@ -209,6 +214,9 @@ static seer_status nccl_all_reduce(seer_comm *base, int r, float *buf, size_t co
     device_restore keep;
     seer_cuda *cr = c->rank[r];
     CUDA_TRY(cudaSetDevice(cr->device));
+    /* the one-shot kernel sums in rank order: ordered or not, the bits of the ordered sum */
+    if (seer_oneshot_takes(c->os, count))
+        return seer_oneshot_all_reduce(c->os, r, buf, count);
     if (!ordered) {
         NCCL_TRY("ncclAllReduce", nccl.all_reduce(buf, buf, count, NCCL_FLOAT, NCCL_SUM, c->nc[r], cr->stream));
         return SEER_OK;
@@ -319,6 +327,7 @@ static void nccl_comm_free(seer_comm *base) {
     for (int r = 0; r < base->n; r++)
         if (c->nc[r])
             (void)nccl.comm_destroy(c->nc[r]);
+    seer_oneshot_free(c->os);
     (void)cudaGetLastError();
     nccl_comm_delete(c);
 }
@@ -369,6 +378,15 @@ extern "C" seer_status seer_cuda_comm_init(seer_backend *const *ranks, int n, se
     if (rc != NCCL_SUCCESS) {
         nccl_comm_delete(c);
         return nccl_fail(rc, "ncclCommInitAll");
+    }
+    seer_status s;
+    {
+        device_restore keep;
+        s = seer_oneshot_init(c->rank, n, ONESHOT_MAX_BYTES, &c->os);
+    }
+    if (s != SEER_OK) {
+        nccl_comm_free(&c->base);
+        return s;
     }
     *out = &c->base;
     return SEER_OK;
