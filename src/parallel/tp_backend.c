@@ -238,16 +238,28 @@ static seer_status tp_exec_clone(seer_backend *be, seer_backend **out) {
 
 /* ---- memory ----------------------------------------------------------------------------- */
 
+/* Each rank allocates and frees its copies on its own thread: on CUDA a thread that is not
+ * capturing waits out the others' captures before an allocation (cuda_common.cuh), which a
+ * capture driven from this thread would never end. */
+static seer_status alloc_rank(tp_be *t, int r, void *ctx) {
+    tp_alloc *a = ctx;
+    SEER_TRY(seer_tp_bind(t, r));
+    return t->rank[r]->ops->alloc(t->rank[r], a->bytes, (void **)&a->base[r]);
+}
+
+static seer_status dealloc_rank(tp_be *t, int r, void *ctx) {
+    const tp_alloc *a = ctx;
+    if (a->base[r]) {
+        (void)seer_tp_bind(t, r);
+        t->rank[r]->ops->dealloc(t->rank[r], a->base[r]);
+    }
+    return SEER_OK;
+}
+
 static seer_status tp_alloc_op(seer_backend *be, size_t bytes, void **out) {
     tp_be *t = tp_of(be);
     tp_alloc a = {.bytes = bytes};
-    seer_status s = SEER_OK;
-    int r = 0;
-    for (; r < t->n && s == SEER_OK; r++) {
-        s = seer_tp_bind(t, r);
-        if (s == SEER_OK)
-            s = t->rank[r]->ops->alloc(t->rank[r], bytes, (void **)&a.base[r]);
-    }
+    seer_status s = seer_tp_each(t, alloc_rank, &a);
     if (s == SEER_OK) {
         a.base0 = a.base[0];
         tp_shared *sh = t->sh;
@@ -276,14 +288,8 @@ static seer_status tp_alloc_op(seer_backend *be, size_t bytes, void **out) {
             *out = a.base0;
             return SEER_OK;
         }
-        r = t->n;
-    } else {
-        r--; /* rank r failed: nothing of it to give back */
     }
-    for (int k = 0; k < r; k++) {
-        (void)seer_tp_bind(t, k);
-        t->rank[k]->ops->dealloc(t->rank[k], a.base[k]);
-    }
+    (void)seer_tp_each(t, dealloc_rank, &a); /* what the ranks that succeeded hold */
     return s;
 }
 
@@ -301,12 +307,8 @@ static void tp_dealloc(seer_backend *be, void *p) {
         sh->n_a--;
     }
     pthread_mutex_unlock(&sh->mu);
-    if (i < 0)
-        return;
-    for (int r = 0; r < t->n; r++) {
-        (void)seer_tp_bind(t, r);
-        t->rank[r]->ops->dealloc(t->rank[r], a.base[r]);
-    }
+    if (i >= 0)
+        (void)seer_tp_each(t, dealloc_rank, &a);
 }
 
 typedef struct {

@@ -446,6 +446,22 @@ seer_status seer_cuda_gather_rows_fw(seer_backend *be, float *y, const float *x,
 int seer_cuda_bucket(int n);
 void seer_cuda_graphs_free(seer_cuda *c);
 
+/* Graph captures against the calls that act on a whole device or the process (cudaMalloc,
+ * cudaFree, cudaHostAlloc, cudaFreeHost: each may synchronise the device). A capture is the
+ * capturing thread's (cudaStreamCaptureModeThreadLocal), so CUDA does not stop another thread
+ * from making such a call while it runs, and one that does races with the capture inside the
+ * driver: a second thread's cudaDeviceSynchronize during captures crashed in cuCtxSynchronize
+ * (H100, driver 580) in 3 of 14 runs. So a capture holds a process-wide lock shared, from its
+ * begin to its end, and those calls hold it exclusively, except on a thread that is capturing
+ * itself (its own call fails the capture, which is then redone op by op, as documented). */
+void seer_cuda_capture_enter(void);
+void seer_cuda_capture_leave(void);
+struct seer_cuda_unsafe_guard {
+    bool held;
+    seer_cuda_unsafe_guard();
+    ~seer_cuda_unsafe_guard();
+};
+
 /* Grid size for a grid-stride loop over n elements. */
 static inline unsigned seer_cuda_grid(size_t n, int threads) {
     size_t b = (n + threads - 1) / threads;

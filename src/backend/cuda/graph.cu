@@ -24,6 +24,8 @@
  */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <pthread.h>
+
 #include <string.h>
 
 int seer_cuda_bucket(int n) {
@@ -85,12 +87,43 @@ static int entry_find(seer_cuda *c, const void *key) {
     return lru;
 }
 
+/* The capture lock (cuda_common.cuh): readers are captures, the writer an unsafe call. */
+static pthread_rwlock_t capture_lock = PTHREAD_RWLOCK_INITIALIZER;
+static __thread int captures_held; /* this thread's captures under way */
+
+void seer_cuda_capture_enter(void) {
+    if (captures_held++ == 0)
+        pthread_rwlock_rdlock(&capture_lock);
+}
+
+void seer_cuda_capture_leave(void) {
+    if (--captures_held == 0)
+        pthread_rwlock_unlock(&capture_lock);
+}
+
+seer_cuda_unsafe_guard::seer_cuda_unsafe_guard() : held(captures_held == 0) {
+    if (held)
+        pthread_rwlock_wrlock(&capture_lock);
+}
+
+seer_cuda_unsafe_guard::~seer_cuda_unsafe_guard() {
+    if (held)
+        pthread_rwlock_unlock(&capture_lock);
+}
+
 /* forward_begin; hold: a replay is not launched but held for forward_launch. */
 static seer_status forward_begin(seer_backend *be, const void *key, int T_cap, int *T, int *n_out,
                                  bool *done, bool hold) {
     seer_cuda *c = seer_cuda_of(be);
     seer_cuda_fw *f = &c->fw;
     *done = false;
+    if (f->capturing) { /* a capture whose forward_end never came: dropped */
+        cudaGraph_t g = NULL;
+        if (cudaStreamEndCapture(c->stream, &g) == cudaSuccess && g)
+            (void)cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        seer_cuda_capture_leave();
+    }
     f->padded = f->capturing = false;
     f->entry = f->held = -1;
     if (!c->graphs || !c->att.valid || f->T != *T || f->n_out != *n_out ||
@@ -127,8 +160,10 @@ static seer_status forward_begin(seer_backend *be, const void *key, int T_cap, i
     *T = f->T_pad;
     *n_out = f->n_out_pad;
     if (e->warm && e->failed < SEER_CUDA_GRAPH_TRIES) {
+        seer_cuda_capture_enter();
         cudaError_t r = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
         if (r != cudaSuccess) {
+            seer_cuda_capture_leave();
             (void)cudaGetLastError();
             e->failed++; /* this call runs op by op, padded */
         } else {
@@ -171,6 +206,7 @@ static seer_status forward_end(seer_backend *be, seer_status s, bool *redo, bool
     cudaGraph_t g = NULL;
     cudaGraphExec_t exec = NULL;
     cudaError_t r = cudaStreamEndCapture(c->stream, &g);
+    seer_cuda_capture_leave();
     if (r == cudaSuccess && s == SEER_OK && g)
         r = cudaGraphInstantiate(&exec, g, 0);
     if (g && cudaGraphDestroy(g) != cudaSuccess)
