@@ -62,13 +62,15 @@ typedef struct {
     int qt_gemv_max;      /* most tokens of a row-block GEMV call (default 1) */
     const char *attn;     /* the attention kernels: NULL or "" (the planner's choice), "mma"
                              (no wgmma kernel) or "scalar" (the scalar kernel for every shape) */
+    bool allreduce_nccl;  /* tensor parallelism: every all-reduce through NCCL, none through
+                             the one-shot kernel over peer memory */
 } seer_cuda_tuning;
 
 seer_cuda_tuning seer_cuda_default_tuning(void);
 /* Sets the field named name ("graphs", "profile", "matmul", "pdl", "mm_xb_min", "mm_tile",
- * "qt", "qt_gemv_max", "attn") from its text as the lab's variables give it (SEER_CUDA_GRAPHS
- * and so on, lab/cuda_env.h): "0" turns graphs, pdl and qt off, "cublas" sends matmuls to
- * cuBLAS, numbers as numbers (mm_xb_min <= 0: the default; an mm_tile outside [8, 64]: 32).
+ * "qt", "qt_gemv_max", "attn", "allreduce") from its text as the lab's variables give it
+ * (SEER_CUDA_GRAPHS and so on, lab/cuda_env.h): "0" turns graphs, pdl and qt off, "cublas"
+ * sends matmuls to cuBLAS, "nccl" every all-reduce to NCCL, numbers as numbers (mm_xb_min <= 0: the default; an mm_tile outside [8, 64]: 32).
  * SEER_ERR_INVALID_ARG for an unknown name. value may be stored (profile, attn): the
  * caller keeps it alive while the tuning is used. */
 seer_status seer_cuda_tuning_set(seer_cuda_tuning *t, const char *name, const char *value);

@@ -141,8 +141,7 @@ static seer_status setup_rank(seer_oneshot *o, seer_cuda *const *rank, int r) {
 
 seer_status seer_oneshot_init(seer_cuda *const *rank, int n, size_t max_bytes, seer_oneshot **out) {
     *out = NULL;
-    const char *env = getenv("SEER_TP_ALLREDUCE");
-    if (n < 2 || n > SEER_TP_MAX || (env && !strcmp(env, "nccl")) || !peers_reach(rank, n))
+    if (n < 2 || n > SEER_TP_MAX || rank[0]->allreduce_nccl || !peers_reach(rank, n))
         return SEER_OK; /* NCCL alone */
     seer_oneshot *o = (seer_oneshot *)calloc(1, sizeof *o);
     if (!o)

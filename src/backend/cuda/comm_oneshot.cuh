@@ -11,7 +11,7 @@ typedef struct seer_oneshot seer_oneshot;
 
 /* The receive areas and flags of n ranks (one device each, every pair reaching the other's
  * memory), for messages up to max_bytes. *out is NULL, and the status OK, where it cannot be
- * used (one rank, no peer access, SEER_TP_ALLREDUCE=nccl): NCCL then takes every message. */
+ * used (one rank, no peer access, seer_cuda_tuning.allreduce_nccl): NCCL then takes every message. */
 seer_status seer_oneshot_init(seer_cuda *const *rank, int n, size_t max_bytes, seer_oneshot **out);
 void seer_oneshot_free(seer_oneshot *o);
 /* Whether a message of count floats goes through it (o may be NULL). */

@@ -584,6 +584,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent,
         c->qt = parent->qt;
         c->qt_gemv_max_t = parent->qt_gemv_max_t;
         c->attn_variant = parent->attn_variant;
+        c->allreduce_nccl = parent->allreduce_nccl;
     } else {
         const seer_cuda_tuning tu = t ? *t : seer_cuda_default_tuning();
         c->graphs = tu.graphs;
@@ -603,6 +604,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent,
         c->qt = tu.qt;
         c->qt_gemv_max_t = tu.qt_gemv_max;
         c->attn_variant = !tu.attn ? 0 : !strcmp(tu.attn, "mma") ? 1 : !strcmp(tu.attn, "scalar") ? 2 : 0;
+        c->allreduce_nccl = tu.allreduce_nccl;
     }
     c->fw.entry = -1;
     c->fw.held = -1;

@@ -254,6 +254,7 @@ typedef struct seer_cuda {
     /* attention's kernels (seer_cuda_tuning.attn): 0 the planner's choice, 1 no wgmma kernel
      * (mma), 2 the scalar kernel for every shape (scalar) */
     int attn_variant;
+    bool allreduce_nccl;      /* seer_cuda_tuning.allreduce_nccl: no one-shot all-reduce */
 
     /* graph.cu: recorded forward calls */
     bool graphs;              /* seer_cuda_tuning.graphs false turns them off */
