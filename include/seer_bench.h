@@ -177,6 +177,10 @@ void seer_model_get_footprint(const seer_model *model, seer_model_footprint *out
 /* Measures the copy bandwidth of the model's backend device (bytes read + written per
  * second of a large copy, median of several; allocates and frees its buffers). */
 seer_status seer_model_measure_bandwidth(const seer_model *model, double *bytes_per_s);
+/* Tensor parallelism (seer_model_params.tp >= 1): the mean time in seconds of one all-reduce
+ * of rows rows of the residual stream (rows x D floats), made as a forward call makes two per
+ * layer, over reps after a warm-up. SEER_ERR_UNSUPPORTED for a model not divided. */
+seer_status seer_model_time_all_reduce(const seer_model *model, int rows, int reps, double *seconds);
 #ifdef __cplusplus
 }
 #endif

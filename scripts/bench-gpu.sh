@@ -32,7 +32,9 @@
 # scripts/bench-gpu.sh llama [setup] [TYPE ...]: seer against llama.cpp on the same 8B-shaped
 # GGUF files (bf16, q4_0, q8_0, ...) at the same points, the llama.cpp CUDA build started in
 # the background first; steps over several calls (scripts/bench-llamacpp.sh says how). Run
-# `scripts/peer-llamacpp.sh stage` once on a machine with PyPI first.
+# `scripts/peer-llamacpp.sh stage` once on a machine with PyPI first. `scripts/bench-gpu.sh
+# llama tp` compares tensor parallelism: seer at --tp 1, 2 and 4, llama.cpp with -sm layer
+# and -sm row over the same GPUs, the same file, a side-by-side table last.
 #   BENCH_SECTIONS="plain check depth batch"   the sections to run, in this order
 #   BENCH_DEADLINE=400                         seconds the whole script may take
 #   BENCH_PEER_CTX, BENCH_PEER_BATCH           the peer section's L and B lists (default: plain's)

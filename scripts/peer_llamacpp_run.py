@@ -179,7 +179,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per command")
     ap.add_argument("--log", default=None, help="the tools' output (default: OUT.log)")
-    ap.add_argument("--split-mode", default=None, choices=["none", "layer", "row"],
+    ap.add_argument("--split-mode", default=None, choices=["none", "layer", "row", "tensor"],
                     help="llama.cpp's -sm over several GPUs (the peer of seer bench --tp N)")
     ap.add_argument("--bench-args", default="",
                     help="more llama-bench flags, e.g. '--repack 0' where its repacked CPU "

@@ -455,6 +455,8 @@ static seer_status tp_forward_end(seer_backend *be, seer_status s, bool *redo) {
 
 /* ---- the rest ---------------------------------------------------------------------------- */
 
+bool seer_backend_is_tp(const seer_backend *be) { return be && be->ops && be->ops->free == tp_free; }
+
 static seer_status tp_copy_bandwidth(seer_backend *be, double *bps) {
     tp_be *t = tp_of(be);
     SEER_TRY(seer_tp_bind(t, 0));

@@ -119,6 +119,8 @@ typedef struct {
     seer_model_footprint fp;
     double bandwidth;        /* bytes/s */
     int ranks;           /* GPUs the model is divided over (--tp; 1 without) */
+    double allreduce_s[BENCH_MAX_LIST]; /* --tp: one all-reduce of batch[i] rows of D, seconds
+                                           (0: not measured) */
     bench_prefill prefill[BENCH_MAX_LIST];
     int n_prefill;
     char date[32];

@@ -322,6 +322,10 @@ static void nccl_comm_free(seer_comm *base) {
         return;
     nccl_comm *c = (nccl_comm *)base;
     device_restore keep;
+    int devs[SEER_TP_MAX];
+    for (int r = 0; r < base->n && r < SEER_TP_MAX; r++)
+        devs[r] = c->rank[r]->device;
+    seer_cuda_unsafe_guard unsafe(devs, base->n);
     /* ncclCommDestroy flushes the rank's outstanding NCCL work first. A failure here cannot be
      * reported (free returns nothing) and leaves nothing the caller could fix. */
     for (int r = 0; r < base->n; r++)
@@ -370,6 +374,9 @@ extern "C" seer_status seer_cuda_comm_init(seer_backend *const *ranks, int n, se
         devs[r] = c->rank[r]->device;
     }
     int rc;
+    /* NCCL's set-up and the one-shot kernel's allocate and synchronise devices: not beside
+     * another thread's graph capture (cuda_common.cuh) */
+    seer_cuda_unsafe_guard unsafe(devs, n);
     {
         device_restore keep; /* ncclCommInitAll visits every device */
         rc = nccl.comm_init_all(c->nc, n, devs);

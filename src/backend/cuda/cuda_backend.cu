@@ -110,7 +110,7 @@ seer_status seer_cuda_malloc(seer_cuda *c, size_t bytes, const char *what, void 
     void *p = NULL;
     cudaError_t e;
     {
-        seer_cuda_unsafe_guard g;
+        seer_cuda_unsafe_guard g(c->device);
         e = cudaMalloc(&p, n);
     }
     if (e != cudaSuccess) {
@@ -144,7 +144,7 @@ seer_status seer_cuda_malloc(seer_cuda *c, size_t bytes, const char *what, void 
     }
     pthread_mutex_unlock(&d->mu);
     if (s != SEER_OK) {
-        seer_cuda_unsafe_guard g;
+        seer_cuda_unsafe_guard g(c->device);
         if (cudaFree(p) != cudaSuccess)
             (void)cudaGetLastError();
         return s;
@@ -168,7 +168,7 @@ void seer_cuda_free(seer_cuda *c, void *p) {
     if (cudaStreamSynchronize(c->stream) != cudaSuccess)
         (void)cudaGetLastError();
     {
-        seer_cuda_unsafe_guard g;
+        seer_cuda_unsafe_guard g(c->device);
         if (cudaFree(p) != cudaSuccess)
             (void)cudaGetLastError();
     }
@@ -296,7 +296,7 @@ static void cuda_free_be(seer_backend *be) {
             cublasDestroy(c->blas);
         seer_cuda_free(c, c->blas_ws);
         if (c->stage) {
-            seer_cuda_unsafe_guard g;
+            seer_cuda_unsafe_guard g(c->device);
             cudaFreeHost(c->stage);
         }
         if (c->stage_done)
@@ -342,10 +342,9 @@ static seer_status cuda_download(seer_backend *be, void *dst, const void *src, s
 }
 
 static seer_status cuda_host_alloc(seer_backend *be, size_t bytes, void **out) {
-    (void)be;
     cudaError_t e;
     {
-        seer_cuda_unsafe_guard g;
+        seer_cuda_unsafe_guard g(seer_cuda_of(be)->device);
         e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
     }
     if (e != cudaSuccess) {
@@ -358,8 +357,7 @@ static seer_status cuda_host_alloc(seer_backend *be, size_t bytes, void **out) {
 }
 
 static void cuda_host_free(seer_backend *be, void *p) {
-    (void)be;
-    seer_cuda_unsafe_guard g;
+    seer_cuda_unsafe_guard g(seer_cuda_of(be)->device);
     if (p && cudaFreeHost(p) != cudaSuccess)
         (void)cudaGetLastError();
 }

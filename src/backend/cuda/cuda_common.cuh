@@ -447,20 +447,32 @@ seer_status seer_cuda_gather_rows_fw(seer_backend *be, float *y, const float *x,
 int seer_cuda_bucket(int n);
 void seer_cuda_graphs_free(seer_cuda *c);
 
-/* Graph captures against the calls that act on a whole device or the process (cudaMalloc,
- * cudaFree, cudaHostAlloc, cudaFreeHost: each may synchronise the device). A capture is the
- * capturing thread's (cudaStreamCaptureModeThreadLocal), so CUDA does not stop another thread
- * from making such a call while it runs, and one that does races with the capture inside the
- * driver: a second thread's cudaDeviceSynchronize during captures crashed in cuCtxSynchronize
- * (H100, driver 580) in 3 of 14 runs. So a capture holds a process-wide lock shared, from its
- * begin to its end, and those calls hold it exclusively, except on a thread that is capturing
- * itself (its own call fails the capture, which is then redone op by op, as documented). */
-void seer_cuda_capture_enter(void);
-void seer_cuda_capture_leave(void);
+/* Graph captures against the calls that may synchronise a device (cudaMalloc, cudaFree,
+ * cudaHostAlloc, cudaFreeHost, NCCL's set-up). A capture is the capturing thread's
+ * (cudaStreamCaptureModeThreadLocal), so CUDA does not stop another thread from making such
+ * a call while it runs, and one that does races with the capture inside the driver: a second
+ * thread's cudaDeviceSynchronize during captures crashed in cuCtxSynchronize (H100, driver
+ * 580) in 3 of 14 runs. So a capture holds its device's lock shared, from its begin to its
+ * end, and those calls hold it exclusively (seer_cuda_unsafe_guard), except on a thread that
+ * is capturing on that device itself (its own call fails the capture, which is then redone
+ * op by op, as documented). Guards nest: a thread's outermost takes the lock; a thread holding
+ * one must not begin a capture. Page-locked memory is the process's, but its calls are
+ * guarded against their instance's device only: the captures of other devices are not
+ * held off by them. */
+void seer_cuda_capture_enter(int device);
+void seer_cuda_capture_leave(int device);
 struct seer_cuda_unsafe_guard {
-    bool held;
-    seer_cuda_unsafe_guard();
+    int n;
+    int idx[SEER_TP_MAX];
+    bool locked[SEER_TP_MAX];
+    explicit seer_cuda_unsafe_guard(int device);
+    seer_cuda_unsafe_guard(const int *devices, int count); /* several devices (NCCL's set-up) */
     ~seer_cuda_unsafe_guard();
+    seer_cuda_unsafe_guard(const seer_cuda_unsafe_guard &) = delete;
+    seer_cuda_unsafe_guard &operator=(const seer_cuda_unsafe_guard &) = delete;
+
+  private:
+    void take(int device);
 };
 
 /* Grid size for a grid-stride loop over n elements. */
