@@ -260,8 +260,14 @@ static void test_gpu_allreduce_ranks(void **state) {
     }
 }
 
+/* The logits over several GPUs against one: the partial sums are added in another order, and
+ * on the bf16 path a residual that moves by an f32 rounding can round a matmul's input to the
+ * neighbouring bf16 value; bounded as the bf16 path is against the CPU (test_gpu_model.c).
+ * A wrong division moves logits by their own size. */
+#define TP_GPU_TOL 3e-2
+
 /* The model over 2 and 4 GPUs (as many as there are), each rank on its own thread: logits
- * against one GPU within the reordering of the sums (test_tp.c's tolerance), greedy output
+ * against one GPU within TP_GPU_TOL, greedy output
  * with speculation on and off identical in batches of three ragged prompts, the calls
  * recorded and replayed on every rank. */
 static void test_gpu_tp_multi(void **state) {
@@ -291,7 +297,7 @@ static void test_gpu_tp_multi(void **state) {
         tu_prefill_logits(m, tok, n, got, NULL, NULL);
         const double e = tu_rel_err(got, want, (size_t)n * V);
         printf("gpu_tp: tp %d: logits rel err %.2e against one GPU\n", tp, e);
-        assert_true(e <= 2e-5);
+        assert_true(e <= TP_GPU_TOL);
         tu_gen_run(m, seer_spec_default_params(), prompts[0], 64, plen, 3, 100, tu_greedy(), cx, plain, NULL);
         const seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL, SEER_SPEC_SNAPKV};
         for (size_t d = 0; d < 3; d++) {
