@@ -64,13 +64,16 @@ typedef struct {
                              (default true; false: the norm in f32, then the x kernel) */
     const char *attn;     /* the attention kernels: NULL or "" (the planner's choice), "mma"
                              (no wgmma kernel) or "scalar" (the scalar kernel for every shape) */
+    bool allreduce_nccl;  /* tensor parallelism: every all-reduce through NCCL, none through
+                             the one-shot kernel over peer memory */
 } seer_cuda_tuning;
 
 seer_cuda_tuning seer_cuda_default_tuning(void);
 /* Sets the field named name ("graphs", "profile", "matmul", "pdl", "mm_xb_min", "mm_tile",
- * "qt", "qt_gemv_max", "qt_norm", "attn") from its text as the lab's variables give it (SEER_CUDA_GRAPHS
- * and so on, lab/cuda_env.h): "0" turns graphs, pdl, qt and qt_norm off, "cublas" sends matmuls to
- * cuBLAS, numbers as numbers (mm_xb_min <= 0: the default; an mm_tile outside [8, 64]: 32).
+ * "qt", "qt_gemv_max", "qt_norm", "attn", "allreduce") from its text as the lab's variables
+ * give it (SEER_CUDA_GRAPHS and so on, lab/cuda_env.h): "0" turns graphs, pdl, qt and qt_norm
+ * off, "cublas" sends matmuls to cuBLAS, "nccl" every all-reduce to NCCL, numbers as numbers
+ * (mm_xb_min <= 0: the default; an mm_tile outside [8, 64]: 32).
  * SEER_ERR_INVALID_ARG for an unknown name. value may be stored (profile, attn): the
  * caller keeps it alive while the tuning is used. */
 seer_status seer_cuda_tuning_set(seer_cuda_tuning *t, const char *name, const char *value);
@@ -198,6 +201,11 @@ seer_status seer_model_measure_bandwidth(const seer_model *model, double *bytes_
  * (seer_model_params.gpu_layers) a forward call cannot beat host_weight_bytes over it: the
  * "PCIe floor". */
 seer_status seer_model_measure_h2d_bandwidth(const seer_model *model, double *bytes_per_s);
+
+/* Tensor parallelism (seer_model_params.tp >= 1): the mean time in seconds of one all-reduce
+ * of rows rows of the residual stream (rows x D floats), made as a forward call makes two per
+ * layer, over reps after a warm-up. SEER_ERR_UNSUPPORTED for a model not divided. */
+seer_status seer_model_time_all_reduce(const seer_model *model, int rows, int reps, double *seconds);
 #ifdef __cplusplus
 }
 #endif

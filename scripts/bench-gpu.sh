@@ -47,6 +47,9 @@
 # scripts/bench-gpu.sh llama kvcache: the KV cache's types in one call on the bf16 file: llama.cpp
 # with -ctk q8_0 -ctv q8_0 and seer bench --kv-type bf16, q8, q4 at 1 x 32K, 14 x 32K (bf16's
 # capacity on an H100) and 26 x 32K, each seer run printing the KV tokens the device holds.
+# `scripts/peer-llamacpp.sh stage` once on a machine with PyPI first. `scripts/bench-gpu.sh
+# llama tp` compares tensor parallelism: seer at --tp 1, 2 and 4, llama.cpp with -sm layer
+# and -sm row over the same GPUs, the same file, a side-by-side table last.
 #   BENCH_SECTIONS="plain check depth batch"   the sections to run, in this order
 #   BENCH_DEADLINE=400                         seconds the whole script may take
 #   BENCH_PEER_CTX, BENCH_PEER_BATCH           the peer section's L and B lists (default: plain's)

@@ -27,6 +27,13 @@
 #           with -ngl $BENCH_OFFLOAD_NGL and seer with --gpu-layers of the same count (default
 #           40 of 80 layers: half the weights in host memory, streamed every step), B = 1 at
 #           4K; seer's table gives the host-to-device bandwidth and its share of the PCIe floor
+}
+
+#   tp      tensor parallelism in ONE call: both builds, the bf16 file; llama.cpp over every GPU
+#           with -sm layer and -sm row (BENCH_TP_SPLITS, e.g. "layer row tensor" where the
+#           pinned llama.cpp has -sm tensor), seer at --tp 1, 2 and 4 (as many as there are
+#           GPUs; its all-reduce time per step printed), B = 1 at 4K and 32K; a side-by-side
+#           table of ms per step last
 #   TYPE    one of $BENCH_LLAMA_TYPES (bf16 q4_0 q8_0, and q4_k_m where gen-model writes it):
 #           writes the GGUF, runs llama.cpp on it (llama-bench B = 1 at 4K and 32K, prefill of
 #           4K and 32K prompts; for bf16 also llama-batched-bench 14 x 32K and 3 x 128K), then
@@ -402,6 +409,58 @@ kvcache() {
   rm -f "$f"
 }
 
+# Tensor parallelism in one call: the same bf16 file for every run, llama.cpp's split modes
+# over every GPU, seer at each --tp that the GPUs allow; ms per step side by side.
+tp_compare() {
+  local n_gpu f=$work/model-bf16.gguf tab=$work/tp.tsv sm n
+  n_gpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  ctx=${BENCH_LLAMA_CTX:-4096,32768} reps=${BENCH_LLAMA_REPS:-3}
+  peer_build_start
+  seer_build || return 1
+  gen_file bf16 "$f" || { echo "bench-gpu llama tp: gen-model failed"; return 1; }
+  peer_build_wait || { echo "bench-gpu llama tp: the llama.cpp build failed"; return 1; }
+  : >"$tab"
+  for sm in ${BENCH_TP_SPLITS:-layer row}; do
+    local p=$work/peer-tp-$sm.json
+    rm -f "$p"
+    echo "== tp: llama.cpp -sm $sm over $n_gpu GPUs (after ${SECONDS}s)"
+    timeout "$(at_least $(( ($(left) - 60) / 3 )) 10)" scripts/peer-llamacpp.sh run "$kind" -m "$f" --out "$p" \
+      --ctx-list "$ctx" --prefill-list "" --reps "$reps" --split-mode "$sm"
+    echo "peer: exit $? after ${SECONDS}s"
+    tp_rows "llama.cpp -sm $sm ($n_gpu GPUs)" "$p" >>"$tab"
+  done
+  for n in 1 2 4; do
+    [ "$n" -gt "$n_gpu" ] && continue
+    local j=$work/seer-tp-$n.json
+    rm -f "$j"
+    echo "== tp: seer bench --tp $n (after ${SECONDS}s)"
+    timeout "$(at_least $(( ($(left) - 20) / 2 )) 10)" "$bdir/seer" bench -m "$f" --backend "$kind" \
+      --ctx-list "$ctx" --batch-list 1 --prefill 0 --tp "$n" --steps 20 --json-out "$j" |
+      grep -E '^(floor|per GPU|all-reduce)|ms/step|^ *[0-9]'
+    echo "seer bench: exit ${PIPESTATUS[0]} after ${SECONDS}s"
+    tp_rows "seer --tp $n" "$j" >>"$tab"
+  done
+  rm -f "$f"
+  echo
+  echo "== tensor parallelism: decode ms per step, B = 1, same bf16 file (lower is faster)"
+  awk -F'\t' '{printf "%-32s %-10s %10s\n", $1, $2, $3}' "$tab"
+}
+
+tp_rows() { # label, JSON (seer's or the peer's): one line per point, "label<TAB>L<TAB>ms"
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+label, path = sys.argv[1], sys.argv[2]
+try:
+    pts = json.load(open(path)).get("points", [])
+except (OSError, ValueError):
+    print("%s\t-\tno result" % label)
+    sys.exit(0)
+for p in pts:
+    ms = p.get("plain", {}).get("ms_per_step", p.get("ms_per_step"))
+    print("%s\tL=%d\t%s" % (label, p["ctx"], "%.3f" % ms if ms else p.get("error", "-")[:24]))
+PY
+}
+
 run_all() {
   echo "== bench-gpu llama $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null), steps: $*"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
@@ -413,9 +472,10 @@ run_all() {
       attention) attention ;;
       kvcache) kvcache ;;
       offload) offload ;;
+      tp) tp_compare ;;
       all) for t in ${BENCH_LLAMA_TYPES:-$(default_types)}; do bench_type "$t"; done ;;
       bf16 | f16 | f32 | q8_0 | q4_0 | q4_1 | q4_k_m) bench_type "$s" ;;
-      *) echo "bench-gpu llama: unknown step '$s' (setup, weights, attention, kvcache, offload, all, or a type: bf16 q4_0 q8_0 q4_k_m ...)" ;;
+      *) echo "bench-gpu llama: unknown step '$s' (setup, weights, attention, kvcache, offload, tp, all, or a type: bf16 q4_0 q8_0 q4_k_m ...)" ;;
     esac
   done
   echo

@@ -181,7 +181,7 @@ def main():
                     help="llama.cpp's -ngl: layers on the GPU (default 99 for cuda, 0 for cpu)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per command")
     ap.add_argument("--log", default=None, help="the tools' output (default: OUT.log)")
-    ap.add_argument("--split-mode", default=None, choices=["none", "layer", "row"],
+    ap.add_argument("--split-mode", default=None, choices=["none", "layer", "row", "tensor"],
                     help="llama.cpp's -sm over several GPUs (the peer of seer bench --tp N)")
     ap.add_argument("--cache-type", default=None,
                     help="the KV cache's type for both tools (-ctk T -ctv T: f16, q8_0, q4_0 ...)")

@@ -1,7 +1,8 @@
 /*
  * test_tp.c: tensor parallelism (src/parallel/). On the CPU, N ranks in one process: the
- * collectives against their definition; the logits of the tiny real model and of a qwen2-shaped
- * model with biases at N = 1, 2, 4, 8 against undivided decoding (N = 1 bit-identical, others
+ * collectives against their definition, each rank on a thread of its own; the ranks' threads
+ * (one per rank, rank 0 the caller's) and a failing rank's error; repeated runs bit-identical;
+ * the logits of the tiny real model and of a qwen2-shaped model with biases at N = 1, 2, 4, 8 against undivided decoding (N = 1 bit-identical, others
  * within the float reordering of the sums, stated below), the captured queries likewise; greedy
  * output at N = 2 and 4 equal to the reference program's ids, and greedy speculation on vs off
  * bit-identical at the same N with every drafter; sampling; divisions refused with a clear
@@ -12,8 +13,10 @@
 
 #include "backend/backend.h"
 #include "parallel/comm.h"
+#include "parallel/tp_internal.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,45 +34,126 @@ static void tokens_of(int32_t *tok, int n, int V, uint64_t seed) {
 
 /* ---- the collectives ---------------------------------------------------------------------- */
 
+/* Each rank calls every collective from a thread of its own, as the backend's workers do. */
+enum { COMM_N = 3, COMM_C = 37, COMM_ROWS = 4 };
+
+typedef struct {
+    seer_comm *c;
+    int r;
+    float *buf[2];       /* the all-reduce's buffer, unordered then ordered */
+    float *dst;          /* gather_cols' destination (rank 0) */
+    const float *src;    /* its block */
+    seer_status s;
+} comm_rank;
+
+static const int comm_col0[COMM_N] = {0, 2, 6}, comm_nc[COMM_N] = {2, 4, 3};
+
+static void *comm_rank_main(void *p) {
+    comm_rank *a = p;
+    a->s = SEER_OK;
+    for (int ordered = 0; ordered < 2 && a->s == SEER_OK; ordered++)
+        a->s = a->c->all_reduce(a->c, a->r, a->buf[ordered], COMM_C, ordered);
+    if (a->s == SEER_OK)
+        a->s = a->c->gather_cols(a->c, a->r, a->dst, 9, COMM_ROWS, a->src, comm_col0, comm_nc);
+    return NULL;
+}
+
 static void test_local_comm(void **state) {
     (void)state;
-    enum { N = 3, C = 37, ROWS = 4 };
+    enum { N = COMM_N, C = COMM_C, ROWS = COMM_ROWS };
     seer_backend *be[N];
     for (int r = 0; r < N; r++)
         ASSERT_OK(seer_backend_cpu_init(1, &be[r]));
     seer_comm *c = NULL;
     ASSERT_OK(be[0]->ops->comm_init(be, N, &c));
     uint64_t rs = 7;
-    for (int ordered = 0; ordered < 2; ordered++) {
-        float buf[N][C], want[C];
-        float *bufs[N];
-        for (int r = 0; r < N; r++) {
-            tu_fill_random(buf[r], C, &rs);
-            bufs[r] = buf[r];
-        }
-        for (int i = 0; i < C; i++)
-            want[i] = (buf[0][i] + buf[1][i]) + buf[2][i];
-        ASSERT_OK(c->all_reduce(c, bufs, C, ordered));
+    float buf[2][N][C], want[2][C];
+    for (int o = 0; o < 2; o++) {
         for (int r = 0; r < N; r++)
-            assert_memory_equal(buf[r], want, sizeof want);
+            tu_fill_random(buf[o][r], C, &rs);
+        for (int i = 0; i < C; i++)
+            want[o][i] = (buf[o][0][i] + buf[o][1][i]) + buf[o][2][i];
     }
     /* three ranks' columns into rows of 9, rank 0's block widened in place */
-    const int col0[N] = {0, 2, 6}, nc[N] = {2, 4, 3};
-    float dst[ROWS * 9], p1[ROWS * 4], p2[ROWS * 3], want[ROWS * 9];
+    float dst[ROWS * 9], p1[ROWS * 4], p2[ROWS * 3], wantg[ROWS * 9];
     tu_fill_random(dst, ROWS * 2, &rs);
     tu_fill_random(p1, ROWS * 4, &rs);
     tu_fill_random(p2, ROWS * 3, &rs);
     for (int t = 0; t < ROWS; t++) {
-        memcpy(want + t * 9, dst + t * 2, 2 * sizeof(float));
-        memcpy(want + t * 9 + 2, p1 + t * 4, 4 * sizeof(float));
-        memcpy(want + t * 9 + 6, p2 + t * 3, 3 * sizeof(float));
+        memcpy(wantg + t * 9, dst + t * 2, 2 * sizeof(float));
+        memcpy(wantg + t * 9 + 2, p1 + t * 4, 4 * sizeof(float));
+        memcpy(wantg + t * 9 + 6, p2 + t * 3, 3 * sizeof(float));
     }
     const float *src[N] = {dst, p1, p2};
-    ASSERT_OK(c->gather_cols(c, dst, 9, ROWS, src, col0, nc));
-    assert_memory_equal(dst, want, sizeof want);
+    comm_rank a[N];
+    pthread_t th[N];
+    for (int r = 0; r < N; r++) {
+        a[r] = (comm_rank){.c = c, .r = r, .buf = {buf[0][r], buf[1][r]}, .dst = r == 0 ? dst : NULL,
+                           .src = src[r]};
+        assert_int_equal(pthread_create(&th[r], NULL, comm_rank_main, &a[r]), 0);
+    }
+    for (int r = 0; r < N; r++) {
+        pthread_join(th[r], NULL);
+        assert_int_equal(a[r].s, SEER_OK);
+    }
+    for (int o = 0; o < 2; o++)
+        for (int r = 0; r < N; r++)
+            assert_memory_equal(buf[o][r], want[o], sizeof want[o]);
+    assert_memory_equal(dst, wantg, sizeof wantg);
     c->free(c);
     for (int r = 0; r < N; r++)
         be[r]->ops->free(be[r]);
+}
+
+/* ---- one thread per rank ------------------------------------------------------------------ */
+
+typedef struct {
+    pthread_t th[SEER_TP_MAX];
+    int ran[SEER_TP_MAX];
+    int fail_rank;
+} each_probe;
+
+static seer_status probe_rank(tp_be *t, int r, void *ctx) {
+    (void)t;
+    each_probe *p = ctx;
+    p->th[r] = pthread_self();
+    p->ran[r]++;
+    if (r == p->fail_rank)
+        return seer_err(SEER_ERR_BACKEND, "probe failed on purpose");
+    return SEER_OK;
+}
+
+/* Every rank's closure runs once per call, rank 0 on the caller's thread and each other rank
+ * on a thread of its own, the same one every call; a rank's failure comes back with its rank
+ * and message, and the next call runs as before. */
+static void test_rank_threads(void **state) {
+    (void)state;
+    enum { N = 4 };
+    seer_backend *ranks[N], *be = NULL;
+    for (int r = 0; r < N; r++)
+        ASSERT_OK(seer_backend_cpu_init(1, &ranks[r]));
+    ASSERT_OK(seer_backend_tp_init(ranks, N, &be));
+    tp_be *t = tp_of(be);
+    each_probe p = {.fail_rank = -1}, q = {.fail_rank = -1};
+    ASSERT_OK(seer_tp_each(t, probe_rank, &p));
+    assert_true(pthread_equal(p.th[0], pthread_self()));
+    for (int r = 0; r < N; r++) {
+        assert_int_equal(p.ran[r], 1);
+        for (int k = 0; k < r; k++)
+            assert_false(pthread_equal(p.th[r], p.th[k]));
+    }
+    q.fail_rank = 2;
+    assert_int_equal(seer_tp_each(t, probe_rank, &q), SEER_ERR_BACKEND);
+    assert_non_null(strstr(seer_last_error(), "rank 2: probe failed on purpose"));
+    for (int r = 0; r < N; r++)
+        assert_int_equal(q.ran[r], 1); /* the others ran to the end */
+    q.fail_rank = -1;
+    ASSERT_OK(seer_tp_each(t, probe_rank, &q));
+    for (int r = 0; r < N; r++) {
+        assert_int_equal(q.ran[r], 2);
+        assert_true(pthread_equal(q.th[r], p.th[r]));
+    }
+    be->ops->free(be);
 }
 
 /* ---- logits against undivided decoding (CPU) ------------------------------------------------ */
@@ -114,6 +198,28 @@ static void test_logits_stories(void **state) {
      * on two ranks; the FFN's 172 columns divide unevenly over 8 */
     const int tps[] = {1, 2, 4, 8};
     compare_logits(tu_data_path("models/stories260K.gguf"), tps, 4, "stories260K");
+}
+
+/* Four ranks on four threads, summing in the communicator as each arrives: the same bits on
+ * every run, however the threads were scheduled. */
+static void test_repeatable(void **state) {
+    (void)state;
+    seer_model *m = tu_load_tp(tu_data_path("models/stories260K.gguf"), SEER_BACKEND_CPU, 4);
+    seer_model_info in;
+    seer_model_get_info(m, &in);
+    const int V = in.n_vocab, n = 24;
+    int32_t tok[24];
+    tokens_of(tok, n, V, 29);
+    float *a = malloc(sizeof(float) * n * V), *b = malloc(sizeof(float) * n * V);
+    tu_prefill_logits(m, tok, n, a, NULL, NULL);
+    for (int k = 0; k < 4; k++) {
+        memset(b, 0xff, sizeof(float) * n * V);
+        tu_prefill_logits(m, tok, n, b, NULL, NULL);
+        assert_memory_equal(a, b, sizeof(float) * n * V);
+    }
+    free(a);
+    free(b);
+    seer_model_free(m);
 }
 
 static void test_logits_qwen2(void **state) {
@@ -257,6 +363,8 @@ static void test_logits_families(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_local_comm),
+        cmocka_unit_test(test_rank_threads),
+        cmocka_unit_test(test_repeatable),
         cmocka_unit_test(test_logits_stories),
         cmocka_unit_test(test_logits_qwen2),
         cmocka_unit_test(test_logits_families),

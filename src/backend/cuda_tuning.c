@@ -28,6 +28,8 @@ seer_status seer_cuda_tuning_set(seer_cuda_tuning *t, const char *name, const ch
         t->matmul_cublas = !strcmp(value, "cublas");
     else if (!strcmp(name, "pdl"))
         t->pdl = !off;
+    else if (!strcmp(name, "allreduce"))
+        t->allreduce_nccl = !strcmp(value, "nccl");
     else if (!strcmp(name, "mm_xb_min"))
         t->mm_xb_min = atoi(value) > 0 ? atoi(value) : 40;
     else if (!strcmp(name, "mm_tile")) {

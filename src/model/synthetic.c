@@ -10,6 +10,7 @@
 #include "seer_bench.h"
 #include "backend/synth_hash.h"
 #include "model/model.h"
+#include "parallel/tp.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -538,6 +539,15 @@ seer_status seer_model_measure_h2d_bandwidth(const seer_model *m, double *bytes_
         return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend cannot measure host-to-device bandwidth",
                         m->be->ops->name);
     return m->be->ops->h2d_bandwidth(m->be, bytes_per_s);
+}
+
+seer_status seer_model_time_all_reduce(const seer_model *m, int rows, int reps, double *seconds) {
+    SEER_CHECK_ARG(seconds);
+    *seconds = 0;
+    SEER_CHECK_ARG(m);
+    if (!m->be)
+        return seer_err(SEER_ERR_INVALID_ARG, "the model was loaded with vocab_only: no backend");
+    return seer_tp_time_all_reduce(m->be, rows, m->info.dim, reps, seconds);
 }
 
 seer_status seer_model_sync(const seer_model *m) {

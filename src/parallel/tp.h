@@ -16,6 +16,14 @@
  * it takes over (freed with it, also on failure). The communicator is made on first use. */
 seer_status seer_backend_tp_init(seer_backend *const *ranks, int n, seer_backend **out);
 
+/* Whether be is a tensor-parallel backend (seer_backend_tp_init's). */
+bool seer_backend_is_tp(const seer_backend *be);
+
+/* The benchmark's measure (seer_model_time_all_reduce, seer_bench.h): the mean time in
+ * seconds of one all-reduce of T rows of cols floats over be's ranks, made as a forward call
+ * makes it, over reps of them after one warm-up. */
+seer_status seer_tp_time_all_reduce(seer_backend *be, int T, int cols, int reps, double *sec);
+
 /* Units [*u0, *u0 + *nu) of U held by rank r of n (seer_weight_split's rule). */
 static inline void seer_tp_units(int U, int n, int r, int *u0, int *nu) {
     *u0 = (int)((long long)r * U / n);

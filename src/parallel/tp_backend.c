@@ -97,19 +97,28 @@ void seer_tp_set_vocab(tp_be *t, const void *p, int rows, int full_w, const int 
     set_shard(t, p, rows, full_w, col0, w, true);
 }
 
-seer_status seer_tp_make_root(tp_be *t, const void *p) {
+typedef struct {
+    seer_comm *c;
     tp_alloc a;
-    if (!seer_tp_lookup(t, p, &a) || a.state != TP_SHARD)
-        return SEER_OK;
-    if (!a.vocab)
-        return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: a divided activation read whole");
-    seer_comm *c = NULL;
-    SEER_TRY(seer_tp_comm(t, &c));
-    const float *src[SEER_TP_MAX];
-    for (int r = 0; r < t->n; r++)
-        src[r] = (const float *)a.base[r] + a.off;
+} gather_job;
+
+static seer_status gather_rank(tp_be *t, int r, void *ctx) {
+    gather_job *j = ctx;
+    const tp_alloc *a = &j->a;
+    SEER_TRY(seer_tp_bind(t, r));
     /* in place: rank 0's part widens to whole rows within its own copy (gather_cols allows it) */
-    SEER_TRY(c->gather_cols(c, (float *)a.base0 + a.off, (size_t)a.full_w, a.rows, src, a.col0, a.w));
+    return j->c->gather_cols(j->c, r, (float *)a->base0 + a->off, (size_t)a->full_w, a->rows,
+                             (const float *)a->base[r] + a->off, a->col0, a->w);
+}
+
+seer_status seer_tp_make_root(tp_be *t, const void *p) {
+    gather_job j;
+    if (!seer_tp_lookup(t, p, &j.a) || j.a.state != TP_SHARD)
+        return SEER_OK;
+    if (!j.a.vocab)
+        return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: a divided activation read whole");
+    SEER_TRY(seer_tp_comm(t, &j.c));
+    SEER_TRY(seer_tp_each(t, gather_rank, &j));
     set_state(t, p, TP_ROOT);
     return SEER_OK;
 }
@@ -130,19 +139,15 @@ seer_status seer_tp_comm(tp_be *t, seer_comm **out) {
     return SEER_OK;
 }
 
-seer_status seer_tp_all_reduce(tp_be *t, float *p, int T, int cols) {
-    seer_comm *c = NULL;
-    SEER_TRY(seer_tp_comm(t, &c));
-    float *bufs[SEER_TP_MAX];
-    for (int r = 0; r < t->n; r++)
-        bufs[r] = seer_tp_ptr(t, p, r);
+seer_status seer_tp_all_reduce_rank(tp_be *t, int r, float *p, int T, int cols, seer_status prior) {
     /* Two summands add the same either way; past two the order must not depend on the
      * call's size where rows are to be batch-invariant. */
     const int inv = t->ops.invariant_max_tokens;
     const bool ordered = t->n > 2 && (inv == 0 || T <= inv);
-    SEER_TRY(c->all_reduce(c, bufs, (size_t)T * cols, ordered));
-    seer_tp_set_repl(t, p);
-    return SEER_OK;
+    seer_status s = seer_tp_bind(t, r);
+    if (s == SEER_OK)
+        s = t->comm->all_reduce(t->comm, r, seer_tp_ptr(t, p, r), (size_t)T * cols, ordered);
+    return prior != SEER_OK ? prior : s;
 }
 
 /* ---- instances -------------------------------------------------------------------------- */
@@ -163,6 +168,7 @@ static void tp_free(seer_backend *be) {
     if (!be)
         return;
     tp_be *t = tp_of(be);
+    seer_tp_workers_free(t->workers); /* idle between calls: nothing of theirs is in flight */
     seer_tp_batch_clear(t);
     if (t->comm)
         t->comm->free(t->comm);
@@ -232,16 +238,28 @@ static seer_status tp_exec_clone(seer_backend *be, seer_backend **out) {
 
 /* ---- memory ----------------------------------------------------------------------------- */
 
+/* Each rank allocates and frees its copies on its own thread: on CUDA a thread that is not
+ * capturing waits out the others' captures before an allocation (cuda_common.cuh), which a
+ * capture driven from this thread would never end. */
+static seer_status alloc_rank(tp_be *t, int r, void *ctx) {
+    tp_alloc *a = ctx;
+    SEER_TRY(seer_tp_bind(t, r));
+    return t->rank[r]->ops->alloc(t->rank[r], a->bytes, (void **)&a->base[r]);
+}
+
+static seer_status dealloc_rank(tp_be *t, int r, void *ctx) {
+    const tp_alloc *a = ctx;
+    if (a->base[r]) {
+        (void)seer_tp_bind(t, r);
+        t->rank[r]->ops->dealloc(t->rank[r], a->base[r]);
+    }
+    return SEER_OK;
+}
+
 static seer_status tp_alloc_op(seer_backend *be, size_t bytes, void **out) {
     tp_be *t = tp_of(be);
     tp_alloc a = {.bytes = bytes};
-    seer_status s = SEER_OK;
-    int r = 0;
-    for (; r < t->n && s == SEER_OK; r++) {
-        s = seer_tp_bind(t, r);
-        if (s == SEER_OK)
-            s = t->rank[r]->ops->alloc(t->rank[r], bytes, (void **)&a.base[r]);
-    }
+    seer_status s = seer_tp_each(t, alloc_rank, &a);
     if (s == SEER_OK) {
         a.base0 = a.base[0];
         tp_shared *sh = t->sh;
@@ -270,14 +288,8 @@ static seer_status tp_alloc_op(seer_backend *be, size_t bytes, void **out) {
             *out = a.base0;
             return SEER_OK;
         }
-        r = t->n;
-    } else {
-        r--; /* rank r failed: nothing of it to give back */
     }
-    for (int k = 0; k < r; k++) {
-        (void)seer_tp_bind(t, k);
-        t->rank[k]->ops->dealloc(t->rank[k], a.base[k]);
-    }
+    (void)seer_tp_each(t, dealloc_rank, &a); /* what the ranks that succeeded hold */
     return s;
 }
 
@@ -295,26 +307,50 @@ static void tp_dealloc(seer_backend *be, void *p) {
         sh->n_a--;
     }
     pthread_mutex_unlock(&sh->mu);
-    if (i < 0)
-        return;
-    for (int r = 0; r < t->n; r++) {
-        (void)seer_tp_bind(t, r);
-        t->rank[r]->ops->dealloc(t->rank[r], a.base[r]);
-    }
+    if (i >= 0)
+        (void)seer_tp_each(t, dealloc_rank, &a);
+}
+
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_job;
+
+static seer_status upload_rank(tp_be *t, int r, void *ctx) {
+    const copy_job *j = ctx;
+    SEER_TRY(seer_tp_bind(t, r));
+    return t->rank[r]->ops->upload(t->rank[r], seer_tp_ptr(t, j->dst, r), j->src, j->bytes);
 }
 
 static seer_status tp_upload(seer_backend *be, void *dst, const void *src, size_t bytes) {
     tp_be *t = tp_of(be);
-    for (int r = 0; r < t->n; r++) {
-        void *d = seer_tp_ptr(t, dst, r);
-        if (!d)
-            return seer_err(SEER_ERR_INVALID_ARG, "upload: the destination is not this backend's memory");
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(t->rank[r]->ops->upload(t->rank[r], d, src, bytes));
-    }
     tp_alloc a;
-    if (seer_tp_lookup(t, dst, &a) && (char *)dst == a.base0 && bytes >= a.bytes)
+    if (!seer_tp_lookup(t, dst, &a))
+        return seer_err(SEER_ERR_INVALID_ARG, "upload: the destination is not this backend's memory");
+    copy_job j = {dst, src, bytes};
+    SEER_TRY(seer_tp_each(t, upload_rank, &j));
+    if ((char *)dst == a.base0 && bytes >= a.bytes)
         seer_tp_set_repl(t, dst);
+    return SEER_OK;
+}
+
+typedef struct {
+    float *dst;
+    tp_alloc a;
+    size_t t0, nt;
+} rows_job;
+
+/* rank r's columns of rows [t0, t0 + nt) of a divided activation into dst's whole rows */
+static seer_status download_rows_rank(tp_be *t, int r, void *ctx) {
+    const rows_job *j = ctx;
+    const tp_alloc *a = &j->a;
+    SEER_TRY(seer_tp_bind(t, r));
+    for (size_t i = 0; i < j->nt; i++) {
+        const float *s = (const float *)a->base[r] + a->off + (j->t0 + i) * (size_t)a->w[r];
+        SEER_TRY(t->rank[r]->ops->download(t->rank[r], j->dst + i * a->full_w + a->col0[r], s,
+                                           (size_t)a->w[r] * sizeof(float)));
+    }
     return SEER_OK;
 }
 
@@ -336,53 +372,56 @@ static seer_status tp_download(seer_backend *be, void *dst, const void *src, siz
     }
     /* Whole rows of a divided activation (a q capture): each rank's columns of each row, in
      * place in every rank's copy (the parts are still to be read). */
-    const size_t t0 = (e0 - a.off) / (size_t)a.full_w, nt = n / (size_t)a.full_w;
-    for (int r = 0; r < t->n; r++) {
-        SEER_TRY(seer_tp_bind(t, r));
-        for (size_t i = 0; i < nt; i++) {
-            const float *s = (const float *)a.base[r] + a.off + (t0 + i) * (size_t)a.w[r];
-            SEER_TRY(t->rank[r]->ops->download(t->rank[r], (float *)dst + i * a.full_w + a.col0[r], s,
-                                               (size_t)a.w[r] * sizeof(float)));
-        }
-    }
-    return SEER_OK;
+    rows_job j = {dst, a, (e0 - a.off) / (size_t)a.full_w, n / (size_t)a.full_w};
+    return seer_tp_each(t, download_rows_rank, &j);
 }
 
 /* ---- graphs --------------------------------------------------------------------------- */
 
-/* Every rank replays, records or runs op by op together (backend.h's held pair): a forward
- * pass launched on one rank and run again on another would leave the others' collectives
- * unmatched. */
+/* Every rank replays, records or runs op by op together (backend.h's held pair), each on its
+ * own thread: a forward pass launched on one rank and run again on another would leave the
+ * others' collectives unmatched. */
+typedef struct {
+    const void *key;
+    int T_cap;
+    int T[SEER_TP_MAX], n_out[SEER_TP_MAX];
+    bool flag[SEER_TP_MAX]; /* begin: done; end: redo */
+    seer_status s;          /* end: the forward pass's status */
+    bool run;               /* launch */
+} fwd_job;
+
+static seer_status launch_rank(tp_be *t, int r, void *ctx) {
+    const fwd_job *j = ctx;
+    SEER_TRY(seer_tp_bind(t, r));
+    return t->rank[r]->ops->forward_launch(t->rank[r], j->run);
+}
+
 static seer_status launch_all(tp_be *t, bool run) {
-    seer_status first = SEER_OK;
-    for (int r = 0; r < t->n; r++) {
-        seer_status s = seer_tp_bind(t, r);
-        if (s == SEER_OK)
-            s = t->rank[r]->ops->forward_launch(t->rank[r], run);
-        if (first == SEER_OK)
-            first = s;
-    }
-    return first;
+    fwd_job j = {.run = run};
+    return seer_tp_each(t, launch_rank, &j);
+}
+
+static seer_status begin_rank(tp_be *t, int r, void *ctx) {
+    fwd_job *j = ctx;
+    SEER_TRY(seer_tp_bind(t, r));
+    return t->rank[r]->ops->forward_begin_hold(t->rank[r], j->key, j->T_cap, &j->T[r], &j->n_out[r], &j->flag[r]);
 }
 
 static seer_status tp_forward_begin(seer_backend *be, const void *key, int T_cap, int *T, int *n_out,
                                     bool *done) {
     tp_be *t = tp_of(be);
-    int T0 = *T, n0 = *n_out;
+    fwd_job j = {.key = key, .T_cap = T_cap};
+    for (int r = 0; r < t->n; r++) {
+        j.T[r] = *T;
+        j.n_out[r] = *n_out;
+    }
+    seer_status s = seer_tp_each(t, begin_rank, &j);
     bool all = true;
-    seer_status s = SEER_OK;
     for (int r = 0; r < t->n && s == SEER_OK; r++) {
-        int Tr = *T, nr = *n_out;
-        bool d = false;
-        s = seer_tp_bind(t, r);
-        if (s == SEER_OK)
-            s = t->rank[r]->ops->forward_begin_hold(t->rank[r], key, T_cap, &Tr, &nr, &d);
-        if (s == SEER_OK && r > 0 && (Tr != T0 || nr != n0))
+        if (j.T[r] != j.T[0] || j.n_out[r] != j.n_out[0])
             s = seer_err(SEER_ERR_INTERNAL, "tensor parallelism: rank %d pads a call to %d rows, rank 0 to %d", r,
-                         Tr, T0);
-        T0 = Tr;
-        n0 = nr;
-        all &= d;
+                         j.T[r], j.T[0]);
+        all &= j.flag[r];
     }
     if (s != SEER_OK) {
         (void)launch_all(t, false);
@@ -390,31 +429,33 @@ static seer_status tp_forward_begin(seer_backend *be, const void *key, int T_cap
     }
     /* all replay, or none does: a rank that would replay alone runs op by op with the others */
     SEER_TRY(launch_all(t, all));
-    *T = T0;
-    *n_out = n0;
+    *T = j.T[0];
+    *n_out = j.n_out[0];
     *done = all;
     return SEER_OK;
 }
 
+static seer_status end_rank(tp_be *t, int r, void *ctx) {
+    fwd_job *j = ctx;
+    SEER_TRY(seer_tp_bind(t, r));
+    return t->rank[r]->ops->forward_end_hold(t->rank[r], j->s, &j->flag[r]);
+}
+
 static seer_status tp_forward_end(seer_backend *be, seer_status s, bool *redo) {
     tp_be *t = tp_of(be);
+    fwd_job j = {.s = s};
+    const seer_status first = seer_tp_each(t, end_rank, &j);
     bool any = false;
-    seer_status first = SEER_OK;
-    for (int r = 0; r < t->n; r++) {
-        bool rr = false;
-        seer_status e = seer_tp_bind(t, r);
-        if (e == SEER_OK)
-            e = t->rank[r]->ops->forward_end_hold(t->rank[r], s, &rr);
-        any |= rr;
-        if (first == SEER_OK)
-            first = e;
-    }
+    for (int r = 0; r < t->n; r++)
+        any |= j.flag[r];
     seer_status l = launch_all(t, first == SEER_OK && !any);
     *redo = any && first == SEER_OK;
     return first != SEER_OK ? first : l;
 }
 
 /* ---- the rest ---------------------------------------------------------------------------- */
+
+bool seer_backend_is_tp(const seer_backend *be) { return be && be->ops && be->ops->free == tp_free; }
 
 static seer_status tp_copy_bandwidth(seer_backend *be, double *bps) {
     tp_be *t = tp_of(be);
@@ -434,14 +475,13 @@ static void tp_host_free(seer_backend *be, void *p) {
     t->rank[0]->ops->host_free(t->rank[0], p);
 }
 
-static seer_status tp_sync(seer_backend *be) {
-    tp_be *t = tp_of(be);
-    for (int r = 0; r < t->n; r++) {
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(t->rank[r]->ops->sync(t->rank[r]));
-    }
-    return SEER_OK;
+static seer_status sync_rank(tp_be *t, int r, void *ctx) {
+    (void)ctx;
+    SEER_TRY(seer_tp_bind(t, r));
+    return t->rank[r]->ops->sync(t->rank[r]);
 }
+
+static seer_status tp_sync(seer_backend *be) { return seer_tp_each(tp_of(be), sync_rank, NULL); }
 
 static seer_status tp_new(int n, tp_shared *sh, seer_backend *const *ranks, seer_backend **out) {
     *out = NULL;
@@ -482,6 +522,12 @@ static seer_status tp_new(int n, tp_shared *sh, seer_backend *const *ranks, seer
     seer_tp_fill_weight_ops(o, in);
     seer_tp_fill_kv_ops(o, in);
     seer_tp_fill_compute_ops(o, in, n);
+    seer_status s = seer_tp_workers_init(t, &t->workers);
+    if (s != SEER_OK) {
+        free(t);
+        free(be);
+        return s;
+    }
     be->ops = o;
     be->impl = t;
     *out = be;

@@ -56,9 +56,12 @@ typedef struct {
     void *kv[SEER_TP_MAX];
 } tp_kv;
 
+typedef struct tp_workers tp_workers;
+
 typedef struct {
     int n;
     seer_backend *rank[SEER_TP_MAX];
+    tp_workers *workers; /* ranks 1 .. n-1's threads (tp_worker.c); NULL for one rank */
     bool owns_ranks;
     seer_backend_ops ops;
     char name[48];
@@ -78,7 +81,17 @@ typedef struct {
 
 static inline tp_be *tp_of(seer_backend *be) { return (tp_be *)be->impl; }
 
-/* Makes rank r's device current (several devices driven from one thread). */
+/* Rank r's part of a step, run on rank r's thread: its ops, its collectives. */
+typedef seer_status (*tp_rank_fn)(tp_be *t, int r, void *ctx);
+/* Runs fn(t, r, ctx) for every rank, each on its rank's thread (rank 0 on the caller's), and
+ * returns when all have returned: the first failure in rank order, with its rank's message.
+ * fn must not call seer_tp_each itself. */
+seer_status seer_tp_each(tp_be *t, tp_rank_fn fn, void *ctx);
+/* The worker threads of t's ranks 1 .. n-1 (*out NULL for one rank); freed with _free. */
+seer_status seer_tp_workers_init(tp_be *t, tp_workers **out);
+void seer_tp_workers_free(tp_workers *w);
+
+/* Makes rank r's device current on the calling thread. */
 seer_status seer_tp_bind(tp_be *t, int r);
 /* p (rank 0's memory, NULL allowed) as rank r's pointer; NULL for memory the table lacks. */
 void *seer_tp_ptr(tp_be *t, const void *p, int r);
@@ -96,8 +109,11 @@ void seer_tp_set_vocab(tp_be *t, const void *p, int rows, int full_w, const int 
 seer_status seer_tp_make_root(tp_be *t, const void *p);
 /* The ranks' communicator, made on first use. */
 seer_status seer_tp_comm(tp_be *t, seer_comm **out);
-/* Sums bufs (T rows of width cols, p's copies) across the ranks. */
-seer_status seer_tp_all_reduce(tp_be *t, float *p, int T, int cols);
+/* Rank r's part of summing p's copies (T rows of width cols) across the ranks, on rank r's
+ * thread after prior (the status of rank r's work before it): the collective is entered
+ * whatever prior is, so that no rank waits for one that left; returns prior if it failed.
+ * The communicator must exist (seer_tp_comm on the caller's thread first). */
+seer_status seer_tp_all_reduce_rank(tp_be *t, int r, float *p, int T, int cols, seer_status prior);
 /* The per-rank attention batches of ab (built once per batch). */
 seer_status seer_tp_batch(tp_be *t, const seer_attn_batch *ab);
 /* The KV geometry of rank r: its key/value heads. */

@@ -87,16 +87,38 @@ static seer_status tp_kv_mem_available(seer_backend *be, uint64_t *bytes) {
     return SEER_OK;
 }
 
+/* A KV op's arguments, as rank 0 holds them; each rank runs it on its own heads' storage, on
+ * its own thread (seer_tp_each). */
+typedef struct {
+    const tp_kv *kv;
+    const seer_kv_geom *g;
+    const seer_kv_copy *copies;
+    const int32_t *sp, *sr, *dp, *dr; /* move_rows; page, row: sp, sr */
+    const float *k, *v;
+    float *out;
+    int n, layer, which, n_pages, row0;
+    uint64_t seed;
+    float scale;
+} kv_job;
+
+static seer_status copy_pages_rank(tp_be *t, int r, void *ctx) {
+    const kv_job *j = ctx;
+    const seer_kv_geom l = seer_tp_geom(t, j->g, r);
+    SEER_TRY(seer_tp_bind(t, r));
+    return t->rank[r]->ops->kv_copy_pages(t->rank[r], j->kv->kv[r], &l, j->copies, j->n);
+}
+
 static seer_status tp_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                     const seer_kv_copy *copies, int n) {
-    tp_be *t = tp_of(be);
-    tp_kv *k = kv;
-    for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = seer_tp_geom(t, g, r);
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(t->rank[r]->ops->kv_copy_pages(t->rank[r], k->kv[r], &l, copies, n));
-    }
-    return SEER_OK;
+    kv_job j = {.kv = kv, .g = g, .copies = copies, .n = n};
+    return seer_tp_each(tp_of(be), copy_pages_rank, &j);
+}
+
+static seer_status move_rows_rank(tp_be *t, int r, void *ctx) {
+    const kv_job *j = ctx;
+    const seer_kv_geom l = seer_tp_geom(t, j->g, r);
+    SEER_TRY(seer_tp_bind(t, r));
+    return t->rank[r]->ops->kv_move_rows(t->rank[r], j->kv->kv[r], &l, j->sp, j->sr, j->dp, j->dr, j->n);
 }
 
 /* The host tier: a slot holds every rank's part of the page, rank after rank. The copies are
@@ -146,68 +168,72 @@ static seer_status tp_kv_host_wait(seer_backend *be, uint64_t ticket) { return S
 static seer_status tp_kv_move_rows(seer_backend *be, void *kv, const seer_kv_geom *g,
                                    const int32_t *sp, const int32_t *sr, const int32_t *dp,
                                    const int32_t *dr, int n) {
-    tp_be *t = tp_of(be);
-    tp_kv *k = kv;
     SEER_TRY(seer_kv_move_check(g, sp, sr, dp, dr, n));
-    for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = seer_tp_geom(t, g, r);
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(t->rank[r]->ops->kv_move_rows(t->rank[r], k->kv[r], &l, sp, sr, dp, dr, n));
-    }
-    return SEER_OK;
+    kv_job j = {.kv = kv, .g = g, .sp = sp, .sr = sr, .dp = dp, .dr = dr, .n = n};
+    return seer_tp_each(tp_of(be), move_rows_rank, &j);
+}
+
+/* rank r's heads of n rows into out's whole rows */
+static seer_status kv_read_rank(tp_be *t, int r, void *ctx) {
+    const kv_job *j = ctx;
+    const seer_kv_geom l = seer_tp_geom(t, j->g, r);
+    const int Dh = j->g->head_dim, W = j->g->n_kv_heads * Dh;
+    int h0, nh;
+    seer_tp_units(j->g->n_kv_heads, t->n, r, &h0, &nh);
+    float *tmp = seer_malloc_array((size_t)j->n * nh * Dh + 1, sizeof *tmp);
+    if (!tmp)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    seer_status s = seer_tp_bind(t, r);
+    if (s == SEER_OK)
+        s = t->rank[r]->ops->kv_read(t->rank[r], j->kv->kv[r], &l, j->layer, j->which, j->sp, j->sr, j->n, tmp);
+    /* ranks that replicate a key/value head write the same values to the same place: only
+     * the first of them writes */
+    int p0 = -1, pn;
+    if (r > 0)
+        seer_tp_units(j->g->n_kv_heads, t->n, r - 1, &p0, &pn);
+    for (int i = 0; i < j->n && s == SEER_OK && p0 != h0; i++)
+        memcpy(j->out + (size_t)i * W + (size_t)h0 * Dh, tmp + (size_t)i * nh * Dh, (size_t)nh * Dh * sizeof(float));
+    free(tmp);
+    return s;
 }
 
 static seer_status tp_kv_read(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer,
                               int which, const int32_t *page, const int32_t *row, int n, float *out) {
-    tp_be *t = tp_of(be);
-    const tp_kv *k = kv;
-    const int Dh = g->head_dim, W = g->n_kv_heads * Dh;
-    float *tmp = seer_malloc_array((size_t)n * W + 1, sizeof *tmp);
-    if (!tmp)
-        return seer_err(SEER_ERR_OOM, "out of memory");
-    seer_status s = SEER_OK;
-    for (int r = 0; r < t->n && s == SEER_OK; r++) {
-        const seer_kv_geom l = seer_tp_geom(t, g, r);
-        int h0, nh;
-        seer_tp_units(g->n_kv_heads, t->n, r, &h0, &nh);
-        s = seer_tp_bind(t, r);
-        if (s == SEER_OK)
-            s = t->rank[r]->ops->kv_read(t->rank[r], k->kv[r], &l, layer, which, page, row, n, tmp);
-        for (int i = 0; i < n && s == SEER_OK; i++)
-            memcpy(out + (size_t)i * W + (size_t)h0 * Dh, tmp + (size_t)i * nh * Dh, (size_t)nh * Dh * sizeof(float));
-    }
-    free(tmp);
-    return s;
+    kv_job j = {.kv = kv, .g = g, .layer = layer, .which = which, .sp = page, .sr = row, .n = n, .out = out};
+    return seer_tp_each(tp_of(be), kv_read_rank, &j);
+}
+
+static seer_status kv_store_rank(tp_be *t, int r, void *ctx) {
+    const kv_job *j = ctx;
+    const seer_kv_geom l = seer_tp_geom(t, j->g, r);
+    SEER_TRY(seer_tp_bind(t, r));
+    return t->rank[r]->ops->kv_store(t->rank[r], j->kv->kv[r], &l, j->layer, seer_tp_ptr(t, j->k, r),
+                                     seer_tp_ptr(t, j->v, r), j->sp, j->sr, j->n);
 }
 
 static seer_status tp_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g, int layer,
                                const float *kk, const float *v, const int32_t *page,
                                const int32_t *row, int T) {
-    tp_be *t = tp_of(be);
-    tp_kv *k = kv;
-    for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = seer_tp_geom(t, g, r);
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(t->rank[r]->ops->kv_store(t->rank[r], k->kv[r], &l, layer, seer_tp_ptr(t, kk, r),
-                                            seer_tp_ptr(t, v, r), page, row, T));
-    }
-    return SEER_OK;
+    kv_job j = {.kv = kv, .g = g, .layer = layer, .k = kk, .v = v, .sp = page, .sr = row, .n = T};
+    return seer_tp_each(tp_of(be), kv_store_rank, &j);
+}
+
+static seer_status fill_random_rank(tp_be *t, int r, void *ctx) {
+    const kv_job *j = ctx;
+    const seer_kv_geom l = seer_tp_geom(t, j->g, r);
+    SEER_TRY(seer_tp_bind(t, r));
+    /* each rank's heads from a seed of its own: random KV of the same statistics */
+    return t->rank[r]->ops->kv_fill_random(t->rank[r], j->kv->kv[r], &l, j->sp, j->n_pages, j->row0, j->n,
+                                           j->seed ^ (0xbf58476d1ce4e5b9ull * (uint64_t)(r + 1)), j->scale);
 }
 
 static seer_status tp_kv_fill_random(seer_backend *be, void *kv, const seer_kv_geom *g,
                                      const int32_t *pages, int n_pages, int row0, int n,
                                      uint64_t seed, float scale) {
-    tp_be *t = tp_of(be);
-    tp_kv *k = kv;
     SEER_TRY(seer_kv_fill_check(g, pages, n_pages, row0, n));
-    for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = seer_tp_geom(t, g, r);
-        SEER_TRY(seer_tp_bind(t, r));
-        /* each rank's heads from a seed of its own: random KV of the same statistics */
-        SEER_TRY(t->rank[r]->ops->kv_fill_random(t->rank[r], k->kv[r], &l, pages, n_pages, row0, n,
-                                                 seed ^ (0xbf58476d1ce4e5b9ull * (uint64_t)(r + 1)), scale));
-    }
-    return SEER_OK;
+    kv_job j = {.kv = kv, .g = g, .sp = pages, .n_pages = n_pages, .row0 = row0, .n = n, .seed = seed,
+                .scale = scale};
+    return seer_tp_each(tp_of(be), fill_random_rank, &j);
 }
 
 /* ---- the per-rank attention batch --------------------------------------------------------- */
@@ -266,20 +292,28 @@ seer_status seer_tp_batch(tp_be *t, const seer_attn_batch *ab) {
     return SEER_OK;
 }
 
+typedef struct {
+    const int32_t *tokens, *pos, *page, *row, *out_rows;
+    int n_out;
+} batch_job;
+
+static seer_status batch_begin_rank(tp_be *t, int r, void *ctx) {
+    const batch_job *j = ctx;
+    seer_backend *b = t->rank[r];
+    if (!b->ops->batch_begin)
+        return SEER_OK;
+    SEER_TRY(seer_tp_bind(t, r));
+    return b->ops->batch_begin(b, &t->ab_r[r], j->tokens, j->pos, j->page, j->row, j->out_rows, j->n_out);
+}
+
 static seer_status tp_batch_begin(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
                                   const int32_t *pos, const int32_t *page, const int32_t *row,
                                   const int32_t *out_rows, int n_out) {
     tp_be *t = tp_of(be);
     t->ab_key = NULL; /* a new batch, even at the same address */
     SEER_TRY(seer_tp_batch(t, ab));
-    for (int r = 0; r < t->n; r++) {
-        seer_backend *b = t->rank[r];
-        if (!b->ops->batch_begin)
-            continue;
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(b->ops->batch_begin(b, &t->ab_r[r], tokens, pos, page, row, out_rows, n_out));
-    }
-    return SEER_OK;
+    batch_job j = {tokens, pos, page, row, out_rows, n_out};
+    return seer_tp_each(t, batch_begin_rank, &j);
 }
 
 void seer_tp_fill_kv_ops(seer_backend_ops *o, const seer_backend_ops *in) {

@@ -5,7 +5,8 @@
  * vocabulary. Norms, the embedding and the residual stream are computed whole on every rank,
  * except the per-head q/k norms (Qwen3, Gemma 3), which each rank runs on its own heads.
  * Sampling and acceptance run on rank 0 over whole rows; a greedy argmax over divided logits
- * moves one id and one maximum per row and rank.
+ * moves one id and one maximum per row and rank. Each op is a closure (op_job) that every
+ * rank runs on its own thread (seer_tp_each), its all-reduce included.
  * Not for: memory, weights and KV storage (tp_backend.c).
  */
 #include "parallel/tp_internal.h"
@@ -18,6 +19,41 @@
 #define RANK(t, r) ((t)->rank[r])
 #define ROPS(t, r) ((t)->rank[r]->ops)
 #define P(t, p, r) ((float *)seer_tp_ptr((t), (p), (r)))
+
+typedef seer_status (*elem_fn)(seer_backend *b, float *y, const float *a, const float *c, size_t n, float v);
+
+/* An op's arguments, as rank 0 holds them; each rank maps them to its own copies. */
+typedef struct {
+    float *y, *h, *g;
+    const float *x, *c, *w_norm, *bias, *inv_freq;
+    float *const *ys;
+    const float *const *biases;
+    const seer_weight *w, *w2;
+    const int32_t *ids, *pos, *page, *row;
+    const void *kv;
+    const seer_kv_geom *geom;
+    const seer_attn_batch *ab;
+    int T, D, H, Hkv, Dh, neox, layer, red_cols; /* red_cols: the all-reduce's row width (0: none) */
+    float eps, v;
+    size_t n;
+    tp_alloc a; /* the division an op follows */
+    tp_state st;
+    elem_fn f;
+} op_job;
+
+/* Runs fn on every rank; an op with red_cols sums y's copies across the ranks after it, on each
+ * rank's thread (the communicator made first, on this one). */
+static seer_status each(tp_be *t, tp_rank_fn fn, op_job *j) {
+    if (j->red_cols) {
+        seer_comm *c = NULL;
+        SEER_TRY(seer_tp_comm(t, &c));
+    }
+    return seer_tp_each(t, fn, j);
+}
+
+static seer_status reduce(tp_be *t, int r, const op_job *j, seer_status prior) {
+    return j->red_cols ? seer_tp_all_reduce_rank(t, r, j->y, j->T, j->red_cols, prior) : prior;
+}
 
 static tp_state state_of(tp_be *t, const void *p, tp_alloc *a) {
     return seer_tp_lookup(t, p, a) ? a->state : TP_REPL;
@@ -32,55 +68,73 @@ static void part_cols(const tp_be *t, const tp_weight *tw, int seg, int div, int
     }
 }
 
+static seer_status embed_rank(tp_be *t, int r, void *ctx) {
+    const op_job *j = ctx;
+    const tp_weight *tw = j->w->data;
+    SEER_TRY(seer_tp_bind(t, r));
+    return ROPS(t, r)->embed(RANK(t, r), P(t, j->y, r), &tw->part[r], j->ids, j->T);
+}
+
 static seer_status tp_embed(seer_backend *be, float *y, const seer_weight *emb, const int32_t *tokens, int T) {
     tp_be *t = tp_of(be);
     const tp_weight *tw = emb->data;
     if (tw->split.kind != SEER_SPLIT_NONE)
         return seer_err(SEER_ERR_UNSUPPORTED, "tensor parallelism: a divided embedding");
-    for (int r = 0; r < t->n; r++) {
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(ROPS(t, r)->embed(RANK(t, r), P(t, y, r), &tw->part[r], tokens, T));
-    }
+    op_job j = {.y = y, .w = emb, .ids = tokens, .T = T};
+    SEER_TRY(each(t, embed_rank, &j));
     seer_tp_set_repl(t, y);
     return SEER_OK;
+}
+
+/* rmsnorm of T rows of D, or with st SHARD of each rank's heads' rows (a.rows * w[r] / D) */
+static seer_status rmsnorm_rank(tp_be *t, int r, void *ctx) {
+    const op_job *j = ctx;
+    if (j->st == TP_ROOT && r > 0)
+        return SEER_OK;
+    const int T = j->st == TP_SHARD ? j->a.rows * (j->a.w[r] / j->D) : j->T;
+    SEER_TRY(seer_tp_bind(t, r));
+    return ROPS(t, r)->rmsnorm(RANK(t, r), P(t, j->y, r), P(t, j->x, r), P(t, j->w_norm, r), T, j->D, j->eps);
 }
 
 /* The per-head norms of Qwen3 and Gemma 3 (qk_norm): q or k divided by heads, normalised as
  * T rows of D = Dh, each rank its own heads' rows. Any other norm of a divided tensor would
  * need the whole row. */
-static seer_status rmsnorm_heads(tp_be *t, float *y, const float *x, const float *w, int T, int D, float eps,
-                                 const tp_alloc *a) {
+static bool norm_of_heads(const tp_be *t, int T, int D, const tp_alloc *a) {
     bool heads = D > 0 && a->full_w % D == 0 && (long long)T == (long long)a->rows * (a->full_w / D);
     for (int r = 0; heads && r < t->n; r++)
         heads = a->w[r] % D == 0 && a->col0[r] % D == 0;
-    if (!heads)
-        return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: rmsnorm of a divided tensor across its parts");
-    for (int r = 0; r < t->n; r++) {
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(ROPS(t, r)->rmsnorm(RANK(t, r), P(t, y, r), P(t, x, r), P(t, w, r), a->rows * (a->w[r] / D), D,
-                                     eps));
-    }
-    if (y != x)
-        seer_tp_set_shard(t, y, a->rows, a->full_w, a->col0, a->w);
-    return SEER_OK;
+    return heads;
 }
 
 static seer_status tp_rmsnorm(seer_backend *be, float *y, const float *x, const float *w, int T, int D, float eps) {
     tp_be *t = tp_of(be);
-    tp_alloc a;
-    const tp_state st = state_of(t, x, &a);
-    if (st == TP_SHARD)
-        return rmsnorm_heads(t, y, x, w, T, D, eps, &a);
-    const int n = st == TP_ROOT ? 1 : t->n;
-    for (int r = 0; r < n; r++) {
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(ROPS(t, r)->rmsnorm(RANK(t, r), P(t, y, r), P(t, x, r), P(t, w, r), T, D, eps));
-    }
-    if (st == TP_ROOT)
+    op_job j = {.y = y, .x = x, .w_norm = w, .T = T, .D = D, .eps = eps};
+    j.st = state_of(t, x, &j.a);
+    if (j.st == TP_SHARD && !norm_of_heads(t, T, D, &j.a))
+        return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: rmsnorm of a divided tensor across its parts");
+    SEER_TRY(each(t, rmsnorm_rank, &j));
+    if (j.st == TP_SHARD) {
+        if (y != x)
+            seer_tp_set_shard(t, y, j.a.rows, j.a.full_w, j.a.col0, j.a.w);
+    } else if (j.st == TP_ROOT) {
         seer_tp_set_root(t, y);
-    else
+    } else {
         seer_tp_set_repl(t, y);
+    }
     return SEER_OK;
+}
+
+static seer_status matmul_rank(tp_be *t, int r, void *ctx) {
+    const op_job *j = ctx;
+    const tp_weight *tw = j->w->data;
+    const seer_split_kind k = tw->split.kind;
+    const float *b = NULL;
+    if (j->bias && (k != SEER_SPLIT_COLS || r == 0)) /* a partial sum takes the bias once */
+        b = P(t, j->bias, r) + (k == SEER_SPLIT_ROWS || k == SEER_SPLIT_VOCAB ? tw->r0[r] : 0);
+    seer_status s = seer_tp_bind(t, r);
+    if (s == SEER_OK)
+        s = ROPS(t, r)->matmul(RANK(t, r), P(t, j->y, r), P(t, j->x, r), &tw->part[r], b, j->T);
+    return reduce(t, r, j, s);
 }
 
 static seer_status tp_matmul(seer_backend *be, float *y, const float *x, const seer_weight *w,
@@ -88,16 +142,9 @@ static seer_status tp_matmul(seer_backend *be, float *y, const float *x, const s
     tp_be *t = tp_of(be);
     const tp_weight *tw = w->data;
     const seer_split_kind k = tw->split.kind;
-    for (int r = 0; r < t->n; r++) {
-        const float *b = NULL;
-        if (bias && (k != SEER_SPLIT_COLS || r == 0)) /* a partial sum takes the bias once */
-            b = P(t, bias, r) + (k == SEER_SPLIT_ROWS || k == SEER_SPLIT_VOCAB ? tw->r0[r] : 0);
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(ROPS(t, r)->matmul(RANK(t, r), P(t, y, r), P(t, x, r), &tw->part[r], b, T));
-    }
-    if (k == SEER_SPLIT_COLS)
-        return seer_tp_all_reduce(t, y, T, w->rows);
-    if (k == SEER_SPLIT_NONE) {
+    op_job j = {.y = y, .x = x, .w = w, .bias = bias, .T = T, .red_cols = k == SEER_SPLIT_COLS ? w->rows : 0};
+    SEER_TRY(each(t, matmul_rank, &j));
+    if (k == SEER_SPLIT_COLS || k == SEER_SPLIT_NONE) {
         seer_tp_set_repl(t, y);
         return SEER_OK;
     }
@@ -110,27 +157,26 @@ static seer_status tp_matmul(seer_backend *be, float *y, const float *x, const s
     return SEER_OK;
 }
 
+/* Divided by input columns, rank 0 adds its partial product to y; the others overwrite theirs
+ * with it, and the sum across ranks is y plus every partial. */
+static seer_status matmul_add_rank(tp_be *t, int r, void *ctx) {
+    const op_job *j = ctx;
+    const tp_weight *tw = j->w->data;
+    seer_status s = seer_tp_bind(t, r);
+    if (s == SEER_OK && (r == 0 || !j->red_cols))
+        s = ROPS(t, r)->matmul_add(RANK(t, r), P(t, j->y, r), P(t, j->x, r), &tw->part[r], j->T);
+    else if (s == SEER_OK)
+        s = ROPS(t, r)->matmul(RANK(t, r), P(t, j->y, r), P(t, j->x, r), &tw->part[r], NULL, j->T);
+    return reduce(t, r, j, s);
+}
+
 static seer_status tp_matmul_add(seer_backend *be, float *y, const float *x, const seer_weight *w, int T) {
     tp_be *t = tp_of(be);
     const tp_weight *tw = w->data;
-    if (tw->split.kind != SEER_SPLIT_COLS) {
-        for (int r = 0; r < t->n; r++) {
-            SEER_TRY(seer_tp_bind(t, r));
-            SEER_TRY(ROPS(t, r)->matmul_add(RANK(t, r), P(t, y, r), P(t, x, r), &tw->part[r], T));
-        }
-        seer_tp_set_repl(t, y);
-        return SEER_OK;
-    }
-    /* rank 0 adds its partial product to y; the others overwrite theirs with it, and the sum
-     * across ranks is y plus every partial */
-    for (int r = 0; r < t->n; r++) {
-        SEER_TRY(seer_tp_bind(t, r));
-        if (r == 0)
-            SEER_TRY(ROPS(t, r)->matmul_add(RANK(t, r), y, x, &tw->part[r], T));
-        else
-            SEER_TRY(ROPS(t, r)->matmul(RANK(t, r), P(t, y, r), P(t, x, r), &tw->part[r], NULL, T));
-    }
-    return seer_tp_all_reduce(t, y, T, w->rows);
+    op_job j = {.y = y, .x = x, .w = w, .T = T, .red_cols = tw->split.kind == SEER_SPLIT_COLS ? w->rows : 0};
+    SEER_TRY(each(t, matmul_add_rank, &j));
+    seer_tp_set_repl(t, y);
+    return SEER_OK;
 }
 
 static void split_outputs(tp_be *t, float *const *ys, const tp_weight *tw, const seer_weight *w,
@@ -155,18 +201,26 @@ static void tag_outputs(tp_be *t, float *const *ys, const tp_weight *tw, const s
     }
 }
 
+/* matmul_split, or with h set norm_matmul_split */
+static seer_status matmul_split_rank(tp_be *t, int r, void *ctx) {
+    const op_job *j = ctx;
+    const tp_weight *tw = j->w->data;
+    float *ys_r[SEER_WEIGHT_MAX_SEG];
+    const float *bs_r[SEER_WEIGHT_MAX_SEG];
+    split_outputs(t, j->ys, tw, j->w, j->biases, r, ys_r, bs_r);
+    SEER_TRY(seer_tp_bind(t, r));
+    if (j->h)
+        return ROPS(t, r)->norm_matmul_split(RANK(t, r), ys_r, P(t, j->h, r), P(t, j->x, r), P(t, j->w_norm, r),
+                                             j->eps, &tw->part[r], j->biases ? bs_r : NULL, j->T);
+    return ROPS(t, r)->matmul_split(RANK(t, r), ys_r, P(t, j->x, r), &tw->part[r], j->biases ? bs_r : NULL, j->T);
+}
+
 static seer_status tp_matmul_split(seer_backend *be, float *const *ys, const float *x, const seer_weight *w,
                                    const float *const *biases, int T) {
     tp_be *t = tp_of(be);
-    const tp_weight *tw = w->data;
-    for (int r = 0; r < t->n; r++) {
-        float *ys_r[SEER_WEIGHT_MAX_SEG];
-        const float *bs_r[SEER_WEIGHT_MAX_SEG];
-        split_outputs(t, ys, tw, w, biases, r, ys_r, bs_r);
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(ROPS(t, r)->matmul_split(RANK(t, r), ys_r, P(t, x, r), &tw->part[r], biases ? bs_r : NULL, T));
-    }
-    tag_outputs(t, ys, tw, w, T);
+    op_job j = {.ys = ys, .x = x, .w = w, .biases = biases, .T = T};
+    SEER_TRY(each(t, matmul_split_rank, &j));
+    tag_outputs(t, ys, w->data, w, T);
     return SEER_OK;
 }
 
@@ -174,27 +228,25 @@ static seer_status tp_norm_matmul_split(seer_backend *be, float *const *ys, floa
                                         const float *w_norm, float eps, const seer_weight *w,
                                         const float *const *biases, int T) {
     tp_be *t = tp_of(be);
-    const tp_weight *tw = w->data;
-    for (int r = 0; r < t->n; r++) {
-        float *ys_r[SEER_WEIGHT_MAX_SEG];
-        const float *bs_r[SEER_WEIGHT_MAX_SEG];
-        split_outputs(t, ys, tw, w, biases, r, ys_r, bs_r);
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(ROPS(t, r)->norm_matmul_split(RANK(t, r), ys_r, P(t, h, r), P(t, x, r), P(t, w_norm, r),
-                                               eps, &tw->part[r], biases ? bs_r : NULL, T));
-    }
+    op_job j = {.ys = ys, .h = h, .x = x, .w_norm = w_norm, .eps = eps, .w = w, .biases = biases, .T = T};
+    SEER_TRY(each(t, matmul_split_rank, &j));
     seer_tp_set_repl(t, h);
-    tag_outputs(t, ys, tw, w, T);
+    tag_outputs(t, ys, w->data, w, T);
     return SEER_OK;
+}
+
+static seer_status matmul_glu_rank(tp_be *t, int r, void *ctx) {
+    const op_job *j = ctx;
+    const tp_weight *tw = j->w->data;
+    SEER_TRY(seer_tp_bind(t, r));
+    return ROPS(t, r)->matmul_glu(RANK(t, r), P(t, j->y, r), P(t, j->x, r), &tw->part[r], j->T);
 }
 
 static seer_status tp_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w, int T) {
     tp_be *t = tp_of(be);
     const tp_weight *tw = w->data;
-    for (int r = 0; r < t->n; r++) {
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(ROPS(t, r)->matmul_glu(RANK(t, r), P(t, y, r), P(t, x, r), &tw->part[r], T));
-    }
+    op_job j = {.y = y, .x = x, .w = w, .T = T};
+    SEER_TRY(each(t, matmul_glu_rank, &j));
     if (tw->split.kind == SEER_SPLIT_NONE) {
         seer_tp_set_repl(t, y);
         return SEER_OK;
@@ -208,37 +260,37 @@ static seer_status tp_matmul_glu(seer_backend *be, float *y, const float *x, con
     return SEER_OK;
 }
 
+/* With the down projection divided over several ranks, rank 0 adds its partial to x in the
+ * fused op; the others write theirs over x once they have read it, and the all-reduce makes x
+ * plus every partial. */
+static seer_status ffn_glu_rank(tp_be *t, int r, void *ctx) {
+    const op_job *j = ctx;
+    const tp_weight *gu = j->w->data, *dn = j->w2->data;
+    seer_backend *b = RANK(t, r);
+    float *xr = P(t, j->y, r), *hr = P(t, j->h, r), *gr = P(t, j->g, r);
+    seer_status s = seer_tp_bind(t, r);
+    if (s == SEER_OK && (r == 0 || t->n == 1 || dn->split.kind != SEER_SPLIT_COLS)) {
+        s = b->ops->ffn_glu(b, xr, hr, P(t, j->w_norm, r), j->eps, &gu->part[r], &dn->part[r], gr, j->T);
+    } else if (s == SEER_OK) {
+        s = b->ops->rmsnorm(b, hr, xr, P(t, j->w_norm, r), j->T, j->D, j->eps);
+        if (s == SEER_OK)
+            s = b->ops->matmul_glu(b, gr, hr, &gu->part[r], j->T);
+        if (s == SEER_OK)
+            s = b->ops->matmul(b, xr, gr, &dn->part[r], NULL, j->T);
+    }
+    return reduce(t, r, j, s);
+}
+
 static seer_status tp_ffn_glu(seer_backend *be, float *x, float *h, const float *w_norm, float eps,
                               const seer_weight *wgu, const seer_weight *wdown, float *g, int T) {
     tp_be *t = tp_of(be);
-    const tp_weight *gu = wgu->data, *dn = wdown->data;
-    if (dn->split.kind != SEER_SPLIT_COLS || t->n == 1) {
-        for (int r = 0; r < t->n; r++) {
-            SEER_TRY(seer_tp_bind(t, r));
-            SEER_TRY(ROPS(t, r)->ffn_glu(RANK(t, r), P(t, x, r), P(t, h, r), P(t, w_norm, r), eps,
-                                         &gu->part[r], &dn->part[r], P(t, g, r), T));
-        }
-        if (dn->split.kind == SEER_SPLIT_COLS)
-            return seer_tp_all_reduce(t, x, T, wdown->rows); /* one rank: through the communicator still */
-        seer_tp_set_repl(t, x);
-        return SEER_OK;
-    }
-    /* rank 0 adds its partial to x in the fused op; the others write theirs over x once they
-     * have read it, and the all-reduce makes x plus every partial */
-    const int D = wgu->cols;
-    for (int r = 0; r < t->n; r++) {
-        seer_backend *b = RANK(t, r);
-        SEER_TRY(seer_tp_bind(t, r));
-        if (r == 0) {
-            SEER_TRY(b->ops->ffn_glu(b, x, h, w_norm, eps, &gu->part[0], &dn->part[0], g, T));
-            continue;
-        }
-        float *xr = P(t, x, r), *hr = P(t, h, r), *gr = P(t, g, r);
-        SEER_TRY(b->ops->rmsnorm(b, hr, xr, P(t, w_norm, r), T, D, eps));
-        SEER_TRY(b->ops->matmul_glu(b, gr, hr, &gu->part[r], T));
-        SEER_TRY(b->ops->matmul(b, xr, gr, &dn->part[r], NULL, T));
-    }
-    return seer_tp_all_reduce(t, x, T, wdown->rows);
+    const tp_weight *dn = wdown->data;
+    /* one rank divided by columns still sums through the communicator */
+    op_job j = {.y = x, .h = h, .g = g, .w_norm = w_norm, .eps = eps, .w = wgu, .w2 = wdown, .T = T,
+                .D = wgu->cols, .red_cols = dn->split.kind == SEER_SPLIT_COLS ? wdown->rows : 0};
+    SEER_TRY(each(t, ffn_glu_rank, &j));
+    seer_tp_set_repl(t, x);
+    return SEER_OK;
 }
 
 /* Local heads of a tensor of n_heads heads of Dh on rank r: its part's width where divided. */
@@ -247,46 +299,57 @@ static int local_heads(tp_be *t, const void *p, int n_heads, int Dh, int r) {
     return state_of(t, p, &a) == TP_SHARD ? a.w[r] / Dh : n_heads;
 }
 
+static seer_status rope_rank(tp_be *t, int r, void *ctx) {
+    const op_job *j = ctx;
+    SEER_TRY(seer_tp_bind(t, r));
+    return ROPS(t, r)->rope(RANK(t, r), P(t, j->y, r), j->pos, j->T, local_heads(t, j->y, j->H, j->Dh, r), j->Dh,
+                            P(t, j->inv_freq, r), j->neox);
+}
+
 static seer_status tp_rope(seer_backend *be, float *x, const int32_t *pos, int T, int n_heads, int Dh,
                            const float *inv_freq, int neox) {
-    tp_be *t = tp_of(be);
-    for (int r = 0; r < t->n; r++) {
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(ROPS(t, r)->rope(RANK(t, r), P(t, x, r), pos, T, local_heads(t, x, n_heads, Dh, r), Dh,
-                                  P(t, inv_freq, r), neox));
-    }
-    return SEER_OK;
+    op_job j = {.y = x, .pos = pos, .T = T, .H = n_heads, .Dh = Dh, .inv_freq = inv_freq, .neox = neox};
+    return each(tp_of(be), rope_rank, &j);
+}
+
+static seer_status rope_kv_store_rank(tp_be *t, int r, void *ctx) {
+    const op_job *j = ctx;
+    const tp_kv *tk = j->kv;
+    const seer_kv_geom l = seer_tp_geom(t, j->geom, r);
+    SEER_TRY(seer_tp_bind(t, r));
+    return ROPS(t, r)->rope_kv_store(RANK(t, r), P(t, j->y, r), P(t, j->g, r), P(t, j->x, r), j->pos, j->T,
+                                     local_heads(t, j->y, j->H, j->Dh, r), l.n_kv_heads, j->Dh, P(t, j->inv_freq, r),
+                                     j->neox, tk->kv[r], &l, j->layer, j->page, j->row);
 }
 
 static seer_status tp_rope_kv_store(seer_backend *be, float *q, float *k, const float *v, const int32_t *pos,
                                     int T, int H, int Hkv, int Dh, const float *inv_freq, int neox, void *kv,
                                     const seer_kv_geom *g, int layer, const int32_t *page, const int32_t *row) {
-    tp_be *t = tp_of(be);
-    tp_kv *tk = kv;
-    for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = seer_tp_geom(t, g, r);
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(ROPS(t, r)->rope_kv_store(RANK(t, r), P(t, q, r), P(t, k, r), P(t, v, r), pos, T,
-                                           local_heads(t, q, H, Dh, r), l.n_kv_heads, Dh, P(t, inv_freq, r),
-                                           neox, tk->kv[r], &l, layer, page, row));
-    }
-    return SEER_OK;
+    op_job j = {.y = q, .g = k, .x = v, .pos = pos, .T = T, .H = H, .Hkv = Hkv, .Dh = Dh, .inv_freq = inv_freq,
+                .neox = neox, .kv = kv, .geom = g, .layer = layer, .page = page, .row = row};
+    return each(tp_of(be), rope_kv_store_rank, &j);
+}
+
+static seer_status attention_rank(tp_be *t, int r, void *ctx) {
+    const op_job *j = ctx;
+    const tp_kv *tk = j->kv;
+    const seer_kv_geom l = seer_tp_geom(t, j->geom, r);
+    SEER_TRY(seer_tp_bind(t, r));
+    return ROPS(t, r)->attention(RANK(t, r), P(t, j->y, r), P(t, j->x, r), tk->kv[r], &l, j->layer, &t->ab_r[r]);
 }
 
 static seer_status tp_attention(seer_backend *be, float *out, const float *q, const void *kv,
                                 const seer_kv_geom *g, int layer, const seer_attn_batch *ab) {
     tp_be *t = tp_of(be);
-    const tp_kv *tk = kv;
     SEER_TRY(seer_tp_batch(t, ab));
+    op_job j = {.y = out, .x = q, .kv = kv, .geom = g, .layer = layer};
+    SEER_TRY(each(t, attention_rank, &j));
     int col0[SEER_TP_MAX], w[SEER_TP_MAX];
     for (int r = 0; r < t->n; r++) {
-        const seer_kv_geom l = seer_tp_geom(t, g, r);
         int h0, nh;
         seer_tp_units(ab->n_heads, t->n, r, &h0, &nh);
         col0[r] = h0 * ab->head_dim;
         w[r] = nh * ab->head_dim;
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(ROPS(t, r)->attention(RANK(t, r), P(t, out, r), P(t, q, r), tk->kv[r], &l, layer, &t->ab_r[r]));
     }
     seer_tp_set_shard(t, out, ab->T, ab->n_heads * ab->head_dim, col0, w);
     return SEER_OK;
@@ -295,24 +358,27 @@ static seer_status tp_attention(seer_backend *be, float *out, const float *q, co
 /* An elementwise op over n elements (v: its constant, where it has one), held as key is: on
  * every rank (whole or divided alike, n scaled to the part), or on rank 0 alone when only it
  * holds key. */
-typedef seer_status (*elem_fn)(seer_backend *b, float *y, const float *a, const float *c, size_t n, float v);
+static seer_status elementwise_rank(tp_be *t, int r, void *ctx) {
+    const op_job *j = ctx;
+    if (j->st == TP_ROOT && r > 0)
+        return SEER_OK;
+    const size_t nl = j->st == TP_SHARD ? j->n / (size_t)j->a.full_w * (size_t)j->a.w[r] : j->n;
+    SEER_TRY(seer_tp_bind(t, r));
+    return j->f(RANK(t, r), P(t, j->y, r), P(t, j->x, r), P(t, j->c, r), nl, j->v);
+}
 
 static seer_status elementwise(tp_be *t, const void *key, float *y, const float *a, const float *c,
                                size_t n, float v, elem_fn f) {
-    tp_alloc al;
-    const tp_state st = state_of(t, key, &al);
-    const int nr = st == TP_ROOT ? 1 : t->n;
-    if (st == TP_SHARD && n % (size_t)al.full_w)
+    op_job j = {.y = y, .x = a, .c = c, .n = n, .v = v, .f = f};
+    j.st = state_of(t, key, &j.a);
+    const tp_alloc *al = &j.a;
+    if (j.st == TP_SHARD && n % (size_t)al->full_w)
         return seer_err(SEER_ERR_INTERNAL, "tensor parallelism: an elementwise op over part of a divided row");
-    for (int r = 0; r < nr; r++) {
-        const size_t nl = st == TP_SHARD ? n / (size_t)al.full_w * (size_t)al.w[r] : n;
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(f(RANK(t, r), P(t, y, r), P(t, a, r), P(t, c, r), nl, v));
-    }
-    if (st == TP_SHARD)
-        (al.vocab ? seer_tp_set_vocab : seer_tp_set_shard)(t, y, (int)(n / (size_t)al.full_w), al.full_w, al.col0,
-                                                             al.w);
-    else if (st == TP_ROOT)
+    SEER_TRY(each(t, elementwise_rank, &j));
+    if (j.st == TP_SHARD)
+        (al->vocab ? seer_tp_set_vocab : seer_tp_set_shard)(t, y, (int)(n / (size_t)al->full_w), al->full_w,
+                                                              al->col0, al->w);
+    else if (j.st == TP_ROOT)
         seer_tp_set_root(t, y);
     else
         seer_tp_set_repl(t, y);
@@ -366,27 +432,55 @@ static seer_status tp_add(seer_backend *be, float *y, const float *x, size_t n) 
     return elementwise(t, key, y, x, NULL, n, 0.f, add_fn);
 }
 
+static seer_status gather_rows_rank(tp_be *t, int r, void *ctx) {
+    const op_job *j = ctx;
+    if (j->st == TP_ROOT && r > 0)
+        return SEER_OK;
+    SEER_TRY(seer_tp_bind(t, r));
+    return ROPS(t, r)->gather_rows(RANK(t, r), P(t, j->y, r), P(t, j->x, r), j->ids, j->T,
+                                   j->st == TP_SHARD ? j->a.w[r] : j->D);
+}
+
 static seer_status tp_gather_rows(seer_backend *be, float *y, const float *x, const int32_t *rows, int n_rows,
                                   int D) {
     tp_be *t = tp_of(be);
-    tp_alloc a;
-    const tp_state st = state_of(t, x, &a);
-    if (st == TP_SHARD && D != a.full_w)
+    op_job j = {.y = y, .x = x, .ids = rows, .T = n_rows, .D = D};
+    if (state_of(t, x, &j.a) == TP_SHARD && D != j.a.full_w)
         SEER_TRY(seer_tp_make_root(t, x));
-    const tp_state s2 = state_of(t, x, &a);
-    const int nr = s2 == TP_ROOT ? 1 : t->n;
-    for (int r = 0; r < nr; r++) {
-        SEER_TRY(seer_tp_bind(t, r));
-        SEER_TRY(ROPS(t, r)->gather_rows(RANK(t, r), P(t, y, r), P(t, x, r), rows, n_rows,
-                                         s2 == TP_SHARD ? a.w[r] : D));
-    }
-    if (s2 == TP_SHARD)
-        (a.vocab ? seer_tp_set_vocab : seer_tp_set_shard)(t, y, n_rows, a.full_w, a.col0, a.w);
-    else if (s2 == TP_ROOT)
+    j.st = state_of(t, x, &j.a);
+    SEER_TRY(each(t, gather_rows_rank, &j));
+    const tp_alloc *a = &j.a;
+    if (j.st == TP_SHARD)
+        (a->vocab ? seer_tp_set_vocab : seer_tp_set_shard)(t, y, n_rows, a->full_w, a->col0, a->w);
+    else if (j.st == TP_ROOT)
         seer_tp_set_root(t, y);
     else
         seer_tp_set_repl(t, y);
     return SEER_OK;
+}
+
+/* Rank r's argmax over its vocabulary and the maxima themselves (element lid[i] of row i of
+ * its part, gathered as rows of one float), into lid and val [n] at rank r's place. */
+typedef struct {
+    const float *logits;
+    int n;
+    const tp_alloc *a;
+    int32_t *lid; /* [n_ranks][n] */
+    float *val;   /* [n_ranks][n] */
+} argmax_job;
+
+static seer_status argmax_rank(tp_be *t, int r, void *ctx) {
+    const argmax_job *j = ctx;
+    seer_backend *b = RANK(t, r);
+    const float *lr = P(t, j->logits, r);
+    const int n = j->n, w = j->a->w[r];
+    int32_t *lid = j->lid + (size_t)r * n, *rows = t->amax_rows + (size_t)r * n;
+    SEER_TRY(seer_tp_bind(t, r));
+    SEER_TRY(b->ops->argmax_rows(b, lid, lr, n, w));
+    for (int i = 0; i < n; i++)
+        rows[i] = i * w + lid[i];
+    SEER_TRY(b->ops->gather_rows(b, t->amax[r], lr, rows, n, 1));
+    return b->ops->download(b, j->val + (size_t)r * n, t->amax[r], (size_t)n * sizeof(float));
 }
 
 /* Greedy decoding over logits divided by vocabulary: each rank's argmax and its value, then
@@ -400,9 +494,10 @@ static seer_status argmax_divided(tp_be *t, int32_t *ids, const float *logits, i
                 t->amax[r] = NULL;
             }
         t->amax_cap = 0;
-        int32_t *nr = realloc(t->amax_rows, (size_t)n * sizeof *nr);
+        int32_t *nr = seer_malloc_array((size_t)n * t->n, sizeof *nr);
         if (!nr)
             return seer_err(SEER_ERR_OOM, "out of memory");
+        free(t->amax_rows);
         t->amax_rows = nr;
         for (int r = 0; r < t->n; r++) {
             SEER_TRY(seer_tp_bind(t, r));
@@ -410,31 +505,25 @@ static seer_status argmax_divided(tp_be *t, int32_t *ids, const float *logits, i
         }
         t->amax_cap = n;
     }
-    int32_t *lid = seer_malloc_array((size_t)n, sizeof *lid);
-    float *val = seer_malloc_array((size_t)n, sizeof *val), *best = seer_malloc_array((size_t)n, sizeof *best);
-    seer_status s = lid && val && best ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
-    for (int r = 0; r < t->n && s == SEER_OK; r++) {
-        seer_backend *b = RANK(t, r);
-        const float *lr = P(t, logits, r);
-        s = seer_tp_bind(t, r);
-        if (s == SEER_OK)
-            s = b->ops->argmax_rows(b, lid, lr, n, a->w[r]);
-        /* the maxima: element lid[i] of row i of the part, gathered as rows of one float */
-        for (int i = 0; i < n && s == SEER_OK; i++)
-            t->amax_rows[i] = i * a->w[r] + lid[i];
-        if (s == SEER_OK)
-            s = b->ops->gather_rows(b, t->amax[r], lr, t->amax_rows, n, 1);
-        if (s == SEER_OK)
-            s = b->ops->download(b, val, t->amax[r], (size_t)n * sizeof(float));
-        for (int i = 0; i < n && s == SEER_OK; i++)
-            if (r == 0 || (!isnan(val[i]) && (isnan(best[i]) || val[i] > best[i]))) {
-                ids[i] = a->col0[r] + lid[i];
-                best[i] = val[i];
+    argmax_job j = {.logits = logits, .n = n, .a = a};
+    j.lid = seer_malloc_array((size_t)n * t->n, sizeof *j.lid);
+    j.val = seer_malloc_array((size_t)n * t->n, sizeof *j.val);
+    seer_status s = j.lid && j.val ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
+    if (s == SEER_OK)
+        s = seer_tp_each(t, argmax_rank, &j);
+    for (int i = 0; i < n && s == SEER_OK; i++) {
+        float best = j.val[i];
+        ids[i] = a->col0[0] + j.lid[i];
+        for (int r = 1; r < t->n; r++) {
+            const float v = j.val[(size_t)r * n + i];
+            if (!isnan(v) && (isnan(best) || v > best)) {
+                ids[i] = a->col0[r] + j.lid[(size_t)r * n + i];
+                best = v;
             }
+        }
     }
-    free(lid);
-    free(val);
-    free(best);
+    free(j.lid);
+    free(j.val);
     return s;
 }
 

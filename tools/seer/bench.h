@@ -144,6 +144,8 @@ typedef struct {
     seer_kv_type kv_type;    /* the run's (fp.kv_bytes_per_token counts its bytes) */
     uint64_t kv_capacity;    /* tokens of KV of kv_type the free memory held before any context
                                 (seer_model_kv_capacity); 0: unknown */
+    double allreduce_s[BENCH_MAX_LIST]; /* --tp: one all-reduce of batch[i] rows of D, seconds
+                                           (0: not measured) */
     bench_prefill prefill[BENCH_MAX_LIST];
     int n_prefill;
     bench_resume resume[BENCH_MAX_LIST];

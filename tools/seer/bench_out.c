@@ -70,6 +70,16 @@ static void print_header(FILE *f, const bench_opts *o, const bench_result *r) {
                 r->ranks, r->ranks);
     else
         fprintf(f, "floor = (W + B*L*c) / BW; fraction = floor / measured\n");
+    if (r->ranks > 1 || o->tp == 1) {
+        fprintf(f, "per GPU: W / %d = %.3f GB at BW: %.3f ms of each step's floor, before its KV\n", r->ranks,
+                r->fp.weight_bytes * 1e-9 / r->ranks, (double)r->fp.weight_bytes / r->ranks / r->bandwidth * 1e3);
+        for (int k = 0; k < o->n_batch; k++)
+            if (r->allreduce_s[k] > 0)
+                fprintf(f, "all-reduce of B = %d rows of D: %.1f us each, 2 x %d layers = %.3f ms per step "
+                           "(timed alone, as the forward call makes it)\n",
+                        o->batch[k], r->allreduce_s[k] * 1e6, in->n_layers,
+                        2.0 * in->n_layers * r->allreduce_s[k] * 1e3);
+    }
     if (r->has_peer)
         fprintf(f, "peer    %s\n        %s\n        peer ms = its ms/step at the same L and B; speedup = "
                    "peer ms / ms/step (> 1: seer is faster)\n",

@@ -740,6 +740,12 @@ int cmd_bench(int argc, char **argv) {
     fprintf(stderr, "seer bench: %s on %s, copy bandwidth %.3f TB/s\n",
             seer_text_escape(r.info.name, shown_name, sizeof shown_name), r.info.backend,
             r.bandwidth * 1e-12);
+    /* the all-reduces a divided step makes, two per layer, timed apart from the steps */
+    for (int k = 0; o.tp >= 1 && k < o.n_batch; k++)
+        if ((s = seer_model_time_all_reduce(m, o.batch[k], 200, &r.allreduce_s[k])) != SEER_OK) {
+            cli_error("timing the all-reduce", s);
+            goto done;
+        }
     for (int k = 0; k < o.n_prefill; k++) {
         bench_prefill *pf = &r.prefill[r.n_prefill++];
         pf->tokens = o.prefill[k];

@@ -35,6 +35,7 @@ static seer_status stage_reserve(seer_cuda *c, size_t bytes) {
     if (bytes <= c->stage_cap)
         return SEER_OK;
     size_t want = bytes + bytes / 2;
+    seer_cuda_unsafe_guard g(c->device); /* page-locked memory may synchronise the device */
     if (c->stage)
         CUDA_TRY(cudaFreeHost(c->stage));
     c->stage = NULL;

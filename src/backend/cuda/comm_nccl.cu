@@ -1,12 +1,14 @@
 /*
  * comm_nccl.cu: the CUDA backend's communicator for tensor parallelism (parallel/comm.h) over
- * NCCL, one process and one thread driving every rank's device, and the make_current op that
- * such a thread needs. NCCL is loaded at run time (dlopen), so that seer builds and runs
+ * NCCL: one NCCL communicator per rank, each called only from its rank's thread (no group
+ * spans devices: NCCL refuses a group whose communicators are not all being captured into a
+ * graph, and advises one GPU per thread under capture), and the make_current op that such a
+ * thread needs. NCCL is loaded at run time (dlopen), so that seer builds and runs
  * without it: only a tensor-parallel model asks for it, and is refused clearly when it is
  * missing.
  * Not for: deciding what the ranks hold or when they talk (src/parallel/tp_backend.c).
  */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/comm_oneshot.cuh"
 
 extern "C" {
 #include "parallel/comm.h"
@@ -185,7 +187,12 @@ typedef struct {
     seer_comm base;   /* first: callers hold a pointer to it */
     seer_cuda **rank; /* [n] */
     nccl_comm_t *nc;  /* [n] NCCL's communicator of rank r, on rank r's device */
+    seer_oneshot *os; /* small messages over peer memory; NULL: NCCL takes them all */
 } nccl_comm;
+
+/* The largest all-reduce the one-shot kernel takes: 16 rows of verification over 8 ranks of
+ * an 8B model's residual stream are 16 x 5 x 16 KiB; prefill's larger messages go to NCCL. */
+#define ONESHOT_MAX_BYTES (1u << 20)
 
 /* y[i] = ((t[0][i] + t[1][i]) + t[2][i]) ... over t [n][count]: the CPU reference's order, and
  * the same bits on every rank, since every rank sums the same gathered values. */
@@ -199,61 +206,43 @@ static __global__ void comm_sum_ordered(float *y, const float *t, size_t count, 
     }
 }
 
-static seer_status nccl_all_reduce(seer_comm *base, float *const *bufs, size_t count, bool ordered) {
+static seer_status nccl_all_reduce(seer_comm *base, int r, float *buf, size_t count, bool ordered) {
     nccl_comm *c = (nccl_comm *)base;
     const int n = base->n;
     if (count == 0)
         return SEER_OK;
     device_restore keep;
-    nccl_first f = {};
+    seer_cuda *cr = c->rank[r];
+    CUDA_TRY(cudaSetDevice(cr->device));
+    /* the one-shot kernel sums in rank order: ordered or not, the bits of the ordered sum */
+    if (seer_oneshot_takes(c->os, count))
+        return seer_oneshot_all_reduce(c->os, r, buf, count);
     if (!ordered) {
-        /* One group: NCCL launches every rank's part together, as a single thread must. */
-        NCCL_TRY("ncclGroupStart", nccl.group_start());
-        for (int r = 0; r < n; r++)
-            if (!nccl_ok(&f, "ncclAllReduce",
-                         nccl.all_reduce(bufs[r], bufs[r], count, NCCL_FLOAT, NCCL_SUM, c->nc[r],
-                                         c->rank[r]->stream)))
-                break;
-        return nccl_group_end(&f);
+        NCCL_TRY("ncclAllReduce", nccl.all_reduce(buf, buf, count, NCCL_FLOAT, NCCL_SUM, c->nc[r], cr->stream));
+        return SEER_OK;
     }
     /* Ordered: NCCL's ring or tree sums in an order that depends on count and the topology, so
      * every rank gathers all the parts and sums them itself in rank order. */
     if (count > SIZE_MAX / sizeof(float) / (size_t)n)
         return seer_err(SEER_ERR_INVALID_ARG, "NCCL: an all-reduce of %zu floats over %d ranks is too large",
                         count, n);
-    for (int r = 0; r < n; r++) {
-        seer_cuda *cr = c->rank[r];
-        CUDA_TRY(cudaSetDevice(cr->device));
-        /* During a graph capture a growth fails, and the forward call runs again op by op. */
-        SEER_TRY(seer_cuda_reserve(cr, &cr->comm->tmp, (size_t)n * count * sizeof(float),
-                                   "the tensor-parallel all-reduce's staging"));
-    }
-    NCCL_TRY("ncclGroupStart", nccl.group_start());
-    for (int r = 0; r < n; r++)
-        if (!nccl_ok(&f, "ncclAllGather",
-                     nccl.all_gather(bufs[r], c->rank[r]->comm->tmp.p, count, NCCL_FLOAT, c->nc[r],
-                                     c->rank[r]->stream)))
-            break;
-    SEER_TRY(nccl_group_end(&f));
-    for (int r = 0; r < n; r++) {
-        seer_cuda *cr = c->rank[r];
-        CUDA_TRY(cudaSetDevice(cr->device)); /* a kernel goes to the current device's stream */
-        comm_sum_ordered<<<seer_cuda_grid(count, 256), 256, 0, cr->stream>>>(
-            bufs[r], (const float *)cr->comm->tmp.p, count, n);
-        LAUNCH_TRY("comm_sum_ordered");
-    }
+    /* During a graph capture a growth fails, and the forward call runs again op by op. Every
+     * rank's staging has grown through the same calls, so every rank fails here alike and
+     * none is left waiting in the gather. */
+    SEER_TRY(seer_cuda_reserve(cr, &cr->comm->tmp, (size_t)n * count * sizeof(float),
+                               "the tensor-parallel all-reduce's staging"));
+    NCCL_TRY("ncclAllGather", nccl.all_gather(buf, cr->comm->tmp.p, count, NCCL_FLOAT, c->nc[r], cr->stream));
+    comm_sum_ordered<<<seer_cuda_grid(count, 256), 256, 0, cr->stream>>>(buf, (const float *)cr->comm->tmp.p,
+                                                                         count, n);
+    LAUNCH_TRY("comm_sum_ordered");
     return SEER_OK;
 }
 
-static seer_status nccl_gather_cols(seer_comm *base, float *dst, size_t ld, int rows,
-                                    const float *const *src, const int *col0, const int *ncols) {
-    nccl_comm *c = (nccl_comm *)base;
-    const int n = base->n;
-    if (rows <= 0)
-        return SEER_OK;
-    device_restore keep;
+/* Rank 0's side of gather_cols: its own block copied, the others' received. */
+static seer_status gather_root(nccl_comm *c, float *dst, size_t ld, int rows, const float *src,
+                               const int *col0, const int *ncols) {
+    const int n = c->base.n;
     seer_cuda *c0 = c->rank[0];
-    CUDA_TRY(cudaSetDevice(c0->device));
     const size_t fs = sizeof(float);
     /* Rank r's block [rows][ncols[r]] arrives whole; with one row it is already the row's
      * columns and lands in dst directly, otherwise it is staged and copied with dst's pitch.
@@ -266,17 +255,17 @@ static seer_status nccl_gather_cols(seer_comm *base, float *dst, size_t ld, int 
     if (staged)
         SEER_TRY(seer_cuda_reserve(c0, &c0->comm->tmp, staged * fs, "the tensor-parallel gather's staging"));
     float *tmp = (float *)c0->comm->tmp.p;
-    if (ncols[0] > 0 && rows == 1 && dst + col0[0] != src[0])
-        CUDA_TRY(cudaMemcpyAsync(dst + col0[0], src[0], (size_t)ncols[0] * fs, cudaMemcpyDeviceToDevice,
-                                 c0->stream));
+    if (ncols[0] > 0 && rows == 1 && dst + col0[0] != src)
+        CUDA_TRY(cudaMemcpyAsync(dst + col0[0], src, (size_t)ncols[0] * fs, cudaMemcpyDeviceToDevice, c0->stream));
     if (ncols[0] > 0 && rows > 1) {
         const size_t w = (size_t)ncols[0] * fs;
-        CUDA_TRY(cudaMemcpyAsync(tmp, src[0], (size_t)rows * w, cudaMemcpyDeviceToDevice, c0->stream));
+        CUDA_TRY(cudaMemcpyAsync(tmp, src, (size_t)rows * w, cudaMemcpyDeviceToDevice, c0->stream));
         CUDA_TRY(cudaMemcpy2DAsync(dst + col0[0], ld * fs, tmp, w, w, (size_t)rows, cudaMemcpyDeviceToDevice,
                                    c0->stream));
     }
     if (n == 1)
         return SEER_OK;
+    /* one group over rank 0's own communicator: its receives from every rank together */
     nccl_first f = {};
     NCCL_TRY("ncclGroupStart", nccl.group_start());
     size_t off = rows > 1 ? (size_t)rows * (size_t)ncols[0] : 0;
@@ -287,8 +276,7 @@ static seer_status nccl_gather_cols(seer_comm *base, float *dst, size_t ld, int 
         float *into = rows == 1 ? dst + col0[r] : tmp + off;
         if (rows > 1)
             off += cnt;
-        if (!nccl_ok(&f, "ncclSend", nccl.send(src[r], cnt, NCCL_FLOAT, 0, c->nc[r], c->rank[r]->stream)) ||
-            !nccl_ok(&f, "ncclRecv", nccl.recv(into, cnt, NCCL_FLOAT, r, c->nc[0], c0->stream)))
+        if (!nccl_ok(&f, "ncclRecv", nccl.recv(into, cnt, NCCL_FLOAT, r, c->nc[0], c0->stream)))
             break;
     }
     SEER_TRY(nccl_group_end(&f));
@@ -306,6 +294,21 @@ static seer_status nccl_gather_cols(seer_comm *base, float *dst, size_t ld, int 
     return SEER_OK;
 }
 
+static seer_status nccl_gather_cols(seer_comm *base, int r, float *dst, size_t ld, int rows, const float *src,
+                                    const int *col0, const int *ncols) {
+    nccl_comm *c = (nccl_comm *)base;
+    if (rows <= 0)
+        return SEER_OK;
+    device_restore keep;
+    seer_cuda *cr = c->rank[r];
+    CUDA_TRY(cudaSetDevice(cr->device));
+    if (r == 0)
+        return gather_root(c, dst, ld, rows, src, col0, ncols);
+    if (ncols[r] > 0)
+        NCCL_TRY("ncclSend", nccl.send(src, (size_t)rows * (size_t)ncols[r], NCCL_FLOAT, 0, c->nc[r], cr->stream));
+    return SEER_OK;
+}
+
 static void nccl_comm_delete(nccl_comm *c) {
     if (c) {
         free(c->nc);
@@ -319,11 +322,16 @@ static void nccl_comm_free(seer_comm *base) {
         return;
     nccl_comm *c = (nccl_comm *)base;
     device_restore keep;
+    int devs[SEER_TP_MAX];
+    for (int r = 0; r < base->n && r < SEER_TP_MAX; r++)
+        devs[r] = c->rank[r]->device;
+    seer_cuda_unsafe_guard unsafe(devs, base->n);
     /* ncclCommDestroy flushes the rank's outstanding NCCL work first. A failure here cannot be
      * reported (free returns nothing) and leaves nothing the caller could fix. */
     for (int r = 0; r < base->n; r++)
         if (c->nc[r])
             (void)nccl.comm_destroy(c->nc[r]);
+    seer_oneshot_free(c->os);
     (void)cudaGetLastError();
     nccl_comm_delete(c);
 }
@@ -366,6 +374,9 @@ extern "C" seer_status seer_cuda_comm_init(seer_backend *const *ranks, int n, se
         devs[r] = c->rank[r]->device;
     }
     int rc;
+    /* NCCL's set-up and the one-shot kernel's allocate and synchronise devices: not beside
+     * another thread's graph capture (cuda_common.cuh) */
+    seer_cuda_unsafe_guard unsafe(devs, n);
     {
         device_restore keep; /* ncclCommInitAll visits every device */
         rc = nccl.comm_init_all(c->nc, n, devs);
@@ -374,6 +385,15 @@ extern "C" seer_status seer_cuda_comm_init(seer_backend *const *ranks, int n, se
     if (rc != NCCL_SUCCESS) {
         nccl_comm_delete(c);
         return nccl_fail(rc, "ncclCommInitAll");
+    }
+    seer_status s;
+    {
+        device_restore keep;
+        s = seer_oneshot_init(c->rank, n, ONESHOT_MAX_BYTES, &c->os);
+    }
+    if (s != SEER_OK) {
+        nccl_comm_free(&c->base);
+        return s;
     }
     *out = &c->base;
     return SEER_OK;

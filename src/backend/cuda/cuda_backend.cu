@@ -108,7 +108,11 @@ seer_status seer_cuda_malloc(seer_cuda *c, size_t bytes, const char *what, void 
     if (n < bytes)
         return seer_err(SEER_ERR_OOM, "CUDA: cannot allocate %zu bytes for %s", bytes, what);
     void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, n);
+    cudaError_t e;
+    {
+        seer_cuda_unsafe_guard g(c->device);
+        e = cudaMalloc(&p, n);
+    }
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
         size_t fr = 0, tot = 0;
@@ -140,6 +144,7 @@ seer_status seer_cuda_malloc(seer_cuda *c, size_t bytes, const char *what, void 
     }
     pthread_mutex_unlock(&d->mu);
     if (s != SEER_OK) {
+        seer_cuda_unsafe_guard g(c->device);
         if (cudaFree(p) != cudaSuccess)
             (void)cudaGetLastError();
         return s;
@@ -162,8 +167,11 @@ void seer_cuda_free(seer_cuda *c, void *p) {
     /* Work queued on the stream may still read p. */
     if (cudaStreamSynchronize(c->stream) != cudaSuccess)
         (void)cudaGetLastError();
-    if (cudaFree(p) != cudaSuccess)
-        (void)cudaGetLastError();
+    {
+        seer_cuda_unsafe_guard g(c->device);
+        if (cudaFree(p) != cudaSuccess)
+            (void)cudaGetLastError();
+    }
     c->gen++; /* a recorded forward call may hold p: recordings of older generations go */
 }
 
@@ -288,8 +296,10 @@ static void cuda_free_be(seer_backend *be) {
         if (c->blas)
             cublasDestroy(c->blas);
         seer_cuda_free(c, c->blas_ws);
-        if (c->stage)
+        if (c->stage) {
+            seer_cuda_unsafe_guard g(c->device);
             cudaFreeHost(c->stage);
+        }
         if (c->stage_done)
             cudaEventDestroy(c->stage_done);
         if (c->stream)
@@ -333,8 +343,11 @@ static seer_status cuda_download(seer_backend *be, void *dst, const void *src, s
 }
 
 static seer_status cuda_host_alloc(seer_backend *be, size_t bytes, void **out) {
-    (void)be;
-    cudaError_t e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+    cudaError_t e;
+    {
+        seer_cuda_unsafe_guard g(seer_cuda_of(be)->device);
+        e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+    }
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         *out = NULL;
@@ -345,7 +358,7 @@ static seer_status cuda_host_alloc(seer_backend *be, size_t bytes, void **out) {
 }
 
 static void cuda_host_free(seer_backend *be, void *p) {
-    (void)be;
+    seer_cuda_unsafe_guard g(seer_cuda_of(be)->device);
     if (p && cudaFreeHost(p) != cudaSuccess)
         (void)cudaGetLastError();
 }
@@ -587,6 +600,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent,
         c->qt_gemv_max_t = parent->qt_gemv_max_t;
         c->qt_norm_fused = parent->qt_norm_fused;
         c->attn_variant = parent->attn_variant;
+        c->allreduce_nccl = parent->allreduce_nccl;
     } else {
         const seer_cuda_tuning tu = t ? *t : seer_cuda_default_tuning();
         c->graphs = tu.graphs;
@@ -607,6 +621,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent,
         c->qt_gemv_max_t = tu.qt_gemv_max;
         c->qt_norm_fused = tu.qt_norm;
         c->attn_variant = !tu.attn ? 0 : !strcmp(tu.attn, "mma") ? 1 : !strcmp(tu.attn, "scalar") ? 2 : 0;
+        c->allreduce_nccl = tu.allreduce_nccl;
     }
     c->fw.entry = -1;
     c->fw.held = -1;

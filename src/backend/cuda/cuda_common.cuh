@@ -259,6 +259,7 @@ typedef struct seer_cuda {
     /* attention's kernels (seer_cuda_tuning.attn): 0 the planner's choice, 1 no wgmma kernel
      * (mma), 2 the scalar kernel for every shape (scalar) */
     int attn_variant;
+    bool allreduce_nccl;      /* seer_cuda_tuning.allreduce_nccl: no one-shot all-reduce */
 
     /* graph.cu: recorded forward calls */
     bool graphs;              /* seer_cuda_tuning.graphs false turns them off */
@@ -484,6 +485,34 @@ seer_status seer_cuda_gather_rows_fw(seer_backend *be, float *y, const float *x,
  * SEER_CUDA_INVARIANT_MAX_T). */
 int seer_cuda_bucket(int n);
 void seer_cuda_graphs_free(seer_cuda *c);
+
+/* Graph captures against the calls that may synchronise a device (cudaMalloc, cudaFree,
+ * cudaHostAlloc, cudaFreeHost, NCCL's set-up). A capture is the capturing thread's
+ * (cudaStreamCaptureModeThreadLocal), so CUDA does not stop another thread from making such
+ * a call while it runs, and one that does races with the capture inside the driver: a second
+ * thread's cudaDeviceSynchronize during captures crashed in cuCtxSynchronize (H100, driver
+ * 580) in 3 of 14 runs. So a capture holds its device's lock shared, from its begin to its
+ * end, and those calls hold it exclusively (seer_cuda_unsafe_guard), except on a thread that
+ * is capturing on that device itself (its own call fails the capture, which is then redone
+ * op by op, as documented). Guards nest: a thread's outermost takes the lock; a thread holding
+ * one must not begin a capture. Page-locked memory is the process's, but its calls are
+ * guarded against their instance's device only: the captures of other devices are not
+ * held off by them. */
+void seer_cuda_capture_enter(int device);
+void seer_cuda_capture_leave(int device);
+struct seer_cuda_unsafe_guard {
+    int n;
+    int idx[SEER_TP_MAX];
+    bool locked[SEER_TP_MAX];
+    explicit seer_cuda_unsafe_guard(int device);
+    seer_cuda_unsafe_guard(const int *devices, int count); /* several devices (NCCL's set-up) */
+    ~seer_cuda_unsafe_guard();
+    seer_cuda_unsafe_guard(const seer_cuda_unsafe_guard &) = delete;
+    seer_cuda_unsafe_guard &operator=(const seer_cuda_unsafe_guard &) = delete;
+
+  private:
+    void take(int device);
+};
 
 /* Grid size for a grid-stride loop over n elements. */
 static inline unsigned seer_cuda_grid(size_t n, int threads) {

@@ -24,6 +24,8 @@
  */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <pthread.h>
+
 #include <string.h>
 
 int seer_cuda_bucket(int n) {
@@ -85,12 +87,89 @@ static int entry_find(seer_cuda *c, const void *key) {
     return lru;
 }
 
+/* The capture locks (cuda_common.cuh), one per device: readers are captures, writers the
+ * unsafe calls. glibc's default rwlock lets a reader in while a writer waits, which the ranks
+ * of a divided model need: each begins its capture while another thread may wait to free. */
+#define CAPTURE_LOCKS 64
+static pthread_rwlock_t capture_lock[CAPTURE_LOCKS];
+static pthread_once_t capture_once = PTHREAD_ONCE_INIT;
+static __thread int captures_held[CAPTURE_LOCKS]; /* this thread's captures under way */
+static __thread int unsafe_held[CAPTURE_LOCKS];   /* its guards (nested: the outermost locks) */
+
+static void capture_locks_init(void) {
+    for (int i = 0; i < CAPTURE_LOCKS; i++)
+        pthread_rwlock_init(&capture_lock[i], NULL);
+}
+
+static int lock_of(int device) {
+    pthread_once(&capture_once, capture_locks_init);
+    return (device < 0 ? -device : device) % CAPTURE_LOCKS;
+}
+
+void seer_cuda_capture_enter(int device) {
+    const int i = lock_of(device);
+    if (captures_held[i]++ == 0)
+        pthread_rwlock_rdlock(&capture_lock[i]);
+}
+
+void seer_cuda_capture_leave(int device) {
+    const int i = lock_of(device);
+    if (--captures_held[i] == 0)
+        pthread_rwlock_unlock(&capture_lock[i]);
+}
+
+void seer_cuda_unsafe_guard::take(int device) {
+    const int i = lock_of(device);
+    for (int k = 0; k < n; k++)
+        if (idx[k] == i)
+            return; /* two ranks' devices on one lock */
+    const bool lock = captures_held[i] == 0 && unsafe_held[i] == 0;
+    unsafe_held[i]++;
+    if (lock)
+        pthread_rwlock_wrlock(&capture_lock[i]);
+    idx[n] = i;
+    locked[n++] = lock;
+}
+
+seer_cuda_unsafe_guard::seer_cuda_unsafe_guard(int device) : n(0) { take(device); }
+
+seer_cuda_unsafe_guard::seer_cuda_unsafe_guard(const int *devices, int count) : n(0) {
+    /* in ascending order, as every guard of several takes them: no two wait on each other */
+    int order[SEER_TP_MAX];
+    const int m = count < SEER_TP_MAX ? count : SEER_TP_MAX;
+    for (int k = 0; k < m; k++) {
+        int j = k;
+        while (j > 0 && lock_of(order[j - 1]) > lock_of(devices[k])) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = devices[k];
+    }
+    for (int k = 0; k < m; k++)
+        take(order[k]);
+}
+
+seer_cuda_unsafe_guard::~seer_cuda_unsafe_guard() {
+    for (int k = n - 1; k >= 0; k--) {
+        unsafe_held[idx[k]]--;
+        if (locked[k])
+            pthread_rwlock_unlock(&capture_lock[idx[k]]);
+    }
+}
+
 /* forward_begin; hold: a replay is not launched but held for forward_launch. */
 static seer_status forward_begin(seer_backend *be, const void *key, int T_cap, int *T, int *n_out,
                                  bool *done, bool hold) {
     seer_cuda *c = seer_cuda_of(be);
     seer_cuda_fw *f = &c->fw;
     *done = false;
+    if (f->capturing) { /* a capture whose forward_end never came: dropped */
+        cudaGraph_t g = NULL;
+        if (cudaStreamEndCapture(c->stream, &g) == cudaSuccess && g)
+            (void)cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        seer_cuda_capture_leave(c->device);
+    }
     f->padded = f->capturing = false;
     f->entry = f->held = -1;
     if (!c->graphs || !c->att.valid || f->T != *T || f->n_out != *n_out ||
@@ -127,8 +206,10 @@ static seer_status forward_begin(seer_backend *be, const void *key, int T_cap, i
     *T = f->T_pad;
     *n_out = f->n_out_pad;
     if (e->warm && e->failed < SEER_CUDA_GRAPH_TRIES) {
+        seer_cuda_capture_enter(c->device);
         cudaError_t r = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
         if (r != cudaSuccess) {
+            seer_cuda_capture_leave(c->device);
             (void)cudaGetLastError();
             e->failed++; /* this call runs op by op, padded */
         } else {
@@ -171,6 +252,7 @@ static seer_status forward_end(seer_backend *be, seer_status s, bool *redo, bool
     cudaGraph_t g = NULL;
     cudaGraphExec_t exec = NULL;
     cudaError_t r = cudaStreamEndCapture(c->stream, &g);
+    seer_cuda_capture_leave(c->device);
     if (r == cudaSuccess && s == SEER_OK && g)
         r = cudaGraphInstantiate(&exec, g, 0);
     if (g && cudaGraphDestroy(g) != cudaSuccess)
