@@ -219,6 +219,6 @@ const seer_drafter_desc seer_drafter_magicpig_desc = {
     .name = "magicpig", .kind = SEER_SPEC_NONE, .ops = &seer_drafter_magicpig,
     .help = "self-draft through the keys colliding with the query in SimHash tables (MagicPIG)",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
-             SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+             SEER_DRAFTER_DRAFT_WEIGHTS,
     .options = OPTS, .n_options = 4,
 };

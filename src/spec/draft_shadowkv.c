@@ -14,9 +14,9 @@
  *     the other chunks; the best fill the budget after sinks, window and outliers.
  *
  * Landmarks are means of the keys as the cache holds them, after RoPE: the space the query
- * is scored in (ShadowKV keeps its pre-RoPE keys low-rank for memory and scores landmarks of
- * the rotated keys). The low-rank key factor is not built: a draft view reads the exact
- * cache, and the factor would only save memory in the lossy mode, which seer does not have.
+ * is scored in; the cache keeps no pre-RoPE keys. ShadowKV's low-rank factor of the pre-RoPE
+ * keys is not built: a draft view reads the exact cache, and the factor would only save
+ * memory where the target attends through the selection (a lossy mode seer does not have).
  * The selection follows the query of the previous round's pending token (select_view.h), not
  * the current token's, since the view is set before the call that computes it.
  */
@@ -147,12 +147,15 @@ static seer_status shadow_select(const void *cfgp, void *ixp, const float *q, in
     const int e0 = lo / C, e_lim = (lim + C - 1) / C, e1 = e_lim < x->n_chunks ? e_lim : x->n_chunks;
     const int n_el = e1 > e0 ? e1 - e0 : 0;
     const int n_out = cf->outliers < n_pick / C / 2 ? cf->outliers : n_pick / C / 2;
+    if (n_el == 0) { /* no complete chunk to choose from yet */
+        memset(cnt, 0, sizeof(int) * (size_t)NL * Hkv);
+        return SEER_OK;
+    }
     for (int l = 0; l < NL; l++)
         for (int h = 0; h < Hkv; h++) {
             int32_t *o = out + ((size_t)l * Hkv + h) * n_pick;
             int k = 0;
-            if (x->n_chunks)
-                memset(x->taken, 0, (size_t)x->n_chunks);
+            memset(x->taken, 0, (size_t)x->n_chunks);
             /* outliers: the worst fits, kept whatever the query */
             for (int i = 0; i < n_el; i++)
                 x->rk[i] = (struct rank){-x->fit[((size_t)(e0 + i) * NL + l) * Hkv + h], e0 + i};
@@ -230,6 +233,6 @@ const seer_drafter_desc seer_drafter_shadowkv_desc = {
     .name = "shadowkv", .kind = SEER_SPEC_NONE, .ops = &seer_drafter_shadowkv,
     .help = "self-draft through outlier chunks + the top chunks by landmark score per KV head (ShadowKV)",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
-             SEER_DRAFTER_HIER_BASE | SEER_DRAFTER_DRAFT_WEIGHTS,
+             SEER_DRAFTER_DRAFT_WEIGHTS,
     .options = OPTS, .n_options = 3,
 };
