@@ -27,8 +27,6 @@
 #           with -ngl $BENCH_OFFLOAD_NGL and seer with --gpu-layers of the same count (default
 #           40 of 80 layers: half the weights in host memory, streamed every step), B = 1 at
 #           4K; seer's table gives the host-to-device bandwidth and its share of the PCIe floor
-}
-
 #   tp      tensor parallelism in ONE call: both builds, the bf16 file; llama.cpp over every GPU
 #           with -sm layer and -sm row (BENCH_TP_SPLITS, e.g. "layer row tensor" where the
 #           pinned llama.cpp has -sm tensor), seer at --tp 1, 2 and 4 (as many as there are

@@ -15,7 +15,8 @@
 
 /* Each declared in its drafter's file. */
 extern const seer_drafter_desc seer_drafter_streaming_desc, seer_drafter_retrieval_desc, seer_drafter_snapkv_desc,
-    seer_drafter_model_desc, seer_drafter_ngram_desc, seer_drafter_quantkv_desc, seer_drafter_hierarchy_desc;
+    seer_drafter_model_desc, seer_drafter_ngram_desc, seer_drafter_quantkv_desc, seer_drafter_hierarchy_desc,
+    seer_drafter_shadowkv_desc, seer_drafter_magicpig_desc;
 
 static const seer_drafter_desc *const BUILTIN[] = {
     &seer_drafter_streaming_desc, /* one implementation, three views (draft_self.c) */
@@ -25,6 +26,8 @@ static const seer_drafter_desc *const BUILTIN[] = {
     &seer_drafter_ngram_desc,
     &seer_drafter_quantkv_desc,
     &seer_drafter_hierarchy_desc,
+    &seer_drafter_shadowkv_desc, /* per-round selection views (select_view.c) */
+    &seer_drafter_magicpig_desc,
 };
 #define N_BUILTIN ((int)(sizeof BUILTIN / sizeof *BUILTIN))
 
