@@ -174,6 +174,7 @@ run_all() {
           bench "sparse-$d" 60 --synthetic llama-3.1-8b --ctx-list 32768 --batch-list 1 --steps 20 \
             --prefill 0 --spec streaming --spec-budget-list 512 --spec-gamma-list 4 --synthetic-accept 0.8 \
             --spec-weights none,q4_0 --spec-ffn-density "$d" --spec-ffn-refresh 0
+        done ;;
       offload) # models larger than the GPU: layers streamed from host memory every step
         bench offload-70b 240 --synthetic llama-3.1-70b --gpu-layers 40 --ctx-list 4096 --batch-list 1,8 \
           --steps 5 --warmup 1 --prefill 0
