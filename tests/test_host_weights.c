@@ -149,7 +149,7 @@ static void test_logits_synthetic(void **state) {
 static seer_spec_params spec_of(seer_spec_kind k, seer_model *draft, int tree) {
     seer_spec_params sp = tu_spec(k, 4, 48);
     sp.draft_model = draft;
-    sp.draft_budget = k == SEER_SPEC_DRAFT ? 32 : 0;
+    tu_spec_set(&sp, "draft_budget", k == SEER_SPEC_DRAFT ? 32 : 0);
     if (tree) {
         sp.tree_size = tree;
         sp.tree_depth = 4;

@@ -91,8 +91,8 @@ static seer_request *greedy_req(int i, seer_spec_kind kind) {
     p.max_tokens = G[i].ng;
     p.spec.kind = kind;
     p.spec.gamma = 3;
-    p.spec.budget = 24;
-    p.spec.sinks = 4;
+    tu_spec_set(&p.spec, "budget", 24);
+    tu_spec_set(&p.spec, "sinks", 4);
     seer_request *r = NULL;
     ASSERT_OK(seer_request_new(M, G[i].prompt, G[i].np, &p, &r));
     return r;

@@ -155,7 +155,7 @@ static void test_compact_copy(void **state) {
 static seer_spec_params sparse(seer_spec_kind k, double density, seer_model *draft) {
     seer_spec_params sp = tu_spec(k, 4, 48);
     sp.draft_model = draft;
-    sp.hier_gamma = 2;
+    tu_spec_set(&sp, "hier_gamma", 2);
     ASSERT_OK(seer_spec_set_num(&sp, "ffn_density", density));
     ASSERT_OK(seer_spec_set_num(&sp, "ffn_refresh", 4));
     return sp;
@@ -167,7 +167,7 @@ static void golden(seer_model *m, seer_spec_params sp, const char *what, int n_b
     tu_output gold[5], got[5];
     assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     tu_gen_ctx cx = {.n_ctx = 512, .page_size = 16, .n_batch_max = 64,
-                     .kv_quant_bits = sp.kind == SEER_SPEC_QUANTKV || sp.hier_base == SEER_SPEC_QUANTKV ? 8 : 0};
+                     .kv_quant_bits = sp.kind == SEER_SPEC_QUANTKV || (int)tu_spec_get(&sp, "hier_base") == SEER_SPEC_QUANTKV ? 8 : 0};
     seer_spec_stats st = {0};
     if (n_batch == 1) {
         for (int i = 0; i < 5; i++) {
@@ -212,7 +212,7 @@ static void test_greedy_golden(void **state) {
     }
     golden(m, sparse(SEER_SPEC_STREAMING, 0.3, NULL), "stories streaming, density 0.3, batch of 5", 5);
     seer_spec_params h = sparse(SEER_SPEC_HIERARCHY, 0.5, m);
-    h.hier_base = SEER_SPEC_SNAPKV;
+    tu_spec_set(&h, "hier_base", SEER_SPEC_SNAPKV);
     golden(m, h, "stories hierarchy (snapkv middle), density 0.5", 1);
     seer_model_free(m);
     /* with the draft weights: the compact copy in their type */
@@ -257,8 +257,8 @@ static void test_distribution(void **state) {
      * far one leaves a residual close to p, and any rule passes) */
     seer_spec_params sp = sparse(SEER_SPEC_STREAMING, 0.5, NULL);
     sp.gamma = 3;
-    sp.budget = 6;
-    sp.sinks = 2;
+    tu_spec_set(&sp, "budget", 6);
+    tu_spec_set(&sp, "sinks", 2);
     tu_dist_expect(&dist, sp, runs, NULL, "sparse FFN 0.5, streaming");
     seer_spec_params tr = sp;
     tr.tree_size = 8;

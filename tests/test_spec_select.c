@@ -27,7 +27,7 @@ static const char *const NAMES[] = {"shadowkv", "magicpig"};
  * selection is most of what the draft reads. */
 static seer_spec_params sel_spec(const char *name, int gamma, int budget) {
     seer_spec_params sp = tu_spec(kind_of(name), gamma, budget);
-    sp.sinks = 2;
+    tu_spec_set(&sp, "sinks", 2);
     ASSERT_OK(seer_spec_set(&sp, "spec-shadow-chunk", "4"));
     ASSERT_OK(seer_spec_set(&sp, "spec-shadow-outliers", "1"));
     ASSERT_OK(seer_spec_set(&sp, "spec-shadow-window", "4"));
@@ -72,7 +72,7 @@ static void test_greedy_random(void **state) {
             char what[128];
             seer_spec_stats st = run(m, sp, prompts, plen, 3, 60, 160, 4, got);
             for (int i = 0; i < 3; i++) {
-                snprintf(what, sizeof what, "%s G=%d K=%d tree %d batch seq %d", NAMES[k], sp.gamma, sp.budget,
+                snprintf(what, sizeof what, "%s G=%d K=%d tree %d batch seq %d", NAMES[k], sp.gamma, (int)tu_spec_get(&sp, "budget"),
                          sp.tree_size, i);
                 tu_assert_same(&got[i], &plain[i], what);
             }

@@ -26,6 +26,7 @@
 
 typedef struct {
     int bits, tables, collide, window; /* own settings (OPTS) */
+    int budget, sinks;                 /* the streaming view's, read (OPTS) */
     int n_layers, Hkv, H, Dh;
     float planes[]; /* [n_layers][tables * bits][Dh] */
 } pig_cfg;
@@ -182,7 +183,7 @@ static seer_status magicpig_init(const seer_draft_env *env, const seer_spec_para
     uint64_t rng = 0x5eedULL;
     for (size_t i = 0; i < n_planes; i++)
         cf->planes[i] = gaussian(&rng);
-    seer_select_settings set = {.budget = p->budget, .sinks = p->sinks, .window = cf->window,
+    seer_select_settings set = {.budget = cf->budget, .sinks = cf->sinks, .window = cf->window,
                                 .draft_weights = p->draft_weights};
     return seer_select_init(env, set, &MAGICPIG, cf, impl);
 }
@@ -201,6 +202,8 @@ static const seer_drafter_ops seer_drafter_magicpig = {
 
 /* Its own settings; the budget and sinks are the streaming view's (spec-budget, spec-sinks). */
 static const seer_drafter_option OPTS[] = {
+    SEER_DRAFTER_READS(SEER_DRAFTER_BUDGET, offsetof(pig_cfg, budget)),
+    SEER_DRAFTER_READS("spec-sinks", offsetof(pig_cfg, sinks)),
     {{.flag = "spec-pig-bits", .json = "pig_bits", .metavar = "K", .type = SEER_SPEC_OPT_INT, .def = 8, .lo = 1,
       .hi = 16, .help = "SimHash bits per MagicPIG table"},
      SEER_DRAFTER_OPT_EXT, offsetof(pig_cfg, bits)},

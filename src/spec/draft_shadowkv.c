@@ -29,6 +29,7 @@
 
 typedef struct {
     int chunk, outliers, window; /* own settings (OPTS) */
+    int budget, sinks;           /* the streaming view's, read (OPTS) */
     int n_layers, Hkv, H, Dh;
 } shadow_cfg;
 
@@ -199,7 +200,7 @@ static seer_status shadowkv_init(const seer_draft_env *env, const seer_spec_para
     }
     const seer_model_info *in = &env->model->info;
     cf->n_layers = in->n_layers, cf->Hkv = in->n_kv_heads, cf->H = in->n_heads, cf->Dh = in->head_dim;
-    seer_select_settings set = {.budget = p->budget, .sinks = p->sinks, .window = cf->window,
+    seer_select_settings set = {.budget = cf->budget, .sinks = cf->sinks, .window = cf->window,
                                 .draft_weights = p->draft_weights};
     return seer_select_init(env, set, &SHADOWKV, cf, impl);
 }
@@ -218,6 +219,8 @@ static const seer_drafter_ops seer_drafter_shadowkv = {
 
 /* Its own settings; the budget and sinks are the streaming view's (spec-budget, spec-sinks). */
 static const seer_drafter_option OPTS[] = {
+    SEER_DRAFTER_READS(SEER_DRAFTER_BUDGET, offsetof(shadow_cfg, budget)),
+    SEER_DRAFTER_READS("spec-sinks", offsetof(shadow_cfg, sinks)),
     {{.flag = "spec-shadow-chunk", .json = "shadow_chunk", .metavar = "C", .type = SEER_SPEC_OPT_INT, .def = 8,
       .lo = 1, .hi = 4096, .help = "tokens per ShadowKV chunk (its landmark is their keys' mean)"},
      SEER_DRAFTER_OPT_EXT, offsetof(shadow_cfg, chunk)},
