@@ -223,5 +223,5 @@ const seer_drafter_desc seer_drafter_magicpig_desc = {
     .help = "self-draft through the keys colliding with the query in SimHash tables (MagicPIG)",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
              SEER_DRAFTER_DRAFT_WEIGHTS,
-    .options = OPTS, .n_options = 4,
+    .options = OPTS, .n_options = (int)(sizeof OPTS / sizeof *OPTS),
 };

@@ -237,5 +237,5 @@ const seer_drafter_desc seer_drafter_shadowkv_desc = {
     .help = "self-draft through outlier chunks + the top chunks by landmark score per KV head (ShadowKV)",
     .flags = SEER_DRAFTER_BUDGETED | SEER_DRAFTER_AUTO | SEER_DRAFTER_SPARSE_SELF | SEER_DRAFTER_TREE_BASE |
              SEER_DRAFTER_DRAFT_WEIGHTS,
-    .options = OPTS, .n_options = 3,
+    .options = OPTS, .n_options = (int)(sizeof OPTS / sizeof *OPTS),
 };
