@@ -143,17 +143,25 @@ typedef struct {
     _Atomic int oom;
 } attn_args;
 
+/* A head of a quantised storage row (geom kv_type), dequantised into buf [Dh]; out of line,
+ * so that head_row stays small enough to inline in the full-precision loops. */
+static __attribute__((noinline)) const float *qrow_head(const attn_args *a, const int32_t *pages, int s,
+                                                        int which, int kvh, float *buf) {
+    const seer_kv_geom *g = a->g;
+    const int ps = a->ab->page_size;
+    seer_kvt_dequantize_head(g->kv_type, seer_cpu_kv_qrow(a->kv, g, pages[s / ps], a->layer, which, s % ps),
+                             g->n_kv_heads, g->head_dim, kvh, buf);
+    return buf;
+}
+
 /* Head kvh of the key (which = 0) or value row of slot s: in the storage, or dequantised
  * into buf [Dh] from the storage's quantised rows (geom kv_type) or from the copy. */
-static inline const float *head_row(const attn_args *a, const int32_t *pages, int s, int which,
-                                    int kvh, float *buf) {
+static inline __attribute__((always_inline)) const float *head_row(const attn_args *a, const int32_t *pages,
+                                                                   int s, int which, int kvh, float *buf) {
     const seer_kv_geom *g = a->g;
     const int ps = a->ab->page_size, Dh = g->head_dim;
-    if (g->kv_type != SEER_KV_FULL) {
-        seer_kvt_dequantize_head(g->kv_type, seer_cpu_kv_qrow(a->kv, g, pages[s / ps], a->layer, which, s % ps),
-                                 g->n_kv_heads, Dh, kvh, buf);
-        return buf;
-    }
+    if (__builtin_expect(g->kv_type != SEER_KV_FULL, 0))
+        return qrow_head(a, pages, s, which, kvh, buf);
     if (!a->qkv)
         return seer_cpu_kv_row(a->kv, g, pages[s / ps], a->layer, which, s % ps) + (size_t)kvh * Dh;
     const int kvd = g->n_kv_heads * Dh;
