@@ -162,6 +162,9 @@ static void test_null_everywhere(void **state) {
     EXPECT_INVALID(seer_gen_add(NULL, ids, 1, 4, sp, false, &h));
     EXPECT_INVALID(seer_gen_add(g, NULL, 1, 4, sp, false, &h));
     EXPECT_INVALID(seer_gen_add(g, ids, 1, 4, sp, false, NULL));
+    EXPECT_INVALID(seer_gen_add_ext(NULL, ids, 1, 4, sp, false, NULL, &h));
+    EXPECT_INVALID(seer_gen_add_ext(g, NULL, 1, 4, sp, false, NULL, &h));
+    EXPECT_INVALID(seer_gen_add_ext(g, ids, 1, 4, sp, false, NULL, NULL));
     EXPECT_INVALID(seer_gen_adopt(NULL, sq, ids, 1, 4, sp, false, &h));
     EXPECT_INVALID(seer_gen_adopt(g, sq, NULL, 1, 4, sp, false, &h));
     EXPECT_INVALID(seer_gen_adopt(g, sq, ids, 1, 4, sp, false, NULL));
@@ -171,6 +174,9 @@ static void test_null_everywhere(void **state) {
     const int32_t *out;
     assert_int_equal(seer_gen_output(NULL, 0, &out), -1);
     assert_int_equal(seer_gen_output(g, 0, NULL), -1);
+    const seer_token_logprob *lps;
+    assert_int_equal(seer_gen_logprobs(NULL, 0, &lps), -1);
+    assert_int_equal(seer_gen_logprobs(g, 0, NULL), -1);
     assert_true(seer_gen_finished(NULL, 0));
     seer_gen_release(NULL, 0);
     seer_gen_remove(NULL, 0);
