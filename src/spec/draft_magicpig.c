@@ -4,8 +4,8 @@
  * signs of its dot products with random Gaussian hyperplanes, per layer, shared by the KV
  * heads); the draft attends, per layer and KV head, to the sinks, a recent window and the
  * keys that collide with the query in at least `collide` tables, for any query head of the
- * group. The tables live on the host, built at prefill and extended as verified text is
- * appended (select_view.h).
+ * group. The tables live on the host, built at the first proposal (the prompt's keys) and
+ * extended as verified text is appended (select_view.h).
  *
  * MagicPIG's estimator reweights each sampled key by its collision probability so that the
  * sparse attention is an unbiased estimate of the full one; a draft needs none of that: the

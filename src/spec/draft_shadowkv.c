@@ -6,7 +6,7 @@
  *
  *   landmarks: the cache is cut into chunks of `chunk` slots; a chunk's landmark is the mean
  *     of its keys, kept per layer and KV head, computed once when the chunk is complete (at
- *     prefill for the prompt, then as verified text fills further chunks);
+ *     the first proposal for the prompt, then as verified text fills further chunks);
  *   outliers: the chunks a landmark represents worst, by the lowest cosine similarity between
  *     any key of the chunk and its landmark, are always visible (ShadowKV keeps them exact);
  *     chunks completed after prefill are ranked with the prompt's;
