@@ -356,10 +356,10 @@ void seer_cuda_kv_free(seer_backend *be, void *kv) {
 /* A page's rows and its quantised copy, as the host tier holds them (kv_host.cu). */
 size_t seer_cuda_kv_page_bytes(seer_backend *be, const seer_kv_geom *g) {
     (void)be;
-    return page_elems(g) * sizeof(bf16) + seer_cuda_kvq_page_bytes(g);
+    return page_bytes(g) + seer_cuda_kvq_page_bytes(g);
 }
 
-size_t seer_cuda_kv_rows_bytes(const seer_kv_geom *g) { return page_elems(g) * sizeof(bf16); }
+size_t seer_cuda_kv_rows_bytes(const seer_kv_geom *g) { return page_bytes(g); }
 
 seer_status seer_cuda_kv_copy_pages(seer_backend *be, void *kv, const seer_kv_geom *g,
                                     const seer_kv_copy *copies, int n) {
