@@ -153,7 +153,7 @@ static void test_golden_tree(void **state) {
     assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     seer_spec_params sp = tu_spec(SEER_SPEC_DRAFT, 4, 48);
     sp.draft_model = d;
-    sp.draft_budget = 32;
+    tu_spec_set(&sp, "draft_budget", 32);
     sp.tree_size = 12;
     sp.tree_depth = 4;
     tu_gen_ctx cx = {.n_ctx = 512, .page_size = 16, .n_batch_max = 64};
