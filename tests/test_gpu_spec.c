@@ -581,7 +581,8 @@ static int spec_compare(const char *label, seer_model *m, seer_model *draft, int
         tu_spec_set(&sp, "refresh_every", 3);
         sp.draft_model = draft;
         tu_spec_set(&sp, "draft_budget", KINDS[k] == SEER_SPEC_DRAFT || KINDS[k] == SEER_SPEC_HIERARCHY ? 24 : 0);
-        tu_spec_set(&sp, "hier_base", HIER_BASE[k]);
+        if (HIER_BASE[k] != SEER_SPEC_NONE) /* (its default elsewhere: none is not a choice) */
+            tu_spec_set(&sp, "hier_base", HIER_BASE[k]);
         tu_spec_set(&sp, "hier_gamma", 2);
         sp.cost = table;
         tu_spec_set(&sp, "kv_view", KV_VIEW[k]);

@@ -277,7 +277,8 @@ static void test_gpu_tp_multi(void **state) {
         skip();
         return;
     }
-    const char *path = tu_data_path("models/stories260K.gguf");
+    char path[4096]; /* tu_data_path's buffer is reused by tu_read_golden below */
+    snprintf(path, sizeof path, "%s", tu_data_path("models/stories260K.gguf"));
     seer_model *ref = tu_load_tp(path, SEER_BACKEND_CUDA, 0);
     const int V = seer_n_vocab(ref), n = 40;
     int32_t tok[40];
