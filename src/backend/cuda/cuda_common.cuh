@@ -327,6 +327,10 @@ seer_status seer_cuda_lp_init(struct seer_cuda *c);
 void seer_cuda_lp_free(struct seer_cuda *c);
 seer_status seer_cuda_kvh_init(struct seer_cuda *c);
 void seer_cuda_kvh_free(struct seer_cuda *c);
+/* reps timed copies of bytes from src to dst on c's stream after one warm-up, each one's ms into
+ * ms (synthetic.cu: the copy-bandwidth and host-to-device probes). */
+seer_status seer_cuda_time_copies(struct seer_cuda *c, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                                  float *ms, int reps);
 seer_status seer_cuda_stg_init(struct seer_cuda *c);
 void seer_cuda_stg_free(struct seer_cuda *c);
 seer_status seer_cuda_comm_state_init(struct seer_cuda *c);

@@ -99,26 +99,8 @@ seer_status seer_cuda_h2d_bandwidth(seer_backend *be, double *bytes_per_s) {
         return seer_err(SEER_ERR_OOM, "h2d_bandwidth: no memory for two 64 MiB buffers");
     enum { REPS = 7 };
     float ms[REPS];
-    cudaEvent_t ev[2] = {NULL, NULL};
     memset(src, 1, bytes);
-    cudaError_t e = cudaEventCreate(&ev[0]);
-    if (e == cudaSuccess)
-        e = cudaEventCreate(&ev[1]);
-    for (int r = -1; r < REPS && e == cudaSuccess; r++) { /* r = -1: warm-up */
-        e = cudaEventRecord(ev[0], c->stream);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream);
-        if (e == cudaSuccess)
-            e = cudaEventRecord(ev[1], c->stream);
-        if (e == cudaSuccess)
-            e = cudaEventSynchronize(ev[1]);
-        if (e == cudaSuccess && r >= 0)
-            e = cudaEventElapsedTime(&ms[r], ev[0], ev[1]);
-    }
-    seer_status s = e == cudaSuccess ? SEER_OK : seer_cuda_fail(e, "timing a host-to-device copy", __FILE__, __LINE__);
-    for (int i = 0; i < 2; i++)
-        if (ev[i])
-            cudaEventDestroy(ev[i]);
+    const seer_status s = seer_cuda_time_copies(c, dst, src, bytes, cudaMemcpyHostToDevice, ms, REPS);
     cudaFreeHost(src);
     seer_cuda_free(c, dst);
     if (s != SEER_OK)

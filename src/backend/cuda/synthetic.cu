@@ -99,8 +99,8 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static seer_status time_copies(seer_cuda *c, void *dst, const void *src, size_t bytes, float *ms,
-                               int reps) {
+seer_status seer_cuda_time_copies(seer_cuda *c, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                                  float *ms, int reps) {
     cudaEvent_t ev[2] = {NULL, NULL};
     seer_status s = SEER_OK;
     cudaError_t e = cudaEventCreate(&ev[0]);
@@ -109,7 +109,7 @@ static seer_status time_copies(seer_cuda *c, void *dst, const void *src, size_t 
     for (int r = -1; r < reps && e == cudaSuccess; r++) { /* r = -1: warm-up */
         e = cudaEventRecord(ev[0], c->stream);
         if (e == cudaSuccess)
-            e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream);
+            e = cudaMemcpyAsync(dst, src, bytes, kind, c->stream);
         if (e == cudaSuccess)
             e = cudaEventRecord(ev[1], c->stream);
         if (e == cudaSuccess)
@@ -118,7 +118,7 @@ static seer_status time_copies(seer_cuda *c, void *dst, const void *src, size_t 
             e = cudaEventElapsedTime(&ms[r], ev[0], ev[1]);
     }
     if (e != cudaSuccess)
-        s = seer_cuda_fail(e, "timing a device-to-device copy", __FILE__, __LINE__);
+        s = seer_cuda_fail(e, "timing a copy", __FILE__, __LINE__);
     for (int i = 0; i < 2; i++)
         if (ev[i])
             cudaEventDestroy(ev[i]);
@@ -147,7 +147,7 @@ seer_status seer_cuda_copy_bandwidth(seer_backend *be, double *bytes_per_s) {
     if (e != cudaSuccess)
         s = seer_cuda_fail(e, "cudaMemsetAsync", __FILE__, __LINE__);
     if (s == SEER_OK)
-        s = time_copies(c, dst, src, bytes, ms, REPS);
+        s = seer_cuda_time_copies(c, dst, src, bytes, cudaMemcpyDeviceToDevice, ms, REPS);
     seer_cuda_free(c, src);
     seer_cuda_free(c, dst);
     if (s != SEER_OK)
