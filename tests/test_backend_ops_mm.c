@@ -1,8 +1,8 @@
 /*
  * test_backend_ops_mm.c: the CUDA backend's matmuls and their fused forms (matmul,
- * matmul_split, matmul_add, matmul_glu, ffn_glu, norm_matmul_split) against the CPU reference backend on fresh
- * random inputs, on both sides of the switch to cuBLAS (T above SEER_CUDA_INVARIANT_MAX_T),
- * outputs poisoned with NaN; the fused forms also against the plain ops on the GPU.
+ * matmul_split, matmul_add, matmul_glu, ffn_glu, norm_matmul_split, norm_matmuls) against the
+ * CPU reference backend on fresh random inputs, on both sides of the switch to cuBLAS (T
+ * above SEER_CUDA_INVARIANT_MAX_T), outputs poisoned with NaN; the fused forms also against the plain ops on the GPU.
  *
  * Error measure: ||out - ref||_2 / ||ref||_2 (NaN counts as infinite). Every case prints a
  * line "op shape rel_err=X tol=Y"; a summary table follows the cmocka report.
@@ -386,6 +386,90 @@ static void test_norm_matmul_split(void **state) {
     assert_op_passed("norm_matmul_split-vs-ops");
 }
 
+/* norm_matmuls (rmsnorm of x, then several weights of their own types times it, with biases)
+ * against the CPU's rmsnorm and matmuls, and against the GPU's rmsnorm and a matmul each
+ * (tolerance 0: the same values by its contract). Weights in row blocks of differing types at
+ * T = 1 (one launch for all), T = 3 (one 8-bit x, a launch each), rows that are not whole row
+ * blocks, a bf16 weight among them (the ops one by one) and T past the cuBLAS switch. */
+static void test_norm_matmuls(void **state) {
+    (void)state;
+    static const struct {
+        int T, n, rows[4], cols, bias;
+        ggml_type type[4];
+    } cases[] = {
+        {1, 3, {512, 128, 128}, 512, 1, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}},
+        {1, 4, {256, 64, 64, 32}, 256, 0, {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K}},
+        {1, 2, {96, 40}, 1024, 1, {GGML_TYPE_Q6_K, GGML_TYPE_Q4_K}},
+        {1, 1, {4096}, 256, 0, {GGML_TYPE_Q4_K}},
+        {3, 3, {512, 128, 128}, 512, 0, {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}},
+        {1, 3, {256, 64, 64}, 256, 1, {GGML_TYPE_Q4_K, GGML_TYPE_BF16, GGML_TYPE_Q6_K}},
+        {280, 2, {256, 64}, 256, 1, {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}},
+    };
+    if (!gpu->ops->norm_matmuls)
+        return;
+    const float eps = 1e-6f;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        uint64_t rng = 7100 + k;
+        const int T = cases[k].T, n = cases[k].n, C = cases[k].cols;
+        host_tensor ht[4];
+        seer_weight wc[4], wg[4];
+        float *ys[4] = {0}, *ys2[4] = {0}, *bias[4] = {0}, *db[4] = {0}, *ref[4] = {0};
+        float *x = rand_array((size_t)T * C, 1.f, &rng), *nw = rand_array(C, 1.f, &rng);
+        float *h = nan_array((size_t)T * C);
+        ASSERT_OK(cpu->ops->rmsnorm(cpu, h, x, nw, T, C, eps));
+        for (int j = 0; j < n; j++) {
+            const int R = cases[k].rows[j];
+            make_tensor(&ht[j], "w", cases[k].type[j], R, C, &rng);
+            ASSERT_OK(cpu->ops->weight_load(cpu, &ht[j].t, SEER_WEIGHTS_F32, &wc[j]));
+            ASSERT_OK(gpu->ops->weight_load(gpu, &ht[j].t, SEER_WEIGHTS_STORED, &wg[j]));
+            bias[j] = cases[k].bias ? rand_array(R, 1.f, &rng) : NULL;
+            db[j] = bias[j] ? dev_copy(bias[j], R) : NULL;
+            ref[j] = nan_array((size_t)T * R);
+            ASSERT_OK(cpu->ops->matmul(cpu, ref[j], h, &wc[j], bias[j], T));
+            ys[j] = dev_nan((size_t)T * R);
+            ys2[j] = dev_nan((size_t)T * R);
+        }
+        float *dx = dev_copy(x, (size_t)T * C), *dnw = dev_copy(nw, C);
+        float *dh = dev_nan((size_t)T * C), *dh2 = dev_nan((size_t)T * C);
+        const float *const bs[4] = {db[0], db[1], db[2], db[3]};
+        ASSERT_OK(gpu->ops->norm_matmuls(gpu, ys, dh, dx, dnw, eps, wg, n, bs, T));
+        ASSERT_OK(gpu->ops->rmsnorm(gpu, dh2, dx, dnw, T, C, eps));
+        for (int j = 0; j < n; j++)
+            ASSERT_OK(gpu->ops->matmul(gpu, ys2[j], dh2, &wg[j], bs[j], T));
+        for (int j = 0; j < n; j++) {
+            const int R = cases[k].rows[j];
+            float *out = dev_fetch(ys[j], (size_t)T * R), *two = dev_fetch(ys2[j], (size_t)T * R);
+            char shape[128];
+            snprintf(shape, sizeof shape, "T=%d weight %d/%d rows=%d cols=%d %s%s", T, j, n, R, C,
+                     seer_ggml_type_name(cases[k].type[j]), bias[j] ? " bias" : "");
+            record("norm_matmuls", shape, out, ref[j], (size_t)T * R, 1e-2);
+            record("norm_matmuls-vs-ops", shape, out, two, (size_t)T * R, 0);
+            free(out), free(two);
+        }
+        /* bad input: a weight of other columns, too many weights; the outputs untouched */
+        if (n > 1 && T == 1) {
+            seer_weight bad[2] = {wg[0], wg[1]};
+            bad[1].cols = C / 2;
+            assert_int_not_equal(gpu->ops->norm_matmuls(gpu, ys, dh, dx, dnw, eps, bad, 2, NULL, T), SEER_OK);
+            assert_int_not_equal(gpu->ops->norm_matmuls(gpu, ys, dh, dx, dnw, eps, wg, SEER_WEIGHT_MAX_SEG + 1,
+                                                         NULL, T),
+                                 SEER_OK);
+        }
+        for (int j = 0; j < n; j++) {
+            cpu->ops->weight_free(cpu, &wc[j]);
+            gpu->ops->weight_free(gpu, &wg[j]);
+            dev_free(ys[j]), dev_free(ys2[j]);
+            if (db[j])
+                dev_free(db[j]);
+            free(ref[j]), free(bias[j]), free(ht[j].data);
+        }
+        dev_free(dx), dev_free(dnw), dev_free(dh), dev_free(dh2);
+        free(x), free(nw), free(h);
+    }
+    assert_op_passed("norm_matmuls");
+    assert_op_passed("norm_matmuls-vs-ops");
+}
+
 #endif /* SEER_HAVE_CUDA */
 
 int main(void) {
@@ -393,7 +477,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),     cmocka_unit_test(test_matmul_fused),
         cmocka_unit_test(test_matmul_glu), cmocka_unit_test(test_ffn_glu),
-        cmocka_unit_test(test_norm_matmul_split),
+        cmocka_unit_test(test_norm_matmul_split), cmocka_unit_test(test_norm_matmuls),
     };
     return ops_run(tests, sizeof tests / sizeof *tests);
 #else

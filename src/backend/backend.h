@@ -360,6 +360,14 @@ typedef struct {
                                      const float *const *biases, int T);
     seer_status (*ffn_glu)(seer_backend *be, float *x, float *h, const float *w_norm, float eps,
                            const seer_weight *wgu, const seer_weight *wdown, float *g, int T);
+    /* norm_matmuls: rmsnorm of x [T][cols] with w_norm into h, then ys[j] [T][ws[j].rows] =
+     * h ws[j]^T (+ biases[j] unless NULL) for n (1 to SEER_WEIGHT_MAX_SEG) plain weights of
+     * cols columns in any dtypes: the values of rmsnorm and n matmuls, for weights that
+     * weight_concat cannot join (a file's attn_v in another type than attn_q and attn_k).
+     * May be NULL. */
+    seer_status (*norm_matmuls)(seer_backend *be, float *const *ys, float *h, const float *x,
+                                const float *w_norm, float eps, const seer_weight *ws, int n,
+                                const float *const *biases, int T);
     seer_status (*rope_kv_store)(seer_backend *be, float *q, float *k, const float *v,
                                  const int32_t *pos, int T, int H, int Hkv, int Dh,
                                  const float *inv_freq, int neox, void *kv, const seer_kv_geom *g,

@@ -51,6 +51,9 @@ static seer_status qkv(seer_backend *be, const seer_backend_ops *op, const seer_
     const float *const bs[3] = {L->bq, L->bk, L->bv};
     if (L->wqkv.data && op->norm_matmul_split) {
         SEER_TRY(op->norm_matmul_split(be, ys, s->h, s->x, L->attn_norm, eps, &L->wqkv, bs, T));
+    } else if (!L->wqkv.data && op->norm_matmuls) { /* the three in their own types (not joined) */
+        const seer_weight ws[3] = {L->wq, L->wk, L->wv};
+        SEER_TRY(op->norm_matmuls(be, ys, s->h, s->x, L->attn_norm, eps, ws, 3, bs, T));
     } else {
         SEER_TRY(op->rmsnorm(be, s->h, s->x, L->attn_norm, T, D, eps));
         if (L->wqkv.data) {

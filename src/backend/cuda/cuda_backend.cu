@@ -442,6 +442,15 @@ static seer_status prof_norm_matmul_split(seer_backend *be, float *const *ys, fl
     return s;
 }
 
+static seer_status prof_norm_matmuls(seer_backend *be, float *const *ys, float *h, const float *x,
+                                     const float *nw, float eps, const seer_weight *ws, int n,
+                                     const float *const *biases, int T) {
+    seer_status s = seer_cuda_norm_matmuls(be, ys, h, x, nw, eps, ws, n, biases, T);
+    seer_cuda_prof_mark(seer_cuda_of(be), false, "rmsnorm+matmuls %d weights of %d columns, first %s", n,
+                        n > 0 ? ws[0].cols : 0, n > 0 ? DT(&ws[0]) : "");
+    return s;
+}
+
 static seer_status prof_batch_begin(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
                                     const int32_t *pos, const int32_t *page, const int32_t *row,
                                     const int32_t *out_rows, int n_out) {
@@ -474,6 +483,7 @@ static seer_backend_ops cuda_ops_prof_make(void) {
     o.matmul_glu = prof_matmul_glu;
     o.ffn_glu = prof_ffn_glu;
     o.norm_matmul_split = prof_norm_matmul_split;
+    o.norm_matmuls = prof_norm_matmuls;
     PROF(rope_kv_store, seer_cuda_rope_kv_store);
     o.batch_begin = prof_batch_begin;
     return o;
@@ -528,6 +538,7 @@ static seer_backend_ops cuda_ops_make(void) {
     o.matmul_glu = seer_cuda_matmul_glu;
     o.ffn_glu = seer_cuda_ffn_glu;
     o.norm_matmul_split = seer_cuda_norm_matmul_split;
+    o.norm_matmuls = seer_cuda_norm_matmuls;
     o.rope_kv_store = seer_cuda_rope_kv_store;
     o.swiglu = seer_cuda_swiglu;
     o.geglu = seer_cuda_geglu;
@@ -599,6 +610,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent,
         c->qt = parent->qt;
         c->qt_gemv_max_t = parent->qt_gemv_max_t;
         c->qt_norm_fused = parent->qt_norm_fused;
+        c->qt_group = parent->qt_group;
         c->attn_variant = parent->attn_variant;
         c->allreduce_nccl = parent->allreduce_nccl;
     } else {
@@ -620,6 +632,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent,
         c->qt = tu.qt;
         c->qt_gemv_max_t = tu.qt_gemv_max;
         c->qt_norm_fused = tu.qt_norm;
+        c->qt_group = tu.qt_group;
         c->attn_variant = !tu.attn ? 0 : !strcmp(tu.attn, "mma") ? 1 : !strcmp(tu.attn, "scalar") ? 2 : 0;
         c->allreduce_nccl = tu.allreduce_nccl;
     }

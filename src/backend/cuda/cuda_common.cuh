@@ -256,6 +256,7 @@ typedef struct seer_cuda {
     bool qt;
     int qt_gemv_max_t;
     bool qt_norm_fused; /* seer_cuda_tuning.qt_norm: rmsnorm_q8_kernel before row-block products */
+    bool qt_group;      /* seer_cuda_tuning.qt_group: several row-block GEMVs in one launch */
     /* attention's kernels (seer_cuda_tuning.attn): 0 the planner's choice, 1 no wgmma kernel
      * (mma), 2 the scalar kernel for every shape (scalar) */
     int attn_variant;
@@ -367,6 +368,9 @@ seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, float *h, const float 
 seer_status seer_cuda_norm_matmul_split(seer_backend *be, float *const *ys, float *h, const float *x,
                                         const float *nw, float eps, const seer_weight *w,
                                         const float *const *biases, int T);
+seer_status seer_cuda_norm_matmuls(seer_backend *be, float *const *ys, float *h, const float *x,
+                                   const float *nw, float eps, const seer_weight *ws, int n,
+                                   const float *const *biases, int T);
 seer_status seer_cuda_rope_kv_store(seer_backend *be, float *q, float *k, const float *v,
                                     const int32_t *pos, int T, int H, int Hkv, int Dh,
                                     const float *inv_freq, int neox, void *kv, const seer_kv_geom *g,

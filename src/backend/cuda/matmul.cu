@@ -543,6 +543,37 @@ seer_status seer_cuda_norm_matmul_split(seer_backend *be, float *const *ys, floa
     return blas_segments(c, o, w, T);
 }
 
+/* rmsnorm into h, then each weight's product of h: where every weight is in row blocks and
+ * takes the invariant kernels, x in 8 bits once and one token's products in one launch
+ * (seer_cuda_qt_matmuls_norm); else rmsnorm and a matmul each. The values of rmsnorm and n
+ * matmuls either way. */
+seer_status seer_cuda_norm_matmuls(seer_backend *be, float *const *ys, float *h, const float *x,
+                                   const float *nw, float eps, const seer_weight *ws, int n,
+                                   const float *const *biases, int T) {
+    seer_cuda *c = seer_cuda_of(be);
+    if (n < 1 || n > SEER_WEIGHT_MAX_SEG)
+        return seer_err(SEER_ERR_INVALID_ARG, "norm_matmuls: %d weights (1 to %d)", n, SEER_WEIGHT_MAX_SEG);
+    const int cols = ws[0].cols;
+    bool rows_qt = true;
+    mm_out outs[SEER_WEIGHT_MAX_SEG];
+    for (int j = 0; j < n; j++) {
+        if (ws[j].cols != cols || ws[j].n_seg)
+            return seer_err(SEER_ERR_INVALID_ARG, "norm_matmuls: weight %d is not a plain weight of %d columns", j,
+                            cols);
+        outs[j] = one_out(ys[j], biases ? biases[j] : NULL, ws[j].rows, false);
+        rows_qt = rows_qt && ws[j].dtype != GGML_TYPE_BF16 && seer_cuda_qt_of(c, ws[j].dtype, cols) &&
+                  invariant_rows(c, &ws[j], h, T);
+    }
+    if (T <= 0)
+        return SEER_OK;
+    if (rows_qt)
+        return seer_cuda_qt_matmuls_norm(be, outs, h, x, nw, eps, ws, n, T);
+    SEER_TRY(seer_cuda_rmsnorm(be, h, x, nw, T, cols, eps));
+    for (int j = 0; j < n; j++)
+        SEER_TRY(matmul_any(be, outs[j], h, &ws[j], T));
+    return SEER_OK;
+}
+
 /* ---- the family's state ---------------------------------------------------------------- */
 
 seer_status seer_cuda_mm_init(seer_cuda *c) {
