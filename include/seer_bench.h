@@ -62,9 +62,6 @@ typedef struct {
     int qt_gemv_max;      /* most tokens of a row-block GEMV call (default 1) */
     bool qt_norm;         /* a norm before a row-block product writes its 8-bit x at once
                              (default true; false: the norm in f32, then the x kernel) */
-    bool qt_group;        /* one token's products of several row-block weights on one x (q, k,
-                             v of differing types) in one launch (default true; false: a
-                             launch each) */
     const char *attn;     /* the attention kernels: NULL or "" (the planner's choice), "mma"
                              (no wgmma kernel) or "scalar" (the scalar kernel for every shape) */
     bool allreduce_nccl;  /* tensor parallelism: every all-reduce through NCCL, none through
@@ -73,8 +70,8 @@ typedef struct {
 
 seer_cuda_tuning seer_cuda_default_tuning(void);
 /* Sets the field named name ("graphs", "profile", "matmul", "pdl", "mm_xb_min", "mm_tile",
- * "qt", "qt_gemv_max", "qt_norm", "qt_group", "attn", "allreduce") from its text as the lab's
- * variables give it (SEER_CUDA_GRAPHS and so on, lab/cuda_env.h): "0" turns graphs, pdl, qt, qt_norm and qt_group
+ * "qt", "qt_gemv_max", "qt_norm", "attn", "allreduce") from its text as the lab's variables
+ * give it (SEER_CUDA_GRAPHS and so on, lab/cuda_env.h): "0" turns graphs, pdl, qt and qt_norm
  * off, "cublas" sends matmuls to cuBLAS, "nccl" every all-reduce to NCCL, numbers as numbers
  * (mm_xb_min <= 0: the default; an mm_tile outside [8, 64]: 32).
  * SEER_ERR_INVALID_ARG for an unknown name. value may be stored (profile, attn): the

@@ -29,7 +29,6 @@ static inline seer_cuda_tuning lab_cuda_tuning_from_env(void) {
         {"SEER_CUDA_PDL", "pdl"},       {"SEER_CUDA_MM_XB_MIN", "mm_xb_min"}, {"SEER_CUDA_MM_TILE", "mm_tile"},
         {"SEER_CUDA_QT", "qt"},         {"SEER_CUDA_QT_GEMV_MAX", "qt_gemv_max"}, {"SEER_CUDA_ATTN", "attn"},
         {"SEER_CUDA_QT_NORM", "qt_norm"},
-        {"SEER_CUDA_QT_GROUP", "qt_group"},
         {"SEER_CUDA_ALLREDUCE", "allreduce"},
     };
     seer_cuda_tuning t = seer_cuda_default_tuning();

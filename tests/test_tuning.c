@@ -14,7 +14,7 @@
 
 static void test_defaults_and_setter(void **state) {
     seer_cuda_tuning t = seer_cuda_default_tuning();
-    assert_true(t.graphs && t.pdl && t.qt && t.qt_norm && t.qt_group && !t.matmul_cublas);
+    assert_true(t.graphs && t.pdl && t.qt && t.qt_norm && !t.matmul_cublas);
     assert_int_equal(t.mm_xb_min, 40);
     assert_int_equal(t.mm_tile, 0);
     assert_int_equal(t.qt_gemv_max, 1);
@@ -24,8 +24,7 @@ static void test_defaults_and_setter(void **state) {
     ASSERT_OK(seer_cuda_tuning_set(&t, "pdl", "0"));
     ASSERT_OK(seer_cuda_tuning_set(&t, "qt", "0"));
     ASSERT_OK(seer_cuda_tuning_set(&t, "qt_norm", "0"));
-    ASSERT_OK(seer_cuda_tuning_set(&t, "qt_group", "0"));
-    assert_false(t.graphs || t.pdl || t.qt || t.qt_norm || t.qt_group);
+    assert_false(t.graphs || t.pdl || t.qt || t.qt_norm);
     ASSERT_OK(seer_cuda_tuning_set(&t, "graphs", "1"));
     assert_true(t.graphs);
     ASSERT_OK(seer_cuda_tuning_set(&t, "matmul", "cublas"));

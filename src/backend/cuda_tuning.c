@@ -14,7 +14,7 @@
 
 seer_cuda_tuning seer_cuda_default_tuning(void) {
     return (seer_cuda_tuning){.graphs = true, .pdl = true, .mm_xb_min = 40, .qt = true, .qt_gemv_max = 1,
-                             .qt_norm = true, .qt_group = true};
+                             .qt_norm = true};
 }
 
 seer_status seer_cuda_tuning_set(seer_cuda_tuning *t, const char *name, const char *value) {
@@ -41,8 +41,6 @@ seer_status seer_cuda_tuning_set(seer_cuda_tuning *t, const char *name, const ch
         t->qt_gemv_max = atoi(value);
     else if (!strcmp(name, "qt_norm"))
         t->qt_norm = !off;
-    else if (!strcmp(name, "qt_group"))
-        t->qt_group = !off;
     else if (!strcmp(name, "attn"))
         t->attn = value;
     else

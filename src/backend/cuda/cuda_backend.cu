@@ -610,7 +610,6 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent,
         c->qt = parent->qt;
         c->qt_gemv_max_t = parent->qt_gemv_max_t;
         c->qt_norm_fused = parent->qt_norm_fused;
-        c->qt_group = parent->qt_group;
         c->attn_variant = parent->attn_variant;
         c->allreduce_nccl = parent->allreduce_nccl;
     } else {
@@ -632,7 +631,6 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent,
         c->qt = tu.qt;
         c->qt_gemv_max_t = tu.qt_gemv_max;
         c->qt_norm_fused = tu.qt_norm;
-        c->qt_group = tu.qt_group;
         c->attn_variant = !tu.attn ? 0 : !strcmp(tu.attn, "mma") ? 1 : !strcmp(tu.attn, "scalar") ? 2 : 0;
         c->allreduce_nccl = tu.allreduce_nccl;
     }

@@ -256,7 +256,6 @@ typedef struct seer_cuda {
     bool qt;
     int qt_gemv_max_t;
     bool qt_norm_fused; /* seer_cuda_tuning.qt_norm: rmsnorm_q8_kernel before row-block products */
-    bool qt_group;      /* seer_cuda_tuning.qt_group: several row-block GEMVs in one launch */
     /* attention's kernels (seer_cuda_tuning.attn): 0 the planner's choice, 1 no wgmma kernel
      * (mma), 2 the scalar kernel for every shape (scalar) */
     int attn_variant;

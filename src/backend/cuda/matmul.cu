@@ -544,7 +544,7 @@ seer_status seer_cuda_norm_matmul_split(seer_backend *be, float *const *ys, floa
 }
 
 /* rmsnorm into h, then each weight's product of h: where every weight is in row blocks and
- * takes the invariant kernels, x in 8 bits once and one token's products in one launch
+ * takes the invariant kernels, x in 8 bits once for all of them
  * (seer_cuda_qt_matmuls_norm); else rmsnorm and a matmul each. The values of rmsnorm and n
  * matmuls either way. */
 seer_status seer_cuda_norm_matmuls(seer_backend *be, float *const *ys, float *h, const float *x,

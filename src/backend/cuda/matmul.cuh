@@ -211,8 +211,8 @@ seer_status seer_cuda_qt_matmul(seer_cuda *c, const mm_out &out, const float *x,
 seer_status seer_cuda_qt_matmul_norm(seer_backend *be, const mm_out &out, float *h, const float *x,
                                      const float *nw, float eps, const seer_weight *w, int T);
 /* The products of n (<= SEER_WEIGHT_MAX_SEG) weights in row blocks of any of the types, with
- * the same columns, of one rmsnorm(x) into outs[j]: x in 8 bits once; one token's GEMVs in
- * one launch (seer_cuda.qt_group), each with the bits of its own seer_cuda_qt_matmul_norm. */
+ * the same columns, of one rmsnorm(x) into outs[j]: x in 8 bits once, then each weight's
+ * product, with the bits of its own seer_cuda_qt_matmul_norm. */
 seer_status seer_cuda_qt_matmuls_norm(seer_backend *be, const mm_out *outs, float *h, const float *x,
                                       const float *nw, float eps, const seer_weight *ws, int n, int T);
 /* Where column j (0..31) of a group of x in 8 bits goes among the group's 32 bytes: the

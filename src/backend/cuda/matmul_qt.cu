@@ -154,14 +154,13 @@ static __device__ __forceinline__ void qt_finish(float (&acc)[NTOK], const mm_ou
         cnt[rg] = 0;
 }
 
-/* Block blk of a weight's GEMV (blocks rg * kb_n + kb): its rows and its slice of K. */
 template <class F, int NTOK>
-static __device__ __forceinline__ void qt_gemv_block(const mm_out &out, const uint8_t *__restrict__ W,
-                                                     const int8_t *__restrict__ xq, const float2 *__restrict__ xd,
-                                                     float *__restrict__ part, int *__restrict__ cnt, int rows,
-                                                     int cols, int T, int kb_n, int n_steps, int blk) {
+__global__ void __launch_bounds__(MM_WARPS * 32, 2)
+qt_gemv_kernel(mm_out out, const uint8_t *__restrict__ W, const int8_t *__restrict__ xq,
+               const float2 *__restrict__ xd, float *__restrict__ part, int *__restrict__ cnt, int rows,
+               int cols, int T, int kb_n, int n_steps) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int kb = blk % kb_n, rg = blk / kb_n, n_sb = cols / QT_COLS;
+    const int kb = blockIdx.x % kb_n, rg = blockIdx.x / kb_n, n_sb = cols / QT_COLS;
     const int KS = kb_n * MM_WARPS, ks = kb * MM_WARPS + warp;
     const int s0 = (int)((long long)n_steps * ks / KS), s1 = (int)((long long)n_steps * (ks + 1) / KS);
     const uint8_t *Wr = W + (size_t)rg * n_sb * F::BYTES;
@@ -187,49 +186,6 @@ static __device__ __forceinline__ void qt_gemv_block(const mm_out &out, const ui
         }
     }
     qt_finish<NTOK>(acc, out, part, cnt, rows, T, kb, kb_n, rg, rg * QT_ROWS);
-}
-
-template <class F, int NTOK>
-__global__ void __launch_bounds__(MM_WARPS * 32, 2)
-qt_gemv_kernel(mm_out out, const uint8_t *__restrict__ W, const int8_t *__restrict__ xq,
-               const float2 *__restrict__ xd, float *__restrict__ part, int *__restrict__ cnt, int rows,
-               int cols, int T, int kb_n, int n_steps) {
-    qt_gemv_block<F, NTOK>(out, W, xq, xd, part, cnt, rows, cols, T, kb_n, n_steps, (int)blockIdx.x);
-}
-
-/* Several weights of any row-block types times one x (q, k and v where attn_v has its own
- * type): weight j takes blocks [block0, block0 + its rows' blocks * kb) of one launch and runs
- * exactly the blocks its own launch would (its kb, its partials and counters), so each output
- * has the bits of its own product. */
-struct qt_seg {
-    mm_out out;
-    const uint8_t *W;
-    float *part;
-    int *cnt;
-    int dtype, rows, kb, block0;
-};
-struct qt_group {
-    qt_seg s[SEER_WEIGHT_MAX_SEG];
-    int n;
-};
-
-__global__ void __launch_bounds__(MM_WARPS * 32, 2)
-qt_gemv_group_kernel(qt_group g, const int8_t *__restrict__ xq, const float2 *__restrict__ xd, int cols,
-                     int n_steps) {
-    qt_seg s = g.s[0]; /* selected, not indexed: the parameters stay out of local memory */
-#pragma unroll
-    for (int k = 1; k < SEER_WEIGHT_MAX_SEG; k++)
-        if (k < g.n && (int)blockIdx.x >= g.s[k].block0)
-            s = g.s[k];
-    const int blk = (int)blockIdx.x - s.block0;
-    switch (s.dtype) {
-#define QT_CASE(TYPE)                                                                                          \
-    case TYPE:                                                                                                 \
-        qt_gemv_block<qt_fmt<TYPE>, 1>(s.out, s.W, xq, xd, s.part, s.cnt, s.rows, cols, 1, s.kb, n_steps, blk); \
-        break;
-        QT_FORMATS(QT_CASE)
-#undef QT_CASE
-    }
 }
 
 /* ---- larger T: the same sums on the tensor cores ------------------------------------------- */
@@ -475,53 +431,6 @@ seer_status seer_cuda_qt_matmul_norm(seer_backend *be, const mm_out &out, float 
     return qt_product(seer_cuda_of(be), out, xq, xd, w, T);
 }
 
-/* One token's GEMVs of n weights in one launch (qt_gemv_group_kernel): each weight's split,
- * partials and counters as its own launch would have them. */
-static seer_status qt_group_gemv(seer_cuda *c, const mm_out *outs, const int8_t *xq, const float2 *xd,
-                                 const seer_weight *ws, int n) {
-    const int cols = ws[0].cols, n_steps = cols / QT_STEP;
-    qt_group g = {};
-    g.n = n;
-    long long blocks = 0;
-    size_t part_n = 0, cnt_n = 0, part_at[SEER_WEIGHT_MAX_SEG], cnt_at[SEER_WEIGHT_MAX_SEG];
-    for (int j = 0; j < n; j++) {
-        const int rows = ws[j].rows;
-        const long long rgs = (rows + QT_ROWS - 1) / QT_ROWS;
-        qt_seg &s = g.s[j];
-        s.out = outs[j];
-        s.W = (const uint8_t *)ws[j].data;
-        s.dtype = ws[j].dtype;
-        s.rows = rows;
-        s.kb = qt_kb(c, rows, n_steps);
-        s.block0 = (int)blocks;
-        blocks += rgs * s.kb;
-        part_at[j] = part_n;
-        cnt_at[j] = cnt_n;
-        if (s.kb > 1) {
-            part_n += (size_t)s.kb * rows;
-            cnt_n += (size_t)rgs;
-        }
-    }
-    if (blocks > INT32_MAX)
-        return seer_err(SEER_ERR_INVALID_ARG, "row blocks: %lld blocks in one launch", blocks);
-    if (cnt_n) {
-        if (cnt_n * sizeof(int) > c->mm->cnt.cap) {
-            SEER_TRY(seer_cuda_reserve(c, &c->mm->cnt, cnt_n * sizeof(int), "matmul split counters"));
-            CUDA_TRY(cudaMemsetAsync(c->mm->cnt.p, 0, c->mm->cnt.cap, c->stream));
-        }
-        SEER_TRY(seer_cuda_reserve(c, &c->mm->part, part_n * sizeof(float), "matmul split partials"));
-        for (int j = 0; j < n; j++)
-            if (g.s[j].kb > 1) {
-                g.s[j].part = (float *)c->mm->part.p + part_at[j];
-                g.s[j].cnt = (int *)c->mm->cnt.p + cnt_at[j];
-            }
-    }
-    CUDA_TRY(seer_cuda_launch(c, qt_gemv_group_kernel, dim3((unsigned)blocks), dim3(MM_WARPS * 32), 0, g, xq, xd,
-                              cols, n_steps));
-    LAUNCH_TRY("qt_gemv_group_kernel");
-    return SEER_OK;
-}
-
 seer_status seer_cuda_qt_matmuls_norm(seer_backend *be, const mm_out *outs, float *h, const float *x,
                                       const float *nw, float eps, const seer_weight *ws, int n, int T) {
     seer_cuda *c = seer_cuda_of(be);
@@ -537,8 +446,6 @@ seer_status seer_cuda_qt_matmuls_norm(seer_backend *be, const mm_out *outs, floa
     int8_t *xq;
     float2 *xd;
     SEER_TRY(qt_norm_x(be, h, x, nw, eps, T, ws[0].cols, &xq, &xd));
-    if (n > 1 && T == 1 && c->qt_gemv_max_t >= 1 && c->qt_group)
-        return qt_group_gemv(c, outs, xq, xd, ws, n);
     for (int j = 0; j < n; j++)
         SEER_TRY(qt_product(c, outs[j], xq, xd, &ws[j], T));
     return SEER_OK;
