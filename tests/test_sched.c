@@ -865,6 +865,53 @@ static void test_spec_classes(void **state) {
     seer_context_free(c);
 }
 
+/* Settings that differ only in the draft weights are distinct classes (a class's generator
+ * multiplies its draft steps by one set of weights): with four budgets, each with and without
+ * the model's draft weights, the eight classes are full and a ninth setting is refused; every
+ * request's greedy tokens equal plain decoding's, with or without the draft weights. */
+static void test_spec_classes_draft_weights(void **state) {
+    (void)state;
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    mp.n_threads = 2;
+    mp.draft_weights = "q8_0";
+    seer_model *md = NULL;
+    ASSERT_OK(seer_model_load(tu_data_path("models/stories260K.gguf"), mp, &md));
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_seq_max = 10;
+    cp.n_batch_max = 64;
+    cp.page_size = 16;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(md, cp, &c));
+    seer_sched *s = NULL;
+    ASSERT_OK(seer_sched_init(c, seer_sched_default_params(), &s));
+    seer_request *r[9];
+    for (int k = 0; k < 9; k++) {
+        seer_request_params p = seer_request_default_params();
+        p.sampler.temperature = 0;
+        p.max_tokens = G[2].ng;
+        p.spec.kind = SEER_SPEC_STREAMING;
+        p.spec.gamma = 3;
+        p.spec.draft_weights = k % 2 != 0;
+        tu_spec_set(&p.spec, "budget", 16 + 8 * (k / 2));
+        ASSERT_OK(seer_request_new(md, G[2].prompt, G[2].np, &p, &r[k]));
+        assert_int_equal(seer_sched_submit(s, r[k]), k < 8 ? SEER_OK : SEER_ERR_INVALID_ARG);
+    }
+    run_all(s);
+    for (int k = 0; k < 9; k++) {
+        const int32_t *out = NULL;
+        const int n = seer_request_tokens(r[k], &out);
+        assert_int_equal(n, k < 8 ? G[2].ng : 0);
+        if (k < 8)
+            assert_memory_equal(out, G[2].gold, sizeof(int32_t) * (size_t)n);
+        seer_request_free(r[k]);
+    }
+    seer_sched_free(s);
+    seer_context_free(c);
+    seer_model_free(md);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_alone),
@@ -878,6 +925,7 @@ int main(void) {
         cmocka_unit_test(test_stall_budget),
         cmocka_unit_test(test_stop_and_length),
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_spec_classes_draft_weights),
         cmocka_unit_test(test_failed_step_changes_nothing),
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_spec_classes),

@@ -136,7 +136,7 @@ static bool spec_equal(const seer_spec_params *a, const seer_spec_params *b) {
         if (seer_spec_get(a, o.flag, &x) != SEER_OK || seer_spec_get(b, o.flag, &y) != SEER_OK || x != y)
             return false;
     }
-    return a->gamma == b->gamma && a->draft_model == b->draft_model &&
+    return a->gamma == b->gamma && a->draft_model == b->draft_model && a->draft_weights == b->draft_weights &&
            a->tree_size == b->tree_size && a->tree_depth == b->tree_depth &&
            a->tree_replan == b->tree_replan && a->tree_draft_cost == b->tree_draft_cost &&
            a->tree_cost_points == b->tree_cost_points && a->tree_cost_n == b->tree_cost_n &&
