@@ -353,6 +353,27 @@ static seer_status r_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g,
     return rpc0(be, TP_OP_KV_STORE, &w);
 }
 
+static seer_status r_kv_read(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer, int which,
+                             const int32_t *page, const int32_t *row, int n, float *out) {
+    tp_wbuf w = {0};
+    tp_w_rptr(&w, kv);
+    tp_w_geom(&w, g);
+    tp_w_int(&w, layer);
+    tp_w_int(&w, which);
+    tp_w_int(&w, n);
+    tp_w_arr(&w, page, (size_t)n, 4);
+    tp_w_arr(&w, row, (size_t)n, 4);
+    tp_msg m;
+    void *pl;
+    SEER_TRY(rpc(be, TP_OP_KV_READ, &w, "b", &m, &pl));
+    const void *a;
+    seer_status s = tp_msg_array(&m, 0, (size_t)n * g->n_kv_heads * g->head_dim, sizeof(float), &a, "kv_read's answer");
+    if (s == SEER_OK && n > 0)
+        memcpy(out, a, m.f[0].len);
+    free(pl);
+    return s;
+}
+
 void seer_tp_remote_fill_compute(seer_backend_ops *o);
 
 static seer_status r_init_ops(void);
@@ -401,6 +422,7 @@ static void fill_ops(void) {
     o->kv_copy_pages = r_kv_copy;
     o->kv_move_rows = r_kv_move;
     o->kv_store = r_kv_store;
+    o->kv_read = r_kv_read;
     seer_tp_remote_fill_compute(o);
 }
 

@@ -481,7 +481,7 @@ static seer_status op_attention(tp_serve *sv, seer_backend *be, const tp_msg *m)
     return s;
 }
 
-static seer_status op_kv(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m) {
+static seer_status op_kv(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w) {
     void *k;
     int n, T, layer;
     if (op == TP_OP_KV_COPY) {
@@ -505,6 +505,32 @@ static seer_status op_kv(tp_serve *sv, seer_backend *be, uint32_t op, const tp_m
         for (int j = 0; j < 4; j++)
             TRY(ids(m, 9 + j, n, &a[j], "kv_move_rows"));
         return be->ops->kv_move_rows(be, k, &g, a[0], a[1], a[2], a[3], n);
+    }
+    if (op == TP_OP_KV_READ) {
+        TRY(tp_msg_check(m, "p" GEOM "iiibb", "kv_read"));
+        TRY(kv(sv, m, 0, &k));
+        const seer_kv_geom g = geom(m, 1);
+        const int32_t *page, *row;
+        int which;
+        TRY(num(m, 8, 0, g.n_layers - 1, &layer));
+        TRY(num(m, 9, 0, 1, &which));
+        TRY(num(m, 10, 0, BIG, &n));
+        TRY(ids(m, 11, n, &page, "kv_read"));
+        TRY(ids(m, 12, n, &row, "kv_read"));
+        for (int i = 0; i < n; i++)
+            if (page[i] < 0 || page[i] >= g.n_pages || row[i] < 0 || row[i] >= g.page_size)
+                return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a row read outside the pool");
+        if (!be->ops->kv_read)
+            return seer_err(SEER_ERR_UNSUPPORTED, "the rank's backend has no kv_read");
+        const size_t cnt = (size_t)n * g.n_kv_heads * g.head_dim;
+        float *out = malloc(cnt * sizeof *out + 1);
+        if (!out)
+            return seer_err(SEER_ERR_OOM, "out of memory");
+        seer_status s = be->ops->kv_read(be, k, &g, layer, which, page, row, n, out);
+        if (s == SEER_OK)
+            tp_w_bytes(w, out, cnt * sizeof *out);
+        free(out);
+        return s;
     }
     /* KV_STORE: kv, geom, layer, k, v, T, page, row */
     TRY(tp_msg_check(m, "p" GEOM "ippibb", "kv_store"));
@@ -627,7 +653,8 @@ seer_status tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, const 
     case TP_OP_KV_COPY:
     case TP_OP_KV_MOVE:
     case TP_OP_KV_STORE:
-        return op_kv(sv, be, op, m);
+    case TP_OP_KV_READ:
+        return op_kv(sv, be, op, m, w);
     case TP_OP_EMBED:
         TRY(tp_msg_check(m, "ppib", "embed"));
         TRY(mem(sv, m, 0, &y));
