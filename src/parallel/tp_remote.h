@@ -23,7 +23,8 @@ enum {
     TP_OP_KV_MEM, TP_OP_KV_COPY, TP_OP_KV_MOVE, TP_OP_KV_STORE, TP_OP_EMBED, TP_OP_RMSNORM, TP_OP_MATMUL,
     TP_OP_MATMUL_ADD, TP_OP_MATMUL_SPLIT, TP_OP_NORM_MATMUL_SPLIT, TP_OP_MATMUL_GLU, TP_OP_FFN_GLU, TP_OP_ROPE,
     TP_OP_ROPE_KV_STORE, TP_OP_ATTENTION, TP_OP_SWIGLU, TP_OP_GEGLU, TP_OP_ADD, TP_OP_SCALE, TP_OP_SOFTCAP,
-    TP_OP_GATHER_ROWS, TP_OP_ARGMAX, TP_OP_KV_READ, TP_OP_COUNT
+    TP_OP_GATHER_ROWS, TP_OP_ARGMAX, TP_OP_KV_READ, TP_OP_COMM_INIT, TP_OP_ALLREDUCE, TP_OP_GATHER, TP_OP_COMM_FREE,
+    TP_OP_COUNT
 };
 
 /* A pointer into a remote rank's memory as rank 0 holds it: a handle of the rank's allocation
@@ -76,7 +77,10 @@ bool seer_backend_is_remote(const seer_backend *be);
 /* Clears in ops (a copy of rank 0's table) each op a remote rank cannot run. */
 void seer_tp_remote_mask_ops(seer_backend_ops *ops);
 
-/* The communicator of a group with remote ranks (tp_remote_comm.c). */
+/* The communicator of a group with remote ranks (tp_remote_comm.c): where rank 0's backend
+ * has comm_init_rank (CUDA: NCCL), each rank's process holds its own rank of one group and a
+ * remote rank's collective is a message to it; otherwise (the CPU) each rank's buffer is staged
+ * through rank 0's host memory and summed there in rank order. */
 seer_status seer_tp_remote_comm_init(seer_backend *const *ranks, int n, seer_comm **out);
 
 /* A rank's process: connects to rank 0 at addr (again until it listens, for up to

@@ -7,6 +7,9 @@
  * not between the ranks' devices: the reference path, not a fast one (NCCL between processes
  * would replace it on GPUs). A rank whose copy fails still meets the others, with whatever its
  * host buffer holds, so no thread waits for one that left.
+ * Where rank 0's backend can make one rank of a group per process (CUDA: NCCL's
+ * ncclCommInitRank from an id rank 0 sends), each process holds its rank instead and a remote
+ * rank's collective is a message that its process runs on its own stream.
  * Not for: ranks that share one process (cpu_comm.c, comm_nccl.cu).
  */
 #include "backend/cpu/cpu.h"
@@ -14,6 +17,8 @@
 #include "parallel/tp_remote.h"
 #include "util/error.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,8 +84,131 @@ static void st_free(seer_comm *base) {
     free(c);
 }
 
+/* ---- one rank of one group per process ------------------------------------------------------ */
+
+typedef struct {
+    seer_comm base; /* first */
+    seer_comm *local; /* rank 0's own rank of the group */
+    seer_backend *rank[SEER_TP_MAX];
+} proc_comm;
+
+static seer_status pc_all_reduce(seer_comm *base, int r, float *buf, size_t count, bool ordered) {
+    proc_comm *c = (proc_comm *)base;
+    if (r == 0)
+        return c->local->all_reduce(c->local, 0, buf, count, ordered);
+    tp_wbuf w = {0};
+    tp_w_rptr(&w, buf);
+    tp_w_int(&w, (int64_t)count);
+    tp_w_int(&w, ordered);
+    tp_msg m;
+    void *pl;
+    SEER_TRY(seer_tp_remote_rpc(c->rank[r], TP_OP_ALLREDUCE, &w, "", &m, &pl));
+    free(pl);
+    return SEER_OK;
+}
+
+static seer_status pc_gather_cols(seer_comm *base, int r, float *dst, size_t ld, int rows, const float *src,
+                                  const int *col0, const int *ncols) {
+    proc_comm *c = (proc_comm *)base;
+    if (r == 0)
+        return c->local->gather_cols(c->local, 0, dst, ld, rows, src, col0, ncols);
+    tp_wbuf w = {0};
+    tp_w_rptr(&w, src);
+    tp_w_int(&w, (int64_t)ld);
+    tp_w_int(&w, rows);
+    tp_w_arr(&w, col0, (size_t)base->n, sizeof *col0);
+    tp_w_arr(&w, ncols, (size_t)base->n, sizeof *ncols);
+    tp_msg m;
+    void *pl;
+    SEER_TRY(seer_tp_remote_rpc(c->rank[r], TP_OP_GATHER, &w, "", &m, &pl));
+    free(pl);
+    return SEER_OK;
+}
+
+static void pc_free(seer_comm *base) {
+    proc_comm *c = (proc_comm *)base;
+    for (int r = 1; r < base->n; r++) {
+        tp_wbuf w = {0};
+        tp_msg m;
+        void *pl = NULL;
+        if (seer_tp_remote_rpc(c->rank[r], TP_OP_COMM_FREE, &w, "", &m, &pl) == SEER_OK)
+            free(pl);
+    }
+    if (c->local)
+        c->local->free(c->local);
+    free(c);
+}
+
+typedef struct {
+    proc_comm *c;
+    int r;
+    const char *id;
+    seer_status s;
+    char msg[512];
+} init_arg;
+
+static void *init_main(void *p) {
+    init_arg *a = p;
+    tp_wbuf w = {0};
+    tp_w_bytes(&w, a->id, SEER_COMM_ID_BYTES);
+    tp_w_int(&w, a->c->base.n);
+    tp_w_int(&w, a->r);
+    tp_msg m;
+    void *pl = NULL;
+    a->s = seer_tp_remote_rpc(a->c->rank[a->r], TP_OP_COMM_INIT, &w, "", &m, &pl);
+    free(pl);
+    if (a->s != SEER_OK)
+        snprintf(a->msg, sizeof a->msg, "%s", seer_last_error());
+    return NULL;
+}
+
+/* Every rank's process makes its rank of one group at once (the call is collective): the
+ * remote ones each from a thread of their own, rank 0 on the caller's. */
+static seer_status proc_comm_init(seer_backend *const *ranks, int n, seer_comm **out) {
+    seer_backend *b0 = ranks[0];
+    char id[SEER_COMM_ID_BYTES];
+    SEER_TRY(b0->ops->comm_unique_id(b0, id));
+    proc_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    c->base.n = n;
+    c->base.all_reduce = pc_all_reduce;
+    c->base.gather_cols = pc_gather_cols;
+    c->base.free = pc_free;
+    memcpy(c->rank, ranks, (size_t)n * sizeof *ranks);
+    init_arg a[SEER_TP_MAX];
+    pthread_t th[SEER_TP_MAX];
+    bool started[SEER_TP_MAX] = {0};
+    for (int r = 1; r < n; r++) {
+        a[r] = (init_arg){.c = c, .r = r, .id = id};
+        started[r] = pthread_create(&th[r], NULL, init_main, &a[r]) == 0;
+        if (!started[r])
+            a[r].s = seer_err(SEER_ERR_OOM, "cannot start a thread for rank %d's communicator", r);
+    }
+    /* a rank that could not be asked leaves rank 0's init waiting on NCCL's own time-out */
+    seer_status s = b0->ops->comm_init_rank(b0, n, 0, id, &c->local);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", s != SEER_OK ? seer_last_error() : "");
+    for (int r = 1; r < n; r++) {
+        if (started[r])
+            pthread_join(th[r], NULL);
+        if (s == SEER_OK && a[r].s != SEER_OK) {
+            s = a[r].s;
+            snprintf(msg, sizeof msg, "%s", a[r].msg);
+        }
+    }
+    if (s != SEER_OK) {
+        pc_free(&c->base);
+        return seer_err(s, "%s", msg);
+    }
+    *out = &c->base;
+    return SEER_OK;
+}
+
 seer_status seer_tp_remote_comm_init(seer_backend *const *ranks, int n, seer_comm **out) {
     *out = NULL;
+    if (ranks[0]->ops->comm_init_rank && ranks[0]->ops->comm_unique_id)
+        return proc_comm_init(ranks, n, out);
     staged_comm *c = calloc(1, sizeof *c);
     if (!c)
         return seer_err(SEER_ERR_OOM, "out of memory");

@@ -7,6 +7,7 @@
  * the memory the handles name; rank 0 is trusted there, as a backend trusts its caller.
  * Not for: sockets (tp_serve_loop.c) or the sending side (tp_remote.c).
  */
+#include "parallel/comm.h"
 #include "parallel/tp_remote.h"
 #include "util/error.h"
 
@@ -26,8 +27,19 @@ typedef struct {
     seer_backend *be; /* the instance that made it (frees it) */
 } h_entry;
 
+/* A rank's collectives: one communicator per instance of rank 0's (its model's, each
+ * context's), made by comm_init_rank. */
+typedef struct {
+    uint32_t inst;
+    int rank;
+    seer_comm *c;
+} sv_comm;
+
+#define SV_COMMS 64
+
 struct tp_serve {
     seer_backend *root;
+    sv_comm comm[SV_COMMS];
     h_entry *tab; /* [cap], indexed by handle */
     int64_t cap;
 };
@@ -65,6 +77,9 @@ static void entry_free(h_entry *e) {
 void tp_serve_free(tp_serve *sv) {
     if (!sv)
         return;
+    for (int i = 0; i < SV_COMMS; i++)
+        if (sv->comm[i].c)
+            sv->comm[i].c->free(sv->comm[i].c);
     /* weights and memory first, then the instances that made them */
     for (int pass = 0; pass < 2; pass++)
         for (int64_t h = 0; h < sv->cap; h++)
@@ -336,6 +351,64 @@ static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const
 
 seer_status tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w);
 
+static sv_comm *comm_of(tp_serve *sv, uint32_t inst) {
+    for (int i = 0; i < SV_COMMS; i++)
+        if (sv->comm[i].c && sv->comm[i].inst == inst)
+            return &sv->comm[i];
+    return NULL;
+}
+
+/* The collectives of a group with one rank per process (tp_remote_comm.c's proc_comm). */
+static seer_status op_comm(tp_serve *sv, seer_backend *be, uint32_t kind, uint32_t inst, const tp_msg *m) {
+    sv_comm *c = comm_of(sv, inst);
+    if (kind == TP_OP_COMM_INIT) {
+        TRY(tp_msg_check(m, "bii", "comm_init"));
+        if (m->f[0].len != SEER_COMM_ID_BYTES || c)
+            return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a communicator's id of %zu bytes, or a second one",
+                            m->f[0].len);
+        int n, rank;
+        TRY(num(m, 1, 1, SEER_TP_MAX, &n));
+        TRY(num(m, 2, 0, n - 1, &rank));
+        if (!be->ops->comm_init_rank)
+            return seer_err(SEER_ERR_UNSUPPORTED, "the rank's %s backend has no communicator between processes",
+                            be->ops->name);
+        for (int i = 0; i < SV_COMMS; i++)
+            if (!sv->comm[i].c) {
+                TRY(be->ops->comm_init_rank(be, n, rank, m->f[0].data, &sv->comm[i].c));
+                sv->comm[i].inst = inst;
+                sv->comm[i].rank = rank;
+                return SEER_OK;
+            }
+        return seer_err(SEER_ERR_OOM, "more than %d communicators on one rank", SV_COMMS);
+    }
+    if (!c)
+        return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a collective before its communicator");
+    if (kind == TP_OP_COMM_FREE) {
+        c->c->free(c->c);
+        memset(c, 0, sizeof *c);
+        return SEER_OK;
+    }
+    float *buf;
+    if (kind == TP_OP_ALLREDUCE) {
+        TRY(tp_msg_check(m, "pii", "all_reduce"));
+        TRY(mem(sv, m, 0, &buf));
+        if (m->f[1].i < 0)
+            return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a negative size");
+        return c->c->all_reduce(c->c, c->rank, buf, (size_t)m->f[1].i, m->f[2].i != 0);
+    }
+    TRY(tp_msg_check(m, "piibb", "gather_cols"));
+    TRY(mem(sv, m, 0, &buf));
+    const int n = c->c->n;
+    const int *col0, *ncols;
+    int rows;
+    TRY(num(m, 2, 0, BIG, &rows));
+    TRY(tp_msg_array(m, 3, (size_t)n, sizeof *col0, (const void **)&col0, "gather_cols"));
+    TRY(tp_msg_array(m, 4, (size_t)n, sizeof *ncols, (const void **)&ncols, "gather_cols"));
+    if (m->f[1].i < 0)
+        return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a negative pitch");
+    return c->c->gather_cols(c->c, c->rank, NULL, (size_t)m->f[1].i, rows, buf, col0, ncols);
+}
+
 seer_status tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len, tp_wbuf *w) {
     tp_msg *m = malloc(sizeof *m);
     if (!m)
@@ -351,9 +424,11 @@ seer_status tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void 
     if (s == SEER_OK) {
         if (kind == TP_OP_FREE && inst != 0)
             entry_free(&sv->tab[inst]);
+        else if (kind >= TP_OP_COMM_INIT && kind <= TP_OP_COMM_FREE)
+            s = op_comm(sv, be, kind, inst, m);
         else if (kind == TP_OP_WLOAD || kind == TP_OP_WFREE || kind == TP_OP_WCONCAT)
             s = op_weights(sv, be, kind, m, w);
-        else if (kind >= TP_OP_KV_COPY && kind < TP_OP_COUNT)
+        else if (kind >= TP_OP_KV_COPY && kind <= TP_OP_KV_READ)
             s = tp_serve_compute(sv, be, kind, m, w);
         else
             s = op_memory(sv, be, kind, m, w);
