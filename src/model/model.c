@@ -557,6 +557,8 @@ static seer_status pick_remote(seer_model_params p, const seer_cuda_tuning *t, s
     if (p.tp < 2)
         return seer_err(SEER_ERR_INVALID_ARG, "ranks in other processes need tp 2 or more (tp %d)", p.tp);
     seer_backend *ranks[SEER_TP_MAX] = {0};
+    if (p.n_threads > 0) /* as in one process: the threads given are the group's (workers take theirs) */
+        p.n_threads = p.n_threads / p.tp > 0 ? p.n_threads / p.tp : 1;
     SEER_TRY(pick_one(p, t, 0, &ranks[0]));
     int fds[SEER_TP_MAX];
     seer_status s = seer_tp_remote_accept(p.tp_addr, p.tp, wait, fds);
