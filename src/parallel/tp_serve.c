@@ -409,6 +409,20 @@ static seer_status op_comm(tp_serve *sv, seer_backend *be, uint32_t kind, uint32
     return c->c->gather_cols(c->c, c->rank, NULL, (size_t)m->f[1].i, rows, buf, col0, ncols);
 }
 
+/* An instance and what it still holds (its communicator, memory it allocated), those first. */
+static void free_instance(tp_serve *sv, uint32_t inst) {
+    seer_backend *be = sv->tab[inst].p;
+    for (int i = 0; i < SV_COMMS; i++)
+        if (sv->comm[i].c && sv->comm[i].inst == inst) {
+            sv->comm[i].c->free(sv->comm[i].c);
+            memset(&sv->comm[i], 0, sizeof sv->comm[i]);
+        }
+    for (int64_t h = 0; h < sv->cap; h++)
+        if (sv->tab[h].kind != H_NONE && sv->tab[h].kind != H_INST && sv->tab[h].be == be)
+            entry_free(&sv->tab[h]);
+    entry_free(&sv->tab[inst]);
+}
+
 seer_status tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len, tp_wbuf *w) {
     tp_msg *m = malloc(sizeof *m);
     if (!m)
@@ -423,7 +437,7 @@ seer_status tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void 
     }
     if (s == SEER_OK) {
         if (kind == TP_OP_FREE && inst != 0)
-            entry_free(&sv->tab[inst]);
+            free_instance(sv, inst);
         else if (kind >= TP_OP_COMM_INIT && kind <= TP_OP_COMM_FREE)
             s = op_comm(sv, be, kind, inst, m);
         else if (kind == TP_OP_WLOAD || kind == TP_OP_WFREE || kind == TP_OP_WCONCAT)
