@@ -162,6 +162,55 @@ static void *init_main(void *p) {
     return NULL;
 }
 
+/* A message to rank r's communicator; fields w, answer sig (the answer's payload into *pl). */
+static seer_status peer_rpc(proc_comm *c, int r, uint32_t op, tp_wbuf *w, const char *sig, tp_msg *m, void **pl) {
+    return seer_tp_remote_rpc(c->rank[r], op, w, sig, m, pl);
+}
+
+/* The one-shot all-reduce's peer buffers between the processes (CUDA IPC): every rank
+ * exports its handles, every rank maps the others', and only if every rank could is the path
+ * turned on, on every rank alike; otherwise NCCL takes every message. A failure here turns
+ * the path off; it fails nothing else (a dead link fails the next op). */
+static void peer_setup(proc_comm *c) {
+    seer_comm *l = c->local;
+    const int n = c->base.n;
+    if (!l->peer_bytes || !l->peer_export)
+        return;
+    const size_t pb = l->peer_bytes;
+    char *all = calloc((size_t)n, pb);
+    bool ok = all && l->peer_export(l, all) == SEER_OK, exported = ok;
+    for (int r = 1; r < n && ok; r++) {
+        tp_wbuf w = {0};
+        tp_msg m;
+        void *pl = NULL;
+        ok = peer_rpc(c, r, TP_OP_PEER_EXPORT, &w, "b", &m, &pl) == SEER_OK && m.f[0].len == pb;
+        if (ok)
+            memcpy(all + (size_t)r * pb, m.f[0].data, pb);
+        free(pl);
+    }
+    for (int r = 1; r < n && ok; r++) {
+        tp_wbuf w = {0};
+        tp_w_bytes(&w, all, (size_t)n * pb);
+        tp_msg m;
+        void *pl = NULL;
+        ok = peer_rpc(c, r, TP_OP_PEER_IMPORT, &w, "", &m, &pl) == SEER_OK;
+        free(pl);
+    }
+    ok = ok && l->peer_import(l, all) == SEER_OK;
+    for (int r = 1; r < n; r++) { /* every rank alike, also those whose export went wrong */
+        tp_wbuf w = {0};
+        tp_w_int(&w, ok);
+        tp_msg m;
+        void *pl = NULL;
+        if (peer_rpc(c, r, TP_OP_PEER_ENABLE, &w, "", &m, &pl) != SEER_OK)
+            ok = false; /* too late for the others to agree: the link is dead anyway */
+        free(pl);
+    }
+    if (exported)
+        l->peer_enable(l, ok);
+    free(all);
+}
+
 /* Every rank's process makes its rank of one group at once (the call is collective): the
  * remote ones each from a thread of their own, rank 0 on the caller's. */
 static seer_status proc_comm_init(seer_backend *const *ranks, int n, seer_comm **out) {
@@ -201,6 +250,7 @@ static seer_status proc_comm_init(seer_backend *const *ranks, int n, seer_comm *
         pc_free(&c->base);
         return seer_err(s, "%s", msg);
     }
+    peer_setup(c);
     *out = &c->base;
     return SEER_OK;
 }

@@ -359,7 +359,8 @@ static sv_comm *comm_of(tp_serve *sv, uint32_t inst) {
 }
 
 /* The collectives of a group with one rank per process (tp_remote_comm.c's proc_comm). */
-static seer_status op_comm(tp_serve *sv, seer_backend *be, uint32_t kind, uint32_t inst, const tp_msg *m) {
+static seer_status op_comm(tp_serve *sv, seer_backend *be, uint32_t kind, uint32_t inst, const tp_msg *m,
+                           tp_wbuf *w) {
     sv_comm *c = comm_of(sv, inst);
     if (kind == TP_OP_COMM_INIT) {
         TRY(tp_msg_check(m, "bii", "comm_init"));
@@ -387,6 +388,31 @@ static seer_status op_comm(tp_serve *sv, seer_backend *be, uint32_t kind, uint32
         c->c->free(c->c);
         memset(c, 0, sizeof *c);
         return SEER_OK;
+    }
+    seer_comm *cc = c->c;
+    if (kind == TP_OP_PEER_EXPORT || kind == TP_OP_PEER_IMPORT || kind == TP_OP_PEER_ENABLE) {
+        if (!cc->peer_bytes || !cc->peer_export)
+            return seer_err(SEER_ERR_UNSUPPORTED, "the rank's communicator maps no peer buffers");
+        if (kind == TP_OP_PEER_ENABLE) {
+            TRY(tp_msg_check(m, "i", "peer_enable"));
+            cc->peer_enable(cc, m->f[0].i != 0);
+            return SEER_OK;
+        }
+        if (kind == TP_OP_PEER_IMPORT) {
+            TRY(tp_msg_check(m, "b", "peer_import"));
+            const void *all;
+            TRY(tp_msg_array(m, 0, (size_t)cc->n, cc->peer_bytes, &all, "peer_import"));
+            return cc->peer_import(cc, all);
+        }
+        TRY(tp_msg_check(m, "", "peer_export"));
+        char *blob = malloc(cc->peer_bytes);
+        if (!blob)
+            return seer_err(SEER_ERR_OOM, "out of memory");
+        seer_status s = cc->peer_export(cc, blob);
+        if (s == SEER_OK)
+            tp_w_bytes(w, blob, cc->peer_bytes);
+        free(blob);
+        return s;
     }
     float *buf;
     if (kind == TP_OP_ALLREDUCE) {
@@ -439,7 +465,7 @@ seer_status tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void 
         if (kind == TP_OP_FREE && inst != 0)
             free_instance(sv, inst);
         else if (kind >= TP_OP_COMM_INIT && kind <= TP_OP_COMM_FREE)
-            s = op_comm(sv, be, kind, inst, m);
+            s = op_comm(sv, be, kind, inst, m, w);
         else if (kind == TP_OP_WLOAD || kind == TP_OP_WFREE || kind == TP_OP_WCONCAT)
             s = op_weights(sv, be, kind, m, w);
         else if (kind >= TP_OP_KV_COPY && kind <= TP_OP_KV_READ)

@@ -197,6 +197,8 @@ typedef struct {
     seer_cuda **rank; /* [n]; with ranks in other processes only this process's (the others NULL) */
     nccl_comm_t *nc;  /* [n] NCCL's communicator of rank r, on rank r's device */
     seer_oneshot *os; /* small messages over peer memory; NULL: NCCL takes them all */
+    seer_oneshot *os_pending; /* between processes: mapped, not yet on (peer_enable) */
+    int me;                   /* between processes: this process's rank */
 } nccl_comm;
 
 /* The largest all-reduce the one-shot kernel takes: 16 rows of verification over 8 ranks of
@@ -342,6 +344,7 @@ static void nccl_comm_free(seer_comm *base) {
         if (c->nc[r])
             (void)nccl.comm_destroy(c->nc[r]);
     seer_oneshot_free(c->os);
+    seer_oneshot_free(c->os_pending);
     (void)cudaGetLastError();
     nccl_comm_delete(c);
 }
@@ -422,10 +425,40 @@ extern "C" seer_status seer_cuda_comm_unique_id(seer_backend *be, void *id) {
     return SEER_OK;
 }
 
+static seer_status nccl_peer_export(seer_comm *base, void *blob) {
+    nccl_comm *c = (nccl_comm *)base;
+    if (c->os_pending || c->os)
+        return seer_err(SEER_ERR_INVALID_ARG, "the one-shot all-reduce's buffers are exported once");
+    device_restore keep;
+    return seer_oneshot_ipc_init(c->rank[c->me], base->n, c->me, ONESHOT_MAX_BYTES, blob, &c->os_pending);
+}
+
+static seer_status nccl_peer_import(seer_comm *base, const void *all) {
+    nccl_comm *c = (nccl_comm *)base;
+    if (!c->os_pending)
+        return seer_err(SEER_ERR_INVALID_ARG, "the one-shot all-reduce's buffers were not exported");
+    device_restore keep;
+    int dev = c->rank[c->me]->device;
+    seer_cuda_unsafe_guard unsafe(&dev, 1);
+    return seer_oneshot_ipc_open(c->os_pending, all);
+}
+
+static void nccl_peer_enable(seer_comm *base, bool on) {
+    nccl_comm *c = (nccl_comm *)base;
+    if (on && !c->os) {
+        c->os = c->os_pending;
+    } else {
+        device_restore keep;
+        seer_oneshot_free(c->os_pending);
+    }
+    c->os_pending = NULL;
+}
+
 /* This process's rank of a group of n over NCCL (ncclCommInitRank, which returns once every
  * rank's process has called it): a communicator whose calls are made with r = rank alone.
- * The one-shot kernel's peer buffers would need CUDA IPC between the processes; until then
- * every message goes through NCCL. */
+ * The one-shot kernel's peer buffers are mapped afterwards through CUDA IPC (peer_export,
+ * peer_import, peer_enable, which tp_remote_comm.c drives); until then, or where that fails on
+ * any rank, every message goes through NCCL. */
 extern "C" seer_status seer_cuda_comm_init_rank(seer_backend *be, int n, int rank, const void *id, seer_comm **out) {
     *out = NULL;
     if (n < 1 || n > SEER_TP_MAX || rank < 0 || rank >= n)
@@ -447,6 +480,11 @@ extern "C" seer_status seer_cuda_comm_init_rank(seer_backend *be, int n, int ran
     c->base.gather_cols = nccl_gather_cols;
     c->base.free = nccl_comm_free;
     c->rank[rank] = seer_cuda_of(be);
+    c->me = rank;
+    c->base.peer_bytes = SEER_ONESHOT_IPC_BYTES;
+    c->base.peer_export = nccl_peer_export;
+    c->base.peer_import = nccl_peer_import;
+    c->base.peer_enable = nccl_peer_enable;
     nccl_unique_id u;
     memcpy(u.internal, id, sizeof u.internal);
     int dev = c->rank[rank]->device, rc;
