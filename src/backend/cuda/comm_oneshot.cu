@@ -6,8 +6,8 @@
  * one kernel. NCCL's ring takes about 20 us for such a message; one NVLink round trip is a
  * few. The sum is the CPU reference's (cpu_comm.c), bit for bit, whatever the message's
  * size: a row's bits do not depend on what else is in the call.
- * The peers' addresses come from cudaDeviceEnablePeerAccess within one process; CUDA IPC
- * handles between processes would give the same table. Larger messages, and GPUs without
+ * The peers' addresses come from cudaDeviceEnablePeerAccess within one process, and from CUDA
+ * IPC handles between processes (seer_oneshot_ipc_init / _open; not yet run on a GPU). Larger messages, and GPUs without
  * peer access, go through NCCL (comm_nccl.cu).
  * Not for: NCCL itself, or deciding when to reduce (src/parallel/).
  */
