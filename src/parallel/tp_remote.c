@@ -5,7 +5,7 @@
  * connection, a time-out or a bad answer marks the link dead and every later op fails at
  * once with the first reason (rank 0 never waits on a rank that left). Pointers into the
  * rank's memory are handles that this side numbers (tp_remote.h's fake addresses), so an
- * allocation costs no round trip of its own beyond its op.
+ * allocation's answer is its status alone.
  * Not for: the rank's side (tp_serve.c) or the collectives (tp_remote_comm.c).
  */
 #include "parallel/tp_remote.h"
