@@ -273,18 +273,27 @@ static void test_wire(void **state) {
     assert_int_equal(tp_msg_check(&m, "ifb", "test"), SEER_ERR_FORMAT);
     assert_int_equal(tp_msg_check(&m, "ifbi", "test"), SEER_ERR_FORMAT);
     /* every cut of the frame short of the whole is refused, except at a field's end */
-    const size_t ends[] = {0, 9, 18, 30, 47};
+    const size_t ends[] = {0, 16, 32, 56, 80};
     for (size_t l = 0; l < w.len; l++) {
         bool at_end = false;
         for (size_t k = 0; k < 5; k++)
             at_end |= ends[k] == l;
         assert_int_equal(tp_msg_parse(w.buf, l, &m), at_end ? SEER_OK : SEER_ERR_FORMAT);
     }
-    /* an unknown type; a length past the end */
+    /* every field's data 8-aligned from the payload's start */
+    ASSERT_OK(tp_msg_parse(w.buf, w.len, &m));
+    assert_int_equal((size_t)((const char *)m.f[2].data - w.buf) % 8, 0);
+    /* an unknown type; a length past the end; a header or a string's padding not zero */
     char bad[16] = {'z'};
-    assert_int_equal(tp_msg_parse(bad, 9, &m), SEER_ERR_FORMAT);
-    char longb[9] = {'b', 100};
-    assert_int_equal(tp_msg_parse(longb, 9, &m), SEER_ERR_FORMAT);
+    assert_int_equal(tp_msg_parse(bad, 16, &m), SEER_ERR_FORMAT);
+    char longb[16] = {'b', 0, 0, 0, 0, 0, 0, 0, 100};
+    assert_int_equal(tp_msg_parse(longb, 16, &m), SEER_ERR_FORMAT);
+    char hdr[16] = {'i', 1};
+    assert_int_equal(tp_msg_parse(hdr, 16, &m), SEER_ERR_FORMAT);
+    char pad[24] = {'b', 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 'a', 'b', 'c', 0, 0, 0, 0, 1};
+    assert_int_equal(tp_msg_parse(pad, 24, &m), SEER_ERR_FORMAT);
+    pad[23] = 0;
+    ASSERT_OK(tp_msg_parse(pad, 24, &m));
     /* too many fields */
     tp_w_reset(&w);
     for (int i = 0; i <= TP_WIRE_MAX_FIELDS; i++)

@@ -31,7 +31,13 @@ static void put(tp_wbuf *w, const void *p, size_t n) {
     w->len += n;
 }
 
-static void put_tag(tp_wbuf *w, char t) { put(w, &t, 1); }
+/* A field's header: its type and seven zero bytes, so that every value and every string's bytes
+ * start at a multiple of 8 from the payload's start (arrays of int32 and float are read in
+ * place). */
+static void put_tag(tp_wbuf *w, char t) {
+    const char h[8] = {t};
+    put(w, h, sizeof h);
+}
 
 void tp_w_int(tp_wbuf *w, int64_t v) {
     put_tag(w, TP_F_INT);
@@ -45,9 +51,11 @@ void tp_w_dbl(tp_wbuf *w, double v) {
 
 void tp_w_bytes(tp_wbuf *w, const void *p, size_t n) {
     const uint64_t l = n;
+    static const char zero[8];
     put_tag(w, TP_F_BYTES);
     put(w, &l, sizeof l);
     put(w, p, n);
+    put(w, zero, (8 - n % 8) % 8);
 }
 
 void tp_w_ptr(tp_wbuf *w, int64_t handle, uint64_t off) {
@@ -66,6 +74,13 @@ void tp_w_free(tp_wbuf *w) {
     memset(w, 0, sizeof *w);
 }
 
+static bool zeros(const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return false;
+    return true;
+}
+
 seer_status tp_msg_parse(const void *payload, size_t len, tp_msg *out) {
     const char *p = payload, *end = p + len;
     out->n = 0;
@@ -74,7 +89,11 @@ seer_status tp_msg_parse(const void *payload, size_t len, tp_msg *out) {
             return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: more than %d fields", TP_WIRE_MAX_FIELDS);
         tp_field *f = &out->f[out->n];
         memset(f, 0, sizeof *f);
-        f->type = *p++;
+        if ((size_t)(end - p) < 8 || !zeros(p + 1, 7))
+            return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: field %d's header is cut short or not padded",
+                            out->n);
+        f->type = *p;
+        p += 8;
         const size_t left = (size_t)(end - p);
         switch (f->type) {
         case TP_F_INT:
@@ -100,12 +119,14 @@ seer_status tp_msg_parse(const void *payload, size_t len, tp_msg *out) {
                 return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: field %d is cut short", out->n);
             memcpy(&l, p, 8);
             p += 8;
-            if (l > (uint64_t)(end - p))
-                return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: field %d's %llu bytes run past the end",
+            const uint64_t padded = l + (8 - l % 8) % 8;
+            if (l > (uint64_t)(end - p) || padded > (uint64_t)(end - p) || !zeros(p + l, (size_t)(padded - l)))
+                return seer_err(SEER_ERR_FORMAT,
+                                "tensor-parallel message: field %d's %llu bytes run past the end or are not padded",
                                 out->n, (unsigned long long)l);
             f->data = p;
             f->len = (size_t)l;
-            p += l;
+            p += padded;
             break;
         }
         default:

@@ -2,7 +2,9 @@
  * tp_wire.h: the messages of the op stream between rank 0 and a rank in another process
  * (tp_remote.c sends, tp_serve.c answers). A message is a header (magic, kind, the instance it
  * is for, payload bytes) and a payload of typed fields: integers, doubles, byte strings and
- * pointers into a rank's memory as (handle, offset). tp_msg_parse checks a payload's framing
+ * pointers into a rank's memory as (handle, offset). A field is an 8-byte header (its type
+ * letter, then zeros) and its value; a string's bytes are padded with zeros to a multiple of
+ * 8, so that every array in a payload (which starts aligned) can be read in place. tp_msg_parse checks a payload's framing
  * alone and is what the fuzzer drives; an op's handler then checks the fields' count and types
  * against the op's signature (tp_msg_check) before it reads them.
  * Not for: what the ops mean (backend.h) or which process sends them (tp_remote.c).
