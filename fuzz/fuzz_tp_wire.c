@@ -15,17 +15,17 @@
 
 /* What the payload's fields write back as. */
 static void rewrite(const tp_msg *m, tp_wbuf *w) {
-    tp_w_reset(w);
+    seer_tp_w_reset(w);
     for (int k = 0; k < m->n; k++) {
         const tp_field *f = &m->f[k];
         if (f->type == TP_F_INT)
-            tp_w_int(w, f->i);
+            seer_tp_w_int(w, f->i);
         else if (f->type == TP_F_DBL)
-            tp_w_dbl(w, f->f);
+            seer_tp_w_dbl(w, f->f);
         else if (f->type == TP_F_BYTES)
-            tp_w_bytes(w, f->data, f->len);
+            seer_tp_w_bytes(w, f->data, f->len);
         else
-            tp_w_ptr(w, f->i, f->off);
+            seer_tp_w_ptr(w, f->i, f->off);
     }
 }
 
@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!be && seer_backend_cpu_init(1, &be) != SEER_OK)
         abort();
     tp_serve *sv = NULL;
-    if (tp_serve_init(be, &sv) != SEER_OK)
+    if (seer_tp_serve_init(be, &sv) != SEER_OK)
         return 0;
     tp_wbuf out = {0}, again = {0};
     tp_msg *m = malloc(sizeof *m);
@@ -71,13 +71,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!p)
             break;
         memcpy(p, data, len);
-        if (tp_msg_parse(p, len, m) == SEER_OK) {
+        if (seer_tp_msg_parse(p, len, m) == SEER_OK) {
             rewrite(m, &again);
             if (again.len != len || (len && memcmp(again.buf, p, len)))
                 abort();
             if (runs(kind % (TP_OP_COUNT + 1), m)) {
-                tp_w_reset(&out);
-                (void)tp_serve_msg(sv, kind % (TP_OP_COUNT + 1), inst % 64, p, len, &out);
+                seer_tp_w_reset(&out);
+                (void)seer_tp_serve_msg(sv, kind % (TP_OP_COUNT + 1), inst % 64, p, len, &out);
             }
         }
         free(p);
@@ -85,8 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size -= len;
     }
     free(m);
-    tp_w_free(&out);
-    tp_w_free(&again);
-    tp_serve_free(sv);
+    seer_tp_w_free(&out);
+    seer_tp_w_free(&again);
+    seer_tp_serve_free(sv);
     return 0;
 }

@@ -257,49 +257,49 @@ static void test_wrong_peer(void **state) {
 static void test_wire(void **state) {
     (void)state;
     tp_wbuf w = {0};
-    tp_w_int(&w, -7);
-    tp_w_dbl(&w, 0.25);
-    tp_w_bytes(&w, "abc", 3);
-    tp_w_ptr(&w, 9, 16);
+    seer_tp_w_int(&w, -7);
+    seer_tp_w_dbl(&w, 0.25);
+    seer_tp_w_bytes(&w, "abc", 3);
+    seer_tp_w_ptr(&w, 9, 16);
     tp_msg m;
-    ASSERT_OK(tp_msg_parse(w.buf, w.len, &m));
-    ASSERT_OK(tp_msg_check(&m, "ifbp", "test"));
+    ASSERT_OK(seer_tp_msg_parse(w.buf, w.len, &m));
+    ASSERT_OK(seer_tp_msg_check(&m, "ifbp", "test"));
     assert_int_equal(m.f[0].i, -7);
     assert_true(m.f[1].f == 0.25);
     assert_int_equal(m.f[2].len, 3);
     assert_memory_equal(m.f[2].data, "abc", 3);
     assert_int_equal(m.f[3].i, 9);
     assert_int_equal(m.f[3].off, 16);
-    assert_int_equal(tp_msg_check(&m, "ifb", "test"), SEER_ERR_FORMAT);
-    assert_int_equal(tp_msg_check(&m, "ifbi", "test"), SEER_ERR_FORMAT);
+    assert_int_equal(seer_tp_msg_check(&m, "ifb", "test"), SEER_ERR_FORMAT);
+    assert_int_equal(seer_tp_msg_check(&m, "ifbi", "test"), SEER_ERR_FORMAT);
     /* every cut of the frame short of the whole is refused, except at a field's end */
     const size_t ends[] = {0, 16, 32, 56, 80};
     for (size_t l = 0; l < w.len; l++) {
         bool at_end = false;
         for (size_t k = 0; k < 5; k++)
             at_end |= ends[k] == l;
-        assert_int_equal(tp_msg_parse(w.buf, l, &m), at_end ? SEER_OK : SEER_ERR_FORMAT);
+        assert_int_equal(seer_tp_msg_parse(w.buf, l, &m), at_end ? SEER_OK : SEER_ERR_FORMAT);
     }
     /* every field's data 8-aligned from the payload's start */
-    ASSERT_OK(tp_msg_parse(w.buf, w.len, &m));
+    ASSERT_OK(seer_tp_msg_parse(w.buf, w.len, &m));
     assert_int_equal((size_t)((const char *)m.f[2].data - w.buf) % 8, 0);
     /* an unknown type; a length past the end; a header or a string's padding not zero */
     char bad[16] = {'z'};
-    assert_int_equal(tp_msg_parse(bad, 16, &m), SEER_ERR_FORMAT);
+    assert_int_equal(seer_tp_msg_parse(bad, 16, &m), SEER_ERR_FORMAT);
     char longb[16] = {'b', 0, 0, 0, 0, 0, 0, 0, 100};
-    assert_int_equal(tp_msg_parse(longb, 16, &m), SEER_ERR_FORMAT);
+    assert_int_equal(seer_tp_msg_parse(longb, 16, &m), SEER_ERR_FORMAT);
     char hdr[16] = {'i', 1};
-    assert_int_equal(tp_msg_parse(hdr, 16, &m), SEER_ERR_FORMAT);
+    assert_int_equal(seer_tp_msg_parse(hdr, 16, &m), SEER_ERR_FORMAT);
     char pad[24] = {'b', 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 'a', 'b', 'c', 0, 0, 0, 0, 1};
-    assert_int_equal(tp_msg_parse(pad, 24, &m), SEER_ERR_FORMAT);
+    assert_int_equal(seer_tp_msg_parse(pad, 24, &m), SEER_ERR_FORMAT);
     pad[23] = 0;
-    ASSERT_OK(tp_msg_parse(pad, 24, &m));
+    ASSERT_OK(seer_tp_msg_parse(pad, 24, &m));
     /* too many fields */
-    tp_w_reset(&w);
+    seer_tp_w_reset(&w);
     for (int i = 0; i <= TP_WIRE_MAX_FIELDS; i++)
-        tp_w_int(&w, i);
-    assert_int_equal(tp_msg_parse(w.buf, w.len, &m), SEER_ERR_FORMAT);
-    tp_w_free(&w);
+        seer_tp_w_int(&w, i);
+    assert_int_equal(seer_tp_msg_parse(w.buf, w.len, &m), SEER_ERR_FORMAT);
+    seer_tp_w_free(&w);
 }
 
 /* Bad messages to a rank change nothing: an allocation written and read back around them. */
@@ -308,18 +308,18 @@ static void test_serve_bad_messages(void **state) {
     seer_backend *be = NULL;
     ASSERT_OK(seer_backend_cpu_init(1, &be));
     tp_serve *sv = NULL;
-    ASSERT_OK(tp_serve_init(be, &sv));
+    ASSERT_OK(seer_tp_serve_init(be, &sv));
     tp_wbuf w = {0}, out = {0};
-    tp_w_int(&w, 3);
-    tp_w_int(&w, 64);
-    ASSERT_OK(tp_serve_msg(sv, TP_OP_ALLOC, 0, w.buf, w.len, &out));
+    seer_tp_w_int(&w, 3);
+    seer_tp_w_int(&w, 64);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_ALLOC, 0, w.buf, w.len, &out));
     float vals[16];
     for (int i = 0; i < 16; i++)
         vals[i] = (float)i * 0.5f;
-    tp_w_reset(&w);
-    tp_w_ptr(&w, 3, 0);
-    tp_w_bytes(&w, vals, sizeof vals);
-    ASSERT_OK(tp_serve_msg(sv, TP_OP_UPLOAD, 0, w.buf, w.len, &out));
+    seer_tp_w_reset(&w);
+    seer_tp_w_ptr(&w, 3, 0);
+    seer_tp_w_bytes(&w, vals, sizeof vals);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_UPLOAD, 0, w.buf, w.len, &out));
     struct {
         uint32_t op;
         int64_t h, off, n;
@@ -333,36 +333,36 @@ static void test_serve_bad_messages(void **state) {
         {TP_OP_DEALLOC, -1, 0, 0}, /* memory of no rank */
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-        tp_w_reset(&w);
+        seer_tp_w_reset(&w);
         if (bad[k].op == TP_OP_ALLOC) {
-            tp_w_int(&w, bad[k].h);
-            tp_w_int(&w, bad[k].n);
+            seer_tp_w_int(&w, bad[k].h);
+            seer_tp_w_int(&w, bad[k].n);
         } else if (bad[k].op == TP_OP_DOWNLOAD) {
-            tp_w_ptr(&w, bad[k].h, (uint64_t)bad[k].off);
-            tp_w_int(&w, bad[k].n);
+            seer_tp_w_ptr(&w, bad[k].h, (uint64_t)bad[k].off);
+            seer_tp_w_int(&w, bad[k].n);
         } else if (bad[k].op == TP_OP_DEALLOC) {
-            tp_w_ptr(&w, bad[k].h, 0);
+            seer_tp_w_ptr(&w, bad[k].h, 0);
         } else {
-            tp_w_ptr(&w, bad[k].h, (uint64_t)bad[k].off);
-            tp_w_bytes(&w, vals, (size_t)bad[k].n);
+            seer_tp_w_ptr(&w, bad[k].h, (uint64_t)bad[k].off);
+            seer_tp_w_bytes(&w, vals, (size_t)bad[k].n);
         }
-        tp_w_reset(&out);
-        assert_int_equal(tp_serve_msg(sv, bad[k].op, 0, w.buf, w.len, &out), SEER_ERR_FORMAT);
+        seer_tp_w_reset(&out);
+        assert_int_equal(seer_tp_serve_msg(sv, bad[k].op, 0, w.buf, w.len, &out), SEER_ERR_FORMAT);
     }
     /* an instance that does not exist */
-    assert_int_equal(tp_serve_msg(sv, TP_OP_SYNC, 77, NULL, 0, &out), SEER_ERR_FORMAT);
-    tp_w_reset(&w);
-    tp_w_ptr(&w, 3, 0);
-    tp_w_int(&w, 64);
-    tp_w_reset(&out);
-    ASSERT_OK(tp_serve_msg(sv, TP_OP_DOWNLOAD, 0, w.buf, w.len, &out));
+    assert_int_equal(seer_tp_serve_msg(sv, TP_OP_SYNC, 77, NULL, 0, &out), SEER_ERR_FORMAT);
+    seer_tp_w_reset(&w);
+    seer_tp_w_ptr(&w, 3, 0);
+    seer_tp_w_int(&w, 64);
+    seer_tp_w_reset(&out);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_DOWNLOAD, 0, w.buf, w.len, &out));
     tp_msg m;
-    ASSERT_OK(tp_msg_parse(out.buf, out.len, &m));
-    ASSERT_OK(tp_msg_check(&m, "b", "download"));
+    ASSERT_OK(seer_tp_msg_parse(out.buf, out.len, &m));
+    ASSERT_OK(seer_tp_msg_check(&m, "b", "download"));
     assert_memory_equal(m.f[0].data, vals, sizeof vals);
-    tp_w_free(&w);
-    tp_w_free(&out);
-    tp_serve_free(sv); /* frees what it holds */
+    seer_tp_w_free(&w);
+    seer_tp_w_free(&out);
+    seer_tp_serve_free(sv); /* frees what it holds */
     be->ops->free(be);
 }
 

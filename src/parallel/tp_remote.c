@@ -64,11 +64,11 @@ seer_status seer_tp_remote_rpc(seer_backend *be, uint32_t op, tp_wbuf *w, const 
     tp_wire_hdr h = {0};
     void *p = NULL;
     if (s == SEER_OK)
-        s = tp_wire_send(l->fd, op, b->inst, w, l->timeout_ms);
+        s = seer_tp_wire_send(l->fd, op, b->inst, w, l->timeout_ms);
     if (s == SEER_OK)
-        s = tp_wire_recv(l->fd, &h, &p, l->timeout_ms);
+        s = seer_tp_wire_recv(l->fd, &h, &p, l->timeout_ms);
     if (s == SEER_OK)
-        s = tp_msg_parse(p, (size_t)h.bytes, m);
+        s = seer_tp_msg_parse(p, (size_t)h.bytes, m);
     if (s != SEER_OK && l->dead == SEER_OK) {
         l->dead = s == SEER_ERR_OOM ? SEER_ERR_OOM : SEER_ERR_IO;
         snprintf(l->why, sizeof l->why, "%s", seer_last_error());
@@ -76,7 +76,7 @@ seer_status seer_tp_remote_rpc(seer_backend *be, uint32_t op, tp_wbuf *w, const 
         s = l->dead;
     }
     pthread_mutex_unlock(&l->mu);
-    tp_w_free(w);
+    seer_tp_w_free(w);
     if (s != SEER_OK) {
         free(p);
         return seer_err(s, "rank %d (another process): %s", l->rank, why);
@@ -89,7 +89,7 @@ seer_status seer_tp_remote_rpc(seer_backend *be, uint32_t op, tp_wbuf *w, const 
         free(p);
         return e;
     }
-    s = tp_msg_check(m, sig, "an answer");
+    s = seer_tp_msg_check(m, sig, "an answer");
     if (s != SEER_OK) {
         free(p);
         return s;
@@ -150,7 +150,7 @@ static seer_status r_clone(seer_backend *be, seer_backend **out) {
     int64_t h;
     SEER_TRY(new_handle(b, &h));
     tp_wbuf w = {0};
-    tp_w_int(&w, h);
+    seer_tp_w_int(&w, h);
     SEER_TRY(rpc0(be, TP_OP_CLONE, &w));
     pthread_mutex_lock(&b->l->mu);
     b->l->refs++;
@@ -167,8 +167,8 @@ static seer_status r_alloc(seer_backend *be, size_t bytes, void **out) {
     if (bytes >= 1ull << TP_FAKE_OFF_BITS)
         return seer_err(SEER_ERR_OOM, "an allocation of %zu bytes on a rank in another process", bytes);
     tp_wbuf w = {0};
-    tp_w_int(&w, h);
-    tp_w_int(&w, (int64_t)bytes);
+    seer_tp_w_int(&w, h);
+    seer_tp_w_int(&w, (int64_t)bytes);
     SEER_TRY(rpc0(be, TP_OP_ALLOC, &w));
     *out = fake(h);
     return SEER_OK;
@@ -183,14 +183,14 @@ static void r_dealloc(seer_backend *be, void *p) {
 static seer_status r_upload(seer_backend *be, void *dst, const void *src, size_t bytes) {
     tp_wbuf w = {0};
     tp_w_rptr(&w, dst);
-    tp_w_bytes(&w, src, bytes);
+    seer_tp_w_bytes(&w, src, bytes);
     return rpc0(be, TP_OP_UPLOAD, &w);
 }
 
 static seer_status r_download(seer_backend *be, void *dst, const void *src, size_t bytes) {
     tp_wbuf w = {0};
     tp_w_rptr(&w, src);
-    tp_w_int(&w, (int64_t)bytes);
+    seer_tp_w_int(&w, (int64_t)bytes);
     tp_msg m;
     void *pl;
     SEER_TRY(rpc(be, TP_OP_DOWNLOAD, &w, "b", &m, &pl));
@@ -223,14 +223,14 @@ static seer_status r_weight_load(seer_backend *be, const gguf_tensor *t, seer_we
     int64_t h;
     SEER_TRY(new_handle(rb_of(be), &h));
     tp_wbuf w = {0};
-    tp_w_int(&w, h);
-    tp_w_int(&w, how);
-    tp_w_bytes(&w, t->name, t->name ? strlen(t->name) : 0);
-    tp_w_int(&w, t->n_dims);
+    seer_tp_w_int(&w, h);
+    seer_tp_w_int(&w, how);
+    seer_tp_w_bytes(&w, t->name, t->name ? strlen(t->name) : 0);
+    seer_tp_w_int(&w, t->n_dims);
     for (int k = 0; k < 4; k++)
-        tp_w_int(&w, (int64_t)t->ne[k]);
-    tp_w_int(&w, t->type);
-    tp_w_bytes(&w, t->data, t->nbytes);
+        seer_tp_w_int(&w, (int64_t)t->ne[k]);
+    seer_tp_w_int(&w, t->type);
+    seer_tp_w_bytes(&w, t->data, t->nbytes);
     tp_msg m;
     void *pl;
     SEER_TRY(rpc(be, TP_OP_WLOAD, &w, "iiii", &m, &pl));
@@ -253,8 +253,8 @@ static seer_status r_weight_concat(seer_backend *be, seer_weight *parts, int n, 
     int64_t h;
     SEER_TRY(new_handle(rb_of(be), &h));
     tp_wbuf w = {0};
-    tp_w_int(&w, h);
-    tp_w_int(&w, interleave);
+    seer_tp_w_int(&w, h);
+    seer_tp_w_int(&w, interleave);
     for (int j = 0; j < n; j++)
         w_weight(&w, &parts[j]);
     char sig[8 + 5 * SEER_WEIGHT_MAX_SEG] = "iiiiii"; /* out: rows cols dtype owned n_seg interleaved */
@@ -281,7 +281,7 @@ static seer_status r_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **ou
     int64_t h;
     SEER_TRY(new_handle(rb_of(be), &h));
     tp_wbuf w = {0};
-    tp_w_int(&w, h);
+    seer_tp_w_int(&w, h);
     tp_w_geom(&w, g);
     SEER_TRY(rpc0(be, TP_OP_KV_ALLOC, &w));
     *out = fake(h);
@@ -292,7 +292,7 @@ static seer_status r_kv_reserve(seer_backend *be, void *kv, const seer_kv_geom *
     tp_wbuf w = {0};
     tp_w_rptr(&w, kv);
     tp_w_geom(&w, g);
-    tp_w_int(&w, n_pages);
+    seer_tp_w_int(&w, n_pages);
     tp_msg m;
     void *pl;
     SEER_TRY(rpc(be, TP_OP_KV_RESERVE, &w, "i", &m, &pl));
@@ -321,7 +321,7 @@ static seer_status r_kv_copy(seer_backend *be, void *kv, const seer_kv_geom *g, 
     tp_wbuf w = {0};
     tp_w_rptr(&w, kv);
     tp_w_geom(&w, g);
-    tp_w_int(&w, n);
+    seer_tp_w_int(&w, n);
     tp_w_arr(&w, c, (size_t)n, sizeof *c);
     return rpc0(be, TP_OP_KV_COPY, &w);
 }
@@ -331,7 +331,7 @@ static seer_status r_kv_move(seer_backend *be, void *kv, const seer_kv_geom *g, 
     tp_wbuf w = {0};
     tp_w_rptr(&w, kv);
     tp_w_geom(&w, g);
-    tp_w_int(&w, n);
+    seer_tp_w_int(&w, n);
     tp_w_arr(&w, sp, (size_t)n, 4);
     tp_w_arr(&w, sr, (size_t)n, 4);
     tp_w_arr(&w, dp, (size_t)n, 4);
@@ -344,10 +344,10 @@ static seer_status r_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g,
     tp_wbuf w = {0};
     tp_w_rptr(&w, kv);
     tp_w_geom(&w, g);
-    tp_w_int(&w, layer);
+    seer_tp_w_int(&w, layer);
     tp_w_rptr(&w, k);
     tp_w_rptr(&w, v);
-    tp_w_int(&w, T);
+    seer_tp_w_int(&w, T);
     tp_w_arr(&w, page, (size_t)T, 4);
     tp_w_arr(&w, row, (size_t)T, 4);
     return rpc0(be, TP_OP_KV_STORE, &w);
@@ -358,16 +358,16 @@ static seer_status r_kv_read(seer_backend *be, const void *kv, const seer_kv_geo
     tp_wbuf w = {0};
     tp_w_rptr(&w, kv);
     tp_w_geom(&w, g);
-    tp_w_int(&w, layer);
-    tp_w_int(&w, which);
-    tp_w_int(&w, n);
+    seer_tp_w_int(&w, layer);
+    seer_tp_w_int(&w, which);
+    seer_tp_w_int(&w, n);
     tp_w_arr(&w, page, (size_t)n, 4);
     tp_w_arr(&w, row, (size_t)n, 4);
     tp_msg m;
     void *pl;
     SEER_TRY(rpc(be, TP_OP_KV_READ, &w, "b", &m, &pl));
     const void *a;
-    seer_status s = tp_msg_array(&m, 0, (size_t)n * g->n_kv_heads * g->head_dim, sizeof(float), &a, "kv_read's answer");
+    seer_status s = seer_tp_msg_array(&m, 0, (size_t)n * g->n_kv_heads * g->head_dim, sizeof(float), &a, "kv_read's answer");
     if (s == SEER_OK && n > 0)
         memcpy(out, a, m.f[0].len);
     free(pl);

@@ -41,23 +41,23 @@ enum {
 static inline void tp_w_rptr(tp_wbuf *w, const void *p) {
     const uintptr_t u = (uintptr_t)p;
     if (!p)
-        tp_w_ptr(w, 0, 0);
+        seer_tp_w_ptr(w, 0, 0);
     else if (!(u & TP_FAKE_BIT))
-        tp_w_ptr(w, -1, 0);
+        seer_tp_w_ptr(w, -1, 0);
     else
-        tp_w_ptr(w, (int64_t)((u & ~TP_FAKE_BIT) >> TP_FAKE_OFF_BITS), u & ((1ull << TP_FAKE_OFF_BITS) - 1));
+        seer_tp_w_ptr(w, (int64_t)((u & ~TP_FAKE_BIT) >> TP_FAKE_OFF_BITS), u & ((1ull << TP_FAKE_OFF_BITS) - 1));
 }
 
 static inline void tp_w_geom(tp_wbuf *w, const seer_kv_geom *g) {
     const int v[7] = {g->n_pages, g->page_size, g->n_layers, g->n_kv_heads, g->head_dim, g->kv_bits, g->kv_type};
     for (int k = 0; k < 7; k++)
-        tp_w_int(w, v[k]);
+        seer_tp_w_int(w, v[k]);
 }
 
-static inline void tp_w_arr(tp_wbuf *w, const void *p, size_t n, size_t elem) { tp_w_bytes(w, p, p ? n * elem : 0); }
+static inline void tp_w_arr(tp_wbuf *w, const void *p, size_t n, size_t elem) { seer_tp_w_bytes(w, p, p ? n * elem : 0); }
 
 static inline void tp_w_opt(tp_wbuf *w, const void *p, size_t n, size_t elem) {
-    tp_w_int(w, p != NULL);
+    seer_tp_w_int(w, p != NULL);
     tp_w_arr(w, p, n, elem);
 }
 
@@ -92,9 +92,9 @@ seer_status seer_tp_worker_run(const char *addr, int rank, int n, seer_backend *
 /* One message of the stream on the rank's side (tp_serve.c), for the fuzzer and the tests:
  * the state over be, a message handled (reply into *w, its status as the result), freed. */
 typedef struct tp_serve tp_serve;
-seer_status tp_serve_init(seer_backend *be, tp_serve **out);
-seer_status tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len,
+seer_status seer_tp_serve_init(seer_backend *be, tp_serve **out);
+seer_status seer_tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len,
                          tp_wbuf *w);
-void tp_serve_free(tp_serve *sv);
+void seer_tp_serve_free(tp_serve *sv);
 
 #endif

@@ -98,8 +98,8 @@ static seer_status pc_all_reduce(seer_comm *base, int r, float *buf, size_t coun
         return c->local->all_reduce(c->local, 0, buf, count, ordered);
     tp_wbuf w = {0};
     tp_w_rptr(&w, buf);
-    tp_w_int(&w, (int64_t)count);
-    tp_w_int(&w, ordered);
+    seer_tp_w_int(&w, (int64_t)count);
+    seer_tp_w_int(&w, ordered);
     tp_msg m;
     void *pl;
     SEER_TRY(seer_tp_remote_rpc(c->rank[r], TP_OP_ALLREDUCE, &w, "", &m, &pl));
@@ -114,8 +114,8 @@ static seer_status pc_gather_cols(seer_comm *base, int r, float *dst, size_t ld,
         return c->local->gather_cols(c->local, 0, dst, ld, rows, src, col0, ncols);
     tp_wbuf w = {0};
     tp_w_rptr(&w, src);
-    tp_w_int(&w, (int64_t)ld);
-    tp_w_int(&w, rows);
+    seer_tp_w_int(&w, (int64_t)ld);
+    seer_tp_w_int(&w, rows);
     tp_w_arr(&w, col0, (size_t)base->n, sizeof *col0);
     tp_w_arr(&w, ncols, (size_t)base->n, sizeof *ncols);
     tp_msg m;
@@ -150,9 +150,9 @@ typedef struct {
 static void *init_main(void *p) {
     init_arg *a = p;
     tp_wbuf w = {0};
-    tp_w_bytes(&w, a->id, SEER_COMM_ID_BYTES);
-    tp_w_int(&w, a->c->base.n);
-    tp_w_int(&w, a->r);
+    seer_tp_w_bytes(&w, a->id, SEER_COMM_ID_BYTES);
+    seer_tp_w_int(&w, a->c->base.n);
+    seer_tp_w_int(&w, a->r);
     tp_msg m;
     void *pl = NULL;
     a->s = seer_tp_remote_rpc(a->c->rank[a->r], TP_OP_COMM_INIT, &w, "", &m, &pl);
@@ -190,7 +190,7 @@ static void peer_setup(proc_comm *c) {
     }
     for (int r = 1; r < n && ok; r++) {
         tp_wbuf w = {0};
-        tp_w_bytes(&w, all, (size_t)n * pb);
+        seer_tp_w_bytes(&w, all, (size_t)n * pb);
         tp_msg m;
         void *pl = NULL;
         ok = peer_rpc(c, r, TP_OP_PEER_IMPORT, &w, "", &m, &pl) == SEER_OK;
@@ -199,7 +199,7 @@ static void peer_setup(proc_comm *c) {
     ok = ok && l->peer_import(l, all) == SEER_OK;
     for (int r = 1; r < n; r++) { /* every rank alike, also those whose export went wrong */
         tp_wbuf w = {0};
-        tp_w_int(&w, ok);
+        seer_tp_w_int(&w, ok);
         tp_msg m;
         void *pl = NULL;
         if (peer_rpc(c, r, TP_OP_PEER_ENABLE, &w, "", &m, &pl) != SEER_OK)

@@ -24,7 +24,7 @@ static seer_status r_embed(seer_backend *be, float *y, const seer_weight *emb, c
     tp_wbuf w = {0};
     tp_w_rptr(&w, y);
     w_weight(&w, emb);
-    tp_w_int(&w, T);
+    seer_tp_w_int(&w, T);
     tp_w_arr(&w, tokens, (size_t)T, 4);
     return send0(be, TP_OP_EMBED, &w);
 }
@@ -34,9 +34,9 @@ static seer_status r_rmsnorm(seer_backend *be, float *y, const float *x, const f
     tp_w_rptr(&w, y);
     tp_w_rptr(&w, x);
     tp_w_rptr(&w, wn);
-    tp_w_int(&w, T);
-    tp_w_int(&w, D);
-    tp_w_dbl(&w, eps);
+    seer_tp_w_int(&w, T);
+    seer_tp_w_int(&w, D);
+    seer_tp_w_dbl(&w, eps);
     return send0(be, TP_OP_RMSNORM, &w);
 }
 
@@ -47,7 +47,7 @@ static seer_status r_matmul(seer_backend *be, float *y, const float *x, const se
     tp_w_rptr(&w, x);
     w_weight(&w, wt);
     tp_w_rptr(&w, bias);
-    tp_w_int(&w, T);
+    seer_tp_w_int(&w, T);
     return send0(be, TP_OP_MATMUL, &w);
 }
 
@@ -56,7 +56,7 @@ static seer_status r_matmul_add(seer_backend *be, float *y, const float *x, cons
     tp_w_rptr(&w, y);
     tp_w_rptr(&w, x);
     w_weight(&w, wt);
-    tp_w_int(&w, T);
+    seer_tp_w_int(&w, T);
     return send0(be, TP_OP_MATMUL_ADD, &w);
 }
 
@@ -65,19 +65,19 @@ static seer_status r_matmul_glu(seer_backend *be, float *y, const float *x, cons
     tp_w_rptr(&w, y);
     tp_w_rptr(&w, x);
     w_weight(&w, wt);
-    tp_w_int(&w, T);
+    seer_tp_w_int(&w, T);
     return send0(be, TP_OP_MATMUL_GLU, &w);
 }
 
 /* the segments' outputs and biases after the common arguments */
 static void w_split(tp_wbuf *w, float *const *ys, const seer_weight *wt, const float *const *biases) {
     const int nseg = wt->n_seg ? wt->n_seg : 1;
-    tp_w_int(w, nseg);
+    seer_tp_w_int(w, nseg);
     for (int j = 0; j < SEER_WEIGHT_MAX_SEG; j++) {
         tp_w_rptr(w, j < nseg ? ys[j] : NULL);
         tp_w_rptr(w, j < nseg && biases ? biases[j] : NULL);
     }
-    tp_w_int(w, biases != NULL);
+    seer_tp_w_int(w, biases != NULL);
 }
 
 static seer_status r_matmul_split(seer_backend *be, float *const *ys, const float *x, const seer_weight *wt,
@@ -85,7 +85,7 @@ static seer_status r_matmul_split(seer_backend *be, float *const *ys, const floa
     tp_wbuf w = {0};
     tp_w_rptr(&w, x);
     w_weight(&w, wt);
-    tp_w_int(&w, T);
+    seer_tp_w_int(&w, T);
     w_split(&w, ys, wt, biases);
     return send0(be, TP_OP_MATMUL_SPLIT, &w);
 }
@@ -96,11 +96,11 @@ static seer_status r_norm_matmul_split(seer_backend *be, float *const *ys, float
     tp_wbuf w = {0};
     tp_w_rptr(&w, x);
     w_weight(&w, wt);
-    tp_w_int(&w, T);
+    seer_tp_w_int(&w, T);
     w_split(&w, ys, wt, biases);
     tp_w_rptr(&w, h);
     tp_w_rptr(&w, wn);
-    tp_w_dbl(&w, eps);
+    seer_tp_w_dbl(&w, eps);
     return send0(be, TP_OP_NORM_MATMUL_SPLIT, &w);
 }
 
@@ -110,11 +110,11 @@ static seer_status r_ffn_glu(seer_backend *be, float *x, float *h, const float *
     tp_w_rptr(&w, x);
     tp_w_rptr(&w, h);
     tp_w_rptr(&w, wn);
-    tp_w_dbl(&w, eps);
+    seer_tp_w_dbl(&w, eps);
     w_weight(&w, wgu);
     w_weight(&w, wdown);
     tp_w_rptr(&w, g);
-    tp_w_int(&w, T);
+    seer_tp_w_int(&w, T);
     return send0(be, TP_OP_FFN_GLU, &w);
 }
 
@@ -122,12 +122,12 @@ static seer_status r_rope(seer_backend *be, float *x, const int32_t *pos, int T,
                           int neox) {
     tp_wbuf w = {0};
     tp_w_rptr(&w, x);
-    tp_w_int(&w, T);
+    seer_tp_w_int(&w, T);
     tp_w_arr(&w, pos, (size_t)T, 4);
-    tp_w_int(&w, nh);
-    tp_w_int(&w, Dh);
+    seer_tp_w_int(&w, nh);
+    seer_tp_w_int(&w, Dh);
     tp_w_rptr(&w, inv_freq);
-    tp_w_int(&w, neox);
+    seer_tp_w_int(&w, neox);
     return send0(be, TP_OP_ROPE, &w);
 }
 
@@ -138,16 +138,16 @@ static seer_status r_rope_kv_store(seer_backend *be, float *q, float *k, const f
     tp_w_rptr(&w, q);
     tp_w_rptr(&w, k);
     tp_w_rptr(&w, v);
-    tp_w_int(&w, T);
+    seer_tp_w_int(&w, T);
     tp_w_arr(&w, pos, (size_t)T, 4);
-    tp_w_int(&w, H);
-    tp_w_int(&w, Hkv);
-    tp_w_int(&w, Dh);
+    seer_tp_w_int(&w, H);
+    seer_tp_w_int(&w, Hkv);
+    seer_tp_w_int(&w, Dh);
     tp_w_rptr(&w, inv_freq);
-    tp_w_int(&w, neox);
+    seer_tp_w_int(&w, neox);
     tp_w_rptr(&w, kv);
     tp_w_geom(&w, g);
-    tp_w_int(&w, layer);
+    seer_tp_w_int(&w, layer);
     tp_w_arr(&w, page, (size_t)T, 4);
     tp_w_arr(&w, row, (size_t)T, 4);
     return send0(be, TP_OP_ROPE_KV_STORE, &w);
@@ -156,14 +156,14 @@ static seer_status r_rope_kv_store(seer_backend *be, float *q, float *k, const f
 /* An attention batch (backend.h's seer_attn_batch), views included. */
 static void w_batch(tp_wbuf *w, const seer_attn_batch *ab) {
     const int T = ab->T, ns = ab->n_seq;
-    tp_w_int(w, T);
-    tp_w_int(w, ab->n_heads);
-    tp_w_int(w, ab->n_kv_heads);
-    tp_w_int(w, ab->head_dim);
-    tp_w_dbl(w, ab->scale);
-    tp_w_int(w, ab->page_size);
-    tp_w_int(w, ns);
-    tp_w_int(w, ab->max_pages);
+    seer_tp_w_int(w, T);
+    seer_tp_w_int(w, ab->n_heads);
+    seer_tp_w_int(w, ab->n_kv_heads);
+    seer_tp_w_int(w, ab->head_dim);
+    seer_tp_w_dbl(w, ab->scale);
+    seer_tp_w_int(w, ab->page_size);
+    seer_tp_w_int(w, ns);
+    seer_tp_w_int(w, ab->max_pages);
     tp_w_arr(w, ab->seq_pages, (size_t)ns * (size_t)ab->max_pages, 4);
     tp_w_arr(w, ab->seq_len0, (size_t)ns, 4);
     tp_w_arr(w, ab->seq_tok_off, (size_t)ns + 1, 4);
@@ -171,11 +171,11 @@ static void w_batch(tp_wbuf *w, const seer_attn_batch *ab) {
     tp_w_arr(w, ab->tok_seq, (size_t)T, 4);
     tp_w_arr(w, ab->tok_slot, (size_t)T, 4);
     tp_w_opt(w, ab->mask, (size_t)T * (size_t)T, 1);
-    tp_w_int(w, ab->kv_quant);
+    seer_tp_w_int(w, ab->kv_quant);
     tp_w_opt(w, ab->seq_prompt, (size_t)ns, 4);
-    tp_w_int(w, ab->window);
+    seer_tp_w_int(w, ab->window);
     tp_w_opt(w, ab->tok_pos, (size_t)T, 4);
-    tp_w_dbl(w, ab->softcap);
+    seer_tp_w_dbl(w, ab->softcap);
     /* views: [n_seq][5] (present, n, layers, heads, tail_start), then every present view's
      * indices one after another */
     int32_t *meta = ns > 0 ? calloc((size_t)ns * 5, sizeof *meta) : NULL;
@@ -218,7 +218,7 @@ static seer_status r_attention(seer_backend *be, float *out, const float *q, con
     tp_w_rptr(&w, q);
     tp_w_rptr(&w, kv);
     tp_w_geom(&w, g);
-    tp_w_int(&w, layer);
+    seer_tp_w_int(&w, layer);
     w_batch(&w, ab);
     return send0(be, TP_OP_ATTENTION, &w);
 }
@@ -228,7 +228,7 @@ static seer_status elem3(seer_backend *be, uint32_t op, float *y, const float *a
     tp_w_rptr(&w, y);
     tp_w_rptr(&w, a);
     tp_w_rptr(&w, b);
-    tp_w_int(&w, (int64_t)n);
+    seer_tp_w_int(&w, (int64_t)n);
     return send0(be, op, &w);
 }
 
@@ -247,8 +247,8 @@ static seer_status r_add(seer_backend *be, float *y, const float *x, size_t n) {
 static seer_status scal(seer_backend *be, uint32_t op, float *x, float s, size_t n) {
     tp_wbuf w = {0};
     tp_w_rptr(&w, x);
-    tp_w_dbl(&w, s);
-    tp_w_int(&w, (int64_t)n);
+    seer_tp_w_dbl(&w, s);
+    seer_tp_w_int(&w, (int64_t)n);
     return send0(be, op, &w);
 }
 
@@ -262,22 +262,22 @@ static seer_status r_gather_rows(seer_backend *be, float *y, const float *x, con
     tp_wbuf w = {0};
     tp_w_rptr(&w, y);
     tp_w_rptr(&w, x);
-    tp_w_int(&w, n);
+    seer_tp_w_int(&w, n);
     tp_w_arr(&w, rows, (size_t)n, 4);
-    tp_w_int(&w, D);
+    seer_tp_w_int(&w, D);
     return send0(be, TP_OP_GATHER_ROWS, &w);
 }
 
 static seer_status r_argmax_rows(seer_backend *be, int32_t *ids, const float *logits, int n, int V) {
     tp_wbuf w = {0};
     tp_w_rptr(&w, logits);
-    tp_w_int(&w, n);
-    tp_w_int(&w, V);
+    seer_tp_w_int(&w, n);
+    seer_tp_w_int(&w, V);
     tp_msg m;
     void *pl;
     SEER_TRY(seer_tp_remote_rpc(be, TP_OP_ARGMAX, &w, "b", &m, &pl));
     const void *a;
-    seer_status s = tp_msg_array(&m, 0, (size_t)n, 4, &a, "argmax_rows' answer");
+    seer_status s = seer_tp_msg_array(&m, 0, (size_t)n, 4, &a, "argmax_rows' answer");
     if (s == SEER_OK && n > 0)
         memcpy(ids, a, (size_t)n * 4);
     free(pl);

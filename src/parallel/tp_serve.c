@@ -1,6 +1,6 @@
 /*
  * tp_serve.c: a rank's process running rank 0's op stream (tp_remote.h) on its own backend.
- * Every message is parsed (tp_msg_parse), checked against its op's signature, its handles
+ * Every message is parsed (seer_tp_msg_parse), checked against its op's signature, its handles
  * looked up in this process's table, then run; the answer is the op's status (with the
  * message on failure) and what it returns. A bad message is answered with its reason and
  * changes nothing. What it does not check: that an op's extents (rows, page ids) lie within
@@ -44,7 +44,7 @@ struct tp_serve {
     int64_t cap;
 };
 
-seer_status tp_serve_init(seer_backend *be, tp_serve **out) {
+seer_status seer_tp_serve_init(seer_backend *be, tp_serve **out) {
     *out = calloc(1, sizeof **out);
     if (!*out)
         return seer_err(SEER_ERR_OOM, "out of memory");
@@ -74,7 +74,7 @@ static void entry_free(h_entry *e) {
     memset(e, 0, sizeof *e);
 }
 
-void tp_serve_free(tp_serve *sv) {
+void seer_tp_serve_free(tp_serve *sv) {
     if (!sv)
         return;
     for (int i = 0; i < SV_COMMS; i++)
@@ -172,12 +172,12 @@ static seer_status num(const tp_msg *m, int k, int64_t lo, int64_t hi, int *out)
 #define TRY SEER_TRY
 
 static void put_weight(tp_wbuf *w, const seer_weight *x, bool has) {
-    tp_w_int(w, x->rows);
-    tp_w_int(w, x->cols);
-    tp_w_int(w, x->dtype);
-    tp_w_int(w, x->owned);
+    seer_tp_w_int(w, x->rows);
+    seer_tp_w_int(w, x->cols);
+    seer_tp_w_int(w, x->dtype);
+    seer_tp_w_int(w, x->owned);
     if (has)
-        tp_w_int(w, x->data != NULL);
+        seer_tp_w_int(w, x->data != NULL);
 }
 
 static seer_status op_memory(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w) {
@@ -186,7 +186,7 @@ static seer_status op_memory(tp_serve *sv, seer_backend *be, uint32_t op, const 
     int n;
     switch (op) {
     case TP_OP_CLONE:
-        TRY(tp_msg_check(m, "i", "clone"));
+        TRY(seer_tp_msg_check(m, "i", "clone"));
         if (!be->ops->exec_clone)
             return seer_err(SEER_ERR_UNSUPPORTED, "the rank's backend has no instances per context");
         TRY(fresh(sv, m->f[0].i, &e));
@@ -194,9 +194,9 @@ static seer_status op_memory(tp_serve *sv, seer_backend *be, uint32_t op, const 
         e->kind = H_INST;
         return SEER_OK;
     case TP_OP_FREE:
-        return SEER_OK; /* tp_serve_msg frees the instance */
+        return SEER_OK; /* seer_tp_serve_msg frees the instance */
     case TP_OP_ALLOC:
-        TRY(tp_msg_check(m, "ii", "alloc"));
+        TRY(seer_tp_msg_check(m, "ii", "alloc"));
         if (m->f[1].i < 0 || (uint64_t)m->f[1].i >= 1ull << TP_FAKE_OFF_BITS)
             return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: an allocation of %lld bytes", (long long)m->f[1].i);
         TRY(fresh(sv, m->f[0].i, &e));
@@ -204,18 +204,18 @@ static seer_status op_memory(tp_serve *sv, seer_backend *be, uint32_t op, const 
         *e = (h_entry){H_MEM, e->p, (size_t)m->f[1].i, {0}, NULL, be};
         return SEER_OK;
     case TP_OP_DEALLOC:
-        TRY(tp_msg_check(m, "p", "dealloc"));
+        TRY(seer_tp_msg_check(m, "p", "dealloc"));
         TRY(entry(sv, m, 0, H_MEM, false, &e));
         entry_free(e);
         return SEER_OK;
     case TP_OP_UPLOAD:
-        TRY(tp_msg_check(m, "pb", "upload"));
+        TRY(seer_tp_msg_check(m, "pb", "upload"));
         TRY(entry(sv, m, 0, H_MEM, false, &e));
         if (m->f[0].off > e->bytes || m->f[1].len > e->bytes - m->f[0].off)
             return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: an upload past its allocation");
         return be->ops->upload(be, (char *)e->p + m->f[0].off, m->f[1].data, m->f[1].len);
     case TP_OP_DOWNLOAD: {
-        TRY(tp_msg_check(m, "pi", "download"));
+        TRY(seer_tp_msg_check(m, "pi", "download"));
         TRY(entry(sv, m, 0, H_MEM, false, &e));
         if (m->f[0].off > e->bytes || m->f[1].i < 0 || (uint64_t)m->f[1].i > e->bytes - m->f[0].off)
             return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a download past its allocation");
@@ -225,15 +225,15 @@ static seer_status op_memory(tp_serve *sv, seer_backend *be, uint32_t op, const 
             return seer_err(SEER_ERR_OOM, "out of memory");
         seer_status s = be->ops->download(be, buf, (char *)e->p + m->f[0].off, bytes);
         if (s == SEER_OK)
-            tp_w_bytes(w, buf, bytes);
+            seer_tp_w_bytes(w, buf, bytes);
         free(buf);
         return s;
     }
     case TP_OP_SYNC:
-        TRY(tp_msg_check(m, "", "sync"));
+        TRY(seer_tp_msg_check(m, "", "sync"));
         return be->ops->sync ? be->ops->sync(be) : SEER_OK;
     case TP_OP_KV_ALLOC: {
-        TRY(tp_msg_check(m, "i" GEOM, "kv_alloc"));
+        TRY(seer_tp_msg_check(m, "i" GEOM, "kv_alloc"));
         const seer_kv_geom g = geom(m, 1);
         TRY(fresh(sv, m->f[0].i, &e));
         TRY(be->ops->kv_alloc(be, &g, &e->p));
@@ -243,27 +243,27 @@ static seer_status op_memory(tp_serve *sv, seer_backend *be, uint32_t op, const 
     }
     case TP_OP_KV_RESERVE: {
         void *k;
-        TRY(tp_msg_check(m, "p" GEOM "i", "kv_reserve"));
+        TRY(seer_tp_msg_check(m, "p" GEOM "i", "kv_reserve"));
         TRY(kv(sv, m, 0, &k));
         const seer_kv_geom g = geom(m, 1);
         int nc = 0;
         TRY(num(m, 8, 0, g.n_pages, &n));
         TRY(be->ops->kv_reserve(be, k, &g, n, &nc));
-        tp_w_int(w, nc);
+        seer_tp_w_int(w, nc);
         return SEER_OK;
     }
     case TP_OP_KV_MEM: {
-        TRY(tp_msg_check(m, "", "kv_mem_available"));
+        TRY(seer_tp_msg_check(m, "", "kv_mem_available"));
         uint64_t b = 0;
         if (be->ops->kv_mem_available)
             TRY(be->ops->kv_mem_available(be, &b));
         else
             b = UINT64_MAX / 2;
-        tp_w_int(w, (int64_t)(b > INT64_MAX ? INT64_MAX : b));
+        seer_tp_w_int(w, (int64_t)(b > INT64_MAX ? INT64_MAX : b));
         return SEER_OK;
     }
     case TP_OP_KV_FREE:
-        TRY(tp_msg_check(m, "p", "kv_free"));
+        TRY(seer_tp_msg_check(m, "p", "kv_free"));
         TRY(entry(sv, m, 0, H_KV, false, &e));
         entry_free(e);
         return SEER_OK;
@@ -276,7 +276,7 @@ static seer_status op_memory(tp_serve *sv, seer_backend *be, uint32_t op, const 
 static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w) {
     h_entry *e;
     if (op == TP_OP_WLOAD) {
-        TRY(tp_msg_check(m, "iibiiiiiib", "weight_load"));
+        TRY(seer_tp_msg_check(m, "iibiiiiiib", "weight_load"));
         TRY(fresh(sv, m->f[0].i, &e));
         char name[128];
         snprintf(name, sizeof name, "%.*s", (int)(m->f[2].len < 127 ? m->f[2].len : 127), (const char *)m->f[2].data);
@@ -311,7 +311,7 @@ static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const
         return SEER_OK;
     }
     if (op == TP_OP_WFREE) {
-        TRY(tp_msg_check(m, "p", "weight_free"));
+        TRY(seer_tp_msg_check(m, "p", "weight_free"));
         TRY(entry(sv, m, 0, H_WEIGHT, false, &e));
         entry_free(e);
         return SEER_OK;
@@ -322,7 +322,7 @@ static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const
     char sig[8] = "ii";
     for (int j = 2; j < m->n; j++)
         strcat(sig, "p");
-    TRY(tp_msg_check(m, sig, "weight_concat"));
+    TRY(seer_tp_msg_check(m, sig, "weight_concat"));
     if (!be->ops->weight_concat)
         return seer_err(SEER_ERR_UNSUPPORTED, "the rank's backend cannot join weights");
     const int n = m->n - 2;
@@ -340,8 +340,8 @@ static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const
     e->kind = H_WEIGHT;
     e->be = be;
     put_weight(w, &e->w, false);
-    tp_w_int(w, e->w.n_seg);
-    tp_w_int(w, e->w.interleaved);
+    seer_tp_w_int(w, e->w.n_seg);
+    seer_tp_w_int(w, e->w.interleaved);
     for (int j = 0; j < n; j++) {
         *pp[j] = parts[j];
         put_weight(w, &parts[j], true);
@@ -349,7 +349,7 @@ static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const
     return SEER_OK;
 }
 
-seer_status tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w);
+static seer_status tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w);
 
 static sv_comm *comm_of(tp_serve *sv, uint32_t inst) {
     for (int i = 0; i < SV_COMMS; i++)
@@ -363,7 +363,7 @@ static seer_status op_comm(tp_serve *sv, seer_backend *be, uint32_t kind, uint32
                            tp_wbuf *w) {
     sv_comm *c = comm_of(sv, inst);
     if (kind == TP_OP_COMM_INIT) {
-        TRY(tp_msg_check(m, "bii", "comm_init"));
+        TRY(seer_tp_msg_check(m, "bii", "comm_init"));
         if (m->f[0].len != SEER_COMM_ID_BYTES || c)
             return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a communicator's id of %zu bytes, or a second one",
                             m->f[0].len);
@@ -394,42 +394,42 @@ static seer_status op_comm(tp_serve *sv, seer_backend *be, uint32_t kind, uint32
         if (!cc->peer_bytes || !cc->peer_export)
             return seer_err(SEER_ERR_UNSUPPORTED, "the rank's communicator maps no peer buffers");
         if (kind == TP_OP_PEER_ENABLE) {
-            TRY(tp_msg_check(m, "i", "peer_enable"));
+            TRY(seer_tp_msg_check(m, "i", "peer_enable"));
             cc->peer_enable(cc, m->f[0].i != 0);
             return SEER_OK;
         }
         if (kind == TP_OP_PEER_IMPORT) {
-            TRY(tp_msg_check(m, "b", "peer_import"));
+            TRY(seer_tp_msg_check(m, "b", "peer_import"));
             const void *all;
-            TRY(tp_msg_array(m, 0, (size_t)cc->n, cc->peer_bytes, &all, "peer_import"));
+            TRY(seer_tp_msg_array(m, 0, (size_t)cc->n, cc->peer_bytes, &all, "peer_import"));
             return cc->peer_import(cc, all);
         }
-        TRY(tp_msg_check(m, "", "peer_export"));
+        TRY(seer_tp_msg_check(m, "", "peer_export"));
         char *blob = malloc(cc->peer_bytes);
         if (!blob)
             return seer_err(SEER_ERR_OOM, "out of memory");
         seer_status s = cc->peer_export(cc, blob);
         if (s == SEER_OK)
-            tp_w_bytes(w, blob, cc->peer_bytes);
+            seer_tp_w_bytes(w, blob, cc->peer_bytes);
         free(blob);
         return s;
     }
     float *buf;
     if (kind == TP_OP_ALLREDUCE) {
-        TRY(tp_msg_check(m, "pii", "all_reduce"));
+        TRY(seer_tp_msg_check(m, "pii", "all_reduce"));
         TRY(mem(sv, m, 0, &buf));
         if (m->f[1].i < 0)
             return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a negative size");
         return c->c->all_reduce(c->c, c->rank, buf, (size_t)m->f[1].i, m->f[2].i != 0);
     }
-    TRY(tp_msg_check(m, "piibb", "gather_cols"));
+    TRY(seer_tp_msg_check(m, "piibb", "gather_cols"));
     TRY(mem(sv, m, 0, &buf));
     const int n = c->c->n;
     const int *col0, *ncols;
     int rows;
     TRY(num(m, 2, 0, BIG, &rows));
-    TRY(tp_msg_array(m, 3, (size_t)n, sizeof *col0, (const void **)&col0, "gather_cols"));
-    TRY(tp_msg_array(m, 4, (size_t)n, sizeof *ncols, (const void **)&ncols, "gather_cols"));
+    TRY(seer_tp_msg_array(m, 3, (size_t)n, sizeof *col0, (const void **)&col0, "gather_cols"));
+    TRY(seer_tp_msg_array(m, 4, (size_t)n, sizeof *ncols, (const void **)&ncols, "gather_cols"));
     if (m->f[1].i < 0)
         return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a negative pitch");
     return c->c->gather_cols(c->c, c->rank, NULL, (size_t)m->f[1].i, rows, buf, col0, ncols);
@@ -449,11 +449,11 @@ static void free_instance(tp_serve *sv, uint32_t inst) {
     entry_free(&sv->tab[inst]);
 }
 
-seer_status tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len, tp_wbuf *w) {
+seer_status seer_tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len, tp_wbuf *w) {
     tp_msg *m = malloc(sizeof *m);
     if (!m)
         return seer_err(SEER_ERR_OOM, "out of memory");
-    seer_status s = tp_msg_parse(payload, len, m);
+    seer_status s = seer_tp_msg_parse(payload, len, m);
     seer_backend *be = sv->root;
     if (s == SEER_OK && inst != 0) {
         if ((int64_t)inst >= sv->cap || sv->tab[inst].kind != H_INST)
@@ -479,13 +479,13 @@ seer_status tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void 
 /* ---- the compute ops ------------------------------------------------------------------ */
 
 static seer_status ids(const tp_msg *m, int k, int64_t n, const int32_t **out, const char *what) {
-    return tp_msg_array(m, k, n < 0 ? SIZE_MAX : (size_t)n, 4, (const void **)out, what);
+    return seer_tp_msg_array(m, k, n < 0 ? SIZE_MAX : (size_t)n, 4, (const void **)out, what);
 }
 
 static seer_status op_split(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m) {
     /* x, weight, T, nseg, (y, bias) x 4, has biases [, h, w_norm, eps] */
     const bool norm = op == TP_OP_NORM_MATMUL_SPLIT;
-    TRY(tp_msg_check(m, norm ? "ppiippppppppippf" : "ppiippppppppi", norm ? "norm_matmul_split" : "matmul_split"));
+    TRY(seer_tp_msg_check(m, norm ? "ppiippppppppippf" : "ppiippppppppi", norm ? "norm_matmul_split" : "matmul_split"));
     float *x, *ys[SEER_WEIGHT_MAX_SEG], *bs[SEER_WEIGHT_MAX_SEG];
     seer_weight *wt;
     int T, nseg;
@@ -533,7 +533,7 @@ static seer_status batch(const tp_msg *m, int k, seer_attn_batch *ab, seer_attn_
     TRY(ids(m, k + 12, T, &ab->tok_seq, "attention's sequences"));
     TRY(ids(m, k + 13, T, &ab->tok_slot, "attention's slots"));
     if (m->f[k + 14].i)
-        TRY(tp_msg_array(m, k + 15, (size_t)T * (size_t)T, 1, (const void **)&ab->mask, "attention's mask"));
+        TRY(seer_tp_msg_array(m, k + 15, (size_t)T * (size_t)T, 1, (const void **)&ab->mask, "attention's mask"));
     ab->kv_quant = m->f[k + 16].i != 0;
     if (m->f[k + 17].i)
         TRY(ids(m, k + 18, ns, &ab->seq_prompt, "attention's prompt counts"));
@@ -576,7 +576,7 @@ static seer_status batch(const tp_msg *m, int k, seer_attn_batch *ab, seer_attn_
 }
 
 static seer_status op_attention(tp_serve *sv, seer_backend *be, const tp_msg *m) {
-    TRY(tp_msg_check(m, "ppp" GEOM "i" "iiiifiiibbbbbbibiibiibfbb", "attention"));
+    TRY(seer_tp_msg_check(m, "ppp" GEOM "i" "iiiifiiibbbbbbibiibiibfbb", "attention"));
     float *out, *q;
     void *k;
     TRY(mem(sv, m, 0, &out));
@@ -600,19 +600,19 @@ static seer_status op_kv(tp_serve *sv, seer_backend *be, uint32_t op, const tp_m
     void *k;
     int n, T, layer;
     if (op == TP_OP_KV_COPY) {
-        TRY(tp_msg_check(m, "p" GEOM "ib", "kv_copy_pages"));
+        TRY(seer_tp_msg_check(m, "p" GEOM "ib", "kv_copy_pages"));
         TRY(kv(sv, m, 0, &k));
         const seer_kv_geom g = geom(m, 1);
         const seer_kv_copy *c;
         TRY(num(m, 8, 0, BIG, &n));
-        TRY(tp_msg_array(m, 9, (size_t)n, sizeof *c, (const void **)&c, "kv_copy_pages"));
+        TRY(seer_tp_msg_array(m, 9, (size_t)n, sizeof *c, (const void **)&c, "kv_copy_pages"));
         for (int i = 0; i < n; i++)
             if (c[i].src < 0 || c[i].src >= g.n_pages || c[i].dst < 0 || c[i].dst >= g.n_pages)
                 return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a page copy outside the pool");
         return be->ops->kv_copy_pages(be, k, &g, c, n);
     }
     if (op == TP_OP_KV_MOVE) {
-        TRY(tp_msg_check(m, "p" GEOM "ibbbb", "kv_move_rows"));
+        TRY(seer_tp_msg_check(m, "p" GEOM "ibbbb", "kv_move_rows"));
         TRY(kv(sv, m, 0, &k));
         const seer_kv_geom g = geom(m, 1);
         const int32_t *a[4];
@@ -622,7 +622,7 @@ static seer_status op_kv(tp_serve *sv, seer_backend *be, uint32_t op, const tp_m
         return be->ops->kv_move_rows(be, k, &g, a[0], a[1], a[2], a[3], n);
     }
     if (op == TP_OP_KV_READ) {
-        TRY(tp_msg_check(m, "p" GEOM "iiibb", "kv_read"));
+        TRY(seer_tp_msg_check(m, "p" GEOM "iiibb", "kv_read"));
         TRY(kv(sv, m, 0, &k));
         const seer_kv_geom g = geom(m, 1);
         const int32_t *page, *row;
@@ -643,12 +643,12 @@ static seer_status op_kv(tp_serve *sv, seer_backend *be, uint32_t op, const tp_m
             return seer_err(SEER_ERR_OOM, "out of memory");
         seer_status s = be->ops->kv_read(be, k, &g, layer, which, page, row, n, out);
         if (s == SEER_OK)
-            tp_w_bytes(w, out, cnt * sizeof *out);
+            seer_tp_w_bytes(w, out, cnt * sizeof *out);
         free(out);
         return s;
     }
     /* KV_STORE: kv, geom, layer, k, v, T, page, row */
-    TRY(tp_msg_check(m, "p" GEOM "ippibb", "kv_store"));
+    TRY(seer_tp_msg_check(m, "p" GEOM "ippibb", "kv_store"));
     TRY(kv(sv, m, 0, &k));
     const seer_kv_geom g = geom(m, 1);
     float *kk, *vv;
@@ -670,7 +670,7 @@ static seer_status op_rope(tp_serve *sv, seer_backend *be, uint32_t op, const tp
     float *q, *k, *v, *fr;
     void *kvp;
     if (op == TP_OP_ROPE) {
-        TRY(tp_msg_check(m, "pibiipi", "rope"));
+        TRY(seer_tp_msg_check(m, "pibiipi", "rope"));
         TRY(mem(sv, m, 0, &q));
         TRY(num(m, 1, 0, BIG, &T));
         TRY(ids(m, 2, T, &pos, "rope"));
@@ -679,7 +679,7 @@ static seer_status op_rope(tp_serve *sv, seer_backend *be, uint32_t op, const tp
         TRY(mem(sv, m, 5, &fr));
         return be->ops->rope(be, q, pos, T, H, Dh, fr, (int)m->f[6].i);
     }
-    TRY(tp_msg_check(m, "pppibiiipip" GEOM "ibb", "rope_kv_store"));
+    TRY(seer_tp_msg_check(m, "pppibiiipip" GEOM "ibb", "rope_kv_store"));
     TRY(mem(sv, m, 0, &q));
     TRY(mem(sv, m, 1, &k));
     TRY(mem(sv, m, 2, &v));
@@ -701,7 +701,7 @@ static seer_status op_rope(tp_serve *sv, seer_backend *be, uint32_t op, const tp
 static seer_status op_elementwise(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m) {
     float *y, *a, *b;
     if (op == TP_OP_SCALE || op == TP_OP_SOFTCAP) {
-        TRY(tp_msg_check(m, "pfi", "scale"));
+        TRY(seer_tp_msg_check(m, "pfi", "scale"));
         TRY(mem(sv, m, 0, &y));
         if (m->f[2].i < 0)
             return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a negative size");
@@ -709,7 +709,7 @@ static seer_status op_elementwise(tp_serve *sv, seer_backend *be, uint32_t op, c
             return be->ops->scale(be, y, (float)m->f[1].f, (size_t)m->f[2].i);
         return be->ops->softcap(be, y, (float)m->f[1].f, (size_t)m->f[2].i);
     }
-    TRY(tp_msg_check(m, "pppi", "an elementwise op"));
+    TRY(seer_tp_msg_check(m, "pppi", "an elementwise op"));
     TRY(mem(sv, m, 0, &y));
     TRY(mem(sv, m, 1, &a));
     TRY(mem(sv, m, 2, &b));
@@ -729,7 +729,7 @@ static seer_status op_matmul(tp_serve *sv, seer_backend *be, uint32_t op, const 
     int T;
     switch (op) {
     case TP_OP_MATMUL:
-        TRY(tp_msg_check(m, "pppp" "i", "matmul"));
+        TRY(seer_tp_msg_check(m, "pppp" "i", "matmul"));
         TRY(mem(sv, m, 0, &y));
         TRY(mem(sv, m, 1, &x));
         TRY(weight(sv, m, 2, &w));
@@ -738,14 +738,14 @@ static seer_status op_matmul(tp_serve *sv, seer_backend *be, uint32_t op, const 
         return be->ops->matmul(be, y, x, w, b, T);
     case TP_OP_MATMUL_ADD:
     case TP_OP_MATMUL_GLU:
-        TRY(tp_msg_check(m, "pppi", "matmul_add"));
+        TRY(seer_tp_msg_check(m, "pppi", "matmul_add"));
         TRY(mem(sv, m, 0, &y));
         TRY(mem(sv, m, 1, &x));
         TRY(weight(sv, m, 2, &w));
         TRY(num(m, 3, 0, BIG, &T));
         return op == TP_OP_MATMUL_ADD ? be->ops->matmul_add(be, y, x, w, T) : be->ops->matmul_glu(be, y, x, w, T);
     case TP_OP_FFN_GLU:
-        TRY(tp_msg_check(m, "pppfpppi", "ffn_glu"));
+        TRY(seer_tp_msg_check(m, "pppfpppi", "ffn_glu"));
         TRY(mem(sv, m, 0, &y));
         TRY(mem(sv, m, 1, &h));
         TRY(mem(sv, m, 2, &x)); /* the norm's weight */
@@ -759,7 +759,7 @@ static seer_status op_matmul(tp_serve *sv, seer_backend *be, uint32_t op, const 
     }
 }
 
-seer_status tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w) {
+static seer_status tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w) {
     float *y, *x;
     int T, D, n, V;
     const int32_t *rows;
@@ -771,7 +771,7 @@ seer_status tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, const 
     case TP_OP_KV_READ:
         return op_kv(sv, be, op, m, w);
     case TP_OP_EMBED:
-        TRY(tp_msg_check(m, "ppib", "embed"));
+        TRY(seer_tp_msg_check(m, "ppib", "embed"));
         TRY(mem(sv, m, 0, &y));
         TRY(weight(sv, m, 1, &wt));
         TRY(num(m, 2, 0, BIG, &T));
@@ -781,7 +781,7 @@ seer_status tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, const 
                 return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: token %d outside the embedding", rows[i]);
         return be->ops->embed(be, y, wt, rows, T);
     case TP_OP_RMSNORM:
-        TRY(tp_msg_check(m, "pppiif", "rmsnorm"));
+        TRY(seer_tp_msg_check(m, "pppiif", "rmsnorm"));
         TRY(mem(sv, m, 0, &y));
         TRY(mem(sv, m, 1, &x));
         float *wn;
@@ -808,7 +808,7 @@ seer_status tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, const 
     case TP_OP_SOFTCAP:
         return op_elementwise(sv, be, op, m);
     case TP_OP_GATHER_ROWS:
-        TRY(tp_msg_check(m, "ppibi", "gather_rows"));
+        TRY(seer_tp_msg_check(m, "ppibi", "gather_rows"));
         TRY(mem(sv, m, 0, &y));
         TRY(mem(sv, m, 1, &x));
         TRY(num(m, 2, 0, BIG, &n));
@@ -816,7 +816,7 @@ seer_status tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, const 
         TRY(num(m, 4, 1, BIG, &D));
         return be->ops->gather_rows(be, y, x, rows, n, D);
     case TP_OP_ARGMAX: {
-        TRY(tp_msg_check(m, "pii", "argmax_rows"));
+        TRY(seer_tp_msg_check(m, "pii", "argmax_rows"));
         TRY(mem(sv, m, 0, &x));
         TRY(num(m, 1, 0, BIG, &n));
         TRY(num(m, 2, 1, BIG, &V));
@@ -825,7 +825,7 @@ seer_status tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, const 
             return seer_err(SEER_ERR_OOM, "out of memory");
         seer_status s = be->ops->argmax_rows(be, out, x, n, V);
         if (s == SEER_OK)
-            tp_w_bytes(w, out, (size_t)n * 4);
+            seer_tp_w_bytes(w, out, (size_t)n * 4);
         free(out);
         return s;
     }

@@ -24,23 +24,23 @@ static long long now_ms(void) {
 static seer_status answer(int fd, seer_status s, tp_wbuf *w, int timeout_ms) {
     if (s != SEER_OK) {
         const char *e = seer_last_error();
-        tp_w_reset(w);
-        tp_w_bytes(w, e, strlen(e));
+        seer_tp_w_reset(w);
+        seer_tp_w_bytes(w, e, strlen(e));
     }
-    return tp_wire_send(fd, (uint32_t)s, 0, w, timeout_ms);
+    return seer_tp_wire_send(fd, (uint32_t)s, 0, w, timeout_ms);
 }
 
 /* One rank's hello on c: its rank, which must be new and within n. */
 static seer_status hello(int c, int n, const int *fds, int timeout_ms, int *rank) {
     tp_wire_hdr h;
     void *p = NULL;
-    SEER_TRY(tp_wire_recv(c, &h, &p, timeout_ms));
+    SEER_TRY(seer_tp_wire_recv(c, &h, &p, timeout_ms));
     tp_msg m;
-    seer_status s = tp_msg_parse(p, (size_t)h.bytes, &m);
+    seer_status s = seer_tp_msg_parse(p, (size_t)h.bytes, &m);
     if (s == SEER_OK && h.kind != TP_OP_HELLO)
         s = seer_err(SEER_ERR_INVALID_ARG, "tensor parallelism: a peer began with op %u, not hello", h.kind);
     if (s == SEER_OK)
-        s = tp_msg_check(&m, "ii", "hello");
+        s = seer_tp_msg_check(&m, "ii", "hello");
     if (s == SEER_OK && (m.f[1].i != n || m.f[0].i < 1 || m.f[0].i >= n || fds[m.f[0].i] >= 0))
         s = seer_err(SEER_ERR_INVALID_ARG,
                      "tensor parallelism: a peer says it is rank %lld of %lld; rank 0 expects ranks 1 to %d of %d, "
@@ -53,7 +53,7 @@ static seer_status hello(int c, int n, const int *fds, int timeout_ms, int *rank
     char msg[512];
     snprintf(msg, sizeof msg, "%s", s != SEER_OK ? seer_last_error() : "");
     (void)answer(c, s, &w, timeout_ms); /* the peer learns why it was refused */
-    tp_w_free(&w);
+    seer_tp_w_free(&w);
     if (s != SEER_OK)
         return seer_err(s, "%s", msg);
     return SEER_OK;
@@ -103,42 +103,42 @@ seer_status seer_tp_worker_run(const char *addr, int rank, int n, seer_backend *
     int fd;
     SEER_TRY(seer_tp_connect(addr, timeout_ms, &fd));
     tp_wbuf w = {0};
-    tp_w_int(&w, rank);
-    tp_w_int(&w, n);
-    seer_status s = tp_wire_send(fd, TP_OP_HELLO, 0, &w, timeout_ms);
+    seer_tp_w_int(&w, rank);
+    seer_tp_w_int(&w, n);
+    seer_status s = seer_tp_wire_send(fd, TP_OP_HELLO, 0, &w, timeout_ms);
     tp_wire_hdr h;
     void *p = NULL;
     if (s == SEER_OK)
-        s = tp_wire_recv(fd, &h, &p, timeout_ms);
+        s = seer_tp_wire_recv(fd, &h, &p, timeout_ms);
     if (s == SEER_OK && h.kind != SEER_OK) {
         tp_msg m;
-        const bool has = tp_msg_parse(p, (size_t)h.bytes, &m) == SEER_OK && m.n == 1 && m.f[0].type == TP_F_BYTES;
+        const bool has = seer_tp_msg_parse(p, (size_t)h.bytes, &m) == SEER_OK && m.n == 1 && m.f[0].type == TP_F_BYTES;
         s = seer_err((seer_status)h.kind, "rank 0 refused rank %d: %.*s", rank, has ? (int)m.f[0].len : 0,
                      has ? (const char *)m.f[0].data : "");
     }
     free(p);
     tp_serve *sv = NULL;
     if (s == SEER_OK)
-        s = tp_serve_init(be, &sv);
+        s = seer_tp_serve_init(be, &sv);
     /* Rank 0 may think for as long as it likes between ops (a user's next request): the
      * stream waits without a limit; a closed connection ends it. */
     while (s == SEER_OK) {
-        s = tp_wire_recv(fd, &h, &p, 0);
+        s = seer_tp_wire_recv(fd, &h, &p, 0);
         if (s != SEER_OK)
             break;
         if (h.kind == TP_OP_BYE) {
-            tp_w_reset(&w);
+            seer_tp_w_reset(&w);
             (void)answer(fd, SEER_OK, &w, timeout_ms);
             free(p);
             break;
         }
-        tp_w_reset(&w);
-        const seer_status os = tp_serve_msg(sv, h.kind, h.inst, p, (size_t)h.bytes, &w);
+        seer_tp_w_reset(&w);
+        const seer_status os = seer_tp_serve_msg(sv, h.kind, h.inst, p, (size_t)h.bytes, &w);
         free(p);
         s = answer(fd, os, &w, timeout_ms);
     }
-    tp_serve_free(sv);
-    tp_w_free(&w);
+    seer_tp_serve_free(sv);
+    seer_tp_w_free(&w);
     close(fd);
     return s;
 }

@@ -39,17 +39,17 @@ static void put_tag(tp_wbuf *w, char t) {
     put(w, h, sizeof h);
 }
 
-void tp_w_int(tp_wbuf *w, int64_t v) {
+void seer_tp_w_int(tp_wbuf *w, int64_t v) {
     put_tag(w, TP_F_INT);
     put(w, &v, sizeof v);
 }
 
-void tp_w_dbl(tp_wbuf *w, double v) {
+void seer_tp_w_dbl(tp_wbuf *w, double v) {
     put_tag(w, TP_F_DBL);
     put(w, &v, sizeof v);
 }
 
-void tp_w_bytes(tp_wbuf *w, const void *p, size_t n) {
+void seer_tp_w_bytes(tp_wbuf *w, const void *p, size_t n) {
     const uint64_t l = n;
     static const char zero[8];
     put_tag(w, TP_F_BYTES);
@@ -58,18 +58,18 @@ void tp_w_bytes(tp_wbuf *w, const void *p, size_t n) {
     put(w, zero, (8 - n % 8) % 8);
 }
 
-void tp_w_ptr(tp_wbuf *w, int64_t handle, uint64_t off) {
+void seer_tp_w_ptr(tp_wbuf *w, int64_t handle, uint64_t off) {
     put_tag(w, TP_F_PTR);
     put(w, &handle, sizeof handle);
     put(w, &off, sizeof off);
 }
 
-void tp_w_reset(tp_wbuf *w) {
+void seer_tp_w_reset(tp_wbuf *w) {
     w->len = 0;
     w->oom = false;
 }
 
-void tp_w_free(tp_wbuf *w) {
+void seer_tp_w_free(tp_wbuf *w) {
     free(w->buf);
     memset(w, 0, sizeof *w);
 }
@@ -81,7 +81,7 @@ static bool zeros(const char *p, size_t n) {
     return true;
 }
 
-seer_status tp_msg_parse(const void *payload, size_t len, tp_msg *out) {
+seer_status seer_tp_msg_parse(const void *payload, size_t len, tp_msg *out) {
     const char *p = payload, *end = p + len;
     out->n = 0;
     while (p < end) {
@@ -138,7 +138,7 @@ seer_status tp_msg_parse(const void *payload, size_t len, tp_msg *out) {
     return SEER_OK;
 }
 
-seer_status tp_msg_check(const tp_msg *m, const char *sig, const char *what) {
+seer_status seer_tp_msg_check(const tp_msg *m, const char *sig, const char *what) {
     const size_t n = strlen(sig);
     bool ok = (size_t)m->n == n;
     for (size_t k = 0; ok && k < n; k++)
@@ -149,7 +149,7 @@ seer_status tp_msg_check(const tp_msg *m, const char *sig, const char *what) {
     return SEER_OK;
 }
 
-seer_status tp_msg_array(const tp_msg *m, int k, size_t n, size_t elem, const void **out, const char *what) {
+seer_status seer_tp_msg_array(const tp_msg *m, int k, size_t n, size_t elem, const void **out, const char *what) {
     const tp_field *f = &m->f[k];
     if (n > SIZE_MAX / (elem ? elem : 1) || f->len != n * elem)
         return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: %s's field %d holds %zu bytes, not %zu of %zu", what,
@@ -182,7 +182,7 @@ static seer_status io_all(int fd, void *buf, size_t n, bool wr, int timeout_ms) 
     return SEER_OK;
 }
 
-seer_status tp_wire_send(int fd, uint32_t kind, uint32_t inst, const tp_wbuf *w, int timeout_ms) {
+seer_status seer_tp_wire_send(int fd, uint32_t kind, uint32_t inst, const tp_wbuf *w, int timeout_ms) {
     if (w->oom)
         return seer_err(SEER_ERR_OOM, "out of memory for a tensor-parallel message");
     const tp_wire_hdr h = {TP_WIRE_MAGIC, kind, inst, 0, w->len};
@@ -190,7 +190,7 @@ seer_status tp_wire_send(int fd, uint32_t kind, uint32_t inst, const tp_wbuf *w,
     return w->len ? io_all(fd, w->buf, w->len, true, timeout_ms) : SEER_OK;
 }
 
-seer_status tp_wire_recv(int fd, tp_wire_hdr *h, void **payload, int timeout_ms) {
+seer_status seer_tp_wire_recv(int fd, tp_wire_hdr *h, void **payload, int timeout_ms) {
     *payload = NULL;
     SEER_TRY(io_all(fd, h, sizeof *h, false, timeout_ms));
     if (h->magic != TP_WIRE_MAGIC || h->bytes > TP_WIRE_MAX_BYTES)
