@@ -4,7 +4,8 @@
  * built CLI. Their logits equal the in-process group's bit for bit (the same ops in the same
  * order, the all-reduce summed in rank order) and the greedy ids are the reference program's;
  * greedy speculation (views, rewinds) gives the same ids. A killed rank fails the call that
- * meets it and every later one, with its reason; an absent rank fails the load after the
+ * meets it and every later one, with its reason, and so does a stopped one after the time-out;
+ * an absent rank fails the load after the
  * time-out; a peer that says the wrong group is refused. The message parser refuses bad
  * frames and the rank's state is left as it was (its fuzzer: fuzz/fuzz_tp_wire.c).
  */
@@ -194,6 +195,24 @@ static void test_killed_rank(void **state) {
     seer_model_free(m);
 }
 
+/* A rank that stops answering (stopped, not dead: its socket stays open) fails the op after
+ * tp_timeout_ms, and the later ones at once. */
+static void test_stopped_rank(void **state) {
+    (void)state;
+    char addr[64];
+    pid_t pids[SEER_TP_MAX];
+    seer_model *m = load_procs(2, addr, sizeof addr, pids, 1000);
+    ASSERT_OK(decode_once(m));
+    assert_int_equal(kill(pids[1], SIGSTOP), 0);
+    assert_int_equal(decode_once(m), SEER_ERR_IO);
+    printf("a stopped rank: %s\n", seer_last_error());
+    assert_non_null(strstr(seer_last_error(), "no progress"));
+    assert_int_equal(decode_once(m), SEER_ERR_IO);
+    seer_model_free(m); /* its goodbye fails at once: the link is dead */
+    assert_int_equal(kill(pids[1], SIGKILL), 0);
+    reap(pids, 2, false);
+}
+
 static void test_absent_rank(void **state) {
     (void)state;
     char addr[64];
@@ -377,6 +396,7 @@ int main(void) {
         cmocka_unit_test(test_logits_4),
         cmocka_unit_test(test_golden_and_spec),
         cmocka_unit_test(test_killed_rank),
+        cmocka_unit_test(test_stopped_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
