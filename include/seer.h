@@ -86,6 +86,15 @@ typedef struct {
      * 1 runs the same machinery over one rank. Greedy decoding is bit-identical to plain
      * decoding at the same N; against N = 1 the logits differ by the order of the sums. */
     int tp;                    /* 0 .. SEER_TP_MAX */
+    /* Ranks in other processes (docs/tensor-parallel.md): with tp >= 2 and tp_addr set
+     * ("HOST:PORT"), this process is rank 0 (device 0; the CPU: n_threads threads of its own)
+     * and listens there for ranks 1 .. tp-1, each a process of its own (seer_tp_worker;
+     * `seer worker`) that runs the ops rank 0 sends it. tp_timeout_ms bounds the wait for the
+     * ranks to connect and for the answer to each op (0: 60 s and 600 s); a rank that dies
+     * fails the call that meets it, and every later one, with its reason. NULL or "": every
+     * rank in this process. */
+    const char *tp_addr;
+    int tp_timeout_ms;
     bool vocab_only;           /* read hyper-parameters and vocabulary only: no weights,
                                   no backend (for inspection and tokenisation) */
     /* Draft weights: "q8_0" or "q4_0" makes, at load, a copy of every linear weight and of
@@ -106,6 +115,13 @@ typedef struct {
 } seer_model_params;
 
 seer_model_params seer_model_default_params(void);
+
+/* Rank rank (1 .. n-1) of a tensor-parallel group whose rank 0 listens at addr
+ * (seer_model_params.tp_addr), run in this process until rank 0 says goodbye: connects
+ * (trying for p.tp_timeout_ms, 0: 60 s), then runs every op rank 0 sends on a backend of
+ * p.backend (CUDA: device rank; the CPU: p.n_threads threads). SEER_OK after rank 0's goodbye;
+ * otherwise the reason (rank 0 unreachable or refusing, the connection lost). */
+seer_status seer_tp_worker(const char *addr, int rank, int n, seer_model_params p);
 
 /* Loads a GGUF model. Returns SEER_OK and sets *out, or an error and leaves *out NULL. */
 seer_status seer_model_load(const char *path, seer_model_params params, seer_model **out);

@@ -8,6 +8,7 @@
 #   fuzz_cost       the speculation cost file          FUZZ_COST_SECONDS (default 10)
 #   fuzz_trace      the acceptance trace file          FUZZ_TRACE_SECONDS (default 10)
 #   fuzz_constrain  grammars, JSON schemas, regexes    FUZZ_CONSTRAIN_SECONDS (default 20)
+#   fuzz_tp_wire    the op stream of ranks in processes FUZZ_TP_WIRE_SECONDS (default 10)
 # FUZZ_SECONDS, when set, gives every target that many seconds. Fails on any crash, leak,
 # sanitizer report, timeout or allocation past the limit; the failing input is left in
 # build-fuzz/artifacts/.
@@ -26,10 +27,10 @@ fi
 echo "fuzz.sh: building the fuzz targets in $out/"
 CC=$cc cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEER_FUZZ=ON -DSEER_CUDA=OFF \
   -DSEER_NATIVE=OFF >/dev/null
-cmake --build "$out" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_model fuzz_cost fuzz_trace fuzz_constrain make_seeds >/dev/null
+cmake --build "$out" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_model fuzz_cost fuzz_trace fuzz_constrain fuzz_tp_wire make_seeds >/dev/null
 
 rm -rf "$out/seeds"
-mkdir -p "$out/seeds/gguf" "$out/seeds/tokenizer" "$out/seeds/cost" "$out/seeds/trace" "$out/seeds/constrain" "$out/artifacts"
+mkdir -p "$out/seeds/gguf" "$out/seeds/tokenizer" "$out/seeds/cost" "$out/seeds/trace" "$out/seeds/constrain" "$out/seeds/tp_wire" "$out/artifacts"
 printf 'seer-cost 1\nkey m@cpu\nb 1 4\nl 64 1024\nn 4 8\ntarget 1e-3 2e-3 3e-3 4e-3\nverify 4 2e-3 3e-3 4e-3 5e-3\nverify 8 3e-3 4e-3 5e-3 6e-3\ndraft streaming 16 1e-4 1e-4 2e-4 2e-4\ndraft ngram 0 0 0 0 0\nend\n' \
   > "$out/seeds/cost/valid.cost"
 printf 'seer-cost 2\nkey m@cpu\nb 1 4\nl 64 1024\nn 4\ntarget 1e-3 2e-3 3e-3 4e-3\nest target 0 0 1 1\nverify 4 2e-3 3e-3 4e-3 5e-3\nest verify 4 0 1 1 1\ndraft streaming 16 1e-4 1e-4 2e-4 2e-4\nest draft streaming 16 0 0 0 1\ndraft ngram 0 0 0 0 0\nend\n' \
@@ -40,6 +41,8 @@ printf 'seer-accept-trace 1\n# a comment\nseq streaming 256 3/4 4/4 0/4\nseq ret
 printf '\000root ::= "{" ws (item ("," ws item)*)? "}"\nitem ::= [a-z]+ | "x"{2,4}\nws ::= [ \\n]*\n' > "$out/seeds/constrain/grammar"
 printf '\001{"type":"object","properties":{"a":{"type":"integer","minimum":-5,"maximum":120},"b":{"enum":["x",null]},"c":{"type":"array","items":{"$ref":"#/$defs/d"},"maxItems":3}},"required":["a"],"$defs":{"d":{"type":"string","pattern":"^[a-z]{2}$"}}}' > "$out/seeds/constrain/schema"
 printf '\002^(\\d{3}-)?[A-Z][a-z]+(?:, [^x]+)*$' > "$out/seeds/constrain/regex"
+# op stream seeds: alloc handle 1 of 64 bytes, upload 8 bytes into it, download them
+printf '\005\000\000\000\000\000\000\000\040\000\000\000\151\000\000\000\000\000\000\000\001\000\000\000\000\000\000\000\151\000\000\000\000\000\000\000\100\000\000\000\000\000\000\000\007\000\000\000\000\000\000\000\060\000\000\000\160\000\000\000\000\000\000\000\001\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\142\000\000\000\000\000\000\000\010\000\000\000\000\000\000\000\141\142\143\144\145\146\147\150\010\000\000\000\000\000\000\000\050\000\000\000\160\000\000\000\000\000\000\000\001\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\151\000\000\000\000\000\000\000\010\000\000\000\000\000\000\000' > "$out/seeds/tp_wire/alloc-upload-download"
 "$out/make_seeds" "$out/seeds/gguf" "$out/seeds/tokenizer"
 if [[ -f "$shared/models/stories260K.gguf" ]]; then
   cp -f "$shared/models/stories260K.gguf" "$out/seeds/gguf/"
@@ -68,4 +71,5 @@ fuzz fuzz_model "${FUZZ_SECONDS:-${FUZZ_MODEL_SECONDS:-25}}" "$out/seeds/gguf" -
 fuzz fuzz_cost "${FUZZ_SECONDS:-${FUZZ_COST_SECONDS:-10}}" "$out/seeds/cost"
 fuzz fuzz_trace "${FUZZ_SECONDS:-${FUZZ_TRACE_SECONDS:-10}}" "$out/seeds/trace"
 fuzz fuzz_constrain "${FUZZ_SECONDS:-${FUZZ_CONSTRAIN_SECONDS:-20}}" "$out/seeds/constrain"
+fuzz fuzz_tp_wire "${FUZZ_SECONDS:-${FUZZ_TP_WIRE_SECONDS:-10}}" "$out/seeds/tp_wire" -malloc_limit_mb=512
 echo "fuzz.sh: no crashes"

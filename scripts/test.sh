@@ -29,14 +29,16 @@ cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure
 
-echo "== ThreadSanitizer: contexts of one model in threads; tensor parallelism's rank threads; seer serve's threads under load"
+echo "== ThreadSanitizer: contexts of one model in threads; tensor parallelism's rank threads (in one process and over processes); seer serve's threads under load"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEER_TSAN=ON -DSEER_CUDA=OFF >/dev/null
-cmake --build build-tsan -j"$jobs" --target seer_cli test_threads test_tp
+cmake --build build-tsan -j"$jobs" --target seer_cli test_threads test_tp test_tp_proc
 # a report aborts the program (halt_on_error), which the tests see as a failure
 TSAN_OPTIONS=halt_on_error=1 build-tsan/test_threads
 # one OpenMP thread: the synthetic models it writes are made in OpenMP loops, whose runtime
 # ThreadSanitizer cannot see into (false reports); the rank threads are pthreads
 OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 build-tsan/test_tp
+# ranks in processes: rank 0's rank threads over their links (the workers run under it too)
+OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 build-tsan/test_tp_proc
 TSAN_OPTIONS=halt_on_error=1 python3 tests/serve/test_serve.py --seer build-tsan/seer
 
 echo "== fuzzing the GGUF reader, the tokenizers, model loading, the speculation files and the constraints"

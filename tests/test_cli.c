@@ -98,10 +98,10 @@ static void test_generate_batch(void **state) {
 }
 
 /* --tp 2 on the CPU: the model divided over two thread pools gives the golden ids, plain and
- * speculative. */
+ * speculative; and with rank 1 a process of its own (--tp-procs starts `seer worker`). */
 static void test_generate_tp(void **state) {
-    const char *specs[] = {"none", "streaming --spec-budget 16"};
-    for (int k = 0; k < 2; k++) {
+    const char *specs[] = {"none", "streaming --spec-budget 16", "none --tp-procs", "streaming --spec-budget 16 --tp-procs"};
+    for (int k = 0; k < 4; k++) {
         int rc = sh(buf, sizeof buf, "%s generate -m %s -p 'Lily and Tom' --temp 0 -n 300 --json --backend cpu --tp 2 --spec %s",
                     SEER_CLI, tu_data_path("models/stories260K.gguf"), specs[k]);
         if (rc != 0)
@@ -164,6 +164,10 @@ static void test_bad_input(void **state) {
         {"generate -m %s -p hi --backend tpu", 2, "not one of"},
         {"generate -m %s -p hi --tp 0", 2, "out of range"},
         {"generate -m %s -p hi --backend cpu --tp 3", 1, "do not divide over 3 ranks"},
+        {"generate -m %s -p hi --backend cpu --tp-procs", 1, "need --tp 2 or more"},
+        {"generate -m %s -p hi --backend cpu --tp 2 --tp-procs --tp-addr 127.0.0.1:1", 1, "leave --tp-addr out"},
+        {"worker --tp 2 --tp-rank 1%.0s", 2, "are needed"},
+        {"worker --tp 2 --tp-rank 1 --tp-addr nowhere%.0s", 1, "is not HOST:PORT"},
         {"generate -m /nonexistent/model.gguf -p hi%.0s", 1, "nonexistent"},
         {"generate -m %s -p hi --spec draft --draft-model /nonexistent.gguf", 1, "draft"},
         {"generate -m %s -p hi --spec streaming --spec-weights q4_k", 2, "not one of q8_0, q4_0"},

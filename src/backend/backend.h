@@ -59,6 +59,7 @@ typedef struct {
 } seer_weight_split;
 
 typedef struct seer_comm seer_comm;
+#define SEER_COMM_ID_BYTES 128
 
 /* Geometry of the KV page storage. kv_bits 4 or 8: the storage also keeps a quantised copy
  * of every K/V row (kv/kv_quant.h), written by kv_store and rope_kv_store from the same f32
@@ -467,6 +468,14 @@ typedef struct {
     /* Tensor parallelism (src/parallel/comm.h): a communicator over ranks[0..n), instances of
      * this backend on distinct devices (NULL where the backend has none). */
     seer_status (*comm_init)(seer_backend *const *ranks, int n, seer_comm **out);
+    /* ... with ranks in separate processes (src/parallel/tp_remote.h): comm_unique_id writes
+     * the id the ranks of one group share (SEER_COMM_ID_BYTES; NCCL's ncclGetUniqueId), which
+     * rank 0 sends the others; comm_init_rank makes this process's rank of an n-rank group
+     * from it, a collective that returns once every rank's process has called it (NCCL's
+     * ncclCommInitRank). The communicator's calls are made with r = rank alone. Both NULL where
+     * the backend has none (the CPU: rank 0 then stages the collectives, tp_remote_comm.c). */
+    seer_status (*comm_unique_id)(seer_backend *be, void *id);
+    seer_status (*comm_init_rank)(seer_backend *be, int n, int rank, const void *id, seer_comm **out);
     /* Makes be's device the calling thread's before its ops are issued (NULL: nothing to do);
      * one thread may drive several devices. */
     seer_status (*make_current)(seer_backend *be);

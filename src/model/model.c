@@ -6,6 +6,7 @@
  */
 #include "model/model.h"
 #include "parallel/tp.h"
+#include "parallel/tp_remote.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -550,11 +551,54 @@ seer_status seer_model_check_tp(int H, int Hkv, int tp) {
     return SEER_OK;
 }
 
+/* Rank 0 here, the other ranks in the processes that connect to p.tp_addr. */
+static seer_status pick_remote(seer_model_params p, const seer_cuda_tuning *t, seer_backend **out) {
+    const int wait = p.tp_timeout_ms > 0 ? p.tp_timeout_ms : 60000, op = p.tp_timeout_ms > 0 ? p.tp_timeout_ms : 600000;
+    if (p.tp < 2)
+        return seer_err(SEER_ERR_INVALID_ARG, "ranks in other processes need tp 2 or more (tp %d)", p.tp);
+    seer_backend *ranks[SEER_TP_MAX] = {0};
+    if (p.n_threads > 0) /* as in one process: the threads given are the group's (workers take theirs) */
+        p.n_threads = p.n_threads / p.tp > 0 ? p.n_threads / p.tp : 1;
+    SEER_TRY(pick_one(p, t, 0, &ranks[0]));
+    int fds[SEER_TP_MAX];
+    seer_status s = seer_tp_remote_accept(p.tp_addr, p.tp, wait, fds);
+    for (int r = 1; r < p.tp && s == SEER_OK; r++) {
+        s = seer_backend_remote_init(fds[r], r, op, ranks[0]->ops, &ranks[r]);
+        fds[r] = -1;
+    }
+    if (s != SEER_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", seer_last_error());
+        for (int r = 0; r < p.tp; r++) {
+            if (ranks[r])
+                ranks[r]->ops->free(ranks[r]);
+            if (r > 0 && fds[r] >= 0)
+                close(fds[r]);
+        }
+        return seer_err(s, "tensor parallelism over %d processes: %s", p.tp, msg);
+    }
+    return seer_backend_tp_init(ranks, p.tp, out);
+}
+
+seer_status seer_tp_worker(const char *addr, int rank, int n, seer_model_params p) {
+    if (p.tp_timeout_ms < 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "tp_timeout_ms %d", p.tp_timeout_ms);
+    seer_backend *be = NULL;
+    SEER_TRY(pick_one(p, NULL, rank, &be));
+    const seer_status s = seer_tp_worker_run(addr, rank, n, be, p.tp_timeout_ms > 0 ? p.tp_timeout_ms : 60000);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", seer_last_error());
+    be->ops->free(be);
+    return s == SEER_OK ? SEER_OK : seer_err(s, "%s", msg);
+}
+
 seer_status seer_model_pick_backend(seer_model_params p, const seer_cuda_tuning *t, seer_backend **out) {
     if (p.tp < 0 || p.tp > SEER_TP_MAX)
         return seer_err(SEER_ERR_INVALID_ARG, "tp %d is out of range [0, %d]", p.tp, SEER_TP_MAX);
     if (p.tp == 0)
         return pick_one(p, t, 0, out);
+    if (p.tp_addr && p.tp_addr[0])
+        return pick_remote(p, t, out);
     /* the CPU's threads are shared among its ranks */
     if (p.n_threads == 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -31,6 +31,16 @@ struct seer_comm {
     seer_status (*gather_cols)(seer_comm *c, int r, float *dst, size_t ld, int rows, const float *src,
                                const int *col0, const int *ncols);
     void (*free)(seer_comm *c);
+    /* Ranks in separate processes (CUDA: the one-shot all-reduce's peer buffers, mapped with
+     * CUDA IPC; src/parallel/tp_remote_comm.c). peer_bytes: one rank's blob (0: none);
+     * peer_export writes this rank's (its buffers' handles); peer_import takes every rank's
+     * [n][peer_bytes] and maps the others'; peer_enable turns the path on or drops it, the same
+     * way on every rank once every rank has imported (a rank alone on it would wait forever).
+     * NULL where the communicator has none. */
+    size_t peer_bytes;
+    seer_status (*peer_export)(seer_comm *c, void *blob);
+    seer_status (*peer_import)(seer_comm *c, const void *all);
+    void (*peer_enable)(seer_comm *c, bool on);
 };
 
 #endif

@@ -5,6 +5,7 @@
  * collectives (comm.h).
  */
 #include "parallel/tp_internal.h"
+#include "parallel/tp_remote.h"
 #include "util/error.h"
 
 #include <stdio.h>
@@ -131,6 +132,11 @@ seer_status seer_tp_bind(tp_be *t, int r) {
 seer_status seer_tp_comm(tp_be *t, seer_comm **out) {
     if (!t->comm) {
         const seer_backend_ops *o = t->rank[0]->ops;
+        if (t->remote) {
+            SEER_TRY(seer_tp_remote_comm_init(t->rank, t->n, &t->comm));
+            *out = t->comm;
+            return SEER_OK;
+        }
         if (!o->comm_init)
             return seer_err(SEER_ERR_UNSUPPORTED, "the %s backend has no communicator for tensor parallelism", o->name);
         SEER_TRY(o->comm_init(t->rank, t->n, &t->comm));
@@ -497,6 +503,13 @@ static seer_status tp_new(int n, tp_shared *sh, seer_backend *const *ranks, seer
     t->owns_ranks = true;
     memcpy(t->rank, ranks, (size_t)n * sizeof *ranks);
     const seer_backend_ops *in = ranks[0]->ops;
+    for (int r = 1; r < n; r++)
+        t->remote |= seer_backend_is_remote(ranks[r]);
+    if (t->remote) { /* what every rank can run: rank 0's ops less those a remote rank lacks */
+        t->in_ops = *in;
+        seer_tp_remote_mask_ops(&t->in_ops);
+        in = &t->in_ops;
+    }
     seer_backend_ops *o = &t->ops;
     snprintf(t->name, sizeof t->name, "%s x%d", in->name, n);
     o->name = t->name;
@@ -540,7 +553,7 @@ seer_status seer_backend_tp_init(seer_backend *const *ranks, int n, seer_backend
     if (n < 1 || n > SEER_TP_MAX)
         s = seer_err(SEER_ERR_INVALID_ARG, "tensor parallelism over %d ranks (1 to %d)", n, SEER_TP_MAX);
     for (int r = 0; r < n && s == SEER_OK; r++)
-        if (!ranks[r] || ranks[r]->ops != ranks[0]->ops)
+        if (!ranks[r] || (ranks[r]->ops != ranks[0]->ops && !(r > 0 && seer_backend_is_remote(ranks[r]))))
             s = seer_err(SEER_ERR_INVALID_ARG, "tensor parallelism: the ranks are not instances of one backend");
     tp_shared *sh = s == SEER_OK ? calloc(1, sizeof *sh) : NULL;
     if (s == SEER_OK && !sh)

@@ -192,3 +192,61 @@ seer_status seer_tp_bootstrap(const char *addr, int rank, int n, const void *blo
     const long long deadline = now_ms() + timeout_ms;
     return rank == 0 ? serve(addr, n, bytes, a, deadline) : join(addr, rank, n, bytes, a, deadline);
 }
+
+seer_status seer_tp_listen(const char *addr, int backlog, int *fd) {
+    *fd = -1;
+    struct addrinfo *ai = NULL;
+    SEER_TRY(resolve(addr, &ai, true));
+    int ls = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    const int one = 1;
+    seer_status s = SEER_OK;
+    if (ls < 0 || setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(ls, ai->ai_addr, ai->ai_addrlen) != 0 || listen(ls, backlog) != 0)
+        s = seer_err(SEER_ERR_IO, "tensor parallelism: cannot listen at %s: %s", addr, strerror(errno));
+    freeaddrinfo(ai);
+    if (s != SEER_OK) {
+        if (ls >= 0)
+            close(ls);
+        return s;
+    }
+    *fd = ls;
+    return SEER_OK;
+}
+
+seer_status seer_tp_connect(const char *addr, int timeout_ms, int *fd) {
+    *fd = -1;
+    const long long deadline = now_ms() + timeout_ms;
+    for (;;) {
+        struct addrinfo *ai = NULL;
+        SEER_TRY(resolve(addr, &ai, false));
+        int c = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+        const bool ok = c >= 0 && connect(c, ai->ai_addr, ai->ai_addrlen) == 0;
+        freeaddrinfo(ai);
+        if (ok) {
+            const int one = 1; /* ops are small messages answered one by one */
+            (void)setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            *fd = c;
+            return SEER_OK;
+        }
+        const int e = errno;
+        if (c >= 0)
+            close(c);
+        if (now_ms() >= deadline)
+            return seer_err(SEER_ERR_IO, "tensor parallelism: cannot reach rank 0 at %s: %s", addr, strerror(e));
+        usleep(20000); /* rank 0 not listening yet */
+    }
+}
+
+seer_status seer_tp_accept_one(int ls, int timeout_ms, int *fd) {
+    *fd = -1;
+    const long long deadline = now_ms() + timeout_ms;
+    if (!wait_fd(ls, POLLIN, deadline))
+        return seer_err(SEER_ERR_IO, "tensor parallelism: no rank connected in %d ms", timeout_ms);
+    const int c = accept(ls, NULL, NULL);
+    if (c < 0)
+        return seer_err(SEER_ERR_IO, "tensor parallelism: accept: %s", strerror(errno));
+    const int one = 1;
+    (void)setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    *fd = c;
+    return SEER_OK;
+}

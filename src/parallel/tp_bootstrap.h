@@ -20,4 +20,12 @@
 seer_status seer_tp_bootstrap(const char *addr, int rank, int n, const void *blob, size_t bytes, void *all,
                               int timeout_ms);
 
+/* The sockets of the op stream between processes (tp_remote.h), at the same HOST:PORT form.
+ * seer_tp_listen: a listening socket at addr. seer_tp_connect: a connection to addr, tried
+ * again until it is taken or timeout_ms passes. seer_tp_accept_one: the next connection to ls
+ * within timeout_ms. SEER_ERR_INVALID_ARG for a bad address, SEER_ERR_IO otherwise. */
+seer_status seer_tp_listen(const char *addr, int backlog, int *fd);
+seer_status seer_tp_connect(const char *addr, int timeout_ms, int *fd);
+seer_status seer_tp_accept_one(int ls, int timeout_ms, int *fd);
+
 #endif

@@ -63,6 +63,8 @@ typedef struct {
     seer_backend *rank[SEER_TP_MAX];
     tp_workers *workers; /* ranks 1 .. n-1's threads (tp_worker.c); NULL for one rank */
     bool owns_ranks;
+    bool remote;             /* ranks in other processes (tp_remote.h) */
+    seer_backend_ops in_ops; /* with remote ranks: the ops every rank can run */
     seer_backend_ops ops;
     char name[48];
     tp_shared *sh;

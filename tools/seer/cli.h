@@ -19,6 +19,16 @@ bool cli_int(const char *flag, const char *s, long long lo, long long hi, long l
 bool cli_float(const char *flag, const char *s, double lo, double hi, double *out);
 /* Prints "seer: <what>: <status message>" to stderr. */
 void cli_error(const char *what, seer_status s);
+/* `seer worker` (cmd_worker.c), and for --tp-procs: starts ranks 1 .. c->tp - 1 as `seer
+ * worker` processes that meet rank 0 at a free port of 127.0.0.1, written into addr [cap]
+ * (pids [SEER_TP_MAX] their ids; false: none is left running, the reason printed); cli_tp_reap
+ * waits for them (after the model is freed they end on rank 0's goodbye), with kill_them
+ * ending them first. */
+int cmd_worker(int argc, char **argv);
+bool cli_tp_spawn(const cli_common *c, char *addr, size_t cap, int *pids);
+/* --tp-addr and --tp-procs into mp (the workers started here); false: the reason printed. */
+bool cli_tp_setup(const char *cmd, cli_common *c, seer_model_params *mp);
+void cli_tp_reap(int *pids, bool kill_them);
 bool cli_backend(const char *s, seer_backend_kind *out);
 /* --weights: stored (as the file has them), bf16 (CUDA) or f32 (CPU) dequantised at load. */
 bool cli_weights(const char *s, seer_weights_kind *out);

@@ -40,6 +40,10 @@ typedef struct {
     const char *model, *draft_model, *cost_file, *spec_weights, *chat_template, *system;
     long long threads, tp, ctx, batch, n_predict, kv_bits;
     double kv_host_gb; /* chat, serve: the KV cache's host tier, GiB (0: none) */
+    const char *tp_addr; /* --tp ranks 1..N-1 in processes that connect here (seer worker) */
+    bool tp_procs;       /* ... started by the command itself */
+    int tp_pids[SEER_TP_MAX]; /* --tp-procs: the workers started (0: none) */
+    char tp_addr_buf[64];     /* ... and where they meet rank 0 */
     long long gpu_layers; /* -1: from free memory */
     seer_backend_kind backend;
     seer_weights_kind weights;

@@ -373,6 +373,8 @@ int cmd_chat(int argc, char **argv) {
     mp.weights = o.c.weights;
     mp.n_threads = (int)o.c.threads;
     mp.tp = (int)o.c.tp;
+    if (!cli_tp_setup("chat", &o.c, &mp))
+        goto done;
     mp.gpu_layers = (int)o.c.gpu_layers;
     mp.draft_weights = o.c.spec_weights;
     if ((s = seer_model_load(o.c.model, mp, &c.model)) != SEER_OK) {
@@ -380,6 +382,7 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     }
     mp.draft_weights = NULL;
+    mp.tp_addr = NULL; /* a draft model's ranks are threads of this process */
     seer_chat_template t;
     if ((s = seer_chat_template_init(c.model, o.c.chat_template, &t)) != SEER_OK) {
         cli_error("chat template", s);
@@ -494,6 +497,7 @@ done:
     seer_spec_cost_free(cost);
     seer_context_free(c.ctx);
     seer_model_free(draft);
+    cli_tp_reap(o.c.tp_pids, true); /* after the model's goodbye, or when it never came */
     seer_model_free(c.model);
     return rc;
 }

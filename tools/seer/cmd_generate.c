@@ -229,6 +229,8 @@ int cmd_generate(int argc, char **argv) {
     mp.weights = o.c.weights;
     mp.n_threads = (int)o.c.threads;
     mp.tp = (int)o.c.tp;
+    if (!cli_tp_setup("generate", &o.c, &mp))
+        goto done;
     mp.gpu_layers = (int)o.c.gpu_layers;
     mp.draft_weights = o.c.spec_weights;
     if ((s = seer_model_load(o.c.model, mp, &model)) != SEER_OK) {
@@ -236,6 +238,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     mp.draft_weights = NULL;
+    mp.tp_addr = NULL; /* a draft model's ranks are threads of this process */
     if (o.c.draft_model && (s = seer_model_load(o.c.draft_model, mp, &draft)) != SEER_OK) {
         cli_error("loading draft model", s);
         goto done;
@@ -367,6 +370,7 @@ done:
     seer_spec_cost_free(cost);
     seer_context_free(ctx);
     seer_model_free(draft);
+    cli_tp_reap(o.c.tp_pids, true); /* after the model's goodbye, or when it never came */
     seer_model_free(model);
     return rc;
 }

@@ -115,6 +115,8 @@ static void *load_all(void *arg) {
     mp.weights = o->c.weights;
     mp.n_threads = (int)o->c.threads;
     mp.tp = (int)o->c.tp;
+    if (!cli_tp_setup("serve", (cli_common *)&o->c, &mp))
+        goto fail;
     mp.gpu_layers = (int)o->c.gpu_layers;
     mp.draft_weights = o->c.spec_weights;
     seer_status s = seer_model_load(o->c.model, mp, &srv->model);
@@ -307,6 +309,7 @@ done:
     seer_spec_cost_free(ld.cost);
     seer_context_free(srv.ctx);
     seer_model_free(srv.model);
+    cli_tp_reap(o.c.tp_pids, true); /* after the model's goodbye, or when it never came */
     free(srv.inbox);
     serve_metrics_destroy(&srv.metrics);
     pthread_cond_destroy(&srv.wake);

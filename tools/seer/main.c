@@ -246,7 +246,8 @@ static void usage(FILE *f) {
             "  gen-model  write a GGUF model with random weights of a given shape\n"
             "  bench      decode speed against the memory-bandwidth floor (seer bench --help)\n"
             "  perplexity a KV type's cost in quality: perplexity and greedy agreement with bf16 KV\n"
-            "  serve      an OpenAI-compatible HTTP server (seer serve --help)\n");
+            "  serve      an OpenAI-compatible HTTP server (seer serve --help)\n"
+            "  worker     one rank of --tp in a process of its own (seer worker --help)\n");
 }
 
 int main(int argc, char **argv) {
@@ -271,6 +272,8 @@ int main(int argc, char **argv) {
         return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity"))
         return cmd_perplexity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "worker"))
+        return cmd_worker(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) {
 #ifdef SEER_HAVE_SERVE
         return cmd_serve(argc - 1, argv + 1);

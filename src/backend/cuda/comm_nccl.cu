@@ -47,10 +47,17 @@ void seer_cuda_comm_state_free(seer_cuda *c) {
  * changed since NCCL 2.0; ncclSend and ncclRecv arrived in 2.7. */
 typedef struct ncclComm *nccl_comm_t;
 enum { NCCL_SUCCESS = 0, NCCL_FLOAT = 7, NCCL_SUM = 0 };
+/* ncclUniqueId: `typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;`, 128
+ * bytes, passed by value to ncclCommInitRank. */
+typedef struct {
+    char internal[SEER_COMM_ID_BYTES];
+} nccl_unique_id;
 
 static struct {
     const char *(*get_error_string)(int result);
     int (*comm_init_all)(nccl_comm_t *comms, int ndev, const int *devlist);
+    int (*get_unique_id)(nccl_unique_id *id);
+    int (*comm_init_rank)(nccl_comm_t *comm, int nranks, nccl_unique_id id, int rank);
     int (*comm_destroy)(nccl_comm_t comm);
     int (*all_reduce)(const void *send, void *recv, size_t count, int type, int op, nccl_comm_t comm,
                       cudaStream_t stream);
@@ -107,6 +114,8 @@ static seer_status nccl_open(void) {
     } syms[] = {
         {"ncclGetErrorString", (void **)&nccl.get_error_string},
         {"ncclCommInitAll", (void **)&nccl.comm_init_all},
+        {"ncclGetUniqueId", (void **)&nccl.get_unique_id},
+        {"ncclCommInitRank", (void **)&nccl.comm_init_rank},
         {"ncclCommDestroy", (void **)&nccl.comm_destroy},
         {"ncclAllReduce", (void **)&nccl.all_reduce},
         {"ncclAllGather", (void **)&nccl.all_gather},
@@ -185,9 +194,11 @@ struct device_restore {
  * call, so the communicator must be freed before them. */
 typedef struct {
     seer_comm base;   /* first: callers hold a pointer to it */
-    seer_cuda **rank; /* [n] */
+    seer_cuda **rank; /* [n]; with ranks in other processes only this process's (the others NULL) */
     nccl_comm_t *nc;  /* [n] NCCL's communicator of rank r, on rank r's device */
     seer_oneshot *os; /* small messages over peer memory; NULL: NCCL takes them all */
+    seer_oneshot *os_pending; /* between processes: mapped, not yet on (peer_enable) */
+    int me;                   /* between processes: this process's rank */
 } nccl_comm;
 
 /* The largest all-reduce the one-shot kernel takes: 16 rows of verification over 8 ranks of
@@ -322,16 +333,18 @@ static void nccl_comm_free(seer_comm *base) {
         return;
     nccl_comm *c = (nccl_comm *)base;
     device_restore keep;
-    int devs[SEER_TP_MAX];
+    int devs[SEER_TP_MAX], nd = 0;
     for (int r = 0; r < base->n && r < SEER_TP_MAX; r++)
-        devs[r] = c->rank[r]->device;
-    seer_cuda_unsafe_guard unsafe(devs, base->n);
+        if (c->rank[r])
+            devs[nd++] = c->rank[r]->device;
+    seer_cuda_unsafe_guard unsafe(devs, nd);
     /* ncclCommDestroy flushes the rank's outstanding NCCL work first. A failure here cannot be
      * reported (free returns nothing) and leaves nothing the caller could fix. */
     for (int r = 0; r < base->n; r++)
         if (c->nc[r])
             (void)nccl.comm_destroy(c->nc[r]);
     seer_oneshot_free(c->os);
+    seer_oneshot_free(c->os_pending);
     (void)cudaGetLastError();
     nccl_comm_delete(c);
 }
@@ -394,6 +407,99 @@ extern "C" seer_status seer_cuda_comm_init(seer_backend *const *ranks, int n, se
     if (s != SEER_OK) {
         nccl_comm_free(&c->base);
         return s;
+    }
+    *out = &c->base;
+    return SEER_OK;
+}
+
+/* ---- ranks in separate processes ---------------------------------------------------------- */
+
+extern "C" seer_status seer_cuda_comm_unique_id(seer_backend *be, void *id) {
+    (void)be;
+    SEER_TRY(nccl_load());
+    nccl_unique_id u;
+    const int rc = nccl.get_unique_id(&u);
+    if (rc != NCCL_SUCCESS)
+        return nccl_fail(rc, "ncclGetUniqueId");
+    memcpy(id, u.internal, sizeof u.internal);
+    return SEER_OK;
+}
+
+static seer_status nccl_peer_export(seer_comm *base, void *blob) {
+    nccl_comm *c = (nccl_comm *)base;
+    if (c->os_pending || c->os)
+        return seer_err(SEER_ERR_INVALID_ARG, "the one-shot all-reduce's buffers are exported once");
+    device_restore keep;
+    return seer_oneshot_ipc_init(c->rank[c->me], base->n, c->me, ONESHOT_MAX_BYTES, blob, &c->os_pending);
+}
+
+static seer_status nccl_peer_import(seer_comm *base, const void *all) {
+    nccl_comm *c = (nccl_comm *)base;
+    if (!c->os_pending)
+        return seer_err(SEER_ERR_INVALID_ARG, "the one-shot all-reduce's buffers were not exported");
+    device_restore keep;
+    int dev = c->rank[c->me]->device;
+    seer_cuda_unsafe_guard unsafe(&dev, 1);
+    return seer_oneshot_ipc_open(c->os_pending, all);
+}
+
+static void nccl_peer_enable(seer_comm *base, bool on) {
+    nccl_comm *c = (nccl_comm *)base;
+    if (on && !c->os) {
+        c->os = c->os_pending;
+    } else {
+        device_restore keep;
+        seer_oneshot_free(c->os_pending);
+    }
+    c->os_pending = NULL;
+}
+
+/* This process's rank of a group of n over NCCL (ncclCommInitRank, which returns once every
+ * rank's process has called it): a communicator whose calls are made with r = rank alone.
+ * The one-shot kernel's peer buffers are mapped afterwards through CUDA IPC (peer_export,
+ * peer_import, peer_enable, which tp_remote_comm.c drives); until then, or where that fails on
+ * any rank, every message goes through NCCL. */
+extern "C" seer_status seer_cuda_comm_init_rank(seer_backend *be, int n, int rank, const void *id, seer_comm **out) {
+    *out = NULL;
+    if (n < 1 || n > SEER_TP_MAX || rank < 0 || rank >= n)
+        return seer_err(SEER_ERR_INVALID_ARG, "NCCL: rank %d of %d ranks", rank, n);
+    if (!be || !be->ops || !be->ops->name || strcmp(be->ops->name, "cuda"))
+        return seer_err(SEER_ERR_INVALID_ARG, "NCCL: rank %d is not a CUDA backend", rank);
+    SEER_TRY(nccl_load());
+    nccl_comm *c = (nccl_comm *)calloc(1, sizeof *c);
+    if (c) {
+        c->rank = (seer_cuda **)calloc((size_t)n, sizeof *c->rank);
+        c->nc = (nccl_comm_t *)calloc((size_t)n, sizeof *c->nc);
+    }
+    if (!c || !c->rank || !c->nc) {
+        nccl_comm_delete(c);
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    }
+    c->base.n = n;
+    c->base.all_reduce = nccl_all_reduce;
+    c->base.gather_cols = nccl_gather_cols;
+    c->base.free = nccl_comm_free;
+    c->rank[rank] = seer_cuda_of(be);
+    c->me = rank;
+    c->base.peer_bytes = SEER_ONESHOT_IPC_BYTES;
+    c->base.peer_export = nccl_peer_export;
+    c->base.peer_import = nccl_peer_import;
+    c->base.peer_enable = nccl_peer_enable;
+    nccl_unique_id u;
+    memcpy(u.internal, id, sizeof u.internal);
+    int dev = c->rank[rank]->device, rc;
+    seer_cuda_unsafe_guard unsafe(&dev, 1);
+    {
+        device_restore keep;
+        if (cudaSetDevice(dev) != cudaSuccess) {
+            nccl_comm_delete(c);
+            return seer_err(SEER_ERR_BACKEND, "CUDA: cannot make device %d current", dev);
+        }
+        rc = nccl.comm_init_rank(&c->nc[rank], n, u, rank);
+    }
+    if (rc != NCCL_SUCCESS) {
+        nccl_comm_delete(c);
+        return nccl_fail(rc, "ncclCommInitRank");
     }
     *out = &c->base;
     return SEER_OK;

@@ -6,8 +6,8 @@
  * one kernel. NCCL's ring takes about 20 us for such a message; one NVLink round trip is a
  * few. The sum is the CPU reference's (cpu_comm.c), bit for bit, whatever the message's
  * size: a row's bits do not depend on what else is in the call.
- * The peers' addresses come from cudaDeviceEnablePeerAccess within one process; CUDA IPC
- * handles between processes would give the same table. Larger messages, and GPUs without
+ * The peers' addresses come from cudaDeviceEnablePeerAccess within one process, and from CUDA
+ * IPC handles between processes (seer_oneshot_ipc_init / _open; not yet run on a GPU). Larger messages, and GPUs without
  * peer access, go through NCCL (comm_nccl.cu).
  * Not for: NCCL itself, or deciding when to reduce (src/parallel/).
  */
@@ -29,6 +29,8 @@ struct seer_oneshot {
     float *recv[SEER_TP_MAX];            /* rank r's [2 slots][n senders][cap], in its memory */
     unsigned *flag[SEER_TP_MAX];         /* rank r's [n senders][OS_BLOCKS] */
     unsigned *calls[SEER_TP_MAX];        /* rank r's [OS_BLOCKS]: calls so far, per block */
+    int me;                              /* between processes: the rank this process holds */
+    bool opened[SEER_TP_MAX];            /* ... recv and flag of rank k mapped by CUDA IPC */
 };
 
 typedef struct {
@@ -89,6 +91,11 @@ void seer_oneshot_free(seer_oneshot *o) {
     if (!o)
         return;
     for (int r = 0; r < o->n; r++) {
+        if (o->opened[r]) {
+            (void)cudaIpcCloseMemHandle(o->recv[r]);
+            (void)cudaIpcCloseMemHandle(o->flag[r]);
+            (void)cudaGetLastError();
+        }
         if (!o->rank[r])
             continue;
         if (cudaSetDevice(o->rank[r]->device) != cudaSuccess)
@@ -113,6 +120,20 @@ static bool peers_reach(seer_cuda *const *rank, int n) {
     return true;
 }
 
+/* Rank r's receive area, flags and counters, zeroed. */
+static seer_status alloc_rank(seer_oneshot *o, seer_cuda *c, int r) {
+    const size_t flags = (size_t)o->n * OS_BLOCKS * sizeof(unsigned);
+    SEER_TRY(seer_cuda_malloc(c, 2 * (size_t)o->n * o->cap * sizeof(float), "the one-shot all-reduce's receive area",
+                              (void **)&o->recv[r]));
+    SEER_TRY(seer_cuda_malloc(c, flags, "the one-shot all-reduce's flags", (void **)&o->flag[r]));
+    SEER_TRY(seer_cuda_malloc(c, OS_BLOCKS * sizeof(unsigned), "the one-shot all-reduce's counters",
+                              (void **)&o->calls[r]));
+    CUDA_TRY(cudaMemset(o->flag[r], 0, flags));
+    CUDA_TRY(cudaMemset(o->calls[r], 0, OS_BLOCKS * sizeof(unsigned)));
+    CUDA_TRY(cudaDeviceSynchronize()); /* zeroed before any peer writes a flag */
+    return SEER_OK;
+}
+
 /* Rank r's device reaching the others' memory, and its receive area, flags and counters. */
 static seer_status setup_rank(seer_oneshot *o, seer_cuda *const *rank, int r) {
     seer_cuda *c = rank[r];
@@ -127,16 +148,7 @@ static seer_status setup_rank(seer_oneshot *o, seer_cuda *const *rank, int r) {
             return seer_err(SEER_ERR_BACKEND, "CUDA: device %d cannot map device %d's memory: %s", c->device,
                             rank[k]->device, cudaGetErrorString(e));
     }
-    const size_t flags = (size_t)n * OS_BLOCKS * sizeof(unsigned);
-    SEER_TRY(seer_cuda_malloc(c, 2 * (size_t)n * o->cap * sizeof(float), "the one-shot all-reduce's receive area",
-                              (void **)&o->recv[r]));
-    SEER_TRY(seer_cuda_malloc(c, flags, "the one-shot all-reduce's flags", (void **)&o->flag[r]));
-    SEER_TRY(seer_cuda_malloc(c, OS_BLOCKS * sizeof(unsigned), "the one-shot all-reduce's counters",
-                              (void **)&o->calls[r]));
-    CUDA_TRY(cudaMemset(o->flag[r], 0, flags));
-    CUDA_TRY(cudaMemset(o->calls[r], 0, OS_BLOCKS * sizeof(unsigned)));
-    CUDA_TRY(cudaDeviceSynchronize()); /* zeroed before any peer writes a flag */
-    return SEER_OK;
+    return alloc_rank(o, c, r);
 }
 
 seer_status seer_oneshot_init(seer_cuda *const *rank, int n, size_t max_bytes, seer_oneshot **out) {
@@ -178,5 +190,66 @@ seer_status seer_oneshot_all_reduce(seer_oneshot *o, int r, float *buf, size_t c
     a.calls = o->calls[r];
     oneshot_kernel<<<OS_BLOCKS, OS_THREADS, 0, c->stream>>>(a);
     LAUNCH_TRY("oneshot_kernel");
+    return SEER_OK;
+}
+
+/* ---- between processes: CUDA IPC ---------------------------------------------------------- */
+
+seer_status seer_oneshot_ipc_init(seer_cuda *c, int n, int r, size_t max_bytes, void *blob, seer_oneshot **out) {
+    *out = NULL;
+    if (n < 2 || n > SEER_TP_MAX || r < 0 || r >= n || c->allreduce_nccl)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the one-shot all-reduce is off (one rank, or allreduce_nccl)");
+    seer_oneshot *o = (seer_oneshot *)calloc(1, sizeof *o);
+    if (!o)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    o->n = n;
+    o->cap = max_bytes / sizeof(float);
+    o->me = r;
+    o->rank[r] = c;
+    seer_status s = SEER_OK;
+    if (cudaSetDevice(c->device) != cudaSuccess)
+        s = seer_err(SEER_ERR_BACKEND, "CUDA: cannot make device %d current", c->device);
+    if (s == SEER_OK)
+        s = alloc_rank(o, c, r);
+    cudaIpcMemHandle_t h[2];
+    if (s == SEER_OK && (cudaIpcGetMemHandle(&h[0], o->recv[r]) != cudaSuccess ||
+                         cudaIpcGetMemHandle(&h[1], o->flag[r]) != cudaSuccess)) {
+        const cudaError_t e = cudaGetLastError();
+        s = seer_err(SEER_ERR_BACKEND, "CUDA: no IPC handle for the one-shot all-reduce's buffers: %s",
+                     cudaGetErrorString(e));
+    }
+    if (s != SEER_OK) {
+        seer_oneshot_free(o);
+        return s;
+    }
+    memcpy(blob, h, sizeof h);
+    *out = o;
+    return SEER_OK;
+}
+
+seer_status seer_oneshot_ipc_open(seer_oneshot *o, const void *all) {
+    const char *b = (const char *)all;
+    CUDA_TRY(cudaSetDevice(o->rank[o->me]->device));
+    for (int k = 0; k < o->n; k++) {
+        if (k == o->me || o->opened[k])
+            continue;
+        cudaIpcMemHandle_t h[2];
+        memcpy(h, b + (size_t)k * SEER_ONESHOT_IPC_BYTES, sizeof h);
+        void *recv = NULL, *flag = NULL;
+        cudaError_t e = cudaIpcOpenMemHandle(&recv, h[0], cudaIpcMemLazyEnablePeerAccess);
+        if (e == cudaSuccess) {
+            e = cudaIpcOpenMemHandle(&flag, h[1], cudaIpcMemLazyEnablePeerAccess);
+            if (e != cudaSuccess)
+                (void)cudaIpcCloseMemHandle(recv);
+        }
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return seer_err(SEER_ERR_BACKEND, "CUDA: cannot map rank %d's one-shot buffers: %s", k,
+                            cudaGetErrorString(e));
+        }
+        o->recv[k] = (float *)recv;
+        o->flag[k] = (unsigned *)flag;
+        o->opened[k] = true;
+    }
     return SEER_OK;
 }

@@ -20,4 +20,12 @@ bool seer_oneshot_takes(const seer_oneshot *o, size_t count);
  * over the ranks in rank order. Every rank makes the same calls in the same order. */
 seer_status seer_oneshot_all_reduce(seer_oneshot *o, int r, float *buf, size_t count);
 
+/* Ranks in separate processes: rank r's own buffers on c's device, with their CUDA IPC
+ * handles written into blob [SEER_ONESHOT_IPC_BYTES]; then every rank's blobs all
+ * [n][SEER_ONESHOT_IPC_BYTES] open the others' buffers in this process
+ * (cudaIpcOpenMemHandle). Only rank r's calls are made on such an instance. */
+#define SEER_ONESHOT_IPC_BYTES (2 * sizeof(cudaIpcMemHandle_t))
+seer_status seer_oneshot_ipc_init(seer_cuda *c, int n, int r, size_t max_bytes, void *blob, seer_oneshot **out);
+seer_status seer_oneshot_ipc_open(seer_oneshot *o, const void *all);
+
 #endif

@@ -561,6 +561,8 @@ static seer_backend_ops cuda_ops_make(void) {
     o.stage_wait = seer_cuda_stage_wait;
     o.h2d_bandwidth = seer_cuda_h2d_bandwidth;
     o.comm_init = seer_cuda_comm_init;
+    o.comm_unique_id = seer_cuda_comm_unique_id;
+    o.comm_init_rank = seer_cuda_comm_init_rank;
     o.make_current = seer_cuda_make_current;
     o.kv_elem_bytes = (int)sizeof(bf16);
     o.kv_types = 1u << SEER_KV_FULL | 1u << SEER_KV_Q8 | 1u << SEER_KV_Q4;

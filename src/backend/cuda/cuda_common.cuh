@@ -475,6 +475,8 @@ seer_status seer_cuda_accept_trees(seer_backend *be, const seer_accept_tree *tre
 /* Tensor parallelism (comm_nccl.cu): a communicator over NCCL, and making an instance's
  * device the calling thread's. */
 extern "C" seer_status seer_cuda_comm_init(seer_backend *const *ranks, int n, seer_comm **out);
+extern "C" seer_status seer_cuda_comm_unique_id(seer_backend *be, void *id);
+extern "C" seer_status seer_cuda_comm_init_rank(seer_backend *be, int n, int rank, const void *id, seer_comm **out);
 extern "C" seer_status seer_cuda_make_current(seer_backend *be);
 
 /* Forward calls (graph.cu). */

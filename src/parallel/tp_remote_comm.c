@@ -1,0 +1,277 @@
+/*
+ * tp_remote_comm.c: the collectives of a group whose ranks live in several processes
+ * (tp_remote.h). Every rank's thread runs in rank 0's process; each copies its buffer into
+ * host memory of its own there (a remote rank's download is a message to its process), the
+ * threads meet in the CPU's communicator, which sums in rank order ((b0 + b1) + b2 ..., the
+ * bits the in-process CPU group gives), and each copies the sum back. Through rank 0's host,
+ * not between the ranks' devices: the reference path, not a fast one (NCCL between processes
+ * would replace it on GPUs). A rank whose copy fails still meets the others, with whatever its
+ * host buffer holds, so no thread waits for one that left.
+ * Where rank 0's backend can make one rank of a group per process (CUDA: NCCL's
+ * ncclCommInitRank from an id rank 0 sends), each process holds its rank instead and a remote
+ * rank's collective is a message that its process runs on its own stream.
+ * Not for: ranks that share one process (cpu_comm.c, comm_nccl.cu).
+ */
+#include "backend/cpu/cpu.h"
+#include "parallel/comm.h"
+#include "parallel/tp_remote.h"
+#include "util/error.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    seer_comm base; /* first */
+    seer_comm *inner; /* the CPU's, over the host buffers */
+    seer_backend *rank[SEER_TP_MAX];
+    float *host[SEER_TP_MAX]; /* each rank's, touched by its thread alone */
+    size_t cap[SEER_TP_MAX];
+} staged_comm;
+
+static seer_status grow(staged_comm *c, int r, size_t count) {
+    if (count <= c->cap[r])
+        return SEER_OK;
+    float *p = realloc(c->host[r], count * sizeof *p);
+    if (!p)
+        return seer_err(SEER_ERR_OOM, "out of memory for a collective of %zu floats", count);
+    c->host[r] = p;
+    c->cap[r] = count;
+    return SEER_OK;
+}
+
+static seer_status st_all_reduce(seer_comm *base, int r, float *buf, size_t count, bool ordered) {
+    staged_comm *c = (staged_comm *)base;
+    seer_backend *b = c->rank[r];
+    /* Out of host memory for the staging buffer is the one failure that leaves the others
+     * waiting (a host without the few MB a collective takes). */
+    SEER_TRY(grow(c, r, count));
+    float *h = c->host[r];
+    seer_status s = b->ops->download(b, h, buf, count * sizeof(float));
+    if (s != SEER_OK)
+        memset(h, 0, count * sizeof(float));
+    const seer_status m = c->inner->all_reduce(c->inner, r, h, count, ordered);
+    if (s == SEER_OK)
+        s = m;
+    if (s == SEER_OK)
+        s = b->ops->upload(b, buf, h, count * sizeof(float));
+    return s;
+}
+
+static seer_status st_gather_cols(seer_comm *base, int r, float *dst, size_t ld, int rows, const float *src,
+                                  const int *col0, const int *ncols) {
+    staged_comm *c = (staged_comm *)base;
+    seer_backend *b = c->rank[r];
+    const size_t mine = (size_t)rows * (size_t)ncols[r], whole = r == 0 ? (size_t)rows * ld : 0;
+    /* rank 0's host buffer holds dst's rows (every column of which some rank's block
+     * covers), then its own block; the others' their block */
+    SEER_TRY(grow(c, r, whole + mine));
+    float *h = c->host[r];
+    seer_status s = mine ? b->ops->download(b, h + whole, src, mine * sizeof(float)) : SEER_OK;
+    const seer_status m = c->inner->gather_cols(c->inner, r, h, ld, rows, h + whole, col0, ncols);
+    if (s == SEER_OK)
+        s = m;
+    if (s == SEER_OK && r == 0)
+        s = b->ops->upload(b, dst, h, whole * sizeof(float));
+    return s;
+}
+static void st_free(seer_comm *base) {
+    staged_comm *c = (staged_comm *)base;
+    c->inner->free(c->inner);
+    for (int r = 0; r < base->n; r++)
+        free(c->host[r]);
+    free(c);
+}
+
+/* ---- one rank of one group per process ------------------------------------------------------ */
+
+typedef struct {
+    seer_comm base; /* first */
+    seer_comm *local; /* rank 0's own rank of the group */
+    seer_backend *rank[SEER_TP_MAX];
+} proc_comm;
+
+static seer_status pc_all_reduce(seer_comm *base, int r, float *buf, size_t count, bool ordered) {
+    proc_comm *c = (proc_comm *)base;
+    if (r == 0)
+        return c->local->all_reduce(c->local, 0, buf, count, ordered);
+    tp_wbuf w = {0};
+    tp_w_rptr(&w, buf);
+    seer_tp_w_int(&w, (int64_t)count);
+    seer_tp_w_int(&w, ordered);
+    tp_msg m;
+    void *pl;
+    SEER_TRY(seer_tp_remote_rpc(c->rank[r], TP_OP_ALLREDUCE, &w, "", &m, &pl));
+    free(pl);
+    return SEER_OK;
+}
+
+static seer_status pc_gather_cols(seer_comm *base, int r, float *dst, size_t ld, int rows, const float *src,
+                                  const int *col0, const int *ncols) {
+    proc_comm *c = (proc_comm *)base;
+    if (r == 0)
+        return c->local->gather_cols(c->local, 0, dst, ld, rows, src, col0, ncols);
+    tp_wbuf w = {0};
+    tp_w_rptr(&w, src);
+    seer_tp_w_int(&w, (int64_t)ld);
+    seer_tp_w_int(&w, rows);
+    tp_w_arr(&w, col0, (size_t)base->n, sizeof *col0);
+    tp_w_arr(&w, ncols, (size_t)base->n, sizeof *ncols);
+    tp_msg m;
+    void *pl;
+    SEER_TRY(seer_tp_remote_rpc(c->rank[r], TP_OP_GATHER, &w, "", &m, &pl));
+    free(pl);
+    return SEER_OK;
+}
+
+static void pc_free(seer_comm *base) {
+    proc_comm *c = (proc_comm *)base;
+    for (int r = 1; r < base->n; r++) {
+        tp_wbuf w = {0};
+        tp_msg m;
+        void *pl = NULL;
+        if (seer_tp_remote_rpc(c->rank[r], TP_OP_COMM_FREE, &w, "", &m, &pl) == SEER_OK)
+            free(pl);
+    }
+    if (c->local)
+        c->local->free(c->local);
+    free(c);
+}
+
+typedef struct {
+    proc_comm *c;
+    int r;
+    const char *id;
+    seer_status s;
+    char msg[512];
+} init_arg;
+
+static void *init_main(void *p) {
+    init_arg *a = p;
+    tp_wbuf w = {0};
+    seer_tp_w_bytes(&w, a->id, SEER_COMM_ID_BYTES);
+    seer_tp_w_int(&w, a->c->base.n);
+    seer_tp_w_int(&w, a->r);
+    tp_msg m;
+    void *pl = NULL;
+    a->s = seer_tp_remote_rpc(a->c->rank[a->r], TP_OP_COMM_INIT, &w, "", &m, &pl);
+    free(pl);
+    if (a->s != SEER_OK)
+        snprintf(a->msg, sizeof a->msg, "%s", seer_last_error());
+    return NULL;
+}
+
+/* A message to rank r's communicator; fields w, answer sig (the answer's payload into *pl). */
+static seer_status peer_rpc(proc_comm *c, int r, uint32_t op, tp_wbuf *w, const char *sig, tp_msg *m, void **pl) {
+    return seer_tp_remote_rpc(c->rank[r], op, w, sig, m, pl);
+}
+
+/* The one-shot all-reduce's peer buffers between the processes (CUDA IPC): every rank
+ * exports its handles, every rank maps the others', and only if every rank could is the path
+ * turned on, on every rank alike; otherwise NCCL takes every message. A failure here turns
+ * the path off; it fails nothing else (a dead link fails the next op). */
+static void peer_setup(proc_comm *c) {
+    seer_comm *l = c->local;
+    const int n = c->base.n;
+    if (!l->peer_bytes || !l->peer_export)
+        return;
+    const size_t pb = l->peer_bytes;
+    char *all = calloc((size_t)n, pb);
+    bool ok = all && l->peer_export(l, all) == SEER_OK, exported = ok;
+    for (int r = 1; r < n && ok; r++) {
+        tp_wbuf w = {0};
+        tp_msg m;
+        void *pl = NULL;
+        ok = peer_rpc(c, r, TP_OP_PEER_EXPORT, &w, "b", &m, &pl) == SEER_OK && m.f[0].len == pb;
+        if (ok)
+            memcpy(all + (size_t)r * pb, m.f[0].data, pb);
+        free(pl);
+    }
+    for (int r = 1; r < n && ok; r++) {
+        tp_wbuf w = {0};
+        seer_tp_w_bytes(&w, all, (size_t)n * pb);
+        tp_msg m;
+        void *pl = NULL;
+        ok = peer_rpc(c, r, TP_OP_PEER_IMPORT, &w, "", &m, &pl) == SEER_OK;
+        free(pl);
+    }
+    ok = ok && l->peer_import(l, all) == SEER_OK;
+    for (int r = 1; r < n; r++) { /* every rank alike, also those whose export went wrong */
+        tp_wbuf w = {0};
+        seer_tp_w_int(&w, ok);
+        tp_msg m;
+        void *pl = NULL;
+        if (peer_rpc(c, r, TP_OP_PEER_ENABLE, &w, "", &m, &pl) != SEER_OK)
+            ok = false; /* too late for the others to agree: the link is dead anyway */
+        free(pl);
+    }
+    if (exported)
+        l->peer_enable(l, ok);
+    free(all);
+}
+
+/* Every rank's process makes its rank of one group at once (the call is collective): the
+ * remote ones each from a thread of their own, rank 0 on the caller's. */
+static seer_status proc_comm_init(seer_backend *const *ranks, int n, seer_comm **out) {
+    seer_backend *b0 = ranks[0];
+    char id[SEER_COMM_ID_BYTES];
+    SEER_TRY(b0->ops->comm_unique_id(b0, id));
+    proc_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    c->base.n = n;
+    c->base.all_reduce = pc_all_reduce;
+    c->base.gather_cols = pc_gather_cols;
+    c->base.free = pc_free;
+    memcpy(c->rank, ranks, (size_t)n * sizeof *ranks);
+    init_arg a[SEER_TP_MAX];
+    pthread_t th[SEER_TP_MAX];
+    bool started[SEER_TP_MAX] = {0};
+    for (int r = 1; r < n; r++) {
+        a[r] = (init_arg){.c = c, .r = r, .id = id};
+        started[r] = pthread_create(&th[r], NULL, init_main, &a[r]) == 0;
+        if (!started[r])
+            a[r].s = seer_err(SEER_ERR_OOM, "cannot start a thread for rank %d's communicator", r);
+    }
+    /* a rank that could not be asked leaves rank 0's init waiting on NCCL's own time-out */
+    seer_status s = b0->ops->comm_init_rank(b0, n, 0, id, &c->local);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", s != SEER_OK ? seer_last_error() : "");
+    for (int r = 1; r < n; r++) {
+        if (started[r])
+            pthread_join(th[r], NULL);
+        if (s == SEER_OK && a[r].s != SEER_OK) {
+            s = a[r].s;
+            snprintf(msg, sizeof msg, "%s", a[r].msg);
+        }
+    }
+    if (s != SEER_OK) {
+        pc_free(&c->base);
+        return seer_err(s, "%s", msg);
+    }
+    peer_setup(c);
+    *out = &c->base;
+    return SEER_OK;
+}
+
+seer_status seer_tp_remote_comm_init(seer_backend *const *ranks, int n, seer_comm **out) {
+    *out = NULL;
+    if (ranks[0]->ops->comm_init_rank && ranks[0]->ops->comm_unique_id)
+        return proc_comm_init(ranks, n, out);
+    staged_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    seer_status s = seer_cpu_comm_init(ranks, n, &c->inner);
+    if (s != SEER_OK) {
+        free(c);
+        return s;
+    }
+    memcpy(c->rank, ranks, (size_t)n * sizeof *ranks);
+    c->base.n = n;
+    c->base.all_reduce = st_all_reduce;
+    c->base.gather_cols = st_gather_cols;
+    c->base.free = st_free;
+    *out = &c->base;
+    return SEER_OK;
+}

@@ -1,0 +1,402 @@
+/*
+ * test_tp_proc.c: tensor parallelism with ranks in separate processes (tp_remote.h) on the
+ * CPU. Rank 0 is this process; the other ranks are `seer worker` processes started from the
+ * built CLI. Their logits equal the in-process group's bit for bit (the same ops in the same
+ * order, the all-reduce summed in rank order) and the greedy ids are the reference program's;
+ * greedy speculation (views, rewinds) gives the same ids. A killed rank fails the call that
+ * meets it and every later one, with its reason, and so does a stopped one after the time-out;
+ * an absent rank fails the load after the
+ * time-out; a peer that says the wrong group is refused. The message parser refuses bad
+ * frames and the rank's state is left as it was (its fuzzer: fuzz/fuzz_tp_wire.c).
+ */
+#include "parallel/tp_remote.h"
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define STORIES "models/stories260K.gguf"
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Starts `seer worker` for ranks 1 .. n-1 at addr. */
+static void spawn_workers(const char *addr, int n, pid_t *pids) {
+    for (int r = 1; r < n; r++) {
+        char n_s[8], r_s[8];
+        snprintf(n_s, sizeof n_s, "%d", n);
+        snprintf(r_s, sizeof r_s, "%d", r);
+        char *argv[] = {"seer", "worker", "--tp", n_s, "--tp-rank", r_s, "--tp-addr", (char *)addr,
+                        "--backend", "cpu", "-t", "1", "--timeout-ms", "30000", NULL};
+        assert_int_equal(posix_spawn(&pids[r], SEER_CLI, NULL, NULL, argv, environ), 0);
+    }
+}
+
+/* Waits for the workers; each must have ended cleanly (rank 0's goodbye) where clean. */
+static void reap(pid_t *pids, int n, bool clean) {
+    for (int r = 1; r < n; r++) {
+        int st = 0;
+        assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
+        if (clean && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+            fail_msg("worker rank %d ended with status %#x", r, st);
+    }
+}
+
+static seer_model *load_procs(int n, char *addr, size_t cap, pid_t *pids, int timeout_ms) {
+    snprintf(addr, cap, "127.0.0.1:%d", free_port());
+    spawn_workers(addr, n, pids);
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    mp.n_threads = 2;
+    mp.tp = n;
+    mp.tp_addr = addr;
+    mp.tp_timeout_ms = timeout_ms;
+    seer_model *m = NULL;
+    if (seer_model_load(tu_data_path(STORIES), mp, &m) != SEER_OK)
+        fail_msg("loading with %d ranks in processes: %s", n, seer_last_error());
+    return m;
+}
+
+/* ---- against the in-process group ---------------------------------------------------------- */
+
+static void logits_against_threads(int n) {
+    seer_model *ref = tu_load_tp(tu_data_path(STORIES), SEER_BACKEND_CPU, n);
+    seer_model_info in;
+    seer_model_get_info(ref, &in);
+    const int V = in.n_vocab, T = 24, qd = in.n_heads * in.head_dim;
+    int32_t tok[24];
+    uint64_t seed = 5;
+    for (int i = 0; i < T; i++)
+        tok[i] = (int32_t)(tu_rand_u64(&seed) % (uint64_t)V);
+    uint8_t cap[24] = {0};
+    cap[2] = cap[20] = 1;
+    float *want = malloc(sizeof(float) * T * V), *got = malloc(sizeof(float) * T * V);
+    float *qw = malloc(sizeof(float) * in.n_layers * 2 * qd), *qg = malloc(sizeof(float) * in.n_layers * 2 * qd);
+    tu_prefill_logits(ref, tok, T, want, cap, qw);
+    seer_model_free(ref);
+    char addr[64];
+    pid_t pids[SEER_TP_MAX];
+    seer_model *m = load_procs(n, addr, sizeof addr, pids, 30000);
+    memset(got, 0xff, sizeof(float) * T * V); /* poisoned: every logit must be written */
+    memset(qg, 0xff, sizeof(float) * in.n_layers * 2 * qd);
+    tu_prefill_logits(m, tok, T, got, cap, qg);
+    assert_memory_equal(got, want, sizeof(float) * T * V);
+    assert_memory_equal(qg, qw, sizeof(float) * in.n_layers * 2 * qd);
+    seer_model_free(m);
+    reap(pids, n, true);
+    free(want);
+    free(got);
+    free(qw);
+    free(qg);
+}
+
+static void test_logits_2(void **state) {
+    (void)state;
+    logits_against_threads(2);
+}
+
+/* past two ranks the sum is taken in rank order (the CPU's communicator) */
+static void test_logits_4(void **state) {
+    (void)state;
+    logits_against_threads(4);
+}
+
+static void test_golden_and_spec(void **state) {
+    (void)state;
+    int32_t prompts[5][64];
+    int plen[5];
+    tu_output gold[5], plain[3], got[3];
+    const int n = tu_read_golden(prompts, plen, gold);
+    assert_true(n >= 3);
+    char addr[64];
+    pid_t pids[SEER_TP_MAX];
+    seer_model *m = load_procs(2, addr, sizeof addr, pids, 30000);
+    tu_gen_ctx cx = {.n_ctx = 512, .page_size = 8, .n_batch_max = 128};
+    tu_gen_run(m, seer_spec_default_params(), prompts[0], 64, plen, 3, -1, tu_greedy(), cx, plain, NULL);
+    for (int i = 0; i < 3; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "two processes, golden prompt %d", i);
+        tu_output p = plain[i];
+        if (p.n > gold[i].n)
+            p.n = gold[i].n;
+        tu_assert_same(&p, &gold[i], what);
+    }
+    const seer_spec_kind kinds[] = {SEER_SPEC_STREAMING, SEER_SPEC_RETRIEVAL};
+    for (size_t d = 0; d < sizeof kinds / sizeof *kinds; d++) {
+        seer_spec_stats st =
+            tu_gen_run(m, tu_spec(kinds[d], 4, 24), prompts[0], 64, plen, 3, -1, tu_greedy(), cx, got, NULL);
+        assert_true(st.drafted > 0);
+        for (int i = 0; i < 3; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "two processes, %s prompt %d", seer_spec_kind_name(kinds[d]), i);
+            tu_assert_same(&got[i], &plain[i], what);
+        }
+    }
+    seer_model_free(m);
+    reap(pids, 2, true);
+}
+
+/* ---- failures -------------------------------------------------------------------------------- */
+
+static seer_status decode_once(seer_model *m) {
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 64;
+    seer_context *c = NULL;
+    seer_status s = seer_context_init(m, cp, &c);
+    if (s != SEER_OK)
+        return s;
+    seer_seq_id sq;
+    s = seer_seq_new(c, &sq);
+    const int32_t tok[2] = {1, 2}, pos[2] = {0, 1};
+    seer_seq_id seqs[2] = {sq, sq};
+    uint8_t want[2] = {0, 1};
+    static float logits[1 << 16];
+    seer_batch b = {.n_tokens = 2, .token = tok, .seq = seqs, .pos = pos, .logits = want};
+    if (s == SEER_OK)
+        s = seer_decode(c, &b, logits);
+    seer_context_free(c);
+    return s;
+}
+
+static void test_killed_rank(void **state) {
+    (void)state;
+    char addr[64];
+    pid_t pids[SEER_TP_MAX];
+    seer_model *m = load_procs(2, addr, sizeof addr, pids, 30000);
+    ASSERT_OK(decode_once(m));
+    assert_int_equal(kill(pids[1], SIGKILL), 0);
+    reap(pids, 2, false);
+    seer_status s = decode_once(m);
+    assert_int_not_equal(s, SEER_OK);
+    printf("a killed rank: %s\n", seer_last_error());
+    assert_non_null(strstr(seer_last_error(), "rank 1"));
+    /* and again, at once: the link is known dead */
+    assert_int_not_equal(decode_once(m), SEER_OK);
+    assert_non_null(strstr(seer_last_error(), "rank 1"));
+    seer_model_free(m);
+}
+
+/* A rank that stops answering (stopped, not dead: its socket stays open) fails the op after
+ * tp_timeout_ms, and the later ones at once. */
+static void test_stopped_rank(void **state) {
+    (void)state;
+    char addr[64];
+    pid_t pids[SEER_TP_MAX];
+    seer_model *m = load_procs(2, addr, sizeof addr, pids, 1000);
+    ASSERT_OK(decode_once(m));
+    assert_int_equal(kill(pids[1], SIGSTOP), 0);
+    assert_int_equal(decode_once(m), SEER_ERR_IO);
+    printf("a stopped rank: %s\n", seer_last_error());
+    assert_non_null(strstr(seer_last_error(), "no progress"));
+    assert_int_equal(decode_once(m), SEER_ERR_IO);
+    seer_model_free(m); /* its goodbye fails at once: the link is dead */
+    assert_int_equal(kill(pids[1], SIGKILL), 0);
+    reap(pids, 2, false);
+}
+
+static void test_absent_rank(void **state) {
+    (void)state;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    mp.n_threads = 1;
+    mp.tp = 2;
+    mp.tp_addr = addr;
+    mp.tp_timeout_ms = 300;
+    seer_model *m = NULL;
+    assert_int_equal(seer_model_load(tu_data_path(STORIES), mp, &m), SEER_ERR_IO);
+    assert_null(m);
+    printf("an absent rank: %s\n", seer_last_error());
+    assert_non_null(strstr(seer_last_error(), "1 of 2 ranks"));
+    /* the address taken by nothing: a bad one is refused as such */
+    mp.tp_addr = "no-port-here";
+    assert_int_equal(seer_model_load(tu_data_path(STORIES), mp, &m), SEER_ERR_INVALID_ARG);
+}
+
+typedef struct {
+    const char *addr;
+    int rank, n;
+    seer_status s;
+    char msg[512];
+} peer_arg;
+
+static void *peer_main(void *p) {
+    peer_arg *a = p;
+    seer_backend *be = NULL;
+    a->s = seer_backend_cpu_init(1, &be);
+    if (a->s == SEER_OK)
+        a->s = seer_tp_worker_run(a->addr, a->rank, a->n, be, 5000);
+    snprintf(a->msg, sizeof a->msg, "%s", seer_last_error());
+    if (be)
+        be->ops->free(be);
+    return NULL;
+}
+
+/* A peer of another group (3 ranks) is refused: both sides say so, neither waits. */
+static void test_wrong_peer(void **state) {
+    (void)state;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+    peer_arg a = {.addr = addr, .rank = 2, .n = 3};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, peer_main, &a), 0);
+    int fds[SEER_TP_MAX];
+    const seer_status s = seer_tp_remote_accept(addr, 2, 5000, fds);
+    assert_int_equal(s, SEER_ERR_INVALID_ARG);
+    assert_non_null(strstr(seer_last_error(), "rank 2 of 3"));
+    pthread_join(th, NULL);
+    assert_int_equal(a.s, SEER_ERR_INVALID_ARG);
+    assert_non_null(strstr(a.msg, "refused"));
+    for (int r = 0; r < SEER_TP_MAX; r++)
+        assert_int_equal(fds[r], -1);
+}
+
+/* ---- the messages -------------------------------------------------------------------------- */
+
+static void test_wire(void **state) {
+    (void)state;
+    tp_wbuf w = {0};
+    seer_tp_w_int(&w, -7);
+    seer_tp_w_dbl(&w, 0.25);
+    seer_tp_w_bytes(&w, "abc", 3);
+    seer_tp_w_ptr(&w, 9, 16);
+    tp_msg m;
+    ASSERT_OK(seer_tp_msg_parse(w.buf, w.len, &m));
+    ASSERT_OK(seer_tp_msg_check(&m, "ifbp", "test"));
+    assert_int_equal(m.f[0].i, -7);
+    assert_true(m.f[1].f == 0.25);
+    assert_int_equal(m.f[2].len, 3);
+    assert_memory_equal(m.f[2].data, "abc", 3);
+    assert_int_equal(m.f[3].i, 9);
+    assert_int_equal(m.f[3].off, 16);
+    assert_int_equal(seer_tp_msg_check(&m, "ifb", "test"), SEER_ERR_FORMAT);
+    assert_int_equal(seer_tp_msg_check(&m, "ifbi", "test"), SEER_ERR_FORMAT);
+    /* every cut of the frame short of the whole is refused, except at a field's end */
+    const size_t ends[] = {0, 16, 32, 56, 80};
+    for (size_t l = 0; l < w.len; l++) {
+        bool at_end = false;
+        for (size_t k = 0; k < 5; k++)
+            at_end |= ends[k] == l;
+        assert_int_equal(seer_tp_msg_parse(w.buf, l, &m), at_end ? SEER_OK : SEER_ERR_FORMAT);
+    }
+    /* every field's data 8-aligned from the payload's start */
+    ASSERT_OK(seer_tp_msg_parse(w.buf, w.len, &m));
+    assert_int_equal((size_t)((const char *)m.f[2].data - w.buf) % 8, 0);
+    /* an unknown type; a length past the end; a header or a string's padding not zero */
+    char bad[16] = {'z'};
+    assert_int_equal(seer_tp_msg_parse(bad, 16, &m), SEER_ERR_FORMAT);
+    char longb[16] = {'b', 0, 0, 0, 0, 0, 0, 0, 100};
+    assert_int_equal(seer_tp_msg_parse(longb, 16, &m), SEER_ERR_FORMAT);
+    char hdr[16] = {'i', 1};
+    assert_int_equal(seer_tp_msg_parse(hdr, 16, &m), SEER_ERR_FORMAT);
+    char pad[24] = {'b', 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 'a', 'b', 'c', 0, 0, 0, 0, 1};
+    assert_int_equal(seer_tp_msg_parse(pad, 24, &m), SEER_ERR_FORMAT);
+    pad[23] = 0;
+    ASSERT_OK(seer_tp_msg_parse(pad, 24, &m));
+    /* too many fields */
+    seer_tp_w_reset(&w);
+    for (int i = 0; i <= TP_WIRE_MAX_FIELDS; i++)
+        seer_tp_w_int(&w, i);
+    assert_int_equal(seer_tp_msg_parse(w.buf, w.len, &m), SEER_ERR_FORMAT);
+    seer_tp_w_free(&w);
+}
+
+/* Bad messages to a rank change nothing: an allocation written and read back around them. */
+static void test_serve_bad_messages(void **state) {
+    (void)state;
+    seer_backend *be = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &be));
+    tp_serve *sv = NULL;
+    ASSERT_OK(seer_tp_serve_init(be, &sv));
+    tp_wbuf w = {0}, out = {0};
+    seer_tp_w_int(&w, 3);
+    seer_tp_w_int(&w, 64);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_ALLOC, 0, w.buf, w.len, &out));
+    float vals[16];
+    for (int i = 0; i < 16; i++)
+        vals[i] = (float)i * 0.5f;
+    seer_tp_w_reset(&w);
+    seer_tp_w_ptr(&w, 3, 0);
+    seer_tp_w_bytes(&w, vals, sizeof vals);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_UPLOAD, 0, w.buf, w.len, &out));
+    struct {
+        uint32_t op;
+        int64_t h, off, n;
+    } bad[] = {
+        {TP_OP_UPLOAD, 4, 0, 4},   /* no such handle */
+        {TP_OP_UPLOAD, 3, 60, 8},  /* past the allocation */
+        {TP_OP_DOWNLOAD, 3, 0, 65}, /* likewise */
+        {TP_OP_ALLOC, 3, 0, 8},    /* the handle taken */
+        {TP_OP_COUNT + 5, 3, 0, 8}, /* no such op */
+        {TP_OP_RMSNORM, 3, 0, 8},  /* the wrong fields */
+        {TP_OP_DEALLOC, -1, 0, 0}, /* memory of no rank */
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        seer_tp_w_reset(&w);
+        if (bad[k].op == TP_OP_ALLOC) {
+            seer_tp_w_int(&w, bad[k].h);
+            seer_tp_w_int(&w, bad[k].n);
+        } else if (bad[k].op == TP_OP_DOWNLOAD) {
+            seer_tp_w_ptr(&w, bad[k].h, (uint64_t)bad[k].off);
+            seer_tp_w_int(&w, bad[k].n);
+        } else if (bad[k].op == TP_OP_DEALLOC) {
+            seer_tp_w_ptr(&w, bad[k].h, 0);
+        } else {
+            seer_tp_w_ptr(&w, bad[k].h, (uint64_t)bad[k].off);
+            seer_tp_w_bytes(&w, vals, (size_t)bad[k].n);
+        }
+        seer_tp_w_reset(&out);
+        assert_int_equal(seer_tp_serve_msg(sv, bad[k].op, 0, w.buf, w.len, &out), SEER_ERR_FORMAT);
+    }
+    /* an instance that does not exist */
+    assert_int_equal(seer_tp_serve_msg(sv, TP_OP_SYNC, 77, NULL, 0, &out), SEER_ERR_FORMAT);
+    seer_tp_w_reset(&w);
+    seer_tp_w_ptr(&w, 3, 0);
+    seer_tp_w_int(&w, 64);
+    seer_tp_w_reset(&out);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_DOWNLOAD, 0, w.buf, w.len, &out));
+    tp_msg m;
+    ASSERT_OK(seer_tp_msg_parse(out.buf, out.len, &m));
+    ASSERT_OK(seer_tp_msg_check(&m, "b", "download"));
+    assert_memory_equal(m.f[0].data, vals, sizeof vals);
+    seer_tp_w_free(&w);
+    seer_tp_w_free(&out);
+    seer_tp_serve_free(sv); /* frees what it holds */
+    be->ops->free(be);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_wire),
+        cmocka_unit_test(test_serve_bad_messages),
+        cmocka_unit_test(test_wrong_peer),
+        cmocka_unit_test(test_absent_rank),
+        cmocka_unit_test(test_logits_2),
+        cmocka_unit_test(test_logits_4),
+        cmocka_unit_test(test_golden_and_spec),
+        cmocka_unit_test(test_killed_rank),
+        cmocka_unit_test(test_stopped_rank),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
