@@ -235,9 +235,8 @@ static int walk_dfa(const seer_grammar *g, const seer_vocab_trie *t, int id0, ui
     return count;
 }
 
-int seer_mask_compute(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
-                      uint32_t *bits, seer_mask_scratch *sc) {
-    memset(bits, 0, ((size_t)t->n_vocab + 31) / 32 * sizeof *bits);
+/* Room in sc for a walk's per-depth states; false for memory. */
+static bool levels(const seer_vocab_trie *t, seer_mask_scratch *sc) {
     if (sc->n_lv < t->max_depth + 1) {
         seer_gset *lv = realloc(sc->lv, ((size_t)t->max_depth + 1) * sizeof *lv);
         if (!lv)
@@ -250,6 +249,54 @@ int seer_mask_compute(const seer_grammar *g, const seer_vocab_trie *t, const see
         sc->lvid = lvid;
         sc->n_lv = t->max_depth + 1;
     }
+    return true;
+}
+
+int seer_mask_forced(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
+                     seer_mask_scratch *sc, int32_t *tok) {
+    *tok = -1;
+    if (!levels(t, sc))
+        return -1;
+    if (seer_gset_accepting(s))
+        return 1; /* end-of-generation tokens beside others: the caller's full mask decides */
+    if (sc->dfa.n > SEER_DFA_MAX / 2)
+        seer_dfa_reset(&sc->dfa);
+    const int id0 = seer_dfa_intern(&sc->dfa, s);
+    if (id0 < 0)
+        return 1;
+    int32_t *lvid = sc->lvid;
+    lvid[0] = id0;
+    int last = -1; /* the deepest node with allowed tokens so far */
+    for (int i = 0; i < t->n_nodes;) {
+        const int d = t->depth[i];
+        const int nid = seer_dfa_step(g, &sc->dfa, lvid[d - 1], t->byte[i]);
+        if (nid == -3)
+            return 1;
+        if (nid == SEER_DFA_DEAD) {
+            i = t->skip[i];
+            continue;
+        }
+        lvid[d] = nid;
+        if (t->tok_n[i]) {
+            if (last >= 0 && i >= t->skip[last])
+                return 0; /* allowed tokens on two branches: nothing forced */
+            last = i;
+        }
+        i++;
+    }
+    if (last < 0)
+        return 0;
+    for (int k = 0; k < t->tok_n[last]; k++) /* the same bytes: the highest id */
+        if (t->ids[t->tok_at[last] + k] > *tok)
+            *tok = t->ids[t->tok_at[last] + k];
+    return 0;
+}
+
+int seer_mask_compute(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
+                      uint32_t *bits, seer_mask_scratch *sc) {
+    memset(bits, 0, ((size_t)t->n_vocab + 31) / 32 * sizeof *bits);
+    if (!levels(t, sc))
+        return -1;
     int count = 0;
     if (seer_gset_accepting(s))
         for (int i = 0; i < t->n_vocab; i++)

@@ -57,6 +57,36 @@ static int32_t forced_token(const seer_constraint *con, const uint32_t *m, int V
     return found;
 }
 
+/* Whether token t may follow node u's path: the row's mask where the masks are computed
+ * before the call (or one is kept already), else a walk over the path's bytes, which leaves
+ * the mask to be computed while the forward call runs (mask_ahead.c). */
+static bool allowed(seer_constraint *con, const int32_t *tok, const int32_t *parent, int u, int32_t t) {
+    int32_t path[256];
+    const int n = u < 0 ? 0 : node_path(tok, parent, u, path);
+    if (n < 0)
+        return false;
+    if (seer_constraint_options(con) & SEER_CONSTRAINT_MASKS_BEFORE_CALL) {
+        const uint32_t *m = seer_constraint_mask_after(con, path, n);
+        return m && bit(m, t);
+    }
+    return seer_constraint_allows_after(con, path, n, t);
+}
+
+/* The token the grammar forces after node u's path, -1 if none: seer_mask_forced's rule
+ * (the longest of allowed tokens that are each a prefix of the next), no mask computed;
+ * where it cannot tell cheaply, forced_token's over the row's mask. */
+static int32_t forced_after(seer_constraint *con, const int32_t *tok, const int32_t *parent, int u, int V) {
+    int32_t path[256], t = -1;
+    const int n = u < 0 ? 0 : node_path(tok, parent, u, path);
+    if (n < 0)
+        return -1;
+    const int r = seer_constraint_forced_after(con, path, n, &t);
+    if (r <= 0)
+        return t;
+    const uint32_t *mask = seer_constraint_mask_after(con, path, n);
+    return mask ? forced_token(con, mask, V) : -1;
+}
+
 /* Drops refused nodes (and what hangs below them) of entry k's one-hot proposal, keeping
  * breadth-first order. */
 static void trim(seer_gen *g, int k, seer_gen_seq *s) {
@@ -69,8 +99,7 @@ static void trim(seer_gen *g, int k, seer_gen_seq *s) {
         map[j] = -1;
         if (par[j] >= 0 && map[par[j]] < 0)
             continue;
-        const uint32_t *mask = seer_spec_row_mask(s->con, tok, par, par[j]);
-        if (!mask || !bit(mask, tok[j]))
+        if (!allowed(s->con, tok, par, par[j], tok[j]))
             continue;
         /* written in place: m <= j, and a parent was placed before its child */
         const int32_t p = par[j] >= 0 ? map[par[j]] : -1;
@@ -94,13 +123,12 @@ seer_status seer_gen_constrain_proposals(seer_gen *g, int n) {
             trim(g, k, s);
         else if (!greedy)
             continue; /* sampled with q: an appended node would need its q row */
-        if (!seer_gen_is_chain(g, k))
+        if (!seer_gen_is_chain(g, k) || (seer_constraint_options(s->con) & SEER_CONSTRAINT_NO_FORCED_DRAFTS))
             continue;
         int32_t *tok = g->draft + (size_t)k * g->G, *par = g->par + (size_t)k * g->G;
         while (g->nd[k] < g->gam[k] && g->nd[k] < g->dl[k]) {
             const int last = g->nd[k] - 1;
-            const uint32_t *mask = seer_spec_row_mask(s->con, tok, par, last);
-            const int32_t t = mask ? forced_token(s->con, mask, g->V) : -1;
+            const int32_t t = forced_after(s->con, tok, par, last, g->V);
             if (t < 0)
                 break;
             tok[g->nd[k]] = t;

@@ -534,13 +534,17 @@ static seer_status verify_calls(seer_gen *g, int n) {
         }
         seer_batch call = {.n_tokens = b.T, .token = b.tok, .seq = b.seq, .pos = b.pos, .logits = b.want,
                            .mask = mask};
+        /* the rows' masks while the call runs: only the verification after it needs them */
+        seer_mask_ahead_start(g, i0, i);
         if (amax) {
             st = seer_decode_argmax(c, &call, g->ids);
+            seer_mask_ahead_wait(g);
             if (st == SEER_OK)
                 st = seer_round_verify(g, i0, i, g->ids, NULL);
         } else {
             float *L = NULL;
             st = seer_decode_keep(c, &call, &L);
+            seer_mask_ahead_wait(g);
             if (st == SEER_OK)
                 st = seer_round_verify(g, i0, i, NULL, L);
         }

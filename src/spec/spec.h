@@ -16,6 +16,8 @@
 #include "spec/drafter.h"
 #include "spec/tree_shape.h"
 
+#include <pthread.h>
+
 /* Replay positions a sequence keeps, one per (drafter kind, budget) it drafted with; past
  * this many the oldest is reused. */
 #define SEER_GEN_TRACE_SLOTS 8
@@ -49,7 +51,16 @@ typedef struct {
     int n_lp, cap_lp;
 } seer_gen_seq;
 
+/* The masks of a verification's rows computed on a helper thread while the forward call
+ * runs (mask_ahead.c). */
+typedef struct {
+    pthread_t th;
+    bool running;
+    int k0, k1; /* the round entries whose rows it computes */
+} seer_mask_ahead;
+
 struct seer_gen {
+    seer_mask_ahead ahead;
     seer_context *ctx;
     const seer_model *model;
     int V;
