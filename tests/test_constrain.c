@@ -289,6 +289,37 @@ static void make_vocab(char **pieces, int *lens, uint64_t *rs) {
     lens[NV - 1] = 0;
 }
 
+static int n_forced; /* steps where a chain of several prefixes forced its longest */
+
+/* seer_constraint_forced_after against its rule over the brute-force allowed set [count]:
+ * where every allowed token is a prefix of the longest one, the longest (the highest id of
+ * equal bytes), else -1; where the text may end, 1 (the caller's full mask decides). */
+static void check_forced(seer_constraint *c, char *const *pieces, const int *lens, const int *allowed, int count,
+                         int32_t eog) {
+    int32_t got = 0;
+    const int r = seer_constraint_forced_after(c, NULL, 0, &got);
+    for (int i = 0; i < count; i++)
+        if (allowed[i] == eog) {
+            assert_int_equal(r, 1);
+            assert_int_equal(got, -1);
+            return;
+        }
+    assert_int_equal(r, 0);
+    int32_t want = -1;
+    for (int i = 0; i < count; i++) {
+        const int t = allowed[i];
+        if (want < 0 || lens[t] > lens[want] || (lens[t] == lens[want] && t > want))
+            want = t;
+    }
+    for (int i = 0; i < count && want >= 0; i++)
+        if (memcmp(pieces[allowed[i]], pieces[want], (size_t)lens[allowed[i]]) != 0)
+            want = -1;
+    assert_int_equal(got, want);
+    n_forced += want >= 0 && count > 1; /* a prefix chain, not one token alone */
+    for (int i = 0; i < count; i++)
+        assert_true(seer_constraint_allows_after(c, NULL, 0, allowed[i]));
+}
+
 static void test_mask_brute_force(void **state) {
     (void)state;
     static const char *const schemas[] = {
@@ -335,6 +366,7 @@ static void test_mask_brute_force(void **state) {
                     allowed[count++] = t;
             }
             assert_int_equal(n, count);
+            check_forced(c, pieces, lens, allowed, count, eog);
             if (count == 0 || (count == 1 && allowed[0] == eog))
                 break;
             /* prefer tokens that close structures now and then so that walks end */
@@ -373,6 +405,8 @@ static void test_mask_brute_force(void **state) {
         seer_grammar_free(g);
         seer_constraint_free(c);
     }
+    print_message("forced by a chain of prefixes at %d steps\n", n_forced);
+    assert_true(n_forced > 0);
     for (int i = 0; i < NV; i++)
         free(pieces[i]);
 }
