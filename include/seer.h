@@ -514,6 +514,9 @@ typedef struct {
     int64_t accepted;      /* draft tokens accepted */
     int64_t emitted;       /* tokens emitted (accepted + one per round) */
     double t_draft_s, t_verify_s, t_prefill_s;
+    double t_mask_s; /* of t_verify_s: the calling thread's time on the verification rows'
+                        constraint masks outside the forward call (computing them before it,
+                        or waiting for the helper thread after it: mask time not hidden) */
 } seer_spec_stats;
 
 /* A generator: several sequences in one context decoding together, one speculation round

@@ -124,10 +124,11 @@ seer_round_result seer_round_emit(seer_gen *g, int k, seer_round_emit_fn fn, voi
 seer_status seer_round_verified(seer_gen *g, int k);
 
 /* Before the forward call of round entries [k0, k1): the masks of their rows (constrained
- * sequences' only) are computed on a helper thread while the call runs, or here at once for
- * a constraint with SEER_CONSTRAINT_MASKS_BEFORE_CALL or where no thread can start. Nothing
- * may touch those sequences' constraints until seer_mask_ahead_wait, which the caller must
- * call after the forward call whatever its status. */
+ * sequences' only) are computed while the call runs: by seer_mask_ahead_wait on the calling
+ * thread after an asynchronous backend's call is issued, else on a helper thread; here at
+ * once for a constraint with SEER_CONSTRAINT_MASKS_BEFORE_CALL or where no thread can
+ * start. Nothing may touch those sequences' constraints until seer_mask_ahead_wait, which
+ * the caller must call after the forward call whatever its status. */
 void seer_mask_ahead_start(seer_gen *g, int k0, int k1);
 void seer_mask_ahead_wait(seer_gen *g);
 

@@ -55,9 +55,18 @@ typedef struct {
  * runs (mask_ahead.c). */
 typedef struct {
     pthread_t th;
-    bool running;
-    int k0, k1; /* the round entries whose rows it computes */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool started;  /* th, mu and cv exist (the first constrained call starts them) */
+    bool failed;   /* they could not be made: masks are computed before the call */
+    bool busy;     /* a job is given and not yet done */
+    bool quit;
+    bool deferred; /* an asynchronous backend: the job runs on the calling thread after the
+                    * call is issued (seer_mask_ahead_wait), no helper */
+    int k0, k1;    /* the job: the round entries whose rows it computes */
 } seer_mask_ahead;
+/* Ends the helper thread, if one was started (seer_gen_free). */
+void seer_mask_ahead_free(seer_mask_ahead *a);
 
 struct seer_gen {
     seer_mask_ahead ahead;
