@@ -302,6 +302,13 @@ int main(int argc, char **argv) {
         run_out on, no, plain;
         run(m, prompt, n, max_new, spec, con, &on);
         print_run("forced drafts (jump-forward)", &on);
+        printf("output: ");
+        for (int i = 0; i < on.n; i++) {
+            char b[256];
+            const int l = seer_token_piece(m, on.ids[i], b, (int)sizeof b);
+            printf("%.*s", l > 0 ? l : 0, b);
+        }
+        printf("\n");
         run(m, prompt, n, max_new, spec, off, &no);
         print_run("no forced drafts", &no);
         same(&on, &no, "jump-forward on vs off");

@@ -426,13 +426,13 @@ bool seer_constraint_allows_after(seer_constraint *c, const int32_t *path, int n
     return walk(c, p, n + 1, &w, NULL);
 }
 
-int seer_constraint_forced_after(seer_constraint *c, const int32_t *path, int n, int32_t *tok) {
-    *tok = -1;
+int seer_constraint_forced_after(seer_constraint *c, const int32_t *path, int n, seer_forced *out) {
+    *out = (seer_forced){.tok = -1};
     if (!c || n < 0 || (n && !path))
         return -1;
     int w;
     seer_status st = SEER_OK;
     if (!walk(c, path, n, &w, &st))
         return st != SEER_OK ? -1 : 0;
-    return seer_mask_forced(c->sh->g, c->sh->trie, w < 0 ? cur(c) : &c->tmp[w], &c->scratch, tok);
+    return seer_mask_forced(c->sh->g, c->sh->trie, w < 0 ? cur(c) : &c->tmp[w], &c->scratch, out);
 }

@@ -131,16 +131,21 @@ void seer_mask_scratch_free(seer_mask_scratch *m);
 int seer_mask_compute(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
                       uint32_t *bits, seer_mask_scratch *scratch);
 
-/* The token state s forces, without a whole mask: where every allowed token lies on one
- * path of the trie (each a prefix of the next: the grammar forces a byte string, as a key
- * or a closing brace, and the tokens are its prefixes), the longest of them (where several
- * tokens spell its bytes, the highest id: byte-fallback tokens come first, and a model writes
- * the piece); *tok -1 where allowed tokens branch or none is allowed. The walk stops at the
- * first branch, so a state that allows much (inside a string) costs little. Returns 0, 1
- * where it cannot tell cheaply (the text may end here: end-of-generation tokens; the
- * automaton filled up; *tok -1), -1 for memory. */
+/* What a state forces, from the allowed tokens alone (seer_mask_forced). */
+typedef struct {
+    const char *bytes; /* the forced string: every allowed token is a prefix of it or begins
+                        * with it (the trie's copy of a piece; valid while the trie lives) */
+    int len;           /* its length, 0: nothing forced */
+    int32_t tok;       /* where every allowed token is a prefix of the longest, the longest
+                        * (the highest id where several spell its bytes: byte-fallback tokens
+                        * come first, and a model writes the piece); else -1 */
+} seer_forced;
+/* What state s forces, without a whole mask: a walk over the trie that stops as soon as two
+ * allowed tokens part at their first byte, so a state that allows much (inside a string)
+ * costs little. Returns 0, 1 where it cannot tell cheaply (the text may end here: end-of-
+ * generation tokens; the automaton filled up; nothing forced), -1 for memory. */
 int seer_mask_forced(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
-                     seer_mask_scratch *scratch, int32_t *tok);
+                     seer_mask_scratch *scratch, seer_forced *out);
 
 /* ---- translators into grammar text (NUL-terminated, malloc'd, *out) ---------------------- */
 
@@ -168,9 +173,9 @@ const uint32_t *seer_constraint_mask_after(seer_constraint *c, const int32_t *pa
  * bytes, no mask. */
 bool seer_constraint_allows_after(seer_constraint *c, const int32_t *path, int n, int32_t token);
 /* seer_mask_forced after path [n] from c's current state, without a mask (the states are
- * c's scratch; masks already computed stay valid). 0: *tok the forced token or -1; 1: cannot
- * tell cheaply (a full mask decides); -1: memory. */
-int seer_constraint_forced_after(seer_constraint *c, const int32_t *path, int n, int32_t *tok);
+ * c's scratch; masks already computed stay valid). 0: *out says what is forced (len 0 when
+ * nothing or the path is refused); 1: cannot tell cheaply (a full mask decides); -1: memory. */
+int seer_constraint_forced_after(seer_constraint *c, const int32_t *path, int n, seer_forced *out);
 
 /* The bytes token id stands for in c's vocabulary (NULL, *len 0: none, e.g. control tokens). */
 const char *seer_constraint_piece(const seer_constraint *c, int32_t id, int *len);

@@ -252,9 +252,16 @@ static bool levels(const seer_vocab_trie *t, seer_mask_scratch *sc) {
     return true;
 }
 
+/* The bytes of trie node i (a node holding tokens): its first token's piece. */
+static const char *node_bytes(const seer_vocab_trie *t, int i) {
+    return t->piece[t->ids[t->tok_at[i]]];
+}
+
 int seer_mask_forced(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
-                     seer_mask_scratch *sc, int32_t *tok) {
-    *tok = -1;
+                     seer_mask_scratch *sc, seer_forced *out) {
+    out->tok = -1;
+    out->len = 0;
+    out->bytes = NULL;
     if (!levels(t, sc))
         return -1;
     if (seer_gset_accepting(s))
@@ -266,29 +273,54 @@ int seer_mask_forced(const seer_grammar *g, const seer_vocab_trie *t, const seer
         return 1;
     int32_t *lvid = sc->lvid;
     lvid[0] = id0;
-    int last = -1; /* the deepest node with allowed tokens so far */
-    for (int i = 0; i < t->n_nodes;) {
-        const int d = t->depth[i];
-        const int nid = seer_dfa_step(g, &sc->dfa, lvid[d - 1], t->byte[i]);
-        if (nid == -3)
-            return 1;
-        if (nid == SEER_DFA_DEAD) {
-            i = t->skip[i];
-            continue;
+    /* The tokens that no longer allowed token extends (maximal) spell strings whose common
+     * prefix is the forced string; prev waits until the walk leaves its subtree. */
+    int prev = -1, n_max = 0, last_max = -1, lcp = 0;
+    const char *first = NULL;
+    for (int i = 0; i <= t->n_nodes;) {
+        const bool end = i == t->n_nodes;
+        int nid = 0;
+        if (!end) {
+            const int d = t->depth[i];
+            nid = seer_dfa_step(g, &sc->dfa, lvid[d - 1], t->byte[i]);
+            if (nid == -3)
+                return 1;
+            if (nid == SEER_DFA_DEAD) {
+                i = t->skip[i];
+                continue;
+            }
+            lvid[d] = nid;
         }
-        lvid[d] = nid;
-        if (t->tok_n[i]) {
-            if (last >= 0 && i >= t->skip[last])
-                return 0; /* allowed tokens on two branches: nothing forced */
-            last = i;
+        if ((end || t->tok_n[i]) && prev >= 0 && (end || i >= t->skip[prev])) { /* prev is maximal */
+            const char *b = node_bytes(t, prev);
+            if (!first) {
+                first = b;
+                lcp = t->depth[prev];
+            } else {
+                int m = 0;
+                while (m < lcp && m < t->depth[prev] && first[m] == b[m])
+                    m++;
+                lcp = m;
+            }
+            n_max++;
+            last_max = prev;
+            if (lcp == 0)
+                return 0; /* tokens branch at once: nothing forced */
         }
+        if (end)
+            break;
+        if (t->tok_n[i])
+            prev = i;
         i++;
     }
-    if (last < 0)
+    if (!first)
         return 0;
-    for (int k = 0; k < t->tok_n[last]; k++) /* the same bytes: the highest id */
-        if (t->ids[t->tok_at[last] + k] > *tok)
-            *tok = t->ids[t->tok_at[last] + k];
+    out->bytes = first;
+    out->len = lcp;
+    if (n_max == 1) /* every allowed token a prefix of the longest: that one */
+        for (int k = 0; k < t->tok_n[last_max]; k++)
+            if (t->ids[t->tok_at[last_max] + k] > out->tok)
+                out->tok = t->ids[t->tok_at[last_max] + k];
     return 0;
 }
 

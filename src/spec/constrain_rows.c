@@ -72,19 +72,53 @@ static bool allowed(seer_constraint *con, const int32_t *tok, const int32_t *par
     return seer_constraint_allows_after(con, path, n, t);
 }
 
-/* The token the grammar forces after node u's path, -1 if none: seer_mask_forced's rule
- * (the longest of allowed tokens that are each a prefix of the next), no mask computed;
- * where it cannot tell cheaply, forced_token's over the row's mask. */
-static int32_t forced_after(seer_constraint *con, const int32_t *tok, const int32_t *parent, int u, int V) {
-    int32_t path[256], t = -1;
+/* Up to cap tokens the grammar forces after node u's path, into out; returns their count.
+ * Where every allowed token is a prefix of the longest, that one (seer_mask_forced; where
+ * the walk cannot tell, forced_token's rule over the row's mask). Where the allowed tokens
+ * part only after a common string (a key's bytes, then its closing quote, where a token may
+ * run on into the optional whitespace), that string as the model's tokenizer writes it,
+ * less its last token, which may merge with what comes after: the model writes "title"
+ * and then "\":", not "title\"". Drafts, so a guess that misses costs only the tokens after
+ * it; each one is checked against the grammar. */
+static int forced_after(seer_gen *g, seer_constraint *con, const int32_t *tok, const int32_t *parent, int u,
+                        int32_t *out, int cap) {
+    int32_t path[256];
     const int n = u < 0 ? 0 : node_path(tok, parent, u, path);
-    if (n < 0)
-        return -1;
-    const int r = seer_constraint_forced_after(con, path, n, &t);
-    if (r <= 0)
-        return t;
-    const uint32_t *mask = seer_constraint_mask_after(con, path, n);
-    return mask ? forced_token(con, mask, V) : -1;
+    if (n < 0 || cap <= 0)
+        return 0;
+    seer_forced f;
+    const int r = seer_constraint_forced_after(con, path, n, &f);
+    if (r < 0)
+        return 0;
+    if (r == 1) {
+        const uint32_t *mask = seer_constraint_mask_after(con, path, n);
+        out[0] = mask ? forced_token(con, mask, g->V) : -1;
+        return out[0] >= 0;
+    }
+    if (f.tok >= 0) {
+        out[0] = f.tok;
+        return 1;
+    }
+    if (f.len == 0)
+        return 0;
+    int32_t ids[64];
+    int nt = 0;
+    if (seer_tokenize(g->model, f.bytes, (size_t)f.len, false, false, ids, 64, &nt) != SEER_OK || nt > 64)
+        return 0; /* a string cut inside a character, or too long to matter */
+    int m = 0, off = 0;
+    for (int k = 0; k < nt - 1 && m < cap; k++) {
+        int l;
+        const char *p = seer_constraint_piece(con, ids[k], &l);
+        /* the tokenizer's own spelling (SentencePiece's leading space) is not the string's */
+        if (!p || l <= 0 || off + l > f.len || memcmp(p, f.bytes + off, (size_t)l) != 0)
+            break;
+        path[n + m] = ids[k];
+        if (n + m + 1 > 255 || !seer_constraint_allows_after(con, path, n + m, ids[k]))
+            break;
+        off += l;
+        out[m++] = ids[k];
+    }
+    return m;
 }
 
 /* Drops refused nodes (and what hangs below them) of entry k's one-hot proposal, keeping
@@ -126,14 +160,17 @@ seer_status seer_gen_constrain_proposals(seer_gen *g, int n) {
         if (!seer_gen_is_chain(g, k) || (seer_constraint_options(s->con) & SEER_CONSTRAINT_NO_FORCED_DRAFTS))
             continue;
         int32_t *tok = g->draft + (size_t)k * g->G, *par = g->par + (size_t)k * g->G;
+        int32_t run[64];
         while (g->nd[k] < g->gam[k] && g->nd[k] < g->dl[k]) {
-            const int last = g->nd[k] - 1;
-            const int32_t t = forced_after(s->con, tok, par, last, g->V);
-            if (t < 0)
+            const int room = (g->gam[k] < g->dl[k] ? g->gam[k] : g->dl[k]) - g->nd[k];
+            const int m = forced_after(g, s->con, tok, par, g->nd[k] - 1, run, room < 64 ? room : 64);
+            if (m == 0)
                 break;
-            tok[g->nd[k]] = t;
-            par[g->nd[k]] = last;
-            g->nd[k]++;
+            for (int j = 0; j < m; j++) {
+                tok[g->nd[k]] = run[j];
+                par[g->nd[k]] = g->nd[k] - 1;
+                g->nd[k]++;
+            }
         }
     }
     return SEER_OK;
