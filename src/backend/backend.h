@@ -199,12 +199,6 @@ typedef struct {
      * around them and however the prompt is cut (seer_context_prompt_cuts_free), in calls
      * of at most invariant_max_tokens tokens (where that is not 0). */
     bool prompt_cuts_free;
-    /* A forward call's ops return once queued: the host waits for the device first in a
-     * download, argmax_rows, sample_rows or sync after it (CUDA: a stream, a graph launch),
-     * so host work between the call and the sampling (the constraint masks: the sampling
-     * needs them, the forward pass does not) runs while the device computes. false: the ops
-     * have finished when they return (the CPU). */
-    bool forward_async;
     void (*free)(seer_backend *be);
     /* A backend instance for one context's execution state (CPU: scratch and thread pool;
      * CUDA: stream, graphs, staging and scratch) that computes on be's weights and memory, so

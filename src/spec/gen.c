@@ -61,7 +61,6 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
 void seer_gen_free(seer_gen *g) {
     if (!g)
         return;
-    seer_mask_ahead_free(&g->ahead);
     for (int h = 0; h < g->n_seqs; h++) {
         seer_gen_release(g, h);
         seer_gen_seq_drop(&g->seqs[h]);

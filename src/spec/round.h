@@ -123,12 +123,9 @@ seer_round_result seer_round_emit(seer_gen *g, int k, seer_round_emit_fn fn, voi
 /* Tells the drafter entry k was verified and emitted. */
 seer_status seer_round_verified(seer_gen *g, int k);
 
-/* Before the forward call of round entries [k0, k1): the masks of their rows (constrained
- * sequences' only) are computed while the call runs: by seer_mask_ahead_wait on the calling
- * thread after an asynchronous backend's call is issued, else on a helper thread; here at
- * once for a constraint with SEER_CONSTRAINT_MASKS_BEFORE_CALL or where no thread can
- * start. Nothing may touch those sequences' constraints until seer_mask_ahead_wait, which
- * the caller must call after the forward call whatever its status. */
+/* Around the forward call of round entries [k0, k1): start before it (the masks of the rows
+ * of constraints with SEER_CONSTRAINT_MASKS_BEFORE_CALL), wait after it returns, whatever its
+ * status (the other rows' masks, while an asynchronous backend's device computes). */
 void seer_mask_ahead_start(seer_gen *g, int k0, int k1);
 void seer_mask_ahead_wait(seer_gen *g);
 

@@ -16,8 +16,6 @@
 #include "spec/drafter.h"
 #include "spec/tree_shape.h"
 
-#include <pthread.h>
-
 /* Replay positions a sequence keeps, one per (drafter kind, budget) it drafted with; past
  * this many the oldest is reused. */
 #define SEER_GEN_TRACE_SLOTS 8
@@ -51,22 +49,10 @@ typedef struct {
     int n_lp, cap_lp;
 } seer_gen_seq;
 
-/* The masks of a verification's rows computed on a helper thread while the forward call
- * runs (mask_ahead.c). */
+/* The round entries whose rows' masks follow the forward call (mask_ahead.c). */
 typedef struct {
-    pthread_t th;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool started;  /* th, mu and cv exist (the first constrained call starts them) */
-    bool failed;   /* they could not be made: masks are computed before the call */
-    bool busy;     /* a job is given and not yet done */
-    bool quit;
-    bool deferred; /* an asynchronous backend: the job runs on the calling thread after the
-                    * call is issued (seer_mask_ahead_wait), no helper */
-    int k0, k1;    /* the job: the round entries whose rows it computes */
+    int k0, k1;
 } seer_mask_ahead;
-/* Ends the helper thread, if one was started (seer_gen_free). */
-void seer_mask_ahead_free(seer_mask_ahead *a);
 
 struct seer_gen {
     seer_mask_ahead ahead;

@@ -486,7 +486,6 @@ static seer_backend_ops cuda_ops_make(void) {
     o.name = "cuda";
     o.invariant_max_tokens = SEER_CUDA_INVARIANT_MAX_T; /* above it, matmuls go to cuBLAS */
     o.prompt_cuts_free = true; /* in calls up to it: whole prefill items (attention_tc.cu) */
-    o.forward_async = true;    /* one stream; the first wait is a download or a sampling op */
     o.free = cuda_free_be;
     o.exec_clone = cuda_exec_clone;
     o.alloc = cuda_alloc;
