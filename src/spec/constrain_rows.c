@@ -144,6 +144,46 @@ static void trim(seer_gen *g, int k, seer_gen_seq *s) {
     g->nd[k] = m;
 }
 
+/* Appends to entry k's chain the tokens the grammar forces, up to limit nodes. */
+static void extend_forced(seer_gen *g, int k, seer_gen_seq *s, int limit) {
+    int32_t *tok = g->draft + (size_t)k * g->G, *par = g->par + (size_t)k * g->G;
+    int32_t run[64];
+    while (g->nd[k] < limit) {
+        const int room = limit - g->nd[k];
+        const int m = forced_after(g, s->con, tok, par, g->nd[k] - 1, run, room < 64 ? room : 64);
+        if (m == 0)
+            break;
+        for (int j = 0; j < m; j++) {
+            tok[g->nd[k]] = run[j];
+            par[g->nd[k]] = g->nd[k] - 1;
+            g->nd[k]++;
+        }
+    }
+}
+
+/* Appends to entry k's chain n-gram's proposal after the sequence and the chain so far (the
+ * chain staged after the sequence's tokens, where rows read staged tokens), the allowed part
+ * of it; whether any was appended. */
+static bool extend_ngram(seer_gen *g, int k, seer_gen_seq *s, int limit) {
+    int32_t *tok = g->draft + (size_t)k * g->G, *par = g->par + (size_t)k * g->G;
+    const int nd = g->nd[k];
+    if (s->n_tokens + nd > s->cap || nd > 255)
+        return false;
+    memcpy(s->tokens + s->n_tokens, tok, sizeof(int32_t) * (size_t)nd);
+    int32_t more[64];
+    const int room = limit - nd < 64 ? limit - nd : 64;
+    const int m = seer_drafter_ngram_more(g->dimpl, s->tokens, s->n_tokens + nd, room, more);
+    int a = 0;
+    for (; a < m && nd + a < 255; a++) {
+        if (!seer_constraint_allows_after(s->con, tok, nd + a, more[a]))
+            break;
+        tok[nd + a] = more[a];
+        par[nd + a] = nd + a - 1;
+    }
+    g->nd[k] = nd + a;
+    return a > 0;
+}
+
 seer_status seer_gen_constrain_proposals(seer_gen *g, int n) {
     for (int k = 0; k < n; k++) {
         seer_gen_seq *s = &g->seqs[g->hs[k]];
@@ -159,18 +199,14 @@ seer_status seer_gen_constrain_proposals(seer_gen *g, int n) {
             continue; /* sampled with q: an appended node would need its q row */
         if (!seer_gen_is_chain(g, k) || (seer_constraint_options(s->con) & SEER_CONSTRAINT_NO_FORCED_DRAFTS))
             continue;
-        int32_t *tok = g->draft + (size_t)k * g->G, *par = g->par + (size_t)k * g->G;
-        int32_t run[64];
-        while (g->nd[k] < g->gam[k] && g->nd[k] < g->dl[k]) {
-            const int room = (g->gam[k] < g->dl[k] ? g->gam[k] : g->dl[k]) - g->nd[k];
-            const int m = forced_after(g, s->con, tok, par, g->nd[k] - 1, run, room < 64 ? room : 64);
-            if (m == 0)
+        const int limit = g->gam[k] < g->dl[k] ? g->gam[k] : g->dl[k];
+        for (;;) {
+            const int nd0 = g->nd[k];
+            extend_forced(g, k, s, limit);
+            /* after a forced run, n-gram again: its lookup over the sequence and the chain */
+            if (g->nd[k] == nd0 || g->nd[k] >= limit || g->dops != &seer_drafter_ngram || !g->onehot[k] ||
+                !extend_ngram(g, k, s, limit))
                 break;
-            for (int j = 0; j < m; j++) {
-                tok[g->nd[k]] = run[j];
-                par[g->nd[k]] = g->nd[k] - 1;
-                g->nd[k]++;
-            }
         }
     }
     return SEER_OK;
