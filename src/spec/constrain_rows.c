@@ -3,9 +3,9 @@
  * sequence, target and drafter alike, carries the constraint's mask after the tokens on its
  * path (seer_sample_row.mask): p and q are transformed the same way, so the acceptance rule
  * stays exact and greedy output equals constrained greedy decoding. Proposals are trimmed to
- * allowed tokens, and chains are extended by forced tokens (jump-forward: where the grammar
- * allows exactly one token, that token is drafted without a draft model's call; the target
- * verifies it in the same call as the other drafts, and it is always accepted).
+ * allowed tokens, and chains are extended by forced tokens (jump-forward: what the grammar
+ * forces, forced_after below, is drafted without a draft model's call; the target verifies
+ * it in the same call as the other drafts), and after a forced run by n-gram's lookup again.
  *
  * Not for: the grammar or masks themselves (src/constrain/), the acceptance rule (verify.c).
  */
