@@ -2,7 +2,8 @@
  * fuzz_constrain.c: libFuzzer target for the constraint engine's parsers (src/constrain/):
  * the first byte picks grammar text, JSON schema or regex; the rest is the text. What compiles
  * is run: masks over a small vocabulary and a walk of allowed tokens, which must agree with
- * seer_constraint_allows, and a rollback to the start.
+ * seer_constraint_allows, the forced-token walk (seer_constraint_forced_after) checked against
+ * the mask, and a rollback to the start.
  */
 #include "constrain/grammar.h"
 
@@ -49,6 +50,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         if (k != n)
             abort();
+        /* the forced-token walk: its token allowed, every allowed token comparable with its
+         * string (a prefix of it, or beginning with it) */
+        seer_forced f;
+        const int fr = seer_constraint_forced_after(c, NULL, 0, &f);
+        if (fr < 0)
+            abort();
+        if (fr == 0) {
+            if (f.tok >= 0 && !(bits[f.tok >> 5] >> (f.tok & 31) & 1))
+                abort();
+            for (int i = 0; i < k && f.len > 0; i++) {
+                const int l = lens[allowed[i]], m = l < f.len ? l : f.len;
+                if (memcmp(pieces[allowed[i]], f.bytes, (size_t)m) != 0)
+                    abort();
+            }
+        }
         if (k == 0)
             break;
         h = h * 1103515245u + 12345u;

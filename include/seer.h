@@ -530,6 +530,9 @@ typedef struct {
     int64_t accepted;      /* draft tokens accepted */
     int64_t emitted;       /* tokens emitted (accepted + one per round) */
     double t_draft_s, t_verify_s, t_prefill_s;
+    double t_mask_s; /* of t_verify_s: the calling thread's time on the verification rows'
+                        constraint masks outside the forward call (computing them before it,
+                        or waiting for the helper thread after it: mask time not hidden) */
 } seer_spec_stats;
 
 /* A generator: several sequences in one context decoding together, one speculation round
@@ -992,6 +995,17 @@ seer_status seer_constraint_rollback(seer_constraint *c, int n);
 int seer_constraint_n_accepted(const seer_constraint *c);
 /* Whether the text may end here. */
 bool seer_constraint_done(const seer_constraint *c);
+/* Options of a constraint (copied by seer_constraint_clone, so a request or a generator's
+ * sequence takes them with its copy):
+ *   SEER_CONSTRAINT_NO_FORCED_DRAFTS: speculation does not draft the tokens the grammar
+ *     forces (jump-forward off); output is the same, only drafts change;
+ *   SEER_CONSTRAINT_MASKS_BEFORE_CALL: the masks of a verification's rows are computed on the
+ *     calling thread before the forward call, not on a helper thread while it runs (for a
+ *     caller that wants no second thread); output is the same. */
+#define SEER_CONSTRAINT_NO_FORCED_DRAFTS 1u
+#define SEER_CONSTRAINT_MASKS_BEFORE_CALL 2u
+void seer_constraint_set_options(seer_constraint *c, unsigned options);
+unsigned seer_constraint_options(const seer_constraint *c);
 /* The grammar text a schema (or JSON object mode, or a regex) compiles to, for inspection;
  * malloc'd into *out. */
 seer_status seer_constraint_grammar_text(seer_constraint_kind kind, const char *text, size_t len,

@@ -289,6 +289,101 @@ static void make_vocab(char **pieces, int *lens, uint64_t *rs) {
     lens[NV - 1] = 0;
 }
 
+static int n_forced, n_forced_str; /* steps where a chain of several prefixes forced its
+                                    * longest; where a string was forced with no one token */
+
+static bool is_prefix(const char *a, int la, const char *b, int lb) {
+    return la <= lb && memcmp(a, b, (size_t)la) == 0;
+}
+
+/* seer_constraint_forced_after against its rule over the brute-force allowed set [count]:
+ * the maximal allowed pieces (no other allowed piece extends them) have the forced string as
+ * their common prefix; with one maximal string, its highest id is the token; where the text
+ * may end, 1 (the caller's full mask decides). */
+static void check_forced(seer_constraint *c, char *const *pieces, const int *lens, const int *allowed, int count,
+                         int32_t eog) {
+    seer_forced f;
+    const int r = seer_constraint_forced_after(c, NULL, 0, &f);
+    for (int i = 0; i < count; i++)
+        if (allowed[i] == eog) {
+            assert_int_equal(r, 1);
+            return;
+        }
+    assert_int_equal(r, 0);
+    int32_t want = -1, n_max = 0, lcp = -1;
+    const char *first = NULL;
+    for (int i = 0; i < count; i++) {
+        const int a = allowed[i];
+        bool maximal = true;
+        for (int j = 0; j < count && maximal; j++)
+            maximal = !(lens[allowed[j]] > lens[a] && is_prefix(pieces[a], lens[a], pieces[allowed[j]], lens[allowed[j]]));
+        if (!maximal)
+            continue;
+        if (!first) {
+            first = pieces[a], lcp = lens[a], n_max = 1, want = a;
+            continue;
+        }
+        if (lens[a] == lens[want] && memcmp(pieces[a], pieces[want], (size_t)lens[a]) == 0) {
+            want = a > want ? a : want; /* the same bytes */
+            continue;
+        }
+        n_max++;
+        int m = 0;
+        while (m < lcp && m < lens[a] && first[m] == pieces[a][m])
+            m++;
+        lcp = m;
+    }
+    if (n_max != 1)
+        want = -1;
+    if (!first || lcp == 0) {
+        assert_int_equal(f.len, 0);
+        assert_int_equal(f.tok, -1);
+    } else {
+        assert_int_equal(f.len, lcp);
+        assert_memory_equal(f.bytes, first, (size_t)lcp);
+        assert_int_equal(f.tok, want);
+    }
+    n_forced += want >= 0 && count > 1;
+    n_forced_str += want < 0 && lcp > 0;
+    for (int i = 0; i < count; i++)
+        assert_true(seer_constraint_allows_after(c, NULL, 0, allowed[i]));
+}
+
+/* A string forced before a branch: "abc" then "d" or "e", the tokens its prefixes and the
+ * two ways on. Nothing is one token's, then the last piece is. */
+static void test_forced_string(void **state) {
+    (void)state;
+    static const char *const pieces[] = {"a", "ab", "abcd", "abce", "x", "c", "d", "e", "</s>"};
+    int lens[9];
+    for (int i = 0; i < 9; i++)
+        lens[i] = (int)strlen(pieces[i]);
+    const int32_t eog = 8;
+    const char *gram = "root ::= \"abc\" (\"d\" | \"e\") \"x\"";
+    seer_constraint *c = NULL;
+    assert_int_equal(seer_constraint_from_pieces(SEER_CONSTRAINT_GRAMMAR, gram, strlen(gram), pieces, lens, 9, &eog, 1,
+                                                 &c), SEER_OK);
+    seer_forced f;
+    assert_int_equal(seer_constraint_forced_after(c, NULL, 0, &f), 0);
+    assert_int_equal(f.len, 3);
+    assert_memory_equal(f.bytes, "abc", 3);
+    assert_int_equal(f.tok, -1);
+    const int32_t path[] = {1, 5}; /* "ab" "c": then "d" or "e", nothing common */
+    assert_int_equal(seer_constraint_forced_after(c, path, 2, &f), 0);
+    assert_int_equal(f.len, 0);
+    assert_int_equal(f.tok, -1);
+    const int32_t path2[] = {2}; /* "abcd": "x" alone */
+    assert_int_equal(seer_constraint_forced_after(c, path2, 1, &f), 0);
+    assert_int_equal(f.tok, 4);
+    const int32_t path3[] = {2, 4}; /* the end: the full mask decides */
+    assert_int_equal(seer_constraint_forced_after(c, path3, 2, &f), 1);
+    const int32_t bad[] = {4};
+    assert_int_equal(seer_constraint_forced_after(c, bad, 1, &f), 0);
+    assert_int_equal(f.len, 0);
+    assert_false(seer_constraint_allows_after(c, NULL, 0, 4));
+    assert_true(seer_constraint_allows_after(c, path, 1, 5));
+    seer_constraint_free(c);
+}
+
 static void test_mask_brute_force(void **state) {
     (void)state;
     static const char *const schemas[] = {
@@ -335,6 +430,7 @@ static void test_mask_brute_force(void **state) {
                     allowed[count++] = t;
             }
             assert_int_equal(n, count);
+            check_forced(c, pieces, lens, allowed, count, eog);
             if (count == 0 || (count == 1 && allowed[0] == eog))
                 break;
             /* prefer tokens that close structures now and then so that walks end */
@@ -373,6 +469,8 @@ static void test_mask_brute_force(void **state) {
         seer_grammar_free(g);
         seer_constraint_free(c);
     }
+    print_message("forced: by a chain of prefixes at %d steps, a string alone at %d\n", n_forced, n_forced_str);
+    assert_true(n_forced > 0);
     for (int i = 0; i < NV; i++)
         free(pieces[i]);
 }
@@ -439,7 +537,7 @@ int main(void) {
         cmocka_unit_test(test_grammar_basics),   cmocka_unit_test(test_grammar_errors),
         cmocka_unit_test(test_schema_documents), cmocka_unit_test(test_schema_errors),
         cmocka_unit_test(test_integer_bounds),   cmocka_unit_test(test_regex),
-        cmocka_unit_test(test_mask_brute_force), cmocka_unit_test(test_sharing),
+        cmocka_unit_test(test_mask_brute_force), cmocka_unit_test(test_forced_string), cmocka_unit_test(test_sharing),
         cmocka_unit_test(test_schema_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

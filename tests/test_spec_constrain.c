@@ -218,7 +218,66 @@ static void test_jump_forward(void **state) {
     /* 20 forced bytes at up to 8 drafts per call: all accepted */
     assert_true(jf[0].st.accepted >= 18);
     assert_true(jf[0].st.rounds <= plain[0].st.rounds - 15);
+    /* the switch: the same request without forced drafts gives the same text, in about one
+     * call per token */
+    run_out off[1];
+    seer_constraint_set_options(con, SEER_CONSTRAINT_NO_FORCED_DRAFTS);
+    run_sched(m, sp, prompts, plen, 1, 40, tu_greedy(), con, off);
+    assert_same(&off[0], &plain[0], "jump-forward off");
+    print_message("n-gram without jump-forward: %lld rounds, %lld drafted, %lld accepted\n",
+                  (long long)off[0].st.rounds, (long long)off[0].st.drafted, (long long)off[0].st.accepted);
+    assert_true(off[0].st.accepted < 5);
+    assert_true(off[0].st.rounds >= plain[0].st.rounds - 5);
     seer_constraint_free(con);
+    seer_model_free(m);
+}
+
+/* The masks computed on a helper thread while the forward call runs (mask_ahead.c) against
+ * the order before it (SEER_CONSTRAINT_MASKS_BEFORE_CALL: every row's mask on the calling
+ * thread before the call): the same tokens, drafts and acceptances with every kind of
+ * drafter, greedy and sampled (the sampled draws use the same uniforms, so they match too). */
+static void test_masks_overlapped(void **state) {
+    (void)state;
+    seer_model *m = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
+    seer_model *d = tu_load_cpu(tu_data_path("models/stories260K.gguf"));
+    seer_constraint *con = NULL, *before = NULL;
+    ASSERT_OK(seer_constraint_new(m, SEER_CONSTRAINT_JSON_SCHEMA, SCHEMA, strlen(SCHEMA), &con));
+    ASSERT_OK(seer_constraint_clone(con, &before));
+    seer_constraint_set_options(before, SEER_CONSTRAINT_MASKS_BEFORE_CALL);
+    assert_int_equal(seer_constraint_options(before), SEER_CONSTRAINT_MASKS_BEFORE_CALL);
+    assert_int_equal(seer_constraint_options(con), 0);
+    int32_t prompts[3][32];
+    int plen[3];
+    static const char *const texts[3] = {"Once upon a time", "The cat sat", "Lily wanted a"};
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(seer_tokenize(m, texts[i], strlen(texts[i]), true, false, prompts[i], 32, &plen[i]));
+    seer_spec_params specs[5] = {seer_spec_default_params(), tu_spec(SEER_SPEC_NGRAM, 4, 24),
+                                 tu_spec(SEER_SPEC_DRAFT, 4, 24), tu_spec(SEER_SPEC_STREAMING, 4, 24),
+                                 with_tree(tu_spec(SEER_SPEC_NGRAM, 3, 24), 7, 3)};
+    seer_sampler_params samp = tu_greedy();
+    samp.temperature = 0.8f;
+    samp.seed = 7;
+    for (int k = 0; k < 5; k++) {
+        specs[k].draft_model = d;
+        for (int t = 0; t < 2; t++) {
+            run_out a[3], b[3];
+            const seer_sampler_params sp = t ? samp : tu_greedy();
+            run_sched(m, specs[k], prompts, plen, 3, 60, sp, con, a);
+            run_sched(m, specs[k], prompts, plen, 3, 60, sp, before, b);
+            for (int i = 0; i < 3; i++) {
+                char what[96];
+                snprintf(what, sizeof what, "masks overlapped vs before the call, spec %d, %s, prompt %d", k,
+                         t ? "sampled" : "greedy", i);
+                assert_same(&a[i], &b[i], what);
+                assert_int_equal(a[i].st.drafted, b[i].st.drafted);
+                assert_int_equal(a[i].st.accepted, b[i].st.accepted);
+                assert_true(a[i].n > 3);
+            }
+        }
+    }
+    seer_constraint_free(before);
+    seer_constraint_free(con);
+    seer_model_free(d);
     seer_model_free(m);
 }
 
@@ -460,6 +519,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_identical),
         cmocka_unit_test(test_jump_forward),
+        cmocka_unit_test(test_masks_overlapped),
         cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_logit_bias),
     };

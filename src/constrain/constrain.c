@@ -50,6 +50,7 @@ struct seer_constraint {
     int lo;                         /* oldest pos whose state is still held */
     seer_gset tmp[2];
     seer_mask_scratch scratch;
+    unsigned options;               /* SEER_CONSTRAINT_* flags (seer_constraint_set_options) */
 };
 
 static void shared_release(shared_part *sh) {
@@ -246,6 +247,7 @@ seer_status seer_constraint_clone(const seer_constraint *c, seer_constraint **ou
     atomic_fetch_add(&d->sh->refs, 1);
     d->pos = c->pos;
     d->lo = c->lo;
+    d->options = c->options;
     for (int k = c->lo; k <= c->pos; k++) {
         const int i = k % SEER_C_HISTORY;
         if (seer_gset_copy(&d->ring[i], &c->ring[i]) != SEER_OK) {
@@ -402,4 +404,35 @@ seer_status seer_constraint_rollback(seer_constraint *c, int n) {
     c->n_mc = 0;
     c->failed = false;
     return SEER_OK;
+}
+
+void seer_constraint_set_options(seer_constraint *c, unsigned options) {
+    if (c)
+        c->options = options;
+}
+
+unsigned seer_constraint_options(const seer_constraint *c) {
+    return c ? c->options : 0;
+}
+
+bool seer_constraint_allows_after(seer_constraint *c, const int32_t *path, int n, int32_t token) {
+    if (!c || n < 0 || n >= 256 || (n && !path))
+        return false;
+    int32_t p[256];
+    if (n)
+        memcpy(p, path, (size_t)n * sizeof *p);
+    p[n] = token;
+    int w;
+    return walk(c, p, n + 1, &w, NULL);
+}
+
+int seer_constraint_forced_after(seer_constraint *c, const int32_t *path, int n, seer_forced *out) {
+    *out = (seer_forced){.tok = -1};
+    if (!c || n < 0 || (n && !path))
+        return -1;
+    int w;
+    seer_status st = SEER_OK;
+    if (!walk(c, path, n, &w, &st))
+        return st != SEER_OK ? -1 : 0;
+    return seer_mask_forced(c->sh->g, c->sh->trie, w < 0 ? cur(c) : &c->tmp[w], &c->scratch, out);
 }

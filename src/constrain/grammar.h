@@ -131,6 +131,22 @@ void seer_mask_scratch_free(seer_mask_scratch *m);
 int seer_mask_compute(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
                       uint32_t *bits, seer_mask_scratch *scratch);
 
+/* What a state forces, from the allowed tokens alone (seer_mask_forced). */
+typedef struct {
+    const char *bytes; /* the forced string: every allowed token is a prefix of it or begins
+                        * with it (the trie's copy of a piece; valid while the trie lives) */
+    int len;           /* its length, 0: nothing forced */
+    int32_t tok;       /* where every allowed token is a prefix of the longest, the longest
+                        * (the highest id where several spell its bytes: byte-fallback tokens
+                        * come first, and a model writes the piece); else -1 */
+} seer_forced;
+/* What state s forces, without a whole mask: a walk over the trie that stops as soon as two
+ * allowed tokens part at their first byte, so a state that allows much (inside a string)
+ * costs little. Returns 0, 1 where it cannot tell cheaply (the text may end here: end-of-
+ * generation tokens; the automaton filled up; nothing forced), -1 for memory. */
+int seer_mask_forced(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
+                     seer_mask_scratch *scratch, seer_forced *out);
+
 /* ---- translators into grammar text (NUL-terminated, malloc'd, *out) ---------------------- */
 
 /* A JSON schema (the subset constrain.c's header lists) -> grammar text. */
@@ -152,6 +168,14 @@ seer_status seer_constraint_from_pieces(seer_constraint_kind kind, const char *t
  * for the rows of one round, most of them twice: drafting and verifying). All zeros when the
  * grammar refuses the path. NULL on out-of-memory. */
 const uint32_t *seer_constraint_mask_after(seer_constraint *c, const int32_t *path, int n);
+
+/* Whether token may come after path [n] (< 256) from c's current state: a walk over their
+ * bytes, no mask. */
+bool seer_constraint_allows_after(seer_constraint *c, const int32_t *path, int n, int32_t token);
+/* seer_mask_forced after path [n] from c's current state, without a mask (the states are
+ * c's scratch; masks already computed stay valid). 0: *out says what is forced (len 0 when
+ * nothing or the path is refused); 1: cannot tell cheaply (a full mask decides); -1: memory. */
+int seer_constraint_forced_after(seer_constraint *c, const int32_t *path, int n, seer_forced *out);
 
 /* The bytes token id stands for in c's vocabulary (NULL, *len 0: none, e.g. control tokens). */
 const char *seer_constraint_piece(const seer_constraint *c, int32_t id, int *len);

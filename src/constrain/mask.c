@@ -235,9 +235,8 @@ static int walk_dfa(const seer_grammar *g, const seer_vocab_trie *t, int id0, ui
     return count;
 }
 
-int seer_mask_compute(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
-                      uint32_t *bits, seer_mask_scratch *sc) {
-    memset(bits, 0, ((size_t)t->n_vocab + 31) / 32 * sizeof *bits);
+/* Room in sc for a walk's per-depth states; false for memory. */
+static bool levels(const seer_vocab_trie *t, seer_mask_scratch *sc) {
     if (sc->n_lv < t->max_depth + 1) {
         seer_gset *lv = realloc(sc->lv, ((size_t)t->max_depth + 1) * sizeof *lv);
         if (!lv)
@@ -250,6 +249,86 @@ int seer_mask_compute(const seer_grammar *g, const seer_vocab_trie *t, const see
         sc->lvid = lvid;
         sc->n_lv = t->max_depth + 1;
     }
+    return true;
+}
+
+/* The bytes of trie node i (a node holding tokens): its first token's piece. */
+static const char *node_bytes(const seer_vocab_trie *t, int i) {
+    return t->piece[t->ids[t->tok_at[i]]];
+}
+
+int seer_mask_forced(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
+                     seer_mask_scratch *sc, seer_forced *out) {
+    out->tok = -1;
+    out->len = 0;
+    out->bytes = NULL;
+    if (!levels(t, sc))
+        return -1;
+    if (seer_gset_accepting(s))
+        return 1; /* end-of-generation tokens beside others: the caller's full mask decides */
+    if (sc->dfa.n > SEER_DFA_MAX / 2)
+        seer_dfa_reset(&sc->dfa);
+    const int id0 = seer_dfa_intern(&sc->dfa, s);
+    if (id0 < 0)
+        return 1;
+    int32_t *lvid = sc->lvid;
+    lvid[0] = id0;
+    /* The tokens that no longer allowed token extends (maximal) spell strings whose common
+     * prefix is the forced string; prev waits until the walk leaves its subtree. */
+    int prev = -1, n_max = 0, last_max = -1, lcp = 0;
+    const char *first = NULL;
+    for (int i = 0; i <= t->n_nodes;) {
+        const bool end = i == t->n_nodes;
+        int nid = 0;
+        if (!end) {
+            const int d = t->depth[i];
+            nid = seer_dfa_step(g, &sc->dfa, lvid[d - 1], t->byte[i]);
+            if (nid == -3)
+                return 1;
+            if (nid == SEER_DFA_DEAD) {
+                i = t->skip[i];
+                continue;
+            }
+            lvid[d] = nid;
+        }
+        if ((end || t->tok_n[i]) && prev >= 0 && (end || i >= t->skip[prev])) { /* prev is maximal */
+            const char *b = node_bytes(t, prev);
+            if (!first) {
+                first = b;
+                lcp = t->depth[prev];
+            } else {
+                int m = 0;
+                while (m < lcp && m < t->depth[prev] && first[m] == b[m])
+                    m++;
+                lcp = m;
+            }
+            n_max++;
+            last_max = prev;
+            if (lcp == 0)
+                return 0; /* tokens branch at once: nothing forced */
+        }
+        if (end)
+            break;
+        if (t->tok_n[i])
+            prev = i;
+        i++;
+    }
+    if (!first)
+        return 0;
+    out->bytes = first;
+    out->len = lcp;
+    if (n_max == 1) /* every allowed token a prefix of the longest: that one */
+        for (int k = 0; k < t->tok_n[last_max]; k++)
+            if (t->ids[t->tok_at[last_max] + k] > out->tok)
+                out->tok = t->ids[t->tok_at[last_max] + k];
+    return 0;
+}
+
+int seer_mask_compute(const seer_grammar *g, const seer_vocab_trie *t, const seer_gset *s,
+                      uint32_t *bits, seer_mask_scratch *sc) {
+    memset(bits, 0, ((size_t)t->n_vocab + 31) / 32 * sizeof *bits);
+    if (!levels(t, sc))
+        return -1;
     int count = 0;
     if (seer_gset_accepting(s))
         for (int i = 0; i < t->n_vocab; i++)

@@ -739,10 +739,15 @@ static seer_status run_plan(seer_sched *s, int n) {
                        .mask = mask, .capture = ncap ? s->capf : NULL, .queries = s->qbuf, .prompt = s->prompt};
     float *L = NULL;
     amax &= s->plp.n == 0; /* the prompt's log-probabilities read the logits */
-    if (amax)
-        SEER_TRY(seer_decode_argmax(c, &call, s->ids));
-    else
-        SEER_TRY(seer_decode_keep(c, &call, &L));
+    /* the rows' masks while the call runs: only the verification after it needs them */
+    for (int i = 0; i < MAX_GROUPS; i++)
+        if (s->groups[i].n)
+            seer_mask_ahead_start(s->groups[i].g, 0, s->groups[i].n);
+    const seer_status fst = amax ? seer_decode_argmax(c, &call, s->ids) : seer_decode_keep(c, &call, &L);
+    for (int i = 0; i < MAX_GROUPS; i++)
+        if (s->groups[i].n)
+            seer_mask_ahead_wait(s->groups[i].g);
+    SEER_TRY(fst);
     SEER_TRY(seer_prompt_lp_compute(&s->plp, c, L, in->n_vocab));
     for (int i = 0; i < MAX_GROUPS; i++)
         if (s->groups[i].n)

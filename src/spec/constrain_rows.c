@@ -3,9 +3,9 @@
  * sequence, target and drafter alike, carries the constraint's mask after the tokens on its
  * path (seer_sample_row.mask): p and q are transformed the same way, so the acceptance rule
  * stays exact and greedy output equals constrained greedy decoding. Proposals are trimmed to
- * allowed tokens, and chains are extended by forced tokens (jump-forward: where the grammar
- * allows exactly one token, that token is drafted without a draft model's call; the target
- * verifies it in the same call as the other drafts, and it is always accepted).
+ * allowed tokens, and chains are extended by forced tokens (jump-forward: what the grammar
+ * forces, forced_after below, is drafted without a draft model's call; the target verifies
+ * it in the same call as the other drafts), and after a forced run by n-gram's lookup again.
  *
  * Not for: the grammar or masks themselves (src/constrain/), the acceptance rule (verify.c).
  */
@@ -57,6 +57,70 @@ static int32_t forced_token(const seer_constraint *con, const uint32_t *m, int V
     return found;
 }
 
+/* Whether token t may follow node u's path: the row's mask where the masks are computed
+ * before the call (or one is kept already), else a walk over the path's bytes, which leaves
+ * the mask to be computed while the forward call runs (mask_ahead.c). */
+static bool allowed(seer_constraint *con, const int32_t *tok, const int32_t *parent, int u, int32_t t) {
+    int32_t path[256];
+    const int n = u < 0 ? 0 : node_path(tok, parent, u, path);
+    if (n < 0)
+        return false;
+    if (seer_constraint_options(con) & SEER_CONSTRAINT_MASKS_BEFORE_CALL) {
+        const uint32_t *m = seer_constraint_mask_after(con, path, n);
+        return m && bit(m, t);
+    }
+    return seer_constraint_allows_after(con, path, n, t);
+}
+
+/* Up to cap tokens the grammar forces after node u's path, into out; returns their count.
+ * Where every allowed token is a prefix of the longest, that one (seer_mask_forced; where
+ * the walk cannot tell, forced_token's rule over the row's mask). Where the allowed tokens
+ * part only after a common string (a key's bytes, then its closing quote, where a token may
+ * run on into the optional whitespace), that string as the model's tokenizer writes it,
+ * less its last token, which may merge with what comes after: the model writes "title"
+ * and then "\":", not "title\"". Drafts, so a guess that misses costs only the tokens after
+ * it; each one is checked against the grammar. */
+static int forced_after(seer_gen *g, seer_constraint *con, const int32_t *tok, const int32_t *parent, int u,
+                        int32_t *out, int cap) {
+    int32_t path[256];
+    const int n = u < 0 ? 0 : node_path(tok, parent, u, path);
+    if (n < 0 || cap <= 0)
+        return 0;
+    seer_forced f;
+    const int r = seer_constraint_forced_after(con, path, n, &f);
+    if (r < 0)
+        return 0;
+    if (r == 1) {
+        const uint32_t *mask = seer_constraint_mask_after(con, path, n);
+        out[0] = mask ? forced_token(con, mask, g->V) : -1;
+        return out[0] >= 0;
+    }
+    if (f.tok >= 0) {
+        out[0] = f.tok;
+        return 1;
+    }
+    if (f.len == 0)
+        return 0;
+    int32_t ids[64];
+    int nt = 0;
+    if (seer_tokenize(g->model, f.bytes, (size_t)f.len, false, false, ids, 64, &nt) != SEER_OK || nt > 64)
+        return 0; /* a string cut inside a character, or too long to matter */
+    int m = 0, off = 0;
+    for (int k = 0; k < nt - 1 && m < cap; k++) {
+        int l;
+        const char *p = seer_constraint_piece(con, ids[k], &l);
+        /* the tokenizer's own spelling (SentencePiece's leading space) is not the string's */
+        if (!p || l <= 0 || off + l > f.len || memcmp(p, f.bytes + off, (size_t)l) != 0)
+            break;
+        path[n + m] = ids[k];
+        if (n + m + 1 > 255 || !seer_constraint_allows_after(con, path, n + m, ids[k]))
+            break;
+        off += l;
+        out[m++] = ids[k];
+    }
+    return m;
+}
+
 /* Drops refused nodes (and what hangs below them) of entry k's one-hot proposal, keeping
  * breadth-first order. */
 static void trim(seer_gen *g, int k, seer_gen_seq *s) {
@@ -69,8 +133,7 @@ static void trim(seer_gen *g, int k, seer_gen_seq *s) {
         map[j] = -1;
         if (par[j] >= 0 && map[par[j]] < 0)
             continue;
-        const uint32_t *mask = seer_spec_row_mask(s->con, tok, par, par[j]);
-        if (!mask || !bit(mask, tok[j]))
+        if (!allowed(s->con, tok, par, par[j], tok[j]))
             continue;
         /* written in place: m <= j, and a parent was placed before its child */
         const int32_t p = par[j] >= 0 ? map[par[j]] : -1;
@@ -79,6 +142,46 @@ static void trim(seer_gen *g, int k, seer_gen_seq *s) {
         map[j] = m++;
     }
     g->nd[k] = m;
+}
+
+/* Appends to entry k's chain the tokens the grammar forces, up to limit nodes. */
+static void extend_forced(seer_gen *g, int k, seer_gen_seq *s, int limit) {
+    int32_t *tok = g->draft + (size_t)k * g->G, *par = g->par + (size_t)k * g->G;
+    int32_t run[64];
+    while (g->nd[k] < limit) {
+        const int room = limit - g->nd[k];
+        const int m = forced_after(g, s->con, tok, par, g->nd[k] - 1, run, room < 64 ? room : 64);
+        if (m == 0)
+            break;
+        for (int j = 0; j < m; j++) {
+            tok[g->nd[k]] = run[j];
+            par[g->nd[k]] = g->nd[k] - 1;
+            g->nd[k]++;
+        }
+    }
+}
+
+/* Appends to entry k's chain n-gram's proposal after the sequence and the chain so far (the
+ * chain staged after the sequence's tokens, where rows read staged tokens), the allowed part
+ * of it; whether any was appended. */
+static bool extend_ngram(seer_gen *g, int k, seer_gen_seq *s, int limit) {
+    int32_t *tok = g->draft + (size_t)k * g->G, *par = g->par + (size_t)k * g->G;
+    const int nd = g->nd[k];
+    if (s->n_tokens + nd > s->cap || nd > 255)
+        return false;
+    memcpy(s->tokens + s->n_tokens, tok, sizeof(int32_t) * (size_t)nd);
+    int32_t more[64];
+    const int room = limit - nd < 64 ? limit - nd : 64;
+    const int m = seer_drafter_ngram_more(g->dimpl, s->tokens, s->n_tokens + nd, room, more);
+    int a = 0;
+    for (; a < m && nd + a < 255; a++) {
+        if (!seer_constraint_allows_after(s->con, tok, nd + a, more[a]))
+            break;
+        tok[nd + a] = more[a];
+        par[nd + a] = nd + a - 1;
+    }
+    g->nd[k] = nd + a;
+    return a > 0;
 }
 
 seer_status seer_gen_constrain_proposals(seer_gen *g, int n) {
@@ -94,18 +197,16 @@ seer_status seer_gen_constrain_proposals(seer_gen *g, int n) {
             trim(g, k, s);
         else if (!greedy)
             continue; /* sampled with q: an appended node would need its q row */
-        if (!seer_gen_is_chain(g, k))
+        if (!seer_gen_is_chain(g, k) || (seer_constraint_options(s->con) & SEER_CONSTRAINT_NO_FORCED_DRAFTS))
             continue;
-        int32_t *tok = g->draft + (size_t)k * g->G, *par = g->par + (size_t)k * g->G;
-        while (g->nd[k] < g->gam[k] && g->nd[k] < g->dl[k]) {
-            const int last = g->nd[k] - 1;
-            const uint32_t *mask = seer_spec_row_mask(s->con, tok, par, last);
-            const int32_t t = mask ? forced_token(s->con, mask, g->V) : -1;
-            if (t < 0)
+        const int limit = g->gam[k] < g->dl[k] ? g->gam[k] : g->dl[k];
+        for (;;) {
+            const int nd0 = g->nd[k];
+            extend_forced(g, k, s, limit);
+            /* after a forced run, n-gram again: its lookup over the sequence and the chain */
+            if (g->nd[k] == nd0 || g->nd[k] >= limit || g->dops != &seer_drafter_ngram || !g->onehot[k] ||
+                !extend_ngram(g, k, s, limit))
                 break;
-            tok[g->nd[k]] = t;
-            par[g->nd[k]] = last;
-            g->nd[k]++;
         }
     }
     return SEER_OK;

@@ -68,6 +68,11 @@ static seer_status ngram_propose(const seer_draft_env *env, void *impl, int n, s
     return SEER_OK;
 }
 
+int seer_drafter_ngram_more(const void *impl, const int32_t *tokens, int n, int gmax, int32_t *out) {
+    const ngram_impl *im = impl;
+    return gmax > 0 ? lookup(tokens, n, im->nmin, im->nmax, gmax, out) : 0;
+}
+
 const seer_drafter_ops seer_drafter_ngram = {
     .name = "ngram",
     .init = ngram_init,

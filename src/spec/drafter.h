@@ -109,6 +109,10 @@ struct seer_drafter_ops {
 extern const seer_drafter_ops seer_drafter_self;  /* streaming, retrieval, snapkv */
 extern const seer_drafter_ops seer_drafter_model; /* standalone draft model */
 extern const seer_drafter_ops seer_drafter_ngram;
+/* The n-gram drafter's proposal (impl: its state) for tokens [n]: up to gmax tokens into
+ * out; returns how many. Lets a round draft again after tokens it appended itself (the
+ * grammar's forced tokens, constrain_rows.c). */
+int seer_drafter_ngram_more(const void *impl, const int32_t *tokens, int n, int gmax, int32_t *out);
 extern const seer_drafter_ops seer_drafter_quantkv; /* the target through its quantised KV copy */
 extern const seer_drafter_ops seer_drafter_hierarchy; /* draft model -> sparse self-draft -> target */
 

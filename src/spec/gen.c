@@ -534,13 +534,23 @@ static seer_status verify_calls(seer_gen *g, int n) {
         }
         seer_batch call = {.n_tokens = b.T, .token = b.tok, .seq = b.seq, .pos = b.pos, .logits = b.want,
                            .mask = mask};
+        /* the rows' masks while the call runs: only the verification after it needs them */
+        double tm = now_s();
+        seer_mask_ahead_start(g, i0, i);
+        g->stats.t_mask_s += now_s() - tm;
         if (amax) {
             st = seer_decode_argmax(c, &call, g->ids);
+            tm = now_s();
+            seer_mask_ahead_wait(g);
+            g->stats.t_mask_s += now_s() - tm;
             if (st == SEER_OK)
                 st = seer_round_verify(g, i0, i, g->ids, NULL);
         } else {
             float *L = NULL;
             st = seer_decode_keep(c, &call, &L);
+            tm = now_s();
+            seer_mask_ahead_wait(g);
+            g->stats.t_mask_s += now_s() - tm;
             if (st == SEER_OK)
                 st = seer_round_verify(g, i0, i, NULL, L);
         }

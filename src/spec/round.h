@@ -123,4 +123,10 @@ seer_round_result seer_round_emit(seer_gen *g, int k, seer_round_emit_fn fn, voi
 /* Tells the drafter entry k was verified and emitted. */
 seer_status seer_round_verified(seer_gen *g, int k);
 
+/* Around the forward call of round entries [k0, k1): start before it (the masks of the rows
+ * of constraints with SEER_CONSTRAINT_MASKS_BEFORE_CALL), wait after it returns, whatever its
+ * status (the other rows' masks, while an asynchronous backend's device computes). */
+void seer_mask_ahead_start(seer_gen *g, int k0, int k1);
+void seer_mask_ahead_wait(seer_gen *g);
+
 #endif

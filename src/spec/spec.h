@@ -49,7 +49,13 @@ typedef struct {
     int n_lp, cap_lp;
 } seer_gen_seq;
 
+/* The round entries whose rows' masks follow the forward call (mask_ahead.c). */
+typedef struct {
+    int k0, k1;
+} seer_mask_ahead;
+
 struct seer_gen {
+    seer_mask_ahead ahead;
     seer_context *ctx;
     const seer_model *model;
     int V;
