@@ -123,4 +123,8 @@ seer_round_result seer_round_emit(seer_gen *g, int k, seer_round_emit_fn fn, voi
 /* Tells the drafter entry k was verified and emitted. */
 seer_status seer_round_verified(seer_gen *g, int k);
 
+/* Whether p asks for best-first trees (the draft model's draft-best-first), which the
+ * generator verifies in several calls where they exceed one (tree_chunk.c). */
+bool seer_gen_best_first(const seer_spec_params *p);
+
 #endif

@@ -1,0 +1,197 @@
+/*
+ * tree_chunk.c: verification of a tree larger than one forward call (SpecExec's trees of
+ * hundreds to thousands of nodes), in calls of at most `rows` rows of the sequence.
+ *
+ * Nodes go in index order (a parent before its children), cut into calls. The first call
+ * holds the pending token and the first nodes, as a whole-tree call would. A later call feeds
+ * its nodes with their ancestors that earlier calls computed, again, under the tree mask, and
+ * with a view of the sequence that shows its cache up to the pending token and hides every
+ * row the earlier calls appended: so each node attends exactly the prefix, the pending token
+ * and its ancestors, as in one call, and its logits are the same (a token's output depends
+ * only on the slots it sees, up to SEER_INVARIANT_NEW_TOKENS new tokens of a sequence per
+ * call). Each node's verified row stays where its own call put it (vslot); settling moves the
+ * accepted path's rows behind the pending token and cuts the rest.
+ *
+ * The rule then runs over all rows at once, as for a tree in one call: greedy from the
+ * argmax ids, sampling from the logits gathered into g->vlog.
+ */
+#include "spec/round.h"
+#include "spec/spec.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool seer_gen_best_first(const seer_spec_params *p) {
+    return p->kind == SEER_SPEC_DRAFT && seer_spec_value_int(p, "draft-best-first") > 0;
+}
+
+int seer_gen_call_rows(const seer_gen *g) {
+    const int TB = g->ctx->params.n_batch_max;
+    return TB < SEER_INVARIANT_NEW_TOKENS ? TB : SEER_INVARIANT_NEW_TOKENS;
+}
+
+/* Depth of node j of a parent array (1: below the pending token). */
+static int depth_of(const int32_t *par, int j) {
+    int d = 0;
+    for (; j >= 0; j = par[j])
+        d++;
+    return d;
+}
+
+/* The nodes of the call that starts at node j0 (first: with the pending token): nodes j0 ..
+ * *j1 - 1, their rows in in[] (nodes and re-fed ancestors). Returns the rows. */
+static int plan_call(const int32_t *par, int nd, int j0, bool first, int rows, uint8_t *in, int *j1) {
+    memset(in, 0, (size_t)nd);
+    int T = first ? 1 : 0, j = j0;
+    for (; j < nd; j++) {
+        int add = 0;
+        for (int a = j; a >= 0; a = par[a])
+            add += !in[a];
+        if (T + add > rows)
+            break;
+        for (int a = j; a >= 0; a = par[a])
+            in[a] = 1;
+        T += add;
+    }
+    *j1 = j;
+    return T;
+}
+
+/* Total slots the calls append for a tree of nd nodes. */
+static int plan_slots(const int32_t *par, int nd, int rows, uint8_t *in) {
+    int total = 0;
+    for (int j0 = 0, j1; j0 < nd; j0 = j1) {
+        total += plan_call(par, nd, j0, j0 == 0, rows, in, &j1);
+        if (j1 == j0)
+            return -1; /* a path deeper than a call */
+    }
+    return total;
+}
+
+typedef struct {
+    int32_t *tok, *pos, *node, *view, *ids;
+    seer_seq_id *sq;
+    uint8_t *want, *in;
+    float *host; /* [V] */
+} chunk_buf;
+
+static void chunk_free(chunk_buf *b) {
+    free(b->tok), free(b->pos), free(b->node), free(b->view), free(b->ids), free(b->sq), free(b->want), free(b->in);
+    free(b->host);
+}
+
+/* The calls: node j's target row to ids[j + 1] (greedy) or g->vlog row j + 1 (sampling), its
+ * slot to vs[j]. */
+static seer_status run_calls(seer_gen *g, int k, int rows, bool amax, chunk_buf *b) {
+    seer_context *c = g->ctx;
+    seer_backend *be = g->model->be;
+    seer_gen_seq *s = &g->seqs[g->hs[k]];
+    const int L = s->n_tokens - 1, nd = g->nd[k], V = g->V;
+    const int32_t *par = g->par + (size_t)k * g->G, *d = g->draft + (size_t)k * g->G;
+    int32_t *vs = g->vslot + (size_t)k * g->G;
+    for (int i = 0; i <= L; i++)
+        b->view[i] = i;
+    seer_status st = SEER_OK;
+    for (int j0 = 0, j1; j0 < nd && st == SEER_OK; j0 = j1) {
+        const bool first = j0 == 0;
+        const int T = plan_call(par, nd, j0, first, rows, b->in, &j1);
+        const int len0 = seer_seq_len(c, s->seq);
+        int t = 0;
+        if (first) {
+            b->tok[t] = s->tokens[L], b->pos[t] = L, b->node[t] = -1, b->want[t] = 1;
+            t++;
+        }
+        for (int j = 0; j < j1; j++) {
+            if (!b->in[j])
+                continue;
+            b->tok[t] = d[j], b->pos[t] = L + depth_of(par, j), b->node[t] = j, b->want[t] = j >= j0;
+            if (j >= j0)
+                vs[j] = len0 + t;
+            t++;
+        }
+        for (int x = 0; x < T; x++)
+            b->sq[x] = s->seq;
+        uint8_t *mask = g->mask;
+        memset(mask, 0, (size_t)T * T);
+        for (int x = 0; x < T; x++)
+            for (int y = 0; y < T; y++) {
+                if (b->node[y] < 0) { /* the pending token: every row of the first call sees it */
+                    mask[(size_t)x * T + y] = 1;
+                    continue;
+                }
+                for (int a = b->node[x]; a >= 0; a = par[a])
+                    if (a == b->node[y]) {
+                        mask[(size_t)x * T + y] = 1;
+                        break;
+                    }
+            }
+        if (!first) { /* the prefix and the pending token; the earlier calls' rows hidden */
+            seer_view v = {.idx = b->view, .n = L + 1, .n_layers_view = 1, .n_heads_view = 1, .tail_start = len0};
+            st = seer_seq_set_view(c, s->seq, &v);
+        }
+        seer_batch call = {.n_tokens = T, .token = b->tok, .seq = b->sq, .pos = b->pos, .logits = b->want,
+                           .mask = mask};
+        if (st == SEER_OK && amax) {
+            st = seer_decode_argmax(c, &call, g->ids);
+            for (int x = 0, f = 0; x < T && st == SEER_OK; x++)
+                if (b->want[x])
+                    b->ids[b->node[x] + 1] = g->ids[f++];
+        } else if (st == SEER_OK) {
+            float *Lg = NULL;
+            st = seer_decode_keep(c, &call, &Lg);
+            for (int x = 0, f = 0; x < T && st == SEER_OK; x++) {
+                if (!b->want[x])
+                    continue;
+                st = be->ops->download(be, b->host, Lg + (size_t)f++ * V, sizeof(float) * V);
+                if (st == SEER_OK)
+                    st = be->ops->upload(be, g->vlog + (size_t)(b->node[x] + 1) * V, b->host, sizeof(float) * V);
+            }
+        }
+        seer_seq_clear_view(c, s->seq);
+    }
+    return st;
+}
+
+seer_status seer_gen_verify_chunked(seer_gen *g, int k, int rows) {
+    seer_context *c = g->ctx;
+    seer_backend *be = g->model->be;
+    seer_gen_seq *s = &g->seqs[g->hs[k]];
+    const int L = s->n_tokens - 1, G = g->G, V = g->V;
+    if (!g->vslot || rows < 2 || !g->mask)
+        return seer_err(SEER_ERR_INTERNAL, "a tree larger than a call from a generator without best-first trees");
+    const bool amax = seer_round_greedy(g, k);
+    chunk_buf b = {.tok = seer_malloc_array(rows, sizeof(int32_t)), .pos = seer_malloc_array(rows, sizeof(int32_t)),
+                   .node = seer_malloc_array(rows, sizeof(int32_t)), .view = seer_malloc_array((size_t)L + 1, sizeof(int32_t)),
+                   .ids = seer_malloc_array((size_t)G + 1, sizeof(int32_t)), .sq = seer_malloc_array(rows, sizeof(seer_seq_id)),
+                   .want = malloc(rows), .in = malloc(G), .host = seer_malloc_array(V, sizeof(float))};
+    if (!b.tok || !b.pos || !b.node || !b.view || !b.ids || !b.sq || !b.want || !b.in || !b.host) {
+        chunk_free(&b);
+        return seer_err(SEER_ERR_OOM, "out of memory for a chunked verification");
+    }
+    seer_status st = SEER_OK;
+    if (!amax && !g->vlog)
+        st = be->ops->alloc(be, ((size_t)G + 1) * V * sizeof(float), (void **)&g->vlog);
+    /* the calls append more rows than the tree has (ancestors fed again): where the context
+     * has no room for them, the tree is cut to a prefix of its nodes (still a tree) */
+    const int room = c->params.n_ctx - L;
+    while (st == SEER_OK && g->nd[k] > 0) {
+        const int need = plan_slots(g->par + (size_t)k * G, g->nd[k], rows, b.in);
+        if (need >= 0 && need <= room)
+            break;
+        g->nd[k]--;
+    }
+    const int len0 = seer_seq_len(c, s->seq);
+    if (st == SEER_OK)
+        st = run_calls(g, k, rows, amax, &b);
+    g->chunked[k] = true;
+    g->row0[k] = 0;
+    if (st == SEER_OK)
+        st = seer_round_verify(g, k, k + 1, amax ? b.ids : NULL, amax ? NULL : g->vlog);
+    if (st != SEER_OK) { /* as a failed call: the sequence's cache as it was */
+        seer_seq_clear_view(c, s->seq);
+        (void)seer_seq_rewind(c, s->seq, len0);
+    }
+    chunk_free(&b);
+    return st;
+}
