@@ -14,10 +14,13 @@
  *     32 rows, and fails it with the wrong rule.
  *   - The node budget chosen from a pass's cost (best_first_size.c): a pass whose cost is
  *     flat in its tokens (a streamed, offloaded target) takes a large tree, a pass whose cost
- *     grows with them a small one; the expected accepted tokens of a budget grow with it.
+ *     grows with them a small one (plain decoding: one node), an expensive draft a smaller
+ *     one; the expected accepted tokens of a budget grow with it. End to end, an automatic
+ *     size (tree size -1) with given tables keeps greedy output and sizes the trees so.
  */
 #include "testutil.h"
 
+#include "spec/best_first_size.h"
 #include "spec/spec.h"
 #include "spec/tree_shape.h"
 
@@ -158,10 +161,80 @@ static void test_distribution(void **state) {
     seer_model_free(m);
 }
 
+/* The budget from cost tables: flat pass cost (offloaded: the weights' stream dominates) takes
+ * a large tree, a pass linear in its tokens a small one. */
+static void test_size_choice(void **state) {
+    (void)state;
+    const double p[4] = {0.7, 0.4, 0.3, 0.2};
+    double e[1025];
+    ASSERT_OK(seer_best_first_expected(p, 4, 1024, 0, e));
+    assert_true(fabs(e[1] - 0.7) < 1e-12); /* the best node: rank 1 below the root */
+    for (int n = 1; n <= 1024; n++)
+        assert_true(e[n] >= e[n - 1] && e[n] - e[n - 1] <= e[1] + 1e-12);
+    assert_true(e[1024] > 3 * e[1]); /* deep along the likeliest paths */
+    /* a depth bound caps it: depth 1 holds only the root's children */
+    double e1[9];
+    ASSERT_OK(seer_best_first_expected(p, 4, 8, 1, e1));
+    assert_true(e1[8] == e1[4] && e1[4] < 1.0 + 1e-12);
+    const int n_flat[] = {1, 65}, n_lin[] = {1, 65};
+    const double c_flat[] = {1.0, 1.02}, c_lin[] = {1.0, 65.0};
+    const seer_tree_vcost flat = {2, n_flat, c_flat}, lin = {2, n_lin, c_lin};
+    int n_f, n_l;
+    double sp_f, sp_l;
+    ASSERT_OK(seer_best_first_choose(p, 4, &flat, 65, 0.01, 4, 4096, 0, &n_f, &sp_f));
+    ASSERT_OK(seer_best_first_choose(p, 4, &lin, 65, 0.01, 4, 4096, 0, &n_l, &sp_l));
+    print_message("budget: flat pass %d nodes (%.2fx plain), linear pass %d nodes (%.2fx)\n", n_f, sp_f, n_l, sp_l);
+    assert_true(n_f >= 64);
+    assert_true(n_l <= 4);
+    assert_true(sp_f > sp_l && sp_l >= 1.0);
+    /* a pass of several calls costs each call: the flat table's best tree fills its calls */
+    assert_true((n_f + 1) % 65 == 0 || n_f == 4096);
+    /* an expensive draft shrinks the tree */
+    int n_d;
+    ASSERT_OK(seer_best_first_choose(p, 4, &flat, 65, 0.5, 4, 4096, 0, &n_d, NULL));
+    assert_true(n_d < n_f);
+    /* bad arguments are refused */
+    const double bad[1] = {1.5};
+    assert_int_equal(seer_best_first_choose(bad, 1, &flat, 65, 0.01, 4, 64, 0, &n_d, NULL), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_best_first_choose(p, 4, &flat, 0, 0.01, 4, 64, 0, &n_d, NULL), SEER_ERR_INVALID_ARG);
+}
+
+/* An automatic budget (tree size -1) from given cost tables: greedy output unchanged, and the
+ * flat table's trees larger than the linear one's. */
+static void test_auto_size(void **state) {
+    (void)state;
+    const char *path = gen_model("bfa.gguf", 300, 64, 2, 11, 0.3f);
+    seer_model *m = tu_load_cpu(path), *d = tu_load_cpu(path);
+    int32_t prompt[1][64];
+    int plen = 30;
+    uint64_t rng = 5;
+    for (int j = 0; j < plen; j++)
+        prompt[0][j] = (int32_t)(tu_rand_u64(&rng) % 300);
+    tu_gen_ctx cx = {.n_ctx = 900, .page_size = 4, .n_batch_max = 32};
+    tu_output plain, got;
+    tu_gen_run(m, seer_spec_default_params(), prompt[0], 64, &plen, 1, 40, tu_greedy(), cx, &plain, NULL);
+    const int cn[] = {1, 32};
+    const double flat[] = {1.0, 1.02}, lin[] = {1.0, 32.0};
+    double per_round[2];
+    for (int t = 0; t < 2; t++) {
+        seer_spec_params sp = best_first(d, -1, 16, 3);
+        sp.tree_cost_points = 2, sp.tree_cost_n = cn, sp.tree_cost = t ? lin : flat, sp.tree_draft_cost = 0.01f;
+        seer_spec_stats st = tu_gen_run(m, sp, prompt[0], 64, &plen, 1, 40, tu_greedy(), cx, &got, NULL);
+        tu_assert_same(&got, &plain, t ? "best-first, automatic size, linear pass" : "best-first, automatic size, flat pass");
+        per_round[t] = (double)st.drafted / st.rounds;
+    }
+    print_message("automatic budget: %.1f nodes per round (flat pass), %.1f (linear)\n", per_round[0], per_round[1]);
+    assert_true(per_round[0] > 20 && per_round[1] < 4); /* flat: one full call of 32 rows */
+    seer_model_free(d);
+    seer_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_settings),
         cmocka_unit_test(test_greedy_identical),
+        cmocka_unit_test(test_size_choice),
+        cmocka_unit_test(test_auto_size),
         cmocka_unit_test(test_distribution),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
