@@ -258,9 +258,10 @@ static const seer_drafter_option OPTS[] = {
      SEER_DRAFTER_OPT_EXT, offsetof(dm_settings, budget)},
     SEER_DRAFTER_READS("spec-sinks", offsetof(dm_settings, sinks)),
     {{.flag = "draft-best-first", .json = "draft_best_first", .metavar = "K", .type = SEER_SPEC_OPT_INT, .def = 0,
-      .lo = 0, .hi = 64, .own_only = true,
+      .lo = 0, .hi = 64,
       .help = "trees by SpecExec's best-first search, K children per expanded node (0 = fill the planned "
-              "shape); trees may then exceed a forward call (--tree-size up to 4096)"},
+              "shape; with --spec tree --spec-base draft); trees may then exceed a forward call (--spec-tree-size up "
+              "to 4096)"},
      SEER_DRAFTER_OPT_EXT, offsetof(dm_settings, best_first)},
 };
 
