@@ -3,7 +3,8 @@
  * verification in several calls where a tree exceeds one.
  *
  *   - Bad settings are refused: a best-first search without a tree size, a tree over the
- *     most nodes, and best-first trees in the scheduler (whose one call cannot chunk them).
+ *     most nodes, with another kind than the draft model (the hierarchy, auto), and
+ *     best-first trees in the scheduler (whose one call cannot chunk them).
  *   - Greedy output with best-first trees equals plain decoding on random models (a draft
  *     that is the target and one of its weights rescaled; one sequence and a ragged batch of three;
  *     pages of 4 so that accepted rows move across pages), for trees that fit a call, trees
@@ -72,6 +73,13 @@ static void test_bad_settings(void **state) {
     seer_spec_params sp = best_first(m, 0, 8, 2); /* no tree */
     assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
     sp = best_first(m, SEER_TREE_BEST_FIRST_MAX + 1, 8, 2);
+    assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
+    assert_null(g);
+    sp = best_first(m, 16, 8, 2);
+    sp.kind = SEER_SPEC_HIERARCHY; /* only the draft model's own trees search */
+    assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
+    sp.kind = SEER_SPEC_AUTO;
+    sp.tree_size = 0;
     assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_INVALID_ARG);
     assert_null(g);
     sp = best_first(m, 200, 8, 2); /* larger than a call: accepted */

@@ -34,6 +34,10 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
     if (p->draft_weights && !ctx->model->draft_layers)
         return seer_err(SEER_ERR_INVALID_ARG, "speculation with draft weights: the model was loaded without "
                                               "them (seer_model_params.draft_weights)");
+    if (p->kind != SEER_SPEC_DRAFT && seer_spec_value_int(p, "draft-best-first") > 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "best-first search (draft-best-first) goes with the draft model's trees "
+                                              "(--spec tree --spec-base draft), not with %s",
+                        seer_spec_kind_name(p->kind));
     if (p->kind == SEER_SPEC_AUTO) { /* its drafters' settings are checked by their inits */
         if (p->tree_size != 0)
             return seer_err(SEER_ERR_INVALID_ARG, "automatic speculation proposes chains, not trees");
