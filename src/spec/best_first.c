@@ -183,8 +183,10 @@ seer_status seer_draft_best_first(const seer_draft_env *env, seer_context *c, in
             bf_seq *b = &bs[i];
             seer_draft_seq *s = &seqs[i];
             const int L = s->n_tokens - 1;
-            if (b->m == 0 || T >= TB)
+            if (b->m == 0 || T >= TB) {
+                b->m = call == 0 ? 0 : b->m; /* no room for its pending token: it drafts nothing */
                 continue;
+            }
             if (call == 0) {
                 cl.tok[T] = s->tokens[L], cl.pos[T] = L, cl.node[T] = -1, cl.who[T] = i, cl.sq[T] = dseq[i];
                 cl.want[T] = 1;
@@ -271,7 +273,7 @@ seer_status seer_draft_best_first(const seer_draft_env *env, seer_context *c, in
         }
         /* back to the prefix and the pending token */
         for (int i = 0; i < n && st == SEER_OK; i++)
-            if (bs[i].m > 0)
+            if (seer_seq_len(c, dseq[i]) > seqs[i].n_tokens)
                 st = seer_seq_rewind(c, dseq[i], seqs[i].n_tokens);
     }
     for (int i = 0; i < n && st == SEER_OK; i++)
