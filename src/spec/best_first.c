@@ -47,6 +47,22 @@ static void softmax(const float *x, int V, float *y) {
         y[v] = z > 0 ? (float)(y[v] / z) : 0.f;
 }
 
+int seer_draft_top_excl(const float *x, int V, int32_t skip, int count, int32_t *out) {
+    int n = 0;
+    for (int v = 0; v < V; v++) {
+        const float xv = x[v];
+        if (v == skip || xv != xv || (n == count && !(xv > x[out[n - 1]])))
+            continue;
+        int i = n < count ? n++ : n - 1; /* the last kept drops out when full */
+        while (i > 0 && xv > x[out[i - 1]]) {
+            out[i] = out[i - 1];
+            i--;
+        }
+        out[i] = v;
+    }
+    return n;
+}
+
 /* The unexpanded node of s with the highest score that may get children, -1 for none. */
 static int best_frontier(const bf_seq *b, int max_depth) {
     int best = -1;
@@ -85,14 +101,16 @@ static seer_status children(seer_context *c, seer_draft_seq *s, bf_seq *b, float
         memcpy(prob, row, sizeof(float) * V);
     else
         softmax(row, V, prob);
-    int n_pick = 0;
+    int n_pick = 0, n_top = 0;
+    if (!sampled && kids > 1) /* greedy siblings: the best logits after the pick */
+        n_top = seer_draft_top_excl(row, V, first, kids - 1, pick + 1);
     for (int k = 0; k < kids; k++) {
         int32_t t = first;
         if (k > 0) {
             if (sampled)
                 t = seer_draft_draw_without(row, V, pick, n_pick, seer_draft_uniform(s));
             else
-                seer_draft_top_ids(row, V, pick, n_pick, 1, &t);
+                t = k - 1 < n_top ? pick[k] : -1;
             if (t < 0)
                 break; /* the draft's support is used up */
         }

@@ -235,6 +235,10 @@ const uint32_t *seer_spec_row_mask(seer_constraint *con, const int32_t *tok, con
 
 /* The best count ids of row x [V] by value (ties: lower id) not in skip [n_skip] (expand.c). */
 void seer_draft_top_ids(const float *x, int V, const int32_t *skip, int n_skip, int count, int32_t *out);
+/* The same ids as seer_draft_top_ids with one id skipped, in one pass instead of a scan per id
+ * (best_first.c: at a vocabulary of 128K the host's cost of a node's siblings); returns how
+ * many it found (fewer than count only when the row has fewer other numbers). */
+int seer_draft_top_excl(const float *x, int V, int32_t skip, int count, int32_t *out);
 /* A draw from q [V] without the ids in skip [n_skip] (renormalised), inverse CDF in id order
  * with uniform u; -1 when nothing is left (expand.c). */
 int32_t seer_draft_draw_without(const float *q, int V, const int32_t *skip, int n_skip, double u);
