@@ -514,6 +514,9 @@ typedef struct {
     int64_t accepted;      /* draft tokens accepted */
     int64_t emitted;       /* tokens emitted (accepted + one per round) */
     double t_draft_s, t_verify_s, t_prefill_s;
+    int64_t verify_calls;  /* the target's forward calls that verified them (seer_gen: one per
+                              call of sequences together; a best-first tree larger than a call
+                              takes several) */
 } seer_spec_stats;
 
 /* A generator: several sequences in one context decoding together, one speculation round

@@ -9,7 +9,9 @@
  *     that is the target and one of its weights rescaled; one sequence and a ragged batch of three;
  *     pages of 4 so that accepted rows move across pages), for trees that fit a call, trees
  *     of 100 nodes verified in calls of 65 rows and trees of 60 nodes in calls of 16 (the
- *     batch limit); the trees are as large as asked, so the chunked path ran.
+ *     batch limit); the trees are as large as asked, so the chunked path ran; greedy
+ *     verification calls only where the walk goes (more than one call a round for a draft
+ *     equal to the target, fewer than the whole tree's for the rescaled one).
  *   - Under sampling (T > 0 with top-k, top-p, min-p) the joint distribution of the first three
  *     tokens passes the chi-square test with best-first trees of 36 nodes verified in calls of
  *     32 rows, and fails it with the wrong rule.
@@ -132,15 +134,27 @@ static void test_greedy_identical(void **state) {
             seer_spec_stats st = tu_gen_run(m, sp, prompts[0], 64, plen, 3, 50, tu_greedy(), cx, got, NULL);
             for (int i = 0; i < 3; i++)
                 tu_assert_same(&got[i], &plain[i], what);
-            print_message("%s: %.1f nodes and %.2f accepted per round\n", what, (double)st.drafted / st.rounds,
-                          (double)st.accepted / st.rounds);
+            print_message("%s: %.1f nodes, %.2f accepted and %.2f target calls per round\n", what,
+                          (double)st.drafted / st.rounds, (double)st.accepted / st.rounds,
+                          (double)st.verify_calls / st.rounds);
             assert_true(st.accepted > 0);
             if (dr == 1 && !(st.accepted * 2 < st.rounds * cases[k].depth))
                 fail_msg("%s: accepted %lld in %lld rounds", what, (long long)st.accepted, (long long)st.rounds);
             /* the trees are as large as asked (up to the end of the generation) */
             assert_true((double)st.drafted / st.rounds > cases[k].size * 0.6);
-            tu_gen_run(m, sp, prompts[1], 64, &plen[1], 1, 50, tu_greedy(), cx, got, NULL);
+            st = tu_gen_run(m, sp, prompts[1], 64, &plen[1], 1, 50, tu_greedy(), cx, got, NULL);
             tu_assert_same(&got[0], &plain[1], what);
+            /* one sequence: a call per round at least; where the tree exceeds a call the walk
+             * goes past the first (a draft equal to the target reaches deep) but takes fewer
+             * calls than the whole tree would (the rescaled draft's walks end in the first) */
+            const int per = cases[k].batch < 65 ? cases[k].batch : 65, full = (cases[k].size + per) / per;
+            print_message("  one sequence: %.2f target calls per round (the whole tree: %d or more)\n",
+                          (double)st.verify_calls / st.rounds, full);
+            assert_true(st.verify_calls >= st.rounds);
+            if (full > 1 && dr == 0)
+                assert_true(st.verify_calls > st.rounds);
+            if (full > 1 && dr == 1)
+                assert_true(st.verify_calls < st.rounds * full);
         }
     seer_model_free(diff);
     seer_model_free(same);

@@ -562,6 +562,7 @@ static seer_status verify_calls(seer_gen *g, int n) {
         }
         seer_batch call = {.n_tokens = b.T, .token = b.tok, .seq = b.seq, .pos = b.pos, .logits = b.want,
                            .mask = mask};
+        g->stats.verify_calls++;
         if (amax) {
             st = seer_decode_argmax(c, &call, g->ids);
             if (st == SEER_OK)
