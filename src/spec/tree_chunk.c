@@ -12,8 +12,11 @@
  * call). Each node's verified row stays where its own call put it (vslot); settling moves the
  * accepted path's rows behind the pending token and cuts the rest.
  *
- * The rule then runs over all rows at once, as for a tree in one call: greedy from the
- * argmax ids, sampling from the logits gathered into g->vlog.
+ * Greedy sequences call only where the walk goes (walk_calls): the first call holds the top
+ * of the tree, and each later call the subtree of the node where the walk left what is
+ * verified. Sampled ones verify every node (run_calls). The rule then runs over the rows as
+ * for a tree in one call: greedy from the argmax ids, sampling from the logits gathered into
+ * g->vlog.
  */
 #include "spec/round.h"
 #include "spec/spec.h"
