@@ -531,8 +531,12 @@ typedef struct {
     int64_t emitted;       /* tokens emitted (accepted + one per round) */
     double t_draft_s, t_verify_s, t_prefill_s;
     double t_mask_s; /* of t_verify_s: the calling thread's time on the verification rows'
-                        constraint masks outside the forward call (computing them before it,
-                        or waiting for the helper thread after it: mask time not hidden) */
+                        constraint masks (computed after the forward call is issued, so that
+                        on an asynchronous backend they run while the device computes; before
+                        it under SEER_CONSTRAINT_MASKS_BEFORE_CALL) */
+    int64_t verify_calls;  /* the target's forward calls that verified them (seer_gen: one per
+                              call of sequences together; a best-first tree larger than a call
+                              takes several) */
 } seer_spec_stats;
 
 /* A generator: several sequences in one context decoding together, one speculation round

@@ -7,7 +7,8 @@
  * file whose q|k|v and gate|up are fused tensors: the parts are views of the block), with
  * biases (qwen2), and in planes (q4_0 of a width that is not whole row blocks); greedy
  * decoding with a draft model's tree, streamed, equals plain decoding with every layer
- * resident. Skips without a device.
+ * resident, and so does decoding with best-first trees (SpecExec) of 100 nodes verified in
+ * calls of 64 rows. Skips without a device.
  */
 #include "testutil.h"
 
@@ -173,6 +174,37 @@ static void test_golden_tree(void **state) {
     seer_model_free(m);
 }
 
+/* SpecExec's trees on the streamed target: best-first trees of 100 nodes, verified in calls
+ * of 64 rows (the batch limit), equal plain decoding with every layer resident. */
+static void test_golden_best_first(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s", tu_data_path("models/stories260K.gguf"));
+    seer_model *m = load(path, 1), *d = load(path, -1);
+    int32_t prompts[5][64];
+    int plen[5];
+    tu_output gold[5], got[5];
+    assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
+    seer_spec_params sp = tu_spec(SEER_SPEC_DRAFT, 4, 48);
+    sp.draft_model = d;
+    tu_spec_set(&sp, "draft_best_first", 4);
+    sp.tree_size = 100;
+    sp.tree_depth = 12;
+    tu_gen_ctx cx = {.n_ctx = 768, .page_size = 16, .n_batch_max = 64};
+    int bad = 0;
+    for (int i = 0; i < 5; i++) {
+        tu_gen_run(m, sp, prompts[i], 64, &plen[i], 1, 257 - plen[i], tu_greedy(), cx, &got[i], NULL);
+        tu_output res;
+        seer_spec_params none = seer_spec_default_params();
+        tu_gen_run(d, none, prompts[i], 64, &plen[i], 1, 257 - plen[i], tu_greedy(), cx, &res, NULL);
+        bad += got[i].n != res.n || memcmp(got[i].ids, res.ids, sizeof(int32_t) * res.n);
+    }
+    if (bad)
+        fail_msg("%d of 5 streamed outputs under best-first trees differ from plain decoding, resident", bad);
+    seer_model_free(d);
+    seer_model_free(m);
+}
+
 #endif /* SEER_HAVE_CUDA */
 
 int main(void) {
@@ -181,6 +213,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_logits),
             cmocka_unit_test(test_golden_tree),
+            cmocka_unit_test(test_golden_best_first),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
     }

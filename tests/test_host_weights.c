@@ -5,7 +5,8 @@
  * number of layers streamed, the logits of a prefill equal those of the model with every
  * layer resident bit for bit (stories260K, a generated model whose file stores q|k|v and
  * gate|up fused, a synthetic model, and a real model where present); greedy decoding with and
- * without speculation (a draft model's chains and trees, a self-draft) reproduces
+ * without speculation (a draft model's chains and trees, best-first trees verified in
+ * several calls, a self-draft) reproduces
  * stories260K's golden ids, and a sampled run the resident model's tokens; placement from
  * free memory follows its rule; bad settings are refused with a clear error.
  */
@@ -171,11 +172,16 @@ static void test_greedy_golden_streamed(void **state) {
     assert_int_equal(tu_read_golden(prompts, plen, gold), 5);
     const struct {
         seer_spec_kind kind;
-        int tree;
-    } runs[] = {{SEER_SPEC_NONE, 0}, {SEER_SPEC_DRAFT, 0}, {SEER_SPEC_DRAFT, 12}, {SEER_SPEC_STREAMING, 0}};
+        int tree, best_first;
+    } runs[] = {{SEER_SPEC_NONE, 0, 0}, {SEER_SPEC_DRAFT, 0, 0}, {SEER_SPEC_DRAFT, 12, 0}, {SEER_SPEC_STREAMING, 0, 0},
+                {SEER_SPEC_DRAFT, 100, 4}}; /* SpecExec: best-first trees in calls of 64 rows */
     tu_gen_ctx cx = {.n_ctx = 512, .page_size = 16, .n_batch_max = 64};
     for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
         seer_spec_params sp = spec_of(runs[r].kind, d, runs[r].tree);
+        if (runs[r].best_first) {
+            tu_spec_set(&sp, "draft_best_first", runs[r].best_first);
+            sp.tree_depth = 12;
+        }
         for (int i = 0; i < 2; i++) {
             tu_gen_run(m, sp, prompts[i], 64, &plen[i], 1, 257 - plen[i], tu_greedy(), cx, &got[i], NULL);
             char what[96];

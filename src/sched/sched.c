@@ -278,6 +278,8 @@ static seer_status find_group(seer_sched *s, const seer_spec_params *spec, int *
     if (free_slot < 0)
         return seer_err(SEER_ERR_INVALID_ARG, "more than %d distinct speculation settings at once", MAX_GROUPS);
     sched_group *gr = &s->groups[free_slot];
+    if (seer_gen_best_first(spec)) /* its trees may exceed the scheduler's one call */
+        return seer_err(SEER_ERR_INVALID_ARG, "best-first trees run in the generator (seer_gen), not the scheduler");
     SEER_TRY(seer_gen_init(s->ctx, *spec, &gr->g));
     gr->plan_idx = malloc(sizeof(int) * s->B);
     if (!gr->plan_idx) {

@@ -25,6 +25,7 @@ typedef struct {
     /* settings (seer_spec_params) */
     int budget; /* StreamingLLM budget of the draft's own cache, 0: full */
     int sinks;
+    int best_first; /* > 0: trees by best-first search, this many children per expanded node */
     const seer_model *target;
     seer_context *dctx;
     dm_seq *ds;
@@ -62,7 +63,7 @@ static void dm_free(const seer_draft_env *env, void *impl) {
 /* Its settings (OPTS below): its own cache's budget, and the streaming view's sinks its view
  * of that cache keeps. */
 typedef struct {
-    int budget, sinks;
+    int budget, sinks, best_first;
 } dm_settings;
 
 extern const seer_drafter_desc seer_drafter_model_desc;
@@ -80,6 +81,7 @@ static seer_status dm_init(const seer_draft_env *env, const seer_spec_params *p,
         return seer_err(SEER_ERR_OOM, "out of memory");
     im->budget = own.budget;
     im->sinks = own.sinks;
+    im->best_first = own.best_first;
     im->target = env->model;
     seer_context_params cp = env->ctx->params;
     cp.n_pages = 0;
@@ -196,7 +198,14 @@ static seer_status dm_propose(const seer_draft_env *env, void *impl, int n, seer
         dseq[i] = im->ds[seqs[i].slot].dseq;
         q_of[i] = apart ? im->qd + (size_t)i * G * env->V : seqs[i].q;
     }
-    seer_status st = seer_draft_expand(env, im->dctx, n, seqs, dseq, q_of, NULL, NULL, kept, (seer_draft_reads){0});
+    seer_status st;
+    if (im->best_first > 0) { /* SpecExec's search: the draft cache ends at the pending token */
+        st = seer_draft_best_first(env, im->dctx, n, seqs, dseq, q_of, im->best_first);
+        for (int i = 0; i < n; i++)
+            kept[i] = 0;
+    } else {
+        st = seer_draft_expand(env, im->dctx, n, seqs, dseq, q_of, NULL, NULL, kept, (seer_draft_reads){0});
+    }
     for (int i = 0; i < n && st == SEER_OK; i++) {
         dm_seq *d = &im->ds[seqs[i].slot];
         if (!d->round_n)
@@ -248,11 +257,17 @@ static const seer_drafter_option OPTS[] = {
       .lo = 0, .hi = 1 << 24, .help = "StreamingLLM budget of the draft model's own cache (0 = full)"},
      SEER_DRAFTER_OPT_EXT, offsetof(dm_settings, budget)},
     SEER_DRAFTER_READS("spec-sinks", offsetof(dm_settings, sinks)),
+    {{.flag = "draft-best-first", .json = "draft_best_first", .metavar = "K", .type = SEER_SPEC_OPT_INT, .def = 0,
+      .lo = 0, .hi = 64,
+      .help = "trees by SpecExec's best-first search, K children per expanded node (0 = fill the planned "
+              "shape; with --spec tree --spec-base draft); trees may then exceed a forward call (--spec-tree-size up "
+              "to 4096)"},
+     SEER_DRAFTER_OPT_EXT, offsetof(dm_settings, best_first)},
 };
 
 const seer_drafter_desc seer_drafter_model_desc = {
     .name = "draft", .kind = SEER_SPEC_DRAFT, .ops = &seer_drafter_model,
     .help = "a small draft model of the same vocabulary (--draft-model)",
     .flags = SEER_DRAFTER_DRAFT_MODEL | SEER_DRAFTER_AUTO | SEER_DRAFTER_TREE_BASE,
-    .options = OPTS, .n_options = 2,
+    .options = OPTS, .n_options = 3,
 };

@@ -237,6 +237,26 @@ seer_sample_row seer_draft_node_row(const seer_draft_seq *s, int u, const float 
  * row is then unmasked, and a refused token ends the generation). */
 const uint32_t *seer_spec_row_mask(seer_constraint *con, const int32_t *tok, const int32_t *parent, int u);
 
+/* The best count ids of row x [V] by value (ties: lower id) not in skip [n_skip] (expand.c). */
+void seer_draft_top_ids(const float *x, int V, const int32_t *skip, int n_skip, int count, int32_t *out);
+/* The same ids as seer_draft_top_ids with one id skipped, in one pass instead of a scan per id
+ * (best_first.c: at a vocabulary of 128K the host's cost of a node's siblings); returns how
+ * many it found (fewer than count only when the row has fewer other numbers). */
+int seer_draft_top_excl(const float *x, int V, int32_t skip, int count, int32_t *out);
+/* A draw from q [V] without the ids in skip [n_skip] (renormalised), inverse CDF in id order
+ * with uniform u; -1 when nothing is left (expand.c). */
+int32_t seer_draft_draw_without(const float *q, int V, const int32_t *skip, int n_skip, double u);
+
+/* Best-first tree search (best_first.c, SpecExec): fills the proposals of n sequences on
+ * context c (a draft model's) by expanding, call after call, the frontier nodes of highest
+ * cumulative draft probability, each into its topk likeliest children (greedy) or topk draws
+ * without replacement from its draft distribution (sampling), until max_nodes nodes. Many
+ * frontier nodes share each forward call: a call feeds them with their ancestors under a tree
+ * mask, at most c's n_batch_max rows. dseq[i] holds sequence i's tokens [0, L) with
+ * L = n_tokens - 1; afterwards it holds L + the pending token. q_of as seer_draft_expand's. */
+seer_status seer_draft_best_first(const seer_draft_env *env, seer_context *c, int n, seer_draft_seq *seqs,
+                                  const seer_seq_id *dseq, float *const *q_of, int topk);
+
 /* A uniform for a draw of s: from its generator when it samples, else -1 (greedy draws none). */
 double seer_draft_uniform(seer_draft_seq *s);
 

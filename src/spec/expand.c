@@ -49,7 +49,7 @@ seer_sample_row seer_draft_node_row(const seer_draft_seq *s, int u, const float 
 }
 
 /* The best count ids of row x [V] by value (ties: lower id) that are not in skip [n_skip]. */
-static void top_ids(const float *x, int V, const int32_t *skip, int n_skip, int count, int32_t *out) {
+void seer_draft_top_ids(const float *x, int V, const int32_t *skip, int n_skip, int count, int32_t *out) {
     for (int c = 0; c < count; c++) {
         int best = -1;
         for (int v = 0; v < V; v++) {
@@ -67,7 +67,7 @@ static void top_ids(const float *x, int V, const int32_t *skip, int n_skip, int 
 
 /* A draw from q [V] without the ids in skip [n_skip] (renormalised), inverse CDF in id
  * order with uniform u; -1 when nothing is left. */
-static int32_t draw_without(const float *q, int V, const int32_t *skip, int n_skip, double u) {
+int32_t seer_draft_draw_without(const float *q, int V, const int32_t *skip, int n_skip, double u) {
     double z = 0;
     for (int v = 0; v < V; v++)
         z += q[v] > 0 ? q[v] : 0;
@@ -159,9 +159,9 @@ static seer_status place_children(seer_context *c, seer_draft_seq *seqs, float *
                  * then rejects it at no cost (q without that token gives it 0) */
                 int32_t t2;
                 if (sampled)
-                    t2 = draw_without(row, V, pick, n_pick, seer_draft_uniform(s));
+                    t2 = seer_draft_draw_without(row, V, pick, n_pick, seer_draft_uniform(s));
                 else
-                    top_ids(row, V, pick, n_pick, 1, &t2);
+                    seer_draft_top_ids(row, V, pick, n_pick, 1, &t2);
                 dr[x] = t2 < 0 ? pick[0] : t2;
                 if (t2 >= 0)
                     pick[n_pick++] = t2;

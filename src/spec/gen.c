@@ -34,6 +34,10 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
     if (p->draft_weights && !ctx->model->draft_layers)
         return seer_err(SEER_ERR_INVALID_ARG, "speculation with draft weights: the model was loaded without "
                                               "them (seer_model_params.draft_weights)");
+    if (p->kind != SEER_SPEC_DRAFT && seer_spec_value_int(p, "draft-best-first") > 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "best-first search (draft-best-first) goes with the draft model's trees "
+                                              "(--spec tree --spec-base draft), not with %s",
+                        seer_spec_kind_name(p->kind));
     if (p->kind == SEER_SPEC_AUTO) { /* its drafters' settings are checked by their inits */
         if (p->tree_size != 0)
             return seer_err(SEER_ERR_INVALID_ARG, "automatic speculation proposes chains, not trees");
@@ -42,11 +46,18 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
     if (p->gamma < 1 || p->gamma + 1 > SEER_INVARIANT_NEW_TOKENS) /* verification stays exact */
         return seer_err(SEER_ERR_INVALID_ARG, "spec gamma %d is out of range [1, %d]", p->gamma,
                         SEER_INVARIANT_NEW_TOKENS - 1);
-    if (p->tree_size < -1 || p->tree_depth < 0 || p->tree_replan < 0 || p->tree_size + 1 > SEER_INVARIANT_NEW_TOKENS ||
-        p->tree_size + 1 > ctx->params.n_batch_max)
+    const bool bf = seer_gen_best_first(p);
+    if (bf && (p->tree_size < -1 || p->tree_size > SEER_TREE_BEST_FIRST_MAX || p->tree_depth < 0 || p->tree_replan < 0 ||
+               ctx->params.n_batch_max < 2))
+        return seer_err(SEER_ERR_INVALID_ARG, "best-first tree of %d nodes: must be in [-1, %d], with a batch limit "
+                        "of 2 or more", p->tree_size, SEER_TREE_BEST_FIRST_MAX);
+    if (!bf && (p->tree_size < -1 || p->tree_depth < 0 || p->tree_replan < 0 || p->tree_size + 1 > SEER_INVARIANT_NEW_TOKENS ||
+                p->tree_size + 1 > ctx->params.n_batch_max))
         return seer_err(SEER_ERR_INVALID_ARG, "tree of %d nodes: must be in [0, %d] (and fit in the batch limit %d)",
                         p->tree_size, SEER_INVARIANT_NEW_TOKENS - 1, ctx->params.n_batch_max - 1);
-    if (p->tree_size == -1 && (p->tree_depth > SEER_TREE_AUTO_MAX || ctx->params.n_batch_max < 2))
+    if (bf && p->tree_size == 0)
+        return seer_err(SEER_ERR_INVALID_ARG, "best-first search builds trees: set a tree size (or -1)");
+    if (p->tree_size == -1 && !bf && (p->tree_depth > SEER_TREE_AUTO_MAX || ctx->params.n_batch_max < 2))
         return seer_err(SEER_ERR_INVALID_ARG, "automatic tree size: depth %d (at most %d) and a batch limit of 2 or more",
                         p->tree_depth, SEER_TREE_AUTO_MAX);
     if (p->tree_size > 0 && (p->tree_depth ? p->tree_depth : p->gamma) > p->tree_size)
@@ -72,6 +83,9 @@ void seer_gen_free(seer_gen *g) {
         g->dops->free(&g->env, g->dimpl);
     if (g->qd)
         g->model->be->ops->dealloc(g->model->be, g->qd);
+    if (g->vlog)
+        g->model->be->ops->dealloc(g->model->be, g->vlog);
+    free(g->chunked), free(g->vslot);
     seer_gen_lp_free(g);
     free(g->seqs), free(g->hs), free(g->gam), free(g->nd), free(g->draft), free(g->onehot);
     free(g->row0), free(g->t0);
@@ -100,6 +114,9 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     int auto_max = SEER_TREE_AUTO_MAX < TB - 1 ? SEER_TREE_AUTO_MAX : TB - 1;
     if (auto_max > SEER_INVARIANT_NEW_TOKENS - 1)
         auto_max = SEER_INVARIANT_NEW_TOKENS - 1;
+    g->best_first = seer_gen_best_first(&spec);
+    if (g->best_first) /* its trees are verified in several calls where they exceed one */
+        auto_max = SEER_TREE_BEST_FIRST_AUTO;
     g->tree = spec.kind != SEER_SPEC_NONE && spec.tree_size != 0;
     g->G = spec.kind == SEER_SPEC_NONE ? 0 : spec.tree_size > 0 ? spec.tree_size : spec.tree_size < 0 ? auto_max : spec.gamma;
     if (spec.kind == SEER_SPEC_AUTO) { /* room for the longest chain the planner considers */
@@ -112,6 +129,7 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
         g->D = g->G;
     const int G = g->G;
     const size_t n_ids = (size_t)B * (G + 1) > (size_t)TB ? (size_t)B * (G + 1) : (size_t)TB;
+    const size_t n_rows = (size_t)TB > (size_t)G + 1 ? (size_t)TB : (size_t)G + 1; /* one entry's, chunked */
     g->seqs = calloc(B, sizeof *g->seqs);
     g->hs = calloc(B, sizeof(int));
     g->gam = calloc(B, sizeof(int));
@@ -121,9 +139,11 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     g->draft = seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t));
     g->onehot = calloc(B, sizeof(bool));
     g->ids = seer_malloc_array(n_ids, sizeof(int32_t));
-    g->rows = seer_malloc_array((size_t)TB + B, sizeof *g->rows);
+    g->rows = seer_malloc_array(n_rows + B, sizeof *g->rows);
     g->chains = seer_malloc_array(B, sizeof *g->chains);
-    g->u = seer_malloc_array((size_t)TB + B, sizeof *g->u);
+    g->u = seer_malloc_array(n_rows + B, sizeof *g->u);
+    g->chunked = calloc(B, sizeof(bool));
+    g->vslot = g->best_first ? seer_calloc_array((size_t)B * (G ? G : 1), sizeof(int32_t)) : NULL;
     g->rng0 = seer_malloc_array(B, sizeof *g->rng0);
     g->first = seer_malloc_array(B, sizeof(int));
     g->chain = seer_malloc_array(B, sizeof(int));
@@ -167,7 +187,7 @@ seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **o
     }
     if (!g->seqs || !g->hs || !g->gam || !g->nd || !g->row0 || !g->t0 || !g->draft || !g->onehot || !g->ids || !g->rows ||
         !g->chains || !g->u || !g->rng0 || !g->first || !g->chain || !g->acc || !g->next ||
-        !g->c_acc || !g->c_next) {
+        !g->c_acc || !g->c_next || !g->chunked || (g->best_first && !g->vslot)) {
         seer_gen_free(g);
         return seer_err(SEER_ERR_OOM, "out of memory for %d sequences x %d draft tokens", B, G);
     }
@@ -511,11 +531,19 @@ static seer_status verify_calls(seer_gen *g, int n) {
     seer_round_rows b = {.tok = malloc(sizeof(int32_t) * TB), .seq = malloc(sizeof(int32_t) * TB),
                          .pos = malloc(sizeof(int32_t) * TB), .want = malloc(TB)};
     seer_status st = b.tok && b.seq && b.pos && b.want ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
+    const int per_seq = seer_gen_call_rows(g);
     for (int i0 = 0; i0 < n && st == SEER_OK;) {
         int i = i0;
+        if (g->best_first && seer_round_nodes(g, i0) + 1 > per_seq) { /* a tree larger than a call */
+            st = seer_gen_verify_chunked(g, i0, per_seq);
+            if (st == SEER_OK)
+                st = round_entry_done(g, i0);
+            i0++;
+            continue;
+        }
         b.T = b.n_out = 0;
         b.chains = true;
-        for (; i < n && b.T + seer_round_nodes(g, i) + 1 <= TB; i++)
+        for (; i < n && b.T + seer_round_nodes(g, i) + 1 <= TB && seer_round_nodes(g, i) + 1 <= per_seq; i++)
             seer_round_put(g, i, &b);
         bool amax = true;
         for (int k = i0; k < i; k++)
@@ -538,6 +566,7 @@ static seer_status verify_calls(seer_gen *g, int n) {
         double tm = now_s();
         seer_mask_ahead_start(g, i0, i);
         g->stats.t_mask_s += now_s() - tm;
+        g->stats.verify_calls++;
         if (amax) {
             st = seer_decode_argmax(c, &call, g->ids);
             tm = now_s();

@@ -8,6 +8,7 @@
  * is the same whatever the shape. The shape changes only between rounds: seer_gen_step calls
  * seer_gen_plan_round before drafting.
  */
+#include "spec/best_first_size.h"
 #include "spec/spec.h"
 #include "util/error.h"
 
@@ -30,8 +31,10 @@ static double now_s(void) {
 /* Seconds of the fastest of a few calls of n tokens on a fresh sequence (the cache starts
  * empty each time, so every call costs the same). */
 static seer_status time_call(seer_context *c, int n, double *out) {
-    int32_t tok[SEER_TREE_AUTO_MAX + 1], pos[SEER_TREE_AUTO_MAX + 1];
-    seer_seq_id sq[SEER_TREE_AUTO_MAX + 1];
+    int32_t tok[SEER_INVARIANT_NEW_TOKENS], pos[SEER_INVARIANT_NEW_TOKENS];
+    seer_seq_id sq[SEER_INVARIANT_NEW_TOKENS];
+    if (n > SEER_INVARIANT_NEW_TOKENS)
+        return seer_err(SEER_ERR_INTERNAL, "timing a call of %d tokens", n);
     *out = 1e30;
     for (int rep = 0; rep < 4; rep++) {
         seer_seq_id id;
@@ -58,7 +61,8 @@ static seer_status time_call(seer_context *c, int n, double *out) {
 /* The verification cost table of the target context: c(n) = t(n) / t(1) at n = 1, 2, 4, ..
  * up to the tree's rows, never decreasing (a larger call is not cheaper; timer noise aside). */
 static seer_status measure_cost(seer_gen *g) {
-    const int n_max = g->G + 1;
+    /* best-first trees: up to a call's rows (larger trees take several calls) */
+    const int n_max = g->best_first && seer_gen_call_rows(g) < g->G + 1 ? seer_gen_call_rows(g) : g->G + 1;
     double t1 = 0;
     int m = 0;
     for (int n = 1; m < 8; n *= 2) {
@@ -91,10 +95,35 @@ static double draft_cost(const seer_gen *g) {
     return g->plan.t_draft_s / g->plan.steps / (depth > 0 ? depth : 1) / g->plan.t_step_s;
 }
 
+/* Best-first trees (their drafter searches each tree; the shape gives only its size): the
+ * budget from the estimate, the pass's cost table and the draft's cost per call (given per
+ * step, or the drafting time per round over the calls of the current budget). */
+static seer_status replan_best_first(seer_gen *g, const double *p) {
+    const int topk = seer_spec_value_int(&g->spec, "draft-best-first");
+    double t_call = g->spec.tree_draft_cost;
+    if (!(t_call > 0) && g->plan.steps > 0 && g->plan.t_step_s > 0)
+        t_call = g->plan.t_draft_s / g->plan.steps / seer_best_first_draft_calls(g->n_shape, topk) / g->plan.t_step_s;
+    const seer_tree_vcost vc = {.n_points = g->plan.n_cost, .n = g->plan.cost_n, .cost = g->plan.cost};
+    int n;
+    SEER_TRY(seer_best_first_choose(p, g->plan.est.n_rank, &vc, seer_gen_call_rows(g), t_call > 0 ? t_call : 0, topk,
+                                    g->G, g->D, &n, NULL));
+    if (n < 1) /* still one node, so that acceptance keeps being measured */
+        n = 1;
+    const int d = g->D < n ? g->D : n;
+    seer_tree_shape_default(n, d, g->shape);
+    SEER_TRY(seer_tree_shape_check(g->shape, n, g->D, g->sdepth));
+    g->n_shape = n;
+    g->plan.t_draft_s = 0;
+    g->plan.steps = 0;
+    return SEER_OK;
+}
+
 /* The shape from the estimate into g->shape / sdepth / n_shape; unchanged on failure. */
 static seer_status replan(seer_gen *g) {
     double p[SEER_TREE_MAX_RANK];
     seer_tree_est_get(&g->plan.est, p);
+    if (g->best_first)
+        return replan_best_first(g, p);
     seer_tree_shape t;
     if (g->plan.autosize) {
         const seer_tree_vcost vc = {.n_points = g->plan.n_cost, .n = g->plan.cost_n, .cost = g->plan.cost};
@@ -126,7 +155,8 @@ seer_status seer_gen_plan_init(seer_gen *g) {
     g->n_shape = g->G;
     const seer_spec_params *sp = &g->spec;
     g->plan.autosize = g->tree && sp->tree_size < 0;
-    g->plan.on = g->tree && (sp->tree_replan > 0 || g->plan.autosize);
+    /* a best-first tree's shape is its search's: only its size is planned */
+    g->plan.on = g->tree && (sp->tree_replan > 0 || g->plan.autosize) && (!g->best_first || g->plan.autosize);
     if (!g->plan.on)
         return SEER_OK;
     g->plan.every = sp->tree_replan > 0 ? sp->tree_replan : PLAN_EVERY_DEFAULT;

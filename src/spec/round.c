@@ -98,6 +98,7 @@ int seer_round_add(seer_gen *g, int h, int gam, int dl) {
     g->dl[k] = dl;
     g->nd[k] = 0;
     g->onehot[k] = false;
+    g->chunked[k] = false;
     return k;
 }
 

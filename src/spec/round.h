@@ -129,4 +129,8 @@ seer_status seer_round_verified(seer_gen *g, int k);
 void seer_mask_ahead_start(seer_gen *g, int k0, int k1);
 void seer_mask_ahead_wait(seer_gen *g);
 
+/* Whether p asks for best-first trees (the draft model's draft-best-first), which the
+ * generator verifies in several calls where they exceed one (tree_chunk.c). */
+bool seer_gen_best_first(const seer_spec_params *p);
+
 #endif

@@ -54,6 +54,11 @@ typedef struct {
     int k0, k1;
 } seer_mask_ahead;
 
+/* Most nodes of a best-first tree (SpecExec; the draft model's draft-best-first), given or
+ * chosen (tree_size -1, best_first_size.c: up to the AUTO bound). */
+#define SEER_TREE_BEST_FIRST_MAX 4096
+#define SEER_TREE_BEST_FIRST_AUTO 1024
+
 struct seer_gen {
     seer_mask_ahead ahead;
     seer_context *ctx;
@@ -63,6 +68,11 @@ struct seer_gen {
                        * gamma for chains, tree_size for trees */
     int D;            /* most draft depth per round (gamma for chains) */
     bool tree;        /* rounds propose trees of the shape below (else chains) */
+    bool best_first;  /* the drafter searches its trees best-first (the shape gives only their
+                       * size); a tree larger than a call is verified in calls (tree_chunk.c) */
+    bool *chunked;    /* [B] the entry was verified in several calls: its nodes' slots in vslot */
+    int32_t *vslot;   /* [B][G] (best_first) the cache slot of each node's verified row */
+    float *vlog;      /* [G + 1][V] target backend memory: a chunked sampled entry's logits */
     int32_t *shape;   /* [G] parent of each node of the tree drafters fill (-1: the pending
                        * token), nodes in breadth-first order: a parent comes before its
                        * children, a shallower node before a deeper one, siblings in the order
@@ -245,6 +255,16 @@ void seer_gen_mask_rows(const seer_gen *g, int k, uint8_t *mask, int T, int t0, 
 /* After verification of round entry k (sequence s): moves the accepted path's KV rows into
  * the slots after the pending token and cuts the cache after them. */
 seer_status seer_gen_settle(seer_gen *g, int k, seer_gen_seq *s);
+
+/* The most rows of one sequence a verification call takes: the batch limit, and the new
+ * tokens a backend computes as one-at-a-time decoding would (SEER_INVARIANT_NEW_TOKENS). */
+int seer_gen_call_rows(const seer_gen *g);
+/* Verifies round entry k, whose tree exceeds a call, in calls of at most rows rows
+ * (tree_chunk.c): nodes in index order (parents first), each call feeding its nodes with the
+ * ancestors earlier calls computed again, under the tree mask and a view that hides the
+ * earlier calls' rows; then the rule over all rows, as seer_round_verify. Marks the entry
+ * chunked: its nodes' verified rows lie at vslot (seer_gen_settle moves them). */
+seer_status seer_gen_verify_chunked(seer_gen *g, int k, int rows);
 /* The token the round emits at step j <= acc[k] of entry k: the j-th accepted draft, then
  * next[k]. */
 static inline int32_t seer_gen_emitted(const seer_gen *g, int k, int j) {

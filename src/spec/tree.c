@@ -103,13 +103,18 @@ seer_status seer_gen_settle(seer_gen *g, int k, seer_gen_seq *s) {
     const int32_t *path = g->path + (size_t)k * g->G;
     int32_t src[acc > 0 ? acc : 1], dst[acc > 0 ? acc : 1];
     int m = 0;
-    for (int j = 0; j < acc; j++)
-        if (path[j] != j) {
-            src[m] = L + 1 + path[j];
+    const int32_t *vs = g->chunked[k] ? g->vslot + (size_t)k * g->G : NULL;
+    for (int j = 0; j < acc; j++) {
+        const int from = vs ? vs[path[j]] : L + 1 + path[j];
+        if (from != L + 1 + j) {
+            src[m] = from;
             dst[m++] = L + 1 + j;
         }
+    }
     /* path nodes increase (a child comes after its parent) and path[j] >= j, so a slot is
-     * read before any move writes it or after the move that put the right row there */
+     * read before any move writes it or after the move that put the right row there; a
+     * chunked entry's slots increase along a path as well (a node's call comes after its
+     * parent's, or it lies after its parent in the same call), and src[j] >= L + 1 + j */
     if (m)
         SEER_TRY(seer_seq_move_slots(g->ctx, s->seq, src, dst, m));
     return seer_seq_rewind(g->ctx, s->seq, L + 1 + acc);

@@ -80,6 +80,8 @@ typedef struct {
     double round_ms;         /* one generator round (drafting + verification) */
     double acceptance;       /* accepted / drafted (synthetic: about alpha) */
     double tok_per_verify;   /* tokens emitted per sequence per verification */
+    double calls_per_verify; /* the target's forward calls per verification (> 1: a tree
+                              * larger than a call, verified in several) */
     double gen_plain_tok_s;  /* plain decoding through the generator, same process */
     double spec_tok_s;
     double speedup;          /* spec_tok_s / gen_plain_tok_s */

@@ -143,6 +143,33 @@ static double draft_floor_ms(const bench_result *r, const bench_point *p, const 
 }
 
 /* The peer's two columns of a plain row: its ms/step and seer's speedup over it. */
+
+/* Token trees (SpecExec's best-first trees of hundreds of nodes above all, on an offloaded
+ * target): tokens per target pass (one verification, all its calls) and time per token. */
+static void print_trees(FILE *f, const bench_result *r, const char *mode, double alpha) {
+    bool any = false;
+    for (int i = 0; i < r->n_pts; i++)
+        for (int k = 0; k < r->pts[i].n_spec && r->pts[i].ok; k++)
+            any |= r->pts[i].spec[k].ok && r->pts[i].spec[k].tree_size > 0;
+    if (!any)
+        return;
+    fprintf(f, "\ntoken trees: tok/pass = tokens per sequence per target pass (the tree's verification,\n"
+               "in calls of at most 65 rows of a sequence: calls = forward calls per pass), ms/tok = ms\n"
+               "per token per sequence\n");
+    fprintf(f, "%8s %5s %-14s %6s %8s %6s %10s %10s %8s  %s\n", "L", "B", "spec", "nodes", "tok/pass", "calls",
+            "ms/tok", "plain ms", "x plain", "acceptance");
+    for (int i = 0; i < r->n_pts; i++) {
+        const bench_point *p = &r->pts[i];
+        for (int k = 0; k < p->n_spec && p->ok; k++) {
+            const bench_spec *s = &p->spec[k];
+            if (!s->ok || s->tree_size <= 0 || !(s->spec_tok_s > 0) || !(s->gen_plain_tok_s > 0))
+                continue;
+            fprintf(f, "%8d %5d %-14s %6d %8.2f %6.2f %10.3f %10.3f %7.2fx  %s %.2f\n", p->L, p->B,
+                    bench_spec_label(s), s->tree_size, s->tok_per_verify, s->calls_per_verify,
+                    1e3 * p->B / s->spec_tok_s, 1e3 * p->B / s->gen_plain_tok_s, s->speedup, mode, alpha);
+        }
+    }
+}
 static void print_peer_cols(FILE *f, const bench_point *p) {
     if (!p->peer_has)
         fprintf(f, " %10s %8s", "-", "-");
@@ -225,6 +252,7 @@ void bench_print_table(const bench_opts *o, const bench_result *r) {
                     s->gen_plain_tok_s, s->spec_tok_s, s->speedup, s->projected, mode, o->alpha);
         }
     }
+    print_trees(f, r, mode, o->alpha);
     if (!has_auto)
         return;
     fprintf(f, "\nauto against the fixed settings (%s acceptance): plain = rounds auto decoded plain,\n"

@@ -61,7 +61,7 @@ static bool fn_tree_size(const char *a, cli_common *c, void *o) {
         c->tree.size = -1;
         return true;
     }
-    if (!cli_int("--spec-tree-size", a, 1, 64, &v))
+    if (!cli_int("--spec-tree-size", a, 1, 4096, &v)) /* over 64: best-first trees only (the library says) */
         return false;
     c->tree.size = (int)v;
     return true;
@@ -333,11 +333,13 @@ const cli_opt cli_table[] = {
        "trees, of:",
        more_tree_base),
     FN(CLI_GEN_CHAT, "spec-tree-size", 0, "N", fn_tree_size,
-       "nodes per tree (default 8); auto: the size and shape that pay best\n(Sequoia), from the acceptance measured "
-       "while generating and the\nverification cost measured at start (at most 32 nodes)",
+       "nodes per tree (default 8; up to 64, or 4096 with --draft-best-first);\nauto: the size and shape that pay best "
+       "(Sequoia), from the acceptance\nmeasured while generating and the verification cost measured at start\n(at most "
+       "32 nodes; best-first trees: up to 1024, SpecExec)",
        NULL),
-    INT(CLI_BENCH, "spec-tree-size", 0, "N", CLI_V_I32, BENCH(tree_size), 1, 64,
-        "token trees of N nodes (depth: each --spec-gamma-list value):\ntimes tree drafting and tree verification"),
+    INT(CLI_BENCH, "spec-tree-size", 0, "N", CLI_V_I32, BENCH(tree_size), 1, 4096,
+        "token trees of N nodes (depth: each --spec-gamma-list value):\ntimes tree drafting and tree verification "
+        "(over 64 nodes: --spec draft\nwith --draft-best-first, SpecExec)"),
     INT(CLI_GEN_CHAT, "spec-tree-depth", 0, "D", CLI_V_I32, COMMON(tree.depth), 1, 64,
         "depth of a tree (default --spec-gamma)"),
     INT(CLI_GEN_CHAT, "spec-tree-replan", 0, "R", CLI_V_I32, COMMON(tree.replan), 0, 1 << 20,

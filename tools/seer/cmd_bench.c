@@ -423,7 +423,8 @@ static bool run_gen(const bench_opts *o, point_state *ps, seer_spec_params sp, g
     out->d = (seer_spec_stats){
         .rounds = s1.rounds - s0.rounds, .drafted = s1.drafted - s0.drafted,
         .accepted = s1.accepted - s0.accepted, .emitted = s1.emitted - s0.emitted,
-        .t_draft_s = s1.t_draft_s - s0.t_draft_s, .t_verify_s = s1.t_verify_s - s0.t_verify_s};
+        .t_draft_s = s1.t_draft_s - s0.t_draft_s, .t_verify_s = s1.t_verify_s - s0.t_verify_s,
+        .verify_calls = s1.verify_calls - s0.verify_calls};
     return true;
 }
 
@@ -499,6 +500,7 @@ static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt
     bs->verify_ms = spec.d.t_verify_s / steps * 1e3;
     bs->acceptance = spec.d.drafted ? (double)spec.d.accepted / spec.d.drafted : 0;
     bs->tok_per_verify = spec.d.rounds ? (double)spec.d.emitted / spec.d.rounds : 0;
+    bs->calls_per_verify = spec.d.rounds ? (double)spec.d.verify_calls * pt->B / spec.d.rounds : 0;
     const double tt = pt->step_ms;
     bs->projected = bench_omega(bs->gamma, o->alpha) /
                     (bs->gamma * bs->draft_step_ms / tt + bs->verify_ms / tt);

@@ -200,7 +200,14 @@ bool cli_tree_apply(cli_common *c) {
     spec->tree_size = t->size ? t->size : 8;
     spec->tree_depth = t->depth ? t->depth : spec->gamma;
     spec->tree_replan = t->replan;
-    if (spec->tree_size < 0 && spec->tree_depth > SEER_TREE_AUTO_MAX) {
+    double best_first = 0;
+    (void)seer_spec_get(spec, "draft-best-first", &best_first);
+    if (spec->tree_size > 64 && !(best_first > 0)) {
+        fprintf(stderr, "seer: --spec-tree-size: %d is out of range [1, 64] (up to 4096 with --draft-best-first)\n",
+                spec->tree_size);
+        return false;
+    }
+    if (spec->tree_size < 0 && spec->tree_depth > SEER_TREE_AUTO_MAX && !(best_first > 0)) {
         fprintf(stderr, "seer: --spec-tree-depth %d: an automatic size plans at most %d nodes\n", spec->tree_depth,
                 SEER_TREE_AUTO_MAX);
         return false;
