@@ -48,12 +48,6 @@
 #include <string.h>
 
 #define TC_THREADS 256 /* 8 warps: key parts x m-tiles */
-/* The split kinds' exponential: 1, __expf and the rescale skipped where no maximum moved (a
- * one-warp-per-scheduler decode item is a chain of dependent instructions: fewer of them a
- * tile), or 0, expf and every rescale (a lab build may set it; part of every token's bits). */
-#ifndef ATT_SPLIT_FAST_EXP
-#define ATT_SPLIT_FAST_EXP 1
-#endif
 #define TC_TK 64
 #define TC_PRE_ROWS 128 /* rows of a prefill item: a warp's m-tile each */
 
@@ -138,10 +132,7 @@ static __device__ __forceinline__ bool tc_visible(const att_desc &a, const tc_it
 /*
  * One tile for m-tile rows [16 mt, 16 mt + 16) against NKT n8 key tiles starting at tile
  * position kl0: scores, mask, online softmax (state m, l of rows g and g + 8), O update.
- * FAST_EXP: __expf for the scores' exponentials and the rescale of O skipped where no row of
- * the warp moved its running maximum (x * 1 = x: bit-exact). The split kinds (decode and chain)
- * take it as ATT_SPLIT_FAST_EXP says, both the same way, so that a token's bits in a decode
- * step and in a verification chain stay equal; the prefill kind always.
+ * FAST_EXP: the prefill kind's exponential (__expf), which the split kinds must not change.
  * full: every row of the item sees every key of the tile (the common case far from the end
  * of the visible range), so the mask is skipped; rows past the item's are zeros, harmless.
  */
@@ -607,8 +598,8 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
                             tc_tile<DH, 2, true>(a, its, qs, Ks, Vs, ko, kc, mt, q * 16, kbase, full[st], p.scale,
                                                  p.softcap, p.softcap_inv, m, l, O);
                     } else
-                        tc_tile<DH, 2, ATT_SPLIT_FAST_EXP>(a, its, qs, Ks, Vs, ko, kc, mt, kp * 16, kbase, full[st],
-                                                           p.scale, p.softcap, p.softcap_inv, m, l, O);
+                        tc_tile<DH, 2, false>(a, its, qs, Ks, Vs, ko, kc, mt, kp * 16, kbase, full[st], p.scale,
+                                              p.softcap, p.softcap_inv, m, l, O);
                 }
                 __syncthreads();
                 const bool tile_done = own[st] < 0 || own[st] == ntok - 1;
