@@ -385,11 +385,94 @@ static void test_serve_bad_messages(void **state) {
     be->ops->free(be);
 }
 
+/* A backend that joins weights as the CUDA one does: the parts become views into the joined
+ * weight, which the rank's table must then hold for them. */
+static seer_backend_ops concat_ops;
+static void *concat_data;
+static int concat_views_freed;
+
+static seer_status test_concat(seer_backend *be, seer_weight *parts, int n, bool interleave, seer_weight *out) {
+    (void)be;
+    memset(out, 0, sizeof *out);
+    out->data = concat_data = calloc(1, 64);
+    out->rows = 0;
+    out->cols = parts[0].cols;
+    out->dtype = parts[0].dtype;
+    out->owned = true;
+    out->n_seg = n;
+    out->interleaved = interleave;
+    for (int j = 0; j < n; j++) {
+        out->rows += parts[j].rows;
+        out->seg_rows[j] = parts[j].rows;
+        if (parts[j].owned)
+            free(parts[j].data);
+        parts[j].data = concat_data;
+        parts[j].owned = false;
+    }
+    return SEER_OK;
+}
+
+static void (*cpu_weight_free_fn)(seer_backend *, seer_weight *);
+
+static void test_weight_free(seer_backend *be, seer_weight *w) {
+    if (w->data == concat_data && !w->owned)
+        concat_views_freed++;
+    cpu_weight_free_fn(be, w);
+}
+
+/* A joined weight whose handle grows the rank's table: the parts' new state lands in the
+ * table, not in the table it had before growing. */
+static void test_serve_concat_grows_table(void **state) {
+    (void)state;
+    seer_backend *be = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &be));
+    const seer_backend_ops *cpu_ops = be->ops;
+    concat_ops = *cpu_ops;
+    concat_ops.weight_concat = test_concat;
+    concat_ops.weight_free = test_weight_free;
+    cpu_weight_free_fn = cpu_ops->weight_free;
+    be->ops = &concat_ops;
+    concat_views_freed = 0;
+    tp_serve *sv = NULL;
+    ASSERT_OK(seer_tp_serve_init(be, &sv));
+    tp_wbuf w = {0}, out = {0};
+    float vals[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    for (int64_t h = 1; h <= 2; h++) { /* two 2 x 4 f32 weights */
+        seer_tp_w_reset(&w);
+        seer_tp_w_int(&w, h);
+        seer_tp_w_int(&w, 0);
+        seer_tp_w_bytes(&w, "w", 1);
+        seer_tp_w_int(&w, 2);
+        seer_tp_w_int(&w, 4);
+        seer_tp_w_int(&w, 2);
+        seer_tp_w_int(&w, 1);
+        seer_tp_w_int(&w, 1);
+        seer_tp_w_int(&w, GGML_TYPE_F32);
+        seer_tp_w_bytes(&w, vals, sizeof vals);
+        seer_tp_w_reset(&out);
+        ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_WLOAD, 0, w.buf, w.len, &out));
+    }
+    seer_tp_w_reset(&w);
+    seer_tp_w_int(&w, 5000); /* past the table's 256 entries */
+    seer_tp_w_int(&w, 0);
+    seer_tp_w_ptr(&w, 1, 0);
+    seer_tp_w_ptr(&w, 2, 0);
+    seer_tp_w_reset(&out);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_WCONCAT, 0, w.buf, w.len, &out));
+    seer_tp_w_free(&w);
+    seer_tp_w_free(&out);
+    seer_tp_serve_free(sv);
+    assert_int_equal(concat_views_freed, 2); /* both parts freed as the views they became */
+    be->ops = cpu_ops;
+    be->ops->free(be);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wire),
         cmocka_unit_test(test_serve_bad_messages),
+        cmocka_unit_test(test_serve_concat_grows_table),
         cmocka_unit_test(test_wrong_peer),
         cmocka_unit_test(test_absent_rank),
         cmocka_unit_test(test_logits_2),

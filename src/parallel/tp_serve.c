@@ -356,6 +356,9 @@ static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const
     const int n = m->n - 2;
     seer_weight parts[SEER_WEIGHT_MAX_SEG];
     seer_weight *pp[SEER_WEIGHT_MAX_SEG];
+    /* the new entry first: growing the table moves every entry, so the parts' pointers are
+     * taken after it */
+    TRY(fresh(sv, m->f[0].i, &e));
     for (int j = 0; j < n; j++) {
         TRY(weight(sv, m, 2 + j, &pp[j]));
         for (int k = 0; k < j; k++)
@@ -363,7 +366,6 @@ static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const
                 return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a weight joined to itself");
         parts[j] = *pp[j];
     }
-    TRY(fresh(sv, m->f[0].i, &e));
     TRY(be->ops->weight_concat(be, parts, n, m->f[1].i != 0, &e->w));
     e->kind = H_WEIGHT;
     e->be = be;
