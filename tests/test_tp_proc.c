@@ -467,12 +467,74 @@ static void test_serve_concat_grows_table(void **state) {
     be->ops->free(be);
 }
 
+static void w_geom(tp_wbuf *w, int n_pages, int n_kv_heads, int head_dim) {
+    const int g[7] = {n_pages, 16, 2, n_kv_heads, head_dim, 0, 0}; /* page size 16, 2 layers */
+    for (int k = 0; k < 7; k++)
+        seer_tp_w_int(w, g[k]);
+}
+
+/* KV ops name their storage's geometry; one other than the storage was made with (rows of
+ * another size, more pages, a read's size that overflows) is refused, not run. */
+static void test_serve_kv_geometry(void **state) {
+    (void)state;
+    seer_backend *be = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &be));
+    tp_serve *sv = NULL;
+    ASSERT_OK(seer_tp_serve_init(be, &sv));
+    tp_wbuf w = {0}, out = {0};
+    seer_tp_w_int(&w, 1);
+    w_geom(&w, 4, 2, 8);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_KV_ALLOC, 0, w.buf, w.len, &out));
+    seer_tp_w_reset(&w);
+    seer_tp_w_ptr(&w, 1, 0);
+    w_geom(&w, 4, 2, 8);
+    seer_tp_w_int(&w, 4);
+    seer_tp_w_reset(&out);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_KV_RESERVE, 0, w.buf, w.len, &out));
+    enum { N = 16 };
+    int32_t page[N] = {0}, row[N] = {0};
+    const int bad[][3] = {{4, 1 << 30, 1 << 30}, {4, 2, 1 << 20}, {1 << 20, 2, 8}};
+    for (int t = 0; t <= 3; t++) {
+        seer_tp_w_reset(&w);
+        seer_tp_w_ptr(&w, 1, 0);
+        if (t < 3)
+            w_geom(&w, bad[t][0], bad[t][1], bad[t][2]);
+        else
+            w_geom(&w, 4, 2, 8);
+        seer_tp_w_int(&w, 1);
+        seer_tp_w_int(&w, 0);
+        seer_tp_w_int(&w, N);
+        if (t == 2)
+            page[N - 1] = 1000; /* within the message's pages, past the storage's */
+        else
+            page[N - 1] = 3;
+        seer_tp_w_bytes(&w, page, sizeof page);
+        seer_tp_w_bytes(&w, row, sizeof row);
+        seer_tp_w_reset(&out);
+        const seer_status s = seer_tp_serve_msg(sv, TP_OP_KV_READ, 0, w.buf, w.len, &out);
+        if (t < 3) {
+            assert_int_equal(s, SEER_ERR_FORMAT);
+        } else {
+            ASSERT_OK(s);
+            tp_msg m;
+            ASSERT_OK(seer_tp_msg_parse(out.buf, out.len, &m));
+            ASSERT_OK(seer_tp_msg_check(&m, "b", "kv_read"));
+            assert_int_equal(m.f[0].len, (size_t)N * 2 * 8 * sizeof(float));
+        }
+    }
+    seer_tp_w_free(&w);
+    seer_tp_w_free(&out);
+    seer_tp_serve_free(sv);
+    be->ops->free(be);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wire),
         cmocka_unit_test(test_serve_bad_messages),
         cmocka_unit_test(test_serve_concat_grows_table),
+        cmocka_unit_test(test_serve_kv_geometry),
         cmocka_unit_test(test_wrong_peer),
         cmocka_unit_test(test_absent_rank),
         cmocka_unit_test(test_logits_2),
