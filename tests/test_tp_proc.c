@@ -528,6 +528,46 @@ static void test_serve_kv_geometry(void **state) {
     be->ops->free(be);
 }
 
+/* A weight's bytes must be its whole shape's: dimensions past the second (which the CPU
+ * backend multiplies into the rows; an f32 weight is used in place) are 1. */
+static void test_serve_weight_shape(void **state) {
+    (void)state;
+    seer_backend *be = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &be));
+    tp_serve *sv = NULL;
+    ASSERT_OK(seer_tp_serve_init(be, &sv));
+    tp_wbuf w = {0}, out = {0};
+    float row[32] = {0}; /* one row of 32 */
+    const int64_t ne[][4] = {{32, 1, 1 << 20, 1}, {32, 1, 1, 1 << 20}, {32, 1, 0, 1}, {32, 1, 1, 1}};
+    for (int t = 0; t < 4; t++) {
+        seer_tp_w_reset(&w);
+        seer_tp_w_int(&w, 1);
+        seer_tp_w_int(&w, 0);
+        seer_tp_w_bytes(&w, "w", 1);
+        seer_tp_w_int(&w, 2);
+        for (int k = 0; k < 4; k++)
+            seer_tp_w_int(&w, ne[t][k]);
+        seer_tp_w_int(&w, GGML_TYPE_F32);
+        seer_tp_w_bytes(&w, row, sizeof row);
+        seer_tp_w_reset(&out);
+        const seer_status s = seer_tp_serve_msg(sv, TP_OP_WLOAD, 0, w.buf, w.len, &out);
+        if (t < 3) {
+            assert_int_equal(s, SEER_ERR_FORMAT);
+            continue;
+        }
+        ASSERT_OK(s);
+        tp_msg m;
+        ASSERT_OK(seer_tp_msg_parse(out.buf, out.len, &m));
+        ASSERT_OK(seer_tp_msg_check(&m, "iiii", "weight_load"));
+        assert_int_equal(m.f[0].i, 1); /* rows */
+        assert_int_equal(m.f[1].i, 32);
+    }
+    seer_tp_w_free(&w);
+    seer_tp_w_free(&out);
+    seer_tp_serve_free(sv);
+    be->ops->free(be);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -535,6 +575,7 @@ int main(void) {
         cmocka_unit_test(test_serve_bad_messages),
         cmocka_unit_test(test_serve_concat_grows_table),
         cmocka_unit_test(test_serve_kv_geometry),
+        cmocka_unit_test(test_serve_weight_shape),
         cmocka_unit_test(test_wrong_peer),
         cmocka_unit_test(test_absent_rank),
         cmocka_unit_test(test_logits_2),

@@ -322,7 +322,8 @@ static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const
         for (int k = 0; k < 4; k++)
             t.ne[k] = (uint64_t)m->f[4 + k].i;
         const int be_ = seer_ggml_type_block_elems(t.type), bb = seer_ggml_type_block_bytes(t.type);
-        if (t.n_dims < 1 || t.n_dims > 2 || be_ <= 0 || m->f[4].i < 1 || m->f[5].i < 1 || m->f[4].i > BIG ||
+        if (t.n_dims < 1 || t.n_dims > 2 || be_ <= 0 || m->f[4].i < 1 || m->f[5].i < 1 || m->f[6].i != 1 ||
+            m->f[7].i != 1 || m->f[4].i > BIG ||
             m->f[5].i > BIG || m->f[4].i % be_ || (uint64_t)m->f[4].i / be_ * bb * (uint64_t)m->f[5].i != t.nbytes)
             return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: tensor %s's shape and %zu bytes disagree", name,
                             t.nbytes);
