@@ -568,6 +568,73 @@ static void test_serve_weight_shape(void **state) {
     be->ops->free(be);
 }
 
+/* An attention batch's view lists: their index counts, summed over the sequences, must not
+ * wrap (1024 views of 2^30 x 4096 x 4096 indices sum to 2^64, which is 0). */
+static void test_serve_attention_views(void **state) {
+    (void)state;
+    seer_backend *be = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &be));
+    tp_serve *sv = NULL;
+    ASSERT_OK(seer_tp_serve_init(be, &sv));
+    tp_wbuf w = {0}, out = {0};
+    seer_tp_w_int(&w, 1);
+    w_geom(&w, 4, 2, 8);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_KV_ALLOC, 0, w.buf, w.len, &out));
+    seer_tp_w_reset(&w);
+    seer_tp_w_int(&w, 2);
+    seer_tp_w_int(&w, 1024);
+    seer_tp_w_reset(&out);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_ALLOC, 0, w.buf, w.len, &out));
+    enum { NS = 1024 };
+    static int32_t off[NS + 1], meta[NS * 5];
+    for (int wrap = 1; wrap >= 0; wrap--) {
+        for (int i = 0; i < NS; i++) {
+            const int32_t v[5] = {1, wrap ? 1 << 30 : 1, wrap ? 4096 : 1, wrap ? 4096 : 0, 0};
+            memcpy(meta + i * 5, v, sizeof v);
+        }
+        seer_tp_w_reset(&w);
+        seer_tp_w_ptr(&w, 2, 0); /* out */
+        seer_tp_w_ptr(&w, 2, 0); /* q */
+        seer_tp_w_ptr(&w, 1, 0); /* kv */
+        w_geom(&w, 4, 2, 8);
+        seer_tp_w_int(&w, 0);                   /* layer */
+        seer_tp_w_int(&w, 0);                   /* T */
+        seer_tp_w_int(&w, 2);                   /* heads */
+        seer_tp_w_int(&w, 2);                   /* key/value heads */
+        seer_tp_w_int(&w, 8);                   /* head_dim */
+        seer_tp_w_dbl(&w, 1.0);                 /* scale */
+        seer_tp_w_int(&w, 16);                  /* page size */
+        seer_tp_w_int(&w, NS);                  /* sequences */
+        seer_tp_w_int(&w, 0);                   /* max pages */
+        seer_tp_w_bytes(&w, NULL, 0);           /* pages */
+        seer_tp_w_bytes(&w, off, NS * 4);       /* lengths */
+        seer_tp_w_bytes(&w, off, (NS + 1) * 4); /* token offsets */
+        for (int k = 0; k < 3; k++)
+            seer_tp_w_bytes(&w, NULL, 0);       /* tokens, their sequences, slots */
+        seer_tp_w_int(&w, 0);                   /* no mask */
+        seer_tp_w_bytes(&w, NULL, 0);
+        seer_tp_w_int(&w, 0);                   /* kv_quant */
+        seer_tp_w_int(&w, 0);                   /* no prompt counts */
+        seer_tp_w_bytes(&w, NULL, 0);
+        seer_tp_w_int(&w, 0);                   /* window */
+        seer_tp_w_int(&w, 0);                   /* no positions */
+        seer_tp_w_bytes(&w, NULL, 0);
+        seer_tp_w_dbl(&w, 0.0);                 /* softcap */
+        seer_tp_w_bytes(&w, meta, sizeof meta); /* the views */
+        seer_tp_w_bytes(&w, NULL, 0);           /* their indices: none, as the sum wrapped */
+        seer_tp_w_reset(&out);
+        const seer_status s = seer_tp_serve_msg(sv, TP_OP_ATTENTION, 0, w.buf, w.len, &out);
+        if (wrap)
+            assert_int_equal(s, SEER_ERR_FORMAT);
+        else
+            ASSERT_OK(s); /* views of no indices: the batch is well formed */
+    }
+    seer_tp_w_free(&w);
+    seer_tp_w_free(&out);
+    seer_tp_serve_free(sv);
+    be->ops->free(be);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -576,6 +643,7 @@ int main(void) {
         cmocka_unit_test(test_serve_concat_grows_table),
         cmocka_unit_test(test_serve_kv_geometry),
         cmocka_unit_test(test_serve_weight_shape),
+        cmocka_unit_test(test_serve_attention_views),
         cmocka_unit_test(test_wrong_peer),
         cmocka_unit_test(test_absent_rank),
         cmocka_unit_test(test_logits_2),

@@ -602,9 +602,11 @@ static seer_status batch(const tp_msg *m, int k, seer_attn_batch *ab, seer_attn_
             return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a view of bad shape");
         if (v[0])
             n_idx += (size_t)v[1] * v[2] * v[3];
+        if (n_idx > BIG) /* each term is below 2^55: the sum cannot wrap before this */
+            return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: attention's views hold over %d indices", BIG);
     }
     const int32_t *idx;
-    TRY(ids(m, k + 24, (int64_t)(n_idx > BIG ? -1 : (long long)n_idx), &idx, "attention's view indices"));
+    TRY(ids(m, k + 24, (int64_t)n_idx, &idx, "attention's view indices"));
     *views = calloc((size_t)ns + 1, sizeof **views);
     *seq_view = calloc((size_t)ns + 1, sizeof **seq_view);
     if (!*views || !*seq_view)
