@@ -113,7 +113,8 @@ seer_status seer_tp_worker_run(const char *addr, int rank, int n, seer_backend *
     if (s == SEER_OK && h.kind != SEER_OK) {
         tp_msg m;
         const bool has = seer_tp_msg_parse(p, (size_t)h.bytes, &m) == SEER_OK && m.n == 1 && m.f[0].type == TP_F_BYTES;
-        s = seer_err((seer_status)h.kind, "rank 0 refused rank %d: %.*s", rank, has ? (int)m.f[0].len : 0,
+        s = seer_err((seer_status)h.kind, "rank 0 refused rank %d: %.*s", rank,
+                     has ? (int)(m.f[0].len < 1024 ? m.f[0].len : 1024) : 0,
                      has ? (const char *)m.f[0].data : "");
     }
     free(p);
