@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -236,6 +237,7 @@ static void test_absent_rank(void **state) {
 typedef struct {
     const char *addr;
     int rank, n;
+    int timeout_ms; /* 0: 5000 */
     seer_status s;
     char msg[512];
 } peer_arg;
@@ -245,7 +247,7 @@ static void *peer_main(void *p) {
     seer_backend *be = NULL;
     a->s = seer_backend_cpu_init(1, &be);
     if (a->s == SEER_OK)
-        a->s = seer_tp_worker_run(a->addr, a->rank, a->n, be, 5000);
+        a->s = seer_tp_worker_run(a->addr, a->rank, a->n, be, a->timeout_ms ? a->timeout_ms : 5000);
     snprintf(a->msg, sizeof a->msg, "%s", seer_last_error());
     if (be)
         be->ops->free(be);
@@ -269,6 +271,32 @@ static void test_wrong_peer(void **state) {
     assert_non_null(strstr(a.msg, "refused"));
     for (int r = 0; r < SEER_TP_MAX; r++)
         assert_int_equal(fds[r], -1);
+}
+
+/* Rank 0 stalled in the middle of a message: the worker waits for the next message without a
+ * limit, but for the rest of one begun only its time-out, then ends with the reason. */
+static void test_stalled_message(void **state) {
+    (void)state;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+    peer_arg a = {.addr = addr, .rank = 1, .n = 2, .timeout_ms = 300};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, peer_main, &a), 0);
+    int fds[SEER_TP_MAX];
+    ASSERT_OK(seer_tp_remote_accept(addr, 2, 5000, fds));
+    const tp_wire_hdr h = {TP_WIRE_MAGIC, TP_OP_SYNC, 0, 0, 64};
+    const char part[8] = {0};
+    assert_int_equal(send(fds[1], &h, sizeof h, MSG_NOSIGNAL), (ssize_t)sizeof h);
+    assert_int_equal(send(fds[1], part, sizeof part, MSG_NOSIGNAL), (ssize_t)sizeof part);
+    /* the worker gives up and closes its end well within 3 s */
+    struct pollfd pf = {.fd = fds[1], .events = POLLIN};
+    char c;
+    const bool closed = poll(&pf, 1, 3000) == 1 && recv(fds[1], &c, 1, 0) == 0;
+    close(fds[1]);
+    pthread_join(th, NULL);
+    assert_true(closed);
+    assert_int_equal(a.s, SEER_ERR_IO);
+    assert_non_null(strstr(a.msg, "no progress"));
 }
 
 /* ---- the messages -------------------------------------------------------------------------- */
@@ -645,6 +673,7 @@ int main(void) {
         cmocka_unit_test(test_serve_weight_shape),
         cmocka_unit_test(test_serve_attention_views),
         cmocka_unit_test(test_wrong_peer),
+        cmocka_unit_test(test_stalled_message),
         cmocka_unit_test(test_absent_rank),
         cmocka_unit_test(test_logits_2),
         cmocka_unit_test(test_logits_4),
