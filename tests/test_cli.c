@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Runs a shell command; captures stdout+stderr into out (NUL-terminated); returns the exit code. */
@@ -189,6 +190,17 @@ static void test_bad_input(void **state) {
             continue;
         if (rc != cases[i].rc || !strstr(buf, cases[i].msg))
             fail_msg("'seer %s': rc %d (want %d), output: %s", args, rc, cases[i].rc, buf);
+    }
+    /* serve's workers take its SIGTERM when it ends: a load that fails before they connect
+     * ends at once, not after their time-out for reaching rank 0 (60 s) */
+    {
+        const time_t t0 = time(NULL);
+        int r = sh(buf, sizeof buf, "timeout 40 %s serve -m /nonexistent.gguf --backend cpu --tp 2 --tp-procs --port 0",
+                   SEER_CLI);
+        if (!strstr(buf, "this build has no HTTP server")) {
+            if (r != 1 || time(NULL) - t0 > 20)
+                fail_msg("serve --tp-procs with no model: rc %d after %lld s: %s", r, (long long)(time(NULL) - t0), buf);
+        }
     }
     /* invalid UTF-8 in the prompt */
     const char *bad = tu_tmp_path("bad.txt");

@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -236,6 +237,7 @@ static void test_absent_rank(void **state) {
 typedef struct {
     const char *addr;
     int rank, n;
+    int timeout_ms; /* 0: 5000 */
     seer_status s;
     char msg[512];
 } peer_arg;
@@ -245,7 +247,7 @@ static void *peer_main(void *p) {
     seer_backend *be = NULL;
     a->s = seer_backend_cpu_init(1, &be);
     if (a->s == SEER_OK)
-        a->s = seer_tp_worker_run(a->addr, a->rank, a->n, be, 5000);
+        a->s = seer_tp_worker_run(a->addr, a->rank, a->n, be, a->timeout_ms ? a->timeout_ms : 5000);
     snprintf(a->msg, sizeof a->msg, "%s", seer_last_error());
     if (be)
         be->ops->free(be);
@@ -269,6 +271,32 @@ static void test_wrong_peer(void **state) {
     assert_non_null(strstr(a.msg, "refused"));
     for (int r = 0; r < SEER_TP_MAX; r++)
         assert_int_equal(fds[r], -1);
+}
+
+/* Rank 0 stalled in the middle of a message: the worker waits for the next message without a
+ * limit, but for the rest of one begun only its time-out, then ends with the reason. */
+static void test_stalled_message(void **state) {
+    (void)state;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+    peer_arg a = {.addr = addr, .rank = 1, .n = 2, .timeout_ms = 300};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, peer_main, &a), 0);
+    int fds[SEER_TP_MAX];
+    ASSERT_OK(seer_tp_remote_accept(addr, 2, 5000, fds));
+    const tp_wire_hdr h = {TP_WIRE_MAGIC, TP_OP_SYNC, 0, 0, 64};
+    const char part[8] = {0};
+    assert_int_equal(send(fds[1], &h, sizeof h, MSG_NOSIGNAL), (ssize_t)sizeof h);
+    assert_int_equal(send(fds[1], part, sizeof part, MSG_NOSIGNAL), (ssize_t)sizeof part);
+    /* the worker gives up and closes its end well within 3 s */
+    struct pollfd pf = {.fd = fds[1], .events = POLLIN};
+    char c;
+    const bool closed = poll(&pf, 1, 3000) == 1 && recv(fds[1], &c, 1, 0) == 0;
+    close(fds[1]);
+    pthread_join(th, NULL);
+    assert_true(closed);
+    assert_int_equal(a.s, SEER_ERR_IO);
+    assert_non_null(strstr(a.msg, "no progress"));
 }
 
 /* ---- the messages -------------------------------------------------------------------------- */
@@ -385,12 +413,267 @@ static void test_serve_bad_messages(void **state) {
     be->ops->free(be);
 }
 
+/* A backend that joins weights as the CUDA one does: the parts become views into the joined
+ * weight, which the rank's table must then hold for them. */
+static seer_backend_ops concat_ops;
+static void *concat_data;
+static int concat_views_freed;
+
+static seer_status test_concat(seer_backend *be, seer_weight *parts, int n, bool interleave, seer_weight *out) {
+    (void)be;
+    memset(out, 0, sizeof *out);
+    out->data = concat_data = calloc(1, 64);
+    out->rows = 0;
+    out->cols = parts[0].cols;
+    out->dtype = parts[0].dtype;
+    out->owned = true;
+    out->n_seg = n;
+    out->interleaved = interleave;
+    for (int j = 0; j < n; j++) {
+        out->rows += parts[j].rows;
+        out->seg_rows[j] = parts[j].rows;
+        if (parts[j].owned)
+            free(parts[j].data);
+        parts[j].data = concat_data;
+        parts[j].owned = false;
+    }
+    return SEER_OK;
+}
+
+static void (*cpu_weight_free_fn)(seer_backend *, seer_weight *);
+
+static void test_weight_free(seer_backend *be, seer_weight *w) {
+    if (w->data == concat_data && !w->owned)
+        concat_views_freed++;
+    cpu_weight_free_fn(be, w);
+}
+
+/* A joined weight whose handle grows the rank's table: the parts' new state lands in the
+ * table, not in the table it had before growing. */
+static void test_serve_concat_grows_table(void **state) {
+    (void)state;
+    seer_backend *be = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &be));
+    const seer_backend_ops *cpu_ops = be->ops;
+    concat_ops = *cpu_ops;
+    concat_ops.weight_concat = test_concat;
+    concat_ops.weight_free = test_weight_free;
+    cpu_weight_free_fn = cpu_ops->weight_free;
+    be->ops = &concat_ops;
+    concat_views_freed = 0;
+    tp_serve *sv = NULL;
+    ASSERT_OK(seer_tp_serve_init(be, &sv));
+    tp_wbuf w = {0}, out = {0};
+    float vals[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    for (int64_t h = 1; h <= 2; h++) { /* two 2 x 4 f32 weights */
+        seer_tp_w_reset(&w);
+        seer_tp_w_int(&w, h);
+        seer_tp_w_int(&w, 0);
+        seer_tp_w_bytes(&w, "w", 1);
+        seer_tp_w_int(&w, 2);
+        seer_tp_w_int(&w, 4);
+        seer_tp_w_int(&w, 2);
+        seer_tp_w_int(&w, 1);
+        seer_tp_w_int(&w, 1);
+        seer_tp_w_int(&w, GGML_TYPE_F32);
+        seer_tp_w_bytes(&w, vals, sizeof vals);
+        seer_tp_w_reset(&out);
+        ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_WLOAD, 0, w.buf, w.len, &out));
+    }
+    seer_tp_w_reset(&w);
+    seer_tp_w_int(&w, 5000); /* past the table's 256 entries */
+    seer_tp_w_int(&w, 0);
+    seer_tp_w_ptr(&w, 1, 0);
+    seer_tp_w_ptr(&w, 2, 0);
+    seer_tp_w_reset(&out);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_WCONCAT, 0, w.buf, w.len, &out));
+    seer_tp_w_free(&w);
+    seer_tp_w_free(&out);
+    seer_tp_serve_free(sv);
+    assert_int_equal(concat_views_freed, 2); /* both parts freed as the views they became */
+    be->ops = cpu_ops;
+    be->ops->free(be);
+}
+
+static void w_geom(tp_wbuf *w, int n_pages, int n_kv_heads, int head_dim) {
+    const int g[7] = {n_pages, 16, 2, n_kv_heads, head_dim, 0, 0}; /* page size 16, 2 layers */
+    for (int k = 0; k < 7; k++)
+        seer_tp_w_int(w, g[k]);
+}
+
+/* KV ops name their storage's geometry; one other than the storage was made with (rows of
+ * another size, more pages, a read's size that overflows) is refused, not run. */
+static void test_serve_kv_geometry(void **state) {
+    (void)state;
+    seer_backend *be = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &be));
+    tp_serve *sv = NULL;
+    ASSERT_OK(seer_tp_serve_init(be, &sv));
+    tp_wbuf w = {0}, out = {0};
+    seer_tp_w_int(&w, 1);
+    w_geom(&w, 4, 2, 8);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_KV_ALLOC, 0, w.buf, w.len, &out));
+    seer_tp_w_reset(&w);
+    seer_tp_w_ptr(&w, 1, 0);
+    w_geom(&w, 4, 2, 8);
+    seer_tp_w_int(&w, 4);
+    seer_tp_w_reset(&out);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_KV_RESERVE, 0, w.buf, w.len, &out));
+    enum { N = 16 };
+    int32_t page[N] = {0}, row[N] = {0};
+    const int bad[][3] = {{4, 1 << 30, 1 << 30}, {4, 2, 1 << 20}, {1 << 20, 2, 8}};
+    for (int t = 0; t <= 3; t++) {
+        seer_tp_w_reset(&w);
+        seer_tp_w_ptr(&w, 1, 0);
+        if (t < 3)
+            w_geom(&w, bad[t][0], bad[t][1], bad[t][2]);
+        else
+            w_geom(&w, 4, 2, 8);
+        seer_tp_w_int(&w, 1);
+        seer_tp_w_int(&w, 0);
+        seer_tp_w_int(&w, N);
+        if (t == 2)
+            page[N - 1] = 1000; /* within the message's pages, past the storage's */
+        else
+            page[N - 1] = 3;
+        seer_tp_w_bytes(&w, page, sizeof page);
+        seer_tp_w_bytes(&w, row, sizeof row);
+        seer_tp_w_reset(&out);
+        const seer_status s = seer_tp_serve_msg(sv, TP_OP_KV_READ, 0, w.buf, w.len, &out);
+        if (t < 3) {
+            assert_int_equal(s, SEER_ERR_FORMAT);
+        } else {
+            ASSERT_OK(s);
+            tp_msg m;
+            ASSERT_OK(seer_tp_msg_parse(out.buf, out.len, &m));
+            ASSERT_OK(seer_tp_msg_check(&m, "b", "kv_read"));
+            assert_int_equal(m.f[0].len, (size_t)N * 2 * 8 * sizeof(float));
+        }
+    }
+    seer_tp_w_free(&w);
+    seer_tp_w_free(&out);
+    seer_tp_serve_free(sv);
+    be->ops->free(be);
+}
+
+/* A weight's bytes must be its whole shape's: dimensions past the second (which the CPU
+ * backend multiplies into the rows; an f32 weight is used in place) are 1. */
+static void test_serve_weight_shape(void **state) {
+    (void)state;
+    seer_backend *be = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &be));
+    tp_serve *sv = NULL;
+    ASSERT_OK(seer_tp_serve_init(be, &sv));
+    tp_wbuf w = {0}, out = {0};
+    float row[32] = {0}; /* one row of 32 */
+    const int64_t ne[][4] = {{32, 1, 1 << 20, 1}, {32, 1, 1, 1 << 20}, {32, 1, 0, 1}, {32, 1, 1, 1}};
+    for (int t = 0; t < 4; t++) {
+        seer_tp_w_reset(&w);
+        seer_tp_w_int(&w, 1);
+        seer_tp_w_int(&w, 0);
+        seer_tp_w_bytes(&w, "w", 1);
+        seer_tp_w_int(&w, 2);
+        for (int k = 0; k < 4; k++)
+            seer_tp_w_int(&w, ne[t][k]);
+        seer_tp_w_int(&w, GGML_TYPE_F32);
+        seer_tp_w_bytes(&w, row, sizeof row);
+        seer_tp_w_reset(&out);
+        const seer_status s = seer_tp_serve_msg(sv, TP_OP_WLOAD, 0, w.buf, w.len, &out);
+        if (t < 3) {
+            assert_int_equal(s, SEER_ERR_FORMAT);
+            continue;
+        }
+        ASSERT_OK(s);
+        tp_msg m;
+        ASSERT_OK(seer_tp_msg_parse(out.buf, out.len, &m));
+        ASSERT_OK(seer_tp_msg_check(&m, "iiii", "weight_load"));
+        assert_int_equal(m.f[0].i, 1); /* rows */
+        assert_int_equal(m.f[1].i, 32);
+    }
+    seer_tp_w_free(&w);
+    seer_tp_w_free(&out);
+    seer_tp_serve_free(sv);
+    be->ops->free(be);
+}
+
+/* An attention batch's view lists: their index counts, summed over the sequences, must not
+ * wrap (1024 views of 2^30 x 4096 x 4096 indices sum to 2^64, which is 0). */
+static void test_serve_attention_views(void **state) {
+    (void)state;
+    seer_backend *be = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &be));
+    tp_serve *sv = NULL;
+    ASSERT_OK(seer_tp_serve_init(be, &sv));
+    tp_wbuf w = {0}, out = {0};
+    seer_tp_w_int(&w, 1);
+    w_geom(&w, 4, 2, 8);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_KV_ALLOC, 0, w.buf, w.len, &out));
+    seer_tp_w_reset(&w);
+    seer_tp_w_int(&w, 2);
+    seer_tp_w_int(&w, 1024);
+    seer_tp_w_reset(&out);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_ALLOC, 0, w.buf, w.len, &out));
+    enum { NS = 1024 };
+    static int32_t off[NS + 1], meta[NS * 5];
+    for (int wrap = 1; wrap >= 0; wrap--) {
+        for (int i = 0; i < NS; i++) {
+            const int32_t v[5] = {1, wrap ? 1 << 30 : 1, wrap ? 4096 : 1, wrap ? 4096 : 0, 0};
+            memcpy(meta + i * 5, v, sizeof v);
+        }
+        seer_tp_w_reset(&w);
+        seer_tp_w_ptr(&w, 2, 0); /* out */
+        seer_tp_w_ptr(&w, 2, 0); /* q */
+        seer_tp_w_ptr(&w, 1, 0); /* kv */
+        w_geom(&w, 4, 2, 8);
+        seer_tp_w_int(&w, 0);                   /* layer */
+        seer_tp_w_int(&w, 0);                   /* T */
+        seer_tp_w_int(&w, 2);                   /* heads */
+        seer_tp_w_int(&w, 2);                   /* key/value heads */
+        seer_tp_w_int(&w, 8);                   /* head_dim */
+        seer_tp_w_dbl(&w, 1.0);                 /* scale */
+        seer_tp_w_int(&w, 16);                  /* page size */
+        seer_tp_w_int(&w, NS);                  /* sequences */
+        seer_tp_w_int(&w, 0);                   /* max pages */
+        seer_tp_w_bytes(&w, NULL, 0);           /* pages */
+        seer_tp_w_bytes(&w, off, NS * 4);       /* lengths */
+        seer_tp_w_bytes(&w, off, (NS + 1) * 4); /* token offsets */
+        for (int k = 0; k < 3; k++)
+            seer_tp_w_bytes(&w, NULL, 0);       /* tokens, their sequences, slots */
+        seer_tp_w_int(&w, 0);                   /* no mask */
+        seer_tp_w_bytes(&w, NULL, 0);
+        seer_tp_w_int(&w, 0);                   /* kv_quant */
+        seer_tp_w_int(&w, 0);                   /* no prompt counts */
+        seer_tp_w_bytes(&w, NULL, 0);
+        seer_tp_w_int(&w, 0);                   /* window */
+        seer_tp_w_int(&w, 0);                   /* no positions */
+        seer_tp_w_bytes(&w, NULL, 0);
+        seer_tp_w_dbl(&w, 0.0);                 /* softcap */
+        seer_tp_w_bytes(&w, meta, sizeof meta); /* the views */
+        seer_tp_w_bytes(&w, NULL, 0);           /* their indices: none, as the sum wrapped */
+        seer_tp_w_reset(&out);
+        const seer_status s = seer_tp_serve_msg(sv, TP_OP_ATTENTION, 0, w.buf, w.len, &out);
+        if (wrap)
+            assert_int_equal(s, SEER_ERR_FORMAT);
+        else
+            ASSERT_OK(s); /* views of no indices: the batch is well formed */
+    }
+    seer_tp_w_free(&w);
+    seer_tp_w_free(&out);
+    seer_tp_serve_free(sv);
+    be->ops->free(be);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wire),
         cmocka_unit_test(test_serve_bad_messages),
+        cmocka_unit_test(test_serve_concat_grows_table),
+        cmocka_unit_test(test_serve_kv_geometry),
+        cmocka_unit_test(test_serve_weight_shape),
+        cmocka_unit_test(test_serve_attention_views),
         cmocka_unit_test(test_wrong_peer),
+        cmocka_unit_test(test_stalled_message),
         cmocka_unit_test(test_absent_rank),
         cmocka_unit_test(test_logits_2),
         cmocka_unit_test(test_logits_4),

@@ -84,8 +84,10 @@ seer_status seer_tp_remote_rpc(seer_backend *be, uint32_t op, tp_wbuf *w, const 
     if (h.kind != SEER_OK) {
         const bool has = m->n == 1 && m->f[0].type == TP_F_BYTES;
         const seer_status rs = (seer_status)h.kind;
-        seer_status e = seer_err(rs, "rank %d: %.*s", l->rank, has ? (int)m->f[0].len : 0,
-                                 has ? (const char *)m->f[0].data : "");
+        /* the message's length bounded: past INT_MAX the precision would be negative, and
+         * the bytes (not NUL-terminated) read to their end and beyond */
+        const int len = has ? (int)(m->f[0].len < 1024 ? m->f[0].len : 1024) : 0;
+        seer_status e = seer_err(rs, "rank %d: %.*s", l->rank, len, has ? (const char *)m->f[0].data : "");
         free(p);
         return e;
     }

@@ -3,7 +3,8 @@
  * Every message is parsed (seer_tp_msg_parse), checked against its op's signature, its handles
  * looked up in this process's table, then run; the answer is the op's status (with the
  * message on failure) and what it returns. A bad message is answered with its reason and
- * changes nothing. What it does not check: that an op's extents (rows, page ids) lie within
+ * changes nothing. A KV op's geometry must be the one its storage was made with. What it
+ * does not check: that an op's extents (rows, page ids) lie within
  * the memory the handles name; rank 0 is trusted there, as a backend trusts its caller.
  * Not for: sockets (tp_serve_loop.c) or the sending side (tp_remote.c).
  */
@@ -24,6 +25,7 @@ typedef struct {
     size_t bytes;     /* MEM */
     seer_weight w;    /* WEIGHT */
     void *host;       /* WEIGHT: the tensor's bytes, kept while the weight may point into them */
+    seer_kv_geom g;   /* KV: the geometry it was made with */
     seer_backend *be; /* the instance that made it (frees it) */
 } h_entry;
 
@@ -172,16 +174,23 @@ static seer_status weight(tp_serve *sv, const tp_msg *m, int k, seer_weight **ou
     return SEER_OK;
 }
 
-static seer_status kv(tp_serve *sv, const tp_msg *m, int k, void **out) {
-    h_entry *e;
-    SEER_TRY(entry(sv, m, k, H_KV, false, &e));
-    *out = e->p;
-    return SEER_OK;
-}
-
 static seer_kv_geom geom(const tp_msg *m, int k) {
     return (seer_kv_geom){(int)m->f[k].i,     (int)m->f[k + 1].i, (int)m->f[k + 2].i, (int)m->f[k + 3].i,
                           (int)m->f[k + 4].i, (int)m->f[k + 5].i, (int)m->f[k + 6].i};
+}
+
+/* KV storage from field k, and the geometry in fields k + 1 to k + 7 (every KV op's), which
+ * must be the one it was made with: the backend computes the storage's extents from it. */
+static seer_status kv(tp_serve *sv, const tp_msg *m, int k, void **out) {
+    h_entry *e;
+    SEER_TRY(entry(sv, m, k, H_KV, false, &e));
+    const seer_kv_geom g = geom(m, k + 1);
+    for (int j = 0; j < 7; j++)
+        if (m->f[k + 1 + j].i < INT32_MIN || m->f[k + 1 + j].i > INT32_MAX || memcmp(&g, &e->g, sizeof g))
+            return seer_err(SEER_ERR_FORMAT,
+                            "tensor-parallel message: field %d's geometry is not its KV storage's", k + 1);
+    *out = e->p;
+    return SEER_OK;
 }
 
 /* Integer field k within [lo, hi]. */
@@ -229,7 +238,7 @@ static seer_status op_memory(tp_serve *sv, seer_backend *be, uint32_t op, const 
             return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: an allocation of %lld bytes", (long long)m->f[1].i);
         TRY(fresh(sv, m->f[0].i, &e));
         TRY(be->ops->alloc(be, (size_t)m->f[1].i, &e->p));
-        *e = (h_entry){H_MEM, e->p, (size_t)m->f[1].i, {0}, NULL, be};
+        *e = (h_entry){.kind = H_MEM, .p = e->p, .bytes = (size_t)m->f[1].i, .be = be};
         return SEER_OK;
     case TP_OP_DEALLOC:
         TRY(seer_tp_msg_check(m, "p", "dealloc"));
@@ -267,6 +276,7 @@ static seer_status op_memory(tp_serve *sv, seer_backend *be, uint32_t op, const 
         TRY(be->ops->kv_alloc(be, &g, &e->p));
         e->kind = H_KV;
         e->be = be;
+        e->g = g;
         return SEER_OK;
     }
     case TP_OP_KV_RESERVE: {
@@ -312,7 +322,8 @@ static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const
         for (int k = 0; k < 4; k++)
             t.ne[k] = (uint64_t)m->f[4 + k].i;
         const int be_ = seer_ggml_type_block_elems(t.type), bb = seer_ggml_type_block_bytes(t.type);
-        if (t.n_dims < 1 || t.n_dims > 2 || be_ <= 0 || m->f[4].i < 1 || m->f[5].i < 1 || m->f[4].i > BIG ||
+        if (t.n_dims < 1 || t.n_dims > 2 || be_ <= 0 || m->f[4].i < 1 || m->f[5].i < 1 || m->f[6].i != 1 ||
+            m->f[7].i != 1 || m->f[4].i > BIG ||
             m->f[5].i > BIG || m->f[4].i % be_ || (uint64_t)m->f[4].i / be_ * bb * (uint64_t)m->f[5].i != t.nbytes)
             return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: tensor %s's shape and %zu bytes disagree", name,
                             t.nbytes);
@@ -356,6 +367,9 @@ static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const
     const int n = m->n - 2;
     seer_weight parts[SEER_WEIGHT_MAX_SEG];
     seer_weight *pp[SEER_WEIGHT_MAX_SEG];
+    /* the new entry first: growing the table moves every entry, so the parts' pointers are
+     * taken after it */
+    TRY(fresh(sv, m->f[0].i, &e));
     for (int j = 0; j < n; j++) {
         TRY(weight(sv, m, 2 + j, &pp[j]));
         for (int k = 0; k < j; k++)
@@ -363,7 +377,6 @@ static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const
                 return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a weight joined to itself");
         parts[j] = *pp[j];
     }
-    TRY(fresh(sv, m->f[0].i, &e));
     TRY(be->ops->weight_concat(be, parts, n, m->f[1].i != 0, &e->w));
     e->kind = H_WEIGHT;
     e->be = be;
@@ -589,9 +602,11 @@ static seer_status batch(const tp_msg *m, int k, seer_attn_batch *ab, seer_attn_
             return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a view of bad shape");
         if (v[0])
             n_idx += (size_t)v[1] * v[2] * v[3];
+        if (n_idx > BIG) /* each term is below 2^55: the sum cannot wrap before this */
+            return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: attention's views hold over %d indices", BIG);
     }
     const int32_t *idx;
-    TRY(ids(m, k + 24, (int64_t)(n_idx > BIG ? -1 : (long long)n_idx), &idx, "attention's view indices"));
+    TRY(ids(m, k + 24, (int64_t)n_idx, &idx, "attention's view indices"));
     *views = calloc((size_t)ns + 1, sizeof **views);
     *seq_view = calloc((size_t)ns + 1, sizeof **seq_view);
     if (!*views || !*seq_view)

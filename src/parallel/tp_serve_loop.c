@@ -8,6 +8,8 @@
 #include "parallel/tp_remote.h"
 #include "util/error.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,7 +115,8 @@ seer_status seer_tp_worker_run(const char *addr, int rank, int n, seer_backend *
     if (s == SEER_OK && h.kind != SEER_OK) {
         tp_msg m;
         const bool has = seer_tp_msg_parse(p, (size_t)h.bytes, &m) == SEER_OK && m.n == 1 && m.f[0].type == TP_F_BYTES;
-        s = seer_err((seer_status)h.kind, "rank 0 refused rank %d: %.*s", rank, has ? (int)m.f[0].len : 0,
+        s = seer_err((seer_status)h.kind, "rank 0 refused rank %d: %.*s", rank,
+                     has ? (int)(m.f[0].len < 1024 ? m.f[0].len : 1024) : 0,
                      has ? (const char *)m.f[0].data : "");
     }
     free(p);
@@ -121,9 +124,18 @@ seer_status seer_tp_worker_run(const char *addr, int rank, int n, seer_backend *
     if (s == SEER_OK)
         s = seer_tp_serve_init(be, &sv);
     /* Rank 0 may think for as long as it likes between ops (a user's next request): the
-     * stream waits without a limit; a closed connection ends it. */
+     * stream waits for a message's first byte without a limit, for the rest of it as for
+     * anything else; a closed connection ends it. */
     while (s == SEER_OK) {
-        s = seer_tp_wire_recv(fd, &h, &p, 0);
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int r;
+        while ((r = poll(&pf, 1, -1)) < 0 && errno == EINTR)
+            ;
+        if (r < 0) {
+            s = seer_err(SEER_ERR_IO, "tensor-parallel link: poll: %s", strerror(errno));
+            break;
+        }
+        s = seer_tp_wire_recv(fd, &h, &p, timeout_ms);
         if (s != SEER_OK)
             break;
         if (h.kind == TP_OP_BYE) {

@@ -97,6 +97,25 @@ bool cli_tp_spawn(const cli_common *c, char *addr, size_t cap, int *pids) {
     snprintf(n_s, sizeof n_s, "%lld", c->tp);
     snprintf(t_s, sizeof t_s, "%lld", c->threads > 0 ? (c->threads / c->tp > 0 ? c->threads / c->tp : 1) : 0);
     const char *be = c->backend == SEER_BACKEND_CPU ? "cpu" : c->backend == SEER_BACKEND_CUDA ? "cuda" : "auto";
+    /* A worker starts with no signal blocked and SIGINT, SIGTERM and SIGHUP at their default:
+     * `seer serve` blocks them in every thread (it takes them with sigwait), and a worker that
+     * inherited that would ignore cli_tp_reap's SIGTERM and the terminal's Ctrl-C. */
+    posix_spawnattr_t at;
+    sigset_t none, def;
+    sigemptyset(&none);
+    sigemptyset(&def);
+    sigaddset(&def, SIGINT);
+    sigaddset(&def, SIGTERM);
+    sigaddset(&def, SIGHUP);
+    int e = posix_spawnattr_init(&at);
+    if (e == 0 && ((e = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)) != 0 ||
+                   (e = posix_spawnattr_setsigmask(&at, &none)) != 0 ||
+                   (e = posix_spawnattr_setsigdefault(&at, &def)) != 0))
+        posix_spawnattr_destroy(&at);
+    if (e != 0) {
+        fprintf(stderr, "seer: --tp-procs: cannot set up the workers' start: %s\n", strerror(e));
+        return false;
+    }
     for (int r = 1; r < c->tp; r++) {
         snprintf(r_s, sizeof r_s, "%d", r);
         char *argv[16];
@@ -117,14 +136,16 @@ bool cli_tp_spawn(const cli_common *c, char *addr, size_t cap, int *pids) {
         }
         argv[k] = NULL;
         pid_t pid;
-        const int e = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, environ);
+        e = posix_spawn(&pid, "/proc/self/exe", NULL, &at, argv, environ);
         if (e != 0) {
             fprintf(stderr, "seer: --tp-procs: cannot start rank %d: %s\n", r, strerror(e));
+            posix_spawnattr_destroy(&at);
             cli_tp_reap(pids, true);
             return false;
         }
         pids[r] = pid;
     }
+    posix_spawnattr_destroy(&at);
     return true;
 }
 
