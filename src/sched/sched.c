@@ -744,11 +744,11 @@ static seer_status run_plan(seer_sched *s, int n) {
     /* the rows' masks while the call runs: only the verification after it needs them */
     for (int i = 0; i < MAX_GROUPS; i++)
         if (s->groups[i].n)
-            seer_mask_ahead_start(s->groups[i].g, 0, s->groups[i].n);
+            seer_round_masks(s->groups[i].g, 0, s->groups[i].n, true);
     const seer_status fst = amax ? seer_decode_argmax(c, &call, s->ids) : seer_decode_keep(c, &call, &L);
     for (int i = 0; i < MAX_GROUPS; i++)
         if (s->groups[i].n)
-            seer_mask_ahead_wait(s->groups[i].g);
+            seer_round_masks(s->groups[i].g, 0, s->groups[i].n, false);
     SEER_TRY(fst);
     SEER_TRY(seer_prompt_lp_compute(&s->plp, c, L, in->n_vocab));
     for (int i = 0; i < MAX_GROUPS; i++)

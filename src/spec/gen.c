@@ -564,13 +564,13 @@ static seer_status verify_calls(seer_gen *g, int n) {
                            .mask = mask};
         /* the rows' masks while the call runs: only the verification after it needs them */
         double tm = now_s();
-        seer_mask_ahead_start(g, i0, i);
+        seer_round_masks(g, i0, i, true);
         g->stats.t_mask_s += now_s() - tm;
         g->stats.verify_calls++;
         if (amax) {
             st = seer_decode_argmax(c, &call, g->ids);
             tm = now_s();
-            seer_mask_ahead_wait(g);
+            seer_round_masks(g, i0, i, false);
             g->stats.t_mask_s += now_s() - tm;
             if (st == SEER_OK)
                 st = seer_round_verify(g, i0, i, g->ids, NULL);
@@ -578,7 +578,7 @@ static seer_status verify_calls(seer_gen *g, int n) {
             float *L = NULL;
             st = seer_decode_keep(c, &call, &L);
             tm = now_s();
-            seer_mask_ahead_wait(g);
+            seer_round_masks(g, i0, i, false);
             g->stats.t_mask_s += now_s() - tm;
             if (st == SEER_OK)
                 st = seer_round_verify(g, i0, i, NULL, L);

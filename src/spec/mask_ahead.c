@@ -32,17 +32,8 @@ static bool before_call(const seer_gen *g, int k) {
     return seer_constraint_options(g->seqs[g->hs[k]].con) & SEER_CONSTRAINT_MASKS_BEFORE_CALL;
 }
 
-void seer_mask_ahead_start(seer_gen *g, int k0, int k1) {
-    g->ahead.k0 = k0;
-    g->ahead.k1 = k1;
+void seer_round_masks(seer_gen *g, int k0, int k1, bool before) {
     for (int k = k0; k < k1; k++)
-        if (g->seqs[g->hs[k]].con && before_call(g, k))
+        if (g->seqs[g->hs[k]].con && before_call(g, k) == before)
             entry_masks(g, k);
-}
-
-void seer_mask_ahead_wait(seer_gen *g) {
-    for (int k = g->ahead.k0; k < g->ahead.k1; k++)
-        if (g->seqs[g->hs[k]].con && !before_call(g, k))
-            entry_masks(g, k);
-    g->ahead.k0 = g->ahead.k1 = 0;
 }

@@ -123,11 +123,10 @@ seer_round_result seer_round_emit(seer_gen *g, int k, seer_round_emit_fn fn, voi
 /* Tells the drafter entry k was verified and emitted. */
 seer_status seer_round_verified(seer_gen *g, int k);
 
-/* Around the forward call of round entries [k0, k1): start before it (the masks of the rows
- * of constraints with SEER_CONSTRAINT_MASKS_BEFORE_CALL), wait after it returns, whatever its
- * status (the other rows' masks, while an asynchronous backend's device computes). */
-void seer_mask_ahead_start(seer_gen *g, int k0, int k1);
-void seer_mask_ahead_wait(seer_gen *g);
+/* The rows' masks of round entries [k0, k1) whose constraints take them on this side of the
+ * forward call: before it (SEER_CONSTRAINT_MASKS_BEFORE_CALL) or after it returns, whatever
+ * its status (the others, while an asynchronous backend's device computes). */
+void seer_round_masks(seer_gen *g, int k0, int k1, bool before_call);
 
 /* Whether p asks for best-first trees (the draft model's draft-best-first), which the
  * generator verifies in several calls where they exceed one (tree_chunk.c). */

@@ -49,18 +49,12 @@ typedef struct {
     int n_lp, cap_lp;
 } seer_gen_seq;
 
-/* The round entries whose rows' masks follow the forward call (mask_ahead.c). */
-typedef struct {
-    int k0, k1;
-} seer_mask_ahead;
-
 /* Most nodes of a best-first tree (SpecExec; the draft model's draft-best-first), given or
  * chosen (tree_size -1, best_first_size.c: up to the AUTO bound). */
 #define SEER_TREE_BEST_FIRST_MAX 4096
 #define SEER_TREE_BEST_FIRST_AUTO 1024
 
 struct seer_gen {
-    seer_mask_ahead ahead;
     seer_context *ctx;
     const seer_model *model;
     int V;
