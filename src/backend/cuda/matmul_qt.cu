@@ -422,15 +422,6 @@ static seer_status qt_norm_x(seer_backend *be, float *h, const float *x, const f
     return seer_cuda_rmsnorm_q8(c, *xq, *xd, x, nw, T, cols, eps);
 }
 
-seer_status seer_cuda_qt_matmul_norm(seer_backend *be, const mm_out &out, float *h, const float *x,
-                                     const float *nw, float eps, const seer_weight *w, int T) {
-    SEER_TRY(qt_check(w, T));
-    int8_t *xq;
-    float2 *xd;
-    SEER_TRY(qt_norm_x(be, h, x, nw, eps, T, w->cols, &xq, &xd));
-    return qt_product(seer_cuda_of(be), out, xq, xd, w, T);
-}
-
 seer_status seer_cuda_qt_matmuls_norm(seer_backend *be, const mm_out *outs, float *h, const float *x,
                                       const float *nw, float eps, const seer_weight *ws, int n, int T) {
     seer_cuda *c = seer_cuda_of(be);
@@ -449,6 +440,11 @@ seer_status seer_cuda_qt_matmuls_norm(seer_backend *be, const mm_out *outs, floa
     for (int j = 0; j < n; j++)
         SEER_TRY(qt_product(c, outs[j], xq, xd, &ws[j], T));
     return SEER_OK;
+}
+
+seer_status seer_cuda_qt_matmul_norm(seer_backend *be, const mm_out &out, float *h, const float *x,
+                                     const float *nw, float eps, const seer_weight *w, int T) {
+    return seer_cuda_qt_matmuls_norm(be, &out, h, x, nw, eps, w, 1, T);
 }
 
 /* ---- the layout's other readers ------------------------------------------------------------ */
