@@ -193,7 +193,16 @@ static void test_killed_rank(void **state) {
     /* and again, at once: the link is known dead */
     assert_int_not_equal(decode_once(m), SEER_OK);
     assert_non_null(strstr(seer_last_error(), "rank 1"));
+    /* the frees' failures on the dead link leave the caller's last error as it was */
+    seer_context_params bad = seer_context_default_params();
+    bad.n_seq_max = -1;
+    seer_context *c = NULL;
+    assert_int_not_equal(seer_context_init(m, bad, &c), SEER_OK);
+    char before[1024];
+    snprintf(before, sizeof before, "%s", seer_last_error());
+    assert_null(strstr(before, "rank 1"));
     seer_model_free(m);
+    assert_string_equal(seer_last_error(), before);
 }
 
 /* A rank that stops answering (stopped, not dead: its socket stays open) fails the op after

@@ -165,7 +165,7 @@ void seer_context_kv_memory(const seer_context *c, seer_kv_memory *out) {
     out->kv_type = c->params.kv_type;
 }
 
-void seer_context_free(seer_context *c) {
+static void context_free_body(seer_context *c) {
     if (!c)
         return;
     /* the KV storage and scratch went through the context's instance: they go before it */
@@ -190,6 +190,13 @@ void seer_context_free(seer_context *c) {
     for (size_t i = 0; i < sizeof host / sizeof *host; i++)
         free(host[i]);
     free(c);
+}
+
+void seer_context_free(seer_context *c) {
+    seer_err_saved keep; /* the failure that led here stays the one the caller reads */
+    seer_err_save(&keep);
+    context_free_body(c);
+    seer_err_restore(&keep);
 }
 
 seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context **out) {

@@ -723,7 +723,7 @@ seer_status seer_model_load_tuned(const char *path, seer_model_params params, co
     return SEER_OK;
 }
 
-void seer_model_free(seer_model *m) {
+static void model_free_body(seer_model *m) {
     if (!m)
         return;
     seer_backend *be = m->be;
@@ -765,6 +765,13 @@ void seer_model_free(seer_model *m) {
     seer_vocab_free(m->vocab);
     seer_gguf_file_close(m->gguf);
     free(m);
+}
+
+void seer_model_free(seer_model *m) {
+    seer_err_saved keep; /* the failure that led here stays the one the caller reads */
+    seer_err_save(&keep);
+    model_free_body(m);
+    seer_err_restore(&keep);
 }
 
 void seer_model_get_info(const seer_model *m, seer_model_info *info) {

@@ -125,17 +125,42 @@ static seer_status pc_gather_cols(seer_comm *base, int r, float *dst, size_t ld,
     return SEER_OK;
 }
 
+typedef struct {
+    proc_comm *c;
+    int r;
+} free_arg;
+
+static void *free_main(void *p) {
+    const free_arg *a = p;
+    tp_wbuf w = {0};
+    tp_msg m;
+    void *pl = NULL;
+    if (seer_tp_remote_rpc(a->c->rank[a->r], TP_OP_COMM_FREE, &w, "", &m, &pl) == SEER_OK)
+        free(pl);
+    return NULL;
+}
+
+/* Every rank's process frees its rank at the same time, as it made it: NCCL's
+ * ncclCommDestroy of one rank waits for the others' (the buffers they share through its
+ * proxy), so a rank freed only once another's free had answered waited out the link's
+ * time-out. A rank whose thread cannot start is freed after rank 0's. */
 static void pc_free(seer_comm *base) {
     proc_comm *c = (proc_comm *)base;
+    free_arg a[SEER_TP_MAX];
+    pthread_t th[SEER_TP_MAX];
+    bool started[SEER_TP_MAX] = {0};
     for (int r = 1; r < base->n; r++) {
-        tp_wbuf w = {0};
-        tp_msg m;
-        void *pl = NULL;
-        if (seer_tp_remote_rpc(c->rank[r], TP_OP_COMM_FREE, &w, "", &m, &pl) == SEER_OK)
-            free(pl);
+        a[r] = (free_arg){.c = c, .r = r};
+        started[r] = pthread_create(&th[r], NULL, free_main, &a[r]) == 0;
     }
     if (c->local)
         c->local->free(c->local);
+    for (int r = 1; r < base->n; r++) {
+        if (started[r])
+            pthread_join(th[r], NULL);
+        else
+            free_main(&a[r]);
+    }
     free(c);
 }
 

@@ -150,7 +150,7 @@ static void group_clear(seer_sched *s, sched_group *gr) {
     memset(gr, 0, sizeof *gr);
 }
 
-void seer_sched_free(seer_sched *s) {
+static void sched_free_body(seer_sched *s) {
     if (!s)
         return;
     for (int i = 0; i < s->n_running; i++) {
@@ -173,6 +173,13 @@ void seer_sched_free(seer_sched *s) {
     seer_prompt_lp_free(&s->plp);
     free(s->mask);
     free(s);
+}
+
+void seer_sched_free(seer_sched *s) {
+    seer_err_saved keep; /* the failure that led here stays the one the caller reads */
+    seer_err_save(&keep);
+    sched_free_body(s);
+    seer_err_restore(&keep);
 }
 
 seer_status seer_sched_init(seer_context *ctx, seer_sched_params params, seer_sched **out) {

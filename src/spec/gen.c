@@ -69,7 +69,7 @@ static seer_status check_params(const seer_context *ctx, const seer_spec_params 
     return SEER_OK;
 }
 
-void seer_gen_free(seer_gen *g) {
+static void gen_free_body(seer_gen *g) {
     if (!g)
         return;
     for (int h = 0; h < g->n_seqs; h++) {
@@ -95,6 +95,13 @@ void seer_gen_free(seer_gen *g) {
     free(g->ids), free(g->rows), free(g->chains), free(g->u), free(g->rng0), free(g->first);
     free(g->chain), free(g->acc), free(g->next), free(g->c_acc), free(g->c_next);
     free(g);
+}
+
+void seer_gen_free(seer_gen *g) {
+    seer_err_saved keep; /* the failure that led here stays the one the caller reads */
+    seer_err_save(&keep);
+    gen_free_body(g);
+    seer_err_restore(&keep);
 }
 
 seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **out) {

@@ -95,6 +95,12 @@ seer_status seer_err(seer_status s, const char *fmt, ...) {
 
 void seer_clear_error(void) { g_msg[0] = 0; }
 
+_Static_assert(sizeof(((seer_err_saved *)0)->msg) == sizeof g_msg, "a saved message holds any message");
+
+void seer_err_save(seer_err_saved *s) { memcpy(s->msg, g_msg, sizeof g_msg); }
+
+void seer_err_restore(const seer_err_saved *s) { memcpy(g_msg, s->msg, sizeof g_msg); }
+
 const char *seer_last_error(void) { return g_msg; }
 
 const char *seer_status_str(seer_status s) {

@@ -13,6 +13,15 @@
 seer_status seer_err(seer_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void seer_clear_error(void);
 
+/* The message behind seer_last_error(), kept across a cleanup: the public free functions
+ * restore it, so that the failure a caller reads is the one that happened, not a later
+ * one of the cleanup it caused (a rank's link timing out while freeing, say). */
+typedef struct {
+    char msg[1024];
+} seer_err_saved;
+void seer_err_save(seer_err_saved *s);
+void seer_err_restore(const seer_err_saved *s);
+
 /* malloc/calloc that fail on overflow of n*size; NULL on failure (caller reports OOM). */
 void *seer_malloc_array(size_t n, size_t size);
 void *seer_calloc_array(size_t n, size_t size);
