@@ -459,11 +459,25 @@ for p in pts:
 PY
 }
 
+# One GPU for the steps that compare one GPU's speed: llama.cpp otherwise spreads its layers
+# over every GPU it sees (-sm layer), which pipelines its prefill over all of them. Not for
+# the tp step, nor where BENCH_TP or CUDA_VISIBLE_DEVICES says which GPUs to use.
+one_gpu() {
+  [ "$1" = tp ] || [ -n "${BENCH_TP:-}" ] || [ -n "${CUDA_VISIBLE_DEVICES+x}" ] && return
+  command -v nvidia-smi >/dev/null || return
+  [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -gt 1 ] || return
+  echo "== $1: on GPU 0 alone (CUDA_VISIBLE_DEVICES=0), seer and llama.cpp alike"
+  export CUDA_VISIBLE_DEVICES=0
+  pinned=1
+}
+
 run_all() {
   echo "== bench-gpu llama $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null), steps: $*"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   local s
   for s in "$@"; do
+    pinned=0
+    [ "$s" = tp ] || [ "$s" = setup ] || one_gpu "$s"
     case $s in
       setup) setup ;;
       weights) export GPU_CHECK_JOBS=${GPU_CHECK_JOBS:-8}; weights ;;
@@ -475,6 +489,7 @@ run_all() {
       bf16 | f16 | f32 | q8_0 | q4_0 | q4_1 | q4_k_m) bench_type "$s" ;;
       *) echo "bench-gpu llama: unknown step '$s' (setup, weights, attention, kvcache, offload, tp, all, or a type: bf16 q4_0 q8_0 q4_k_m ...)" ;;
     esac
+    [ "$pinned" = 1 ] && unset CUDA_VISIBLE_DEVICES
   done
   echo
   echo "== seer against llama.cpp, same GGUF, same device, one process at a time (speedup > 1: seer faster;"
