@@ -8,11 +8,12 @@
 #           GPU tests (scripts/gpu-check.sh), and forgets the summary of earlier calls
 #   weights the whole comparison of the weights in ONE call (about 9 minutes on an H100): the
 #           llama.cpp build in the background, seer's build and the tests that run CUDA code
-#           (gpu-check.sh, ctest -j 8 -L gpu; GPU_CHECK_LABEL= for all), the bf16, q4_k_m, q4_0
-#           and q8_0 files written while the tests run; per
-#           type B = 1 at 4K and 32K, the prefill of a 4K prompt and verification chains of
-#           5 and 8 tokens (streaming self-draft K 512, G 4 and 7, SYNTHETIC acceptance 0.8);
-#           BENCH_LLAMA_BATCHED=8x4096 adds that batched point to every type
+#           (gpu-check.sh, ctest -j 8 -L gpu; GPU_CHECK_LABEL= for all), the bf16, q4_k_m, q4_0,
+#           q8_0 and q6_k files written while the tests run; per
+#           type B = 1 at 4K and 32K, B = 8 at 4K (BENCH_LLAMA_BATCHED=8x4096; set it empty for
+#           none), the prefill of a 4K prompt and verification chains of 5 and 8 tokens
+#           (streaming self-draft K 512, G 4 and 7, SYNTHETIC acceptance 0.8); the five types
+#           need the 4-GPU machine's cores to build in time (BENCH_LLAMA_TYPES picks fewer)
 #   attention the whole comparison of attention in ONE call (about 8 minutes): both builds, the
 #           bf16 file, 14 x 32K and 3 x 128K plain and with streaming self-speculation (K 512,
 #           G 2 and 4, draft steps with the model's weights and with its q4_0 draft weights,
@@ -330,8 +331,8 @@ bench_type() {
 # The weights in one call: setup (both builds, the GPU tests in parallel), the four files
 # written while the tests run, then per type the B = 1 points, a 4K prefill and verification.
 weights() {
-  local types=${BENCH_LLAMA_TYPES:-bf16 q4_k_m q4_0 q8_0}
-  ctx=${BENCH_LLAMA_CTX:-4096,32768} prefill=${BENCH_LLAMA_PREFILL:-4096} batched=${BENCH_LLAMA_BATCHED-}
+  local types=${BENCH_LLAMA_TYPES:-bf16 q4_k_m q4_0 q8_0 q6_k}
+  ctx=${BENCH_LLAMA_CTX:-4096,32768} prefill=${BENCH_LLAMA_PREFILL:-4096} batched=${BENCH_LLAMA_BATCHED-8x4096}
   reps=${BENCH_LLAMA_REPS:-3} type_secs=${BENCH_TYPE_SECS:-45} batched_types=all
   spec_b1="--spec streaming --spec-budget-list 512 --spec-gamma-list 4,7 --synthetic-accept 0.8"
   setup build-then-files $types
@@ -486,7 +487,7 @@ run_all() {
       offload) offload ;;
       tp) tp_compare ;;
       all) for t in ${BENCH_LLAMA_TYPES:-$(default_types)}; do bench_type "$t"; done ;;
-      bf16 | f16 | f32 | q8_0 | q4_0 | q4_1 | q4_k_m) bench_type "$s" ;;
+      bf16 | f16 | f32 | q8_0 | q4_0 | q4_1 | q4_k_m | q5_k_m | q6_k) bench_type "$s" ;;
       *) echo "bench-gpu llama: unknown step '$s' (setup, weights, attention, kvcache, offload, tp, all, or a type: bf16 q4_0 q8_0 q4_k_m ...)" ;;
     esac
     [ "$pinned" = 1 ] && unset CUDA_VISIBLE_DEVICES
