@@ -262,7 +262,22 @@ gen_file() { # type, file: written here, or waited for when the background write
   "$bdir/seer" gen-model "${shape[@]}" --dtype "$t" -o "$f"
 }
 
-bench_type() {
+# One GPU for the measurements of one GPU's speed: llama.cpp otherwise spreads its layers over
+# every GPU it sees (-sm layer), which pipelines its prefill over all of them. Not where
+# BENCH_TP or CUDA_VISIBLE_DEVICES says which GPUs to use; the GPU tests still see them all.
+one_gpu() { # a command and its arguments, run so
+  if [ -z "${BENCH_TP:-}" ] && [ -z "${CUDA_VISIBLE_DEVICES+x}" ] && command -v nvidia-smi >/dev/null &&
+    [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -gt 1 ]; then
+    echo "== $*: on GPU 0 alone (CUDA_VISIBLE_DEVICES=0), seer and llama.cpp alike"
+    CUDA_VISIBLE_DEVICES=0 "$@"
+  else
+    "$@"
+  fi
+}
+
+bench_type() { one_gpu bench_type_here "$@"; }
+
+bench_type_here() {
   local t=$1 need=$type_secs
   [ "$t" = bf16 ] && need=$((2 * type_secs))
   if [ "$(left)" -lt "$need" ]; then
@@ -460,37 +475,23 @@ for p in pts:
 PY
 }
 
-# One GPU for the steps that compare one GPU's speed: llama.cpp otherwise spreads its layers
-# over every GPU it sees (-sm layer), which pipelines its prefill over all of them. Not for
-# the tp step, nor where BENCH_TP or CUDA_VISIBLE_DEVICES says which GPUs to use.
-one_gpu() {
-  [ "$1" = tp ] || [ -n "${BENCH_TP:-}" ] || [ -n "${CUDA_VISIBLE_DEVICES+x}" ] && return
-  command -v nvidia-smi >/dev/null || return
-  [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -gt 1 ] || return
-  echo "== $1: on GPU 0 alone (CUDA_VISIBLE_DEVICES=0), seer and llama.cpp alike"
-  export CUDA_VISIBLE_DEVICES=0
-  pinned=1
-}
 
 run_all() {
   echo "== bench-gpu llama $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null), steps: $*"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   local s
   for s in "$@"; do
-    pinned=0
-    [ "$s" = tp ] || [ "$s" = setup ] || one_gpu "$s"
     case $s in
       setup) setup ;;
       weights) export GPU_CHECK_JOBS=${GPU_CHECK_JOBS:-8}; weights ;;
       attention) attention ;;
-      kvcache) kvcache ;;
+      kvcache) one_gpu kvcache ;;
       offload) offload ;;
       tp) tp_compare ;;
       all) for t in ${BENCH_LLAMA_TYPES:-$(default_types)}; do bench_type "$t"; done ;;
       bf16 | f16 | f32 | q8_0 | q4_0 | q4_1 | q4_k_m | q5_k_m | q6_k) bench_type "$s" ;;
       *) echo "bench-gpu llama: unknown step '$s' (setup, weights, attention, kvcache, offload, tp, all, or a type: bf16 q4_0 q8_0 q4_k_m ...)" ;;
     esac
-    [ "$pinned" = 1 ] && unset CUDA_VISIBLE_DEVICES
   done
   echo
   echo "== seer against llama.cpp, same GGUF, same device, one process at a time (speedup > 1: seer faster;"
