@@ -320,6 +320,56 @@ static __device__ __forceinline__ void tc_merge_parts(const att_desc &a, const a
     }
 }
 
+/* ---- the kernel's pieces -------------------------------------------------------------- */
+/* Each takes what it uses of the kernel's state as parameters. */
+
+/* The block's shared memory (tc_smem), as the kernel carves it. */
+struct tc_shm {
+    bf16 *qs;        /* [Q rows][DH + 8] bf16 */
+    bf16 *kvs;       /* [stage][K, V][64][DH + 8] */
+    long long *koff; /* [stage][64] where each key of a tile lives; -1: none */
+    int *kcand;      /* [stage][64] each key's candidate, or -1 - slot for a cached slot */
+    int *t_i, *t_nvis, *t_slot, *t_S, *t_pos; /* [tokens] token, visible count, slot, splits, position */
+    float *ml_s;     /* [key part][rows of a part][m, l] */
+    float *mrg;      /* [key part][rows of a part][DH] after the tiles */
+    float *mb;       /* decode: [key part][8 rows][DH], beside the tiles */
+};
+
+/* The item's tokens into shared memory, thread k token k: index, visible count, slot,
+ * position, splits. */
+static __device__ __forceinline__ void tc_tokens(const att_desc &a, const attn_params &p, const tc_shm &sh,
+                                                 const att_tok &t0, int first, int ntok, int kvh, bool one_split,
+                                                 bool whole) {
+    const int tid = threadIdx.x;
+    if (tid < ntok) {
+        const int i = a.cand_tok[first + tid];
+        const att_tok tk = tid ? att_token(a, i, p.layer, kvh) : t0;
+        sh.t_i[tid] = i;
+        sh.t_nvis[tid] = tk.n_vis;
+        sh.t_slot[tid] = tk.slot;
+        sh.t_pos[tid] = a.tok_pos[i];
+        sh.t_S[tid] = one_split ? 1 : whole ? att_pre_splits(tk.n_vis) : att_splits(tk.n_vis);
+    }
+}
+
+/* Q rows (token, head of the group) as bf16; rows past the item's are zeros */
+template <int DH, int NT>
+static __device__ __forceinline__ void tc_stage_q(const attn_params &p, bf16 *qs, const int *t_i, int rows,
+                                                  int n_mt, int ng, int kvh) {
+    constexpr int LD = DH + 8;
+    for (int e = threadIdx.x; e < n_mt * 16 * (DH / 8); e += NT) {
+        const int r = e / (DH / 8), d8 = e % (DH / 8);
+        uint4 w = make_uint4(0, 0, 0, 0);
+        if (r < rows) {
+            const float *src = p.q + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + d8 * 8;
+            const float4 x0 = *(const float4 *)src, x1 = *(const float4 *)(src + 4);
+            w = make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
+                           pack_bf16(x1.z, x1.w));
+        }
+        *(uint4 *)(qs + (size_t)r * LD + d8 * 8) = w;
+    }
+}
+
 /* Persistent, over its kind's work units (one split of one (group, KV head)): block b takes
  * units b, b + grid, ..., unit = gitem[group] + split * Hkv + KV head.
  * DEC (the decode kind): groups of at most 16 rows, not prefilled (decode steps, short
@@ -348,6 +398,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
     float *ml_s = (float *)(t_pos + NTOK); /* [key part][rows of a part][m, l] */
     float *mrg = (float *)kvs;         /* [key part][rows of a part][DH] after the tiles */
     float *mb = ml_s + 128 * 2;        /* decode: [key part][8 rows][DH], beside the tiles */
+    const tc_shm sh = {qs, kvs, koff, kcand, t_i, t_nvis, t_slot, t_S, t_pos, ml_s, mrg, mb};
     __shared__ int s_last;
     __shared__ int s_pos[2]; /* a windowed call: the item's smallest and largest row position */
 
@@ -386,15 +437,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
         const int s1 = ranges ? min(S, s0 + (item_stop - item)) : min(s0 + 1, S);
         next = ranges ? item + (s1 - s0) : item + (int)gridDim.x;
         const att_tok t0 = att_token(a, a.cand_tok[first], p.layer, kvh);
-        if (tid < ntok) {
-            const int i = a.cand_tok[first + tid];
-            const att_tok tk = tid ? att_token(a, i, p.layer, kvh) : t0;
-            t_i[tid] = i;
-            t_nvis[tid] = tk.n_vis;
-            t_slot[tid] = tk.slot;
-            t_pos[tid] = a.tok_pos[i];
-            t_S[tid] = one_split ? 1 : whole ? att_pre_splits(tk.n_vis) : att_splits(tk.n_vis);
-        }
+        tc_tokens(a, p, sh, t0, first, ntok, kvh, one_split, whole);
         __syncthreads();
         int max_nvis = 0;
         for (int k = 0; k < ntok; k++)
@@ -415,18 +458,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
             const int MR = DEC ? 16 : PRE ? TC_PRE_ROWS / KP : 32;            /* rows of a part */
             const int kp = warp % KP, mt = warp / KP;
 
-            /* Q rows (token, head of the group) as bf16; rows past the item's are zeros */
-            for (int e = tid; e < n_mt * 16 * (DH / 8); e += NT) {
-                const int r = e / (DH / 8), d8 = e % (DH / 8);
-                uint4 w = make_uint4(0, 0, 0, 0);
-                if (r < it.rows) {
-                    const float *src = p.q + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + d8 * 8;
-                    const float4 x0 = *(const float4 *)src, x1 = *(const float4 *)(src + 4);
-                    w = make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
-                                   pack_bf16(x1.z, x1.w));
-                }
-                *(uint4 *)(qs + (size_t)r * LD + d8 * 8) = w;
-            }
+            tc_stage_q<DH, NT>(p, qs, t_i, it.rows, n_mt, ng, kvh);
 
             const int32_t *pages = a.pages + a.page_off[t0.b];
             const size_t head_off = p.layer_off + (size_t)kvh * p.head_stride;
