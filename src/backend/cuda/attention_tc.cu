@@ -321,7 +321,11 @@ static __device__ __forceinline__ void tc_merge_parts(const att_desc &a, const a
 }
 
 /* ---- the kernel's pieces -------------------------------------------------------------- */
-/* Each takes what it uses of the kernel's state as parameters. */
+/* Each takes what it uses of the kernel's state as parameters. A few values come by reference
+ * (tc_prep's item, tc_load's tile pointers) as the kernel's lambdas captured them: by value, the
+ * compiler orders the same operations otherwise, and the instructions of every instantiation
+ * are no longer the ones it wrote when these were in the kernel's body (compared instruction by
+ * instruction). */
 
 /* The block's shared memory (tc_smem), as the kernel carves it. */
 struct tc_shm {
@@ -367,6 +371,110 @@ static __device__ __forceinline__ void tc_stage_q(const attn_params &p, bf16 *qs
                            pack_bf16(x1.z, x1.w));
         }
         *(uint4 *)(qs + (size_t)r * LD + d8 * 8) = w;
+    }
+}
+
+/* What tc_prep needs of an item: where its keys live, and which of them every row sees. */
+struct tc_keys {
+    const int32_t *pages;             /* the sequence's pages */
+    size_t head_off;                  /* the layer's and KV head's rows in a page */
+    int kvh, end;                     /* KV head; the item's keys end at visible index end */
+    int full_end, min_nvis, min_slot; /* keys every row sees (tc_prep) */
+};
+
+/* An item's tc_keys; under a window, also its rows' smallest and largest position in s_pos. */
+static __device__ __forceinline__ tc_keys tc_keys_of(const att_desc &a, const attn_params &p, const tc_shm &sh,
+                                                     const att_tok &t0, int kvh, int ntok, int end, int max_nvis,
+                                                     int *s_pos) {
+    const int tid = threadIdx.x;
+    const int *t_nvis = sh.t_nvis, *t_slot = sh.t_slot, *t_pos = sh.t_pos;
+    const int32_t *pages = a.pages + a.page_off[t0.b];
+    const size_t head_off = p.layer_off + (size_t)kvh * p.head_stride;
+    /* Keys of every row: a tile inside [0, min over the tokens of n_vis) without candidates
+     * is seen whole by every row (with its keys present). */
+    int min_nvis = max_nvis, min_slot = INT_MAX;
+    for (int k = 0; k < ntok; k++) {
+        min_nvis = min(min_nvis, t_nvis[k]);
+        min_slot = min(min_slot, t_slot[k]);
+    }
+    const int full_end = min(min_nvis, t0.C);
+    if (p.window > 0) { /* in shared memory: no registers held over the tiles for it */
+        if (tid == 0) {
+            int lo = INT_MAX, hi = INT_MIN;
+            for (int k = 0; k < ntok; k++)
+                lo = min(lo, t_pos[k]), hi = max(hi, t_pos[k]);
+            s_pos[0] = lo, s_pos[1] = hi;
+        }
+        __syncthreads();
+    }
+    return {pages, head_off, kvh, end, full_end, min_nvis, min_slot};
+}
+
+/* Where each key of the tile at visible index k0 lives (stage st of koff and kcand; -1: none);
+ * true where every row sees every key of it. owner >= 0: the tile of a token tree's item from
+ * the one holding visible index C on, with that token's own keys (below). */
+template <int DH>
+static __device__ __forceinline__ bool tc_prep(const att_desc &a, const attn_params &p, const tc_shm &sh,
+                                               const tc_keys &ks, const att_tok &t0, const int *s_pos, int st,
+                                               int k0, int owner) {
+    const int tid = threadIdx.x;
+    const int &kvh = ks.kvh, &end = ks.end; /* references: see above */
+    const int32_t *const &pages = ks.pages;
+    const size_t &head_off = ks.head_off;
+    const int &full_end = ks.full_end, &min_nvis = ks.min_nvis, &min_slot = ks.min_slot;
+    const int *t_i = sh.t_i;
+    long long *koff = sh.koff;
+    int *kcand = sh.kcand;
+    bool ok = true;
+    if (tid < TC_TK) {
+        const int k = k0 + tid;
+        int ci = -1;
+        const att_tok to = owner < 0 ? t0 : att_token(a, t_i[owner], p.layer, kvh);
+        int slot = k < end && (owner < 0 || k < to.n_vis) ? att_key_slot(a, to, k, &ci) : -1;
+        /* under a window: a key behind every row's window is none (not read); one
+         * inside every row's leaves the tile whole */
+        bool in_all = true;
+        if (p.window > 0 && slot >= 0) {
+            const int kp = ci < 0 ? slot : a.tok_pos[a.cand_tok[ci]];
+            in_all = att_in_window(p.window, s_pos[1], kp);
+            if (!att_in_window(p.window, s_pos[0], kp))
+                slot = -1;
+        }
+        koff[st * TC_TK + tid] =
+            slot < 0 ? -1
+                     : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
+                                   (size_t)(slot % p.page_size) * DH);
+        kcand[st * TC_TK + tid] = ci >= 0 ? ci : -1 - max(slot, 0);
+        /* new tokens at slots up to every row's own, without a mask, are seen by
+         * every row too: a prefill chunk tests the predicate on its diagonal only */
+        ok = owner < 0 && slot >= 0 && in_all &&
+             (k < full_end || (ci >= 0 && k < min_nvis && !a.mask && slot <= min_slot));
+    }
+    return ok;
+}
+
+/* Stage st's K and V tiles, with cp.async, from where koff says (zeros for no key): this
+ * thread's copies start at column ch, kv_col = p.kv + ch * 8 (the kernel says why). */
+template <int DH, int NT>
+static __device__ __forceinline__ void tc_load(const attn_params &p, long long *const &koff, bf16 *const &kvs,
+                                               const bf16 *kv_col, int ch, size_t kv_stride, int st) {
+    constexpr int LD = DH + 8;
+    constexpr int CH = DH / 8, KEYS = TC_TK * CH / NT; /* 16-byte columns, keys per thread */
+    static_assert(TC_TK * CH % NT == 0, "a tile's copies divide among the threads");
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < KEYS; j++) {
+        /* where the threads do not divide into whole keys (Dh 96), the column of
+         * each copy is its own */
+        constexpr bool SAME_COL = NT % CH == 0;
+        const int e = tid + j * NT, key = SAME_COL ? tid / CH + j * (NT / CH) : e / CH;
+        const int chj = SAME_COL ? ch : e % CH;
+        const long long o = koff[st * TC_TK + key];
+        bf16 *dst = kvs + ((size_t)(st * 2) * TC_TK + key) * LD + chj * 8;
+        const bf16 *src = o >= 0 ? (SAME_COL ? kv_col : p.kv + chj * 8) + o : p.kv;
+        const int n = o >= 0 ? 16 : 0;
+        cp_async16(dst, src, n);
+        cp_async16(dst + (size_t)TC_TK * LD, o >= 0 ? src + kv_stride : p.kv, n);
     }
 }
 
@@ -460,80 +568,13 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
 
             tc_stage_q<DH, NT>(p, qs, t_i, it.rows, n_mt, ng, kvh);
 
-            const int32_t *pages = a.pages + a.page_off[t0.b];
-            const size_t head_off = p.layer_off + (size_t)kvh * p.head_stride;
-            /* Where each key of the tile at visible index k0 lives; -1: none. */
-            /* Keys of every row: a tile inside [0, min over the tokens of n_vis) without candidates
-             * is seen whole by every row (with its keys present). */
-            int min_nvis = max_nvis, min_slot = INT_MAX;
-            for (int k = 0; k < ntok; k++) {
-                min_nvis = min(min_nvis, t_nvis[k]);
-                min_slot = min(min_slot, t_slot[k]);
-            }
-            const int full_end = min(min_nvis, t0.C);
-            if (p.window > 0) { /* in shared memory: no registers held over the tiles for it */
-                if (tid == 0) {
-                    int lo = INT_MAX, hi = INT_MIN;
-                    for (int k = 0; k < ntok; k++)
-                        lo = min(lo, t_pos[k]), hi = max(hi, t_pos[k]);
-                    s_pos[0] = lo, s_pos[1] = hi;
-                }
-                __syncthreads();
-            }
-            /* owner >= 0: the tile of a token tree's item from the one holding visible index C
-             * on, with that token's own keys (below) */
-            auto prep = [&](int st, int k0, int owner) -> bool {
-                bool ok = true;
-                if (tid < TC_TK) {
-                    const int k = k0 + tid;
-                    int ci = -1;
-                    const att_tok to = owner < 0 ? t0 : att_token(a, t_i[owner], p.layer, kvh);
-                    int slot = k < end && (owner < 0 || k < to.n_vis) ? att_key_slot(a, to, k, &ci) : -1;
-                    /* under a window: a key behind every row's window is none (not read); one
-                     * inside every row's leaves the tile whole */
-                    bool in_all = true;
-                    if (p.window > 0 && slot >= 0) {
-                        const int kp = ci < 0 ? slot : a.tok_pos[a.cand_tok[ci]];
-                        in_all = att_in_window(p.window, s_pos[1], kp);
-                        if (!att_in_window(p.window, s_pos[0], kp))
-                            slot = -1;
-                    }
-                    koff[st * TC_TK + tid] =
-                        slot < 0 ? -1
-                                 : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
-                                               (size_t)(slot % p.page_size) * DH);
-                    kcand[st * TC_TK + tid] = ci >= 0 ? ci : -1 - max(slot, 0);
-                    /* new tokens at slots up to every row's own, without a mask, are seen by
-                     * every row too: a prefill chunk tests the predicate on its diagonal only */
-                    ok = owner < 0 && slot >= 0 && in_all &&
-                         (k < full_end || (ci >= 0 && k < min_nvis && !a.mask && slot <= min_slot));
-                }
-                return ok;
-            };
+            const tc_keys keys = tc_keys_of(a, p, sh, t0, kvh, ntok, end, max_nvis, s_pos);
             /* A thread copies the same 16-byte column of a few keys, K and V from one offset:
              * the address arithmetic per copy is an add (the issue loop was a third of the
              * kernel's stall samples when each copy recomputed its key, column and half). */
             const int ch = tid % (DH / 8);
             const bf16 *kv_col = p.kv + ch * 8;
             const size_t kv_stride = p.kv_stride;
-            auto load = [&](int st) {
-                constexpr int CH = DH / 8, KEYS = TC_TK * CH / NT; /* 16-byte columns, keys per thread */
-                static_assert(TC_TK * CH % NT == 0, "a tile's copies divide among the threads");
-    #pragma unroll
-                for (int j = 0; j < KEYS; j++) {
-                    /* where the threads do not divide into whole keys (Dh 96), the column of
-                     * each copy is its own */
-                    constexpr bool SAME_COL = NT % CH == 0;
-                    const int e = tid + j * NT, key = SAME_COL ? tid / CH + j * (NT / CH) : e / CH;
-                    const int chj = SAME_COL ? ch : e % CH;
-                    const long long o = koff[st * TC_TK + key];
-                    bf16 *dst = kvs + ((size_t)(st * 2) * TC_TK + key) * LD + chj * 8;
-                    const bf16 *src = o >= 0 ? (SAME_COL ? kv_col : p.kv + chj * 8) + o : p.kv;
-                    const int n = o >= 0 ? 16 : 0;
-                    cp_async16(dst, src, n);
-                    cp_async16(dst + (size_t)TC_TK * LD, o >= 0 ? src + kv_stride : p.kv, n);
-                }
-            };
 
             float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, O[DH / 8][4];
     #pragma unroll
@@ -603,16 +644,18 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
             int own[2];
             own[0] = step_owner(0);
             own[1] = -1;
-            full[0] = __syncthreads_and(prep(0, begin + step_tile(0) * TC_TK, own[0]));
+            full[0] = __syncthreads_and(tc_prep<DH>(a, p, sh, keys, t0, s_pos, 0, begin + step_tile(0) * TC_TK,
+                                                    own[0]));
             full[1] = false;
-            load(0);
+            tc_load<DH, NT>(p, koff, kvs, kv_col, ch, kv_stride, 0);
             cp_async_commit();
             for (int sp = 0; sp < n_steps; sp++) {
                 const int st = sp & 1, t = step_tile(sp);
                 if (sp + 1 < n_steps) {
                     own[st ^ 1] = step_owner(sp + 1);
-                    full[st ^ 1] = __syncthreads_and(prep(st ^ 1, begin + step_tile(sp + 1) * TC_TK, own[st ^ 1]));
-                    load(st ^ 1);
+                    full[st ^ 1] = __syncthreads_and(
+                        tc_prep<DH>(a, p, sh, keys, t0, s_pos, st ^ 1, begin + step_tile(sp + 1) * TC_TK, own[st ^ 1]));
+                    tc_load<DH, NT>(p, koff, kvs, kv_col, ch, kv_stride, st ^ 1);
                 }
                 cp_async_commit();
                 cp_async_wait1();
