@@ -322,10 +322,11 @@ static __device__ __forceinline__ void tc_merge_parts(const att_desc &a, const a
 
 /* ---- the kernel's pieces -------------------------------------------------------------- */
 /* Each takes what it uses of the kernel's state as parameters. A few values come by reference
- * (tc_prep's item, tc_load's tile pointers) as the kernel's lambdas captured them: by value, the
- * compiler orders the same operations otherwise, and the instructions of every instantiation
- * are no longer the ones it wrote when these were in the kernel's body (compared instruction by
- * instruction). */
+ * (tc_prep's item, tc_load's tile pointers, tc_dec_finish's lane coordinates, tc_merge_keyparts'
+ * split), as the lambdas among these captured them: by value, the compiler orders the same
+ * operations otherwise (a comparison's operands swapped, predicates where there were branches),
+ * and the instructions of an instantiation are no longer exactly the ones it wrote with these
+ * pieces in the kernel's body (compared instruction by instruction). */
 
 /* The block's shared memory (tc_smem), as the kernel carves it. */
 struct tc_shm {
@@ -478,6 +479,142 @@ static __device__ __forceinline__ void tc_load(const attn_params &p, long long *
     }
 }
 
+/* Decode kind: split s's rows (one m-tile, at most 16) from the four warps' states,
+ * eight rows at a time through mb, with the arithmetic of tc_merge_keyparts; then the
+ * state starts over for the next split. */
+template <int DH, int NT>
+static __device__ __forceinline__ void tc_dec_finish(const att_desc &a, const attn_params &p, const tc_item &it,
+                                                     const tc_shm &sh, int kvh, int s, int kp, int KP, int MR,
+                                                     float (&m)[2], float (&l)[2], float (&O)[DH / 8][4],
+                                                     const int &g, const int &c) {
+    const int tid = threadIdx.x, ng = it.ng;
+    const int *t_i = sh.t_i, *t_S = sh.t_S;
+    float *ml_s = sh.ml_s, *mb = sh.mb;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++)
+        if (c == 0) {
+            const int r = g + 8 * hr;
+            ml_s[(kp * MR + r) * 2] = m[hr];
+            ml_s[(kp * MR + r) * 2 + 1] = l[hr];
+        }
+    __syncthreads();
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        if (8 * hr >= it.rows)
+            break;
+        {
+            const int r = g + 8 * hr;
+            float M = -INFINITY;
+            for (int w = 0; w < KP; w++)
+                M = fmaxf(M, ml_s[(w * MR + r) * 2]);
+            const float ew = m[hr] == -INFINITY ? 0.f : expf(m[hr] - M);
+            float *dst = mb + (size_t)(kp * 8 + g) * DH + 2 * c;
+#pragma unroll
+            for (int dn = 0; dn < DH / 8; dn++)
+                *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * ew, O[dn][2 * hr + 1] * ew);
+        }
+        __syncthreads();
+        for (int e = tid; e < 8 * DH; e += NT) {
+            const int r8 = e / DH, r = 8 * hr + r8, d = e % DH, tt = r / ng;
+            if (r >= it.rows)
+                break;
+            if (s >= t_S[tt])
+                continue;
+            tc_merge_parts<DH>(a, p, ml_s + 2 * r, 2 * MR, mb + (size_t)r8 * DH + d, (size_t)8 * DH, KP,
+                               t_i[tt], kvh * ng + r % ng, d, t_S[tt], s);
+        }
+        __syncthreads();
+    }
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.f;
+#pragma unroll
+    for (int dn = 0; dn < DH / 8; dn++)
+        O[dn][0] = O[dn][1] = O[dn][2] = O[dn][3] = 0.f;
+}
+
+/* A prefill item of one split and one key part: the state of rows g and g + 8 of m-tile mt is
+ * their result, written from registers. */
+template <int DH>
+static __device__ __forceinline__ void tc_write_rows(const attn_params &p, const int *t_i, int rows, int ng, int kvh,
+                                                     int mt, int g, int c, const float (&l)[2],
+                                                     const float (&O)[DH / 8][4]) {
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int r = mt * 16 + g + 8 * hr;
+        if (r >= rows)
+            break;
+        const float inv = l[hr] > 0.f ? 1.f / l[hr] : 0.f;
+        float *dst = p.out + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + 2 * c;
+#pragma unroll
+        for (int dn = 0; dn < DH / 8; dn++)
+            *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * inv, O[dn][2 * hr + 1] * inv);
+    }
+}
+
+/* Merge the key parts in part order: each warp's (m, l) and its O scaled to the
+ * rows' common max, then summed part by part; written as split s0's result. */
+template <int DH, int NT>
+static __device__ __forceinline__ void tc_merge_keyparts(const att_desc &a, const attn_params &p, const tc_item &it,
+                                                         const tc_shm &sh, int kvh, const int &s0, int kp, int KP,
+                                                         int MR, int mt, int n_mt, const float (&m)[2],
+                                                         const float (&l)[2], const float (&O)[DH / 8][4], int g,
+                                                         int c) {
+    const int tid = threadIdx.x, ng = it.ng;
+    const int *t_i = sh.t_i, *t_S = sh.t_S;
+    float *ml_s = sh.ml_s, *mrg = sh.mrg;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++)
+        if (mt < n_mt && c == 0) {
+            const int r = mt * 16 + g + 8 * hr;
+            ml_s[(kp * MR + r) * 2] = m[hr];
+            ml_s[(kp * MR + r) * 2 + 1] = l[hr];
+        }
+    __syncthreads();
+    if (mt < n_mt) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int r = mt * 16 + g + 8 * hr;
+            float M = -INFINITY;
+            for (int w = 0; w < KP; w++)
+                M = fmaxf(M, ml_s[(w * MR + r) * 2]);
+            const float ew = m[hr] == -INFINITY ? 0.f : expf(m[hr] - M);
+            float *dst = mrg + (size_t)(kp * MR + r) * DH + 2 * c;
+#pragma unroll
+            for (int dn = 0; dn < DH / 8; dn++)
+                *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * ew, O[dn][2 * hr + 1] * ew);
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < it.rows * DH; e += NT) {
+        const int r = e / DH, d = e % DH, tt = r / ng;
+        if (s0 >= t_S[tt])
+            continue;
+        tc_merge_parts<DH>(a, p, ml_s + 2 * r, 2 * MR, mrg + (size_t)r * DH + d, (size_t)MR * DH, KP,
+                           t_i[tt], kvh * ng + r % ng, d, t_S[tt], s0);
+    }
+}
+
+/* A lone token's merge of its splits (tc_combine) by the item that brings the last of them to
+ * (group lo, KV head kvh): this item's are [s0, s1) of S; s_last: the block's answer. */
+template <int DH, int NT>
+static __device__ __forceinline__ void tc_merge_last(const att_desc &a, const attn_params &p, const int *t_i,
+                                                     const int *t_S, int &s_last, int lo, int kvh, int S, int s0,
+                                                     int s1, int ntok, int ng) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *ctr = p.att_cnt + (size_t)lo * p.Hkv + kvh;
+        s_last = atomicAdd(ctr, s1 - s0) == S - (s1 - s0); /* the splits of (group, head) */
+        if (s_last)
+            *ctr = 0; /* every item has arrived: ready for the next call */
+    }
+    __syncthreads();
+    if (s_last) {
+        __threadfence();
+        tc_combine<DH, NT>(a, p, t_i, t_S, ntok, ng, kvh);
+    }
+}
+
 /* Persistent, over its kind's work units (one split of one (group, KV head)): block b takes
  * units b, b + grid, ..., unit = gitem[group] + split * Hkv + KV head.
  * DEC (the decode kind): groups of at most 16 rows, not prefilled (decode steps, short
@@ -581,52 +718,6 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
             for (int dn = 0; dn < DH / 8; dn++)
                 O[dn][0] = O[dn][1] = O[dn][2] = O[dn][3] = 0.f;
 
-            /* Decode kind: split s's rows (one m-tile, at most 16) from the four warps' states,
-             * eight rows at a time through mb, with the arithmetic of the merge below; then the
-             * state starts over for the next split. */
-            auto dec_finish = [&](int s) {
-    #pragma unroll
-                for (int hr = 0; hr < 2; hr++)
-                    if (c == 0) {
-                        const int r = g + 8 * hr;
-                        ml_s[(kp * MR + r) * 2] = m[hr];
-                        ml_s[(kp * MR + r) * 2 + 1] = l[hr];
-                    }
-                __syncthreads();
-    #pragma unroll
-                for (int hr = 0; hr < 2; hr++) {
-                    if (8 * hr >= it.rows)
-                        break;
-                    {
-                        const int r = g + 8 * hr;
-                        float M = -INFINITY;
-                        for (int w = 0; w < KP; w++)
-                            M = fmaxf(M, ml_s[(w * MR + r) * 2]);
-                        const float ew = m[hr] == -INFINITY ? 0.f : expf(m[hr] - M);
-                        float *dst = mb + (size_t)(kp * 8 + g) * DH + 2 * c;
-    #pragma unroll
-                        for (int dn = 0; dn < DH / 8; dn++)
-                            *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * ew, O[dn][2 * hr + 1] * ew);
-                    }
-                    __syncthreads();
-                    for (int e = tid; e < 8 * DH; e += NT) {
-                        const int r8 = e / DH, r = 8 * hr + r8, d = e % DH, tt = r / ng;
-                        if (r >= it.rows)
-                            break;
-                        if (s >= t_S[tt])
-                            continue;
-                        tc_merge_parts<DH>(a, p, ml_s + 2 * r, 2 * MR, mb + (size_t)r8 * DH + d, (size_t)8 * DH, KP,
-                                           t_i[tt], kvh * ng + r % ng, d, t_S[tt], s);
-                    }
-                    __syncthreads();
-                }
-                m[0] = m[1] = -INFINITY;
-                l[0] = l[1] = 0.f;
-    #pragma unroll
-                for (int dn = 0; dn < DH / 8; dn++)
-                    O[dn][0] = O[dn][1] = O[dn][2] = O[dn][3] = 0.f;
-            };
-
             const int n_tiles = (end - begin + TC_TK - 1) / TC_TK;
             const int tps = (int)(chunk / TC_TK); /* tiles per split (decode kind) */
             /* A token tree's rows (their sequence lists its candidates, t0.cl) see different
@@ -679,80 +770,25 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
                 __syncthreads();
                 const bool tile_done = own[st] < 0 || own[st] == ntok - 1;
                 if (DEC && tile_done && ((t + 1) % tps == 0 || t + 1 == n_tiles))
-                    dec_finish(s0 + t / tps);
+                    tc_dec_finish<DH, NT>(a, p, it, sh, kvh, s0 + t / tps, kp, KP, MR, m, l, O, g, c);
             }
             if (DEC)
                 break;
             if (one_split && KP == 1) { /* a row's state is its result, written from registers */
-                if (mt < n_mt) {
-    #pragma unroll
-                    for (int hr = 0; hr < 2; hr++) {
-                        const int r = mt * 16 + g + 8 * hr;
-                        if (r >= it.rows)
-                            break;
-                        const float inv = l[hr] > 0.f ? 1.f / l[hr] : 0.f;
-                        float *dst = p.out + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + 2 * c;
-    #pragma unroll
-                        for (int dn = 0; dn < DH / 8; dn++)
-                            *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * inv, O[dn][2 * hr + 1] * inv);
-                    }
-                }
+                if (mt < n_mt)
+                    tc_write_rows<DH>(p, t_i, it.rows, ng, kvh, mt, g, c, l, O);
                 break;
             }
 
-            /* Merge the key parts in part order: each warp's (m, l) and its O scaled to the
-             * rows' common max, then summed part by part. */
-    #pragma unroll
-            for (int hr = 0; hr < 2; hr++)
-                if (mt < n_mt && c == 0) {
-                    const int r = mt * 16 + g + 8 * hr;
-                    ml_s[(kp * MR + r) * 2] = m[hr];
-                    ml_s[(kp * MR + r) * 2 + 1] = l[hr];
-                }
-            __syncthreads();
-            if (mt < n_mt) {
-    #pragma unroll
-                for (int hr = 0; hr < 2; hr++) {
-                    const int r = mt * 16 + g + 8 * hr;
-                    float M = -INFINITY;
-                    for (int w = 0; w < KP; w++)
-                        M = fmaxf(M, ml_s[(w * MR + r) * 2]);
-                    const float ew = m[hr] == -INFINITY ? 0.f : expf(m[hr] - M);
-                    float *dst = mrg + (size_t)(kp * MR + r) * DH + 2 * c;
-    #pragma unroll
-                    for (int dn = 0; dn < DH / 8; dn++)
-                        *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * ew, O[dn][2 * hr + 1] * ew);
-                }
-            }
-            __syncthreads();
-            for (int e = tid; e < it.rows * DH; e += NT) {
-                const int r = e / DH, d = e % DH, tt = r / ng;
-                if (s0 >= t_S[tt])
-                    continue;
-                tc_merge_parts<DH>(a, p, ml_s + 2 * r, 2 * MR, mrg + (size_t)r * DH + d, (size_t)MR * DH, KP,
-                                   t_i[tt], kvh * ng + r % ng, d, t_S[tt], s0);
-            }
+            tc_merge_keyparts<DH, NT>(a, p, it, sh, kvh, s0, kp, KP, MR, mt, n_mt, m, l, O, g, c);
         } while (0);
 
         /* A group marked so (a lone token): the item that brings the last of the splits of
          * (group, KV head) merges the token's splits, in split order as attn_combine_kernel
          * does (threadFenceReduction in the CUDA samples); every item arrives with its count
          * of splits, also one whose splits are empty. */
-        if (merge_here) {
-            __threadfence();
-            __syncthreads();
-            if (tid == 0) {
-                int *ctr = p.att_cnt + (size_t)lo * p.Hkv + kvh;
-                s_last = atomicAdd(ctr, s1 - s0) == S - (s1 - s0); /* the splits of (group, head) */
-                if (s_last)
-                    *ctr = 0; /* every item has arrived: ready for the next call */
-            }
-            __syncthreads();
-            if (s_last) {
-                __threadfence();
-                tc_combine<DH, NT>(a, p, t_i, t_S, ntok, ng, kvh);
-            }
-        }
+        if (merge_here)
+            tc_merge_last<DH, NT>(a, p, t_i, t_S, s_last, lo, kvh, S, s0, s1, ntok, ng);
     }
 }
 
