@@ -172,6 +172,83 @@ static __device__ __forceinline__ wg_item wg_item_of(const att_desc &a, int item
     return w;
 }
 
+/* ---- the kernel's pieces -------------------------------------------------------------- */
+
+/* The producer (warpgroup 0): for each of the block's items, where each key of a tile lives and
+ * whether every row sees it, then the tile's K and V into the ring, stage by stage. */
+static __device__ __forceinline__ void wg_producer(const att_desc &a, const attn_params &p, long long *koff,
+                                                   int *kinfo, uint32_t *okm, int *red, uint32_t base_s,
+                                                   uint32_t bar_full, uint32_t bar_empty) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    int tile_n = 0; /* tiles through the ring so far: stage and phase */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;" ::: "memory");
+    const int pt = tid, warp = pt >> 5;
+    int parity = 0;
+    for (int item = a.n_work_chain + blockIdx.x; item < a.n_work_tc; item += gridDim.x, parity ^= 1) {
+        const wg_item w = wg_item_of(a, item, p.Hkv);
+        const att_tok t0 = att_token(a, a.cand_tok[w.first], p.layer, w.kvh);
+        /* the tokens' visible counts and slots: largest count, smallest count and slot */
+        int vmax = 0, vmin = INT_MAX, smin = INT_MAX;
+        if (pt < w.ntok) {
+            const att_tok tk = pt ? att_token(a, a.cand_tok[w.first + pt], p.layer, w.kvh) : t0;
+            vmax = vmin = tk.n_vis;
+            smin = tk.slot;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            vmax = max(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
+            vmin = min(vmin, __shfl_xor_sync(0xffffffffu, vmin, o));
+            smin = min(smin, __shfl_xor_sync(0xffffffffu, smin, o));
+        }
+        int *rd = red + parity * 12;
+        if (lane == 0) {
+            rd[warp * 3] = vmax;
+            rd[warp * 3 + 1] = vmin;
+            rd[warp * 3 + 2] = smin;
+        }
+        named_sync(1, 128);
+        for (int k = 0; k < 4; k++) {
+            vmax = max(vmax, rd[k * 3]);
+            vmin = min(vmin, rd[k * 3 + 1]);
+            smin = min(smin, rd[k * 3 + 2]);
+        }
+        const int end = vmax, full_end = min(vmin, t0.C);
+        const int32_t *pages = a.pages + a.page_off[t0.b];
+        const size_t head_off = p.layer_off + (size_t)w.kvh * p.head_stride;
+        const int n_tiles = (end + WG_TK - 1) / WG_TK;
+        for (int t = 0; t < n_tiles; t++, tile_n++) {
+            const int st = tile_n % WG_STAGES, ph = (tile_n / WG_STAGES) & 1;
+            mbar_wait(bar_empty + 8 * st, ph ^ 1);
+            /* where key k of the tile lives, and whether every row sees it */
+            const int k = t * WG_TK + pt;
+            int ci = -1;
+            const int slot = k < end ? att_key_slot(a, t0, k, &ci) : -1;
+            koff[st * WG_TK + pt] = slot < 0 ? -1
+                                             : (long long)((size_t)pages[slot / p.page_size] * p.page_stride +
+                                                           head_off + (size_t)(slot % p.page_size) * WG_DH);
+            kinfo[st * WG_TK + pt] = slot < 0 ? -2 : ci;
+            const bool ok = slot >= 0 && (k < full_end || (ci >= 0 && k < vmin && !a.mask && slot <= smin));
+            const uint32_t b = __ballot_sync(0xffffffffu, ok);
+            if (lane == 0)
+                okm[st * 4 + warp] = b;
+            named_sync(1, 128);
+            /* 16-byte chunk ch of key kk: two keys' 512 contiguous bytes per warp and copy */
+            const uint32_t kdst = base_s + WG_KV + (uint32_t)st * 2 * WG_TILE;
+#pragma unroll 4
+            for (int j = 0; j < WG_TK * 16 / 128; j++) {
+                const int e = pt + 128 * j, kk = e >> 4, ch = e & 15;
+                const long long o = koff[st * WG_TK + kk];
+                const uint32_t dst = kdst + wg_swz(kk, ch, WG_TK);
+                const bf16 *src = o >= 0 ? p.kv + o + ch * 8 : p.kv;
+                const int n = o >= 0 ? 16 : 0; /* no key: zeros (its scores are masked) */
+                wg_cp16(dst, src, n);
+                wg_cp16(dst + WG_TILE, o >= 0 ? src + p.kv_stride : p.kv, n);
+            }
+            mbar_track_copies(bar_full + 8 * st);
+            mbar_arrive(bar_full + 8 * st);
+        }
+    }
+}
+
 #endif /* __CUDA_ARCH_FEAT_SM90_ALL */
 
 
@@ -203,73 +280,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attn_wg_kernel(attn_params p) {
     int tile_n = 0; /* tiles through the ring so far: stage and phase */
 
     if (wg == 0) {
-        /* ---- producer ---- */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;" ::: "memory");
-        const int pt = tid, warp = pt >> 5;
-        int parity = 0;
-        for (int item = a.n_work_chain + blockIdx.x; item < a.n_work_tc; item += gridDim.x, parity ^= 1) {
-            const wg_item w = wg_item_of(a, item, p.Hkv);
-            const att_tok t0 = att_token(a, a.cand_tok[w.first], p.layer, w.kvh);
-            /* the tokens' visible counts and slots: largest count, smallest count and slot */
-            int vmax = 0, vmin = INT_MAX, smin = INT_MAX;
-            if (pt < w.ntok) {
-                const att_tok tk = pt ? att_token(a, a.cand_tok[w.first + pt], p.layer, w.kvh) : t0;
-                vmax = vmin = tk.n_vis;
-                smin = tk.slot;
-            }
-            for (int o = 16; o > 0; o >>= 1) {
-                vmax = max(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
-                vmin = min(vmin, __shfl_xor_sync(0xffffffffu, vmin, o));
-                smin = min(smin, __shfl_xor_sync(0xffffffffu, smin, o));
-            }
-            int *rd = red + parity * 12;
-            if (lane == 0) {
-                rd[warp * 3] = vmax;
-                rd[warp * 3 + 1] = vmin;
-                rd[warp * 3 + 2] = smin;
-            }
-            named_sync(1, 128);
-            for (int k = 0; k < 4; k++) {
-                vmax = max(vmax, rd[k * 3]);
-                vmin = min(vmin, rd[k * 3 + 1]);
-                smin = min(smin, rd[k * 3 + 2]);
-            }
-            const int end = vmax, full_end = min(vmin, t0.C);
-            const int32_t *pages = a.pages + a.page_off[t0.b];
-            const size_t head_off = p.layer_off + (size_t)w.kvh * p.head_stride;
-            const int n_tiles = (end + WG_TK - 1) / WG_TK;
-            for (int t = 0; t < n_tiles; t++, tile_n++) {
-                const int st = tile_n % WG_STAGES, ph = (tile_n / WG_STAGES) & 1;
-                mbar_wait(bar_empty + 8 * st, ph ^ 1);
-                /* where key k of the tile lives, and whether every row sees it */
-                const int k = t * WG_TK + pt;
-                int ci = -1;
-                const int slot = k < end ? att_key_slot(a, t0, k, &ci) : -1;
-                koff[st * WG_TK + pt] = slot < 0 ? -1
-                                                 : (long long)((size_t)pages[slot / p.page_size] * p.page_stride +
-                                                               head_off + (size_t)(slot % p.page_size) * WG_DH);
-                kinfo[st * WG_TK + pt] = slot < 0 ? -2 : ci;
-                const bool ok = slot >= 0 && (k < full_end || (ci >= 0 && k < vmin && !a.mask && slot <= smin));
-                const uint32_t b = __ballot_sync(0xffffffffu, ok);
-                if (lane == 0)
-                    okm[st * 4 + warp] = b;
-                named_sync(1, 128);
-                /* 16-byte chunk ch of key kk: two keys' 512 contiguous bytes per warp and copy */
-                const uint32_t kdst = base_s + WG_KV + (uint32_t)st * 2 * WG_TILE;
-#pragma unroll 4
-                for (int j = 0; j < WG_TK * 16 / 128; j++) {
-                    const int e = pt + 128 * j, kk = e >> 4, ch = e & 15;
-                    const long long o = koff[st * WG_TK + kk];
-                    const uint32_t dst = kdst + wg_swz(kk, ch, WG_TK);
-                    const bf16 *src = o >= 0 ? p.kv + o + ch * 8 : p.kv;
-                    const int n = o >= 0 ? 16 : 0; /* no key: zeros (its scores are masked) */
-                    wg_cp16(dst, src, n);
-                    wg_cp16(dst + WG_TILE, o >= 0 ? src + p.kv_stride : p.kv, n);
-                }
-                mbar_track_copies(bar_full + 8 * st);
-                mbar_arrive(bar_full + 8 * st);
-            }
-        }
+        wg_producer(a, p, koff, kinfo, okm, red, base_s, bar_full, bar_empty);
         return;
     }
 
