@@ -249,6 +249,85 @@ static __device__ __forceinline__ void wg_producer(const att_desc &a, const attn
     }
 }
 
+/* A consumer's mask of the scores S of the tile at key t * WG_TK that some row does not see
+ * whole: ki says what each key is (-2: none, -1: a cached slot, else its candidate), r_ok,
+ * r_nvis, r_slot, r_i what this thread's rows g and g + 8 are. */
+static __device__ __forceinline__ void wg_mask(const att_desc &a, const int *ki, int t, int c, const int (&r_ok)[2],
+                                               const int (&r_nvis)[2], const int (&r_slot)[2], const int (&r_i)[2],
+                                               float (&S)[64]) {
+#pragma unroll
+    for (int n = 0; n < 16; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int kl = n * 8 + 2 * c + e, kidx = t * WG_TK + kl, ci = ki[kl];
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                bool vis = r_ok[hr] && ci != -2 && kidx < r_nvis[hr];
+                if (vis && ci >= 0)
+                    vis = a.mask ? a.mask[(size_t)r_i[hr] * a.T + a.cand_tok[ci]] != 0
+                                 : a.cand_slot[ci] <= r_slot[hr];
+                if (!vis)
+                    S[4 * n + 2 * hr + e] = -INFINITY;
+            }
+        }
+}
+
+/* The online softmax step of this thread's rows over a tile: S from scores to weights, (m, l)
+ * updated, alpha the factor O is to be scaled by. The scaling of O stays in the kernel: here,
+ * the compiler would place the accumulators' zeroing otherwise (the same operations). */
+static __device__ __forceinline__ void wg_softmax(float (&S)[64], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                                  float sl2) {
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+            mx = fmaxf(mx, fmaxf(S[4 * n + 2 * hr], S[4 * n + 2 * hr + 1]));
+        mx = wg_quad_max(mx * sl2);
+        const float m_new = fmaxf(m[hr], mx);
+        float sum = 0.f;
+        if (m_new == -INFINITY) { /* nothing seen yet */
+            alpha[hr] = 1.f;
+#pragma unroll
+            for (int n = 0; n < 16; n++)
+                S[4 * n + 2 * hr] = S[4 * n + 2 * hr + 1] = 0.f;
+        } else {
+            alpha[hr] = wg_exp2(m[hr] - m_new);
+#pragma unroll
+            for (int n = 0; n < 16; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float pv = wg_exp2(fmaf(S[4 * n + 2 * hr + e], sl2, -m_new));
+                    S[4 * n + 2 * hr + e] = pv;
+                    sum += pv;
+                }
+        }
+        m[hr] = m_new;
+        l[hr] = l[hr] * alpha[hr] + sum; /* this thread's columns; the quad sums at the end */
+    }
+}
+
+/* A consumer's result: this thread's rows g and g + 8 of warp warp (O over the quad's sum of
+ * l), those of the item (r_ok) written as token r_i's, query head kvh * ng + row % ng. */
+static __device__ __forceinline__ void wg_write_rows(const attn_params &p, const float (&O)[64], const float (&l)[2],
+                                                     const int (&r_ok)[2], const int (&r_i)[2], int cw, int warp,
+                                                     int g, int c, int kvh, int ng) {
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float lt = l[hr];
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        if (!r_ok[hr])
+            continue;
+        const int R = cw * 64 + warp * 16 + g + 8 * hr;
+        const float inv = lt > 0.f ? 1.f / lt : 0.f;
+        float *dst = p.out + ((size_t)r_i[hr] * p.H + kvh * ng + R % ng) * WG_DH + 2 * c;
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+            *(float2 *)(dst + n * 8) = make_float2(O[4 * n + 2 * hr] * inv, O[4 * n + 2 * hr + 1] * inv);
+    }
+}
+
 #endif /* __CUDA_ARCH_FEAT_SM90_ALL */
 
 
@@ -355,54 +434,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attn_wg_kernel(attn_params p) {
                 wg_wait0();
                 wg_pin(S);
                 const uint32_t *ok = okm + st * 4;
-                if ((ok[0] & ok[1] & ok[2] & ok[3]) != 0xffffffffu) {
-                    const int *ki = kinfo + st * WG_TK;
-#pragma unroll
-                    for (int n = 0; n < 16; n++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int kl = n * 8 + 2 * c + e, kidx = t * WG_TK + kl, ci = ki[kl];
-#pragma unroll
-                            for (int hr = 0; hr < 2; hr++) {
-                                bool vis = r_ok[hr] && ci != -2 && kidx < r_nvis[hr];
-                                if (vis && ci >= 0)
-                                    vis = a.mask ? a.mask[(size_t)r_i[hr] * a.T + a.cand_tok[ci]] != 0
-                                                 : a.cand_slot[ci] <= r_slot[hr];
-                                if (!vis)
-                                    S[4 * n + 2 * hr + e] = -INFINITY;
-                            }
-                        }
-                }
+                if ((ok[0] & ok[1] & ok[2] & ok[3]) != 0xffffffffu)
+                    wg_mask(a, kinfo + st * WG_TK, t, c, r_ok, r_nvis, r_slot, r_i, S);
                 /* online softmax, in the exp2 domain: scores x = s * scale * log2(e) */
                 float alpha[2];
-#pragma unroll
-                for (int hr = 0; hr < 2; hr++) {
-                    float mx = -INFINITY;
-#pragma unroll
-                    for (int n = 0; n < 16; n++)
-                        mx = fmaxf(mx, fmaxf(S[4 * n + 2 * hr], S[4 * n + 2 * hr + 1]));
-                    mx = wg_quad_max(mx * sl2);
-                    const float m_new = fmaxf(m[hr], mx);
-                    float sum = 0.f;
-                    if (m_new == -INFINITY) { /* nothing seen yet */
-                        alpha[hr] = 1.f;
-#pragma unroll
-                        for (int n = 0; n < 16; n++)
-                            S[4 * n + 2 * hr] = S[4 * n + 2 * hr + 1] = 0.f;
-                    } else {
-                        alpha[hr] = wg_exp2(m[hr] - m_new);
-#pragma unroll
-                        for (int n = 0; n < 16; n++)
-#pragma unroll
-                            for (int e = 0; e < 2; e++) {
-                                const float pv = wg_exp2(fmaf(S[4 * n + 2 * hr + e], sl2, -m_new));
-                                S[4 * n + 2 * hr + e] = pv;
-                                sum += pv;
-                            }
-                    }
-                    m[hr] = m_new;
-                    l[hr] = l[hr] * alpha[hr] + sum; /* this thread's columns; the quad sums at the end */
-                }
+                wg_softmax(S, m, l, alpha, sl2);
                 if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
                     for (int n = 0; n < 16; n++) {
@@ -433,20 +469,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attn_wg_kernel(attn_params p) {
         }
         if (!active)
             continue;
-#pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-            float lt = l[hr];
-            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-            if (!r_ok[hr])
-                continue;
-            const int R = cw * 64 + warp * 16 + g + 8 * hr;
-            const float inv = lt > 0.f ? 1.f / lt : 0.f;
-            float *dst = p.out + ((size_t)r_i[hr] * p.H + w.kvh * ng + R % ng) * WG_DH + 2 * c;
-#pragma unroll
-            for (int n = 0; n < 16; n++)
-                *(float2 *)(dst + n * 8) = make_float2(O[4 * n + 2 * hr] * inv, O[4 * n + 2 * hr + 1] * inv);
-        }
+        wg_write_rows(p, O, l, r_ok, r_i, cw, warp, g, c, w.kvh, ng);
     }
 #endif
 }
