@@ -21,6 +21,8 @@ echo "== release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
 scripts/check-symbols.sh build
+scripts/check-functions.py --self-test
+scripts/check-functions.py src
 ctest --test-dir build --output-on-failure
 
 echo "== ASan + UBSan build and tests"

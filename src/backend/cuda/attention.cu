@@ -113,6 +113,39 @@ static __device__ __forceinline__ float2 bf2_to_f2(uint32_t w) {
     return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
 }
 
+/* Step 2 of a tile: its K and V rows into shared memory, [ATT_TK][W] bf16 pairs each (zeros
+ * for keys not seen, off_s[r] < 0). */
+static __device__ __forceinline__ void att_load_kv(const attn_params &p, const long long *off_s, uint32_t *ks,
+                                                   uint32_t *vs, int D2, int W, int tid) {
+    if ((D2 & 3) == 0) {
+        const int q4 = D2 >> 2;
+        for (int w = tid; w < ATT_TK * q4; w += ATT_THREADS) {
+            const int r = w / q4, e4 = w - r * q4;
+            const long long o = off_s[r];
+            uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
+            if (o >= 0) {
+                kw = ((const uint4 *)(p.kv + o))[e4];
+                vw = ((const uint4 *)(p.kv + o + p.kv_stride))[e4];
+            }
+            uint32_t *kd = ks + r * W + 4 * e4, *vd = vs + r * W + 4 * e4;
+            kd[0] = kw.x, kd[1] = kw.y, kd[2] = kw.z, kd[3] = kw.w;
+            vd[0] = vw.x, vd[1] = vw.y, vd[2] = vw.z, vd[3] = vw.w;
+        }
+    } else {
+        for (int w = tid; w < ATT_TK * D2; w += ATT_THREADS) {
+            const int r = w / D2, e2 = w - r * D2;
+            const long long o = off_s[r];
+            uint32_t kw = 0, vw = 0;
+            if (o >= 0) {
+                kw = ((const uint32_t *)(p.kv + o))[e2];
+                vw = ((const uint32_t *)(p.kv + o + p.kv_stride))[e2];
+            }
+            ks[r * W + e2] = kw;
+            vs[r * W + e2] = vw;
+        }
+    }
+}
+
 /* Persistent: block b takes items b, b + gridDim.x, ... of the descriptor's n_work, item =
  * (qoff[i] + split) * (Hkv * n_hc) + head chunk. */
 __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p) {
@@ -197,33 +230,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_partial_kernel(attn_params p
             if (!__syncthreads_or(tid < ATT_TK && off_s[tid] >= 0))
                 continue;
             /* 2: K and V rows into shared memory (zeros for keys not seen) */
-            if ((D2 & 3) == 0) {
-                const int q4 = D2 >> 2;
-                for (int w = tid; w < ATT_TK * q4; w += ATT_THREADS) {
-                    const int r = w / q4, e4 = w - r * q4;
-                    const long long o = off_s[r];
-                    uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
-                    if (o >= 0) {
-                        kw = ((const uint4 *)(p.kv + o))[e4];
-                        vw = ((const uint4 *)(p.kv + o + p.kv_stride))[e4];
-                    }
-                    uint32_t *kd = ks + r * W + 4 * e4, *vd = vs + r * W + 4 * e4;
-                    kd[0] = kw.x, kd[1] = kw.y, kd[2] = kw.z, kd[3] = kw.w;
-                    vd[0] = vw.x, vd[1] = vw.y, vd[2] = vw.z, vd[3] = vw.w;
-                }
-            } else {
-                for (int w = tid; w < ATT_TK * D2; w += ATT_THREADS) {
-                    const int r = w / D2, e2 = w - r * D2;
-                    const long long o = off_s[r];
-                    uint32_t kw = 0, vw = 0;
-                    if (o >= 0) {
-                        kw = ((const uint32_t *)(p.kv + o))[e2];
-                        vw = ((const uint32_t *)(p.kv + o + p.kv_stride))[e2];
-                    }
-                    ks[r * W + e2] = kw;
-                    vs[r * W + e2] = vw;
-                }
-            }
+            att_load_kv(p, off_s, ks, vs, D2, W, tid);
             __syncthreads();
             /* 3: scores, a warp per (head, 32 keys), a lane per key */
             for (int pr = warp; pr < ng * (ATT_TK / 32); pr += ATT_WARPS) {

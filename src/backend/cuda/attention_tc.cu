@@ -320,6 +320,301 @@ static __device__ __forceinline__ void tc_merge_parts(const att_desc &a, const a
     }
 }
 
+/* ---- the kernel's pieces -------------------------------------------------------------- */
+/* Each takes what it uses of the kernel's state as parameters. A few values come by reference
+ * (tc_prep's item, tc_load's tile pointers, tc_dec_finish's lane coordinates, tc_merge_keyparts'
+ * split), as the lambdas among these captured them: by value, the compiler orders the same
+ * operations otherwise (a comparison's operands swapped, predicates where there were branches),
+ * and the instructions of an instantiation are no longer exactly the ones it wrote with these
+ * pieces in the kernel's body (compared instruction by instruction). */
+
+/* The block's shared memory (tc_smem), as the kernel carves it. */
+struct tc_shm {
+    bf16 *qs;        /* [Q rows][DH + 8] bf16 */
+    bf16 *kvs;       /* [stage][K, V][64][DH + 8] */
+    long long *koff; /* [stage][64] where each key of a tile lives; -1: none */
+    int *kcand;      /* [stage][64] each key's candidate, or -1 - slot for a cached slot */
+    int *t_i, *t_nvis, *t_slot, *t_S, *t_pos; /* [tokens] token, visible count, slot, splits, position */
+    float *ml_s;     /* [key part][rows of a part][m, l] */
+    float *mrg;      /* [key part][rows of a part][DH] after the tiles */
+    float *mb;       /* decode: [key part][8 rows][DH], beside the tiles */
+};
+
+/* The item's tokens into shared memory, thread k token k: index, visible count, slot,
+ * position, splits. */
+static __device__ __forceinline__ void tc_tokens(const att_desc &a, const attn_params &p, const tc_shm &sh,
+                                                 const att_tok &t0, int first, int ntok, int kvh, bool one_split,
+                                                 bool whole) {
+    const int tid = threadIdx.x;
+    if (tid < ntok) {
+        const int i = a.cand_tok[first + tid];
+        const att_tok tk = tid ? att_token(a, i, p.layer, kvh) : t0;
+        sh.t_i[tid] = i;
+        sh.t_nvis[tid] = tk.n_vis;
+        sh.t_slot[tid] = tk.slot;
+        sh.t_pos[tid] = a.tok_pos[i];
+        sh.t_S[tid] = one_split ? 1 : whole ? att_pre_splits(tk.n_vis) : att_splits(tk.n_vis);
+    }
+}
+
+/* Q rows (token, head of the group) as bf16; rows past the item's are zeros */
+template <int DH, int NT>
+static __device__ __forceinline__ void tc_stage_q(const attn_params &p, bf16 *qs, const int *t_i, int rows,
+                                                  int n_mt, int ng, int kvh) {
+    constexpr int LD = DH + 8;
+    for (int e = threadIdx.x; e < n_mt * 16 * (DH / 8); e += NT) {
+        const int r = e / (DH / 8), d8 = e % (DH / 8);
+        uint4 w = make_uint4(0, 0, 0, 0);
+        if (r < rows) {
+            const float *src = p.q + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + d8 * 8;
+            const float4 x0 = *(const float4 *)src, x1 = *(const float4 *)(src + 4);
+            w = make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
+                           pack_bf16(x1.z, x1.w));
+        }
+        *(uint4 *)(qs + (size_t)r * LD + d8 * 8) = w;
+    }
+}
+
+/* What tc_prep needs of an item: where its keys live, and which of them every row sees. */
+struct tc_keys {
+    const int32_t *pages;             /* the sequence's pages */
+    size_t head_off;                  /* the layer's and KV head's rows in a page */
+    int kvh, end;                     /* KV head; the item's keys end at visible index end */
+    int full_end, min_nvis, min_slot; /* keys every row sees (tc_prep) */
+};
+
+/* An item's tc_keys; under a window, also its rows' smallest and largest position in s_pos. */
+static __device__ __forceinline__ tc_keys tc_keys_of(const att_desc &a, const attn_params &p, const tc_shm &sh,
+                                                     const att_tok &t0, int kvh, int ntok, int end, int max_nvis,
+                                                     int *s_pos) {
+    const int tid = threadIdx.x;
+    const int *t_nvis = sh.t_nvis, *t_slot = sh.t_slot, *t_pos = sh.t_pos;
+    const int32_t *pages = a.pages + a.page_off[t0.b];
+    const size_t head_off = p.layer_off + (size_t)kvh * p.head_stride;
+    /* Keys of every row: a tile inside [0, min over the tokens of n_vis) without candidates
+     * is seen whole by every row (with its keys present). */
+    int min_nvis = max_nvis, min_slot = INT_MAX;
+    for (int k = 0; k < ntok; k++) {
+        min_nvis = min(min_nvis, t_nvis[k]);
+        min_slot = min(min_slot, t_slot[k]);
+    }
+    const int full_end = min(min_nvis, t0.C);
+    if (p.window > 0) { /* in shared memory: no registers held over the tiles for it */
+        if (tid == 0) {
+            int lo = INT_MAX, hi = INT_MIN;
+            for (int k = 0; k < ntok; k++)
+                lo = min(lo, t_pos[k]), hi = max(hi, t_pos[k]);
+            s_pos[0] = lo, s_pos[1] = hi;
+        }
+        __syncthreads();
+    }
+    return {pages, head_off, kvh, end, full_end, min_nvis, min_slot};
+}
+
+/* Where each key of the tile at visible index k0 lives (stage st of koff and kcand; -1: none);
+ * true where every row sees every key of it. owner >= 0: the tile of a token tree's item from
+ * the one holding visible index C on, with that token's own keys (below). */
+template <int DH>
+static __device__ __forceinline__ bool tc_prep(const att_desc &a, const attn_params &p, const tc_shm &sh,
+                                               const tc_keys &ks, const att_tok &t0, const int *s_pos, int st,
+                                               int k0, int owner) {
+    const int tid = threadIdx.x;
+    const int &kvh = ks.kvh, &end = ks.end; /* references: see above */
+    const int32_t *const &pages = ks.pages;
+    const size_t &head_off = ks.head_off;
+    const int &full_end = ks.full_end, &min_nvis = ks.min_nvis, &min_slot = ks.min_slot;
+    const int *t_i = sh.t_i;
+    long long *koff = sh.koff;
+    int *kcand = sh.kcand;
+    bool ok = true;
+    if (tid < TC_TK) {
+        const int k = k0 + tid;
+        int ci = -1;
+        const att_tok to = owner < 0 ? t0 : att_token(a, t_i[owner], p.layer, kvh);
+        int slot = k < end && (owner < 0 || k < to.n_vis) ? att_key_slot(a, to, k, &ci) : -1;
+        /* under a window: a key behind every row's window is none (not read); one
+         * inside every row's leaves the tile whole */
+        bool in_all = true;
+        if (p.window > 0 && slot >= 0) {
+            const int kp = ci < 0 ? slot : a.tok_pos[a.cand_tok[ci]];
+            in_all = att_in_window(p.window, s_pos[1], kp);
+            if (!att_in_window(p.window, s_pos[0], kp))
+                slot = -1;
+        }
+        koff[st * TC_TK + tid] =
+            slot < 0 ? -1
+                     : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
+                                   (size_t)(slot % p.page_size) * DH);
+        kcand[st * TC_TK + tid] = ci >= 0 ? ci : -1 - max(slot, 0);
+        /* new tokens at slots up to every row's own, without a mask, are seen by
+         * every row too: a prefill chunk tests the predicate on its diagonal only */
+        ok = owner < 0 && slot >= 0 && in_all &&
+             (k < full_end || (ci >= 0 && k < min_nvis && !a.mask && slot <= min_slot));
+    }
+    return ok;
+}
+
+/* Stage st's K and V tiles, with cp.async, from where koff says (zeros for no key): this
+ * thread's copies start at column ch, kv_col = p.kv + ch * 8 (the kernel says why). */
+template <int DH, int NT>
+static __device__ __forceinline__ void tc_load(const attn_params &p, long long *const &koff, bf16 *const &kvs,
+                                               const bf16 *kv_col, int ch, size_t kv_stride, int st) {
+    constexpr int LD = DH + 8;
+    constexpr int CH = DH / 8, KEYS = TC_TK * CH / NT; /* 16-byte columns, keys per thread */
+    static_assert(TC_TK * CH % NT == 0, "a tile's copies divide among the threads");
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < KEYS; j++) {
+        /* where the threads do not divide into whole keys (Dh 96), the column of
+         * each copy is its own */
+        constexpr bool SAME_COL = NT % CH == 0;
+        const int e = tid + j * NT, key = SAME_COL ? tid / CH + j * (NT / CH) : e / CH;
+        const int chj = SAME_COL ? ch : e % CH;
+        const long long o = koff[st * TC_TK + key];
+        bf16 *dst = kvs + ((size_t)(st * 2) * TC_TK + key) * LD + chj * 8;
+        const bf16 *src = o >= 0 ? (SAME_COL ? kv_col : p.kv + chj * 8) + o : p.kv;
+        const int n = o >= 0 ? 16 : 0;
+        cp_async16(dst, src, n);
+        cp_async16(dst + (size_t)TC_TK * LD, o >= 0 ? src + kv_stride : p.kv, n);
+    }
+}
+
+/* Decode kind: split s's rows (one m-tile, at most 16) from the four warps' states,
+ * eight rows at a time through mb, with the arithmetic of tc_merge_keyparts; then the
+ * state starts over for the next split. */
+template <int DH, int NT>
+static __device__ __forceinline__ void tc_dec_finish(const att_desc &a, const attn_params &p, const tc_item &it,
+                                                     const tc_shm &sh, int kvh, int s, int kp, int KP, int MR,
+                                                     float (&m)[2], float (&l)[2], float (&O)[DH / 8][4],
+                                                     const int &g, const int &c) {
+    const int tid = threadIdx.x, ng = it.ng;
+    const int *t_i = sh.t_i, *t_S = sh.t_S;
+    float *ml_s = sh.ml_s, *mb = sh.mb;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++)
+        if (c == 0) {
+            const int r = g + 8 * hr;
+            ml_s[(kp * MR + r) * 2] = m[hr];
+            ml_s[(kp * MR + r) * 2 + 1] = l[hr];
+        }
+    __syncthreads();
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        if (8 * hr >= it.rows)
+            break;
+        {
+            const int r = g + 8 * hr;
+            float M = -INFINITY;
+            for (int w = 0; w < KP; w++)
+                M = fmaxf(M, ml_s[(w * MR + r) * 2]);
+            const float ew = m[hr] == -INFINITY ? 0.f : expf(m[hr] - M);
+            float *dst = mb + (size_t)(kp * 8 + g) * DH + 2 * c;
+#pragma unroll
+            for (int dn = 0; dn < DH / 8; dn++)
+                *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * ew, O[dn][2 * hr + 1] * ew);
+        }
+        __syncthreads();
+        for (int e = tid; e < 8 * DH; e += NT) {
+            const int r8 = e / DH, r = 8 * hr + r8, d = e % DH, tt = r / ng;
+            if (r >= it.rows)
+                break;
+            if (s >= t_S[tt])
+                continue;
+            tc_merge_parts<DH>(a, p, ml_s + 2 * r, 2 * MR, mb + (size_t)r8 * DH + d, (size_t)8 * DH, KP,
+                               t_i[tt], kvh * ng + r % ng, d, t_S[tt], s);
+        }
+        __syncthreads();
+    }
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.f;
+#pragma unroll
+    for (int dn = 0; dn < DH / 8; dn++)
+        O[dn][0] = O[dn][1] = O[dn][2] = O[dn][3] = 0.f;
+}
+
+/* A prefill item of one split and one key part: the state of rows g and g + 8 of m-tile mt is
+ * their result, written from registers. */
+template <int DH>
+static __device__ __forceinline__ void tc_write_rows(const attn_params &p, const int *t_i, int rows, int ng, int kvh,
+                                                     int mt, int g, int c, const float (&l)[2],
+                                                     const float (&O)[DH / 8][4]) {
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int r = mt * 16 + g + 8 * hr;
+        if (r >= rows)
+            break;
+        const float inv = l[hr] > 0.f ? 1.f / l[hr] : 0.f;
+        float *dst = p.out + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + 2 * c;
+#pragma unroll
+        for (int dn = 0; dn < DH / 8; dn++)
+            *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * inv, O[dn][2 * hr + 1] * inv);
+    }
+}
+
+/* Merge the key parts in part order: each warp's (m, l) and its O scaled to the
+ * rows' common max, then summed part by part; written as split s0's result. */
+template <int DH, int NT>
+static __device__ __forceinline__ void tc_merge_keyparts(const att_desc &a, const attn_params &p, const tc_item &it,
+                                                         const tc_shm &sh, int kvh, const int &s0, int kp, int KP,
+                                                         int MR, int mt, int n_mt, const float (&m)[2],
+                                                         const float (&l)[2], const float (&O)[DH / 8][4], int g,
+                                                         int c) {
+    const int tid = threadIdx.x, ng = it.ng;
+    const int *t_i = sh.t_i, *t_S = sh.t_S;
+    float *ml_s = sh.ml_s, *mrg = sh.mrg;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++)
+        if (mt < n_mt && c == 0) {
+            const int r = mt * 16 + g + 8 * hr;
+            ml_s[(kp * MR + r) * 2] = m[hr];
+            ml_s[(kp * MR + r) * 2 + 1] = l[hr];
+        }
+    __syncthreads();
+    if (mt < n_mt) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int r = mt * 16 + g + 8 * hr;
+            float M = -INFINITY;
+            for (int w = 0; w < KP; w++)
+                M = fmaxf(M, ml_s[(w * MR + r) * 2]);
+            const float ew = m[hr] == -INFINITY ? 0.f : expf(m[hr] - M);
+            float *dst = mrg + (size_t)(kp * MR + r) * DH + 2 * c;
+#pragma unroll
+            for (int dn = 0; dn < DH / 8; dn++)
+                *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * ew, O[dn][2 * hr + 1] * ew);
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < it.rows * DH; e += NT) {
+        const int r = e / DH, d = e % DH, tt = r / ng;
+        if (s0 >= t_S[tt])
+            continue;
+        tc_merge_parts<DH>(a, p, ml_s + 2 * r, 2 * MR, mrg + (size_t)r * DH + d, (size_t)MR * DH, KP,
+                           t_i[tt], kvh * ng + r % ng, d, t_S[tt], s0);
+    }
+}
+
+/* A lone token's merge of its splits (tc_combine) by the item that brings the last of them to
+ * (group lo, KV head kvh): this item's are [s0, s1) of S; s_last: the block's answer. */
+template <int DH, int NT>
+static __device__ __forceinline__ void tc_merge_last(const att_desc &a, const attn_params &p, const int *t_i,
+                                                     const int *t_S, int &s_last, int lo, int kvh, int S, int s0,
+                                                     int s1, int ntok, int ng) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *ctr = p.att_cnt + (size_t)lo * p.Hkv + kvh;
+        s_last = atomicAdd(ctr, s1 - s0) == S - (s1 - s0); /* the splits of (group, head) */
+        if (s_last)
+            *ctr = 0; /* every item has arrived: ready for the next call */
+    }
+    __syncthreads();
+    if (s_last) {
+        __threadfence();
+        tc_combine<DH, NT>(a, p, t_i, t_S, ntok, ng, kvh);
+    }
+}
+
 /* Persistent, over its kind's work units (one split of one (group, KV head)): block b takes
  * units b, b + grid, ..., unit = gitem[group] + split * Hkv + KV head.
  * DEC (the decode kind): groups of at most 16 rows, not prefilled (decode steps, short
@@ -348,6 +643,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
     float *ml_s = (float *)(t_pos + NTOK); /* [key part][rows of a part][m, l] */
     float *mrg = (float *)kvs;         /* [key part][rows of a part][DH] after the tiles */
     float *mb = ml_s + 128 * 2;        /* decode: [key part][8 rows][DH], beside the tiles */
+    const tc_shm sh = {qs, kvs, koff, kcand, t_i, t_nvis, t_slot, t_S, t_pos, ml_s, mrg, mb};
     __shared__ int s_last;
     __shared__ int s_pos[2]; /* a windowed call: the item's smallest and largest row position */
 
@@ -386,15 +682,7 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
         const int s1 = ranges ? min(S, s0 + (item_stop - item)) : min(s0 + 1, S);
         next = ranges ? item + (s1 - s0) : item + (int)gridDim.x;
         const att_tok t0 = att_token(a, a.cand_tok[first], p.layer, kvh);
-        if (tid < ntok) {
-            const int i = a.cand_tok[first + tid];
-            const att_tok tk = tid ? att_token(a, i, p.layer, kvh) : t0;
-            t_i[tid] = i;
-            t_nvis[tid] = tk.n_vis;
-            t_slot[tid] = tk.slot;
-            t_pos[tid] = a.tok_pos[i];
-            t_S[tid] = one_split ? 1 : whole ? att_pre_splits(tk.n_vis) : att_splits(tk.n_vis);
-        }
+        tc_tokens(a, p, sh, t0, first, ntok, kvh, one_split, whole);
         __syncthreads();
         int max_nvis = 0;
         for (int k = 0; k < ntok; k++)
@@ -415,144 +703,20 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
             const int MR = DEC ? 16 : PRE ? TC_PRE_ROWS / KP : 32;            /* rows of a part */
             const int kp = warp % KP, mt = warp / KP;
 
-            /* Q rows (token, head of the group) as bf16; rows past the item's are zeros */
-            for (int e = tid; e < n_mt * 16 * (DH / 8); e += NT) {
-                const int r = e / (DH / 8), d8 = e % (DH / 8);
-                uint4 w = make_uint4(0, 0, 0, 0);
-                if (r < it.rows) {
-                    const float *src = p.q + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + d8 * 8;
-                    const float4 x0 = *(const float4 *)src, x1 = *(const float4 *)(src + 4);
-                    w = make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
-                                   pack_bf16(x1.z, x1.w));
-                }
-                *(uint4 *)(qs + (size_t)r * LD + d8 * 8) = w;
-            }
+            tc_stage_q<DH, NT>(p, qs, t_i, it.rows, n_mt, ng, kvh);
 
-            const int32_t *pages = a.pages + a.page_off[t0.b];
-            const size_t head_off = p.layer_off + (size_t)kvh * p.head_stride;
-            /* Where each key of the tile at visible index k0 lives; -1: none. */
-            /* Keys of every row: a tile inside [0, min over the tokens of n_vis) without candidates
-             * is seen whole by every row (with its keys present). */
-            int min_nvis = max_nvis, min_slot = INT_MAX;
-            for (int k = 0; k < ntok; k++) {
-                min_nvis = min(min_nvis, t_nvis[k]);
-                min_slot = min(min_slot, t_slot[k]);
-            }
-            const int full_end = min(min_nvis, t0.C);
-            if (p.window > 0) { /* in shared memory: no registers held over the tiles for it */
-                if (tid == 0) {
-                    int lo = INT_MAX, hi = INT_MIN;
-                    for (int k = 0; k < ntok; k++)
-                        lo = min(lo, t_pos[k]), hi = max(hi, t_pos[k]);
-                    s_pos[0] = lo, s_pos[1] = hi;
-                }
-                __syncthreads();
-            }
-            /* owner >= 0: the tile of a token tree's item from the one holding visible index C
-             * on, with that token's own keys (below) */
-            auto prep = [&](int st, int k0, int owner) -> bool {
-                bool ok = true;
-                if (tid < TC_TK) {
-                    const int k = k0 + tid;
-                    int ci = -1;
-                    const att_tok to = owner < 0 ? t0 : att_token(a, t_i[owner], p.layer, kvh);
-                    int slot = k < end && (owner < 0 || k < to.n_vis) ? att_key_slot(a, to, k, &ci) : -1;
-                    /* under a window: a key behind every row's window is none (not read); one
-                     * inside every row's leaves the tile whole */
-                    bool in_all = true;
-                    if (p.window > 0 && slot >= 0) {
-                        const int kp = ci < 0 ? slot : a.tok_pos[a.cand_tok[ci]];
-                        in_all = att_in_window(p.window, s_pos[1], kp);
-                        if (!att_in_window(p.window, s_pos[0], kp))
-                            slot = -1;
-                    }
-                    koff[st * TC_TK + tid] =
-                        slot < 0 ? -1
-                                 : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
-                                               (size_t)(slot % p.page_size) * DH);
-                    kcand[st * TC_TK + tid] = ci >= 0 ? ci : -1 - max(slot, 0);
-                    /* new tokens at slots up to every row's own, without a mask, are seen by
-                     * every row too: a prefill chunk tests the predicate on its diagonal only */
-                    ok = owner < 0 && slot >= 0 && in_all &&
-                         (k < full_end || (ci >= 0 && k < min_nvis && !a.mask && slot <= min_slot));
-                }
-                return ok;
-            };
+            const tc_keys keys = tc_keys_of(a, p, sh, t0, kvh, ntok, end, max_nvis, s_pos);
             /* A thread copies the same 16-byte column of a few keys, K and V from one offset:
              * the address arithmetic per copy is an add (the issue loop was a third of the
              * kernel's stall samples when each copy recomputed its key, column and half). */
             const int ch = tid % (DH / 8);
             const bf16 *kv_col = p.kv + ch * 8;
             const size_t kv_stride = p.kv_stride;
-            auto load = [&](int st) {
-                constexpr int CH = DH / 8, KEYS = TC_TK * CH / NT; /* 16-byte columns, keys per thread */
-                static_assert(TC_TK * CH % NT == 0, "a tile's copies divide among the threads");
-    #pragma unroll
-                for (int j = 0; j < KEYS; j++) {
-                    /* where the threads do not divide into whole keys (Dh 96), the column of
-                     * each copy is its own */
-                    constexpr bool SAME_COL = NT % CH == 0;
-                    const int e = tid + j * NT, key = SAME_COL ? tid / CH + j * (NT / CH) : e / CH;
-                    const int chj = SAME_COL ? ch : e % CH;
-                    const long long o = koff[st * TC_TK + key];
-                    bf16 *dst = kvs + ((size_t)(st * 2) * TC_TK + key) * LD + chj * 8;
-                    const bf16 *src = o >= 0 ? (SAME_COL ? kv_col : p.kv + chj * 8) + o : p.kv;
-                    const int n = o >= 0 ? 16 : 0;
-                    cp_async16(dst, src, n);
-                    cp_async16(dst + (size_t)TC_TK * LD, o >= 0 ? src + kv_stride : p.kv, n);
-                }
-            };
 
             float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, O[DH / 8][4];
     #pragma unroll
             for (int dn = 0; dn < DH / 8; dn++)
                 O[dn][0] = O[dn][1] = O[dn][2] = O[dn][3] = 0.f;
-
-            /* Decode kind: split s's rows (one m-tile, at most 16) from the four warps' states,
-             * eight rows at a time through mb, with the arithmetic of the merge below; then the
-             * state starts over for the next split. */
-            auto dec_finish = [&](int s) {
-    #pragma unroll
-                for (int hr = 0; hr < 2; hr++)
-                    if (c == 0) {
-                        const int r = g + 8 * hr;
-                        ml_s[(kp * MR + r) * 2] = m[hr];
-                        ml_s[(kp * MR + r) * 2 + 1] = l[hr];
-                    }
-                __syncthreads();
-    #pragma unroll
-                for (int hr = 0; hr < 2; hr++) {
-                    if (8 * hr >= it.rows)
-                        break;
-                    {
-                        const int r = g + 8 * hr;
-                        float M = -INFINITY;
-                        for (int w = 0; w < KP; w++)
-                            M = fmaxf(M, ml_s[(w * MR + r) * 2]);
-                        const float ew = m[hr] == -INFINITY ? 0.f : expf(m[hr] - M);
-                        float *dst = mb + (size_t)(kp * 8 + g) * DH + 2 * c;
-    #pragma unroll
-                        for (int dn = 0; dn < DH / 8; dn++)
-                            *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * ew, O[dn][2 * hr + 1] * ew);
-                    }
-                    __syncthreads();
-                    for (int e = tid; e < 8 * DH; e += NT) {
-                        const int r8 = e / DH, r = 8 * hr + r8, d = e % DH, tt = r / ng;
-                        if (r >= it.rows)
-                            break;
-                        if (s >= t_S[tt])
-                            continue;
-                        tc_merge_parts<DH>(a, p, ml_s + 2 * r, 2 * MR, mb + (size_t)r8 * DH + d, (size_t)8 * DH, KP,
-                                           t_i[tt], kvh * ng + r % ng, d, t_S[tt], s);
-                    }
-                    __syncthreads();
-                }
-                m[0] = m[1] = -INFINITY;
-                l[0] = l[1] = 0.f;
-    #pragma unroll
-                for (int dn = 0; dn < DH / 8; dn++)
-                    O[dn][0] = O[dn][1] = O[dn][2] = O[dn][3] = 0.f;
-            };
 
             const int n_tiles = (end - begin + TC_TK - 1) / TC_TK;
             const int tps = (int)(chunk / TC_TK); /* tiles per split (decode kind) */
@@ -571,16 +735,18 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
             int own[2];
             own[0] = step_owner(0);
             own[1] = -1;
-            full[0] = __syncthreads_and(prep(0, begin + step_tile(0) * TC_TK, own[0]));
+            full[0] = __syncthreads_and(tc_prep<DH>(a, p, sh, keys, t0, s_pos, 0, begin + step_tile(0) * TC_TK,
+                                                    own[0]));
             full[1] = false;
-            load(0);
+            tc_load<DH, NT>(p, koff, kvs, kv_col, ch, kv_stride, 0);
             cp_async_commit();
             for (int sp = 0; sp < n_steps; sp++) {
                 const int st = sp & 1, t = step_tile(sp);
                 if (sp + 1 < n_steps) {
                     own[st ^ 1] = step_owner(sp + 1);
-                    full[st ^ 1] = __syncthreads_and(prep(st ^ 1, begin + step_tile(sp + 1) * TC_TK, own[st ^ 1]));
-                    load(st ^ 1);
+                    full[st ^ 1] = __syncthreads_and(
+                        tc_prep<DH>(a, p, sh, keys, t0, s_pos, st ^ 1, begin + step_tile(sp + 1) * TC_TK, own[st ^ 1]));
+                    tc_load<DH, NT>(p, koff, kvs, kv_col, ch, kv_stride, st ^ 1);
                 }
                 cp_async_commit();
                 cp_async_wait1();
@@ -604,80 +770,25 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
                 __syncthreads();
                 const bool tile_done = own[st] < 0 || own[st] == ntok - 1;
                 if (DEC && tile_done && ((t + 1) % tps == 0 || t + 1 == n_tiles))
-                    dec_finish(s0 + t / tps);
+                    tc_dec_finish<DH, NT>(a, p, it, sh, kvh, s0 + t / tps, kp, KP, MR, m, l, O, g, c);
             }
             if (DEC)
                 break;
             if (one_split && KP == 1) { /* a row's state is its result, written from registers */
-                if (mt < n_mt) {
-    #pragma unroll
-                    for (int hr = 0; hr < 2; hr++) {
-                        const int r = mt * 16 + g + 8 * hr;
-                        if (r >= it.rows)
-                            break;
-                        const float inv = l[hr] > 0.f ? 1.f / l[hr] : 0.f;
-                        float *dst = p.out + ((size_t)t_i[r / ng] * p.H + kvh * ng + r % ng) * DH + 2 * c;
-    #pragma unroll
-                        for (int dn = 0; dn < DH / 8; dn++)
-                            *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * inv, O[dn][2 * hr + 1] * inv);
-                    }
-                }
+                if (mt < n_mt)
+                    tc_write_rows<DH>(p, t_i, it.rows, ng, kvh, mt, g, c, l, O);
                 break;
             }
 
-            /* Merge the key parts in part order: each warp's (m, l) and its O scaled to the
-             * rows' common max, then summed part by part. */
-    #pragma unroll
-            for (int hr = 0; hr < 2; hr++)
-                if (mt < n_mt && c == 0) {
-                    const int r = mt * 16 + g + 8 * hr;
-                    ml_s[(kp * MR + r) * 2] = m[hr];
-                    ml_s[(kp * MR + r) * 2 + 1] = l[hr];
-                }
-            __syncthreads();
-            if (mt < n_mt) {
-    #pragma unroll
-                for (int hr = 0; hr < 2; hr++) {
-                    const int r = mt * 16 + g + 8 * hr;
-                    float M = -INFINITY;
-                    for (int w = 0; w < KP; w++)
-                        M = fmaxf(M, ml_s[(w * MR + r) * 2]);
-                    const float ew = m[hr] == -INFINITY ? 0.f : expf(m[hr] - M);
-                    float *dst = mrg + (size_t)(kp * MR + r) * DH + 2 * c;
-    #pragma unroll
-                    for (int dn = 0; dn < DH / 8; dn++)
-                        *(float2 *)(dst + dn * 8) = make_float2(O[dn][2 * hr] * ew, O[dn][2 * hr + 1] * ew);
-                }
-            }
-            __syncthreads();
-            for (int e = tid; e < it.rows * DH; e += NT) {
-                const int r = e / DH, d = e % DH, tt = r / ng;
-                if (s0 >= t_S[tt])
-                    continue;
-                tc_merge_parts<DH>(a, p, ml_s + 2 * r, 2 * MR, mrg + (size_t)r * DH + d, (size_t)MR * DH, KP,
-                                   t_i[tt], kvh * ng + r % ng, d, t_S[tt], s0);
-            }
+            tc_merge_keyparts<DH, NT>(a, p, it, sh, kvh, s0, kp, KP, MR, mt, n_mt, m, l, O, g, c);
         } while (0);
 
         /* A group marked so (a lone token): the item that brings the last of the splits of
          * (group, KV head) merges the token's splits, in split order as attn_combine_kernel
          * does (threadFenceReduction in the CUDA samples); every item arrives with its count
          * of splits, also one whose splits are empty. */
-        if (merge_here) {
-            __threadfence();
-            __syncthreads();
-            if (tid == 0) {
-                int *ctr = p.att_cnt + (size_t)lo * p.Hkv + kvh;
-                s_last = atomicAdd(ctr, s1 - s0) == S - (s1 - s0); /* the splits of (group, head) */
-                if (s_last)
-                    *ctr = 0; /* every item has arrived: ready for the next call */
-            }
-            __syncthreads();
-            if (s_last) {
-                __threadfence();
-                tc_combine<DH, NT>(a, p, t_i, t_S, ntok, ng, kvh);
-            }
-        }
+        if (merge_here)
+            tc_merge_last<DH, NT>(a, p, t_i, t_S, s_last, lo, kvh, S, s0, s1, ntok, ng);
     }
 }
 

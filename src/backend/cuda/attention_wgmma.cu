@@ -172,6 +172,162 @@ static __device__ __forceinline__ wg_item wg_item_of(const att_desc &a, int item
     return w;
 }
 
+/* ---- the kernel's pieces -------------------------------------------------------------- */
+
+/* The producer (warpgroup 0): for each of the block's items, where each key of a tile lives and
+ * whether every row sees it, then the tile's K and V into the ring, stage by stage. */
+static __device__ __forceinline__ void wg_producer(const att_desc &a, const attn_params &p, long long *koff,
+                                                   int *kinfo, uint32_t *okm, int *red, uint32_t base_s,
+                                                   uint32_t bar_full, uint32_t bar_empty) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    int tile_n = 0; /* tiles through the ring so far: stage and phase */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;" ::: "memory");
+    const int pt = tid, warp = pt >> 5;
+    int parity = 0;
+    for (int item = a.n_work_chain + blockIdx.x; item < a.n_work_tc; item += gridDim.x, parity ^= 1) {
+        const wg_item w = wg_item_of(a, item, p.Hkv);
+        const att_tok t0 = att_token(a, a.cand_tok[w.first], p.layer, w.kvh);
+        /* the tokens' visible counts and slots: largest count, smallest count and slot */
+        int vmax = 0, vmin = INT_MAX, smin = INT_MAX;
+        if (pt < w.ntok) {
+            const att_tok tk = pt ? att_token(a, a.cand_tok[w.first + pt], p.layer, w.kvh) : t0;
+            vmax = vmin = tk.n_vis;
+            smin = tk.slot;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            vmax = max(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
+            vmin = min(vmin, __shfl_xor_sync(0xffffffffu, vmin, o));
+            smin = min(smin, __shfl_xor_sync(0xffffffffu, smin, o));
+        }
+        int *rd = red + parity * 12;
+        if (lane == 0) {
+            rd[warp * 3] = vmax;
+            rd[warp * 3 + 1] = vmin;
+            rd[warp * 3 + 2] = smin;
+        }
+        named_sync(1, 128);
+        for (int k = 0; k < 4; k++) {
+            vmax = max(vmax, rd[k * 3]);
+            vmin = min(vmin, rd[k * 3 + 1]);
+            smin = min(smin, rd[k * 3 + 2]);
+        }
+        const int end = vmax, full_end = min(vmin, t0.C);
+        const int32_t *pages = a.pages + a.page_off[t0.b];
+        const size_t head_off = p.layer_off + (size_t)w.kvh * p.head_stride;
+        const int n_tiles = (end + WG_TK - 1) / WG_TK;
+        for (int t = 0; t < n_tiles; t++, tile_n++) {
+            const int st = tile_n % WG_STAGES, ph = (tile_n / WG_STAGES) & 1;
+            mbar_wait(bar_empty + 8 * st, ph ^ 1);
+            /* where key k of the tile lives, and whether every row sees it */
+            const int k = t * WG_TK + pt;
+            int ci = -1;
+            const int slot = k < end ? att_key_slot(a, t0, k, &ci) : -1;
+            koff[st * WG_TK + pt] = slot < 0 ? -1
+                                             : (long long)((size_t)pages[slot / p.page_size] * p.page_stride +
+                                                           head_off + (size_t)(slot % p.page_size) * WG_DH);
+            kinfo[st * WG_TK + pt] = slot < 0 ? -2 : ci;
+            const bool ok = slot >= 0 && (k < full_end || (ci >= 0 && k < vmin && !a.mask && slot <= smin));
+            const uint32_t b = __ballot_sync(0xffffffffu, ok);
+            if (lane == 0)
+                okm[st * 4 + warp] = b;
+            named_sync(1, 128);
+            /* 16-byte chunk ch of key kk: two keys' 512 contiguous bytes per warp and copy */
+            const uint32_t kdst = base_s + WG_KV + (uint32_t)st * 2 * WG_TILE;
+#pragma unroll 4
+            for (int j = 0; j < WG_TK * 16 / 128; j++) {
+                const int e = pt + 128 * j, kk = e >> 4, ch = e & 15;
+                const long long o = koff[st * WG_TK + kk];
+                const uint32_t dst = kdst + wg_swz(kk, ch, WG_TK);
+                const bf16 *src = o >= 0 ? p.kv + o + ch * 8 : p.kv;
+                const int n = o >= 0 ? 16 : 0; /* no key: zeros (its scores are masked) */
+                wg_cp16(dst, src, n);
+                wg_cp16(dst + WG_TILE, o >= 0 ? src + p.kv_stride : p.kv, n);
+            }
+            mbar_track_copies(bar_full + 8 * st);
+            mbar_arrive(bar_full + 8 * st);
+        }
+    }
+}
+
+/* A consumer's mask of the scores S of the tile at key t * WG_TK that some row does not see
+ * whole: ki says what each key is (-2: none, -1: a cached slot, else its candidate), r_ok,
+ * r_nvis, r_slot, r_i what this thread's rows g and g + 8 are. */
+static __device__ __forceinline__ void wg_mask(const att_desc &a, const int *ki, int t, int c, const int (&r_ok)[2],
+                                               const int (&r_nvis)[2], const int (&r_slot)[2], const int (&r_i)[2],
+                                               float (&S)[64]) {
+#pragma unroll
+    for (int n = 0; n < 16; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int kl = n * 8 + 2 * c + e, kidx = t * WG_TK + kl, ci = ki[kl];
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                bool vis = r_ok[hr] && ci != -2 && kidx < r_nvis[hr];
+                if (vis && ci >= 0)
+                    vis = a.mask ? a.mask[(size_t)r_i[hr] * a.T + a.cand_tok[ci]] != 0
+                                 : a.cand_slot[ci] <= r_slot[hr];
+                if (!vis)
+                    S[4 * n + 2 * hr + e] = -INFINITY;
+            }
+        }
+}
+
+/* The online softmax step of this thread's rows over a tile: S from scores to weights, (m, l)
+ * updated, alpha the factor O is to be scaled by. The scaling of O stays in the kernel: here,
+ * the compiler would place the accumulators' zeroing otherwise (the same operations). */
+static __device__ __forceinline__ void wg_softmax(float (&S)[64], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                                  float sl2) {
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+            mx = fmaxf(mx, fmaxf(S[4 * n + 2 * hr], S[4 * n + 2 * hr + 1]));
+        mx = wg_quad_max(mx * sl2);
+        const float m_new = fmaxf(m[hr], mx);
+        float sum = 0.f;
+        if (m_new == -INFINITY) { /* nothing seen yet */
+            alpha[hr] = 1.f;
+#pragma unroll
+            for (int n = 0; n < 16; n++)
+                S[4 * n + 2 * hr] = S[4 * n + 2 * hr + 1] = 0.f;
+        } else {
+            alpha[hr] = wg_exp2(m[hr] - m_new);
+#pragma unroll
+            for (int n = 0; n < 16; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float pv = wg_exp2(fmaf(S[4 * n + 2 * hr + e], sl2, -m_new));
+                    S[4 * n + 2 * hr + e] = pv;
+                    sum += pv;
+                }
+        }
+        m[hr] = m_new;
+        l[hr] = l[hr] * alpha[hr] + sum; /* this thread's columns; the quad sums at the end */
+    }
+}
+
+/* A consumer's result: this thread's rows g and g + 8 of warp warp (O over the quad's sum of
+ * l), those of the item (r_ok) written as token r_i's, query head kvh * ng + row % ng. */
+static __device__ __forceinline__ void wg_write_rows(const attn_params &p, const float (&O)[64], const float (&l)[2],
+                                                     const int (&r_ok)[2], const int (&r_i)[2], int cw, int warp,
+                                                     int g, int c, int kvh, int ng) {
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float lt = l[hr];
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        if (!r_ok[hr])
+            continue;
+        const int R = cw * 64 + warp * 16 + g + 8 * hr;
+        const float inv = lt > 0.f ? 1.f / lt : 0.f;
+        float *dst = p.out + ((size_t)r_i[hr] * p.H + kvh * ng + R % ng) * WG_DH + 2 * c;
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+            *(float2 *)(dst + n * 8) = make_float2(O[4 * n + 2 * hr] * inv, O[4 * n + 2 * hr + 1] * inv);
+    }
+}
+
 #endif /* __CUDA_ARCH_FEAT_SM90_ALL */
 
 
@@ -203,73 +359,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attn_wg_kernel(attn_params p) {
     int tile_n = 0; /* tiles through the ring so far: stage and phase */
 
     if (wg == 0) {
-        /* ---- producer ---- */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;" ::: "memory");
-        const int pt = tid, warp = pt >> 5;
-        int parity = 0;
-        for (int item = a.n_work_chain + blockIdx.x; item < a.n_work_tc; item += gridDim.x, parity ^= 1) {
-            const wg_item w = wg_item_of(a, item, p.Hkv);
-            const att_tok t0 = att_token(a, a.cand_tok[w.first], p.layer, w.kvh);
-            /* the tokens' visible counts and slots: largest count, smallest count and slot */
-            int vmax = 0, vmin = INT_MAX, smin = INT_MAX;
-            if (pt < w.ntok) {
-                const att_tok tk = pt ? att_token(a, a.cand_tok[w.first + pt], p.layer, w.kvh) : t0;
-                vmax = vmin = tk.n_vis;
-                smin = tk.slot;
-            }
-            for (int o = 16; o > 0; o >>= 1) {
-                vmax = max(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
-                vmin = min(vmin, __shfl_xor_sync(0xffffffffu, vmin, o));
-                smin = min(smin, __shfl_xor_sync(0xffffffffu, smin, o));
-            }
-            int *rd = red + parity * 12;
-            if (lane == 0) {
-                rd[warp * 3] = vmax;
-                rd[warp * 3 + 1] = vmin;
-                rd[warp * 3 + 2] = smin;
-            }
-            named_sync(1, 128);
-            for (int k = 0; k < 4; k++) {
-                vmax = max(vmax, rd[k * 3]);
-                vmin = min(vmin, rd[k * 3 + 1]);
-                smin = min(smin, rd[k * 3 + 2]);
-            }
-            const int end = vmax, full_end = min(vmin, t0.C);
-            const int32_t *pages = a.pages + a.page_off[t0.b];
-            const size_t head_off = p.layer_off + (size_t)w.kvh * p.head_stride;
-            const int n_tiles = (end + WG_TK - 1) / WG_TK;
-            for (int t = 0; t < n_tiles; t++, tile_n++) {
-                const int st = tile_n % WG_STAGES, ph = (tile_n / WG_STAGES) & 1;
-                mbar_wait(bar_empty + 8 * st, ph ^ 1);
-                /* where key k of the tile lives, and whether every row sees it */
-                const int k = t * WG_TK + pt;
-                int ci = -1;
-                const int slot = k < end ? att_key_slot(a, t0, k, &ci) : -1;
-                koff[st * WG_TK + pt] = slot < 0 ? -1
-                                                 : (long long)((size_t)pages[slot / p.page_size] * p.page_stride +
-                                                               head_off + (size_t)(slot % p.page_size) * WG_DH);
-                kinfo[st * WG_TK + pt] = slot < 0 ? -2 : ci;
-                const bool ok = slot >= 0 && (k < full_end || (ci >= 0 && k < vmin && !a.mask && slot <= smin));
-                const uint32_t b = __ballot_sync(0xffffffffu, ok);
-                if (lane == 0)
-                    okm[st * 4 + warp] = b;
-                named_sync(1, 128);
-                /* 16-byte chunk ch of key kk: two keys' 512 contiguous bytes per warp and copy */
-                const uint32_t kdst = base_s + WG_KV + (uint32_t)st * 2 * WG_TILE;
-#pragma unroll 4
-                for (int j = 0; j < WG_TK * 16 / 128; j++) {
-                    const int e = pt + 128 * j, kk = e >> 4, ch = e & 15;
-                    const long long o = koff[st * WG_TK + kk];
-                    const uint32_t dst = kdst + wg_swz(kk, ch, WG_TK);
-                    const bf16 *src = o >= 0 ? p.kv + o + ch * 8 : p.kv;
-                    const int n = o >= 0 ? 16 : 0; /* no key: zeros (its scores are masked) */
-                    wg_cp16(dst, src, n);
-                    wg_cp16(dst + WG_TILE, o >= 0 ? src + p.kv_stride : p.kv, n);
-                }
-                mbar_track_copies(bar_full + 8 * st);
-                mbar_arrive(bar_full + 8 * st);
-            }
-        }
+        wg_producer(a, p, koff, kinfo, okm, red, base_s, bar_full, bar_empty);
         return;
     }
 
@@ -344,54 +434,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attn_wg_kernel(attn_params p) {
                 wg_wait0();
                 wg_pin(S);
                 const uint32_t *ok = okm + st * 4;
-                if ((ok[0] & ok[1] & ok[2] & ok[3]) != 0xffffffffu) {
-                    const int *ki = kinfo + st * WG_TK;
-#pragma unroll
-                    for (int n = 0; n < 16; n++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int kl = n * 8 + 2 * c + e, kidx = t * WG_TK + kl, ci = ki[kl];
-#pragma unroll
-                            for (int hr = 0; hr < 2; hr++) {
-                                bool vis = r_ok[hr] && ci != -2 && kidx < r_nvis[hr];
-                                if (vis && ci >= 0)
-                                    vis = a.mask ? a.mask[(size_t)r_i[hr] * a.T + a.cand_tok[ci]] != 0
-                                                 : a.cand_slot[ci] <= r_slot[hr];
-                                if (!vis)
-                                    S[4 * n + 2 * hr + e] = -INFINITY;
-                            }
-                        }
-                }
+                if ((ok[0] & ok[1] & ok[2] & ok[3]) != 0xffffffffu)
+                    wg_mask(a, kinfo + st * WG_TK, t, c, r_ok, r_nvis, r_slot, r_i, S);
                 /* online softmax, in the exp2 domain: scores x = s * scale * log2(e) */
                 float alpha[2];
-#pragma unroll
-                for (int hr = 0; hr < 2; hr++) {
-                    float mx = -INFINITY;
-#pragma unroll
-                    for (int n = 0; n < 16; n++)
-                        mx = fmaxf(mx, fmaxf(S[4 * n + 2 * hr], S[4 * n + 2 * hr + 1]));
-                    mx = wg_quad_max(mx * sl2);
-                    const float m_new = fmaxf(m[hr], mx);
-                    float sum = 0.f;
-                    if (m_new == -INFINITY) { /* nothing seen yet */
-                        alpha[hr] = 1.f;
-#pragma unroll
-                        for (int n = 0; n < 16; n++)
-                            S[4 * n + 2 * hr] = S[4 * n + 2 * hr + 1] = 0.f;
-                    } else {
-                        alpha[hr] = wg_exp2(m[hr] - m_new);
-#pragma unroll
-                        for (int n = 0; n < 16; n++)
-#pragma unroll
-                            for (int e = 0; e < 2; e++) {
-                                const float pv = wg_exp2(fmaf(S[4 * n + 2 * hr + e], sl2, -m_new));
-                                S[4 * n + 2 * hr + e] = pv;
-                                sum += pv;
-                            }
-                    }
-                    m[hr] = m_new;
-                    l[hr] = l[hr] * alpha[hr] + sum; /* this thread's columns; the quad sums at the end */
-                }
+                wg_softmax(S, m, l, alpha, sl2);
                 if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
                     for (int n = 0; n < 16; n++) {
@@ -422,20 +469,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1) attn_wg_kernel(attn_params p) {
         }
         if (!active)
             continue;
-#pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-            float lt = l[hr];
-            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-            if (!r_ok[hr])
-                continue;
-            const int R = cw * 64 + warp * 16 + g + 8 * hr;
-            const float inv = lt > 0.f ? 1.f / lt : 0.f;
-            float *dst = p.out + ((size_t)r_i[hr] * p.H + w.kvh * ng + R % ng) * WG_DH + 2 * c;
-#pragma unroll
-            for (int n = 0; n < 16; n++)
-                *(float2 *)(dst + n * 8) = make_float2(O[4 * n + 2 * hr] * inv, O[4 * n + 2 * hr + 1] * inv);
-        }
+        wg_write_rows(p, O, l, r_ok, r_i, cw, warp, g, c, w.kvh, ng);
     }
 #endif
 }
