@@ -192,12 +192,8 @@ static void context_free_body(seer_context *c) {
     free(c);
 }
 
-void seer_context_free(seer_context *c) {
-    seer_err_saved keep; /* the failure that led here stays the one the caller reads */
-    seer_err_save(&keep);
-    context_free_body(c);
-    seer_err_restore(&keep);
-}
+/* the failure that led here stays the one the caller reads */
+void seer_context_free(seer_context *c) { SEER_ERR_KEPT(context_free_body(c)); }
 
 seer_status seer_context_init(seer_model *m, seer_context_params p, seer_context **out) {
     SEER_CHECK_ARG(out);

@@ -767,12 +767,8 @@ static void model_free_body(seer_model *m) {
     free(m);
 }
 
-void seer_model_free(seer_model *m) {
-    seer_err_saved keep; /* the failure that led here stays the one the caller reads */
-    seer_err_save(&keep);
-    model_free_body(m);
-    seer_err_restore(&keep);
-}
+/* the failure that led here stays the one the caller reads */
+void seer_model_free(seer_model *m) { SEER_ERR_KEPT(model_free_body(m)); }
 
 void seer_model_get_info(const seer_model *m, seer_model_info *info) {
     if (m && info)

@@ -175,12 +175,8 @@ static void sched_free_body(seer_sched *s) {
     free(s);
 }
 
-void seer_sched_free(seer_sched *s) {
-    seer_err_saved keep; /* the failure that led here stays the one the caller reads */
-    seer_err_save(&keep);
-    sched_free_body(s);
-    seer_err_restore(&keep);
-}
+/* the failure that led here stays the one the caller reads */
+void seer_sched_free(seer_sched *s) { SEER_ERR_KEPT(sched_free_body(s)); }
 
 seer_status seer_sched_init(seer_context *ctx, seer_sched_params params, seer_sched **out) {
     SEER_CHECK_ARG(out);

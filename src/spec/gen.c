@@ -97,12 +97,8 @@ static void gen_free_body(seer_gen *g) {
     free(g);
 }
 
-void seer_gen_free(seer_gen *g) {
-    seer_err_saved keep; /* the failure that led here stays the one the caller reads */
-    seer_err_save(&keep);
-    gen_free_body(g);
-    seer_err_restore(&keep);
-}
+/* the failure that led here stays the one the caller reads */
+void seer_gen_free(seer_gen *g) { SEER_ERR_KEPT(gen_free_body(g)); }
 
 seer_status seer_gen_init(seer_context *ctx, seer_spec_params spec, seer_gen **out) {
     SEER_CHECK_ARG(out);

@@ -21,6 +21,14 @@ typedef struct {
 } seer_err_saved;
 void seer_err_save(seer_err_saved *s);
 void seer_err_restore(const seer_err_saved *s);
+/* Runs stmt (a cleanup) with the last error kept across it. */
+#define SEER_ERR_KEPT(stmt)               \
+    do {                                  \
+        seer_err_saved seer_kept_;        \
+        seer_err_save(&seer_kept_);       \
+        stmt;                             \
+        seer_err_restore(&seer_kept_);    \
+    } while (0)
 
 /* malloc/calloc that fail on overflow of n*size; NULL on failure (caller reports OOM). */
 void *seer_malloc_array(size_t n, size_t size);
