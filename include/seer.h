@@ -451,6 +451,7 @@ typedef enum {
     SEER_SPEC_OPT_INT,   /* an integer */
     SEER_SPEC_OPT_FLOAT, /* a real number */
     SEER_SPEC_OPT_KIND,  /* a speculation kind's name, one of the option's choices */
+    SEER_SPEC_OPT_CHOICE, /* one of the option's choices by name; its value is the name's index */
 } seer_spec_opt_type;
 
 typedef struct {
@@ -460,8 +461,9 @@ typedef struct {
     const char *metavar;  /* the value's name in the help ("K") */
     const char *help;     /* what it does, without its default (one line) */
     seer_spec_opt_type type;
-    double def, lo, hi;   /* default and range (INT, FLOAT; KIND: the default kind) */
-    const char *const *choices; /* KIND: the accepted names, NULL-terminated */
+    double def, lo, hi;   /* default and range (INT, FLOAT; KIND: the default kind; CHOICE:
+                             the default's index) */
+    const char *const *choices; /* KIND, CHOICE: the accepted names, NULL-terminated */
     bool own_only;        /* means something only with its drafter's kind (the CLI refuses it
                              with another) */
 } seer_spec_option;
@@ -512,13 +514,14 @@ seer_spec_params seer_spec_default_params(void);
 /* The i-th drafter setting (drafters in registry order, each's in its order) into *out;
  * false past the last. */
 bool seer_spec_option_at(int i, seer_spec_option *out);
-/* Sets the setting named name (its flag or its json name) from text: an integer, a number or
- * a kind's name as its type says, within its range. SEER_ERR_INVALID_ARG with a message
+/* Sets the setting named name (its flag or its json name) from text: an integer, a number,
+ * a kind's name or one of its choices as its type says, within its range. SEER_ERR_INVALID_ARG with a message
  * naming the setting (p unchanged) for an unknown name or a bad value. */
 seer_status seer_spec_set(seer_spec_params *p, const char *name, const char *text);
-/* The same with a number (KIND: the kind's value). */
+/* The same with a number (KIND: the kind's value; CHOICE: the choice's index). */
 seer_status seer_spec_set_num(seer_spec_params *p, const char *name, double value);
-/* The setting's value in p (KIND: the kind's value); SEER_ERR_INVALID_ARG for an unknown name. */
+/* The setting's value in p (KIND: the kind's value; CHOICE: the choice's index);
+ * SEER_ERR_INVALID_ARG for an unknown name. */
 seer_status seer_spec_get(const seer_spec_params *p, const char *name, double *value);
 /* Parses a kind's name (seer_spec_kind_info_at: "none", a drafter's, "auto"). */
 seer_status seer_spec_kind_parse(const char *name, seer_spec_kind *out);

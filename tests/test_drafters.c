@@ -182,6 +182,15 @@ static void test_setting(void **state) {
     other.options = clash;
     assert_int_equal(seer_drafter_register(&other, NULL), SEER_ERR_INVALID_ARG);
     assert_non_null(strstr(seer_last_error(), "exists already"));
+    /* a setting of named choices whose default is none of them */
+    static const char *const two[] = {"one", "two", NULL};
+    static const seer_drafter_option bad_choice[] = {
+        {{.flag = "spec-other-way", .json = "other_way", .type = SEER_SPEC_OPT_CHOICE, .def = 2, .choices = two},
+         SEER_DRAFTER_OPT_EXT, 0},
+    };
+    other.options = bad_choice;
+    assert_int_equal(seer_drafter_register(&other, NULL), SEER_ERR_INVALID_ARG);
+    assert_non_null(strstr(seer_last_error(), "choices"));
 }
 
 /* The CLI: its option parser takes the setting (into the speculation's settings), refuses a
@@ -209,7 +218,16 @@ static void test_cli_option(void **state) {
     assert_non_null(strstr(s, "--spec-dummy-reach N"));
     assert_non_null(strstr(s, "most tokens the dummy drafter repeats (dummy; default 16)"));
     assert_non_null(strstr(s, "--spec-budget K"));
+    /* a setting of named choices: its names and its default by name */
+    assert_non_null(strstr(s, "(sparse-ffn; griffin or cats; default griffin)"));
     free(s);
+    char *mode[] = {"generate", "--spec-ffn-mode", "cats", NULL};
+    cli_common_init(&c);
+    assert_int_equal(cli_parse(table, CLI_GENERATE, "generate", 3, mode, &c, NULL), -1);
+    assert_true(tu_spec_get(&c.spec, "ffn_mode") == 1);
+    char *bad_mode[] = {"generate", "--spec-ffn-mode", "dense", NULL};
+    cli_common_init(&c);
+    assert_int_equal(cli_parse(table, CLI_GENERATE, "generate", 3, bad_mode, &c, NULL), 2);
 }
 
 #ifdef SEER_HAVE_SERVE
@@ -234,6 +252,20 @@ static void test_server_field(void **state) {
     json_decref(x);
     ASSERT_OK(seer_spec_get(&p, "dummy_reach", &v));
     assert_true(v == 2);
+    /* a setting of named choices: its name as a string */
+    x = json_pack("{s:s}", "ffn_mode", "cats");
+    assert_true(serve_fields_spec(x, &p, &e));
+    json_decref(x);
+    assert_true(tu_spec_get(&p, "ffn_mode") == 1);
+    x = json_pack("{s:s}", "ffn_mode", "dense");
+    assert_false(serve_fields_spec(x, &p, &e));
+    assert_int_equal(e.status, 400);
+    assert_non_null(strstr(e.message, "griffin, cats"));
+    json_decref(x);
+    x = json_pack("{s:i}", "ffn_mode", 1);
+    assert_false(serve_fields_spec(x, &p, &e));
+    json_decref(x);
+    assert_true(tu_spec_get(&p, "ffn_mode") == 1);
 }
 #else
 static void test_server_field(void **state) { skip(); }

@@ -131,11 +131,11 @@ static void test_compact_copy(void **state) {
     seer_seq_free(c, s);
 
     last_logits(c, tok, 24, false, full);
-    ASSERT_OK(seer_sparse_ffn_init(c, 1.0f, 0));
+    ASSERT_OK(seer_sparse_ffn_init(c, SEER_SFFN_GRIFFIN, 1.0f, 0));
     assert_int_equal(seer_sparse_ffn_neurons(c), m->info.ffn_dim);
     last_logits(c, tok, 24, true, sp);
     assert_memory_equal(full, sp, sizeof(float) * V); /* every neuron, in order: the same bits */
-    ASSERT_OK(seer_sparse_ffn_init(c, 0.5f, 0));
+    ASSERT_OK(seer_sparse_ffn_init(c, SEER_SFFN_GRIFFIN, 0.5f, 0));
     assert_true(seer_sparse_ffn_neurons(c) < m->info.ffn_dim);
     last_logits(c, tok, 24, true, sp);
     print_message("stories260K: %d of %d neurons, max |logit difference| %.4f\n", seer_sparse_ffn_neurons(c),
@@ -301,8 +301,8 @@ static void test_bad_settings(void **state) {
     sp.kind = SEER_SPEC_AUTO;
     assert_int_equal(seer_gen_init(c, sp, &g), SEER_ERR_UNSUPPORTED);
     assert_int_equal(seer_sparse_ffn_neurons(c), 0);
-    assert_int_equal(seer_sparse_ffn_init(c, 0.0f, 0), SEER_ERR_INVALID_ARG);
-    assert_int_equal(seer_sparse_ffn_init(c, 0.5f, -1), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_sparse_ffn_init(c, SEER_SFFN_GRIFFIN, 0.0f, 0), SEER_ERR_INVALID_ARG);
+    assert_int_equal(seer_sparse_ffn_init(c, SEER_SFFN_GRIFFIN, 0.5f, -1), SEER_ERR_INVALID_ARG);
     assert_int_equal(seer_sparse_ffn_neurons(c), 0);
     sp.kind = SEER_SPEC_STREAMING;
     ASSERT_OK(seer_gen_init(c, sp, &g));

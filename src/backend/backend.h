@@ -401,6 +401,32 @@ typedef struct {
     seer_status (*ffn_act_stats)(seer_backend *be, float *stats, const float *g, int T, int F, float *tmp);
     seer_status (*weight_gather)(seer_backend *be, const seer_weight *w, const int32_t *idx, int n, bool cols,
                                  seer_weight *out);
+    /* CATS (src/model/sparse_ffn.c; Lee et al. 2024), all three NULL where the backend has
+     * none. The FFN's gate is "gate [F][D] with up [F][D]", or "gate an interleaved (gate, up)
+     * weight [2F][D] (matmul_glu's) with up NULL", whose even rows are the gate's.
+     * ffn_act_hist: hist [SEER_ACT_HIST_BINS] (backend memory) += per bin of
+     * seer_act_hist_bin (backend/act_hist.h) the count of the entries of g [T][F], the gate's
+     * pre-activation, whose |silu(g)| falls in it. gate NULL: g as given (h unused); else g is
+     * scratch that the op first sets to h gate^T over h [T][D] (the gate of a fused weight
+     * that has no rows of its own). Counts are exact; backends agree but for entries whose
+     * silu rounds across a bin's edge.
+     * weight_transpose: a new owned weight [cols][rows], w's transpose, in the backend's float
+     * type (as weight_gather; down's columns as rows, read one neuron at a time).
+     * SEER_ERR_UNSUPPORTED for a dtype the backend cannot read (CUDA: bf16 only).
+     * ffn_cats: CATS's FFN on h [T][D] (the normed input): a[t][j] = silu(h_t . gate_j) for
+     * every neuron, kept where |a[t][j]| >= thr and 0 elsewhere; then x [T][D] += sum over
+     * the kept j of a[t][j] (h_t . up_j) down_t[j], down_t [F][D] being down's transpose
+     * (weight_transpose). On return a [T][F] holds the kept products a[t][j] (h_t . up_j)
+     * and 0 elsewhere (the sparse FFN's hidden activation). The rows of up and down_t that no
+     * row of a keeps are not read. CPU: gate and up of any type it multiplies, down_t f32;
+     * CUDA: up and down_t bf16 (the gate of a plain weight any type its matmul takes). Runs
+     * op by op (a CUDA backend may grow scratch in it). Backends agree within float rounding
+     * (the sums' order), and at the threshold's edge a neuron may be kept by one only. */
+    seer_status (*ffn_act_hist)(seer_backend *be, double *hist, float *g, const float *h, const seer_weight *gate,
+                                int T, int F);
+    seer_status (*weight_transpose)(seer_backend *be, const seer_weight *w, seer_weight *out);
+    seer_status (*ffn_cats)(seer_backend *be, float *x, float *a, const float *h, const seer_weight *gate,
+                            const seer_weight *up, const seer_weight *down_t, float thr, int T);
     /* y [n] += x */
     seer_status (*add)(seer_backend *be, float *y, const float *x, size_t n);
     /* y [n_rows][D] = x[rows[i]] */

@@ -19,6 +19,7 @@
  * The Llama path (no optional block) issues exactly the ops it always did, fused forms
  * included, so its outputs do not change with the families beside it.
  */
+#include "backend/act_hist.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -72,17 +73,33 @@ static seer_status qkv(seer_backend *be, const seer_backend_ops *op, const seer_
     return SEER_OK;
 }
 
-/* x += Wdown glu(Wgate n(x), Wup n(x)); h, g and u are scratch. stats (NULL: none) [F] adds
- * the activation statistic of the first T_stats rows. */
+/* What a call's FFN does beyond the layer's (sparse_ffn.c). */
+typedef struct {
+    float *stats;  /* Griffin's statistic [F] to add the first T_stats rows' activation to */
+    double *hist;  /* CATS's histogram [SEER_ACT_HIST_BINS] to add their |silu(gate)| to */
+    int T_stats;
+    float thr;     /* >= 0: a CATS call at this threshold (its layer: the target's gate and
+                    * up, down transposed) */
+} ffn_extra;
+
+/* x += Wdown glu(Wgate n(x), Wup n(x)); h, g and u are scratch. */
 static seer_status ffn(seer_backend *be, const seer_backend_ops *op, const seer_scratch *s,
                        const seer_layer *L, seer_arch_act act, int T, int D, int F, float eps,
-                       float *stats, int T_stats) {
+                       const ffn_extra *ex) {
     const bool plain = act == SEER_ACT_SILU && !L->ffn_post_norm;
-    if (plain && L->wgu.interleaved && op->ffn_glu && !stats)
+    if (ex->thr >= 0) { /* CATS: the gate in full, up and down at the kept neurons */
+        SEER_TRY(op->rmsnorm(be, s->h, s->x, L->ffn_norm, T, D, eps));
+        const bool il = L->wgu.interleaved;
+        return op->ffn_cats(be, s->x, s->g, s->h, il ? &L->wgu : &L->w_gate, il ? NULL : &L->w_up, &L->w_down,
+                            ex->thr, T);
+    }
+    if (plain && L->wgu.interleaved && op->ffn_glu && !ex->stats && !ex->hist)
         return op->ffn_glu(be, s->x, s->h, L->ffn_norm, eps, &L->wgu, &L->w_down, s->g, T);
     SEER_TRY(op->rmsnorm(be, s->h, s->x, L->ffn_norm, T, D, eps));
     if (L->wgu.interleaved) { /* only SiLU's gate and up are interleaved (seer_model_fuse) */
         SEER_TRY(op->matmul_glu(be, s->g, s->h, &L->wgu, T));
+        if (ex->hist) /* the gate has no rows of its own: the op forms it again, into u */
+            SEER_TRY(op->ffn_act_hist(be, ex->hist, s->u, s->h, &L->wgu, ex->T_stats, F));
     } else {
         if (L->wgu.data) {
             float *const ys[2] = {s->g, s->u};
@@ -91,13 +108,15 @@ static seer_status ffn(seer_backend *be, const seer_backend_ops *op, const seer_
             SEER_TRY(op->matmul(be, s->g, s->h, &L->w_gate, NULL, T));
             SEER_TRY(op->matmul(be, s->u, s->h, &L->w_up, NULL, T));
         }
+        if (ex->hist) /* the gate's pre-activation, before the product overwrites it */
+            SEER_TRY(op->ffn_act_hist(be, ex->hist, s->g, NULL, NULL, ex->T_stats, F));
         if (act == SEER_ACT_GELU_TANH)
             SEER_TRY(op->geglu(be, s->g, s->g, s->u, (size_t)T * F));
         else
             SEER_TRY(op->swiglu(be, s->g, s->g, s->u, (size_t)T * F));
     }
-    if (stats) /* the sparse FFN's statistic (sparse_ffn.c) */
-        SEER_TRY(op->ffn_act_stats(be, stats, s->g, T_stats, F, s->h)); /* h: free until the residual */
+    if (ex->stats) /* the sparse FFN's statistic (sparse_ffn.c) */
+        SEER_TRY(op->ffn_act_stats(be, ex->stats, s->g, ex->T_stats, F, s->h)); /* h: free until the residual */
     return residual_norm(be, op, s->x, s->g, &L->w_down, L->ffn_post_norm, eps, s->h, T, D);
 }
 
@@ -178,8 +197,10 @@ static seer_status run_ops(seer_context *ctx, const int32_t *tokens, const int32
         SEER_TRY(op->attention(be, s->att, s->q, ctx->kv_data, &ctx->geom, l, windowed ? &abw : ab));
         SEER_TRY(residual_norm(be, op, s->x, s->att, &L->wo, L->attn_post_norm, eps, s->h, T, D));
         /* a sparse FFN's compact layers, else the layer (or its staged copy) */
-        SEER_TRY(ffn(be, op, s, ctx->ffn_layers ? &ffn_layers[l] : L, d->act, T, D, F_call, eps,
-                     ctx->ffn_stats ? ctx->ffn_stats + (size_t)l * F : NULL, ab->T));
+        const ffn_extra ex = {.stats = ctx->ffn_stats ? ctx->ffn_stats + (size_t)l * F : NULL,
+                              .hist = ctx->ffn_hist ? ctx->ffn_hist + (size_t)l * SEER_ACT_HIST_BINS : NULL,
+                              .T_stats = ab->T, .thr = ctx->ffn_thr ? ctx->ffn_thr[l] : -1.f};
+        SEER_TRY(ffn(be, op, s, ctx->ffn_layers ? &ffn_layers[l] : L, d->act, T, D, F_call, eps, &ex));
         if (host && l >= m->n_resident)
             SEER_TRY(seer_host_stage(ctx, l + 2));
     }
@@ -208,9 +229,10 @@ seer_status seer_decoder_forward(seer_context *ctx, const int32_t *tokens, const
         return run_ops(ctx, tokens, pos, ab, out_rows, ab->T, n_out);
     int T = ab->T, n = n_out;
     bool done = false, redo = false;
-    /* the calls that add the sparse FFN's statistic have one more op: a key of their own */
+    /* the calls that add a sparse FFN's statistic have more ops: a key of their own */
     const void *key = ctx->draft_call ? (const void *)&ctx->draft_call
-                      : ctx->ffn_stats ? (const void *)&ctx->ffn_stats : (const void *)ctx;
+                      : ctx->ffn_stats ? (const void *)&ctx->ffn_stats
+                      : ctx->ffn_hist  ? (const void *)&ctx->ffn_hist : (const void *)ctx;
     SEER_TRY(op->forward_begin(be, key, ctx->rows_cap, &T, &n, &done));
     seer_status s = done ? SEER_OK : run_ops(ctx, tokens, pos, ab, out_rows, T, n);
     s = op->forward_end(be, s, &redo);

@@ -166,6 +166,11 @@ struct seer_context {
     seer_sparse_ffn *sffn;
     const seer_layer *ffn_layers;
     float *ffn_stats;
+    /* CATS (sparse_ffn.c): a sparse call's thresholds [n_layers] (host; its ffn_layers hold
+     * the target's gate and up and down transposed), or the histograms [n_layers]
+     * [SEER_ACT_HIST_BINS] (backend memory) a full call adds to; NULL: neither */
+    const float *ffn_thr;
+    double *ffn_hist;
     /* the two staging slots of streamed layers (host_weights.c), backend memory of
      * model->host_slot_bytes each; NULL without streamed layers */
     void *stage_slot[2];
@@ -212,16 +217,26 @@ seer_status seer_draft_dtype_parse(const char *name, int *dtype);
 seer_status seer_model_make_draft(seer_model *m, int dtype);
 void seer_model_free_draft(seer_model *m);
 
-/* The context's sparse FFN (sparse_ffn.c): the neurons of density (0, 1] of every layer's FFN
- * chosen by the statistic of c's full calls, chosen again after refresh full calls (0: once);
- * replaces one c had (kept where this fails). SEER_ERR_UNSUPPORTED where the backend has no
- * ffn_act_stats or weight_gather. */
-seer_status seer_sparse_ffn_init(seer_context *c, float density, int refresh);
+/* How a sparse FFN picks its neurons (sparse_ffn.c). */
+typedef enum {
+    SEER_SFFN_GRIFFIN, /* per context: those of the largest statistic, in a compact copy */
+    SEER_SFFN_CATS,    /* per token: those whose |silu(gate)| reaches the layer's threshold */
+} seer_sffn_mode;
+
+/* The context's sparse FFN (sparse_ffn.c): density (0, 1] of every layer's FFN, chosen by
+ * mode from the statistic of c's full calls, chosen again after refresh full calls (0: once);
+ * replaces one c had (kept where this fails). SEER_ERR_UNSUPPORTED where the backend lacks
+ * the mode's ops (Griffin: ffn_act_stats, weight_gather; CATS: ffn_act_hist,
+ * weight_transpose, ffn_cats) or, for CATS, where the FFN is not a SiLU gate added to the
+ * residual or the layers lie in host memory. */
+seer_status seer_sparse_ffn_init(seer_context *c, seer_sffn_mode mode, float density, int refresh);
 void seer_sparse_ffn_free(seer_context *c);
-/* Neurons kept per layer (0: c has no sparse FFN). */
+/* Neurons a sparse call multiplies each FFN by (CATS: all F, kept per token; 0: c has no
+ * sparse FFN). */
 int seer_sparse_ffn_neurons(const seer_context *c);
 /* Before a forward call on c: sets c->ffn_layers (a sparse call: chooses and gathers where
- * stale) or c->ffn_stats (a full call without draft weights). */
+ * stale; CATS: and c->ffn_thr) or the statistic a full call without draft weights adds to
+ * (c->ffn_stats, or CATS's c->ffn_hist). */
 seer_status seer_sparse_ffn_begin(seer_context *c, bool sparse, bool draft_weights);
 
 /* The backend ops m's family needs beyond the common ones, checked against its backend:

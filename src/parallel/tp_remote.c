@@ -444,7 +444,8 @@ void seer_tp_remote_mask_ops(seer_backend_ops *o) {
     MASK(kv_host_done) MASK(kv_host_wait) MASK(kv_read) MASK(batch_begin) MASK(forward_begin) MASK(forward_end)
     MASK(forward_begin_hold) MASK(forward_end_hold) MASK(forward_launch) MASK(weight_concat) MASK(matmul_split)
     MASK(matmul_add) MASK(matmul_glu) MASK(norm_matmul_split) MASK(ffn_glu) MASK(rope_kv_store) MASK(scale)
-    MASK(geglu) MASK(softcap) MASK(weight_rows) MASK(ffn_act_stats) MASK(weight_gather) MASK(weight_random)
+    MASK(geglu) MASK(softcap) MASK(weight_rows) MASK(ffn_act_stats) MASK(weight_gather) MASK(ffn_act_hist)
+    MASK(weight_transpose) MASK(ffn_cats) MASK(weight_random)
     MASK(weight_random_split) MASK(kv_fill_random) MASK(h2d_bandwidth)
     MASK(make_current) MASK(weight_bytes) MASK(stage) MASK(stage_wait)
 #undef MASK

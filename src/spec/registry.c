@@ -135,10 +135,16 @@ seer_status seer_drafter_register(const seer_drafter_desc *d, seer_spec_kind *ki
         if (d->options[j].offset != SEER_DRAFTER_OPT_EXT)
             return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': a setting is declared (SEER_DRAFTER_OPT_EXT) "
                                                   "or read (SEER_DRAFTER_OPT_READ)", d->name);
-        if (!o->flag || !o->flag[0] || !o->json || !o->json[0] ||
-            (o->type != SEER_SPEC_OPT_INT && o->type != SEER_SPEC_OPT_FLOAT) || !(o->def >= o->lo && o->def <= o->hi))
+        int n_ch = 0;
+        while (o->type == SEER_SPEC_OPT_CHOICE && o->choices && o->choices[n_ch])
+            n_ch++;
+        const bool number = (o->type == SEER_SPEC_OPT_INT || o->type == SEER_SPEC_OPT_FLOAT) && o->def >= o->lo &&
+                            o->def <= o->hi;
+        const bool choice = n_ch > 0 && o->def >= 0 && o->def < n_ch && o->def == (double)(int)o->def;
+        if (!o->flag || !o->flag[0] || !o->json || !o->json[0] || !(number || choice))
             return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': setting %d needs a flag, a json name and a "
-                                                  "number type with its default in its range", d->name, j);
+                                                  "number type with its default in its range, or choices "
+                                                  "with its default's index", d->name, j);
         if (seer_spec_get(&p, o->flag, &v) == SEER_OK || seer_spec_get(&p, o->json, &v) == SEER_OK)
             return seer_err(SEER_ERR_INVALID_ARG, "drafter '%s': a setting named '%s' exists already", d->name,
                             o->flag);

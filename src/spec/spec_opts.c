@@ -80,7 +80,7 @@ void seer_drafter_settings(const seer_drafter_desc *d, const seer_spec_params *p
             continue;
         const double v = load(p, o, slot);
         char *field = (char *)out + mine->own;
-        if (o->o.type == SEER_SPEC_OPT_INT)
+        if (o->o.type == SEER_SPEC_OPT_INT || o->o.type == SEER_SPEC_OPT_CHOICE)
             *(int *)field = (int)v;
         else if (o->o.type == SEER_SPEC_OPT_FLOAT)
             *(float *)field = (float)v;
@@ -109,6 +109,24 @@ static bool kind_ok(const seer_drafter_option *o, int k) {
     return false;
 }
 
+/* The number of o's choices (CHOICE). */
+static int n_choices(const seer_drafter_option *o) {
+    int n = 0;
+    while (o->o.choices && o->o.choices[n])
+        n++;
+    return n;
+}
+
+/* SEER_ERR_INVALID_ARG naming o's choices, for text that is none of them. */
+static seer_status not_a_choice(const seer_drafter_option *o, const char *name, const char *text) {
+    char list[256];
+    size_t n = 0;
+    list[0] = 0;
+    for (int i = 0; o->o.choices && o->o.choices[i] && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", o->o.choices[i]);
+    return seer_err(SEER_ERR_INVALID_ARG, "%s: '%s' is not one of %s", name, text, list);
+}
+
 static seer_status unknown(const char *name) {
     return seer_err(SEER_ERR_INVALID_ARG, "unknown speculation setting '%s'", name ? name : "(null)");
 }
@@ -122,6 +140,10 @@ seer_status seer_spec_set_num(seer_spec_params *p, const char *name, double v) {
     if (o->o.type == SEER_SPEC_OPT_KIND) {
         if (v != floor(v) || !kind_ok(o, (int)v))
             return seer_err(SEER_ERR_INVALID_ARG, "%s: kind %g is not one of its choices", name, v);
+    } else if (o->o.type == SEER_SPEC_OPT_CHOICE) {
+        if (v != floor(v) || !(v >= 0 && v < n_choices(o)))
+            return seer_err(SEER_ERR_INVALID_ARG, "%s: %g is not the index of one of its %d choices", name, v,
+                            n_choices(o));
     } else if (!(v >= o->o.lo && v <= o->o.hi)) {
         return seer_err(SEER_ERR_INVALID_ARG, "%s: %g is out of range [%g, %g]", name, v, o->o.lo, o->o.hi);
     } else if (o->o.type == SEER_SPEC_OPT_INT && v != floor(v)) {
@@ -139,15 +161,15 @@ seer_status seer_spec_set(seer_spec_params *p, const char *name, const char *tex
         return unknown(name);
     if (o->o.type == SEER_SPEC_OPT_KIND) {
         seer_spec_kind k;
-        if (seer_spec_kind_parse(text, &k) != SEER_OK || !kind_ok(o, k)) {
-            char list[256];
-            size_t n = 0;
-            list[0] = 0;
-            for (int i = 0; o->o.choices && o->o.choices[i] && n < sizeof list; i++)
-                n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", o->o.choices[i]);
-            return seer_err(SEER_ERR_INVALID_ARG, "%s: '%s' is not one of %s", name, text, list);
-        }
+        if (seer_spec_kind_parse(text, &k) != SEER_OK || !kind_ok(o, k))
+            return not_a_choice(o, name, text);
         return seer_spec_set_num(p, name, (double)k);
+    }
+    if (o->o.type == SEER_SPEC_OPT_CHOICE) {
+        for (int i = 0; i < n_choices(o); i++)
+            if (!strcmp(text, o->o.choices[i]))
+                return seer_spec_set_num(p, name, (double)i);
+        return not_a_choice(o, name, text);
     }
     char *end;
     errno = 0;

@@ -72,6 +72,7 @@ typedef struct {
     int tree_size;           /* > 0: trees of this many nodes and depth gamma */
     bool draft_weights;      /* the draft steps multiply by the draft weights */
     float ffn_density;       /* the draft steps' sparse FFN (--spec-ffn-density; 1: whole) */
+    bool ffn_cats;           /* ... chosen per token (--spec-ffn-mode cats): all of the gate read */
     bool ok;
     char err[256];
     double draft_step_ms;    /* T_D: one draft forward step of the whole batch */

@@ -135,7 +135,9 @@ static double draft_floor_ms(const bench_result *r, const bench_point *p, const 
     if (s->ffn_density > 0 && s->ffn_density < 1 && r->fp.weight_elems) { /* the FFN's unread share */
         const seer_model_info *in = &r->info;
         const double ffn = 3.0 * in->dim * in->ffn_dim * in->n_layers / (double)r->fp.weight_elems;
-        const double kept = (double)seer_sparse_ffn_keep(in->ffn_dim, s->ffn_density) / in->ffn_dim;
+        /* CATS reads all of the gate and the density's share of up and down */
+        const double kept = s->ffn_cats ? (1 + 2.0 * s->ffn_density) / 3
+                                        : (double)seer_sparse_ffn_keep(in->ffn_dim, s->ffn_density) / in->ffn_dim;
         w *= 1 - ffn * (1 - kept);
     }
     const double kv = (double)p->B * seer_footprint_kv_read(&r->fp, p->L, s->budget);

@@ -190,11 +190,17 @@ void cli_help_spec_options(FILE *f, unsigned cmd) {
     seer_spec_option so;
     for (int i = 0; seer_spec_option_at(i, &so); i++) {
         char help[512], def[64];
+        char names[128] = "";
         if (so.type == SEER_SPEC_OPT_KIND)
             snprintf(def, sizeof def, "%s", seer_spec_kind_name((seer_spec_kind)(int)so.def));
+        else if (so.type == SEER_SPEC_OPT_CHOICE)
+            snprintf(def, sizeof def, "%s", so.choices[(int)so.def]);
         else
             snprintf(def, sizeof def, "%g", so.def);
-        snprintf(help, sizeof help, "%s (%s; default %s)", so.help, so.drafter, def);
+        for (int k = 0; so.type == SEER_SPEC_OPT_CHOICE && so.choices[k]; k++) /* "; a, b or c" */
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? so.choices[k + 1] ? ", " : " or " : "; ",
+                     so.choices[k]);
+        snprintf(help, sizeof help, "%s (%s%s; default %s)", so.help, so.drafter, names, def);
         help_option(f, 0, so.flag, so.metavar, help);
     }
 }

@@ -251,7 +251,8 @@ const char *bench_spec_label(const bench_spec *s) {
     if (s->tree_size)
         snprintf(buf[k] + strlen(buf[k]), sizeof buf[k] - strlen(buf[k]), "+tree%d", s->tree_size);
     if (s->ffn_density > 0 && s->ffn_density < 1)
-        snprintf(buf[k] + strlen(buf[k]), sizeof buf[k] - strlen(buf[k]), "/ffn%.2f", (double)s->ffn_density);
+        snprintf(buf[k] + strlen(buf[k]), sizeof buf[k] - strlen(buf[k]), "/%s%.2f", s->ffn_cats ? "cats" : "ffn",
+                 (double)s->ffn_density);
     return buf[k];
 }
 
@@ -426,6 +427,18 @@ static bool run_gen(const bench_opts *o, point_state *ps, seer_spec_params sp, g
         .t_draft_s = s1.t_draft_s - s0.t_draft_s, .t_verify_s = s1.t_verify_s - s0.t_verify_s,
         .verify_calls = s1.verify_calls - s0.verify_calls};
     return true;
+}
+
+/* Whether the drafters' sparse FFN is CATS's (--spec-ffn-mode cats), by the choice's name. */
+static bool ffn_mode_cats(const seer_spec_params *p) {
+    double v = 0;
+    seer_spec_option so;
+    if (seer_spec_get(p, "ffn_mode", &v) != SEER_OK)
+        return false;
+    for (int i = 0; seer_spec_option_at(i, &so); i++)
+        if (!strcmp(so.json, "ffn_mode"))
+            return so.type == SEER_SPEC_OPT_CHOICE && !strcmp(so.choices[(int)v], "cats");
+    return false;
 }
 
 static void run_spec(const bench_opts *o, point_state *ps, const bench_point *pt, bench_spec *bs) {
@@ -800,7 +813,8 @@ int cmd_bench(int argc, char **argv) {
                                     ? (bench_spec){.kind = o.spec[a], .budget = o.budget[k], .gamma = o.gamma[g],
                                                    .tree_size = o.tree_size,
                                                    .draft_weights = reads && o.dweights[w],
-                                                   .ffn_density = reads ? ffn_density : 1}
+                                                   .ffn_density = reads ? ffn_density : 1,
+                                                   .ffn_cats = ffn_mode_cats(&o.drafters)}
                                     /* auto's views draft through the draft weights when the
                                      * model holds them (any --spec-weights type) */
                                     : (bench_spec){.kind = SEER_SPEC_AUTO, .draft_weights = o.spec_weights != NULL};

@@ -77,6 +77,11 @@ seer_status seer_cpu_ffn_act_stats(seer_backend *be, float *stats, const float *
                                    float *tmp);
 seer_status seer_cpu_weight_gather(seer_backend *be, const seer_weight *w, const int32_t *idx, int n, bool cols,
                                    seer_weight *out);
+seer_status seer_cpu_ffn_act_hist(seer_backend *be, double *hist, float *g, const float *h, const seer_weight *gate,
+                                  int T, int F);
+seer_status seer_cpu_weight_transpose(seer_backend *be, const seer_weight *w, seer_weight *out);
+seer_status seer_cpu_ffn_cats(seer_backend *be, float *x, float *a, const float *h, const seer_weight *gate,
+                              const seer_weight *up, const seer_weight *down_t, float thr, int T);
 seer_status seer_cpu_weight_quantize(seer_backend *be, const seer_weight *w, int dtype, seer_weight *out);
 bool seer_cpu_qtype_supported(int type);
 seer_status seer_cpu_qmatmul(seer_backend *be, float *y, const float *x, const seer_weight *w,

@@ -276,7 +276,7 @@ static const struct {
     {seer_cuda_kvs_init, seer_cuda_kvs_free},   {seer_cuda_ew_init, seer_cuda_ew_free},
     {seer_cuda_lp_init, seer_cuda_lp_free},     {seer_cuda_kvh_init, seer_cuda_kvh_free},
     {seer_cuda_comm_state_init, seer_cuda_comm_state_free},
-    {seer_cuda_stg_init, seer_cuda_stg_free},
+    {seer_cuda_stg_init, seer_cuda_stg_free},   {seer_cuda_cats_init, seer_cuda_cats_free},
 };
 
 static void cuda_free_be(seer_backend *be) {
@@ -533,6 +533,9 @@ static seer_backend_ops cuda_ops_make(void) {
     o.weight_quantize = seer_cuda_weight_quantize;
     o.ffn_act_stats = seer_cuda_ffn_act_stats;
     o.weight_gather = seer_cuda_weight_gather;
+    o.ffn_act_hist = seer_cuda_ffn_act_hist;
+    o.weight_transpose = seer_cuda_weight_transpose;
+    o.ffn_cats = seer_cuda_ffn_cats;
     o.matmul_split = seer_cuda_matmul_split;
     o.matmul_add = seer_cuda_matmul_add;
     o.matmul_glu = seer_cuda_matmul_glu;

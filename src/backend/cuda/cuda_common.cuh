@@ -204,6 +204,7 @@ typedef struct seer_cuda_lp seer_cuda_lp;     /* logprob.cu: logprob_rows */
 typedef struct seer_cuda_comm seer_cuda_comm; /* comm_nccl.cu: the collectives' staging */
 typedef struct seer_cuda_kvh seer_cuda_kvh;   /* kv_host.cu: the host tier's copy stream */
 typedef struct seer_cuda_stg seer_cuda_stg;   /* stage.cu: the weights' copy stream */
+typedef struct seer_cuda_cats seer_cuda_cats; /* sparse_cats.cu: ffn_cats' lists and partial sums */
 
 /* One instance: the shared device state and this instance's own stream, graphs, staging of
  * the call's index arrays and tuning; each op family's state behind its pointer. */
@@ -227,6 +228,7 @@ typedef struct seer_cuda {
     seer_cuda_comm *comm;
     seer_cuda_kvh *kvh;
     seer_cuda_stg *stg;
+    seer_cuda_cats *cats;
 
     /* batch_begin: one pinned staging buffer, one device buffer, both grow-only */
     int32_t *stage;
@@ -333,6 +335,8 @@ seer_status seer_cuda_time_copies(struct seer_cuda *c, void *dst, const void *sr
                                   float *ms, int reps);
 seer_status seer_cuda_stg_init(struct seer_cuda *c);
 void seer_cuda_stg_free(struct seer_cuda *c);
+seer_status seer_cuda_cats_init(struct seer_cuda *c);
+void seer_cuda_cats_free(struct seer_cuda *c);
 seer_status seer_cuda_comm_state_init(struct seer_cuda *c);
 void seer_cuda_comm_state_free(struct seer_cuda *c);
 /* gather_rows' scratch of at least bytes (elementwise.cu), for a gather whose rows overlap */
@@ -360,6 +364,12 @@ seer_status seer_cuda_weight_rows(seer_backend *be, const seer_weight *w, int r0
 seer_status seer_cuda_ffn_act_stats(seer_backend *be, float *stats, const float *g, int T, int F, float *tmp);
 seer_status seer_cuda_weight_gather(seer_backend *be, const seer_weight *w, const int32_t *idx, int n, bool cols,
                                     seer_weight *out);
+/* sparse_cats.cu */
+seer_status seer_cuda_ffn_act_hist(seer_backend *be, double *hist, float *g, const float *h, const seer_weight *gate,
+                                   int T, int F);
+seer_status seer_cuda_weight_transpose(seer_backend *be, const seer_weight *w, seer_weight *out);
+seer_status seer_cuda_ffn_cats(seer_backend *be, float *x, float *a, const float *h, const seer_weight *gate,
+                               const seer_weight *up, const seer_weight *down_t, float thr, int T);
 seer_status seer_cuda_matmul_glu(seer_backend *be, float *y, const float *x, const seer_weight *w,
                                  int T);
 seer_status seer_cuda_ffn_glu(seer_backend *be, float *x, float *h, const float *nw, float eps,
