@@ -299,6 +299,121 @@ static void test_stalled_message(void **state) {
     assert_non_null(strstr(a.msg, "no progress"));
 }
 
+/* ---- ops not waited for --------------------------------------------------------------------- */
+
+/* A pointer of handle h on a remote rank, as rank 0 writes it (tp_remote.h). */
+static void *fake_ptr(int64_t h) { return (void *)(uintptr_t)(TP_FAKE_BIT | (uint64_t)h << TP_FAKE_OFF_BITS); }
+
+/* Over a real link: an upload is posted (it returns before the rank has run it); one that
+ * fails is reported by the instance's next waited op, naming it, and the ops between are
+ * refused, so the memory holds what it held before the failure; after the report the stream
+ * runs again. Another instance (a context's) goes on meanwhile. */
+static void test_posted_failure_reported(void **state) {
+    (void)state;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+    peer_arg a = {.addr = addr, .rank = 1, .n = 2};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, peer_main, &a), 0);
+    int fds[SEER_TP_MAX];
+    ASSERT_OK(seer_tp_remote_accept(addr, 2, 5000, fds));
+    seer_backend *cpu = NULL, *be = NULL, *cl = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &cpu));
+    ASSERT_OK(seer_backend_remote_init(fds[1], 1, 5000, cpu->ops, &be));
+    ASSERT_OK(be->ops->exec_clone(be, &cl));
+    void *p = NULL, *q = NULL;
+    ASSERT_OK(be->ops->alloc(be, 64, &p));
+    ASSERT_OK(cl->ops->alloc(cl, 64, &q));
+    float v1[16], v2[16], got[16];
+    for (int i = 0; i < 16; i++) {
+        v1[i] = (float)i;
+        v2[i] = -(float)i;
+    }
+    ASSERT_OK(be->ops->upload(be, p, v1, sizeof v1));
+    ASSERT_OK(cl->ops->upload(cl, q, v1, sizeof v1));
+    /* memory the rank never made: posted, so accepted here; then an upload the rank refuses */
+    ASSERT_OK(be->ops->upload(be, fake_ptr(4000), v2, sizeof v2));
+    ASSERT_OK(be->ops->upload(be, p, v2, sizeof v2));
+    /* the context's instance is not held up by the root's failure */
+    ASSERT_OK(cl->ops->upload(cl, q, v2, sizeof v2));
+    ASSERT_OK(cl->ops->download(cl, got, q, sizeof got));
+    assert_memory_equal(got, v2, sizeof v2);
+    const seer_status s = be->ops->download(be, got, p, sizeof got);
+    assert_int_equal(s, SEER_ERR_FORMAT);
+    printf("a posted op's failure: %s\n", seer_last_error());
+    assert_non_null(strstr(seer_last_error(), "rank 1"));
+    assert_non_null(strstr(seer_last_error(), "upload (sent without waiting for its answer) failed"));
+    assert_non_null(strstr(seer_last_error(), "names no memory"));
+    /* reported once: the stream runs again, from the state before the failure */
+    ASSERT_OK(be->ops->download(be, got, p, sizeof got));
+    assert_memory_equal(got, v1, sizeof v1);
+    ASSERT_OK(be->ops->upload(be, p, v2, sizeof v2));
+    ASSERT_OK(be->ops->sync(be));
+    ASSERT_OK(be->ops->download(be, got, p, sizeof got));
+    assert_memory_equal(got, v2, sizeof v2);
+    cl->ops->dealloc(cl, q);
+    cl->ops->free(cl);
+    be->ops->dealloc(be, p);
+    be->ops->free(be); /* goodbye: the rank ends cleanly */
+    pthread_join(th, NULL);
+    ASSERT_OK(a.s);
+    cpu->ops->free(cpu);
+}
+
+/* The rank's side of the same: the first failure is kept (a second one is not), later posted
+ * ops of the instance are refused but its frees run, and a waited message reports it once. */
+static void test_serve_posted(void **state) {
+    (void)state;
+    seer_backend *be = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &be));
+    tp_serve *sv = NULL;
+    ASSERT_OK(seer_tp_serve_init(be, &sv));
+    tp_wbuf w = {0}, out = {0};
+    for (int64_t h = 1; h <= 2; h++) {
+        seer_tp_w_reset(&w);
+        seer_tp_w_int(&w, h);
+        seer_tp_w_int(&w, 64);
+        ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_ALLOC, 0, w.buf, w.len, &out));
+    }
+    float vals[16] = {1, 2, 3};
+    seer_tp_w_reset(&w);
+    seer_tp_w_ptr(&w, 9, 0); /* no such memory */
+    seer_tp_w_bytes(&w, vals, sizeof vals);
+    assert_int_equal(seer_tp_serve_post(sv, TP_OP_UPLOAD, 0, w.buf, w.len), SEER_ERR_FORMAT);
+    seer_tp_w_reset(&w);
+    seer_tp_w_int(&w, 3); /* the wrong fields: a second failure, not kept over the first */
+    assert_int_not_equal(seer_tp_serve_post(sv, TP_OP_RMSNORM, 0, w.buf, w.len), SEER_OK);
+    seer_tp_w_reset(&w);
+    seer_tp_w_ptr(&w, 1, 0);
+    seer_tp_w_bytes(&w, vals, sizeof vals);
+    assert_int_not_equal(seer_tp_serve_post(sv, TP_OP_UPLOAD, 0, w.buf, w.len), SEER_OK); /* refused */
+    seer_tp_w_reset(&w);
+    seer_tp_w_ptr(&w, 2, 0);
+    ASSERT_OK(seer_tp_serve_post(sv, TP_OP_DEALLOC, 0, w.buf, w.len)); /* a free still runs */
+    seer_tp_w_reset(&w);
+    seer_tp_w_ptr(&w, 1, 0);
+    seer_tp_w_int(&w, 64);
+    seer_tp_w_reset(&out);
+    assert_int_equal(seer_tp_serve_msg(sv, TP_OP_DOWNLOAD, 0, w.buf, w.len, &out), SEER_ERR_FORMAT);
+    assert_non_null(strstr(seer_last_error(), "upload (sent without waiting"));
+    seer_tp_w_reset(&out);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_DOWNLOAD, 0, w.buf, w.len, &out));
+    tp_msg m;
+    ASSERT_OK(seer_tp_msg_parse(out.buf, out.len, &m));
+    ASSERT_OK(seer_tp_msg_check(&m, "b", "download"));
+    const float zero[16] = {0};
+    assert_memory_equal(m.f[0].data, zero, sizeof zero); /* the refused upload never ran */
+    /* the freed handle is free again */
+    seer_tp_w_reset(&w);
+    seer_tp_w_int(&w, 2);
+    seer_tp_w_int(&w, 64);
+    ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_ALLOC, 0, w.buf, w.len, &out));
+    seer_tp_w_free(&w);
+    seer_tp_w_free(&out);
+    seer_tp_serve_free(sv);
+    be->ops->free(be);
+}
+
 /* ---- the messages -------------------------------------------------------------------------- */
 
 static void test_wire(void **state) {
@@ -672,6 +787,8 @@ int main(void) {
         cmocka_unit_test(test_serve_kv_geometry),
         cmocka_unit_test(test_serve_weight_shape),
         cmocka_unit_test(test_serve_attention_views),
+        cmocka_unit_test(test_serve_posted),
+        cmocka_unit_test(test_posted_failure_reported),
         cmocka_unit_test(test_wrong_peer),
         cmocka_unit_test(test_stalled_message),
         cmocka_unit_test(test_absent_rank),

@@ -1,9 +1,13 @@
 /*
  * tp_remote.c: a rank in another process, as rank 0's process holds it (tp_remote.h): a
- * backend whose ops are messages to the rank's process. Each op waits for its answer, so a
- * rank's failure is the failure of the op that met it, with the rank's message; a closed
- * connection, a time-out or a bad answer marks the link dead and every later op fails at
- * once with the first reason (rank 0 never waits on a rank that left). Pointers into the
+ * backend whose ops are messages to the rank's process. An op whose answer would be its
+ * status alone (compute, uploads, KV writes, frees) is posted: sent, not waited for; the rank
+ * runs the stream in order, keeps the first such failure of an instance and reports it at that
+ * instance's next op that waits (downloads, syncs, allocations, anything returning data), so
+ * a rank's failure is the failure of that op, naming the op that met it. A closed connection,
+ * a time-out or a bad answer marks the link dead and every later op fails at once with the
+ * first reason (rank 0 never waits on a rank that left; a send waits for the socket at most
+ * the time-out, so what is queued is bounded by the sockets' buffers). Pointers into the
  * rank's memory are handles that this side numbers (tp_remote.h's fake addresses), so an
  * allocation's answer is its status alone.
  * Not for: the rank's side (tp_serve.c) or the collectives (tp_remote_comm.c).
@@ -19,7 +23,8 @@
 
 typedef struct {
     int fd, rank, timeout_ms, refs;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu; /* the socket: one message (and its answer) at a time */
+    tp_reader rd;
     int64_t next_handle;
     seer_status dead; /* SEER_OK while the link works */
     char why[400];
@@ -64,9 +69,9 @@ seer_status seer_tp_remote_rpc(seer_backend *be, uint32_t op, tp_wbuf *w, const 
     tp_wire_hdr h = {0};
     void *p = NULL;
     if (s == SEER_OK)
-        s = seer_tp_wire_send(l->fd, op, b->inst, w, l->timeout_ms);
+        s = seer_tp_wire_send(l->fd, op, b->inst, 0, w, l->timeout_ms);
     if (s == SEER_OK)
-        s = seer_tp_wire_recv(l->fd, &h, &p, l->timeout_ms);
+        s = seer_tp_wire_read(&l->rd, &h, &p, l->timeout_ms);
     if (s == SEER_OK)
         s = seer_tp_msg_parse(p, (size_t)h.bytes, m);
     if (s != SEER_OK && l->dead == SEER_OK) {
@@ -100,7 +105,28 @@ seer_status seer_tp_remote_rpc(seer_backend *be, uint32_t op, tp_wbuf *w, const 
     return SEER_OK;
 }
 
-/* rpc of an op whose answer is the status alone */
+seer_status seer_tp_remote_post(seer_backend *be, uint32_t op, tp_wbuf *w) {
+    rb *b = rb_of(be);
+    tp_link *l = b->l;
+    pthread_mutex_lock(&l->mu);
+    seer_status s = l->dead;
+    if (s == SEER_OK)
+        s = seer_tp_wire_send(l->fd, op, b->inst, TP_WIRE_NO_REPLY, w, l->timeout_ms);
+    if (s != SEER_OK && l->dead == SEER_OK) {
+        l->dead = s == SEER_ERR_OOM ? SEER_ERR_OOM : SEER_ERR_IO;
+        snprintf(l->why, sizeof l->why, "%s", seer_last_error());
+    }
+    char why[sizeof l->why];
+    snprintf(why, sizeof why, "%s", l->why);
+    s = l->dead;
+    pthread_mutex_unlock(&l->mu);
+    seer_tp_w_free(w);
+    return s == SEER_OK ? SEER_OK : seer_err(s, "rank %d (another process): %s", l->rank, why);
+}
+
+#define post seer_tp_remote_post
+
+/* rpc of an op whose answer is the status alone, waited for */
 static seer_status rpc0(seer_backend *be, uint32_t op, tp_wbuf *w) {
     tp_msg m;
     void *pl;
@@ -116,6 +142,7 @@ static void link_drop(tp_link *l) {
     if (left)
         return;
     close(l->fd);
+    seer_tp_reader_free(&l->rd);
     pthread_mutex_destroy(&l->mu);
     free(l);
 }
@@ -123,8 +150,12 @@ static void link_drop(tp_link *l) {
 static void r_free(seer_backend *be) {
     rb *b = rb_of(be);
     tp_wbuf w = {0};
-    /* the root instance says goodbye: the rank's process ends its stream */
-    (void)rpc0(be, b->inst ? TP_OP_FREE : TP_OP_BYE, &w);
+    /* the root instance says goodbye (waited: the rank's process ends its stream); a
+     * context's instance is freed with what it still holds */
+    if (b->inst)
+        (void)post(be, TP_OP_FREE, &w);
+    else
+        (void)rpc0(be, TP_OP_BYE, &w);
     link_drop(b->l);
     free(b);
     free(be);
@@ -179,14 +210,14 @@ static seer_status r_alloc(seer_backend *be, size_t bytes, void **out) {
 static void r_dealloc(seer_backend *be, void *p) {
     tp_wbuf w = {0};
     tp_w_rptr(&w, p);
-    (void)rpc0(be, TP_OP_DEALLOC, &w);
+    (void)post(be, TP_OP_DEALLOC, &w);
 }
 
 static seer_status r_upload(seer_backend *be, void *dst, const void *src, size_t bytes) {
     tp_wbuf w = {0};
     tp_w_rptr(&w, dst);
     seer_tp_w_bytes(&w, src, bytes);
-    return rpc0(be, TP_OP_UPLOAD, &w);
+    return post(be, TP_OP_UPLOAD, &w);
 }
 
 static seer_status r_download(seer_backend *be, void *dst, const void *src, size_t bytes) {
@@ -244,7 +275,7 @@ static seer_status r_weight_load(seer_backend *be, const gguf_tensor *t, seer_we
 static void r_weight_free(seer_backend *be, seer_weight *wt) {
     tp_wbuf w = {0};
     w_weight(&w, wt);
-    (void)rpc0(be, TP_OP_WFREE, &w);
+    (void)post(be, TP_OP_WFREE, &w);
     wt->data = NULL;
 }
 
@@ -316,7 +347,7 @@ static seer_status r_kv_mem(seer_backend *be, uint64_t *bytes) {
 static void r_kv_free(seer_backend *be, void *kv) {
     tp_wbuf w = {0};
     tp_w_rptr(&w, kv);
-    (void)rpc0(be, TP_OP_KV_FREE, &w);
+    (void)post(be, TP_OP_KV_FREE, &w);
 }
 
 static seer_status r_kv_copy(seer_backend *be, void *kv, const seer_kv_geom *g, const seer_kv_copy *c, int n) {
@@ -325,7 +356,7 @@ static seer_status r_kv_copy(seer_backend *be, void *kv, const seer_kv_geom *g, 
     tp_w_geom(&w, g);
     seer_tp_w_int(&w, n);
     tp_w_arr(&w, c, (size_t)n, sizeof *c);
-    return rpc0(be, TP_OP_KV_COPY, &w);
+    return post(be, TP_OP_KV_COPY, &w);
 }
 
 static seer_status r_kv_move(seer_backend *be, void *kv, const seer_kv_geom *g, const int32_t *sp,
@@ -338,7 +369,7 @@ static seer_status r_kv_move(seer_backend *be, void *kv, const seer_kv_geom *g, 
     tp_w_arr(&w, sr, (size_t)n, 4);
     tp_w_arr(&w, dp, (size_t)n, 4);
     tp_w_arr(&w, dr, (size_t)n, 4);
-    return rpc0(be, TP_OP_KV_MOVE, &w);
+    return post(be, TP_OP_KV_MOVE, &w);
 }
 
 static seer_status r_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g, int layer, const float *k,
@@ -352,7 +383,7 @@ static seer_status r_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g,
     seer_tp_w_int(&w, T);
     tp_w_arr(&w, page, (size_t)T, 4);
     tp_w_arr(&w, row, (size_t)T, 4);
-    return rpc0(be, TP_OP_KV_STORE, &w);
+    return post(be, TP_OP_KV_STORE, &w);
 }
 
 static seer_status r_kv_read(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer, int which,
@@ -390,6 +421,7 @@ seer_status seer_backend_remote_init(int fd, int rank, int timeout_ms, const see
         return seer_err(SEER_ERR_OOM, "out of memory");
     }
     l->fd = fd;
+    l->rd = seer_tp_reader(fd);
     l->rank = rank;
     l->timeout_ms = timeout_ms;
     l->refs = 1;

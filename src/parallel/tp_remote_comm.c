@@ -9,7 +9,8 @@
  * host buffer holds, so no thread waits for one that left.
  * Where rank 0's backend can make one rank of a group per process (CUDA: NCCL's
  * ncclCommInitRank from an id rank 0 sends), each process holds its rank instead and a remote
- * rank's collective is a message that its process runs on its own stream.
+ * rank's collective is a message that its process runs on its own stream, posted like the
+ * compute ops around it (its failure comes back at the rank's next waited op).
  * Not for: ranks that share one process (cpu_comm.c, comm_nccl.cu).
  */
 #include "backend/cpu/cpu.h"
@@ -100,11 +101,7 @@ static seer_status pc_all_reduce(seer_comm *base, int r, float *buf, size_t coun
     tp_w_rptr(&w, buf);
     seer_tp_w_int(&w, (int64_t)count);
     seer_tp_w_int(&w, ordered);
-    tp_msg m;
-    void *pl;
-    SEER_TRY(seer_tp_remote_rpc(c->rank[r], TP_OP_ALLREDUCE, &w, "", &m, &pl));
-    free(pl);
-    return SEER_OK;
+    return seer_tp_remote_post(c->rank[r], TP_OP_ALLREDUCE, &w);
 }
 
 static seer_status pc_gather_cols(seer_comm *base, int r, float *dst, size_t ld, int rows, const float *src,
@@ -118,21 +115,14 @@ static seer_status pc_gather_cols(seer_comm *base, int r, float *dst, size_t ld,
     seer_tp_w_int(&w, rows);
     tp_w_arr(&w, col0, (size_t)base->n, sizeof *col0);
     tp_w_arr(&w, ncols, (size_t)base->n, sizeof *ncols);
-    tp_msg m;
-    void *pl;
-    SEER_TRY(seer_tp_remote_rpc(c->rank[r], TP_OP_GATHER, &w, "", &m, &pl));
-    free(pl);
-    return SEER_OK;
+    return seer_tp_remote_post(c->rank[r], TP_OP_GATHER, &w);
 }
 
 static void pc_free(seer_comm *base) {
     proc_comm *c = (proc_comm *)base;
     for (int r = 1; r < base->n; r++) {
         tp_wbuf w = {0};
-        tp_msg m;
-        void *pl = NULL;
-        if (seer_tp_remote_rpc(c->rank[r], TP_OP_COMM_FREE, &w, "", &m, &pl) == SEER_OK)
-            free(pl);
+        (void)seer_tp_remote_post(c->rank[r], TP_OP_COMM_FREE, &w);
     }
     if (c->local)
         c->local->free(c->local);

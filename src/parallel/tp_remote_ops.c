@@ -1,7 +1,8 @@
 /*
  * tp_remote_ops.c: the compute ops of a rank in another process (tp_remote.c's backend): each
  * op's arguments written as one message (tp_remote.h's op kinds), in the order tp_serve.c reads
- * them. Pointers go as handles, host arrays by value with their lengths.
+ * them. Pointers go as handles, host arrays by value with their lengths. Each is posted (not
+ * waited for) except argmax_rows, whose ids come back.
  * Not for: memory, weights and KV storage (tp_remote.c).
  */
 #include "parallel/tp_remote.h"
@@ -12,13 +13,8 @@
 
 static void w_weight(tp_wbuf *w, const seer_weight *wt) { tp_w_rptr(w, wt ? wt->data : NULL); }
 
-static seer_status send0(seer_backend *be, uint32_t op, tp_wbuf *w) {
-    tp_msg m;
-    void *pl;
-    SEER_TRY(seer_tp_remote_rpc(be, op, w, "", &m, &pl));
-    free(pl);
-    return SEER_OK;
-}
+/* every compute op but argmax_rows answers with its status alone: posted, not waited for */
+static seer_status send0(seer_backend *be, uint32_t op, tp_wbuf *w) { return seer_tp_remote_post(be, op, w); }
 
 static seer_status r_embed(seer_backend *be, float *y, const seer_weight *emb, const int32_t *tokens, int T) {
     tp_wbuf w = {0};

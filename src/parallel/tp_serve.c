@@ -41,6 +41,7 @@ static void entry_free(h_entry *e) {
     default:
         break;
     }
+    free(e->fail.msg);
     memset(e, 0, sizeof *e);
 }
 
@@ -59,6 +60,7 @@ void seer_tp_serve_free(tp_serve *sv) {
             if (sv->tab[h].kind != H_NONE && (sv->tab[h].kind == H_INST) == (pass == 1))
                 entry_free(&sv->tab[h]);
     free(sv->tab);
+    free(sv->fail0.msg);
     free(sv);
 }
 
@@ -370,7 +372,7 @@ static void free_instance(tp_serve *sv, uint32_t inst) {
     entry_free(&sv->tab[inst]);
 }
 
-seer_status seer_tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len, tp_wbuf *w) {
+static seer_status run_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len, tp_wbuf *w) {
     tp_msg *m = malloc(sizeof *m);
     if (!m)
         return seer_err(SEER_ERR_OOM, "out of memory");
@@ -396,4 +398,76 @@ seer_status seer_tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const 
     }
     free(m);
     return s;
+}
+
+static const char *const op_names[TP_OP_COUNT] = {
+    [TP_OP_HELLO] = "hello", [TP_OP_BYE] = "bye", [TP_OP_FREE] = "free", [TP_OP_CLONE] = "exec_clone",
+    [TP_OP_ALLOC] = "alloc", [TP_OP_DEALLOC] = "dealloc", [TP_OP_UPLOAD] = "upload", [TP_OP_DOWNLOAD] = "download",
+    [TP_OP_SYNC] = "sync", [TP_OP_WLOAD] = "weight_load", [TP_OP_WFREE] = "weight_free",
+    [TP_OP_WCONCAT] = "weight_concat", [TP_OP_KV_ALLOC] = "kv_alloc", [TP_OP_KV_RESERVE] = "kv_reserve",
+    [TP_OP_KV_FREE] = "kv_free", [TP_OP_KV_MEM] = "kv_mem_available", [TP_OP_KV_COPY] = "kv_copy_pages",
+    [TP_OP_KV_MOVE] = "kv_move_rows", [TP_OP_KV_STORE] = "kv_store", [TP_OP_EMBED] = "embed",
+    [TP_OP_RMSNORM] = "rmsnorm", [TP_OP_MATMUL] = "matmul", [TP_OP_MATMUL_ADD] = "matmul_add",
+    [TP_OP_MATMUL_SPLIT] = "matmul_split", [TP_OP_NORM_MATMUL_SPLIT] = "norm_matmul_split",
+    [TP_OP_MATMUL_GLU] = "matmul_glu", [TP_OP_FFN_GLU] = "ffn_glu", [TP_OP_ROPE] = "rope",
+    [TP_OP_ROPE_KV_STORE] = "rope_kv_store", [TP_OP_ATTENTION] = "attention", [TP_OP_SWIGLU] = "swiglu",
+    [TP_OP_GEGLU] = "geglu", [TP_OP_ADD] = "add", [TP_OP_SCALE] = "scale", [TP_OP_SOFTCAP] = "softcap",
+    [TP_OP_GATHER_ROWS] = "gather_rows", [TP_OP_ARGMAX] = "argmax_rows", [TP_OP_KV_READ] = "kv_read",
+    [TP_OP_COMM_INIT] = "comm_init", [TP_OP_ALLREDUCE] = "all_reduce", [TP_OP_GATHER] = "gather_cols",
+    [TP_OP_PEER_EXPORT] = "peer_export", [TP_OP_PEER_IMPORT] = "peer_import", [TP_OP_PEER_ENABLE] = "peer_enable",
+    [TP_OP_COMM_FREE] = "comm_free",
+};
+
+const char *seer_tp_op_name(uint32_t op) {
+    return op < TP_OP_COUNT && op_names[op] ? op_names[op] : "an unknown op";
+}
+
+/* The failure kept for inst (NULL: no such instance). */
+static sv_fail *fail_of(tp_serve *sv, uint32_t inst) {
+    if (inst == 0)
+        return &sv->fail0;
+    if ((int64_t)inst < sv->cap && sv->tab[inst].kind == H_INST)
+        return &sv->tab[inst].fail;
+    return NULL;
+}
+
+seer_status seer_tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len, tp_wbuf *w) {
+    sv_fail *f = fail_of(sv, inst);
+    if (f && f->s != SEER_OK) { /* reported now, in place of this op */
+        const seer_status s =
+            seer_err(f->s, "%s", f->msg ? f->msg : "an op sent without waiting failed (no memory for its message)");
+        free(f->msg);
+        *f = (sv_fail){0};
+        return s;
+    }
+    return run_msg(sv, kind, inst, payload, len, w);
+}
+
+/* Ops that release what rank 0 has forgotten: run even after a failure, which they cannot
+ * make worse, so that nothing is held longer than the instance. */
+static bool releases(uint32_t kind) {
+    return kind == TP_OP_FREE || kind == TP_OP_DEALLOC || kind == TP_OP_WFREE || kind == TP_OP_KV_FREE ||
+           kind == TP_OP_COMM_FREE;
+}
+
+seer_status seer_tp_serve_post(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len) {
+    sv_fail *f = fail_of(sv, inst);
+    if (f && f->s != SEER_OK && !releases(kind))
+        return seer_err(f->s, "refused after an earlier failure of the instance");
+    tp_wbuf w = {0};
+    const seer_status s = run_msg(sv, kind, inst, payload, len, &w);
+    seer_tp_w_free(&w);
+    if (s == SEER_OK)
+        return SEER_OK;
+    char msg[640];
+    snprintf(msg, sizeof msg, "%s (sent without waiting for its answer) failed: %s", seer_tp_op_name(kind),
+             seer_last_error());
+    f = fail_of(sv, inst); /* the op may have grown the table or freed the instance */
+    if (!f)
+        f = &sv->fail0; /* an instance that does not exist: rank 0's root hears of it */
+    if (f->s == SEER_OK) {
+        f->s = s;
+        f->msg = strdup(msg);
+    }
+    return seer_err(s, "%s", msg);
 }
