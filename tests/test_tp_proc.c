@@ -9,6 +9,7 @@
  * time-out; a peer that says the wrong group is refused. The message parser refuses bad
  * frames and the rank's state is left as it was (its fuzzer: fuzz/fuzz_tp_wire.c).
  */
+#include "parallel/comm.h"
 #include "parallel/tp_remote.h"
 #include "testutil.h"
 
@@ -28,6 +29,13 @@
 extern char **environ;
 
 #define STORIES "models/stories260K.gguf"
+
+/* test_staged_comm_no_memory asks for more host memory than any machine has: under a
+ * sanitizer that must be a null pointer, as it is without one, not a report. */
+const char *__asan_default_options(void);
+const char *__tsan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+const char *__tsan_default_options(void) { return "allocator_may_return_null=1"; }
 
 static int free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -414,6 +422,81 @@ static void test_serve_posted(void **state) {
     be->ops->free(be);
 }
 
+/* ---- the collectives staged through rank 0 ----------------------------------------------- */
+
+typedef struct {
+    seer_comm *c;
+    int r;
+    size_t ld;
+    float *dst;
+    const float *src;
+    seer_status s;
+    char msg[512];
+} gather_arg;
+
+static void *gather_main(void *p) {
+    gather_arg *a = p;
+    const int col0[2] = {0, 2}, ncols[2] = {2, 2};
+    a->s = a->c->gather_cols(a->c, a->r, a->dst, a->ld, 1, a->src, col0, ncols);
+    snprintf(a->msg, sizeof a->msg, "%s", seer_last_error());
+    return NULL;
+}
+
+/* Both ranks' gather_cols, each on a thread of its own (rank 0 on this one). */
+static void gather_both(gather_arg *a) {
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, gather_main, &a[1]), 0);
+    gather_main(&a[0]);
+    pthread_join(th, NULL);
+}
+
+/* Rank 0's host buffer for a gather that cannot be had (rows of 2^50 floats): rank 0 fails
+ * with its reason and rank 1, which needed nothing new, fails too, naming it, instead of
+ * waiting forever in the collective rank 0 never entered; the next gather runs. */
+static void test_staged_comm_no_memory(void **state) {
+    (void)state;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+    peer_arg pa = {.addr = addr, .rank = 1, .n = 2};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, peer_main, &pa), 0);
+    int fds[SEER_TP_MAX];
+    ASSERT_OK(seer_tp_remote_accept(addr, 2, 5000, fds));
+    seer_backend *ranks[2] = {0};
+    ASSERT_OK(seer_backend_cpu_init(1, &ranks[0]));
+    ASSERT_OK(seer_backend_remote_init(fds[1], 1, 5000, ranks[0]->ops, &ranks[1]));
+    seer_comm *c = NULL;
+    ASSERT_OK(seer_tp_remote_comm_init(ranks, 2, &c));
+    void *dst = NULL, *src1 = NULL;
+    ASSERT_OK(ranks[0]->ops->alloc(ranks[0], 4 * sizeof(float), &dst));
+    ASSERT_OK(ranks[1]->ops->alloc(ranks[1], 2 * sizeof(float), &src1));
+    const float v0[2] = {1, 2}, v1[2] = {3, 4}, want[4] = {1, 2, 3, 4};
+    ASSERT_OK(ranks[0]->ops->upload(ranks[0], dst, v0, sizeof v0));
+    ASSERT_OK(ranks[1]->ops->upload(ranks[1], src1, v1, sizeof v1));
+    gather_arg a[2] = {{.c = c, .r = 0, .ld = 1ull << 50, .dst = dst, .src = dst},
+                       {.c = c, .r = 1, .ld = 1ull << 50, .src = src1}};
+    gather_both(a);
+    assert_int_equal(a[0].s, SEER_ERR_OOM);
+    assert_int_equal(a[1].s, SEER_ERR_OOM);
+    printf("staging without memory: rank 0: %s; rank 1: %s\n", a[0].msg, a[1].msg);
+    assert_non_null(strstr(a[0].msg, "out of host memory"));
+    assert_non_null(strstr(a[1].msg, "rank 0 had no host memory"));
+    a[0].ld = a[1].ld = 4;
+    gather_both(a);
+    ASSERT_OK(a[0].s);
+    ASSERT_OK(a[1].s);
+    float got[4];
+    ASSERT_OK(ranks[0]->ops->download(ranks[0], got, dst, sizeof got));
+    assert_memory_equal(got, want, sizeof want);
+    c->free(c);
+    ranks[1]->ops->dealloc(ranks[1], src1);
+    ranks[0]->ops->dealloc(ranks[0], dst);
+    ranks[1]->ops->free(ranks[1]);
+    ranks[0]->ops->free(ranks[0]);
+    pthread_join(th, NULL);
+    ASSERT_OK(pa.s);
+}
+
 /* ---- the messages -------------------------------------------------------------------------- */
 
 static void test_wire(void **state) {
@@ -789,6 +872,7 @@ int main(void) {
         cmocka_unit_test(test_serve_attention_views),
         cmocka_unit_test(test_serve_posted),
         cmocka_unit_test(test_posted_failure_reported),
+        cmocka_unit_test(test_staged_comm_no_memory),
         cmocka_unit_test(test_wrong_peer),
         cmocka_unit_test(test_stalled_message),
         cmocka_unit_test(test_absent_rank),
