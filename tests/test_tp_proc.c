@@ -70,19 +70,28 @@ static void reap(pid_t *pids, int n, bool clean) {
     }
 }
 
-static seer_model *load_procs(int n, char *addr, size_t cap, pid_t *pids, int timeout_ms) {
-    snprintf(addr, cap, "127.0.0.1:%d", free_port());
-    spawn_workers(addr, n, pids);
+/* The tiny model at tp n with draft weights dw (NULL: none): ranks 1 .. n-1 in processes
+ * when addr is given (their pids into pids), else threads of this process. */
+static seer_model *load_tp(int n, char *addr, size_t cap, pid_t *pids, int timeout_ms, const char *dw) {
     seer_model_params mp = seer_model_default_params();
     mp.backend = SEER_BACKEND_CPU;
     mp.n_threads = 2;
     mp.tp = n;
-    mp.tp_addr = addr;
-    mp.tp_timeout_ms = timeout_ms;
+    mp.draft_weights = dw;
+    if (addr) {
+        snprintf(addr, cap, "127.0.0.1:%d", free_port());
+        spawn_workers(addr, n, pids);
+        mp.tp_addr = addr;
+        mp.tp_timeout_ms = timeout_ms;
+    }
     seer_model *m = NULL;
     if (seer_model_load(tu_data_path(STORIES), mp, &m) != SEER_OK)
-        fail_msg("loading with %d ranks in processes: %s", n, seer_last_error());
+        fail_msg("loading with %d ranks%s: %s", n, addr ? " in processes" : "", seer_last_error());
     return m;
+}
+
+static seer_model *load_procs(int n, char *addr, size_t cap, pid_t *pids, int timeout_ms) {
+    return load_tp(n, addr, cap, pids, timeout_ms, NULL);
 }
 
 /* ---- against the in-process group ---------------------------------------------------------- */
@@ -162,6 +171,77 @@ static void test_golden_and_spec(void **state) {
     }
     seer_model_free(m);
     reap(pids, 2, true);
+}
+
+/* The logits [T][V] of T tokens of a fresh sequence in one call, through the draft weights
+ * where dw. */
+static void draft_logits(seer_model *m, int T, int V, float *out, bool dw) {
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 64;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_seq_id sq;
+    ASSERT_OK(seer_seq_new(c, &sq));
+    int32_t tok[16], pos[16];
+    seer_seq_id seqs[16];
+    uint8_t want[16];
+    uint64_t seed = 9;
+    for (int i = 0; i < T; i++) {
+        tok[i] = (int32_t)(tu_rand_u64(&seed) % (uint64_t)V);
+        pos[i] = i;
+        seqs[i] = sq;
+        want[i] = 1;
+    }
+    memset(out, 0xff, sizeof(float) * (size_t)T * V);
+    seer_batch b = {.n_tokens = T, .token = tok, .seq = seqs, .pos = pos, .logits = want, .draft_weights = dw};
+    ASSERT_OK(seer_decode(c, &b, out));
+    seer_context_free(c);
+}
+
+/* Draft weights (q4_0): each rank quantises its part of every weight (at four ranks the
+ * attention output's parts of 16 columns are no whole blocks and stay unquantised; the FFN's
+ * 172 columns are none either, and the model shares that weight whole). A call through them
+ * gives the in-process group's logits bit for bit, and greedy speculation through them the
+ * plain ids. */
+static void test_draft_weights(void **state) {
+    (void)state;
+    int32_t prompts[5][64];
+    int plen[5];
+    tu_output gold[5], got[3];
+    assert_true(tu_read_golden(prompts, plen, gold) >= 3);
+    for (int n = 2; n <= 4; n += 2) {
+        seer_model *ref = load_tp(n, NULL, 0, NULL, 0, "q4_0");
+        seer_model_info in;
+        seer_model_get_info(ref, &in);
+        const int T = 12, V = in.n_vocab;
+        float *want = malloc(sizeof(float) * T * V), *have = malloc(sizeof(float) * T * V);
+        draft_logits(ref, T, V, have, false);
+        draft_logits(ref, T, V, want, true);
+        assert_memory_not_equal(have, want, sizeof(float) * T * V); /* the copy is in use */
+        seer_model_free(ref);
+        char addr[64];
+        pid_t pids[SEER_TP_MAX];
+        seer_model *m = load_tp(n, addr, sizeof addr, pids, 30000, "q4_0");
+        draft_logits(m, T, V, have, true);
+        assert_memory_equal(have, want, sizeof(float) * T * V);
+        seer_spec_params sp = tu_spec(SEER_SPEC_STREAMING, 4, 24);
+        sp.draft_weights = true;
+        tu_gen_ctx cx = {.n_ctx = 512, .page_size = 8, .n_batch_max = 128};
+        const seer_spec_stats st = tu_gen_run(m, sp, prompts[0], 64, plen, 3, 40, tu_greedy(), cx, got, NULL);
+        assert_true(st.drafted > 0);
+        for (int i = 0; i < 3; i++) {
+            char what[96];
+            snprintf(what, sizeof what, "%d processes, draft weights, golden prompt %d", n, i);
+            tu_output g = gold[i];
+            if (g.n > got[i].n)
+                g.n = got[i].n;
+            tu_assert_same(&got[i], &g, what);
+        }
+        seer_model_free(m);
+        reap(pids, n, true);
+        free(want);
+        free(have);
+    }
 }
 
 /* ---- failures -------------------------------------------------------------------------------- */
@@ -879,6 +959,7 @@ int main(void) {
         cmocka_unit_test(test_logits_2),
         cmocka_unit_test(test_logits_4),
         cmocka_unit_test(test_golden_and_spec),
+        cmocka_unit_test(test_draft_weights),
         cmocka_unit_test(test_killed_rank),
         cmocka_unit_test(test_stopped_rank),
     };

@@ -308,6 +308,45 @@ static seer_status r_weight_concat(seer_backend *be, seer_weight *parts, int n, 
     return SEER_OK;
 }
 
+/* A synthetic weight (seer bench): drawn by the rank from seed as its backend draws it. */
+static seer_status r_weight_random(seer_backend *be, int rows, int cols, uint64_t seed, float scale,
+                                   seer_weight *out) {
+    memset(out, 0, sizeof *out);
+    int64_t h;
+    SEER_TRY(new_handle(rb_of(be), &h));
+    tp_wbuf w = {0};
+    seer_tp_w_int(&w, h);
+    seer_tp_w_int(&w, rows);
+    seer_tp_w_int(&w, cols);
+    seer_tp_w_int(&w, (int64_t)seed);
+    seer_tp_w_dbl(&w, scale);
+    tp_msg m;
+    void *pl;
+    SEER_TRY(rpc(be, TP_OP_WRANDOM, &w, "iiii", &m, &pl));
+    set_weight(out, &m, 0, fake(h));
+    free(pl);
+    return SEER_OK;
+}
+
+/* The draft weights' copy of a weight the rank holds, quantised there; its segments are w's. */
+static seer_status r_weight_quantize(seer_backend *be, const seer_weight *wt, int dtype, seer_weight *out) {
+    const seer_weight src = *wt; /* out may be wt */
+    memset(out, 0, sizeof *out);
+    int64_t h;
+    SEER_TRY(new_handle(rb_of(be), &h));
+    tp_wbuf w = {0};
+    seer_tp_w_int(&w, h);
+    w_weight(&w, &src);
+    seer_tp_w_int(&w, dtype);
+    tp_msg m;
+    void *pl;
+    SEER_TRY(rpc(be, TP_OP_WQUANT, &w, "iiii", &m, &pl));
+    *out = src;
+    set_weight(out, &m, 0, fake(h));
+    free(pl);
+    return SEER_OK;
+}
+
 /* ---- KV storage ----------------------------------------------------------------------------- */
 
 static seer_status r_kv_alloc(seer_backend *be, const seer_kv_geom *g, void **out) {
@@ -407,6 +446,20 @@ static seer_status r_kv_read(seer_backend *be, const void *kv, const seer_kv_geo
     return s;
 }
 
+static seer_status r_kv_fill_random(seer_backend *be, void *kv, const seer_kv_geom *g, const int32_t *pages,
+                                    int n_pages, int row0, int n, uint64_t seed, float scale) {
+    tp_wbuf w = {0};
+    tp_w_rptr(&w, kv);
+    tp_w_geom(&w, g);
+    seer_tp_w_int(&w, n_pages);
+    tp_w_arr(&w, pages, n_pages > 0 ? (size_t)n_pages : 0, 4);
+    seer_tp_w_int(&w, row0);
+    seer_tp_w_int(&w, n);
+    seer_tp_w_int(&w, (int64_t)seed);
+    seer_tp_w_dbl(&w, scale);
+    return post(be, TP_OP_KV_FILL, &w);
+}
+
 void seer_tp_remote_fill_compute(seer_backend_ops *o);
 
 static seer_status r_init_ops(void);
@@ -457,6 +510,9 @@ static void fill_ops(void) {
     o->kv_move_rows = r_kv_move;
     o->kv_store = r_kv_store;
     o->kv_read = r_kv_read;
+    o->kv_fill_random = r_kv_fill_random;
+    o->weight_random = r_weight_random;
+    o->weight_quantize = r_weight_quantize;
     seer_tp_remote_fill_compute(o);
 }
 

@@ -233,6 +233,33 @@ static seer_status op_weights(tp_serve *sv, seer_backend *be, uint32_t op, const
         entry_free(e);
         return SEER_OK;
     }
+    if (op == TP_OP_WRANDOM) {
+        TRY(seer_tp_msg_check(m, "iiiif", "weight_random"));
+        int rows, cols;
+        TRY(num(m, 1, 1, BIG, &rows));
+        TRY(num(m, 2, 1, BIG, &cols));
+        if (!be->ops->weight_random)
+            return seer_err(SEER_ERR_UNSUPPORTED, "the rank's backend has no synthetic weights");
+        TRY(fresh(sv, m->f[0].i, &e));
+        TRY(be->ops->weight_random(be, rows, cols, (uint64_t)m->f[3].i, (float)m->f[4].f, &e->w));
+        e->kind = H_WEIGHT;
+        e->be = be;
+        put_weight(w, &e->w, false);
+        return SEER_OK;
+    }
+    if (op == TP_OP_WQUANT) {
+        TRY(seer_tp_msg_check(m, "ipi", "weight_quantize"));
+        if (!be->ops->weight_quantize)
+            return seer_err(SEER_ERR_UNSUPPORTED, "the rank's backend cannot quantise weights");
+        TRY(fresh(sv, m->f[0].i, &e)); /* first: growing the table moves the source's entry */
+        seer_weight *src;
+        TRY(weight(sv, m, 1, &src));
+        TRY(be->ops->weight_quantize(be, src, (int)m->f[2].i, &e->w));
+        e->kind = H_WEIGHT;
+        e->be = be;
+        put_weight(w, &e->w, false);
+        return SEER_OK;
+    }
     /* WCONCAT: handle, interleave, the parts */
     if (m->n < 3 || m->n > 2 + SEER_WEIGHT_MAX_SEG)
         return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: weight_concat of %d fields", m->n);
@@ -389,9 +416,10 @@ static seer_status run_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const voi
             free_instance(sv, inst);
         else if (kind >= TP_OP_COMM_INIT && kind <= TP_OP_COMM_FREE)
             s = op_comm(sv, be, kind, inst, m, w);
-        else if (kind == TP_OP_WLOAD || kind == TP_OP_WFREE || kind == TP_OP_WCONCAT)
+        else if (kind == TP_OP_WLOAD || kind == TP_OP_WFREE || kind == TP_OP_WCONCAT || kind == TP_OP_WRANDOM ||
+                 kind == TP_OP_WQUANT)
             s = op_weights(sv, be, kind, m, w);
-        else if (kind >= TP_OP_KV_COPY && kind <= TP_OP_KV_READ)
+        else if ((kind >= TP_OP_KV_COPY && kind <= TP_OP_KV_READ) || kind == TP_OP_KV_FILL)
             s = seer_tp_serve_compute(sv, be, kind, m, w);
         else
             s = op_memory(sv, be, kind, m, w);
@@ -415,7 +443,8 @@ static const char *const op_names[TP_OP_COUNT] = {
     [TP_OP_GATHER_ROWS] = "gather_rows", [TP_OP_ARGMAX] = "argmax_rows", [TP_OP_KV_READ] = "kv_read",
     [TP_OP_COMM_INIT] = "comm_init", [TP_OP_ALLREDUCE] = "all_reduce", [TP_OP_GATHER] = "gather_cols",
     [TP_OP_PEER_EXPORT] = "peer_export", [TP_OP_PEER_IMPORT] = "peer_import", [TP_OP_PEER_ENABLE] = "peer_enable",
-    [TP_OP_COMM_FREE] = "comm_free",
+    [TP_OP_COMM_FREE] = "comm_free", [TP_OP_WRANDOM] = "weight_random", [TP_OP_KV_FILL] = "kv_fill_random",
+    [TP_OP_WQUANT] = "weight_quantize",
 };
 
 const char *seer_tp_op_name(uint32_t op) {

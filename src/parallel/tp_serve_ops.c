@@ -215,6 +215,21 @@ static seer_status op_kv(tp_serve *sv, seer_backend *be, uint32_t op, const tp_m
         free(out);
         return s;
     }
+    if (op == TP_OP_KV_FILL) { /* kv, geom, n_pages, pages, row0, n, seed, scale */
+        TRY(seer_tp_msg_check(m, "p" GEOM "ibiiif", "kv_fill_random"));
+        TRY(kv(sv, m, 0, &k));
+        const seer_kv_geom g = geom(m, 1);
+        const int32_t *pages;
+        int row0;
+        TRY(num(m, 8, 0, BIG, &n));
+        TRY(ids(m, 9, n, &pages, "kv_fill_random"));
+        TRY(num(m, 10, 0, BIG, &row0));
+        TRY(num(m, 11, 0, BIG, &T));
+        TRY(seer_kv_fill_check(&g, pages, n, row0, T));
+        if (!be->ops->kv_fill_random)
+            return seer_err(SEER_ERR_UNSUPPORTED, "the rank's backend has no synthetic KV");
+        return be->ops->kv_fill_random(be, k, &g, pages, n, row0, T, (uint64_t)m->f[12].i, (float)m->f[13].f);
+    }
     /* KV_STORE: kv, geom, layer, k, v, T, page, row */
     TRY(seer_tp_msg_check(m, "p" GEOM "ippibb", "kv_store"));
     TRY(kv(sv, m, 0, &k));
@@ -337,6 +352,7 @@ seer_status seer_tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, c
     case TP_OP_KV_MOVE:
     case TP_OP_KV_STORE:
     case TP_OP_KV_READ:
+    case TP_OP_KV_FILL:
         return op_kv(sv, be, op, m, w);
     case TP_OP_EMBED:
         TRY(seer_tp_msg_check(m, "ppib", "embed"));
