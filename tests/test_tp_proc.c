@@ -244,6 +244,53 @@ static void test_draft_weights(void **state) {
     }
 }
 
+/* The logits [4][V] of four tokens decoded after 40 synthetic slots (kv_fill_random), on the
+ * synthetic "tiny" shape at tp 2 (weight_random on each rank, from a seed of its own). */
+static void synthetic_logits(const char *addr, float *out, int *V) {
+    seer_model_params mp = seer_model_default_params();
+    mp.backend = SEER_BACKEND_CPU;
+    mp.n_threads = 2;
+    mp.tp = 2;
+    mp.tp_addr = addr;
+    mp.tp_timeout_ms = 30000;
+    seer_model *m = NULL;
+    ASSERT_OK(seer_model_synthetic("tiny", NULL, mp, &m));
+    *V = seer_n_vocab(m);
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 64;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_seq_id sq;
+    ASSERT_OK(seer_seq_new(c, &sq));
+    ASSERT_OK(seer_seq_fill_synthetic(c, sq, 40, 3));
+    const int32_t tok[4] = {5, 6, 7, 8}, pos[4] = {40, 41, 42, 43};
+    const seer_seq_id seqs[4] = {sq, sq, sq, sq};
+    const uint8_t want[4] = {1, 1, 1, 1};
+    seer_batch b = {.n_tokens = 4, .token = tok, .seq = seqs, .pos = pos, .logits = want};
+    ASSERT_OK(seer_decode(c, &b, out));
+    seer_context_free(c);
+    seer_model_free(m);
+}
+
+/* seer bench's synthetic models: the ranks in processes draw the weights and the KV the rank
+ * threads draw, so the logits are the same bits. */
+static void test_synthetic(void **state) {
+    (void)state;
+    static float want[4 << 16], got[4 << 16];
+    int V = 0, V2 = 0;
+    synthetic_logits(NULL, want, &V);
+    assert_true(V <= 1 << 16);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+    pid_t pids[SEER_TP_MAX];
+    spawn_workers(addr, 2, pids);
+    memset(got, 0xff, sizeof got);
+    synthetic_logits(addr, got, &V2);
+    reap(pids, 2, true);
+    assert_int_equal(V2, V);
+    assert_memory_equal(got, want, sizeof(float) * 4 * (size_t)V);
+}
+
 /* ---- failures -------------------------------------------------------------------------------- */
 
 static seer_status decode_once(seer_model *m) {
@@ -960,6 +1007,7 @@ int main(void) {
         cmocka_unit_test(test_logits_4),
         cmocka_unit_test(test_golden_and_spec),
         cmocka_unit_test(test_draft_weights),
+        cmocka_unit_test(test_synthetic),
         cmocka_unit_test(test_killed_rank),
         cmocka_unit_test(test_stopped_rank),
     };
