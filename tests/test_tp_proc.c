@@ -510,7 +510,11 @@ static void test_serve_posted(void **state) {
         seer_tp_w_int(&w, 64);
         ASSERT_OK(seer_tp_serve_msg(sv, TP_OP_ALLOC, 0, w.buf, w.len, &out));
     }
-    float vals[16] = {1, 2, 3};
+    float vals[16] = {1, 2, 3}, before[16] = {4, 5, 6};
+    seer_tp_w_reset(&w);
+    seer_tp_w_ptr(&w, 1, 0);
+    seer_tp_w_bytes(&w, before, sizeof before);
+    ASSERT_OK(seer_tp_serve_post(sv, TP_OP_UPLOAD, 0, w.buf, w.len));
     seer_tp_w_reset(&w);
     seer_tp_w_ptr(&w, 9, 0); /* no such memory */
     seer_tp_w_bytes(&w, vals, sizeof vals);
@@ -536,8 +540,7 @@ static void test_serve_posted(void **state) {
     tp_msg m;
     ASSERT_OK(seer_tp_msg_parse(out.buf, out.len, &m));
     ASSERT_OK(seer_tp_msg_check(&m, "b", "download"));
-    const float zero[16] = {0};
-    assert_memory_equal(m.f[0].data, zero, sizeof zero); /* the refused upload never ran */
+    assert_memory_equal(m.f[0].data, before, sizeof before); /* the refused upload never ran */
     /* the freed handle is free again */
     seer_tp_w_reset(&w);
     seer_tp_w_int(&w, 2);
@@ -547,6 +550,221 @@ static void test_serve_posted(void **state) {
     seer_tp_w_free(&out);
     seer_tp_serve_free(sv);
     be->ops->free(be);
+}
+
+/* ---- batch_begin and recorded calls -------------------------------------------------------- */
+
+/* A worker's backend with batch_begin and the held pair of recorded calls, as CUDA has them
+ * (the CPU's has neither): it notes what they were given and whether the ops after
+ * batch_begin got its arrays at its addresses, as a backend with its own copies needs. */
+static seer_backend_ops rec_ops;
+static const seer_backend_ops *rec_cpu;
+static pthread_mutex_t rec_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    const int32_t *idx[5];
+    const int32_t *seq_pages, *tok_slot;
+    int batches, hits, misses, begins, ends, launches, last_run, T_cap;
+    uintptr_t key;
+    seer_status end_status;
+} rec;
+
+static void rec_note(bool hit) {
+    pthread_mutex_lock(&rec_mu);
+    rec.hits += hit;
+    rec.misses += !hit;
+    pthread_mutex_unlock(&rec_mu);
+}
+
+static seer_status rec_batch_begin(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
+                                   const int32_t *pos, const int32_t *page, const int32_t *row,
+                                   const int32_t *out_rows, int n_out) {
+    (void)be;
+    (void)n_out;
+    pthread_mutex_lock(&rec_mu);
+    const int32_t *a[5] = {tokens, pos, page, row, out_rows};
+    memcpy(rec.idx, a, sizeof a);
+    rec.seq_pages = ab->seq_pages;
+    rec.tok_slot = ab->tok_slot;
+    rec.batches++;
+    pthread_mutex_unlock(&rec_mu);
+    return SEER_OK;
+}
+
+static seer_status rec_embed(seer_backend *be, float *y, const seer_weight *emb, const int32_t *tokens, int T) {
+    rec_note(tokens == rec.idx[0]);
+    return rec_cpu->embed(be, y, emb, tokens, T);
+}
+
+static seer_status rec_rope(seer_backend *be, float *x, const int32_t *pos, int T, int nh, int Dh,
+                            const float *inv_freq, int neox) {
+    rec_note(pos == rec.idx[1]);
+    return rec_cpu->rope(be, x, pos, T, nh, Dh, inv_freq, neox);
+}
+
+static seer_status rec_gather_rows(seer_backend *be, float *y, const float *x, const int32_t *rows, int n, int D) {
+    rec_note(rows == rec.idx[4]);
+    return rec_cpu->gather_rows(be, y, x, rows, n, D);
+}
+
+static seer_status rec_attention(seer_backend *be, float *out, const float *q, const void *kv, const seer_kv_geom *g,
+                                 int layer, const seer_attn_batch *ab) {
+    rec_note(ab->seq_pages == rec.seq_pages && ab->tok_slot == rec.tok_slot);
+    return rec_cpu->attention(be, out, q, kv, g, layer, ab);
+}
+
+/* pads to a multiple of 4; the second call and later ones replay */
+static seer_status rec_begin(seer_backend *be, const void *key, int T_cap, int *T, int *n_out, bool *done) {
+    (void)be;
+    pthread_mutex_lock(&rec_mu);
+    rec.key = (uintptr_t)key;
+    rec.T_cap = T_cap;
+    *T = (*T + 3) / 4 * 4;
+    *n_out = (*n_out + 3) / 4 * 4;
+    *done = ++rec.begins > 1;
+    pthread_mutex_unlock(&rec_mu);
+    return SEER_OK;
+}
+
+static seer_status rec_end(seer_backend *be, seer_status s, bool *redo) {
+    (void)be;
+    pthread_mutex_lock(&rec_mu);
+    rec.ends++;
+    rec.end_status = s;
+    *redo = false;
+    pthread_mutex_unlock(&rec_mu);
+    return SEER_OK;
+}
+
+static seer_status rec_launch(seer_backend *be, bool run) {
+    (void)be;
+    pthread_mutex_lock(&rec_mu);
+    rec.launches++;
+    rec.last_run = run;
+    pthread_mutex_unlock(&rec_mu);
+    return SEER_OK;
+}
+
+static void *rec_peer_main(void *p) {
+    peer_arg *a = p;
+    seer_backend *be = NULL;
+    a->s = seer_backend_cpu_init(1, &be);
+    const seer_backend_ops *own = be ? be->ops : NULL;
+    if (a->s == SEER_OK) {
+        be->ops = &rec_ops;
+        a->s = seer_tp_worker_run(a->addr, a->rank, a->n, be, 5000);
+    }
+    snprintf(a->msg, sizeof a->msg, "%s", seer_last_error());
+    if (be) {
+        be->ops = own;
+        be->ops->free(be);
+    }
+    return NULL;
+}
+
+/* A forward call's ops on a rank in another process whose backend has batch_begin and
+ * records calls: batch_begin's batch and arrays reach the ops at its addresses (a padded
+ * call's longer arrays included; another array does not), forward_begin_hold's sizes and
+ * replay come back, forward_end_hold and forward_launch reach it; a posted op's failure
+ * within the call ends the recording as failed and is reported by forward_end_hold. */
+static void test_batch_and_recorded_calls(void **state) {
+    (void)state;
+    seer_backend *cpu = NULL;
+    ASSERT_OK(seer_backend_cpu_init(1, &cpu));
+    rec_cpu = cpu->ops;
+    rec_ops = *cpu->ops;
+    rec_ops.batch_begin = rec_batch_begin;
+    rec_ops.embed = rec_embed;
+    rec_ops.rope = rec_rope;
+    rec_ops.gather_rows = rec_gather_rows;
+    rec_ops.attention = rec_attention;
+    rec_ops.forward_begin_hold = rec_begin;
+    rec_ops.forward_end_hold = rec_end;
+    rec_ops.forward_launch = rec_launch;
+    memset(&rec, 0, sizeof rec);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+    peer_arg pa = {.addr = addr, .rank = 1, .n = 2};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, rec_peer_main, &pa), 0);
+    int fds[SEER_TP_MAX];
+    ASSERT_OK(seer_tp_remote_accept(addr, 2, 5000, fds));
+    seer_backend *be = NULL;
+    ASSERT_OK(seer_backend_remote_init(fds[1], 1, 5000, &rec_ops, &be));
+    enum { T = 3, V = 16, D = 8, H = 2, Dh = 4 };
+    float emb_v[V * D];
+    for (int i = 0; i < V * D; i++)
+        emb_v[i] = (float)i / 64;
+    const gguf_tensor et = {.name = "emb", .n_dims = 2, .ne = {D, V, 1, 1}, .type = GGML_TYPE_F32, .data = emb_v,
+                            .nbytes = sizeof emb_v};
+    seer_weight emb;
+    ASSERT_OK(be->ops->weight_load(be, &et, SEER_WEIGHTS_F32, &emb));
+    void *x = NULL, *y = NULL, *fr = NULL, *kvd = NULL;
+    ASSERT_OK(be->ops->alloc(be, 8 * D * sizeof(float), &x));
+    ASSERT_OK(be->ops->alloc(be, 8 * D * sizeof(float), &y));
+    ASSERT_OK(be->ops->alloc(be, Dh / 2 * sizeof(float), &fr));
+    const float inv[Dh / 2] = {1.f, 0.01f};
+    ASSERT_OK(be->ops->upload(be, fr, inv, sizeof inv));
+    const seer_kv_geom g = {.n_pages = 2, .page_size = 16, .n_layers = 1, .n_kv_heads = 1, .head_dim = Dh};
+    int nc = 0;
+    ASSERT_OK(be->ops->kv_alloc(be, &g, &kvd));
+    ASSERT_OK(be->ops->kv_reserve(be, kvd, &g, 2, &nc));
+    const int32_t pages[1] = {0}, len0[1] = {0}, off[2] = {0, T}, toks[T] = {0, 1, 2}, tseq[T] = {0, 0, 0};
+    const int32_t tokens[T] = {1, 2, 3}, pos[8] = {0, 1, 2}, page[T] = {0, 0, 0}, row[T] = {0, 1, 2};
+    const int32_t out_rows[1] = {2}, other[T] = {5, 6, 7};
+    const seer_attn_batch ab = {.T = T, .n_heads = H, .n_kv_heads = 1, .head_dim = Dh, .scale = 0.5f,
+                                .page_size = 16, .n_seq = 1, .max_pages = 1, .seq_pages = pages, .seq_len0 = len0,
+                                .seq_tok_off = off, .seq_toks = toks, .tok_seq = tseq, .tok_slot = row};
+    ASSERT_OK(be->ops->batch_begin(be, &ab, tokens, pos, page, row, out_rows, 1));
+    int Tp = T, np = 1;
+    bool done = true, redo = true;
+    ASSERT_OK(be->ops->forward_begin_hold(be, x, 8, &Tp, &np, &done));
+    assert_int_equal(Tp, 4);
+    assert_int_equal(np, 4);
+    assert_false(done);
+    ASSERT_OK(be->ops->embed(be, x, &emb, tokens, T));
+    ASSERT_OK(be->ops->rope(be, x, pos, Tp, H, Dh, fr, 0)); /* padded: past the batch's rows */
+    ASSERT_OK(be->ops->rope(be, y, other, T, H, Dh, fr, 0)); /* not batch_begin's */
+    ASSERT_OK(be->ops->kv_store(be, kvd, &g, 0, x, x, page, row, T));
+    ASSERT_OK(be->ops->attention(be, y, x, kvd, &g, 0, &ab));
+    ASSERT_OK(be->ops->gather_rows(be, y, x, out_rows, 1, D));
+    ASSERT_OK(be->ops->forward_end_hold(be, SEER_OK, &redo));
+    assert_false(redo);
+    ASSERT_OK(be->ops->forward_launch(be, true));
+    ASSERT_OK(be->ops->sync(be));
+    pthread_mutex_lock(&rec_mu);
+    assert_int_equal(rec.batches, 1);
+    assert_int_equal(rec.hits, 4); /* embed, the padded rope, attention, gather_rows */
+    assert_int_equal(rec.misses, 1);
+    assert_int_equal(rec.begins, 1);
+    assert_int_equal(rec.key, (uintptr_t)x);
+    assert_int_equal(rec.T_cap, 8);
+    assert_int_equal(rec.ends, 1);
+    assert_int_equal(rec.end_status, SEER_OK);
+    assert_int_equal(rec.launches, 1);
+    assert_int_equal(rec.last_run, 1);
+    pthread_mutex_unlock(&rec_mu);
+    /* the next call replays; an op that fails inside it spoils the recording */
+    Tp = T;
+    np = 1;
+    ASSERT_OK(be->ops->batch_begin(be, &ab, tokens, pos, page, row, out_rows, 1));
+    ASSERT_OK(be->ops->forward_begin_hold(be, x, 8, &Tp, &np, &done));
+    assert_true(done);
+    ASSERT_OK(be->ops->upload(be, fake_ptr(4000), inv, sizeof inv));
+    assert_int_equal(be->ops->forward_end_hold(be, SEER_OK, &redo), SEER_ERR_FORMAT);
+    assert_non_null(strstr(seer_last_error(), "upload (sent without waiting"));
+    pthread_mutex_lock(&rec_mu);
+    assert_int_equal(rec.ends, 2);
+    assert_int_equal(rec.end_status, SEER_ERR_FORMAT);
+    pthread_mutex_unlock(&rec_mu);
+    be->ops->kv_free(be, kvd);
+    be->ops->dealloc(be, x);
+    be->ops->dealloc(be, y);
+    be->ops->dealloc(be, fr);
+    be->ops->weight_free(be, &emb);
+    be->ops->free(be);
+    pthread_join(th, NULL);
+    ASSERT_OK(pa.s);
+    cpu->ops->free(cpu);
 }
 
 /* ---- the collectives staged through rank 0 ----------------------------------------------- */
@@ -1000,6 +1218,7 @@ int main(void) {
         cmocka_unit_test(test_serve_posted),
         cmocka_unit_test(test_posted_failure_reported),
         cmocka_unit_test(test_staged_comm_no_memory),
+        cmocka_unit_test(test_batch_and_recorded_calls),
         cmocka_unit_test(test_wrong_peer),
         cmocka_unit_test(test_stalled_message),
         cmocka_unit_test(test_absent_rank),

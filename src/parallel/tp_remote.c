@@ -487,6 +487,8 @@ seer_status seer_backend_remote_init(int fd, int rank, int timeout_ms, const see
 
 bool seer_backend_is_remote(const seer_backend *be) { return be && be->ops == &remote_ops; }
 
+const seer_backend_ops *seer_tp_remote_rank0(const seer_backend *be) { return ((const rb *)be->impl)->rank0; }
+
 static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
 
 static void fill_ops(void) {
@@ -524,7 +526,10 @@ static seer_status r_init_ops(void) {
 void seer_tp_remote_mask_ops(seer_backend_ops *o) {
     (void)r_init_ops();
     const seer_backend_ops *r = &remote_ops;
-    /* every op a rank's thread may call on its own instance, where the remote side lacks it */
+    /* every op a rank's thread may call on its own instance, where the remote side lacks it:
+     * the host tiers (kv_page_bytes .. kv_host_wait; weight_bytes, stage, stage_wait), the
+     * sparse FFN's and weight_rows (which the tensor-parallel backend has none of either),
+     * h2d_bandwidth, make_current (a remote rank's device is its process's) */
 #define MASK(f) \
     if (!r->f)  \
         o->f = NULL;

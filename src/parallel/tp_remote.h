@@ -27,6 +27,7 @@ enum {
     TP_OP_ROPE_KV_STORE, TP_OP_ATTENTION, TP_OP_SWIGLU, TP_OP_GEGLU, TP_OP_ADD, TP_OP_SCALE, TP_OP_SOFTCAP,
     TP_OP_GATHER_ROWS, TP_OP_ARGMAX, TP_OP_KV_READ, TP_OP_COMM_INIT, TP_OP_ALLREDUCE, TP_OP_GATHER, TP_OP_PEER_EXPORT,
     TP_OP_PEER_IMPORT, TP_OP_PEER_ENABLE, TP_OP_COMM_FREE, TP_OP_WRANDOM, TP_OP_KV_FILL, TP_OP_WQUANT,
+    TP_OP_BATCH_BEGIN, TP_OP_FWD_BEGIN, TP_OP_FWD_END, TP_OP_FWD_LAUNCH,
     TP_OP_COUNT
 };
 
@@ -81,6 +82,8 @@ seer_status seer_tp_remote_accept(const char *addr, int n, int timeout_ms, int *
 seer_status seer_backend_remote_init(int fd, int rank, int timeout_ms, const seer_backend_ops *ops,
                                      seer_backend **out);
 bool seer_backend_is_remote(const seer_backend *be);
+/* The op table of rank 0's backend, which a remote rank's backend is taken to be alike. */
+const seer_backend_ops *seer_tp_remote_rank0(const seer_backend *be);
 /* Clears in ops (a copy of rank 0's table) each op a remote rank cannot run. */
 void seer_tp_remote_mask_ops(seer_backend_ops *ops);
 

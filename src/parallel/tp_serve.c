@@ -49,8 +49,7 @@ void seer_tp_serve_free(tp_serve *sv) {
     if (!sv)
         return;
     for (int i = 0; i < SV_ATT; i++)
-        for (int j = 0; j < 2; j++)
-            seer_tp_att_slot_free(&sv->att[i].slot[j]);
+        seer_tp_att_clear(&sv->att[i]);
     for (int i = 0; i < SV_COMMS; i++)
         if (sv->comm[i].c)
             sv->comm[i].c->free(sv->comm[i].c);
@@ -383,11 +382,8 @@ static seer_status op_comm(tp_serve *sv, seer_backend *be, uint32_t kind, uint32
 static void free_instance(tp_serve *sv, uint32_t inst) {
     seer_backend *be = sv->tab[inst].p;
     for (int i = 0; i < SV_ATT; i++)
-        if (sv->att[i].be == be) {
-            for (int j = 0; j < 2; j++)
-                seer_tp_att_slot_free(&sv->att[i].slot[j]);
-            sv->att[i].be = NULL;
-        }
+        if (sv->att[i].be == be)
+            seer_tp_att_clear(&sv->att[i]);
     for (int i = 0; i < SV_COMMS; i++)
         if (sv->comm[i].c && sv->comm[i].inst == inst) {
             sv->comm[i].c->free(sv->comm[i].c);
@@ -399,7 +395,9 @@ static void free_instance(tp_serve *sv, uint32_t inst) {
     entry_free(&sv->tab[inst]);
 }
 
-static seer_status run_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len, tp_wbuf *w) {
+/* One message's op on its instance; fail: an earlier failure forward_end is to end with. */
+static seer_status run_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len, tp_wbuf *w,
+                           seer_status fail) {
     tp_msg *m = malloc(sizeof *m);
     if (!m)
         return seer_err(SEER_ERR_OOM, "out of memory");
@@ -421,6 +419,8 @@ static seer_status run_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const voi
             s = op_weights(sv, be, kind, m, w);
         else if ((kind >= TP_OP_KV_COPY && kind <= TP_OP_KV_READ) || kind == TP_OP_KV_FILL)
             s = seer_tp_serve_compute(sv, be, kind, m, w);
+        else if (kind >= TP_OP_BATCH_BEGIN && kind <= TP_OP_FWD_LAUNCH)
+            s = seer_tp_serve_forward(sv, be, kind, m, w, fail);
         else
             s = op_memory(sv, be, kind, m, w);
     }
@@ -444,7 +444,8 @@ static const char *const op_names[TP_OP_COUNT] = {
     [TP_OP_COMM_INIT] = "comm_init", [TP_OP_ALLREDUCE] = "all_reduce", [TP_OP_GATHER] = "gather_cols",
     [TP_OP_PEER_EXPORT] = "peer_export", [TP_OP_PEER_IMPORT] = "peer_import", [TP_OP_PEER_ENABLE] = "peer_enable",
     [TP_OP_COMM_FREE] = "comm_free", [TP_OP_WRANDOM] = "weight_random", [TP_OP_KV_FILL] = "kv_fill_random",
-    [TP_OP_WQUANT] = "weight_quantize",
+    [TP_OP_WQUANT] = "weight_quantize", [TP_OP_BATCH_BEGIN] = "batch_begin", [TP_OP_FWD_BEGIN] = "forward_begin",
+    [TP_OP_FWD_END] = "forward_end", [TP_OP_FWD_LAUNCH] = "forward_launch",
 };
 
 const char *seer_tp_op_name(uint32_t op) {
@@ -462,6 +463,13 @@ static sv_fail *fail_of(tp_serve *sv, uint32_t inst) {
 
 seer_status seer_tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len, tp_wbuf *w) {
     sv_fail *f = fail_of(sv, inst);
+    if (f && f->s != SEER_OK && kind == TP_OP_FWD_END) {
+        /* a recording the failure spoiled is still ended (and dropped), not left open */
+        tp_wbuf scratch = {0};
+        (void)run_msg(sv, kind, inst, payload, len, &scratch, f->s);
+        seer_tp_w_free(&scratch);
+        f = fail_of(sv, inst);
+    }
     if (f && f->s != SEER_OK) { /* reported now, in place of this op */
         const seer_status s =
             seer_err(f->s, "%s", f->msg ? f->msg : "an op sent without waiting failed (no memory for its message)");
@@ -469,7 +477,7 @@ seer_status seer_tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const 
         *f = (sv_fail){0};
         return s;
     }
-    return run_msg(sv, kind, inst, payload, len, w);
+    return run_msg(sv, kind, inst, payload, len, w, SEER_OK);
 }
 
 /* Ops that release what rank 0 has forgotten: run even after a failure, which they cannot
@@ -484,7 +492,7 @@ seer_status seer_tp_serve_post(tp_serve *sv, uint32_t kind, uint32_t inst, const
     if (f && f->s != SEER_OK && !releases(kind))
         return seer_err(f->s, "refused after an earlier failure of the instance");
     tp_wbuf w = {0};
-    const seer_status s = run_msg(sv, kind, inst, payload, len, &w);
+    const seer_status s = run_msg(sv, kind, inst, payload, len, &w, SEER_OK);
     seer_tp_w_free(&w);
     if (s == SEER_OK)
         return SEER_OK;

@@ -60,10 +60,19 @@ typedef struct {
     const seer_attn_view **sview;
 } att_slot;
 
+/* batch_begin's index arrays, by their role in the ops after it */
+enum { SV_IDX_TOKENS, SV_IDX_POS, SV_IDX_PAGE, SV_IDX_ROW, SV_IDX_OUT, SV_IDX_N };
+
+/* ... and the index arrays of the instance's last batch_begin (tp_serve_fwd.c), copied at
+ * fixed addresses with room for a padded call's rows: a backend with its own copies of them
+ * (CUDA) knows an op's array as batch_begin's by its address and first entries, which a
+ * fresh payload per message would not keep. */
 typedef struct {
     seer_backend *be;
     int cur;
     att_slot slot[2];
+    int32_t *idx[SV_IDX_N];
+    int idx_n[SV_IDX_N], idx_cap[SV_IDX_N];
 } att_cache;
 
 struct tp_serve {
@@ -152,8 +161,21 @@ static inline seer_status ids(const tp_msg *m, int k, int64_t n, const int32_t *
     return seer_tp_msg_array(m, k, n < 0 ? SIZE_MAX : (size_t)n, 4, (const void **)out, what);
 }
 
-/* The compute and KV ops (tp_serve_ops.c); an instance's attention batches freed. */
+/* The compute and KV ops (tp_serve_ops.c). */
 seer_status seer_tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w);
-void seer_tp_att_slot_free(att_slot *a);
+/* What an instance's att_cache holds, freed (the cache left empty, its instance forgotten). */
+void seer_tp_att_clear(att_cache *c);
+/* The attention batch of m's fields k0 .. k0 + 24 (tp_remote_ops.c's w_batch), decoded into
+ * be's att_cache: the one at the addresses of the last time these bytes came, where they did. */
+seer_status seer_tp_att_batch(tp_serve *sv, seer_backend *be, const tp_msg *m, int k0, const seer_attn_batch **ab);
+/* An op's index array a [n] of role (SV_IDX_*): batch_begin's copy where a begins with it (its
+ * entries past batch_begin's made the message's), else a itself. */
+const int32_t *seer_tp_kept_idx(tp_serve *sv, seer_backend *be, int role, const int32_t *a, int n);
+/* Keeps a[k] [n[k]] (SV_IDX_N roles, NULL: none) as be's batch_begin arrays. */
+seer_status seer_tp_kept_set(tp_serve *sv, seer_backend *be, const int32_t *const *a, const int *n);
+/* batch_begin and the forward pair (tp_serve_fwd.c). fail: a failure of an earlier posted op
+ * that forward_end is to end a recording with (SEER_OK: none). */
+seer_status seer_tp_serve_forward(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w,
+                                  seer_status fail);
 
 #endif

@@ -104,7 +104,7 @@ static seer_status batch(const tp_msg *m, int k, seer_attn_batch *ab, seer_attn_
     return SEER_OK;
 }
 
-void seer_tp_att_slot_free(att_slot *a) {
+static void slot_free(att_slot *a) {
     free(a->bytes);
     free(a->m);
     free(a->views);
@@ -112,16 +112,96 @@ void seer_tp_att_slot_free(att_slot *a) {
     memset(a, 0, sizeof *a);
 }
 
-static att_cache *att_of(tp_serve *sv, seer_backend *be) {
+void seer_tp_att_clear(att_cache *c) {
+    for (int j = 0; j < 2; j++)
+        slot_free(&c->slot[j]);
+    for (int k = 0; k < SV_IDX_N; k++)
+        free(c->idx[k]);
+    memset(c, 0, sizeof *c);
+}
+
+static att_cache *att_find(tp_serve *sv, seer_backend *be) {
     for (int i = 0; i < SV_ATT; i++)
         if (sv->att[i].be == be)
             return &sv->att[i];
-    att_cache *c = &sv->att[sv->att_next++ % SV_ATT]; /* an instance's cache, or the oldest */
-    for (int j = 0; j < 2; j++)
-        seer_tp_att_slot_free(&c->slot[j]);
+    return NULL;
+}
+
+static att_cache *att_of(tp_serve *sv, seer_backend *be) {
+    att_cache *c = att_find(sv, be);
+    if (c)
+        return c;
+    c = att_find(sv, NULL); /* a free cache, else the oldest taken */
+    if (!c)
+        c = &sv->att[sv->att_next++ % SV_ATT];
+    seer_tp_att_clear(c);
     c->be = be;
-    c->cur = 0;
     return c;
+}
+
+seer_status seer_tp_att_batch(tp_serve *sv, seer_backend *be, const tp_msg *m, int k0, const seer_attn_batch **ab) {
+    /* the batch's fields lie together: eight numbers of 16 bytes and a string's header before
+     * field k0 + 8's bytes, field k0 + 24's padded bytes last */
+    const char *b0 = (const char *)m->f[k0 + 8].data - 8 * 16 - 16;
+    const char *b1 = (const char *)m->f[k0 + 24].data + m->f[k0 + 24].len + (8 - m->f[k0 + 24].len % 8) % 8;
+    const size_t n = (size_t)(b1 - b0);
+    att_cache *c = att_of(sv, be);
+    att_slot *a = &c->slot[c->cur];
+    if (!(a->bytes && a->len == n && !memcmp(a->bytes, b0, n))) {
+        a = &c->slot[c->cur ^ 1];
+        slot_free(a);
+        a->bytes = malloc(n ? n : 1);
+        a->m = malloc(sizeof *a->m);
+        if (!a->bytes || !a->m) {
+            slot_free(a);
+            return seer_err(SEER_ERR_OOM, "out of memory");
+        }
+        memcpy(a->bytes, b0, n);
+        a->len = n;
+        seer_status s = seer_tp_msg_parse(a->bytes, n, a->m);
+        if (s == SEER_OK)
+            s = batch(a->m, 0, &a->ab, &a->views, &a->sview);
+        if (s != SEER_OK) {
+            slot_free(a);
+            return s;
+        }
+        c->cur ^= 1;
+    }
+    *ab = &a->ab;
+    return SEER_OK;
+}
+
+const int32_t *seer_tp_kept_idx(tp_serve *sv, seer_backend *be, int role, const int32_t *a, int n) {
+    att_cache *c = att_find(sv, be);
+    if (!c || !c->idx[role] || !a || n <= 0 || n > c->idx_cap[role])
+        return a;
+    const int kn = c->idx_n[role];
+    if (memcmp(c->idx[role], a, (size_t)(n < kn ? n : kn) * sizeof *a))
+        return a;
+    if (n > kn) /* a padded call's rows past the batch's, as this message has them */
+        memcpy(c->idx[role] + kn, a + kn, (size_t)(n - kn) * sizeof *a);
+    return c->idx[role];
+}
+
+seer_status seer_tp_kept_set(tp_serve *sv, seer_backend *be, const int32_t *const *a, const int *n) {
+    att_cache *c = att_of(sv, be);
+    for (int k = 0; k < SV_IDX_N; k++) {
+        c->idx_n[k] = 0;
+        if (!a[k] || n[k] <= 0)
+            continue;
+        /* room for a padded call's rows (CUDA pads a call of up to 65 tokens to a multiple of 8) */
+        const int cap = n[k] + 64;
+        if (cap > c->idx_cap[k]) {
+            int32_t *p = realloc(c->idx[k], (size_t)cap * sizeof *p);
+            if (!p)
+                return seer_err(SEER_ERR_OOM, "out of memory");
+            c->idx[k] = p;
+            c->idx_cap[k] = cap;
+        }
+        memcpy(c->idx[k], a[k], (size_t)n[k] * sizeof **a);
+        c->idx_n[k] = n[k];
+    }
+    return SEER_OK;
 }
 
 static seer_status op_attention(tp_serve *sv, seer_backend *be, const tp_msg *m) {
@@ -134,34 +214,9 @@ static seer_status op_attention(tp_serve *sv, seer_backend *be, const tp_msg *m)
     const seer_kv_geom g = geom(m, 3);
     int layer;
     TRY(num(m, 10, 0, g.n_layers - 1, &layer));
-    /* the batch's fields, 11 to 35, lie together: eight numbers of 16 bytes and a string's
-     * header before field 19's bytes, field 35's padded bytes last */
-    const char *b0 = (const char *)m->f[19].data - 8 * 16 - 16;
-    const char *b1 = (const char *)m->f[35].data + m->f[35].len + (8 - m->f[35].len % 8) % 8;
-    const size_t n = (size_t)(b1 - b0);
-    att_cache *c = att_of(sv, be);
-    att_slot *a = &c->slot[c->cur];
-    if (!(a->bytes && a->len == n && !memcmp(a->bytes, b0, n))) {
-        a = &c->slot[c->cur ^ 1];
-        seer_tp_att_slot_free(a);
-        a->bytes = malloc(n ? n : 1);
-        a->m = malloc(sizeof *a->m);
-        if (!a->bytes || !a->m) {
-            seer_tp_att_slot_free(a);
-            return seer_err(SEER_ERR_OOM, "out of memory");
-        }
-        memcpy(a->bytes, b0, n);
-        a->len = n;
-        seer_status s = seer_tp_msg_parse(a->bytes, n, a->m);
-        if (s == SEER_OK)
-            s = batch(a->m, 0, &a->ab, &a->views, &a->sview);
-        if (s != SEER_OK) {
-            seer_tp_att_slot_free(a);
-            return s;
-        }
-        c->cur ^= 1;
-    }
-    return be->ops->attention(be, out, q, k, &g, layer, &a->ab);
+    const seer_attn_batch *ab;
+    TRY(seer_tp_att_batch(sv, be, m, 11, &ab));
+    return be->ops->attention(be, out, q, k, &g, layer, ab);
 }
 
 static seer_status op_kv(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w) {
@@ -244,6 +299,8 @@ static seer_status op_kv(tp_serve *sv, seer_backend *be, uint32_t op, const tp_m
     TRY(ids(m, 13, T, &row, "kv_store"));
     if (!be->ops->kv_store)
         return seer_err(SEER_ERR_UNSUPPORTED, "the rank's backend has no kv_store");
+    page = seer_tp_kept_idx(sv, be, SV_IDX_PAGE, page, T);
+    row = seer_tp_kept_idx(sv, be, SV_IDX_ROW, row, T);
     return be->ops->kv_store(be, k, &g, layer, kk, vv, page, row, T);
 }
 
@@ -260,6 +317,7 @@ static seer_status op_rope(tp_serve *sv, seer_backend *be, uint32_t op, const tp
         TRY(num(m, 3, 0, BIG, &H));
         TRY(num(m, 4, 0, BIG, &Dh));
         TRY(mem(sv, m, 5, &fr));
+        pos = seer_tp_kept_idx(sv, be, SV_IDX_POS, pos, T);
         return be->ops->rope(be, q, pos, T, H, Dh, fr, (int)m->f[6].i);
     }
     TRY(seer_tp_msg_check(m, "pppibiiipip" GEOM "ibb", "rope_kv_store"));
@@ -278,6 +336,9 @@ static seer_status op_rope(tp_serve *sv, seer_backend *be, uint32_t op, const tp
     TRY(num(m, 18, 0, g.n_layers - 1, &layer));
     TRY(ids(m, 19, T, &page, "rope_kv_store"));
     TRY(ids(m, 20, T, &row, "rope_kv_store"));
+    pos = seer_tp_kept_idx(sv, be, SV_IDX_POS, pos, T);
+    page = seer_tp_kept_idx(sv, be, SV_IDX_PAGE, page, T);
+    row = seer_tp_kept_idx(sv, be, SV_IDX_ROW, row, T);
     return be->ops->rope_kv_store(be, q, k, v, pos, T, H, Hkv, Dh, fr, neox, kvp, &g, layer, page, row);
 }
 
@@ -363,7 +424,7 @@ seer_status seer_tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, c
         for (int i = 0; i < T; i++)
             if (rows[i] < 0 || rows[i] >= wt->rows)
                 return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: token %d outside the embedding", rows[i]);
-        return be->ops->embed(be, y, wt, rows, T);
+        return be->ops->embed(be, y, wt, seer_tp_kept_idx(sv, be, SV_IDX_TOKENS, rows, T), T);
     case TP_OP_RMSNORM:
         TRY(seer_tp_msg_check(m, "pppiif", "rmsnorm"));
         TRY(mem(sv, m, 0, &y));
@@ -398,7 +459,7 @@ seer_status seer_tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, c
         TRY(num(m, 2, 0, BIG, &n));
         TRY(ids(m, 3, n, &rows, "gather_rows"));
         TRY(num(m, 4, 1, BIG, &D));
-        return be->ops->gather_rows(be, y, x, rows, n, D);
+        return be->ops->gather_rows(be, y, x, seer_tp_kept_idx(sv, be, SV_IDX_OUT, rows, n), n, D);
     case TP_OP_ARGMAX: {
         TRY(seer_tp_msg_check(m, "pii", "argmax_rows"));
         TRY(mem(sv, m, 0, &x));
