@@ -6,7 +6,8 @@
  * kind's top bit says the message is posted (rank 0 waits for no answer, so a failure is kept
  * for the instance's next waited message). Every payload that parses must write back to the
  * same bytes; messages of the ops whose arguments the rank checks in full (memory, weights,
- * instances) then run on a CPU backend, whose state must stay usable whatever came before. Compute ops are parsed, not run: the rank trusts
+ * instances, the recorded-call pair) then run on a CPU backend, whose state must stay usable
+ * whatever came before. Compute ops are parsed, not run: the rank trusts
  * their extents to rank 0 (tp_serve.c says so).
  */
 #include "parallel/tp_remote.h"
@@ -43,7 +44,16 @@ static bool runs(uint32_t kind, const tp_msg *m) {
     case TP_OP_WLOAD:
     case TP_OP_WFREE:
     case TP_OP_WCONCAT:
+    case TP_OP_WQUANT:
+    case TP_OP_KV_PAGE_BYTES:
+    case TP_OP_BATCH_BEGIN: /* the CPU has none: checked, then nothing to do */
+    case TP_OP_FWD_BEGIN:
+    case TP_OP_FWD_END:
+    case TP_OP_FWD_LAUNCH:
         return true;
+    case TP_OP_WRANDOM: /* small weights only */
+        return m->n == 5 && m->f[1].type == TP_F_INT && m->f[2].type == TP_F_INT && m->f[1].i >= 0 &&
+               m->f[2].i >= 0 && m->f[1].i <= (1 << 10) && m->f[2].i <= (1 << 10);
     default:
         return false;
     }

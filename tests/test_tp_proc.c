@@ -9,6 +9,7 @@
  * time-out; a peer that says the wrong group is refused. The message parser refuses bad
  * frames and the rank's state is left as it was (its fuzzer: fuzz/fuzz_tp_wire.c).
  */
+#include "kv/kv_host.h"
 #include "parallel/comm.h"
 #include "parallel/tp_remote.h"
 #include "testutil.h"
@@ -289,6 +290,65 @@ static void test_synthetic(void **state) {
     reap(pids, 2, true);
     assert_int_equal(V2, V);
     assert_memory_equal(got, want, sizeof(float) * 4 * (size_t)V);
+}
+
+/* Decodes 16 tokens into a sequence, saves its pages to the KV cache's host tier, loads them
+ * into a second sequence and decodes token 16 on both: out [2][V] the two rows of logits. */
+static void host_tier_logits(seer_model *m, int V, float *out) {
+    seer_context_params cp = seer_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_seq_max = 2;
+    seer_context *c = NULL;
+    ASSERT_OK(seer_context_init(m, cp, &c));
+    seer_seq_id a, b;
+    ASSERT_OK(seer_seq_new(c, &a));
+    int32_t tok[16], pos[16];
+    seer_seq_id seqs[16];
+    for (int i = 0; i < 16; i++) {
+        tok[i] = (int32_t)(i * 7 % V);
+        pos[i] = i;
+        seqs[i] = a;
+    }
+    seer_batch bt = {.n_tokens = 16, .token = tok, .seq = seqs, .pos = pos};
+    ASSERT_OK(seer_decode(c, &bt, NULL));
+    seer_kv_host *h = NULL;
+    ASSERT_OK(seer_kv_host_init(c, 1 << 20, &h));
+    seer_kv_host_ref ref;
+    uint64_t ticket = 0;
+    ASSERT_OK(seer_kv_host_save(h, a, 16, 1, &ref));
+    ASSERT_OK(seer_kv_host_load(h, ref, 16, 2, &b, &ticket));
+    ASSERT_OK(seer_kv_host_wait(h, ticket));
+    const int32_t t2[2] = {9, 9}, p2[2] = {16, 16};
+    const seer_seq_id s2[2] = {a, b};
+    const uint8_t want[2] = {1, 1};
+    memset(out, 0xff, sizeof(float) * 2 * (size_t)V);
+    seer_batch b2 = {.n_tokens = 2, .token = t2, .seq = s2, .pos = p2, .logits = want};
+    ASSERT_OK(seer_decode(c, &b2, out));
+    assert_true(h->bytes_to_host > 0 && h->bytes_from_host > 0);
+    seer_kv_host_free(h);
+    seer_context_free(c);
+}
+
+/* The KV cache's host tier (kv_page_bytes, kv_host_copy): each rank's pages go to rank 0's
+ * host and back (a rank in another process's through its link); the restored sequence
+ * decodes as the original does, and the logits are the rank threads'. */
+static void test_kv_host_tier(void **state) {
+    (void)state;
+    seer_model *ref = load_tp(2, NULL, 0, NULL, 0, NULL);
+    const int V = seer_n_vocab(ref);
+    float *want = malloc(sizeof(float) * 2 * V), *got = malloc(sizeof(float) * 2 * V);
+    host_tier_logits(ref, V, want);
+    seer_model_free(ref);
+    assert_memory_equal(want, want + V, sizeof(float) * V); /* restored: the very bits */
+    char addr[64];
+    pid_t pids[SEER_TP_MAX];
+    seer_model *m = load_tp(2, addr, sizeof addr, pids, 30000, NULL);
+    host_tier_logits(m, V, got);
+    seer_model_free(m);
+    reap(pids, 2, true);
+    assert_memory_equal(got, want, sizeof(float) * 2 * V);
+    free(want);
+    free(got);
 }
 
 /* ---- failures -------------------------------------------------------------------------------- */
@@ -1227,6 +1287,7 @@ int main(void) {
         cmocka_unit_test(test_golden_and_spec),
         cmocka_unit_test(test_draft_weights),
         cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_kv_host_tier),
         cmocka_unit_test(test_killed_rank),
         cmocka_unit_test(test_stopped_rank),
     };

@@ -34,6 +34,8 @@ typedef struct {
     tp_link *l;
     uint32_t inst; /* the rank's instance: 0 its backend, else a clone's handle */
     const seer_backend_ops *rank0; /* sizes and names only */
+    seer_kv_geom pb_geom; /* kv_page_bytes' last answer, for this geometry */
+    size_t pb;
 } rb;
 
 static seer_backend_ops remote_ops;
@@ -460,6 +462,81 @@ static seer_status r_kv_fill_random(seer_backend *be, void *kv, const seer_kv_ge
     return post(be, TP_OP_KV_FILL, &w);
 }
 
+/* ---- the KV cache's host tier ------------------------------------------------------------ */
+
+/* A page's bytes as the rank stores it, asked once per geometry (0 where the link failed). */
+static size_t r_kv_page_bytes(seer_backend *be, const seer_kv_geom *g) {
+    rb *b = rb_of(be);
+    if (b->pb && !memcmp(&b->pb_geom, g, sizeof *g))
+        return b->pb;
+    tp_wbuf w = {0};
+    tp_w_geom(&w, g);
+    tp_msg m;
+    void *pl;
+    if (rpc(be, TP_OP_KV_PAGE_BYTES, &w, "i", &m, &pl) != SEER_OK)
+        return 0;
+    b->pb = m.f[0].i > 0 ? (size_t)m.f[0].i : 0;
+    b->pb_geom = *g;
+    free(pl);
+    return b->pb;
+}
+
+/* Pages to the host come back in the answer (waited for: the caller reads them next); pages
+ * from the host go in the message, posted. Either way the rank copies them in the stream's
+ * order, so the copies are complete when this returns as far as any later op can tell: the
+ * tickets are done at once. */
+static seer_status r_kv_host_copy(seer_backend *be, void *kv, const seer_kv_geom *g, void *host, size_t stride,
+                                  const int32_t *pages, const int32_t *slots, int n, bool to_host,
+                                  uint64_t *ticket) {
+    *ticket = 0;
+    const size_t pb = r_kv_page_bytes(be, g);
+    if (!pb)
+        return seer_err(SEER_ERR_IO, "rank %d: no page size for its KV storage (%s)", rb_of(be)->l->rank,
+                        seer_last_error());
+    SEER_TRY(seer_kv_host_check(g, stride, pb, pages, slots, n));
+    if (n <= 0)
+        return SEER_OK;
+    tp_wbuf w = {0};
+    tp_w_rptr(&w, kv);
+    tp_w_geom(&w, g);
+    seer_tp_w_int(&w, n);
+    tp_w_arr(&w, pages, (size_t)n, 4);
+    if (!to_host) {
+        char *buf = seer_malloc_array((size_t)n, pb);
+        if (!buf) {
+            seer_tp_w_free(&w);
+            return seer_err(SEER_ERR_OOM, "out of memory for %d pages", n);
+        }
+        for (int i = 0; i < n; i++)
+            memcpy(buf + (size_t)i * pb, (const char *)host + (size_t)slots[i] * stride, pb);
+        seer_tp_w_bytes(&w, buf, (size_t)n * pb);
+        free(buf);
+        return post(be, TP_OP_KV_HOST_IN, &w);
+    }
+    tp_msg m;
+    void *pl;
+    SEER_TRY(rpc(be, TP_OP_KV_HOST_OUT, &w, "b", &m, &pl));
+    const void *a;
+    seer_status s = seer_tp_msg_array(&m, 0, (size_t)n, pb, &a, "kv_host_copy's answer");
+    for (int i = 0; i < n && s == SEER_OK; i++)
+        memcpy((char *)host + (size_t)slots[i] * stride, (const char *)a + (size_t)i * pb, pb);
+    free(pl);
+    return s;
+}
+
+static seer_status r_kv_host_done(seer_backend *be, uint64_t ticket, bool *done) {
+    (void)be;
+    (void)ticket;
+    *done = true;
+    return SEER_OK;
+}
+
+static seer_status r_kv_host_wait(seer_backend *be, uint64_t ticket) {
+    (void)be;
+    (void)ticket;
+    return SEER_OK;
+}
+
 void seer_tp_remote_fill_compute(seer_backend_ops *o);
 
 static seer_status r_init_ops(void);
@@ -515,6 +592,10 @@ static void fill_ops(void) {
     o->kv_fill_random = r_kv_fill_random;
     o->weight_random = r_weight_random;
     o->weight_quantize = r_weight_quantize;
+    o->kv_page_bytes = r_kv_page_bytes;
+    o->kv_host_copy = r_kv_host_copy;
+    o->kv_host_done = r_kv_host_done;
+    o->kv_host_wait = r_kv_host_wait;
     seer_tp_remote_fill_compute(o);
 }
 
@@ -527,7 +608,7 @@ void seer_tp_remote_mask_ops(seer_backend_ops *o) {
     (void)r_init_ops();
     const seer_backend_ops *r = &remote_ops;
     /* every op a rank's thread may call on its own instance, where the remote side lacks it:
-     * the host tiers (kv_page_bytes .. kv_host_wait; weight_bytes, stage, stage_wait), the
+     * the host tier of weights (weight_bytes, stage, stage_wait), the
      * sparse FFN's and weight_rows (which the tensor-parallel backend has none of either),
      * h2d_bandwidth, make_current (a remote rank's device is its process's) */
 #define MASK(f) \

@@ -417,7 +417,8 @@ static seer_status run_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const voi
         else if (kind == TP_OP_WLOAD || kind == TP_OP_WFREE || kind == TP_OP_WCONCAT || kind == TP_OP_WRANDOM ||
                  kind == TP_OP_WQUANT)
             s = op_weights(sv, be, kind, m, w);
-        else if ((kind >= TP_OP_KV_COPY && kind <= TP_OP_KV_READ) || kind == TP_OP_KV_FILL)
+        else if ((kind >= TP_OP_KV_COPY && kind <= TP_OP_KV_READ) || kind == TP_OP_KV_FILL ||
+                 (kind >= TP_OP_KV_PAGE_BYTES && kind <= TP_OP_KV_HOST_IN))
             s = seer_tp_serve_compute(sv, be, kind, m, w);
         else if (kind >= TP_OP_BATCH_BEGIN && kind <= TP_OP_FWD_LAUNCH)
             s = seer_tp_serve_forward(sv, be, kind, m, w, fail);
@@ -445,7 +446,8 @@ static const char *const op_names[TP_OP_COUNT] = {
     [TP_OP_PEER_EXPORT] = "peer_export", [TP_OP_PEER_IMPORT] = "peer_import", [TP_OP_PEER_ENABLE] = "peer_enable",
     [TP_OP_COMM_FREE] = "comm_free", [TP_OP_WRANDOM] = "weight_random", [TP_OP_KV_FILL] = "kv_fill_random",
     [TP_OP_WQUANT] = "weight_quantize", [TP_OP_BATCH_BEGIN] = "batch_begin", [TP_OP_FWD_BEGIN] = "forward_begin",
-    [TP_OP_FWD_END] = "forward_end", [TP_OP_FWD_LAUNCH] = "forward_launch",
+    [TP_OP_FWD_END] = "forward_end", [TP_OP_FWD_LAUNCH] = "forward_launch", [TP_OP_KV_PAGE_BYTES] = "kv_page_bytes",
+    [TP_OP_KV_HOST_OUT] = "kv_host_copy (to the host)", [TP_OP_KV_HOST_IN] = "kv_host_copy (from the host)",
 };
 
 const char *seer_tp_op_name(uint32_t op) {

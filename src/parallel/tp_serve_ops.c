@@ -219,6 +219,77 @@ static seer_status op_attention(tp_serve *sv, seer_backend *be, const tp_msg *m)
     return be->ops->attention(be, out, q, k, &g, layer, ab);
 }
 
+/* ---- the KV cache's host tier ------------------------------------------------------------- */
+
+/* n pages of KV storage k between the storage and the message: out of it into the answer
+ * (to_host) or from the message's bytes into it, through host memory of this process (the
+ * backend's own, where it has some: CUDA copies from page-locked memory). */
+static seer_status host_pages(seer_backend *be, void *k, const seer_kv_geom *g, const tp_msg *m, int n,
+                              const int32_t *pages, bool to_host, tp_wbuf *w) {
+    const seer_backend_ops *o = be->ops;
+    if (!o->kv_page_bytes || !o->kv_host_copy || !o->kv_host_wait)
+        return seer_err(SEER_ERR_UNSUPPORTED, "the rank's backend has no host tier of the KV cache");
+    const size_t pb = o->kv_page_bytes(be, g);
+    if (!pb || (size_t)n > SIZE_MAX / pb)
+        return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: %d pages of %zu bytes", n, pb);
+    if (!to_host && m->f[10].len != (size_t)n * pb)
+        return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: %zu bytes for %d pages of %zu", m->f[10].len, n,
+                        pb);
+    const size_t bytes = (size_t)n * pb;
+    int32_t *slots = malloc((size_t)n * sizeof *slots + 1);
+    void *host = NULL;
+    seer_status s = slots ? SEER_OK : seer_err(SEER_ERR_OOM, "out of memory");
+    if (s == SEER_OK && o->host_alloc)
+        s = o->host_alloc(be, bytes, &host);
+    else if (s == SEER_OK && !(host = malloc(bytes)))
+        s = seer_err(SEER_ERR_OOM, "out of memory for %d pages", n);
+    for (int i = 0; i < n && s == SEER_OK; i++)
+        slots[i] = i;
+    if (s == SEER_OK && !to_host)
+        memcpy(host, m->f[10].data, bytes);
+    uint64_t ticket = 0;
+    if (s == SEER_OK)
+        s = o->kv_host_copy(be, k, g, host, pb, pages, slots, n, to_host, &ticket);
+    if (s == SEER_OK)
+        s = o->kv_host_wait(be, ticket);
+    if (s == SEER_OK && to_host)
+        seer_tp_w_bytes(w, host, bytes);
+    if (host && o->host_alloc)
+        o->host_free(be, host);
+    else
+        free(host);
+    free(slots);
+    return s;
+}
+
+static seer_status op_kv_host(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w) {
+    if (op == TP_OP_KV_PAGE_BYTES) {
+        TRY(seer_tp_msg_check(m, GEOM, "kv_page_bytes"));
+        for (int j = 0; j < 7; j++)
+            if (m->f[j].i < 0 || m->f[j].i > BIG)
+                return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a KV geometry's field %d", j);
+        if (!be->ops->kv_page_bytes)
+            return seer_err(SEER_ERR_UNSUPPORTED, "the rank's backend has no host tier of the KV cache");
+        const seer_kv_geom g = geom(m, 0);
+        seer_tp_w_int(w, (int64_t)be->ops->kv_page_bytes(be, &g));
+        return SEER_OK;
+    }
+    /* kv, geom, n, pages [, the pages' bytes] */
+    const bool to_host = op == TP_OP_KV_HOST_OUT;
+    TRY(seer_tp_msg_check(m, to_host ? "p" GEOM "ib" : "p" GEOM "ibb", "kv_host_copy"));
+    void *k;
+    int n;
+    const int32_t *pages;
+    TRY(kv(sv, m, 0, &k));
+    const seer_kv_geom g = geom(m, 1);
+    TRY(num(m, 8, 0, BIG, &n));
+    TRY(ids(m, 9, n, &pages, "kv_host_copy"));
+    for (int i = 0; i < n; i++)
+        if (pages[i] < 0 || pages[i] >= g.n_pages)
+            return seer_err(SEER_ERR_FORMAT, "tensor-parallel message: a page copy outside the pool");
+    return host_pages(be, k, &g, m, n, pages, to_host, w);
+}
+
 static seer_status op_kv(tp_serve *sv, seer_backend *be, uint32_t op, const tp_msg *m, tp_wbuf *w) {
     void *k;
     int n, T, layer;
@@ -415,6 +486,10 @@ seer_status seer_tp_serve_compute(tp_serve *sv, seer_backend *be, uint32_t op, c
     case TP_OP_KV_READ:
     case TP_OP_KV_FILL:
         return op_kv(sv, be, op, m, w);
+    case TP_OP_KV_PAGE_BYTES:
+    case TP_OP_KV_HOST_OUT:
+    case TP_OP_KV_HOST_IN:
+        return op_kv_host(sv, be, op, m, w);
     case TP_OP_EMBED:
         TRY(seer_tp_msg_check(m, "ppib", "embed"));
         TRY(mem(sv, m, 0, &y));
