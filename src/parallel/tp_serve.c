@@ -41,7 +41,6 @@ static void entry_free(h_entry *e) {
     default:
         break;
     }
-    free(e->fail.msg);
     memset(e, 0, sizeof *e);
 }
 
@@ -60,6 +59,9 @@ void seer_tp_serve_free(tp_serve *sv) {
                 entry_free(&sv->tab[h]);
     free(sv->tab);
     free(sv->fail0.msg);
+    for (int i = 0; i < sv->n_fails; i++)
+        free(sv->fails[i].msg);
+    free(sv->fails);
     free(sv);
 }
 
@@ -393,6 +395,12 @@ static void free_instance(tp_serve *sv, uint32_t inst) {
         if (sv->tab[h].kind != H_NONE && sv->tab[h].kind != H_INST && sv->tab[h].be == be)
             entry_free(&sv->tab[h]);
     entry_free(&sv->tab[inst]);
+    for (int i = 0; i < sv->n_fails; i++) /* a failure nobody is left to hear of */
+        if (sv->fails[i].inst == inst) {
+            free(sv->fails[i].msg);
+            sv->fails[i] = sv->fails[--sv->n_fails];
+            break;
+        }
 }
 
 /* One message's op on its instance; fail: an earlier failure forward_end is to end with. */
@@ -454,29 +462,57 @@ const char *seer_tp_op_name(uint32_t op) {
     return op < TP_OP_COUNT && op_names[op] ? op_names[op] : "an unknown op";
 }
 
-/* The failure kept for inst (NULL: no such instance). */
+/* The failure kept for inst (NULL: none). */
 static sv_fail *fail_of(tp_serve *sv, uint32_t inst) {
     if (inst == 0)
-        return &sv->fail0;
-    if ((int64_t)inst < sv->cap && sv->tab[inst].kind == H_INST)
-        return &sv->tab[inst].fail;
+        return sv->fail0.s != SEER_OK ? &sv->fail0 : NULL;
+    for (int i = 0; i < sv->n_fails; i++)
+        if (sv->fails[i].inst == inst)
+            return &sv->fails[i];
     return NULL;
+}
+
+/* Forgets f (reported, or its instance freed). */
+static void fail_drop(tp_serve *sv, sv_fail *f) {
+    free(f->msg);
+    if (f == &sv->fail0) {
+        sv->fail0 = (sv_fail){0};
+        return;
+    }
+    *f = sv->fails[--sv->n_fails];
+}
+
+/* Keeps s (msg) as inst's failure unless it has one; an instance that does not exist is
+ * rank 0's root's concern. */
+static void fail_keep(tp_serve *sv, uint32_t inst, seer_status s, const char *msg) {
+    if (fail_of(sv, inst))
+        return;
+    sv_fail *f = &sv->fail0;
+    if (inst != 0 && (int64_t)inst < sv->cap && sv->tab[inst].kind == H_INST) {
+        sv_fail *nf = realloc(sv->fails, (size_t)(sv->n_fails + 1) * sizeof *nf);
+        if (nf) {
+            sv->fails = nf;
+            f = &sv->fails[sv->n_fails++];
+        }
+    }
+    if (f == &sv->fail0 && sv->fail0.s != SEER_OK)
+        return;
+    *f = (sv_fail){.inst = f == &sv->fail0 ? 0 : inst, .s = s, .msg = strdup(msg)};
 }
 
 seer_status seer_tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len, tp_wbuf *w) {
     sv_fail *f = fail_of(sv, inst);
-    if (f && f->s != SEER_OK && kind == TP_OP_FWD_END) {
+    if (f && kind == TP_OP_FWD_END) {
         /* a recording the failure spoiled is still ended (and dropped), not left open */
         tp_wbuf scratch = {0};
         (void)run_msg(sv, kind, inst, payload, len, &scratch, f->s);
         seer_tp_w_free(&scratch);
         f = fail_of(sv, inst);
     }
-    if (f && f->s != SEER_OK) { /* reported now, in place of this op */
+    if (f) { /* reported now, in place of this op */
         const seer_status s =
             seer_err(f->s, "%s", f->msg ? f->msg : "an op sent without waiting failed (no memory for its message)");
-        free(f->msg);
-        *f = (sv_fail){0};
+        fail_drop(sv, f);
         return s;
     }
     return run_msg(sv, kind, inst, payload, len, w, SEER_OK);
@@ -490,8 +526,8 @@ static bool releases(uint32_t kind) {
 }
 
 seer_status seer_tp_serve_post(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len) {
-    sv_fail *f = fail_of(sv, inst);
-    if (f && f->s != SEER_OK && !releases(kind))
+    const sv_fail *f = fail_of(sv, inst);
+    if (f && !releases(kind))
         return seer_err(f->s, "refused after an earlier failure of the instance");
     tp_wbuf w = {0};
     const seer_status s = run_msg(sv, kind, inst, payload, len, &w, SEER_OK);
@@ -501,12 +537,6 @@ seer_status seer_tp_serve_post(tp_serve *sv, uint32_t kind, uint32_t inst, const
     char msg[640];
     snprintf(msg, sizeof msg, "%s (sent without waiting for its answer) failed: %s", seer_tp_op_name(kind),
              seer_last_error());
-    f = fail_of(sv, inst); /* the op may have grown the table or freed the instance */
-    if (!f)
-        f = &sv->fail0; /* an instance that does not exist: rank 0's root hears of it */
-    if (f->s == SEER_OK) {
-        f->s = s;
-        f->msg = strdup(msg);
-    }
+    fail_keep(sv, inst, s, msg);
     return seer_err(s, "%s", msg);
 }

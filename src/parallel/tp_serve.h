@@ -20,13 +20,13 @@ typedef enum { H_NONE = 0, H_MEM, H_WEIGHT, H_KV, H_INST } h_kind;
 /* The first failure of an instance's op that rank 0 did not wait for: every later op of the
  * instance is refused (frees excepted) until a waited op reports it. */
 typedef struct {
+    uint32_t inst;
     seer_status s; /* SEER_OK: none */
     char *msg;     /* what failed and why (NULL: out of memory for it) */
 } sv_fail;
 
 typedef struct {
     h_kind kind;
-    sv_fail fail;     /* INST */
     void *p;          /* MEM, KV: the backend's pointer; INST: a seer_backend */
     size_t bytes;     /* MEM */
     seer_weight w;    /* WEIGHT */
@@ -78,6 +78,8 @@ typedef struct {
 struct tp_serve {
     seer_backend *root;
     sv_fail fail0; /* the root instance's */
+    sv_fail *fails; /* [n_fails] the other instances' (a few: one per context) */
+    int n_fails;
     sv_comm comm[SV_COMMS];
     att_cache att[SV_ATT]; /* op_attention's, one per instance */
     unsigned att_next;
