@@ -467,18 +467,24 @@ static seer_status r_kv_fill_random(seer_backend *be, void *kv, const seer_kv_ge
 /* A page's bytes as the rank stores it, asked once per geometry (0 where the link failed). */
 static size_t r_kv_page_bytes(seer_backend *be, const seer_kv_geom *g) {
     rb *b = rb_of(be);
-    if (b->pb && !memcmp(&b->pb_geom, g, sizeof *g))
-        return b->pb;
+    pthread_mutex_lock(&b->l->mu);
+    size_t pb = b->pb && !memcmp(&b->pb_geom, g, sizeof *g) ? b->pb : 0;
+    pthread_mutex_unlock(&b->l->mu);
+    if (pb)
+        return pb;
     tp_wbuf w = {0};
     tp_w_geom(&w, g);
     tp_msg m;
     void *pl;
     if (rpc(be, TP_OP_KV_PAGE_BYTES, &w, "i", &m, &pl) != SEER_OK)
         return 0;
-    b->pb = m.f[0].i > 0 ? (size_t)m.f[0].i : 0;
-    b->pb_geom = *g;
+    pb = m.f[0].i > 0 ? (size_t)m.f[0].i : 0;
     free(pl);
-    return b->pb;
+    pthread_mutex_lock(&b->l->mu);
+    b->pb = pb;
+    b->pb_geom = *g;
+    pthread_mutex_unlock(&b->l->mu);
+    return pb;
 }
 
 /* Pages to the host come back in the answer (waited for: the caller reads them next); pages
