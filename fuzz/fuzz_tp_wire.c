@@ -2,10 +2,12 @@
  * fuzz_tp_wire.c: libFuzzer target for the op stream's messages between ranks in separate
  * processes (src/parallel/tp_wire.c, tp_serve.c).
  *
- * The input is a run of messages, each [kind u32][instance u32][bytes u32][payload]. Every
- * payload that parses must write back to the same bytes; messages of the ops whose arguments
- * the rank checks in full (memory, weights, instances) then run on a CPU backend, whose state
- * must stay usable whatever came before. Compute ops are parsed, not run: the rank trusts
+ * The input is a run of messages, each [kind u32][instance u32][bytes u32][payload]; the
+ * kind's top bit says the message is posted (rank 0 waits for no answer, so a failure is kept
+ * for the instance's next waited message). Every payload that parses must write back to the
+ * same bytes; messages of the ops whose arguments the rank checks in full (memory, weights,
+ * instances, the recorded-call pair) then run on a CPU backend, whose state must stay usable
+ * whatever came before. Compute ops are parsed, not run: the rank trusts
  * their extents to rank 0 (tp_serve.c says so).
  */
 #include "parallel/tp_remote.h"
@@ -42,7 +44,16 @@ static bool runs(uint32_t kind, const tp_msg *m) {
     case TP_OP_WLOAD:
     case TP_OP_WFREE:
     case TP_OP_WCONCAT:
+    case TP_OP_WQUANT:
+    case TP_OP_KV_PAGE_BYTES:
+    case TP_OP_BATCH_BEGIN: /* the CPU has none: checked, then nothing to do */
+    case TP_OP_FWD_BEGIN:
+    case TP_OP_FWD_END:
+    case TP_OP_FWD_LAUNCH:
         return true;
+    case TP_OP_WRANDOM: /* small weights only */
+        return m->n == 5 && m->f[1].type == TP_F_INT && m->f[2].type == TP_F_INT && m->f[1].i >= 0 &&
+               m->f[2].i >= 0 && m->f[1].i <= (1 << 10) && m->f[2].i <= (1 << 10);
     default:
         return false;
     }
@@ -75,9 +86,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             rewrite(m, &again);
             if (again.len != len || (len && memcmp(again.buf, p, len)))
                 abort();
-            if (runs(kind % (TP_OP_COUNT + 1), m)) {
+            const uint32_t op = (kind & 0x7fffffffu) % (TP_OP_COUNT + 1);
+            if (runs(op, m) && (kind & 0x80000000u)) {
+                (void)seer_tp_serve_post(sv, op, inst % 64, p, len);
+            } else if (runs(op, m)) {
                 seer_tp_w_reset(&out);
-                (void)seer_tp_serve_msg(sv, kind % (TP_OP_COUNT + 1), inst % 64, p, len, &out);
+                (void)seer_tp_serve_msg(sv, op, inst % 64, p, len, &out);
             }
         }
         free(p);

@@ -99,9 +99,9 @@ typedef struct {
                                   no backend (for inspection and tokenisation) */
     /* Draft weights: "q8_0" or "q4_0" makes, at load, a copy of every linear weight and of
      * the LM head quantised to that type (ggml's rule) from the weights as held (f32 or bf16;
-     * not with tp), which forward calls with seer_batch.draft_weights multiply by: draft
-     * steps of self-drafts (seer_spec_params.draft_weights) then read a quarter to a half of
-     * the bytes. Its size is seer_model_footprint.draft_weight_bytes. NULL or "": none. */
+     * with tp each rank quantises its part), which forward calls with seer_batch.draft_weights
+     * multiply by: draft steps of self-drafts (seer_spec_params.draft_weights) then read a
+     * quarter to a half of the bytes. Its size is seer_model_footprint.draft_weight_bytes. NULL or "": none. */
     const char *draft_weights;
     /* Layers whose weights stay in device memory (llama.cpp's -ngl counts the same way); the
      * others keep theirs in host memory, in the layout the device reads, and every forward

@@ -49,6 +49,8 @@ typedef struct {
     int r0[SEER_TP_MAX], nr[SEER_TP_MAX]; /* rows (ROWS, VOCAB) or columns (COLS) of the undivided weight */
     int seg_r0[SEER_WEIGHT_MAX_SEG][SEER_TP_MAX]; /* a concatenation: each segment's first row */
     void *host[SEER_TP_MAX]; /* column copies a rank's part may point into */
+    bool borrowed[SEER_TP_MAX]; /* the part is another weight's (draft weights it could not
+                                 * quantise): not freed with this one */
 } tp_weight;
 
 /* The KV storage: one per rank, each over the rank's key/value heads. */

@@ -1,9 +1,13 @@
 /*
  * tp_remote.c: a rank in another process, as rank 0's process holds it (tp_remote.h): a
- * backend whose ops are messages to the rank's process. Each op waits for its answer, so a
- * rank's failure is the failure of the op that met it, with the rank's message; a closed
- * connection, a time-out or a bad answer marks the link dead and every later op fails at
- * once with the first reason (rank 0 never waits on a rank that left). Pointers into the
+ * backend whose ops are messages to the rank's process. An op whose answer would be its
+ * status alone (compute, uploads, KV writes, frees) is posted: sent, not waited for; the rank
+ * runs the stream in order, keeps the first such failure of an instance and reports it at that
+ * instance's next op that waits (downloads, syncs, allocations, anything returning data), so
+ * a rank's failure is the failure of that op, naming the op that met it. A closed connection,
+ * a time-out or a bad answer marks the link dead and every later op fails at once with the
+ * first reason (rank 0 never waits on a rank that left; a send waits for the socket at most
+ * the time-out, so what is queued is bounded by the sockets' buffers). Pointers into the
  * rank's memory are handles that this side numbers (tp_remote.h's fake addresses), so an
  * allocation's answer is its status alone.
  * Not for: the rank's side (tp_serve.c) or the collectives (tp_remote_comm.c).
@@ -19,7 +23,8 @@
 
 typedef struct {
     int fd, rank, timeout_ms, refs;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu; /* the socket: one message (and its answer) at a time */
+    tp_reader rd;
     int64_t next_handle;
     seer_status dead; /* SEER_OK while the link works */
     char why[400];
@@ -29,6 +34,8 @@ typedef struct {
     tp_link *l;
     uint32_t inst; /* the rank's instance: 0 its backend, else a clone's handle */
     const seer_backend_ops *rank0; /* sizes and names only */
+    seer_kv_geom pb_geom; /* kv_page_bytes' last answer, for this geometry */
+    size_t pb;
 } rb;
 
 static seer_backend_ops remote_ops;
@@ -64,9 +71,9 @@ seer_status seer_tp_remote_rpc(seer_backend *be, uint32_t op, tp_wbuf *w, const 
     tp_wire_hdr h = {0};
     void *p = NULL;
     if (s == SEER_OK)
-        s = seer_tp_wire_send(l->fd, op, b->inst, w, l->timeout_ms);
+        s = seer_tp_wire_send(l->fd, op, b->inst, 0, w, l->timeout_ms);
     if (s == SEER_OK)
-        s = seer_tp_wire_recv(l->fd, &h, &p, l->timeout_ms);
+        s = seer_tp_wire_read(&l->rd, &h, &p, l->timeout_ms);
     if (s == SEER_OK)
         s = seer_tp_msg_parse(p, (size_t)h.bytes, m);
     if (s != SEER_OK && l->dead == SEER_OK) {
@@ -100,7 +107,28 @@ seer_status seer_tp_remote_rpc(seer_backend *be, uint32_t op, tp_wbuf *w, const 
     return SEER_OK;
 }
 
-/* rpc of an op whose answer is the status alone */
+seer_status seer_tp_remote_post(seer_backend *be, uint32_t op, tp_wbuf *w) {
+    rb *b = rb_of(be);
+    tp_link *l = b->l;
+    pthread_mutex_lock(&l->mu);
+    seer_status s = l->dead;
+    if (s == SEER_OK)
+        s = seer_tp_wire_send(l->fd, op, b->inst, TP_WIRE_NO_REPLY, w, l->timeout_ms);
+    if (s != SEER_OK && l->dead == SEER_OK) {
+        l->dead = s == SEER_ERR_OOM ? SEER_ERR_OOM : SEER_ERR_IO;
+        snprintf(l->why, sizeof l->why, "%s", seer_last_error());
+    }
+    char why[sizeof l->why];
+    snprintf(why, sizeof why, "%s", l->why);
+    s = l->dead;
+    pthread_mutex_unlock(&l->mu);
+    seer_tp_w_free(w);
+    return s == SEER_OK ? SEER_OK : seer_err(s, "rank %d (another process): %s", l->rank, why);
+}
+
+#define post seer_tp_remote_post
+
+/* rpc of an op whose answer is the status alone, waited for */
 static seer_status rpc0(seer_backend *be, uint32_t op, tp_wbuf *w) {
     tp_msg m;
     void *pl;
@@ -116,6 +144,7 @@ static void link_drop(tp_link *l) {
     if (left)
         return;
     close(l->fd);
+    seer_tp_reader_free(&l->rd);
     pthread_mutex_destroy(&l->mu);
     free(l);
 }
@@ -123,8 +152,12 @@ static void link_drop(tp_link *l) {
 static void r_free(seer_backend *be) {
     rb *b = rb_of(be);
     tp_wbuf w = {0};
-    /* the root instance says goodbye: the rank's process ends its stream */
-    (void)rpc0(be, b->inst ? TP_OP_FREE : TP_OP_BYE, &w);
+    /* the root instance says goodbye (waited: the rank's process ends its stream); a
+     * context's instance is freed with what it still holds */
+    if (b->inst)
+        (void)post(be, TP_OP_FREE, &w);
+    else
+        (void)rpc0(be, TP_OP_BYE, &w);
     link_drop(b->l);
     free(b);
     free(be);
@@ -179,14 +212,14 @@ static seer_status r_alloc(seer_backend *be, size_t bytes, void **out) {
 static void r_dealloc(seer_backend *be, void *p) {
     tp_wbuf w = {0};
     tp_w_rptr(&w, p);
-    (void)rpc0(be, TP_OP_DEALLOC, &w);
+    (void)post(be, TP_OP_DEALLOC, &w);
 }
 
 static seer_status r_upload(seer_backend *be, void *dst, const void *src, size_t bytes) {
     tp_wbuf w = {0};
     tp_w_rptr(&w, dst);
     seer_tp_w_bytes(&w, src, bytes);
-    return rpc0(be, TP_OP_UPLOAD, &w);
+    return post(be, TP_OP_UPLOAD, &w);
 }
 
 static seer_status r_download(seer_backend *be, void *dst, const void *src, size_t bytes) {
@@ -244,7 +277,7 @@ static seer_status r_weight_load(seer_backend *be, const gguf_tensor *t, seer_we
 static void r_weight_free(seer_backend *be, seer_weight *wt) {
     tp_wbuf w = {0};
     w_weight(&w, wt);
-    (void)rpc0(be, TP_OP_WFREE, &w);
+    (void)post(be, TP_OP_WFREE, &w);
     wt->data = NULL;
 }
 
@@ -273,6 +306,45 @@ static seer_status r_weight_concat(seer_backend *be, seer_weight *parts, int n, 
         set_weight(&parts[j], &m, k, m.f[k + 4].i ? parts[j].data : NULL);
         out->seg_rows[j] = parts[j].rows;
     }
+    free(pl);
+    return SEER_OK;
+}
+
+/* A synthetic weight (seer bench): drawn by the rank from seed as its backend draws it. */
+static seer_status r_weight_random(seer_backend *be, int rows, int cols, uint64_t seed, float scale,
+                                   seer_weight *out) {
+    memset(out, 0, sizeof *out);
+    int64_t h;
+    SEER_TRY(new_handle(rb_of(be), &h));
+    tp_wbuf w = {0};
+    seer_tp_w_int(&w, h);
+    seer_tp_w_int(&w, rows);
+    seer_tp_w_int(&w, cols);
+    seer_tp_w_int(&w, (int64_t)seed);
+    seer_tp_w_dbl(&w, scale);
+    tp_msg m;
+    void *pl;
+    SEER_TRY(rpc(be, TP_OP_WRANDOM, &w, "iiii", &m, &pl));
+    set_weight(out, &m, 0, fake(h));
+    free(pl);
+    return SEER_OK;
+}
+
+/* The draft weights' copy of a weight the rank holds, quantised there; its segments are w's. */
+static seer_status r_weight_quantize(seer_backend *be, const seer_weight *wt, int dtype, seer_weight *out) {
+    const seer_weight src = *wt; /* out may be wt */
+    memset(out, 0, sizeof *out);
+    int64_t h;
+    SEER_TRY(new_handle(rb_of(be), &h));
+    tp_wbuf w = {0};
+    seer_tp_w_int(&w, h);
+    w_weight(&w, &src);
+    seer_tp_w_int(&w, dtype);
+    tp_msg m;
+    void *pl;
+    SEER_TRY(rpc(be, TP_OP_WQUANT, &w, "iiii", &m, &pl));
+    *out = src;
+    set_weight(out, &m, 0, fake(h));
     free(pl);
     return SEER_OK;
 }
@@ -316,7 +388,7 @@ static seer_status r_kv_mem(seer_backend *be, uint64_t *bytes) {
 static void r_kv_free(seer_backend *be, void *kv) {
     tp_wbuf w = {0};
     tp_w_rptr(&w, kv);
-    (void)rpc0(be, TP_OP_KV_FREE, &w);
+    (void)post(be, TP_OP_KV_FREE, &w);
 }
 
 static seer_status r_kv_copy(seer_backend *be, void *kv, const seer_kv_geom *g, const seer_kv_copy *c, int n) {
@@ -325,7 +397,7 @@ static seer_status r_kv_copy(seer_backend *be, void *kv, const seer_kv_geom *g, 
     tp_w_geom(&w, g);
     seer_tp_w_int(&w, n);
     tp_w_arr(&w, c, (size_t)n, sizeof *c);
-    return rpc0(be, TP_OP_KV_COPY, &w);
+    return post(be, TP_OP_KV_COPY, &w);
 }
 
 static seer_status r_kv_move(seer_backend *be, void *kv, const seer_kv_geom *g, const int32_t *sp,
@@ -338,7 +410,7 @@ static seer_status r_kv_move(seer_backend *be, void *kv, const seer_kv_geom *g, 
     tp_w_arr(&w, sr, (size_t)n, 4);
     tp_w_arr(&w, dp, (size_t)n, 4);
     tp_w_arr(&w, dr, (size_t)n, 4);
-    return rpc0(be, TP_OP_KV_MOVE, &w);
+    return post(be, TP_OP_KV_MOVE, &w);
 }
 
 static seer_status r_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g, int layer, const float *k,
@@ -352,7 +424,7 @@ static seer_status r_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g,
     seer_tp_w_int(&w, T);
     tp_w_arr(&w, page, (size_t)T, 4);
     tp_w_arr(&w, row, (size_t)T, 4);
-    return rpc0(be, TP_OP_KV_STORE, &w);
+    return post(be, TP_OP_KV_STORE, &w);
 }
 
 static seer_status r_kv_read(seer_backend *be, const void *kv, const seer_kv_geom *g, int layer, int which,
@@ -376,6 +448,101 @@ static seer_status r_kv_read(seer_backend *be, const void *kv, const seer_kv_geo
     return s;
 }
 
+static seer_status r_kv_fill_random(seer_backend *be, void *kv, const seer_kv_geom *g, const int32_t *pages,
+                                    int n_pages, int row0, int n, uint64_t seed, float scale) {
+    tp_wbuf w = {0};
+    tp_w_rptr(&w, kv);
+    tp_w_geom(&w, g);
+    seer_tp_w_int(&w, n_pages);
+    tp_w_arr(&w, pages, n_pages > 0 ? (size_t)n_pages : 0, 4);
+    seer_tp_w_int(&w, row0);
+    seer_tp_w_int(&w, n);
+    seer_tp_w_int(&w, (int64_t)seed);
+    seer_tp_w_dbl(&w, scale);
+    return post(be, TP_OP_KV_FILL, &w);
+}
+
+/* ---- the KV cache's host tier ------------------------------------------------------------ */
+
+/* A page's bytes as the rank stores it, asked once per geometry (0 where the link failed). */
+static size_t r_kv_page_bytes(seer_backend *be, const seer_kv_geom *g) {
+    rb *b = rb_of(be);
+    pthread_mutex_lock(&b->l->mu);
+    size_t pb = b->pb && !memcmp(&b->pb_geom, g, sizeof *g) ? b->pb : 0;
+    pthread_mutex_unlock(&b->l->mu);
+    if (pb)
+        return pb;
+    tp_wbuf w = {0};
+    tp_w_geom(&w, g);
+    tp_msg m;
+    void *pl;
+    if (rpc(be, TP_OP_KV_PAGE_BYTES, &w, "i", &m, &pl) != SEER_OK)
+        return 0;
+    pb = m.f[0].i > 0 ? (size_t)m.f[0].i : 0;
+    free(pl);
+    pthread_mutex_lock(&b->l->mu);
+    b->pb = pb;
+    b->pb_geom = *g;
+    pthread_mutex_unlock(&b->l->mu);
+    return pb;
+}
+
+/* Pages to the host come back in the answer (waited for: the caller reads them next); pages
+ * from the host go in the message, posted. Either way the rank copies them in the stream's
+ * order, so the copies are complete when this returns as far as any later op can tell: the
+ * tickets are done at once. */
+static seer_status r_kv_host_copy(seer_backend *be, void *kv, const seer_kv_geom *g, void *host, size_t stride,
+                                  const int32_t *pages, const int32_t *slots, int n, bool to_host,
+                                  uint64_t *ticket) {
+    *ticket = 0;
+    const size_t pb = r_kv_page_bytes(be, g);
+    if (!pb)
+        return seer_err(SEER_ERR_IO, "rank %d: no page size for its KV storage (%s)", rb_of(be)->l->rank,
+                        seer_last_error());
+    SEER_TRY(seer_kv_host_check(g, stride, pb, pages, slots, n));
+    if (n <= 0)
+        return SEER_OK;
+    tp_wbuf w = {0};
+    tp_w_rptr(&w, kv);
+    tp_w_geom(&w, g);
+    seer_tp_w_int(&w, n);
+    tp_w_arr(&w, pages, (size_t)n, 4);
+    if (!to_host) {
+        char *buf = seer_malloc_array((size_t)n, pb);
+        if (!buf) {
+            seer_tp_w_free(&w);
+            return seer_err(SEER_ERR_OOM, "out of memory for %d pages", n);
+        }
+        for (int i = 0; i < n; i++)
+            memcpy(buf + (size_t)i * pb, (const char *)host + (size_t)slots[i] * stride, pb);
+        seer_tp_w_bytes(&w, buf, (size_t)n * pb);
+        free(buf);
+        return post(be, TP_OP_KV_HOST_IN, &w);
+    }
+    tp_msg m;
+    void *pl;
+    SEER_TRY(rpc(be, TP_OP_KV_HOST_OUT, &w, "b", &m, &pl));
+    const void *a;
+    seer_status s = seer_tp_msg_array(&m, 0, (size_t)n, pb, &a, "kv_host_copy's answer");
+    for (int i = 0; i < n && s == SEER_OK; i++)
+        memcpy((char *)host + (size_t)slots[i] * stride, (const char *)a + (size_t)i * pb, pb);
+    free(pl);
+    return s;
+}
+
+static seer_status r_kv_host_done(seer_backend *be, uint64_t ticket, bool *done) {
+    (void)be;
+    (void)ticket;
+    *done = true;
+    return SEER_OK;
+}
+
+static seer_status r_kv_host_wait(seer_backend *be, uint64_t ticket) {
+    (void)be;
+    (void)ticket;
+    return SEER_OK;
+}
+
 void seer_tp_remote_fill_compute(seer_backend_ops *o);
 
 static seer_status r_init_ops(void);
@@ -390,6 +557,7 @@ seer_status seer_backend_remote_init(int fd, int rank, int timeout_ms, const see
         return seer_err(SEER_ERR_OOM, "out of memory");
     }
     l->fd = fd;
+    l->rd = seer_tp_reader(fd);
     l->rank = rank;
     l->timeout_ms = timeout_ms;
     l->refs = 1;
@@ -401,6 +569,8 @@ seer_status seer_backend_remote_init(int fd, int rank, int timeout_ms, const see
 }
 
 bool seer_backend_is_remote(const seer_backend *be) { return be && be->ops == &remote_ops; }
+
+const seer_backend_ops *seer_tp_remote_rank0(const seer_backend *be) { return ((const rb *)be->impl)->rank0; }
 
 static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
 
@@ -425,6 +595,13 @@ static void fill_ops(void) {
     o->kv_move_rows = r_kv_move;
     o->kv_store = r_kv_store;
     o->kv_read = r_kv_read;
+    o->kv_fill_random = r_kv_fill_random;
+    o->weight_random = r_weight_random;
+    o->weight_quantize = r_weight_quantize;
+    o->kv_page_bytes = r_kv_page_bytes;
+    o->kv_host_copy = r_kv_host_copy;
+    o->kv_host_done = r_kv_host_done;
+    o->kv_host_wait = r_kv_host_wait;
     seer_tp_remote_fill_compute(o);
 }
 
@@ -436,7 +613,10 @@ static seer_status r_init_ops(void) {
 void seer_tp_remote_mask_ops(seer_backend_ops *o) {
     (void)r_init_ops();
     const seer_backend_ops *r = &remote_ops;
-    /* every op a rank's thread may call on its own instance, where the remote side lacks it */
+    /* every op a rank's thread may call on its own instance, where the remote side lacks it:
+     * the host tier of weights (weight_bytes, stage, stage_wait), the
+     * sparse FFN's and weight_rows (which the tensor-parallel backend has none of either),
+     * h2d_bandwidth, make_current (a remote rank's device is its process's) */
 #define MASK(f) \
     if (!r->f)  \
         o->f = NULL;

@@ -1,9 +1,11 @@
 /*
  * tp_remote.h: ranks of tensor parallelism in other processes (docs/tensor-parallel.md).
  * Rank 0's process holds, for each other rank, a remote backend (tp_remote.c): an instance
- * whose every op is sent over the rank's socket as one message (tp_wire.h) and run by the rank's
- * process on its own backend (tp_serve.c), which answers with the status and what the op
- * returns. The tensor-parallel backend (tp_backend.c) drives remote and local ranks alike, on
+ * whose every op is sent over the rank's socket as one message (tp_wire.h) and run, in the
+ * order sent, by the rank's process on its own backend (tp_serve.c). Ops that return data
+ * (downloads, allocations, syncs) wait for the answer (the status and what the op returns);
+ * the others are posted, and a failure among them comes back with the instance's next
+ * waited op. The tensor-parallel backend (tp_backend.c) drives remote and local ranks alike, on
  * one thread per rank: the op stream is the ranks' op calls themselves, serialised. The
  * collectives of such a group stage each rank's buffer through rank 0's host memory
  * (tp_remote_comm.c) and sum it there in rank order, as the CPU's communicator does.
@@ -24,7 +26,9 @@ enum {
     TP_OP_MATMUL_ADD, TP_OP_MATMUL_SPLIT, TP_OP_NORM_MATMUL_SPLIT, TP_OP_MATMUL_GLU, TP_OP_FFN_GLU, TP_OP_ROPE,
     TP_OP_ROPE_KV_STORE, TP_OP_ATTENTION, TP_OP_SWIGLU, TP_OP_GEGLU, TP_OP_ADD, TP_OP_SCALE, TP_OP_SOFTCAP,
     TP_OP_GATHER_ROWS, TP_OP_ARGMAX, TP_OP_KV_READ, TP_OP_COMM_INIT, TP_OP_ALLREDUCE, TP_OP_GATHER, TP_OP_PEER_EXPORT,
-    TP_OP_PEER_IMPORT, TP_OP_PEER_ENABLE, TP_OP_COMM_FREE,
+    TP_OP_PEER_IMPORT, TP_OP_PEER_ENABLE, TP_OP_COMM_FREE, TP_OP_WRANDOM, TP_OP_KV_FILL, TP_OP_WQUANT,
+    TP_OP_BATCH_BEGIN, TP_OP_FWD_BEGIN, TP_OP_FWD_END, TP_OP_FWD_LAUNCH, TP_OP_KV_PAGE_BYTES, TP_OP_KV_HOST_OUT,
+    TP_OP_KV_HOST_IN,
     TP_OP_COUNT
 };
 
@@ -65,6 +69,10 @@ static inline void tp_w_opt(tp_wbuf *w, const void *p, size_t n, size_t elem) {
  * fields are sig's; on success *pl holds them (the caller frees it). A failed link fails every
  * later call at once with its first reason. */
 seer_status seer_tp_remote_rpc(seer_backend *be, uint32_t op, tp_wbuf *w, const char *sig, tp_msg *m, void **pl);
+/* Sends op with w's fields (w freed) to be's rank without waiting for an answer: the rank runs
+ * it in order and keeps a failure for the instance's next waited op (seer_tp_remote_rpc) to
+ * report. Fails only where the link does (at once once it is dead). */
+seer_status seer_tp_remote_post(seer_backend *be, uint32_t op, tp_wbuf *w);
 
 /* Rank 0: listens at addr (HOST:PORT) and takes ranks 1 .. n-1's connections, each saying its
  * rank, into fds[1..n) (fds[0] -1); SEER_ERR_IO when a rank is missing after timeout_ms,
@@ -75,6 +83,8 @@ seer_status seer_tp_remote_accept(const char *addr, int n, int timeout_ms, int *
 seer_status seer_backend_remote_init(int fd, int rank, int timeout_ms, const seer_backend_ops *ops,
                                      seer_backend **out);
 bool seer_backend_is_remote(const seer_backend *be);
+/* The op table of rank 0's backend, which a remote rank's backend is taken to be alike. */
+const seer_backend_ops *seer_tp_remote_rank0(const seer_backend *be);
 /* Clears in ops (a copy of rank 0's table) each op a remote rank cannot run. */
 void seer_tp_remote_mask_ops(seer_backend_ops *ops);
 
@@ -93,8 +103,16 @@ seer_status seer_tp_worker_run(const char *addr, int rank, int n, seer_backend *
  * the state over be, a message handled (reply into *w, its status as the result), freed. */
 typedef struct tp_serve tp_serve;
 seer_status seer_tp_serve_init(seer_backend *be, tp_serve **out);
+/* A message rank 0 waits for: a failure of one posted before for the same instance is the
+ * answer instead (reported once), else the op's own. */
 seer_status seer_tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len,
                          tp_wbuf *w);
+/* A message rank 0 posted (no answer): run in order; its failure, the instance's first, is kept
+ * for the next waited message of the instance, and until then the instance's later posted
+ * ops are refused (frees excepted). Returns the op's status (for the tests). */
+seer_status seer_tp_serve_post(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len);
 void seer_tp_serve_free(tp_serve *sv);
+/* The backend op a message kind stands for ("matmul"), for messages. */
+const char *seer_tp_op_name(uint32_t op);
 
 #endif

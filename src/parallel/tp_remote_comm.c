@@ -6,10 +6,12 @@
  * bits the in-process CPU group gives), and each copies the sum back. Through rank 0's host,
  * not between the ranks' devices: the reference path, not a fast one (NCCL between processes
  * would replace it on GPUs). A rank whose copy fails still meets the others, with whatever its
- * host buffer holds, so no thread waits for one that left.
+ * host buffer holds, and one that cannot grow its host buffer fails the collective on every
+ * rank before any enters it, so no thread waits for one that left.
  * Where rank 0's backend can make one rank of a group per process (CUDA: NCCL's
  * ncclCommInitRank from an id rank 0 sends), each process holds its rank instead and a remote
- * rank's collective is a message that its process runs on its own stream.
+ * rank's collective is a message that its process runs on its own stream, posted like the
+ * compute ops around it (its failure comes back at the rank's next waited op).
  * Not for: ranks that share one process (cpu_comm.c, comm_nccl.cu).
  */
 #include "backend/cpu/cpu.h"
@@ -27,26 +29,76 @@ typedef struct {
     seer_comm *inner; /* the CPU's, over the host buffers */
     seer_backend *rank[SEER_TP_MAX];
     float *host[SEER_TP_MAX]; /* each rank's, touched by its thread alone */
-    size_t cap[SEER_TP_MAX];
+    size_t cap[SEER_TP_MAX];  /* ... its floats, written by its thread alone */
+    /* the ranks' meeting when a buffer must grow (stage) */
+    pthread_mutex_t mu;
+    pthread_cond_t met;
+    int arrived, failed, failed_out; /* failed: the lowest rank that could not grow (-1: none) */
+    unsigned long round;
+    size_t held[SEER_TP_MAX]; /* cap as of the last meeting: the same on every thread */
 } staged_comm;
 
-static seer_status grow(staged_comm *c, int r, size_t count) {
-    if (count <= c->cap[r])
+/* Returns once every rank has called it, with the lowest rank whose ok was false (-1: none).
+ * The last to come takes every rank's cap as held. */
+static int meet(staged_comm *c, int r, bool ok) {
+    pthread_mutex_lock(&c->mu);
+    const unsigned long round = c->round;
+    if (!ok && (c->failed < 0 || r < c->failed))
+        c->failed = r;
+    int f;
+    if (++c->arrived == c->base.n) {
+        memcpy(c->held, c->cap, sizeof c->held);
+        f = c->failed_out = c->failed;
+        c->failed = -1;
+        c->arrived = 0;
+        c->round++;
+        pthread_cond_broadcast(&c->met);
+    } else {
+        while (c->round == round)
+            pthread_cond_wait(&c->met, &c->mu);
+        f = c->failed_out; /* not overwritten before this rank comes to the next meeting */
+    }
+    pthread_mutex_unlock(&c->mu);
+    return f;
+}
+
+/* Every rank's host buffer made to hold need[k] floats before a collective (need is the same
+ * on every rank's thread). Where one must grow, every rank grows its own and they meet: if
+ * one could not, all of them fail (that one with its reason, the others naming it) and none
+ * enters the collective, which would otherwise wait forever for the one that left. */
+static seer_status stage(staged_comm *c, int r, const size_t *need) {
+    bool grows = false;
+    for (int k = 0; k < c->base.n; k++)
+        grows |= need[k] > c->held[k];
+    if (!grows)
         return SEER_OK;
-    float *p = realloc(c->host[r], count * sizeof *p);
-    if (!p)
-        return seer_err(SEER_ERR_OOM, "out of memory for a collective of %zu floats", count);
-    c->host[r] = p;
-    c->cap[r] = count;
+    seer_status s = SEER_OK;
+    if (need[r] > c->cap[r]) {
+        float *p = need[r] <= SIZE_MAX / sizeof *p ? realloc(c->host[r], need[r] * sizeof *p) : NULL;
+        if (p) {
+            c->host[r] = p;
+            c->cap[r] = need[r];
+        } else {
+            s = seer_err(SEER_ERR_OOM, "out of host memory to stage a collective of %zu floats", need[r]);
+        }
+    }
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", s != SEER_OK ? seer_last_error() : "");
+    const int f = meet(c, r, s == SEER_OK);
+    if (s != SEER_OK)
+        return seer_err(s, "%s", msg);
+    if (f >= 0)
+        return seer_err(SEER_ERR_OOM, "a collective did not run: rank %d had no host memory to stage it", f);
     return SEER_OK;
 }
 
 static seer_status st_all_reduce(seer_comm *base, int r, float *buf, size_t count, bool ordered) {
     staged_comm *c = (staged_comm *)base;
     seer_backend *b = c->rank[r];
-    /* Out of host memory for the staging buffer is the one failure that leaves the others
-     * waiting (a host without the few MB a collective takes). */
-    SEER_TRY(grow(c, r, count));
+    size_t need[SEER_TP_MAX];
+    for (int k = 0; k < base->n; k++)
+        need[k] = count;
+    SEER_TRY(stage(c, r, need));
     float *h = c->host[r];
     seer_status s = b->ops->download(b, h, buf, count * sizeof(float));
     if (s != SEER_OK)
@@ -63,21 +115,28 @@ static seer_status st_gather_cols(seer_comm *base, int r, float *dst, size_t ld,
                                   const int *col0, const int *ncols) {
     staged_comm *c = (staged_comm *)base;
     seer_backend *b = c->rank[r];
-    const size_t mine = (size_t)rows * (size_t)ncols[r], whole = r == 0 ? (size_t)rows * ld : 0;
     /* rank 0's host buffer holds dst's rows (every column of which some rank's block
      * covers), then its own block; the others' their block */
-    SEER_TRY(grow(c, r, whole + mine));
+    size_t need[SEER_TP_MAX];
+    const size_t whole = ld <= SIZE_MAX / 2 / ((size_t)rows + 1) ? (size_t)rows * ld : SIZE_MAX / 2;
+    for (int k = 0; k < base->n; k++)
+        need[k] = (size_t)rows * (size_t)ncols[k] + (k == 0 ? whole : 0);
+    SEER_TRY(stage(c, r, need));
+    const size_t mine = (size_t)rows * (size_t)ncols[r], off = r == 0 ? whole : 0;
     float *h = c->host[r];
-    seer_status s = mine ? b->ops->download(b, h + whole, src, mine * sizeof(float)) : SEER_OK;
-    const seer_status m = c->inner->gather_cols(c->inner, r, h, ld, rows, h + whole, col0, ncols);
+    seer_status s = mine ? b->ops->download(b, h + off, src, mine * sizeof(float)) : SEER_OK;
+    const seer_status m = c->inner->gather_cols(c->inner, r, h, ld, rows, h + off, col0, ncols);
     if (s == SEER_OK)
         s = m;
     if (s == SEER_OK && r == 0)
         s = b->ops->upload(b, dst, h, whole * sizeof(float));
     return s;
 }
+
 static void st_free(seer_comm *base) {
     staged_comm *c = (staged_comm *)base;
+    pthread_cond_destroy(&c->met);
+    pthread_mutex_destroy(&c->mu);
     c->inner->free(c->inner);
     for (int r = 0; r < base->n; r++)
         free(c->host[r]);
@@ -100,11 +159,7 @@ static seer_status pc_all_reduce(seer_comm *base, int r, float *buf, size_t coun
     tp_w_rptr(&w, buf);
     seer_tp_w_int(&w, (int64_t)count);
     seer_tp_w_int(&w, ordered);
-    tp_msg m;
-    void *pl;
-    SEER_TRY(seer_tp_remote_rpc(c->rank[r], TP_OP_ALLREDUCE, &w, "", &m, &pl));
-    free(pl);
-    return SEER_OK;
+    return seer_tp_remote_post(c->rank[r], TP_OP_ALLREDUCE, &w);
 }
 
 static seer_status pc_gather_cols(seer_comm *base, int r, float *dst, size_t ld, int rows, const float *src,
@@ -118,49 +173,21 @@ static seer_status pc_gather_cols(seer_comm *base, int r, float *dst, size_t ld,
     seer_tp_w_int(&w, rows);
     tp_w_arr(&w, col0, (size_t)base->n, sizeof *col0);
     tp_w_arr(&w, ncols, (size_t)base->n, sizeof *ncols);
-    tp_msg m;
-    void *pl;
-    SEER_TRY(seer_tp_remote_rpc(c->rank[r], TP_OP_GATHER, &w, "", &m, &pl));
-    free(pl);
-    return SEER_OK;
-}
-
-typedef struct {
-    proc_comm *c;
-    int r;
-} free_arg;
-
-static void *free_main(void *p) {
-    const free_arg *a = p;
-    tp_wbuf w = {0};
-    tp_msg m;
-    void *pl = NULL;
-    if (seer_tp_remote_rpc(a->c->rank[a->r], TP_OP_COMM_FREE, &w, "", &m, &pl) == SEER_OK)
-        free(pl);
-    return NULL;
+    return seer_tp_remote_post(c->rank[r], TP_OP_GATHER, &w);
 }
 
 /* Every rank's process frees its rank at the same time, as it made it: NCCL's
  * ncclCommDestroy of one rank waits for the others' (the buffers they share through its
- * proxy), so a rank freed only once another's free had answered waited out the link's
- * time-out. A rank whose thread cannot start is freed after rank 0's. */
+ * proxy), so the remote ranks' frees are posted, not waited for, before rank 0's own; a free
+ * waited for (as it once was) waited out the link's time-out. */
 static void pc_free(seer_comm *base) {
     proc_comm *c = (proc_comm *)base;
-    free_arg a[SEER_TP_MAX];
-    pthread_t th[SEER_TP_MAX];
-    bool started[SEER_TP_MAX] = {0};
     for (int r = 1; r < base->n; r++) {
-        a[r] = (free_arg){.c = c, .r = r};
-        started[r] = pthread_create(&th[r], NULL, free_main, &a[r]) == 0;
+        tp_wbuf w = {0};
+        (void)seer_tp_remote_post(c->rank[r], TP_OP_COMM_FREE, &w);
     }
     if (c->local)
         c->local->free(c->local);
-    for (int r = 1; r < base->n; r++) {
-        if (started[r])
-            pthread_join(th[r], NULL);
-        else
-            free_main(&a[r]);
-    }
     free(c);
 }
 
@@ -287,8 +314,20 @@ seer_status seer_tp_remote_comm_init(seer_backend *const *ranks, int n, seer_com
     staged_comm *c = calloc(1, sizeof *c);
     if (!c)
         return seer_err(SEER_ERR_OOM, "out of memory");
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        free(c);
+        return seer_err(SEER_ERR_OOM, "cannot create a mutex");
+    }
+    if (pthread_cond_init(&c->met, NULL) != 0) {
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        return seer_err(SEER_ERR_OOM, "cannot create a condition variable");
+    }
+    c->failed = -1;
     seer_status s = seer_cpu_comm_init(ranks, n, &c->inner);
     if (s != SEER_OK) {
+        pthread_cond_destroy(&c->met);
+        pthread_mutex_destroy(&c->mu);
         free(c);
         return s;
     }

@@ -1,7 +1,9 @@
 /*
  * tp_remote_ops.c: the compute ops of a rank in another process (tp_remote.c's backend): each
  * op's arguments written as one message (tp_remote.h's op kinds), in the order tp_serve.c reads
- * them. Pointers go as handles, host arrays by value with their lengths.
+ * them. Pointers go as handles, host arrays by value with their lengths. Each is posted (not
+ * waited for) except argmax_rows, whose ids come back.
+ * Also batch_begin and the recorded-call pair around the ops of a forward call.
  * Not for: memory, weights and KV storage (tp_remote.c).
  */
 #include "parallel/tp_remote.h"
@@ -12,13 +14,8 @@
 
 static void w_weight(tp_wbuf *w, const seer_weight *wt) { tp_w_rptr(w, wt ? wt->data : NULL); }
 
-static seer_status send0(seer_backend *be, uint32_t op, tp_wbuf *w) {
-    tp_msg m;
-    void *pl;
-    SEER_TRY(seer_tp_remote_rpc(be, op, w, "", &m, &pl));
-    free(pl);
-    return SEER_OK;
-}
+/* every compute op but argmax_rows answers with its status alone: posted, not waited for */
+static seer_status send0(seer_backend *be, uint32_t op, tp_wbuf *w) { return seer_tp_remote_post(be, op, w); }
 
 static seer_status r_embed(seer_backend *be, float *y, const seer_weight *emb, const int32_t *tokens, int T) {
     tp_wbuf w = {0};
@@ -284,7 +281,94 @@ static seer_status r_argmax_rows(seer_backend *be, int32_t *ids, const float *lo
     return s;
 }
 
+/* ---- around a forward call ------------------------------------------------------------ */
+
+/* Sent only where rank 0's backend has batch_begin (a rank of the same kind then does): the
+ * batch as attention sends it, so that the rank decodes both at the same addresses. */
+static seer_status r_batch_begin(seer_backend *be, const seer_attn_batch *ab, const int32_t *tokens,
+                                 const int32_t *pos, const int32_t *page, const int32_t *row,
+                                 const int32_t *out_rows, int n_out) {
+    if (!seer_tp_remote_rank0(be)->batch_begin)
+        return SEER_OK;
+    if (!ab)
+        return seer_err(SEER_ERR_INVALID_ARG, "batch_begin without a batch on a rank in another process");
+    tp_wbuf w = {0};
+    w_batch(&w, ab);
+    const int32_t *a[5] = {tokens, pos, page, row, out_rows};
+    for (int k = 0; k < 5; k++)
+        tp_w_opt(&w, a[k], (size_t)(k == 4 ? (n_out > 0 ? n_out : 0) : ab->T), 4);
+    seer_tp_w_int(&w, n_out);
+    return seer_tp_remote_post(be, TP_OP_BATCH_BEGIN, &w);
+}
+
+/* The rank's recorded calls: begin and end wait for their answers (sizes, done, redo), the
+ * launch is posted. The key goes as a number: it names rank 0's buffers, whose copies on the
+ * rank are as fixed as they are. */
+static seer_status fwd_begin(seer_backend *be, const void *key, int T_cap, int *T, int *n_out, bool *done,
+                             bool hold) {
+    tp_wbuf w = {0};
+    seer_tp_w_int(&w, (int64_t)(uintptr_t)key);
+    seer_tp_w_int(&w, T_cap);
+    seer_tp_w_int(&w, *T);
+    seer_tp_w_int(&w, *n_out);
+    seer_tp_w_int(&w, hold);
+    tp_msg m;
+    void *pl;
+    SEER_TRY(seer_tp_remote_rpc(be, TP_OP_FWD_BEGIN, &w, "iii", &m, &pl));
+    seer_status s = SEER_OK;
+    if (m.f[0].i < 0 || m.f[0].i > T_cap || m.f[1].i < 0 || m.f[1].i > T_cap)
+        s = seer_err(SEER_ERR_IO, "a rank's forward_begin answered sizes %lld and %lld for room of %d",
+                     (long long)m.f[0].i, (long long)m.f[1].i, T_cap);
+    if (s == SEER_OK) {
+        *T = (int)m.f[0].i;
+        *n_out = (int)m.f[1].i;
+        *done = m.f[2].i != 0;
+    }
+    free(pl);
+    return s;
+}
+
+static seer_status fwd_end(seer_backend *be, seer_status st, bool *redo, bool hold) {
+    tp_wbuf w = {0};
+    seer_tp_w_int(&w, st);
+    seer_tp_w_int(&w, hold);
+    tp_msg m;
+    void *pl;
+    *redo = false;
+    SEER_TRY(seer_tp_remote_rpc(be, TP_OP_FWD_END, &w, "i", &m, &pl));
+    *redo = m.f[0].i != 0;
+    free(pl);
+    return SEER_OK;
+}
+
+static seer_status r_forward_begin(seer_backend *be, const void *key, int T_cap, int *T, int *n_out, bool *done) {
+    return fwd_begin(be, key, T_cap, T, n_out, done, false);
+}
+
+static seer_status r_forward_begin_hold(seer_backend *be, const void *key, int T_cap, int *T, int *n_out,
+                                        bool *done) {
+    return fwd_begin(be, key, T_cap, T, n_out, done, true);
+}
+
+static seer_status r_forward_end(seer_backend *be, seer_status s, bool *redo) { return fwd_end(be, s, redo, false); }
+
+static seer_status r_forward_end_hold(seer_backend *be, seer_status s, bool *redo) {
+    return fwd_end(be, s, redo, true);
+}
+
+static seer_status r_forward_launch(seer_backend *be, bool run) {
+    tp_wbuf w = {0};
+    seer_tp_w_int(&w, run);
+    return seer_tp_remote_post(be, TP_OP_FWD_LAUNCH, &w);
+}
+
 void seer_tp_remote_fill_compute(seer_backend_ops *o) {
+    o->batch_begin = r_batch_begin;
+    o->forward_begin = r_forward_begin;
+    o->forward_end = r_forward_end;
+    o->forward_begin_hold = r_forward_begin_hold;
+    o->forward_end_hold = r_forward_end_hold;
+    o->forward_launch = r_forward_launch;
     o->embed = r_embed;
     o->rmsnorm = r_rmsnorm;
     o->matmul = r_matmul;

@@ -1,7 +1,8 @@
 /*
  * tp_serve_loop.c: the connections of ranks in separate processes (tp_remote.h). Rank 0
  * listens and takes each other rank's hello (its rank and the group's size); a rank's process
- * connects, says hello, then answers rank 0's ops one by one (tp_serve.c) until goodbye.
+ * connects, says hello, then runs rank 0's ops in order (tp_serve.c), answering those rank 0
+ * waits for, until goodbye.
  * Not for: what an op does (tp_serve.c) or how rank 0 sends it (tp_remote.c).
  */
 #include "parallel/tp_bootstrap.h"
@@ -29,7 +30,7 @@ static seer_status answer(int fd, seer_status s, tp_wbuf *w, int timeout_ms) {
         seer_tp_w_reset(w);
         seer_tp_w_bytes(w, e, strlen(e));
     }
-    return seer_tp_wire_send(fd, (uint32_t)s, 0, w, timeout_ms);
+    return seer_tp_wire_send(fd, (uint32_t)s, 0, 0, w, timeout_ms);
 }
 
 /* One rank's hello on c: its rank, which must be new and within n. */
@@ -107,7 +108,7 @@ seer_status seer_tp_worker_run(const char *addr, int rank, int n, seer_backend *
     tp_wbuf w = {0};
     seer_tp_w_int(&w, rank);
     seer_tp_w_int(&w, n);
-    seer_status s = seer_tp_wire_send(fd, TP_OP_HELLO, 0, &w, timeout_ms);
+    seer_status s = seer_tp_wire_send(fd, TP_OP_HELLO, 0, 0, &w, timeout_ms);
     tp_wire_hdr h;
     void *p = NULL;
     if (s == SEER_OK)
@@ -125,30 +126,37 @@ seer_status seer_tp_worker_run(const char *addr, int rank, int n, seer_backend *
         s = seer_tp_serve_init(be, &sv);
     /* Rank 0 may think for as long as it likes between ops (a user's next request): the
      * stream waits for a message's first byte without a limit, for the rest of it as for
-     * anything else; a closed connection ends it. */
+     * anything else; a closed connection ends it. Messages run in the order they came; only
+     * those rank 0 waits for are answered. */
+    tp_reader rd = seer_tp_reader(fd);
     while (s == SEER_OK) {
         struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int r;
-        while ((r = poll(&pf, 1, -1)) < 0 && errno == EINTR)
+        int r = 1;
+        while (!seer_tp_reader_has(&rd) && (r = poll(&pf, 1, -1)) < 0 && errno == EINTR)
             ;
         if (r < 0) {
             s = seer_err(SEER_ERR_IO, "tensor-parallel link: poll: %s", strerror(errno));
             break;
         }
-        s = seer_tp_wire_recv(fd, &h, &p, timeout_ms);
+        s = seer_tp_wire_read(&rd, &h, &p, timeout_ms);
         if (s != SEER_OK)
             break;
+        seer_tp_w_reset(&w);
         if (h.kind == TP_OP_BYE) {
-            seer_tp_w_reset(&w);
             (void)answer(fd, SEER_OK, &w, timeout_ms);
             free(p);
             break;
         }
-        seer_tp_w_reset(&w);
+        if (h.flags & TP_WIRE_NO_REPLY) {
+            (void)seer_tp_serve_post(sv, h.kind, h.inst, p, (size_t)h.bytes);
+            free(p);
+            continue;
+        }
         const seer_status os = seer_tp_serve_msg(sv, h.kind, h.inst, p, (size_t)h.bytes, &w);
         free(p);
         s = answer(fd, os, &w, timeout_ms);
     }
+    seer_tp_reader_free(&rd);
     seer_tp_serve_free(sv);
     seer_tp_w_free(&w);
     close(fd);

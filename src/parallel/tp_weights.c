@@ -1,6 +1,6 @@
 /*
  * tp_weights.c: weights on the tensor-parallel backend: each rank's part of a GGUF tensor or of
- * a random weight (seer_weight_split's rule), joined weights, freeing.
+ * a random weight (seer_weight_split's rule), joined weights, quantised copies, freeing.
  * Not for: what a weight's division means to the ops (tp_ops.c).
  */
 #include "parallel/tp_internal.h"
@@ -14,7 +14,7 @@
 /* Frees each rank's part that has data, the column copies and tw itself. */
 static void parts_free(tp_be *t, tp_weight *tw) {
     for (int r = 0; r < t->n; r++) {
-        if (tw->part[r].data) {
+        if (tw->part[r].data && !tw->borrowed[r]) {
             (void)seer_tp_bind(t, r);
             t->rank[r]->ops->weight_free(t->rank[r], &tw->part[r]);
         }
@@ -125,10 +125,51 @@ static seer_status tp_weight_load(seer_backend *be, const gguf_tensor *tt, seer_
     return tp_weight_load_split(be, tt, how, (seer_weight_split){SEER_SPLIT_NONE, 1}, out);
 }
 
+/* A weight that does not own its data (draft weights sharing the model's) frees nothing. */
 static void tp_weight_free(seer_backend *be, seer_weight *w) {
-    if (w->data)
+    if (w->data && w->owned)
         parts_free(tp_of(be), w->data);
     w->data = NULL;
+}
+
+/* Each rank quantises its own part: rows and whole blocks of 32 columns quantise
+ * independently, so the parts are the parts of the undivided weight's copy. A part that is
+ * not whole blocks (columns divided finer than 32) stays the weight's own, unquantised, as
+ * draft_weights.c shares such a weight whole. */
+static seer_status tp_weight_quantize(seer_backend *be, const seer_weight *w, int dtype, seer_weight *out) {
+    tp_be *t = tp_of(be);
+    const seer_weight src = *w; /* out may be w */
+    const tp_weight *sw = src.data;
+    memset(out, 0, sizeof *out);
+    if (!sw)
+        return seer_err(SEER_ERR_INVALID_ARG, "weight_quantize: a weight without data");
+    tp_weight *tw = calloc(1, sizeof *tw);
+    if (!tw)
+        return seer_err(SEER_ERR_OOM, "out of memory");
+    tw->split = sw->split;
+    memcpy(tw->r0, sw->r0, sizeof tw->r0);
+    memcpy(tw->nr, sw->nr, sizeof tw->nr);
+    memcpy(tw->seg_r0, sw->seg_r0, sizeof tw->seg_r0);
+    seer_status s = SEER_OK;
+    for (int r = 0; r < t->n && s == SEER_OK; r++) {
+        const seer_weight *p = &sw->part[r];
+        if (!p->data || p->cols % 32) {
+            tw->part[r] = *p;
+            tw->part[r].owned = false;
+            tw->borrowed[r] = true;
+            continue;
+        }
+        s = seer_tp_bind(t, r);
+        if (s == SEER_OK)
+            s = t->rank[r]->ops->weight_quantize(t->rank[r], p, dtype, &tw->part[r]);
+    }
+    s = parts_bind(t, tw, s, src.rows, src.cols, out);
+    if (s == SEER_OK) { /* the segments as the source's */
+        out->n_seg = src.n_seg;
+        out->interleaved = src.interleaved;
+        memcpy(out->seg_rows, src.seg_rows, sizeof out->seg_rows);
+    }
+    return s;
 }
 
 static seer_status tp_weight_concat(seer_backend *be, seer_weight *parts, int n, bool interleave,
@@ -228,6 +269,7 @@ void seer_tp_fill_weight_ops(seer_backend_ops *o, const seer_backend_ops *in) {
     o->weight_load_split = tp_weight_load_split;
     o->weight_free = tp_weight_free;
     o->weight_concat = in->weight_concat ? tp_weight_concat : NULL;
+    o->weight_quantize = in->weight_quantize ? tp_weight_quantize : NULL;
     o->weight_random = in->weight_random ? tp_weight_random : NULL;
     o->weight_random_split = in->weight_random ? tp_weight_random_split : NULL;
 }

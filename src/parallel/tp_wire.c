@@ -1,6 +1,7 @@
 /*
  * tp_wire.c: the op stream's messages (tp_wire.h): writing fields, parsing a payload back
- * into fields, and moving a message over a socket with a time limit.
+ * into fields, and moving a message over a socket with a time limit (a header and its payload
+ * in one call; a stream of them read through a buffer).
  */
 #include "parallel/tp_wire.h"
 #include "util/error.h"
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 static void put(tp_wbuf *w, const void *p, size_t n) {
     if (w->oom)
@@ -158,53 +160,174 @@ seer_status seer_tp_msg_array(const tp_msg *m, int k, size_t n, size_t elem, con
     return SEER_OK;
 }
 
-static seer_status io_all(int fd, void *buf, size_t n, bool wr, int timeout_ms) {
-    char *p = buf;
-    while (n > 0) {
-        struct pollfd pf = {.fd = fd, .events = wr ? POLLOUT : POLLIN};
+/* Waits until fd can take (POLLOUT) or give (POLLIN) bytes, at most timeout_ms (<= 0: forever). */
+static seer_status wait_fd(int fd, short ev, int timeout_ms) {
+    for (;;) {
+        struct pollfd pf = {.fd = fd, .events = ev};
         const int r = poll(&pf, 1, timeout_ms > 0 ? timeout_ms : -1);
+        if (r > 0)
+            return SEER_OK;
         if (r < 0 && errno == EINTR)
             continue;
         if (r == 0)
-            return seer_err(SEER_ERR_IO, "tensor-parallel link: no progress %s in %d ms", wr ? "sending" : "receiving",
-                            timeout_ms);
-        if (r < 0)
-            return seer_err(SEER_ERR_IO, "tensor-parallel link: poll: %s", strerror(errno));
-        const ssize_t k = wr ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN))
+            return seer_err(SEER_ERR_IO, "tensor-parallel link: no progress %s in %d ms",
+                            ev == POLLOUT ? "sending" : "receiving", timeout_ms);
+        return seer_err(SEER_ERR_IO, "tensor-parallel link: poll: %s", strerror(errno));
+    }
+}
+
+/* Every call is non-blocking (MSG_DONTWAIT): a socket that takes part of a message, then
+ * nothing, is waited on by poll with the time-out, never inside send or recv. */
+static seer_status send_iov(int fd, struct iovec *iov, int n, int timeout_ms) {
+    while (n > 0 && iov->iov_len == 0) {
+        iov++;
+        n--;
+    }
+    while (n > 0) {
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        const ssize_t k = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR)
             continue;
-        if (k <= 0)
-            return seer_err(SEER_ERR_IO, "tensor-parallel link: %s",
-                            k == 0 ? "the peer closed the connection" : strerror(errno));
-        p += k;
-        n -= (size_t)k;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            SEER_TRY(wait_fd(fd, POLLOUT, timeout_ms));
+            continue;
+        }
+        if (k < 0)
+            return seer_err(SEER_ERR_IO, "tensor-parallel link: %s", strerror(errno));
+        size_t left = (size_t)k;
+        while (n > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
     }
     return SEER_OK;
 }
 
-seer_status seer_tp_wire_send(int fd, uint32_t kind, uint32_t inst, const tp_wbuf *w, int timeout_ms) {
+/* Up to n bytes into buf, at least one (*got). */
+static seer_status recv_some(int fd, void *buf, size_t n, int timeout_ms, size_t *got) {
+    for (;;) {
+        const ssize_t k = recv(fd, buf, n, MSG_DONTWAIT);
+        if (k > 0) {
+            *got = (size_t)k;
+            return SEER_OK;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            SEER_TRY(wait_fd(fd, POLLIN, timeout_ms));
+            continue;
+        }
+        return seer_err(SEER_ERR_IO, "tensor-parallel link: %s",
+                        k == 0 ? "the peer closed the connection" : strerror(errno));
+    }
+}
+
+static seer_status recv_all(int fd, void *buf, size_t n, int timeout_ms) {
+    char *p = buf;
+    while (n > 0) {
+        size_t k;
+        SEER_TRY(recv_some(fd, p, n, timeout_ms, &k));
+        p += k;
+        n -= k;
+    }
+    return SEER_OK;
+}
+
+seer_status seer_tp_wire_send(int fd, uint32_t kind, uint32_t inst, uint32_t flags, const tp_wbuf *w,
+                              int timeout_ms) {
     if (w->oom)
         return seer_err(SEER_ERR_OOM, "out of memory for a tensor-parallel message");
-    const tp_wire_hdr h = {TP_WIRE_MAGIC, kind, inst, 0, w->len};
-    SEER_TRY(io_all(fd, (void *)&h, sizeof h, true, timeout_ms));
-    return w->len ? io_all(fd, w->buf, w->len, true, timeout_ms) : SEER_OK;
+    tp_wire_hdr h = {TP_WIRE_MAGIC, kind, inst, flags, w->len};
+    struct iovec iov[2] = {{&h, sizeof h}, {w->buf, w->len}};
+    return send_iov(fd, iov, w->len ? 2 : 1, timeout_ms);
+}
+
+static seer_status check_hdr(const tp_wire_hdr *h) {
+    if (h->magic != TP_WIRE_MAGIC || (h->flags & ~TP_WIRE_NO_REPLY) || h->bytes > TP_WIRE_MAX_BYTES)
+        return seer_err(SEER_ERR_IO, "tensor-parallel link: a bad header (magic %#x, flags %#x, %llu bytes)", h->magic,
+                        h->flags, (unsigned long long)h->bytes);
+    return SEER_OK;
+}
+
+static seer_status payload_alloc(const tp_wire_hdr *h, void **p) {
+    *p = malloc(h->bytes ? (size_t)h->bytes : 1);
+    if (!*p)
+        return seer_err(SEER_ERR_OOM, "out of memory for a tensor-parallel message of %llu bytes",
+                        (unsigned long long)h->bytes);
+    return SEER_OK;
 }
 
 seer_status seer_tp_wire_recv(int fd, tp_wire_hdr *h, void **payload, int timeout_ms) {
     *payload = NULL;
-    SEER_TRY(io_all(fd, h, sizeof *h, false, timeout_ms));
-    if (h->magic != TP_WIRE_MAGIC || h->bytes > TP_WIRE_MAX_BYTES)
-        return seer_err(SEER_ERR_IO, "tensor-parallel link: a bad header (magic %#x, %llu bytes)", h->magic,
-                        (unsigned long long)h->bytes);
-    void *p = malloc(h->bytes ? (size_t)h->bytes : 1);
-    if (!p)
-        return seer_err(SEER_ERR_OOM, "out of memory for a tensor-parallel message of %llu bytes",
-                        (unsigned long long)h->bytes);
-    seer_status s = io_all(fd, p, (size_t)h->bytes, false, timeout_ms);
+    SEER_TRY(recv_all(fd, h, sizeof *h, timeout_ms));
+    SEER_TRY(check_hdr(h));
+    void *p;
+    SEER_TRY(payload_alloc(h, &p));
+    seer_status s = recv_all(fd, p, (size_t)h->bytes, timeout_ms);
     if (s != SEER_OK) {
         free(p);
         return s;
     }
     *payload = p;
     return SEER_OK;
+}
+
+/* At least need (<= TP_READER_BYTES) bytes in rd from pos on, taking whatever else came. */
+static seer_status fill(tp_reader *rd, size_t need, int timeout_ms) {
+    if (!rd->buf && !(rd->buf = malloc(TP_READER_BYTES)))
+        return seer_err(SEER_ERR_OOM, "out of memory for a tensor-parallel link's buffer");
+    if (rd->pos == rd->len)
+        rd->pos = rd->len = 0;
+    if (rd->len - rd->pos >= need)
+        return SEER_OK;
+    if (rd->pos + need > TP_READER_BYTES) {
+        memmove(rd->buf, rd->buf + rd->pos, rd->len - rd->pos);
+        rd->len -= rd->pos;
+        rd->pos = 0;
+    }
+    while (rd->len - rd->pos < need) {
+        size_t k;
+        SEER_TRY(recv_some(rd->fd, rd->buf + rd->len, TP_READER_BYTES - rd->len, timeout_ms, &k));
+        rd->len += k;
+    }
+    return SEER_OK;
+}
+
+seer_status seer_tp_wire_read(tp_reader *rd, tp_wire_hdr *h, void **payload, int timeout_ms) {
+    *payload = NULL;
+    SEER_TRY(fill(rd, sizeof *h, timeout_ms));
+    memcpy(h, rd->buf + rd->pos, sizeof *h);
+    rd->pos += sizeof *h;
+    SEER_TRY(check_hdr(h));
+    void *p;
+    SEER_TRY(payload_alloc(h, &p));
+    const size_t n = (size_t)h->bytes, had = rd->len - rd->pos < n ? rd->len - rd->pos : n;
+    memcpy(p, rd->buf + rd->pos, had);
+    rd->pos += had;
+    seer_status s = SEER_OK;
+    if (n - had > TP_READER_BYTES / 2) { /* a large payload straight into its block */
+        s = recv_all(rd->fd, (char *)p + had, n - had, timeout_ms);
+    } else if (n > had) {
+        s = fill(rd, n - had, timeout_ms);
+        if (s == SEER_OK) {
+            memcpy((char *)p + had, rd->buf + rd->pos, n - had);
+            rd->pos += n - had;
+        }
+    }
+    if (s != SEER_OK) {
+        free(p);
+        return s;
+    }
+    *payload = p;
+    return SEER_OK;
+}
+
+void seer_tp_reader_free(tp_reader *rd) {
+    free(rd->buf);
+    *rd = seer_tp_reader(rd->fd);
 }

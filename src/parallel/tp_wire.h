@@ -18,15 +18,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TP_WIRE_MAGIC 0x31505453u /* "STP1" */
+#define TP_WIRE_MAGIC 0x32505453u /* "STP2": since ops may go without an answer */
 #define TP_WIRE_MAX_FIELDS 64
 #define TP_WIRE_MAX_BYTES (1ull << 34) /* one message's payload, 16 GiB */
 
 /* Field types, one letter each in a signature. */
 enum { TP_F_INT = 'i', TP_F_DBL = 'f', TP_F_BYTES = 'b', TP_F_PTR = 'p' };
 
+/* A message's flags: rank 0 waits for no answer (tp_remote.h's op stream) */
+#define TP_WIRE_NO_REPLY 1u
+
 typedef struct {
-    uint32_t magic, kind, inst, pad;
+    uint32_t magic, kind, inst, flags;
     uint64_t bytes; /* payload */
 } tp_wire_hdr;
 
@@ -69,10 +72,30 @@ seer_status seer_tp_msg_check(const tp_msg *m, const char *sig, const char *what
  * SEER_ERR_FORMAT when its length is not n * elem. */
 seer_status seer_tp_msg_array(const tp_msg *m, int k, size_t n, size_t elem, const void **out, const char *what);
 
-/* Sends a header and w's payload on fd; reads one header and its payload (*payload malloc'd,
- * the caller frees). Each waits at most timeout_ms for the peer to take or give more bytes
- * (<= 0: forever); SEER_ERR_IO names a closed connection, a time-out or a bad header. */
-seer_status seer_tp_wire_send(int fd, uint32_t kind, uint32_t inst, const tp_wbuf *w, int timeout_ms);
+/* Sends a header (flags: TP_WIRE_NO_REPLY or 0) and w's payload on fd, in one call where the
+ * socket takes it; reads one header and its payload (*payload malloc'd, the caller frees).
+ * Each waits at most timeout_ms for the peer to take or give more bytes (<= 0: forever), and
+ * never blocks past that in the call itself; SEER_ERR_IO names a closed connection, a
+ * time-out or a bad header (another magic, unknown flags, a payload past the limit). */
+seer_status seer_tp_wire_send(int fd, uint32_t kind, uint32_t inst, uint32_t flags, const tp_wbuf *w,
+                              int timeout_ms);
 seer_status seer_tp_wire_recv(int fd, tp_wire_hdr *h, void **payload, int timeout_ms);
+
+/* Reading a stream of messages from one socket with fewer calls: whatever the socket holds
+ * is taken at once (up to TP_READER_BYTES), and later messages come out of that. Every read of
+ * fd after the first must go through the reader. */
+#define TP_READER_BYTES (64 * 1024)
+typedef struct {
+    int fd;
+    char *buf; /* [TP_READER_BYTES] once used */
+    size_t pos, len;
+} tp_reader;
+
+static inline tp_reader seer_tp_reader(int fd) { return (tp_reader){.fd = fd}; }
+/* As seer_tp_wire_recv, through rd. */
+seer_status seer_tp_wire_read(tp_reader *rd, tp_wire_hdr *h, void **payload, int timeout_ms);
+/* Whether rd holds bytes not yet read (the next message has begun). */
+static inline bool seer_tp_reader_has(const tp_reader *rd) { return rd->len > rd->pos; }
+void seer_tp_reader_free(tp_reader *rd);
 
 #endif

@@ -31,6 +31,7 @@ typedef struct {
     seer_weights_kind weights;
     int threads, page_size, steps, warmup;
     int tp; /* --tp: ranks of tensor parallelism (0: none) */
+    cli_common tpc; /* --tp-addr, --tp-procs (cli_tp_setup) and the workers it started */
     int gpu_layers; /* --gpu-layers: layers resident (-1: from free memory) */
     int prefill[BENCH_MAX_LIST], n_prefill; /* prompt sizes of the prefill runs (none: skip) */
     int prefill_reps;                        /* timed runs of each, after a warm-up: the median */

@@ -181,6 +181,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     o->model_path = c.model;
     o->threads = (int)c.threads;
     o->tp = (int)c.tp;
+    o->tpc = c;
     o->gpu_layers = (int)c.gpu_layers;
     o->backend = c.backend;
     o->weights = c.weights;
@@ -683,6 +684,11 @@ int cmd_bench(int argc, char **argv) {
     bench_result r;
     memset(&r, 0, sizeof r);
     seer_status s;
+    if (!cli_tp_setup("bench", &o.tpc, &mp)) {
+        bench_peer_free(&peer);
+        seer_accept_trace_free(o.trace);
+        return 1;
+    }
     if (o.synthetic) {
         seer_gen_params gp = seer_gen_default_params();
         gp.seed = o.seed;
@@ -694,6 +700,7 @@ int cmd_bench(int argc, char **argv) {
         cli_error(o.synthetic ? "synthetic model" : "loading model", s);
         bench_peer_free(&peer);
         seer_accept_trace_free(o.trace);
+        cli_tp_reap(o.tpc.tp_pids, true);
         return 1;
     }
     seer_model_get_info(m, &r.info);
@@ -709,6 +716,7 @@ int cmd_bench(int argc, char **argv) {
     if (seer_model_kv_capacity(m, o.kv_type, &r.kv_capacity) != SEER_OK)
         r.kv_capacity = 0;
     mp.draft_weights = NULL;
+    mp.tp_addr = NULL; /* a draft model's ranks are threads of this process */
     if (o.draft_synthetic || o.draft_path) {
         if (o.draft_synthetic) {
             seer_gen_params gp = seer_gen_default_params();
@@ -854,6 +862,7 @@ done:
     bench_result_free(&r);
     seer_model_free(o.draft);
     seer_model_free(m);
+    cli_tp_reap(o.tpc.tp_pids, true); /* after the model's goodbye */
     bench_peer_free(&peer);
     seer_accept_trace_free(o.trace);
     return rc;
