@@ -580,6 +580,7 @@ static struct {
     const int32_t *idx[5];
     const int32_t *seq_pages, *tok_slot;
     int batches, hits, misses, begins, ends, launches, last_run, T_cap;
+    int32_t tok[8]; /* the last embed's token ids (up to 8) */
     uintptr_t key;
     seer_status end_status;
 } rec;
@@ -608,6 +609,9 @@ static seer_status rec_batch_begin(seer_backend *be, const seer_attn_batch *ab, 
 
 static seer_status rec_embed(seer_backend *be, float *y, const seer_weight *emb, const int32_t *tokens, int T) {
     rec_note(tokens == rec.idx[0]);
+    pthread_mutex_lock(&rec_mu);
+    memcpy(rec.tok, tokens, (size_t)(T < 8 ? T : 8) * sizeof *tokens);
+    pthread_mutex_unlock(&rec_mu);
     return rec_cpu->embed(be, y, emb, tokens, T);
 }
 
@@ -737,8 +741,10 @@ static void test_batch_and_recorded_calls(void **state) {
     assert_int_equal(Tp, 4);
     assert_int_equal(np, 4);
     assert_false(done);
-    ASSERT_OK(be->ops->embed(be, x, &emb, tokens, T));
-    ASSERT_OK(be->ops->rope(be, x, pos, Tp, H, Dh, fr, 0)); /* padded: past the batch's rows */
+    /* padded: past the batch's rows, which rank 0 never reads (tokens holds T); the rank
+     * sees the padding's token 0, as the CUDA backend pads */
+    ASSERT_OK(be->ops->embed(be, x, &emb, tokens, Tp));
+    ASSERT_OK(be->ops->rope(be, x, pos, Tp, H, Dh, fr, 0));
     ASSERT_OK(be->ops->rope(be, y, other, T, H, Dh, fr, 0)); /* not batch_begin's */
     ASSERT_OK(be->ops->kv_store(be, kvd, &g, 0, x, x, page, row, T));
     ASSERT_OK(be->ops->attention(be, y, x, kvd, &g, 0, &ab));
@@ -749,7 +755,8 @@ static void test_batch_and_recorded_calls(void **state) {
     ASSERT_OK(be->ops->sync(be));
     pthread_mutex_lock(&rec_mu);
     assert_int_equal(rec.batches, 1);
-    assert_int_equal(rec.hits, 4); /* embed, the padded rope, attention, gather_rows */
+    assert_int_equal(rec.hits, 4); /* the padded embed and rope, attention, gather_rows */
+    assert_memory_equal(rec.tok, ((const int32_t[4]){1, 2, 3, 0}), 4 * sizeof(int32_t));
     assert_int_equal(rec.misses, 1);
     assert_int_equal(rec.begins, 1);
     assert_int_equal(rec.key, (uintptr_t)x);

@@ -36,6 +36,8 @@ typedef struct {
     const seer_backend_ops *rank0; /* sizes and names only */
     seer_kv_geom pb_geom; /* kv_page_bytes' last answer, for this geometry */
     size_t pb;
+    const int32_t *idx[TP_IDX_N]; /* batch_begin's arrays and lengths (seer_tp_w_idx) */
+    int idx_n[TP_IDX_N];
 } rb;
 
 static seer_backend_ops remote_ops;
@@ -422,8 +424,8 @@ static seer_status r_kv_store(seer_backend *be, void *kv, const seer_kv_geom *g,
     tp_w_rptr(&w, k);
     tp_w_rptr(&w, v);
     seer_tp_w_int(&w, T);
-    tp_w_arr(&w, page, (size_t)T, 4);
-    tp_w_arr(&w, row, (size_t)T, 4);
+    seer_tp_w_idx(&w, be, TP_IDX_PAGE, page, T);
+    seer_tp_w_idx(&w, be, TP_IDX_ROW, row, T);
     return post(be, TP_OP_KV_STORE, &w);
 }
 
@@ -571,6 +573,29 @@ seer_status seer_backend_remote_init(int fd, int rank, int timeout_ms, const see
 bool seer_backend_is_remote(const seer_backend *be) { return be && be->ops == &remote_ops; }
 
 const seer_backend_ops *seer_tp_remote_rank0(const seer_backend *be) { return ((const rb *)be->impl)->rank0; }
+
+void seer_tp_remote_keep_idx(seer_backend *be, const int32_t *const *a, const int *n) {
+    rb *b = rb_of(be);
+    for (int k = 0; k < TP_IDX_N; k++) {
+        b->idx[k] = a[k];
+        b->idx_n[k] = a[k] ? n[k] : 0;
+    }
+}
+
+void seer_tp_w_idx(tp_wbuf *w, seer_backend *be, int role, const int32_t *a, int T) {
+    const rb *b = rb_of(be);
+    const int have = b->idx_n[role];
+    int32_t *pad = a && a == b->idx[role] && T > have ? malloc((size_t)T * sizeof *pad) : NULL;
+    if (!pad) { /* not a padded call's (or no memory: the entries as the caller has them) */
+        tp_w_arr(w, a, T > 0 ? (size_t)T : 0, 4);
+        return;
+    }
+    memcpy(pad, a, (size_t)have * sizeof *pad);
+    for (int i = have; i < T; i++)
+        pad[i] = role == TP_IDX_PAGE ? -1 : 0;
+    tp_w_arr(w, pad, (size_t)T, 4);
+    free(pad);
+}
 
 static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
 

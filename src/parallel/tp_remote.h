@@ -85,6 +85,14 @@ seer_status seer_backend_remote_init(int fd, int rank, int timeout_ms, const see
 bool seer_backend_is_remote(const seer_backend *be);
 /* The op table of rank 0's backend, which a remote rank's backend is taken to be alike. */
 const seer_backend_ops *seer_tp_remote_rank0(const seer_backend *be);
+/* batch_begin's index arrays (tokens, pos, page, row, out rows: TP_IDX_*), kept by the
+ * remote backend be with their lengths; tp_w_idx writes an op's array a of T entries from
+ * them: where a is batch_begin's own and T runs past it (a call padded to a recorded shape),
+ * its entries and then the padding's (token 0 at position 0, no KV row: page -1, gathering
+ * row 0), as the CUDA backend pads, never reading past the caller's array. */
+enum { TP_IDX_TOKENS, TP_IDX_POS, TP_IDX_PAGE, TP_IDX_ROW, TP_IDX_OUT, TP_IDX_N };
+void seer_tp_remote_keep_idx(seer_backend *be, const int32_t *const *a, const int *n);
+void seer_tp_w_idx(tp_wbuf *w, seer_backend *be, int role, const int32_t *a, int T);
 /* Clears in ops (a copy of rank 0's table) each op a remote rank cannot run. */
 void seer_tp_remote_mask_ops(seer_backend_ops *ops);
 

@@ -22,7 +22,7 @@ static seer_status r_embed(seer_backend *be, float *y, const seer_weight *emb, c
     tp_w_rptr(&w, y);
     w_weight(&w, emb);
     seer_tp_w_int(&w, T);
-    tp_w_arr(&w, tokens, (size_t)T, 4);
+    seer_tp_w_idx(&w, be, TP_IDX_TOKENS, tokens, T);
     return send0(be, TP_OP_EMBED, &w);
 }
 
@@ -120,7 +120,7 @@ static seer_status r_rope(seer_backend *be, float *x, const int32_t *pos, int T,
     tp_wbuf w = {0};
     tp_w_rptr(&w, x);
     seer_tp_w_int(&w, T);
-    tp_w_arr(&w, pos, (size_t)T, 4);
+    seer_tp_w_idx(&w, be, TP_IDX_POS, pos, T);
     seer_tp_w_int(&w, nh);
     seer_tp_w_int(&w, Dh);
     tp_w_rptr(&w, inv_freq);
@@ -136,7 +136,7 @@ static seer_status r_rope_kv_store(seer_backend *be, float *q, float *k, const f
     tp_w_rptr(&w, k);
     tp_w_rptr(&w, v);
     seer_tp_w_int(&w, T);
-    tp_w_arr(&w, pos, (size_t)T, 4);
+    seer_tp_w_idx(&w, be, TP_IDX_POS, pos, T);
     seer_tp_w_int(&w, H);
     seer_tp_w_int(&w, Hkv);
     seer_tp_w_int(&w, Dh);
@@ -145,8 +145,8 @@ static seer_status r_rope_kv_store(seer_backend *be, float *q, float *k, const f
     tp_w_rptr(&w, kv);
     tp_w_geom(&w, g);
     seer_tp_w_int(&w, layer);
-    tp_w_arr(&w, page, (size_t)T, 4);
-    tp_w_arr(&w, row, (size_t)T, 4);
+    seer_tp_w_idx(&w, be, TP_IDX_PAGE, page, T);
+    seer_tp_w_idx(&w, be, TP_IDX_ROW, row, T);
     return send0(be, TP_OP_ROPE_KV_STORE, &w);
 }
 
@@ -260,7 +260,7 @@ static seer_status r_gather_rows(seer_backend *be, float *y, const float *x, con
     tp_w_rptr(&w, y);
     tp_w_rptr(&w, x);
     seer_tp_w_int(&w, n);
-    tp_w_arr(&w, rows, (size_t)n, 4);
+    seer_tp_w_idx(&w, be, TP_IDX_OUT, rows, n);
     seer_tp_w_int(&w, D);
     return send0(be, TP_OP_GATHER_ROWS, &w);
 }
@@ -294,9 +294,13 @@ static seer_status r_batch_begin(seer_backend *be, const seer_attn_batch *ab, co
         return seer_err(SEER_ERR_INVALID_ARG, "batch_begin without a batch on a rank in another process");
     tp_wbuf w = {0};
     w_batch(&w, ab);
-    const int32_t *a[5] = {tokens, pos, page, row, out_rows};
-    for (int k = 0; k < 5; k++)
-        tp_w_opt(&w, a[k], (size_t)(k == 4 ? (n_out > 0 ? n_out : 0) : ab->T), 4);
+    const int32_t *a[TP_IDX_N] = {tokens, pos, page, row, out_rows};
+    int n[TP_IDX_N];
+    for (int k = 0; k < TP_IDX_N; k++) {
+        n[k] = k == TP_IDX_OUT ? (n_out > 0 ? n_out : 0) : ab->T;
+        tp_w_opt(&w, a[k], (size_t)n[k], 4);
+    }
+    seer_tp_remote_keep_idx(be, a, n);
     seer_tp_w_int(&w, n_out);
     return seer_tp_remote_post(be, TP_OP_BATCH_BEGIN, &w);
 }

@@ -518,16 +518,20 @@ seer_status seer_tp_serve_msg(tp_serve *sv, uint32_t kind, uint32_t inst, const 
     return run_msg(sv, kind, inst, payload, len, w, SEER_OK);
 }
 
-/* Ops that release what rank 0 has forgotten: run even after a failure, which they cannot
- * make worse, so that nothing is held longer than the instance. */
-static bool releases(uint32_t kind) {
+/* Ops run even after a failure: those that release what rank 0 has forgotten (they cannot
+ * make it worse; nothing is held longer than the instance), and the collectives, which the
+ * other ranks' processes have joined or will join: a rank that skipped its part would leave
+ * them waiting for it for ever (on CUDA, the one-shot all-reduce's kernel spinning on a flag
+ * this rank never raises), where its part over whatever its buffer holds only gives a result
+ * nobody reads, the failure being reported all the same. */
+static bool runs_after_failure(uint32_t kind) {
     return kind == TP_OP_FREE || kind == TP_OP_DEALLOC || kind == TP_OP_WFREE || kind == TP_OP_KV_FREE ||
-           kind == TP_OP_COMM_FREE;
+           kind == TP_OP_COMM_FREE || kind == TP_OP_ALLREDUCE || kind == TP_OP_GATHER;
 }
 
 seer_status seer_tp_serve_post(tp_serve *sv, uint32_t kind, uint32_t inst, const void *payload, size_t len) {
     const sv_fail *f = fail_of(sv, inst);
-    if (f && !releases(kind))
+    if (f && !runs_after_failure(kind))
         return seer_err(f->s, "refused after an earlier failure of the instance");
     tp_wbuf w = {0};
     const seer_status s = run_msg(sv, kind, inst, payload, len, &w, SEER_OK);
