@@ -459,6 +459,11 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
     if (layer >= a->min_layers_view)
         return seer_err(SEER_ERR_INVALID_ARG, "attention: layer %d has no list in a view of %d layers",
                         layer, a->min_layers_view);
+    /* quantised rows: only the tensor-core kernels read them */
+    const bool rows = g->kv_type != SEER_KV_FULL;
+    if (rows && (!a->tc || seer_kvt_group(g->kv_type, Dh) != 32))
+        return seer_err(SEER_ERR_INTERNAL, "attention: quantised KV rows in a call the tensor-core kernel "
+                                           "does not serve");
 
     int n_hc, gb;
     head_chunks(H, Hkv, &n_hc, &gb);
@@ -489,6 +494,19 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
     p.kv_stride = (size_t)Hkv * p.head_stride;
     p.layer_off = (size_t)layer * 2 * p.kv_stride;
     p.page_stride = (size_t)g->n_layers * 2 * p.kv_stride;
+    p.kv_bits = p.kv_soff = 0;
+    p.kv_row_bytes = 0;
+    if (rows) {
+        /* kv.cu's pages of quantised rows: [page][layer][K, V][slot][row], a row kv/kv_type.h's
+         * (the codes of head h from byte h Dh bits / 8, then the exponents), in bytes */
+        p.kv_bits = seer_kvt_bits(g->kv_type);
+        p.kv_soff = (int)seer_kvt_scales_off(g->kv_type, Hkv * Dh);
+        p.kv_row_bytes = seer_kv_geom_row_bytes(g, (int)sizeof(bf16));
+        p.head_stride = (size_t)Dh * p.kv_bits / 8;
+        p.kv_stride = (size_t)g->page_size * p.kv_row_bytes;
+        p.layer_off = (size_t)layer * 2 * p.kv_stride;
+        p.page_stride = (size_t)g->n_layers * 2 * p.kv_stride;
+    }
     p.scale = ab->scale;
     p.window = ab->window > 0 ? ab->window : 0;
     p.softcap = ab->softcap > 0.f ? ab->softcap : 0.f;
