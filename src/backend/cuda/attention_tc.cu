@@ -39,6 +39,19 @@
  * windowed layer's call or one with soft-capping, which it does not take: the mma.sync prefill
  * kind serves those. Every kind here masks the keys behind a row's window (att_in_window; keys
  * behind every row's are not read at all) and caps the scaled scores (att_cap).
+ *
+ * A storage of quantised rows (geom kv_type q8 / q4, kv/kv_type.h; rows laid out as kv.cu and
+ * kv_type.cu keep them) has its own instantiations of every kind (BITS 8 and 4): tc_load_q
+ * reads each key's head codes and its groups' exponents, in the storage's own geometry
+ * (attn_params' byte strides, seer_kvt_row_bytes and seer_kvt_scales_off), and writes code *
+ * 2^e, exact in bf16, into the same shared tiles, so the products, softmax and merges are the
+ * bf16 kernel's code and a call gives, bit for bit, what the same call gives over bf16 rows
+ * holding the dequantised values (test_backend_ops_qkv checks it). The bf16 instantiations'
+ * generated code is not changed by them (the same instructions). Candidly, a first version:
+ * its loads are synchronous (ordinary loads, then conversion and shared-memory stores, while
+ * cp.async runs the bf16 tiles a stage ahead), so a tile's latency is not hidden behind the
+ * previous tile's products; its speed is not yet measured on a GPU. attention_wgmma.cu does
+ * not read such rows: their prefill kind runs here, on the mma.sync kernel.
  * Not for: head sizes other than 64, 96, 128 and 256 or groups above 16 (attention.cu serves them).
  */
 #include "backend/cuda/attention.cuh"
