@@ -365,6 +365,8 @@ static void test_qkv_errors(void **state) {
 
 int main(void) {
 #ifdef SEER_HAVE_CUDA
+    /* the tensor-core kernel over quantised rows, off by default until it has run on a GPU */
+    setenv("SEER_CUDA_KV_ROWS_TC", "1", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_qkv),
         cmocka_unit_test(test_qkv_errors),

@@ -305,6 +305,8 @@ seer_status seer_cuda_attention_any(seer_backend *be, float *out, const float *q
         return qkv_attention(seer_cuda_of(be), out, q, kv, g, layer, ab);
     if (g->kv_type != SEER_KV_FULL) { /* the storage's quantised rows: the tensor cores' where they serve */
         bool tc = false;
+        if (!seer_cuda_of(be)->kv_rows_tc) /* off until it has run on a GPU (seer_cuda_tuning) */
+            return qkv_attention(seer_cuda_of(be), out, q, kv, g, layer, ab);
         SEER_TRY(seer_cuda_attention_on_tc(be, g, layer, ab, &tc));
         if (!tc)
             return qkv_attention(seer_cuda_of(be), out, q, kv, g, layer, ab);

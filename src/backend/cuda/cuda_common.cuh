@@ -259,6 +259,7 @@ typedef struct seer_cuda {
     /* attention's kernels (seer_cuda_tuning.attn): 0 the planner's choice, 1 no wgmma kernel
      * (mma), 2 the scalar kernel for every shape (scalar) */
     int attn_variant;
+    bool kv_rows_tc; /* seer_cuda_tuning.kv_rows_tc */
     bool allreduce_nccl;      /* seer_cuda_tuning.allreduce_nccl: no one-shot all-reduce */
 
     /* graph.cu: recorded forward calls */
