@@ -66,6 +66,9 @@ typedef struct {
                              (no wgmma kernel) or "scalar" (the scalar kernel for every shape) */
     bool allreduce_nccl;  /* tensor parallelism: every all-reduce through NCCL, none through
                              the one-shot kernel over peer memory */
+    bool kv_rows_tc;      /* quantised KV rows (kv_type q8 / q4) through the tensor-core kernel
+                             (default false until it has run on a GPU: attention_qkv.cu's
+                             plain kernel for every call over such rows) */
 } seer_cuda_tuning;
 
 seer_cuda_tuning seer_cuda_default_tuning(void);

@@ -13,6 +13,7 @@
  *   SEER_CUDA_QT_GEMV_MAX=N     most tokens of a row-block GEMV call
  *   SEER_CUDA_ATTN=mma|scalar   attention without the wgmma kernel, or scalar for every shape
  *   SEER_CUDA_ALLREDUCE=nccl    tensor parallelism's all-reduces all through NCCL
+ *   SEER_CUDA_KV_ROWS_TC=1      quantised KV rows through the tensor-core kernel (off by default)
  *
  * Not for: the library (src/), which takes the struct.
  */
@@ -28,7 +29,7 @@ static inline seer_cuda_tuning lab_cuda_tuning_from_env(void) {
         {"SEER_CUDA_GRAPHS", "graphs"}, {"SEER_CUDA_PROFILE", "profile"},   {"SEER_CUDA_MATMUL", "matmul"},
         {"SEER_CUDA_PDL", "pdl"},       {"SEER_CUDA_MM_XB_MIN", "mm_xb_min"}, {"SEER_CUDA_MM_TILE", "mm_tile"},
         {"SEER_CUDA_QT", "qt"},         {"SEER_CUDA_QT_GEMV_MAX", "qt_gemv_max"}, {"SEER_CUDA_ATTN", "attn"},
-        {"SEER_CUDA_QT_NORM", "qt_norm"},
+        {"SEER_CUDA_QT_NORM", "qt_norm"},     {"SEER_CUDA_KV_ROWS_TC", "kv_rows_tc"},
         {"SEER_CUDA_ALLREDUCE", "allreduce"},
     };
     seer_cuda_tuning t = seer_cuda_default_tuning();

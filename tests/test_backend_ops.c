@@ -646,14 +646,6 @@ static void fill_cache(void *kc, void *kg, const seer_kv_geom *g, const int32_t 
     free(page), free(row);
 }
 
-/* Head shapes the tensor-core kernel serves (attention_tc.cu): it rounds q and the softmax
- * weights to bf16 for the products, so even with bf16-exact K, V and q ("attention-x") the
- * weights carry a relative 2^-9 rounding each: about 1e-3 on outputs over few slots, less
- * over many. */
-static bool attn_tc_shape(int Dh, int group) {
-    return (Dh == 64 || Dh == 96 || Dh == 128 || Dh == 256) && group <= 16;
-}
-
 /* Tolerance 1e-2: the device cache holds K and V in bf16 (relative 2^-9 per value), which
  * moves scores by ~|q||k| 2^-9 scale and outputs by about the V rounding: ~3e-3.
  * With K and V bf16-exact ("attention-x") the cache is exact and only f32 summation order

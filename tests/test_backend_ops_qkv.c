@@ -10,9 +10,20 @@
  * attention through a copy the storage does not keep, a random fill of a storage with a copy.
  *
  * The same cases over a storage whose rows are quantised (kv_type q8 / q4, kv/kv_type.h;
- * kv_type.cu and attention_qkv.cu): the rows kv_store writes equal the CPU's bit for bit
- * (kv_read of both), and attention over them (every call kind above) agrees with the CPU's
- * within 1e-3; the random fill, row moves and page copies give the CPU's rows exactly.
+ * kv_type.cu): the rows kv_store writes equal the CPU's bit for bit (kv_read of both), and
+ * attention over them (every call kind above) agrees with the CPU's; the random fill, row
+ * moves and page copies give the CPU's rows exactly. Head sizes 64, 96, 128 and 256 run on the
+ * tensor-core kernel (attention_tc.cu, which dequantises in its tile loads), so the cases add
+ * its kinds: prefill (in one split, and prompt tokens split at fixed positions), prefill under
+ * a view and a window, long chains, a decode step of 40 splits (on 132 SMs, blocks over ranges of them),
+ * head size 96's column copies, pages of one slot. There q is bf16-exact and the tolerance
+ * the tensor-core kernel's against the CPU with exact K and V (3e-3, test_backend_ops'
+ * "attention-x"); the other head sizes run attention_qkv.cu's kernel (1e-3). On the
+ * tensor-core kernel the rows' result must also equal, bit for bit, the same call over bf16
+ * rows holding the same values (kv_read's exact dequantisation, stored): the kernel after
+ * its tile loads is the same code ("kv_type_tc"); except where attention_wgmma.cu takes
+ * the bf16 call's prefill (head size 128, neither window nor soft-capping, a prefill not
+ * split at fixed positions), which is within 3e-3 of it.
  *
  * Skips when built without CUDA or when no CUDA device is present.
  */
@@ -27,20 +38,80 @@ typedef struct {
     bool view, mask, fork;
     int window;  /* seer_attn_batch.window, 0: none */
     float cap;   /* seer_attn_batch.softcap, 0: none */
+    bool prompt; /* the new tokens are prompt tokens (seer_attn_batch.seq_prompt) */
 } qkv_case;
 
 static const qkv_case CASES[] = {
-    {2, 7, 64, 16, 1, {300}, {1}, false, false, false, 0, 0.f},            /* Qwen2.5-0.5B, a decode step */
-    {4, 2, 8, 16, 3, {40, 3, 77}, {1, 1, 1}, false, false, false, 0, 0.f}, /* stories260K, ragged */
-    {2, 2, 40, 4, 2, {50, 9}, {5, 2}, true, false, false, 0, 0.f},         /* chains under views */
-    {1, 4, 48, 8, 2, {20, 31}, {4, 3}, false, true, false, 0, 0.f},        /* a tree mask */
-    {8, 4, 128, 16, 2, {600, 600}, {5, 1}, false, false, true, 0, 0.f},    /* Llama-3-8B heads, a fork */
-    {1, 1, 6, 1, 1, {33}, {2}, true, false, false, 0, 0.f},                /* Dh 6, one-slot pages */
-    {2, 1, 256, 32, 1, {90}, {3}, false, false, false, 0, 0.f},            /* Dh 256 */
-    {2, 4, 64, 16, 2, {300, 40}, {1, 5}, true, false, false, 50, 0.f},     /* a window under views */
-    {1, 4, 128, 8, 2, {100, 31}, {4, 6}, false, true, false, 24, 3.f},     /* window, tree, softcap */
-    {2, 2, 256, 16, 1, {70}, {2}, false, false, false, 0, 2.f},            /* Gemma's Dh, softcap */
+    {2, 7, 64, 16, 1, {300}, {1}, false, false, false, 0, 0.f, false},                 /* Qwen2.5-0.5B, a decode step */
+    {4, 2, 8, 16, 3, {40, 3, 77}, {1, 1, 1}, false, false, false, 0, 0.f, false},      /* stories260K, ragged */
+    {2, 2, 40, 4, 2, {50, 9}, {5, 2}, true, false, false, 0, 0.f, false},              /* chains under views */
+    {1, 4, 48, 8, 2, {20, 31}, {4, 3}, false, true, false, 0, 0.f, false},             /* a tree mask */
+    {8, 4, 128, 16, 2, {600, 600}, {5, 1}, false, false, true, 0, 0.f, false},         /* Llama-3-8B heads, a fork */
+    {1, 1, 6, 1, 1, {33}, {2}, true, false, false, 0, 0.f, false},                     /* Dh 6, one-slot pages */
+    {2, 1, 256, 32, 1, {90}, {3}, false, false, false, 0, 0.f, false},                 /* Dh 256 */
+    {2, 4, 64, 16, 2, {300, 40}, {1, 5}, true, false, false, 50, 0.f, false},          /* a window under views */
+    {1, 4, 128, 8, 2, {100, 31}, {4, 6}, false, true, false, 24, 3.f, false},          /* window, tree, softcap */
+    {2, 2, 256, 16, 1, {70}, {2}, false, false, false, 0, 2.f, false},                 /* Gemma's Dh, softcap */
+    /* the tensor-core kernel's kinds over quantised rows (and the copy's kernel over the same) */
+    {8, 4, 128, 16, 1, {0}, {200}, false, false, false, 0, 0.f, false},                /* prefill, one split */
+    {2, 4, 64, 16, 3, {1000, 0, 7}, {130, 65, 1}, false, false, false, 0, 0.f, false}, /* prefill, chain, decode */
+    {2, 4, 128, 16, 1, {1500}, {40}, false, false, false, 0, 0.f, true},               /* prompt: fixed splits */
+    {2, 2, 256, 16, 1, {40}, {100}, false, false, false, 0, 0.f, false},               /* prefill, Dh 256 */
+    {8, 4, 128, 16, 1, {0}, {200}, false, false, false, 50, 0.f, false},               /* prefill under a window */
+    {2, 4, 64, 16, 1, {300}, {80}, true, false, false, 0, 0.f, false},                 /* prefill under a view */
+    {8, 4, 128, 16, 1, {20000}, {1}, false, false, false, 0, 0.f, false},              /* 40 splits of 8 heads */
+    {2, 4, 64, 16, 1, {700}, {8}, false, false, false, 0, 0.f, false},                 /* a chain of 32 rows */
+    {2, 4, 64, 16, 2, {300, 20}, {7, 5}, false, true, false, 0, 0.f, false},           /* a tree mask, Dh 64 */
+    {2, 4, 128, 16, 2, {500, 300}, {4, 1}, true, false, false, 0, 0.f, false},         /* views, Dh 128 */
+    {1, 4, 64, 1, 1, {500}, {3}, false, false, false, 0, 0.f, false},                  /* one-slot pages */
+    {4, 1, 96, 16, 2, {3000, 17}, {1, 1}, false, false, false, 0, 0.f, false},         /* Dh 96, decode */
+    {2, 4, 96, 16, 2, {100, 30}, {90, 5}, false, false, false, 40, 0.f, false},        /* Dh 96, prefill, window */
 };
+
+/* The same values in bf16 rows: kv_read's exact dequantisation of every slot of every
+ * sequence of the case, stored into a bf16 storage of the same geometry at the same rows. */
+static void *bf16_twin(const qkv_case *ac, const seer_kv_geom *g, void *kg, const int32_t *pages, int mp,
+                       seer_kv_geom *gb) {
+    *gb = *g;
+    gb->kv_type = SEER_KV_FULL;
+    gb->kv_bits = 0;
+    void *kb = NULL;
+    int committed = 0;
+    ASSERT_OK(gpu->ops->kv_alloc(gpu, gb, &kb));
+    ASSERT_OK(gpu->ops->kv_reserve(gpu, kb, gb, gb->n_pages, &committed));
+    assert_int_equal(committed, gb->n_pages);
+    const size_t kvd = (size_t)g->n_kv_heads * g->head_dim;
+    for (int b = 0; b < ac->ns; b++) {
+        const int n = ac->len0[b] + ac->ntok[b];
+        int32_t *pg = malloc(sizeof(int32_t) * n), *row = malloc(sizeof(int32_t) * n);
+        for (int s = 0; s < n; s++)
+            pg[s] = pages[b * mp + s / g->page_size], row[s] = s % g->page_size;
+        float *k = nan_array((size_t)n * kvd), *v = nan_array((size_t)n * kvd);
+        for (int l = 0; l < g->n_layers; l++) {
+            ASSERT_OK(gpu->ops->kv_read(gpu, kg, g, l, 0, pg, row, n, k));
+            ASSERT_OK(gpu->ops->kv_read(gpu, kg, g, l, 1, pg, row, n, v));
+            float *dk = dev_copy(k, (size_t)n * kvd), *dv = dev_copy(v, (size_t)n * kvd);
+            ASSERT_OK(gpu->ops->kv_store(gpu, kb, gb, l, dk, dv, pg, row, n));
+            dev_free(dk), dev_free(dv);
+        }
+        free(k), free(v), free(pg), free(row);
+    }
+    return kb;
+}
+
+/* The bf16 twin's tolerance against the rows' result on the tensor-core kernel (see the top):
+ * exact, except where attention_wgmma.cu may take the bf16 call's prefill; < 0: no twin
+ * (the scalar variant, SEER_CUDA_ATTN=scalar, runs neither on the tensor-core kernel). */
+static double twin_tol(const qkv_case *ac, int T) {
+    const char *v = getenv("SEER_CUDA_ATTN");
+    if (v && !strcmp(v, "scalar"))
+        return -1;
+    bool pre = false; /* a prefill the bf16 call may give attention_wgmma.cu */
+    for (int b = 0; b < ac->ns; b++)
+        pre |= ac->prompt ? T > 256 /* SEER_CUDA_INVARIANT_MAX_T */ : ac->ntok[b] > SEER_INVARIANT_NEW_TOKENS;
+    const bool wg = !(v && !strcmp(v, "mma")) && ac->Dh == 128 && pre && !ac->window && !(ac->cap > 0.f);
+    return wg ? 3e-3 : 0;
+}
 
 /* bits: of the copy (kv_type FULL), or of the storage's own rows (kv_type q8 / q4). */
 static void run_case(const qkv_case *ac, int bits, int kv_type, uint64_t *rng) {
@@ -137,6 +208,9 @@ static void run_case(const qkv_case *ac, int bits, int kv_type, uint64_t *rng) {
                                     .tail_start = len0[b] / 2};
         vp[b] = &views[b];
     }
+    int32_t prompt[MAX_SEQ];
+    for (int b = 0; b < ns; b++)
+        prompt[b] = ac->ntok[b];
     uint8_t *mask = NULL;
     if (ac->mask) {
         mask = calloc((size_t)T * T, 1);
@@ -149,23 +223,41 @@ static void run_case(const qkv_case *ac, int bits, int kv_type, uint64_t *rng) {
                           .max_pages = mp, .seq_pages = pages, .seq_len0 = len0,
                           .seq_tok_off = off, .seq_toks = seq_toks, .seq_view = vp,
                           .tok_seq = tok_seq, .tok_slot = tok_slot, .mask = mask, .kv_quant = !kv_type,
-                          .window = ac->window, .softcap = ac->cap};
+                          .seq_prompt = ac->prompt ? prompt : NULL, .window = ac->window, .softcap = ac->cap};
     const size_t n = (size_t)T * H * Dh;
-    float *q = rand_array(n, 3.f, rng), *dq = dev_copy(q, n);
+    float *q = rand_array(n, 3.f, rng);
+    /* quantised rows on the tensor-core kernel: K and V are exact in bf16, and so is q */
+    const bool tc = kv_type && attn_tc_shape(Dh, ac->group);
+    if (kv_type)
+        to_bf16_exact(q, n);
+    float *dq = dev_copy(q, n);
+    seer_kv_geom gb;
+    const double ttol = tc ? twin_tol(ac, T) : -1;
+    void *kb = ttol >= 0 ? bf16_twin(ac, &g, kg, pages, mp, &gb) : NULL;
     for (int l = 0; l < L; l++) {
         float *ref = nan_array(n), *dout = dev_nan(n);
         ASSERT_OK(cpu->ops->attention(cpu, ref, q, kc, &g, l, &ab));
         ASSERT_OK(gpu->ops->attention(gpu, dout, dq, kg, &g, l, &ab));
         float *out = dev_fetch(dout, n);
         char shape[160];
-        snprintf(shape, sizeof shape, "%sq%d Hkv=%d G=%d Dh=%d ps=%d T=%d layer %d%s%s%s window=%d cap=%g",
+        snprintf(shape, sizeof shape, "%sq%d Hkv=%d G=%d Dh=%d ps=%d T=%d layer %d%s%s%s%s window=%d cap=%g",
                  kv_type ? "rows " : "copy ", bits,
                  Hkv, ac->group, Dh, ps, T, l, ac->view ? " view" : "", ac->mask ? " mask" : "",
-                 ac->fork ? " fork" : "", ac->window, ac->cap);
-        record(kv_type ? "attention_kv_type" : "attention_qkv", shape, out, ref, n, 1e-3);
+                 ac->fork ? " fork" : "", ac->prompt ? " prompt" : "", ac->window, ac->cap);
+        record(kv_type ? "attention_kv_type" : "attention_qkv", shape, out, ref, n, tc ? 3e-3 : 1e-3);
+        if (kb) {
+            float *dtw = dev_nan(n);
+            ASSERT_OK(gpu->ops->attention(gpu, dtw, dq, kb, &gb, l, &ab));
+            float *tw = dev_fetch(dtw, n);
+            record("kv_type_tc", shape, out, tw, n, ttol);
+            dev_free(dtw);
+            free(tw);
+        }
         dev_free(dout);
         free(ref), free(out);
     }
+    if (kb)
+        gpu->ops->kv_free(gpu, kb);
     dev_free(dq), dev_free(dinv);
     free(q), free(mask), free(inv), free(pages), free(tok_seq), free(tok_slot), free(seq_toks);
     cpu->ops->kv_free(cpu, kc);
@@ -189,6 +281,11 @@ static void test_attention_kv_type(void **state) {
             run_case(&CASES[c], t == SEER_KV_Q8 ? 8 : 4, t, &rng);
     assert_op_passed("kv_type_store");
     assert_op_passed("attention_kv_type");
+    const char *v = getenv("SEER_CUDA_ATTN");
+    if (!(v && !strcmp(v, "scalar"))) {
+        assert_true(stat_of("kv_type_tc")->cases > 0);
+        assert_op_passed("kv_type_tc");
+    }
 }
 
 /* The random fill, row moves and page copies of quantised rows: the CPU's rows exactly. */
@@ -268,6 +365,8 @@ static void test_qkv_errors(void **state) {
 
 int main(void) {
 #ifdef SEER_HAVE_CUDA
+    /* the tensor-core kernel over quantised rows, off by default until it has run on a GPU */
+    setenv("SEER_CUDA_KV_ROWS_TC", "1", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_qkv),
         cmocka_unit_test(test_qkv_errors),

@@ -3,9 +3,12 @@
  * with every drafter (the sparse self-drafts reading the same quantised rows, the draft model,
  * n-grams, token trees under their mask with the accepted path's rows moved, the hierarchy)
  * equals plain greedy decoding on the GPU with the same kv_type, on stories260K's golden
- * prompts (one sequence and a batch of three) and a random model of head size 64 (ragged
- * batches). The ops under it (the quantising store, attention over the rows) are checked
- * against the CPU in test_backend_ops_qkv.
+ * prompts (one sequence and a batch of three) and random models of head sizes 64 and 128
+ * (ragged batches). Head size 8 (stories260K) runs attention_qkv.cu's kernel, 64 and 128 the
+ * tensor-core kernel (attention_tc.cu, dequantising in its tile loads): its prompt, decode,
+ * chain and tree calls must agree bit for bit as over bf16 rows. The ops under it (the
+ * quantising store, attention over the rows) are checked against the CPU in
+ * test_backend_ops_qkv.
  *
  * Skips (via cmocka's skip()) when built without CUDA or when no CUDA device is present.
  */
@@ -100,14 +103,14 @@ static void test_spec_identical(void **state) {
         seer_model_free(d);
         seer_model_free(m);
     }
-    {
+    for (int heads = 8; heads >= 4; heads -= 4) { /* head sizes 64 and 128 */
         const char *path = tu_tmp_path("gpu_kvtype.gguf");
         seer_gen_params p = seer_gen_default_params();
         p.arch = "llama";
         p.n_vocab = 300;
         p.dim = 512;
         p.n_layers = 2;
-        p.n_heads = 8;
+        p.n_heads = heads;
         p.n_kv_heads = 2;
         p.ffn_dim = 512;
         p.ctx = 512;
@@ -122,7 +125,7 @@ static void test_spec_identical(void **state) {
             for (int j = 0; j < plen[i]; j++)
                 prompts[i][j] = j >= 10 && (tu_rand_u64(&rng) & 1) ? prompts[i][j - 10]
                                                                     : (int32_t)(tu_rand_u64(&rng) % 300);
-        bad += compare("random Dh 64", m, d, prompts, plen, 3, 100, 4);
+        bad += compare(heads == 8 ? "random Dh 64" : "random Dh 128", m, d, prompts, plen, 3, 100, 4);
         seer_model_free(d);
         seer_model_free(m);
     }

@@ -43,6 +43,8 @@ seer_status seer_cuda_tuning_set(seer_cuda_tuning *t, const char *name, const ch
         t->qt_norm = !off;
     else if (!strcmp(name, "attn"))
         t->attn = value;
+    else if (!strcmp(name, "kv_rows_tc"))
+        t->kv_rows_tc = !off;
     else
         return seer_err(SEER_ERR_INVALID_ARG, "unknown CUDA tuning setting '%s'", name);
     return SEER_OK;

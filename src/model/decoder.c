@@ -223,8 +223,9 @@ seer_status seer_decoder_forward(seer_context *ctx, const int32_t *tokens, const
     /* A q capture downloads mid-call: such calls always run op by op. So do calls through the
      * quantised KV copy: a recording is per key and shape, and these differ from the target's
      * calls of the same shape in their attention alone. So do calls over quantised KV rows
-     * (geom kv_type), whose attention (CUDA: attention_qkv.cu) uploads its slot lists per call,
-     * and the sparse FFN's calls: their compact copy is made anew at each choice. */
+     * (geom kv_type), whose attention may be one that uploads its slot lists per call (CUDA:
+     * attention_qkv.cu, for the shapes the tensor-core kernel does not serve), and the sparse
+     * FFN's calls: their compact copy is made anew at each choice. */
     if (!op->forward_begin || ctx->cap_rows || ab->kv_quant || ctx->geom.kv_type != SEER_KV_FULL || ctx->ffn_layers)
         return run_ops(ctx, tokens, pos, ab, out_rows, ab->T, n_out);
     int T = ab->T, n = n_out;

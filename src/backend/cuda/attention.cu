@@ -6,7 +6,10 @@
  * its chunk for all query heads of the GQA group it holds, and a second kernel merges the
  * splits: the scalar kernel, for every head size. Head sizes 64 and 128 run on the tensor
  * cores instead (attention_tc.cu), over the same descriptor, which batch_begin
- * (attention_plan.cu) uploads once per forward call.
+ * (attention_plan.cu) uploads once per forward call. A storage of quantised rows (geom
+ * kv_type) comes here only in the calls the tensor-core kernel serves
+ * (seer_cuda_attention_on_tc; attention_qkv.cu takes the others): the scalar kernel reads bf16
+ * rows alone.
  *
  * The visible set is exactly the CPU reference's (cpu_attention.c): token i of sequence b
  * sees, for every layer and KV head, the cached slots s < len0 its view allows (view entries
@@ -434,12 +437,11 @@ void seer_cuda_attention_free(seer_cuda *c) {
     c->attn = NULL;
 }
 
-seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, const void *kv,
-                                const seer_kv_geom *g, int layer, const seer_attn_batch *ab) {
+/* The checks of a call of T >= 1 tokens, and its plan: batch_begin's, or made here where the
+ * plan is not this call's. */
+static seer_status att_plan(seer_backend *be, const seer_kv_geom *g, int layer, const seer_attn_batch *ab) {
     seer_cuda *c = seer_cuda_of(be);
-    const int T = ab->T, H = ab->n_heads, Hkv = ab->n_kv_heads, Dh = ab->head_dim;
-    if (T < 1)
-        return SEER_OK;
+    const int H = ab->n_heads, Hkv = ab->n_kv_heads, Dh = ab->head_dim;
     if (Hkv < 1 || H < Hkv || H % Hkv)
         return seer_err(SEER_ERR_INVALID_ARG, "attention: %d heads are not a multiple of %d KV heads", H, Hkv);
     if (Dh < 2 || Dh % 2 || Dh > ATT_MAX_DH)
@@ -455,10 +457,39 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
             return seer_err(SEER_ERR_INTERNAL, "attention: the batch changed inside a padded forward call");
         SEER_TRY(seer_cuda_batch_begin(be, ab, NULL, NULL, NULL, NULL, NULL, 0));
     }
-    const seer_cuda_attn *a = &c->att;
-    if (layer >= a->min_layers_view)
+    if (layer >= c->att.min_layers_view)
         return seer_err(SEER_ERR_INVALID_ARG, "attention: layer %d has no list in a view of %d layers",
-                        layer, a->min_layers_view);
+                        layer, c->att.min_layers_view);
+    return SEER_OK;
+}
+
+seer_status seer_cuda_attention_on_tc(seer_backend *be, const seer_kv_geom *g, int layer,
+                                      const seer_attn_batch *ab, bool *out) {
+    seer_cuda *c = seer_cuda_of(be);
+    const int H = ab->n_heads, Hkv = ab->n_kv_heads, Dh = ab->head_dim;
+    *out = false;
+    /* quantised rows: the kernels read groups of 32 (every head size they serve has them) */
+    if (ab->T < 1 || !attn_tc_eligible(c, H, Hkv, Dh) ||
+        (g->kv_type != SEER_KV_FULL && seer_kvt_group(g->kv_type, Dh) != 32))
+        return SEER_OK;
+    SEER_TRY(att_plan(be, g, layer, ab));
+    *out = c->att.tc;
+    return SEER_OK;
+}
+
+seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, const void *kv,
+                                const seer_kv_geom *g, int layer, const seer_attn_batch *ab) {
+    seer_cuda *c = seer_cuda_of(be);
+    const int T = ab->T, H = ab->n_heads, Hkv = ab->n_kv_heads, Dh = ab->head_dim;
+    if (T < 1)
+        return SEER_OK;
+    SEER_TRY(att_plan(be, g, layer, ab));
+    const seer_cuda_attn *a = &c->att;
+    /* quantised rows: only the tensor-core kernels read them (seer_cuda_attention_on_tc) */
+    const bool rows = g->kv_type != SEER_KV_FULL;
+    if (rows && (!a->tc || seer_kvt_group(g->kv_type, Dh) != 32))
+        return seer_err(SEER_ERR_INTERNAL, "attention: quantised KV rows in a call the tensor-core kernel "
+                                           "does not serve");
 
     int n_hc, gb;
     head_chunks(H, Hkv, &n_hc, &gb);
@@ -489,6 +520,19 @@ seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, co
     p.kv_stride = (size_t)Hkv * p.head_stride;
     p.layer_off = (size_t)layer * 2 * p.kv_stride;
     p.page_stride = (size_t)g->n_layers * 2 * p.kv_stride;
+    p.kv_bits = p.kv_soff = 0;
+    p.kv_row_bytes = 0;
+    if (rows) {
+        /* kv.cu's pages of quantised rows: [page][layer][K, V][slot][row], a row kv/kv_type.h's
+         * (the codes of head h from byte h Dh bits / 8, then the exponents), in bytes */
+        p.kv_bits = seer_kvt_bits(g->kv_type);
+        p.kv_soff = (int)seer_kvt_scales_off(g->kv_type, Hkv * Dh);
+        p.kv_row_bytes = seer_kv_geom_row_bytes(g, (int)sizeof(bf16));
+        p.head_stride = (size_t)Dh * p.kv_bits / 8;
+        p.kv_stride = (size_t)g->page_size * p.kv_row_bytes;
+        p.layer_off = (size_t)layer * 2 * p.kv_stride;
+        p.page_stride = (size_t)g->n_layers * 2 * p.kv_stride;
+    }
     p.scale = ab->scale;
     p.window = ab->window > 0 ? ab->window : 0;
     p.softcap = ab->softcap > 0.f ? ab->softcap : 0.f;

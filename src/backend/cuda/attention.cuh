@@ -93,10 +93,17 @@ struct attn_params {
     const int32_t *desc;    /* the batch descriptor */
     int *att_cnt;           /* tensor-core kernel: arrivals per (group, KV head), zero between calls */
     int H, Hkv, Dh, group, gb, n_hc, layer, page_size;
-    size_t page_stride, layer_off, kv_stride, head_stride; /* in bf16 elements */
+    size_t page_stride, layer_off, kv_stride, head_stride; /* in bf16 elements (quantised rows: below) */
     float scale;
     int window;             /* > 0: a windowed layer's call (att_in_window) */
     float softcap, softcap_inv; /* > 0: each scaled score s becomes softcap tanh(s softcap_inv) */
+    /* A storage of quantised rows (geom kv_type q8 / q4, kv/kv_type.h), which only the tensor-core
+     * kernel reads (attention_tc.cu): kv_bits the bits of a code (0: bf16 rows). With them kv is
+     * the pool's bytes, and page_stride, layer_off and kv_stride are in bytes, head_stride is a
+     * head's code bytes within a row, kv_row_bytes a row's bytes (seer_kvt_row_bytes) and
+     * kv_soff where a row's exponents start (seer_kvt_scales_off). */
+    int kv_bits, kv_soff;
+    size_t kv_row_bytes;
 };
 
 /* The descriptor's arrays, located through its header. */

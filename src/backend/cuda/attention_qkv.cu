@@ -17,14 +17,17 @@
  * the next step once its rewrite settles.
  *
  * The same kernel reads a storage whose rows are themselves quantised (geom kv_type q8 / q4,
- * kv/kv_type.h; stored by kv_type.cu): every call over such a storage (decode, verification
- * chains, trees, prompts) comes here, each (token, head)'s output depending only on its list,
- * so it is batch-invariant and the same in every call. Candidly, it is the correct path, not
- * the fast one: dequantising in the tile loads of attention_tc.cu / attention_wgmma.cu is the
- * step that would make a quantised storage read half the bytes at bf16's speed.
+ * kv/kv_type.h; stored by kv_type.cu) in the calls the tensor-core kernel does not serve: head
+ * sizes other than 64, 96, 128 and 256, GQA groups above 16, the scalar variant
+ * (seer_cuda_tuning.attn), a device without the shared memory. Every other call over such a
+ * storage (decode, verification chains, trees, prompts, views, windows) goes to
+ * attention_tc.cu, which dequantises in its tile loads (seer_cuda_attention_on_tc decides, by
+ * the plan that would run the same call over bf16 rows). Here each (token, head)'s output
+ * depends only on its list, so it is batch-invariant and the same in every call. Candidly, for
+ * those shapes it is the correct path, not the fast one.
  *
- * Not for: attention over the bf16 rows (attention.cu, attention_tc.cu) or the copy's storage
- * (kv.cu).
+ * Not for: attention over the bf16 rows (attention.cu, attention_tc.cu), over quantised rows
+ * of the shapes attention_tc.cu serves, or the copy's storage (kv.cu).
  */
 #include "backend/cuda/attention.cuh"
 
@@ -298,7 +301,15 @@ static seer_status qkv_attention(seer_cuda *c, float *out, const float *q, const
 
 seer_status seer_cuda_attention_any(seer_backend *be, float *out, const float *q, const void *kv,
                                     const seer_kv_geom *g, int layer, const seer_attn_batch *ab) {
-    if (ab->kv_quant || g->kv_type != SEER_KV_FULL)
+    if (ab->kv_quant) /* the draft's copy: here always */
         return qkv_attention(seer_cuda_of(be), out, q, kv, g, layer, ab);
+    if (g->kv_type != SEER_KV_FULL) { /* the storage's quantised rows: the tensor cores' where they serve */
+        bool tc = false;
+        if (!seer_cuda_of(be)->kv_rows_tc) /* off until it has run on a GPU (seer_cuda_tuning) */
+            return qkv_attention(seer_cuda_of(be), out, q, kv, g, layer, ab);
+        SEER_TRY(seer_cuda_attention_on_tc(be, g, layer, ab, &tc));
+        if (!tc)
+            return qkv_attention(seer_cuda_of(be), out, q, kv, g, layer, ab);
+    }
     return seer_cuda_attention(be, out, q, kv, g, layer, ab);
 }

@@ -39,6 +39,19 @@
  * windowed layer's call or one with soft-capping, which it does not take: the mma.sync prefill
  * kind serves those. Every kind here masks the keys behind a row's window (att_in_window; keys
  * behind every row's are not read at all) and caps the scaled scores (att_cap).
+ *
+ * A storage of quantised rows (geom kv_type q8 / q4, kv/kv_type.h; rows laid out as kv.cu and
+ * kv_type.cu keep them) has its own instantiations of every kind (BITS 8 and 4): tc_load_q
+ * reads each key's head codes and its groups' exponents, in the storage's own geometry
+ * (attn_params' byte strides, seer_kvt_row_bytes and seer_kvt_scales_off), and writes code *
+ * 2^e, exact in bf16, into the same shared tiles, so the products, softmax and merges are the
+ * bf16 kernel's code and a call gives, bit for bit, what the same call gives over bf16 rows
+ * holding the dequantised values (test_backend_ops_qkv checks it). The bf16 instantiations'
+ * generated code is not changed by them (the same instructions). Candidly, a first version:
+ * its loads are synchronous (ordinary loads, then conversion and shared-memory stores, while
+ * cp.async runs the bf16 tiles a stage ahead), so a tile's latency is not hidden behind the
+ * previous tile's products; its speed is not yet measured on a GPU. attention_wgmma.cu does
+ * not read such rows: their prefill kind runs here, on the mma.sync kernel.
  * Not for: head sizes other than 64, 96, 128 and 256 or groups above 16 (attention.cu serves them).
  */
 #include "backend/cuda/attention.cuh"
@@ -411,10 +424,12 @@ static __device__ __forceinline__ tc_keys tc_keys_of(const att_desc &a, const at
     return {pages, head_off, kvh, end, full_end, min_nvis, min_slot};
 }
 
-/* Where each key of the tile at visible index k0 lives (stage st of koff and kcand; -1: none);
- * true where every row sees every key of it. owner >= 0: the tile of a token tree's item from
- * the one holding visible index C on, with that token's own keys (below). */
-template <int DH>
+/* Where each key of the tile at visible index k0 lives (stage st of koff and kcand; -1: none):
+ * its K row's head in bf16 elements from p.kv, or, over quantised rows (BITS > 0), the byte
+ * offset of the head's codes in its K row (rows of p.kv_row_bytes); true where every row sees
+ * every key of it. owner >= 0: the tile of a token tree's item from the one holding visible
+ * index C on, with that token's own keys (below). */
+template <int DH, int BITS>
 static __device__ __forceinline__ bool tc_prep(const att_desc &a, const attn_params &p, const tc_shm &sh,
                                                const tc_keys &ks, const att_tok &t0, const int *s_pos, int st,
                                                int k0, int owner) {
@@ -444,7 +459,7 @@ static __device__ __forceinline__ bool tc_prep(const att_desc &a, const attn_par
         koff[st * TC_TK + tid] =
             slot < 0 ? -1
                      : (long long)((size_t)pages[slot / p.page_size] * p.page_stride + head_off +
-                                   (size_t)(slot % p.page_size) * DH);
+                                   (size_t)(slot % p.page_size) * (BITS ? p.kv_row_bytes : (size_t)DH));
         kcand[st * TC_TK + tid] = ci >= 0 ? ci : -1 - max(slot, 0);
         /* new tokens at slots up to every row's own, without a mask, are seen by
          * every row too: a prefill chunk tests the predicate on its diagonal only */
@@ -476,6 +491,88 @@ static __device__ __forceinline__ void tc_load(const attn_params &p, long long *
         const int n = o >= 0 ? 16 : 0;
         cp_async16(dst, src, n);
         cp_async16(dst + (size_t)TC_TK * LD, o >= 0 ? src + kv_stride : p.kv, n);
+    }
+}
+
+/* 2^ex as a float, ex in [-128, 127] a group's exponent (kv/kv_type.h): ldexpf(1, ex) of
+ * kvt_value without its call; -128 is a group of zeros (scale 0), -127 the one subnormal. */
+static __device__ __forceinline__ float tc_pow2(int ex) {
+    return ex == -128 ? 0.f : ex == -127 ? __int_as_float(0x00400000) : __int_as_float((ex + 127) << 23);
+}
+
+/* Eight consecutive values of a quantised head row, codes w (q8: eight int8 in two words; q4:
+ * eight nibbles q + 8 in one word, value j in bits 4 j) of a group with exponent ex, as
+ * eight bf16: code * 2^ex is exact in f32 and in bf16 (at most 7 significant bits). */
+template <int BITS>
+static __device__ __forceinline__ uint4 tc_dequant8(const uint32_t (&w)[BITS / 4], int ex) {
+    const float s = tc_pow2(ex);
+    float f[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int q;
+        if constexpr (BITS == 8)
+            q = (int)(w[j / 4] << (24 - 8 * (j % 4))) >> 24; /* byte j % 4 of word j / 4, signed */
+        else
+            q = (int)((w[0] >> (4 * j)) & 15u) - 8;
+        f[j] = __fmul_rn((float)q, s);
+    }
+    return make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]), pack_bf16(f[6], f[7]));
+}
+
+/* Stage st's K and V tiles from quantised rows (BITS 8 or 4, kv/kv_type.h), the same bf16
+ * tiles tc_load leaves: each 16-byte column (eight values) from BITS bytes of the head's codes
+ * at koff (tc_prep) and its group's exponent eoff bytes after them, V the same kv_stride bytes
+ * on; zeros for no key. Ordinary loads, every one issued before the first conversion, then
+ * shared-memory stores: the tile is complete in shared memory when they return, which the
+ * kernel's barrier before the tile's use covers as it covers cp.async's wait. */
+template <int DH, int NT, int BITS>
+static __device__ __forceinline__ void tc_load_q(const attn_params &p, const long long *koff, bf16 *kvs,
+                                                 long long eoff, int st) {
+    constexpr int LD = DH + 8;
+    constexpr int CH = DH / 8, KEYS = TC_TK * CH / NT, W = BITS / 4; /* code words per column */
+    static_assert(BITS == 8 || BITS == 4, "q8 or q4 codes");
+    static_assert(DH % 32 == 0, "a column lies in one group of 32 (seer_kvt_group)");
+    static_assert(TC_TK * CH % NT == 0, "a tile's copies divide among the threads");
+    const int tid = threadIdx.x;
+    const uint8_t *kv = (const uint8_t *)p.kv;
+    constexpr bool SAME_COL = NT % CH == 0; /* tc_load's columns: see there */
+    /* keys whose loads are in flight at once: all of a thread's, but half of them at head size
+     * 256 (sixteen columns a thread), where all would spill (ptxas -v) */
+    constexpr int NB = DH > 128 ? KEYS / 2 : KEYS;
+#pragma unroll
+    for (int j0 = 0; j0 < KEYS; j0 += NB) {
+        uint32_t kw[NB][W], vw[NB][W];
+        int ke[NB], ve[NB];
+#pragma unroll
+        for (int jj = 0; jj < NB; jj++) {
+            const int j = j0 + jj, e = tid + j * NT, key = SAME_COL ? tid / CH + j * (NT / CH) : e / CH;
+            const int chj = SAME_COL ? tid % CH : e % CH;
+            const long long o = koff[st * TC_TK + key];
+#pragma unroll
+            for (int w = 0; w < W; w++) /* no key: codes of zero (q4: nibbles of 8), scale 0 */
+                kw[jj][w] = vw[jj][w] = BITS == 8 ? 0u : 0x88888888u;
+            ke[jj] = ve[jj] = -128;
+            if (o >= 0) {
+                const uint8_t *kr = kv + o, *vr = kr + p.kv_stride;
+                if constexpr (BITS == 8) {
+                    const uint2 a = *(const uint2 *)(kr + chj * 8), b = *(const uint2 *)(vr + chj * 8);
+                    kw[jj][0] = a.x, kw[jj][1] = a.y, vw[jj][0] = b.x, vw[jj][1] = b.y;
+                } else {
+                    kw[jj][0] = *(const uint32_t *)(kr + chj * 4);
+                    vw[jj][0] = *(const uint32_t *)(vr + chj * 4);
+                }
+                ke[jj] = (int8_t)kr[eoff + chj / 4]; /* eight values of column chj: group chj / 4 */
+                ve[jj] = (int8_t)vr[eoff + chj / 4];
+            }
+        }
+#pragma unroll
+        for (int jj = 0; jj < NB; jj++) {
+            const int j = j0 + jj, e = tid + j * NT, key = SAME_COL ? tid / CH + j * (NT / CH) : e / CH;
+            const int chj = SAME_COL ? tid % CH : e % CH;
+            bf16 *dst = kvs + ((size_t)(st * 2) * TC_TK + key) * LD + chj * 8;
+            *(uint4 *)dst = tc_dequant8<BITS>(kw[jj], ke[jj]);
+            *(uint4 *)(dst + (size_t)TC_TK * LD) = tc_dequant8<BITS>(vw[jj], ve[jj]);
+        }
     }
 }
 
@@ -628,8 +725,10 @@ static __device__ __forceinline__ void tc_merge_last(const att_desc &a, const at
  * verification chain whichever kind serves each.
  * PRE (the prefill kind): eight warps, one m-tile each, over every key of a single split (or,
  * for items of at most 64 rows not flagged whole, two warps per m-tile over halves of each
- * tile); whole items over one fixed split each, their partials left to the combine. */
-template <int DH, int KIND>
+ * tile); whole items over one fixed split each, their partials left to the combine.
+ * BITS: 0 for bf16 rows; 8 or 4 for a storage of quantised rows, whose tiles tc_load_q
+ * dequantises into the same shared memory (the rest is the same code). */
+template <int DH, int KIND, int BITS>
 __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_kernel(attn_params p) {
     constexpr bool DEC = KIND == ATT_TC_DEC, PRE = KIND == ATT_TC_PRE;
     constexpr int LD = DH + 8, NT = tc_threads(KIND), NTOK = tc_toks(KIND);
@@ -712,6 +811,9 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
             const int ch = tid % (DH / 8);
             const bf16 *kv_col = p.kv + ch * 8;
             const size_t kv_stride = p.kv_stride;
+            /* quantised rows: the head's exponents from its codes (kv/kv_type.h: a row's codes,
+             * then its exponents from kv_soff, DH / 32 a head) */
+            const long long eoff = BITS ? (long long)p.kv_soff + (long long)kvh * (DH / 32 - DH * BITS / 8) : 0;
 
             float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, O[DH / 8][4];
     #pragma unroll
@@ -735,18 +837,25 @@ __global__ void __launch_bounds__(tc_threads(KIND), DH > 128 ? 1 : 2) attn_tc_ke
             int own[2];
             own[0] = step_owner(0);
             own[1] = -1;
-            full[0] = __syncthreads_and(tc_prep<DH>(a, p, sh, keys, t0, s_pos, 0, begin + step_tile(0) * TC_TK,
-                                                    own[0]));
+            full[0] = __syncthreads_and(tc_prep<DH, BITS>(a, p, sh, keys, t0, s_pos, 0,
+                                                          begin + step_tile(0) * TC_TK, own[0]));
             full[1] = false;
-            tc_load<DH, NT>(p, koff, kvs, kv_col, ch, kv_stride, 0);
+            if constexpr (BITS != 0)
+                tc_load_q<DH, NT, BITS>(p, koff, kvs, eoff, 0);
+            else
+                tc_load<DH, NT>(p, koff, kvs, kv_col, ch, kv_stride, 0);
             cp_async_commit();
             for (int sp = 0; sp < n_steps; sp++) {
                 const int st = sp & 1, t = step_tile(sp);
                 if (sp + 1 < n_steps) {
                     own[st ^ 1] = step_owner(sp + 1);
                     full[st ^ 1] = __syncthreads_and(
-                        tc_prep<DH>(a, p, sh, keys, t0, s_pos, st ^ 1, begin + step_tile(sp + 1) * TC_TK, own[st ^ 1]));
-                    tc_load<DH, NT>(p, koff, kvs, kv_col, ch, kv_stride, st ^ 1);
+                        tc_prep<DH, BITS>(a, p, sh, keys, t0, s_pos, st ^ 1, begin + step_tile(sp + 1) * TC_TK,
+                                          own[st ^ 1]));
+                    if constexpr (BITS != 0)
+                        tc_load_q<DH, NT, BITS>(p, koff, kvs, eoff, st ^ 1);
+                    else
+                        tc_load<DH, NT>(p, koff, kvs, kv_col, ch, kv_stride, st ^ 1);
                 }
                 cp_async_commit();
                 cp_async_wait1();
@@ -804,10 +913,17 @@ bool attn_tc_eligible(const seer_cuda *c, int H, int Hkv, int Dh) {
 
 int attn_tc_tokens(int group, bool prefill) { return (prefill ? TC_PRE_ROWS : 32) / group; }
 
+/* The shared memory of a kind, for bf16 rows and for q8 and q4 rows (the same carving). */
 template <int DH, int KIND>
 static cudaError_t tc_attr() {
-    return cudaFuncSetAttribute(attn_tc_kernel<DH, KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)tc_smem(DH, KIND));
+    const int smem = (int)tc_smem(DH, KIND);
+    const cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    cudaError_t e = cudaFuncSetAttribute(attn_tc_kernel<DH, KIND, 0>, at, smem);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(attn_tc_kernel<DH, KIND, 8>, at, smem);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(attn_tc_kernel<DH, KIND, 4>, at, smem);
+    return e;
 }
 
 seer_status attn_tc_init(seer_cuda *c) {
@@ -833,9 +949,12 @@ seer_status attn_tc_init(seer_cuda *c) {
     return attn_wg_init(c);
 }
 
+/* The bf16 rows' kernel's: the plan sizes the grids by it, for quantised rows too (their
+ * kernels carve the same shared memory under the same launch bounds; a persistent grid is
+ * right at any size, only its speed depends on it). */
 template <int DH, int KIND>
 static seer_status tc_occupancy(int *n) {
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, attn_tc_kernel<DH, KIND>, tc_threads(KIND),
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, attn_tc_kernel<DH, KIND, 0>, tc_threads(KIND),
                                                            tc_smem(DH, KIND)));
     return SEER_OK;
 }
@@ -868,34 +987,43 @@ seer_status attn_tc_capacity(seer_cuda *c, int Dh, int kind, int *out) {
     return SEER_OK;
 }
 
-template <int DH, int KIND>
+template <int DH, int KIND, int BITS>
 static seer_status tc_launch(seer_cuda *c, const attn_params &p, int grid) {
-    CUDA_TRY(seer_cuda_launch(c, attn_tc_kernel<DH, KIND>, dim3((unsigned)grid), dim3(tc_threads(KIND)),
+    CUDA_TRY(seer_cuda_launch(c, attn_tc_kernel<DH, KIND, BITS>, dim3((unsigned)grid), dim3(tc_threads(KIND)),
                               tc_smem(DH, KIND), p));
     LAUNCH_TRY("attn_tc_kernel");
     return SEER_OK;
 }
 
-template <int DH>
+template <int DH, int BITS>
 static seer_status tc_launch_all(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS + 1]) {
     if (grid[ATT_TC_DEC] > 0)
-        SEER_TRY((tc_launch<DH, ATT_TC_DEC>(c, p, grid[ATT_TC_DEC])));
+        SEER_TRY((tc_launch<DH, ATT_TC_DEC, BITS>(c, p, grid[ATT_TC_DEC])));
     if (grid[ATT_TC_CHAIN] > 0)
-        SEER_TRY((tc_launch<DH, ATT_TC_CHAIN>(c, p, grid[ATT_TC_CHAIN])));
+        SEER_TRY((tc_launch<DH, ATT_TC_CHAIN, BITS>(c, p, grid[ATT_TC_CHAIN])));
     if (grid[ATT_TC_PRE] <= 0)
         return SEER_OK;
     if (!attn_wg_serves(c, DH) || c->att.pre_fixed) /* planned for the mma.sync kernel */
-        return tc_launch<DH, ATT_TC_PRE>(c, p, grid[ATT_TC_PRE]);
-    /* attention_wgmma.cu takes neither a window nor soft-capping: the mma.sync kernel serves
-     * such calls, over its own grid (the same items) */
-    if (p.window > 0 || p.softcap > 0.f)
-        return tc_launch<DH, ATT_TC_PRE>(c, p, grid[ATT_TC_PRE_MMA]);
+        return tc_launch<DH, ATT_TC_PRE, BITS>(c, p, grid[ATT_TC_PRE]);
+    /* attention_wgmma.cu takes neither a window nor soft-capping nor quantised rows: the
+     * mma.sync kernel serves such calls, over its own grid (the same items) */
+    if (p.window > 0 || p.softcap > 0.f || BITS)
+        return tc_launch<DH, ATT_TC_PRE, BITS>(c, p, grid[ATT_TC_PRE_MMA]);
     return attn_wg_launch(c, p, grid[ATT_TC_PRE]);
 }
 
+template <int BITS>
+static seer_status tc_launch_dh(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS + 1]) {
+    return p.Dh == 64    ? tc_launch_all<64, BITS>(c, p, grid)
+           : p.Dh == 96  ? tc_launch_all<96, BITS>(c, p, grid)
+           : p.Dh == 128 ? tc_launch_all<128, BITS>(c, p, grid)
+                         : tc_launch_all<256, BITS>(c, p, grid);
+}
+
 seer_status attn_tc_launch(seer_cuda *c, const attn_params &p, const int (&grid)[ATT_TC_KINDS + 1]) {
-    return p.Dh == 64    ? tc_launch_all<64>(c, p, grid)
-           : p.Dh == 96  ? tc_launch_all<96>(c, p, grid)
-           : p.Dh == 128 ? tc_launch_all<128>(c, p, grid)
-                         : tc_launch_all<256>(c, p, grid);
+    if (p.kv_bits != 0 && p.kv_bits != 8 && p.kv_bits != 4)
+        return seer_err(SEER_ERR_INTERNAL, "attention: quantised KV rows of %d bits", p.kv_bits);
+    return p.kv_bits == 8 ? tc_launch_dh<8>(c, p, grid)
+           : p.kv_bits == 4 ? tc_launch_dh<4>(c, p, grid)
+                            : tc_launch_dh<0>(c, p, grid);
 }

@@ -616,6 +616,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent,
         c->qt_gemv_max_t = parent->qt_gemv_max_t;
         c->qt_norm_fused = parent->qt_norm_fused;
         c->attn_variant = parent->attn_variant;
+        c->kv_rows_tc = parent->kv_rows_tc;
         c->allreduce_nccl = parent->allreduce_nccl;
     } else {
         const seer_cuda_tuning tu = t ? *t : seer_cuda_default_tuning();
@@ -638,6 +639,7 @@ static seer_status cuda_start(seer_cuda *c, int device, const seer_cuda *parent,
         c->qt_norm_fused = tu.qt_norm;
         c->attn_variant = !tu.attn ? 0 : !strcmp(tu.attn, "mma") ? 1 : !strcmp(tu.attn, "scalar") ? 2 : 0;
         c->allreduce_nccl = tu.allreduce_nccl;
+        c->kv_rows_tc = tu.kv_rows_tc;
     }
     c->fw.entry = -1;
     c->fw.held = -1;

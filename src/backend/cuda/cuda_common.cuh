@@ -261,6 +261,7 @@ typedef struct seer_cuda {
     /* attention's kernels (seer_cuda_tuning.attn): 0 the planner's choice, 1 no wgmma kernel
      * (mma), 2 the scalar kernel for every shape (scalar) */
     int attn_variant;
+    bool kv_rows_tc; /* seer_cuda_tuning.kv_rows_tc */
     bool allreduce_nccl;      /* seer_cuda_tuning.allreduce_nccl: no one-shot all-reduce */
 
     /* graph.cu: recorded forward calls */
@@ -433,7 +434,9 @@ seer_status seer_cuda_kvt_fill(seer_cuda *c, void *kv, const seer_kv_geom *g, co
 
 /* The quantised KV copy (attention_qkv.cu; format kv/kv_quant.h): its base (NULL without
  * one), its page size, the store of k, v [T][Hkv*Dh] (f32, device) at device dpage/drow [T]
- * into it, and the attention op: attention.cu's, or through the copy when ab->kv_quant. */
+ * into it, and the attention op: through the copy when ab->kv_quant; attention.cu's otherwise,
+ * except over quantised rows (geom kv_type) where the tensor-core kernels do not serve the call
+ * (attention_qkv.cu's then). */
 uint8_t *seer_cuda_kv_qdata(seer_cuda *c, const void *kv);
 static inline size_t seer_cuda_kvq_page_bytes(const seer_kv_geom *g) {
     return seer_kvq_page_bytes(g->n_layers, g->page_size, g->n_kv_heads * g->head_dim, g->kv_bits);
@@ -448,6 +451,11 @@ seer_status seer_cuda_batch_begin(seer_backend *be, const seer_attn_batch *ab,
                                   const int32_t *row, const int32_t *out_rows, int n_out);
 seer_status seer_cuda_attention(seer_backend *be, float *out, const float *q, const void *kv,
                                 const seer_kv_geom *g, int layer, const seer_attn_batch *ab);
+/* Whether seer_cuda_attention runs this call on the tensor-core kernels (attention_tc.cu), the
+ * only ones that read a storage of quantised rows (geom kv_type); plans the call where it is
+ * not batch_begin's. */
+seer_status seer_cuda_attention_on_tc(seer_backend *be, const seer_kv_geom *g, int layer,
+                                      const seer_attn_batch *ab, bool *out);
 /* Largest dynamic shared memory the attention kernel asks for; init raises its limit. */
 size_t seer_cuda_attention_smem_max(void);
 seer_status seer_cuda_attention_init(seer_cuda *c);
