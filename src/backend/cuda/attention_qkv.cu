@@ -19,8 +19,10 @@
  * The same kernel reads a storage whose rows are themselves quantised (geom kv_type q8 / q4,
  * kv/kv_type.h; stored by kv_type.cu) in the calls the tensor-core kernel does not serve: head
  * sizes other than 64, 96, 128 and 256, GQA groups above 16, the scalar variant
- * (seer_cuda_tuning.attn), a device without the shared memory. Every other call over such a
- * storage (decode, verification chains, trees, prompts, views, windows) goes to
+ * (seer_cuda_tuning.attn), a device without the shared memory, and every call unless
+ * seer_cuda_tuning.kv_rows_tc is set (off by default until that path has run on a GPU). With
+ * it, every other call over such a storage (decode, verification chains, trees, prompts,
+ * views, windows) goes to
  * attention_tc.cu, which dequantises in its tile loads (seer_cuda_attention_on_tc decides, by
  * the plan that would run the same call over bf16 rows). Here each (token, head)'s output
  * depends only on its list, so it is batch-invariant and the same in every call. Candidly, for

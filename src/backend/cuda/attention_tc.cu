@@ -50,7 +50,8 @@
  * generated code is not changed by them (the same instructions). Candidly, a first version:
  * its loads are synchronous (ordinary loads, then conversion and shared-memory stores, while
  * cp.async runs the bf16 tiles a stage ahead), so a tile's latency is not hidden behind the
- * previous tile's products; its speed is not yet measured on a GPU. attention_wgmma.cu does
+ * previous tile's products; its speed is not yet measured on a GPU, and it serves only with
+ * seer_cuda_tuning.kv_rows_tc (off by default until it has run on one). attention_wgmma.cu does
  * not read such rows: their prefill kind runs here, on the mma.sync kernel.
  * Not for: head sizes other than 64, 96, 128 and 256 or groups above 16 (attention.cu serves them).
  */
