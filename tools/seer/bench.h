@@ -74,6 +74,7 @@ typedef struct {
     bool draft_weights;      /* the draft steps multiply by the draft weights */
     float ffn_density;       /* the draft steps' sparse FFN (--spec-ffn-density; 1: whole) */
     bool ffn_cats;           /* ... chosen per token (--spec-ffn-mode cats): all of the gate read */
+    int best_first;          /* the draft model's best-first trees (--draft-best-first K; 0: none) */
     bool ok;
     char err[256];
     double draft_step_ms;    /* T_D: one draft forward step of the whole batch */

@@ -406,6 +406,8 @@ int bench_print_json(FILE *f, const bench_opts *o, const bench_result *r) {
                 fprintf(stderr, "seer bench: cannot write %s's numbers as JSON\n", bench_spec_label(s));
                 return 1;
             }
+            if (s->best_first)
+                json_object_set_new(e, "best_first", json_integer(s->best_first));
             if (!s->ok) {
                 json_object_set_new(e, "error", json_string(s->err));
             } else {
@@ -565,6 +567,7 @@ int bench_load_json(const char *path, bench_opts *o, bench_result *r) {
             bs->budget = (int)num(e, "budget");
             bs->gamma = (int)num(e, "gamma");
             bs->tree_size = (int)num(e, "tree_size"); /* 0 where an older run has none */
+            bs->best_first = (int)num(e, "best_first");
             const char *dw = json_string_value(json_object_get(e, "draft_weights"));
             bs->draft_weights = dw && strcmp(dw, "none"); /* labelled /dw as when measured */
             bs->ok = !json_object_get(e, "error");

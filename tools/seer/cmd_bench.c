@@ -251,6 +251,8 @@ const char *bench_spec_label(const bench_spec *s) {
     snprintf(buf[k], sizeof buf[k], "%s%s", seer_spec_kind_name(s->kind), s->draft_weights ? "/dw" : "");
     if (s->tree_size)
         snprintf(buf[k] + strlen(buf[k]), sizeof buf[k] - strlen(buf[k]), "+tree%d", s->tree_size);
+    if (s->best_first) /* SpecExec's best-first search, K children a node at most */
+        snprintf(buf[k] + strlen(buf[k]), sizeof buf[k] - strlen(buf[k]), "/bf%d", s->best_first);
     if (s->ffn_density > 0 && s->ffn_density < 1)
         snprintf(buf[k] + strlen(buf[k]), sizeof buf[k] - strlen(buf[k]), "/%s%.2f", s->ffn_cats ? "cats" : "ffn",
                  (double)s->ffn_density);
@@ -814,6 +816,10 @@ int cmd_bench(int argc, char **argv) {
                                        sk == SEER_SPEC_SNAPKV || sk == SEER_SPEC_HIERARCHY;
                     double ffn_density = 1; /* the sparse FFN is the self-drafts' too */
                     seer_spec_get(&o.drafters, "ffn_density", &ffn_density);
+                    double bf = 0; /* the draft model's best-first trees */
+                    if (sk == SEER_SPEC_DRAFT)
+                        seer_spec_get(&o.drafters, "draft-best-first", &bf);
+                    const int best_first = (int)bf;
                     for (int w = 0; w < (reads ? o.n_dweights : 1); w++)
                         for (int k = 0; k < (fixed ? o.n_budget : 1); k++)
                             for (int g = 0; g < (fixed ? o.n_gamma : 1); g++)
@@ -822,7 +828,8 @@ int cmd_bench(int argc, char **argv) {
                                                    .tree_size = o.tree_size,
                                                    .draft_weights = reads && o.dweights[w],
                                                    .ffn_density = reads ? ffn_density : 1,
-                                                   .ffn_cats = ffn_mode_cats(&o.drafters)}
+                                                   .ffn_cats = ffn_mode_cats(&o.drafters),
+                                                   .best_first = best_first}
                                     /* auto's views draft through the draft weights when the
                                      * model holds them (any --spec-weights type) */
                                     : (bench_spec){.kind = SEER_SPEC_AUTO, .draft_weights = o.spec_weights != NULL};
