@@ -42,6 +42,22 @@ static seer_status row_f32(const seer_weight *w, int r, float *out) {
                              (uint64_t)w->cols);
 }
 
+/* The f32 weight [rows][cols] at dst (malloc'd) as *out, which owns it; dst freed where s
+ * says its filling failed. */
+static seer_status owned_f32(seer_status s, float *dst, int rows, int cols, seer_weight *out) {
+    if (s != SEER_OK) {
+        free(dst);
+        return s;
+    }
+    memset(out, 0, sizeof *out);
+    out->data = dst;
+    out->rows = rows;
+    out->cols = cols;
+    out->dtype = GGML_TYPE_F32;
+    out->owned = true;
+    return SEER_OK;
+}
+
 seer_status seer_cpu_weight_gather(seer_backend *be, const seer_weight *w, const int32_t *idx, int n, bool cols,
                                    seer_weight *out) {
     (void)be;
@@ -74,17 +90,7 @@ seer_status seer_cpu_weight_gather(seer_backend *be, const seer_weight *w, const
             dst[(size_t)r * C + i] = row[idx[i]];
     }
     free(row);
-    if (s != SEER_OK) {
-        free(dst);
-        return s;
-    }
-    memset(out, 0, sizeof *out);
-    out->data = dst;
-    out->rows = R;
-    out->cols = C;
-    out->dtype = GGML_TYPE_F32;
-    out->owned = true;
-    return SEER_OK;
+    return owned_f32(s, dst, R, C, out);
 }
 
 static bool readable(const seer_weight *w) {
@@ -110,17 +116,7 @@ seer_status seer_cpu_weight_transpose(seer_backend *be, const seer_weight *w, se
             dst[(size_t)c * R + r] = row[c];
     }
     free(row);
-    if (s != SEER_OK) {
-        free(dst);
-        return s;
-    }
-    memset(out, 0, sizeof *out);
-    out->data = dst;
-    out->rows = C;
-    out->cols = R;
-    out->dtype = GGML_TYPE_F32;
-    out->owned = true;
-    return SEER_OK;
+    return owned_f32(s, dst, C, R, out);
 }
 
 static inline float silu(float g) { return g / (1.f + expf(-g)); }
