@@ -585,9 +585,10 @@ void seer_tp_remote_keep_idx(seer_backend *be, const int32_t *const *a, const in
 void seer_tp_w_idx(tp_wbuf *w, seer_backend *be, int role, const int32_t *a, int T) {
     const rb *b = rb_of(be);
     const int have = b->idx_n[role];
-    int32_t *pad = a && a == b->idx[role] && T > have ? malloc((size_t)T * sizeof *pad) : NULL;
-    if (!pad) { /* not a padded call's (or no memory: the entries as the caller has them) */
-        tp_w_arr(w, a, T > 0 ? (size_t)T : 0, 4);
+    const bool padded = a && a == b->idx[role] && T > have;
+    int32_t *pad = padded ? malloc((size_t)T * sizeof *pad) : NULL;
+    if (!pad) { /* not a padded call's; or no memory, and the rank refuses the short array */
+        tp_w_arr(w, a, padded ? (size_t)have : T > 0 ? (size_t)T : 0, 4);
         return;
     }
     memcpy(pad, a, (size_t)have * sizeof *pad);
